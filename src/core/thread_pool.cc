@@ -1,0 +1,99 @@
+#include "core/thread_pool.h"
+
+#include <algorithm>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace gizllm {
+namespace {
+inline void Pause() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+constexpr int kSpins = 1 << 16;
+}  // namespace
+
+ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {
+  for (int t = 1; t < threads_; ++t) workers_.emplace_back([this, t] { Worker(t); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_.store(true);
+    generation_.fetch_add(1);
+  }
+  wake_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+void ThreadPool::Work(int thread) {
+  for (;;) {
+    int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
+    if (task >= tasks_) break;
+    (*fn_)(task, thread);
+  }
+}
+
+void ThreadPool::Worker(int thread) {
+  uint64_t seen = 0;
+  for (;;) {
+    uint64_t gen = generation_.load(std::memory_order_acquire);
+    int spins = 0;
+    while (gen == seen) {
+      if (++spins < kSpins) {
+        Pause();
+      } else {
+        std::unique_lock<std::mutex> lock(mutex_);
+        sleepers_.fetch_add(1);
+        wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+        sleepers_.fetch_sub(1);
+        spins = 0;
+      }
+      gen = generation_.load(std::memory_order_acquire);
+    }
+    seen = gen;
+    if (stop_.load()) return;
+    Work(thread);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadPool::Run(int64_t tasks, const std::function<void(int64_t, int)>& fn) {
+  if (tasks <= 0) return;
+  if (threads_ == 1 || tasks == 1) {
+    for (int64_t t = 0; t < tasks; ++t) fn(t, 0);
+    return;
+  }
+  fn_ = &fn;
+  tasks_ = tasks;
+  next_task_.store(0, std::memory_order_relaxed);
+  pending_.store(threads_ - 1, std::memory_order_relaxed);
+  {
+    // The lock orders the publication against a worker that is about to sleep.
+    std::lock_guard<std::mutex> lock(mutex_);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  if (sleepers_.load() > 0) wake_.notify_all();
+  Work(0);
+  while (pending_.load(std::memory_order_acquire) != 0) Pause();
+}
+
+void ThreadPool::ParallelFor(int64_t n, int64_t grain,
+                             const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  int64_t units = (n + grain - 1) / grain;
+  int64_t parts = std::min<int64_t>(units, threads_);
+  int64_t per = (units + parts - 1) / parts;
+  Run(parts, [&](int64_t part, int thread) {
+    int64_t begin = part * per * grain;
+    int64_t end = std::min(n, (part + 1) * per * grain);
+    if (begin < end) fn(begin, end, thread);
+  });
+}
+
+}  // namespace gizllm

@@ -1,0 +1,80 @@
+#include "ops/backend.h"
+
+namespace gizllm {
+namespace {
+Status Bad(const char* op, const char* field, const std::string& why) {
+  return InvalidArgument(std::string(op) + "." + field + ": " + why);
+}
+}  // namespace
+
+Status EmbedParams::Check() const {
+  if (!out) return Bad("Embed", "out", "null");
+  if (!table || table->empty()) return Bad("Embed", "table", "null");
+  if (!tokens && rows > 0) return Bad("Embed", "tokens", "null");
+  if (rows < 0) return Bad("Embed", "rows", "negative");
+  return Status::Ok();
+}
+
+Status RmsNormParams::Check() const {
+  if (!out || !x) return Bad("RmsNorm", "out/x", "null");
+  if (!weight) return Bad("RmsNorm", "weight", "null");
+  if (rows < 0 || dim <= 0) return Bad("RmsNorm", "dim", "must be positive");
+  return Status::Ok();
+}
+
+Status MatmulParams::Check() const {
+  if (!x && rows > 0) return Bad("Matmul", "x", "null");
+  if (outputs < 1 || outputs > kMaxOutputs) return Bad("Matmul", "outputs", "must be 1..3");
+  for (int i = 0; i < outputs; ++i) {
+    if (!w[i] || w[i]->empty()) return Bad("Matmul", "w", "null");
+    if (!out[i]) return Bad("Matmul", "out", "null");
+    if (w[i]->cols != w[0]->cols) return Bad("Matmul", "w", "outputs differ in cols");
+  }
+  return Status::Ok();
+}
+
+Status RopeParams::Check() const {
+  if (!x && rows > 0) return Bad("Rope", "x", "null");
+  if (heads <= 0 || head_dim <= 0) return Bad("Rope", "heads", "must be positive");
+  if (rotary_dims < 0 || rotary_dims > head_dim || rotary_dims % 2)
+    return Bad("Rope", "rotary_dims", "must be even and <= head_dim");
+  if (rotary_dims > 0 && (!inv_freq || !positions)) return Bad("Rope", "inv_freq", "null");
+  return Status::Ok();
+}
+
+Status KvWriteParams::Check() const {
+  if (!cache.keys || !cache.values) return Bad("KvWrite", "cache", "null");
+  if (!table.pages || table.max_pages <= 0) return Bad("KvWrite", "table", "empty");
+  if (rows > 0 && (!k || !v || !slots || !positions)) return Bad("KvWrite", "k/v", "null");
+  if (kv_heads <= 0 || head_dim <= 0) return Bad("KvWrite", "kv_heads", "must be positive");
+  return Status::Ok();
+}
+
+Status AttentionParams::Check() const {
+  if (!out || !q) return Bad("Attention", "out/q", "null");
+  if (!cache.keys || !cache.values) return Bad("Attention", "cache", "null");
+  if (!table.pages || table.max_pages <= 0) return Bad("Attention", "table", "empty");
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads)
+    return Bad("Attention", "heads", "must be a positive multiple of kv_heads");
+  if (head_dim <= 0) return Bad("Attention", "head_dim", "must be positive");
+  if (window < 0) return Bad("Attention", "window", "negative");
+  return Status::Ok();
+}
+
+Status SwiGluParams::Check() const {
+  if (n > 0 && (!out || !gate || !up)) return Bad("SwiGlu", "out", "null");
+  return Status::Ok();
+}
+
+Status AddParams::Check() const {
+  if (n > 0 && (!out || !x)) return Bad("Add", "out", "null");
+  return Status::Ok();
+}
+
+Status GatherRowsParams::Check() const {
+  if (count > 0 && (!out || !x || !index)) return Bad("GatherRows", "out", "null");
+  if (dim <= 0) return Bad("GatherRows", "dim", "must be positive");
+  return Status::Ok();
+}
+
+}  // namespace gizllm

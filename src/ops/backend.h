@@ -1,0 +1,188 @@
+// The ops every backend provides. The forward pass (model/) is written once against this
+// interface; backend/cpu and backend/cuda implement it. Pointers in the params are device
+// pointers of the backend that runs them (host pointers for the CPU backend).
+//
+// Activations are float32 ([rows, ...], row-major, contiguous) unless a params struct says
+// otherwise. Every params struct has Check(), which returns a Status naming the bad field.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "ops/weight.h"
+
+namespace gizllm {
+
+enum class DeviceKind { kCpu, kCuda };
+
+// Positions a KV page holds, for every attention layer.
+inline constexpr int kPage = 16;
+
+// out[r, :] = table[tokens[r], :] as float32.
+struct EmbedParams {
+  float* out = nullptr;            // [rows, dim]
+  const Weight* table = nullptr;   // [vocab, dim], plain format
+  const int32_t* tokens = nullptr; // [rows], each in [0, vocab)
+  int64_t rows = 0;
+  Status Check() const;
+};
+
+// out = x * rsqrt(mean(x^2) + eps) * (weight + offset); with `residual` set, first
+// residual += x and then normalizes the sum (the fused residual add), out may equal x.
+struct RmsNormParams {
+  float* out = nullptr;             // [rows, dim]
+  const float* x = nullptr;         // [rows, dim]
+  float* residual = nullptr;        // [rows, dim] or null
+  const float* weight = nullptr;    // [dim]
+  int64_t rows = 0;
+  int64_t dim = 0;
+  float eps = 1e-6f;
+  float offset = 0.0f;              // 1.0 for Gemma's (1 + w) norms
+  Status Check() const;
+};
+
+// Up to three linears that share one input (q/k/v, gate/up): out_i = x W_i^T (+ bias_i).
+struct MatmulParams {
+  static constexpr int kMaxOutputs = 3;
+  const float* x = nullptr;  // [rows, cols]
+  int64_t rows = 0;
+  int outputs = 1;
+  const Weight* w[kMaxOutputs] = {};      // each [n_i, cols]
+  float* out[kMaxOutputs] = {};           // each [rows, n_i]
+  const float* bias[kMaxOutputs] = {};    // each [n_i] or null
+  Status Check() const;
+};
+
+// Per head: optional RMSNorm over head_dim (q/k norms), then rotary embedding of the first
+// rotary_dims of each head, rotate-half (NeoX/HF) pairing: (i, i + rotary_dims/2).
+struct RopeParams {
+  float* x = nullptr;                  // [rows, heads, head_dim], in place
+  int64_t rows = 0;
+  int heads = 0;
+  int head_dim = 0;
+  int rotary_dims = 0;                 // even, <= head_dim
+  const int32_t* positions = nullptr;  // [rows] rotary position of each row
+  const float* inv_freq = nullptr;     // [rotary_dims / 2]
+  const float* norm = nullptr;         // [head_dim] or null: RMSNorm weight before rotary
+  float norm_eps = 1e-6f;
+  Status Check() const;
+};
+
+// The KV cache of one attention layer: pages of kPage positions, float32.
+struct KvLayer {
+  float* keys = nullptr;    // [pages, kPage, kv_heads, head_dim]
+  float* values = nullptr;  // [pages, kPage, kv_heads, head_dim]
+};
+
+// Which page holds each position of each slot.
+struct PageTable {
+  const int32_t* pages = nullptr;  // [slots, max_pages]: page index of block p of a slot
+  int32_t max_pages = 0;           // columns of `pages`
+};
+
+// Writes each row's key and value at its slot's position.
+struct KvWriteParams {
+  KvLayer cache;
+  PageTable table;
+  const float* k = nullptr;            // [rows, kv_heads, head_dim]
+  const float* v = nullptr;            // [rows, kv_heads, head_dim]
+  const int32_t* slots = nullptr;      // [rows]
+  const int32_t* positions = nullptr;  // [rows] KV position
+  int64_t rows = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  Status Check() const;
+};
+
+// Causal grouped-query attention over KV pages: row r attends to positions
+// [max(0, positions[r] - window + 1), positions[r]] of its slot (window 0: no limit).
+// Its own key must already be written.
+struct AttentionParams {
+  float* out = nullptr;                // [rows, heads, head_dim]
+  const float* q = nullptr;            // [rows, heads, head_dim]
+  KvLayer cache;
+  PageTable table;
+  const int32_t* slots = nullptr;      // [rows]
+  const int32_t* positions = nullptr;  // [rows] KV position of the row's query
+  int64_t rows = 0;
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  float scale = 0.0f;                  // usually 1/sqrt(head_dim)
+  int32_t window = 0;
+  Status Check() const;
+};
+
+// out = silu(gate) * up, elementwise.
+struct SwiGluParams {
+  float* out = nullptr;         // [n]
+  const float* gate = nullptr;  // [n]
+  const float* up = nullptr;    // [n]
+  int64_t n = 0;
+  Status Check() const;
+};
+
+// out += x, elementwise.
+struct AddParams {
+  float* out = nullptr;       // [n]
+  const float* x = nullptr;   // [n]
+  int64_t n = 0;
+  Status Check() const;
+};
+
+// out[i, :] = x[index[i], :].
+struct GatherRowsParams {
+  float* out = nullptr;             // [count, dim]
+  const float* x = nullptr;         // [rows, dim]
+  const int32_t* index = nullptr;   // [count]
+  int64_t count = 0;
+  int64_t dim = 0;
+  Status Check() const;
+};
+
+// Device memory of a backend, freed by its destructor.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* data() = 0;
+  virtual size_t bytes() const = 0;
+  template <typename T>
+  T* as() {
+    return static_cast<T*>(data());
+  }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceKind kind() const = 0;
+  virtual std::string Describe() const = 0;  // "cpu (2 threads, avx512)" / "cuda (NVIDIA H200)"
+
+  // Memory. Buffers are zero-filled on allocation.
+  virtual Expected<std::unique_ptr<Buffer>> Allocate(size_t bytes) = 0;
+  virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
+  virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+  // Makes a host weight (e.g. a pointer into a memory-mapped file) usable by this backend;
+  // `storage` receives whatever must stay alive (null where the host memory is used in place).
+  virtual Expected<Weight> PrepareWeight(const Weight& host,
+                                         std::unique_ptr<Buffer>* storage) = 0;
+
+  // Ops; each runs after the ones issued before it. Params must pass Check().
+  virtual void Embed(const EmbedParams& p) = 0;
+  virtual void RmsNorm(const RmsNormParams& p) = 0;
+  virtual void Matmul(const MatmulParams& p) = 0;
+  virtual void Rope(const RopeParams& p) = 0;
+  virtual void KvWrite(const KvWriteParams& p) = 0;
+  virtual void Attention(const AttentionParams& p) = 0;
+  virtual void SwiGlu(const SwiGluParams& p) = 0;
+  virtual void Add(const AddParams& p) = 0;
+  virtual void GatherRows(const GatherRowsParams& p) = 0;
+
+  // Waits until every issued op has finished.
+  virtual void Synchronize() = 0;
+};
+
+}  // namespace gizllm

@@ -1,0 +1,42 @@
+// How a linear's matrix is stored, as the kernels read it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace gizllm {
+
+// Storage of one linear's matrix W [rows = outputs, cols = inputs].
+enum class Format : uint8_t {
+  kF32,   // plain float32, row-major
+  kF16,   // plain float16, row-major
+  kBf16,  // plain bfloat16, row-major (Bits 16)
+  kQ8,    // int8 codes, one scale per output row and group of `group` inputs
+  kQ4,    // 4-bit codes, one scale (and optional zero) per group
+  kQ2,    // 2-bit codes, one scale (and zero) per group
+  kQ1,    // signs, one scale per group
+};
+
+std::string FormatName(Format f);
+Format FormatOf(DType plain);  // F32/F16/BF16 -> kF32/kF16/kBf16
+int FormatBits(Format f);
+
+// A linear's matrix on some device. Plain formats use `data` alone; quantized formats also
+// use `scales` (and `zeros`), laid out as the quantized kernels define.
+struct Weight {
+  Format format = Format::kBf16;
+  int64_t rows = 0;  // outputs
+  int64_t cols = 0;  // inputs
+  const void* data = nullptr;    // [rows, cols] for plain formats
+  const void* scales = nullptr;  // quantized: per group scales
+  const void* zeros = nullptr;   // quantized: per group zero points, or null
+  int32_t group = 0;             // quantized: inputs per group (128)
+  bool rotated = false;          // inputs were rotated by the block Hadamard transform
+
+  bool empty() const { return data == nullptr; }
+  int64_t Bytes() const;  // bytes of data + scales + zeros
+};
+
+}  // namespace gizllm
