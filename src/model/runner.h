@@ -1,0 +1,49 @@
+// Runner: what the engine asks of a model. The engine (slots, pages, scheduling, sampling) is
+// written against this interface and tested with a scripted fake; Model implements it on a
+// backend.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/status.h"
+#include "model/arch.h"
+#include "model/rows.h"
+
+namespace gizllm {
+
+// The page tables of every slot for one step, in host memory.
+struct PageTables {
+  const int32_t* pages = nullptr;  // [slots, max_pages]: page index of block p of slot s
+  int32_t slots = 0;
+  int32_t max_pages = 0;
+};
+
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  virtual const Arch& arch() const = 0;
+
+  // Bytes one KV page (kPage positions of every attention layer, keys and values) takes.
+  virtual int64_t PageBytes() const = 0;
+  // (Re)creates the KV pool with `pages` pages; earlier contents are lost.
+  virtual Status AllocatePages(int32_t pages) = 0;
+  // The most rows one Step may read; buffers are sized for it once, not per step.
+  virtual Status Reserve(int64_t rows, int32_t slots, int32_t max_pages) = 0;
+
+  // Reads `rows` (writing their keys and values into their slots' pages) and writes the logits
+  // of the wanted rows: logits [rows.wanted.size(), vocab], host memory.
+  virtual Status Step(const Rows& rows, const PageTables& tables, float* logits) = 0;
+
+  // Like Step, but writes the residual stream after each layer in `layers` (0 = embeddings,
+  // l = after layer l, as Hugging Face's hidden_states[l]): out [layers.size(), rows, dim].
+  virtual Status Hidden(const Rows& rows, const PageTables& tables, std::span<const int> layers,
+                        float* out) = 0;
+
+  // Copies one page between the KV pool and host memory (PageBytes() bytes), for prefixes kept
+  // on the host when the pool is full.
+  virtual Status CopyPageToHost(int32_t page, void* host) = 0;
+  virtual Status CopyPageFromHost(int32_t page, const void* host) = 0;
+};
+
+}  // namespace gizllm
