@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config git
-          libpcre2-dev libutf8proc-dev libhwy-dev nlohmann-json3-dev libcli11-dev libboost-dev
+          libpcre2-dev libutf8proc-dev nlohmann-json3-dev libcli11-dev libboost-dev
           libgtest-dev libgmock-dev libbenchmark-dev python3 tmux nodejs)
 missing=()
 for p in "${packages[@]}"; do
