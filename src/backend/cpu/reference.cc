@@ -1,0 +1,181 @@
+#include "backend/cpu/reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/check.h"
+#include "core/dtype.h"
+
+namespace gizllm {
+
+float ReferenceWeightAt(const Weight& w, int64_t row, int64_t col) {
+  int64_t i = row * w.cols + col;
+  switch (w.format) {
+    case Format::kF32:
+      return static_cast<const float*>(w.data)[i];
+    case Format::kF16:
+      return F16ToF32(static_cast<const uint16_t*>(w.data)[i]);
+    case Format::kBf16:
+      return Bf16ToF32(static_cast<const uint16_t*>(w.data)[i]);
+    default:
+      break;
+  }
+  CHECK(false && "ReferenceWeightAt: the weight's format is not plain");
+  return 0.0f;
+}
+
+void ReferenceEmbed(const EmbedParams& p) {
+  const Weight& t = *p.table;
+  for (int64_t r = 0; r < p.rows; ++r) {
+    int64_t token = p.tokens[r];
+    CHECK(token >= 0 && token < t.rows);
+    for (int64_t c = 0; c < t.cols; ++c) p.out[r * t.cols + c] = ReferenceWeightAt(t, token, c);
+  }
+}
+
+void ReferenceRmsNorm(const RmsNormParams& p) {
+  std::vector<double> sum(p.dim);
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const float* x = p.x + r * p.dim;
+    float* out = p.out + r * p.dim;
+    for (int64_t i = 0; i < p.dim; ++i) {
+      if (p.residual) {
+        float* res = p.residual + r * p.dim;
+        res[i] = res[i] + x[i];
+        sum[i] = res[i];
+      } else {
+        sum[i] = x[i];
+      }
+    }
+    double ss = 0.0;
+    for (int64_t i = 0; i < p.dim; ++i) ss += sum[i] * sum[i];
+    double inv = 1.0 / std::sqrt(ss / p.dim + p.eps);
+    for (int64_t i = 0; i < p.dim; ++i) {
+      out[i] = static_cast<float>(sum[i] * inv * (static_cast<double>(p.weight[i]) + p.offset));
+    }
+  }
+}
+
+void ReferenceMatmul(const MatmulParams& p) {
+  for (int o = 0; o < p.outputs; ++o) {
+    const Weight& w = *p.w[o];
+    for (int64_t r = 0; r < p.rows; ++r) {
+      const float* x = p.x + r * w.cols;
+      for (int64_t n = 0; n < w.rows; ++n) {
+        double acc = p.bias[o] ? p.bias[o][n] : 0.0;
+        for (int64_t c = 0; c < w.cols; ++c) {
+          acc += static_cast<double>(x[c]) * ReferenceWeightAt(w, n, c);
+        }
+        p.out[o][r * w.rows + n] = static_cast<float>(acc);
+      }
+    }
+  }
+}
+
+void ReferenceRope(const RopeParams& p) {
+  const int half = p.rotary_dims / 2;
+  std::vector<double> v(p.head_dim);
+  for (int64_t r = 0; r < p.rows; ++r) {
+    for (int h = 0; h < p.heads; ++h) {
+      float* x = p.x + (r * p.heads + h) * p.head_dim;
+      if (p.norm) {
+        double ss = 0.0;
+        for (int i = 0; i < p.head_dim; ++i) ss += static_cast<double>(x[i]) * x[i];
+        double inv = 1.0 / std::sqrt(ss / p.head_dim + p.norm_eps);
+        for (int i = 0; i < p.head_dim; ++i) x[i] = static_cast<float>(x[i] * inv * p.norm[i]);
+      }
+      for (int i = 0; i < p.head_dim; ++i) v[i] = x[i];
+      for (int i = 0; i < half; ++i) {
+        float angle = static_cast<float>(p.positions[r]) * p.inv_freq[i];
+        double c = std::cos(angle);
+        double s = std::sin(angle);
+        x[i] = static_cast<float>(v[i] * c - v[i + half] * s);
+        x[i + half] = static_cast<float>(v[i + half] * c + v[i] * s);
+      }
+    }
+  }
+}
+
+namespace {
+// Offset of (position, kv head 0) of a slot in a KV layer, in floats.
+int64_t KvOffset(const PageTable& table, int32_t slot, int32_t position, int kv_heads,
+                 int head_dim) {
+  int32_t block = position / kPage;
+  CHECK(block < table.max_pages);
+  int64_t page = table.pages[static_cast<int64_t>(slot) * table.max_pages + block];
+  CHECK(page >= 0);
+  return ((page * kPage + position % kPage) * kv_heads) * head_dim;
+}
+}  // namespace
+
+void ReferenceKvWrite(const KvWriteParams& p) {
+  const int64_t width = static_cast<int64_t>(p.kv_heads) * p.head_dim;
+  for (int64_t r = 0; r < p.rows; ++r) {
+    int64_t at = KvOffset(p.table, p.slots[r], p.positions[r], p.kv_heads, p.head_dim);
+    for (int64_t i = 0; i < width; ++i) {
+      p.cache.keys[at + i] = p.k[r * width + i];
+      p.cache.values[at + i] = p.v[r * width + i];
+    }
+  }
+}
+
+void ReferenceAttention(const AttentionParams& p) {
+  const int group = p.heads / p.kv_heads;
+  std::vector<double> scores;
+  std::vector<double> acc(p.head_dim);
+  for (int64_t r = 0; r < p.rows; ++r) {
+    int32_t last = p.positions[r];
+    int32_t first = p.window > 0 ? std::max(0, last - p.window + 1) : 0;
+    for (int h = 0; h < p.heads; ++h) {
+      const int kvh = h / group;
+      const float* q = p.q + (r * p.heads + h) * p.head_dim;
+      scores.assign(last - first + 1, 0.0);
+      double max_score = -INFINITY;
+      for (int32_t pos = first; pos <= last; ++pos) {
+        const float* k = p.cache.keys + KvOffset(p.table, p.slots[r], pos, p.kv_heads, p.head_dim) +
+                         static_cast<int64_t>(kvh) * p.head_dim;
+        double dot = 0.0;
+        for (int i = 0; i < p.head_dim; ++i) dot += static_cast<double>(q[i]) * k[i];
+        scores[pos - first] = dot * p.scale;
+        max_score = std::max(max_score, scores[pos - first]);
+      }
+      double total = 0.0;
+      for (double& s : scores) {
+        s = std::exp(s - max_score);
+        total += s;
+      }
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int32_t pos = first; pos <= last; ++pos) {
+        const float* v = p.cache.values +
+                         KvOffset(p.table, p.slots[r], pos, p.kv_heads, p.head_dim) +
+                         static_cast<int64_t>(kvh) * p.head_dim;
+        double weight = scores[pos - first] / total;
+        for (int i = 0; i < p.head_dim; ++i) acc[i] += weight * v[i];
+      }
+      float* out = p.out + (r * p.heads + h) * p.head_dim;
+      for (int i = 0; i < p.head_dim; ++i) out[i] = static_cast<float>(acc[i]);
+    }
+  }
+}
+
+void ReferenceSwiGlu(const SwiGluParams& p) {
+  for (int64_t i = 0; i < p.n; ++i) {
+    double g = p.gate[i];
+    p.out[i] = static_cast<float>(g / (1.0 + std::exp(-g)) * p.up[i]);
+  }
+}
+
+void ReferenceAdd(const AddParams& p) {
+  for (int64_t i = 0; i < p.n; ++i) p.out[i] += p.x[i];
+}
+
+void ReferenceGatherRows(const GatherRowsParams& p) {
+  for (int64_t i = 0; i < p.count; ++i) {
+    std::memcpy(p.out + i * p.dim, p.x + static_cast<int64_t>(p.index[i]) * p.dim,
+                sizeof(float) * p.dim);
+  }
+}
+
+}  // namespace gizllm

@@ -1,0 +1,30 @@
+// Plain scalar references for every backend op: the ground truth the fast CPU kernels and the
+// CUDA kernels are tested against. Written for clarity, not speed: sums in double, one element
+// at a time, no threads. Each takes the same params struct as the op (see ops/backend.h) and
+// host pointers.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/backend.h"
+#include "ops/weight.h"
+
+namespace gizllm {
+
+// Element (row, col) of a plain-format weight (kF32, kF16, kBf16) as float32.
+float ReferenceWeightAt(const Weight& w, int64_t row, int64_t col);
+
+void ReferenceEmbed(const EmbedParams& p);
+void ReferenceRmsNorm(const RmsNormParams& p);
+// Plain-format weights only.
+void ReferenceMatmul(const MatmulParams& p);
+// Rotary angles as transformers computes them: float32 angle = float(position) * inv_freq[i],
+// then float32 cos and sin; the optional per-head RMSNorm is computed in double.
+void ReferenceRope(const RopeParams& p);
+void ReferenceKvWrite(const KvWriteParams& p);
+void ReferenceAttention(const AttentionParams& p);
+void ReferenceSwiGlu(const SwiGluParams& p);
+void ReferenceAdd(const AddParams& p);
+void ReferenceGatherRows(const GatherRowsParams& p);
+
+}  // namespace gizllm
