@@ -1,0 +1,58 @@
+#include <thread>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/thread_pool.h"
+#include "ops/device.h"
+#ifdef GIZLLM_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+namespace gizllm {
+namespace {
+
+struct CpuDevice {
+  explicit CpuDevice(int threads) : pool(threads), backend(MakeCpuBackend(&pool)) {}
+  ThreadPool pool;
+  std::unique_ptr<Backend> backend;
+};
+
+std::shared_ptr<Backend> OpenCpu(int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto device = std::make_shared<CpuDevice>(threads);
+  return std::shared_ptr<Backend>(device, device->backend.get());
+}
+
+}  // namespace
+
+Status DeviceOptions::Check() const {
+  if (device != "auto" && device != "cpu" && device != "cuda")
+    return InvalidArgument("--device: expected auto, cpu or cuda, got '" + device + "'");
+  if (threads < 0) return InvalidArgument("--threads: must not be negative");
+  return Status::Ok();
+}
+
+Expected<std::shared_ptr<Backend>> OpenBackend(const DeviceOptions& options) {
+  GZ_RETURN_IF_ERROR(options.Check());
+#ifdef GIZLLM_HAVE_CUDA
+  if (options.device == "cuda" || (options.device == "auto" && CudaDeviceCount() > 0)) {
+    CudaOptions cuda;
+    cuda.exact = options.exact;
+    GZ_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeCudaBackend(cuda));
+    return std::shared_ptr<Backend>(std::move(backend));
+  }
+#else
+  if (options.device == "cuda")
+    return Unimplemented("--device cuda: this build of gizllm has no CUDA backend");
+#endif
+  return OpenCpu(options.threads);
+}
+
+std::vector<std::string> BuiltBackends() {
+  std::vector<std::string> names = {"cpu"};
+#ifdef GIZLLM_HAVE_CUDA
+  names.push_back("cuda");
+#endif
+  return names;
+}
+
+}  // namespace gizllm

@@ -1,0 +1,72 @@
+// Model: an Arch, its weights on a backend, and the forward pass written once over the ops of
+// src/ops/backend.h. It implements Runner, the interface the engine drives.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/arch.h"
+#include "model/runner.h"
+#include "ops/backend.h"
+
+namespace gizllm {
+
+struct LoadOptions {
+  int layers = -1;  // read only the first N layers (-1: all)
+  Status Check() const;
+};
+
+// What loading read, for `gizllm info`.
+struct WeightSummary {
+  std::string name;
+  std::string format;  // "bf16", "q4", ...
+  std::vector<int64_t> shape;
+  int64_t bytes = 0;
+};
+
+class Model final : public Runner {
+ public:
+  // Reads dir (config.json, safetensors) and places the weights on `backend`.
+  static Expected<std::unique_ptr<Model>> Load(const std::string& dir,
+                                               std::shared_ptr<Backend> backend,
+                                               const LoadOptions& options = {});
+  ~Model() override;
+
+  const Arch& arch() const override { return arch_; }
+  const std::string& dir() const { return dir_; }
+  Backend& backend() { return *backend_; }
+  int64_t Parameters() const { return parameters_; }
+  int64_t WeightBytes() const { return weight_bytes_; }
+  const std::vector<WeightSummary>& weights() const { return summary_; }
+
+  int64_t PageBytes() const override;
+  Status AllocatePages(int32_t pages) override;
+  Status Reserve(int64_t rows, int32_t slots, int32_t max_pages) override;
+  Status Step(const Rows& rows, const PageTables& tables, float* logits) override;
+  Status Hidden(const Rows& rows, const PageTables& tables, std::span<const int> layers,
+                float* out) override;
+  Status CopyPageToHost(int32_t page, void* host) override;
+  Status CopyPageFromHost(int32_t page, const void* host) override;
+
+ private:
+  struct Layer;
+  struct Buffers;
+  Model() = default;
+  Status Forward(const Rows& rows, const PageTables& tables, std::span<const int> hidden_layers,
+                 float* hidden_out, float* logits);
+  Status UploadStepInputs(const Rows& rows, const PageTables& tables);
+
+  std::string dir_;
+  Arch arch_;
+  std::shared_ptr<Backend> backend_;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int64_t parameters_ = 0;
+  int64_t weight_bytes_ = 0;
+  std::vector<WeightSummary> summary_;
+};
+
+}  // namespace gizllm

@@ -1,0 +1,27 @@
+// Choosing the backend a model runs on. Declared here so that model/ and the front ends never
+// include a backend header; defined in backend/select.cc, which knows every backend built.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "ops/backend.h"
+
+namespace gizllm {
+
+struct DeviceOptions {
+  std::string device = "auto";  // "auto": a CUDA GPU if one is found, else the CPU; "cpu"; "cuda"
+  int threads = 0;              // CPU threads; 0: one per core
+  bool exact = false;           // CUDA: float32 activations into the linears (for comparison)
+  Status Check() const;
+};
+
+// The backend, with whatever it needs kept alive (thread pool, device context).
+Expected<std::shared_ptr<Backend>> OpenBackend(const DeviceOptions& options);
+
+// The backends this build has ("cpu", "cuda") and, for each, whether a device was found.
+std::vector<std::string> BuiltBackends();
+
+}  // namespace gizllm

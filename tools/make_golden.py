@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Writes the golden cases the test suite compares against, with Hugging Face transformers.
+
+Run where transformers and torch are (the GPU machine); everything runs on the CPU in float32,
+so the references do not depend on the GPU's matmul modes. Writes:
+  OUT/<family>/config.json, model.safetensors (bf16 random weights), reference.safetensors
+      (ids<i> int64 [tokens], logits<i> float32 [tokens, vocab], and for case 0 the hidden
+      states hidden0 float32 [layers + 1, tokens, dim] before the final norm)
+  OUT/tiny_chat_greedy.json: greedy continuations of tiny-chat for a few prompts.
+Usage: python3 tools/make_golden.py --out DIR [--tiny-chat models/tiny-chat]
+"""
+import argparse
+import json
+import os
+
+import torch
+from safetensors.torch import save_file
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+
+def tiny_config(family):
+    common = dict(vocab_size=320, hidden_size=64, intermediate_size=160, num_hidden_layers=3,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                  max_position_embeddings=512, rms_norm_eps=1e-5, initializer_range=0.2)
+    if family == "llama":
+        # Llama 3.1 rope scaling, with a small original context so that the scaling changes
+        # most frequencies of these short sequences.
+        return transformers.LlamaConfig(
+            **common, tie_word_embeddings=False, attention_bias=False,
+            rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0,
+                                 low_freq_factor=1.0, high_freq_factor=4.0,
+                                 original_max_position_embeddings=16))
+    if family == "qwen2":
+        return transformers.Qwen2Config(**common, tie_word_embeddings=True,
+                                        rope_parameters=dict(rope_type="default",
+                                                             rope_theta=10000.0))
+    if family == "qwen3":
+        return transformers.Qwen3Config(**common, tie_word_embeddings=False,
+                                        attention_bias=False,
+                                        rope_parameters=dict(rope_type="default",
+                                                             rope_theta=1000000.0))
+    raise ValueError(family)
+
+
+def write_family(family, out, seed):
+    torch.manual_seed(seed)
+    config = tiny_config(family)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    # Biases start at zero; make them random so that a missing bias shows.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.copy_(torch.randn_like(p, dtype=torch.float32).mul(0.3).add(
+                    1.0 if "norm" in name else 0.0).to(p.dtype))
+    folder = os.path.join(out, family)
+    model.save_pretrained(folder)
+    if family == "qwen2":
+        # The older config spelling: top-level rope_theta and rope_scaling.
+        path = os.path.join(folder, "config.json")
+        cfg = json.load(open(path))
+        rp = cfg.pop("rope_parameters")
+        cfg["rope_theta"] = rp["rope_theta"]
+        cfg["rope_scaling"] = None
+        json.dump(cfg, open(path, "w"), indent=2)
+    model = model.float().eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    tensors = {}
+    for i, length in enumerate([1, 7, 40]):
+        ids = torch.randint(0, config.vocab_size, (length,), generator=g)
+        with torch.no_grad():
+            res = model(ids[None], output_hidden_states=(i == 2))
+        tensors[f"ids{i}"] = ids.to(torch.int64).contiguous()
+        tensors[f"logits{i}"] = res.logits[0].float().contiguous()
+        if i == 2:
+            # hidden_states[0..L-1] are before the final norm; the last one is after it, so
+            # take the last layer's output from a hook instead.
+            hs = list(res.hidden_states[:-1])
+            last = {}
+            h = model.model.layers[-1].register_forward_hook(
+                lambda m, a, o: last.__setitem__("x", o[0] if isinstance(o, tuple) else o))
+            with torch.no_grad():
+                model(ids[None])
+            h.remove()
+            hs.append(last["x"])
+            tensors["hidden2"] = torch.stack([t[0].float() for t in hs]).contiguous()
+    save_file(tensors, os.path.join(folder, "reference.safetensors"))
+    print(family, "written", flush=True)
+
+
+def tiny_chat_greedy(path, out):
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    prompts = [
+        "In the beginning God created",
+        "<|im_start|>user\nRecite John 3:16.<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_start|>user\nTell me a fortune.<|im_end|>\n<|im_start|>assistant\n",
+        "import os\nprint(",
+        "The LORD is my shepherd;",
+    ]
+    cases = []
+    for p in prompts:
+        ids = tok(p, return_tensors="pt").input_ids
+        with torch.no_grad():
+            gen = model.generate(ids, max_new_tokens=48, do_sample=False,
+                                 eos_token_id=[0, 2], pad_token_id=0)
+        new = gen[0, ids.shape[1]:].tolist()
+        cases.append({"prompt": p, "prompt_ids": ids[0].tolist(), "output_ids": new,
+                      "text": tok.decode(new)})
+    json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
+               "max_new_tokens": 48, "cases": cases},
+              open(os.path.join(out, "tiny_chat_greedy.json"), "w"), indent=1)
+    print("tiny-chat greedy written", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tiny-chat", default="models/tiny-chat")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    torch.set_num_threads(8)
+    for seed, family in enumerate(["llama", "qwen2", "qwen3"]):
+        write_family(family, args.out, 100 + seed)
+    tiny_chat_greedy(args.tiny_chat, args.out)
+
+
+if __name__ == "__main__":
+    main()
