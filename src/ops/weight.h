@@ -34,6 +34,7 @@ struct Weight {
   const void* zeros = nullptr;   // quantized: per group zero points, or null
   int32_t group = 0;             // quantized: inputs per group (128)
   bool rotated = false;          // inputs were rotated by the block Hadamard transform
+  uint64_t rotation_seed = 0;    // rotated: seed of the random signs (quant/hadamard.h)
 
   bool empty() const { return data == nullptr; }
   int64_t Bytes() const;  // bytes of data + scales + zeros
