@@ -1,0 +1,91 @@
+// safetensors files: tensors memory-mapped in place, never copied; a writer for converted models.
+//
+// Layout: u64 (little-endian) header length N, N bytes of JSON
+// {"name": {"dtype": "BF16", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {..}},
+// then the data; offsets count from the first byte after the header.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/mapped_file.h"
+#include "core/status.h"
+
+namespace gizllm {
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;  // [bytes] into the memory-mapped file; not aligned in general
+  size_t bytes = 0;               // = elements * DTypeSize(dtype)
+  std::string file;               // path of the file that holds it
+
+  int64_t Elements() const;
+};
+
+// One memory-mapped .safetensors file. Pointers into it (TensorInfo, data) stay valid while the
+// object lives, also after it is moved.
+class SafetensorsFile {
+ public:
+  static Expected<SafetensorsFile> Open(const std::string& path);
+
+  const TensorInfo* Find(std::string_view name) const;                 // null if absent
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }  // in file order
+  const std::map<std::string, std::string>& metadata() const {
+    return metadata_;
+  }  // "__metadata__"
+  const std::string& path() const { return file_.path(); }
+
+ private:
+  MappedFile file_;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> index_;  // name -> position in tensors_
+  std::map<std::string, std::string> metadata_;
+};
+
+// All tensors of a model folder.
+class Checkpoint {
+ public:
+  // `dir` holds model.safetensors, or the shards listed in model.safetensors.index.json
+  // ("weight_map"). `dir` may also name a single .safetensors file.
+  static Expected<Checkpoint> Open(const std::string& dir);
+
+  const TensorInfo* Find(std::string_view name) const;         // null if absent
+  std::vector<const TensorInfo*> All() const;                  // file by file, in file order
+  const std::map<std::string, std::string>& metadata() const;  // of the first file
+  const std::vector<SafetensorsFile>& files() const { return files_; }
+
+ private:
+  std::vector<SafetensorsFile> files_;
+  std::map<std::string, const TensorInfo*, std::less<>> index_;
+};
+
+// Elements of every tensor of the checkpoint.
+int64_t CountParameters(const Checkpoint& checkpoint);
+
+struct TensorToWrite {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;  // [bytes]
+  size_t bytes = 0;            // must equal elements * DTypeSize(dtype)
+};
+
+// Writes `tensors` (in the given order) and `metadata` as a .safetensors file. The header is padded
+// with spaces so that the data starts 8-byte aligned, and each tensor starts at an 8-byte aligned
+// offset. When every tensor's size is a multiple of 8 (the usual case) the tensors are contiguous
+// and the file is what the reference writer produces; otherwise the alignment leaves gaps, which
+// this reader accepts but the Python safetensors library does not.
+// Writes to path + ".partial", then renames it to `path`.
+Status WriteSafetensors(const std::string& path, std::span<const TensorToWrite> tensors,
+                        const std::map<std::string, std::string>& metadata);
+
+}  // namespace gizllm
