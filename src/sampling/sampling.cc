@@ -1,0 +1,203 @@
+#include "sampling/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/check.h"
+
+namespace gizllm {
+
+Status Sampling::Check() const {
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature)) {
+    return InvalidArgument("sampling.temperature: expected a finite number >= 0, got " +
+                           std::to_string(temperature));
+  }
+  if (top_k < 0) {
+    return InvalidArgument("sampling.top_k: expected >= 0 (0: off), got " + std::to_string(top_k));
+  }
+  if (!(top_p > 0.0f && top_p <= 1.0f)) {
+    return InvalidArgument("sampling.top_p: expected a number in (0, 1], got " +
+                           std::to_string(top_p));
+  }
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) {
+    return InvalidArgument("sampling.min_p: expected a number in [0, 1], got " +
+                           std::to_string(min_p));
+  }
+  if (!(presence >= -2.0f && presence <= 2.0f)) {
+    return InvalidArgument("sampling.presence: expected a number in [-2, 2], got " +
+                           std::to_string(presence));
+  }
+  if (!(frequency >= -2.0f && frequency <= 2.0f)) {
+    return InvalidArgument("sampling.frequency: expected a number in [-2, 2], got " +
+                           std::to_string(frequency));
+  }
+  if (!(repetition > 0.0f) || !std::isfinite(repetition)) {
+    return InvalidArgument("sampling.repetition: expected a finite number > 0, got " +
+                           std::to_string(repetition));
+  }
+  if (logprobs < -1) {
+    return InvalidArgument("sampling.logprobs: expected -1 (off) or a count >= 0, got " +
+                           std::to_string(logprobs));
+  }
+  return Status::Ok();
+}
+
+Sampler::Sampler(int64_t vocab)
+    : vocab_(vocab), x_(vocab), probs_(vocab), counts_(vocab, 0), seen_(vocab, 0), order_(vocab) {
+  CHECK(vocab > 0);
+}
+
+std::optional<int32_t> Sampler::Shape(std::span<const float> logits, const Sampling& sampling,
+                                      std::span<const int32_t> prompt,
+                                      std::span<const int32_t> output) {
+  DCHECK(static_cast<int64_t>(logits.size()) == vocab_);
+  std::copy(logits.begin(), logits.end(), x_.begin());
+
+  // Penalties touch only the tokens the request has seen; seen_ and counts_ are zero again after.
+  const bool penalize =
+      sampling.repetition != 1.0f || sampling.presence != 0.0f || sampling.frequency != 0.0f;
+  if (penalize) {
+    for (int32_t t : prompt) seen_[t] = 1;
+    for (int32_t t : output) {
+      seen_[t] = 1;
+      ++counts_[t];
+    }
+    auto apply = [&](int32_t t) {
+      if (seen_[t] != 1) return;  // not seen, or already penalized
+      seen_[t] = 2;
+      float& x = x_[t];
+      if (sampling.repetition != 1.0f) {
+        x = x > 0.0f ? x / sampling.repetition : x * sampling.repetition;
+      }
+      const int32_t count = counts_[t];
+      x -= sampling.frequency * static_cast<float>(count);
+      if (count > 0) x -= sampling.presence;
+    };
+    for (int32_t t : prompt) apply(t);
+    for (int32_t t : output) apply(t);
+    for (int32_t t : prompt) seen_[t] = 0;
+    for (int32_t t : output) {
+      seen_[t] = 0;
+      counts_[t] = 0;
+    }
+  }
+
+  if (sampling.Greedy()) {
+    int32_t best = 0;
+    for (int64_t i = 1; i < vocab_; ++i) {
+      if (x_[i] > x_[best]) best = static_cast<int32_t>(i);
+    }
+    return best;
+  }
+
+  // Softmax without its denominator: only ratios matter until the final normalization.
+  float max = -INFINITY;
+  for (int64_t i = 0; i < vocab_; ++i) {
+    x_[i] /= sampling.temperature;
+    max = std::max(max, x_[i]);
+  }
+  for (int64_t i = 0; i < vocab_; ++i) probs_[i] = std::exp(static_cast<double>(x_[i] - max));
+
+  // min-p: the most likely token has probability 1 before normalization.
+  if (sampling.min_p > 0.0f) {
+    const double floor = sampling.min_p;
+    for (int64_t i = 0; i < vocab_; ++i) {
+      if (probs_[i] < floor) probs_[i] = 0.0;
+    }
+  }
+
+  // Candidates: tokens still kept, for top-k and top-p.
+  auto more_likely = [&](int32_t a, int32_t b) {
+    return probs_[a] != probs_[b] ? probs_[a] > probs_[b] : a < b;
+  };
+  int64_t kept = 0;
+  if (sampling.top_k > 0 || sampling.top_p < 1.0f) {
+    for (int64_t i = 0; i < vocab_; ++i) {
+      if (probs_[i] > 0.0) order_[kept++] = static_cast<int32_t>(i);
+    }
+  }
+  if (sampling.top_k > 0 && kept > sampling.top_k) {
+    std::nth_element(order_.begin(), order_.begin() + sampling.top_k, order_.begin() + kept,
+                     more_likely);
+    for (int64_t i = sampling.top_k; i < kept; ++i) probs_[order_[i]] = 0.0;
+    kept = sampling.top_k;
+  }
+  if (sampling.top_p < 1.0f) {
+    std::sort(order_.begin(), order_.begin() + kept, more_likely);
+    double total = 0.0;
+    for (int64_t i = 0; i < kept; ++i) total += probs_[order_[i]];
+    const double limit = static_cast<double>(sampling.top_p) * total;
+    double before = 0.0;
+    for (int64_t i = 0; i < kept; ++i) {
+      const double p = probs_[order_[i]];
+      if (before >= limit) probs_[order_[i]] = 0.0;
+      before += p;
+    }
+  }
+  return std::nullopt;
+}
+
+void Sampler::Distribution(std::span<const float> logits, const Sampling& sampling,
+                           std::span<const int32_t> prompt, std::span<const int32_t> output,
+                           std::span<float> probs) {
+  DCHECK(static_cast<int64_t>(probs.size()) == vocab_);
+  if (std::optional<int32_t> greedy = Shape(logits, sampling, prompt, output)) {
+    std::fill(probs.begin(), probs.end(), 0.0f);
+    probs[*greedy] = 1.0f;
+    return;
+  }
+  double total = 0.0;
+  for (int64_t i = 0; i < vocab_; ++i) total += probs_[i];
+  for (int64_t i = 0; i < vocab_; ++i) probs[i] = static_cast<float>(probs_[i] / total);
+}
+
+int32_t Sampler::Sample(std::span<const float> logits, const Sampling& sampling, uint64_t seed,
+                        std::span<const int32_t> prompt, std::span<const int32_t> output,
+                        Logprobs* logprobs) {
+  int32_t token = 0;
+  if (std::optional<int32_t> greedy = Shape(logits, sampling, prompt, output)) {
+    token = *greedy;
+  } else {
+    double total = 0.0;
+    for (int64_t i = 0; i < vocab_; ++i) total += probs_[i];
+    const double target = CounterUniform(seed, output.size()) * total;
+    double sum = 0.0;
+    int32_t last = -1;
+    for (int64_t i = 0; i < vocab_; ++i) {
+      if (probs_[i] == 0.0) continue;
+      sum += probs_[i];
+      last = static_cast<int32_t>(i);
+      if (sum > target) break;
+    }
+    CHECK(last >= 0);
+    token = last;
+  }
+  if (logprobs != nullptr && sampling.logprobs >= 0) {
+    ComputeLogprobs(logits, token, sampling.logprobs, logprobs);
+  }
+  return token;
+}
+
+void Sampler::ComputeLogprobs(std::span<const float> logits, int32_t token, int32_t n,
+                              Logprobs* out) {
+  float max = -INFINITY;
+  for (float x : logits) max = std::max(max, x);
+  double sum = 0.0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x) - max);
+  const double lse = max + std::log(sum);
+  out->token = token;
+  out->logprob = static_cast<float>(logits[token] - lse);
+  out->top.clear();
+  const int64_t count = std::min<int64_t>(std::max(n, 0), vocab_);
+  if (count == 0) return;
+  for (int64_t i = 0; i < vocab_; ++i) order_[i] = static_cast<int32_t>(i);
+  std::partial_sort(
+      order_.begin(), order_.begin() + count, order_.end(),
+      [&](int32_t a, int32_t b) { return logits[a] != logits[b] ? logits[a] > logits[b] : a < b; });
+  for (int64_t i = 0; i < count; ++i) {
+    out->top.push_back({order_[i], static_cast<float>(logits[order_[i]] - lse)});
+  }
+}
+
+}  // namespace gizllm

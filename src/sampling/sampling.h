@@ -1,0 +1,109 @@
+// Sampling: how one request turns a row of logits into its next token, on the host.
+//
+// The order of operations (the CUDA backend must follow it to pick the same tokens):
+//   1. logprobs (if asked) from the raw logits: log_softmax, before any shaping.
+//   2. penalties, as vLLM applies them: repetition over prompt and output tokens
+//      (logit > 0 ? logit / r : logit * r), then frequency (logit -= f * count) and presence
+//      (logit -= p if count > 0) over output tokens only.
+//   3. temperature 0: the largest logit (the lowest id among equals); no random number.
+//   4. logits / temperature, softmax, then min-p (keep p >= min_p * max p), top-k (the k most
+//      likely, ties to the lower id), top-p (in order of probability, keep a token while the mass
+//      before it is below top_p, renormalized over what min-p and top-k kept).
+//   5. u = CounterUniform(seed, index), index = the number of output tokens so far; the token is
+//      the first, in id order, at which the running sum of the kept probabilities (divided by
+//      their total) exceeds u. The random number depends only on (seed, index), never on what
+//      else runs in the batch, so a request repeats its tokens under any schedule.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+
+namespace gizllm {
+
+struct Sampling {
+  float temperature = 1.0f;      // 0: greedy
+  int32_t top_k = 0;             // 0: every token
+  float top_p = 1.0f;            // 1: every token
+  float min_p = 0.0f;            // 0: every token
+  std::optional<uint64_t> seed;  // none: the engine derives one from the request id
+  float presence = 0.0f;         // OpenAI presence_penalty, [-2, 2]
+  float frequency = 0.0f;        // OpenAI frequency_penalty, [-2, 2]
+  float repetition = 1.0f;       // vLLM/HF repetition_penalty, > 0; 1: none
+  int32_t logprobs = -1;         // -1: none; 0: the chosen token's; n: also the n most likely
+
+  // Names the bad field and what was expected.
+  Status Check() const;
+  bool Greedy() const { return temperature == 0.0f; }
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+// The chosen token's log probability and the n most likely tokens, from the raw logits.
+struct Logprobs {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;  // [n], most likely first, ties to the lower id
+};
+
+// SplitMix64's finalizer over seed + (counter + 1) * golden ratio: a pure function of
+// (seed, counter), cheap to compute on any device.
+//   z = seed + (counter + 1) * 0x9E3779B97F4A7C15
+//   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+//   z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+//   return z ^ (z >> 31)
+constexpr uint64_t CounterHash(uint64_t seed, uint64_t counter) {
+  uint64_t z = seed + (counter + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// A double in [0, 1): the top 53 bits of CounterHash times 2^-53.
+constexpr double CounterUniform(uint64_t seed, uint64_t counter) {
+  return static_cast<double>(CounterHash(seed, counter) >> 11) * 0x1.0p-53;
+}
+
+// Picks tokens from logits. Owns scratch buffers sized for the vocabulary once; not thread safe
+// (one per thread).
+class Sampler {
+ public:
+  explicit Sampler(int64_t vocab);
+
+  int64_t vocab() const { return vocab_; }
+
+  // The probabilities after steps 2 and 4 (or a one-hot for temperature 0): probs [vocab], zero
+  // for tokens removed, summing to 1. prompt and output: the request's tokens so far.
+  void Distribution(std::span<const float> logits, const Sampling& sampling,
+                    std::span<const int32_t> prompt, std::span<const int32_t> output,
+                    std::span<float> probs);
+
+  // The next token (steps 1-5). logprobs: filled when sampling.logprobs >= 0, may be null.
+  int32_t Sample(std::span<const float> logits, const Sampling& sampling, uint64_t seed,
+                 std::span<const int32_t> prompt, std::span<const int32_t> output,
+                 Logprobs* logprobs);
+
+  // Step 1 alone: the chosen token's log probability and the n most likely.
+  void ComputeLogprobs(std::span<const float> logits, int32_t token, int32_t n, Logprobs* out);
+
+ private:
+  // Writes penalized logits into x_; returns the kept tokens' probabilities in probs_ (zero
+  // elsewhere) unless greedy, in which case it returns the argmax.
+  std::optional<int32_t> Shape(std::span<const float> logits, const Sampling& sampling,
+                               std::span<const int32_t> prompt, std::span<const int32_t> output);
+
+  int64_t vocab_;
+  std::vector<float> x_;         // [vocab] shaped logits
+  std::vector<double> probs_;    // [vocab] kept probabilities, unnormalized
+  std::vector<int32_t> counts_;  // [vocab] output counts (zero between calls)
+  std::vector<uint8_t> seen_;    // [vocab] prompt or output token (zero between calls)
+  std::vector<int32_t> order_;   // [vocab] token ids, for selection and sorting
+};
+
+}  // namespace gizllm

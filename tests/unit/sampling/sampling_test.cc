@@ -1,0 +1,264 @@
+#include "sampling/sampling.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+namespace gizllm {
+namespace {
+
+std::vector<float> RandomLogits(std::mt19937& rng, int64_t vocab, float scale) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> logits(vocab);
+  for (float& x : logits) x = normal(rng);
+  return logits;
+}
+
+std::vector<int32_t> RandomTokens(std::mt19937& rng, int64_t vocab, int n) {
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(vocab) - 1);
+  std::vector<int32_t> tokens(n);
+  for (int32_t& t : tokens) t = pick(rng);
+  return tokens;
+}
+
+// The straightforward reading of the definitions in sampling.h, in double where it can.
+std::vector<double> ReferenceDistribution(const std::vector<float>& logits, const Sampling& s,
+                                          const std::vector<int32_t>& prompt,
+                                          const std::vector<int32_t>& output) {
+  const int64_t vocab = logits.size();
+  std::vector<float> x = logits;
+  std::set<int32_t> seen(prompt.begin(), prompt.end());
+  seen.insert(output.begin(), output.end());
+  for (int32_t t : seen) {
+    if (x[t] > 0) {
+      x[t] = x[t] / s.repetition;
+    } else {
+      x[t] = x[t] * s.repetition;
+    }
+    const int count = std::count(output.begin(), output.end(), t);
+    x[t] -= s.frequency * count;
+    if (count > 0) x[t] -= s.presence;
+  }
+  std::vector<double> p(vocab, 0.0);
+  if (s.temperature == 0.0f) {
+    p[std::max_element(x.begin(), x.end()) - x.begin()] = 1.0;
+    return p;
+  }
+  double max = -INFINITY;
+  for (int64_t i = 0; i < vocab; ++i) max = std::max<double>(max, x[i] / s.temperature);
+  double total = 0;
+  for (int64_t i = 0; i < vocab; ++i) total += p[i] = std::exp(x[i] / s.temperature - max);
+  for (double& v : p) v /= total;
+  const double pmax = *std::max_element(p.begin(), p.end());
+  for (double& v : p) {
+    if (v < s.min_p * pmax) v = 0;
+  }
+  std::vector<std::pair<double, int32_t>> sorted;  // (-p, id): most likely first
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (p[i] > 0) sorted.push_back({-p[i], static_cast<int32_t>(i)});
+  }
+  std::sort(sorted.begin(), sorted.end());
+  if (s.top_k > 0 && static_cast<int64_t>(sorted.size()) > s.top_k) {
+    for (size_t i = s.top_k; i < sorted.size(); ++i) p[sorted[i].second] = 0;
+    sorted.resize(s.top_k);
+  }
+  double kept = 0;
+  for (auto& [q, t] : sorted) kept += -q;
+  double before = 0;
+  for (auto& [q, t] : sorted) {
+    if (s.top_p < 1.0f && before / kept >= s.top_p) p[t] = 0;  // top_p 1 keeps every token
+    before += -q;
+  }
+  total = 0;
+  for (double v : p) total += v;
+  for (double& v : p) v /= total;
+  return p;
+}
+
+TEST(Sampling, PenaltiesKnownAnswer) {
+  // Token 0 (logit 2, prompt only), 1 (-1, output twice), 2 (0.5, never seen).
+  Sampler sampler(3);
+  Sampling s;
+  s.temperature = 0.0f;
+  s.repetition = 2.0f;
+  s.frequency = 0.5f;
+  s.presence = 0.25f;
+  std::vector<float> logits = {2.0f, -1.0f, 0.5f};
+  std::vector<int32_t> prompt = {0};
+  std::vector<int32_t> output = {1, 1};
+  // Shaped: 0 -> 2 / 2 = 1; 1 -> -1 * 2 - 0.5 * 2 - 0.25 = -3.25; 2 -> 0.5. Greedy: token 0.
+  EXPECT_EQ(sampler.Sample(logits, s, 1, prompt, output, nullptr), 0);
+  s.temperature = 1.0f;
+  std::vector<float> probs(3);
+  sampler.Distribution(logits, s, prompt, output, probs);
+  const double z = std::exp(1.0) + std::exp(-3.25) + std::exp(0.5);
+  EXPECT_NEAR(probs[0], std::exp(1.0) / z, 1e-6);
+  EXPECT_NEAR(probs[1], std::exp(-3.25) / z, 1e-6);
+  EXPECT_NEAR(probs[2], std::exp(0.5) / z, 1e-6);
+}
+
+TEST(Sampling, DistributionMatchesReference) {
+  std::mt19937 rng(7);
+  const int64_t vocab = 1000;
+  Sampler sampler(vocab);
+  std::vector<Sampling> configs;
+  for (float temperature : {0.0f, 0.3f, 1.0f, 1.7f}) {
+    for (int top_k : {0, 1, 5, 200}) {
+      for (float top_p : {1.0f, 0.9f, 0.3f}) {
+        for (float min_p : {0.0f, 0.05f}) {
+          Sampling s;
+          s.temperature = temperature;
+          s.top_k = top_k;
+          s.top_p = top_p;
+          s.min_p = min_p;
+          configs.push_back(s);
+        }
+      }
+    }
+  }
+  for (size_t c = 0; c < configs.size(); ++c) {
+    Sampling s = configs[c];
+    if (c % 3 == 1) {
+      s.repetition = 1.3f;
+      s.frequency = 0.4f;
+      s.presence = -0.6f;
+    } else if (c % 3 == 2) {
+      s.repetition = 0.8f;
+      s.frequency = -0.3f;
+      s.presence = 1.1f;
+    }
+    std::vector<float> logits = RandomLogits(rng, vocab, 3.0f);
+    std::vector<int32_t> prompt = RandomTokens(rng, vocab, 40);
+    std::vector<int32_t> output = RandomTokens(rng, vocab, 25);
+    output.push_back(output[0]);  // a token counted twice
+    std::vector<float> probs(vocab, -1.0f);
+    sampler.Distribution(logits, s, prompt, output, probs);
+    std::vector<double> want = ReferenceDistribution(logits, s, prompt, output);
+    for (int64_t i = 0; i < vocab; ++i) {
+      ASSERT_NEAR(probs[i], want[i], 1e-6) << "config " << c << " token " << i;
+      ASSERT_EQ(probs[i] == 0.0f, want[i] == 0.0) << "config " << c << " token " << i;
+    }
+    // The sampled token is the inverse CDF, in id order, of the reference at the counter's u.
+    for (uint64_t seed : {1ull, 99ull}) {
+      const int32_t token = sampler.Sample(logits, s, seed, prompt, output, nullptr);
+      const double u = CounterUniform(seed, output.size());
+      double sum = 0;
+      int32_t expected = -1;
+      for (int64_t i = 0; i < vocab && expected < 0; ++i) {
+        sum += want[i];
+        if (want[i] > 0 && sum > u) expected = static_cast<int32_t>(i);
+      }
+      EXPECT_EQ(token, expected) << "config " << c << " seed " << seed;
+    }
+  }
+}
+
+TEST(Sampling, SeededRunsRepeatAndFollowTheDistribution) {
+  std::mt19937 rng(11);
+  const int64_t vocab = 8;
+  Sampler sampler(vocab);
+  Sampling s;
+  s.temperature = 0.9f;
+  std::vector<float> logits = RandomLogits(rng, vocab, 1.0f);
+  std::vector<float> probs(vocab);
+  sampler.Distribution(logits, s, {}, {}, probs);
+  // Each output index draws its own number: sample position i with an output of length i.
+  const int n = 20000;
+  std::vector<int32_t> output;
+  std::vector<int> hits(vocab, 0);
+  std::vector<int32_t> first, second;
+  std::vector<int32_t> empty;
+  for (int i = 0; i < n; ++i) {
+    output.resize(i, 0);  // contents do not matter without penalties
+    const int32_t t = sampler.Sample(logits, s, 1234, empty, output, nullptr);
+    first.push_back(t);
+    ++hits[t];
+  }
+  for (int i = 0; i < n; ++i) {
+    output.resize(i, 0);
+    second.push_back(sampler.Sample(logits, s, 1234, empty, output, nullptr));
+  }
+  EXPECT_EQ(first, second);
+  for (int64_t t = 0; t < vocab; ++t) {
+    // Binomial standard deviation is at most 0.0036 here; 5 of them.
+    EXPECT_NEAR(hits[t] / static_cast<double>(n), probs[t], 0.018) << "token " << t;
+  }
+  // Another seed gives another sequence.
+  int differ = 0;
+  for (int i = 0; i < 200; ++i) {
+    output.resize(i, 0);
+    differ += sampler.Sample(logits, s, 4321, empty, output, nullptr) != first[i];
+  }
+  EXPECT_GT(differ, 50);
+}
+
+TEST(Sampling, CounterHashIsAPureFunction) {
+  // Known values of the SplitMix64 finalizer (seed 0: the reference SplitMix64 stream).
+  EXPECT_EQ(CounterHash(0, 0), 0xE220A8397B1DCDAFull);
+  EXPECT_EQ(CounterHash(0, 1), 0x6E789E6AA1B965F4ull);
+  for (uint64_t c = 0; c < 1000; ++c) {
+    const double u = CounterUniform(42, c);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+  }
+}
+
+TEST(Sampling, LogprobsMatchLogSoftmaxOfRawLogits) {
+  std::mt19937 rng(3);
+  const int64_t vocab = 500;
+  Sampler sampler(vocab);
+  Sampling s;
+  s.temperature = 0.7f;
+  s.repetition = 1.5f;  // shaping must not change the logprobs
+  s.top_k = 3;
+  s.logprobs = 5;
+  std::vector<float> logits = RandomLogits(rng, vocab, 4.0f);
+  std::vector<int32_t> prompt = RandomTokens(rng, vocab, 30);
+  Logprobs lp;
+  const int32_t token = sampler.Sample(logits, s, 5, prompt, {}, &lp);
+  double max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float x : logits) sum += std::exp(x - max);
+  auto logprob = [&](int32_t t) { return logits[t] - max - std::log(sum); };
+  EXPECT_EQ(lp.token, token);
+  EXPECT_NEAR(lp.logprob, logprob(token), 1e-5);
+  ASSERT_EQ(lp.top.size(), 5u);
+  std::vector<int32_t> ids(vocab);
+  for (int i = 0; i < vocab; ++i) ids[i] = i;
+  std::sort(ids.begin(), ids.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(lp.top[i].token, ids[i]);
+    EXPECT_NEAR(lp.top[i].logprob, logprob(ids[i]), 1e-5);
+  }
+  s.logprobs = -1;
+  Logprobs untouched;
+  untouched.token = -7;
+  sampler.Sample(logits, s, 5, prompt, {}, &untouched);
+  EXPECT_EQ(untouched.token, -7);
+}
+
+TEST(Sampling, CheckNamesTheField) {
+  auto message = [](auto edit) {
+    Sampling s;
+    edit(s);
+    return s.Check().message();
+  };
+  EXPECT_TRUE(Sampling{}.Check().ok());
+  EXPECT_NE(message([](Sampling& s) { s.temperature = -1; }).find("temperature"),
+            std::string::npos);
+  EXPECT_NE(message([](Sampling& s) { s.top_k = -2; }).find("top_k"), std::string::npos);
+  EXPECT_NE(message([](Sampling& s) { s.top_p = 0; }).find("top_p"), std::string::npos);
+  EXPECT_NE(message([](Sampling& s) { s.min_p = 1.5f; }).find("min_p"), std::string::npos);
+  EXPECT_NE(message([](Sampling& s) { s.presence = 3; }).find("presence"), std::string::npos);
+  EXPECT_NE(message([](Sampling& s) { s.frequency = -3; }).find("frequency"), std::string::npos);
+  EXPECT_NE(message([](Sampling& s) { s.repetition = 0; }).find("repetition"), std::string::npos);
+  EXPECT_NE(message([](Sampling& s) { s.logprobs = -2; }).find("logprobs"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gizllm
