@@ -5,10 +5,12 @@
 
 namespace gizllm::cli {
 
-void AddRunCommand(CLI::App& app, CommandContext& ctx);
+void AddLogitsCommand(CLI::App& app, CommandContext& ctx);
+void AddInfoCommand(CLI::App& app, CommandContext& ctx);
 
 inline constexpr void (*kCommands[])(CLI::App&, CommandContext&) = {
-    AddRunCommand,
+    AddLogitsCommand,
+    AddInfoCommand,
 };
 
 }  // namespace gizllm::cli

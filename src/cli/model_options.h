@@ -1,0 +1,29 @@
+// Options every command that loads a model shares: --model, --device, --threads.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cli/command.h"
+#include "model/model.h"
+#include "ops/device.h"
+
+namespace gizllm::cli {
+
+inline constexpr const char* kDefaultModel = "models/tiny-chat";
+
+struct ModelOptions {
+  std::string model = kDefaultModel;
+  DeviceOptions device;
+  int layers = -1;
+
+  void Add(CLI::App* app);
+  // Opens the backend and loads the model; prints the load time on stderr when `verbose`.
+  Expected<std::unique_ptr<Model>> Load(bool verbose) const;
+};
+
+// The model folder: --model as given, or the default model found next to the executable's
+// source tree when the working directory is elsewhere.
+std::string ResolveModelDir(const std::string& model);
+
+}  // namespace gizllm::cli

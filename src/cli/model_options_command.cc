@@ -1,0 +1,54 @@
+// Shared model options (not a command itself; named *_command.cc so the CLI target picks it up).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "cli/model_options.h"
+#include "core/mapped_file.h"
+
+namespace gizllm::cli {
+
+void ModelOptions::Add(CLI::App* app) {
+  app->add_option("--model,-m", model, "Model folder (Hugging Face or converted)")
+      ->default_val(kDefaultModel);
+  app->add_option("--device", device.device, "auto (a CUDA GPU if found, else CPU), cpu or cuda")
+      ->default_val("auto");
+  app->add_option("--threads,-t", device.threads, "CPU threads (0: one per core)")
+      ->default_val(0);
+  app->add_flag("--exact", device.exact, "CUDA: float32 activations into the linears");
+}
+
+std::string ResolveModelDir(const std::string& model) {
+  if (FileExists(model) || model != kDefaultModel) return model;
+  // Running from elsewhere: look beside the executable (build/gizllm -> ../models/tiny-chat).
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    std::string exe(self, n);
+    std::string dir = exe.substr(0, exe.rfind('/'));
+    for (std::string up : {"/", "/../", "/../../"}) {
+      std::string candidate = dir + up + model;
+      if (FileExists(candidate + "/config.json")) return candidate;
+    }
+  }
+  return model;
+}
+
+Expected<std::unique_ptr<Model>> ModelOptions::Load(bool verbose) const {
+  auto start = std::chrono::steady_clock::now();
+  GZ_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, OpenBackend(device));
+  LoadOptions options;
+  options.layers = layers;
+  GZ_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, Model::Load(ResolveModelDir(model), backend,
+                                                            options));
+  if (verbose) {
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "loaded %s (%s, %.1f M parameters) on %s in %.2f s\n",
+                 model.c_str(), m->arch().family.c_str(), m->Parameters() / 1e6,
+                 m->backend().Describe().c_str(), s);
+  }
+  return m;
+}
+
+}  // namespace gizllm::cli
