@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The commands on the shipped model: outputs of the right shape and content.
+source "$(dirname "$0")/lib.sh"
+gz=$1
+
+expect_ok logits $gz logits --ids 1,2,3,4,5 --out "$tmp/l.npy"
+# 5 x 8192 float32 after a 128-byte header.
+check logits-size test "$(stat -c %s "$tmp/l.npy")" -eq $((128 + 5 * 8192 * 4))
+check logits-header grep -q "'shape': (5, 8192)" "$tmp/l.npy"
+
+expect_ok info $gz info --tensors
+check info-family grep -q "family       qwen3" "$tmp/out"
+check info-parameters grep -qE "parameters   16\.[0-9]+ M" "$tmp/out"
+check info-tensor grep -q "model.layers.7.mlp.down_proj.weight" "$tmp/out"
+
+if $gz --help | grep -q " run "; then
+  expect_ok run-greedy $gz run --prompt "In the beginning God created" --greedy --max-tokens 12
+  check run-greedy-text grep -q "his own righteousness" "$tmp/out"
+  check run-stats grep -q "decode tokens/s\|tokens/s" "$tmp/err"
+  $gz run --prompt "Tell me a fortune." --seed 7 --temperature 1 --max-tokens 20 >"$tmp/a" 2>/dev/null
+  $gz run --prompt "Tell me a fortune." --seed 7 --temperature 1 --max-tokens 20 >"$tmp/b" 2>/dev/null
+  check run-seed-repeats cmp -s "$tmp/a" "$tmp/b"
+  echo "In the beginning" | $gz run --greedy --max-tokens 4 >"$tmp/c" 2>/dev/null
+  check run-stdin test -s "$tmp/c"
+fi
+
+finish
