@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
-build/gizllm run --prompt "${1:-Recite John 3:16.}" --max-tokens 64
+build/gizllm run --prompt "${1:-In the beginning God created}" --max-tokens 64
