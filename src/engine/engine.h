@@ -1,0 +1,187 @@
+// Engine: `slots` sequences of at most `context` positions, steps of at most `rows` rows, over a
+// Runner (the model). Continuous batching with chunked prefill, a paged KV cache with preemption,
+// prefix reuse (slots, stored prefixes, shared heads), and per-request sampling.
+//
+// One Advance is one step: admit waiting requests into free slots, schedule rows (one for every
+// generating sequence, then pieces of unread prompts, first come first served), run the runner,
+// sample. Not thread safe: one thread drives an engine.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/page_pool.h"
+#include "engine/request.h"
+#include "model/runner.h"
+#include "sampling/sampling.h"
+
+namespace gizllm {
+
+struct EngineOptions {
+  int32_t slots = 16;                            // sequences at once
+  int64_t context = 2048;                        // positions of each sequence (prompt and answer)
+  int64_t rows = 256;                            // most rows one step reads; at least `slots`
+  int64_t kv_budget_bytes = int64_t{256} << 20;  // KV pool: budget / Runner::PageBytes() pages
+  int64_t host_prefix_bytes = -1;  // host memory for prefixes copied out of the pool; -1: budget
+  Status Check() const;
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t rows = 0;           // rows read, prompt pieces and decodes
+  int64_t prompt_tokens = 0;  // prompt tokens of admitted requests (first admission)
+  int64_t cached_tokens = 0;  // of those, the ones a slot, prefix or shared head already held
+  int64_t prefix_hits = 0;    // first admissions that reused held tokens
+  int64_t preemptions = 0;    // sequences sent back to waiting for lack of pages
+  int64_t host_copies = 0;    // pages copied to host memory for stored prefixes
+};
+
+class Engine {
+ public:
+  // Allocates the KV pool and the runner's step buffers; keeps `runner`, which must outlive it.
+  static Expected<std::unique_ptr<Engine>> Create(Runner* runner, const EngineOptions& options);
+  ~Engine();
+
+  // Queues a request. mark: where a chat's messages end (stored for recurrent layers); head:
+  // prompt tokens many prompts share, cut to whole pages, whose pages slots read in place.
+  // A bad request returns a Status naming its field.
+  Expected<int64_t> Add(Request request, int32_t mark = -1, int32_t head = 0);
+
+  // One step: new tokens of every request that made progress, and why requests ended.
+  Expected<std::vector<Progress>> Advance();
+
+  // Drops a waiting or running request; false when `id` is unknown or already ended.
+  bool Cancel(int64_t id);
+  bool Busy() const { return !sequences_.empty(); }
+
+  // Runs the requests to completion: the tokens of each, in order, without stop tokens.
+  Expected<std::vector<std::vector<int32_t>>> Generate(std::vector<Request> requests);
+
+  // Low level, on slots no request runs in: appends each row's token to its slot at the slot's
+  // next position (rows of a slot consecutive) and returns the logits of the wanted rows
+  // [wanted.size(), vocab]. Out of pages or context is ResourceExhausted here.
+  Expected<std::vector<float>> Step(std::span<const int32_t> tokens, std::span<const int32_t> slots,
+                                    std::span<const int32_t> wanted);
+  // Like Step, but returns the residual stream after each of `layers` (0: embeddings;
+  // Hugging Face's hidden_states[l]): [layers.size(), rows, dim].
+  Expected<std::vector<float>> Hidden(std::span<const int32_t> tokens,
+                                      std::span<const int32_t> slots, std::span<const int> layers);
+  // Forgets what a slot holds. Call only on a slot no request runs in.
+  Status Reset(int32_t slot);
+
+  // Releases stored prefixes, shared heads and what idle slots hold.
+  void DropCaches();
+  // Recounts every page's holders and checks the pool, the free list, that no slot writes a page
+  // another holds, and that a page held by several holds the same tokens for each.
+  Status CheckPages() const;
+
+  const EngineOptions& options() const { return options_; }
+  const EngineStats& stats() const { return stats_; }
+  int32_t pages() const { return pool_.pages(); }
+  int32_t free_pages() const { return pool_.free(); }
+  // Tokens slot `slot` holds (KV written at positions [0, size)).
+  const std::vector<int32_t>& held(int32_t slot) const;
+
+ private:
+  struct Slot {
+    std::vector<int32_t>
+        pages;  // page table: pages[b] holds positions [b * kPage, (b + 1) * kPage)
+    std::vector<int32_t> tokens;  // tokens whose KV the slot holds, positions [0, size)
+    int64_t seq = -1;             // id of the request running here; -1: free
+    bool pinned = false;          // in use by a low-level Step or Hidden call
+    uint64_t used = 0;            // when it last changed hands
+  };
+
+  struct Sequence {
+    int64_t id = 0;
+    Request request;
+    std::vector<int32_t> tokens;  // prompt, then the answer so far
+    int64_t prompt = 0;           // prompt size
+    int32_t mark = -1;
+    int64_t head = 0;          // shared start, whole pages
+    bool head_shared = false;  // its head is registered in shared_
+    uint64_t seed = 0;
+    std::vector<int32_t> stop;
+    int32_t slot = -1;      // -1: waiting
+    bool admitted = false;  // admitted at least once
+    bool reported = false;  // its first Progress went out
+    int64_t cached = 0;     // prompt tokens held at first admission
+  };
+
+  // What a slot held when another request took it: pages in the pool or a host copy.
+  struct Prefix {
+    std::vector<int32_t> tokens;
+    std::vector<int32_t> pages;  // in the pool; empty when on the host
+    std::vector<uint8_t> host;   // [PagesFor(tokens), page_bytes] when on the host
+    uint64_t used = 0;
+  };
+
+  // A head many prompts share, read in place: its pages are whole and never written again.
+  struct Shared {
+    std::vector<int32_t> tokens;  // [pages.size() * kPage]
+    std::vector<int32_t> pages;
+    uint64_t used = 0;
+  };
+  struct Planned {
+    int64_t id;
+    int64_t rows;
+  };
+
+  Engine(Runner* runner, const EngineOptions& options, int32_t pages, int32_t max_pages);
+
+  // The three parts of a step.
+  Status Admit();
+  Status Schedule();
+  Status Run();
+  void PostProcess(std::vector<Progress>& progress);
+
+  // Admission: the longest start of `tokens` a holder can give without a slot writing a page
+  // another holds.
+  int64_t Usable(const std::vector<int32_t>& pages, const std::vector<int32_t>& held,
+                 const std::vector<int32_t>& tokens, bool shared) const;
+  Status Stash(int32_t slot, int32_t want_free);
+  Status Install(Sequence& seq, int32_t slot, int kind, Prefix* prefix, int32_t shared,
+                 int64_t length);
+
+  // Pages: Grow gives a running sequence `need` more pages, reclaiming caches and preempting
+  // the latest request; false when the sequence itself had to wait.
+  Expected<bool> Grow(int64_t id, int32_t need);
+  Expected<bool> Reclaim(int32_t need);
+  int32_t Reclaimable() const;
+  void Preempt(int64_t id);
+  void Truncate(Slot& slot, int64_t length);
+  void Finish(Sequence& seq);
+  void ReleasePrefix(Prefix& prefix);
+  Status ToHost(Prefix& prefix);
+  Status BuildRows(std::span<const int32_t> tokens, std::span<const int32_t> slots,
+                   std::span<const int32_t> wanted);
+  void FillTables();
+
+  Runner* runner_;
+  EngineOptions options_;
+  int64_t vocab_;
+  int32_t max_pages_;  // pages of a full context
+  int64_t page_bytes_;
+  PagePool pool_;
+  std::vector<Slot> slots_;
+  std::map<int64_t, Sequence> sequences_;  // waiting and running, by id (= arrival order)
+  std::set<int64_t> waiting_;              // ids, arrival order
+  std::vector<Prefix> prefixes_;
+  std::vector<Shared> shared_;
+  int64_t host_bytes_ = 0;  // bytes of host copies in prefixes_
+  int64_t next_id_ = 0;
+  uint64_t clock_ = 0;  // orders uses, for least-recently-used choices
+  EngineStats stats_;
+  Sampler sampler_;
+  std::vector<Planned> plan_;  // this step's sequences and their row counts
+  Rows rows_;
+  std::vector<int32_t> tables_;  // [slots, max_pages] page tables of this step; -1: none
+  std::vector<float> logits_;    // [slots, vocab] logits of this step's wanted rows
+};
+
+}  // namespace gizllm

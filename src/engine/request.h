@@ -1,0 +1,29 @@
+// Request and Progress: what a front end gives the engine and what it gets back each step.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sampling/sampling.h"
+
+namespace gizllm {
+
+struct Request {
+  std::vector<int32_t> prompt;  // token ids, at least one, at most the engine's context
+  int64_t limit = -1;           // most new tokens; -1: until the context is full
+  Sampling sampling;
+  std::optional<std::vector<int32_t>> stop;  // stop tokens; none: the model's eos ids
+};
+
+// What one request produced in one Advance.
+struct Progress {
+  int64_t id = 0;
+  std::vector<int32_t> tokens;  // new tokens, without the stop token
+  int64_t cached = 0;           // prompt tokens the slot already held (set with the first tokens)
+  std::string end;              // "stop", "length", or "" while it goes on
+  std::vector<Logprobs> logprobs;  // [tokens.size()] when the request asked for them
+};
+
+}  // namespace gizllm

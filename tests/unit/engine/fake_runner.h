@@ -1,0 +1,165 @@
+// FakeRunner: a deterministic stand-in for a model. Each KV position stores its token and a
+// chain hash of every token before it; a row's logits are a hash of its whole history read back
+// through the page table, so a wrong page, a stale page or a page written by another slot
+// changes the tokens (or fails the step when the chain does not add up).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "model/runner.h"
+#include "ops/backend.h"
+
+namespace gizllm {
+
+class FakeRunner : public Runner {
+ public:
+  explicit FakeRunner(int64_t vocab = 64, int64_t dim = 4, int layers = 2) {
+    arch_.family = "fake";
+    arch_.vocab = vocab;
+    arch_.dim = dim;
+    arch_.layers = layers;
+    arch_.kinds.assign(layers, LayerKind::kAttention);
+    arch_.context = 4096;
+    arch_.eos = {1};
+  }
+
+  const Arch& arch() const override { return arch_; }
+  int64_t PageBytes() const override { return kPage * sizeof(Entry); }
+  Status AllocatePages(int32_t pages) override {
+    pool_.assign(static_cast<size_t>(pages) * kPage, Entry{});
+    pages_ = pages;
+    return Status::Ok();
+  }
+  Status Reserve(int64_t rows, int32_t slots, int32_t max_pages) override {
+    rows_limit_ = rows;
+    return Status::Ok();
+  }
+
+  Status Step(const Rows& rows, const PageTables& tables, float* logits) override {
+    std::vector<uint64_t> chains;
+    GZ_RETURN_IF_ERROR(Read(rows, tables, &chains));
+    for (size_t w = 0; w < rows.wanted.size(); ++w) {
+      const uint64_t h = chains[rows.wanted[w]];
+      for (int64_t v = 0; v < arch_.vocab; ++v) {
+        logits[w * arch_.vocab + v] = Logit(h, v);
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status Hidden(const Rows& rows, const PageTables& tables, std::span<const int> layers,
+                float* out) override {
+    std::vector<uint64_t> chains;
+    GZ_RETURN_IF_ERROR(Read(rows, tables, &chains));
+    for (size_t l = 0; l < layers.size(); ++l) {
+      for (int64_t r = 0; r < rows.size(); ++r) {
+        for (int64_t d = 0; d < arch_.dim; ++d) {
+          out[(l * rows.size() + r) * arch_.dim + d] = Logit(chains[r] + layers[l] * 1000, d);
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status CopyPageToHost(int32_t page, void* host) override {
+    if (page < 0 || page >= pages_) return Internal("fake: copy of page " + std::to_string(page));
+    std::memcpy(host, &pool_[static_cast<size_t>(page) * kPage], PageBytes());
+    return Status::Ok();
+  }
+  Status CopyPageFromHost(int32_t page, const void* host) override {
+    if (page < 0 || page >= pages_) return Internal("fake: copy of page " + std::to_string(page));
+    std::memcpy(&pool_[static_cast<size_t>(page) * kPage], host, PageBytes());
+    return Status::Ok();
+  }
+
+  int64_t rows_read() const { return rows_read_; }
+  int64_t steps() const { return steps_; }
+
+  // The logit of token v after a history whose chain hash is h.
+  static float Logit(uint64_t h, int64_t v) {
+    uint64_t z = Mix(h ^ (static_cast<uint64_t>(v) * 0xD6E8FEB86659FD93ull));
+    return static_cast<float>(z >> 40) * (8.0f / 16777216.0f) - 4.0f;
+  }
+  static uint64_t Chain(uint64_t before, int32_t token, int32_t position) {
+    return Mix(before * 31 + static_cast<uint64_t>(token) * 0x9E3779B97F4A7C15ull + position) | 1;
+  }
+
+ private:
+  struct Entry {
+    int32_t token = -1;
+    uint64_t chain = 0;  // 0: never written
+  };
+
+  static uint64_t Mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+
+  Entry* At(const PageTables& tables, int32_t slot, int32_t position, Status* status) {
+    const int32_t block = position / kPage;
+    if (slot < 0 || slot >= tables.slots || block >= tables.max_pages) {
+      *status = Internal("fake: slot " + std::to_string(slot) + " position " +
+                         std::to_string(position) + " outside the page tables");
+      return nullptr;
+    }
+    const int32_t page = tables.pages[slot * tables.max_pages + block];
+    if (page < 0 || page >= pages_) {
+      *status = Internal("fake: slot " + std::to_string(slot) + " position " +
+                         std::to_string(position) + " has no page (" + std::to_string(page) + ")");
+      return nullptr;
+    }
+    return &pool_[static_cast<size_t>(page) * kPage + position % kPage];
+  }
+
+  // Writes every row's entry, then checks every wanted row's whole history.
+  Status Read(const Rows& rows, const PageTables& tables, std::vector<uint64_t>* chains) {
+    if (rows.size() == 0 || rows.size() > rows_limit_) return Internal("fake: bad row count");
+    ++steps_;
+    rows_read_ += rows.size();
+    chains->resize(rows.size());
+    Status status;
+    for (int64_t r = 0; r < rows.size(); ++r) {
+      const int32_t slot = rows.slots[r];
+      const int32_t position = rows.positions[r];
+      uint64_t before = 0x5157;
+      if (position > 0) {
+        Entry* prev = At(tables, slot, position - 1, &status);
+        if (prev == nullptr) return status;
+        if (prev->chain == 0) return Internal("fake: reads an unwritten position");
+        before = prev->chain;
+      }
+      Entry* e = At(tables, slot, position, &status);
+      if (e == nullptr) return status;
+      e->token = rows.tokens[r];
+      e->chain = Chain(before, rows.tokens[r], position);
+      (*chains)[r] = e->chain;
+    }
+    // The history a row attends to must be the one that wrote it, position by position.
+    for (int32_t w : rows.wanted) {
+      uint64_t h = 0x5157;
+      for (int32_t p = 0; p <= rows.positions[w]; ++p) {
+        Entry* e = At(tables, rows.slots[w], p, &status);
+        if (e == nullptr) return status;
+        h = Chain(h, e->token, p);
+        if (h != e->chain) {
+          return Internal("fake: slot " + std::to_string(rows.slots[w]) + " position " +
+                          std::to_string(p) + " holds KV of another history");
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  Arch arch_;
+  std::vector<Entry> pool_;  // [pages, kPage]
+  int32_t pages_ = 0;
+  int64_t rows_limit_ = 0;
+  int64_t rows_read_ = 0;
+  int64_t steps_ = 0;
+};
+
+}  // namespace gizllm
