@@ -1,0 +1,32 @@
+// The per-instruction-set kernels behind QuantMatmul (internal to backend/cpu).
+//
+// A kernel computes dot products of NW quantized weight rows with MX rotated activation rows at a
+// time: each group of 128 codes is widened in registers, turned into floats by the group's
+// (mul, add) of quant/layout.h, and used for all MX activation rows before the next is read.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/cpu_isa.h"
+#include "ops/weight.h"
+
+namespace gizllm {
+
+// One quantized weight's share of a matmul.
+struct QuantSlice {
+  const Weight* w = nullptr;  // [n, cols], kQ8..kQ1, group 128
+  const float* x = nullptr;   // [rows, cols] activations, rotated when w->rotated
+  int64_t rows = 0;
+  float* out = nullptr;         // [rows, n]
+  const float* bias = nullptr;  // [n] or null
+};
+
+// Computes out[:, n0:n1] of a slice; n0 and n1 need not be multiples of anything.
+using QuantSliceFn = void (*)(const QuantSlice& s, int64_t n0, int64_t n1);
+
+// The kernel for `format` (kQ8..kQ1) on `isa`.
+QuantSliceFn QuantSliceScalar(Format format);
+QuantSliceFn QuantSliceAvx2(Format format);
+QuantSliceFn QuantSliceAvx512(Format format);
+
+}  // namespace gizllm

@@ -1,0 +1,99 @@
+#include "backend/cpu/quant_matmul.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/quant_kernels.h"
+#include "core/check.h"
+#include "quant/hadamard.h"
+#include "quant/layout.h"
+
+namespace gizllm {
+namespace {
+
+QuantSliceFn SliceFor(CpuIsa isa, Format format) {
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return QuantSliceAvx512(format);
+    case CpuIsa::kAvx2:
+      return QuantSliceAvx2(format);
+    default:
+      return QuantSliceScalar(format);
+  }
+}
+
+}  // namespace
+
+bool HasQuantizedOutput(const MatmulParams& p) {
+  for (int i = 0; i < p.outputs; ++i) {
+    if (p.w[i] && quant::IsQuantized(p.w[i]->format)) return true;
+  }
+  return false;
+}
+
+void QuantMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa) {
+  struct Job {
+    QuantSlice slice;
+    QuantSliceFn fn;
+    int64_t first;  // index of the job's first weight row in the concatenation of all jobs
+  };
+  Job jobs[MatmulParams::kMaxOutputs];
+  int count = 0;
+  int64_t total = 0;
+  const int64_t cols = p.w[0]->cols;
+
+  // Rotated copies of x, one per distinct seed (usually one for all outputs).
+  thread_local std::vector<float> rotated;
+  uint64_t seeds[MatmulParams::kMaxOutputs];
+  int rotations = 0;
+  for (int i = 0; i < p.outputs; ++i) {
+    const Weight& w = *p.w[i];
+    if (!quant::IsQuantized(w.format) || !w.rotated) continue;
+    if (std::find(seeds, seeds + rotations, w.rotation_seed) == seeds + rotations) {
+      seeds[rotations++] = w.rotation_seed;
+    }
+  }
+  const int64_t x_floats = p.rows * cols;
+  if (rotations > 0 && rotated.size() < static_cast<size_t>(rotations * x_floats)) {
+    rotated.resize(rotations * x_floats);
+  }
+  for (int k = 0; k < rotations; ++k) {
+    float* dst = rotated.data() + k * x_floats;
+    std::memcpy(dst, p.x, x_floats * sizeof(float));
+    for (int64_t r = 0; r < p.rows; ++r) quant::RotateRow(dst + r * cols, cols, seeds[k]);
+  }
+
+  for (int i = 0; i < p.outputs; ++i) {
+    const Weight& w = *p.w[i];
+    if (!quant::IsQuantized(w.format)) continue;
+    DCHECK(w.group == quant::kGroup && w.cols == cols && w.cols % quant::kGroup == 0);
+    const float* x = p.x;
+    if (w.rotated) {
+      int k = static_cast<int>(std::find(seeds, seeds + rotations, w.rotation_seed) - seeds);
+      x = rotated.data() + k * x_floats;
+    }
+    QuantSliceFn fn = SliceFor(isa, w.format);
+    if (fn == nullptr) fn = QuantSliceScalar(w.format);
+    jobs[count++] = {QuantSlice{&w, x, p.rows, p.out[i], p.bias[i]}, fn, total};
+    total += w.rows;
+  }
+  if (count == 0) return;
+
+  // Threads split the weight rows of all outputs together, in multiples of 8 rows.
+  auto run = [&](int64_t begin, int64_t end, int /*thread*/) {
+    for (int j = 0; j < count; ++j) {
+      const Job& job = jobs[j];
+      int64_t n0 = std::max(begin, job.first) - job.first;
+      int64_t n1 = std::min(end, job.first + job.slice.w->rows) - job.first;
+      if (n0 < n1) job.fn(job.slice, n0, n1);
+    }
+  };
+  if (pool && pool->threads() > 1) {
+    pool->ParallelFor(total, 8, run);
+  } else {
+    run(0, total, 0);
+  }
+}
+
+}  // namespace gizllm

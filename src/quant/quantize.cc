@@ -1,0 +1,319 @@
+#include "quant/quantize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "core/check.h"
+#include "quant/layout.h"
+
+namespace gizllm::quant {
+namespace {
+
+// Candidate scales per search, from the full range down to a clipped one.
+constexpr int kSteps = 24;
+
+int Levels(Format f) {
+  switch (f) {
+    case Format::kQ8:
+      return 255;  // codes -127..127 as levels 0..254
+    case Format::kQ4:
+      return 16;
+    case Format::kQ2:
+      return 4;
+    default:
+      return 2;
+  }
+}
+
+// Smallest fraction of the range the search tries: fewer levels clip more.
+float MinFraction(Format f) {
+  switch (f) {
+    case Format::kQ8:
+      return 0.80f;
+    case Format::kQ4:
+      return 0.45f;
+    default:
+      return 0.25f;
+  }
+}
+
+// Symmetric levels: w ~ s * (k - h), k in [0, L), h = (L - 1) / 2.
+struct Symmetric {
+  int levels;
+  float half;
+  float Error(const float* w, float s, int* k) const {
+    float err = 0.0f;
+    float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    for (int i = 0; i < kGroup; ++i) {
+      float q = std::nearbyint(w[i] * inv + half);
+      q = std::clamp(q, 0.0f, static_cast<float>(levels - 1));
+      k[i] = static_cast<int>(q);
+      float d = w[i] - s * (q - half);
+      err += d * d;
+    }
+    return err;
+  }
+};
+
+float QuantizeSymmetric(Format f, const float* w, int* best_k, float* scale) {
+  Symmetric sym{Levels(f), (Levels(f) - 1) / 2.0f};
+  float amax = 0.0f;
+  for (int i = 0; i < kGroup; ++i) amax = std::max(amax, std::fabs(w[i]));
+  int k[kGroup];
+  float best = sym.Error(w, 0.0f, best_k);
+  *scale = 0.0f;
+  if (amax == 0.0f) return best;
+  auto consider = [&](float s) {
+    float err = sym.Error(w, s, k);
+    if (err < best) {
+      best = err;
+      *scale = s;
+      std::memcpy(best_k, k, sizeof(k));
+    }
+  };
+  const float lo = MinFraction(f);
+  for (int step = 0; step < kSteps; ++step) {
+    float fraction = 1.0f - (1.0f - lo) * step / (kSteps - 1);
+    consider(amax / sym.half * fraction);
+  }
+  // Least-squares scale for the best codes, twice (codes may move after each refit).
+  for (int iter = 0; iter < 2; ++iter) {
+    double num = 0.0, den = 0.0;
+    for (int i = 0; i < kGroup; ++i) {
+      double level = best_k[i] - sym.half;
+      num += w[i] * level;
+      den += level * level;
+    }
+    if (den <= 0.0) break;
+    consider(static_cast<float>(num / den));
+  }
+  return best;
+}
+
+// Asymmetric levels: w ~ s * k + z, k in [0, L).
+float AsymmetricError(const float* w, int levels, float s, float z, int* k) {
+  float err = 0.0f;
+  float inv = s > 0.0f ? 1.0f / s : 0.0f;
+  for (int i = 0; i < kGroup; ++i) {
+    float q = std::nearbyint((w[i] - z) * inv);
+    q = std::clamp(q, 0.0f, static_cast<float>(levels - 1));
+    k[i] = static_cast<int>(q);
+    float d = w[i] - (s * q + z);
+    err += d * d;
+  }
+  return err;
+}
+
+// The (s, z) that minimize sum (w - s k - z)^2 for fixed codes; false if the codes are all equal.
+bool FitAffine(const float* w, const int* k, float* s, float* z) {
+  double n = kGroup, sk = 0, skk = 0, sw = 0, swk = 0;
+  for (int i = 0; i < kGroup; ++i) {
+    sk += k[i];
+    skk += static_cast<double>(k[i]) * k[i];
+    sw += w[i];
+    swk += static_cast<double>(w[i]) * k[i];
+  }
+  double det = n * skk - sk * sk;
+  if (det <= 0.0) return false;
+  double ss = (n * swk - sk * sw) / det;
+  if (ss <= 0.0) return false;
+  *s = static_cast<float>(ss);
+  *z = static_cast<float>((sw - ss * sk) / n);
+  return true;
+}
+
+float QuantizeAsymmetric(Format f, const float* w, int* best_k, float* scale, float* zero) {
+  const int levels = Levels(f);
+  float lo = w[0], hi = w[0];
+  for (int i = 1; i < kGroup; ++i) {
+    lo = std::min(lo, w[i]);
+    hi = std::max(hi, w[i]);
+  }
+  *scale = 0.0f;
+  *zero = lo;
+  float best = AsymmetricError(w, levels, 0.0f, lo, best_k);
+  if (hi == lo) return best;
+  int k[kGroup];
+  auto consider = [&](float s, float z) {
+    float err = AsymmetricError(w, levels, s, z, k);
+    if (err < best) {
+      best = err;
+      *scale = s;
+      *zero = z;
+      std::memcpy(best_k, k, sizeof(k));
+    }
+    return err;
+  };
+  const float range = hi - lo;
+  const float min_fraction = MinFraction(f);
+  for (int step = 0; step < kSteps; ++step) {
+    float fraction = 1.0f - (1.0f - min_fraction) * step / (kSteps - 1);
+    float s = range * fraction / (levels - 1);
+    float z = lo + range * (1.0f - fraction) / 2.0f;
+    AsymmetricError(w, levels, s, z, k);
+    // Refit scale and zero to these codes, then round again with the fit.
+    for (int iter = 0; iter < 2; ++iter) {
+      float fs, fz;
+      if (!FitAffine(w, k, &fs, &fz)) break;
+      consider(fs, fz);
+      AsymmetricError(w, levels, fs, fz, k);
+    }
+    consider(s, z);
+  }
+  return best;
+}
+
+}  // namespace
+
+Status QuantizeOptions::Check() const {
+  if (!IsQuantized(format)) {
+    return InvalidArgument("quantize: format " + FormatName(format) +
+                           " is not a quantized format (expected q8, q4, q2 or q1)");
+  }
+  return Status::Ok();
+}
+
+Weight QuantizedLinear::View() const {
+  Weight w;
+  w.format = format;
+  w.rows = rows;
+  w.cols = cols;
+  w.data = codes.data();
+  w.scales = scales.data();
+  w.zeros = zeros.empty() ? nullptr : zeros.data();
+  w.group = kGroup;
+  w.rotated = rotated;
+  w.rotation_seed = seed;
+  return w;
+}
+
+float QuantizeGroup(Format format, const float* w, uint8_t* codes, float* scale, float* zero) {
+  int k[kGroup];
+  float err = 0.0f;
+  std::memset(codes, 0, GroupBytes(format));
+  if (format == Format::kQ1) {
+    // For sign codes the best scale is the mean magnitude, whatever the data.
+    double sum = 0.0;
+    for (int i = 0; i < kGroup; ++i) {
+      k[i] = w[i] >= 0.0f ? 1 : 0;
+      sum += std::fabs(w[i]);
+    }
+    *scale = static_cast<float>(sum / kGroup);
+    for (int i = 0; i < kGroup; ++i) {
+      float d = w[i] - (k[i] ? *scale : -*scale);
+      err += d * d;
+    }
+  } else if (zero != nullptr && AllowsZeros(format)) {
+    err = QuantizeAsymmetric(format, w, k, scale, zero);
+  } else {
+    err = QuantizeSymmetric(format, w, k, scale);
+    if (format == Format::kQ8) {
+      for (int i = 0; i < kGroup; ++i) k[i] -= 127;
+    }
+  }
+  for (int i = 0; i < kGroup; ++i) PutCode(format, codes, i, k[i]);
+  return err;
+}
+
+Expected<QuantizedLinear> QuantizeLinear(const float* w, int64_t rows, int64_t cols,
+                                         const QuantizeOptions& options, ThreadPool* pool) {
+  GZ_RETURN_IF_ERROR(options.Check());
+  if (rows <= 0 || cols <= 0 || cols % kGroup != 0) {
+    return InvalidArgument("quantize: a matrix of " + std::to_string(rows) + " x " +
+                           std::to_string(cols) + " (expected columns a positive multiple of 128)");
+  }
+  QuantizedLinear q;
+  q.format = options.format;
+  q.rows = rows;
+  q.cols = cols;
+  q.rotated = options.rotate;
+  q.seed = options.rotate ? options.seed : 0;
+  const int64_t groups = cols / kGroup;
+  const int bytes = GroupBytes(options.format);
+  const bool zeros = options.zeros && AllowsZeros(options.format);
+  q.codes.resize(rows * groups * bytes);
+  q.scales.resize(rows * groups);
+  if (zeros) q.zeros.resize(rows * groups);
+  auto quantize_rows = [&](int64_t begin, int64_t end, int /*thread*/) {
+    std::vector<float> row(cols);
+    for (int64_t r = begin; r < end; ++r) {
+      std::memcpy(row.data(), w + r * cols, cols * sizeof(float));
+      if (options.rotate) RotateRow(row.data(), cols, options.seed);
+      for (int64_t g = 0; g < groups; ++g) {
+        int64_t i = r * groups + g;
+        QuantizeGroup(options.format, row.data() + g * kGroup, q.codes.data() + i * bytes,
+                      &q.scales[i], zeros ? &q.zeros[i] : nullptr);
+      }
+    }
+  };
+  if (pool) {
+    pool->ParallelFor(rows, 1, quantize_rows);
+  } else {
+    quantize_rows(0, rows, 0);
+  }
+  return q;
+}
+
+Status CheckQuantized(const Weight& w) {
+  if (!IsQuantized(w.format)) {
+    return InvalidArgument("weight format " + FormatName(w.format) + " is not quantized");
+  }
+  if (w.group != kGroup) {
+    return InvalidArgument("weight group " + std::to_string(w.group) + " (expected 128)");
+  }
+  if (w.rows <= 0 || w.cols <= 0 || w.cols % kGroup != 0) {
+    return InvalidArgument("weight shape " + std::to_string(w.rows) + " x " +
+                           std::to_string(w.cols) + " (expected columns a multiple of 128)");
+  }
+  if (!w.data || !w.scales) return InvalidArgument("quantized weight without codes or scales");
+  if (w.zeros && !AllowsZeros(w.format)) {
+    return InvalidArgument("weight format " + FormatName(w.format) + " has no zero entries");
+  }
+  return Status::Ok();
+}
+
+void DequantizeRows(const Weight& w, int64_t begin, int64_t end, float* out) {
+  CHECK(CheckQuantized(w).ok());
+  const int64_t groups = w.cols / kGroup;
+  const int bytes = GroupBytes(w.format);
+  const auto* codes = static_cast<const uint8_t*>(w.data);
+  const auto* scales = static_cast<const float*>(w.scales);
+  const auto* zeros = static_cast<const float*>(w.zeros);
+  for (int64_t r = begin; r < end; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      int64_t i = r * groups + g;
+      Affine a = GroupAffine(w.format, scales[i], zeros ? zeros + i : nullptr);
+      const uint8_t* group = codes + i * bytes;
+      float* o = out + (r - begin) * w.cols + g * kGroup;
+      for (int e = 0; e < kGroup; ++e) o[e] = a.mul * CodeAt(w.format, group, e) + a.add;
+    }
+  }
+}
+
+void DequantizeOriginal(const Weight& w, float* out) {
+  DequantizeRows(w, 0, w.rows, out);
+  if (!w.rotated) return;
+  for (int64_t r = 0; r < w.rows; ++r) UnrotateRow(out + r * w.cols, w.cols, w.rotation_seed);
+}
+
+void ReferenceMatmul(const float* x, int64_t rows, const Weight& w, float* out) {
+  std::vector<float> dense(w.rows * w.cols);
+  DequantizeRows(w, 0, w.rows, dense.data());
+  std::vector<float> xr(x, x + rows * w.cols);
+  if (w.rotated) {
+    for (int64_t r = 0; r < rows; ++r) RotateRow(xr.data() + r * w.cols, w.cols, w.rotation_seed);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t n = 0; n < w.rows; ++n) {
+      double sum = 0.0;
+      for (int64_t k = 0; k < w.cols; ++k) {
+        sum += static_cast<double>(xr[r * w.cols + k]) * dense[n * w.cols + k];
+      }
+      out[r * w.rows + n] = static_cast<float>(sum);
+    }
+  }
+}
+
+}  // namespace gizllm::quant

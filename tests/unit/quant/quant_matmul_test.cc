@@ -1,0 +1,151 @@
+#include "backend/cpu/quant_matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "quant/layout.h"
+#include "quant/quantize.h"
+
+namespace gizllm {
+namespace {
+
+std::vector<float> Gaussian(int64_t n, std::mt19937& rng, float sigma) {
+  std::normal_distribution<float> dist(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<CpuIsa> Isas() {
+  std::vector<CpuIsa> isas = {CpuIsa::kScalar};
+  if (DetectCpuIsa() == CpuIsa::kAvx2 || DetectCpuIsa() == CpuIsa::kAvx512) {
+    isas.push_back(CpuIsa::kAvx2);
+  }
+  if (DetectCpuIsa() == CpuIsa::kAvx512) isas.push_back(CpuIsa::kAvx512);
+  return isas;
+}
+
+// Bound on float rounding: 1e-5 of sum |x'_k| |w'_k| in the stored basis.
+std::vector<float> Tolerances(const float* x, int64_t rows, const Weight& w) {
+  std::vector<float> dense(w.rows * w.cols);
+  quant::DequantizeRows(w, 0, w.rows, dense.data());
+  std::vector<float> xr(x, x + rows * w.cols);
+  if (w.rotated) {
+    for (int64_t r = 0; r < rows; ++r) quant::RotateRow(&xr[r * w.cols], w.cols, w.rotation_seed);
+  }
+  std::vector<float> tol(rows * w.rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t n = 0; n < w.rows; ++n) {
+      double s = 0.0;
+      for (int64_t k = 0; k < w.cols; ++k)
+        s += std::fabs(xr[r * w.cols + k] * dense[n * w.cols + k]);
+      tol[r * w.rows + n] = static_cast<float>(1e-5 * s + 1e-6);
+    }
+  }
+  return tol;
+}
+
+struct Case {
+  Format format;
+  bool zeros;
+  bool rotate;
+};
+
+std::string Name(const Case& c, CpuIsa isa, int64_t rows, int64_t n) {
+  return FormatName(c.format) + (c.zeros ? " zeros" : "") + (c.rotate ? " rotated" : "") + " " +
+         CpuIsaName(isa) + " rows " + std::to_string(rows) + " n " + std::to_string(n);
+}
+
+// Every format, with and without zeros and rotation, on every instruction set this CPU has,
+// against dequantize-then-matmul; odd row counts on both sides, a bias, 1 and 2 threads.
+TEST(QuantMatmulTest, MatchesReferenceInEveryFormat) {
+  const Case cases[] = {
+      {Format::kQ8, false, true},  {Format::kQ8, false, false}, {Format::kQ4, true, true},
+      {Format::kQ4, false, true},  {Format::kQ4, true, false},  {Format::kQ2, true, true},
+      {Format::kQ2, false, false}, {Format::kQ1, false, true},  {Format::kQ1, false, false}};
+  std::mt19937 rng(10);
+  ThreadPool pool(2);
+  const int64_t cols = 384;
+  for (const Case& c : cases) {
+    for (int64_t n : {1, 13, 37}) {
+      std::vector<float> wf = Gaussian(n * cols, rng, 0.05f);
+      auto q = quant::QuantizeLinear(wf.data(), n, cols,
+                                     quant::QuantizeOptions{c.format, c.zeros, c.rotate, 1234});
+      ASSERT_TRUE(q.ok()) << q.status().message();
+      Weight w = q->View();
+      std::vector<float> bias = Gaussian(n, rng, 1.0f);
+      for (int64_t rows : {1, 3, 6, 9}) {
+        std::vector<float> x = Gaussian(rows * cols, rng, 1.0f);
+        std::vector<float> want(rows * n);
+        quant::ReferenceMatmul(x.data(), rows, w, want.data());
+        std::vector<float> tol = Tolerances(x.data(), rows, w);
+        for (CpuIsa isa : Isas()) {
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::vector<float> out(rows * n, std::nanf(""));
+            MatmulParams mp;
+            mp.x = x.data();
+            mp.rows = rows;
+            mp.w[0] = &w;
+            mp.out[0] = out.data();
+            mp.bias[0] = bias.data();
+            QuantMatmul(mp, p, isa);
+            for (int64_t i = 0; i < rows * n; ++i) {
+              ASSERT_NEAR(out[i], want[i] + bias[i % n], tol[i])
+                  << Name(c, isa, rows, n) << " at " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Three outputs sharing x: two quantized with the same rotation (one rotated copy of x), one
+// plain, which QuantMatmul must leave to the caller.
+TEST(QuantMatmulTest, RunsOnlyTheQuantizedOutputs) {
+  std::mt19937 rng(11);
+  const int64_t cols = 256, rows = 5;
+  std::vector<float> w0 = Gaussian(24 * cols, rng, 0.05f), w2 = Gaussian(11 * cols, rng, 0.05f);
+  auto q0 = quant::QuantizeLinear(w0.data(), 24, cols, {Format::kQ4, true, true});
+  auto q2 = quant::QuantizeLinear(w2.data(), 11, cols, {Format::kQ8, false, true});
+  ASSERT_TRUE(q0.ok() && q2.ok());
+  std::vector<uint16_t> plain(7 * cols, F32ToBf16(0.5f));
+  Weight a = q0->View(), c = q2->View(), b;
+  b.format = Format::kBf16;
+  b.rows = 7;
+  b.cols = cols;
+  b.data = plain.data();
+  std::vector<float> x = Gaussian(rows * cols, rng, 1.0f);
+  std::vector<float> out0(rows * 24, std::nanf("")), out1(rows * 7, -7.0f),
+      out2(rows * 11, std::nanf(""));
+  MatmulParams mp;
+  mp.x = x.data();
+  mp.rows = rows;
+  mp.outputs = 3;
+  mp.w[0] = &a;
+  mp.w[1] = &b;
+  mp.w[2] = &c;
+  mp.out[0] = out0.data();
+  mp.out[1] = out1.data();
+  mp.out[2] = out2.data();
+  EXPECT_TRUE(HasQuantizedOutput(mp));
+  ThreadPool pool(2);
+  QuantMatmul(mp, &pool);
+  std::vector<float> want0(rows * 24), want2(rows * 11);
+  quant::ReferenceMatmul(x.data(), rows, a, want0.data());
+  quant::ReferenceMatmul(x.data(), rows, c, want2.data());
+  for (size_t i = 0; i < want0.size(); ++i) EXPECT_NEAR(out0[i], want0[i], 1e-3) << i;
+  for (size_t i = 0; i < want2.size(); ++i) EXPECT_NEAR(out2[i], want2[i], 1e-3) << i;
+  for (float v : out1) EXPECT_EQ(v, -7.0f);
+  mp.outputs = 2;
+  mp.w[0] = &b;
+  EXPECT_FALSE(HasQuantizedOutput(mp));
+}
+
+}  // namespace
+}  // namespace gizllm
