@@ -1,0 +1,401 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/vec_math.h"
+#include "core/check.h"
+#include "core/dtype.h"
+
+namespace gizllm {
+namespace {
+
+// Elementwise work below this many elements runs on the calling thread: waking the pool
+// costs more than the loop.
+constexpr int64_t kInlineElements = 1 << 15;
+
+class HostBuffer : public Buffer {
+ public:
+  HostBuffer(void* data, size_t bytes) : data_(data), bytes_(bytes) {}
+  ~HostBuffer() override { std::free(data_); }
+  void* data() override { return data_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  void* data_;
+  size_t bytes_;
+};
+
+size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Runs fn(begin, end) over [0, n) on the pool, or inline when `work` is small.
+template <typename Fn>
+void Split(ThreadPool* pool, int64_t n, int64_t work, Fn&& fn) {
+  if (n <= 0) return;
+  if (pool->threads() == 1 || work < kInlineElements || n == 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  pool->ParallelFor(n, 1, [&](int64_t begin, int64_t end, int) { fn(begin, end); });
+}
+
+template <class V>
+void RmsNormRows(const RmsNormParams& p, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* x = p.x + r * p.dim;
+    float* out = p.out + r * p.dim;
+    const float* sum = x;
+    if (p.residual) {
+      float* res = p.residual + r * p.dim;
+      V::Sum(res, res, x, p.dim);
+      sum = res;
+    }
+    float ss = V::SumSquares(sum, p.dim);
+    float scale = 1.0f / std::sqrt(ss / static_cast<float>(p.dim) + p.eps);
+    V::ScaleMul(out, sum, scale, p.weight, p.offset, p.dim);
+  }
+}
+
+template <class V>
+void RopeRows(const RopeParams& p, int64_t r0, int64_t r1) {
+  const int half = p.rotary_dims / 2;
+  // Per row: cos and sin of each frequency, shared by all heads.
+  float cos_sin[2 * 512];
+  CHECK(half <= 512);
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int i = 0; i < half; ++i) {
+      // As transformers computes it: a float32 angle, then float32 cos and sin.
+      float angle = static_cast<float>(p.positions[r]) * p.inv_freq[i];
+      cos_sin[i] = std::cos(angle);
+      cos_sin[half + i] = std::sin(angle);
+    }
+    for (int h = 0; h < p.heads; ++h) {
+      float* x = p.x + (r * p.heads + h) * p.head_dim;
+      if (p.norm) {
+        float ss = V::SumSquares(x, p.head_dim);
+        float scale = 1.0f / std::sqrt(ss / static_cast<float>(p.head_dim) + p.norm_eps);
+        V::ScaleMul(x, x, scale, p.norm, 0.0f, p.head_dim);
+      }
+      for (int i = 0; i < half; ++i) {
+        float a = x[i], b = x[i + half], c = cos_sin[i], s = cos_sin[half + i];
+        x[i] = a * c - b * s;
+        x[i + half] = b * c + a * s;
+      }
+    }
+  }
+}
+
+// One row's query heads of one kv head, over its slot's pages: online softmax one page at a
+// time (scores of a page, then the running max, sum and weighted values rescaled), so no
+// buffer grows with the context. acc: [group, head_dim] scratch.
+template <class V>
+void AttentionTask(const AttentionParams& p, int64_t r, int kvh, float* acc) {
+  const int group = p.heads / p.kv_heads;
+  const int hd = p.head_dim;
+  const int64_t stride = static_cast<int64_t>(p.kv_heads) * hd;  // floats between positions
+  const int32_t last = p.positions[r];
+  const int32_t first = p.window > 0 ? std::max(0, last - p.window + 1) : 0;
+  const int32_t* pages = p.table.pages + static_cast<int64_t>(p.slots[r]) * p.table.max_pages;
+  float max_score[64], total[64];
+  CHECK(group <= 64);
+  for (int g = 0; g < group; ++g) {
+    max_score[g] = -std::numeric_limits<float>::infinity();
+    total[g] = 0.0f;
+  }
+  std::memset(acc, 0, sizeof(float) * group * hd);
+  for (int32_t block = first / kPage; block <= last / kPage; ++block) {
+    const int32_t t0 = std::max(first, block * kPage) - block * kPage;
+    const int32_t t1 = std::min(last, block * kPage + kPage - 1) - block * kPage + 1;
+    const int count = t1 - t0;
+    const int64_t base =
+        (static_cast<int64_t>(pages[block]) * kPage + t0) * stride + static_cast<int64_t>(kvh) * hd;
+    const float* k = p.cache.keys + base;  // position t at k + t * stride
+    const float* v = p.cache.values + base;
+    for (int g = 0; g < group; ++g) {
+      const float* q = p.q + (r * p.heads + kvh * group + g) * hd;
+      float s[kPage];
+      float block_max = -std::numeric_limits<float>::infinity();
+      for (int t = 0; t < count; ++t) {
+        s[t] = V::Dot(q, k + t * stride, hd) * p.scale;
+        block_max = std::max(block_max, s[t]);
+      }
+      const float new_max = std::max(max_score[g], block_max);
+      const float correction = std::exp(max_score[g] - new_max);  // 0 on the first page
+      const float sum = V::ExpShifted(s, count, new_max);
+      total[g] = total[g] * correction + sum;
+      max_score[g] = new_max;
+      V::ScaleAddWeighted(acc + g * hd, correction, s, v, stride, count, hd);
+    }
+  }
+  for (int g = 0; g < group; ++g) {
+    float* out = p.out + (r * p.heads + kvh * group + g) * hd;
+    const float inv = 1.0f / total[g];
+    for (int i = 0; i < hd; ++i) out[i] = acc[g * hd + i] * inv;
+  }
+}
+
+// Runs body.template operator()<V>() with the policy of the instruction set.
+template <typename Body>
+void WithVec(CpuIsa isa, Body&& body) {
+#if defined(__x86_64__)
+  if (isa == CpuIsa::kAvx512) return body.template operator()<vec::Avx512>();
+  if (isa == CpuIsa::kAvx2) return body.template operator()<vec::Avx2>();
+#endif
+  body.template operator()<vec::Scalar>();
+}
+
+}  // namespace
+
+Status CpuOptions::Check() const {
+  if (isa && static_cast<int>(*isa) > static_cast<int>(DetectCpuIsa())) {
+    return InvalidArgument(std::string("CpuOptions.isa: ") + CpuIsaName(*isa) +
+                           " is not supported by this CPU (best: " + CpuIsaName(DetectCpuIsa()) +
+                           ")");
+  }
+  if (bf16_activations && !CpuHasAvx512Bf16()) {
+    return InvalidArgument("CpuOptions.bf16_activations: this CPU lacks avx512_bf16");
+  }
+  if (bf16_activations && isa && *isa != CpuIsa::kAvx512) {
+    return InvalidArgument("CpuOptions.bf16_activations: needs isa avx512");
+  }
+  return Status::Ok();
+}
+
+CpuBackend::Scratch::~Scratch() { std::free(data_); }
+
+float* CpuBackend::Scratch::Get(size_t floats) {
+  if (floats > size_) {
+    std::free(data_);
+    size_ = std::max(floats, size_ * 2);
+    data_ = static_cast<float*>(std::aligned_alloc(64, RoundUp(size_ * sizeof(float), 64)));
+    CHECK(data_ != nullptr);
+  }
+  return data_;
+}
+
+CpuBackend::CpuBackend(ThreadPool* pool, const CpuOptions& options)
+    : pool_(pool),
+      options_(options),
+      isa_(options.isa.value_or(DetectCpuIsa())),
+      matmul_(&MatmulKernelsFor(isa_)) {
+  CHECK(pool_ != nullptr);
+}
+
+CpuBackend::~CpuBackend() = default;
+
+std::string CpuBackend::Describe() const {
+  std::string s = "cpu (" + std::to_string(pool_->threads()) + " threads, " + CpuIsaName(isa_);
+  if (options_.bf16_activations) s += ", bf16 activations";
+  return s + ")";
+}
+
+Expected<std::unique_ptr<Buffer>> CpuBackend::Allocate(size_t bytes) {
+  size_t rounded = RoundUp(std::max<size_t>(bytes, 1), 64);
+  void* data = std::aligned_alloc(64, rounded);
+  if (!data) return ResourceExhausted("cpu: cannot allocate " + std::to_string(bytes) + " bytes");
+  std::memset(data, 0, rounded);
+  return std::unique_ptr<Buffer>(new HostBuffer(data, bytes));
+}
+
+void CpuBackend::CopyToDevice(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+
+void CpuBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+
+Expected<Weight> CpuBackend::PrepareWeight(const Weight& host, std::unique_ptr<Buffer>* storage) {
+  if (storage) storage->reset();
+  switch (host.format) {
+    case Format::kF32:
+    case Format::kF16:
+    case Format::kBf16:
+      if (host.empty() || host.rows <= 0 || host.cols <= 0) {
+        return InvalidArgument("cpu: weight of format " + FormatName(host.format) +
+                               " has no data or an empty shape");
+      }
+      return host;
+    default:
+      break;
+  }
+  return Unimplemented("cpu: weight format " + FormatName(host.format) +
+                       " is not supported by the CPU backend yet");
+}
+
+void CpuBackend::Embed(const EmbedParams& p) {
+  const Weight& t = *p.table;
+  const int64_t dim = t.cols;
+  Split(pool_, p.rows, p.rows * dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t token = p.tokens[r];
+      DCHECK(token >= 0 && token < t.rows);
+      float* out = p.out + r * dim;
+      switch (t.format) {
+        case Format::kF32:
+          std::memcpy(out, static_cast<const float*>(t.data) + token * dim, dim * sizeof(float));
+          break;
+        case Format::kF16: {
+          const uint16_t* row = static_cast<const uint16_t*>(t.data) + token * dim;
+          for (int64_t i = 0; i < dim; ++i) out[i] = F16ToF32(row[i]);
+          break;
+        }
+        case Format::kBf16: {
+          const uint16_t* row = static_cast<const uint16_t*>(t.data) + token * dim;
+          for (int64_t i = 0; i < dim; ++i) out[i] = Bf16ToF32(row[i]);
+          break;
+        }
+        default:
+          CHECK(false && "Embed: the table's format is not plain");
+      }
+    }
+  });
+}
+
+void CpuBackend::RmsNorm(const RmsNormParams& p) {
+  WithVec(isa_, [&]<class V>() {
+    Split(pool_, p.rows, p.rows * p.dim,
+          [&](int64_t r0, int64_t r1) { RmsNormRows<V>(p, r0, r1); });
+  });
+}
+
+void CpuBackend::Matmul(const MatmulParams& p) {
+  if (p.rows <= 0) return;
+  const MatmulKernels& k = *matmul_;
+  const int64_t cols = p.w[0]->cols;
+  const int64_t stride = PaddedCols(cols, k.block);
+  // The activations in the order each output's kernel reads: [0] bf16, [1] f16 and f32.
+  const float* x[2] = {nullptr, nullptr};
+  for (int o = 0; o < p.outputs; ++o) {
+    const Format f = p.w[o]->format;
+    CHECK(f == Format::kF32 || f == Format::kF16 || f == Format::kBf16);
+    const int order = f == Format::kBf16 ? 0 : 1;
+    if (!x[order]) {
+      float* dst = activations_[order].Get(p.rows * stride);
+      k.prepare(f, p.x, p.rows, cols, dst);
+      x[order] = dst;
+    }
+  }
+  MatmulSlice slices[MatmulParams::kMaxOutputs];
+  int64_t total_n = 0;
+  for (int o = 0; o < p.outputs; ++o) {
+    const Format f = p.w[o]->format;
+    slices[o] = MatmulSlice{.w = p.w[o],
+                            .x = x[f == Format::kBf16 ? 0 : 1],
+                            .x_stride = stride,
+                            .rows = p.rows,
+                            .out = p.out[o],
+                            .bias = p.bias[o]};
+    total_n += p.w[o]->rows;
+  }
+  // Output rows in chunks (multiples of the tile), about four per thread so that threads that
+  // finish early take more; one dispatch covers every output.
+  const int threads = pool_->threads();
+  int64_t chunk = (total_n + 4 * threads - 1) / (4 * threads);
+  chunk = std::max<int64_t>(k.tile_rows, (chunk + k.tile_rows - 1) / k.tile_rows * k.tile_rows);
+  int64_t first_task[MatmulParams::kMaxOutputs + 1] = {0};
+  for (int o = 0; o < p.outputs; ++o) {
+    first_task[o + 1] = first_task[o] + (p.w[o]->rows + chunk - 1) / chunk;
+  }
+  const int64_t tasks = first_task[p.outputs];
+  auto run = [&](int64_t task, int) {
+    int o = 0;
+    while (task >= first_task[o + 1]) ++o;
+    const int64_t n0 = (task - first_task[o]) * chunk;
+    const int64_t n1 = std::min(p.w[o]->rows, n0 + chunk);
+    k.slice[static_cast<int>(p.w[o]->format)](slices[o], n0, n1);
+  };
+  if (threads == 1) {
+    for (int64_t t = 0; t < tasks; ++t) run(t, 0);
+  } else {
+    pool_->Run(tasks, run);
+  }
+}
+
+void CpuBackend::Rope(const RopeParams& p) {
+  WithVec(isa_, [&]<class V>() {
+    Split(pool_, p.rows, p.rows * p.heads * p.head_dim * 4,
+          [&](int64_t r0, int64_t r1) { RopeRows<V>(p, r0, r1); });
+  });
+}
+
+void CpuBackend::KvWrite(const KvWriteParams& p) {
+  const int64_t width = static_cast<int64_t>(p.kv_heads) * p.head_dim;
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const int32_t position = p.positions[r];
+    const int32_t block = position / kPage;
+    DCHECK(block < p.table.max_pages);
+    const int64_t page =
+        p.table.pages[static_cast<int64_t>(p.slots[r]) * p.table.max_pages + block];
+    DCHECK(page >= 0);
+    const int64_t at = (page * kPage + position % kPage) * width;
+    std::memcpy(p.cache.keys + at, p.k + r * width, width * sizeof(float));
+    std::memcpy(p.cache.values + at, p.v + r * width, width * sizeof(float));
+  }
+}
+
+void CpuBackend::Attention(const AttentionParams& p) {
+  if (p.rows <= 0) return;
+  const int group = p.heads / p.kv_heads;
+  const int threads = pool_->threads();
+  float* scratch = attention_.Get(static_cast<size_t>(threads) * group * p.head_dim);
+  // Work: every query head reads its context once for scores and once for values.
+  int64_t work = 0;
+  for (int64_t r = 0; r < p.rows; ++r) {
+    int64_t context =
+        p.window > 0 ? std::min<int64_t>(p.window, p.positions[r] + 1) : p.positions[r] + 1;
+    work += context * p.heads * p.head_dim * 2;
+  }
+  const int64_t tasks = p.rows * p.kv_heads;
+  WithVec(isa_, [&]<class V>() {
+    auto run = [&](int64_t task, int thread) {
+      AttentionTask<V>(p, task / p.kv_heads, static_cast<int>(task % p.kv_heads),
+                       scratch + static_cast<int64_t>(thread) * group * p.head_dim);
+    };
+    if (threads == 1 || work < kInlineElements || tasks == 1) {
+      for (int64_t t = 0; t < tasks; ++t) run(t, 0);
+    } else {
+      pool_->Run(tasks, run);
+    }
+  });
+}
+
+void CpuBackend::SwiGlu(const SwiGluParams& p) {
+  WithVec(isa_, [&]<class V>() {
+    Split(pool_, (p.n + 1023) / 1024, p.n * 8, [&](int64_t b0, int64_t b1) {
+      const int64_t i0 = b0 * 1024, i1 = std::min(p.n, b1 * 1024);
+      V::SwiGlu(p.out + i0, p.gate + i0, p.up + i0, i1 - i0);
+    });
+  });
+}
+
+void CpuBackend::Add(const AddParams& p) {
+  WithVec(isa_, [&]<class V>() {
+    Split(pool_, (p.n + 1023) / 1024, p.n, [&](int64_t b0, int64_t b1) {
+      const int64_t i0 = b0 * 1024, i1 = std::min(p.n, b1 * 1024);
+      V::Sum(p.out + i0, p.out + i0, p.x + i0, i1 - i0);
+    });
+  });
+}
+
+void CpuBackend::GatherRows(const GatherRowsParams& p) {
+  for (int64_t i = 0; i < p.count; ++i) {
+    std::memcpy(p.out + i * p.dim, p.x + static_cast<int64_t>(p.index[i]) * p.dim,
+                sizeof(float) * p.dim);
+  }
+}
+
+std::unique_ptr<Backend> MakeCpuBackend(ThreadPool* pool) {
+  return std::make_unique<CpuBackend>(pool, CpuOptions{});
+}
+
+Expected<std::unique_ptr<Backend>> MakeCpuBackend(ThreadPool* pool, const CpuOptions& options) {
+  GZ_RETURN_IF_ERROR(options.Check());
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(pool, options));
+}
+
+}  // namespace gizllm

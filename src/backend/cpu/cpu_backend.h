@@ -1,0 +1,83 @@
+// The CPU backend: every op of ops/backend.h on the host, parallel over a ThreadPool, with
+// AVX-512, AVX2 or portable kernels picked once at run time.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_isa.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "ops/backend.h"
+
+namespace gizllm {
+
+struct MatmulKernels;
+
+struct CpuOptions {
+  // Instruction set of the kernels; unset: the best this CPU supports. Asking for more than
+  // the CPU supports is an error (Check()).
+  std::optional<CpuIsa> isa;
+  // Matmuls over bf16 weights round the activations to bf16 and use AVX-512 BF16 dot products
+  // (vdpbf16ps). Faster prefill, about 1e-3 relative error in each product; off by default
+  // (float32 activations, float32 accumulation). Needs a CPU with avx512_bf16.
+  bool bf16_activations = false;
+  Status Check() const;
+};
+
+class CpuBackend : public Backend {
+ public:
+  // `pool` must outlive the backend; ops run on its threads.
+  CpuBackend(ThreadPool* pool, const CpuOptions& options);
+  ~CpuBackend() override;
+
+  DeviceKind kind() const override { return DeviceKind::kCpu; }
+  std::string Describe() const override;  // "cpu (2 threads, avx512)"
+  CpuIsa isa() const { return isa_; }
+
+  Expected<std::unique_ptr<Buffer>> Allocate(size_t bytes) override;
+  void CopyToDevice(void* dst, const void* src, size_t bytes) override;
+  void CopyToHost(void* dst, const void* src, size_t bytes) override;
+  // Plain formats are used in place (no copy, `storage` stays null).
+  Expected<Weight> PrepareWeight(const Weight& host, std::unique_ptr<Buffer>* storage) override;
+
+  void Embed(const EmbedParams& p) override;
+  void RmsNorm(const RmsNormParams& p) override;
+  void Matmul(const MatmulParams& p) override;
+  void Rope(const RopeParams& p) override;
+  void KvWrite(const KvWriteParams& p) override;
+  void Attention(const AttentionParams& p) override;
+  void SwiGlu(const SwiGluParams& p) override;
+  void Add(const AddParams& p) override;
+  void GatherRows(const GatherRowsParams& p) override;
+  void Synchronize() override {}
+
+ private:
+  // A 64-byte aligned float buffer that only grows (nothing is allocated once it is large
+  // enough for the engine's biggest step).
+  class Scratch {
+   public:
+    ~Scratch();
+    float* Get(size_t floats);
+
+   private:
+    float* data_ = nullptr;
+    size_t size_ = 0;
+  };
+
+  ThreadPool* pool_;
+  CpuOptions options_;
+  CpuIsa isa_;
+  const MatmulKernels* matmul_;
+  Scratch activations_[2];  // matmul inputs in kernel order: bf16 order, natural order
+  Scratch attention_;       // per thread: accumulators of one kv head's query heads
+};
+
+// The CPU backend with default options.
+std::unique_ptr<Backend> MakeCpuBackend(ThreadPool* pool);
+// Fails where the options ask for what this CPU lacks.
+Expected<std::unique_ptr<Backend>> MakeCpuBackend(ThreadPool* pool, const CpuOptions& options);
+
+}  // namespace gizllm

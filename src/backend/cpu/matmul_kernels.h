@@ -1,0 +1,47 @@
+// The per-instruction-set kernels behind CpuBackend::Matmul (internal to backend/cpu).
+//
+// Every kernel computes dot products of weight rows with activation rows, NW weight rows by MX
+// activation rows at a time, so that each weight byte loaded is used for MX rows (prefill) and
+// the weights stream once at memory bandwidth (decode, MX = 1). Weights are read in blocks of
+// kBlock inputs as two vectors; for bf16 the two vectors hold the even and the odd inputs of
+// the block (a shift and a mask convert a pair of bf16 in one 32-bit lane), so the activations
+// are first copied into the matching order: PrepareActivations.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/cpu_isa.h"
+#include "ops/weight.h"
+
+namespace gizllm {
+
+// One weight's share of a matmul.
+struct MatmulSlice {
+  const Weight* w = nullptr;  // [n, cols], plain format
+  const float* x = nullptr;   // [rows, x_stride] activations as PrepareActivations wrote them
+  int64_t x_stride = 0;       // floats per activation row (cols rounded up to the block)
+  int64_t rows = 0;
+  float* out = nullptr;         // [rows, n]
+  const float* bias = nullptr;  // [n] or null
+};
+
+// Computes out[:, n0:n1] of a slice.
+using MatmulSliceFn = void (*)(const MatmulSlice& s, int64_t n0, int64_t n1);
+
+struct MatmulKernels {
+  int block = 1;      // inputs per block; activation rows are padded to a multiple
+  int tile_rows = 1;  // weight rows per tile (NW): slices split at multiples of it
+  // Copies x [rows, cols] into dst [rows, stride] in the order the kernels for `format` read,
+  // zero-padded; stride = cols rounded up to `block`.
+  void (*prepare)(Format format, const float* x, int64_t rows, int64_t cols, float* dst) = nullptr;
+  MatmulSliceFn slice[3] = {};  // by Format: kF32, kF16, kBf16
+};
+
+const MatmulKernels& ScalarMatmulKernels();
+const MatmulKernels& Avx2MatmulKernels();
+const MatmulKernels& Avx512MatmulKernels();
+const MatmulKernels& MatmulKernelsFor(CpuIsa isa);
+
+inline int64_t PaddedCols(int64_t cols, int block) { return (cols + block - 1) / block * block; }
+
+}  // namespace gizllm

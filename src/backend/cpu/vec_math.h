@@ -1,0 +1,247 @@
+// Short vector routines the CPU ops are built from, once per instruction set (internal to
+// backend/cpu). Each policy struct has the same static functions; an op is a template over the
+// policy, and every function here handles a whole row so that a call amortizes over many
+// elements.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cpu/cpu_isa.h"
+
+namespace gizllm::vec {
+
+struct Scalar {
+  static float Dot(const float* a, const float* b, int64_t n) {
+    float acc[4] = {0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      for (int u = 0; u < 4; ++u) acc[u] += a[i + u] * b[i + u];
+    }
+    for (; i < n; ++i) acc[0] += a[i] * b[i];
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  }
+  static float SumSquares(const float* a, int64_t n) { return Dot(a, a, n); }
+  // out = x * scale * (w + offset)
+  static void ScaleMul(float* out, const float* x, float scale, const float* w, float offset,
+                       int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * (w[i] + offset);
+  }
+  // out = x + y
+  static void Sum(float* out, const float* x, const float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
+  }
+  // x = exp(x - shift); returns the sum of the results.
+  static float ExpShifted(float* x, int64_t n, float shift) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = std::exp(x[i] - shift);
+      sum += x[i];
+    }
+    return sum;
+  }
+  static void SwiGlu(float* out, const float* gate, const float* up, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  }
+  // acc = acc * c + sum_t p[t] * v[t * stride + 0:n], count terms.
+  static void ScaleAddWeighted(float* acc, float c, const float* p, const float* v, int64_t stride,
+                               int count, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) acc[i] *= c;
+    for (int t = 0; t < count; ++t) {
+      for (int64_t i = 0; i < n; ++i) acc[i] += p[t] * v[t * stride + i];
+    }
+  }
+};
+
+#if defined(__x86_64__)
+
+struct Avx512 {
+  GZ_TARGET_AVX512 static inline __mmask16 Tail(int64_t n) {
+    return static_cast<__mmask16>((1u << n) - 1);
+  }
+  // exp(x) for x in about [-87, 88] (clamped), within 2 ulp: Cephes' polynomial.
+  GZ_TARGET_AVX512 static inline __m512 Exp(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+    __m512 y = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(y, n);
+  }
+  GZ_TARGET_AVX512 static inline float Dot(const float* a, const float* b, int64_t n) {
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+      acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+    }
+    for (; i < n; i += 16) {
+      __mmask16 m = Tail(std::min<int64_t>(16, n - i));
+      acc0 =
+          _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  }
+  GZ_TARGET_AVX512 static float SumSquares(const float* a, int64_t n) { return Dot(a, a, n); }
+  GZ_TARGET_AVX512 static void ScaleMul(float* out, const float* x, float scale, const float* w,
+                                        float offset, int64_t n) {
+    const __m512 s = _mm512_set1_ps(scale), o = _mm512_set1_ps(offset);
+    for (int64_t i = 0; i < n; i += 16) {
+      __mmask16 m = Tail(std::min<int64_t>(16, n - i));
+      __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), s);
+      _mm512_mask_storeu_ps(out + i, m,
+                            _mm512_mul_ps(v, _mm512_add_ps(_mm512_maskz_loadu_ps(m, w + i), o)));
+    }
+  }
+  GZ_TARGET_AVX512 static void Sum(float* out, const float* x, const float* y, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+      __mmask16 m = Tail(std::min<int64_t>(16, n - i));
+      _mm512_mask_storeu_ps(
+          out + i, m,
+          _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+    }
+  }
+  GZ_TARGET_AVX512 static float ExpShifted(float* x, int64_t n, float shift) {
+    const __m512 s = _mm512_set1_ps(shift);
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+      __mmask16 m = Tail(std::min<int64_t>(16, n - i));
+      __m512 e = Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s));
+      _mm512_mask_storeu_ps(x + i, m, e);
+      sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
+    }
+    return _mm512_reduce_add_ps(sum);
+  }
+  GZ_TARGET_AVX512 static void SwiGlu(float* out, const float* gate, const float* up, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+      __mmask16 m = Tail(std::min<int64_t>(16, n - i));
+      __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+      __m512 e = Exp(_mm512_sub_ps(_mm512_setzero_ps(), g));
+      __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
+      _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(m, up + i)));
+    }
+  }
+  GZ_TARGET_AVX512 static void ScaleAddWeighted(float* acc, float c, const float* p, const float* v,
+                                                int64_t stride, int count, int64_t n) {
+    const __m512 cv = _mm512_set1_ps(c);
+    for (int64_t i = 0; i < n; i += 16) {
+      __mmask16 m = Tail(std::min<int64_t>(16, n - i));
+      __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, acc + i), cv);
+      for (int t = 0; t < count; ++t) {
+        a = _mm512_fmadd_ps(_mm512_set1_ps(p[t]), _mm512_maskz_loadu_ps(m, v + t * stride + i), a);
+      }
+      _mm512_mask_storeu_ps(acc + i, m, a);
+    }
+  }
+};
+
+struct Avx2 {
+  GZ_TARGET_AVX2 static inline __m256i Tail(int64_t n) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), idx);
+  }
+  GZ_TARGET_AVX2 static inline __m256 Load(const float* p, __m256i m) {
+    return _mm256_maskload_ps(p, m);
+  }
+  GZ_TARGET_AVX2 static inline float Reduce(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  GZ_TARGET_AVX2 static inline __m256 Exp(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.7f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+    __m256 y = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    // 2^n from the exponent bits; n is in [-126, 128] after the clamp.
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+  }
+  GZ_TARGET_AVX2 static inline float Dot(const float* a, const float* b, int64_t n) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+      acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    for (; i < n; i += 8) {
+      __m256i m = Tail(n - i);
+      acc0 = _mm256_fmadd_ps(Load(a + i, m), Load(b + i, m), acc0);
+    }
+    return Reduce(_mm256_add_ps(acc0, acc1));
+  }
+  GZ_TARGET_AVX2 static float SumSquares(const float* a, int64_t n) { return Dot(a, a, n); }
+  GZ_TARGET_AVX2 static void ScaleMul(float* out, const float* x, float scale, const float* w,
+                                      float offset, int64_t n) {
+    const __m256 s = _mm256_set1_ps(scale), o = _mm256_set1_ps(offset);
+    for (int64_t i = 0; i < n; i += 8) {
+      __m256i m = Tail(n - i);
+      __m256 v = _mm256_mul_ps(Load(x + i, m), s);
+      _mm256_maskstore_ps(out + i, m, _mm256_mul_ps(v, _mm256_add_ps(Load(w + i, m), o)));
+    }
+  }
+  GZ_TARGET_AVX2 static void Sum(float* out, const float* x, const float* y, int64_t n) {
+    for (int64_t i = 0; i < n; i += 8) {
+      __m256i m = Tail(n - i);
+      _mm256_maskstore_ps(out + i, m, _mm256_add_ps(Load(x + i, m), Load(y + i, m)));
+    }
+  }
+  GZ_TARGET_AVX2 static float ExpShifted(float* x, int64_t n, float shift) {
+    const __m256 s = _mm256_set1_ps(shift);
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) {
+      __m256i m = Tail(n - i);
+      __m256 e = _mm256_and_ps(Exp(_mm256_sub_ps(Load(x + i, m), s)), _mm256_castsi256_ps(m));
+      _mm256_maskstore_ps(x + i, m, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    return Reduce(sum);
+  }
+  GZ_TARGET_AVX2 static void SwiGlu(float* out, const float* gate, const float* up, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 8) {
+      __m256i m = Tail(n - i);
+      __m256 g = Load(gate + i, m);
+      __m256 e = Exp(_mm256_sub_ps(_mm256_setzero_ps(), g));
+      __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
+      _mm256_maskstore_ps(out + i, m, _mm256_mul_ps(silu, Load(up + i, m)));
+    }
+  }
+  GZ_TARGET_AVX2 static void ScaleAddWeighted(float* acc, float c, const float* p, const float* v,
+                                              int64_t stride, int count, int64_t n) {
+    const __m256 cv = _mm256_set1_ps(c);
+    for (int64_t i = 0; i < n; i += 8) {
+      __m256i m = Tail(n - i);
+      __m256 a = _mm256_mul_ps(Load(acc + i, m), cv);
+      for (int t = 0; t < count; ++t) {
+        a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), Load(v + t * stride + i, m), a);
+      }
+      _mm256_maskstore_ps(acc + i, m, a);
+    }
+  }
+};
+
+#endif  // __x86_64__
+
+}  // namespace gizllm::vec

@@ -1,0 +1,405 @@
+// The CPU backend's kernels against the scalar references: every instruction set this CPU
+// has, 1, 2 and 3 threads, sizes that are not multiples of any tile, unaligned pointers,
+// fresh random inputs and NaN-poisoned outputs.
+#include "backend/cpu/cpu_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/reference.h"
+#include "core/dtype.h"
+
+namespace gizllm {
+namespace {
+
+struct Config {
+  CpuIsa isa;
+  int threads;
+};
+
+std::vector<Config> Configs() {
+  std::vector<Config> configs;
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (static_cast<int>(isa) > static_cast<int>(DetectCpuIsa())) continue;
+    for (int threads : {1, 2, 3}) configs.push_back({isa, threads});
+  }
+  return configs;
+}
+
+std::string Name(const Config& c) {
+  return std::string(CpuIsaName(c.isa)) + "/" + std::to_string(c.threads) + "t";
+}
+
+class CpuBackendTest : public ::testing::Test {
+ protected:
+  std::mt19937 rng_{12345};
+
+  std::vector<float> Random(int64_t n, float scale = 1.0f) {
+    std::uniform_real_distribution<float> d(-scale, scale);
+    std::vector<float> v(n);
+    for (float& f : v) f = d(rng_);
+    return v;
+  }
+  std::vector<float> Poison(int64_t n) {
+    return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN());
+  }
+};
+
+// A plain weight of random values stored at an odd element offset (unaligned rows).
+struct TestWeight {
+  std::vector<uint8_t> bytes;
+  Weight w;
+  TestWeight(Format format, int64_t rows, int64_t cols, std::mt19937& rng) {
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    const int size = format == Format::kF32 ? 4 : 2;
+    bytes.resize((rows * cols + 1) * size);
+    uint8_t* data = bytes.data() + size;  // one element past the start
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      float v = d(rng);
+      if (format == Format::kF32) {
+        std::memcpy(data + i * 4, &v, 4);
+      } else {
+        uint16_t h = format == Format::kBf16 ? F32ToBf16(v) : F32ToF16(v);
+        std::memcpy(data + i * 2, &h, 2);
+      }
+    }
+    w = Weight{.format = format, .rows = rows, .cols = cols, .data = data};
+  }
+};
+
+TEST_F(CpuBackendTest, MatmulMatchesReference) {
+  const int64_t kRows[] = {1, 2, 3, 5, 17};
+  const int64_t kCols[] = {1, 7, 31, 33, 70, 389};
+  for (const Config& c : Configs()) {
+    ThreadPool pool(c.threads);
+    CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
+    for (Format format : {Format::kF32, Format::kF16, Format::kBf16}) {
+      for (int64_t rows : kRows) {
+        for (int64_t cols : kCols) {
+          const int outputs = 1 + static_cast<int>((rows + cols) % 3);
+          const int64_t n[3] = {1 + (cols * 7) % 45, 3 + rows, 19};
+          std::vector<TestWeight> w;
+          for (int o = 0; o < outputs; ++o) w.emplace_back(format, n[o], cols, rng_);
+          // x starts one float past an aligned address.
+          std::vector<float> x_storage = Random(rows * cols + 1);
+          std::vector<float> bias = Random(64);
+          std::vector<float> got[3], want[3];
+          MatmulParams p;
+          p.x = x_storage.data() + 1;
+          p.rows = rows;
+          p.outputs = outputs;
+          MatmulParams ref = p;
+          for (int o = 0; o < outputs; ++o) {
+            got[o] = Poison(rows * n[o]);
+            want[o] = Poison(rows * n[o]);
+            p.w[o] = ref.w[o] = &w[o].w;
+            p.out[o] = got[o].data();
+            ref.out[o] = want[o].data();
+            if (o == 1) p.bias[o] = ref.bias[o] = bias.data();
+          }
+          ASSERT_TRUE(p.Check().ok());
+          backend.Matmul(p);
+          ReferenceMatmul(ref);
+          for (int o = 0; o < outputs; ++o) {
+            for (int64_t r = 0; r < rows; ++r) {
+              for (int64_t j = 0; j < n[o]; ++j) {
+                // Tolerance: float32 rounding of a sum of `cols` products.
+                double scale = 0.0;
+                for (int64_t k = 0; k < cols; ++k) {
+                  scale += std::abs(p.x[r * cols + k] * ReferenceWeightAt(w[o].w, j, k));
+                }
+                ASSERT_NEAR(got[o][r * n[o] + j], want[o][r * n[o] + j], 1e-5 * scale + 1e-7)
+                    << Name(c) << " " << FormatName(format) << " rows " << rows << " cols " << cols
+                    << " output " << o << " at [" << r << ", " << j << "]";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CpuBackendTest, MatmulManyRowsAndOutputs) {
+  // Sizes that cross the activation passes and several chunks per thread.
+  for (const Config& c : Configs()) {
+    ThreadPool pool(c.threads);
+    CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
+    const int64_t rows = 131, cols = 517, n = 203;
+    TestWeight w(Format::kBf16, n, cols, rng_);
+    std::vector<float> x = Random(rows * cols);
+    std::vector<float> got = Poison(rows * n), want = Poison(rows * n);
+    MatmulParams p;
+    p.x = x.data();
+    p.rows = rows;
+    p.w[0] = &w.w;
+    p.out[0] = got.data();
+    backend.Matmul(p);
+    p.out[0] = want.data();
+    ReferenceMatmul(p);
+    for (int64_t i = 0; i < rows * n; ++i) {
+      ASSERT_NEAR(got[i], want[i], 2e-4) << Name(c) << " at " << i;
+    }
+  }
+}
+
+TEST_F(CpuBackendTest, RmsNormMatchesReference) {
+  for (const Config& c : Configs()) {
+    ThreadPool pool(c.threads);
+    CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
+    for (int64_t dim : {1, 15, 384, 1001}) {
+      for (int64_t rows : {1, 3, 130}) {
+        for (bool residual : {false, true}) {
+          for (bool in_place : {false, true}) {
+            std::vector<float> x = Random(rows * dim + 1, 3.0f);
+            std::vector<float> res = Random(rows * dim + 1);
+            std::vector<float> weight = Random(dim);
+            std::vector<float> x2 = x, res2 = res;
+            std::vector<float> got = Poison(rows * dim), want = Poison(rows * dim);
+            RmsNormParams p{.out = in_place ? x.data() + 1 : got.data(),
+                            .x = x.data() + 1,
+                            .residual = residual ? res.data() + 1 : nullptr,
+                            .weight = weight.data(),
+                            .rows = rows,
+                            .dim = dim,
+                            .eps = 1e-6f,
+                            .offset = residual ? 1.0f : 0.0f};
+            RmsNormParams ref = p;
+            ref.out = want.data();
+            ref.x = x2.data() + 1;
+            ref.residual = residual ? res2.data() + 1 : nullptr;
+            backend.RmsNorm(p);
+            ReferenceRmsNorm(ref);
+            const float* out = in_place ? x.data() + 1 : got.data();
+            for (int64_t i = 0; i < rows * dim; ++i) {
+              ASSERT_NEAR(out[i], want[i], 1e-5 * (1 + std::abs(want[i])))
+                  << Name(c) << " dim " << dim << " rows " << rows << " at " << i;
+              if (residual) ASSERT_EQ(res[i + 1], res2[i + 1]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CpuBackendTest, RopeMatchesReference) {
+  for (const Config& c : Configs()) {
+    ThreadPool pool(c.threads);
+    CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
+    struct Shape {
+      int heads, head_dim, rotary_dims;
+      bool norm;
+    };
+    for (Shape s : {Shape{6, 64, 64, true}, Shape{3, 10, 6, false}, Shape{2, 33, 32, true}}) {
+      for (int64_t rows : {1, 7, 300}) {
+        std::vector<float> x = Random(rows * s.heads * s.head_dim + 1, 2.0f);
+        std::vector<float> want = x;
+        std::vector<int32_t> positions(rows);
+        for (auto& pos : positions) pos = std::uniform_int_distribution<int>(0, 40000)(rng_);
+        std::vector<float> inv_freq(s.rotary_dims / 2);
+        for (size_t i = 0; i < inv_freq.size(); ++i) {
+          inv_freq[i] = std::pow(1e6f, -2.0f * i / s.rotary_dims);
+        }
+        std::vector<float> norm = Random(s.head_dim);
+        RopeParams p{.x = x.data() + 1,
+                     .rows = rows,
+                     .heads = s.heads,
+                     .head_dim = s.head_dim,
+                     .rotary_dims = s.rotary_dims,
+                     .positions = positions.data(),
+                     .inv_freq = inv_freq.data(),
+                     .norm = s.norm ? norm.data() : nullptr};
+        ASSERT_TRUE(p.Check().ok());
+        RopeParams ref = p;
+        ref.x = want.data() + 1;
+        backend.Rope(p);
+        ReferenceRope(ref);
+        for (size_t i = 1; i < x.size(); ++i) {
+          ASSERT_NEAR(x[i], want[i], 2e-5 * (1 + std::abs(want[i]))) << Name(c) << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+// A KV cache of random contents with pages assigned to slots in shuffled order.
+struct TestCache {
+  int kv_heads, head_dim, slots, max_pages;
+  std::vector<float> keys, values;
+  std::vector<int32_t> pages;
+  TestCache(int kv_heads, int head_dim, int slots, int max_pages, std::mt19937& rng)
+      : kv_heads(kv_heads), head_dim(head_dim), slots(slots), max_pages(max_pages) {
+    const int total = slots * max_pages + 1;
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    keys.resize(static_cast<size_t>(total) * kPage * kv_heads * head_dim);
+    values.resize(keys.size());
+    for (auto& v : keys) v = 2.0f * d(rng);
+    for (auto& v : values) v = d(rng);
+    std::vector<int32_t> order(total);
+    for (int i = 0; i < total; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    pages.assign(order.begin(), order.begin() + slots * max_pages);
+  }
+  KvLayer layer() { return {keys.data(), values.data()}; }
+  PageTable table() const { return {pages.data(), max_pages}; }
+};
+
+TEST_F(CpuBackendTest, KvWriteMatchesReference) {
+  for (const Config& c : Configs()) {
+    ThreadPool pool(c.threads);
+    CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
+    TestCache cache(2, 24, 3, 4, rng_);
+    TestCache want = cache;
+    const int64_t rows = 9;
+    std::vector<float> k = Random(rows * 2 * 24), v = Random(rows * 2 * 24);
+    std::vector<int32_t> slots(rows), positions(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      slots[r] = r % 3;
+      positions[r] = static_cast<int32_t>(r * 7 % (4 * kPage));
+    }
+    KvWriteParams p{.cache = cache.layer(),
+                    .table = cache.table(),
+                    .k = k.data(),
+                    .v = v.data(),
+                    .slots = slots.data(),
+                    .positions = positions.data(),
+                    .rows = rows,
+                    .kv_heads = 2,
+                    .head_dim = 24};
+    ASSERT_TRUE(p.Check().ok());
+    backend.KvWrite(p);
+    p.cache = want.layer();
+    ReferenceKvWrite(p);
+    EXPECT_EQ(cache.keys, want.keys) << Name(c);
+    EXPECT_EQ(cache.values, want.values) << Name(c);
+  }
+}
+
+TEST_F(CpuBackendTest, AttentionMatchesReference) {
+  struct Shape {
+    int heads, kv_heads, head_dim, window;
+  };
+  for (const Config& c : Configs()) {
+    ThreadPool pool(c.threads);
+    CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
+    for (Shape s :
+         {Shape{6, 2, 64, 0}, Shape{4, 4, 37, 0}, Shape{3, 1, 16, 21}, Shape{8, 2, 128, 0}}) {
+      const int slots = 3, max_pages = 7;
+      TestCache cache(s.kv_heads, s.head_dim, slots, max_pages, rng_);
+      for (int64_t rows : {1, 2, 40}) {
+        std::vector<int32_t> row_slots(rows), positions(rows);
+        for (int64_t r = 0; r < rows; ++r) {
+          row_slots[r] = std::uniform_int_distribution<int>(0, slots - 1)(rng_);
+          positions[r] = std::uniform_int_distribution<int>(0, max_pages * kPage - 1)(rng_);
+        }
+        positions[0] = 0;  // a row that sees only itself
+        std::vector<float> q = Random(rows * s.heads * s.head_dim + 1);
+        std::vector<float> got = Poison(rows * s.heads * s.head_dim);
+        std::vector<float> want = Poison(rows * s.heads * s.head_dim);
+        AttentionParams p{.out = got.data(),
+                          .q = q.data() + 1,
+                          .cache = cache.layer(),
+                          .table = cache.table(),
+                          .slots = row_slots.data(),
+                          .positions = positions.data(),
+                          .rows = rows,
+                          .heads = s.heads,
+                          .kv_heads = s.kv_heads,
+                          .head_dim = s.head_dim,
+                          .scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim)),
+                          .window = s.window};
+        ASSERT_TRUE(p.Check().ok());
+        backend.Attention(p);
+        p.out = want.data();
+        ReferenceAttention(p);
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_NEAR(got[i], want[i], 2e-6)
+              << Name(c) << " heads " << s.heads << " rows " << rows << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CpuBackendTest, ElementwiseMatchReference) {
+  for (const Config& c : Configs()) {
+    ThreadPool pool(c.threads);
+    CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
+    for (int64_t n : {1, 13, 1152, 100003}) {
+      std::vector<float> gate = Random(n + 1, 12.0f), up = Random(n + 1, 3.0f);
+      gate[1] = -100.0f;  // silu's far tails
+      gate[n] = 100.0f;
+      std::vector<float> got = Poison(n + 1), want = Poison(n + 1);
+      SwiGluParams p{.out = got.data() + 1, .gate = gate.data() + 1, .up = up.data() + 1, .n = n};
+      backend.SwiGlu(p);
+      p.out = want.data() + 1;
+      ReferenceSwiGlu(p);
+      for (int64_t i = 1; i <= n; ++i) {
+        ASSERT_NEAR(got[i], want[i], 2e-6 * (1 + std::abs(want[i]))) << Name(c) << " at " << i;
+      }
+      std::vector<float> a = Random(n + 1), b = Random(n + 1), a2 = a;
+      backend.Add({.out = a.data() + 1, .x = b.data() + 1, .n = n});
+      ReferenceAdd({.out = a2.data() + 1, .x = b.data() + 1, .n = n});
+      ASSERT_EQ(a, a2) << Name(c);
+    }
+    for (Format format : {Format::kF32, Format::kF16, Format::kBf16}) {
+      TestWeight table(format, 50, 77, rng_);
+      std::vector<int32_t> tokens = {3, 49, 0, 3, 17};
+      std::vector<float> got = Poison(5 * 77), want = Poison(5 * 77);
+      EmbedParams p{.out = got.data(), .table = &table.w, .tokens = tokens.data(), .rows = 5};
+      ASSERT_TRUE(p.Check().ok());
+      backend.Embed(p);
+      p.out = want.data();
+      ReferenceEmbed(p);
+      ASSERT_EQ(got, want) << Name(c) << " " << FormatName(format);
+    }
+    std::vector<float> x = Random(9 * 33);
+    std::vector<int32_t> index = {8, 0, 4, 4};
+    std::vector<float> got = Poison(4 * 33), want = Poison(4 * 33);
+    GatherRowsParams p{
+        .out = got.data(), .x = x.data(), .index = index.data(), .count = 4, .dim = 33};
+    backend.GatherRows(p);
+    p.out = want.data();
+    ReferenceGatherRows(p);
+    ASSERT_EQ(got, want) << Name(c);
+  }
+}
+
+TEST_F(CpuBackendTest, AllocateAndPrepareWeight) {
+  ThreadPool pool(2);
+  std::unique_ptr<Backend> backend = MakeCpuBackend(&pool);
+  EXPECT_EQ(backend->kind(), DeviceKind::kCpu);
+  auto buffer = backend->Allocate(1000);
+  ASSERT_TRUE(buffer.ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>((*buffer)->data()) % 64, 0u);
+  for (size_t i = 0; i < 1000; ++i) ASSERT_EQ((*buffer)->as<uint8_t>()[i], 0);
+
+  TestWeight plain(Format::kBf16, 4, 8, rng_);
+  std::unique_ptr<Buffer> storage;
+  auto prepared = backend->PrepareWeight(plain.w, &storage);
+  ASSERT_TRUE(prepared.ok());
+  EXPECT_EQ(prepared->data, plain.w.data);  // used in place
+  EXPECT_EQ(storage, nullptr);
+
+  Weight q4 = plain.w;
+  q4.format = Format::kQ4;
+  auto refused = backend->PrepareWeight(q4, &storage);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(refused.status().message().find("q4"), std::string::npos);
+}
+
+TEST_F(CpuBackendTest, OptionsCheck) {
+  ThreadPool pool(1);
+  EXPECT_TRUE(MakeCpuBackend(&pool, CpuOptions{.isa = CpuIsa::kScalar}).ok());
+  auto bf16 = MakeCpuBackend(&pool, CpuOptions{.bf16_activations = true});
+  EXPECT_EQ(bf16.ok(), CpuHasAvx512Bf16());
+}
+
+}  // namespace
+}  // namespace gizllm
