@@ -265,5 +265,272 @@ TEST(Engine, ConcurrentRequestsEqualAloneUnderPreemption) {
   }
 }
 
+// Runs requests one after another on `engine`; returns each one's tokens and first `cached`.
+struct Outcome {
+  std::vector<int32_t> tokens;
+  int64_t cached = -1;
+  int64_t rows = 0;  // rows the runner read for it
+};
+Outcome RunOne(Engine& engine, FakeRunner& runner, const Request& request, int32_t head = 0) {
+  Outcome run;
+  const int64_t before = runner.rows_read();
+  auto id = engine.Add(request, -1, head);
+  EXPECT_TRUE(id.ok());
+  while (engine.Busy()) {
+    auto progress = engine.Advance();
+    EXPECT_TRUE(progress.ok()) << progress.status().message();
+    if (!progress.ok()) break;
+    for (const Progress& p : *progress) {
+      if (run.cached < 0) run.cached = p.cached;
+      run.tokens.insert(run.tokens.end(), p.tokens.begin(), p.tokens.end());
+    }
+    Status check = engine.CheckPages();
+    EXPECT_TRUE(check.ok()) << check.message();
+  }
+  run.rows = runner.rows_read() - before;
+  return run;
+}
+
+Outcome Cold(const Request& request, int64_t context) {
+  FakeRunner runner;
+  auto engine = MakeEngine(runner, 1, context, 256, 64);
+  return RunOne(*engine, runner, request);
+}
+
+TEST(Engine, StoredPrefixInSlotOrOnHostReadsOnlyTheRest) {
+  std::mt19937 rng(8);
+  for (bool host : {false, true}) {
+    FakeRunner runner;
+    // One slot and a pool of one context: another request pushes the first one's KV to the host.
+    auto engine = host ? MakeEngine(runner, 1, 64, 64, 4) : MakeEngine(runner, 2, 64, 64, 16);
+    Request first = Greedy(RandomPrompt(rng, 30), 5);
+    first.stop = std::vector<int32_t>{};
+    Outcome a = RunOne(*engine, runner, first);
+    ASSERT_EQ(a.tokens.size(), 5u);
+    EXPECT_EQ(a.cached, 0);
+    if (host) {
+      Request other = Greedy(RandomPrompt(rng, 30), 5);
+      other.prompt[0] = first.prompt[0] == 2 ? 3 : 2;
+      RunOne(*engine, runner, other);
+      EXPECT_GT(engine->stats().host_copies, 0);
+    }
+    // The next turn: the first prompt, its answer, and more.
+    Request next = Greedy(first.prompt, 8);
+    next.prompt.insert(next.prompt.end(), a.tokens.begin(), a.tokens.end());
+    std::vector<int32_t> more = RandomPrompt(rng, 7);
+    next.prompt.insert(next.prompt.end(), more.begin(), more.end());
+    Outcome warm = RunOne(*engine, runner, next);
+    Outcome cold = Cold(next, 64);
+    EXPECT_EQ(warm.tokens, cold.tokens);
+    // The slot held the first prompt and all but the last answer token.
+    EXPECT_EQ(warm.cached, 30 + 5 - 1) << (host ? "host" : "slot");
+    EXPECT_EQ(warm.rows, cold.rows - warm.cached);
+  }
+}
+
+TEST(Engine, SharedHeadIsReadInPlaceBySlots) {
+  std::mt19937 rng(9);
+  FakeRunner runner;
+  const int64_t context = 128;
+  // Slots for all: no request finds another's finished slot.
+  auto engine = MakeEngine(runner, 8, context, 256, 60);
+  const std::vector<int32_t> head = RandomPrompt(rng, 3 * kPage + 5);  // cut to 3 pages
+  std::vector<Request> requests;
+  for (int i = 0; i < 5; ++i) {
+    Request r = Greedy(head, 12);
+    std::vector<int32_t> rest = RandomPrompt(rng, 3 + i * 4);
+    r.prompt.insert(r.prompt.end(), rest.begin(), rest.end());
+    requests.push_back(r);
+  }
+  // Exactly the shared pages: the last one is read again (it writes its own copy).
+  requests.push_back(Greedy(std::vector<int32_t>(head.begin(), head.begin() + 3 * kPage), 12));
+  auto first = engine->Add(requests[0], -1, static_cast<int32_t>(head.size()));
+  ASSERT_TRUE(first.ok());
+  std::map<int64_t, std::vector<int32_t>> got;
+  auto step = engine->Advance();  // reads the first prompt, registers its head
+  ASSERT_TRUE(step.ok());
+  ASSERT_EQ(step->size(), 1u);
+  got[*first] = (*step)[0].tokens;
+  const int64_t before = runner.rows_read();
+  std::map<int64_t, size_t> index;
+  for (size_t i = 1; i < requests.size(); ++i) {
+    auto id = engine->Add(requests[i], -1,
+                          static_cast<int32_t>(std::min(head.size(), requests[i].prompt.size())));
+    ASSERT_TRUE(id.ok());
+    index[*id] = i;
+  }
+  std::map<int64_t, int64_t> cached;
+  while (engine->Busy()) {
+    auto progress = engine->Advance();
+    ASSERT_TRUE(progress.ok()) << progress.status().message();
+    for (const Progress& p : *progress) {
+      got[p.id].insert(got[p.id].end(), p.tokens.begin(), p.tokens.end());
+      if (!cached.count(p.id) && p.id != *first) cached[p.id] = p.cached;
+    }
+    Status check = engine->CheckPages();
+    ASSERT_TRUE(check.ok()) << check.message();
+  }
+  EXPECT_EQ(got[*first], Alone(requests[0], 0, context));
+  int64_t cold_rows = 0;
+  int64_t saved = 0;
+  for (auto& [id, i] : index) {
+    EXPECT_EQ(got[id], Alone(requests[i], 0, context)) << "request " << i;
+    const int64_t want = i + 1 < requests.size() ? 3 * kPage : 2 * kPage;
+    EXPECT_EQ(cached[id], want) << "request " << i;
+    saved += want;
+    cold_rows += Cold(requests[i], context).rows;
+  }
+  // Rows after the first step: the later requests' cold rows less the shared ones, plus the
+  // first request's decodes.
+  const int64_t first_rows = Cold(requests[0], context).rows - requests[0].prompt.size();
+  EXPECT_EQ(runner.rows_read() - before, cold_rows - saved + first_rows);
+}
+
+// 10,000 random adds, steps, cancels and cache drops on a small pool: every request's tokens
+// equal its tokens alone, the page books balance after every step, nothing leaks at the end.
+TEST(Engine, PageManagerProperty) {
+  std::mt19937 rng(10);
+  FakeRunner runner;
+  const int64_t context = 96;
+  auto engine = MakeEngine(runner, 6, context, 24, 14);
+  std::vector<std::vector<int32_t>> bases;
+  for (int i = 0; i < 4; ++i) bases.push_back(RandomPrompt(rng, 64));
+  std::map<int64_t, Request> requests;
+  std::map<int64_t, std::vector<int32_t>> got;
+  std::map<int64_t, std::string> ended;  // "stop", "length" or "cancel"
+  std::vector<int64_t> live;
+  auto advance = [&]() {
+    auto progress = engine->Advance();
+    ASSERT_TRUE(progress.ok()) << progress.status().message();
+    for (const Progress& p : *progress) {
+      ASSERT_FALSE(ended.count(p.id)) << "progress after the end";
+      got[p.id].insert(got[p.id].end(), p.tokens.begin(), p.tokens.end());
+      if (!p.end.empty()) {
+        ended[p.id] = p.end;
+        std::erase(live, p.id);
+      }
+    }
+    Status check = engine->CheckPages();
+    ASSERT_TRUE(check.ok()) << check.message();
+  };
+  for (int op = 0; op < 10000; ++op) {
+    const int r = rng() % 100;
+    if (r < 20 && live.size() < 30) {
+      Request request;
+      int32_t head = 0;
+      if (rng() % 2) {
+        const auto& base = bases[rng() % bases.size()];
+        const int n = 1 + rng() % 64;
+        request.prompt.assign(base.begin(), base.begin() + n);
+        if (n >= kPage && rng() % 2) head = n;
+      }
+      const auto rest = RandomPrompt(rng, rng() % 24);
+      request.prompt.insert(request.prompt.end(), rest.begin(), rest.end());
+      if (request.prompt.empty()) request.prompt.push_back(5);
+      request.limit = 1 + rng() % 30;
+      if (rng() % 2) {
+        request.sampling.temperature = 0.0f;
+      } else {
+        request.sampling.temperature = 1.0f;
+        request.sampling.min_p = 0.02f;
+        request.sampling.seed = rng();
+      }
+      auto id = engine->Add(request, -1, head);
+      ASSERT_TRUE(id.ok()) << id.status().message();
+      requests[*id] = request;
+      live.push_back(*id);
+    } else if (r < 26 && !live.empty()) {
+      const int64_t id = live[rng() % live.size()];
+      ASSERT_TRUE(engine->Cancel(id));
+      ended[id] = "cancel";
+      std::erase(live, id);
+    } else if (r < 27) {
+      engine->DropCaches();
+      Status check = engine->CheckPages();
+      ASSERT_TRUE(check.ok()) << check.message();
+    } else {
+      advance();
+      if (HasFatalFailure()) return;
+    }
+  }
+  while (engine->Busy()) {
+    advance();
+    if (HasFatalFailure()) return;
+  }
+  int64_t cancelled = 0;
+  for (auto& [id, request] : requests) {
+    const auto want = Alone(request, request.sampling.seed.value_or(0), context);
+    if (ended[id] == "cancel") {
+      ++cancelled;
+      ASSERT_LE(got[id].size(), want.size());
+      EXPECT_TRUE(std::equal(got[id].begin(), got[id].end(), want.begin())) << "request " << id;
+    } else {
+      EXPECT_EQ(got[id], want) << "request " << id;
+    }
+  }
+  EXPECT_GT(requests.size(), 1000u);
+  EXPECT_GT(cancelled, 100);
+  EXPECT_GT(engine->stats().preemptions, 10);
+  EXPECT_GT(engine->stats().prefix_hits, 100);
+  EXPECT_GT(engine->stats().host_copies, 0);
+  EXPECT_EQ(runner.rows_read(), engine->stats().rows);
+  engine->DropCaches();
+  ASSERT_TRUE(engine->CheckPages().ok());
+  EXPECT_EQ(engine->free_pages(), engine->pages());
+}
+
+TEST(Engine, LowLevelStepHiddenAndReset) {
+  FakeRunner runner;
+  auto engine = MakeEngine(runner, 3, 64, 16, 12);
+  auto logits_after = [](std::vector<int32_t> history) {
+    uint64_t h = 0x5157;
+    for (size_t p = 0; p < history.size(); ++p) h = FakeRunner::Chain(h, history[p], p);
+    std::vector<float> out(64);
+    for (int v = 0; v < 64; ++v) out[v] = FakeRunner::Logit(h, v);
+    return out;
+  };
+  std::vector<int32_t> tokens = {7, 8, 9, 10, 11};
+  std::vector<int32_t> slots = {2, 2, 2, 0, 0};
+  std::vector<int32_t> wanted = {1, 2, 4};
+  auto logits = engine->Step(tokens, slots, wanted);
+  ASSERT_TRUE(logits.ok()) << logits.status().message();
+  ASSERT_EQ(logits->size(), 3u * 64);
+  std::vector<float> row(logits->begin(), logits->begin() + 64);
+  EXPECT_EQ(row, logits_after({7, 8}));
+  row.assign(logits->begin() + 64, logits->begin() + 128);
+  EXPECT_EQ(row, logits_after({7, 8, 9}));
+  row.assign(logits->begin() + 128, logits->end());
+  EXPECT_EQ(row, logits_after({10, 11}));
+  EXPECT_EQ(engine->held(2), (std::vector<int32_t>{7, 8, 9}));
+  // The next step continues each slot where it ended.
+  std::vector<int32_t> one = {12};
+  std::vector<int32_t> slot2 = {2};
+  std::vector<int32_t> first = {0};
+  logits = engine->Step(one, slot2, first);
+  ASSERT_TRUE(logits.ok());
+  EXPECT_EQ(*logits, logits_after({7, 8, 9, 12}));
+  ASSERT_TRUE(engine->Reset(2).ok());
+  EXPECT_TRUE(engine->held(2).empty());
+  logits = engine->Step(one, slot2, first);
+  ASSERT_TRUE(logits.ok());
+  EXPECT_EQ(*logits, logits_after({12}));
+
+  std::vector<int> layers = {0, 2};
+  auto hidden = engine->Hidden(tokens, std::vector<int32_t>{1, 1, 1, 1, 1}, layers);
+  ASSERT_TRUE(hidden.ok()) << hidden.status().message();
+  EXPECT_EQ(hidden->size(), 2u * 5 * 4);
+  EXPECT_EQ(engine->held(1), tokens);
+
+  std::vector<int32_t> split = {0, 1, 0, 1, 0};
+  EXPECT_NE(engine->Step(tokens, split, {}).status().message().find("consecutive"),
+            std::string::npos);
+  std::vector<int32_t> far = {3, 3, 3, 3, 3};
+  EXPECT_NE(engine->Step(tokens, far, {}).status().message().find("slots[0]"), std::string::npos);
+  std::vector<int> bad_layer = {3};
+  EXPECT_NE(engine->Hidden(one, slot2, bad_layer).status().message().find("layers[0]"),
+            std::string::npos);
+  EXPECT_TRUE(engine->CheckPages().ok());
+}
+
 }  // namespace
 }  // namespace gizllm
