@@ -1,0 +1,311 @@
+#include "template/output_parser.h"
+
+#include <algorithm>
+
+namespace gizllm {
+
+namespace {
+
+using nlohmann::ordered_json;
+
+constexpr std::string_view kThinkOpen = "<think>";
+constexpr std::string_view kThinkClose = "</think>";
+constexpr std::string_view kCallOpen = "<tool_call>";
+constexpr std::string_view kCallClose = "</tool_call>";
+
+// The length of the longest end of `text` that is a proper start of `tag`: text that must wait
+// for the next piece.
+size_t PartialTagAtEnd(std::string_view text, std::string_view tag) {
+  size_t n = std::min(text.size(), tag.size() - 1);
+  for (; n > 0; --n) {
+    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
+  }
+  return 0;
+}
+
+std::string_view Trim(std::string_view s) {
+  auto space = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
+  while (!s.empty() && space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+const ordered_json* FindParameters(const ordered_json& tools, const std::string& name) {
+  if (!tools.is_array()) return nullptr;
+  for (const auto& tool : tools) {
+    if (!tool.is_object()) continue;
+    const ordered_json& fn = tool.contains("function") ? tool["function"] : tool;
+    if (!fn.is_object() || fn.value("name", "") != name) continue;
+    auto params = fn.find("parameters");
+    if (params == fn.end() || !params->is_object()) return nullptr;
+    auto props = params->find("properties");
+    return props != params->end() && props->is_object() ? &*props : nullptr;
+  }
+  return nullptr;
+}
+
+// Whether a parameter's schema allows a string ("type": "string" or a list holding it), and
+// whether it names a type at all.
+void SchemaTypes(const ordered_json& schema, bool& has_type, bool& allows_string) {
+  has_type = false;
+  allows_string = false;
+  if (!schema.is_object()) return;
+  auto type = schema.find("type");
+  if (type == schema.end()) {
+    if (schema.contains("enum") && schema["enum"].is_array()) {
+      has_type = true;
+      for (const auto& e : schema["enum"]) allows_string = allows_string || e.is_string();
+    }
+    return;
+  }
+  if (type->is_string()) {
+    has_type = true;
+    allows_string = *type == "string";
+  } else if (type->is_array()) {
+    for (const auto& t : *type) {
+      if (!t.is_string()) continue;
+      has_type = true;
+      allows_string = allows_string || t == "string";
+    }
+  }
+}
+
+// The XML form: <function=NAME><parameter=KEY>VALUE</parameter>...</function>. Values are text.
+bool ParseXmlCall(std::string_view body, std::string& name, ordered_json& arguments) {
+  constexpr std::string_view kFunction = "<function=";
+  if (body.substr(0, kFunction.size()) != kFunction) return false;
+  size_t close = body.find('>');
+  if (close == std::string_view::npos) return false;
+  name = std::string(Trim(body.substr(kFunction.size(), close - kFunction.size())));
+  if (name.empty()) return false;
+  arguments = ordered_json::object();
+  std::string_view rest = body.substr(close + 1);
+  constexpr std::string_view kParam = "<parameter=";
+  constexpr std::string_view kParamEnd = "</parameter>";
+  while (true) {
+    rest = Trim(rest);
+    if (rest.substr(0, kParam.size()) != kParam) break;
+    size_t key_end = rest.find('>');
+    if (key_end == std::string_view::npos) return false;
+    std::string key(Trim(rest.substr(kParam.size(), key_end - kParam.size())));
+    rest = rest.substr(key_end + 1);
+    size_t value_end = rest.find(kParamEnd);
+    if (value_end == std::string_view::npos) return false;
+    std::string_view value = rest.substr(0, value_end);
+    if (!value.empty() && value.front() == '\n') value.remove_prefix(1);
+    if (!value.empty() && value.back() == '\n') value.remove_suffix(1);
+    arguments[key] = std::string(value);
+    rest = rest.substr(value_end + kParamEnd.size());
+  }
+  rest = Trim(rest);
+  return rest.empty() || rest == "</function>";
+}
+
+bool ParseJsonCall(std::string_view body, std::string& name, ordered_json& arguments) {
+  ordered_json call = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (call.is_discarded() || !call.is_object()) return false;
+  auto n = call.find("name");
+  if (n == call.end() || !n->is_string()) return false;
+  name = n->get<std::string>();
+  auto args = call.find("arguments");
+  if (args == call.end()) args = call.find("parameters");
+  if (args == call.end() || args->is_null()) {
+    arguments = ordered_json::object();
+  } else if (args->is_string()) {
+    arguments = ordered_json::parse(args->get<std::string>(), nullptr, false);
+    if (arguments.is_discarded() || !arguments.is_object()) return false;
+  } else if (args->is_object()) {
+    arguments = *args;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool PromptOpensReasoning(std::string_view prompt) {
+  size_t open = prompt.rfind(kThinkOpen);
+  if (open == std::string_view::npos) return false;
+  size_t close = prompt.rfind(kThinkClose);
+  return close == std::string_view::npos || close < open;
+}
+
+ordered_json TypeArguments(const ordered_json& tools, const std::string& name,
+                           ordered_json arguments) {
+  const ordered_json* props = FindParameters(tools, name);
+  if (props == nullptr || !arguments.is_object()) return arguments;
+  for (auto& [key, value] : arguments.items()) {
+    auto schema = props->find(key);
+    if (schema == props->end()) continue;
+    bool has_type, allows_string;
+    SchemaTypes(*schema, has_type, allows_string);
+    if (!has_type) continue;
+    if (allows_string) {
+      if (!value.is_string() && !value.is_null()) value = value.dump();
+    } else if (value.is_string()) {
+      ordered_json parsed = ordered_json::parse(value.get<std::string>(), nullptr, false);
+      if (!parsed.is_discarded()) value = std::move(parsed);
+    }
+  }
+  return arguments;
+}
+
+OutputParser::OutputParser(OutputParserOptions options)
+    : options_(std::move(options)),
+      state_(options_.starts_in_reasoning ? State::kReasoning : State::kStart),
+      strip_newlines_(options_.starts_in_reasoning) {}
+
+void OutputParser::Emit(OutputEvent::Kind kind, std::string_view text,
+                        std::vector<OutputEvent>& out) {
+  if (strip_newlines_) {
+    size_t skip = 0;
+    while (skip < text.size() && text[skip] == '\n') ++skip;
+    text.remove_prefix(skip);
+    if (text.empty()) return;
+    strip_newlines_ = false;
+  }
+  if (text.empty()) return;
+  // Newlines at the end wait: a closing tag right after them drops them.
+  std::string emit = held_newlines_;
+  emit += text;
+  size_t keep = emit.size();
+  while (keep > 0 && emit[keep - 1] == '\n') --keep;
+  held_newlines_ = emit.substr(keep);
+  emit.resize(keep);
+  if (emit.empty()) return;
+  if (!out.empty() && out.back().kind == kind) {
+    out.back().text += emit;
+  } else {
+    out.push_back(OutputEvent{kind, std::move(emit), "", "", ""});
+  }
+}
+
+void OutputParser::CloseToolCall(std::vector<OutputEvent>& out) {
+  std::string_view body = Trim(call_body_);
+  std::string name;
+  ordered_json arguments;
+  bool ok = ParseXmlCall(body, name, arguments) || ParseJsonCall(body, name, arguments);
+  if (!ok) {
+    // Not a call the parser can read: the text goes on as content, as it was written.
+    Emit(OutputEvent::Kind::kContent, std::string(kCallOpen) + call_body_ + std::string(kCallClose),
+         out);
+    call_body_.clear();
+    return;
+  }
+  arguments = TypeArguments(options_.tools, name, std::move(arguments));
+  OutputEvent e{OutputEvent::Kind::kToolCall, "", name, arguments.dump(),
+                options_.id_prefix + std::to_string(calls_)};
+  ++calls_;
+  out.push_back(std::move(e));
+  call_body_.clear();
+}
+
+void OutputParser::Process(bool final, std::vector<OutputEvent>& out) {
+  while (true) {
+    switch (state_) {
+      case State::kStart: {
+        if (!options_.reasoning) {
+          state_ = State::kContent;
+          break;
+        }
+        if (buffer_.compare(0, kThinkOpen.size(), kThinkOpen) == 0) {
+          buffer_.erase(0, kThinkOpen.size());
+          state_ = State::kReasoning;
+          strip_newlines_ = true;
+          break;
+        }
+        if (!final && kThinkOpen.substr(0, buffer_.size()) == buffer_) return;
+        state_ = State::kContent;
+        break;
+      }
+      case State::kReasoning: {
+        size_t at = buffer_.find(kThinkClose);
+        if (at != std::string::npos) {
+          Emit(OutputEvent::Kind::kReasoning, std::string_view(buffer_).substr(0, at), out);
+          held_newlines_.clear();
+          buffer_.erase(0, at + kThinkClose.size());
+          state_ = State::kContent;
+          strip_newlines_ = true;
+          break;
+        }
+        size_t keep = final ? 0 : PartialTagAtEnd(buffer_, kThinkClose);
+        Emit(OutputEvent::Kind::kReasoning,
+             std::string_view(buffer_).substr(0, buffer_.size() - keep), out);
+        buffer_.erase(0, buffer_.size() - keep);
+        return;
+      }
+      case State::kContent: {
+        size_t at = options_.tool_calls ? buffer_.find(kCallOpen) : std::string::npos;
+        if (at != std::string::npos) {
+          Emit(OutputEvent::Kind::kContent, std::string_view(buffer_).substr(0, at), out);
+          held_newlines_.clear();
+          strip_newlines_ = false;
+          buffer_.erase(0, at + kCallOpen.size());
+          state_ = State::kToolCall;
+          break;
+        }
+        size_t keep = final || !options_.tool_calls ? 0 : PartialTagAtEnd(buffer_, kCallOpen);
+        Emit(OutputEvent::Kind::kContent,
+             std::string_view(buffer_).substr(0, buffer_.size() - keep), out);
+        buffer_.erase(0, buffer_.size() - keep);
+        return;
+      }
+      case State::kToolCall: {
+        size_t at = buffer_.find(kCallClose);
+        if (at != std::string::npos) {
+          call_body_ += buffer_.substr(0, at);
+          buffer_.erase(0, at + kCallClose.size());
+          CloseToolCall(out);
+          state_ = State::kContent;
+          strip_newlines_ = true;
+          break;
+        }
+        size_t keep = final ? 0 : PartialTagAtEnd(buffer_, kCallClose);
+        call_body_ += buffer_.substr(0, buffer_.size() - keep);
+        buffer_.erase(0, buffer_.size() - keep);
+        return;
+      }
+    }
+  }
+}
+
+std::vector<OutputEvent> OutputParser::Feed(std::string_view piece) {
+  std::vector<OutputEvent> out;
+  buffer_ += piece;
+  Process(/*final=*/false, out);
+  return out;
+}
+
+std::vector<OutputEvent> OutputParser::Finish() {
+  std::vector<OutputEvent> out;
+  Process(/*final=*/true, out);
+  if (state_ == State::kToolCall) {
+    // The answer stopped inside a call (some models end on the stop token without the closing
+    // tag): a complete body is still a call; anything else is content.
+    std::string_view body = Trim(call_body_);
+    std::string name;
+    ordered_json arguments;
+    if (ParseXmlCall(body, name, arguments) || ParseJsonCall(body, name, arguments)) {
+      CloseToolCall(out);
+    } else {
+      Emit(OutputEvent::Kind::kContent, std::string(kCallOpen) + call_body_, out);
+      call_body_.clear();
+    }
+    state_ = State::kContent;
+  }
+  if (!held_newlines_.empty()) {
+    OutputEvent::Kind kind =
+        state_ == State::kReasoning ? OutputEvent::Kind::kReasoning : OutputEvent::Kind::kContent;
+    std::string held = std::move(held_newlines_);
+    held_newlines_.clear();
+    if (!out.empty() && out.back().kind == kind) {
+      out.back().text += held;
+    } else {
+      out.push_back(OutputEvent{kind, std::move(held), "", "", ""});
+    }
+  }
+  return out;
+}
+
+}  // namespace gizllm
