@@ -208,7 +208,8 @@ Expected<Checkpoint> Checkpoint::Open(const std::string& dir) {
   const std::string index_path = (fs::path(dir) / "model.safetensors.index.json").string();
   const std::string single_path = (fs::path(dir) / "model.safetensors").string();
   std::vector<std::pair<std::string, std::string>> listed;  // (tensor, shard) from the index
-  if (fs::is_regular_file(dir, ec)) {
+  if (fs::is_regular_file(dir, ec) ||
+      (dir.ends_with(".safetensors") && !fs::is_directory(dir, ec))) {
     GZ_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(dir));
     c.files_.push_back(std::move(f));
   } else if (FileExists(index_path)) {

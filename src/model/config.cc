@@ -1,0 +1,248 @@
+#include "model/config.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "core/mapped_file.h"
+#include "model/families/family.h"
+
+namespace gizllm {
+
+using nlohmann::json;
+
+namespace {
+
+const Family* const kFamilies[] = {&LlamaFamily(), &Qwen2Family(), &Qwen3Family()};
+
+std::string FamilyList(std::string_view Family::*what) {
+  std::string s;
+  for (const Family* f : kFamilies) {
+    if (!s.empty()) s += ", ";
+    s += f->*what;
+  }
+  return s;
+}
+
+const Family* FindFamily(std::string_view name) {
+  for (const Family* f : kFamilies) {
+    if (f->name == name) return f;
+  }
+  return nullptr;
+}
+
+Expected<json> ReadJson(const std::string& path) {
+  GZ_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    return DataLoss(path + ": not valid JSON: " + e.what());
+  }
+}
+
+// Token text -> id for the special tokens a tokenizer_config.json names: its
+// added_tokens_decoder first, then tokenizer.json (added_tokens, then the model's vocab),
+// read only when needed.
+class TokenLookup {
+ public:
+  TokenLookup(const json& tokenizer_config, std::string dir)
+      : config_(tokenizer_config), dir_(std::move(dir)) {}
+
+  Expected<std::optional<int32_t>> Find(const std::string& content) {
+    if (const json* decoder = Member(config_, "added_tokens_decoder")) {
+      for (auto it = decoder->begin(); it != decoder->end(); ++it) {
+        if (it->is_object() && it->value("content", json()) == content) {
+          return ParseId(it.key());
+        }
+      }
+    }
+    if (!tokenizer_loaded_) {
+      tokenizer_loaded_ = true;
+      const std::string path = (std::filesystem::path(dir_) / "tokenizer.json").string();
+      if (FileExists(path)) {
+        GZ_ASSIGN_OR_RETURN(tokenizer_, ReadJson(path));
+      }
+    }
+    if (const json* added = Member(tokenizer_, "added_tokens"); added && added->is_array()) {
+      for (const json& t : *added) {
+        if (t.is_object() && t.value("content", json()) == content) {
+          const json id = t.value("id", json());
+          if (id.is_number_integer()) return std::optional<int32_t>(id.get<int32_t>());
+        }
+      }
+    }
+    if (const json* model = Member(tokenizer_, "model")) {
+      if (const json* vocab = Member(*model, "vocab")) {
+        if (vocab->is_object()) {  // BPE, WordPiece: {"token": id}
+          auto it = vocab->find(content);
+          if (it != vocab->end() && it->is_number_integer()) {
+            return std::optional<int32_t>(it->get<int32_t>());
+          }
+        } else if (vocab->is_array()) {  // Unigram: [[piece, score], ...], id = position
+          for (size_t i = 0; i < vocab->size(); ++i) {
+            const json& e = (*vocab)[i];
+            if (e.is_array() && !e.empty() && e[0] == content) {
+              return std::optional<int32_t>(static_cast<int32_t>(i));
+            }
+          }
+        }
+      }
+    }
+    return std::optional<int32_t>();
+  }
+
+ private:
+  static const json* Member(const json& j, const char* key) {
+    if (!j.is_object()) return nullptr;
+    auto it = j.find(key);
+    return it == j.end() || (!it->is_object() && !it->is_array()) ? nullptr : &*it;
+  }
+  static std::optional<int32_t> ParseId(const std::string& s) {
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) {
+      return std::nullopt;
+    }
+    return static_cast<int32_t>(std::stol(s));
+  }
+
+  const json& config_;
+  std::string dir_;
+  bool tokenizer_loaded_ = false;
+  json tokenizer_;
+};
+
+// The id of tokenizer_config.json's `field` ("eos_token": a string, {"content": ...} or null).
+Expected<std::optional<int32_t>> ReadSpecialToken(const ConfigReader& config,
+                                                  std::string_view field, TokenLookup* lookup) {
+  const json* j = config.Get(field);
+  if (j == nullptr) return std::optional<int32_t>();
+  std::string content;
+  if (j->is_string()) {
+    content = j->get<std::string>();
+  } else if (j->is_object() && j->contains("content") && (*j)["content"].is_string()) {
+    content = (*j)["content"].get<std::string>();
+  } else {
+    return config.Error(StatusCode::kInvalidArgument, field,
+                        "expected a token string or {\"content\": ...}");
+  }
+  GZ_ASSIGN_OR_RETURN(std::optional<int32_t> id, lookup->Find(content));
+  if (!id) {
+    return config.Error(
+        StatusCode::kInvalidArgument, field,
+        "token \"" + content + "\" is in neither added_tokens_decoder nor tokenizer.json");
+  }
+  return id;
+}
+
+Status CheckIds(const std::vector<int32_t>& ids, int32_t bos, int64_t vocab,
+                const std::string& file) {
+  for (int32_t id : ids) {
+    if (id >= vocab) {
+      return InvalidArgument(file + ": eos token id " + std::to_string(id) +
+                             " is not below vocab_size " + std::to_string(vocab));
+    }
+  }
+  if (bos >= vocab) {
+    return InvalidArgument(file + ": bos token id " + std::to_string(bos) +
+                           " is not below vocab_size " + std::to_string(vocab));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Expected<Arch> ParseArch(const json& config, const std::string& file_for_errors) {
+  const std::string& file = file_for_errors;
+  if (!config.is_object()) return InvalidArgument(file + ": expected a JSON object");
+  ConfigReader reader(config, file);
+  GZ_ASSIGN_OR_RETURN(std::string model_type, reader.String("model_type", ""));
+  std::string architecture;
+  if (const json* a = reader.Get("architectures")) {
+    if (!a->is_array() || a->empty() || !(*a)[0].is_string()) {
+      return reader.Error(StatusCode::kInvalidArgument, "architectures",
+                          "expected a list of class names");
+    }
+    architecture = (*a)[0].get<std::string>();
+  }
+  const Family* family = nullptr;
+  for (const Family* f : kFamilies) {
+    if (model_type.empty() ? f->architecture == architecture : f->model_type == model_type) {
+      family = f;
+    }
+  }
+  if (family == nullptr) {
+    if (model_type.empty() && architecture.empty()) {
+      return reader.Error(StatusCode::kInvalidArgument, "model_type",
+                          "missing (expected one of " + FamilyList(&Family::model_type) + ")");
+    }
+    if (model_type.empty()) {
+      return reader.Error(StatusCode::kUnimplemented, "architectures",
+                          "\"" + architecture + "\" is not supported (expected one of " +
+                              FamilyList(&Family::architecture) + ")");
+    }
+    return reader.Error(StatusCode::kUnimplemented, "model_type",
+                        "\"" + model_type + "\" is not supported (expected one of " +
+                            FamilyList(&Family::model_type) + ")");
+  }
+  if (!architecture.empty() && architecture != family->architecture) {
+    return reader.Error(StatusCode::kUnimplemented, "architectures",
+                        "\"" + architecture + "\" is not supported (expected " +
+                            std::string(family->architecture) + ")");
+  }
+  Arch arch;
+  arch.family = family->name;
+  arch.architecture = family->architecture;
+  GZ_RETURN_IF_ERROR(family->read(reader, &arch));
+  GZ_RETURN_IF_ERROR(CheckIds(arch.eos, arch.bos, arch.vocab, file));
+  return arch;
+}
+
+Expected<Arch> ReadArch(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  if (!FileExists(config_path)) {
+    return NotFound(config_path + ": missing (expected a Hugging Face model folder)");
+  }
+  GZ_ASSIGN_OR_RETURN(json config, ReadJson(config_path));
+  GZ_ASSIGN_OR_RETURN(Arch arch, ParseArch(config, config_path));
+
+  const std::string generation_path = (fs::path(dir) / "generation_config.json").string();
+  if (FileExists(generation_path)) {
+    GZ_ASSIGN_OR_RETURN(json generation, ReadJson(generation_path));
+    if (!generation.is_object()) return InvalidArgument(generation_path + ": expected an object");
+    ConfigReader reader(generation, generation_path);
+    GZ_RETURN_IF_ERROR(ReadTokenIds(reader, "eos_token_id", &arch.eos));
+    if (arch.bos < 0) {
+      std::vector<int32_t> bos;
+      GZ_RETURN_IF_ERROR(ReadTokenIds(reader, "bos_token_id", &bos));
+      if (!bos.empty()) arch.bos = bos.front();
+    }
+    GZ_RETURN_IF_ERROR(CheckIds(arch.eos, arch.bos, arch.vocab, generation_path));
+  }
+
+  const std::string tokenizer_path = (fs::path(dir) / "tokenizer_config.json").string();
+  if (FileExists(tokenizer_path)) {
+    GZ_ASSIGN_OR_RETURN(json tokenizer, ReadJson(tokenizer_path));
+    if (!tokenizer.is_object()) return InvalidArgument(tokenizer_path + ": expected an object");
+    ConfigReader reader(tokenizer, tokenizer_path);
+    TokenLookup lookup(tokenizer, dir);
+    GZ_ASSIGN_OR_RETURN(std::optional<int32_t> eos, ReadSpecialToken(reader, "eos_token", &lookup));
+    if (eos && std::find(arch.eos.begin(), arch.eos.end(), *eos) == arch.eos.end()) {
+      arch.eos.push_back(*eos);
+    }
+    if (arch.bos < 0) {
+      GZ_ASSIGN_OR_RETURN(std::optional<int32_t> bos,
+                          ReadSpecialToken(reader, "bos_token", &lookup));
+      if (bos) arch.bos = *bos;
+    }
+    GZ_RETURN_IF_ERROR(CheckIds(arch.eos, arch.bos, arch.vocab, tokenizer_path));
+  }
+  return arch;
+}
+
+std::string TensorName(const Arch& arch, TensorRole role, int layer) {
+  const Family* family = FindFamily(arch.family);
+  return family ? family->tensor_name(role, layer) : HfDecoderTensorName(role, layer);
+}
+
+}  // namespace gizllm

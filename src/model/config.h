@@ -1,0 +1,55 @@
+// Arch from a Hugging Face model folder: config.json read by its family's recipe
+// (model/families/), plus stop and start tokens from generation_config.json and
+// tokenizer_config.json; and the names of each family's tensors.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+#include "core/status.h"
+#include "model/arch.h"
+
+namespace gizllm {
+
+// Reads dir/config.json, and generation_config.json and tokenizer_config.json when present
+// (tokenizer.json too when a token named there must be resolved to its id).
+// Arch::eos is the union, in this order and without repeats, of config.json eos_token_id,
+// generation_config.json eos_token_id and tokenizer_config.json eos_token. Arch::bos is the first
+// of config.json bos_token_id, generation_config.json bos_token_id, tokenizer_config.json
+// bos_token that is set, or -1.
+Expected<Arch> ReadArch(const std::string& dir);
+
+// config.json alone; `file_for_errors` names it in error messages.
+Expected<Arch> ParseArch(const nlohmann::json& config, const std::string& file_for_errors);
+
+// The tensors of a decoder layer stack, by what they do.
+enum class TensorRole {
+  kEmbed,
+  kFinalNorm,
+  kHead,
+  kAttnNorm,
+  kQ,
+  kK,
+  kV,
+  kO,
+  kQBias,
+  kKBias,
+  kVBias,
+  kOBias,
+  kQNorm,
+  kKNorm,
+  kFfnNorm,
+  kGate,
+  kUp,
+  kDown,
+  kGateBias,
+  kUpBias,
+  kDownBias,
+};
+
+// The checkpoint's name of a tensor, e.g. "model.layers.3.self_attn.q_proj.weight". `layer` is
+// ignored for kEmbed, kFinalNorm and kHead (pass -1). The name is given for every role; whether the
+// tensor exists is what the Arch says (qk_norm, qkv_bias, output_bias, mlp_bias, tied_head).
+std::string TensorName(const Arch& arch, TensorRole role, int layer);
+
+}  // namespace gizllm

@@ -1,0 +1,347 @@
+#include "model/families/family.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+
+namespace gizllm {
+
+using nlohmann::json;
+
+namespace {
+
+std::string Shown(const json& j) {
+  std::string s = j.dump();
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+// Rotary frequencies. transformers 5 writes rope_parameters {rope_theta, rope_type, factor, ...}
+// (keyed by layer type in models that mix attention kinds); older configs write a top-level
+// rope_theta and a rope_scaling {rope_type or type, factor, ...}, or null.
+Status ReadRope(const ConfigReader& config, const FamilyDefaults& defaults, int head_dim,
+                Rope* rope) {
+  std::optional<ConfigReader> params;
+  double theta = defaults.rope_theta;
+  if (config.Has("rope_parameters")) {
+    GZ_ASSIGN_OR_RETURN(ConfigReader p, config.Object("rope_parameters"));
+    if (p.Has("full_attention")) {
+      GZ_ASSIGN_OR_RETURN(p, p.Object("full_attention"));
+    }
+    GZ_ASSIGN_OR_RETURN(theta, config.Double("rope_theta", theta));
+    GZ_ASSIGN_OR_RETURN(theta, p.Double("rope_theta", theta));
+    params = p;
+  } else {
+    GZ_ASSIGN_OR_RETURN(theta, config.Double("rope_theta", theta));
+    if (config.Has("rope_scaling")) {
+      GZ_ASSIGN_OR_RETURN(params, config.Object("rope_scaling"));
+    }
+  }
+  if (!(theta > 0) || !std::isfinite(theta)) {
+    return config.Error(
+        StatusCode::kInvalidArgument,
+        params && params->Has("rope_theta") ? params->Path("rope_theta") : "rope_theta",
+        "must be a positive number");
+  }
+  rope->theta = theta;
+
+  std::string type = "default";
+  std::string type_field = "rope_type";
+  if (params) {
+    if (!params->Has("rope_type") && params->Has("type")) type_field = "type";
+    GZ_ASSIGN_OR_RETURN(type, params->String(type_field, "default"));
+  }
+  rope->type = type;
+  if (type == "linear") {
+    GZ_ASSIGN_OR_RETURN(rope->factor, params->Double("factor"));
+  } else if (type == "llama3") {
+    GZ_ASSIGN_OR_RETURN(rope->factor, params->Double("factor"));
+    GZ_ASSIGN_OR_RETURN(rope->low_freq_factor, params->Double("low_freq_factor"));
+    GZ_ASSIGN_OR_RETURN(rope->high_freq_factor, params->Double("high_freq_factor"));
+    GZ_ASSIGN_OR_RETURN(rope->original_context, params->Int("original_max_position_embeddings"));
+    if (!(rope->high_freq_factor > rope->low_freq_factor) || !(rope->low_freq_factor > 0)) {
+      return params->Error(StatusCode::kInvalidArgument, "high_freq_factor",
+                           "must exceed low_freq_factor, and both must be positive");
+    }
+    if (rope->original_context <= 0) {
+      return params->Error(StatusCode::kInvalidArgument, "original_max_position_embeddings",
+                           "must be positive");
+    }
+  } else if (type != "default") {
+    return params->Error(StatusCode::kUnimplemented, type_field,
+                         "rope type \"" + type +
+                             "\" is not supported (expected default, linear "
+                             "or llama3)");
+  }
+  if (type != "default" && !(rope->factor > 0)) {
+    return params->Error(StatusCode::kInvalidArgument, "factor", "must be positive");
+  }
+
+  // partial_rotary_factor: in rope_parameters (transformers 5) or at the top level.
+  double partial = 1.0;
+  std::string partial_field = "partial_rotary_factor";
+  if (params && params->Has("partial_rotary_factor")) {
+    GZ_ASSIGN_OR_RETURN(partial, params->Double("partial_rotary_factor"));
+    partial_field = params->Path("partial_rotary_factor");
+  } else {
+    GZ_ASSIGN_OR_RETURN(partial, config.Double("partial_rotary_factor", 1.0));
+  }
+  // As transformers: int(head_dim * partial_rotary_factor).
+  const int dims = static_cast<int>(head_dim * partial);
+  if (!(partial > 0 && partial <= 1) || dims < 2 || dims % 2 != 0) {
+    return config.Error(StatusCode::kInvalidArgument, partial_field,
+                        "must be in (0, 1] and give an even number of rotary dims of head_dim " +
+                            std::to_string(head_dim));
+  }
+  rope->rotary_dims = dims;
+  return Status::Ok();
+}
+
+// Every layer must be full attention: sliding-window layers are not supported.
+Status ReadLayerKinds(const ConfigReader& config, const FamilyDefaults& defaults, Arch* arch) {
+  arch->kinds.assign(arch->layers, LayerKind::kAttention);
+  if (const json* types = config.Get("layer_types")) {
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != arch->layers) {
+      return config.Error(StatusCode::kInvalidArgument, "layer_types",
+                          "expected a list of " + std::to_string(arch->layers) +
+                              " layer types, got " + Shown(*types));
+    }
+    for (size_t i = 0; i < types->size(); ++i) {
+      const json& t = (*types)[i];
+      if (t == "full_attention") continue;
+      const std::string field = "layer_types[" + std::to_string(i) + "]";
+      if (t == "sliding_attention") {
+        return config.Error(StatusCode::kUnimplemented, field,
+                            "sliding window attention is not supported");
+      }
+      return config.Error(StatusCode::kUnimplemented, field,
+                          "layer type " + Shown(t) + " is not supported (expected full_attention)");
+    }
+    return Status::Ok();
+  }
+  if (defaults.sliding_window_fields) {
+    // As transformers' Qwen2/Qwen3 configs: layers from max_window_layers on slide when
+    // use_sliding_window is set.
+    GZ_ASSIGN_OR_RETURN(bool sliding, config.Bool("use_sliding_window", false));
+    GZ_ASSIGN_OR_RETURN(int64_t first, config.Int("max_window_layers", defaults.max_window_layers));
+    if (sliding && config.Has("sliding_window") && first < arch->layers) {
+      return config.Error(StatusCode::kUnimplemented, "use_sliding_window",
+                          "sliding window attention is not supported");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+ConfigReader::ConfigReader(const json& object, std::string file, std::string prefix)
+    : object_(&object), file_(std::move(file)), prefix_(std::move(prefix)) {}
+
+const json* ConfigReader::Get(std::string_view field) const {
+  if (!object_->is_object()) return nullptr;
+  auto it = object_->find(field);
+  if (it == object_->end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+bool ConfigReader::Has(std::string_view field) const { return Get(field) != nullptr; }
+
+Status ConfigReader::Error(StatusCode code, std::string_view field, const std::string& what) const {
+  return Status(code, file_ + ": field \"" + Path(field) + "\": " + what);
+}
+
+Expected<int64_t> ConfigReader::Int(std::string_view field) const {
+  const json* j = Get(field);
+  if (j == nullptr) {
+    return Error(StatusCode::kInvalidArgument, field, "missing (expected an integer)");
+  }
+  if (j->is_number_integer()) return j->get<int64_t>();
+  if (j->is_number_float()) {
+    double d = j->get<double>();
+    if (std::nearbyint(d) == d && std::fabs(d) < 9e15) return static_cast<int64_t>(d);
+  }
+  return Error(StatusCode::kInvalidArgument, field, "expected an integer, got " + Shown(*j));
+}
+
+Expected<int64_t> ConfigReader::Int(std::string_view field, int64_t fallback) const {
+  return Has(field) ? Int(field) : Expected<int64_t>(fallback);
+}
+
+Expected<double> ConfigReader::Double(std::string_view field) const {
+  const json* j = Get(field);
+  if (j == nullptr)
+    return Error(StatusCode::kInvalidArgument, field, "missing (expected a number)");
+  if (j->is_number()) return j->get<double>();
+  return Error(StatusCode::kInvalidArgument, field, "expected a number, got " + Shown(*j));
+}
+
+Expected<double> ConfigReader::Double(std::string_view field, double fallback) const {
+  return Has(field) ? Double(field) : Expected<double>(fallback);
+}
+
+Expected<bool> ConfigReader::Bool(std::string_view field, bool fallback) const {
+  const json* j = Get(field);
+  if (j == nullptr) return fallback;
+  if (j->is_boolean()) return j->get<bool>();
+  return Error(StatusCode::kInvalidArgument, field, "expected true or false, got " + Shown(*j));
+}
+
+Expected<std::string> ConfigReader::String(std::string_view field, std::string fallback) const {
+  const json* j = Get(field);
+  if (j == nullptr) return fallback;
+  if (j->is_string()) return j->get<std::string>();
+  return Error(StatusCode::kInvalidArgument, field, "expected a string, got " + Shown(*j));
+}
+
+Expected<ConfigReader> ConfigReader::Object(std::string_view field) const {
+  const json* j = Get(field);
+  if (j == nullptr)
+    return Error(StatusCode::kInvalidArgument, field, "missing (expected an object)");
+  if (!j->is_object()) {
+    return Error(StatusCode::kInvalidArgument, field, "expected an object, got " + Shown(*j));
+  }
+  return ConfigReader(*j, file_, Path(field) + ".");
+}
+
+// An id (int), a list of ids, or null, appended to `ids` without repeats.
+Status ReadTokenIds(const ConfigReader& config, std::string_view field, std::vector<int32_t>* ids) {
+  const json* j = config.Get(field);
+  if (j == nullptr) return Status::Ok();
+  auto add = [&](const json& v) -> Status {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+        v.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      return config.Error(StatusCode::kInvalidArgument, field,
+                          "expected a token id or a list of token ids, got " + Shown(*j));
+    }
+    int32_t id = static_cast<int32_t>(v.get<int64_t>());
+    for (int32_t x : *ids) {
+      if (x == id) return Status::Ok();
+    }
+    ids->push_back(id);
+    return Status::Ok();
+  };
+  if (j->is_array()) {
+    for (const json& v : *j) GZ_RETURN_IF_ERROR(add(v));
+    return Status::Ok();
+  }
+  return add(*j);
+}
+
+Status ReadDecoder(const ConfigReader& config, const FamilyDefaults& defaults, Arch* arch) {
+  auto positive = [&](std::string_view field, int64_t max) -> Expected<int64_t> {
+    GZ_ASSIGN_OR_RETURN(int64_t v, config.Int(field));
+    if (v <= 0 || v > max) {
+      return config.Error(StatusCode::kInvalidArgument, field,
+                          "must be in [1, " + std::to_string(max) + "], got " + std::to_string(v));
+    }
+    return v;
+  };
+  constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+  GZ_ASSIGN_OR_RETURN(arch->vocab, positive("vocab_size", kMaxInt));
+  GZ_ASSIGN_OR_RETURN(arch->dim, positive("hidden_size", kMaxInt));
+  GZ_ASSIGN_OR_RETURN(arch->ffn, positive("intermediate_size", kMaxInt));
+  GZ_ASSIGN_OR_RETURN(int64_t layers, positive("num_hidden_layers", 100000));
+  GZ_ASSIGN_OR_RETURN(int64_t heads, positive("num_attention_heads", 100000));
+  arch->layers = static_cast<int>(layers);
+  arch->heads = static_cast<int>(heads);
+  int64_t kv_heads = heads;  // transformers: None means as many as the query heads
+  if (config.Has("num_key_value_heads")) {
+    GZ_ASSIGN_OR_RETURN(kv_heads, positive("num_key_value_heads", heads));
+  }
+  if (heads % kv_heads != 0) {
+    return config.Error(
+        StatusCode::kInvalidArgument, "num_key_value_heads",
+        std::to_string(kv_heads) + " does not divide num_attention_heads " + std::to_string(heads));
+  }
+  arch->kv_heads = static_cast<int>(kv_heads);
+  if (config.Has("head_dim")) {
+    GZ_ASSIGN_OR_RETURN(int64_t head_dim, positive("head_dim", 65536));
+    arch->head_dim = static_cast<int>(head_dim);
+  } else {
+    if (arch->dim % heads != 0) {
+      return config.Error(StatusCode::kInvalidArgument, "head_dim",
+                          "missing, and hidden_size " + std::to_string(arch->dim) +
+                              " is not a multiple of num_attention_heads " + std::to_string(heads));
+    }
+    arch->head_dim = static_cast<int>(arch->dim / heads);
+  }
+
+  GZ_ASSIGN_OR_RETURN(std::string act, config.String("hidden_act", "silu"));
+  if (act != "silu") {
+    return config.Error(StatusCode::kUnimplemented, "hidden_act",
+                        "\"" + act + "\" is not supported (expected silu)");
+  }
+  GZ_RETURN_IF_ERROR(ReadRope(config, defaults, arch->head_dim, &arch->rope));
+  GZ_RETURN_IF_ERROR(ReadLayerKinds(config, defaults, arch));
+
+  GZ_ASSIGN_OR_RETURN(arch->norm_eps, config.Double("rms_norm_eps", defaults.norm_eps));
+  if (!(arch->norm_eps > 0 && arch->norm_eps < 1)) {
+    return config.Error(StatusCode::kInvalidArgument, "rms_norm_eps", "must be in (0, 1)");
+  }
+  GZ_ASSIGN_OR_RETURN(arch->context, config.Int("max_position_embeddings", defaults.context));
+  if (arch->context <= 0) {
+    return config.Error(StatusCode::kInvalidArgument, "max_position_embeddings",
+                        "must be positive");
+  }
+  GZ_ASSIGN_OR_RETURN(arch->tied_head, config.Bool("tie_word_embeddings", defaults.tied_head));
+  // transformers 5 writes "dtype", older versions "torch_dtype".
+  GZ_ASSIGN_OR_RETURN(arch->torch_dtype, config.String("torch_dtype", ""));
+  GZ_ASSIGN_OR_RETURN(arch->torch_dtype, config.String("dtype", arch->torch_dtype));
+
+  arch->eos.clear();
+  GZ_RETURN_IF_ERROR(ReadTokenIds(config, "eos_token_id", &arch->eos));
+  std::vector<int32_t> bos;
+  GZ_RETURN_IF_ERROR(ReadTokenIds(config, "bos_token_id", &bos));
+  arch->bos = bos.empty() ? -1 : bos.front();
+  return Status::Ok();
+}
+
+std::string HfDecoderTensorName(TensorRole role, int layer) {
+  const std::string l = "model.layers." + std::to_string(layer) + ".";
+  switch (role) {
+    case TensorRole::kEmbed:
+      return "model.embed_tokens.weight";
+    case TensorRole::kFinalNorm:
+      return "model.norm.weight";
+    case TensorRole::kHead:
+      return "lm_head.weight";
+    case TensorRole::kAttnNorm:
+      return l + "input_layernorm.weight";
+    case TensorRole::kQ:
+      return l + "self_attn.q_proj.weight";
+    case TensorRole::kK:
+      return l + "self_attn.k_proj.weight";
+    case TensorRole::kV:
+      return l + "self_attn.v_proj.weight";
+    case TensorRole::kO:
+      return l + "self_attn.o_proj.weight";
+    case TensorRole::kQBias:
+      return l + "self_attn.q_proj.bias";
+    case TensorRole::kKBias:
+      return l + "self_attn.k_proj.bias";
+    case TensorRole::kVBias:
+      return l + "self_attn.v_proj.bias";
+    case TensorRole::kOBias:
+      return l + "self_attn.o_proj.bias";
+    case TensorRole::kQNorm:
+      return l + "self_attn.q_norm.weight";
+    case TensorRole::kKNorm:
+      return l + "self_attn.k_norm.weight";
+    case TensorRole::kFfnNorm:
+      return l + "post_attention_layernorm.weight";
+    case TensorRole::kGate:
+      return l + "mlp.gate_proj.weight";
+    case TensorRole::kUp:
+      return l + "mlp.up_proj.weight";
+    case TensorRole::kDown:
+      return l + "mlp.down_proj.weight";
+    case TensorRole::kGateBias:
+      return l + "mlp.gate_proj.bias";
+    case TensorRole::kUpBias:
+      return l + "mlp.up_proj.bias";
+    case TensorRole::kDownBias:
+      return l + "mlp.down_proj.bias";
+  }
+  return "";
+}
+
+}  // namespace gizllm

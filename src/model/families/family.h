@@ -1,0 +1,80 @@
+// A model family's recipe: how its config.json reads as an Arch and how its tensors are named.
+// Internal to the model layer; others use model/config.h.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "model/arch.h"
+#include "model/config.h"
+
+namespace gizllm {
+
+// Typed access to the fields of one JSON object of a config file; errors name the file and the
+// field's path ("rope_scaling.factor"). A field that is present but null counts as absent.
+class ConfigReader {
+ public:
+  ConfigReader(const nlohmann::json& object, std::string file, std::string prefix = "");
+
+  bool Has(std::string_view field) const;
+  const nlohmann::json* Get(std::string_view field) const;  // null when absent or null
+
+  Expected<int64_t> Int(std::string_view field) const;  // required
+  Expected<int64_t> Int(std::string_view field, int64_t fallback) const;
+  Expected<double> Double(std::string_view field) const;  // required; an integer reads too
+  Expected<double> Double(std::string_view field, double fallback) const;
+  Expected<bool> Bool(std::string_view field, bool fallback) const;
+  Expected<std::string> String(std::string_view field, std::string fallback) const;
+  Expected<ConfigReader> Object(std::string_view field) const;  // required
+
+  // "config.json: field \"rope_scaling.factor\": " + what.
+  Status Error(StatusCode code, std::string_view field, const std::string& what) const;
+  std::string Path(std::string_view field) const { return prefix_ + std::string(field); }
+  const std::string& file() const { return file_; }
+  const nlohmann::json& object() const { return *object_; }
+
+ private:
+  const nlohmann::json* object_;
+  std::string file_;
+  std::string prefix_;
+};
+
+// The defaults a family's configuration class gives to fields config.json leaves out.
+struct FamilyDefaults {
+  double rope_theta = 10000.0;
+  int64_t context = 2048;              // max_position_embeddings
+  double norm_eps = 1e-6;              // rms_norm_eps
+  bool tied_head = false;              // tie_word_embeddings
+  bool sliding_window_fields = false;  // use_sliding_window / max_window_layers (Qwen2, Qwen3)
+  int64_t max_window_layers = 28;
+};
+
+// Appends the token id (an integer) or ids (a list) of `field` to `ids`, skipping ids already
+// there; null or absent adds nothing.
+Status ReadTokenIds(const ConfigReader& config, std::string_view field, std::vector<int32_t>* ids);
+
+// Reads what every Llama-like decoder shares: sizes, heads, head_dim, rope, norm eps, context,
+// tied head, dtype, layer types (all full attention), hidden_act (silu), eos and bos ids.
+Status ReadDecoder(const ConfigReader& config, const FamilyDefaults& defaults, Arch* arch);
+
+// Names of Hugging Face's Llama-style checkpoints ("model.layers.N.self_attn.q_proj.weight").
+std::string HfDecoderTensorName(TensorRole role, int layer);
+
+struct Family {
+  std::string_view name;          // Arch::family
+  std::string_view model_type;    // config.json "model_type"
+  std::string_view architecture;  // config.json "architectures"[0]
+  // Reads config.json into `arch` (family, architecture already set).
+  Status (*read)(const ConfigReader& config, Arch* arch);
+  std::string (*tensor_name)(TensorRole role, int layer);
+};
+
+const Family& LlamaFamily();
+const Family& Qwen2Family();
+const Family& Qwen3Family();
+
+}  // namespace gizllm

@@ -1,0 +1,424 @@
+#include "model/config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "formats/safetensors.h"
+
+namespace gizllm {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    path_ = fs::temp_directory_path() /
+            ("gizllm_config_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string path() const { return path_.string(); }
+  void Write(const std::string& name, const json& j) const {
+    std::ofstream(path_ / name) << j.dump(2);
+  }
+
+ private:
+  fs::path path_;
+};
+
+// Llama-3.1-8B's config.json.
+json Llama31Config() {
+  return json::parse(R"({
+    "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "hidden_act": "silu",
+    "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+    "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.0.dev0", "use_cache": true, "vocab_size": 128256})");
+}
+
+// Qwen2.5-0.5B-Instruct's config.json: top-level rope_theta, sliding window fields present but off.
+json Qwen25Config() {
+  return json::parse(R"({
+    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+    "eos_token_id": 151645, "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02,
+    "intermediate_size": 4864, "max_position_embeddings": 32768, "max_window_layers": 21,
+    "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24,
+    "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+    "sliding_window": 32768, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.1", "use_cache": true, "use_sliding_window": false,
+    "vocab_size": 151936})");
+}
+
+// Expects an error of `code` whose message names each of `parts`.
+void ExpectError(const Expected<Arch>& arch, StatusCode code, std::vector<std::string> parts) {
+  ASSERT_FALSE(arch.ok());
+  EXPECT_EQ(arch.status().code(), code) << arch.status().message();
+  for (const std::string& p : parts) {
+    EXPECT_NE(arch.status().message().find(p), std::string::npos)
+        << "\"" << arch.status().message() << "\" does not name " << p;
+  }
+  EXPECT_EQ(arch.status().message().find('\n'), std::string::npos);
+}
+
+TEST(ConfigTest, TinyChat) {
+  auto arch = ReadArch("models/tiny-chat");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->family, "qwen3");
+  EXPECT_EQ(arch->architecture, "Qwen3ForCausalLM");
+  EXPECT_EQ(arch->vocab, 8192);
+  EXPECT_EQ(arch->dim, 384);
+  EXPECT_EQ(arch->ffn, 1152);
+  EXPECT_EQ(arch->layers, 8);
+  EXPECT_EQ(arch->kinds, std::vector<LayerKind>(8, LayerKind::kAttention));
+  EXPECT_EQ(arch->heads, 6);
+  EXPECT_EQ(arch->kv_heads, 2);
+  EXPECT_EQ(arch->head_dim, 64);
+  EXPECT_EQ(arch->rope.type, "default");
+  EXPECT_EQ(arch->rope.theta, 10000.0);
+  EXPECT_EQ(arch->rope.rotary_dims, 64);
+  EXPECT_EQ(arch->norm_eps, 1e-6);
+  EXPECT_TRUE(arch->qk_norm);
+  EXPECT_FALSE(arch->qkv_bias);
+  EXPECT_FALSE(arch->output_bias);
+  EXPECT_FALSE(arch->mlp_bias);
+  EXPECT_TRUE(arch->tied_head);
+  EXPECT_EQ(arch->context, 2048);
+  EXPECT_EQ(arch->eos, std::vector<int32_t>{2});
+  EXPECT_EQ(arch->bos, -1);
+  EXPECT_EQ(arch->torch_dtype, "bfloat16");
+}
+
+// Every tensor the Arch says tiny-chat has is in its checkpoint under TensorName, and nothing else.
+TEST(ConfigTest, TinyChatTensorNames) {
+  auto arch = ReadArch("models/tiny-chat");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  auto ckpt = Checkpoint::Open("models/tiny-chat");
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  std::set<std::string> expected = {TensorName(*arch, TensorRole::kEmbed, -1),
+                                    TensorName(*arch, TensorRole::kFinalNorm, -1)};
+  for (int l = 0; l < arch->layers; ++l) {
+    for (TensorRole r :
+         {TensorRole::kAttnNorm, TensorRole::kQ, TensorRole::kK, TensorRole::kV, TensorRole::kO,
+          TensorRole::kQNorm, TensorRole::kKNorm, TensorRole::kFfnNorm, TensorRole::kGate,
+          TensorRole::kUp, TensorRole::kDown}) {
+      expected.insert(TensorName(*arch, r, l));
+    }
+  }
+  std::set<std::string> present;
+  for (const TensorInfo* t : ckpt->All()) present.insert(t->name);
+  EXPECT_EQ(present, expected);
+  EXPECT_EQ(ckpt->Find(TensorName(*arch, TensorRole::kHead, -1)), nullptr);
+  EXPECT_EQ(ckpt->Find(TensorName(*arch, TensorRole::kQBias, 0)), nullptr);
+  const TensorInfo* k = ckpt->Find(TensorName(*arch, TensorRole::kK, 3));
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->shape, (std::vector<int64_t>{arch->KvDim(), arch->dim}));
+}
+
+TEST(ConfigTest, TensorNames) {
+  Arch arch;
+  arch.family = "llama";
+  EXPECT_EQ(TensorName(arch, TensorRole::kQ, 3), "model.layers.3.self_attn.q_proj.weight");
+  EXPECT_EQ(TensorName(arch, TensorRole::kOBias, 0), "model.layers.0.self_attn.o_proj.bias");
+  EXPECT_EQ(TensorName(arch, TensorRole::kFfnNorm, 11),
+            "model.layers.11.post_attention_layernorm.weight");
+  EXPECT_EQ(TensorName(arch, TensorRole::kDownBias, 2), "model.layers.2.mlp.down_proj.bias");
+  EXPECT_EQ(TensorName(arch, TensorRole::kHead, -1), "lm_head.weight");
+  EXPECT_EQ(TensorName(arch, TensorRole::kEmbed, -1), "model.embed_tokens.weight");
+  EXPECT_EQ(TensorName(arch, TensorRole::kFinalNorm, -1), "model.norm.weight");
+  arch.family = "qwen3";
+  EXPECT_EQ(TensorName(arch, TensorRole::kKNorm, 5), "model.layers.5.self_attn.k_norm.weight");
+}
+
+TEST(ConfigTest, Llama31) {
+  auto arch = ParseArch(Llama31Config(), "x/config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->family, "llama");
+  EXPECT_EQ(arch->vocab, 128256);
+  EXPECT_EQ(arch->dim, 4096);
+  EXPECT_EQ(arch->ffn, 14336);
+  EXPECT_EQ(arch->layers, 32);
+  EXPECT_EQ(arch->heads, 32);
+  EXPECT_EQ(arch->kv_heads, 8);
+  EXPECT_EQ(arch->head_dim, 128);  // hidden / heads
+  EXPECT_EQ(arch->rope.type, "llama3");
+  EXPECT_EQ(arch->rope.theta, 500000.0);
+  EXPECT_EQ(arch->rope.factor, 8.0);
+  EXPECT_EQ(arch->rope.low_freq_factor, 1.0);
+  EXPECT_EQ(arch->rope.high_freq_factor, 4.0);
+  EXPECT_EQ(arch->rope.original_context, 8192);
+  EXPECT_EQ(arch->rope.rotary_dims, 128);
+  EXPECT_EQ(arch->norm_eps, 1e-5);
+  EXPECT_EQ(arch->context, 131072);
+  EXPECT_FALSE(arch->tied_head);
+  EXPECT_FALSE(arch->qk_norm);
+  EXPECT_FALSE(arch->qkv_bias);
+  EXPECT_FALSE(arch->output_bias);
+  EXPECT_FALSE(arch->mlp_bias);
+  EXPECT_EQ(arch->eos, (std::vector<int32_t>{128001, 128008, 128009}));
+  EXPECT_EQ(arch->bos, 128000);
+
+  // transformers' llama3 inverse frequencies (its formula evaluated in double precision):
+  // high-frequency dims unchanged, low ones divided by the factor, the band between smoothed.
+  std::vector<float> inv = arch->rope.InvFreq();
+  ASSERT_EQ(inv.size(), 64u);
+  const std::pair<int, double> kExpected[] = {{0, 1.0},
+                                              {20, 0.0165604401},
+                                              {28, 0.00321144599},
+                                              {29, 0.00216657076},
+                                              {31, 0.000856751413},
+                                              {34, 0.000178507813},
+                                              {35, 9.55621235e-05},
+                                              {48, 6.64786987e-06},
+                                              {63, 3.06892599e-07}};
+  for (auto [i, want] : kExpected) {
+    EXPECT_NEAR(inv[i], want, 2e-6 * want) << "inv_freq[" << i << "]";
+  }
+}
+
+TEST(ConfigTest, LlamaBiasesAndDefaults) {
+  json c = Llama31Config();
+  c["attention_bias"] = true;
+  c["mlp_bias"] = true;
+  c.erase("rope_scaling");
+  c.erase("rope_theta");
+  c.erase("max_position_embeddings");
+  c.erase("rms_norm_eps");
+  c.erase("tie_word_embeddings");
+  c.erase("num_key_value_heads");
+  c["head_dim"] = 64;
+  auto arch = ParseArch(c, "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_TRUE(arch->qkv_bias);
+  EXPECT_TRUE(arch->output_bias);
+  EXPECT_TRUE(arch->mlp_bias);
+  EXPECT_EQ(arch->head_dim, 64);
+  EXPECT_EQ(arch->rope.rotary_dims, 64);
+  EXPECT_EQ(arch->rope.type, "default");
+  EXPECT_EQ(arch->rope.theta, 10000.0);  // LlamaConfig's defaults
+  EXPECT_EQ(arch->context, 2048);
+  EXPECT_EQ(arch->norm_eps, 1e-6);
+  EXPECT_FALSE(arch->tied_head);
+  EXPECT_EQ(arch->kv_heads, 32);  // as many as the query heads
+}
+
+TEST(ConfigTest, Qwen2TopLevelRopeTheta) {
+  auto arch = ParseArch(Qwen25Config(), "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->family, "qwen2");
+  EXPECT_EQ(arch->head_dim, 64);
+  EXPECT_EQ(arch->rope.theta, 1000000.0);
+  EXPECT_EQ(arch->rope.type, "default");
+  EXPECT_TRUE(arch->qkv_bias);
+  EXPECT_FALSE(arch->output_bias);
+  EXPECT_FALSE(arch->qk_norm);
+  EXPECT_TRUE(arch->tied_head);
+  EXPECT_EQ(arch->eos, std::vector<int32_t>{151645});
+  EXPECT_EQ(arch->bos, 151643);
+  EXPECT_EQ(arch->kinds, std::vector<LayerKind>(24, LayerKind::kAttention));
+
+  // Older configs spell the scaling type "type"; linear scaling needs its factor.
+  json c = Qwen25Config();
+  c["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};
+  arch = ParseArch(c, "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->rope.type, "linear");
+  EXPECT_EQ(arch->rope.factor, 4.0);
+  c["rope_scaling"] = {{"rope_type", "linear"}};
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument,
+              {"config.json", "rope_scaling.factor"});
+}
+
+TEST(ConfigTest, Qwen3Variants) {
+  json c = Qwen25Config();
+  c["model_type"] = "qwen3";
+  c["architectures"] = {"Qwen3ForCausalLM"};
+  c["head_dim"] = 128;
+  c["attention_bias"] = true;
+  c["partial_rotary_factor"] = 0.5;
+  c.erase("tie_word_embeddings");
+  auto arch = ParseArch(c, "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_TRUE(arch->qk_norm);
+  EXPECT_TRUE(arch->qkv_bias);
+  EXPECT_TRUE(arch->output_bias);
+  EXPECT_EQ(arch->head_dim, 128);
+  EXPECT_EQ(arch->rope.rotary_dims, 64);
+  EXPECT_FALSE(arch->tied_head);
+
+  // rope_parameters (transformers 5), also keyed by layer type, wins over rope_theta.
+  c["rope_parameters"] = {
+      {"rope_theta", 5e6}, {"rope_type", "default"}, {"partial_rotary_factor", 0.25}};
+  arch = ParseArch(c, "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->rope.theta, 5e6);
+  EXPECT_EQ(arch->rope.rotary_dims, 32);
+  c["rope_parameters"] = {{"full_attention", {{"rope_theta", 7e5}, {"rope_type", "default"}}}};
+  arch = ParseArch(c, "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->rope.theta, 7e5);
+  EXPECT_EQ(arch->rope.rotary_dims, 64);  // the top-level partial_rotary_factor
+}
+
+TEST(ConfigTest, Unsupported) {
+  json c = Qwen25Config();
+  c["model_type"] = "mistral";
+  ExpectError(ParseArch(c, "m/config.json"), StatusCode::kUnimplemented,
+              {"m/config.json", "model_type", "mistral"});
+
+  c = Qwen25Config();
+  c["architectures"] = {"Qwen2ForSequenceClassification"};
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented,
+              {"architectures", "Qwen2ForSequenceClassification"});
+
+  c = Llama31Config();
+  c["rope_scaling"] = {
+      {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented,
+              {"config.json", "rope_scaling.rope_type", "yarn"});
+
+  c = Qwen25Config();
+  c["rope_parameters"] = {{"rope_type", "dynamic"}, {"factor", 2.0}, {"rope_theta", 1e6}};
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented,
+              {"rope_parameters.rope_type", "dynamic"});
+
+  c = Qwen25Config();
+  c["use_sliding_window"] = true;
+  c["max_window_layers"] = 4;
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented, {"use_sliding_window"});
+  c["max_window_layers"] = 24;  // no layer from 24 on: every layer is full attention
+  EXPECT_TRUE(ParseArch(c, "config.json").ok());
+
+  c = Qwen25Config();
+  c["num_hidden_layers"] = 3;
+  c["layer_types"] = {"full_attention", "sliding_attention", "full_attention"};
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented, {"layer_types[1]"});
+  c["layer_types"] = {"full_attention", "full_attention"};
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument, {"layer_types"});
+
+  c = Llama31Config();
+  c["hidden_act"] = "gelu";
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented, {"hidden_act", "gelu"});
+}
+
+TEST(ConfigTest, BadFields) {
+  for (const char* field : {"hidden_size", "vocab_size", "intermediate_size", "num_hidden_layers",
+                            "num_attention_heads"}) {
+    json c = Llama31Config();
+    c.erase(field);
+    ExpectError(ParseArch(c, "a/config.json"), StatusCode::kInvalidArgument,
+                {"a/config.json", field, "missing"});
+  }
+  json c = Llama31Config();
+  c["hidden_size"] = "big";
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument,
+              {"hidden_size", "expected an integer", "big"});
+  c = Llama31Config();
+  c["num_key_value_heads"] = 5;
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument, {"num_key_value_heads"});
+  c = Llama31Config();
+  c["hidden_size"] = 4000;  // not a multiple of 32 heads, and no head_dim
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument, {"head_dim"});
+  c = Llama31Config();
+  c["rope_scaling"].erase("low_freq_factor");
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument,
+              {"rope_scaling.low_freq_factor"});
+  c = Llama31Config();
+  c["eos_token_id"] = {128001, "x"};
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument, {"eos_token_id"});
+  c = Llama31Config();
+  c["eos_token_id"] = 128256;
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument, {"128256", "vocab"});
+  c = Llama31Config();
+  c.erase("model_type");  // architectures alone is enough
+  EXPECT_TRUE(ParseArch(c, "config.json").ok());
+  c.erase("architectures");
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument, {"model_type"});
+  ExpectError(ParseArch(json::array(), "config.json"), StatusCode::kInvalidArgument,
+              {"config.json"});
+}
+
+TEST(ConfigTest, EosUnion) {
+  TempDir dir;
+  json c = Qwen25Config();
+  c["eos_token_id"] = {151645, 151643};
+  c["bos_token_id"] = nullptr;
+  dir.Write("config.json", c);
+  dir.Write("generation_config.json", {{"eos_token_id", {151643, 151650}}, {"bos_token_id", 9}});
+  json added = {{"151644", {{"content", "<|im_start|>"}}},
+                {"151660", {{"content", "<|eot|>"}, {"special", true}}}};
+  dir.Write("tokenizer_config.json",
+            {{"eos_token", {{"content", "<|eot|>"}, {"__type", "AddedToken"}}},
+             {"bos_token", "<|im_start|>"},
+             {"added_tokens_decoder", added}});
+  auto arch = ReadArch(dir.path());
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->eos, (std::vector<int32_t>{151645, 151643, 151650, 151660}));
+  EXPECT_EQ(arch->bos, 9);  // generation_config.json before tokenizer_config.json
+
+  // Without generation_config.json, bos comes from tokenizer_config.json; an eos_token not in
+  // added_tokens_decoder is looked up in tokenizer.json.
+  fs::remove(fs::path(dir.path()) / "generation_config.json");
+  dir.Write(
+      "tokenizer_config.json",
+      {{"eos_token", "<|end|>"}, {"bos_token", "<|im_start|>"}, {"added_tokens_decoder", added}});
+  dir.Write("tokenizer.json", {{"added_tokens", {{{"id", 151670}, {"content", "<|end|>"}}}},
+                               {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"<|x|>", 17}}}}}});
+  arch = ReadArch(dir.path());
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->eos, (std::vector<int32_t>{151645, 151643, 151670}));
+  EXPECT_EQ(arch->bos, 151644);
+
+  dir.Write("tokenizer_config.json", {{"eos_token", "<|x|>"}});
+  arch = ReadArch(dir.path());
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->eos, (std::vector<int32_t>{151645, 151643, 17}));
+
+  dir.Write("tokenizer_config.json", {{"eos_token", "<|nowhere|>"}});
+  ExpectError(ReadArch(dir.path()), StatusCode::kInvalidArgument,
+              {"tokenizer_config.json", "eos_token", "<|nowhere|>"});
+}
+
+TEST(ConfigTest, MissingOrBrokenFiles) {
+  TempDir dir;
+  ExpectError(ReadArch(dir.path()), StatusCode::kNotFound, {dir.path() + "/config.json"});
+  std::ofstream(fs::path(dir.path()) / "config.json") << "{\"model_type\": ";
+  ExpectError(ReadArch(dir.path()), StatusCode::kDataLoss, {"config.json", "JSON"});
+  dir.Write("config.json", Qwen25Config());
+  std::ofstream(fs::path(dir.path()) / "generation_config.json") << "[1,";
+  ExpectError(ReadArch(dir.path()), StatusCode::kDataLoss, {"generation_config.json"});
+}
+
+TEST(RopeTest, DefaultAndLinear) {
+  Rope rope;
+  rope.theta = 10000.0;
+  rope.rotary_dims = 64;
+  std::vector<float> inv = rope.InvFreq();
+  ASSERT_EQ(inv.size(), 32u);
+  for (int i = 0; i < 32; ++i) {
+    const double want = 1.0 / std::pow(10000.0, 2.0 * i / 64);
+    EXPECT_NEAR(inv[i], want, 2e-6 * want) << i;
+  }
+  rope.type = "linear";
+  rope.factor = 4.0;
+  std::vector<float> linear = rope.InvFreq();
+  for (int i = 0; i < 32; ++i) EXPECT_FLOAT_EQ(linear[i], inv[i] / 4.0f) << i;
+}
+
+}  // namespace
+}  // namespace gizllm
