@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/vec_math.h"
 #include "core/check.h"
 #include "core/dtype.h"
@@ -181,7 +182,8 @@ CpuBackend::CpuBackend(ThreadPool* pool, const CpuOptions& options)
     : pool_(pool),
       options_(options),
       isa_(options.isa.value_or(DetectCpuIsa())),
-      matmul_(&MatmulKernelsFor(isa_)) {
+      matmul_(&MatmulKernelsFor(isa_)),
+      bf16_matmul_(options.bf16_activations ? &Avx512Bf16MatmulKernels() : nullptr) {
   CHECK(pool_ != nullptr);
 }
 
@@ -265,41 +267,47 @@ void CpuBackend::RmsNorm(const RmsNormParams& p) {
 
 void CpuBackend::Matmul(const MatmulParams& p) {
   if (p.rows <= 0) return;
-  const MatmulKernels& k = *matmul_;
+  // Quantized outputs run on their own kernels (quant_matmul.h); the plain ones below.
+  if (HasQuantizedOutput(p)) QuantMatmul(p, pool_, isa_);
   const int64_t cols = p.w[0]->cols;
-  const int64_t stride = PaddedCols(cols, k.block);
-  // The activations in the order each output's kernel reads: [0] bf16, [1] f16 and f32.
+  // Each plain output's kernels, and the activations in the order they read, prepared once
+  // per distinct order: [0] bf16 weights, [1] f16 and f32 weights.
+  const MatmulKernels* kernels[MatmulParams::kMaxOutputs] = {};
   const float* x[2] = {nullptr, nullptr};
+  MatmulSlice slices[MatmulParams::kMaxOutputs];
+  int64_t total_n = 0;
+  int tile_rows = 1;
   for (int o = 0; o < p.outputs; ++o) {
     const Format f = p.w[o]->format;
-    CHECK(f == Format::kF32 || f == Format::kF16 || f == Format::kBf16);
+    if (f != Format::kF32 && f != Format::kF16 && f != Format::kBf16) continue;
     const int order = f == Format::kBf16 ? 0 : 1;
+    const MatmulKernels& k = order == 0 && bf16_matmul_ ? *bf16_matmul_ : *matmul_;
+    const int64_t stride = ActivationStride(k, cols);
     if (!x[order]) {
       float* dst = activations_[order].Get(p.rows * stride);
       k.prepare(f, p.x, p.rows, cols, dst);
       x[order] = dst;
     }
-  }
-  MatmulSlice slices[MatmulParams::kMaxOutputs];
-  int64_t total_n = 0;
-  for (int o = 0; o < p.outputs; ++o) {
-    const Format f = p.w[o]->format;
+    kernels[o] = &k;
     slices[o] = MatmulSlice{.w = p.w[o],
-                            .x = x[f == Format::kBf16 ? 0 : 1],
+                            .x = x[order],
                             .x_stride = stride,
                             .rows = p.rows,
                             .out = p.out[o],
                             .bias = p.bias[o]};
     total_n += p.w[o]->rows;
+    tile_rows = std::max(tile_rows, k.tile_rows);
   }
+  if (total_n == 0) return;
   // Output rows in chunks (multiples of the tile), about four per thread so that threads that
   // finish early take more; one dispatch covers every output.
   const int threads = pool_->threads();
   int64_t chunk = (total_n + 4 * threads - 1) / (4 * threads);
-  chunk = std::max<int64_t>(k.tile_rows, (chunk + k.tile_rows - 1) / k.tile_rows * k.tile_rows);
+  chunk = std::max<int64_t>(tile_rows, (chunk + tile_rows - 1) / tile_rows * tile_rows);
   int64_t first_task[MatmulParams::kMaxOutputs + 1] = {0};
   for (int o = 0; o < p.outputs; ++o) {
-    first_task[o + 1] = first_task[o] + (p.w[o]->rows + chunk - 1) / chunk;
+    const int64_t n = kernels[o] ? p.w[o]->rows : 0;
+    first_task[o + 1] = first_task[o] + (n + chunk - 1) / chunk;
   }
   const int64_t tasks = first_task[p.outputs];
   auto run = [&](int64_t task, int) {
@@ -307,7 +315,7 @@ void CpuBackend::Matmul(const MatmulParams& p) {
     while (task >= first_task[o + 1]) ++o;
     const int64_t n0 = (task - first_task[o]) * chunk;
     const int64_t n1 = std::min(p.w[o]->rows, n0 + chunk);
-    k.slice[static_cast<int>(p.w[o]->format)](slices[o], n0, n1);
+    kernels[o]->slice[static_cast<int>(p.w[o]->format)](slices[o], n0, n1);
   };
   if (threads == 1) {
     for (int64_t t = 0; t < tasks; ++t) run(t, 0);

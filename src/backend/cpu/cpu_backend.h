@@ -71,8 +71,9 @@ class CpuBackend : public Backend {
   CpuOptions options_;
   CpuIsa isa_;
   const MatmulKernels* matmul_;
-  Scratch activations_[2];  // matmul inputs in kernel order: bf16 order, natural order
-  Scratch attention_;       // per thread: accumulators of one kv head's query heads
+  const MatmulKernels* bf16_matmul_;  // bf16 weights with bf16_activations, else null
+  Scratch activations_[2];            // matmul inputs in kernel order: bf16 order, natural order
+  Scratch attention_;                 // per thread: accumulators of one kv head's query heads
 };
 
 // The CPU backend with default options.

@@ -31,6 +31,8 @@ using MatmulSliceFn = void (*)(const MatmulSlice& s, int64_t n0, int64_t n1);
 struct MatmulKernels {
   int block = 1;      // inputs per block; activation rows are padded to a multiple
   int tile_rows = 1;  // weight rows per tile (NW): slices split at multiples of it
+  // Activation rows hold bf16 values, two per float of the stride (AVX-512 BF16 kernels).
+  bool bf16_activations = false;
   // Copies x [rows, cols] into dst [rows, stride] in the order the kernels for `format` read,
   // zero-padded; stride = cols rounded up to `block`.
   void (*prepare)(Format format, const float* x, int64_t rows, int64_t cols, float* dst) = nullptr;
@@ -40,8 +42,16 @@ struct MatmulKernels {
 const MatmulKernels& ScalarMatmulKernels();
 const MatmulKernels& Avx2MatmulKernels();
 const MatmulKernels& Avx512MatmulKernels();
+// bf16 weights only, activations rounded to bf16, vdpbf16ps products (CPUs with avx512_bf16).
+const MatmulKernels& Avx512Bf16MatmulKernels();
 const MatmulKernels& MatmulKernelsFor(CpuIsa isa);
 
 inline int64_t PaddedCols(int64_t cols, int block) { return (cols + block - 1) / block * block; }
+
+// Floats per prepared activation row.
+inline int64_t ActivationStride(const MatmulKernels& k, int64_t cols) {
+  int64_t padded = PaddedCols(cols, k.block);
+  return k.bf16_activations ? padded / 2 : padded;
+}
 
 }  // namespace gizllm

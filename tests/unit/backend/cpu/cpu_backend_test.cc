@@ -147,6 +147,53 @@ TEST_F(CpuBackendTest, MatmulManyRowsAndOutputs) {
   }
 }
 
+// With bf16_activations, bf16 weights multiply activations rounded to bf16: the result must
+// match the reference over the rounded activations; other formats in the same call stay exact.
+TEST_F(CpuBackendTest, MatmulBf16ActivationsMatchRoundedReference) {
+  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no avx512_bf16";
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    CpuBackend backend(&pool, CpuOptions{.isa = std::nullopt, .bf16_activations = true});
+    for (int64_t rows : {1, 2, 3, 7, 40}) {
+      for (int64_t cols : {1, 31, 33, 389}) {
+        TestWeight w0(Format::kBf16, 29, cols, rng_);
+        TestWeight w1(Format::kF32, 11, cols, rng_);
+        std::vector<float> x = Random(rows * cols + 1);
+        std::vector<float> rounded(x.size());
+        for (size_t i = 0; i < x.size(); ++i) rounded[i] = Bf16ToF32(F32ToBf16(x[i]));
+        std::vector<float> bias = Random(29);
+        std::vector<float> got0 = Poison(rows * 29), got1 = Poison(rows * 11);
+        std::vector<float> want0 = Poison(rows * 29), want1 = Poison(rows * 11);
+        MatmulParams p;
+        p.x = x.data() + 1;
+        p.rows = rows;
+        p.outputs = 2;
+        p.w[0] = &w0.w;
+        p.w[1] = &w1.w;
+        p.out[0] = got0.data();
+        p.out[1] = got1.data();
+        p.bias[0] = bias.data();
+        backend.Matmul(p);
+        MatmulParams ref = p;
+        ref.outputs = 1;
+        ref.x = rounded.data() + 1;
+        ref.out[0] = want0.data();
+        ReferenceMatmul(ref);
+        ref.x = x.data() + 1;
+        ref.w[0] = &w1.w;
+        ref.out[0] = want1.data();
+        ref.bias[0] = nullptr;
+        ReferenceMatmul(ref);
+        for (size_t i = 0; i < got0.size(); ++i) {
+          ASSERT_NEAR(got0[i], want0[i], 1e-5 * cols)
+              << threads << "t rows " << rows << " cols " << cols << " at " << i;
+        }
+        for (size_t i = 0; i < got1.size(); ++i) ASSERT_NEAR(got1[i], want1[i], 1e-5 * cols);
+      }
+    }
+  }
+}
+
 TEST_F(CpuBackendTest, RmsNormMatchesReference) {
   for (const Config& c : Configs()) {
     ThreadPool pool(c.threads);
@@ -178,7 +225,9 @@ TEST_F(CpuBackendTest, RmsNormMatchesReference) {
             for (int64_t i = 0; i < rows * dim; ++i) {
               ASSERT_NEAR(out[i], want[i], 1e-5 * (1 + std::abs(want[i])))
                   << Name(c) << " dim " << dim << " rows " << rows << " at " << i;
-              if (residual) ASSERT_EQ(res[i + 1], res2[i + 1]);
+              if (residual) {
+                ASSERT_EQ(res[i + 1], res2[i + 1]);
+              }
             }
           }
         }
@@ -397,7 +446,7 @@ TEST_F(CpuBackendTest, AllocateAndPrepareWeight) {
 TEST_F(CpuBackendTest, OptionsCheck) {
   ThreadPool pool(1);
   EXPECT_TRUE(MakeCpuBackend(&pool, CpuOptions{.isa = CpuIsa::kScalar}).ok());
-  auto bf16 = MakeCpuBackend(&pool, CpuOptions{.bf16_activations = true});
+  auto bf16 = MakeCpuBackend(&pool, CpuOptions{.isa = std::nullopt, .bf16_activations = true});
   EXPECT_EQ(bf16.ok(), CpuHasAvx512Bf16());
 }
 

@@ -1,0 +1,314 @@
+// Benchmarks of the CPU kernels against what the machine can do:
+//  - read bandwidth: a streaming sum over a buffer larger than L3 (and over a buffer the size of
+//    tiny-chat's weights, which repeated decode steps read), 1 and N threads;
+//  - matmul: the linears of every layer of tiny-chat (Qwen3, 8 layers, hidden 384, q 384,
+//    kv 128, ffn 1152, tied head 8192, bf16, 33.8 MB) for one row (decode: GB/s and its ratio to
+//    the read bandwidth) and for 128 rows (prefill: GFLOP/s);
+//  - forward: every op of one forward pass of that shape (norms, rope, KV write, attention,
+//    SwiGLU, residuals, head), as tokens per second.
+// Usage: cpu_bench [--threads 1,2] [--quick]
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/dtype.h"
+
+namespace gizllm {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Best time of `reps` runs of fn after one warm-up run.
+template <typename Fn>
+double BestSeconds(int reps, Fn&& fn) {
+  fn();
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    double t0 = Now();
+    fn();
+    best = std::min(best, Now() - t0);
+  }
+  return best;
+}
+
+GZ_TARGET_AVX512 float SumAvx512(const float* p, int64_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i < n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+// GB/s of a streaming read of `bytes` split over the pool's threads.
+double ReadBandwidth(ThreadPool& pool, size_t bytes, int reps) {
+  const int64_t n = bytes / sizeof(float);
+  float* buf = static_cast<float*>(std::aligned_alloc(64, bytes));
+  for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<float>(i & 7);
+  std::vector<float> sink(pool.threads());
+  double s = BestSeconds(reps, [&] {
+    pool.ParallelFor(n, 1 << 14, [&](int64_t b, int64_t e, int t) {
+      sink[t] += SumAvx512(buf + b, e - b);
+    });
+  });
+  std::free(buf);
+  return bytes / s / 1e9;
+}
+
+// tiny-chat's shape.
+constexpr int kLayers = 8, kDim = 384, kHeads = 6, kKvHeads = 2, kHeadDim = 64, kFfn = 1152,
+              kVocab = 8192;
+
+struct Layer {
+  std::vector<uint16_t> q, k, v, o, gate, up, down;  // bf16 [outputs, inputs]
+  Weight wq, wk, wv, wo, wgate, wup, wdown;
+  std::vector<float> norm1, norm2, q_norm, k_norm;
+};
+
+std::vector<uint16_t> RandomBf16(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> d(0.0f, 0.05f);
+  std::vector<uint16_t> v(n);
+  for (auto& h : v) h = F32ToBf16(d(rng));
+  return v;
+}
+
+struct Model {
+  std::vector<Layer> layers;
+  std::vector<uint16_t> embed;  // [vocab, dim], also the head
+  Weight wembed;
+  std::vector<float> final_norm;
+  int64_t weight_bytes = 0;
+
+  explicit Model(std::mt19937& rng) : layers(kLayers) {
+    auto make = [&](std::vector<uint16_t>& data, Weight& w, int64_t rows, int64_t cols) {
+      data = RandomBf16(rows * cols, rng);
+      w = Weight{.format = Format::kBf16, .rows = rows, .cols = cols, .data = data.data()};
+      weight_bytes += rows * cols * 2;
+    };
+    for (Layer& l : layers) {
+      make(l.q, l.wq, kHeads * kHeadDim, kDim);
+      make(l.k, l.wk, kKvHeads * kHeadDim, kDim);
+      make(l.v, l.wv, kKvHeads * kHeadDim, kDim);
+      make(l.o, l.wo, kDim, kHeads * kHeadDim);
+      make(l.gate, l.wgate, kFfn, kDim);
+      make(l.up, l.wup, kFfn, kDim);
+      make(l.down, l.wdown, kDim, kFfn);
+      l.norm1.assign(kDim, 1.0f);
+      l.norm2.assign(kDim, 1.0f);
+      l.q_norm.assign(kHeadDim, 1.0f);
+      l.k_norm.assign(kHeadDim, 1.0f);
+    }
+    make(embed, wembed, kVocab, kDim);
+    final_norm.assign(kDim, 1.0f);
+  }
+};
+
+// Activations and KV cache for `rows` rows of one sequence at positions [start, start + rows).
+struct State {
+  int64_t rows;
+  std::vector<float> x, residual, h, q, k, v, att, gate, up, logits;
+  std::vector<float> keys, values;  // per layer, [pages, kPage, kv_heads, head_dim]
+  std::vector<int32_t> tokens, slots, positions, pages;
+  int max_pages;
+  State(int64_t rows, int context) : rows(rows) {
+    max_pages = (context + kPage - 1) / kPage;
+    x.assign(rows * kDim, 0.1f);
+    residual = h = x;
+    q.assign(rows * kHeads * kHeadDim, 0.0f);
+    att = q;
+    k.assign(rows * kKvHeads * kHeadDim, 0.0f);
+    v = k;
+    gate.assign(rows * kFfn, 0.0f);
+    up = gate;
+    logits.assign(kVocab, 0.0f);
+    keys.assign(static_cast<size_t>(kLayers) * max_pages * kPage * kKvHeads * kHeadDim, 0.01f);
+    values = keys;
+    tokens.assign(rows, 5);
+    slots.assign(rows, 0);
+    positions.resize(rows);
+    pages.resize(max_pages);
+    for (int i = 0; i < max_pages; ++i) pages[i] = i;
+  }
+};
+
+// Every op of one forward pass of `state.rows` rows at positions [start, start + rows); logits
+// for the last row only. With matmuls_only, just the linears.
+void Forward(Backend& b, const Model& m, State& s, int start, bool matmuls_only,
+             const std::vector<float>& inv_freq) {
+  const int64_t rows = s.rows;
+  for (int64_t r = 0; r < rows; ++r) s.positions[r] = start + static_cast<int32_t>(r);
+  if (!matmuls_only) {
+    b.Embed({.out = s.residual.data(), .table = &m.wembed, .tokens = s.tokens.data(), .rows = rows});
+  }
+  const int64_t layer_floats = static_cast<int64_t>(s.max_pages) * kPage * kKvHeads * kHeadDim;
+  for (int l = 0; l < kLayers; ++l) {
+    const Layer& L = m.layers[l];
+    KvLayer cache{s.keys.data() + l * layer_floats, s.values.data() + l * layer_floats};
+    PageTable table{s.pages.data(), s.max_pages};
+    if (!matmuls_only) {
+      b.RmsNorm({.out = s.h.data(), .x = s.residual.data(), .weight = L.norm1.data(),
+                 .rows = rows, .dim = kDim});
+    }
+    MatmulParams qkv;
+    qkv.x = s.h.data();
+    qkv.rows = rows;
+    qkv.outputs = 3;
+    qkv.w[0] = &L.wq, qkv.w[1] = &L.wk, qkv.w[2] = &L.wv;
+    qkv.out[0] = s.q.data(), qkv.out[1] = s.k.data(), qkv.out[2] = s.v.data();
+    b.Matmul(qkv);
+    if (!matmuls_only) {
+      b.Rope({.x = s.q.data(), .rows = rows, .heads = kHeads, .head_dim = kHeadDim,
+              .rotary_dims = kHeadDim, .positions = s.positions.data(),
+              .inv_freq = inv_freq.data(), .norm = L.q_norm.data()});
+      b.Rope({.x = s.k.data(), .rows = rows, .heads = kKvHeads, .head_dim = kHeadDim,
+              .rotary_dims = kHeadDim, .positions = s.positions.data(),
+              .inv_freq = inv_freq.data(), .norm = L.k_norm.data()});
+      b.KvWrite({.cache = cache, .table = table, .k = s.k.data(), .v = s.v.data(),
+                 .slots = s.slots.data(), .positions = s.positions.data(), .rows = rows,
+                 .kv_heads = kKvHeads, .head_dim = kHeadDim});
+      b.Attention({.out = s.att.data(), .q = s.q.data(), .cache = cache, .table = table,
+                   .slots = s.slots.data(), .positions = s.positions.data(), .rows = rows,
+                   .heads = kHeads, .kv_heads = kKvHeads, .head_dim = kHeadDim,
+                   .scale = 0.125f});
+    }
+    MatmulParams o;
+    o.x = s.att.data();
+    o.rows = rows;
+    o.w[0] = &L.wo;
+    o.out[0] = s.x.data();
+    b.Matmul(o);
+    if (!matmuls_only) {
+      b.RmsNorm({.out = s.h.data(), .x = s.x.data(), .residual = s.residual.data(),
+                 .weight = L.norm2.data(), .rows = rows, .dim = kDim});
+    }
+    MatmulParams gu;
+    gu.x = s.h.data();
+    gu.rows = rows;
+    gu.outputs = 2;
+    gu.w[0] = &L.wgate, gu.w[1] = &L.wup;
+    gu.out[0] = s.gate.data(), gu.out[1] = s.up.data();
+    b.Matmul(gu);
+    if (!matmuls_only) {
+      b.SwiGlu({.out = s.gate.data(), .gate = s.gate.data(), .up = s.up.data(),
+                .n = rows * kFfn});
+    }
+    MatmulParams down;
+    down.x = s.gate.data();
+    down.rows = rows;
+    down.w[0] = &L.wdown;
+    down.out[0] = s.x.data();
+    b.Matmul(down);
+    if (!matmuls_only) b.Add({.out = s.residual.data(), .x = s.x.data(), .n = rows * kDim});
+  }
+  if (!matmuls_only) {
+    b.RmsNorm({.out = s.h.data(), .x = s.residual.data() + (rows - 1) * kDim,
+               .weight = m.final_norm.data(), .rows = 1, .dim = kDim});
+  }
+  MatmulParams head;
+  head.x = s.h.data();
+  head.rows = 1;
+  head.w[0] = &m.wembed;
+  head.out[0] = s.logits.data();
+  b.Matmul(head);
+}
+
+// Flops of the linears of a forward pass of `rows` rows (head for one row).
+double MatmulFlops(int64_t rows) {
+  double per_row = 2.0 * kLayers *
+                   (static_cast<double>(kDim) * (kHeads + 2 * kKvHeads) * kHeadDim +
+                    kHeads * kHeadDim * kDim + 3.0 * kDim * kFfn);
+  return per_row * rows + 2.0 * kDim * kVocab;
+}
+
+int Main(int argc, char** argv) {
+  std::vector<int> thread_counts = {1, 2};
+  bool quick = false;
+  bool bf16 = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick") {
+      quick = true;
+    } else if (a == "--bf16") {
+      bf16 = true;
+    } else if (a == "--threads" && i + 1 < argc) {
+      thread_counts.clear();
+      for (const char* p = argv[++i]; *p;) {
+        thread_counts.push_back(std::atoi(p));
+        while (*p && *p != ',') ++p;
+        if (*p == ',') ++p;
+      }
+    } else {
+      std::fprintf(stderr, "usage: cpu_bench [--threads 1,2] [--quick] [--bf16]\n");
+      return 2;
+    }
+  }
+  const int reps = quick ? 3 : 10;
+  std::mt19937 rng(1);
+  Model model(rng);
+  std::vector<float> inv_freq(kHeadDim / 2);
+  for (int i = 0; i < kHeadDim / 2; ++i) inv_freq[i] = std::pow(1e6f, -2.0f * i / kHeadDim);
+  std::printf("isa %s, avx512_bf16 %d; tiny-chat shape, %.1f MB of bf16 weights\n",
+              CpuIsaName(DetectCpuIsa()), CpuHasAvx512Bf16() ? 1 : 0,
+              model.weight_bytes / 1e6);
+
+  for (int threads : thread_counts) {
+    ThreadPool pool(threads);
+    const double dram = ReadBandwidth(pool, size_t{1} << 30, quick ? 2 : 5);
+    const double warm = ReadBandwidth(pool, model.weight_bytes / 64 * 64, reps * 4);
+    std::printf("\n[%d thread%s]\n", threads, threads > 1 ? "s" : "");
+    std::printf("read bandwidth: %.1f GB/s (1 GiB buffer), %.1f GB/s (%.1f MB buffer, read "
+                "repeatedly)\n",
+                dram, warm, model.weight_bytes / 1e6);
+    CpuOptions options;
+    options.bf16_activations = bf16;
+    auto made = MakeCpuBackend(&pool, options);
+    if (!made.ok()) {
+      std::fprintf(stderr, "%s\n", made.status().message().c_str());
+      return 1;
+    }
+    Backend& backend = **made;
+    std::printf("backend: %s\n", backend.Describe().c_str());
+
+    State decode(1, 256);
+    double t = BestSeconds(reps * 10, [&] { Forward(backend, model, decode, 0, true, inv_freq); });
+    double gbs = model.weight_bytes / t / 1e9;
+    std::printf("decode matmuls (1 row): %.1f us/token, %.1f GB/s = %.2f x read bandwidth "
+                "(%.2f x the %.1f MB repeated read)\n",
+                t * 1e6, gbs, gbs / dram, gbs / warm, model.weight_bytes / 1e6);
+    for (int context : {16, 128, 512}) {
+      State d(1, context + 1);
+      t = BestSeconds(reps * 10, [&] { Forward(backend, model, d, context, false, inv_freq); });
+      std::printf("decode forward at position %d: %.1f us/token = %.0f tokens/s\n", context,
+                  t * 1e6, 1.0 / t);
+    }
+    for (int rows : {16, 128}) {
+      State prefill(rows, rows);
+      t = BestSeconds(reps, [&] { Forward(backend, model, prefill, 0, true, inv_freq); });
+      std::printf("prefill matmuls (%d rows): %.2f ms, %.1f GFLOP/s\n", rows, t * 1e3,
+                  MatmulFlops(rows) / t / 1e9);
+      t = BestSeconds(reps, [&] { Forward(backend, model, prefill, 0, false, inv_freq); });
+      std::printf("prefill forward (%d rows): %.2f ms = %.0f tokens/s\n", rows, t * 1e3,
+                  rows / t);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace gizllm
+
+int main(int argc, char** argv) { return gizllm::Main(argc, argv); }
