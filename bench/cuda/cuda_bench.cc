@@ -1,0 +1,448 @@
+// The CUDA backend on a Qwen3-8B-shaped model (hidden 4096, 36 layers, 32 query and 8 kv heads
+// of 128, FFN 12288, vocab 151936, untied head) with random bf16 weights made in memory. It
+// issues the ops of the forward pass (src/model/model.cc) in its order: embed; per layer norm,
+// q/k/v, q and k norm + rotary, KV write, attention, output projection, fused residual norm,
+// gate/up, SwiGLU, down; final norm, gather of the wanted rows, head.
+//
+// Measured in the same run: device copy bandwidth (bytes read + written) and the cuBLASLt bf16
+// GEMM rate on random data; each figure is printed with its ratio to the limit they give.
+//
+// Usage: cuda_bench [--quick] [--exact] [--gemv-max-rows N]
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/dtype.h"
+#include "ops/backend.h"
+
+namespace gizllm {
+namespace {
+
+#define BENCH_CHECK(expr)                                                     \
+  do {                                                                        \
+    if (!(expr)) {                                                            \
+      std::fprintf(stderr, "%s:%d: failed: %s\n", __FILE__, __LINE__, #expr); \
+      std::exit(1);                                                           \
+    }                                                                         \
+  } while (0)
+
+struct Shape {
+  int64_t dim = 4096, layers = 36, heads = 32, kv_heads = 8, head_dim = 128, ffn = 12288;
+  int64_t vocab = 151936;
+  int64_t LinearParams() const {  // per layer
+    return dim * heads * head_dim + 2 * dim * kv_heads * head_dim + heads * head_dim * dim +
+           3 * dim * ffn;
+  }
+  int64_t KvBytesPerPosition() const { return layers * kv_heads * head_dim * 2 * 4; }  // f32
+};
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Device-to-device copy of 2 GiB; bytes read + written per second.
+double MeasureCopyBandwidth() {
+  const size_t bytes = size_t{2} << 30;
+  void *a = nullptr, *b = nullptr;
+  BENCH_CHECK(cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess);
+  BENCH_CHECK(cudaMemset(a, 0x3c, bytes) == cudaSuccess);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (int i = 0; i < 3; ++i) cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+  const int reps = 10;
+  cudaEventRecord(start);
+  for (int i = 0; i < reps; ++i)
+    cudaMemcpy(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice);
+  cudaEventRecord(stop);
+  cudaEventSynchronize(stop);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * bytes * reps / (ms * 1e-3);
+}
+
+// bf16 GEMM m = n = k = 8192 through cuBLASLt on random data; FLOP/s.
+double MeasureGemmRate() {
+  const int64_t s = 8192;
+  std::vector<uint16_t> host(s * s);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (auto& h : host) h = F32ToBf16(dist(rng));
+  void *a, *b, *c, *ws;
+  const size_t ws_bytes = 32 << 20;
+  BENCH_CHECK(cudaMalloc(&a, s * s * 2) == cudaSuccess && cudaMalloc(&b, s * s * 2) == cudaSuccess);
+  BENCH_CHECK(cudaMalloc(&c, s * s * 2) == cudaSuccess && cudaMalloc(&ws, ws_bytes) == cudaSuccess);
+  cudaMemcpy(a, host.data(), s * s * 2, cudaMemcpyHostToDevice);
+  std::shuffle(host.begin(), host.end(), rng);
+  cudaMemcpy(b, host.data(), s * s * 2, cudaMemcpyHostToDevice);
+  cublasLtHandle_t lt;
+  BENCH_CHECK(cublasLtCreate(&lt) == CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, s, s, s);
+  cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, s, s, s);
+  cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, s, s, s);
+  cublasLtMatmulPreference_t pref;
+  cublasLtMatmulPreferenceCreate(&pref);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                       sizeof(ws_bytes));
+  cublasLtMatmulHeuristicResult_t result;
+  int found = 0;
+  cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &result, &found);
+  BENCH_CHECK(found > 0);
+  float alpha = 1, beta = 0;
+  auto run = [&] {
+    BENCH_CHECK(cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &beta, c, lc, c, lc, &result.algo,
+                               ws, ws_bytes, 0) == CUBLAS_STATUS_SUCCESS);
+  };
+  for (int i = 0; i < 3; ++i) run();
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  const int reps = 10;
+  cudaEventRecord(start);
+  for (int i = 0; i < reps; ++i) run();
+  cudaEventRecord(stop);
+  cudaEventSynchronize(stop);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cublasLtDestroy(lt);
+  cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(ws);
+  return 2.0 * s * s * s * reps / (ms * 1e-3);
+}
+
+// Random bf16 values (normal, std 0.02), copied from one pool at random offsets.
+class RandomSource {
+ public:
+  explicit RandomSource(Backend* backend) : backend_(backend) {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> dist(0.0f, 0.02f);
+    pool_.resize(kPool + (size_t{1} << 20));
+    for (auto& v : pool_) v = F32ToBf16(dist(rng));
+  }
+  // Fills `count` bf16 values at dst (a device pointer).
+  void FillBf16(void* dst, size_t count) {
+    uint8_t* d = static_cast<uint8_t*>(dst);
+    for (size_t done = 0; done < count;) {
+      size_t piece = std::min(count - done, kPool);
+      size_t offset = rng_() % (pool_.size() - piece + 1);
+      backend_->CopyToDevice(d + done * 2, pool_.data() + offset, piece * 2);
+      done += piece;
+    }
+  }
+
+ private:
+  static constexpr size_t kPool = size_t{64} << 20;  // values
+  Backend* backend_;
+  std::vector<uint16_t> pool_;
+  std::mt19937 rng_{2};
+};
+
+struct Layer {
+  Weight q, k, v, o, gate, up, down;
+  float *attn_norm, *ffn_norm, *q_norm, *k_norm;
+  KvLayer kv;
+};
+
+class Bench {
+ public:
+  Bench(Backend* backend, const Shape& s, int64_t max_rows, int32_t pages)
+      : be_(*backend), s_(s), random_(backend) {
+    auto weight = [&](int64_t rows, int64_t cols) {
+      auto buffer = be_.Allocate(rows * cols * 2);
+      BENCH_CHECK(buffer.ok());
+      random_.FillBf16((*buffer)->data(), rows * cols);
+      Weight w{Format::kBf16, rows, cols};
+      w.data = (*buffer)->data();
+      keep_.push_back(std::move(*buffer));
+      return w;
+    };
+    auto floats = [&](int64_t n, float value) {
+      auto buffer = be_.Allocate(n * 4);
+      BENCH_CHECK(buffer.ok());
+      std::vector<float> host(n);
+      std::mt19937 rng(n);
+      std::uniform_real_distribution<float> dist(0.5f * value, 1.5f * value);
+      for (auto& h : host) h = dist(rng);
+      be_.CopyToDevice((*buffer)->data(), host.data(), n * 4);
+      float* p = (*buffer)->as<float>();
+      keep_.push_back(std::move(*buffer));
+      return p;
+    };
+    const int64_t qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
+    const size_t page_layer = static_cast<size_t>(kPage) * kvd * 4;  // bytes of keys
+    embed_ = weight(s.vocab, s.dim);
+    head_ = weight(s.vocab, s.dim);
+    final_norm_ = floats(s.dim, 1.0f);
+    for (int64_t l = 0; l < s.layers; ++l) {
+      Layer L;
+      L.q = weight(qd, s.dim), L.k = weight(kvd, s.dim), L.v = weight(kvd, s.dim);
+      L.o = weight(s.dim, qd);
+      L.gate = weight(s.ffn, s.dim), L.up = weight(s.ffn, s.dim), L.down = weight(s.dim, s.ffn);
+      L.attn_norm = floats(s.dim, 1.0f), L.ffn_norm = floats(s.dim, 1.0f);
+      L.q_norm = floats(s.head_dim, 1.0f), L.k_norm = floats(s.head_dim, 1.0f);
+      auto kv = be_.Allocate(2 * page_layer * pages);
+      BENCH_CHECK(kv.ok());
+      // Keys and values: random bf16 pairs read as float32 (finite, varied).
+      random_.FillBf16((*kv)->data(), 2 * page_layer * pages / 2);
+      L.kv.keys = (*kv)->as<float>();
+      L.kv.values = L.kv.keys + page_layer / 4 * pages;
+      keep_.push_back(std::move(*kv));
+      layers_.push_back(L);
+    }
+    auto act = [&](int64_t n) {
+      auto buffer = be_.Allocate(n * 4);
+      BENCH_CHECK(buffer.ok());
+      float* p = (*buffer)->as<float>();
+      keep_.push_back(std::move(*buffer));
+      return p;
+    };
+    x_ = act(max_rows * s.dim), h_ = act(max_rows * s.dim), o_ = act(max_rows * s.dim);
+    q_ = act(max_rows * qd), k_ = act(max_rows * kvd), v_ = act(max_rows * kvd);
+    attn_ = act(max_rows * qd);
+    gate_ = act(max_rows * s.ffn), up_ = act(max_rows * s.ffn);
+    picked_ = act(max_rows * s.dim), logits_ = act(max_rows * s.vocab);
+    ints_ = reinterpret_cast<int32_t*>(act(max_rows * 5 + pages + 16));
+    inv_freq_ = act(s.head_dim / 2);
+    std::vector<float> inv(s.head_dim / 2);
+    for (int64_t i = 0; i < s.head_dim / 2; ++i)
+      inv[i] = std::pow(1e6f, -2.0f * i / static_cast<float>(s.head_dim));
+    be_.CopyToDevice(inv_freq_, inv.data(), inv.size() * 4);
+    be_.Synchronize();
+  }
+
+  // One step's inputs: `seqs` sequences, each `per_seq` rows ending at position `last`.
+  void SetStep(int64_t seqs, int64_t per_seq, int32_t last, int32_t max_pages) {
+    int64_t n = seqs * per_seq;
+    std::vector<int32_t> tokens(n), slots(n), positions(n), wanted(seqs);
+    std::mt19937 rng(3);
+    for (int64_t sq = 0; sq < seqs; ++sq) {
+      for (int64_t i = 0; i < per_seq; ++i) {
+        int64_t r = sq * per_seq + i;
+        tokens[r] = static_cast<int32_t>(rng() % s_.vocab);
+        slots[r] = static_cast<int32_t>(sq);
+        positions[r] = last - static_cast<int32_t>(per_seq - 1 - i);
+      }
+      wanted[sq] = static_cast<int32_t>((sq + 1) * per_seq - 1);
+    }
+    std::vector<int32_t> table(seqs * max_pages);
+    for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
+    rows_ = n;
+    wanted_count_ = seqs;
+    max_pages_ = max_pages;
+    tokens_ = ints_, slots_ = ints_ + n, positions_ = ints_ + 2 * n, wanted_ = ints_ + 3 * n;
+    pages_ = ints_ + 3 * n + seqs;
+    be_.CopyToDevice(tokens_, tokens.data(), n * 4);
+    be_.CopyToDevice(slots_, slots.data(), n * 4);
+    be_.CopyToDevice(positions_, positions.data(), n * 4);
+    be_.CopyToDevice(wanted_, wanted.data(), seqs * 4);
+    be_.CopyToDevice(pages_, table.data(), table.size() * 4);
+  }
+
+  // The forward pass of src/model/model.cc over the step set by SetStep.
+  void Forward() {
+    const int64_t n = rows_;
+    const Shape& s = s_;
+    PageTable table{pages_, max_pages_};
+    bool pending = false;
+    auto norm = [&](const float* weight) {
+      RmsNormParams p{h_, pending ? o_ : x_, pending ? x_ : nullptr, weight, n, s.dim, 1e-6f};
+      be_.RmsNorm(p);
+      pending = false;
+    };
+    be_.Embed({x_, &embed_, tokens_, n});
+    for (const Layer& L : layers_) {
+      norm(L.attn_norm);
+      MatmulParams qkv;
+      qkv.x = h_, qkv.rows = n, qkv.outputs = 3;
+      qkv.w[0] = &L.q, qkv.w[1] = &L.k, qkv.w[2] = &L.v;
+      qkv.out[0] = q_, qkv.out[1] = k_, qkv.out[2] = v_;
+      be_.Matmul(qkv);
+      RopeParams rope{q_,
+                      n,
+                      static_cast<int>(s.heads),
+                      static_cast<int>(s.head_dim),
+                      static_cast<int>(s.head_dim),
+                      positions_,
+                      inv_freq_,
+                      L.q_norm,
+                      1e-6f};
+      be_.Rope(rope);
+      rope.x = k_, rope.heads = static_cast<int>(s.kv_heads), rope.norm = L.k_norm;
+      be_.Rope(rope);
+      be_.KvWrite({L.kv, table, k_, v_, slots_, positions_, n, static_cast<int>(s.kv_heads),
+                   static_cast<int>(s.head_dim)});
+      AttentionParams att;
+      att.out = attn_, att.q = q_, att.cache = L.kv, att.table = table;
+      att.slots = slots_, att.positions = positions_, att.rows = n;
+      att.heads = static_cast<int>(s.heads), att.kv_heads = static_cast<int>(s.kv_heads);
+      att.head_dim = static_cast<int>(s.head_dim);
+      att.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+      be_.Attention(att);
+      MatmulParams out_proj;
+      out_proj.x = attn_, out_proj.rows = n, out_proj.w[0] = &L.o, out_proj.out[0] = o_;
+      be_.Matmul(out_proj);
+      pending = true;
+      norm(L.ffn_norm);
+      MatmulParams gate_up;
+      gate_up.x = h_, gate_up.rows = n, gate_up.outputs = 2;
+      gate_up.w[0] = &L.gate, gate_up.w[1] = &L.up, gate_up.out[0] = gate_, gate_up.out[1] = up_;
+      be_.Matmul(gate_up);
+      be_.SwiGlu({gate_, gate_, up_, n * s.ffn});
+      MatmulParams down;
+      down.x = gate_, down.rows = n, down.w[0] = &L.down, down.out[0] = o_;
+      be_.Matmul(down);
+      pending = true;
+    }
+    norm(final_norm_);
+    be_.GatherRows({picked_, h_, wanted_, wanted_count_, s.dim});
+    MatmulParams head;
+    head.x = picked_, head.rows = wanted_count_, head.w[0] = &head_, head.out[0] = logits_;
+    be_.Matmul(head);
+  }
+
+  // Seconds per Forward(), the median of `reps` after a warm-up.
+  double Time(int reps) {
+    Forward();
+    be_.Synchronize();
+    std::vector<double> times;
+    for (int i = 0; i < reps; ++i) {
+      double t0 = Now();
+      Forward();
+      be_.Synchronize();
+      times.push_back(Now() - t0);
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  }
+
+  float* logits() { return logits_; }
+
+ private:
+  Backend& be_;
+  Shape s_;
+  RandomSource random_;
+  std::vector<std::unique_ptr<Buffer>> keep_;
+  std::vector<Layer> layers_;
+  Weight embed_, head_;
+  float* final_norm_;
+  float *x_, *h_, *o_, *q_, *k_, *v_, *attn_, *gate_, *up_, *picked_, *logits_, *inv_freq_;
+  int32_t* ints_;
+  int32_t *tokens_ = nullptr, *slots_ = nullptr, *positions_ = nullptr, *wanted_ = nullptr,
+          *pages_ = nullptr;
+  int64_t rows_ = 0, wanted_count_ = 0;
+  int32_t max_pages_ = 0;
+};
+
+int Main(int argc, char** argv) {
+  bool quick = false;
+  CudaOptions options;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick")
+      quick = true;
+    else if (a == "--exact")
+      options.exact = true;
+    else if (a == "--gemv-max-rows" && i + 1 < argc)
+      options.gemv_max_rows = std::atoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: cuda_bench [--quick] [--exact] [--gemv-max-rows N]\n");
+      return 2;
+    }
+  }
+  if (CudaDeviceCount() == 0) {
+    std::printf("no CUDA device was found: nothing to measure\n");
+    return 0;
+  }
+  auto backend = MakeCudaBackend(options);
+  BENCH_CHECK(backend.ok());
+  Backend* be = backend->get();
+  std::printf("device: %s\n", be->Describe().c_str());
+  const double bandwidth = MeasureCopyBandwidth();
+  const double rate = MeasureGemmRate();
+  std::printf("ceilings: copy %.2f TB/s (read + written), cuBLASLt bf16 GEMM 8192^3 %.1f TFLOP/s\n",
+              bandwidth * 1e-12, rate * 1e-12);
+
+  Shape s;
+  const int64_t max_rows = 2048;
+  const int32_t pages = 4700;  // 256 sequences x 18 pages, or 1 x 8193 positions
+  double t0 = Now();
+  Bench bench(be, s, max_rows, pages);
+  std::printf("model: random bf16 weights placed in %.1f s\n", Now() - t0);
+  const double linear_bytes = 2.0 * (s.LinearParams() * s.layers + s.vocab * s.dim);
+  const double linear_flops_per_row = 2.0 * (s.LinearParams() * s.layers);
+  const double head_flops_per_row = 2.0 * s.vocab * s.dim;
+  const int reps = quick ? 3 : 10;
+
+  std::printf("\n%-34s %10s %12s %10s %8s\n", "workload", "step ms", "tokens/s", "limit ms",
+              "% limit");
+  auto report = [&](const char* name, double seconds, double tokens, double bytes, double flops) {
+    double limit = std::max(bytes / bandwidth, flops / rate);
+    std::printf("%-34s %10.3f %12.1f %10.3f %7.1f%%\n", name, seconds * 1e3, tokens / seconds,
+                limit * 1e3, 100.0 * limit / seconds);
+  };
+  // Batch-1 decode: the step's row sits at position `context` (context keys before it).
+  for (int32_t context : {512, 8192}) {
+    int32_t max_pages = (context + kPage) / kPage + 1;
+    bench.SetStep(1, 1, context, max_pages);
+    double t = bench.Time(reps);
+    double bytes = linear_bytes + (context + 1.0) * s.KvBytesPerPosition();
+    double flops = linear_flops_per_row + head_flops_per_row +
+                   4.0 * (context + 1) * s.heads * s.head_dim * s.layers;
+    char name[64];
+    std::snprintf(name, sizeof(name), "decode batch 1, context %d", context);
+    report(name, t, 1, bytes, flops);
+  }
+  // Batched decode at context 192 (128 prompt + 64 new: the middle of 128 + 128).
+  for (int64_t seqs : {8, 32, 64, 128, 256}) {
+    const int32_t context = 192;
+    bench.SetStep(seqs, 1, context, (context + kPage) / kPage + 1);
+    double t = bench.Time(reps);
+    double bytes =
+        linear_bytes + seqs * (context + 1.0) * s.KvBytesPerPosition() + seqs * 4.0 * s.vocab;
+    double flops = seqs * (linear_flops_per_row + head_flops_per_row +
+                           4.0 * (context + 1) * s.heads * s.head_dim * s.layers);
+    char name[64];
+    std::snprintf(name, sizeof(name), "decode %lld sequences, context 192",
+                  static_cast<long long>(seqs));
+    report(name, t, static_cast<double>(seqs), bytes, flops);
+  }
+  // Prefill of one 2,048-token prompt; logits of its last row only.
+  {
+    const int64_t n = 2048;
+    bench.SetStep(1, n, static_cast<int32_t>(n - 1), static_cast<int32_t>(n / kPage + 1));
+    double t = bench.Time(quick ? 2 : 5);
+    double flops = n * linear_flops_per_row + head_flops_per_row +
+                   2.0 * n * n * s.heads * s.head_dim * s.layers;  // causal: half of 4 n^2
+    double bytes = linear_bytes + n * s.KvBytesPerPosition();
+    std::printf("%-34s %10.3f %12.1f %10.3f %7.1f%%   (time to first token; %.0f TFLOP/s)\n",
+                "prefill 2048 tokens", t * 1e3, n / t,
+                std::max(bytes / bandwidth, flops / rate) * 1e3,
+                100.0 * std::max(bytes / bandwidth, flops / rate) / t, flops / t * 1e-12);
+  }
+  std::vector<float> sample(8);
+  be->CopyToHost(sample.data(), bench.logits(), sample.size() * 4);
+  for (float v : sample) BENCH_CHECK(std::isfinite(v));
+  return 0;
+}
+
+}  // namespace
+}  // namespace gizllm
+
+int main(int argc, char** argv) { return gizllm::Main(argc, argv); }

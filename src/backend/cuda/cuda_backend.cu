@@ -1,0 +1,255 @@
+// CudaBackend: device memory, weights, and the ops issued in order on one stream.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels.cuh"
+
+namespace gizllm {
+namespace {
+
+#define GZ_CUBLAS_CHECK(expr)                                                    \
+  do {                                                                           \
+    cublasStatus_t gz_st_ = (expr);                                              \
+    if (gz_st_ != CUBLAS_STATUS_SUCCESS) {                                       \
+      std::fprintf(stderr, "%s:%d: cuBLASLt error %d: %s\n", __FILE__, __LINE__, \
+                   static_cast<int>(gz_st_), #expr);                             \
+      std::abort();                                                              \
+    }                                                                            \
+  } while (0)
+
+class CudaBuffer : public Buffer {
+ public:
+  CudaBuffer(void* data, size_t bytes) : data_(data), bytes_(bytes) {}
+  ~CudaBuffer() override {
+    if (data_) cudaFree(data_);
+  }
+  void* data() override { return data_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  void* data_;
+  size_t bytes_;
+};
+
+// One cuBLASLt product shape and the algorithm picked for it.
+struct LtPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo;
+};
+
+class CudaBackend : public Backend {
+ public:
+  CudaBackend(const CudaOptions& options, cudaStream_t stream, cublasLtHandle_t lt,
+              const cudaDeviceProp& prop)
+      : options_(options),
+        stream_(stream),
+        lt_(lt),
+        name_(prop.name),
+        sm_count_(prop.multiProcessorCount) {}
+
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    for (auto& [key, plan] : plans_) {
+      cublasLtMatrixLayoutDestroy(plan.a);
+      cublasLtMatrixLayoutDestroy(plan.b);
+      cublasLtMatrixLayoutDestroy(plan.c);
+      cublasLtMatmulDescDestroy(plan.desc);
+    }
+    if (workspace_) cudaFree(workspace_);
+    cublasLtDestroy(lt_);
+    cudaStreamDestroy(stream_);
+  }
+
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  std::string Describe() const override {
+    return "cuda (" + name_ + (options_.exact ? ", exact" : "") + ")";
+  }
+
+  Expected<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
+    void* data = nullptr;
+    if (bytes > 0) {
+      cudaError_t err = cudaMalloc(&data, bytes);
+      if (err != cudaSuccess) {
+        cudaGetLastError();
+        return ResourceExhausted("cuda: cannot allocate " + std::to_string(bytes) +
+                                 " bytes of device memory: " + cudaGetErrorString(err));
+      }
+      GZ_CUDA_CHECK(cudaMemsetAsync(data, 0, bytes, stream_));
+      GZ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    return std::unique_ptr<Buffer>(new CudaBuffer(data, bytes));
+  }
+
+  void CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    GZ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    GZ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void CopyToHost(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    GZ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    GZ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  Expected<Weight> PrepareWeight(const Weight& host, std::unique_ptr<Buffer>* storage) override {
+    if (host.format != Format::kBf16 && host.format != Format::kF16 &&
+        host.format != Format::kF32) {
+      return Unimplemented("cuda: weight format " + FormatName(host.format) +
+                           " has no CUDA kernel yet (plain bf16, f16 and f32 do)");
+    }
+    if (host.empty()) return InvalidArgument("cuda: PrepareWeight of an empty weight");
+    size_t bytes = static_cast<size_t>(host.Bytes());
+    GZ_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> buffer, Allocate(bytes));
+    CopyToDevice(buffer->data(), host.data, bytes);
+    Weight w = host;
+    w.data = buffer->data();
+    *storage = std::move(buffer);
+    return w;
+  }
+
+  void Embed(const EmbedParams& p) override { cuda::LaunchEmbed(p, stream_); }
+  void RmsNorm(const RmsNormParams& p) override { cuda::LaunchRmsNorm(p, stream_); }
+  void Rope(const RopeParams& p) override { cuda::LaunchRope(p, stream_); }
+  void KvWrite(const KvWriteParams& p) override { cuda::LaunchKvWrite(p, stream_); }
+  void Attention(const AttentionParams& p) override {
+    cuda::LaunchAttention(p, sm_count_, &attention_scratch_, stream_);
+  }
+  void SwiGlu(const SwiGluParams& p) override { cuda::LaunchSwiGlu(p, stream_); }
+  void Add(const AddParams& p) override { cuda::LaunchAdd(p, stream_); }
+  void GatherRows(const GatherRowsParams& p) override { cuda::LaunchGatherRows(p, stream_); }
+
+  void Matmul(const MatmulParams& p) override {
+    if (p.rows == 0) return;
+    if (p.rows <= options_.gemv_max_rows) {
+      for (int i = 0; i < p.outputs; ++i)
+        cuda::LaunchGemv(p.x, p.rows, *p.w[i], p.bias[i], p.out[i], sm_count_, stream_);
+      return;
+    }
+    bool all_bf16 = true;
+    for (int i = 0; i < p.outputs; ++i) all_bf16 = all_bf16 && p.w[i]->format == Format::kBf16;
+    if (options_.exact || !all_bf16) {
+      for (int i = 0; i < p.outputs; ++i)
+        cuda::LaunchGemmF32(p.x, p.rows, *p.w[i], p.bias[i], p.out[i], stream_);
+      return;
+    }
+    // Fast mode: bf16 activations once for every output, then cuBLASLt.
+    int64_t cols = p.w[0]->cols;
+    void* xb = x_bf16_.Get(static_cast<size_t>(p.rows * cols) * 2);
+    cuda::LaunchToBf16(p.x, p.rows * cols, xb, stream_);
+    for (int i = 0; i < p.outputs; ++i) {
+      LtMatmul(xb, p.rows, *p.w[i], p.out[i]);
+      if (p.bias[i]) cuda::LaunchAddBias(p.out[i], p.rows, p.w[i]->rows, p.bias[i], stream_);
+    }
+  }
+
+  void Synchronize() override { GZ_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+ private:
+  static constexpr size_t kWorkspaceBytes = 32 << 20;
+
+  // out[rows, n] (f32) = x[rows, cols] (bf16) W[n, cols]^T. In cuBLASLt's column-major terms:
+  // out^T [n, rows] = W^T^T ... that is D = op(A) B with A = W stored [cols, n] (transposed),
+  // B = x stored [cols, rows].
+  void LtMatmul(const void* x, int64_t rows, const Weight& w, float* out) {
+    LtPlan& plan = Plan(rows, w.rows, w.cols);
+    float alpha = 1.0f, beta = 0.0f;
+    GZ_CUBLAS_CHECK(cublasLtMatmul(lt_, plan.desc, &alpha, w.data, plan.a, x, plan.b, &beta, out,
+                                   plan.c, out, plan.c, &plan.algo, workspace_, kWorkspaceBytes,
+                                   stream_));
+  }
+
+  LtPlan& Plan(int64_t rows, int64_t n, int64_t cols) {
+    auto key = std::make_tuple(rows, n, cols);
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return it->second;
+    if (!workspace_) GZ_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+    LtPlan plan;
+    GZ_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    GZ_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    GZ_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    GZ_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, cols, n, cols));
+    GZ_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, cols, rows, cols));
+    GZ_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, n, rows, n));
+    cublasLtMatmulPreference_t pref;
+    GZ_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = kWorkspaceBytes;
+    GZ_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    GZ_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.a, plan.b, plan.c, plan.c,
+                                                   pref, 1, &result, &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (found == 0) {
+      std::fprintf(stderr, "cuBLASLt: no algorithm for %lld x %lld x %lld\n",
+                   static_cast<long long>(rows), static_cast<long long>(n),
+                   static_cast<long long>(cols));
+      std::abort();
+    }
+    plan.algo = result.algo;
+    return plans_.emplace(key, plan).first->second;
+  }
+
+  CudaOptions options_;
+  cudaStream_t stream_;
+  cublasLtHandle_t lt_;
+  std::string name_;
+  int sm_count_;
+  void* workspace_ = nullptr;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, LtPlan> plans_;
+  cuda::Scratch x_bf16_;             // [rows, cols] bf16 activations of a fast-mode matmul
+  cuda::Scratch attention_scratch_;  // the decode kernel's split parts
+};
+
+}  // namespace
+
+Status CudaOptions::Check() const {
+  if (device < 0) return InvalidArgument("cuda: device index must not be negative");
+  if (gemv_max_rows < 0) return InvalidArgument("cuda: gemv_max_rows must not be negative");
+  return Status::Ok();
+}
+
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+Expected<std::unique_ptr<Backend>> MakeCudaBackend(const CudaOptions& options) {
+  GZ_RETURN_IF_ERROR(options.Check());
+  int count = CudaDeviceCount();
+  if (count == 0) return NotFound("cuda: no CUDA device or driver found");
+  if (options.device >= count)
+    return InvalidArgument("cuda: device " + std::to_string(options.device) + " requested, " +
+                           std::to_string(count) + " found");
+  cudaError_t err = cudaSetDevice(options.device);
+  cudaDeviceProp prop;
+  if (err == cudaSuccess) err = cudaGetDeviceProperties(&prop, options.device);
+  cudaStream_t stream = nullptr;
+  if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return Internal(std::string("cuda: cannot start device: ") + cudaGetErrorString(err));
+  }
+  cublasLtHandle_t lt = nullptr;
+  if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
+    cudaStreamDestroy(stream);
+    return Internal("cuda: cannot create a cuBLASLt handle");
+  }
+  return std::unique_ptr<Backend>(new CudaBackend(options, stream, lt, prop));
+}
+
+}  // namespace gizllm

@@ -1,0 +1,225 @@
+// Row-wise and elementwise kernels: embedding, RMSNorm (with the fused residual add), q/k norm
+// and rotary, KV page write, SwiGLU, add, row gather.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backend/cuda/kernels.cuh"
+
+namespace gizllm::cuda {
+namespace {
+
+__device__ __forceinline__ float Load(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float Load(const __nv_bfloat16* p, int64_t i) {
+  return __bfloat162float(p[i]);
+}
+__device__ __forceinline__ float Load(const __half* p, int64_t i) { return __half2float(p[i]); }
+
+// Sum over the block; every thread gets the total. `shared` holds 32 floats.
+__device__ float BlockSum(float v, float* shared) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // `shared` may still be read from an earlier call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  int warps = (blockDim.x + 31) / 32;
+  v = lane < warps ? shared[lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <typename T>
+__global__ void EmbedKernel(float* out,             // [rows, dim]
+                            const T* table,         // [vocab, dim]
+                            const int32_t* tokens,  // [rows]
+                            int64_t dim) {
+  int64_t r = blockIdx.x;
+  const T* src = table + static_cast<int64_t>(tokens[r]) * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out[r * dim + i] = Load(src, i);
+}
+
+// One block per row. With `residual`: residual += x, then out = norm(residual).
+__global__ void RmsNormKernel(float* out,           // [rows, dim]
+                              const float* x,       // [rows, dim]
+                              float* residual,      // [rows, dim] or null
+                              const float* weight,  // [dim]
+                              int64_t dim, float eps, float offset) {
+  __shared__ float shared[32];
+  int64_t r = blockIdx.x;
+  const float* xr = x + r * dim;
+  float* src = residual ? residual + r * dim : nullptr;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    float v = xr[i];
+    if (src) {
+      v += src[i];
+      src[i] = v;
+    }
+    ss += v * v;
+  }
+  float total = BlockSum(ss, shared);
+  float inv = rsqrtf(total / static_cast<float>(dim) + eps);
+  const float* in = src ? src : xr;
+  // Each thread reads back only what it wrote above, so out may alias x.
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+    out[r * dim + i] = in[i] * inv * (weight[i] + offset);
+}
+
+// One warp per (row, head): optional RMSNorm over head_dim, then rotate-half rotary.
+__global__ void RopeKernel(RopeParams p) {
+  extern __shared__ float buf_all[];
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
+  if (item >= p.rows * p.heads) return;
+  int64_t r = item / p.heads;
+  float* x = p.x + item * p.head_dim;
+  float* buf = buf_all + warp * p.head_dim;
+  float ss = 0.0f;
+  for (int i = lane; i < p.head_dim; i += 32) {
+    float v = x[i];
+    buf[i] = v;
+    ss += v * v;
+  }
+  if (p.norm) {
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    float inv = rsqrtf(ss / static_cast<float>(p.head_dim) + p.norm_eps);
+    for (int i = lane; i < p.head_dim; i += 32) buf[i] = buf[i] * inv * p.norm[i];
+  }
+  __syncwarp();
+  int half = p.rotary_dims / 2;
+  float pos = half > 0 ? static_cast<float>(p.positions[r]) : 0.0f;
+  for (int i = lane; i < half; i += 32) {
+    float s, c;
+    sincosf(pos * p.inv_freq[i], &s, &c);
+    float a = buf[i], b = buf[i + half];
+    x[i] = a * c - b * s;
+    x[i + half] = b * c + a * s;
+  }
+  for (int i = p.rotary_dims + lane; i < p.head_dim; i += 32) x[i] = buf[i];
+}
+
+// One thread per (row, kv head, element).
+__global__ void KvWriteKernel(KvWriteParams p) {
+  int64_t per_row = static_cast<int64_t>(p.kv_heads) * p.head_dim;
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= p.rows * per_row) return;
+  int64_t r = i / per_row, e = i % per_row;
+  int32_t pos = p.positions[r];
+  int64_t page = p.table.pages[static_cast<int64_t>(p.slots[r]) * p.table.max_pages + pos / kPage];
+  int64_t at = (page * kPage + pos % kPage) * per_row + e;
+  p.cache.keys[at] = p.k[i];
+  p.cache.values[at] = p.v[i];
+}
+
+__global__ void SwiGluKernel(float* out, const float* gate, const float* up, int64_t n) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float g = gate[i];
+  out[i] = g / (1.0f + expf(-g)) * up[i];
+}
+
+__global__ void AddKernel(float* out, const float* x, int64_t n) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] += x[i];
+}
+
+__global__ void GatherRowsKernel(float* out, const float* x, const int32_t* index, int64_t dim) {
+  int64_t i = blockIdx.x;
+  const float* src = x + static_cast<int64_t>(index[i]) * dim;
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) out[i * dim + j] = src[j];
+}
+
+__global__ void ToBf16Kernel(const float* x, int64_t n, __nv_bfloat16* y) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = __float2bfloat16_rn(x[i]);
+}
+
+__global__ void AddBiasKernel(float* out, int64_t rows, int64_t n, const float* bias) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < rows * n) out[i] += bias[i % n];
+}
+
+unsigned Blocks(int64_t n, int threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+}  // namespace
+
+void LaunchEmbed(const EmbedParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  int64_t dim = p.table->cols;
+  switch (p.table->format) {
+    case Format::kF32:
+      EmbedKernel<<<p.rows, 256, 0, stream>>>(p.out, static_cast<const float*>(p.table->data),
+                                              p.tokens, dim);
+      break;
+    case Format::kF16:
+      EmbedKernel<<<p.rows, 256, 0, stream>>>(p.out, static_cast<const __half*>(p.table->data),
+                                              p.tokens, dim);
+      break;
+    case Format::kBf16:
+      EmbedKernel<<<p.rows, 256, 0, stream>>>(
+          p.out, static_cast<const __nv_bfloat16*>(p.table->data), p.tokens, dim);
+      break;
+    default:
+      std::fprintf(stderr, "cuda Embed: table format %s is not plain\n",
+                   FormatName(p.table->format).c_str());
+      std::abort();
+  }
+  GZ_CUDA_LAUNCHED();
+}
+
+void LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  int threads = p.dim >= 2048 ? 512 : p.dim >= 512 ? 256 : 128;
+  RmsNormKernel<<<p.rows, threads, 0, stream>>>(p.out, p.x, p.residual, p.weight, p.dim, p.eps,
+                                                p.offset);
+  GZ_CUDA_LAUNCHED();
+}
+
+void LaunchRope(const RopeParams& p, cudaStream_t stream) {
+  int64_t items = p.rows * p.heads;
+  if (items == 0) return;
+  constexpr int kWarps = 4;
+  RopeKernel<<<Blocks(items, kWarps), kWarps * 32, kWarps * p.head_dim * sizeof(float), stream>>>(
+      p);
+  GZ_CUDA_LAUNCHED();
+}
+
+void LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream) {
+  int64_t n = p.rows * p.kv_heads * p.head_dim;
+  if (n == 0) return;
+  KvWriteKernel<<<Blocks(n, 256), 256, 0, stream>>>(p);
+  GZ_CUDA_LAUNCHED();
+}
+
+void LaunchSwiGlu(const SwiGluParams& p, cudaStream_t stream) {
+  if (p.n == 0) return;
+  SwiGluKernel<<<Blocks(p.n, 256), 256, 0, stream>>>(p.out, p.gate, p.up, p.n);
+  GZ_CUDA_LAUNCHED();
+}
+
+void LaunchAdd(const AddParams& p, cudaStream_t stream) {
+  if (p.n == 0) return;
+  AddKernel<<<Blocks(p.n, 256), 256, 0, stream>>>(p.out, p.x, p.n);
+  GZ_CUDA_LAUNCHED();
+}
+
+void LaunchGatherRows(const GatherRowsParams& p, cudaStream_t stream) {
+  if (p.count == 0) return;
+  GatherRowsKernel<<<p.count, 256, 0, stream>>>(p.out, p.x, p.index, p.dim);
+  GZ_CUDA_LAUNCHED();
+}
+
+void LaunchToBf16(const float* x, int64_t n, void* y, cudaStream_t stream) {
+  if (n == 0) return;
+  ToBf16Kernel<<<Blocks(n, 256), 256, 0, stream>>>(x, n, static_cast<__nv_bfloat16*>(y));
+  GZ_CUDA_LAUNCHED();
+}
+
+void LaunchAddBias(float* out, int64_t rows, int64_t n, const float* bias, cudaStream_t stream) {
+  if (rows * n == 0) return;
+  AddBiasKernel<<<Blocks(rows * n, 256), 256, 0, stream>>>(out, rows, n, bias);
+  GZ_CUDA_LAUNCHED();
+}
+
+}  // namespace gizllm::cuda

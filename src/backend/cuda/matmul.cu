@@ -1,0 +1,294 @@
+// Linears: the streaming GEMV kernel for few rows and a tiled float32 GEMM for the rest (exact
+// mode, float32 and float16 weights). Many-row bf16 products go to cuBLASLt (cublas_matmul.cu).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backend/cuda/kernels.cuh"
+
+namespace gizllm::cuda {
+namespace {
+
+// 16 bytes of weights as float32 values.
+template <typename T>
+struct Pack;
+template <>
+struct Pack<__nv_bfloat16> {
+  static constexpr int kCount = 8;
+  __device__ static void Unpack(uint4 v, float* f) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 t = __bfloat1622float2(h[i]);
+      f[2 * i] = t.x;
+      f[2 * i + 1] = t.y;
+    }
+  }
+};
+template <>
+struct Pack<__half> {
+  static constexpr int kCount = 8;
+  __device__ static void Unpack(uint4 v, float* f) {
+    const __half2* h = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 t = __half22float2(h[i]);
+      f[2 * i] = t.x;
+      f[2 * i + 1] = t.y;
+    }
+  }
+};
+template <>
+struct Pack<float> {
+  static constexpr int kCount = 4;
+  __device__ static void Unpack(uint4 v, float* f) {
+    f[0] = __uint_as_float(v.x);
+    f[1] = __uint_as_float(v.y);
+    f[2] = __uint_as_float(v.z);
+    f[3] = __uint_as_float(v.w);
+  }
+};
+
+__device__ __forceinline__ float ToFloat(float v) { return v; }
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
+
+// Weights are read once: keep them out of L1, where the activations live.
+__device__ __forceinline__ uint4 LoadStreaming(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+constexpr int kGemvWarps = 8;
+constexpr int kGemvUnroll = 4;  // 16-byte weight loads in flight per lane
+
+// out[r, j] = sum_k x[r, k] w[j, k] (+ bias[j]) for R rows. A block holds `rows_per_block`
+// outputs; the kGemvWarps / rows_per_block warps of one output split its inputs and add their
+// parts in shared memory. kVec: cols is a multiple of the 16-byte pack (else scalar loads).
+template <typename T, int R, bool kVec>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    GemvKernel(const float* __restrict__ x,     // [R, cols]
+               const T* __restrict__ w,         // [n, cols]
+               const float* __restrict__ bias,  // [n] or null
+               float* __restrict__ out,         // [R, n]
+               int64_t n, int64_t cols, int rows_per_block) {
+  using P = Pack<T>;
+  constexpr int E = P::kCount;
+  __shared__ float parts[kGemvWarps][R];
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int splits = kGemvWarps / rows_per_block;
+  int64_t j = static_cast<int64_t>(blockIdx.x) * rows_per_block + warp / splits;
+  int part = warp % splits;
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  if (j < n) {
+    const T* wj = w + j * cols;
+    if constexpr (kVec) {
+      int64_t packs = cols / E;
+      int64_t begin = packs * part / splits, end = packs * (part + 1) / splits;
+      for (int64_t c0 = begin + lane; c0 < end; c0 += 32 * kGemvUnroll) {
+        uint4 v[kGemvUnroll];
+#pragma unroll
+        for (int u = 0; u < kGemvUnroll; ++u) {
+          int64_t c = c0 + 32 * u;
+          if (c < end) v[u] = LoadStreaming(wj + c * E);
+        }
+#pragma unroll
+        for (int u = 0; u < kGemvUnroll; ++u) {
+          int64_t c = c0 + 32 * u;
+          if (c < end) {
+            float wf[E];
+            P::Unpack(v[u], wf);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+              const float4* xr = reinterpret_cast<const float4*>(x + r * cols + c * E);
+#pragma unroll
+              for (int q = 0; q < E / 4; ++q) {
+                float4 xv = __ldg(xr + q);
+                acc[r] += wf[4 * q] * xv.x + wf[4 * q + 1] * xv.y + wf[4 * q + 2] * xv.z +
+                          wf[4 * q + 3] * xv.w;
+              }
+            }
+          }
+        }
+      }
+    } else {
+      int64_t begin = cols * part / splits, end = cols * (part + 1) / splits;
+      for (int64_t c = begin + lane; c < end; c += 32) {
+        float wf = ToFloat(wj[c]);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] += wf * x[r * cols + c];
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float v = acc[r];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) parts[warp][r] = v;
+  }
+  __syncthreads();
+  for (int t = threadIdx.x; t < rows_per_block * R; t += blockDim.x) {
+    int local = t / R, r = t % R;
+    int64_t jj = static_cast<int64_t>(blockIdx.x) * rows_per_block + local;
+    if (jj >= n) continue;
+    float sum = bias ? bias[jj] : 0.0f;
+    for (int s = 0; s < splits; ++s) sum += parts[local * splits + s][r];
+    out[r * n + jj] = sum;
+  }
+}
+
+template <typename T, int R>
+void GemvFor(const float* x, const Weight& w, const float* bias, float* out, int sm_count,
+             cudaStream_t stream) {
+  // Enough blocks to keep every multiprocessor streaming: few outputs get more warps each.
+  int rows_per_block = kGemvWarps;
+  while (rows_per_block > 1 && w.rows / rows_per_block < 4 * sm_count) rows_per_block /= 2;
+  unsigned blocks = static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block);
+  const T* wd = static_cast<const T*>(w.data);
+  bool vec = w.cols % Pack<T>::kCount == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+             reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+  if (vec) {
+    GemvKernel<T, R, true>
+        <<<blocks, kGemvWarps * 32, 0, stream>>>(x, wd, bias, out, w.rows, w.cols, rows_per_block);
+  } else {
+    GemvKernel<T, R, false>
+        <<<blocks, kGemvWarps * 32, 0, stream>>>(x, wd, bias, out, w.rows, w.cols, rows_per_block);
+  }
+  GZ_CUDA_LAUNCHED();
+}
+
+template <typename T>
+void GemvRows(const float* x, int64_t rows, const Weight& w, const float* bias, float* out,
+              int sm_count, cudaStream_t stream) {
+  switch (rows) {
+    case 1:
+      return GemvFor<T, 1>(x, w, bias, out, sm_count, stream);
+    case 2:
+      return GemvFor<T, 2>(x, w, bias, out, sm_count, stream);
+    case 3:
+      return GemvFor<T, 3>(x, w, bias, out, sm_count, stream);
+    case 4:
+      return GemvFor<T, 4>(x, w, bias, out, sm_count, stream);
+    case 5:
+      return GemvFor<T, 5>(x, w, bias, out, sm_count, stream);
+    case 6:
+      return GemvFor<T, 6>(x, w, bias, out, sm_count, stream);
+    case 7:
+      return GemvFor<T, 7>(x, w, bias, out, sm_count, stream);
+    case 8:
+      return GemvFor<T, 8>(x, w, bias, out, sm_count, stream);
+    default:
+      break;
+  }
+  // More rows: pieces of 8 (each piece reads the weights again).
+  for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+    int64_t piece = rows - r0 < 8 ? rows - r0 : 8;
+    GemvRows<T>(x + r0 * w.cols, piece, w, bias, out + r0 * w.rows, sm_count, stream);
+  }
+}
+
+// Tiled float32 GEMM: a block computes a 64x64 tile of out with 256 threads, 4x4 each.
+constexpr int kTile = 64, kDepth = 16;
+
+template <typename T>
+__global__ void __launch_bounds__(256) GemmF32Kernel(const float* __restrict__ x,  // [rows, cols]
+                                                     const T* __restrict__ w,      // [n, cols]
+                                                     const float* __restrict__ bias,  // [n] or null
+                                                     float* __restrict__ out,         // [rows, n]
+                                                     int64_t rows, int64_t n, int64_t cols) {
+  __shared__ float xs[kDepth][kTile + 4];  // [k][row]
+  __shared__ float ws[kDepth][kTile + 4];  // [k][output]
+  int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  int64_t col0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < cols; k0 += kDepth) {
+    // 64 x 16 values of each operand; 256 threads load 4 each.
+    for (int t = threadIdx.x; t < kTile * kDepth; t += 256) {
+      int i = t / kDepth, k = t % kDepth;
+      int64_t kk = k0 + k;
+      int64_t xr = row0 + i, wr = col0 + i;
+      xs[k][i] = (xr < rows && kk < cols) ? x[xr * cols + kk] : 0.0f;
+      ws[k][i] = (wr < n && kk < cols) ? ToFloat(w[wr * cols + kk]) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kDepth; ++k) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        a[i] = xs[k][ty * 4 + i];
+        b[i] = ws[k][tx * 4 + i];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) acc[i][jj] += a[i] * b[jj];
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    int64_t r = row0 + ty * 4 + i;
+    if (r >= rows) continue;
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      int64_t c = col0 + tx * 4 + jj;
+      if (c < n) out[r * n + c] = acc[i][jj] + (bias ? bias[c] : 0.0f);
+    }
+  }
+}
+
+template <typename T>
+void GemmFor(const float* x, int64_t rows, const Weight& w, const float* bias, float* out,
+             cudaStream_t stream) {
+  dim3 grid(static_cast<unsigned>((w.rows + kTile - 1) / kTile),
+            static_cast<unsigned>((rows + kTile - 1) / kTile));
+  GemmF32Kernel<T>
+      <<<grid, 256, 0, stream>>>(x, static_cast<const T*>(w.data), bias, out, rows, w.rows, w.cols);
+  GZ_CUDA_LAUNCHED();
+}
+
+[[noreturn]] void Unsupported(const Weight& w) {
+  std::fprintf(stderr, "cuda Matmul: weight format %s has no CUDA kernel\n",
+               FormatName(w.format).c_str());
+  std::abort();
+}
+
+}  // namespace
+
+void LaunchGemv(const float* x, int64_t rows, const Weight& w, const float* bias, float* out,
+                int sm_count, cudaStream_t stream) {
+  if (rows == 0) return;
+  switch (w.format) {
+    case Format::kBf16:
+      return GemvRows<__nv_bfloat16>(x, rows, w, bias, out, sm_count, stream);
+    case Format::kF16:
+      return GemvRows<__half>(x, rows, w, bias, out, sm_count, stream);
+    case Format::kF32:
+      return GemvRows<float>(x, rows, w, bias, out, sm_count, stream);
+    default:
+      Unsupported(w);
+  }
+}
+
+void LaunchGemmF32(const float* x, int64_t rows, const Weight& w, const float* bias, float* out,
+                   cudaStream_t stream) {
+  if (rows == 0) return;
+  switch (w.format) {
+    case Format::kBf16:
+      return GemmFor<__nv_bfloat16>(x, rows, w, bias, out, stream);
+    case Format::kF16:
+      return GemmFor<__half>(x, rows, w, bias, out, stream);
+    case Format::kF32:
+      return GemmFor<float>(x, rows, w, bias, out, stream);
+    default:
+      Unsupported(w);
+  }
+}
+
+}  // namespace gizllm::cuda

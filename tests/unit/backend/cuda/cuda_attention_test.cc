@@ -1,0 +1,112 @@
+// Paged attention on the CUDA backend against the CPU scalar reference: decoding rows (the split
+// decode kernel), prompt pieces (the tile kernel), steps that mix both, sliding windows, and the
+// head shapes of the supported models.
+#include <algorithm>
+#include <numeric>
+
+#include "backend/cpu/reference.h"
+#include "cuda_test_util.h"
+
+namespace gizllm::testing {
+namespace {
+
+// A step: per sequence (slot) its rows' positions, in the order the rows appear.
+struct Piece {
+  int32_t slot;
+  int32_t first;  // KV position of the piece's first row
+  int32_t count;  // rows
+};
+
+void CheckAttention(int heads, int kv_heads, int head_dim, int32_t window,
+                    const std::vector<Piece>& pieces, uint32_t seed) {
+  SCOPED_TRACE("heads " + std::to_string(heads) + "/" + std::to_string(kv_heads) + " dim " +
+               std::to_string(head_dim) + " window " + std::to_string(window));
+  auto backend = MakeBackend(false);
+  std::mt19937 rng(seed);
+  int32_t slots = 0, longest = 0;
+  std::vector<int32_t> row_slots, row_positions;
+  for (const Piece& piece : pieces) {
+    slots = std::max(slots, piece.slot + 1);
+    longest = std::max(longest, piece.first + piece.count);
+    for (int32_t i = 0; i < piece.count; ++i) {
+      row_slots.push_back(piece.slot);
+      row_positions.push_back(piece.first + i);
+    }
+  }
+  const int64_t rows = static_cast<int64_t>(row_slots.size());
+  const int32_t max_pages = (longest + kPage - 1) / kPage + 1;
+  const int32_t pages = slots * max_pages;
+  std::vector<int32_t> table(pages);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  size_t cache_size = static_cast<size_t>(pages) * kPage * kv_heads * head_dim;
+  // Every position of the cache holds random keys and values (those a row must not see too).
+  DeviceArray<float> keys(backend.get(), RandomFloats(rng, cache_size));
+  DeviceArray<float> values(backend.get(), RandomFloats(rng, cache_size));
+  DeviceArray<float> q(backend.get(), RandomFloats(rng, rows * heads * head_dim, 2.0f));
+  DeviceArray<float> out(backend.get(), std::vector<float>(rows * heads * head_dim));
+  out.Poison();
+  DeviceArray<int32_t> d_table(backend.get(), table), d_slots(backend.get(), row_slots),
+      d_positions(backend.get(), row_positions);
+  AttentionParams p;
+  p.out = out.device();
+  p.q = q.device();
+  p.cache = {keys.device(), values.device()};
+  p.table = {d_table.device(), max_pages};
+  p.slots = d_slots.device();
+  p.positions = d_positions.device();
+  p.rows = rows;
+  p.heads = heads;
+  p.kv_heads = kv_heads;
+  p.head_dim = head_dim;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  p.window = window;
+  ASSERT_TRUE(p.Check().ok());
+  backend->Attention(p);
+  AttentionParams ref = p;
+  ref.out = out.host().data();
+  ref.q = q.host().data();
+  ref.cache = {keys.host().data(), values.host().data()};
+  ref.table = {table.data(), max_pages};
+  ref.slots = row_slots.data();
+  ref.positions = row_positions.data();
+  ReferenceAttention(ref);
+  EXPECT_LT(RelativeError(out.Read(), out.host()), 1e-4);
+}
+
+TEST(CudaAttentionTest, DecodeRowsOfSeveralSequences) {
+  GZ_SKIP_WITHOUT_CUDA();
+  CheckAttention(32, 8, 128, 0, {{0, 700, 1}, {3, 5, 1}, {1, 0, 1}, {2, 129, 1}}, 1);
+  CheckAttention(16, 8, 128, 0, {{0, 33, 1}, {1, 300, 1}}, 2);  // Qwen3-0.6B's heads
+  CheckAttention(6, 2, 64, 0, {{1, 77, 1}, {0, 18, 1}}, 3);     // tiny-chat's heads
+}
+
+TEST(CudaAttentionTest, DecodeOneLongContextAcrossSplits) {
+  GZ_SKIP_WITHOUT_CUDA();
+  CheckAttention(32, 8, 128, 0, {{0, 5000, 1}}, 4);
+  CheckAttention(8, 1, 64, 0, {{0, 2047, 1}}, 5);
+  CheckAttention(4, 2, 256, 0, {{0, 1234, 1}}, 6);
+}
+
+TEST(CudaAttentionTest, PromptPieces) {
+  GZ_SKIP_WITHOUT_CUDA();
+  CheckAttention(32, 8, 128, 0, {{0, 0, 100}}, 7);
+  CheckAttention(6, 2, 64, 0, {{0, 37, 70}}, 8);
+  CheckAttention(4, 4, 256, 0, {{2, 3, 130}}, 9);
+  CheckAttention(16, 2, 64, 0, {{0, 200, 19}, {1, 0, 45}}, 10);
+}
+
+TEST(CudaAttentionTest, MixedDecodesAndPromptPieces) {
+  GZ_SKIP_WITHOUT_CUDA();
+  CheckAttention(32, 8, 128, 0, {{0, 90, 1}, {1, 10, 70}, {2, 400, 1}, {3, 0, 3}, {4, 5, 1}}, 11);
+  CheckAttention(6, 2, 64, 0, {{2, 9, 1}, {0, 0, 2}, {1, 64, 1}}, 12);
+}
+
+TEST(CudaAttentionTest, SlidingWindow) {
+  GZ_SKIP_WITHOUT_CUDA();
+  CheckAttention(8, 2, 128, 100, {{0, 300, 1}, {1, 250, 90}, {2, 40, 1}}, 13);
+  CheckAttention(6, 2, 64, 17, {{0, 0, 50}, {1, 3000, 1}}, 14);
+}
+
+}  // namespace
+}  // namespace gizllm::testing
