@@ -7,10 +7,16 @@ namespace gizllm::cli {
 
 void AddLogitsCommand(CLI::App& app, CommandContext& ctx);
 void AddInfoCommand(CLI::App& app, CommandContext& ctx);
+void AddTokenizeCommand(CLI::App& app, CommandContext& ctx);
+void AddConvertCommand(CLI::App& app, CommandContext& ctx);
+void AddBenchCommand(CLI::App& app, CommandContext& ctx);
 
 inline constexpr void (*kCommands[])(CLI::App&, CommandContext&) = {
     AddLogitsCommand,
     AddInfoCommand,
+    AddTokenizeCommand,
+    AddConvertCommand,
+    AddBenchCommand,
 };
 
 }  // namespace gizllm::cli

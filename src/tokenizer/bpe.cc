@@ -1,0 +1,269 @@
+// Byte-pair encoding as Hugging Face tokenizers runs it: each character (with the continuing
+// prefix / end-of-word suffix) becomes a symbol, unknown characters fall back to <0xNN> bytes or
+// the unknown token, then the pair with the lowest merge rank (leftmost first) merges until none
+// is left.
+#include <algorithm>
+#include <utility>
+
+#include "tokenizer/hash_maps.h"
+#include "tokenizer/models.h"
+#include "tokenizer/unicode.h"
+
+namespace gizllm::tok {
+namespace {
+
+class BpeModel : public Model {
+ public:
+  void Tokenize(std::string_view piece, std::vector<int32_t>* ids) const override {
+    if (piece.empty()) return;
+    if (ignore_merges_) {
+      int32_t id = vocab_.Get(piece);
+      if (id >= 0) {
+        ids->push_back(id);
+        return;
+      }
+    }
+    Merge(piece, ids);
+  }
+
+  int32_t TokenId(std::string_view token) const override { return vocab_.Get(token); }
+  const std::string* TokenText(int32_t id) const override {
+    if (id < 0 || id >= static_cast<int32_t>(tokens_.size()) || !known_[id]) return nullptr;
+    return &tokens_[id];
+  }
+  int64_t size() const override { return static_cast<int64_t>(tokens_.size()); }
+
+  static Expected<std::unique_ptr<Model>> Make(const Json& j, const std::string& where);
+
+ private:
+  struct Symbol {
+    int32_t id;
+    int32_t prev, next;
+    bool removed;
+  };
+  struct Candidate {
+    int32_t rank, pos, id;
+    // std heap is a max-heap: the "largest" is the lowest rank, then the leftmost position.
+    bool operator<(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : pos > o.pos;
+    }
+  };
+
+  void AddSymbol(std::vector<Symbol>* word, int32_t id) const {
+    int32_t n = static_cast<int32_t>(word->size());
+    word->push_back({id, n - 1, n + 1, false});
+  }
+
+  void Merge(std::string_view w, std::vector<int32_t>* ids) const {
+    std::vector<Symbol> word;
+    word.reserve(w.size());
+    int32_t unk_pending = -1;  // the unknown token waiting to be added (fused runs)
+    std::string s;
+    size_t i = 0;
+    while (i < w.size()) {
+      size_t start = i;
+      i += Utf8Length(static_cast<unsigned char>(w[i]));
+      std::string_view ch = w.substr(start, i - start);
+      int32_t id;
+      if (prefix_.empty() && suffix_.empty()) {
+        id = vocab_.Get(ch);
+        if (id < 0) s.assign(ch);
+      } else {
+        s.clear();
+        if (start != 0) s += prefix_;
+        s += ch;
+        if (i == w.size()) s += suffix_;
+        id = vocab_.Get(s);
+      }
+      if (id >= 0) {
+        if (unk_pending >= 0) {
+          AddSymbol(&word, unk_pending);
+          unk_pending = -1;
+        }
+        AddSymbol(&word, id);
+        continue;
+      }
+      if (byte_fallback_) {
+        bool all = true;
+        for (unsigned char b : s) all = all && byte_ids_[b] >= 0;
+        if (all) {
+          // Hugging Face adds the byte tokens without flushing a pending unknown token first.
+          for (unsigned char b : s) AddSymbol(&word, byte_ids_[b]);
+          continue;
+        }
+      }
+      if (unk_id_ >= 0) {
+        if (unk_pending >= 0 && !fuse_unk_) AddSymbol(&word, unk_pending);
+        unk_pending = unk_id_;
+      }
+    }
+    if (unk_pending >= 0) AddSymbol(&word, unk_pending);
+    if (word.empty()) return;
+    word.back().next = -1;
+
+    std::vector<Candidate> heap;
+    heap.reserve(word.size());
+    for (size_t k = 0; k + 1 < word.size(); ++k) {
+      if (const PairMap::Value* m = merges_.Get(word[k].id, word[k + 1].id)) {
+        heap.push_back({m->rank, static_cast<int32_t>(k), m->id});
+      }
+    }
+    std::make_heap(heap.begin(), heap.end());
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end());
+      Candidate top = heap.back();
+      heap.pop_back();
+      Symbol& cur = word[top.pos];
+      if (cur.removed || cur.next < 0) continue;
+      int32_t next_pos = cur.next;
+      const PairMap::Value* m = merges_.Get(cur.id, word[next_pos].id);
+      if (m == nullptr || m->id != top.id) continue;  // a stale candidate
+      cur.id = top.id;
+      Symbol& right = word[next_pos];
+      right.removed = true;
+      cur.next = right.next;
+      if (right.next >= 0) word[right.next].prev = top.pos;
+      if (cur.prev >= 0) {
+        if (const PairMap::Value* p = merges_.Get(word[cur.prev].id, cur.id)) {
+          heap.push_back({p->rank, cur.prev, p->id});
+          std::push_heap(heap.begin(), heap.end());
+        }
+      }
+      if (cur.next >= 0) {
+        if (const PairMap::Value* p = merges_.Get(cur.id, word[cur.next].id)) {
+          heap.push_back({p->rank, top.pos, p->id});
+          std::push_heap(heap.begin(), heap.end());
+        }
+      }
+    }
+    for (const Symbol& sym : word) {
+      if (!sym.removed) ids->push_back(sym.id);
+    }
+  }
+
+  StringIdMap vocab_;
+  std::vector<std::string> tokens_;  // [size()] token text by id
+  std::vector<bool> known_;          // [size()] whether the id is in the vocabulary
+  PairMap merges_;
+  int32_t byte_ids_[256];
+  int32_t unk_id_ = -1;
+  bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
+  std::string prefix_, suffix_;
+};
+
+Expected<std::string> OptionalString(const Json& j, const char* key, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::string();
+  if (!it->is_string()) {
+    return InvalidArgument("field '" + where + "." + key + "': expected a string or null");
+  }
+  return it->get<std::string>();
+}
+
+Expected<std::unique_ptr<Model>> BpeModel::Make(const Json& j, const std::string& where) {
+  auto m = std::make_unique<BpeModel>();
+  auto vit = j.find("vocab");
+  if (vit == j.end() || !vit->is_object()) {
+    return InvalidArgument("field '" + where + ".vocab': expected an object of token: id");
+  }
+  m->vocab_.Reserve(vit->size());
+  int32_t max_id = -1;
+  for (auto it = vit->begin(); it != vit->end(); ++it) {
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
+        it.value().get<int64_t>() > (1 << 30)) {
+      return InvalidArgument("field '" + where + ".vocab[\"" + it.key() +
+                             "\"]': expected a non-negative id");
+    }
+    int32_t id = it.value().get<int32_t>();
+    m->vocab_.Set(it.key(), id);
+    max_id = std::max(max_id, id);
+  }
+  m->tokens_.resize(max_id + 1);
+  m->known_.assign(max_id + 1, false);
+  m->vocab_.ForEach([&](std::string_view text, int32_t id) {
+    m->tokens_[id] = std::string(text);
+    m->known_[id] = true;
+  });
+
+  GZ_ASSIGN_OR_RETURN(m->prefix_, OptionalString(j, "continuing_subword_prefix", where));
+  GZ_ASSIGN_OR_RETURN(m->suffix_, OptionalString(j, "end_of_word_suffix", where));
+  GZ_ASSIGN_OR_RETURN(std::string unk, OptionalString(j, "unk_token", where));
+  if (!unk.empty()) {
+    m->unk_id_ = m->vocab_.Get(unk);
+    if (m->unk_id_ < 0) {
+      return InvalidArgument("field '" + where + ".unk_token': '" + unk + "' is not in the vocab");
+    }
+  }
+  GZ_ASSIGN_OR_RETURN(m->fuse_unk_, GetBool(j, "fuse_unk", where, false));
+  GZ_ASSIGN_OR_RETURN(m->byte_fallback_, GetBool(j, "byte_fallback", where, false));
+  GZ_ASSIGN_OR_RETURN(m->ignore_merges_, GetBool(j, "ignore_merges", where, false));
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    m->byte_ids_[b] = m->vocab_.Get(name);
+  }
+
+  auto mit = j.find("merges");
+  if (mit == j.end() || !mit->is_array()) {
+    return InvalidArgument("field '" + where + ".merges': expected an array");
+  }
+  m->merges_.Reserve(mit->size());
+  std::string merged;
+  for (size_t r = 0; r < mit->size(); ++r) {
+    const Json& e = (*mit)[r];
+    std::string_view a, b;
+    std::string joined;
+    if (e.is_string()) {
+      const std::string& s = e.get_ref<const std::string&>();
+      size_t sp = s.find(' ');
+      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
+        return InvalidArgument("field '" + where + ".merges[" + std::to_string(r) +
+                               "]': expected two tokens separated by one space");
+      }
+      a = std::string_view(s).substr(0, sp);
+      b = std::string_view(s).substr(sp + 1);
+    } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
+      a = e[0].get_ref<const std::string&>();
+      b = e[1].get_ref<const std::string&>();
+    } else {
+      return InvalidArgument("field '" + where + ".merges[" + std::to_string(r) +
+                             "]': expected \"a b\" or [\"a\", \"b\"]");
+    }
+    int32_t ia = m->vocab_.Get(a), ib = m->vocab_.Get(b);
+    if (ia < 0 || ib < 0) {
+      return InvalidArgument("field '" + where + ".merges[" + std::to_string(r) + "]': token '" +
+                             std::string(ia < 0 ? a : b) + "' is not in the vocab");
+    }
+    merged.assign(a);
+    std::string_view tail = b;
+    if (!m->prefix_.empty() && tail.substr(0, m->prefix_.size()) == m->prefix_) {
+      tail.remove_prefix(m->prefix_.size());
+    }
+    merged += tail;
+    int32_t id = m->vocab_.Get(merged);
+    if (id < 0) {
+      return InvalidArgument("field '" + where + ".merges[" + std::to_string(r) +
+                             "]': merged token '" + merged + "' is not in the vocab");
+    }
+    m->merges_.Set(ia, ib, {static_cast<int32_t>(r), id});
+  }
+  return std::unique_ptr<Model>(std::move(m));
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Model>> MakeBpeModel(const Json& j, const std::string& where) {
+  return BpeModel::Make(j, where);
+}
+
+Expected<std::unique_ptr<Model>> MakeModel(const Json& j, const std::string& where) {
+  std::string type = TypeOf(j);
+  if (type.empty() && j.is_object() && j.contains("merges")) type = "BPE";
+  if (type == "BPE") return MakeBpeModel(j, where);
+  if (type == "WordPiece") return MakeWordPieceModel(j, where);
+  if (type == "Unigram") return MakeUnigramModel(j, where);
+  if (type.empty()) return InvalidArgument("field '" + where + ".type': expected a string");
+  return Unimplemented("field '" + where + ".type': unknown model type '" + type + "'");
+}
+
+}  // namespace gizllm::tok

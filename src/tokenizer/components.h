@@ -1,0 +1,83 @@
+// The stages of a tokenizer.json pipeline, each an interface with one implementation per "type":
+// normalizer -> pre-tokenizer -> model -> post-processor, and the decoder back to text.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "tokenizer/regex.h"
+
+namespace gizllm::tok {
+
+using Json = nlohmann::json;
+
+// A piece of the input on its way to the model: text the model reads, or an added token already
+// recognized (id >= 0), which later stages pass through untouched.
+struct Piece {
+  std::string text;
+  int32_t id = -1;
+  bool at_start = false;  // starts at the beginning of the input (Metaspace's "first" scheme)
+};
+
+class Normalizer {
+ public:
+  virtual ~Normalizer() = default;
+  // `text` is valid UTF-8 and stays so.
+  virtual void Normalize(std::string* text) const = 0;
+};
+
+class PreTokenizer {
+ public:
+  virtual ~PreTokenizer() = default;
+  // Splits and rewrites the pieces with id < 0; keeps their order.
+  virtual void PreTokenize(std::vector<Piece>* pieces) const = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // Appends the ids of one pre-tokenized piece.
+  virtual void Tokenize(std::string_view piece, std::vector<int32_t>* ids) const = 0;
+  virtual int32_t TokenId(std::string_view token) const = 0;   // -1 if absent
+  virtual const std::string* TokenText(int32_t id) const = 0;  // nullptr if absent
+  virtual int64_t size() const = 0;                            // highest id + 1
+};
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  // Rewrites the token strings; the decoded text is their concatenation.
+  virtual void DecodeChain(std::vector<std::string>* tokens) const = 0;
+};
+
+// Adds special tokens around the ids of one text or a pair (TemplateProcessing, BertProcessing,
+// ...). `sequences` holds one or two id lists; a processor that adds tokens merges them into one.
+class PostProcessor {
+ public:
+  virtual ~PostProcessor() = default;
+  virtual void Process(std::vector<std::vector<int32_t>>* sequences, bool add_special) const = 0;
+};
+
+// Factories from the JSON objects of tokenizer.json. `where` names the field for messages, e.g.
+// "pre_tokenizer.pretokenizers[1]". A null JSON value gives a null pointer.
+Expected<std::unique_ptr<Normalizer>> MakeNormalizer(const Json& j, const std::string& where);
+Expected<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const Json& j, const std::string& where);
+Expected<std::unique_ptr<Decoder>> MakeDecoder(const Json& j, const std::string& where);
+Expected<std::unique_ptr<PostProcessor>> MakePostProcessor(const Json& j, const std::string& where);
+Expected<std::unique_ptr<Model>> MakeModel(const Json& j, const std::string& where);
+
+// Helpers for the factories: typed field access with messages that name the field.
+Expected<std::string> GetString(const Json& j, const char* key, const std::string& where);
+Expected<bool> GetBool(const Json& j, const char* key, const std::string& where, bool fallback);
+std::string TypeOf(const Json& j);
+// A "pattern" field: {"String": literal} or {"Regex": pattern}; sets one of the two.
+Status ReadSplitPattern(const Json& j, const std::string& where, std::string* literal,
+                        std::optional<Regex>* regex);
+
+}  // namespace gizllm::tok

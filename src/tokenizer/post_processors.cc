@@ -1,0 +1,159 @@
+// Post-processors: TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel, Sequence.
+#include <utility>
+
+#include "tokenizer/components.h"
+
+namespace gizllm::tok {
+namespace {
+
+class TemplateProcessor : public PostProcessor {
+ public:
+  // One template item: a sequence (0 = A, 1 = B) or the ids of a special token.
+  struct Item {
+    int sequence = -1;
+    std::vector<int32_t> ids;
+  };
+  TemplateProcessor(std::vector<Item> single, std::vector<Item> pair)
+      : single_(std::move(single)), pair_(std::move(pair)) {}
+
+  void Process(std::vector<std::vector<int32_t>>* sequences, bool add_special) const override {
+    if (!add_special) return;
+    const auto& items = sequences->size() == 1 ? single_ : pair_;
+    std::vector<int32_t> out;
+    for (const Item& item : items) {
+      if (item.sequence < 0) {
+        out.insert(out.end(), item.ids.begin(), item.ids.end());
+      } else if (item.sequence < static_cast<int>(sequences->size())) {
+        const auto& s = (*sequences)[item.sequence];
+        out.insert(out.end(), s.begin(), s.end());
+      }
+    }
+    sequences->assign(1, std::move(out));
+  }
+
+ private:
+  std::vector<Item> single_, pair_;
+};
+
+class SequenceProcessor : public PostProcessor {
+ public:
+  explicit SequenceProcessor(std::vector<std::unique_ptr<PostProcessor>> parts)
+      : parts_(std::move(parts)) {}
+  void Process(std::vector<std::vector<int32_t>>* sequences, bool add_special) const override {
+    for (const auto& p : parts_) p->Process(sequences, add_special);
+  }
+
+ private:
+  std::vector<std::unique_ptr<PostProcessor>> parts_;
+};
+
+class NoOpProcessor : public PostProcessor {
+ public:
+  void Process(std::vector<std::vector<int32_t>>*, bool) const override {}
+};
+
+// ["[SEP]", 102] -> 102.
+Expected<int32_t> ReadTokenPair(const Json& j, const char* key, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array() || it->size() != 2 || !(*it)[1].is_number_integer()) {
+    return InvalidArgument("field '" + where + "." + key + "': expected [token, id]");
+  }
+  return (*it)[1].get<int32_t>();
+}
+
+Expected<std::vector<TemplateProcessor::Item>> ReadTemplate(const Json& j, const char* key,
+                                                            const Json& specials,
+                                                            const std::string& where) {
+  std::string field = where + "." + key;
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array()) {
+    return InvalidArgument("field '" + field + "': expected an array");
+  }
+  std::vector<TemplateProcessor::Item> items;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& e = (*it)[i];
+    std::string at = field + "[" + std::to_string(i) + "]";
+    TemplateProcessor::Item item;
+    if (auto s = e.find("Sequence"); s != e.end()) {
+      std::string id = s->value("id", "");
+      if (id != "A" && id != "B") return InvalidArgument("field '" + at + "': expected id A or B");
+      item.sequence = id == "A" ? 0 : 1;
+    } else if (auto t = e.find("SpecialToken"); t != e.end()) {
+      std::string id = t->value("id", "");
+      auto sp = specials.find(id);
+      if (sp == specials.end() || !sp->contains("ids") || !(*sp)["ids"].is_array()) {
+        return InvalidArgument("field '" + at + "': special token '" + id +
+                               "' is not in special_tokens");
+      }
+      for (const Json& v : (*sp)["ids"]) {
+        if (!v.is_number_integer()) {
+          return InvalidArgument("field '" + where + ".special_tokens." + id +
+                                 ".ids': expected integers");
+        }
+        item.ids.push_back(v.get<int32_t>());
+      }
+    } else {
+      return InvalidArgument("field '" + at + "': expected Sequence or SpecialToken");
+    }
+    items.push_back(std::move(item));
+  }
+  return items;
+}
+
+std::vector<TemplateProcessor::Item> Items(std::initializer_list<std::vector<int32_t>> parts) {
+  std::vector<TemplateProcessor::Item> items;
+  int next = 0;
+  for (const auto& p : parts) {
+    TemplateProcessor::Item item;
+    if (p.empty()) {
+      item.sequence = next++;
+    } else {
+      item.ids = p;
+    }
+    items.push_back(std::move(item));
+  }
+  return items;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<PostProcessor>> MakePostProcessor(const Json& j,
+                                                           const std::string& where) {
+  if (j.is_null()) return std::unique_ptr<PostProcessor>();
+  std::string type = TypeOf(j);
+  if (type == "ByteLevel") return std::unique_ptr<PostProcessor>(new NoOpProcessor());
+  if (type == "TemplateProcessing") {
+    Json specials = j.contains("special_tokens") ? j["special_tokens"] : Json::object();
+    GZ_ASSIGN_OR_RETURN(auto single, ReadTemplate(j, "single", specials, where));
+    GZ_ASSIGN_OR_RETURN(auto pair, ReadTemplate(j, "pair", specials, where));
+    return std::unique_ptr<PostProcessor>(
+        new TemplateProcessor(std::move(single), std::move(pair)));
+  }
+  if (type == "BertProcessing" || type == "RobertaProcessing") {
+    GZ_ASSIGN_OR_RETURN(int32_t sep, ReadTokenPair(j, "sep", where));
+    GZ_ASSIGN_OR_RETURN(int32_t cls, ReadTokenPair(j, "cls", where));
+    // An empty part stands for the next sequence (A, then B).
+    auto single = Items({{cls}, {}, {sep}});
+    auto pair = type == "BertProcessing" ? Items({{cls}, {}, {sep}, {}, {sep}})
+                                         : Items({{cls}, {}, {sep}, {sep}, {}, {sep}});
+    return std::unique_ptr<PostProcessor>(
+        new TemplateProcessor(std::move(single), std::move(pair)));
+  }
+  if (type == "Sequence") {
+    auto it = j.find("processors");
+    if (it == j.end() || !it->is_array()) {
+      return InvalidArgument("field '" + where + ".processors': expected an array");
+    }
+    std::vector<std::unique_ptr<PostProcessor>> parts;
+    for (size_t i = 0; i < it->size(); ++i) {
+      GZ_ASSIGN_OR_RETURN(
+          auto part, MakePostProcessor((*it)[i], where + ".processors[" + std::to_string(i) + "]"));
+      if (part) parts.push_back(std::move(part));
+    }
+    return std::unique_ptr<PostProcessor>(new SequenceProcessor(std::move(parts)));
+  }
+  if (type.empty()) return InvalidArgument("field '" + where + ".type': expected a string");
+  return Unimplemented("field '" + where + ".type': unknown post-processor type '" + type + "'");
+}
+
+}  // namespace gizllm::tok

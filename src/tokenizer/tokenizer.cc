@@ -1,0 +1,259 @@
+#include "tokenizer/tokenizer.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <utility>
+
+#include "core/mapped_file.h"
+#include "tokenizer/added_tokens.h"
+#include "tokenizer/components.h"
+#include "tokenizer/unicode.h"
+
+namespace gizllm {
+namespace tok {
+
+struct TokenizerData {
+  std::unique_ptr<Normalizer> normalizer;
+  std::unique_ptr<PreTokenizer> pre_tokenizer;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<PostProcessor> post_processor;
+  std::unique_ptr<Decoder> decoder;
+
+  std::vector<AddedToken> added;    // in the order of tokenizer.json
+  TokenMatcher raw_matcher;         // added tokens with normalized = false
+  TokenMatcher normalized_matcher;  // the others, normalized, matched after normalizing
+  std::unordered_map<int32_t, int32_t> added_by_id;  // id -> index into `added`
+  StringIdMap added_by_text;
+  int64_t vocab_size = 0;
+
+  // The ids of one text before post-processing.
+  Expected<std::vector<int32_t>> EncodeText(std::string_view text) const;
+};
+
+Expected<std::vector<int32_t>> TokenizerData::EncodeText(std::string_view text) const {
+  if (size_t bad = FindInvalidUtf8(text); bad != std::string_view::npos) {
+    return InvalidArgument("text is not valid UTF-8 (byte " + std::to_string(bad) + ")");
+  }
+  std::vector<Piece> pieces;
+  if (text.empty()) return std::vector<int32_t>();
+  pieces.push_back(Piece{std::string(text), -1, true});
+  SplitAddedTokens(raw_matcher, added, &pieces);
+  if (normalizer) {
+    for (Piece& p : pieces) {
+      if (p.id < 0) normalizer->Normalize(&p.text);
+    }
+  }
+  SplitAddedTokens(normalized_matcher, added, &pieces);
+  // Normalizing can leave empty pieces, which Hugging Face drops.
+  std::erase_if(pieces, [](const Piece& p) { return p.id < 0 && p.text.empty(); });
+  if (pre_tokenizer) pre_tokenizer->PreTokenize(&pieces);
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  for (const Piece& p : pieces) {
+    if (p.id >= 0) {
+      ids.push_back(p.id);
+    } else {
+      model->Tokenize(p.text, &ids);
+    }
+  }
+  return ids;
+}
+
+namespace {
+
+Expected<std::shared_ptr<TokenizerData>> Build(const Json& root) {
+  if (!root.is_object()) return InvalidArgument("expected a JSON object at the top level");
+  auto data = std::make_shared<TokenizerData>();
+  auto field = [&](const char* key) -> const Json& {
+    static const Json kNull;
+    auto it = root.find(key);
+    return it == root.end() ? kNull : *it;
+  };
+  GZ_ASSIGN_OR_RETURN(data->normalizer, MakeNormalizer(field("normalizer"), "normalizer"));
+  GZ_ASSIGN_OR_RETURN(data->pre_tokenizer,
+                      MakePreTokenizer(field("pre_tokenizer"), "pre_tokenizer"));
+  if (!field("model").is_object()) return InvalidArgument("field 'model': expected an object");
+  GZ_ASSIGN_OR_RETURN(data->model, MakeModel(field("model"), "model"));
+  GZ_ASSIGN_OR_RETURN(data->post_processor,
+                      MakePostProcessor(field("post_processor"), "post_processor"));
+  GZ_ASSIGN_OR_RETURN(data->decoder, MakeDecoder(field("decoder"), "decoder"));
+  data->vocab_size = data->model->size();
+
+  const Json& added = field("added_tokens");
+  if (!added.is_null() && !added.is_array()) {
+    return InvalidArgument("field 'added_tokens': expected an array");
+  }
+  for (size_t i = 0; i < added.size(); ++i) {
+    const Json& a = added[i];
+    std::string where = "added_tokens[" + std::to_string(i) + "]";
+    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
+        a["id"].get<int64_t>() < 0 || a["id"].get<int64_t>() > (1 << 30)) {
+      return InvalidArgument("field '" + where + ".id': expected a non-negative id");
+    }
+    AddedToken t;
+    t.id = a["id"].get<int32_t>();
+    GZ_ASSIGN_OR_RETURN(t.content, GetString(a, "content", where));
+    GZ_ASSIGN_OR_RETURN(t.special, GetBool(a, "special", where, false));
+    GZ_ASSIGN_OR_RETURN(t.single_word, GetBool(a, "single_word", where, false));
+    GZ_ASSIGN_OR_RETURN(t.lstrip, GetBool(a, "lstrip", where, false));
+    GZ_ASSIGN_OR_RETURN(t.rstrip, GetBool(a, "rstrip", where, false));
+    GZ_ASSIGN_OR_RETURN(t.normalized, GetBool(a, "normalized", where, !t.special));
+    if (t.content.empty()) continue;
+    if (FindInvalidUtf8(t.content) != std::string::npos) {
+      return InvalidArgument("field '" + where + ".content': expected valid UTF-8");
+    }
+    data->vocab_size = std::max<int64_t>(data->vocab_size, t.id + 1);
+    data->added_by_id[t.id] = static_cast<int32_t>(data->added.size());
+    data->added_by_text.Set(t.content, t.id);
+    data->added.push_back(std::move(t));
+  }
+  // Hugging Face puts special tokens first in its matchers; a tie (same text) goes to them.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t k = 0; k < data->added.size(); ++k) {
+      const AddedToken& t = data->added[k];
+      if (t.special != (pass == 0)) continue;
+      if (!t.normalized) {
+        data->raw_matcher.Add(t.content, static_cast<int32_t>(k));
+      } else {
+        std::string text = t.content;
+        if (data->normalizer) data->normalizer->Normalize(&text);
+        data->normalized_matcher.Add(text, static_cast<int32_t>(k));
+      }
+    }
+  }
+  return data;
+}
+
+}  // namespace
+}  // namespace tok
+
+Expected<Tokenizer> Tokenizer::FromJson(std::string_view json, const std::string& name) {
+  tok::Json root;
+  try {
+    root = tok::Json::parse(json.begin(), json.end());
+  } catch (const tok::Json::exception& e) {
+    return InvalidArgument(name + ": not valid JSON: " + e.what());
+  }
+  try {
+    auto data = tok::Build(root);
+    if (!data.ok()) return data.status().Annotate(name);
+    Tokenizer t;
+    t.data_ = std::move(data).value();
+    return t;
+  } catch (const tok::Json::exception& e) {
+    return InvalidArgument(name + ": unexpected field type: " + e.what());
+  }
+}
+
+Expected<Tokenizer> Tokenizer::Load(const std::string& path) {
+  std::string file = path;
+  if (!FileExists(file) || FileExists(file + "/tokenizer.json")) file = path + "/tokenizer.json";
+  auto text = ReadFile(file);
+  if (!text.ok()) return text.status();
+  return FromJson(*text, file);
+}
+
+Expected<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool add_special) const {
+  GZ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, data_->EncodeText(text));
+  if (data_->post_processor) {
+    std::vector<std::vector<int32_t>> sequences(1);
+    sequences[0] = std::move(ids);
+    data_->post_processor->Process(&sequences, add_special);
+    ids = std::move(sequences[0]);
+  }
+  return ids;
+}
+
+Expected<std::vector<int32_t>> Tokenizer::EncodePair(std::string_view a, std::string_view b,
+                                                     bool add_special) const {
+  auto first = data_->EncodeText(a);
+  if (!first.ok()) return first.status().Annotate("first text");
+  auto second = data_->EncodeText(b);
+  if (!second.ok()) return second.status().Annotate("second text");
+  std::vector<std::vector<int32_t>> sequences;
+  sequences.push_back(std::move(first).value());
+  sequences.push_back(std::move(second).value());
+  if (data_->post_processor) data_->post_processor->Process(&sequences, add_special);
+  std::vector<int32_t> ids;
+  for (const auto& s : sequences) ids.insert(ids.end(), s.begin(), s.end());
+  return ids;
+}
+
+std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special) const {
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int32_t id : ids) {
+    if (auto it = data_->added_by_id.find(id); it != data_->added_by_id.end()) {
+      const tok::AddedToken& t = data_->added[it->second];
+      if (!(skip_special && t.special)) tokens.push_back(t.content);
+      continue;
+    }
+    if (const std::string* text = data_->model->TokenText(id)) tokens.push_back(*text);
+  }
+  if (!data_->decoder) {
+    std::string out;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (i > 0) out += ' ';
+      out += tokens[i];
+    }
+    return out;
+  }
+  data_->decoder->DecodeChain(&tokens);
+  std::string out;
+  for (const std::string& t : tokens) out += t;
+  return tok::Utf8Lossy(out);
+}
+
+int32_t Tokenizer::TokenId(std::string_view token) const {
+  int32_t id = data_->added_by_text.Get(token);
+  return id >= 0 ? id : data_->model->TokenId(token);
+}
+
+std::string Tokenizer::TokenText(int32_t id) const {
+  if (auto it = data_->added_by_id.find(id); it != data_->added_by_id.end()) {
+    return data_->added[it->second].content;
+  }
+  const std::string* text = data_->model->TokenText(id);
+  return text ? *text : std::string();
+}
+
+int64_t Tokenizer::vocab_size() const { return data_->vocab_size; }
+
+bool Tokenizer::IsSpecial(int32_t id) const {
+  auto it = data_->added_by_id.find(id);
+  return it != data_->added_by_id.end() && data_->added[it->second].special;
+}
+
+StreamDecoder::StreamDecoder(const Tokenizer& t, bool skip_special)
+    : tokenizer_(t), skip_special_(skip_special) {}
+
+std::string StreamDecoder::Push(int32_t id) {
+  ids_.push_back(id);
+  std::string text = tokenizer_.Decode(ids_, skip_special_);
+  // Hold back text that ends in U+FFFD: the next bytes may complete the character.
+  if (text.size() <= prefix_.size() ||
+      (text.size() >= 3 && text.compare(text.size() - 3, 3, "\xEF\xBF\xBD") == 0)) {
+    return "";
+  }
+  size_t common = text.compare(0, prefix_.size(), prefix_) == 0 ? prefix_.size() : 0;
+  std::string fresh = text.substr(common);
+  // The ids just emitted stay as context: decoders treat the first token specially.
+  ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(prefix_ids_));
+  prefix_ids_ = ids_.size();
+  prefix_ = tokenizer_.Decode(ids_, skip_special_);
+  return fresh;
+}
+
+std::string StreamDecoder::Flush() {
+  std::string text = tokenizer_.Decode(ids_, skip_special_);
+  std::string fresh;
+  if (text.size() > prefix_.size()) {
+    fresh = text.compare(0, prefix_.size(), prefix_) == 0 ? text.substr(prefix_.size()) : text;
+  }
+  ids_.clear();
+  prefix_ids_ = 0;
+  prefix_.clear();
+  return fresh;
+}
+
+}  // namespace gizllm

