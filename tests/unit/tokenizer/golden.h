@@ -16,7 +16,7 @@ inline constexpr const char* kGoldenDir = "tests/golden/tokenizer";
 // latter with and without skipping special tokens.
 struct GoldenLine {
   std::string text;
-  std::vector<int32_t> ids, special;
+  std::vector<int32_t> ids, special, pair;  // pair: with the line 7 further on
   std::string decoded, decoded_skip;
 };
 
@@ -49,6 +49,7 @@ inline std::vector<GoldenLine> ReadGolden(const std::string& name) {
       if (out.size() < corpus.size()) g.text = corpus[out.size()];
       g.ids = j["ids"].get<std::vector<int32_t>>();
       g.special = j["special"].get<std::vector<int32_t>>();
+      if (j.contains("pair")) g.pair = j["pair"].get<std::vector<int32_t>>();
       g.decoded = j["decoded"].get<std::string>();
       g.decoded_skip = j["decoded_skip"].get<std::string>();
       if (j.contains("text")) g.text = j["text"].get<std::string>();

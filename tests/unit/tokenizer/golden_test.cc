@@ -38,6 +38,12 @@ TEST_P(GoldenTest, MatchesHuggingFace) {
     EXPECT_EQ(*ids, g.ids) << "line " << i + 1 << " " << nlohmann::json(g.text).dump() << "\n ours "
                            << Show(*ids) << "\n hf   " << Show(g.ids);
     EXPECT_EQ(*special, g.special) << "line " << i + 1;
+    const std::string& other = golden[(i + 7) % golden.size()].text;
+    auto pair = tokenizer->EncodePair(g.text, other, /*add_special=*/true);
+    ASSERT_TRUE(pair.ok());
+    EXPECT_EQ(*pair, g.pair) << "line " << i + 1 << " paired with line "
+                             << (i + 7) % golden.size() + 1;
+    ok = ok && *pair == g.pair;
     std::string decoded = tokenizer->Decode(g.special);
     std::string decoded_skip = tokenizer->Decode(g.special, /*skip_special=*/true);
     ok = ok && decoded == g.decoded && decoded_skip == g.decoded_skip;
@@ -48,7 +54,8 @@ TEST_P(GoldenTest, MatchesHuggingFace) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, GoldenTest,
-                         ::testing::Values("tiny-chat", "tiny-flags", "qwen3", "llama3"),
+                         ::testing::Values("tiny-chat", "tiny-flags", "qwen3", "llama3", "llama2",
+                                           "gemma3"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n) {
