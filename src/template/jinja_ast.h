@@ -25,7 +25,8 @@ struct Expr {
   enum class Kind {
     kLiteral,  // literal
     kName,     // name
-    kList,     // children: items (tuples read as lists)
+    kList,     // children: items
+    kTuple,    // children: items
     kDict,     // children: key, value, key, value ...
     kGetattr,  // children[0].name
     kGetitem,  // children[0][children[1]]

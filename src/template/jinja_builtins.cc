@@ -36,10 +36,31 @@ bool IsCased(char32_t c) {
   return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
 }
 
+// Python's full case mappings where they differ from the one-character ones (SpecialCasing):
+// the sharp s and the Latin ligatures.
+struct SpecialCase {
+  char32_t c;
+  const char* upper;
+  const char* title;
+};
+constexpr SpecialCase kSpecialCases[] = {
+    {0xDF, "SS", "Ss"},     {0xFB00, "FF", "Ff"},   {0xFB01, "FI", "Fi"}, {0xFB02, "FL", "Fl"},
+    {0xFB03, "FFI", "Ffi"}, {0xFB04, "FFL", "Ffl"}, {0xFB05, "ST", "St"}, {0xFB06, "ST", "St"}};
+
+void AppendCased(char32_t c, bool title, std::string& out) {
+  for (const SpecialCase& s : kSpecialCases) {
+    if (s.c == c) {
+      out += title ? s.title : s.upper;
+      return;
+    }
+  }
+  AppendUtf8(title ? ToTitle(c) : ToUpper(c), out);
+}
+
 std::string Upper(const std::string& s) {
-  Cps c = DecodeUtf8(s);
-  for (auto& x : c) x = ToUpper(x);
-  return EncodeUtf8(c);
+  std::string out;
+  for (char32_t c : DecodeUtf8(s)) AppendCased(c, /*title=*/false, out);
+  return out;
 }
 std::string Lower(const std::string& s) {
   Cps c = DecodeUtf8(s);
@@ -48,20 +69,33 @@ std::string Lower(const std::string& s) {
 }
 // Python's str.title.
 std::string PyTitle(const std::string& s) {
-  Cps c = DecodeUtf8(s);
+  std::string out;
   bool prev_cased = false;
-  for (auto& x : c) {
-    bool cased = IsCased(x);
-    if (cased) x = prev_cased ? ToLower(x) : ToTitle(x);
+  for (char32_t c : DecodeUtf8(s)) {
+    bool cased = IsCased(c);
+    if (cased && prev_cased) {
+      AppendUtf8(ToLower(c), out);
+    } else if (cased) {
+      AppendCased(c, /*title=*/true, out);
+    } else {
+      AppendUtf8(c, out);
+    }
     prev_cased = cased;
   }
-  return EncodeUtf8(c);
+  return out;
 }
 // Python's str.capitalize.
 std::string Capitalize(const std::string& s) {
+  std::string out;
   Cps c = DecodeUtf8(s);
-  for (size_t i = 0; i < c.size(); ++i) c[i] = i == 0 ? ToTitle(c[i]) : ToLower(c[i]);
-  return EncodeUtf8(c);
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (i == 0) {
+      AppendCased(c[i], /*title=*/true, out);
+    } else {
+      AppendUtf8(ToLower(c[i]), out);
+    }
+  }
+  return out;
 }
 // Jinja's title filter: each word split at whitespace, -, (, {, [, < starts upper.
 std::string JinjaTitle(const std::string& s) {
@@ -363,7 +397,7 @@ std::optional<Value> DictMethod(const Value& self, const std::string& name) {
       List l;
       for (const auto& [k, v] : d->items) {
         if (name == "items") {
-          l.push_back(Value::MakeList({Value(k), v}));
+          l.push_back(Value::MakeTuple({Value(k), v}));
         } else {
           l.push_back(name == "keys" ? Value(k) : v);
         }
@@ -489,7 +523,36 @@ Expected<bool> TestMatches(const Value& item, const Args& a, size_t test_index,
   return ApplyTest(test->AsString(), item, rest);
 }
 
+constexpr const char* kFilters[] = {
+    "safe",   "tojson",     "trim",       "length",    "count", "string",   "lower", "upper",
+    "title",  "replace",    "indent",     "escape",    "e",     "default",  "d",     "first",
+    "last",   "list",       "reverse",    "items",     "join",  "int",      "float", "abs",
+    "sum",    "sort",       "unique",     "min",       "max",   "dictsort", "map",   "select",
+    "reject", "selectattr", "rejectattr", "capitalize"};
+constexpr const char* kTests[] = {"defined",     "undefined", "none",     "string",      "mapping",
+                                  "number",      "integer",   "float",    "boolean",     "true",
+                                  "false",       "callable",  "iterable", "sequence",    "lower",
+                                  "upper",       "even",      "odd",      "divisibleby", "eq",
+                                  "equalto",     "==",        "ne",       "!=",          "lt",
+                                  "lessthan",    "<",         "le",       "<=",          "gt",
+                                  "greaterthan", ">",         "ge",       ">=",          "in",
+                                  "sameas"};
+
 }  // namespace
+
+bool IsFilter(const std::string& name) {
+  for (const char* f : kFilters) {
+    if (name == f) return true;
+  }
+  return false;
+}
+
+bool IsTest(const std::string& name) {
+  for (const char* t : kTests) {
+    if (name == t) return true;
+  }
+  return false;
+}
 
 Expected<Value> GetAttr(const Value& obj, const std::string& name) {
   switch (obj.kind()) {
@@ -888,7 +951,7 @@ Expected<Value> ApplyFilter(const std::string& name, const Value& v, const Args&
     if (v.IsUndefined()) return Value::MakeList();
     if (!v.IsDict()) return TypeError("can only get item pairs from a mapping");
     List l;
-    for (const auto& [k, x] : v.AsDict().items) l.push_back(Value::MakeList({Value(k), x}));
+    for (const auto& [k, x] : v.AsDict().items) l.push_back(Value::MakeTuple({Value(k), x}));
     return Value::MakeList(std::move(l));
   }
   if (name == "join") {
@@ -970,7 +1033,7 @@ Expected<Value> ApplyFilter(const std::string& name, const Value& v, const Args&
     if (is_dictsort) {
       if (!v.IsDict()) return TypeError("dictsort needs a mapping");
       std::string by = a.Get(1, "by") != nullptr ? a.Get(1, "by")->Str() : "key";
-      for (const auto& [k, x] : v.AsDict().items) l.push_back(Value::MakeList({Value(k), x}));
+      for (const auto& [k, x] : v.AsDict().items) l.push_back(Value::MakeTuple({Value(k), x}));
       static const Value kIndex[2] = {Value(int64_t{0}), Value(int64_t{1})};
       attribute = &kIndex[by == "value" ? 1 : 0];
     } else {

@@ -14,6 +14,10 @@ namespace gizllm::jinja {
 Expected<Value> ApplyFilter(const std::string& name, const Value& operand, const Args& args);
 Expected<bool> ApplyTest(const std::string& name, const Value& operand, const Args& args);
 
+// Whether a filter or test of this name exists (the parser rejects others where it reads them).
+bool IsFilter(const std::string& name);
+bool IsTest(const std::string& name);
+
 // obj.name as Jinja reads it: a method of a str, dict or list, else a dict item, else undefined.
 Expected<Value> GetAttr(const Value& obj, const std::string& name);
 // obj[key]: list and string indices (negative from the end), dict keys; else undefined.

@@ -4,6 +4,8 @@
 #include <charconv>
 #include <set>
 
+#include "template/jinja_builtins.h"
+
 namespace gizllm::jinja {
 
 std::string FormatPos(const Pos& pos) {
@@ -456,7 +458,7 @@ class ExprParser {
     Pos p = PosOf(Peek());
     GZ_ASSIGN_OR_RETURN(ExprPtr first, ParseExpression(with_cond));
     if (!IsOp(",")) return first;
-    ExprPtr list = Make(Expr::Kind::kList, p);
+    ExprPtr list = Make(Expr::Kind::kTuple, p);
     list->children.push_back(std::move(first));
     while (IsOp(",")) {
       Next();
@@ -623,7 +625,7 @@ class ExprParser {
           Next();
           if (IsOp(")")) {
             Next();
-            return Make(Expr::Kind::kList, p);
+            return Make(Expr::Kind::kTuple, p);
           }
           GZ_ASSIGN_OR_RETURN(ExprPtr e, ParseTuple());
           GZ_RETURN_IF_ERROR(ExpectOp(")"));
@@ -728,7 +730,7 @@ class ExprParser {
         }
         e = std::move(g);
       } else if (IsOp("(")) {
-        ExprPtr c = Make(Expr::Kind::kCall, PosOf(Peek()));
+        ExprPtr c = Make(Expr::Kind::kCall, e->pos);
         c->children.push_back(std::move(e));
         GZ_RETURN_IF_ERROR(ParseCallArgs(*c));
         e = std::move(c);
@@ -745,10 +747,8 @@ class ExprParser {
         Pos p = PosOf(Next());
         ExprPtr f = Make(Expr::Kind::kFilter, p);
         GZ_ASSIGN_OR_RETURN(f->name, ExpectName());
-        while (IsOp(".")) {
-          Next();
-          GZ_ASSIGN_OR_RETURN(std::string part, ExpectName());
-          f->name += "." + part;
+        if (!IsFilter(f->name)) {
+          return Unimplemented(FormatPos(p) + ": unsupported filter '" + f->name + "'");
         }
         f->children.push_back(std::move(e));
         if (IsOp("(")) GZ_RETURN_IF_ERROR(ParseCallArgs(*f));
@@ -761,11 +761,14 @@ class ExprParser {
           t->negated = true;
         }
         GZ_ASSIGN_OR_RETURN(t->name, ExpectName());
+        if (!IsTest(t->name)) {
+          return Unimplemented(FormatPos(p) + ": unsupported test '" + t->name + "'");
+        }
         t->children.push_back(std::move(e));
         if (IsOp("(")) {
           GZ_RETURN_IF_ERROR(ParseCallArgs(*t));
         } else if (Peek().type == Token::Type::kInt || Peek().type == Token::Type::kFloat ||
-                   Peek().type == Token::Type::kString ||
+                   Peek().type == Token::Type::kString || IsOp("[") || IsOp("{") ||
                    (Peek().type == Token::Type::kName && !IsName("else") && !IsName("or") &&
                     !IsName("and") && !IsName("if") && !IsName("in") && !IsName("not") &&
                     !IsName("is"))) {

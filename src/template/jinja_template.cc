@@ -252,12 +252,14 @@ class Renderer {
         if (const Value* v = frame.Find(e.name)) return *v;
         return Value::MakeUndefined(e.name);
       }
-      case Expr::Kind::kList: {
+      case Expr::Kind::kList:
+      case Expr::Kind::kTuple: {
         List items;
         for (const auto& c : e.children) {
           GZ_ASSIGN_OR_RETURN(Value v, Eval(*c, frame));
           items.push_back(std::move(v));
         }
+        if (e.kind == Expr::Kind::kTuple) return Value::MakeTuple(std::move(items));
         return Value::MakeList(std::move(items));
       }
       case Expr::Kind::kDict: {

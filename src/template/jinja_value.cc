@@ -9,6 +9,12 @@
 namespace gizllm::jinja {
 
 Value Value::MakeList(List items) { return Value(std::make_shared<List>(std::move(items))); }
+Value Value::MakeTuple(List items) {
+  Value v = MakeList(std::move(items));
+  v.tuple_ = true;
+  return v;
+}
+
 Value Value::MakeDict() { return Value(std::make_shared<Dict>()); }
 
 Value Value::FromJson(const nlohmann::ordered_json& j) {
@@ -207,13 +213,14 @@ std::string Value::Repr() const {
     case Kind::kString:
       return ReprString(AsString());
     case Kind::kList: {
-      std::string out = "[";
+      std::string out = tuple_ ? "(" : "[";
       bool first = true;
       for (const Value& v : AsList()) {
         if (!first) out += ", ";
         first = false;
         out += v.Repr();
       }
+      if (tuple_) return out + (AsList().size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case Kind::kDict: {
@@ -271,6 +278,7 @@ bool Equals(const Value& a, const Value& b) {
     case K::kString:
       return a.AsString() == b.AsString();
     case K::kList: {
+      if (a.IsTuple() != b.IsTuple()) return false;
       const List& x = a.AsList();
       const List& y = b.AsList();
       if (x.size() != y.size()) return false;

@@ -50,6 +50,8 @@ class Value {
   Value(DictPtr d) : v_(std::move(d)) {}             // NOLINT
   Value(CallablePtr c) : v_(std::move(c)) {}         // NOLINT
   static Value MakeList(List items = {});
+  // A Python tuple: a list that prints with parentheses.
+  static Value MakeTuple(List items);
   static Value MakeDict();
   static Value FromJson(const nlohmann::ordered_json& j);
 
@@ -63,6 +65,7 @@ class Value {
   bool IsNumber() const { return IsBool() || IsInt() || IsFloat(); }
   bool IsString() const { return kind() == Kind::kString; }
   bool IsList() const { return kind() == Kind::kList; }
+  bool IsTuple() const { return tuple_; }
   bool IsDict() const { return kind() == Kind::kDict; }
   bool IsCallable() const { return kind() == Kind::kCallable; }
 
@@ -92,6 +95,7 @@ class Value {
   explicit Value(Undefined u) : v_(std::move(u)) {}
   std::variant<Undefined, None, bool, int64_t, double, std::string, ListPtr, DictPtr, CallablePtr>
       v_;
+  bool tuple_ = false;
 };
 
 // A Python dict with string keys, in insertion order. A namespace() is a dict whose attributes

@@ -172,9 +172,12 @@ TEST(ChatTemplate, NoSharedStartWithoutTools) {
   Expected<RenderedChat> chat = t->RenderWithOffsets(input);
   ASSERT_TRUE(chat.ok()) << chat.status().message();
   EXPECT_EQ(chat->shared_end, -1);
-  // Llama 3's template always appends the assistant header, so prefixes end before it.
+  // Llama 3's template always appends the assistant header, so a prefix ends after the header
+  // that opens the next (assistant) message.
   ASSERT_EQ(chat->message_ends.size(), 2u);
   EXPECT_EQ(chat->prompt.substr(0, 17), "<|begin_of_text|>");
+  EXPECT_EQ(chat->message_ends[0], static_cast<long>(chat->prompt.find("b<|eot_id|>")));
+  EXPECT_EQ(chat->message_ends[1], static_cast<long>(chat->prompt.size()));
 }
 
 }  // namespace
