@@ -6,7 +6,7 @@
 //    the read bandwidth) and for 128 rows (prefill: GFLOP/s);
 //  - forward: every op of one forward pass of that shape (norms, rope, KV write, attention,
 //    SwiGLU, residuals, head), as tokens per second.
-// Usage: cpu_bench [--threads 1,2] [--quick]
+// Usage: cpu_bench [--threads 1,2] [--quick] [--bf16] [--cpu-time]
 #include <immintrin.h>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,9 +26,18 @@
 namespace gizllm {
 namespace {
 
+// With --cpu-time: the process's CPU time instead of wall time. On a machine shared with other
+// work, it counts only the time the benchmark ran (meaningful for one thread only: with more,
+// it adds up the threads).
+bool g_cpu_time = false;
+
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  if (g_cpu_time) {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // Best time of `reps` runs of fn after one warm-up run.
@@ -61,9 +71,8 @@ double ReadBandwidth(ThreadPool& pool, size_t bytes, int reps) {
   for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<float>(i & 7);
   std::vector<float> sink(pool.threads());
   double s = BestSeconds(reps, [&] {
-    pool.ParallelFor(n, 1 << 14, [&](int64_t b, int64_t e, int t) {
-      sink[t] += SumAvx512(buf + b, e - b);
-    });
+    pool.ParallelFor(n, 1 << 14,
+                     [&](int64_t b, int64_t e, int t) { sink[t] += SumAvx512(buf + b, e - b); });
   });
   std::free(buf);
   return bytes / s / 1e9;
@@ -152,7 +161,8 @@ void Forward(Backend& b, const Model& m, State& s, int start, bool matmuls_only,
   const int64_t rows = s.rows;
   for (int64_t r = 0; r < rows; ++r) s.positions[r] = start + static_cast<int32_t>(r);
   if (!matmuls_only) {
-    b.Embed({.out = s.residual.data(), .table = &m.wembed, .tokens = s.tokens.data(), .rows = rows});
+    b.Embed(
+        {.out = s.residual.data(), .table = &m.wembed, .tokens = s.tokens.data(), .rows = rows});
   }
   const int64_t layer_floats = static_cast<int64_t>(s.max_pages) * kPage * kKvHeads * kHeadDim;
   for (int l = 0; l < kLayers; ++l) {
@@ -160,8 +170,11 @@ void Forward(Backend& b, const Model& m, State& s, int start, bool matmuls_only,
     KvLayer cache{s.keys.data() + l * layer_floats, s.values.data() + l * layer_floats};
     PageTable table{s.pages.data(), s.max_pages};
     if (!matmuls_only) {
-      b.RmsNorm({.out = s.h.data(), .x = s.residual.data(), .weight = L.norm1.data(),
-                 .rows = rows, .dim = kDim});
+      b.RmsNorm({.out = s.h.data(),
+                 .x = s.residual.data(),
+                 .weight = L.norm1.data(),
+                 .rows = rows,
+                 .dim = kDim});
     }
     MatmulParams qkv;
     qkv.x = s.h.data();
@@ -171,18 +184,41 @@ void Forward(Backend& b, const Model& m, State& s, int start, bool matmuls_only,
     qkv.out[0] = s.q.data(), qkv.out[1] = s.k.data(), qkv.out[2] = s.v.data();
     b.Matmul(qkv);
     if (!matmuls_only) {
-      b.Rope({.x = s.q.data(), .rows = rows, .heads = kHeads, .head_dim = kHeadDim,
-              .rotary_dims = kHeadDim, .positions = s.positions.data(),
-              .inv_freq = inv_freq.data(), .norm = L.q_norm.data()});
-      b.Rope({.x = s.k.data(), .rows = rows, .heads = kKvHeads, .head_dim = kHeadDim,
-              .rotary_dims = kHeadDim, .positions = s.positions.data(),
-              .inv_freq = inv_freq.data(), .norm = L.k_norm.data()});
-      b.KvWrite({.cache = cache, .table = table, .k = s.k.data(), .v = s.v.data(),
-                 .slots = s.slots.data(), .positions = s.positions.data(), .rows = rows,
-                 .kv_heads = kKvHeads, .head_dim = kHeadDim});
-      b.Attention({.out = s.att.data(), .q = s.q.data(), .cache = cache, .table = table,
-                   .slots = s.slots.data(), .positions = s.positions.data(), .rows = rows,
-                   .heads = kHeads, .kv_heads = kKvHeads, .head_dim = kHeadDim,
+      b.Rope({.x = s.q.data(),
+              .rows = rows,
+              .heads = kHeads,
+              .head_dim = kHeadDim,
+              .rotary_dims = kHeadDim,
+              .positions = s.positions.data(),
+              .inv_freq = inv_freq.data(),
+              .norm = L.q_norm.data()});
+      b.Rope({.x = s.k.data(),
+              .rows = rows,
+              .heads = kKvHeads,
+              .head_dim = kHeadDim,
+              .rotary_dims = kHeadDim,
+              .positions = s.positions.data(),
+              .inv_freq = inv_freq.data(),
+              .norm = L.k_norm.data()});
+      b.KvWrite({.cache = cache,
+                 .table = table,
+                 .k = s.k.data(),
+                 .v = s.v.data(),
+                 .slots = s.slots.data(),
+                 .positions = s.positions.data(),
+                 .rows = rows,
+                 .kv_heads = kKvHeads,
+                 .head_dim = kHeadDim});
+      b.Attention({.out = s.att.data(),
+                   .q = s.q.data(),
+                   .cache = cache,
+                   .table = table,
+                   .slots = s.slots.data(),
+                   .positions = s.positions.data(),
+                   .rows = rows,
+                   .heads = kHeads,
+                   .kv_heads = kKvHeads,
+                   .head_dim = kHeadDim,
                    .scale = 0.125f});
     }
     MatmulParams o;
@@ -192,8 +228,12 @@ void Forward(Backend& b, const Model& m, State& s, int start, bool matmuls_only,
     o.out[0] = s.x.data();
     b.Matmul(o);
     if (!matmuls_only) {
-      b.RmsNorm({.out = s.h.data(), .x = s.x.data(), .residual = s.residual.data(),
-                 .weight = L.norm2.data(), .rows = rows, .dim = kDim});
+      b.RmsNorm({.out = s.h.data(),
+                 .x = s.x.data(),
+                 .residual = s.residual.data(),
+                 .weight = L.norm2.data(),
+                 .rows = rows,
+                 .dim = kDim});
     }
     MatmulParams gu;
     gu.x = s.h.data();
@@ -203,8 +243,7 @@ void Forward(Backend& b, const Model& m, State& s, int start, bool matmuls_only,
     gu.out[0] = s.gate.data(), gu.out[1] = s.up.data();
     b.Matmul(gu);
     if (!matmuls_only) {
-      b.SwiGlu({.out = s.gate.data(), .gate = s.gate.data(), .up = s.up.data(),
-                .n = rows * kFfn});
+      b.SwiGlu({.out = s.gate.data(), .gate = s.gate.data(), .up = s.up.data(), .n = rows * kFfn});
     }
     MatmulParams down;
     down.x = s.gate.data();
@@ -215,8 +254,11 @@ void Forward(Backend& b, const Model& m, State& s, int start, bool matmuls_only,
     if (!matmuls_only) b.Add({.out = s.residual.data(), .x = s.x.data(), .n = rows * kDim});
   }
   if (!matmuls_only) {
-    b.RmsNorm({.out = s.h.data(), .x = s.residual.data() + (rows - 1) * kDim,
-               .weight = m.final_norm.data(), .rows = 1, .dim = kDim});
+    b.RmsNorm({.out = s.h.data(),
+               .x = s.residual.data() + (rows - 1) * kDim,
+               .weight = m.final_norm.data(),
+               .rows = 1,
+               .dim = kDim});
   }
   MatmulParams head;
   head.x = s.h.data();
@@ -234,6 +276,56 @@ double MatmulFlops(int64_t rows) {
   return per_row * rows + 2.0 * kDim * kVocab;
 }
 
+// Microseconds per call of the non-matmul ops of one layer for `rows` rows at positions
+// [start, start + rows).
+void OpTimes(Backend& b, const Model& m, int64_t rows, int start, int reps,
+             const std::vector<float>& inv_freq) {
+  State s(rows, start + static_cast<int>(rows));
+  for (int64_t r = 0; r < rows; ++r) s.positions[r] = start + static_cast<int32_t>(r);
+  const Layer& L = m.layers[0];
+  KvLayer cache{s.keys.data(), s.values.data()};
+  PageTable table{s.pages.data(), s.max_pages};
+  auto us = [&](auto&& fn) { return BestSeconds(reps, fn) * 1e6; };
+  double norm = us([&] {
+    b.RmsNorm({.out = s.h.data(),
+               .x = s.x.data(),
+               .residual = s.residual.data(),
+               .weight = L.norm2.data(),
+               .rows = rows,
+               .dim = kDim});
+  });
+  double rope = us([&] {
+    b.Rope({.x = s.q.data(),
+            .rows = rows,
+            .heads = kHeads,
+            .head_dim = kHeadDim,
+            .rotary_dims = kHeadDim,
+            .positions = s.positions.data(),
+            .inv_freq = inv_freq.data(),
+            .norm = L.q_norm.data()});
+  });
+  double attention = us([&] {
+    b.Attention({.out = s.att.data(),
+                 .q = s.q.data(),
+                 .cache = cache,
+                 .table = table,
+                 .slots = s.slots.data(),
+                 .positions = s.positions.data(),
+                 .rows = rows,
+                 .heads = kHeads,
+                 .kv_heads = kKvHeads,
+                 .head_dim = kHeadDim,
+                 .scale = 0.125f});
+  });
+  double swiglu = us([&] {
+    b.SwiGlu({.out = s.gate.data(), .gate = s.gate.data(), .up = s.up.data(), .n = rows * kFfn});
+  });
+  std::printf(
+      "ops of one layer, %lld row(s) at position %d: rms_norm %.1f us, rope(q) %.1f us, "
+      "attention %.1f us, swiglu %.1f us\n",
+      static_cast<long long>(rows), start, norm, rope, attention, swiglu);
+}
+
 int Main(int argc, char** argv) {
   std::vector<int> thread_counts = {1, 2};
   bool quick = false;
@@ -242,6 +334,8 @@ int Main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "--quick") {
       quick = true;
+    } else if (a == "--cpu-time") {
+      g_cpu_time = true;
     } else if (a == "--bf16") {
       bf16 = true;
     } else if (a == "--threads" && i + 1 < argc) {
@@ -252,7 +346,7 @@ int Main(int argc, char** argv) {
         if (*p == ',') ++p;
       }
     } else {
-      std::fprintf(stderr, "usage: cpu_bench [--threads 1,2] [--quick] [--bf16]\n");
+      std::fprintf(stderr, "usage: cpu_bench [--threads 1,2] [--quick] [--bf16] [--cpu-time]\n");
       return 2;
     }
   }
@@ -262,17 +356,17 @@ int Main(int argc, char** argv) {
   std::vector<float> inv_freq(kHeadDim / 2);
   for (int i = 0; i < kHeadDim / 2; ++i) inv_freq[i] = std::pow(1e6f, -2.0f * i / kHeadDim);
   std::printf("isa %s, avx512_bf16 %d; tiny-chat shape, %.1f MB of bf16 weights\n",
-              CpuIsaName(DetectCpuIsa()), CpuHasAvx512Bf16() ? 1 : 0,
-              model.weight_bytes / 1e6);
+              CpuIsaName(DetectCpuIsa()), CpuHasAvx512Bf16() ? 1 : 0, model.weight_bytes / 1e6);
 
   for (int threads : thread_counts) {
     ThreadPool pool(threads);
     const double dram = ReadBandwidth(pool, size_t{1} << 30, quick ? 2 : 5);
     const double warm = ReadBandwidth(pool, model.weight_bytes / 64 * 64, reps * 4);
     std::printf("\n[%d thread%s]\n", threads, threads > 1 ? "s" : "");
-    std::printf("read bandwidth: %.1f GB/s (1 GiB buffer), %.1f GB/s (%.1f MB buffer, read "
-                "repeatedly)\n",
-                dram, warm, model.weight_bytes / 1e6);
+    std::printf(
+        "read bandwidth: %.1f GB/s (1 GiB buffer), %.1f GB/s (%.1f MB buffer, read "
+        "repeatedly)\n",
+        dram, warm, model.weight_bytes / 1e6);
     CpuOptions options;
     options.bf16_activations = bf16;
     auto made = MakeCpuBackend(&pool, options);
@@ -286,23 +380,25 @@ int Main(int argc, char** argv) {
     State decode(1, 256);
     double t = BestSeconds(reps * 10, [&] { Forward(backend, model, decode, 0, true, inv_freq); });
     double gbs = model.weight_bytes / t / 1e9;
-    std::printf("decode matmuls (1 row): %.1f us/token, %.1f GB/s = %.2f x read bandwidth "
-                "(%.2f x the %.1f MB repeated read)\n",
-                t * 1e6, gbs, gbs / dram, gbs / warm, model.weight_bytes / 1e6);
+    std::printf(
+        "decode matmuls (1 row): %.1f us/token, %.1f GB/s = %.2f x read bandwidth "
+        "(%.2f x the %.1f MB repeated read)\n",
+        t * 1e6, gbs, gbs / dram, gbs / warm, model.weight_bytes / 1e6);
     for (int context : {16, 128, 512}) {
       State d(1, context + 1);
       t = BestSeconds(reps * 10, [&] { Forward(backend, model, d, context, false, inv_freq); });
       std::printf("decode forward at position %d: %.1f us/token = %.0f tokens/s\n", context,
                   t * 1e6, 1.0 / t);
     }
+    OpTimes(backend, model, 1, 512, reps * 10, inv_freq);
+    OpTimes(backend, model, 128, 0, reps, inv_freq);
     for (int rows : {16, 128}) {
       State prefill(rows, rows);
       t = BestSeconds(reps, [&] { Forward(backend, model, prefill, 0, true, inv_freq); });
       std::printf("prefill matmuls (%d rows): %.2f ms, %.1f GFLOP/s\n", rows, t * 1e3,
                   MatmulFlops(rows) / t / 1e9);
       t = BestSeconds(reps, [&] { Forward(backend, model, prefill, 0, false, inv_freq); });
-      std::printf("prefill forward (%d rows): %.2f ms = %.0f tokens/s\n", rows, t * 1e3,
-                  rows / t);
+      std::printf("prefill forward (%d rows): %.2f ms = %.0f tokens/s\n", rows, t * 1e3, rows / t);
     }
   }
   return 0;

@@ -10,6 +10,8 @@ namespace gizllm {
 namespace {
 
 constexpr int kBlock = 32;
+// Decode prefetches the weights this many rows (two tiles) ahead.
+constexpr int kPrefetchRows = 16;
 // Activation rows of one pass over a weight tile: small enough to stay in L2.
 constexpr int64_t kActivationBytes = 256 << 10;
 
@@ -92,6 +94,13 @@ GZ_TARGET_AVX512 inline void Tile(const typename Load<F>::T* const* w, const flo
     __m512 a[NW], b[NW];
 #pragma GCC unroll 8
     for (int i = 0; i < NW; ++i) Load<F>::Full(w[i] + k, &a[i], &b[i]);
+    if constexpr (MX == 1) {
+      // Decode streams the weights: fetch the same block of the next tile's rows ahead.
+#pragma GCC unroll 8
+      for (int i = 0; i < NW; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(w[i] + k + kPrefetchRows * cols), _MM_HINT_T0);
+      }
+    }
 #pragma GCC unroll 8
     for (int j = 0; j < MX; ++j) {
       __m512 xa = _mm512_loadu_ps(x[j] + k);
