@@ -23,6 +23,24 @@ size_t PartialTagAtEnd(std::string_view text, std::string_view tag) {
   return 0;
 }
 
+// The length of an unfinished UTF-8 sequence at the end of `text`: events carry whole
+// characters only.
+size_t PartialUtf8AtEnd(std::string_view text) {
+  size_t n = 0;
+  while (n < text.size() && n < 4) {
+    unsigned char c = static_cast<unsigned char>(text[text.size() - 1 - n]);
+    ++n;
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return want > n ? n : 0;
+  }
+  return 0;
+}
+
+size_t HoldBack(std::string_view text, std::string_view tag) {
+  return std::max(PartialTagAtEnd(text, tag), PartialUtf8AtEnd(text));
+}
+
 std::string_view Trim(std::string_view s) {
   auto space = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
   while (!s.empty() && space(s.front())) s.remove_prefix(1);
@@ -229,7 +247,7 @@ void OutputParser::Process(bool final, std::vector<OutputEvent>& out) {
           strip_newlines_ = true;
           break;
         }
-        size_t keep = final ? 0 : PartialTagAtEnd(buffer_, kThinkClose);
+        size_t keep = final ? 0 : HoldBack(buffer_, kThinkClose);
         Emit(OutputEvent::Kind::kReasoning,
              std::string_view(buffer_).substr(0, buffer_.size() - keep), out);
         buffer_.erase(0, buffer_.size() - keep);
@@ -245,7 +263,9 @@ void OutputParser::Process(bool final, std::vector<OutputEvent>& out) {
           state_ = State::kToolCall;
           break;
         }
-        size_t keep = final || !options_.tool_calls ? 0 : PartialTagAtEnd(buffer_, kCallOpen);
+        size_t keep = final                 ? 0
+                      : options_.tool_calls ? HoldBack(buffer_, kCallOpen)
+                                            : PartialUtf8AtEnd(buffer_);
         Emit(OutputEvent::Kind::kContent,
              std::string_view(buffer_).substr(0, buffer_.size() - keep), out);
         buffer_.erase(0, buffer_.size() - keep);

@@ -1,1 +1,225 @@
+// The streaming answer parser: the same events whichever way the answer is cut into pieces.
+#include "template/output_parser.h"
+
 #include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace gizllm {
+namespace {
+
+using nlohmann::ordered_json;
+
+struct Call {
+  std::string name;
+  std::string arguments;
+  std::string id;
+  bool operator==(const Call& o) const {
+    return name == o.name && arguments == o.arguments && id == o.id;
+  }
+};
+
+struct Parsed {
+  std::string reasoning;
+  std::string content;
+  std::vector<Call> calls;
+  std::vector<OutputEvent::Kind> order;  // kinds in the order they came, merged runs
+};
+
+bool ValidUtf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+void Collect(const std::vector<OutputEvent>& events, Parsed& p) {
+  for (const OutputEvent& e : events) {
+    EXPECT_TRUE(ValidUtf8(e.text)) << "an event splits a character: " << e.text;
+    if (e.kind != OutputEvent::Kind::kToolCall) EXPECT_FALSE(e.text.empty());
+    if (p.order.empty() || p.order.back() != e.kind || e.kind == OutputEvent::Kind::kToolCall) {
+      p.order.push_back(e.kind);
+    }
+    switch (e.kind) {
+      case OutputEvent::Kind::kReasoning:
+        p.reasoning += e.text;
+        break;
+      case OutputEvent::Kind::kContent:
+        p.content += e.text;
+        break;
+      case OutputEvent::Kind::kToolCall:
+        p.calls.push_back({e.name, e.arguments, e.id});
+        break;
+    }
+  }
+}
+
+Parsed Run(const OutputParserOptions& options, const std::vector<std::string>& pieces) {
+  OutputParser parser(options);
+  Parsed p;
+  for (const std::string& piece : pieces) Collect(parser.Feed(piece), p);
+  Collect(parser.Finish(), p);
+  return p;
+}
+
+void ExpectSame(const Parsed& a, const Parsed& b, const std::string& how) {
+  EXPECT_EQ(a.reasoning, b.reasoning) << how;
+  EXPECT_EQ(a.content, b.content) << how;
+  EXPECT_EQ(a.calls, b.calls) << how;
+  EXPECT_EQ(a.order, b.order) << how;
+}
+
+// Whole, byte by byte, split in two at every byte, and in random pieces: all the same.
+Parsed RunAllSplits(const OutputParserOptions& options, const std::string& text) {
+  Parsed whole = Run(options, {text});
+  std::vector<std::string> bytes;
+  for (char c : text) bytes.emplace_back(1, c);
+  ExpectSame(whole, Run(options, bytes), "byte by byte");
+  for (size_t cut = 0; cut <= text.size(); ++cut) {
+    ExpectSame(whole, Run(options, {text.substr(0, cut), text.substr(cut)}),
+               "cut at " + std::to_string(cut));
+  }
+  std::mt19937 rng(static_cast<unsigned>(text.size()));
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<std::string> pieces;
+    size_t at = 0;
+    while (at < text.size()) {
+      size_t n = 1 + rng() % 7;
+      pieces.push_back(text.substr(at, n));
+      at += n;
+    }
+    ExpectSame(whole, Run(options, pieces), "random pieces");
+  }
+  return whole;
+}
+
+ordered_json Tools() {
+  return ordered_json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                     "detail": {"type": "object"}, "metric": {"type": ["boolean", "null"]},
+                     "note": {"type": ["string", "null"]}}}}},
+    {"name": "search", "parameters": {"properties": {"query": {"type": "string"},
+                                                     "limit": {"type": "number"}}}}])");
+}
+
+TEST(OutputParser, ReasoningThenContent) {
+  Parsed p =
+      RunAllSplits({}, "<think>\nThe user greets me.\nBe brief.\n</think>\n\nHello! Ünïcode ✓");
+  EXPECT_EQ(p.reasoning, "The user greets me.\nBe brief.");
+  EXPECT_EQ(p.content, "Hello! Ünïcode ✓");
+  EXPECT_TRUE(p.calls.empty());
+  EXPECT_EQ(p.order, (std::vector{OutputEvent::Kind::kReasoning, OutputEvent::Kind::kContent}));
+}
+
+TEST(OutputParser, PromptOpenedTheReasoning) {
+  EXPECT_TRUE(PromptOpensReasoning("<|im_start|>assistant\n<think>\n"));
+  EXPECT_FALSE(PromptOpensReasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  EXPECT_FALSE(PromptOpensReasoning("<|im_start|>assistant\n"));
+  OutputParserOptions options;
+  options.starts_in_reasoning = true;
+  Parsed p = RunAllSplits(options, "\nStill thinking.\n</think>\n\nDone.\n");
+  EXPECT_EQ(p.reasoning, "Still thinking.");
+  EXPECT_EQ(p.content, "Done.\n");
+}
+
+TEST(OutputParser, EmptyThinkBlockAndPlainAnswers) {
+  Parsed empty = RunAllSplits({}, "<think>\n\n</think>\n\nJust the answer.");
+  EXPECT_EQ(empty.reasoning, "");
+  EXPECT_EQ(empty.content, "Just the answer.");
+  Parsed plain = RunAllSplits({}, "No reasoning here, <thinking> is text.");
+  EXPECT_EQ(plain.reasoning, "");
+  EXPECT_EQ(plain.content, "No reasoning here, <thinking> is text.");
+  Parsed lookalike = RunAllSplits({}, "<thinking>");
+  EXPECT_EQ(lookalike.content, "<thinking>");
+  Parsed unfinished = RunAllSplits({}, "<think>\nran out of tokens\n");
+  EXPECT_EQ(unfinished.reasoning, "ran out of tokens\n");
+  EXPECT_EQ(unfinished.content, "");
+  Parsed partial_tag = RunAllSplits({}, "ends with <tool_ca");
+  EXPECT_EQ(partial_tag.content, "ends with <tool_ca");
+}
+
+TEST(OutputParser, ToolCallsTypedBySchema) {
+  OutputParserOptions options;
+  options.tools = Tools();
+  options.id_prefix = "call_r7_";
+  const std::string text =
+      "<think>\nI need the weather.\n</think>\n\nLet me check.\n<tool_call>\n"
+      R"({"name": "get_weather", "arguments": {"city": 1234, "days": "3", "detail": "{\"a\": [1]}", "metric": "true", "note": null, "extra": "5"}})"
+      "\n</tool_call>\n<tool_call>\n"
+      R"({"name": "search", "arguments": "{\"query\": \"café\", \"limit\": \"2.5\"}"})"
+      "\n</tool_call>";
+  Parsed p = RunAllSplits(options, text);
+  EXPECT_EQ(p.reasoning, "I need the weather.");
+  EXPECT_EQ(p.content, "Let me check.");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(p.calls[0].name, "get_weather");
+  EXPECT_EQ(p.calls[0].arguments,
+            R"({"city":"1234","days":3,"detail":{"a":[1]},"metric":true,"note":null,"extra":"5"})");
+  EXPECT_EQ(p.calls[0].id, "call_r7_0");
+  EXPECT_EQ(p.calls[1].name, "search");
+  EXPECT_EQ(p.calls[1].arguments, R"({"query":"café","limit":2.5})");
+  EXPECT_EQ(p.calls[1].id, "call_r7_1");
+  EXPECT_EQ(p.order, (std::vector{OutputEvent::Kind::kReasoning, OutputEvent::Kind::kContent,
+                                  OutputEvent::Kind::kToolCall, OutputEvent::Kind::kToolCall}));
+}
+
+TEST(OutputParser, XmlToolCallsKeepStringsAsText) {
+  OutputParserOptions options;
+  options.tools = Tools();
+  const std::string text =
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n"
+      "<parameter=days>\n7\n</parameter>\n<parameter=note>\n{\"not\": \"json\"}\n</parameter>\n"
+      "</function>\n</tool_call>\nAfter the call.";
+  Parsed p = RunAllSplits(options, text);
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].name, "get_weather");
+  EXPECT_EQ(p.calls[0].arguments, R"({"city":"New York","days":7,"note":"{\"not\": \"json\"}"})");
+  EXPECT_EQ(p.content, "After the call.");
+}
+
+TEST(OutputParser, UnreadableCallsStayContent) {
+  OutputParserOptions options;
+  options.tools = Tools();
+  Parsed bad = RunAllSplits(options, "A<tool_call>\n{\"name\": oops}\n</tool_call>B");
+  EXPECT_TRUE(bad.calls.empty());
+  EXPECT_EQ(bad.content, "A<tool_call>\n{\"name\": oops}\n</tool_call>B");
+  // The answer stopped inside a call: a whole body is still a call.
+  Parsed whole = RunAllSplits(options, "<tool_call>\n{\"name\": \"search\", \"arguments\": {}}\n");
+  ASSERT_EQ(whole.calls.size(), 1u);
+  EXPECT_EQ(whole.calls[0].arguments, "{}");
+  Parsed cut = RunAllSplits(options, "<tool_call>\n{\"name\": \"sea");
+  EXPECT_TRUE(cut.calls.empty());
+  EXPECT_EQ(cut.content, "<tool_call>\n{\"name\": \"sea");
+}
+
+TEST(OutputParser, OptionsTurnRecognitionOff) {
+  OutputParserOptions options;
+  options.reasoning = false;
+  options.tool_calls = false;
+  const std::string text = "<think>x</think><tool_call>{\"name\": \"f\"}</tool_call>";
+  Parsed p = RunAllSplits(options, text);
+  EXPECT_EQ(p.content, text);
+  EXPECT_TRUE(p.calls.empty());
+}
+
+TEST(OutputParser, TypeArgumentsLeavesUnknownToolsAlone) {
+  ordered_json args = ordered_json::parse(R"({"days": "3"})");
+  EXPECT_EQ(TypeArguments(Tools(), "nope", args), args);
+  EXPECT_EQ(TypeArguments(Tools(), "get_weather", args), ordered_json::parse(R"({"days": 3})"));
+  // Text that is not JSON stays text even where the schema wants a number.
+  ordered_json words = ordered_json::parse(R"({"days": "three"})");
+  EXPECT_EQ(TypeArguments(Tools(), "get_weather", words), words);
+}
+
+}  // namespace
+}  // namespace gizllm
