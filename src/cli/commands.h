@@ -10,6 +10,7 @@ void AddInfoCommand(CLI::App& app, CommandContext& ctx);
 void AddTokenizeCommand(CLI::App& app, CommandContext& ctx);
 void AddConvertCommand(CLI::App& app, CommandContext& ctx);
 void AddBenchCommand(CLI::App& app, CommandContext& ctx);
+void AddTemplateCommand(CLI::App& app, CommandContext& ctx);
 
 inline constexpr void (*kCommands[])(CLI::App&, CommandContext&) = {
     AddLogitsCommand,
@@ -17,6 +18,7 @@ inline constexpr void (*kCommands[])(CLI::App&, CommandContext&) = {
     AddTokenizeCommand,
     AddConvertCommand,
     AddBenchCommand,
+    AddTemplateCommand,
 };
 
 }  // namespace gizllm::cli
