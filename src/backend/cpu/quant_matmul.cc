@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/quant_kernels.h"
@@ -24,6 +25,23 @@ QuantSliceFn SliceFor(CpuIsa isa, Format format) {
 }
 
 }  // namespace
+
+Status CheckQuantWeight(const Weight& w) {
+  const std::string what = "weight of format " + FormatName(w.format);
+  if (!quant::IsQuantized(w.format)) return InvalidArgument(what + " is not quantized");
+  if (w.group != quant::kGroup) {
+    return InvalidArgument(what + " has groups of " + std::to_string(w.group) + ", expected 128");
+  }
+  if (w.rows <= 0 || w.cols <= 0 || w.cols % quant::kGroup != 0) {
+    return InvalidArgument(what + " has shape " + std::to_string(w.rows) + " x " +
+                           std::to_string(w.cols) + ", expected columns a multiple of 128");
+  }
+  if (!w.data || !w.scales) return InvalidArgument(what + " has no codes or scales");
+  if (w.zeros && !quant::AllowsZeros(w.format)) {
+    return InvalidArgument(what + " has zeros, which only q4 and q2 have");
+  }
+  return Status::Ok();
+}
 
 bool HasQuantizedOutput(const MatmulParams& p) {
   for (int i = 0; i < p.outputs; ++i) {

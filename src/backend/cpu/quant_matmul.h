@@ -7,6 +7,10 @@
 
 namespace gizllm {
 
+// Checks that a host weight is one these kernels can run: kQ8..kQ1 in groups of 128, columns a
+// multiple of 128, codes and scales present, zeros only for kQ4 and kQ2.
+Status CheckQuantWeight(const Weight& w);
+
 // Whether any output of `p` has a quantized weight.
 bool HasQuantizedOutput(const MatmulParams& p);
 

@@ -1,0 +1,90 @@
+// gizllm convert: a Hugging Face folder into this project's format (quant/convert.h).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "cli/command.h"
+#include "quant/convert.h"
+
+namespace gizllm::cli {
+namespace {
+
+// "[#####.....]  12/57  model.layers.1.mlp.up_proj.weight" on one line of stderr.
+void DrawProgress(int64_t done, int64_t total, const std::string& tensor) {
+  constexpr int kWidth = 30;
+  const int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
+  std::string bar(filled, '#');
+  bar.append(kWidth - filled, '.');
+  std::string name = tensor.size() > 50 ? "..." + tensor.substr(tensor.size() - 47) : tensor;
+  std::fprintf(stderr, "\r[%s] %4lld/%-4lld %-50s", bar.c_str(), static_cast<long long>(done),
+               static_cast<long long>(total), name.c_str());
+  if (done == total) std::fputc('\n', stderr);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
+  auto* cmd = app.add_subcommand(
+      "convert", "Convert a Hugging Face model folder into gizllm's format (quantized linears)");
+  struct Options {
+    std::string from, to, bits = "16", lora;
+    bool no_rotate = false;
+    bool no_zeros = false;
+    int layers = -1;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Options>();
+  cmd->add_option("--from", o->from, "Hugging Face model folder")->required();
+  cmd->add_option("--to", o->to, "Output folder (must not exist)")->required();
+  cmd->add_option("--bits", o->bits,
+                  "Bits of the layers' linears and of the head, LAYERS[/HEAD]: 16, 8, 4, 2, 1 "
+                  "(e.g. 4/8)");
+  cmd->add_flag("--no-rotate", o->no_rotate,
+                "Quantize without the Hadamard rotation of each block of 128 inputs");
+  cmd->add_flag("--no-zeros", o->no_zeros, "4 and 2 bits: symmetric groups, without zero points");
+  cmd->add_option("--layers", o->layers,
+                  "Keep only the first N layers, without the final norm and head");
+  cmd->add_option("--lora", o->lora, "PEFT LoRA adapter folder to merge before quantizing");
+  cmd->add_option("--threads", o->threads, "Threads that quantize (default: all cores)");
+  cmd->callback([&ctx, o] {
+    auto bits = quant::ParseBits(o->bits);
+    if (!bits.ok()) return void(ctx.exit_code = Fail(bits.status().message()));
+    int threads = o->threads > 0
+                      ? o->threads
+                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    ThreadPool pool(threads);
+    quant::ConvertOptions options;
+    options.from = o->from;
+    options.to = o->to;
+    options.bits = *bits;
+    options.rotate = !o->no_rotate;
+    options.zeros = !o->no_zeros;
+    options.layers = o->layers;
+    options.lora = o->lora;
+    options.pool = &pool;
+    options.progress = DrawProgress;
+    auto start = std::chrono::steady_clock::now();
+    auto summary = quant::Convert(options);
+    if (!summary.ok()) return void(ctx.exit_code = Fail(summary.status().message()));
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::string lora = summary->lora_merged
+                           ? ", " + std::to_string(summary->lora_merged) + " with LoRA merged"
+                           : "";
+    std::fprintf(stderr,
+                 "wrote %s: %lld bytes, %lld tensors, %lld linears quantized (%s bits%s%s)"
+                 " in %.1f s\n",
+                 o->to.c_str(), static_cast<long long>(summary->bytes),
+                 static_cast<long long>(summary->tensors),
+                 static_cast<long long>(summary->quantized), quant::BitsString(*bits).c_str(),
+                 options.rotate ? ", rotated" : "", lora.c_str(), seconds);
+    if (summary->kept_bf16) {
+      std::fprintf(stderr, "note: %lld linears kept bf16 (columns not a multiple of 128)\n",
+                   static_cast<long long>(summary->kept_bf16));
+    }
+  });
+}
+
+}  // namespace gizllm::cli

@@ -1,0 +1,321 @@
+#include "quant/convert.h"
+
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/mapped_file.h"
+#include "formats/safetensors.h"
+#include "model/config.h"
+#include "quant/layout.h"
+#include "quant/linear_io.h"
+#include "quant/lora.h"
+#include "quant/quantize.h"
+
+namespace gizllm::quant {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Files of a model folder, other than weights, that a converted folder keeps.
+constexpr const char* kSideFiles[] = {"config.json",
+                                      "generation_config.json",
+                                      "tokenizer.json",
+                                      "tokenizer_config.json",
+                                      "special_tokens_map.json",
+                                      "added_tokens.json",
+                                      "chat_template.jinja",
+                                      "chat_template.json",
+                                      "tokenizer.model",
+                                      "vocab.json",
+                                      "merges.txt"};
+
+// What convert does with one source tensor.
+enum class Action { kDrop, kCopy, kFloat32, kLinear };
+
+struct Plan {
+  Action action = Action::kCopy;
+  Format format = Format::kBf16;  // kLinear
+};
+
+// The layer a tensor belongs to, or -1: its name starts with the layer's prefix, e.g.
+// "model.layers.3." (taken from the family's name of the layer's q projection).
+int LayerOf(const std::string& name, const std::vector<std::string>& prefixes) {
+  for (size_t l = 0; l < prefixes.size(); ++l) {
+    if (!prefixes[l].empty() && name.rfind(prefixes[l], 0) == 0) return static_cast<int>(l);
+  }
+  return -1;
+}
+
+std::string LayerPrefix(const Arch& arch, int layer) {
+  std::string q = TensorName(arch, TensorRole::kQ, layer);
+  const std::string mark = "." + std::to_string(layer) + ".";
+  size_t pos = q.find(mark);
+  return pos == std::string::npos ? "" : q.substr(0, pos + mark.size());
+}
+
+// Owns the bytes of the tensors to write.
+class Output {
+ public:
+  void Add(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
+    owned_.push_back(std::move(bytes));
+    const auto& b = owned_.back();
+    tensors_.push_back({std::move(name), dtype, std::move(shape), b.data(), b.size()});
+  }
+  void AddInPlace(const TensorInfo& t) {
+    tensors_.push_back({t.name, t.dtype, t.shape, t.data, t.bytes});
+  }
+  template <typename T>
+  void AddVector(std::string name, DType dtype, std::vector<int64_t> shape,
+                 const std::vector<T>& v) {
+    std::vector<uint8_t> bytes(v.size() * sizeof(T));
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    Add(std::move(name), dtype, std::move(shape), std::move(bytes));
+  }
+  const std::vector<TensorToWrite>& tensors() const { return tensors_; }
+
+ private:
+  std::deque<std::vector<uint8_t>> owned_;
+  std::vector<TensorToWrite> tensors_;
+};
+
+std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = F32ToBf16(v[i]);
+  return out;
+}
+
+}  // namespace
+
+Expected<Bits> ParseBits(const std::string& text) {
+  auto one = [&](const std::string& s) -> Expected<int> {
+    if (s == "16") return 16;
+    if (s == "8") return 8;
+    if (s == "4") return 4;
+    if (s == "2") return 2;
+    if (s == "1") return 1;
+    return InvalidArgument("--bits " + text + ": \"" + s + "\" is not 16, 8, 4, 2 or 1");
+  };
+  Bits bits;
+  size_t slash = text.find('/');
+  GZ_ASSIGN_OR_RETURN(bits.layers, one(text.substr(0, slash)));
+  if (slash == std::string::npos) {
+    bits.head = bits.layers;
+  } else {
+    GZ_ASSIGN_OR_RETURN(bits.head, one(text.substr(slash + 1)));
+  }
+  return bits;
+}
+
+std::string BitsString(const Bits& bits) {
+  return std::to_string(bits.layers) + "/" + std::to_string(bits.head);
+}
+
+Format BitsFormat(int bits) {
+  switch (bits) {
+    case 8:
+      return Format::kQ8;
+    case 4:
+      return Format::kQ4;
+    case 2:
+      return Format::kQ2;
+    case 1:
+      return Format::kQ1;
+    default:
+      return Format::kBf16;
+  }
+}
+
+Status ConvertOptions::Check() const {
+  if (from.empty()) return InvalidArgument("convert: --from is required");
+  if (to.empty()) return InvalidArgument("convert: --to is required");
+  if (fs::exists(to))
+    return InvalidArgument("convert: --to " + to + " exists (expected a new folder)");
+  for (int b : {bits.layers, bits.head}) {
+    if (b != 16 && b != 8 && b != 4 && b != 2 && b != 1) {
+      return InvalidArgument("convert: bits " + std::to_string(b) + " (expected 16, 8, 4, 2 or 1)");
+    }
+  }
+  if (layers == 0 || layers < -1) {
+    return InvalidArgument("convert: --layers " + std::to_string(layers) + " (expected >= 1)");
+  }
+  return Status::Ok();
+}
+
+Expected<ConvertSummary> Convert(const ConvertOptions& options) {
+  GZ_RETURN_IF_ERROR(options.Check());
+  GZ_ASSIGN_OR_RETURN(Arch arch, ReadArch(options.from));
+  GZ_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(options.from));
+  if (options.layers > arch.layers) {
+    return InvalidArgument("convert: --layers " + std::to_string(options.layers) + ", but " +
+                           options.from + " has " + std::to_string(arch.layers) + " layers");
+  }
+  std::optional<LoraAdapter> lora;
+  if (!options.lora.empty()) {
+    GZ_ASSIGN_OR_RETURN(LoraAdapter adapter, LoraAdapter::Open(options.lora));
+    lora.emplace(std::move(adapter));
+  }
+  const bool cut = options.layers > 0 && options.layers < arch.layers;
+  const int kept = cut ? options.layers : arch.layers;
+
+  // What to do with each tensor.
+  std::vector<std::string> prefixes(arch.layers);
+  for (int l = 0; l < arch.layers; ++l) prefixes[l] = LayerPrefix(arch, l);
+  std::map<std::string, Format> linears;
+  for (int l = 0; l < kept; ++l) {
+    for (TensorRole role : {TensorRole::kQ, TensorRole::kK, TensorRole::kV, TensorRole::kO,
+                            TensorRole::kGate, TensorRole::kUp, TensorRole::kDown}) {
+      linears[TensorName(arch, role, l)] = BitsFormat(options.bits.layers);
+    }
+  }
+  const std::string embed_name = TensorName(arch, TensorRole::kEmbed, -1);
+  const std::string head_name = TensorName(arch, TensorRole::kHead, -1);
+  const std::string final_norm_name = TensorName(arch, TensorRole::kFinalNorm, -1);
+  const TensorInfo* embed = ckpt.Find(embed_name);
+  if (!embed) return NotFound(options.from + ": tensor " + embed_name + " is missing");
+  // A tied head read at fewer bits is written as its own tensor, so that the head matmul reads
+  // the quantized copy and the embedding keeps its precision.
+  const bool untie = !cut && arch.tied_head && options.bits.head != 16;
+  if (!cut && !arch.tied_head) linears[head_name] = BitsFormat(options.bits.head);
+
+  auto plan = [&](const TensorInfo& t) -> Plan {
+    int layer = LayerOf(t.name, prefixes);
+    if (layer >= kept) return {Action::kDrop};
+    if (cut && (t.name == final_norm_name || t.name == head_name)) return {Action::kDrop};
+    if (arch.tied_head && t.name == head_name) return {Action::kDrop};  // a stored tied copy
+    if (auto it = linears.find(t.name); it != linears.end()) return {Action::kLinear, it->second};
+    if (t.name == embed_name) return {Action::kCopy};
+    if (t.shape.size() <= 1) return {Action::kFloat32};
+    return {Action::kCopy};
+  };
+
+  std::vector<const TensorInfo*> sources = ckpt.All();
+  int64_t total = 0;
+  for (const TensorInfo* t : sources) total += plan(*t).action != Action::kDrop;
+  total += untie;
+  for (const auto& [name, format] : linears) {
+    if (!ckpt.Find(name)) return NotFound(options.from + ": tensor " + name + " is missing");
+  }
+  if (lora) {
+    for (const std::string& target : lora->Targets()) {
+      if (!linears.count(target)) {
+        return InvalidArgument(options.lora + ": the adapter changes " + target +
+                               ", which is not a linear of the converted layers");
+      }
+    }
+  }
+
+  ConvertSummary summary;
+  Output out;
+  std::map<std::string, std::string> metadata = {{kFormatVersionKey, kFormatVersion},
+                                                 {kBitsKey, BitsString(options.bits)}};
+  if (options.rotate) metadata[kRotationSeedKey] = std::to_string(options.seed);
+  if (cut) metadata[kLayersKey] = std::to_string(kept);
+
+  auto add_linear = [&](const TensorInfo& t, const std::string& name, Format format) -> Status {
+    if (t.shape.size() != 2) {
+      return InvalidArgument(t.file + ": tensor " + t.name + " is not a matrix");
+    }
+    const int64_t rows = t.shape[0], cols = t.shape[1];
+    GZ_ASSIGN_OR_RETURN(std::vector<float> w, ReadFloats(t));
+    if (lora) {
+      GZ_ASSIGN_OR_RETURN(bool merged, lora->Merge(name, w.data(), rows, cols));
+      summary.lora_merged += merged;
+    }
+    if (format != Format::kBf16 && cols % kGroup != 0) {
+      format = Format::kBf16;
+      ++summary.kept_bf16;
+    }
+    if (format == Format::kBf16) {
+      out.AddVector(name, DType::kBF16, {rows, cols}, ToBf16(w));
+      return Status::Ok();
+    }
+    QuantizeOptions q{format, options.zeros, options.rotate, options.seed};
+    GZ_ASSIGN_OR_RETURN(QuantizedLinear ql, QuantizeLinear(w.data(), rows, cols, q, options.pool));
+    const int64_t groups = cols / kGroup;
+    out.AddVector(name, DType::kU8, {rows, groups * GroupBytes(format)}, ql.codes);
+    out.AddVector(name + kScalesSuffix, DType::kF32, {rows, groups}, ql.scales);
+    if (!ql.zeros.empty())
+      out.AddVector(name + kZerosSuffix, DType::kF32, {rows, groups}, ql.zeros);
+    nlohmann::json desc = {{"format", FormatName(format)},
+                           {"rows", rows},
+                           {"cols", cols},
+                           {"group", kGroup},
+                           {"rotated", ql.rotated}};
+    metadata[kLinearKeyPrefix + name] = desc.dump();
+    ++summary.quantized;
+    return Status::Ok();
+  };
+
+  int64_t done = 0;
+  auto step = [&](const std::string& name) {
+    ++done;
+    if (options.progress) options.progress(done, total, name);
+  };
+  for (const TensorInfo* t : sources) {
+    Plan p = plan(*t);
+    switch (p.action) {
+      case Action::kDrop:
+        continue;
+      case Action::kCopy:
+        out.AddInPlace(*t);
+        break;
+      case Action::kFloat32: {
+        GZ_ASSIGN_OR_RETURN(std::vector<float> v, ReadFloats(*t));
+        out.AddVector(t->name, DType::kF32, t->shape, v);
+        break;
+      }
+      case Action::kLinear:
+        GZ_RETURN_IF_ERROR(add_linear(*t, t->name, p.format));
+        break;
+    }
+    step(t->name);
+  }
+  if (untie) {
+    GZ_RETURN_IF_ERROR(add_linear(*embed, head_name, BitsFormat(options.bits.head)));
+    step(head_name);
+  }
+  summary.tensors = static_cast<int64_t>(out.tensors().size());
+
+  // Write everything into the partial folder, then rename it.
+  const std::string partial = options.to + ".partial";
+  std::error_code ec;
+  fs::remove_all(partial, ec);
+  fs::create_directories(partial, ec);
+  if (ec) return InvalidArgument("convert: cannot create " + partial + ": " + ec.message());
+  GZ_RETURN_IF_ERROR(WriteSafetensors(partial + "/model.safetensors", out.tensors(), metadata));
+  for (const char* file : kSideFiles) {
+    const std::string src = options.from + "/" + file;
+    if (!FileExists(src)) continue;
+    if (untie && std::string(file) == "config.json") {
+      // The converted folder stores its own head: say so, or a loader would read the embedding.
+      GZ_ASSIGN_OR_RETURN(std::string text, ReadFile(src));
+      nlohmann::json config = nlohmann::json::parse(text, nullptr, false);
+      if (!config.is_object()) return InvalidArgument(src + ": not a JSON object");
+      config["tie_word_embeddings"] = false;
+      std::FILE* f = std::fopen((partial + "/config.json").c_str(), "wb");
+      if (!f) return InvalidArgument("convert: cannot write " + partial + "/config.json");
+      std::string dumped = config.dump(2) + "\n";
+      bool ok = std::fwrite(dumped.data(), 1, dumped.size(), f) == dumped.size();
+      ok = std::fclose(f) == 0 && ok;
+      if (!ok) return InvalidArgument("convert: cannot write " + partial + "/config.json");
+      continue;
+    }
+    fs::copy_file(src, partial + "/" + file, ec);
+    if (ec) return InvalidArgument("convert: cannot copy " + src + ": " + ec.message());
+  }
+  for (const auto& entry : fs::directory_iterator(partial)) summary.bytes += entry.file_size();
+  fs::rename(partial, options.to, ec);
+  if (ec) {
+    return InvalidArgument("convert: cannot rename " + partial + " to " + options.to + ": " +
+                           ec.message());
+  }
+  return summary;
+}
+
+}  // namespace gizllm::quant

@@ -1,0 +1,57 @@
+// convert: a Hugging Face model folder into this project's format, once. Every linear is stored
+// in the format its bits name (quant/layout.h; 16 bits: bf16, unrotated), the norms and other
+// vectors as f32, the embedding as its source holds it; the source's config, tokenizer, template
+// and generation files are copied beside it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "ops/weight.h"
+#include "quant/hadamard.h"
+
+namespace gizllm::quant {
+
+// Bits of the layers' linears and of the head: 16, 8, 4, 2 or 1.
+struct Bits {
+  int layers = 16;
+  int head = 16;
+};
+
+// "4" (head too) or "4/8" (layers/head).
+Expected<Bits> ParseBits(const std::string& text);
+std::string BitsString(const Bits& bits);
+Format BitsFormat(int bits);  // 16 -> kBf16, 8 -> kQ8, 4 -> kQ4, 2 -> kQ2, 1 -> kQ1
+
+struct ConvertOptions {
+  std::string from;  // Hugging Face folder
+  std::string to;    // output folder; must not exist
+  Bits bits;
+  bool rotate = true;  // the block Hadamard rotation before quantizing
+  bool zeros = true;   // q4 and q2 with a zero per group
+  int layers = -1;     // keep only the first N layers, without final norm and head
+  std::string lora;    // PEFT adapter folder to merge first, or empty
+  uint64_t seed = kDefaultRotationSeed;
+  ThreadPool* pool = nullptr;  // quantizes on it when given
+  // Called after each tensor: done of total, the tensor's name.
+  std::function<void(int64_t done, int64_t total, const std::string& tensor)> progress;
+  Status Check() const;
+};
+
+struct ConvertSummary {
+  int64_t tensors = 0;      // tensors written
+  int64_t quantized = 0;    // linears stored quantized
+  int64_t kept_bf16 = 0;    // linears meant for fewer bits kept bf16 (columns not a multiple
+                            // of 128)
+  int64_t lora_merged = 0;  // linears an adapter changed
+  int64_t bytes = 0;        // bytes of every file written
+};
+
+// Writes options.to + ".partial" and renames it to options.to when complete, so that a stopped
+// conversion never leaves a folder that loads.
+Expected<ConvertSummary> Convert(const ConvertOptions& options);
+
+}  // namespace gizllm::quant

@@ -1,0 +1,304 @@
+#include "quant/convert.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/mapped_file.h"
+#include "formats/safetensors.h"
+#include "quant/layout.h"
+#include "quant/linear_io.h"
+#include "quant/lora.h"
+#include "quant/quantize.h"
+
+namespace gizllm::quant {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A two-layer Qwen3-shaped model with random bf16 weights, written as a Hugging Face folder.
+class ConvertTest : public ::testing::Test {
+ protected:
+  static constexpr int kLayers = 2, kDim = 128, kFfn = 256, kVocab = 96, kHeadDim = 64;
+
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("gizllm_convert_test_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_ / "hf");
+    nlohmann::json config = {{"architectures", {"Qwen3ForCausalLM"}},
+                             {"model_type", "qwen3"},
+                             {"hidden_size", kDim},
+                             {"intermediate_size", kFfn},
+                             {"num_hidden_layers", kLayers},
+                             {"num_attention_heads", 2},
+                             {"num_key_value_heads", 1},
+                             {"head_dim", kHeadDim},
+                             {"vocab_size", kVocab},
+                             {"rms_norm_eps", 1e-6},
+                             {"rope_theta", 10000.0},
+                             {"max_position_embeddings", 256},
+                             {"tie_word_embeddings", true},
+                             {"eos_token_id", 2}};
+    WriteText(root_ / "hf/config.json", config.dump());
+    WriteText(root_ / "hf/tokenizer.json", "{\"model\": {}}");
+    std::mt19937 rng(12);
+    Add("model.embed_tokens.weight", {kVocab, kDim}, rng);
+    Add("model.norm.weight", {kDim}, rng);
+    for (int l = 0; l < kLayers; ++l) {
+      std::string p = "model.layers." + std::to_string(l) + ".";
+      Add(p + "input_layernorm.weight", {kDim}, rng);
+      Add(p + "post_attention_layernorm.weight", {kDim}, rng);
+      Add(p + "self_attn.q_proj.weight", {2 * kHeadDim, kDim}, rng);
+      Add(p + "self_attn.k_proj.weight", {kHeadDim, kDim}, rng);
+      Add(p + "self_attn.v_proj.weight", {kHeadDim, kDim}, rng);
+      Add(p + "self_attn.o_proj.weight", {kDim, 2 * kHeadDim}, rng);
+      Add(p + "self_attn.q_norm.weight", {kHeadDim}, rng);
+      Add(p + "self_attn.k_norm.weight", {kHeadDim}, rng);
+      Add(p + "mlp.gate_proj.weight", {kFfn, kDim}, rng);
+      Add(p + "mlp.up_proj.weight", {kFfn, kDim}, rng);
+      Add(p + "mlp.down_proj.weight", {kDim, kFfn}, rng);
+    }
+    std::vector<TensorToWrite> tensors;
+    for (auto& [name, t] : source_) {
+      tensors.push_back({name, DType::kBF16, t.shape, t.bf16.data(), t.bf16.size() * 2});
+    }
+    ASSERT_TRUE(WriteSafetensors((root_ / "hf/model.safetensors").string(), tensors, {}).ok());
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  static void WriteText(const fs::path& path, const std::string& text) {
+    std::ofstream(path) << text;
+  }
+
+  void Add(const std::string& name, std::vector<int64_t> shape, std::mt19937& rng) {
+    std::normal_distribution<float> dist(0.0f, 0.05f);
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    Source& s = source_[name];
+    s.shape = shape;
+    for (int64_t i = 0; i < n; ++i) {
+      s.bf16.push_back(F32ToBf16(dist(rng)));
+      s.f32.push_back(Bf16ToF32(s.bf16.back()));
+    }
+  }
+
+  ConvertOptions Options(const std::string& bits, const std::string& to) {
+    ConvertOptions o;
+    o.from = (root_ / "hf").string();
+    o.to = (root_ / to).string();
+    o.bits = *ParseBits(bits);
+    return o;
+  }
+
+  // Relative squared error of a converted linear against its source.
+  double Error(const Checkpoint& ckpt, const std::string& name, const std::vector<float>& want) {
+    auto w = ReadLinear(ckpt, name);
+    EXPECT_TRUE(w.ok()) << w.status().message();
+    if (!w.ok()) return 1e9;
+    std::vector<float> got(w->rows * w->cols);
+    if (IsQuantized(w->format)) {
+      DequantizeOriginal(*w, got.data());
+    } else {
+      for (size_t i = 0; i < got.size(); ++i) {
+        uint16_t h;
+        std::memcpy(&h, static_cast<const uint8_t*>(w->data) + 2 * i, 2);
+        got[i] = Bf16ToF32(h);
+      }
+    }
+    double err = 0.0, energy = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      err += (got[i] - want[i]) * (got[i] - want[i]);
+      energy += want[i] * want[i];
+    }
+    return err / energy;
+  }
+
+  struct Source {
+    std::vector<int64_t> shape;
+    std::vector<uint16_t> bf16;
+    std::vector<float> f32;
+  };
+  fs::path root_;
+  std::map<std::string, Source> source_;
+};
+
+TEST_F(ConvertTest, QuantizesLinearsAndUntiesAQuantizedHead) {
+  ConvertOptions o = Options("4/8", "out");
+  int64_t calls = 0, last_total = 0;
+  o.progress = [&](int64_t done, int64_t total, const std::string&) {
+    ++calls;
+    EXPECT_EQ(done, calls);
+    last_total = total;
+  };
+  auto summary = Convert(o);
+  ASSERT_TRUE(summary.ok()) << summary.status().message();
+  EXPECT_EQ(calls, last_total);
+  EXPECT_FALSE(fs::exists(o.to + ".partial"));
+  EXPECT_TRUE(fs::exists(o.to + "/tokenizer.json"));
+  EXPECT_EQ(summary->quantized, kLayers * 7 + 1);
+  EXPECT_EQ(summary->bytes, static_cast<int64_t>(fs::file_size(o.to + "/model.safetensors") +
+                                                 fs::file_size(o.to + "/tokenizer.json") +
+                                                 fs::file_size(o.to + "/config.json")));
+
+  auto ckpt = Checkpoint::Open(o.to);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  EXPECT_EQ(ckpt->metadata().at(kBitsKey), "4/8");
+  EXPECT_EQ(ckpt->metadata().at(kFormatVersionKey), "1");
+  auto q = ReadLinear(*ckpt, "model.layers.1.mlp.down_proj.weight");
+  ASSERT_TRUE(q.ok()) << q.status().message();
+  EXPECT_EQ(q->format, Format::kQ4);
+  EXPECT_TRUE(q->rotated);
+  EXPECT_EQ(q->rotation_seed, kDefaultRotationSeed);
+  EXPECT_NE(q->zeros, nullptr);
+  EXPECT_EQ(q->rows, kDim);
+  EXPECT_EQ(q->cols, kFfn);
+  EXPECT_LT(Error(*ckpt, "model.layers.1.mlp.down_proj.weight",
+                  source_["model.layers.1.mlp.down_proj.weight"].f32),
+            0.02);
+  auto head = ReadLinear(*ckpt, "lm_head.weight");
+  ASSERT_TRUE(head.ok()) << head.status().message();
+  EXPECT_EQ(head->format, Format::kQ8);
+  EXPECT_LT(Error(*ckpt, "lm_head.weight", source_["model.embed_tokens.weight"].f32), 1e-4);
+  // The embedding as the source holds it; vectors as f32.
+  const TensorInfo* embed = ckpt->Find("model.embed_tokens.weight");
+  ASSERT_NE(embed, nullptr);
+  EXPECT_EQ(embed->dtype, DType::kBF16);
+  EXPECT_EQ(
+      std::memcmp(embed->data, source_["model.embed_tokens.weight"].bf16.data(), embed->bytes), 0);
+  const TensorInfo* norm = ckpt->Find("model.layers.0.self_attn.q_norm.weight");
+  ASSERT_NE(norm, nullptr);
+  EXPECT_EQ(norm->dtype, DType::kF32);
+  auto config = nlohmann::json::parse(*ReadFile(o.to + "/config.json"));
+  EXPECT_EQ(config["tie_word_embeddings"], false);
+}
+
+TEST_F(ConvertTest, RotationOffAndSixteenBits) {
+  ConvertOptions o = Options("2/16", "out");
+  o.rotate = false;
+  ASSERT_TRUE(Convert(o).ok());
+  auto ckpt = Checkpoint::Open(o.to);
+  ASSERT_TRUE(ckpt.ok());
+  auto q = ReadLinear(*ckpt, "model.layers.0.self_attn.q_proj.weight");
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->format, Format::kQ2);
+  EXPECT_FALSE(q->rotated);
+  EXPECT_EQ(ckpt->metadata().count(kRotationSeedKey), 0u);
+  // A 16-bit head of a tied model stays tied.
+  EXPECT_EQ(ckpt->Find("lm_head.weight"), nullptr);
+  auto config = nlohmann::json::parse(*ReadFile(o.to + "/config.json"));
+  EXPECT_EQ(config["tie_word_embeddings"], true);
+}
+
+TEST_F(ConvertTest, CutModelKeepsTheFirstLayers) {
+  ConvertOptions o = Options("8", "cut");
+  o.layers = 1;
+  ASSERT_TRUE(Convert(o).ok());
+  auto ckpt = Checkpoint::Open(o.to);
+  ASSERT_TRUE(ckpt.ok());
+  EXPECT_NE(ckpt->Find("model.layers.0.mlp.up_proj.weight"), nullptr);
+  EXPECT_EQ(ckpt->Find("model.layers.1.mlp.up_proj.weight"), nullptr);
+  EXPECT_EQ(ckpt->Find("model.layers.1.input_layernorm.weight"), nullptr);
+  EXPECT_EQ(ckpt->Find("model.norm.weight"), nullptr);
+  EXPECT_EQ(ckpt->Find("lm_head.weight"), nullptr);
+  EXPECT_EQ(ckpt->metadata().at(kLayersKey), "1");
+}
+
+TEST_F(ConvertTest, MergesLoraAdapters) {
+  for (bool rslora : {false, true}) {
+    const int r = 4;
+    fs::path adapter = root_ / ("adapter" + std::to_string(rslora));
+    fs::create_directories(adapter);
+    nlohmann::json config = {{"r", r},
+                             {"lora_alpha", 8},
+                             {"use_rslora", rslora},
+                             {"target_modules", {"q_proj", "down_proj"}}};
+    WriteText(adapter / "adapter_config.json", config.dump());
+    std::mt19937 rng(13);
+    std::normal_distribution<float> dist(0.0f, 0.1f);
+    std::vector<float> a(r * kDim), b(2 * kHeadDim * r);
+    for (float& v : a) v = dist(rng);
+    for (float& v : b) v = dist(rng);
+    const std::string module = "base_model.model.model.layers.1.self_attn.q_proj";
+    std::vector<TensorToWrite> tensors = {
+        {module + ".lora_A.weight", DType::kF32, {r, kDim}, a.data(), a.size() * 4},
+        {module + ".lora_B.weight", DType::kF32, {2 * kHeadDim, r}, b.data(), b.size() * 4}};
+    ASSERT_TRUE(
+        WriteSafetensors((adapter / "adapter_model.safetensors").string(), tensors, {}).ok());
+
+    ConvertOptions o = Options("16", "merged" + std::to_string(rslora));
+    o.lora = adapter.string();
+    auto summary = Convert(o);
+    ASSERT_TRUE(summary.ok()) << summary.status().message();
+    EXPECT_EQ(summary->lora_merged, 1);
+    const double scale = rslora ? 8.0 / 2.0 : 8.0 / r;
+    const std::string name = "model.layers.1.self_attn.q_proj.weight";
+    std::vector<float> want = source_[name].f32;
+    for (int i = 0; i < 2 * kHeadDim; ++i) {
+      for (int j = 0; j < kDim; ++j) {
+        double d = 0.0;
+        for (int k = 0; k < r; ++k) d += b[i * r + k] * a[k * kDim + j];
+        want[i * kDim + j] += static_cast<float>(scale * d);
+      }
+    }
+    auto ckpt = Checkpoint::Open(o.to);
+    ASSERT_TRUE(ckpt.ok());
+    // bf16 rounding of the merged weight only.
+    EXPECT_LT(Error(*ckpt, name, want), 1e-4);
+    EXPECT_GT(Error(*ckpt, name, source_[name].f32), 1e-2);
+  }
+}
+
+TEST_F(ConvertTest, RejectsBadRequests) {
+  EXPECT_FALSE(ParseBits("3").ok());
+  EXPECT_FALSE(ParseBits("4/5").ok());
+  EXPECT_EQ(ParseBits("4")->head, 4);
+  ConvertOptions o = Options("4", "out");
+  fs::create_directories(o.to);
+  Status exists = Convert(o).status();
+  EXPECT_FALSE(exists.ok());
+  EXPECT_NE(exists.message().find("exists"), std::string::npos) << exists.message();
+  o = Options("4", "out2");
+  o.layers = 5;
+  EXPECT_FALSE(Convert(o).ok());
+  o.layers = -1;
+  o.lora = (root_ / "missing").string();
+  Status missing = Convert(o).status();
+  EXPECT_FALSE(missing.ok());
+  EXPECT_NE(missing.message().find("adapter_config.json"), std::string::npos) << missing.message();
+  EXPECT_FALSE(fs::exists(o.to));
+}
+
+TEST_F(ConvertTest, ReadLinearRejectsMismatchedDescriptions) {
+  std::vector<uint8_t> codes(4 * 64, 0);
+  std::vector<float> scales(4, 1.0f);
+  std::vector<TensorToWrite> tensors = {
+      {"w", DType::kU8, {4, 64}, codes.data(), codes.size()},
+      {"w.scales", DType::kF32, {4, 1}, scales.data(), scales.size() * 4}};
+  const std::string path = (root_ / "q.safetensors").string();
+  auto write = [&](const std::string& desc) {
+    ASSERT_TRUE(
+        WriteSafetensors(path, tensors, {{"gizllm.linear:w", desc}, {kRotationSeedKey, "7"}}).ok());
+  };
+  write(R"({"format": "q4", "rows": 4, "cols": 128, "group": 128, "rotated": true})");
+  auto ok = ReadLinear(*Checkpoint::Open(path), "w");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->rotation_seed, 7u);
+  write(R"({"format": "q8", "rows": 4, "cols": 128, "group": 128, "rotated": true})");
+  EXPECT_FALSE(ReadLinear(*Checkpoint::Open(path), "w").ok());
+  write(R"({"format": "q4", "rows": 4, "cols": 128, "group": 64, "rotated": true})");
+  EXPECT_FALSE(ReadLinear(*Checkpoint::Open(path), "w").ok());
+  write(R"({"format": "q4", "rows": 4})");
+  EXPECT_FALSE(ReadLinear(*Checkpoint::Open(path), "w").ok());
+  EXPECT_FALSE(ReadLinear(*Checkpoint::Open(path), "absent").ok());
+}
+
+}  // namespace
+}  // namespace gizllm::quant
