@@ -23,6 +23,8 @@ TEMPLATES = {
     "llama3": os.path.join(GOLDEN, "llama3"),
     "gemma3": os.path.join(GOLDEN, "gemma3"),
     "tiny-chat": os.path.join(ROOT, "models", "tiny-chat"),
+    # Written for the tests: many of the Jinja features real templates use, in one template.
+    "coverage": os.path.join(GOLDEN, "coverage"),
 }
 CASE_KEYS = ("name", "messages", "tools", "add_generation_prompt")
 

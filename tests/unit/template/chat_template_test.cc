@@ -35,7 +35,8 @@ TEST(ChatTemplateGolden, MatchesTransformersByteForByte) {
   std::vector<ordered_json> cases = ReadJsonl(std::string(kGolden) + "/cases.jsonl");
   std::vector<ordered_json> refs = ReadJsonl(std::string(kGolden) + "/refs.jsonl");
   ASSERT_GE(cases.size(), 20u);
-  ASSERT_EQ(refs.size(), cases.size() * 4);
+  // qwen3, llama3, gemma3, tiny-chat, coverage: every case for each.
+  ASSERT_EQ(refs.size(), cases.size() * 5);
   std::map<std::string, ordered_json> by_name;
   for (auto& c : cases) by_name[c["name"].get<std::string>()] = c;
   std::map<std::string, ChatTemplate> templates;
@@ -60,8 +61,8 @@ TEST(ChatTemplateGolden, MatchesTransformersByteForByte) {
       ++rendered;
     }
   }
-  EXPECT_GE(rendered, 70);
-  EXPECT_GE(errors, 5);
+  EXPECT_GE(rendered, 100);
+  EXPECT_GE(errors, 10);
 }
 
 // The committed templates are the ones the reference tokenizers ship.
