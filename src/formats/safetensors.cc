@@ -261,9 +261,13 @@ Expected<Checkpoint> Checkpoint::Open(const std::string& dir) {
   }
   for (const auto& [name, shard] : listed) {
     const TensorInfo* t = c.Find(name);
-    if (t == nullptr || fs::path(t->file).filename() != shard) {
+    if (t == nullptr) {
       return DataLoss(index_path + ": tensor " + Quote(name) + " listed in weight_map is not in " +
                       "shard " + Quote(shard));
+    }
+    if (fs::path(t->file).filename() != shard) {
+      return DataLoss(index_path + ": tensor " + Quote(name) + " listed in weight_map in shard " +
+                      Quote(shard) + " is in " + t->file);
     }
   }
   return c;

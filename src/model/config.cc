@@ -189,6 +189,12 @@ Expected<Arch> ParseArch(const json& config, const std::string& file_for_errors)
                         "\"" + architecture + "\" is not supported (expected " +
                             std::string(family->architecture) + ")");
   }
+  if (const json* q = reader.Get("quantization_config")) {
+    const std::string method = q->is_object() ? q->value("quant_method", "?") : "?";
+    return reader.Error(StatusCode::kUnimplemented, "quantization_config",
+                        "checkpoints quantized by " + method +
+                            " are not supported (expected bf16, f16 or f32 weights)");
+  }
   Arch arch;
   arch.family = family->name;
   arch.architecture = family->architecture;

@@ -142,5 +142,204 @@ TEST(SafetensorsTest, WriterRejectsBadInput) {
   EXPECT_FALSE(fs::exists(dir.File("a.safetensors")));
 }
 
+// Expects an error of `code` whose one-line message names each of `parts`.
+template <typename T>
+void ExpectError(const Expected<T>& e, StatusCode code, std::vector<std::string> parts) {
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), code) << e.status().message();
+  for (const std::string& p : parts) {
+    EXPECT_NE(e.status().message().find(p), std::string::npos)
+        << "\"" << e.status().message() << "\" does not name " << p;
+  }
+  EXPECT_EQ(e.status().message().find('\n'), std::string::npos) << e.status().message();
+}
+
+TEST(SafetensorsTest, RejectsBadFiles) {
+  TempDir dir;
+  const std::string path = dir.File("bad.safetensors");
+  ExpectError(SafetensorsFile::Open(path), StatusCode::kNotFound, {path});
+
+  WriteBytes(path, std::string("\x05\x00\x00", 3));
+  ExpectError(SafetensorsFile::Open(path), StatusCode::kDataLoss, {path, "3 bytes", "shorter"});
+
+  const std::string ok_header =
+      R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},"__metadata__":{"k":"v"}})";
+  WriteBytes(path, Raw(ok_header, 24));
+  ASSERT_TRUE(SafetensorsFile::Open(path).ok());
+
+  // The header length says more than the file holds.
+  WriteBytes(path, Raw(ok_header, 24, /*claimed_len=*/ok_header.size() + 25));
+  ExpectError(SafetensorsFile::Open(path), StatusCode::kDataLoss, {path, "header length"});
+  WriteBytes(path, Raw(ok_header, 24, /*claimed_len=*/UINT64_MAX - 1));
+  ExpectError(SafetensorsFile::Open(path), StatusCode::kDataLoss, {path, "header length"});
+
+  // Truncated data: the last tensor runs past the end.
+  WriteBytes(path, Raw(ok_header, 23));
+  ExpectError(SafetensorsFile::Open(path), StatusCode::kDataLoss,
+              {path, "\"a\"", "outside the data"});
+
+  WriteBytes(path, Raw(R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24])", 24));
+  ExpectError(SafetensorsFile::Open(path), StatusCode::kDataLoss, {path, "not JSON"});
+  WriteBytes(path, Raw(R"([1,2])", 0));
+  ExpectError(SafetensorsFile::Open(path), StatusCode::kDataLoss, {path, "object"});
+
+  // Offsets that disagree with dtype x shape.
+  WriteBytes(path, Raw(R"({"a":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,24]}})", 24));
+  ExpectError(SafetensorsFile::Open(path), StatusCode::kDataLoss,
+              {path, "\"a\"", "24 bytes", "BF16 [2, 3] needs 12"});
+  WriteBytes(path, Raw(R"({"a":{"dtype":"F32","shape":[2,-3],"data_offsets":[0,24]}})", 24));
+  ExpectError(SafetensorsFile::Open(path), StatusCode::kDataLoss, {path, "\"a\"", "shape"});
+  WriteBytes(path, Raw(R"({"a":{"dtype":"U8","shape":[4294967296,4294967296],)"
+                       R"("data_offsets":[0,0]}})",
+                       0));
+  ExpectError(SafetensorsFile::Open(path), StatusCode::kDataLoss, {path, "\"a\"", "needs"});
+  WriteBytes(path, Raw(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", 8));
+  ExpectError(SafetensorsFile::Open(path), StatusCode::kDataLoss, {path, "data_offsets"});
+  WriteBytes(path, Raw(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", 8));
+  ExpectError(SafetensorsFile::Open(path), StatusCode::kDataLoss, {path, "data_offsets"});
+  WriteBytes(path, Raw(R"({"a":{"shape":[1],"data_offsets":[0,4]}})", 8));
+  ExpectError(SafetensorsFile::Open(path), StatusCode::kDataLoss, {path, "dtype"});
+
+  // Overlapping tensors.
+  WriteBytes(path, Raw(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                       R"("b":{"dtype":"I32","shape":[2],"data_offsets":[12,20]}})",
+                       20));
+  ExpectError(SafetensorsFile::Open(path), StatusCode::kDataLoss,
+              {path, "\"a\"", "\"b\"", "overlap"});
+
+  // Unknown and unsupported dtypes, named.
+  WriteBytes(path, Raw(R"({"a":{"dtype":"Q9_K","shape":[4],"data_offsets":[0,16]}})", 16));
+  ExpectError(SafetensorsFile::Open(path), StatusCode::kDataLoss, {path, "\"a\"", "Q9_K"});
+  WriteBytes(path, Raw(R"({"a":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}})", 16));
+  ExpectError(SafetensorsFile::Open(path), StatusCode::kUnimplemented, {path, "\"a\"", "F64"});
+
+  WriteBytes(path, Raw(R"({"__metadata__":{"n":3}})", 0));
+  ExpectError(SafetensorsFile::Open(path), StatusCode::kDataLoss, {path, "__metadata__"});
+}
+
+// Files as others write them: gaps and padding between tensors, spaces after the header,
+// empty tensors, an empty file of tensors.
+TEST(SafetensorsTest, AcceptsValidVariants) {
+  TempDir dir;
+  const std::string path = dir.File("ok.safetensors");
+  WriteBytes(path, Raw(R"({"b":{"dtype":"U8","shape":[3],"data_offsets":[8,11]},)"
+                       R"("e":{"dtype":"F32","shape":[0],"data_offsets":[8,8]},)"
+                       R"("a":{"dtype":"U8","shape":[3],"data_offsets":[0,3]}}   )",
+                       16));
+  auto f = SafetensorsFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  ASSERT_EQ(f->tensors().size(), 3u);
+  EXPECT_EQ(f->tensors()[0].name, "a");  // file order
+  EXPECT_EQ(f->Find("b")->data - f->Find("a")->data, 8);
+  EXPECT_EQ(f->Find("e")->bytes, 0u);
+  EXPECT_EQ(f->Find("e")->Elements(), 0);
+  EXPECT_EQ(f->Find("missing"), nullptr);
+  EXPECT_TRUE(f->metadata().empty());
+
+  WriteBytes(path, Raw("{}", 0));
+  f = SafetensorsFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_TRUE(f->tensors().empty());
+}
+
+// Writes shards a (tensors x0, x1) and b (tensor y) and the index that lists them.
+void WriteShards(const TempDir& dir, const std::string& index) {
+  auto x0 = RandomBf16(6, 3), x1 = RandomBf16(4, 4), y = RandomBf16(8, 5);
+  std::vector<TensorToWrite> a = {{"x0", DType::kBF16, {2, 3}, x0.data(), 12},
+                                  {"x1", DType::kBF16, {4}, x1.data(), 8}};
+  std::vector<TensorToWrite> b = {{"y", DType::kBF16, {2, 4}, y.data(), 16}};
+  ASSERT_TRUE(
+      WriteSafetensors(dir.File("model-00001-of-00002.safetensors"), a, {{"format", "pt"}}).ok());
+  ASSERT_TRUE(WriteSafetensors(dir.File("model-00002-of-00002.safetensors"), b, {}).ok());
+  std::ofstream(dir.File("model.safetensors.index.json")) << index;
+}
+
+constexpr const char* kIndex = R"({"metadata": {"total_size": 36}, "weight_map": {
+  "x0": "model-00001-of-00002.safetensors", "x1": "model-00001-of-00002.safetensors",
+  "y": "model-00002-of-00002.safetensors"}})";
+
+TEST(SafetensorsTest, Shards) {
+  TempDir dir;
+  WriteShards(dir, kIndex);
+  auto opened = Checkpoint::Open(dir.path().string());
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  // Pointers stay valid when the checkpoint moves.
+  Checkpoint c = std::move(opened).value();
+  const TensorInfo* y = c.Find("y");
+  ASSERT_NE(y, nullptr);
+  EXPECT_EQ(y->file, dir.File("model-00002-of-00002.safetensors"));
+  EXPECT_EQ(y->shape, (std::vector<int64_t>{2, 4}));
+  const std::vector<uint16_t> want = RandomBf16(8, 5);
+  EXPECT_EQ(std::memcmp(y->data, want.data(), 16), 0);
+  Checkpoint moved = std::move(c);
+  EXPECT_EQ(moved.Find("y"), y);
+  EXPECT_EQ(std::memcmp(y->data, want.data(), 16), 0);
+  std::vector<std::string> names;
+  for (const TensorInfo* t : moved.All()) names.push_back(t->name);
+  EXPECT_EQ(names, (std::vector<std::string>{"x0", "x1", "y"}));
+  EXPECT_EQ(moved.metadata().at("format"), "pt");
+  EXPECT_EQ(CountParameters(moved), 18);
+  EXPECT_EQ(moved.files().size(), 2u);
+}
+
+TEST(SafetensorsTest, RejectsBadShards) {
+  {
+    TempDir dir;
+    ExpectError(Checkpoint::Open(dir.path().string()), StatusCode::kNotFound,
+                {dir.path().string(), "model.safetensors"});
+  }
+  {
+    TempDir dir;  // a shard listed in the index is missing
+    WriteShards(dir, kIndex);
+    fs::remove(dir.File("model-00002-of-00002.safetensors"));
+    ExpectError(Checkpoint::Open(dir.path().string()), StatusCode::kNotFound,
+                {"model.safetensors.index.json", "model-00002-of-00002.safetensors", "missing"});
+  }
+  {
+    TempDir dir;  // a tensor listed in the index is not in its shard
+    WriteShards(dir, R"({"weight_map": {"x0": "model-00001-of-00002.safetensors",
+                         "z": "model-00002-of-00002.safetensors"}})");
+    ExpectError(Checkpoint::Open(dir.path().string()), StatusCode::kDataLoss,
+                {"model.safetensors.index.json", "\"z\"", "model-00002-of-00002.safetensors"});
+  }
+  {
+    TempDir dir;  // listed in the wrong shard
+    WriteShards(dir, R"({"weight_map": {"y": "model-00001-of-00002.safetensors",
+                         "x0": "model-00002-of-00002.safetensors"}})");
+    ExpectError(Checkpoint::Open(dir.path().string()), StatusCode::kDataLoss,
+                {"model.safetensors.index.json", "\"x0\"", "model-00001-of-00002.safetensors"});
+  }
+  {
+    TempDir dir;
+    WriteShards(dir, R"({"weight_map": {"x0": "../model-00001-of-00002.safetensors"}})");
+    ExpectError(Checkpoint::Open(dir.path().string()), StatusCode::kDataLoss,
+                {"model.safetensors.index.json", "weight_map"});
+    WriteShards(dir, R"({"metadata": {}})");
+    ExpectError(Checkpoint::Open(dir.path().string()), StatusCode::kDataLoss,
+                {"model.safetensors.index.json", "weight_map"});
+    WriteShards(dir, R"({"weight_map": )");
+    ExpectError(Checkpoint::Open(dir.path().string()), StatusCode::kDataLoss,
+                {"model.safetensors.index.json", "JSON"});
+  }
+  {
+    TempDir dir;  // one tensor in two shards
+    std::vector<uint16_t> v = RandomBf16(2, 9);
+    std::vector<TensorToWrite> t = {{"w", DType::kBF16, {2}, v.data(), 4}};
+    ASSERT_TRUE(WriteSafetensors(dir.File("s1.safetensors"), t, {}).ok());
+    ASSERT_TRUE(WriteSafetensors(dir.File("s2.safetensors"), t, {}).ok());
+    std::ofstream(dir.File("model.safetensors.index.json"))
+        << R"({"weight_map": {"w": "s1.safetensors", "v": "s2.safetensors"}})";
+    ExpectError(Checkpoint::Open(dir.path().string()), StatusCode::kDataLoss,
+                {"\"w\"", "s1.safetensors", "s2.safetensors"});
+  }
+  {
+    TempDir dir;  // a bad shard names itself
+    WriteShards(dir, kIndex);
+    WriteBytes(dir.File("model-00002-of-00002.safetensors"), "1234");
+    ExpectError(Checkpoint::Open(dir.path().string()), StatusCode::kDataLoss,
+                {"model-00002-of-00002.safetensors", "shorter"});
+  }
+}
+
 }  // namespace
 }  // namespace gizllm

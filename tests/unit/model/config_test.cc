@@ -191,6 +191,26 @@ TEST(ConfigTest, Llama31) {
   }
 }
 
+// transformers 5 writes the same scaling as rope_parameters, rope_theta inside.
+TEST(ConfigTest, Llama31RopeParameters) {
+  json c = Llama31Config();
+  json params = c["rope_scaling"];
+  params["rope_theta"] = c["rope_theta"];
+  c.erase("rope_scaling");
+  c.erase("rope_theta");
+  c["rope_parameters"] = params;
+  auto arch = ParseArch(c, "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  auto old = ParseArch(Llama31Config(), "config.json");
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(arch->rope.type, "llama3");
+  EXPECT_EQ(arch->rope.theta, 500000.0);
+  EXPECT_EQ(arch->rope.InvFreq(), old->rope.InvFreq());
+  c["rope_parameters"].erase("original_max_position_embeddings");
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument,
+              {"rope_parameters.original_max_position_embeddings", "missing"});
+}
+
 TEST(ConfigTest, LlamaBiasesAndDefaults) {
   json c = Llama31Config();
   c["attention_bias"] = true;
@@ -310,6 +330,11 @@ TEST(ConfigTest, Unsupported) {
   ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented, {"layer_types[1]"});
   c["layer_types"] = {"full_attention", "full_attention"};
   ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument, {"layer_types"});
+
+  c = Llama31Config();
+  c["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}};
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented,
+              {"quantization_config", "gptq"});
 
   c = Llama31Config();
   c["hidden_act"] = "gelu";
