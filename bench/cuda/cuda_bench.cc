@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -255,66 +256,138 @@ class Bench {
     be_.CopyToDevice(pages_, table.data(), table.size() * 4);
   }
 
-  // The forward pass of src/model/model.cc over the step set by SetStep.
-  void Forward() {
+  // One op of a layer: its name, the bytes of weights it reads, and how to issue it.
+  struct Op {
+    const char* name;
+    double weight_bytes;
+    std::function<void()> issue;
+  };
+
+  // The ops of one decoder layer, as src/model/model.cc issues them. `first`: the residual
+  // stream has no pending block output yet (layer 0).
+  std::vector<Op> LayerOps(const Layer& L, bool first) {
     const int64_t n = rows_;
     const Shape& s = s_;
     PageTable table{pages_, max_pages_};
-    bool pending = false;
-    auto norm = [&](const float* weight) {
-      RmsNormParams p{h_, pending ? o_ : x_, pending ? x_ : nullptr, weight, n, s.dim, 1e-6f};
-      be_.RmsNorm(p);
-      pending = false;
-    };
-    be_.Embed({x_, &embed_, tokens_, n});
-    for (const Layer& L : layers_) {
-      norm(L.attn_norm);
-      MatmulParams qkv;
-      qkv.x = h_, qkv.rows = n, qkv.outputs = 3;
-      qkv.w[0] = &L.q, qkv.w[1] = &L.k, qkv.w[2] = &L.v;
-      qkv.out[0] = q_, qkv.out[1] = k_, qkv.out[2] = v_;
-      be_.Matmul(qkv);
-      RopeParams rope{q_,
-                      n,
-                      static_cast<int>(s.heads),
-                      static_cast<int>(s.head_dim),
-                      static_cast<int>(s.head_dim),
-                      positions_,
-                      inv_freq_,
-                      L.q_norm,
-                      1e-6f};
-      be_.Rope(rope);
-      rope.x = k_, rope.heads = static_cast<int>(s.kv_heads), rope.norm = L.k_norm;
-      be_.Rope(rope);
-      be_.KvWrite({L.kv, table, k_, v_, slots_, positions_, n, static_cast<int>(s.kv_heads),
-                   static_cast<int>(s.head_dim)});
-      AttentionParams att;
-      att.out = attn_, att.q = q_, att.cache = L.kv, att.table = table;
-      att.slots = slots_, att.positions = positions_, att.rows = n;
-      att.heads = static_cast<int>(s.heads), att.kv_heads = static_cast<int>(s.kv_heads);
-      att.head_dim = static_cast<int>(s.head_dim);
-      att.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-      be_.Attention(att);
-      MatmulParams out_proj;
-      out_proj.x = attn_, out_proj.rows = n, out_proj.w[0] = &L.o, out_proj.out[0] = o_;
-      be_.Matmul(out_proj);
-      pending = true;
-      norm(L.ffn_norm);
-      MatmulParams gate_up;
-      gate_up.x = h_, gate_up.rows = n, gate_up.outputs = 2;
-      gate_up.w[0] = &L.gate, gate_up.w[1] = &L.up, gate_up.out[0] = gate_, gate_up.out[1] = up_;
-      be_.Matmul(gate_up);
-      be_.SwiGlu({gate_, gate_, up_, n * s.ffn});
-      MatmulParams down;
-      down.x = gate_, down.rows = n, down.w[0] = &L.down, down.out[0] = o_;
-      be_.Matmul(down);
-      pending = true;
+    std::vector<Op> ops;
+    auto w2 = [](const Weight& w) { return 2.0 * w.rows * w.cols; };
+    ops.push_back({"rms_norm (+ residual)", 0, [=, this] {
+                     RmsNormParams p{
+                         h_, first ? x_ : o_, first ? nullptr : x_, L.attn_norm, n, s.dim, 1e-6f};
+                     be_.RmsNorm(p);
+                   }});
+    ops.push_back({"matmul q/k/v", w2(L.q) + w2(L.k) + w2(L.v), [=, this] {
+                     MatmulParams qkv;
+                     qkv.x = h_, qkv.rows = n, qkv.outputs = 3;
+                     qkv.w[0] = &L.q, qkv.w[1] = &L.k, qkv.w[2] = &L.v;
+                     qkv.out[0] = q_, qkv.out[1] = k_, qkv.out[2] = v_;
+                     be_.Matmul(qkv);
+                   }});
+    ops.push_back({"q/k norm + rotary", 0, [=, this] {
+                     RopeParams rope{q_,
+                                     n,
+                                     static_cast<int>(s.heads),
+                                     static_cast<int>(s.head_dim),
+                                     static_cast<int>(s.head_dim),
+                                     positions_,
+                                     inv_freq_,
+                                     L.q_norm,
+                                     1e-6f};
+                     be_.Rope(rope);
+                     rope.x = k_, rope.heads = static_cast<int>(s.kv_heads), rope.norm = L.k_norm;
+                     be_.Rope(rope);
+                   }});
+    ops.push_back({"kv write", 0, [=, this] {
+                     be_.KvWrite({L.kv, table, k_, v_, slots_, positions_, n,
+                                  static_cast<int>(s.kv_heads), static_cast<int>(s.head_dim)});
+                   }});
+    ops.push_back({"attention", 0, [=, this] {
+                     AttentionParams att;
+                     att.out = attn_, att.q = q_, att.cache = L.kv, att.table = table;
+                     att.slots = slots_, att.positions = positions_, att.rows = n;
+                     att.heads = static_cast<int>(s.heads);
+                     att.kv_heads = static_cast<int>(s.kv_heads);
+                     att.head_dim = static_cast<int>(s.head_dim);
+                     att.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+                     be_.Attention(att);
+                   }});
+    ops.push_back({"matmul o", w2(L.o), [=, this] {
+                     MatmulParams out_proj;
+                     out_proj.x = attn_, out_proj.rows = n, out_proj.w[0] = &L.o;
+                     out_proj.out[0] = o_;
+                     be_.Matmul(out_proj);
+                   }});
+    ops.push_back({"rms_norm + residual", 0, [=, this] {
+                     RmsNormParams p{h_, o_, x_, L.ffn_norm, n, s.dim, 1e-6f};
+                     be_.RmsNorm(p);
+                   }});
+    ops.push_back({"matmul gate/up", w2(L.gate) + w2(L.up), [=, this] {
+                     MatmulParams gate_up;
+                     gate_up.x = h_, gate_up.rows = n, gate_up.outputs = 2;
+                     gate_up.w[0] = &L.gate, gate_up.w[1] = &L.up;
+                     gate_up.out[0] = gate_, gate_up.out[1] = up_;
+                     be_.Matmul(gate_up);
+                   }});
+    ops.push_back({"swiglu", 0, [=, this] { be_.SwiGlu({gate_, gate_, up_, n * s.ffn}); }});
+    ops.push_back({"matmul down", w2(L.down), [=, this] {
+                     MatmulParams down;
+                     down.x = gate_, down.rows = n, down.w[0] = &L.down, down.out[0] = o_;
+                     be_.Matmul(down);
+                   }});
+    return ops;
+  }
+
+  std::vector<Op> HeadOps() {
+    const int64_t n = rows_;
+    return {{"final rms_norm + residual", 0,
+             [=, this] {
+               RmsNormParams p{h_, o_, x_, final_norm_, n, s_.dim, 1e-6f};
+               be_.RmsNorm(p);
+             }},
+            {"gather wanted rows", 0,
+             [=, this] {
+               be_.GatherRows({picked_, h_, wanted_, wanted_count_, s_.dim});
+             }},
+            {"matmul head", 2.0 * head_.rows * head_.cols, [=, this] {
+               MatmulParams head;
+               head.x = picked_, head.rows = wanted_count_, head.w[0] = &head_;
+               head.out[0] = logits_;
+               be_.Matmul(head);
+             }}};
+  }
+
+  // The forward pass of src/model/model.cc over the step set by SetStep.
+  void Forward() {
+    be_.Embed({x_, &embed_, tokens_, rows_});
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      for (Op& op : LayerOps(layers_[l], l == 0)) op.issue();
     }
-    norm(final_norm_);
-    be_.GatherRows({picked_, h_, wanted_, wanted_count_, s.dim});
-    MatmulParams head;
-    head.x = picked_, head.rows = wanted_count_, head.w[0] = &head_, head.out[0] = logits_;
-    be_.Matmul(head);
+    for (Op& op : HeadOps()) op.issue();
+  }
+
+  // Each op of layer 1 and of the head alone: median microseconds of `reps`, and the weight
+  // bytes it streams per second.
+  void Profile(int reps, double bandwidth) {
+    std::vector<Op> ops = LayerOps(layers_[1], false);
+    for (Op& op : HeadOps()) ops.push_back(op);
+    for (Op& op : ops) {
+      std::vector<double> times;
+      for (int i = 0; i < reps + 2; ++i) {
+        be_.Synchronize();
+        double t0 = Now();
+        op.issue();
+        be_.Synchronize();
+        if (i >= 2) times.push_back(Now() - t0);
+      }
+      std::sort(times.begin(), times.end());
+      double t = times[times.size() / 2];
+      if (op.weight_bytes > 0) {
+        std::printf("    %-26s %9.1f us  %6.2f TB/s of weights (%4.1f%% of copy)\n", op.name,
+                    t * 1e6, op.weight_bytes / t * 1e-12, 100.0 * op.weight_bytes / t / bandwidth);
+      } else {
+        std::printf("    %-26s %9.1f us\n", op.name, t * 1e6);
+      }
+    }
   }
 
   // Seconds per Forward(), the median of `reps` after a warm-up.
@@ -408,6 +481,7 @@ int Main(int argc, char** argv) {
     char name[64];
     std::snprintf(name, sizeof(name), "decode batch 1, context %d", context);
     report(name, t, 1, bytes, flops);
+    if (context == 8192) bench.Profile(reps, bandwidth);
   }
   // Batched decode at context 192 (128 prompt + 64 new: the middle of 128 + 128).
   for (int64_t seqs : {8, 32, 64, 128, 256}) {
@@ -422,6 +496,7 @@ int Main(int argc, char** argv) {
     std::snprintf(name, sizeof(name), "decode %lld sequences, context 192",
                   static_cast<long long>(seqs));
     report(name, t, static_cast<double>(seqs), bytes, flops);
+    if (seqs == 256) bench.Profile(reps, bandwidth);
   }
   // Prefill of one 2,048-token prompt; logits of its last row only.
   {
@@ -435,6 +510,7 @@ int Main(int argc, char** argv) {
                 "prefill 2048 tokens", t * 1e3, n / t,
                 std::max(bytes / bandwidth, flops / rate) * 1e3,
                 100.0 * std::max(bytes / bandwidth, flops / rate) / t, flops / t * 1e-12);
+    bench.Profile(3, bandwidth);
   }
   std::vector<float> sample(8);
   be->CopyToHost(sample.data(), bench.logits(), sample.size() * 4);

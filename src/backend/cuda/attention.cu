@@ -78,16 +78,26 @@ __global__ void __launch_bounds__(kDecodeThreads)
     for (int d = 0; d < kDims; ++d) acc[g][d] = 0.0f;
   }
   const int32_t* pages = p.table.pages + static_cast<int64_t>(slot) * p.table.max_pages;
-  for (int32_t j = begin + group; j < end; j += kKeysAtOnce) {
-    int64_t page = pages[j / kPage];
-    int64_t at = ((page * kPage + j % kPage) * p.kv_heads + kv_head) * HD + sub * 4;
+  // Every lane runs the same iterations (the shuffles below need the whole warp); a group
+  // whose key is past the end only takes part in them.
+  for (int32_t j0 = begin; j0 < end; j0 += kKeysAtOnce) {
+    const int32_t j = j0 + group;
+    const bool valid = j < end;
     float k[kDims], v[kDims];
+    if (valid) {
+      int64_t page = pages[j / kPage];
+      int64_t at = ((page * kPage + j % kPage) * p.kv_heads + kv_head) * HD + sub * 4;
 #pragma unroll
-    for (int i = 0; i < kVecs; ++i) {
-      float4 a = __ldg(reinterpret_cast<const float4*>(p.cache.keys + at + i * kLanesPerKey * 4));
-      float4 b = __ldg(reinterpret_cast<const float4*>(p.cache.values + at + i * kLanesPerKey * 4));
-      k[4 * i] = a.x, k[4 * i + 1] = a.y, k[4 * i + 2] = a.z, k[4 * i + 3] = a.w;
-      v[4 * i] = b.x, v[4 * i + 1] = b.y, v[4 * i + 2] = b.z, v[4 * i + 3] = b.w;
+      for (int i = 0; i < kVecs; ++i) {
+        float4 a = __ldg(reinterpret_cast<const float4*>(p.cache.keys + at + i * kLanesPerKey * 4));
+        float4 b =
+            __ldg(reinterpret_cast<const float4*>(p.cache.values + at + i * kLanesPerKey * 4));
+        k[4 * i] = a.x, k[4 * i + 1] = a.y, k[4 * i + 2] = a.z, k[4 * i + 3] = a.w;
+        v[4 * i] = b.x, v[4 * i + 1] = b.y, v[4 * i + 2] = b.z, v[4 * i + 3] = b.w;
+      }
+    } else {
+#pragma unroll
+      for (int d = 0; d < kDims; ++d) k[d] = v[d] = 0.0f;
     }
 #pragma unroll
     for (int g = 0; g < GB; ++g) {
@@ -96,13 +106,15 @@ __global__ void __launch_bounds__(kDecodeThreads)
       for (int d = 0; d < kDims; ++d) s += q[g][d] * k[d];
 #pragma unroll
       for (int o = kLanesPerKey / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      float m_new = fmaxf(m[g], s);
-      float corr = exp2f(m[g] - m_new);
-      float e = exp2f(s - m_new);
-      l[g] = l[g] * corr + e;
+      if (valid) {
+        float m_new = fmaxf(m[g], s);
+        float corr = exp2f(m[g] - m_new);
+        float e = exp2f(s - m_new);
+        l[g] = l[g] * corr + e;
 #pragma unroll
-      for (int d = 0; d < kDims; ++d) acc[g][d] = acc[g][d] * corr + e * v[d];
-      m[g] = m_new;
+        for (int d = 0; d < kDims; ++d) acc[g][d] = acc[g][d] * corr + e * v[d];
+        m[g] = m_new;
+      }
     }
   }
   // Combine the groups of the block.
