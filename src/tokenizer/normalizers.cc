@@ -109,14 +109,15 @@ class StripNormalizer : public Normalizer {
   bool left_, right_;
 };
 
-std::string RemoveMarks(std::string_view text) {
+// StripAccents removes every mark (M*); BertNormalizer only nonspacing ones (Mn), as Hugging Face.
+std::string RemoveMarks(std::string_view text, bool nonspacing_only) {
   std::string out;
   out.reserve(text.size());
   size_t i = 0;
   while (i < text.size()) {
     size_t start = i;
     char32_t cp = NextCodePoint(text, &i);
-    if (cp >= 0x300 && IsCombiningMark(cp)) continue;
+    if (cp >= 0x300 && (nonspacing_only ? IsMark(cp) : IsCombiningMark(cp))) continue;
     out.append(text.substr(start, i - start));
   }
   return out;
@@ -124,7 +125,9 @@ std::string RemoveMarks(std::string_view text) {
 
 class StripAccentsNormalizer : public Normalizer {
  public:
-  void Normalize(std::string* text) const override { *text = RemoveMarks(*text); }
+  void Normalize(std::string* text) const override {
+    *text = RemoveMarks(*text, /*nonspacing_only=*/false);
+  }
 };
 
 class LowercaseNormalizer : public Normalizer {
@@ -155,12 +158,14 @@ class BertNormalizer : public Normalizer {
         size_t start = i;
         char32_t cp = NextCodePoint(*text, &i);
         if (clean_text_) {
-          bool whitespace = cp == '\t' || cp == '\n' || cp == '\r' || IsWhitespace(cp);
-          if (whitespace) {
+          // Controls go first (all but \t \n \r: \v, \f and U+0085 too), then whitespace
+          // becomes a space.
+          bool kept = cp == '\t' || cp == '\n' || cp == '\r';
+          if (!kept && (cp == 0 || cp == 0xFFFD || IsControlOrFormat(cp))) continue;
+          if (kept || IsWhitespace(cp)) {
             out += ' ';
             continue;
           }
-          if (cp == 0 || cp == 0xFFFD || IsOtherCategory(cp)) continue;
         }
         if (chinese_ && IsChineseChar(cp)) {
           out += ' ';
@@ -172,7 +177,7 @@ class BertNormalizer : public Normalizer {
       }
       *text = std::move(out);
     }
-    if (strip_accents_) *text = RemoveMarks(Nfd(*text));
+    if (strip_accents_) *text = RemoveMarks(Nfd(*text), /*nonspacing_only=*/true);
     if (lowercase_) *text = Lowercase(*text);
   }
 

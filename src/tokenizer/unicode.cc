@@ -161,6 +161,11 @@ bool IsOtherCategory(char32_t cp) {
   return c == UTF8PROC_CATEGORY_CN || (c >= UTF8PROC_CATEGORY_CC && c <= UTF8PROC_CATEGORY_CO);
 }
 
+bool IsControlOrFormat(char32_t cp) {
+  auto c = Category(cp);
+  return c == UTF8PROC_CATEGORY_CC || c == UTF8PROC_CATEGORY_CF || c == UTF8PROC_CATEGORY_CO;
+}
+
 bool IsMark(char32_t cp) { return Category(cp) == UTF8PROC_CATEGORY_MN; }
 
 bool IsCombiningMark(char32_t cp) {

@@ -58,6 +58,8 @@ bool IsPunctuation(char32_t cp);
 // Rust's char::is_control (Cc) and the Cf/Cn/Co classes BertNormalizer treats as control.
 bool IsControl(char32_t cp);
 bool IsOtherCategory(char32_t cp);  // C*: Cc, Cf, Cn, Co, Cs
+// Cc, Cf, Co: what BertNormalizer's clean_text removes (its tables leave Cn code points alone).
+bool IsControlOrFormat(char32_t cp);
 bool IsMark(char32_t cp);           // Mn
 bool IsCombiningMark(char32_t cp);  // M*: Mn, Mc, Me
 bool IsNumeric(char32_t cp);        // N*

