@@ -61,19 +61,13 @@ void RmsNormRows(const RmsNormParams& p, int64_t r0, int64_t r1) {
   }
 }
 
+// table: [rows, rotary_dims] cos then sin of each frequency, per row (shared by all heads).
 template <class V>
-void RopeRows(const RopeParams& p, int64_t r0, int64_t r1) {
+void RopeRows(const RopeParams& p, const float* table, int64_t r0, int64_t r1) {
   const int half = p.rotary_dims / 2;
-  // Per row: cos and sin of each frequency, shared by all heads.
-  float cos_sin[2 * 512];
-  CHECK(half <= 512);
   for (int64_t r = r0; r < r1; ++r) {
-    for (int i = 0; i < half; ++i) {
-      // As transformers computes it: a float32 angle, then float32 cos and sin.
-      float angle = static_cast<float>(p.positions[r]) * p.inv_freq[i];
-      cos_sin[i] = std::cos(angle);
-      cos_sin[half + i] = std::sin(angle);
-    }
+    const float* cos = table + r * p.rotary_dims;
+    const float* sin = cos + half;
     for (int h = 0; h < p.heads; ++h) {
       float* x = p.x + (r * p.heads + h) * p.head_dim;
       if (p.norm) {
@@ -82,9 +76,9 @@ void RopeRows(const RopeParams& p, int64_t r0, int64_t r1) {
         V::ScaleMul(x, x, scale, p.norm, 0.0f, p.head_dim);
       }
       for (int i = 0; i < half; ++i) {
-        float a = x[i], b = x[i + half], c = cos_sin[i], s = cos_sin[half + i];
-        x[i] = a * c - b * s;
-        x[i + half] = b * c + a * s;
+        float a = x[i], b = x[i + half];
+        x[i] = a * cos[i] - b * sin[i];
+        x[i + half] = b * cos[i] + a * sin[i];
       }
     }
   }
@@ -119,11 +113,9 @@ void AttentionTask(const AttentionParams& p, int64_t r, int kvh, float* acc) {
     for (int g = 0; g < group; ++g) {
       const float* q = p.q + (r * p.heads + kvh * group + g) * hd;
       float s[kPage];
-      float block_max = -std::numeric_limits<float>::infinity();
-      for (int t = 0; t < count; ++t) {
-        s[t] = V::Dot(q, k + t * stride, hd) * p.scale;
-        block_max = std::max(block_max, s[t]);
-      }
+      V::Scores(q, k, stride, count, hd, p.scale, s);
+      float block_max = s[0];
+      for (int t = 1; t < count; ++t) block_max = std::max(block_max, s[t]);
       const float new_max = std::max(max_score[g], block_max);
       const float correction = std::exp(max_score[g] - new_max);  // 0 on the first page
       const float sum = V::ExpShifted(s, count, new_max);
@@ -333,10 +325,35 @@ void CpuBackend::Matmul(const MatmulParams& p) {
   }
 }
 
+const float* CpuBackend::RopeTable(const RopeParams& p) {
+  const int half = p.rotary_dims / 2;
+  float* table = rope_table_.Get(p.rows * p.rotary_dims);
+  const bool same =
+      rope_rows_ == p.rows && rope_inv_freq_.size() == static_cast<size_t>(half) &&
+      std::equal(rope_inv_freq_.begin(), rope_inv_freq_.end(), p.inv_freq) &&
+      std::equal(rope_positions_.begin(), rope_positions_.begin() + p.rows, p.positions);
+  if (same) return table;
+  rope_rows_ = p.rows;
+  rope_inv_freq_.assign(p.inv_freq, p.inv_freq + half);
+  if (rope_positions_.size() < static_cast<size_t>(p.rows)) rope_positions_.resize(p.rows);
+  std::copy(p.positions, p.positions + p.rows, rope_positions_.begin());
+  for (int64_t r = 0; r < p.rows; ++r) {
+    for (int i = 0; i < half; ++i) {
+      // As transformers computes it: a float32 angle, then float32 cos and sin.
+      const float angle = static_cast<float>(p.positions[r]) * p.inv_freq[i];
+      table[r * p.rotary_dims + i] = std::cos(angle);
+      table[r * p.rotary_dims + half + i] = std::sin(angle);
+    }
+  }
+  return table;
+}
+
 void CpuBackend::Rope(const RopeParams& p) {
+  if (p.rows <= 0) return;
+  const float* table = p.rotary_dims > 0 ? RopeTable(p) : nullptr;
   WithVec(isa_, [&]<class V>() {
     Split(pool_, p.rows, p.rows * p.heads * p.head_dim * 4,
-          [&](int64_t r0, int64_t r1) { RopeRows<V>(p, r0, r1); });
+          [&](int64_t r0, int64_t r1) { RopeRows<V>(p, table, r0, r1); });
   });
 }
 

@@ -67,13 +67,21 @@ class CpuBackend : public Backend {
     size_t size_ = 0;
   };
 
+  // cos and sin of every row's rotary angles (rows x rotary_dims); the last table is reused
+  // while positions and frequencies repeat (q and k of every layer of a step).
+  const float* RopeTable(const RopeParams& p);
+
   ThreadPool* pool_;
   CpuOptions options_;
   CpuIsa isa_;
   const MatmulKernels* matmul_;
   const MatmulKernels* bf16_matmul_;  // bf16 weights with bf16_activations, else null
   Scratch activations_[2];            // matmul inputs in kernel order: bf16 order, natural order
-  Scratch attention_;                 // per thread: accumulators of one kv head's query heads
+  Scratch rope_table_;
+  int64_t rope_rows_ = -1;
+  std::vector<int32_t> rope_positions_;
+  std::vector<float> rope_inv_freq_;
+  Scratch attention_;  // per thread: accumulators of one kv head's query heads
 };
 
 // The CPU backend with default options.

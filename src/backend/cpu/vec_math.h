@@ -25,6 +25,11 @@ struct Scalar {
     return (acc[0] + acc[1]) + (acc[2] + acc[3]);
   }
   static float SumSquares(const float* a, int64_t n) { return Dot(a, a, n); }
+  // s[t] = scale * dot(q, k[t * stride + 0:n]) for t < count.
+  static void Scores(const float* q, const float* k, int64_t stride, int count, int64_t n,
+                     float scale, float* s) {
+    for (int t = 0; t < count; ++t) s[t] = Dot(q, k + t * stride, n) * scale;
+  }
   // out = x * scale * (w + offset)
   static void ScaleMul(float* out, const float* x, float scale, const float* w, float offset,
                        int64_t n) {
@@ -93,6 +98,41 @@ struct Avx512 {
     return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
   }
   GZ_TARGET_AVX512 static float SumSquares(const float* a, int64_t n) { return Dot(a, a, n); }
+  // The four sums of a0..a3, in order.
+  GZ_TARGET_AVX512 static inline __m128 Reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+    __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+    __m512d d0 = _mm512_castps_pd(t0), d1 = _mm512_castps_pd(t1);
+    __m512 u = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(d0, d1)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(d0, d1)));
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(u), _mm512_extractf32x8_ps(u, 1));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  }
+  // s[t] = scale * dot(q, k[t * stride + 0:n]) for t < count; four positions at a time, their
+  // sums reduced together.
+  GZ_TARGET_AVX512 static void Scores(const float* q, const float* k, int64_t stride, int count,
+                                      int64_t n, float scale, float* s) {
+    const __m128 sv = _mm_set1_ps(scale);
+    for (int t = 0; t < count; t += 4) {
+      // Past the last position, repeat it (its score is dropped).
+      const float* k0 = k + t * stride;
+      const float* k1 = k + std::min(t + 1, count - 1) * stride;
+      const float* k2 = k + std::min(t + 2, count - 1) * stride;
+      const float* k3 = k + std::min(t + 3, count - 1) * stride;
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = Tail(std::min<int64_t>(16, n - i));
+        __m512 qv = _mm512_maskz_loadu_ps(m, q + i);
+        a0 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k0 + i), a0);
+        a1 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k1 + i), a1);
+        a2 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k2 + i), a2);
+        a3 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k3 + i), a3);
+      }
+      alignas(16) float r[4];
+      _mm_store_ps(r, _mm_mul_ps(Reduce4(a0, a1, a2, a3), sv));
+      for (int u = 0; u < 4 && t + u < count; ++u) s[t + u] = r[u];
+    }
+  }
   GZ_TARGET_AVX512 static void ScaleMul(float* out, const float* x, float scale, const float* w,
                                         float offset, int64_t n) {
     const __m512 s = _mm512_set1_ps(scale), o = _mm512_set1_ps(offset);
@@ -192,6 +232,10 @@ struct Avx2 {
     return Reduce(_mm256_add_ps(acc0, acc1));
   }
   GZ_TARGET_AVX2 static float SumSquares(const float* a, int64_t n) { return Dot(a, a, n); }
+  GZ_TARGET_AVX2 static void Scores(const float* q, const float* k, int64_t stride, int count,
+                                    int64_t n, float scale, float* s) {
+    for (int t = 0; t < count; ++t) s[t] = Dot(q, k + t * stride, n) * scale;
+  }
   GZ_TARGET_AVX2 static void ScaleMul(float* out, const float* x, float scale, const float* w,
                                       float offset, int64_t n) {
     const __m256 s = _mm256_set1_ps(scale), o = _mm256_set1_ps(offset);

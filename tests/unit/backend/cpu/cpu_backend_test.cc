@@ -271,6 +271,20 @@ TEST_F(CpuBackendTest, RopeMatchesReference) {
         for (size_t i = 1; i < x.size(); ++i) {
           ASSERT_NEAR(x[i], want[i], 2e-5 * (1 + std::abs(want[i]))) << Name(c) << " at " << i;
         }
+        // The same positions again (as k after q), then one position changed.
+        for (int round = 0; round < 2; ++round) {
+          if (round == 1) positions[rows / 2] += 1;
+          x = Random(x.size(), 2.0f);
+          want = x;
+          p.x = x.data() + 1;
+          ref.x = want.data() + 1;
+          backend.Rope(p);
+          ReferenceRope(ref);
+          for (size_t i = 1; i < x.size(); ++i) {
+            ASSERT_NEAR(x[i], want[i], 2e-5 * (1 + std::abs(want[i])))
+                << Name(c) << " round " << round << " at " << i;
+          }
+        }
       }
     }
   }
