@@ -80,6 +80,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int32_t* pages = p.table.pages + static_cast<int64_t>(slot) * p.table.max_pages;
   // Every lane runs the same iterations (the shuffles below need the whole warp); a group
   // whose key is past the end only takes part in them.
+#pragma unroll 2
   for (int32_t j0 = begin; j0 < end; j0 += kKeysAtOnce) {
     const int32_t j = j0 + group;
     const bool valid = j < end;
@@ -206,6 +207,8 @@ __global__ void __launch_bounds__(256) TileKernel(AttentionParams p, int tile_ro
     s_first[i] = FirstVisible(p, s_pos[i]);
     s_mine[i] = !Alone(p, r0 + i);
   }
+  // A tile of decoding rows only (a batch of decodes) has nothing to do here.
+  if (!__syncthreads_or(threadIdx.x < rows_here && s_mine[threadIdx.x])) return;
   // Queries, scaled for exp2, transposed: qt[d][vector].
   float qscale = p.scale * kLog2e;
   for (int t = threadIdx.x; t < kTileQ * (HD / 4); t += blockDim.x) {
