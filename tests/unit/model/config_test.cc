@@ -104,30 +104,76 @@ TEST(ConfigTest, TinyChat) {
   EXPECT_EQ(arch->torch_dtype, "bfloat16");
 }
 
-// Every tensor the Arch says tiny-chat has is in its checkpoint under TensorName, and nothing else.
-TEST(ConfigTest, TinyChatTensorNames) {
-  auto arch = ReadArch("models/tiny-chat");
-  ASSERT_TRUE(arch.ok()) << arch.status().message();
-  auto ckpt = Checkpoint::Open("models/tiny-chat");
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  std::set<std::string> expected = {TensorName(*arch, TensorRole::kEmbed, -1),
-                                    TensorName(*arch, TensorRole::kFinalNorm, -1)};
-  for (int l = 0; l < arch->layers; ++l) {
-    for (TensorRole r :
-         {TensorRole::kAttnNorm, TensorRole::kQ, TensorRole::kK, TensorRole::kV, TensorRole::kO,
-          TensorRole::kQNorm, TensorRole::kKNorm, TensorRole::kFfnNorm, TensorRole::kGate,
-          TensorRole::kUp, TensorRole::kDown}) {
-      expected.insert(TensorName(*arch, r, l));
+// Name -> shape of every tensor the Arch says its checkpoint holds.
+std::map<std::string, std::vector<int64_t>> ExpectedTensors(const Arch& a) {
+  std::map<std::string, std::vector<int64_t>> t;
+  const int64_t qd = a.QDim(), kvd = a.KvDim();
+  t[TensorName(a, TensorRole::kEmbed, -1)] = {a.vocab, a.dim};
+  t[TensorName(a, TensorRole::kFinalNorm, -1)] = {a.dim};
+  if (!a.tied_head) t[TensorName(a, TensorRole::kHead, -1)] = {a.vocab, a.dim};
+  for (int l = 0; l < a.layers; ++l) {
+    t[TensorName(a, TensorRole::kAttnNorm, l)] = {a.dim};
+    t[TensorName(a, TensorRole::kQ, l)] = {qd, a.dim};
+    t[TensorName(a, TensorRole::kK, l)] = {kvd, a.dim};
+    t[TensorName(a, TensorRole::kV, l)] = {kvd, a.dim};
+    t[TensorName(a, TensorRole::kO, l)] = {a.dim, qd};
+    if (a.qkv_bias) {
+      t[TensorName(a, TensorRole::kQBias, l)] = {qd};
+      t[TensorName(a, TensorRole::kKBias, l)] = {kvd};
+      t[TensorName(a, TensorRole::kVBias, l)] = {kvd};
+    }
+    if (a.output_bias) t[TensorName(a, TensorRole::kOBias, l)] = {a.dim};
+    if (a.qk_norm) {
+      t[TensorName(a, TensorRole::kQNorm, l)] = {a.head_dim};
+      t[TensorName(a, TensorRole::kKNorm, l)] = {a.head_dim};
+    }
+    t[TensorName(a, TensorRole::kFfnNorm, l)] = {a.dim};
+    t[TensorName(a, TensorRole::kGate, l)] = {a.ffn, a.dim};
+    t[TensorName(a, TensorRole::kUp, l)] = {a.ffn, a.dim};
+    t[TensorName(a, TensorRole::kDown, l)] = {a.dim, a.ffn};
+    if (a.mlp_bias) {
+      t[TensorName(a, TensorRole::kGateBias, l)] = {a.ffn};
+      t[TensorName(a, TensorRole::kUpBias, l)] = {a.ffn};
+      t[TensorName(a, TensorRole::kDownBias, l)] = {a.dim};
     }
   }
-  std::set<std::string> present;
-  for (const TensorInfo* t : ckpt->All()) present.insert(t->name);
-  EXPECT_EQ(present, expected);
-  EXPECT_EQ(ckpt->Find(TensorName(*arch, TensorRole::kHead, -1)), nullptr);
-  EXPECT_EQ(ckpt->Find(TensorName(*arch, TensorRole::kQBias, 0)), nullptr);
-  const TensorInfo* k = ckpt->Find(TensorName(*arch, TensorRole::kK, 3));
-  ASSERT_NE(k, nullptr);
-  EXPECT_EQ(k->shape, (std::vector<int64_t>{arch->KvDim(), arch->dim}));
+  return t;
+}
+
+// The tensors transformers saved for each family are exactly those the Arch names, with the
+// shapes it implies: the families' flags (biases, q/k norms, tied head) match transformers'.
+TEST(ConfigTest, TensorNamesMatchCheckpoints) {
+  for (const char* dir : {"models/tiny-chat", "tests/golden/models/llama",
+                          "tests/golden/models/qwen2", "tests/golden/models/qwen3"}) {
+    SCOPED_TRACE(dir);
+    auto arch = ReadArch(dir);
+    ASSERT_TRUE(arch.ok()) << arch.status().message();
+    auto ckpt = Checkpoint::Open(dir);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+    std::map<std::string, std::vector<int64_t>> present;
+    for (const TensorInfo* t : ckpt->All()) present[t->name] = t->shape;
+    EXPECT_EQ(present, ExpectedTensors(*arch));
+  }
+}
+
+TEST(ConfigTest, GoldenFamilies) {
+  auto llama = ReadArch("tests/golden/models/llama");
+  ASSERT_TRUE(llama.ok()) << llama.status().message();
+  EXPECT_EQ(llama->family, "llama");
+  EXPECT_EQ(llama->rope.type, "llama3");
+  EXPECT_EQ(llama->rope.original_context, 16);
+  EXPECT_FALSE(llama->tied_head);
+  auto qwen2 = ReadArch("tests/golden/models/qwen2");
+  ASSERT_TRUE(qwen2.ok()) << qwen2.status().message();
+  EXPECT_EQ(qwen2->family, "qwen2");
+  EXPECT_TRUE(qwen2->qkv_bias);
+  EXPECT_TRUE(qwen2->tied_head);
+  EXPECT_EQ(qwen2->rope.theta, 10000.0);
+  auto qwen3 = ReadArch("tests/golden/models/qwen3");
+  ASSERT_TRUE(qwen3.ok()) << qwen3.status().message();
+  EXPECT_EQ(qwen3->family, "qwen3");
+  EXPECT_TRUE(qwen3->qk_norm);
+  EXPECT_EQ(qwen3->rope.theta, 1e6);
 }
 
 TEST(ConfigTest, TensorNames) {
