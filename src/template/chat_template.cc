@@ -138,7 +138,8 @@ Expected<std::string> ChatTemplate::Render(const ordered_json& input) const {
   return out;
 }
 
-Expected<RenderedChat> ChatTemplate::RenderWithOffsets(const ordered_json& input) const {
+Expected<RenderedChat> ChatTemplate::RenderWithOffsets(const ordered_json& input,
+                                                       size_t last_messages) const {
   RenderedChat chat;
   GZ_ASSIGN_OR_RETURN(chat.prompt, Render(input));
   const ordered_json& messages = input["messages"];
@@ -153,9 +154,10 @@ Expected<RenderedChat> ChatTemplate::RenderWithOffsets(const ordered_json& input
   ordered_json partial = input;
   partial["add_generation_prompt"] = false;
   partial["messages"] = ordered_json::array();
+  const size_t first = messages.size() > last_messages ? messages.size() - last_messages : 0;
   for (size_t i = 0; i < messages.size(); ++i) {
     partial["messages"].push_back(messages[i]);
-    chat.message_ends.push_back(prefix_end(partial));
+    chat.message_ends.push_back(i >= first ? prefix_end(partial) : -1);
   }
   auto tools = input.find("tools");
   if (tools != input.end() && tools->is_array() && !tools->empty()) {

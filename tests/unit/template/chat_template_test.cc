@@ -163,6 +163,13 @@ TEST(ChatTemplate, OffsetsOfMessageEndsAndSharedStart) {
   EXPECT_EQ(chat->message_ends[2], -1);
   EXPECT_EQ(chat->message_ends[3], static_cast<long>(p.rfind("<|im_start|>assistant\n")));
   EXPECT_EQ(p.substr(p.size() - 22), "<|im_start|>assistant\n");
+
+  // Only the last message's end, when that is all a caller needs.
+  Expected<RenderedChat> last = t->RenderWithOffsets(input, /*last_messages=*/1);
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(last->prompt, p);
+  EXPECT_EQ(last->message_ends, (std::vector<long>{-1, -1, -1, chat->message_ends[3]}));
+  EXPECT_EQ(last->shared_end, chat->shared_end);
 }
 
 TEST(ChatTemplate, NoSharedStartWithoutTools) {
