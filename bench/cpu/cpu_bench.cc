@@ -326,6 +326,26 @@ void OpTimes(Backend& b, const Model& m, int64_t rows, int start, int reps,
       static_cast<long long>(rows), start, norm, rope, attention, swiglu);
 }
 
+// Error of bf16 activations: the logits of a 16-row forward pass with and without them,
+// max |difference| / max |logit|.
+void Bf16Error(ThreadPool& pool, const Model& m, const std::vector<float>& inv_freq) {
+  auto exact = MakeCpuBackend(&pool, CpuOptions{});
+  auto rounded = MakeCpuBackend(&pool, CpuOptions{.isa = std::nullopt, .bf16_activations = true});
+  if (!exact.ok() || !rounded.ok()) return;
+  std::mt19937 rng(7);
+  State a(16, 16), b(16, 16);
+  for (int64_t r = 0; r < 16; ++r) a.tokens[r] = b.tokens[r] = rng() % kVocab;
+  Forward(**exact, m, a, 0, false, inv_freq);
+  Forward(**rounded, m, b, 0, false, inv_freq);
+  float max_logit = 0.0f, max_diff = 0.0f;
+  for (int i = 0; i < kVocab; ++i) {
+    max_logit = std::max(max_logit, std::abs(a.logits[i]));
+    max_diff = std::max(max_diff, std::abs(a.logits[i] - b.logits[i]));
+  }
+  std::printf("bf16 activations: max |logit difference| %.3g = %.3g of max |logit| %.3g\n",
+              max_diff, max_diff / max_logit, max_logit);
+}
+
 int Main(int argc, char** argv) {
   std::vector<int> thread_counts = {1, 2};
   bool quick = false;
@@ -390,6 +410,7 @@ int Main(int argc, char** argv) {
       std::printf("decode forward at position %d: %.1f us/token = %.0f tokens/s\n", context,
                   t * 1e6, 1.0 / t);
     }
+    if (CpuHasAvx512Bf16()) Bf16Error(pool, model, inv_freq);
     OpTimes(backend, model, 1, 512, reps * 10, inv_freq);
     OpTimes(backend, model, 128, 0, reps, inv_freq);
     for (int rows : {16, 128}) {

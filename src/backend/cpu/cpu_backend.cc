@@ -110,18 +110,25 @@ void AttentionTask(const AttentionParams& p, int64_t r, int kvh, float* acc) {
         (static_cast<int64_t>(pages[block]) * kPage + t0) * stride + static_cast<int64_t>(kvh) * hd;
     const float* k = p.cache.keys + base;  // position t at k + t * stride
     const float* v = p.cache.values + base;
-    for (int g = 0; g < group; ++g) {
-      const float* q = p.q + (r * p.heads + kvh * group + g) * hd;
-      float s[kPage];
-      V::Scores(q, k, stride, count, hd, p.scale, s);
-      float block_max = s[0];
-      for (int t = 1; t < count; ++t) block_max = std::max(block_max, s[t]);
-      const float new_max = std::max(max_score[g], block_max);
-      const float correction = std::exp(max_score[g] - new_max);  // 0 on the first page
-      const float sum = V::ExpShifted(s, count, new_max);
-      total[g] = total[g] * correction + sum;
-      max_score[g] = new_max;
-      V::ScaleAddWeighted(acc + g * hd, correction, s, v, stride, count, hd);
+    // Query heads four at a time, so that each key and value is loaded once for them.
+    for (int g0 = 0; g0 < group; g0 += 4) {
+      const int heads = std::min(4, group - g0);
+      const float* q = p.q + (r * p.heads + kvh * group + g0) * hd;  // [heads, hd]
+      float s[4 * vec::kScoreRows];
+      float correction[4];
+      V::ScoresHeads(q, heads, k, stride, count, hd, p.scale, s);
+      for (int h = 0; h < heads; ++h) {
+        const int g = g0 + h;
+        float* sh = s + h * vec::kScoreRows;
+        float block_max = sh[0];
+        for (int t = 1; t < count; ++t) block_max = std::max(block_max, sh[t]);
+        const float new_max = std::max(max_score[g], block_max);
+        correction[h] = std::exp(max_score[g] - new_max);  // 0 on the first page
+        const float sum = V::ExpShifted(sh, count, new_max);
+        total[g] = total[g] * correction[h] + sum;
+        max_score[g] = new_max;
+      }
+      V::ScaleAddWeightedHeads(acc + g0 * hd, heads, correction, s, v, stride, count, hd);
     }
   }
   for (int g = 0; g < group; ++g) {

@@ -14,6 +14,9 @@
 
 namespace gizllm::vec {
 
+// Scores per head in the *Heads functions: one KV page.
+inline constexpr int kScoreRows = 16;
+
 struct Scalar {
   static float Dot(const float* a, const float* b, int64_t n) {
     float acc[4] = {0, 0, 0, 0};
@@ -57,6 +60,20 @@ struct Scalar {
     for (int64_t i = 0; i < n; ++i) acc[i] *= c;
     for (int t = 0; t < count; ++t) {
       for (int64_t i = 0; i < n; ++i) acc[i] += p[t] * v[t * stride + i];
+    }
+  }
+  // For `heads` (<= 4) query heads q [heads, n] at once: s[h * kScoreRows + t] as in Scores.
+  static void ScoresHeads(const float* q, int heads, const float* k, int64_t stride, int count,
+                          int64_t n, float scale, float* s) {
+    for (int h = 0; h < heads; ++h)
+      Scores(q + h * n, k, stride, count, n, scale, s + h * kScoreRows);
+  }
+  // For `heads` (<= 4) heads: acc [heads, n] as in ScaleAddWeighted, with c[h] and
+  // p[h * kScoreRows + t].
+  static void ScaleAddWeightedHeads(float* acc, int heads, const float* c, const float* p,
+                                    const float* v, int64_t stride, int count, int64_t n) {
+    for (int h = 0; h < heads; ++h) {
+      ScaleAddWeighted(acc + h * n, c[h], p + h * kScoreRows, v, stride, count, n);
     }
   }
 };
@@ -184,6 +201,93 @@ struct Avx512 {
       _mm512_mask_storeu_ps(acc + i, m, a);
     }
   }
+  // For `heads` (<= 4) query heads q [heads, n] at once: s[h * kScoreRows + t] as in Scores.
+  // Each key is loaded once for all heads.
+  template <int H>
+  GZ_TARGET_AVX512 static inline void ScoresHeadsN(const float* q, const float* k, int64_t stride,
+                                                   int count, int64_t n, float scale, float* s) {
+    const __m128 sv = _mm_set1_ps(scale);
+    for (int t = 0; t < count; t += 4) {
+      const float* kt[4];
+      for (int u = 0; u < 4; ++u) kt[u] = k + std::min(t + u, count - 1) * stride;
+      __m512 acc[H][4];
+#pragma GCC unroll 4
+      for (int h = 0; h < H; ++h) {
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) acc[h][u] = _mm512_setzero_ps();
+      }
+      for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = Tail(std::min<int64_t>(16, n - i));
+        __m512 kv[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) kv[u] = _mm512_maskz_loadu_ps(m, kt[u] + i);
+#pragma GCC unroll 4
+        for (int h = 0; h < H; ++h) {
+          const __m512 qv = _mm512_maskz_loadu_ps(m, q + h * n + i);
+#pragma GCC unroll 4
+          for (int u = 0; u < 4; ++u) acc[h][u] = _mm512_fmadd_ps(qv, kv[u], acc[h][u]);
+        }
+      }
+#pragma GCC unroll 4
+      for (int h = 0; h < H; ++h) {
+        alignas(16) float r[4];
+        _mm_store_ps(r, _mm_mul_ps(Reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]), sv));
+        for (int u = 0; u < 4 && t + u < count; ++u) s[h * kScoreRows + t + u] = r[u];
+      }
+    }
+  }
+  GZ_TARGET_AVX512 static void ScoresHeads(const float* q, int heads, const float* k,
+                                           int64_t stride, int count, int64_t n, float scale,
+                                           float* s) {
+    switch (heads) {
+      case 1:
+        return ScoresHeadsN<1>(q, k, stride, count, n, scale, s);
+      case 2:
+        return ScoresHeadsN<2>(q, k, stride, count, n, scale, s);
+      case 3:
+        return ScoresHeadsN<3>(q, k, stride, count, n, scale, s);
+      default:
+        return ScoresHeadsN<4>(q, k, stride, count, n, scale, s);
+    }
+  }
+  // For `heads` (<= 4) heads: acc [heads, n] as in ScaleAddWeighted, with c[h] and
+  // p[h * kScoreRows + t]; each value is loaded once for all heads.
+  template <int H>
+  GZ_TARGET_AVX512 static inline void ScaleAddWeightedHeadsN(float* acc, const float* c,
+                                                             const float* p, const float* v,
+                                                             int64_t stride, int count, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = Tail(std::min<int64_t>(16, n - i));
+      __m512 a[H];
+#pragma GCC unroll 4
+      for (int h = 0; h < H; ++h) {
+        a[h] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, acc + h * n + i), _mm512_set1_ps(c[h]));
+      }
+      for (int t = 0; t < count; ++t) {
+        const __m512 vv = _mm512_maskz_loadu_ps(m, v + t * stride + i);
+#pragma GCC unroll 4
+        for (int h = 0; h < H; ++h) {
+          a[h] = _mm512_fmadd_ps(_mm512_set1_ps(p[h * kScoreRows + t]), vv, a[h]);
+        }
+      }
+#pragma GCC unroll 4
+      for (int h = 0; h < H; ++h) _mm512_mask_storeu_ps(acc + h * n + i, m, a[h]);
+    }
+  }
+  GZ_TARGET_AVX512 static void ScaleAddWeightedHeads(float* acc, int heads, const float* c,
+                                                     const float* p, const float* v, int64_t stride,
+                                                     int count, int64_t n) {
+    switch (heads) {
+      case 1:
+        return ScaleAddWeightedHeadsN<1>(acc, c, p, v, stride, count, n);
+      case 2:
+        return ScaleAddWeightedHeadsN<2>(acc, c, p, v, stride, count, n);
+      case 3:
+        return ScaleAddWeightedHeadsN<3>(acc, c, p, v, stride, count, n);
+      default:
+        return ScaleAddWeightedHeadsN<4>(acc, c, p, v, stride, count, n);
+    }
+  }
 };
 
 struct Avx2 {
@@ -282,6 +386,21 @@ struct Avx2 {
         a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), Load(v + t * stride + i, m), a);
       }
       _mm256_maskstore_ps(acc + i, m, a);
+    }
+  }
+  // For `heads` (<= 4) query heads q [heads, n] at once: s[h * kScoreRows + t] as in Scores.
+  GZ_TARGET_AVX2 static void ScoresHeads(const float* q, int heads, const float* k, int64_t stride,
+                                         int count, int64_t n, float scale, float* s) {
+    for (int h = 0; h < heads; ++h)
+      Scores(q + h * n, k, stride, count, n, scale, s + h * kScoreRows);
+  }
+  // For `heads` (<= 4) heads: acc [heads, n] as in ScaleAddWeighted, with c[h] and
+  // p[h * kScoreRows + t].
+  GZ_TARGET_AVX2 static void ScaleAddWeightedHeads(float* acc, int heads, const float* c,
+                                                   const float* p, const float* v, int64_t stride,
+                                                   int count, int64_t n) {
+    for (int h = 0; h < heads; ++h) {
+      ScaleAddWeighted(acc + h * n, c[h], p + h * kScoreRows, v, stride, count, n);
     }
   }
 };
