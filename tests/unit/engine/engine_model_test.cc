@@ -1,0 +1,191 @@
+// The engine on the shipped model (models/tiny-chat, CPU backend): rows of a mixed step equal the
+// same rows read one sequence at a time, concurrent greedy requests equal each request alone,
+// and a stored prefix gives the tokens of a cold run while reading only the rest.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "engine/engine.h"
+#include "model/model.h"
+#include "ops/device.h"
+
+namespace gizllm {
+namespace {
+
+constexpr const char* kModel = "models/tiny-chat";
+
+Model* SharedModel() {
+  static std::unique_ptr<Model> model = [] {
+    DeviceOptions device;
+    device.device = "cpu";
+    device.threads = 2;
+    auto backend = OpenBackend(device);
+    EXPECT_TRUE(backend.ok()) << backend.status().message();
+    if (!backend.ok()) return std::unique_ptr<Model>();
+    auto m = Model::Load(kModel, *backend);
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    return m.ok() ? std::move(*m) : std::unique_ptr<Model>();
+  }();
+  return model.get();
+}
+
+std::unique_ptr<Engine> MakeEngine(Model* model, int32_t slots, int64_t context, int64_t rows,
+                                   int32_t pages) {
+  EngineOptions options;
+  options.slots = slots;
+  options.context = context;
+  options.rows = rows;
+  options.kv_budget_bytes = pages * model->PageBytes();
+  auto engine = Engine::Create(model, options);
+  EXPECT_TRUE(engine.ok()) << engine.status().message();
+  return engine.ok() ? std::move(*engine) : nullptr;
+}
+
+std::vector<int32_t> RandomPrompt(std::mt19937& rng, int n) {
+  std::uniform_int_distribution<int32_t> pick(10, 8191);  // past the special tokens
+  std::vector<int32_t> prompt(n);
+  for (int32_t& t : prompt) t = pick(rng);
+  return prompt;
+}
+
+// max |ours - ref| <= 1e-5 * max |ref|.
+void ExpectClose(std::span<const float> ours, std::span<const float> ref, const std::string& what) {
+  ASSERT_EQ(ours.size(), ref.size());
+  float max_ref = 0, max_diff = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    max_ref = std::max(max_ref, std::fabs(ref[i]));
+    const float d = std::fabs(ours[i] - ref[i]);
+    if (!(d <= max_diff)) max_diff = std::isnan(d) ? INFINITY : d;
+  }
+  EXPECT_GT(max_ref, 0.0f) << what;
+  EXPECT_LE(max_diff, 1e-5f * max_ref) << what << ": max diff " << max_diff;
+}
+
+TEST(EngineModel, MixedStepRowsEqualSingleSequenceRows) {
+  Model* model = SharedModel();
+  ASSERT_NE(model, nullptr);
+  const int64_t vocab = model->arch().vocab;
+  std::mt19937 rng(21);
+  // Three sequences: a, whose history is read first and then decodes one token in the mixed step;
+  // b and c, whose prompts are read in pieces of the mixed step.
+  const std::vector<int32_t> a = RandomPrompt(rng, 37);
+  const std::vector<int32_t> b = RandomPrompt(rng, 23);
+  const std::vector<int32_t> c = RandomPrompt(rng, 9);
+  const int32_t next = 4242;
+
+  auto mixed = MakeEngine(model, 3, 128, 64, 32);
+  ASSERT_NE(mixed, nullptr);
+  std::vector<int32_t> slot0(a.size(), 0);
+  ASSERT_TRUE(mixed->Step(a, slot0, {}).ok());
+  // b's first 15 tokens were read in an earlier step; this step reads the rest of b.
+  std::vector<int32_t> b_head(b.begin(), b.begin() + 15), b_rest(b.begin() + 15, b.end());
+  ASSERT_TRUE(mixed->Step(b_head, std::vector<int32_t>(15, 1), {}).ok());
+  std::vector<int32_t> tokens = {next};
+  std::vector<int32_t> slots = {0};
+  tokens.insert(tokens.end(), b_rest.begin(), b_rest.end());
+  slots.insert(slots.end(), b_rest.size(), 1);
+  tokens.insert(tokens.end(), c.begin(), c.end());
+  slots.insert(slots.end(), c.size(), 2);
+  // Wanted: a's decode, two rows of b's piece, and c's last row.
+  const int32_t b_first = 1, c_last = static_cast<int32_t>(tokens.size()) - 1;
+  std::vector<int32_t> wanted = {0, b_first, b_first + 4, c_last};
+  auto logits = mixed->Step(tokens, slots, wanted);
+  ASSERT_TRUE(logits.ok()) << logits.status().message();
+
+  // The same rows, one sequence per engine, each history read in one piece.
+  auto alone = [&](const std::vector<int32_t>& history, std::vector<int32_t> rows) {
+    auto engine = MakeEngine(model, 1, 128, 64, 32);
+    auto out = engine->Step(history, std::vector<int32_t>(history.size(), 0), rows);
+    EXPECT_TRUE(out.ok()) << out.status().message();
+    return out.ok() ? *out : std::vector<float>();
+  };
+  std::vector<int32_t> a_next = a;
+  a_next.push_back(next);
+  auto ra = alone(a_next, {static_cast<int32_t>(a.size())});
+  auto rb = alone(b, {15, 19});
+  auto rc = alone(c, {static_cast<int32_t>(c.size()) - 1});
+  std::span<const float> all(*logits);
+  ExpectClose(all.subspan(0, vocab), ra, "a decode");
+  ExpectClose(all.subspan(vocab, vocab), std::span<const float>(rb).first(vocab), "b row 15");
+  ExpectClose(all.subspan(2 * vocab, vocab), std::span<const float>(rb).subspan(vocab), "b row 19");
+  ExpectClose(all.subspan(3 * vocab, vocab), rc, "c last");
+}
+
+TEST(EngineModel, ConcurrentGreedyEqualsAloneUnderPreemption) {
+  Model* model = SharedModel();
+  ASSERT_NE(model, nullptr);
+  std::mt19937 rng(22);
+  std::vector<Request> requests;
+  std::vector<int> arrival;
+  const int n = 10;
+  for (int i = 0; i < n; ++i) {
+    Request r;
+    r.prompt = RandomPrompt(rng, 16 + rng() % 30);
+    r.limit = 8 + rng() % 16;
+    r.sampling.temperature = 0.0f;
+    requests.push_back(r);
+    arrival.push_back(rng() % 8);
+  }
+  // 6 slots of up to 64 positions share 6 pages: a tenth of what they could use.
+  auto engine = MakeEngine(model, 6, 64, 32, 6);
+  ASSERT_NE(engine, nullptr);
+  std::map<int64_t, int> index;
+  std::map<int64_t, std::vector<int32_t>> got;
+  for (int step = 0; step < 8 || engine->Busy(); ++step) {
+    for (int i = 0; i < n; ++i) {
+      if (arrival[i] != step) continue;
+      auto id = engine->Add(requests[i]);
+      ASSERT_TRUE(id.ok());
+      index[*id] = i;
+    }
+    auto progress = engine->Advance();
+    ASSERT_TRUE(progress.ok()) << progress.status().message();
+    for (const Progress& p : *progress) {
+      got[p.id].insert(got[p.id].end(), p.tokens.begin(), p.tokens.end());
+    }
+    ASSERT_TRUE(engine->CheckPages().ok());
+  }
+  EXPECT_GT(engine->stats().preemptions, 0);
+  auto single = MakeEngine(model, 1, 64, 64, 4);
+  for (auto& [id, i] : index) {
+    auto out = single->Generate({requests[i]});
+    ASSERT_TRUE(out.ok());
+    EXPECT_EQ(got[id], (*out)[0]) << "request " << i;
+  }
+}
+
+TEST(EngineModel, StoredPrefixGivesColdTokensAndReadsOnlyTheRest) {
+  Model* model = SharedModel();
+  ASSERT_NE(model, nullptr);
+  std::mt19937 rng(23);
+  Request first;
+  first.prompt = RandomPrompt(rng, 40);
+  first.limit = 10;
+  first.sampling.temperature = 0.0f;
+  first.stop = std::vector<int32_t>{};
+  auto engine = MakeEngine(model, 2, 128, 64, 16);
+  auto a = engine->Generate({first});
+  ASSERT_TRUE(a.ok());
+  ASSERT_EQ((*a)[0].size(), 10u);
+  Request next = first;
+  next.prompt.insert(next.prompt.end(), (*a)[0].begin(), (*a)[0].end());
+  const auto more = RandomPrompt(rng, 6);
+  next.prompt.insert(next.prompt.end(), more.begin(), more.end());
+  next.limit = 12;
+  const int64_t rows_before = engine->stats().rows;
+  auto warm = engine->Generate({next});
+  ASSERT_TRUE(warm.ok());
+  const int64_t warm_rows = engine->stats().rows - rows_before;
+  auto cold_engine = MakeEngine(model, 1, 128, 64, 16);
+  auto cold = cold_engine->Generate({next});
+  ASSERT_TRUE(cold.ok());
+  EXPECT_EQ((*warm)[0], (*cold)[0]);
+  EXPECT_EQ(engine->stats().cached_tokens, 40 + 10 - 1);
+  EXPECT_EQ(warm_rows, cold_engine->stats().rows - (40 + 10 - 1));
+}
+
+}  // namespace
+}  // namespace gizllm
