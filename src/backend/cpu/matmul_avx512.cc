@@ -10,7 +10,7 @@ namespace gizllm {
 namespace {
 
 constexpr int kBlock = 32;
-// Decode prefetches the weights this many rows (two tiles) ahead.
+// Decode prefetches the weights this many rows (two 8-row tiles) ahead.
 constexpr int kPrefetchRows = 16;
 // Activation rows of one pass over a weight tile: small enough to stay in L2.
 constexpr int64_t kActivationBytes = 256 << 10;
@@ -78,7 +78,7 @@ GZ_TARGET_AVX512 inline __m128 Reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a
 
 // sums[j * NW + i] = dot(w[i][0:cols], x[j][0:cols]) for NW weight rows and MX activation rows.
 // The weight vectors of a block are loaded once and used for all MX rows.
-template <Format F, int NW, int MX>
+template <Format F, int NW, int MX, bool kPrefetch>
 GZ_TARGET_AVX512 inline void Tile(const typename Load<F>::T* const* w, const float* const* x,
                                   int64_t cols, float* sums) {
   static_assert(NW % 4 == 0);
@@ -94,7 +94,7 @@ GZ_TARGET_AVX512 inline void Tile(const typename Load<F>::T* const* w, const flo
     __m512 a[NW], b[NW];
 #pragma GCC unroll 8
     for (int i = 0; i < NW; ++i) Load<F>::Full(w[i] + k, &a[i], &b[i]);
-    if constexpr (MX == 1) {
+    if constexpr (kPrefetch) {
       // Decode streams the weights: fetch the same block of the next tile's rows ahead.
 #pragma GCC unroll 8
       for (int i = 0; i < NW; ++i) {
@@ -141,7 +141,7 @@ GZ_TARGET_AVX512 inline void Tile(const typename Load<F>::T* const* w, const flo
 
 // out[:, n0:n1] with tiles of NW weight rows by MX activation rows. Tiles past the last row
 // repeat it (their sums are dropped), so any n0, n1 and rows work.
-template <Format F, int NW, int MX>
+template <Format F, int NW, int MX, bool kPrefetch = false>
 GZ_TARGET_AVX512 void SliceTiles(const MatmulSlice& s, int64_t n0, int64_t n1) {
   using T = typename Load<F>::T;
   const T* w = static_cast<const T*>(s.w->data);  // [n, cols]
@@ -158,7 +158,7 @@ GZ_TARGET_AVX512 void SliceTiles(const MatmulSlice& s, int64_t n0, int64_t n1) {
         const float* xr[MX];
         for (int j = 0; j < MX; ++j) xr[j] = s.x + std::min(m + j, m1 - 1) * s.x_stride;
         alignas(64) float sums[MX * NW];
-        Tile<F, NW, MX>(wr, xr, cols, sums);
+        Tile<F, NW, MX, kPrefetch>(wr, xr, cols, sums);
         const int valid_m = static_cast<int>(std::min<int64_t>(MX, m1 - m));
         for (int j = 0; j < valid_m; ++j) {
           float* out = s.out + (m + j) * n_out + n;
@@ -172,11 +172,14 @@ GZ_TARGET_AVX512 void SliceTiles(const MatmulSlice& s, int64_t n0, int64_t n1) {
 }
 
 // Decode (one row) streams the weights with 8 rows in flight; more rows share each weight
-// load among 4 (a 4x4 tile: 16 accumulators, 8 weight and 2 activation registers).
+// load among 4 (a 4x4 tile: 16 accumulators, 8 weight and 2 activation registers). Up to 4
+// rows the weights come from memory once per call, so they are prefetched; prefill tiles
+// reuse them from L1 and L2.
 template <Format F>
 GZ_TARGET_AVX512 void Slice(const MatmulSlice& s, int64_t n0, int64_t n1) {
-  if (s.rows == 1) return SliceTiles<F, 8, 1>(s, n0, n1);
-  if (s.rows == 2) return SliceTiles<F, 4, 2>(s, n0, n1);
+  if (s.rows == 1) return SliceTiles<F, 8, 1, true>(s, n0, n1);
+  if (s.rows == 2) return SliceTiles<F, 4, 2, true>(s, n0, n1);
+  if (s.rows <= 4) return SliceTiles<F, 4, 4, true>(s, n0, n1);
   return SliceTiles<F, 4, 4>(s, n0, n1);
 }
 
