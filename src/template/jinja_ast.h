@@ -65,7 +65,8 @@ struct Node {
     kCallBlock,  // call[(params)] expr %} body {% endcall
     kBreak,
     kContinue,
-    kScope,  // body rendered in place (generation blocks)
+    kScope,        // body rendered in place (generation blocks)
+    kFilterBlock,  // filter expr.name(expr.children[1..]) %} body {% endfilter
   };
   Kind kind;
   Pos pos;

@@ -3,6 +3,7 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <ctime>
@@ -472,6 +473,109 @@ Expected<Value> GetPath(const Value& v, const std::string& path) {
   return cur;
 }
 
+// Python's printf-style `fmt % args`: %s %r %d %i %f %e %g %x %o %c %%, with flags (- 0 + space),
+// width, precision and %(name)s keys of a dict.
+Expected<Value> PercentFormat(const std::string& fmt, const Value& args) {
+  std::vector<Value> items;
+  if (args.IsTuple()) {
+    items = args.AsList();
+  } else {
+    items.push_back(args);
+  }
+  size_t next = 0;
+  std::string out;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      out += fmt[i];
+      continue;
+    }
+    if (++i >= fmt.size()) return TypeError("incomplete format");
+    if (fmt[i] == '%') {
+      out += '%';
+      continue;
+    }
+    const Value* value = nullptr;
+    if (fmt[i] == '(') {
+      size_t close = fmt.find(')', i);
+      if (close == std::string::npos || !args.IsDict())
+        return TypeError("format requires a mapping");
+      value = args.AsDict().Find(fmt.substr(i + 1, close - i - 1));
+      if (value == nullptr)
+        return TypeError("format key '" + fmt.substr(i + 1, close - i - 1) + "' missing");
+      i = close + 1;
+    }
+    std::string spec = "%";
+    while (i < fmt.size() && std::string_view("-+ 0#").find(fmt[i]) != std::string_view::npos)
+      spec += fmt[i++];
+    while (i < fmt.size() && (std::isdigit(static_cast<unsigned char>(fmt[i])) || fmt[i] == '.')) {
+      spec += fmt[i++];
+    }
+    if (i >= fmt.size()) return TypeError("incomplete format");
+    char type = fmt[i];
+    if (value == nullptr) {
+      if (next >= items.size()) return TypeError("not enough arguments for format string");
+      value = &items[next++];
+    }
+    char buf[512];
+    switch (type) {
+      case 's':
+      case 'r': {
+        std::string text = type == 's' ? value->Str() : value->Repr();
+        // Width and precision apply to characters; apply them by hand on the UTF-8 text.
+        std::string flags = spec.substr(1);
+        bool left = flags.find('-') != std::string::npos;
+        size_t dot = flags.find('.');
+        std::string width_text = flags.substr(0, dot);
+        width_text.erase(0, width_text.find_first_not_of("-+ 0#"));
+        size_t width = width_text.empty() ? 0 : std::stoul(width_text);
+        if (dot != std::string::npos) {
+          size_t precision = std::stoul("0" + flags.substr(dot + 1));
+          std::vector<char32_t> c = DecodeUtf8(text);
+          if (c.size() > precision) c.resize(precision);
+          text = EncodeUtf8(c);
+        }
+        size_t length = Utf8Length(text);
+        std::string pad = length < width ? std::string(width - length, ' ') : "";
+        out += left ? text + pad : pad + text;
+        continue;
+      }
+      case 'd':
+      case 'i':
+      case 'x':
+      case 'X':
+      case 'o':
+      case 'c': {
+        if (!value->IsNumber())
+          return TypeError("%" + std::string(1, type) + " format: a number is required, not " +
+                           value->TypeName());
+        long long n = value->IsFloat() ? static_cast<long long>(value->AsDouble()) : value->AsInt();
+        if (type == 'c') {
+          AppendUtf8(static_cast<char32_t>(n), out);
+          continue;
+        }
+        std::snprintf(buf, sizeof(buf), (spec + "ll" + (type == 'i' ? 'd' : type)).c_str(), n);
+        break;
+      }
+      case 'f':
+      case 'F':
+      case 'e':
+      case 'E':
+      case 'g':
+      case 'G':
+        if (!value->IsNumber()) return TypeError("must be real number, not " + value->TypeName());
+        std::snprintf(buf, sizeof(buf), (spec + type).c_str(), value->AsDouble());
+        break;
+      default:
+        return Unimplemented(std::string("unsupported format character '") + type + "'");
+    }
+    out += buf;
+  }
+  if (!args.IsDict() && next < items.size()) {
+    return TypeError("not all arguments converted during string formatting");
+  }
+  return Value(std::move(out));
+}
+
 bool ArgTruthy(const Value* v, bool fallback) { return v == nullptr ? fallback : v->Truthy(); }
 
 Expected<Value> IndentFilter(const std::string& s, const Args& a) {
@@ -524,11 +628,11 @@ Expected<bool> TestMatches(const Value& item, const Args& a, size_t test_index,
 }
 
 constexpr const char* kFilters[] = {
-    "safe",   "tojson",     "trim",       "length",    "count", "string",   "lower", "upper",
-    "title",  "replace",    "indent",     "escape",    "e",     "default",  "d",     "first",
-    "last",   "list",       "reverse",    "items",     "join",  "int",      "float", "abs",
-    "sum",    "sort",       "unique",     "min",       "max",   "dictsort", "map",   "select",
-    "reject", "selectattr", "rejectattr", "capitalize"};
+    "safe",   "tojson",     "trim",       "length",     "count", "string",   "lower", "upper",
+    "title",  "replace",    "indent",     "escape",     "e",     "default",  "d",     "first",
+    "last",   "list",       "reverse",    "items",      "join",  "int",      "float", "abs",
+    "sum",    "sort",       "unique",     "min",        "max",   "dictsort", "map",   "select",
+    "reject", "selectattr", "rejectattr", "capitalize", "format"};
 constexpr const char* kTests[] = {"defined",     "undefined", "none",     "string",      "mapping",
                                   "number",      "integer",   "float",    "boolean",     "true",
                                   "false",       "callable",  "iterable", "sequence",    "lower",
@@ -782,7 +886,7 @@ Expected<Value> BinaryOp(const std::string& op, const Value& a, const Value& b) 
       return Value::MakeList(std::move(out));
     }
   }
-  if (op == "%" && a.IsString()) return Unimplemented("'%' string formatting is not supported");
+  if (op == "%" && a.IsString()) return PercentFormat(a.AsString(), b);
   return unsupported();
 }
 
@@ -851,6 +955,16 @@ Expected<bool> ApplyTest(const std::string& name, const Value& v, const Args& a)
 
 Expected<Value> ApplyFilter(const std::string& name, const Value& v, const Args& a) {
   if (name == "safe") return v;
+  if (name == "format") {
+    // Jinja formats with the keyword arguments as a dict when there are any, else with the
+    // positional ones as a tuple.
+    if (!a.keyword.empty()) {
+      Value kwargs = Value::MakeDict();
+      for (const auto& [k, x] : a.keyword) kwargs.AsDict().Set(k, x);
+      return PercentFormat(v.Str(), kwargs);
+    }
+    return PercentFormat(v.Str(), Value::MakeTuple(a.positional));
+  }
   if (name == "tojson") {
     const Value* indent = a.Get(1, "indent");
     bool ensure_ascii = ArgTruthy(a.Get(0, "ensure_ascii"), false);

@@ -462,7 +462,7 @@ class ExprParser {
     list->children.push_back(std::move(first));
     while (IsOp(",")) {
       Next();
-      if (AtEnd() || IsName("in") || IsOp("=")) break;
+      if (AtEnd() || IsName("in") || IsOp("=") || IsOp(")")) break;
       GZ_ASSIGN_OR_RETURN(ExprPtr item, ParseExpression(with_cond));
       list->children.push_back(std::move(item));
     }
@@ -965,6 +965,22 @@ class TemplateParser {
     if (word == "break" || word == "continue") {
       GZ_RETURN_IF_ERROR(p.ExpectEnd());
       return MakeNode(word == "break" ? Node::Kind::kBreak : Node::Kind::kContinue, pos);
+    }
+    if (word == "filter") {
+      NodePtr n = MakeNode(Node::Kind::kFilterBlock, pos);
+      n->expr = p.Make(Expr::Kind::kFilter, p.PosOf(p.Peek()));
+      n->expr->children.push_back(p.Make(Expr::Kind::kLiteral, pos));
+      GZ_ASSIGN_OR_RETURN(n->expr->name, p.ExpectName());
+      if (!IsFilter(n->expr->name)) {
+        return Unimplemented(FormatPos(n->expr->pos) + ": unsupported filter '" + n->expr->name +
+                             "'");
+      }
+      if (p.IsOp("(")) GZ_RETURN_IF_ERROR(p.ParseCallArgs(*n->expr));
+      GZ_RETURN_IF_ERROR(p.ExpectEnd());
+      std::string end;
+      GZ_RETURN_IF_ERROR(ParseBlockUntil({"endfilter"}, n->body, end, "filter", pos));
+      GZ_RETURN_IF_ERROR(end_parser_->ExpectEnd());
+      return n;
     }
     if (word == "generation") {
       // transformers' assistant-mask marker: renders its body in place.

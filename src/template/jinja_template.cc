@@ -125,6 +125,15 @@ class Renderer {
         return Status::Ok();
       case Node::Kind::kScope:
         return Exec(n.body, frame, out, flow);
+      case Node::Kind::kFilterBlock: {
+        std::string captured;
+        GZ_RETURN_IF_ERROR(Exec(n.body, frame, captured, flow));
+        GZ_ASSIGN_OR_RETURN(Args args, EvalArgs(*n.expr, frame, 1));
+        Expected<Value> filtered = ApplyFilter(n.expr->name, Value(std::move(captured)), args);
+        if (!filtered.ok()) return Fail(n.expr->pos, filtered.status());
+        out += filtered->Str();
+        return Status::Ok();
+      }
     }
     return Status::Ok();
   }

@@ -204,6 +204,17 @@ f({"x": 1}))~"},
                 {"tojson_undefined", R"~({{ zz | tojson }})~", nullptr},
                 {"compare_types", R"~({{ 1 < 'a' }})~", nullptr},
                 {"set_non_namespace", R"~({% set d.x = 1 %})~", nullptr},
+                {"percent_format",
+                 R"~({{ '%s has %d items (%.2f%%)' % ('list', 3, 12.345) }}|{{ '%5s|%-5s|%05d|%x|%r' % ('ab', 'cd', 42, 255, 'q') }}|{{ '%(a)s-%(b)s' % {'a': 1, 'b': 'two'} }}|{{ 'x=%s' % none }}|{{ '%s' % [1, 2] }}|{{ '%.3s' % 'héllo' }}|{{ '%e' % 12345.678 }})~",
+                 R"~(list has 3 items (12.35%)|   ab|cd   |00042|ff|'q'|1-two|x=None|[1, 2]|hél|1.234568e+04)~"},
+                {"format_filter",
+                 R"~({{ '%s-%s' | format('a', 'b') }} {{ '%d%%' | format(50) }} {{ '%(k)s' | format(k='v') }})~",
+                 R"~(a-b 50% v)~"},
+                {"filter_block",
+                 R"~({% filter upper %}hello {{ s }}{% endfilter %}|{% filter replace('l', 'L') %}{% for x in l %}l{{ x }}{% endfor %}{% endfilter %}|{%- filter trim %}   padded   {% endfilter -%}|)~",
+                 R"~(HELLO HELLO WORLD|L3L1L2|padded|)~"},
+                {"percent_too_many", R"~({{ '%s' % (1, 2) }})~", nullptr},
+                {"percent_too_few", R"~({{ '%s %s' % (1,) }})~", nullptr},
 };
 
 Dict Variables() {
