@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 
 #include "core/mapped_file.h"
 #include "model/families/family.h"
@@ -14,11 +15,15 @@ using nlohmann::json;
 
 namespace {
 
-const Family* const kFamilies[] = {&LlamaFamily(), &Qwen2Family(), &Qwen3Family()};
+// Every supported family; a new one adds its recipe here.
+std::span<const Family* const> Families() {
+  static const Family* const kFamilies[] = {&LlamaFamily(), &Qwen2Family(), &Qwen3Family()};
+  return kFamilies;
+}
 
 std::string FamilyList(std::string_view Family::*what) {
   std::string s;
-  for (const Family* f : kFamilies) {
+  for (const Family* f : Families()) {
     if (!s.empty()) s += ", ";
     s += f->*what;
   }
@@ -26,7 +31,7 @@ std::string FamilyList(std::string_view Family::*what) {
 }
 
 const Family* FindFamily(std::string_view name) {
-  for (const Family* f : kFamilies) {
+  for (const Family* f : Families()) {
     if (f->name == name) return f;
   }
   return nullptr;
@@ -165,7 +170,7 @@ Expected<Arch> ParseArch(const json& config, const std::string& file_for_errors)
     architecture = (*a)[0].get<std::string>();
   }
   const Family* family = nullptr;
-  for (const Family* f : kFamilies) {
+  for (const Family* f : Families()) {
     if (model_type.empty() ? f->architecture == architecture : f->model_type == model_type) {
       family = f;
     }
