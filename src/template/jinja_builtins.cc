@@ -875,6 +875,10 @@ Expected<Value> BinaryOp(const std::string& op, const Value& a, const Value& b) 
     const Value& times = a.IsNumber() ? a : b;
     if ((times.IsInt() || times.IsBool()) && (seq.IsString() || seq.IsList())) {
       int64_t n = std::max<int64_t>(times.AsInt(), 0);
+      size_t unit = seq.IsString() ? seq.AsString().size() : seq.AsList().size();
+      if (unit > 0 && static_cast<uint64_t>(n) > (uint64_t{1} << 26) / unit) {
+        return InvalidArgument("repetition result too large");
+      }
       if (seq.IsString()) {
         std::string out;
         for (int64_t i = 0; i < n; ++i) out += seq.AsString();

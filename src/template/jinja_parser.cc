@@ -573,6 +573,15 @@ class ExprParser {
     return l;
   }
   Expected<ExprPtr> ParseUnary(bool with_filter = true) {
+    // Nesting (parentheses, unary minus) is bounded so that a hostile template cannot exhaust
+    // the stack.
+    if (++depth_ > kMaxDepth) return Error("expression nested too deeply");
+    Expected<ExprPtr> e = ParseUnaryInner(with_filter);
+    --depth_;
+    return e;
+  }
+
+  Expected<ExprPtr> ParseUnaryInner(bool with_filter) {
     if (IsOp("-") || IsOp("+")) {
       Token op = Next();
       GZ_ASSIGN_OR_RETURN(ExprPtr operand, ParseUnary(false));
@@ -790,8 +799,10 @@ class ExprParser {
   }
 
  private:
+  static constexpr int kMaxDepth = 200;
   std::vector<Token> tokens_;
   size_t pos_ = 0;
+  int depth_ = 0;
   const Locator& loc_;
 };
 
@@ -852,7 +863,13 @@ class TemplateParser {
 
   Status ParseBlockUntil(const std::set<std::string>& ends, Body& body, std::string& end,
                          const std::string& opener, Pos pos) {
-    GZ_RETURN_IF_ERROR(ParseBody(ends, body, end));
+    if (++depth_ > kMaxDepth) {
+      return Unimplemented(FormatPos(pos) + ": blocks nested deeper than " +
+                           std::to_string(kMaxDepth));
+    }
+    Status s = ParseBody(ends, body, end);
+    --depth_;
+    GZ_RETURN_IF_ERROR(s);
     if (end.empty()) {
       return Unimplemented(FormatPos(pos) + ": '" + opener +
                            "' block is never closed (missing {% " + *ends.rbegin() + " %})");
@@ -1012,8 +1029,10 @@ class TemplateParser {
     return Status::Ok();
   }
 
+  static constexpr int kMaxDepth = 100;
   std::vector<Segment> segments_;
   size_t index_ = 0;
+  int depth_ = 0;
   const Locator& loc_;
   std::unique_ptr<ExprParser> end_parser_;
 };

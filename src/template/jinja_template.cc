@@ -209,6 +209,20 @@ class Renderer {
     c->name = n.name.empty() ? "caller" : n.name;
     const Frame* parent = closure != nullptr ? closure : root_;
     c->call = [this, &n, parent](const Args& args) -> Expected<Value> {
+      // A template that recurses without end fails instead of exhausting the stack.
+      if (depth_ >= kMaxCallDepth) {
+        return InvalidArgument("macro calls nested deeper than " + std::to_string(kMaxCallDepth));
+      }
+      ++depth_;
+      Expected<Value> result = CallMacro(n, parent, args);
+      --depth_;
+      return result;
+    };
+    return Value(std::move(c));
+  }
+
+  Expected<Value> CallMacro(const Node& n, const Frame* parent, const Args& args) {
+    {
       Frame frame{{}, parent};
       if (args.positional.size() > n.params.size()) {
         return InvalidArgument("macro '" + n.name + "' takes " + std::to_string(n.params.size()) +
@@ -236,8 +250,7 @@ class Renderer {
       Flow flow = Flow::kNormal;
       GZ_RETURN_IF_ERROR(Exec(n.body, frame, out, flow));
       return Value(std::move(out));
-    };
-    return Value(std::move(c));
+    }
   }
 
   Expected<Args> EvalArgs(const Expr& e, Frame& frame, size_t first) {
@@ -364,7 +377,9 @@ class Renderer {
     return Internal("unknown expression");
   }
 
+  static constexpr int kMaxCallDepth = 100;
   const Frame* root_;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -285,6 +285,24 @@ TEST(Jinja, UnsupportedConstructsNameLineAndColumn) {
   }
 }
 
+TEST(Jinja, HostileTemplatesFailInsteadOfCrashing) {
+  std::string deep_parens = "{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}";
+  EXPECT_FALSE(Template::Parse(deep_parens).ok());
+  std::string deep_blocks;
+  for (int i = 0; i < 5000; ++i) deep_blocks += "{% if true %}";
+  for (int i = 0; i < 5000; ++i) deep_blocks += "{% endif %}";
+  EXPECT_FALSE(Template::Parse(deep_blocks).ok());
+  Expected<Template> recursion =
+      Template::Parse("{% macro f(x) %}{{ f(x) }}{% endmacro %}{{ f(1) }}");
+  ASSERT_TRUE(recursion.ok());
+  Expected<std::string> out = recursion->Render({});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("nested deeper"), std::string::npos);
+  Expected<Template> huge = Template::Parse("{{ 'x' * 100000000000 }}");
+  ASSERT_TRUE(huge.ok());
+  EXPECT_FALSE(huge->Render({}).ok());
+}
+
 TEST(Jinja, StrftimeNowFormatsTheDate) {
   Expected<Template> t = Template::Parse("{{ strftime_now('%Y') | length }}");
   ASSERT_TRUE(t.ok());
