@@ -290,7 +290,8 @@ Status Engine::Stash(int32_t s, int32_t want_free) {
   slot.pages.clear();
   // A stored prefix that is a start of this one says nothing new.
   std::erase_if(prefixes_, [&](Prefix& p) {
-    const bool redundant = CommonStart(p.tokens, prefix.tokens) == p.tokens.size();
+    const bool redundant =
+        CommonStart(p.tokens, prefix.tokens) == static_cast<int64_t>(p.tokens.size());
     if (redundant) ReleasePrefix(p);
     return redundant;
   });
@@ -416,12 +417,14 @@ Status Engine::Schedule() {
       const int32_t need =
           PagesFor(slot.tokens.size() + n) - static_cast<int32_t>(slot.pages.size());
       GZ_ASSIGN_OR_RETURN(bool granted, Grow(id, need));
+      // Grow may have sent planned sequences back to waiting: their rows are free again.
+      rows_left = options_.rows;
+      for (const Planned& p : plan_) rows_left -= p.rows;
       if (!granted) continue;
       plan_.push_back({id, n});
       rows_left -= n;
     }
   }
-  // Rows go to the runner in slot order of the plan; keep arrival order for sampling.
   return Status::Ok();
 }
 
