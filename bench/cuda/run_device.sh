@@ -1,9 +1,9 @@
 #!/bin/bash
 # Runs on the GPU machine from the repository root: the CUDA op tests, compute-sanitizer on them,
 # the benchmark, and the transformers peer. Binaries come prebuilt in .device/ (copy
-# build-cuda/bench/cuda/cuda_bench and build-cuda/tests/unit/backend/cuda/cuda_backend_test
+# build-cuda/bench/cuda/cuda_bench and build-cuda/tests/unit/backend/cuda/cuda_*_test
 # there and carry it). Every step has its own time limit, so one hang cannot eat the call.
-# Usage: bench/cuda/run_device.sh STEP... with STEP one of tests sanitize racecheck bench
+# Usage: bench/cuda/run_device.sh STEP... with STEP one of tests model sanitize racecheck bench
 #        bench-exact bench-cublas peer peer-compile
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$LD_LIBRARY_PATH
 export PYTHONUNBUFFERED=1
@@ -16,6 +16,9 @@ for what in "$@"; do
     tests) timeout 90 .device/cuda_backend_test > "$OUT/tests.log" 2>&1
            echo "rc=$?"; grep -E "^\[  (FAILED|PASSED|  OK) |Failure|Expected|Which is|trace" \
              "$OUT/tests.log" | head -60 ;;
+    model) timeout 120 .device/cuda_model_test > "$OUT/model.log" 2>&1
+           echo "rc=$?"; grep -E "^\[  (FAILED|PASSED|  OK) |Failure|Expected|Which is|max diff" \
+             "$OUT/model.log" | head -40 ;;
     sanitize) timeout 240 compute-sanitizer --tool memcheck --leak-check no \
                 .device/cuda_backend_test --gtest_brief=1 > "$OUT/memcheck.log" 2>&1
               echo "rc=$?"; tail -6 "$OUT/memcheck.log" ;;
