@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "tokenizer/hash_maps.h"
+#include "tokenizer/json_scan.h"
 #include "tokenizer/models.h"
 #include "tokenizer/unicode.h"
 
@@ -33,7 +34,8 @@ class BpeModel : public Model {
   }
   int64_t size() const override { return static_cast<int64_t>(tokens_.size()); }
 
-  static Expected<std::unique_ptr<Model>> Make(const Json& j, const std::string& where);
+  static Expected<std::unique_ptr<Model>> Make(const Json& j, const ModelText& text,
+                                               const std::string& where);
 
  private:
   struct Symbol {
@@ -160,28 +162,15 @@ Expected<std::string> OptionalString(const Json& j, const char* key, const std::
   return it->get<std::string>();
 }
 
-Expected<std::unique_ptr<Model>> BpeModel::Make(const Json& j, const std::string& where) {
+Expected<std::unique_ptr<Model>> BpeModel::Make(const Json& j, const ModelText& text,
+                                                const std::string& where) {
   auto m = std::make_unique<BpeModel>();
-  auto vit = j.find("vocab");
-  if (vit == j.end() || !vit->is_object()) {
-    return InvalidArgument("field '" + where + ".vocab': expected an object of token: id");
-  }
-  m->vocab_.Reserve(vit->size());
   int32_t max_id = -1;
-  for (auto it = vit->begin(); it != vit->end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-        it.value().get<int64_t>() > (1 << 30)) {
-      return InvalidArgument("field '" + where + ".vocab[\"" + it.key() +
-                             "\"]': expected a non-negative id");
-    }
-    int32_t id = it.value().get<int32_t>();
-    m->vocab_.Set(it.key(), id);
-    max_id = std::max(max_id, id);
-  }
+  GZ_RETURN_IF_ERROR(ReadIdObject(text.vocab, where + ".vocab", &m->vocab_, &max_id));
   m->tokens_.resize(max_id + 1);
   m->known_.assign(max_id + 1, false);
-  m->vocab_.ForEach([&](std::string_view text, int32_t id) {
-    m->tokens_[id] = std::string(text);
+  m->vocab_.ForEach([&](std::string_view token, int32_t id) {
+    m->tokens_[id] = std::string(token);
     m->known_[id] = true;
   });
 
@@ -203,65 +192,130 @@ Expected<std::unique_ptr<Model>> BpeModel::Make(const Json& j, const std::string
     m->byte_ids_[b] = m->vocab_.Get(name);
   }
 
-  auto mit = j.find("merges");
-  if (mit == j.end() || !mit->is_array()) {
-    return InvalidArgument("field '" + where + ".merges': expected an array");
+  // Merges: ["a b", ...] or [["a", "b"], ...].
+  const std::string mwhere = where + ".merges";
+  JsonScanner scan(text.merges);
+  if (!scan.Consume('[')) return InvalidArgument("field '" + mwhere + "': expected an array");
+  {
+    // Size the table once: one merge per string ("a b") or per two strings (["a", "b"]).
+    size_t quotes = 0;
+    for (char c : text.merges) quotes += c == '"';
+    bool pairs = text.merges.find('[', text.merges.find('[') + 1) != std::string_view::npos;
+    m->merges_.Reserve(quotes / (pairs ? 4 : 2));
   }
-  m->merges_.Reserve(mit->size());
-  std::string merged;
-  for (size_t r = 0; r < mit->size(); ++r) {
-    const Json& e = (*mit)[r];
-    std::string_view a, b;
-    std::string joined;
-    if (e.is_string()) {
-      const std::string& s = e.get_ref<const std::string&>();
-      size_t sp = s.find(' ');
-      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
-        return InvalidArgument("field '" + where + ".merges[" + std::to_string(r) +
-                               "]': expected two tokens separated by one space");
+  // Merges are read in batches whose hash-table lookups are prefetched together: the tables are
+  // large, and a lookup is mostly a cache miss.
+  constexpr int kBatch = 64;
+  struct Pending {
+    std::string a, b, merged;
+    uint64_t ha, hb, hm;
+  };
+  std::vector<Pending> batch(kBatch);
+  int32_t rank = 0;
+  bool done = false;
+  while (!done) {
+    int n = 0;
+    for (; n < kBatch; ++n, ++rank) {
+      if (scan.Consume(']')) {
+        done = true;
+        break;
       }
-      a = std::string_view(s).substr(0, sp);
-      b = std::string_view(s).substr(sp + 1);
-    } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-      a = e[0].get_ref<const std::string&>();
-      b = e[1].get_ref<const std::string&>();
-    } else {
-      return InvalidArgument("field '" + where + ".merges[" + std::to_string(r) +
-                             "]': expected \"a b\" or [\"a\", \"b\"]");
+      auto at = [&] { return mwhere + "[" + std::to_string(rank) + "]"; };
+      if (rank > 0 && !scan.Consume(',')) {
+        return InvalidArgument("field '" + at() + "': expected ',' or ']' before it");
+      }
+      Pending& p = batch[n];
+      if (scan.Peek() == '"') {
+        if (!scan.String(&p.merged)) return InvalidArgument("field '" + at() + "': bad string");
+        size_t sp = p.merged.find(' ');
+        if (sp == std::string::npos || p.merged.find(' ', sp + 1) != std::string::npos) {
+          return InvalidArgument("field '" + at() +
+                                 "': expected two tokens separated by one space");
+        }
+        p.a.assign(p.merged, 0, sp);
+        p.b.assign(p.merged, sp + 1);
+      } else if (scan.Consume('[')) {
+        if (!scan.String(&p.a) || !scan.Consume(',') || !scan.String(&p.b) || !scan.Consume(']')) {
+          return InvalidArgument("field '" + at() + "': expected [\"a\", \"b\"]");
+        }
+      } else {
+        return InvalidArgument("field '" + at() + "': expected \"a b\" or [\"a\", \"b\"]");
+      }
+      p.merged.assign(p.a);
+      std::string_view tail = p.b;
+      if (!m->prefix_.empty() && tail.substr(0, m->prefix_.size()) == m->prefix_) {
+        tail.remove_prefix(m->prefix_.size());
+      }
+      p.merged += tail;
+      p.ha = HashBytes(p.a);
+      p.hb = HashBytes(p.b);
+      p.hm = HashBytes(p.merged);
+      m->vocab_.Prefetch(p.ha);
+      m->vocab_.Prefetch(p.hb);
+      m->vocab_.Prefetch(p.hm);
     }
-    int32_t ia = m->vocab_.Get(a), ib = m->vocab_.Get(b);
-    if (ia < 0 || ib < 0) {
-      return InvalidArgument("field '" + where + ".merges[" + std::to_string(r) + "]': token '" +
-                             std::string(ia < 0 ? a : b) + "' is not in the vocab");
+    int32_t first = rank - n;
+    for (int k = 0; k < n; ++k) {
+      const Pending& p = batch[k];
+      auto at = [&] { return mwhere + "[" + std::to_string(first + k) + "]"; };
+      int32_t ia = m->vocab_.Get(p.a, p.ha), ib = m->vocab_.Get(p.b, p.hb);
+      if (ia < 0 || ib < 0) {
+        return InvalidArgument("field '" + at() + "': token '" + (ia < 0 ? p.a : p.b) +
+                               "' is not in the vocab");
+      }
+      int32_t id = m->vocab_.Get(p.merged, p.hm);
+      if (id < 0) {
+        return InvalidArgument("field '" + at() + "': merged token '" + p.merged +
+                               "' is not in the vocab");
+      }
+      m->merges_.Set(ia, ib, {first + k, id});
     }
-    merged.assign(a);
-    std::string_view tail = b;
-    if (!m->prefix_.empty() && tail.substr(0, m->prefix_.size()) == m->prefix_) {
-      tail.remove_prefix(m->prefix_.size());
-    }
-    merged += tail;
-    int32_t id = m->vocab_.Get(merged);
-    if (id < 0) {
-      return InvalidArgument("field '" + where + ".merges[" + std::to_string(r) +
-                             "]': merged token '" + merged + "' is not in the vocab");
-    }
-    m->merges_.Set(ia, ib, {static_cast<int32_t>(r), id});
   }
   return std::unique_ptr<Model>(std::move(m));
 }
 
 }  // namespace
 
-Expected<std::unique_ptr<Model>> MakeBpeModel(const Json& j, const std::string& where) {
-  return BpeModel::Make(j, where);
+Expected<std::unique_ptr<Model>> MakeBpeModel(const Json& j, const ModelText& text,
+                                              const std::string& where) {
+  return BpeModel::Make(j, text, where);
 }
 
-Expected<std::unique_ptr<Model>> MakeModel(const Json& j, const std::string& where) {
+Status ReadIdObject(std::string_view text, const std::string& where, StringIdMap* vocab,
+                    int32_t* max_id) {
+  JsonScanner scan(text);
+  if (!scan.Consume('{')) return InvalidArgument("field '" + where + "': expected an object");
+  {
+    size_t quotes = 0;
+    for (char c : text) quotes += c == '"';
+    vocab->Reserve(quotes / 2, text.size());
+  }
+  *max_id = -1;
+  std::string token;
+  for (bool first = true; !scan.Consume('}'); first = false) {
+    if (!first && !scan.Consume(',')) {
+      return InvalidArgument("field '" + where + "': expected ',' or '}' at byte " +
+                             std::to_string(scan.pos()));
+    }
+    double id;
+    if (!scan.String(&token) || !scan.Consume(':') || !scan.Number(&id) || id < 0 ||
+        id > (1 << 30) || id != static_cast<int32_t>(id)) {
+      return InvalidArgument("field '" + where + "[\"" + token +
+                             "\"]': expected a token and a non-negative integer id");
+    }
+    vocab->Set(token, static_cast<int32_t>(id));
+    *max_id = std::max(*max_id, static_cast<int32_t>(id));
+  }
+  return Status::Ok();
+}
+
+Expected<std::unique_ptr<Model>> MakeModel(const Json& j, const ModelText& text,
+                                           const std::string& where) {
   std::string type = TypeOf(j);
-  if (type.empty() && j.is_object() && j.contains("merges")) type = "BPE";
-  if (type == "BPE") return MakeBpeModel(j, where);
-  if (type == "WordPiece") return MakeWordPieceModel(j, where);
-  if (type == "Unigram") return MakeUnigramModel(j, where);
+  if (type.empty() && !text.merges.empty()) type = "BPE";
+  if (type == "BPE") return MakeBpeModel(j, text, where);
+  if (type == "WordPiece") return MakeWordPieceModel(j, text, where);
+  if (type == "Unigram") return MakeUnigramModel(j, text, where);
   if (type.empty()) return InvalidArgument("field '" + where + ".type': expected a string");
   return Unimplemented("field '" + where + ".type': unknown model type '" + type + "'");
 }

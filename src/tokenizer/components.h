@@ -70,7 +70,14 @@ Expected<std::unique_ptr<Normalizer>> MakeNormalizer(const Json& j, const std::s
 Expected<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const Json& j, const std::string& where);
 Expected<std::unique_ptr<Decoder>> MakeDecoder(const Json& j, const std::string& where);
 Expected<std::unique_ptr<PostProcessor>> MakePostProcessor(const Json& j, const std::string& where);
-Expected<std::unique_ptr<Model>> MakeModel(const Json& j, const std::string& where);
+// The model's big fields as JSON text (read with a fast scanner, not as a JSON document).
+struct ModelText {
+  std::string_view vocab;   // model.vocab; empty if absent
+  std::string_view merges;  // model.merges; empty if absent
+};
+// `j` is the model object without its vocab and merges, which come in `text`.
+Expected<std::unique_ptr<Model>> MakeModel(const Json& j, const ModelText& text,
+                                           const std::string& where);
 
 // Helpers for the factories: typed field access with messages that name the field.
 Expected<std::string> GetString(const Json& j, const char* key, const std::string& where);

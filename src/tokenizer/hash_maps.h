@@ -41,14 +41,16 @@ inline uint64_t HashU64(uint64_t x) {
   return x;
 }
 
-// Token text -> id. Texts live in one arena; the table holds ids.
+// Token text -> id. Texts live in one arena; each slot holds the hash, id and place of its text,
+// so a lookup touches one slot and one arena line.
 class StringIdMap {
  public:
-  // Reserve before inserting `n` entries (optional).
-  void Reserve(size_t n) {
+  // Reserve before inserting `n` entries of `bytes` bytes in all (optional).
+  void Reserve(size_t n, size_t bytes = 0) {
     size_t cap = 16;
     while (cap < n * 2) cap *= 2;
-    Rehash(cap);
+    if (cap > slots_.size()) Rehash(cap);
+    arena_.reserve(bytes);
   }
 
   // Inserts or replaces.
@@ -58,73 +60,74 @@ class StringIdMap {
     size_t mask = slots_.size() - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
       Slot& s = slots_[i];
-      if (s.entry < 0) {
-        s.entry = static_cast<int32_t>(entries_.size());
-        s.hash32 = static_cast<uint32_t>(h);
-        entries_.push_back(
-            {static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(key.size()), id});
+      if (s.id < 0) {
+        s = {static_cast<uint32_t>(h), id, static_cast<uint32_t>(arena_.size()),
+             static_cast<uint32_t>(key.size())};
         arena_.append(key);
         ++count_;
         return;
       }
-      if (s.hash32 == static_cast<uint32_t>(h) && KeyOf(s.entry) == key) {
-        entries_[s.entry].id = id;
+      if (s.hash32 == static_cast<uint32_t>(h) && KeyOf(s) == key) {
+        s.id = id;
         return;
       }
     }
   }
 
   // -1 if absent.
-  int32_t Get(std::string_view key) const {
+  int32_t Get(std::string_view key) const { return Get(key, HashBytes(key)); }
+
+  // For batches of lookups: hash all, prefetch all, then Get with the hash.
+  void Prefetch(uint64_t h) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[h & (slots_.size() - 1)]);
+  }
+  int32_t Get(std::string_view key, uint64_t h) const {
     if (slots_.empty()) return -1;
-    uint64_t h = HashBytes(key);
     size_t mask = slots_.size() - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
       const Slot& s = slots_[i];
-      if (s.entry < 0) return -1;
-      if (s.hash32 == static_cast<uint32_t>(h) && KeyOf(s.entry) == key) {
-        return entries_[s.entry].id;
+      if (s.id < 0) return -1;
+      if (s.hash32 == static_cast<uint32_t>(h) && s.size == key.size() &&
+          std::memcmp(arena_.data() + s.offset, key.data(), key.size()) == 0) {
+        return s.id;
       }
     }
   }
 
   size_t size() const { return count_; }
 
+  // f(text, id) for every entry, in no particular order.
   template <typename F>
   void ForEach(F&& f) const {
-    for (const Entry& e : entries_) f(std::string_view(arena_).substr(e.offset, e.size), e.id);
+    for (const Slot& s : slots_) {
+      if (s.id >= 0) f(KeyOf(s), s.id);
+    }
   }
 
  private:
-  struct Entry {
-    uint32_t offset, size;
-    int32_t id;
-  };
   struct Slot {
-    int32_t entry = -1;
     uint32_t hash32 = 0;
+    int32_t id = -1;  // -1: empty
+    uint32_t offset = 0, size = 0;
   };
 
-  std::string_view KeyOf(int32_t entry) const {
-    const Entry& e = entries_[entry];
-    return std::string_view(arena_).substr(e.offset, e.size);
+  std::string_view KeyOf(const Slot& s) const {
+    return std::string_view(arena_).substr(s.offset, s.size);
   }
 
   void Rehash(size_t cap) {
     std::vector<Slot> slots(cap);
     size_t mask = cap - 1;
-    for (size_t k = 0; k < entries_.size(); ++k) {
-      uint64_t h = HashBytes(KeyOf(static_cast<int32_t>(k)));
-      size_t i = h & mask;
-      while (slots[i].entry >= 0) i = (i + 1) & mask;
-      slots[i].entry = static_cast<int32_t>(k);
-      slots[i].hash32 = static_cast<uint32_t>(h);
+    for (const Slot& s : slots_) {
+      if (s.id < 0) continue;
+      size_t i = HashBytes(KeyOf(s)) & mask;
+      while (slots[i].id >= 0) i = (i + 1) & mask;
+      slots[i] = s;
     }
     slots_ = std::move(slots);
   }
 
   std::string arena_;
-  std::vector<Entry> entries_;
   std::vector<Slot> slots_;
   size_t count_ = 0;
 };

@@ -5,11 +5,19 @@
 #include <string>
 
 #include "tokenizer/components.h"
+#include "tokenizer/hash_maps.h"
 
 namespace gizllm::tok {
 
-Expected<std::unique_ptr<Model>> MakeBpeModel(const Json& j, const std::string& where);
-Expected<std::unique_ptr<Model>> MakeWordPieceModel(const Json& j, const std::string& where);
-Expected<std::unique_ptr<Model>> MakeUnigramModel(const Json& j, const std::string& where);
+Expected<std::unique_ptr<Model>> MakeBpeModel(const Json& j, const ModelText& text,
+                                              const std::string& where);
+Expected<std::unique_ptr<Model>> MakeWordPieceModel(const Json& j, const ModelText& text,
+                                                    const std::string& where);
+Expected<std::unique_ptr<Model>> MakeUnigramModel(const Json& j, const ModelText& text,
+                                                  const std::string& where);
+
+// {"token": id, ...} -> vocab; *max_id the highest id (-1 when empty).
+Status ReadIdObject(std::string_view text, const std::string& where, StringIdMap* vocab,
+                    int32_t* max_id);
 
 }  // namespace gizllm::tok

@@ -7,6 +7,7 @@
 #include "core/mapped_file.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/components.h"
+#include "tokenizer/json_scan.h"
 #include "tokenizer/unicode.h"
 
 namespace gizllm {
@@ -61,7 +62,7 @@ Expected<std::vector<int32_t>> TokenizerData::EncodeText(std::string_view text) 
 
 namespace {
 
-Expected<std::shared_ptr<TokenizerData>> Build(const Json& root) {
+Expected<std::shared_ptr<TokenizerData>> Build(const Json& root, const ModelText& model_text) {
   if (!root.is_object()) return InvalidArgument("expected a JSON object at the top level");
   auto data = std::make_shared<TokenizerData>();
   auto field = [&](const char* key) -> const Json& {
@@ -73,7 +74,7 @@ Expected<std::shared_ptr<TokenizerData>> Build(const Json& root) {
   GZ_ASSIGN_OR_RETURN(data->pre_tokenizer,
                       MakePreTokenizer(field("pre_tokenizer"), "pre_tokenizer"));
   if (!field("model").is_object()) return InvalidArgument("field 'model': expected an object");
-  GZ_ASSIGN_OR_RETURN(data->model, MakeModel(field("model"), "model"));
+  GZ_ASSIGN_OR_RETURN(data->model, MakeModel(field("model"), model_text, "model"));
   GZ_ASSIGN_OR_RETURN(data->post_processor,
                       MakePostProcessor(field("post_processor"), "post_processor"));
   GZ_ASSIGN_OR_RETURN(data->decoder, MakeDecoder(field("decoder"), "decoder"));
@@ -128,14 +129,51 @@ Expected<std::shared_ptr<TokenizerData>> Build(const Json& root) {
 }  // namespace tok
 
 Expected<Tokenizer> Tokenizer::FromJson(std::string_view json, const std::string& name) {
+  // The model's vocab and merges (most of the file) are read by a fast scanner; the rest, with
+  // those two replaced by null, as a JSON document.
+  tok::ModelText model_text;
+  std::string rest;
+  {
+    tok::JsonScanner scan(json);
+    scan.Peek();
+    tok::JsonRange top{scan.pos(), json.size()};
+    auto model = tok::FindMember(json, top, "model");
+    if (!model.ok()) return InvalidArgument(name + ": not valid JSON: " + model.status().message());
+    tok::JsonRange vocab, merges;
+    if (!model->empty() && json[model->begin] == '{') {
+      auto v = tok::FindMember(json, *model, "vocab");
+      auto m = tok::FindMember(json, *model, "merges");
+      if (!v.ok() || !m.ok()) {
+        return InvalidArgument(
+            name + ": not valid JSON in field 'model': " + (v.ok() ? m : v).status().message());
+      }
+      vocab = *v;
+      merges = *m;
+    }
+    model_text.vocab = json.substr(vocab.begin, vocab.end - vocab.begin);
+    model_text.merges = json.substr(merges.begin, merges.end - merges.begin);
+    // Cut them out, in text order.
+    std::vector<tok::JsonRange> cuts;
+    for (auto r : {vocab, merges}) {
+      if (!r.empty()) cuts.push_back(r);
+    }
+    std::sort(cuts.begin(), cuts.end(), [](auto& x, auto& y) { return x.begin < y.begin; });
+    size_t prev = 0;
+    for (const auto& r : cuts) {
+      rest.append(json.substr(prev, r.begin - prev));
+      rest += "null";
+      prev = r.end;
+    }
+    rest.append(json.substr(prev));
+  }
   tok::Json root;
   try {
-    root = tok::Json::parse(json.begin(), json.end());
+    root = tok::Json::parse(rest);
   } catch (const tok::Json::exception& e) {
     return InvalidArgument(name + ": not valid JSON: " + e.what());
   }
   try {
-    auto data = tok::Build(root);
+    auto data = tok::Build(root, model_text);
     if (!data.ok()) return data.status().Annotate(name);
     Tokenizer t;
     t.data_ = std::move(data).value();
@@ -148,9 +186,10 @@ Expected<Tokenizer> Tokenizer::FromJson(std::string_view json, const std::string
 Expected<Tokenizer> Tokenizer::Load(const std::string& path) {
   std::string file = path;
   if (!FileExists(file) || FileExists(file + "/tokenizer.json")) file = path + "/tokenizer.json";
-  auto text = ReadFile(file);
-  if (!text.ok()) return text.status();
-  return FromJson(*text, file);
+  auto mapped = MappedFile::Open(file);
+  if (!mapped.ok()) return mapped.status();
+  return FromJson(std::string_view(reinterpret_cast<const char*>(mapped->data()), mapped->size()),
+                  file);
 }
 
 Expected<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool add_special) const {

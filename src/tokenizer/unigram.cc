@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "tokenizer/hash_maps.h"
+#include "tokenizer/json_scan.h"
 #include "tokenizer/models.h"
 #include "tokenizer/unicode.h"
 
@@ -100,27 +101,29 @@ class UnigramModel : public Model {
   }
   int64_t size() const override { return static_cast<int64_t>(tokens_.size()); }
 
-  static Expected<std::unique_ptr<Model>> Make(const Json& j, const std::string& where) {
+  static Expected<std::unique_ptr<Model>> Make(const Json& j, const ModelText& text,
+                                               const std::string& where) {
     auto m = std::make_unique<UnigramModel>();
-    auto vit = j.find("vocab");
-    if (vit == j.end() || !vit->is_array()) {
-      return InvalidArgument("field '" + where + ".vocab': expected an array of [piece, score]");
+    const std::string vwhere = where + ".vocab";
+    JsonScanner scan(text.vocab);
+    if (!scan.Consume('[')) {
+      return InvalidArgument("field '" + vwhere + "': expected an array of [piece, score]");
     }
-    m->vocab_.Reserve(vit->size());
+    m->vocab_.Reserve(text.vocab.size() / 16);
     m->min_score_ = std::numeric_limits<double>::infinity();
-    for (size_t i = 0; i < vit->size(); ++i) {
-      const Json& e = (*vit)[i];
-      if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number()) {
-        return InvalidArgument("field '" + where + ".vocab[" + std::to_string(i) +
+    std::string piece;
+    for (int32_t id = 0; !scan.Consume(']'); ++id) {
+      double score;
+      if ((id > 0 && !scan.Consume(',')) || !scan.Consume('[') || !scan.String(&piece) ||
+          !scan.Consume(',') || !scan.Number(&score) || !scan.Consume(']')) {
+        return InvalidArgument("field '" + vwhere + "[" + std::to_string(id) +
                                "]': expected [piece, score]");
       }
-      const std::string& piece = e[0].get_ref<const std::string&>();
-      int32_t id = static_cast<int32_t>(i);
       // A duplicate piece maps to its last id, as in Hugging Face.
       m->vocab_.Set(piece, id);
       m->tokens_.push_back(piece);
-      m->scores_.push_back(e[1].get<double>());
-      m->min_score_ = std::min(m->min_score_, m->scores_.back());
+      m->scores_.push_back(score);
+      m->min_score_ = std::min(m->min_score_, score);
     }
     // The trie holds every piece; the last duplicate wins, as the text -> id map.
     m->terminal_.assign(1, -1);
@@ -130,7 +133,7 @@ class UnigramModel : public Model {
     });
     if (auto it = j.find("unk_id"); it != j.end() && !it->is_null()) {
       if (!it->is_number_integer() || it->get<int64_t>() < 0 ||
-          it->get<int64_t>() >= static_cast<int64_t>(vit->size())) {
+          it->get<int64_t>() >= static_cast<int64_t>(m->tokens_.size())) {
         return InvalidArgument("field '" + where + ".unk_id': expected an id in the vocab");
       }
       m->unk_id_ = it->get<int32_t>();
@@ -175,8 +178,9 @@ class UnigramModel : public Model {
 
 }  // namespace
 
-Expected<std::unique_ptr<Model>> MakeUnigramModel(const Json& j, const std::string& where) {
-  return UnigramModel::Make(j, where);
+Expected<std::unique_ptr<Model>> MakeUnigramModel(const Json& j, const ModelText& text,
+                                                  const std::string& where) {
+  return UnigramModel::Make(j, text, where);
 }
 
 }  // namespace gizllm::tok

@@ -53,27 +53,15 @@ class WordPieceModel : public Model {
   }
   int64_t size() const override { return static_cast<int64_t>(tokens_.size()); }
 
-  static Expected<std::unique_ptr<Model>> Make(const Json& j, const std::string& where) {
+  static Expected<std::unique_ptr<Model>> Make(const Json& j, const ModelText& text,
+                                               const std::string& where) {
     auto m = std::make_unique<WordPieceModel>();
-    auto vit = j.find("vocab");
-    if (vit == j.end() || !vit->is_object()) {
-      return InvalidArgument("field '" + where + ".vocab': expected an object of token: id");
-    }
-    m->vocab_.Reserve(vit->size());
     int32_t max_id = -1;
-    for (auto it = vit->begin(); it != vit->end(); ++it) {
-      if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-          it.value().get<int64_t>() > (1 << 30)) {
-        return InvalidArgument("field '" + where + ".vocab[\"" + it.key() +
-                               "\"]': expected a non-negative id");
-      }
-      m->vocab_.Set(it.key(), it.value().get<int32_t>());
-      max_id = std::max(max_id, it.value().get<int32_t>());
-    }
+    GZ_RETURN_IF_ERROR(ReadIdObject(text.vocab, where + ".vocab", &m->vocab_, &max_id));
     m->tokens_.resize(max_id + 1);
     m->known_.assign(max_id + 1, false);
-    m->vocab_.ForEach([&](std::string_view text, int32_t id) {
-      m->tokens_[id] = std::string(text);
+    m->vocab_.ForEach([&](std::string_view token, int32_t id) {
+      m->tokens_[id] = std::string(token);
       m->known_[id] = true;
     });
     GZ_ASSIGN_OR_RETURN(std::string unk, GetString(j, "unk_token", where));
@@ -102,8 +90,9 @@ class WordPieceModel : public Model {
 
 }  // namespace
 
-Expected<std::unique_ptr<Model>> MakeWordPieceModel(const Json& j, const std::string& where) {
-  return WordPieceModel::Make(j, where);
+Expected<std::unique_ptr<Model>> MakeWordPieceModel(const Json& j, const ModelText& text,
+                                                    const std::string& where) {
+  return WordPieceModel::Make(j, text, where);
 }
 
 }  // namespace gizllm::tok
