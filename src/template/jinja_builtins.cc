@@ -423,7 +423,7 @@ std::optional<Value> DictMethod(const Value& self, const std::string& name) {
 Expected<Value> Length(const Value& v) {
   if (v.IsUndefined()) return Value(int64_t{0});
   if (v.IsString()) return Value(static_cast<int64_t>(Utf8Length(v.AsString())));
-  if (v.IsList()) return Value(static_cast<int64_t>(v.AsList().size()));
+  if (v.IsList() && !v.IsGenerator()) return Value(static_cast<int64_t>(v.AsList().size()));
   if (v.IsDict() && !v.AsDict().is_namespace) {
     return Value(static_cast<int64_t>(v.AsDict().items.size()));
   }
@@ -437,7 +437,8 @@ bool Less(const Value& a, const Value& b, Status* error) {
     return a.AsInt() < b.AsInt();
   }
   if (a.IsString() && b.IsString()) return a.AsString() < b.AsString();
-  if (a.IsList() && b.IsList()) {
+  if (a.IsList() && b.IsList() && !a.IsGenerator() && !b.IsGenerator() &&
+      a.IsTuple() == b.IsTuple()) {
     const List& x = a.AsList();
     const List& y = b.AsList();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
@@ -570,7 +571,9 @@ Expected<Value> PercentFormat(const std::string& fmt, const Value& args) {
     }
     out += buf;
   }
-  if (!args.IsDict() && next < items.size()) {
+  // Python's quirk: a list or dict on the right is one argument that may go unused.
+  bool may_go_unused = args.IsDict() || (args.IsList() && !args.IsTuple());
+  if (!may_go_unused && next < items.size()) {
     return TypeError("not all arguments converted during string formatting");
   }
   return Value(std::move(out));
@@ -692,6 +695,7 @@ Expected<Value> GetItem(const Value& obj, const Value& key) {
       break;
     case Value::Kind::kList:
     case Value::Kind::kString:
+      if (obj.IsGenerator()) break;
       if (key.IsInt() || key.IsBool()) {
         int64_t i = key.AsInt();
         if (obj.IsList()) {
@@ -716,7 +720,7 @@ Expected<Value> GetItem(const Value& obj, const Value& key) {
 
 Expected<Value> GetSlice(const Value& obj, const Value* start, const Value* stop,
                          const Value* step) {
-  if (!obj.IsList() && !obj.IsString()) {
+  if ((!obj.IsList() && !obj.IsString()) || obj.IsGenerator()) {
     if (obj.IsUndefined()) return InvalidArgument("'" + obj.undefined_name() + "' is undefined");
     return Value::MakeUndefined("");
   }
@@ -790,6 +794,9 @@ Expected<Value> BinaryOp(const std::string& op, const Value& a, const Value& b) 
       }
       found = b.AsString().find(a.AsString()) != std::string::npos;
     } else if (b.IsDict() && !b.AsDict().is_namespace) {
+      if ((a.IsList() && !a.IsTuple()) || a.IsDict()) {
+        return TypeError("unhashable type: '" + a.TypeName() + "'");
+      }
       found = a.IsString() && b.AsDict().Find(a.AsString()) != nullptr;
     } else if (b.IsList()) {
       for (const Value& x : b.AsList()) {
@@ -844,8 +851,26 @@ Expected<Value> BinaryOp(const std::string& op, const Value& a, const Value& b) 
     if (op == "//" || op == "%") {
       if (b.AsDouble() == 0) return InvalidArgument("integer division or modulo by zero");
       if (as_float) {
-        double q = std::floor(a.AsDouble() / b.AsDouble());
-        return op == "//" ? Value(q) : Value(a.AsDouble() - q * b.AsDouble());
+        // CPython's float_divmod, so that 2.5 // 0.1 is 24.0 as in Python.
+        double vx = a.AsDouble(), wx = b.AsDouble();
+        double mod = std::fmod(vx, wx);
+        double div = (vx - mod) / wx;
+        if (mod != 0) {
+          if ((wx < 0) != (mod < 0)) {
+            mod += wx;
+            div -= 1.0;
+          }
+        } else {
+          mod = std::copysign(0.0, wx);
+        }
+        double floordiv = 0;
+        if (div != 0) {
+          floordiv = std::floor(div);
+          if (div - floordiv > 0.5) floordiv += 1.0;
+        } else {
+          floordiv = std::copysign(0.0, vx / wx);
+        }
+        return op == "//" ? Value(floordiv) : Value(mod);
       }
       int64_t x = a.AsInt(), y = b.AsInt();
       int64_t q = x / y;
@@ -864,16 +889,18 @@ Expected<Value> BinaryOp(const std::string& op, const Value& a, const Value& b) 
   }
   if (op == "+") {
     if (a.IsString() && b.IsString()) return Value(a.AsString() + b.AsString());
-    if (a.IsList() && b.IsList()) {
+    if (a.IsList() && b.IsList() && !a.IsGenerator() && !b.IsGenerator() &&
+        a.IsTuple() == b.IsTuple()) {
       List l = a.AsList();
       l.insert(l.end(), b.AsList().begin(), b.AsList().end());
-      return Value::MakeList(std::move(l));
+      return a.IsTuple() ? Value::MakeTuple(std::move(l)) : Value::MakeList(std::move(l));
     }
   }
   if (op == "*") {
     const Value& seq = a.IsNumber() ? b : a;
     const Value& times = a.IsNumber() ? a : b;
-    if ((times.IsInt() || times.IsBool()) && (seq.IsString() || seq.IsList())) {
+    if ((times.IsInt() || times.IsBool()) && (seq.IsString() || seq.IsList()) &&
+        !seq.IsGenerator()) {
       int64_t n = std::max<int64_t>(times.AsInt(), 0);
       size_t unit = seq.IsString() ? seq.AsString().size() : seq.AsList().size();
       if (unit > 0 && static_cast<uint64_t>(n) > (uint64_t{1} << 26) / unit) {
@@ -887,7 +914,7 @@ Expected<Value> BinaryOp(const std::string& op, const Value& a, const Value& b) 
       List out;
       for (int64_t i = 0; i < n; ++i)
         out.insert(out.end(), seq.AsList().begin(), seq.AsList().end());
-      return Value::MakeList(std::move(out));
+      return seq.IsTuple() ? Value::MakeTuple(std::move(out)) : Value::MakeList(std::move(out));
     }
   }
   if (op == "%" && a.IsString()) return PercentFormat(a.AsString(), b);
@@ -913,7 +940,7 @@ Expected<bool> ApplyTest(const std::string& name, const Value& v, const Args& a)
            (v.IsDict() && !v.AsDict().is_namespace);
   }
   if (name == "sequence") {
-    return v.kind() == K::kUndefined || v.IsList() || v.IsString() ||
+    return v.kind() == K::kUndefined || (v.IsList() && !v.IsGenerator()) || v.IsString() ||
            (v.IsDict() && !v.AsDict().is_namespace);
   }
   if (name == "lower" || name == "upper") {
@@ -922,9 +949,9 @@ Expected<bool> ApplyTest(const std::string& name, const Value& v, const Args& a)
                            : Upper(v.AsString()) == v.AsString();
   }
   if (name == "even" || name == "odd") {
-    if (!v.IsInt() && !v.IsBool()) return TypeError("even/odd test needs an integer");
-    bool even = v.AsInt() % 2 == 0;
-    return name == "even" ? even : !even;
+    if (!v.IsNumber()) return TypeError("even/odd test needs a number");
+    GZ_ASSIGN_OR_RETURN(Value rem, BinaryOp("%", v, Value(int64_t{2})));
+    return name == "even" ? Equals(rem, Value(int64_t{0})) : Equals(rem, Value(int64_t{1}));
   }
   if (name == "divisibleby") {
     GZ_ASSIGN_OR_RETURN(int64_t n, IntArg(a.Get(0, "num"), 0, "divisibleby"));
@@ -1007,7 +1034,12 @@ Expected<Value> ApplyFilter(const std::string& name, const Value& v, const Args&
     GZ_ASSIGN_OR_RETURN(int64_t count, IntArg(a.Get(2, "count"), -1, "count"));
     return Value(Replace(v.Str(), old, repl, count));
   }
-  if (name == "indent") return IndentFilter(v.Str(), a);
+  if (name == "indent") {
+    if (!v.IsString()) {
+      return TypeError("unsupported operand type(s) for +=: '" + v.TypeName() + "' and 'str'");
+    }
+    return IndentFilter(v.AsString(), a);
+  }
   if (name == "escape" || name == "e") {
     std::string out;
     for (char c : v.Str()) {
@@ -1047,6 +1079,7 @@ Expected<Value> ApplyFilter(const std::string& name, const Value& v, const Args&
       if (c.empty()) return Value::MakeUndefined(name);
       return Value(EncodeUtf8({name == "first" ? c.front() : c.back()}));
     }
+    if (name == "last" && v.IsGenerator()) return TypeError("'generator' object is not reversible");
     GZ_ASSIGN_OR_RETURN(List l, Iterate(v));
     if (l.empty()) return Value::MakeUndefined(name);
     return name == "first" ? l.front() : l.back();
@@ -1061,16 +1094,18 @@ Expected<Value> ApplyFilter(const std::string& name, const Value& v, const Args&
       std::reverse(c.begin(), c.end());
       return Value(EncodeUtf8(c));
     }
+    // reversed() of a list is an iterator; a generator cannot be reversed, so Jinja makes a list.
+    bool was_generator = v.IsGenerator();
     GZ_ASSIGN_OR_RETURN(List l, Iterate(v));
     std::reverse(l.begin(), l.end());
-    return Value::MakeList(std::move(l));
+    return was_generator ? Value::MakeList(std::move(l)) : Value::MakeGenerator(std::move(l));
   }
   if (name == "items") {
     if (v.IsUndefined()) return Value::MakeList();
     if (!v.IsDict()) return TypeError("can only get item pairs from a mapping");
     List l;
     for (const auto& [k, x] : v.AsDict().items) l.push_back(Value::MakeTuple({Value(k), x}));
-    return Value::MakeList(std::move(l));
+    return Value::MakeGenerator(std::move(l));
   }
   if (name == "join") {
     std::string sep = a.Get(0, "d") != nullptr ? a.Get(0, "d")->Str() : "";
@@ -1087,6 +1122,9 @@ Expected<Value> ApplyFilter(const std::string& name, const Value& v, const Args&
       }
     }
     return Value(std::move(out));
+  }
+  if ((name == "int" || name == "float") && v.IsUndefined()) {
+    return InvalidArgument("'" + v.undefined_name() + "' is undefined");
   }
   if (name == "int") {
     const Value* fallback = a.Get(0, "default");
@@ -1171,6 +1209,11 @@ Expected<Value> ApplyFilter(const std::string& name, const Value& v, const Args&
       keys.push_back(std::move(key));
     }
     if (name == "unique") {
+      for (const Value& k : keys) {
+        if ((k.IsList() && !k.IsTuple()) || k.IsDict()) {
+          return TypeError("unhashable type: '" + k.TypeName() + "'");
+        }
+      }
       List out;
       std::vector<Value> seen;
       for (size_t i = 0; i < l.size(); ++i) {
@@ -1181,7 +1224,7 @@ Expected<Value> ApplyFilter(const std::string& name, const Value& v, const Args&
           out.push_back(l[i]);
         }
       }
-      return Value::MakeList(std::move(out));
+      return Value::MakeGenerator(std::move(out));
     }
     std::vector<size_t> order(l.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -1215,7 +1258,7 @@ Expected<Value> ApplyFilter(const std::string& name, const Value& v, const Args&
         if (item.IsUndefined() && fallback != nullptr) item = *fallback;
         out.push_back(std::move(item));
       }
-      return Value::MakeList(std::move(out));
+      return Value::MakeGenerator(std::move(out));
     }
     if (a.positional.empty() || !a.positional[0].IsString()) {
       return TypeError("map needs a filter name or attribute=");
@@ -1227,7 +1270,7 @@ Expected<Value> ApplyFilter(const std::string& name, const Value& v, const Args&
       GZ_ASSIGN_OR_RETURN(Value item, ApplyFilter(a.positional[0].AsString(), x, rest));
       out.push_back(std::move(item));
     }
-    return Value::MakeList(std::move(out));
+    return Value::MakeGenerator(std::move(out));
   }
   if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {
     bool keep_match = name == "select" || name == "selectattr";
@@ -1247,7 +1290,7 @@ Expected<Value> ApplyFilter(const std::string& name, const Value& v, const Args&
       GZ_ASSIGN_OR_RETURN(bool match, TestMatches(item, a, by_attr ? 1 : 0, true));
       if (match == keep_match) out.push_back(x);
     }
-    return Value::MakeList(std::move(out));
+    return Value::MakeGenerator(std::move(out));
   }
   return Unimplemented("unsupported filter '" + name + "'");
 }

@@ -15,6 +15,12 @@ Value Value::MakeTuple(List items) {
   return v;
 }
 
+Value Value::MakeGenerator(List items) {
+  Value v = MakeList(std::move(items));
+  v.generator_ = true;
+  return v;
+}
+
 Value Value::MakeDict() { return Value(std::make_shared<Dict>()); }
 
 Value Value::FromJson(const nlohmann::ordered_json& j) {
@@ -61,7 +67,7 @@ bool Value::Truthy() const {
     case Kind::kString:
       return !AsString().empty();
     case Kind::kList:
-      return !AsList().empty();
+      return generator_ || !AsList().empty();
     case Kind::kDict:
       return AsDict().is_namespace || !AsDict().items.empty();
     case Kind::kCallable:
@@ -85,7 +91,7 @@ std::string Value::TypeName() const {
     case Kind::kString:
       return "str";
     case Kind::kList:
-      return "list";
+      return generator_ ? "generator" : tuple_ ? "tuple" : "list";
     case Kind::kDict:
       return AsDict().is_namespace ? "Namespace" : "dict";
     case Kind::kCallable:
@@ -213,6 +219,7 @@ std::string Value::Repr() const {
     case Kind::kString:
       return ReprString(AsString());
     case Kind::kList: {
+      if (generator_) return "<generator object>";
       std::string out = tuple_ ? "(" : "[";
       bool first = true;
       for (const Value& v : AsList()) {
@@ -278,6 +285,7 @@ bool Equals(const Value& a, const Value& b) {
     case K::kString:
       return a.AsString() == b.AsString();
     case K::kList: {
+      if (a.IsGenerator() || b.IsGenerator()) return a.list_ptr() == b.list_ptr();
       if (a.IsTuple() != b.IsTuple()) return false;
       const List& x = a.AsList();
       const List& y = b.AsList();
@@ -403,6 +411,8 @@ Status JsonValue(const Value& v, const std::optional<std::string>& indent, bool 
       JsonString(v.AsString(), ascii, out);
       return Status::Ok();
     case K::kList: {
+      if (v.IsGenerator())
+        return InvalidArgument("Object of type generator is not JSON serializable");
       const List& l = v.AsList();
       if (l.empty()) {
         out += "[]";

@@ -52,6 +52,9 @@ class Value {
   static Value MakeList(List items = {});
   // A Python tuple: a list that prints with parentheses.
   static Value MakeTuple(List items);
+  // What Jinja's map, select, reject, unique and reverse return: a generator, here with its
+  // items already computed. It is always true, has no len(), and cannot be indexed.
+  static Value MakeGenerator(List items);
   static Value MakeDict();
   static Value FromJson(const nlohmann::ordered_json& j);
 
@@ -66,6 +69,7 @@ class Value {
   bool IsString() const { return kind() == Kind::kString; }
   bool IsList() const { return kind() == Kind::kList; }
   bool IsTuple() const { return tuple_; }
+  bool IsGenerator() const { return generator_; }
   bool IsDict() const { return kind() == Kind::kDict; }
   bool IsCallable() const { return kind() == Kind::kCallable; }
 
@@ -96,6 +100,7 @@ class Value {
   std::variant<Undefined, None, bool, int64_t, double, std::string, ListPtr, DictPtr, CallablePtr>
       v_;
   bool tuple_ = false;
+  bool generator_ = false;
 };
 
 // A Python dict with string keys, in insertion order. A namespace() is a dict whose attributes

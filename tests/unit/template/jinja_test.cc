@@ -215,6 +215,13 @@ f({"x": 1}))~"},
                  R"~(HELLO HELLO WORLD|L3L1L2|padded|)~"},
                 {"percent_too_many", R"~({{ '%s' % (1, 2) }})~", nullptr},
                 {"percent_too_few", R"~({{ '%s %s' % (1,) }})~", nullptr},
+                {"python_quirks",
+                 R"~({{ 2.5 // 0.1 }} {{ 2.5 % 0.1 }} {{ -7.5 // 2 }} {{ -7.5 % 2 }} {{ 'abc' % [1] }} {{ (1, 2) * 2 }} {{ (1,) + (2,) }} {{ l | reverse | list }} {{ l | select | list | length }} {% if [] | select %}generator-true{% endif %} {{ d | items | list }} {{ 1.5 is odd }} {{ 3.0 is odd }})~", R"~(24.0 0.09999999999999987 -4.0 0.5 abc (1, 2, 1, 2) (1, 2) [2, 1, 3] 3 generator-true [('b', 1), ('a', [1, 2.0, None, True, 'x'])] False True)~"},
+                {"unhashable_in", R"~({{ d in d }})~", nullptr},
+                {"unique_unhashable", R"~({{ msgs | unique | list }})~", nullptr},
+                {"generator_length", R"~({{ l | select | length }})~", nullptr},
+                {"undefined_float", R"~({{ zz | float }})~", nullptr},
+                {"indent_non_string", R"~({{ 5 | indent }})~", nullptr},
 };
 
 Dict Variables() {
