@@ -28,9 +28,9 @@ class BpeModel : public Model {
   }
 
   int32_t TokenId(std::string_view token) const override { return vocab_.Get(token); }
-  const std::string* TokenText(int32_t id) const override {
-    if (id < 0 || id >= static_cast<int32_t>(tokens_.size()) || !known_[id]) return nullptr;
-    return &tokens_[id];
+  std::optional<std::string_view> TokenText(int32_t id) const override {
+    if (id < 0 || id >= static_cast<int32_t>(tokens_.size()) || !known_[id]) return std::nullopt;
+    return tokens_[id];
   }
   int64_t size() const override { return static_cast<int64_t>(tokens_.size()); }
 
@@ -144,8 +144,8 @@ class BpeModel : public Model {
   }
 
   StringIdMap vocab_;
-  std::vector<std::string> tokens_;  // [size()] token text by id
-  std::vector<bool> known_;          // [size()] whether the id is in the vocabulary
+  std::vector<std::string_view> tokens_;  // [size()] token text by id (in vocab_)
+  std::vector<bool> known_;               // [size()] whether the id is in the vocabulary
   PairMap merges_;
   int32_t byte_ids_[256];
   int32_t unk_id_ = -1;
@@ -170,7 +170,7 @@ Expected<std::unique_ptr<Model>> BpeModel::Make(const Json& j, const ModelText& 
   m->tokens_.resize(max_id + 1);
   m->known_.assign(max_id + 1, false);
   m->vocab_.ForEach([&](std::string_view token, int32_t id) {
-    m->tokens_[id] = std::string(token);
+    m->tokens_[id] = token;
     m->known_[id] = true;
   });
 
@@ -198,8 +198,7 @@ Expected<std::unique_ptr<Model>> BpeModel::Make(const Json& j, const ModelText& 
   if (!scan.Consume('[')) return InvalidArgument("field '" + mwhere + "': expected an array");
   {
     // Size the table once: one merge per string ("a b") or per two strings (["a", "b"]).
-    size_t quotes = 0;
-    for (char c : text.merges) quotes += c == '"';
+    size_t quotes = CountByte(text.merges, '"');
     bool pairs = text.merges.find('[', text.merges.find('[') + 1) != std::string_view::npos;
     m->merges_.Reserve(quotes / (pairs ? 4 : 2));
   }
@@ -286,8 +285,7 @@ Status ReadIdObject(std::string_view text, const std::string& where, StringIdMap
   JsonScanner scan(text);
   if (!scan.Consume('{')) return InvalidArgument("field '" + where + "': expected an object");
   {
-    size_t quotes = 0;
-    for (char c : text) quotes += c == '"';
+    size_t quotes = CountByte(text, '"');
     vocab->Reserve(quotes / 2, text.size());
   }
   *max_id = -1;

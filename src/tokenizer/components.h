@@ -44,9 +44,10 @@ class Model {
   virtual ~Model() = default;
   // Appends the ids of one pre-tokenized piece.
   virtual void Tokenize(std::string_view piece, std::vector<int32_t>* ids) const = 0;
-  virtual int32_t TokenId(std::string_view token) const = 0;   // -1 if absent
-  virtual const std::string* TokenText(int32_t id) const = 0;  // nullptr if absent
-  virtual int64_t size() const = 0;                            // highest id + 1
+  virtual int32_t TokenId(std::string_view token) const = 0;  // -1 if absent
+  // The token's text, or nullopt if the id is not in the vocabulary.
+  virtual std::optional<std::string_view> TokenText(int32_t id) const = 0;
+  virtual int64_t size() const = 0;  // highest id + 1
 };
 
 class Decoder {

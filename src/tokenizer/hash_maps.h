@@ -41,6 +41,22 @@ inline uint64_t HashU64(uint64_t x) {
   return x;
 }
 
+// Number of `c` in `text`, eight bytes at a time.
+inline size_t CountByte(std::string_view text, char c) {
+  const uint64_t ones = 0x0101010101010101ull, pattern = ones * static_cast<unsigned char>(c);
+  size_t n = 0, i = 0;
+  for (; i + 8 <= text.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, text.data() + i, 8);
+    uint64_t x = w ^ pattern;  // zero bytes where c is
+    // High bit of each zero byte, exactly (no borrow across bytes).
+    uint64_t t = ((x & 0x7F7F7F7F7F7F7F7Full) + 0x7F7F7F7F7F7F7F7Full) | x;
+    n += __builtin_popcountll(~t & 0x8080808080808080ull);
+  }
+  for (; i < text.size(); ++i) n += text[i] == c;
+  return n;
+}
+
 // Token text -> id. Texts live in one arena; each slot holds the hash, id and place of its text,
 // so a lookup touches one slot and one arena line.
 class StringIdMap {

@@ -227,7 +227,7 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special) c
       if (!(skip_special && t.special)) tokens.push_back(t.content);
       continue;
     }
-    if (const std::string* text = data_->model->TokenText(id)) tokens.push_back(*text);
+    if (auto text = data_->model->TokenText(id)) tokens.emplace_back(*text);
   }
   if (!data_->decoder) {
     std::string out;
@@ -252,8 +252,8 @@ std::string Tokenizer::TokenText(int32_t id) const {
   if (auto it = data_->added_by_id.find(id); it != data_->added_by_id.end()) {
     return data_->added[it->second].content;
   }
-  const std::string* text = data_->model->TokenText(id);
-  return text ? *text : std::string();
+  auto text = data_->model->TokenText(id);
+  return text ? std::string(*text) : std::string();
 }
 
 int64_t Tokenizer::vocab_size() const { return data_->vocab_size; }

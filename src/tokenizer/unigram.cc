@@ -95,9 +95,9 @@ class UnigramModel : public Model {
   }
 
   int32_t TokenId(std::string_view token) const override { return vocab_.Get(token); }
-  const std::string* TokenText(int32_t id) const override {
-    if (id < 0 || id >= static_cast<int32_t>(tokens_.size())) return nullptr;
-    return &tokens_[id];
+  std::optional<std::string_view> TokenText(int32_t id) const override {
+    if (id < 0 || id >= static_cast<int32_t>(tokens_.size())) return std::nullopt;
+    return tokens_[id];
   }
   int64_t size() const override { return static_cast<int64_t>(tokens_.size()); }
 

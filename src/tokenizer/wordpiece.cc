@@ -47,9 +47,9 @@ class WordPieceModel : public Model {
   }
 
   int32_t TokenId(std::string_view token) const override { return vocab_.Get(token); }
-  const std::string* TokenText(int32_t id) const override {
-    if (id < 0 || id >= static_cast<int32_t>(tokens_.size()) || !known_[id]) return nullptr;
-    return &tokens_[id];
+  std::optional<std::string_view> TokenText(int32_t id) const override {
+    if (id < 0 || id >= static_cast<int32_t>(tokens_.size()) || !known_[id]) return std::nullopt;
+    return tokens_[id];
   }
   int64_t size() const override { return static_cast<int64_t>(tokens_.size()); }
 
@@ -61,7 +61,7 @@ class WordPieceModel : public Model {
     m->tokens_.resize(max_id + 1);
     m->known_.assign(max_id + 1, false);
     m->vocab_.ForEach([&](std::string_view token, int32_t id) {
-      m->tokens_[id] = std::string(token);
+      m->tokens_[id] = token;
       m->known_[id] = true;
     });
     GZ_ASSIGN_OR_RETURN(std::string unk, GetString(j, "unk_token", where));
@@ -81,8 +81,8 @@ class WordPieceModel : public Model {
 
  private:
   StringIdMap vocab_;
-  std::vector<std::string> tokens_;  // [size()] token text by id
-  std::vector<bool> known_;          // [size()] whether the id is in the vocabulary
+  std::vector<std::string_view> tokens_;  // [size()] token text by id (in vocab_)
+  std::vector<bool> known_;               // [size()] whether the id is in the vocabulary
   int32_t unk_id_ = -1;
   std::string prefix_;
   size_t max_chars_ = 100;
