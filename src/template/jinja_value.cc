@@ -31,8 +31,12 @@ Value Value::FromJson(const nlohmann::ordered_json& j) {
       return Value(j.get<bool>());
     case nlohmann::ordered_json::value_t::number_integer:
       return Value(j.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_unsigned:
-      return Value(static_cast<int64_t>(j.get<uint64_t>()));
+    case nlohmann::ordered_json::value_t::number_unsigned: {
+      // Python's ints are unbounded; past int64 the nearest double is the closest this gets.
+      uint64_t u = j.get<uint64_t>();
+      if (u > static_cast<uint64_t>(INT64_MAX)) return Value(static_cast<double>(u));
+      return Value(static_cast<int64_t>(u));
+    }
     case nlohmann::ordered_json::value_t::number_float:
       return Value(j.get<double>());
     case nlohmann::ordered_json::value_t::string:

@@ -126,6 +126,25 @@ TEST(ChatTemplate, ListOfNamedTemplatesPicksToolUseWithTools) {
   EXPECT_EQ(*tools, "T2");
 }
 
+TEST(ChatTemplate, ChatTemplateJinjaWinsOverTokenizerConfig) {
+  std::string dir = ::testing::TempDir() + "/chat_template_both";
+  std::string cmd = "mkdir -p " + dir;
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  {
+    std::ofstream(dir + "/tokenizer_config.json")
+        << R"({"chat_template": "config", "eos_token": "</s>", "bos_token": null})";
+    std::ofstream(dir + "/chat_template.jinja")
+        << "jinja {{ eos_token }} {{ bos_token is defined }} {{ tools is none }}\n";
+  }
+  Expected<ChatTemplate> t = ChatTemplate::Load(dir);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  Expected<std::string> out = t->Render(ordered_json::parse(R"({"messages": []})"));
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  // A null bos_token is not passed (transformers leaves unset special tokens out); tools is
+  // always passed, as None when the request has none; one final newline is dropped.
+  EXPECT_EQ(*out, "jinja </s> False True");
+}
+
 TEST(ChatTemplate, BadRequestsNameThePart) {
   Expected<ChatTemplate> t = ChatTemplate::FromString("{{ messages | length }}");
   ASSERT_TRUE(t.ok());
