@@ -9,6 +9,7 @@
 //   wordpiece-mixed.json: WordPiece with NFD, StripAccents, Lowercase, Strip normalizers and
 //     Whitespace, Digits, Punctuation pre-tokenizers.
 //   unigram-first.json: Unigram with Metaspace's "first" prepend scheme.
+//   unigram-precompiled.json: Unigram with a Precompiled normalizer (a small character map).
 // The vocabularies are made here from counts (the binding exposes no configurable trainers).
 // Run from the repository root: node tools/tokenizer_build.mjs
 import fs from "node:fs";
@@ -110,6 +111,70 @@ function buildUnigram(byteFallback, scheme = "always") {
   return tok;
 }
 
+// SentencePiece's precompiled character map: a darts-clone double array over the UTF-8 keys whose
+// values are offsets of the replacements in a blob of NUL-terminated strings, laid out as
+// [u32 trie bytes][u32 units][replacements]. Built here for a few mappings so that the Precompiled
+// normalizer can be tested against Hugging Face's reading of the same bytes.
+function precompiledCharsmap(mappings) {
+  const enc = new TextEncoder();
+  let strings = [];
+  let offset = 0;
+  const root = { children: new Map(), value: -1 };
+  for (const [key, replacement] of mappings) {
+    let node = root;
+    for (const b of enc.encode(key)) {
+      if (!node.children.has(b)) node.children.set(b, { children: new Map(), value: -1 });
+      node = node.children.get(b);
+    }
+    node.value = offset;
+    const bytes = enc.encode(replacement);
+    strings.push(...bytes, 0);
+    offset += bytes.length + 1;
+  }
+  const units = [0];
+  const used = new Set([0]);
+  const ensure = (n) => { while (units.length <= n) units.push(0); };
+  // Each node at position p gets a base b: child c at b ^ c, its value (leaf) at b ^ 0 = b.
+  const queue = [[root, 0]];
+  while (queue.length) {
+    const [node, pos] = queue.shift();
+    const labels = [...node.children.keys()];
+    if (node.value >= 0) labels.push(0);
+    if (labels.length === 0) continue;
+    let base = 1;
+    while (labels.some((c) => used.has(base ^ c)) || (base ^ pos) >= (1 << 21)) ++base;
+    labels.forEach((c) => used.add(base ^ c));
+    ensure(base ^ 255);
+    const offset = pos ^ base;
+    units[pos] = (units[pos] & ((1 << 31) | (1 << 8) | 0xff)) | (offset << 10);
+    if (node.value >= 0) {
+      units[pos] |= 1 << 8;
+      units[base] = (node.value | (1 << 31)) >>> 0;
+    }
+    for (const [c, child] of node.children) {
+      units[base ^ c] = c;  // label; offset and leaf bit set when the child is placed
+      queue.push([child, base ^ c]);
+    }
+  }
+  const out = [];
+  const u32 = (v) => { out.push(v & 0xff, (v >>> 8) & 0xff, (v >>> 16) & 0xff, (v >>> 24) & 0xff); };
+  u32(units.length * 4);
+  units.forEach((u) => u32(u >>> 0));
+  out.push(...strings);
+  return out;
+}
+
+function buildPrecompiledUnigram() {
+  const tok = buildUnigram(false);
+  const charsmap = precompiledCharsmap([
+    ["\ufb01", "fi"], ["\u212b", "\u00c5"], ["\uff21", "A"], ["\uff41", "a"], ["\u2460", "1"],
+    ["\u3000", " "], ["\u00a0", " "], ["\uff76", "\u30ab"], ["e\u0301", "\u00e9"], ["\u2126", "\u03a9"],
+    ["\u00bd", "1/2"], ["\u2028", " "], ["\u200b", ""], ["\ufeff", ""], ["K", "k"], ["\u0301", ""],
+  ]);
+  tok.setNormalizer(hf.sequenceNormalizer([hf.precompiled(charsmap), hf.replace("  ", " ")]));
+  return tok;
+}
+
 const built = {
   "bert-uncased": buildBert(true),
   "bert-cased": buildBert(false),
@@ -117,6 +182,7 @@ const built = {
   "unigram-bytes": buildUnigram(true),
   "wordpiece-mixed": buildBert(true, true),
   "unigram-first": buildUnigram(false, "first"),
+  "unigram-precompiled": buildPrecompiledUnigram(),
 };
 for (const [name, tok] of Object.entries(built)) {
   tok.save(`${golden}/${name}.json`, false);

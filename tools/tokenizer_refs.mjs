@@ -41,6 +41,7 @@ export const tokenizers = {
   "unigram": () => `${golden}/unigram.json`,
   "unigram-bytes": () => `${golden}/unigram-bytes.json`,
   "unigram-first": () => `${golden}/unigram-first.json`,
+  "unigram-precompiled": () => `${golden}/unigram-precompiled.json`,
 };
 
 async function main() {
