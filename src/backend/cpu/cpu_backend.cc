@@ -84,24 +84,28 @@ void RopeRows(const RopeParams& p, const float* table, int64_t r0, int64_t r1) {
   }
 }
 
-// One row's query heads of one kv head, over its slot's pages: online softmax one page at a
-// time (scores of a page, then the running max, sum and weighted values rescaled), so no
-// buffer grows with the context. acc: [group, head_dim] scratch.
+// Query heads [g_begin, g_end) (at most kMaxHeads) of kv head kvh for row r, over its slot's
+// pages: online softmax one page at a time (scores of a page, then the running max, sum and
+// weighted values rescaled), so no buffer grows with the context. acc: [g_end - g_begin,
+// head_dim] scratch.
+constexpr int kMaxHeads = 64;
+
 template <class V>
-void AttentionTask(const AttentionParams& p, int64_t r, int kvh, float* acc) {
+void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, int g_end,
+                    float* acc) {
   const int group = p.heads / p.kv_heads;
   const int hd = p.head_dim;
   const int64_t stride = static_cast<int64_t>(p.kv_heads) * hd;  // floats between positions
   const int32_t last = p.positions[r];
   const int32_t first = p.window > 0 ? std::max(0, last - p.window + 1) : 0;
   const int32_t* pages = p.table.pages + static_cast<int64_t>(p.slots[r]) * p.table.max_pages;
-  float max_score[64], total[64];
-  CHECK(group <= 64);
-  for (int g = 0; g < group; ++g) {
-    max_score[g] = -std::numeric_limits<float>::infinity();
-    total[g] = 0.0f;
+  float max_score[kMaxHeads], total[kMaxHeads];
+  DCHECK(g_end - g_begin <= kMaxHeads);
+  for (int h = 0; h < g_end - g_begin; ++h) {
+    max_score[h] = -std::numeric_limits<float>::infinity();
+    total[h] = 0.0f;
   }
-  std::memset(acc, 0, sizeof(float) * group * hd);
+  std::memset(acc, 0, sizeof(float) * (g_end - g_begin) * hd);
   for (int32_t block = first / kPage; block <= last / kPage; ++block) {
     const int32_t t0 = std::max(first, block * kPage) - block * kPage;
     const int32_t t1 = std::min(last, block * kPage + kPage - 1) - block * kPage + 1;
@@ -111,14 +115,14 @@ void AttentionTask(const AttentionParams& p, int64_t r, int kvh, float* acc) {
     const float* k = p.cache.keys + base;  // position t at k + t * stride
     const float* v = p.cache.values + base;
     // Query heads four at a time, so that each key and value is loaded once for them.
-    for (int g0 = 0; g0 < group; g0 += 4) {
-      const int heads = std::min(4, group - g0);
+    for (int g0 = g_begin; g0 < g_end; g0 += 4) {
+      const int heads = std::min(4, g_end - g0);
       const float* q = p.q + (r * p.heads + kvh * group + g0) * hd;  // [heads, hd]
       float s[4 * vec::kScoreRows];
       float correction[4];
       V::ScoresHeads(q, heads, k, stride, count, hd, p.scale, s);
       for (int h = 0; h < heads; ++h) {
-        const int g = g0 + h;
+        const int g = g0 - g_begin + h;
         float* sh = s + h * vec::kScoreRows;
         float block_max = sh[0];
         for (int t = 1; t < count; ++t) block_max = std::max(block_max, sh[t]);
@@ -128,13 +132,24 @@ void AttentionTask(const AttentionParams& p, int64_t r, int kvh, float* acc) {
         total[g] = total[g] * correction[h] + sum;
         max_score[g] = new_max;
       }
-      V::ScaleAddWeightedHeads(acc + g0 * hd, heads, correction, s, v, stride, count, hd);
+      V::ScaleAddWeightedHeads(acc + (g0 - g_begin) * hd, heads, correction, s, v, stride, count,
+                               hd);
     }
   }
-  for (int g = 0; g < group; ++g) {
+  for (int g = g_begin; g < g_end; ++g) {
     float* out = p.out + (r * p.heads + kvh * group + g) * hd;
-    const float inv = 1.0f / total[g];
-    for (int i = 0; i < hd; ++i) out[i] = acc[g * hd + i] * inv;
+    const float* a = acc + (g - g_begin) * hd;
+    const float inv = 1.0f / total[g - g_begin];
+    for (int i = 0; i < hd; ++i) out[i] = a[i] * inv;
+  }
+}
+
+// All query heads of kv head kvh for row r, kMaxHeads at a time. acc: [kMaxHeads, head_dim].
+template <class V>
+void AttentionTask(const AttentionParams& p, int64_t r, int kvh, float* acc) {
+  const int group = p.heads / p.kv_heads;
+  for (int g = 0; g < group; g += kMaxHeads) {
+    AttentionHeads<V>(p, r, kvh, g, std::min(group, g + kMaxHeads), acc);
   }
 }
 
@@ -383,7 +398,8 @@ void CpuBackend::Attention(const AttentionParams& p) {
   if (p.rows <= 0) return;
   const int group = p.heads / p.kv_heads;
   const int threads = pool_->threads();
-  float* scratch = attention_.Get(static_cast<size_t>(threads) * group * p.head_dim);
+  const int per_thread = std::min(group, kMaxHeads) * p.head_dim;
+  float* scratch = attention_.Get(static_cast<size_t>(threads) * per_thread);
   // Work: every query head reads its context once for scores and once for values.
   int64_t work = 0;
   for (int64_t r = 0; r < p.rows; ++r) {
@@ -395,7 +411,7 @@ void CpuBackend::Attention(const AttentionParams& p) {
   WithVec(isa_, [&]<class V>() {
     auto run = [&](int64_t task, int thread) {
       AttentionTask<V>(p, task / p.kv_heads, static_cast<int>(task % p.kv_heads),
-                       scratch + static_cast<int64_t>(thread) * group * p.head_dim);
+                       scratch + static_cast<int64_t>(thread) * per_thread);
     };
     if (threads == 1 || work < kInlineElements || tasks == 1) {
       for (int64_t t = 0; t < tasks; ++t) run(t, 0);

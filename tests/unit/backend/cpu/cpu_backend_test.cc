@@ -351,7 +351,7 @@ TEST_F(CpuBackendTest, AttentionMatchesReference) {
     ThreadPool pool(c.threads);
     CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
     for (Shape s : {Shape{6, 2, 64, 0}, Shape{4, 4, 37, 0}, Shape{3, 1, 16, 21},
-                    Shape{8, 2, 128, 0}, Shape{10, 2, 24, 0}}) {
+                    Shape{8, 2, 128, 0}, Shape{10, 2, 24, 0}, Shape{67, 1, 8, 0}}) {
       const int slots = 3, max_pages = 7;
       TestCache cache(s.kv_heads, s.head_dim, slots, max_pages, rng_);
       for (int64_t rows : {1, 2, 40}) {
