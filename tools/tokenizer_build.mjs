@@ -10,6 +10,7 @@
 //     Whitespace, Digits, Punctuation pre-tokenizers.
 //   unigram-first.json: Unigram with Metaspace's "first" prepend scheme.
 //   unigram-precompiled.json: Unigram with a Precompiled normalizer (a small character map).
+//   word-level.json: WordLevel with WhitespaceSplit and CharDelimiterSplit, no decoder.
 // The vocabularies are made here from counts (the binding exposes no configurable trainers).
 // Run from the repository root: node tools/tokenizer_build.mjs
 import fs from "node:fs";
@@ -175,6 +176,24 @@ function buildPrecompiledUnigram() {
   return tok;
 }
 
+// WordLevel: whole words, with WhitespaceSplit and CharDelimiterSplit pre-tokenizers, NFKD and
+// Lowercase normalizers, no decoder (Hugging Face joins tokens with spaces).
+function buildWordLevel() {
+  const normalizer = hf.sequenceNormalizer([hf.nfkdNormalizer(), hf.lowercase()]);
+  const pre = hf.sequencePreTokenizer([hf.whitespaceSplitPreTokenizer(), hf.charDelimiterSplit("-")]);
+  const words = new Map();
+  for (const t of texts) {
+    for (const [w] of pre.preTokenizeString(normalizer.normalizeString(t))) count(words, w);
+  }
+  const vocab = { "<unk>": 0 };
+  let id = 1;
+  for (const [w] of top(words, 3000, 2)) if (!w.includes("\0")) vocab[w] = id++;
+  const tok = new hf.Tokenizer(hf.WordLevel.init(vocab, { unkToken: "<unk>" }));
+  tok.setNormalizer(normalizer);
+  tok.setPreTokenizer(pre);
+  return tok;
+}
+
 const built = {
   "bert-uncased": buildBert(true),
   "bert-cased": buildBert(false),
@@ -183,6 +202,7 @@ const built = {
   "wordpiece-mixed": buildBert(true, true),
   "unigram-first": buildUnigram(false, "first"),
   "unigram-precompiled": buildPrecompiledUnigram(),
+  "word-level": buildWordLevel(),
 };
 for (const [name, tok] of Object.entries(built)) {
   tok.save(`${golden}/${name}.json`, false);

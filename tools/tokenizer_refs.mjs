@@ -42,6 +42,7 @@ export const tokenizers = {
   "unigram-bytes": () => `${golden}/unigram-bytes.json`,
   "unigram-first": () => `${golden}/unigram-first.json`,
   "unigram-precompiled": () => `${golden}/unigram-precompiled.json`,
+  "word-level": () => `${golden}/word-level.json`,
 };
 
 async function main() {

@@ -314,6 +314,7 @@ Expected<std::unique_ptr<Model>> MakeModel(const Json& j, const ModelText& text,
   if (type == "BPE") return MakeBpeModel(j, text, where);
   if (type == "WordPiece") return MakeWordPieceModel(j, text, where);
   if (type == "Unigram") return MakeUnigramModel(j, text, where);
+  if (type == "WordLevel") return MakeWordLevelModel(j, text, where);
   if (type.empty()) return InvalidArgument("field '" + where + ".type': expected a string");
   return Unimplemented("field '" + where + ".type': unknown model type '" + type + "'");
 }

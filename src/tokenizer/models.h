@@ -1,4 +1,5 @@
-// The models of tokenizer.json: BPE (byte-level and SentencePiece-style), WordPiece, Unigram.
+// The models of tokenizer.json: BPE (byte-level and SentencePiece-style), WordPiece, WordLevel,
+// Unigram.
 #pragma once
 
 #include <memory>
@@ -12,6 +13,8 @@ namespace gizllm::tok {
 Expected<std::unique_ptr<Model>> MakeBpeModel(const Json& j, const ModelText& text,
                                               const std::string& where);
 Expected<std::unique_ptr<Model>> MakeWordPieceModel(const Json& j, const ModelText& text,
+                                                    const std::string& where);
+Expected<std::unique_ptr<Model>> MakeWordLevelModel(const Json& j, const ModelText& text,
                                                     const std::string& where);
 Expected<std::unique_ptr<Model>> MakeUnigramModel(const Json& j, const ModelText& text,
                                                   const std::string& where);
