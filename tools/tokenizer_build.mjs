@@ -10,7 +10,7 @@
 //     Whitespace, Digits, Punctuation pre-tokenizers.
 //   unigram-first.json: Unigram with Metaspace's "first" prepend scheme.
 //   unigram-precompiled.json: Unigram with a Precompiled normalizer (a small character map).
-//   word-level.json: WordLevel with WhitespaceSplit and CharDelimiterSplit, no decoder.
+//   word-level.json: WordLevel with Nmt, WhitespaceSplit and CharDelimiterSplit, no decoder.
 // The vocabularies are made here from counts (the binding exposes no configurable trainers).
 // Run from the repository root: node tools/tokenizer_build.mjs
 import fs from "node:fs";
@@ -176,10 +176,10 @@ function buildPrecompiledUnigram() {
   return tok;
 }
 
-// WordLevel: whole words, with WhitespaceSplit and CharDelimiterSplit pre-tokenizers, NFKD and
-// Lowercase normalizers, no decoder (Hugging Face joins tokens with spaces).
+// WordLevel: whole words, with WhitespaceSplit and CharDelimiterSplit pre-tokenizers, Nmt, NFKD
+// and Lowercase normalizers, no decoder (Hugging Face joins tokens with spaces).
 function buildWordLevel() {
-  const normalizer = hf.sequenceNormalizer([hf.nfkdNormalizer(), hf.lowercase()]);
+  const normalizer = hf.sequenceNormalizer([hf.nmt(), hf.nfkdNormalizer(), hf.lowercase()]);
   const pre = hf.sequencePreTokenizer([hf.whitespaceSplitPreTokenizer(), hf.charDelimiterSplit("-")]);
   const words = new Map();
   for (const t of texts) {

@@ -1,5 +1,5 @@
-// Normalizers: Unicode forms, Replace, Prepend, Strip, Lowercase, StripAccents, BertNormalizer,
-// Precompiled (SentencePiece's character map), Sequence.
+// Normalizers: Unicode forms, Replace, Prepend, Strip, Lowercase, StripAccents, Nmt,
+// BertNormalizer, Precompiled (SentencePiece's character map), Sequence.
 #include <utility>
 
 #include "tokenizer/components.h"
@@ -135,6 +135,32 @@ class LowercaseNormalizer : public Normalizer {
   void Normalize(std::string* text) const override { *text = Lowercase(*text); }
 };
 
+// Nmt: drops ASCII and C1 control characters, turns other spacing code points into spaces.
+class NmtNormalizer : public Normalizer {
+ public:
+  void Normalize(std::string* text) const override {
+    std::string out;
+    out.reserve(text->size());
+    size_t i = 0;
+    while (i < text->size()) {
+      size_t start = i;
+      char32_t c = NextCodePoint(*text, &i);
+      if ((c >= 0x1 && c <= 0x8) || c == 0xB || (c >= 0xE && c <= 0x1F) || c == 0x7F || c == 0x8F ||
+          c == 0x9F) {
+        continue;
+      }
+      if (c == 0x9 || c == 0xA || c == 0xC || c == 0xD || c == 0x1680 ||
+          (c >= 0x200B && c <= 0x200F) || c == 0x2028 || c == 0x2029 || c == 0x2581 ||
+          c == 0xFEFF || c == 0xFFFD) {
+        out += ' ';
+        continue;
+      }
+      out.append(*text, start, i - start);
+    }
+    *text = std::move(out);
+  }
+};
+
 bool IsChineseChar(char32_t c) {
   return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
          (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
@@ -222,6 +248,7 @@ Expected<std::unique_ptr<Normalizer>> MakeNormalizer(const Json& j, const std::s
   if (type == "NFKC") return std::unique_ptr<Normalizer>(new FormNormalizer(Nfkc));
   if (type == "NFKD") return std::unique_ptr<Normalizer>(new FormNormalizer(Nfkd));
   if (type == "Lowercase") return std::unique_ptr<Normalizer>(new LowercaseNormalizer());
+  if (type == "Nmt") return std::unique_ptr<Normalizer>(new NmtNormalizer());
   if (type == "StripAccents") return std::unique_ptr<Normalizer>(new StripAccentsNormalizer());
   if (type == "Sequence") {
     auto it = j.find("normalizers");
