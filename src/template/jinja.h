@@ -23,6 +23,7 @@ class Template {
 
  private:
   std::shared_ptr<const Body> body_;
+  std::vector<std::string> root_undefined_;  // top-level names that start undefined
 };
 
 }  // namespace gizllm::jinja

@@ -81,6 +81,10 @@ struct Node {
   std::vector<ExprPtr> defaults;  // one per param, null where it has none
   Body body;
   Body else_body;
+  // Names the scope of body (else_body) assigns before reading: undefined until assigned, even
+  // where an outer scope has them (filled by AnalyzeScopes).
+  std::vector<std::string> scope_undefined;
+  std::vector<std::string> else_undefined;
 };
 
 }  // namespace gizllm::jinja

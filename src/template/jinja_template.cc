@@ -5,6 +5,7 @@
 #include "template/jinja.h"
 #include "template/jinja_builtins.h"
 #include "template/jinja_parser.h"
+#include "template/jinja_scopes.h"
 
 namespace gizllm::jinja {
 
@@ -15,6 +16,11 @@ namespace {
 struct Frame {
   Dict vars;
   const Frame* parent = nullptr;
+
+  // Shadows outer values of the names the scope owns until it assigns them.
+  void MarkUndefined(const std::vector<std::string>& names) {
+    for (const std::string& n : names) vars.Set(n, Value::MakeUndefined(n));
+  }
 
   const Value* Find(const std::string& name) const {
     for (const Frame* f = this; f != nullptr; f = f->parent) {
@@ -95,7 +101,9 @@ class Renderer {
       case Node::Kind::kSetBlock: {
         std::string captured;
         Flow inner = Flow::kNormal;
-        GZ_RETURN_IF_ERROR(Exec(n.body, frame, captured, inner));
+        Frame block{{}, &frame};
+        block.MarkUndefined(n.scope_undefined);
+        GZ_RETURN_IF_ERROR(Exec(n.body, block, captured, inner));
         frame.vars.Set(n.targets[0], Value(std::move(captured)));
         return Status::Ok();
       }
@@ -127,7 +135,9 @@ class Renderer {
         return Exec(n.body, frame, out, flow);
       case Node::Kind::kFilterBlock: {
         std::string captured;
-        GZ_RETURN_IF_ERROR(Exec(n.body, frame, captured, flow));
+        Frame block{{}, &frame};
+        block.MarkUndefined(n.scope_undefined);
+        GZ_RETURN_IF_ERROR(Exec(n.body, block, captured, flow));
         GZ_ASSIGN_OR_RETURN(Args args, EvalArgs(*n.expr, frame, 1));
         Expected<Value> filtered = ApplyFilter(n.expr->name, Value(std::move(captured)), args);
         if (!filtered.ok()) return Fail(n.expr->pos, filtered.status());
@@ -174,6 +184,7 @@ class Renderer {
     const int64_t length = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < length; ++i) {
       Frame inner{{}, &frame};
+      inner.MarkUndefined(n.scope_undefined);
       Value loop = Value::MakeDict();
       Dict& l = loop.AsDict();
       l.items.reserve(10);
@@ -196,6 +207,7 @@ class Renderer {
     }
     if (length == 0 && !n.else_body.empty()) {
       Frame inner{{}, &frame};
+      inner.MarkUndefined(n.else_undefined);
       Flow flow = Flow::kNormal;
       GZ_RETURN_IF_ERROR(Exec(n.else_body, inner, out, flow));
     }
@@ -224,6 +236,7 @@ class Renderer {
   Expected<Value> CallMacro(const Node& n, const Frame* parent, const Args& args) {
     {
       Frame frame{{}, parent};
+      frame.MarkUndefined(n.scope_undefined);
       if (args.positional.size() > n.params.size()) {
         return InvalidArgument("macro '" + n.name + "' takes " + std::to_string(n.params.size()) +
                                " arguments, got " + std::to_string(args.positional.size()));
@@ -387,13 +400,18 @@ class Renderer {
 Expected<Template> Template::Parse(std::string_view source) {
   GZ_ASSIGN_OR_RETURN(Body body, ParseTemplate(source));
   Template t;
+  t.root_undefined_ = AnalyzeScopes(body);
   t.body_ = std::make_shared<const Body>(std::move(body));
   return t;
 }
 
 Expected<std::string> Template::Render(const Dict& variables) const {
+  // The template's own names live in `root`, above the variables it was given, as Jinja keeps
+  // its locals apart from the context.
   Frame globals{MakeGlobals(), nullptr};
-  Frame root{variables, &globals};
+  Frame context{variables, &globals};
+  Frame root{{}, &context};
+  root.MarkUndefined(root_undefined_);
   Renderer renderer(&root);
   std::string out;
   Flow flow = Flow::kNormal;

@@ -256,6 +256,39 @@ TEST(Jinja, RendersAsJinja2) {
   EXPECT_EQ(checked, static_cast<int>(std::size(kCases)));
 }
 
+// Jinja's compile-time scoping: a name a scope assigns before reading it starts undefined there,
+// also for the macros and blocks inside it (variables: {"a": 10}).
+const JinjaCase kScopeCases[] = {
+    {"scope_macro_before_set",
+     R"~({% macro m() %}{{ a }}{% endmacro %}[{{ m() }}]{% set a = 1 %}[{{ m() }}])~",
+     R"~([][1])~"},
+    {"scope_read_then_set",
+     R"~({% macro m() %}{{ a }}{% endmacro %}{{ a }}[{{ m() }}]{% set a = 1 %}[{{ m() }}])~",
+     R"~(10[10][1])~"},
+    {"scope_set_in_if",
+     R"~({% macro m() %}{{ a }}{% endmacro %}[{{ m() }}]{% if false %}{% set a = 1 %}{% endif %}[{{ m() }}])~",
+     R"~([10][10])~"},
+    {"scope_set_block",
+     R"~({% set blk %}{{ a }}{% endset %}[{{ blk }}]{% set a = 5 %}{% set blk2 %}{{ a }}{% endset %}[{{ blk2 }}])~",
+     R"~([][5])~"},
+    {"scope_loop",
+     R"~({% for i in [1, 2] %}[{{ a }}]{% if i == 1 %}{% set a = 2 %}{% endif %}[{{ a }}]{% endfor %}[{{ a }}]{% for i in [1] %}{% set blk %}{{ b }}{% endset %}[{{ blk }}]{% set b = 3 %}{% endfor %})~",
+     R"~([10][2][10][10][10][])~"},
+};
+
+TEST(Jinja, ScopesAsJinjaCompilesThem) {
+  Dict vars;
+  vars.Set("a", Value(int64_t{10}));
+  for (const JinjaCase& c : kScopeCases) {
+    SCOPED_TRACE(c.name);
+    Expected<Template> t = Template::Parse(c.source);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    Expected<std::string> out = t->Render(vars);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    EXPECT_EQ(*out, c.expected);
+  }
+}
+
 TEST(Jinja, RaiseExceptionCarriesTheMessage) {
   Expected<Template> t =
       Template::Parse("line one\n  {{ raise_exception('roles must alternate') }}");
