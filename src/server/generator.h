@@ -1,0 +1,146 @@
+// What the server asks of a model: Generator (the engine side: requests in, tokens out) and
+// TextModel (the text side: tokenizer, chat template, output parser). The HTTP layer, the OpenAI
+// schema and the metrics are written against these two interfaces and tested with a fake; the
+// real implementation (real_generator.h) wraps the Engine on a Model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+
+namespace gizllm::server {
+
+// How a request picks each token; the fields of the Engine's Sampling as OpenAI names them.
+struct SamplingOptions {
+  float temperature = 1.0f;      // 0: greedy
+  int32_t top_k = 0;             // 0: all tokens
+  float top_p = 1.0f;            // 1: all tokens
+  float min_p = 0.0f;            // 0: off
+  float presence = 0.0f;         // OpenAI presence_penalty
+  float frequency = 0.0f;        // OpenAI frequency_penalty
+  float repetition = 1.0f;       // vLLM repetition_penalty, 1: off
+  std::optional<uint64_t> seed;  // none: a fresh seed per request
+  int32_t logprobs = -1;         // -1: none; n >= 0: each token's logprob and the n most likely
+};
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;  // [tokens]
+  int32_t limit = 16;           // most new tokens
+  SamplingOptions sampling;
+  int32_t mark = -1;        // where a chat's messages end (-1: not a chat)
+  int32_t head = -1;        // length of a start many prompts share (-1: none)
+  bool ignore_eos = false;  // run to the limit through the model's stop tokens
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // the most likely tokens, best first
+};
+
+// What one step did for one request.
+struct GenerateProgress {
+  int64_t id = 0;
+  std::vector<int32_t> tokens;         // new tokens, without the stop token
+  std::vector<TokenLogprob> logprobs;  // one per token in `tokens` when asked for
+  int32_t cached = -1;                 // prompt tokens the slot already held; >= 0 once, when
+                                       // the request took its slot
+  std::string end;                     // "stop", "length" or "" (goes on)
+};
+
+// Engine-wide figures for /metrics.
+struct GeneratorStats {
+  int64_t kv_pages_used = 0;
+  int64_t kv_pages_total = 0;
+  int64_t prompt_tokens_read = 0;    // prompt tokens the model read
+  int64_t prompt_tokens_cached = 0;  // prompt tokens taken from a slot or a stored prefix
+  int64_t preemptions = 0;
+  int32_t waiting = 0;  // requests added but not in a slot
+  int32_t running = 0;  // requests in a slot
+  int32_t slots = 0;
+};
+
+// The engine side. Not thread safe: the server calls it from its one engine thread only.
+class Generator {
+ public:
+  virtual ~Generator() = default;
+  // Queues a request; returns its id. An error names the request field at fault.
+  virtual Expected<int64_t> Add(GenerateRequest request) = 0;
+  // Runs one step; returns what each request got from it.
+  virtual Expected<std::vector<GenerateProgress>> Advance() = 0;
+  // Ends a request now; its slot is free for the next step. Unknown ids are ignored.
+  virtual void Cancel(int64_t id) = 0;
+  // Whether any request is waiting or running.
+  virtual bool Busy() const = 0;
+  virtual GeneratorStats Stats() const = 0;
+};
+
+// A tool call parsed from the model's output.
+struct ToolCall {
+  std::string name;
+  std::string arguments;  // JSON text of the arguments object
+};
+
+// What a piece of the model's output adds to the answer.
+struct OutputDelta {
+  std::string reasoning;
+  std::string content;
+  std::vector<ToolCall> tool_calls;  // complete calls only
+
+  bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
+  void Append(OutputDelta other);
+};
+
+// Splits the model's output into reasoning, content and tool calls, incrementally.
+class OutputParser {
+ public:
+  virtual ~OutputParser() = default;
+  virtual OutputDelta Feed(std::string_view text) = 0;
+  // The rest, at the end of the output (a call cut short stays content).
+  virtual OutputDelta Finish() = 0;
+};
+
+// A chat rendered for the model.
+struct ChatPrompt {
+  std::vector<int32_t> tokens;
+  int32_t mark = -1;      // where the messages end (before the generation prompt)
+  int32_t head = -1;      // where the system turn with the tools ends (-1: none)
+  bool thinking = false;  // whether the model starts its answer inside its reasoning
+};
+
+// What the chat template reads: the request's messages and tools, as Hugging Face passes them.
+struct ChatInput {
+  nlohmann::json messages;  // array of {role, content, tool_calls?, tool_call_id?, ...}
+  nlohmann::json tools;     // array of {type: "function", function: {...}} or null
+  std::optional<bool> enable_thinking;
+  // Text the answer starts with, rendered after the generation prompt (a forced tool call).
+  std::string answer_prefix;
+};
+
+// The text side. Thread safe: HTTP threads call it concurrently.
+class TextModel {
+ public:
+  virtual ~TextModel() = default;
+  virtual std::string Name() const = 0;
+  // The most positions a request may use, prompt and answer together.
+  virtual int32_t Context() const = 0;
+  virtual Expected<std::vector<int32_t>> Tokenize(std::string_view text) const = 0;
+  // The text of `tokens` (bytes, maybe invalid UTF-8 where a character is cut).
+  virtual Expected<std::string> Detokenize(std::span<const int32_t> tokens) const = 0;
+  virtual int32_t Vocab() const = 0;
+  virtual Expected<ChatPrompt> RenderChat(const ChatInput& input) const = 0;
+  // A parser for the answer to a chat with `tools` (a JSON array or null); `thinking`: the
+  // answer starts inside the model's reasoning.
+  virtual std::unique_ptr<OutputParser> NewOutputParser(const nlohmann::json& tools,
+                                                        bool thinking) const = 0;
+};
+
+}  // namespace gizllm::server

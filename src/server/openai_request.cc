@@ -1,0 +1,640 @@
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+namespace gizllm::server {
+namespace {
+
+using nlohmann::json;
+
+std::string TypeName(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  return "an object";
+}
+
+ApiError WrongType(const std::string& param, const std::string& expected, const json& v) {
+  return BadRequest("'" + param + "' must be " + expected + ", got " + TypeName(v), param,
+                    "invalid_type");
+}
+
+ApiError OutOfRange(const std::string& param, const std::string& range) {
+  return BadRequest("'" + param + "' must be " + range, param, "invalid_value");
+}
+
+// Reads optional fields of one JSON object, remembering the first error.
+class Fields {
+ public:
+  explicit Fields(const json& object, std::string prefix = "")
+      : object_(object), prefix_(std::move(prefix)) {}
+
+  const std::optional<ApiError>& error() const { return error_; }
+  void Fail(ApiError e) {
+    if (!error_) error_ = std::move(e);
+  }
+  std::string Name(const std::string& key) const { return prefix_ + key; }
+
+  // The field, or nullptr when it is absent or null.
+  const json* Get(const std::string& key) const {
+    auto it = object_.find(key);
+    if (it == object_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  bool Bool(const std::string& key, bool* out) {
+    const json* v = Get(key);
+    if (!v) return false;
+    if (!v->is_boolean()) return Fail(WrongType(Name(key), "a boolean", *v)), false;
+    *out = v->get<bool>();
+    return true;
+  }
+
+  bool String(const std::string& key, std::string* out) {
+    const json* v = Get(key);
+    if (!v) return false;
+    if (!v->is_string()) return Fail(WrongType(Name(key), "a string", *v)), false;
+    *out = v->get<std::string>();
+    return true;
+  }
+
+  // An integer in [lo, hi].
+  bool Int(const std::string& key, int64_t lo, int64_t hi, int64_t* out) {
+    const json* v = Get(key);
+    if (!v) return false;
+    if (!v->is_number_integer()) return Fail(WrongType(Name(key), "an integer", *v)), false;
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi)) {
+      return Fail(OutOfRange(Name(key), RangeText(lo, hi))), false;
+    }
+    int64_t x = v->get<int64_t>();
+    if (x < lo || x > hi) return Fail(OutOfRange(Name(key), RangeText(lo, hi))), false;
+    *out = x;
+    return true;
+  }
+
+  // A finite number in [lo, hi].
+  bool Float(const std::string& key, double lo, double hi, float* out) {
+    const json* v = Get(key);
+    if (!v) return false;
+    if (!v->is_number()) return Fail(WrongType(Name(key), "a number", *v)), false;
+    double x = v->get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi) {
+      return Fail(OutOfRange(Name(key), "a number in [" + Num(lo) + ", " + Num(hi) + "]")), false;
+    }
+    *out = static_cast<float>(x);
+    return true;
+  }
+
+ private:
+  static std::string Num(double x) {
+    std::string s = std::to_string(x);
+    s.erase(s.find_last_not_of('0') + 1);
+    if (!s.empty() && s.back() == '.') s.pop_back();
+    return s;
+  }
+  static std::string RangeText(int64_t lo, int64_t hi) {
+    if (hi == std::numeric_limits<int64_t>::max()) return "an integer >= " + std::to_string(lo);
+    return "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  }
+
+  const json& object_;
+  std::string prefix_;
+  std::optional<ApiError> error_;
+};
+
+std::optional<ApiError> CheckKnownKeys(const json& body, const std::set<std::string>& known) {
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    if (!known.count(it.key())) {
+      return BadRequest("Unrecognized request argument supplied: " + it.key(), it.key(),
+                        "unknown_parameter");
+    }
+  }
+  return std::nullopt;
+}
+
+// Fields chat and completion requests share. `completion`: the legacy completions API, where
+// logprobs is an integer.
+std::optional<ApiError> ParseGenerationParams(const json& body, bool completion,
+                                              GenerationParams* out) {
+  Fields f(body);
+  f.String("model", &out->model);
+  int64_t n = 0;
+  if (f.Int("max_tokens", 1, std::numeric_limits<int32_t>::max(), &n)) out->max_tokens = n;
+  if (!completion && f.Int("max_completion_tokens", 1, std::numeric_limits<int32_t>::max(), &n)) {
+    out->max_tokens = n;
+  }
+  SamplingOptions& s = out->sampling;
+  f.Float("temperature", 0, 2, &s.temperature);
+  f.Float("top_p", 0, 1, &s.top_p);
+  if (f.Get("top_p") && s.top_p <= 0) f.Fail(OutOfRange("top_p", "a number in (0, 1]"));
+  if (f.Int("top_k", -1, std::numeric_limits<int32_t>::max(), &n)) {
+    s.top_k = n < 0 ? 0 : static_cast<int32_t>(n);
+  }
+  f.Float("min_p", 0, 1, &s.min_p);
+  f.Float("presence_penalty", -2, 2, &s.presence);
+  f.Float("frequency_penalty", -2, 2, &s.frequency);
+  f.Float("repetition_penalty", 0, 2, &s.repetition);
+  if (f.Get("repetition_penalty") && s.repetition <= 0) {
+    f.Fail(OutOfRange("repetition_penalty", "a number in (0, 2]"));
+  }
+  if (f.Int("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &n)) {
+    s.seed = static_cast<uint64_t>(n);
+  }
+  if (f.Int("n", 1, 1, &n)) {
+  }
+  if (const json* stop = f.Get("stop")) {
+    if (stop->is_string()) {
+      out->stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      if (stop->size() > 4) f.Fail(BadRequest("'stop' may hold at most 4 strings", "stop"));
+      for (const json& x : *stop) {
+        if (!x.is_string()) {
+          f.Fail(WrongType("stop", "a string or an array of strings", x));
+          break;
+        }
+        out->stop.push_back(x.get<std::string>());
+      }
+    } else {
+      f.Fail(WrongType("stop", "a string or an array of strings", *stop));
+    }
+    for (const std::string& x : out->stop) {
+      if (x.empty()) f.Fail(BadRequest("'stop' strings must not be empty", "stop"));
+    }
+  }
+  f.Bool("stream", &out->stream);
+  if (const json* options = f.Get("stream_options")) {
+    if (!options->is_object()) {
+      f.Fail(WrongType("stream_options", "an object", *options));
+    } else {
+      Fields o(*options, "stream_options.");
+      o.Bool("include_usage", &out->include_usage);
+      if (o.error()) f.Fail(*o.error());
+    }
+  }
+  if (completion) {
+    if (f.Int("logprobs", 0, 5, &n)) {
+      out->logprobs = true;
+      out->top_logprobs = static_cast<int32_t>(n);
+    }
+  } else {
+    f.Bool("logprobs", &out->logprobs);
+    if (f.Int("top_logprobs", 0, 20, &n)) {
+      out->top_logprobs = static_cast<int32_t>(n);
+      if (!out->logprobs && !f.error()) {
+        f.Fail(BadRequest("'top_logprobs' needs 'logprobs' set to true", "top_logprobs"));
+      }
+    }
+  }
+  s.logprobs = out->logprobs ? out->top_logprobs : -1;
+  if (const json* bias = f.Get("logit_bias")) {
+    if (!bias->is_object()) {
+      f.Fail(WrongType("logit_bias", "an object", *bias));
+    } else if (!bias->empty()) {
+      f.Fail(BadRequest("'logit_bias' is not supported", "logit_bias", "unsupported_parameter"));
+    }
+  }
+  f.Bool("ignore_eos", &out->ignore_eos);
+  std::string ignored;
+  f.String("user", &ignored);
+  return f.error();
+}
+
+std::optional<ApiError> ParseContent(const json& content, const std::string& param,
+                                     std::string* text) {
+  if (content.is_string()) {
+    *text = content.get<std::string>();
+    return std::nullopt;
+  }
+  if (!content.is_array())
+    return WrongType(param, "a string or an array of content parts", content);
+  for (size_t i = 0; i < content.size(); ++i) {
+    const json& part = content[i];
+    std::string p = param + "[" + std::to_string(i) + "]";
+    if (!part.is_object()) return WrongType(p, "an object", part);
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string()) {
+      return BadRequest("'" + p + ".type' must be a string", p + ".type");
+    }
+    if (*type != "text") {
+      return BadRequest("content parts of type '" + type->get<std::string>() +
+                            "' are not supported; only 'text' is",
+                        p + ".type", "unsupported_value");
+    }
+    auto t = part.find("text");
+    if (t == part.end() || !t->is_string()) {
+      return BadRequest("'" + p + ".text' must be a string", p + ".text");
+    }
+    *text += t->get<std::string>();
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseToolCalls(const json& calls, const std::string& param, json* out) {
+  if (!calls.is_array()) return WrongType(param, "an array", calls);
+  *out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const json& call = calls[i];
+    std::string p = param + "[" + std::to_string(i) + "]";
+    if (!call.is_object()) return WrongType(p, "an object", call);
+    auto function = call.find("function");
+    if (function == call.end() || !function->is_object()) {
+      return BadRequest("'" + p + ".function' must be an object", p + ".function");
+    }
+    auto name = function->find("name");
+    if (name == function->end() || !name->is_string() || name->get<std::string>().empty()) {
+      return BadRequest("'" + p + ".function.name' must be a non-empty string",
+                        p + ".function.name");
+    }
+    json arguments = json::object();
+    auto args = function->find("arguments");
+    if (args != function->end() && !args->is_null()) {
+      if (args->is_string()) {
+        // Templates read the arguments as a mapping; text that is not JSON stays text.
+        json parsed = json::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+        arguments = parsed.is_discarded() ? *args : parsed;
+      } else if (args->is_object()) {
+        arguments = *args;
+      } else {
+        return WrongType(p + ".function.arguments", "a string", *args);
+      }
+    }
+    json normalized = {{"type", "function"},
+                       {"function", {{"name", *name}, {"arguments", arguments}}}};
+    auto id = call.find("id");
+    if (id != call.end() && id->is_string()) normalized["id"] = *id;
+    out->push_back(std::move(normalized));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseMessages(const json& body, json* out) {
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) {
+    return BadRequest("'messages' is a required property", "messages",
+                      "missing_required_parameter");
+  }
+  const json& messages = *it;
+  if (!messages.is_array()) return WrongType("messages", "an array", messages);
+  if (messages.empty()) {
+    return BadRequest("'messages' must hold at least one message", "messages", "empty_array");
+  }
+  *out = json::array();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const json& m = messages[i];
+    std::string p = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return WrongType(p, "an object", m);
+    auto role_it = m.find("role");
+    if (role_it == m.end() || !role_it->is_string()) {
+      return BadRequest("'" + p + ".role' must be a string", p + ".role");
+    }
+    std::string role = role_it->get<std::string>();
+    if (role == "developer") role = "system";
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      return BadRequest("'" + p +
+                            ".role' must be one of 'system', 'developer', 'user', "
+                            "'assistant', 'tool'; got '" +
+                            role_it->get<std::string>() + "'",
+                        p + ".role", "invalid_value");
+    }
+    json message = {{"role", role}};
+    auto content = m.find("content");
+    bool has_calls = m.contains("tool_calls") && !m["tool_calls"].is_null();
+    if (content == m.end() || content->is_null()) {
+      if (role != "assistant") {
+        return BadRequest("'" + p + ".content' is required for role '" + role + "'", p + ".content",
+                          "missing_required_parameter");
+      }
+      message["content"] = has_calls ? json(nullptr) : json("");
+    } else {
+      std::string text;
+      if (auto e = ParseContent(*content, p + ".content", &text)) return e;
+      message["content"] = text;
+    }
+    if (has_calls) {
+      if (role != "assistant") {
+        return BadRequest("only assistant messages may hold tool_calls", p + ".tool_calls");
+      }
+      json calls;
+      if (auto e = ParseToolCalls(m["tool_calls"], p + ".tool_calls", &calls)) return e;
+      message["tool_calls"] = std::move(calls);
+    }
+    for (const char* key : {"name", "tool_call_id", "reasoning_content"}) {
+      auto v = m.find(key);
+      if (v == m.end() || v->is_null()) continue;
+      if (!v->is_string()) return WrongType(p + "." + key, "a string", *v);
+      message[key] = *v;
+    }
+    if (role == "tool" && !message.contains("tool_call_id")) {
+      return BadRequest("'" + p + ".tool_call_id' is required for role 'tool'", p + ".tool_call_id",
+                        "missing_required_parameter");
+    }
+    out->push_back(std::move(message));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseTools(const json& body, json* out) {
+  auto it = body.find("tools");
+  if (it == body.end() || it->is_null()) {
+    *out = nullptr;
+    return std::nullopt;
+  }
+  if (!it->is_array()) return WrongType("tools", "an array", *it);
+  *out = json::array();
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& tool = (*it)[i];
+    std::string p = "tools[" + std::to_string(i) + "]";
+    if (!tool.is_object()) return WrongType(p, "an object", tool);
+    auto type = tool.find("type");
+    if (type == tool.end() || *type != "function") {
+      return BadRequest("'" + p + ".type' must be 'function'", p + ".type");
+    }
+    auto function = tool.find("function");
+    if (function == tool.end() || !function->is_object()) {
+      return BadRequest("'" + p + ".function' must be an object", p + ".function");
+    }
+    auto name = function->find("name");
+    if (name == function->end() || !name->is_string() || name->get<std::string>().empty()) {
+      return BadRequest("'" + p + ".function.name' must be a non-empty string",
+                        p + ".function.name");
+    }
+    auto description = function->find("description");
+    if (description != function->end() && !description->is_null() && !description->is_string()) {
+      return WrongType(p + ".function.description", "a string", *description);
+    }
+    auto parameters = function->find("parameters");
+    if (parameters != function->end() && !parameters->is_null() && !parameters->is_object()) {
+      return WrongType(p + ".function.parameters", "an object", *parameters);
+    }
+    out->push_back(tool);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> ParseChatRequest(const json& body, int32_t vocab, ChatRequest* out) {
+  if (!body.is_object()) return BadRequest("the request body must be a JSON object");
+  static const std::set<std::string> kKnown = {"model",
+                                               "messages",
+                                               "tools",
+                                               "tool_choice",
+                                               "stream",
+                                               "stream_options",
+                                               "max_tokens",
+                                               "max_completion_tokens",
+                                               "temperature",
+                                               "top_p",
+                                               "top_k",
+                                               "min_p",
+                                               "presence_penalty",
+                                               "frequency_penalty",
+                                               "repetition_penalty",
+                                               "seed",
+                                               "stop",
+                                               "logprobs",
+                                               "top_logprobs",
+                                               "reasoning_effort",
+                                               "response_format",
+                                               "n",
+                                               "user",
+                                               "metadata",
+                                               "store",
+                                               "parallel_tool_calls",
+                                               "service_tier",
+                                               "logit_bias",
+                                               "ignore_eos",
+                                               "chat_template_kwargs"};
+  if (auto e = CheckKnownKeys(body, kKnown)) return e;
+  if (auto e = ParseGenerationParams(body, /*completion=*/false, &out->params)) return e;
+  if (auto e = ParseMessages(body, &out->input.messages)) return e;
+  if (auto e = ParseTools(body, &out->tools)) return e;
+
+  Fields f(body);
+  if (const json* choice = f.Get("tool_choice")) {
+    if (choice->is_string()) {
+      out->tool_choice = choice->get<std::string>();
+      if (out->tool_choice != "none" && out->tool_choice != "auto" &&
+          out->tool_choice != "required") {
+        return BadRequest("'tool_choice' must be 'none', 'auto', 'required' or a function",
+                          "tool_choice", "invalid_value");
+      }
+    } else if (choice->is_object()) {
+      const json* name = nullptr;
+      auto function = choice->find("function");
+      if (function != choice->end() && function->is_object()) {
+        auto n = function->find("name");
+        if (n != function->end() && n->is_string()) name = &*n;
+      }
+      if (!name) {
+        return BadRequest("'tool_choice.function.name' must be a string",
+                          "tool_choice.function.name");
+      }
+      out->tool_choice = "function";
+      out->forced_tool = name->get<std::string>();
+    } else {
+      return WrongType("tool_choice", "a string or an object", *choice);
+    }
+    bool have_tools = out->tools.is_array() && !out->tools.empty();
+    if (out->tool_choice != "none" && out->tool_choice != "auto" && !have_tools) {
+      return BadRequest("'tool_choice' needs 'tools'", "tool_choice");
+    }
+    if (out->tool_choice == "function") {
+      bool found = false;
+      for (const json& tool : out->tools) found |= tool["function"]["name"] == out->forced_tool;
+      if (!found) {
+        return BadRequest(
+            "'tool_choice' names the function '" + out->forced_tool + "', which is not in 'tools'",
+            "tool_choice.function.name", "invalid_value");
+      }
+    }
+  }
+  if (out->tool_choice == "required" && out->tools.is_array() && out->tools.size() == 1) {
+    // One tool to choose from: the same as naming it.
+    out->tool_choice = "function";
+    out->forced_tool = out->tools[0]["function"]["name"];
+  }
+  if (out->tool_choice == "required") {
+    return BadRequest(
+        "'tool_choice': 'required' with more than one tool is not supported; "
+        "name the function",
+        "tool_choice", "unsupported_value");
+  }
+  out->input.tools = out->tool_choice == "none" ? json(nullptr) : out->tools;
+
+  std::string effort;
+  if (f.String("reasoning_effort", &effort)) {
+    if (effort == "none" || effort == "minimal") {
+      out->input.enable_thinking = false;
+    } else if (effort == "low" || effort == "medium" || effort == "high") {
+      out->input.enable_thinking = true;
+    } else {
+      return BadRequest("'reasoning_effort' must be 'none', 'minimal', 'low', 'medium' or 'high'",
+                        "reasoning_effort", "invalid_value");
+    }
+  }
+  if (const json* kwargs = f.Get("chat_template_kwargs")) {
+    if (!kwargs->is_object()) return WrongType("chat_template_kwargs", "an object", *kwargs);
+    Fields k(*kwargs, "chat_template_kwargs.");
+    bool thinking = false;
+    if (k.Bool("enable_thinking", &thinking)) out->input.enable_thinking = thinking;
+    if (k.error()) return k.error();
+  }
+  if (const json* format = f.Get("response_format")) {
+    if (!format->is_object()) return WrongType("response_format", "an object", *format);
+    auto type = format->find("type");
+    if (type == format->end() || !type->is_string()) {
+      return BadRequest("'response_format.type' must be a string", "response_format.type");
+    }
+    if (*type != "text") {
+      return BadRequest("'response_format' of type '" + type->get<std::string>() +
+                            "' is not supported; only 'text' is",
+                        "response_format.type", "unsupported_value");
+    }
+  }
+  bool flag = false;
+  f.Bool("parallel_tool_calls", &flag);
+  f.Bool("store", &flag);
+  if (f.error()) return f.error();
+  (void)vocab;
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseCompletionRequest(const json& body, int32_t vocab,
+                                               CompletionRequest* out) {
+  if (!body.is_object()) return BadRequest("the request body must be a JSON object");
+  static const std::set<std::string> kKnown = {"model",
+                                               "prompt",
+                                               "stream",
+                                               "stream_options",
+                                               "max_tokens",
+                                               "temperature",
+                                               "top_p",
+                                               "top_k",
+                                               "min_p",
+                                               "presence_penalty",
+                                               "frequency_penalty",
+                                               "repetition_penalty",
+                                               "seed",
+                                               "stop",
+                                               "logprobs",
+                                               "echo",
+                                               "n",
+                                               "best_of",
+                                               "user",
+                                               "logit_bias",
+                                               "ignore_eos",
+                                               "suffix"};
+  if (auto e = CheckKnownKeys(body, kKnown)) return e;
+  if (auto e = ParseGenerationParams(body, /*completion=*/true, &out->params)) return e;
+  if (!out->params.max_tokens) out->params.max_tokens = 16;  // the API's default
+  Fields f(body);
+  int64_t n = 0;
+  f.Int("best_of", 1, 1, &n);
+  f.Bool("echo", &out->echo);
+  if (const json* suffix = f.Get("suffix")) {
+    f.Fail(BadRequest("'suffix' is not supported", "suffix", "unsupported_parameter"));
+    (void)suffix;
+  }
+  if (f.error()) return f.error();
+
+  auto prompt = body.find("prompt");
+  if (prompt == body.end() || prompt->is_null()) {
+    return BadRequest("'prompt' is a required property", "prompt", "missing_required_parameter");
+  }
+  const json* p = &*prompt;
+  // A batch of one prompt is the prompt.
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) {
+    p = &(*p)[0];
+  }
+  if (p->is_string()) {
+    out->prompt_text = p->get<std::string>();
+    if (out->prompt_text.empty()) return BadRequest("'prompt' must not be empty", "prompt");
+  } else if (p->is_array()) {
+    if (p->empty()) return BadRequest("'prompt' must not be empty", "prompt");
+    out->prompt_is_tokens = true;
+    for (const json& t : *p) {
+      if (!t.is_number_integer()) {
+        return BadRequest("'prompt' must be a string, an array of token ids, or a batch of one",
+                          "prompt", "invalid_type");
+      }
+      if (t.is_number_unsigned() ? t.get<uint64_t>() >= static_cast<uint64_t>(vocab)
+                                 : (t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)) {
+        return BadRequest("'prompt' holds a token id outside [0, " + std::to_string(vocab) + ")",
+                          "prompt", "invalid_value");
+      }
+      out->prompt_tokens.push_back(t.get<int32_t>());
+    }
+  } else {
+    return WrongType("prompt", "a string or an array of token ids", *p);
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseTokenizeRequest(const json& body, TokenizeRequest* out) {
+  if (!body.is_object()) return BadRequest("the request body must be a JSON object");
+  static const std::set<std::string> kKnown = {"model",
+                                               "prompt",
+                                               "messages",
+                                               "tools",
+                                               "add_generation_prompt",
+                                               "add_special_tokens",
+                                               "chat_template_kwargs"};
+  if (auto e = CheckKnownKeys(body, kKnown)) return e;
+  Fields f(body);
+  f.String("model", &out->model);
+  f.Bool("add_generation_prompt", &out->add_generation_prompt);
+  bool ignored = false;
+  f.Bool("add_special_tokens", &ignored);
+  if (f.error()) return f.error();
+  if (f.Get("messages")) {
+    ChatInput chat;
+    if (auto e = ParseMessages(body, &chat.messages)) return e;
+    if (auto e = ParseTools(body, &chat.tools)) return e;
+    if (const json* kwargs = f.Get("chat_template_kwargs")) {
+      if (!kwargs->is_object()) return WrongType("chat_template_kwargs", "an object", *kwargs);
+      Fields k(*kwargs, "chat_template_kwargs.");
+      bool thinking = false;
+      if (k.Bool("enable_thinking", &thinking)) chat.enable_thinking = thinking;
+      if (k.error()) return k.error();
+    }
+    out->chat = std::move(chat);
+    return std::nullopt;
+  }
+  const json* prompt = f.Get("prompt");
+  if (!prompt) {
+    return BadRequest("'prompt' or 'messages' is required", "prompt", "missing_required_parameter");
+  }
+  if (!prompt->is_string()) return WrongType("prompt", "a string", *prompt);
+  out->prompt = prompt->get<std::string>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseDetokenizeRequest(const json& body, int32_t vocab,
+                                               DetokenizeRequest* out) {
+  if (!body.is_object()) return BadRequest("the request body must be a JSON object");
+  if (auto e = CheckKnownKeys(body, {"model", "tokens"})) return e;
+  Fields f(body);
+  f.String("model", &out->model);
+  if (f.error()) return f.error();
+  const json* tokens = f.Get("tokens");
+  if (!tokens) return BadRequest("'tokens' is required", "tokens", "missing_required_parameter");
+  if (!tokens->is_array()) return WrongType("tokens", "an array of token ids", *tokens);
+  for (const json& t : *tokens) {
+    if (!t.is_number_integer()) return WrongType("tokens", "an array of token ids", *tokens);
+    if (t.is_number_unsigned() ? t.get<uint64_t>() >= static_cast<uint64_t>(vocab)
+                               : (t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)) {
+      return BadRequest("'tokens' holds a token id outside [0, " + std::to_string(vocab) + ")",
+                        "tokens", "invalid_value");
+    }
+    out->tokens.push_back(t.get<int32_t>());
+  }
+  return std::nullopt;
+}
+
+}  // namespace gizllm::server

@@ -1,0 +1,68 @@
+// Reading and checking OpenAI requests (/v1/chat/completions, /v1/completions, /tokenize,
+// /detokenize): every field's type and range, so that a bad request is a 400 that names the
+// field, never a crash or a silent default.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "server/api_error.h"
+#include "server/generator.h"
+
+namespace gizllm::server {
+
+// What chat and completion requests share.
+struct GenerationParams {
+  std::string model;                  // empty: the served model
+  std::optional<int32_t> max_tokens;  // none: up to the context
+  SamplingOptions sampling;
+  std::vector<std::string> stop;  // stop strings, at most 4
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;
+  int32_t top_logprobs = 0;
+  bool ignore_eos = false;  // vLLM's extension: generate through stop tokens (benchmarks)
+};
+
+struct ChatRequest {
+  GenerationParams params;
+  ChatInput input;                   // messages and tools, normalized for the chat template
+  nlohmann::json tools;              // the request's tools (array) or null
+  std::string tool_choice = "auto";  // "none", "auto", "required" or "function"
+  std::string forced_tool;           // the function's name when tool_choice names one
+};
+
+struct CompletionRequest {
+  GenerationParams params;
+  std::string prompt_text;             // when the prompt is text
+  std::vector<int32_t> prompt_tokens;  // when the prompt is token ids
+  bool prompt_is_tokens = false;
+  bool echo = false;
+};
+
+struct TokenizeRequest {
+  std::string model;
+  std::optional<ChatInput> chat;  // messages given: the rendered chat
+  std::string prompt;
+  bool add_generation_prompt = true;
+};
+
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;
+};
+
+// Each returns the error that the request's first bad field makes, or nothing.
+std::optional<ApiError> ParseChatRequest(const nlohmann::json& body, int32_t vocab,
+                                         ChatRequest* out);
+std::optional<ApiError> ParseCompletionRequest(const nlohmann::json& body, int32_t vocab,
+                                               CompletionRequest* out);
+std::optional<ApiError> ParseTokenizeRequest(const nlohmann::json& body, TokenizeRequest* out);
+std::optional<ApiError> ParseDetokenizeRequest(const nlohmann::json& body, int32_t vocab,
+                                               DetokenizeRequest* out);
+
+}  // namespace gizllm::server

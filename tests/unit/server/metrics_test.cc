@@ -1,0 +1,46 @@
+#include "server/metrics.h"
+
+#include <gtest/gtest.h>
+
+namespace gizllm::server {
+namespace {
+
+TEST(Metrics, PrometheusText) {
+  Metrics m;
+  m.CountRequest("/v1/completions", 200);
+  m.CountRequest("/v1/completions", 200);
+  m.CountRequest("/v1/completions", 400);
+  m.AddTokens(10, 4, 7);
+  m.time_to_first_token().Observe(0.003);
+  m.time_to_first_token().Observe(100);
+  LoopStats loop;
+  loop.queued = 2;
+  loop.generator.waiting = 1;
+  loop.generator.kv_pages_used = 5;
+  loop.generator.prompt_tokens_read = 30;
+  loop.generator.prompt_tokens_cached = 10;
+  std::string text = m.Render(loop);
+  EXPECT_NE(text.find("gizllm_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("gizllm_requests_total{endpoint=\"/v1/completions\",status=\"400\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("gizllm_prompt_tokens_total 10\n"), std::string::npos);
+  EXPECT_NE(text.find("gizllm_cached_prompt_tokens_total 4\n"), std::string::npos);
+  EXPECT_NE(text.find("gizllm_generation_tokens_total 7\n"), std::string::npos);
+  EXPECT_NE(text.find("gizllm_time_to_first_token_seconds_bucket{le=\"0.001\"} 0\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("gizllm_time_to_first_token_seconds_bucket{le=\"0.005\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("gizllm_time_to_first_token_seconds_bucket{le=\"80\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("gizllm_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("gizllm_time_to_first_token_seconds_count 2\n"), std::string::npos);
+  EXPECT_NE(text.find("gizllm_queue_length 3\n"), std::string::npos);
+  EXPECT_NE(text.find("gizllm_kv_pages_used 5\n"), std::string::npos);
+  EXPECT_NE(text.find("gizllm_prefix_hit_rate 0.25\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE gizllm_inter_token_latency_seconds histogram\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gizllm::server

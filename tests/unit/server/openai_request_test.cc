@@ -1,0 +1,164 @@
+#include "server/openai_request.h"
+
+#include <gtest/gtest.h>
+
+namespace gizllm::server {
+namespace {
+
+using nlohmann::json;
+
+json Chat() { return {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}}; }
+
+TEST(ChatRequest, ReadsEveryField) {
+  json body = Chat();
+  body["messages"].push_back({{"role", "assistant"},
+                              {"content", nullptr},
+                              {"tool_calls",
+                               {{{"id", "call_1"},
+                                 {"type", "function"},
+                                 {"function", {{"name", "f"}, {"arguments", "{\"x\": 1}"}}}}}}});
+  body["messages"].push_back({{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "2"}});
+  body["messages"].push_back(
+      {{"role", "developer"},
+       {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}});
+  body["tools"] = {
+      {{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}}};
+  body["tool_choice"] = "auto";
+  body["max_completion_tokens"] = 7;
+  body["temperature"] = 0.5;
+  body["top_p"] = 0.9;
+  body["top_k"] = 40;
+  body["min_p"] = 0.1;
+  body["presence_penalty"] = 0.5;
+  body["frequency_penalty"] = -0.5;
+  body["repetition_penalty"] = 1.1;
+  body["seed"] = -3;
+  body["stop"] = {"x", "yy"};
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  body["logprobs"] = true;
+  body["top_logprobs"] = 3;
+  body["reasoning_effort"] = "none";
+  body["response_format"] = {{"type", "text"}};
+  ChatRequest r;
+  auto error = ParseChatRequest(body, 100, &r);
+  ASSERT_FALSE(error) << error->message;
+  EXPECT_EQ(*r.params.max_tokens, 7);
+  EXPECT_FLOAT_EQ(r.params.sampling.temperature, 0.5f);
+  EXPECT_EQ(r.params.sampling.top_k, 40);
+  EXPECT_EQ(*r.params.sampling.seed, static_cast<uint64_t>(-3));
+  EXPECT_EQ(r.params.stop, (std::vector<std::string>{"x", "yy"}));
+  EXPECT_TRUE(r.params.stream && r.params.include_usage);
+  EXPECT_EQ(r.params.sampling.logprobs, 3);
+  EXPECT_EQ(r.input.enable_thinking, false);
+  ASSERT_EQ(r.input.messages.size(), 4u);
+  EXPECT_EQ(r.input.messages[1]["tool_calls"][0]["function"]["arguments"], json({{"x", 1}}));
+  EXPECT_EQ(r.input.messages[3]["role"], "system");
+  EXPECT_EQ(r.input.messages[3]["content"], "ab");
+  EXPECT_EQ(r.input.tools.size(), 1u);
+}
+
+struct BadCase {
+  const char* name;
+  json patch;  // merged into a valid request
+  const char* param;
+};
+
+TEST(ChatRequest, NamesTheFieldAtFault) {
+  std::vector<BadCase> cases = {
+      {"messages not array", {{"messages", "hi"}}, "messages"},
+      {"messages empty", {{"messages", json::array()}}, "messages"},
+      {"unknown role",
+       {{"messages", {{{"role", "wizard"}, {"content", "x"}}}}},
+       "messages[0].role"},
+      {"content number",
+       {{"messages", {{{"role", "user"}, {"content", 3}}}}},
+       "messages[0].content"},
+      {"image part",
+       {{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}},
+       "messages[0].content[0].type"},
+      {"tool without id",
+       {{"messages", {{{"role", "tool"}, {"content", "x"}}}}},
+       "messages[0].tool_call_id"},
+      {"max_tokens negative", {{"max_tokens", -1}}, "max_tokens"},
+      {"max_tokens zero", {{"max_tokens", 0}}, "max_tokens"},
+      {"max_tokens huge", {{"max_tokens", 1e30}}, "max_tokens"},
+      {"max_tokens string", {{"max_tokens", "5"}}, "max_tokens"},
+      {"max_tokens uint64", {{"max_tokens", 18446744073709551615ull}}, "max_tokens"},
+      {"temperature high", {{"temperature", 3}}, "temperature"},
+      {"temperature string", {{"temperature", "hot"}}, "temperature"},
+      {"top_p zero", {{"top_p", 0}}, "top_p"},
+      {"top_k fraction", {{"top_k", 1.5}}, "top_k"},
+      {"stop too many", {{"stop", {"a", "b", "c", "d", "e"}}}, "stop"},
+      {"stop number", {{"stop", 5}}, "stop"},
+      {"n two", {{"n", 2}}, "n"},
+      {"top_logprobs without logprobs", {{"top_logprobs", 2}}, "top_logprobs"},
+      {"top_logprobs 21", {{"logprobs", true}, {"top_logprobs", 21}}, "top_logprobs"},
+      {"unknown key", {{"frobnicate", 1}}, "frobnicate"},
+      {"tool_choice unknown", {{"tool_choice", "sometimes"}}, "tool_choice"},
+      {"tool_choice without tools", {{"tool_choice", "required"}}, "tool_choice"},
+      {"json_schema", {{"response_format", {{"type", "json_schema"}}}}, "response_format.type"},
+      {"reasoning_effort", {{"reasoning_effort", "extreme"}}, "reasoning_effort"},
+      {"stream string", {{"stream", "yes"}}, "stream"},
+      {"include_usage string",
+       {{"stream_options", {{"include_usage", 1}}}},
+       "stream_options.include_usage"},
+      {"logit_bias", {{"logit_bias", {{"5", 10}}}}, "logit_bias"},
+  };
+  for (const BadCase& c : cases) {
+    json body = Chat();
+    body.merge_patch(c.patch);
+    ChatRequest r;
+    auto error = ParseChatRequest(body, 100, &r);
+    ASSERT_TRUE(error) << c.name;
+    EXPECT_EQ(error->status, 400) << c.name;
+    EXPECT_EQ(error->param, c.param) << c.name << ": " << error->message;
+    json j = error->ToJson();
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+    EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
+  }
+}
+
+TEST(ChatRequest, NamedToolChoiceMustBeATool) {
+  json body = Chat();
+  body["tools"] = {{{"type", "function"}, {"function", {{"name", "f"}}}}};
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "g"}}}};
+  ChatRequest r;
+  ASSERT_TRUE(ParseChatRequest(body, 100, &r));
+  body["tool_choice"]["function"]["name"] = "f";
+  ChatRequest ok;
+  ASSERT_FALSE(ParseChatRequest(body, 100, &ok));
+  EXPECT_EQ(ok.tool_choice, "function");
+  EXPECT_EQ(ok.forced_tool, "f");
+}
+
+TEST(CompletionRequest, PromptForms) {
+  CompletionRequest text;
+  ASSERT_FALSE(ParseCompletionRequest({{"prompt", "abc"}}, 100, &text));
+  EXPECT_EQ(text.prompt_text, "abc");
+  EXPECT_EQ(*text.params.max_tokens, 16);
+  CompletionRequest tokens;
+  ASSERT_FALSE(ParseCompletionRequest({{"prompt", {1, 2, 3}}, {"logprobs", 2}}, 100, &tokens));
+  EXPECT_EQ(tokens.prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(tokens.params.sampling.logprobs, 2);
+  CompletionRequest batch;
+  ASSERT_FALSE(ParseCompletionRequest({{"prompt", {"x"}}}, 100, &batch));
+  EXPECT_EQ(batch.prompt_text, "x");
+  CompletionRequest bad;
+  EXPECT_EQ(ParseCompletionRequest({{"prompt", {1, 100}}}, 100, &bad)->param, "prompt");
+  EXPECT_EQ(ParseCompletionRequest({{"prompt", ""}}, 100, &bad)->param, "prompt");
+  EXPECT_EQ(ParseCompletionRequest(json::object(), 100, &bad)->param, "prompt");
+  EXPECT_EQ(ParseCompletionRequest({{"prompt", "a"}, {"logprobs", 6}}, 100, &bad)->param,
+            "logprobs");
+  EXPECT_TRUE(ParseCompletionRequest(json::array(), 100, &bad));
+}
+
+TEST(DetokenizeRequest, ChecksIds) {
+  DetokenizeRequest r;
+  ASSERT_FALSE(ParseDetokenizeRequest({{"tokens", {0, 99}}}, 100, &r));
+  EXPECT_EQ(ParseDetokenizeRequest({{"tokens", {-1}}}, 100, &r)->param, "tokens");
+  EXPECT_EQ(ParseDetokenizeRequest({{"tokens", "x"}}, 100, &r)->param, "tokens");
+}
+
+}  // namespace
+}  // namespace gizllm::server

@@ -1,0 +1,111 @@
+#include "server/output_stream.h"
+
+#include <gtest/gtest.h>
+
+#include "server/fake_generator.h"
+
+namespace gizllm::server {
+namespace {
+
+std::vector<int32_t> Bytes(std::string_view s) {
+  std::vector<int32_t> t;
+  for (unsigned char c : s) t.push_back(c);
+  return t;
+}
+
+// Pushes `text` one token (byte) at a time and gathers what comes out.
+OutputDelta Stream(OutputStream& out, std::string_view text) {
+  OutputDelta all;
+  for (int32_t t : Bytes(text)) {
+    Expected<OutputDelta> d = out.Push(std::span<const int32_t>(&t, 1));
+    EXPECT_TRUE(d.ok());
+    all.Append(std::move(*d));
+  }
+  Expected<OutputDelta> rest = out.Finish();
+  EXPECT_TRUE(rest.ok());
+  all.Append(std::move(*rest));
+  return all;
+}
+
+TEST(EndsInsideCharacter, Utf8) {
+  EXPECT_FALSE(EndsInsideCharacter("abc"));
+  EXPECT_FALSE(EndsInsideCharacter("\xC3\xA9"));
+  EXPECT_TRUE(EndsInsideCharacter("a\xC3"));
+  EXPECT_TRUE(EndsInsideCharacter("\xF0\x9F\x98"));
+  EXPECT_FALSE(EndsInsideCharacter("\xF0\x9F\x98\x80"));
+  EXPECT_TRUE(EndsInsideCharacter("x\xEF\xBF\xBD"));
+}
+
+TEST(TokenDecoder, NeverCutsACharacter) {
+  FakeTextModel text;
+  TokenDecoder decoder(text);
+  std::string s =
+      "a\xF0\x9F\x98\x80"
+      "b\xC3\xA9";
+  std::vector<std::string> pieces;
+  for (int32_t t : Bytes(s)) {
+    Expected<std::string> p = decoder.Push(std::span<const int32_t>(&t, 1));
+    ASSERT_TRUE(p.ok());
+    if (!p->empty()) pieces.push_back(*p);
+  }
+  EXPECT_EQ(pieces, (std::vector<std::string>{"a", "\xF0\x9F\x98\x80", "b", "\xC3\xA9"}));
+}
+
+TEST(OutputStream, StopStringAcrossTokensIsCutAndNeverSent) {
+  FakeTextModel text;
+  OutputStream out(text, {"STOP", "zz"}, nullptr);
+  std::string sent;
+  for (int32_t t : Bytes("hello STxSTOP more")) {
+    Expected<OutputDelta> d = out.Push(std::span<const int32_t>(&t, 1));
+    ASSERT_TRUE(d.ok());
+    sent += d->content;
+    // Never a piece of the stop string.
+    EXPECT_EQ(sent.find("STO"), std::string::npos);
+  }
+  EXPECT_TRUE(out.stopped());
+  EXPECT_EQ(sent, "hello STx");
+}
+
+TEST(OutputStream, HeldTextComesOutAtTheEnd) {
+  FakeTextModel text;
+  OutputStream out(text, {"STOP"}, nullptr);
+  OutputDelta all = Stream(out, "abc ST");
+  EXPECT_FALSE(out.stopped());
+  EXPECT_EQ(all.content, "abc ST");
+}
+
+TEST(TaggedOutputParser, ReasoningContentAndCalls) {
+  FakeTextModel text;
+  OutputStream out(text, {}, std::make_unique<TaggedOutputParser>(false));
+  OutputDelta all = Stream(out,
+                           "<think>\nhmm\n</think>\n\nSure.<tool_call>\n{\"name\": \"f\", "
+                           "\"arguments\": {\"a\": 1}}\n</tool_call>\n<tool_call>\n{\"name\": "
+                           "\"g\", \"arguments\": {}}\n</tool_call>");
+  EXPECT_EQ(all.reasoning, "\nhmm\n");
+  EXPECT_EQ(all.content, "Sure.");
+  ASSERT_EQ(all.tool_calls.size(), 2u);
+  EXPECT_EQ(all.tool_calls[0].name, "f");
+  EXPECT_EQ(all.tool_calls[0].arguments, "{\"a\":1}");
+  EXPECT_EQ(all.tool_calls[1].name, "g");
+}
+
+TEST(TaggedOutputParser, StartsInsideReasoning) {
+  TaggedOutputParser parser(/*thinking=*/true);
+  OutputDelta all = parser.Feed("plan</thi");
+  EXPECT_EQ(all.reasoning, "plan");
+  all.Append(parser.Feed("nk>\n\nanswer <tool"));
+  all.Append(parser.Finish());
+  EXPECT_EQ(all.reasoning, "plan");
+  EXPECT_EQ(all.content, "answer <tool");
+}
+
+TEST(TaggedOutputParser, BrokenCallStaysText) {
+  TaggedOutputParser parser(false);
+  OutputDelta all = parser.Feed("<tool_call>not json</tool_call>x<tool_call>{\"na");
+  all.Append(parser.Finish());
+  EXPECT_TRUE(all.tool_calls.empty());
+  EXPECT_EQ(all.content, "<tool_call>not json</tool_call>x<tool_call>{\"na");
+}
+
+}  // namespace
+}  // namespace gizllm::server
