@@ -11,6 +11,7 @@ void AddTokenizeCommand(CLI::App& app, CommandContext& ctx);
 void AddConvertCommand(CLI::App& app, CommandContext& ctx);
 void AddBenchCommand(CLI::App& app, CommandContext& ctx);
 void AddTemplateCommand(CLI::App& app, CommandContext& ctx);
+void AddServeCommand(CLI::App& app, CommandContext& ctx);
 
 inline constexpr void (*kCommands[])(CLI::App&, CommandContext&) = {
     AddLogitsCommand,
@@ -19,6 +20,7 @@ inline constexpr void (*kCommands[])(CLI::App&, CommandContext&) = {
     AddConvertCommand,
     AddBenchCommand,
     AddTemplateCommand,
+    AddServeCommand,
 };
 
 }  // namespace gizllm::cli

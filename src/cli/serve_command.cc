@@ -1,0 +1,123 @@
+// gizllm serve: the OpenAI-compatible HTTP server on a model (src/server).
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "cli/model_options.h"
+#include "engine/engine.h"
+#include "server/engine_loop.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/real_generator.h"
+
+namespace gizllm::cli {
+namespace {
+
+struct ServeOptions {
+  ModelOptions model;
+  server::ServerOptions http;
+  std::string served_name;
+  int32_t slots = 16;
+  int64_t context = 2048;
+  int64_t rows = 256;
+  int64_t kv_mib = 256;
+  int64_t max_pending = 1024;
+};
+
+int Serve(const ServeOptions& o) {
+  auto start = std::chrono::steady_clock::now();
+  auto loaded = o.model.Load(/*verbose=*/true);
+  if (!loaded.ok()) return Fail(loaded.status().message());
+  std::unique_ptr<Model> model = std::move(*loaded);
+  const Arch& arch = model->arch();
+  int64_t context = o.context;
+  if (arch.context > 0 && context > arch.context) {
+    return Fail("--context " + std::to_string(context) + " exceeds the model's context of " +
+                std::to_string(arch.context));
+  }
+  EngineOptions engine_options;
+  engine_options.slots = o.slots;
+  engine_options.context = context;
+  engine_options.rows = o.rows;
+  engine_options.kv_budget_bytes = o.kv_mib << 20;
+  auto engine = Engine::Create(model.get(), engine_options);
+  if (!engine.ok()) return Fail(engine.status().message());
+
+  std::string dir = ResolveModelDir(o.model.model);
+  std::string name = o.served_name;
+  if (name.empty()) {
+    std::string trimmed = dir;
+    while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+    name = trimmed.substr(trimmed.rfind('/') + 1);
+  }
+  auto text = server::ChatTextModel::Load(dir, name, static_cast<int32_t>(context),
+                                          static_cast<int32_t>(arch.vocab));
+  if (!text.ok()) return Fail(text.status().message());
+
+  // Warm up: one short generation, so the first request does not pay for first touches.
+  {
+    auto prompt = (*text)->Tokenize("Hello");
+    if (prompt.ok() && !prompt->empty()) {
+      Request warm;
+      warm.prompt = *prompt;
+      warm.limit = 2;
+      warm.sampling.temperature = 0;
+      auto done = (*engine)->Generate({warm});
+      if (!done.ok()) return Fail("warm-up: " + done.status().message());
+      (*engine)->DropCaches();
+    }
+  }
+
+  server::EngineGenerator generator(std::move(*engine));
+  server::Metrics metrics;
+  server::EngineLoop loop(generator, metrics, o.max_pending);
+  server::HttpServer http(**text, loop, metrics, o.http);
+  loop.Start();
+  Status started = http.Start();
+  if (!started.ok()) {
+    loop.Stop();
+    return Fail(started.message());
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fprintf(stderr, "serving %s (%d slots, context %lld) on http://%s:%d, ready in %.2f s\n",
+               name.c_str(), o.slots, static_cast<long long>(context), o.http.host.c_str(),
+               http.port(), s);
+  std::fflush(stderr);
+  http.Wait();
+  loop.Stop();
+  std::fprintf(stderr, "stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app, CommandContext& ctx) {
+  auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  auto o = std::make_shared<ServeOptions>();
+  o->model.Add(cmd);
+  cmd->add_option("--host", o->http.host, "Address to listen on")->default_val("127.0.0.1");
+  cmd->add_option("--port", o->http.port, "Port to listen on (0: any free port)")
+      ->default_val(8080);
+  cmd->add_option("--slots", o->slots, "Sequences the engine runs at once")->default_val(16);
+  cmd->add_option("--context", o->context, "Positions of each sequence (prompt and answer)")
+      ->default_val(2048);
+  cmd->add_option("--rows", o->rows, "Most rows one engine step reads")->default_val(256);
+  cmd->add_option("--kv-mib", o->kv_mib, "KV cache budget in MiB")->default_val(256);
+  cmd->add_option("--api-key", o->http.api_key, "Key clients must send as 'Bearer KEY'");
+  cmd->add_option("--served-name", o->served_name, "Model name clients use (default: the folder)");
+  cmd->add_option("--http-threads", o->http.threads, "Threads of the HTTP side")->default_val(2);
+  cmd->add_option("--max-body", o->http.max_body_bytes, "Largest request body in bytes")
+      ->default_val(8 << 20);
+  cmd->add_option("--max-pending", o->max_pending,
+                  "Requests queued or running beyond which the server answers 503")
+      ->default_val(1024);
+  cmd->add_option("--read-timeout", o->http.read_timeout_s,
+                  "Seconds a request may take to arrive; idle connections close after it")
+      ->default_val(30);
+  cmd->add_option("--write-timeout", o->http.write_timeout_s,
+                  "Seconds a client may take to accept each piece of a response")
+      ->default_val(60);
+  cmd->callback([&ctx, o] { ctx.exit_code = Serve(*o); });
+}
+
+}  // namespace gizllm::cli

@@ -1,0 +1,175 @@
+#include "server/real_generator.h"
+
+#include <algorithm>
+
+#include "template/output_parser.h"
+
+namespace gizllm::server {
+
+Expected<int64_t> EngineGenerator::Add(GenerateRequest request) {
+  Request r;
+  r.prompt = std::move(request.prompt);
+  r.limit = request.limit;
+  const SamplingOptions& s = request.sampling;
+  r.sampling.temperature = s.temperature;
+  r.sampling.top_k = s.top_k;
+  r.sampling.top_p = s.top_p;
+  r.sampling.min_p = s.min_p;
+  r.sampling.seed = s.seed;
+  r.sampling.presence = s.presence;
+  r.sampling.frequency = s.frequency;
+  r.sampling.repetition = s.repetition;
+  r.sampling.logprobs = s.logprobs;
+  if (request.ignore_eos) r.stop = std::vector<int32_t>{};
+  GZ_ASSIGN_OR_RETURN(int64_t id,
+                      engine_->Add(std::move(r), request.mark, std::max<int32_t>(request.head, 0)));
+  active_.insert(id);
+  return id;
+}
+
+Expected<std::vector<GenerateProgress>> EngineGenerator::Advance() {
+  GZ_ASSIGN_OR_RETURN(std::vector<Progress> step, engine_->Advance());
+  std::vector<GenerateProgress> out;
+  out.reserve(step.size());
+  for (Progress& p : step) {
+    GenerateProgress g;
+    g.id = p.id;
+    g.tokens = std::move(p.tokens);
+    g.end = std::move(p.end);
+    if (reported_.insert(p.id).second) g.cached = static_cast<int32_t>(p.cached);
+    for (Logprobs& lp : p.logprobs) {
+      TokenLogprob t{lp.token, lp.logprob, {}};
+      for (const gizllm::TokenLogprob& top : lp.top) t.top.emplace_back(top.token, top.logprob);
+      g.logprobs.push_back(std::move(t));
+    }
+    if (!g.end.empty()) {
+      active_.erase(p.id);
+      reported_.erase(p.id);
+    }
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+void EngineGenerator::Cancel(int64_t id) {
+  engine_->Cancel(id);
+  active_.erase(id);
+  reported_.erase(id);
+}
+
+GeneratorStats EngineGenerator::Stats() const {
+  const EngineStats& e = engine_->stats();
+  GeneratorStats s;
+  s.kv_pages_total = engine_->pages();
+  s.kv_pages_used = engine_->pages() - engine_->free_pages();
+  s.prompt_tokens_cached = e.cached_tokens;
+  s.prompt_tokens_read = e.prompt_tokens - e.cached_tokens;
+  s.preemptions = e.preemptions;
+  s.slots = engine_->options().slots;
+  int32_t active = static_cast<int32_t>(active_.size());
+  s.running = std::min(active, s.slots);
+  s.waiting = active - s.running;
+  return s;
+}
+
+Expected<std::unique_ptr<ChatTextModel>> ChatTextModel::Load(const std::string& dir,
+                                                             std::string name, int32_t context,
+                                                             int32_t vocab) {
+  GZ_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::Load(dir));
+  GZ_ASSIGN_OR_RETURN(ChatTemplate chat, ChatTemplate::Load(dir));
+  return std::make_unique<ChatTextModel>(std::move(name), context, std::move(tokenizer),
+                                         std::move(chat), vocab);
+}
+
+Expected<std::vector<int32_t>> ChatTextModel::Tokenize(std::string_view text) const {
+  return tokenizer_.Encode(text, /*add_special=*/false);
+}
+
+Expected<std::string> ChatTextModel::Detokenize(std::span<const int32_t> tokens) const {
+  return tokenizer_.Decode(tokens, /*skip_special=*/false);
+}
+
+namespace {
+
+// The number of tokens of `prefix` when they start `tokens`; -1 when its tokens differ.
+Expected<int32_t> TokensOfPrefix(const Tokenizer& tokenizer, std::string_view prefix,
+                                 const std::vector<int32_t>& tokens) {
+  GZ_ASSIGN_OR_RETURN(std::vector<int32_t> start, tokenizer.Encode(prefix, false));
+  if (start.size() > tokens.size() || !std::equal(start.begin(), start.end(), tokens.begin())) {
+    return -1;
+  }
+  return static_cast<int32_t>(start.size());
+}
+
+}  // namespace
+
+Expected<ChatPrompt> ChatTextModel::RenderChat(const ChatInput& input) const {
+  nlohmann::ordered_json request;
+  request["messages"] = nlohmann::ordered_json::parse(input.messages.dump());
+  if (input.tools.is_array() && !input.tools.empty()) {
+    request["tools"] = nlohmann::ordered_json::parse(input.tools.dump());
+  }
+  request["add_generation_prompt"] = true;
+  if (input.enable_thinking) request["enable_thinking"] = *input.enable_thinking;
+  GZ_ASSIGN_OR_RETURN(RenderedChat rendered, template_.RenderWithOffsets(request));
+  std::string prompt = rendered.prompt + input.answer_prefix;
+  ChatPrompt out;
+  GZ_ASSIGN_OR_RETURN(out.tokens, tokenizer_.Encode(prompt, /*add_special=*/false));
+  out.thinking = PromptOpensReasoning(prompt);
+  if (!rendered.message_ends.empty() && rendered.message_ends.back() >= 0) {
+    GZ_ASSIGN_OR_RETURN(
+        out.mark,
+        TokensOfPrefix(tokenizer_,
+                       std::string_view(rendered.prompt).substr(0, rendered.message_ends.back()),
+                       out.tokens));
+  }
+  if (rendered.shared_end > 0) {
+    GZ_ASSIGN_OR_RETURN(
+        out.head,
+        TokensOfPrefix(tokenizer_, std::string_view(rendered.prompt).substr(0, rendered.shared_end),
+                       out.tokens));
+  }
+  return out;
+}
+
+namespace {
+
+class QwenOutputParser : public OutputParser {
+ public:
+  explicit QwenOutputParser(OutputParserOptions options) : parser_(std::move(options)) {}
+  OutputDelta Feed(std::string_view text) override { return Convert(parser_.Feed(text)); }
+  OutputDelta Finish() override { return Convert(parser_.Finish()); }
+
+ private:
+  static OutputDelta Convert(std::vector<OutputEvent> events) {
+    OutputDelta out;
+    for (OutputEvent& e : events) {
+      switch (e.kind) {
+        case OutputEvent::Kind::kReasoning:
+          out.reasoning += e.text;
+          break;
+        case OutputEvent::Kind::kContent:
+          out.content += e.text;
+          break;
+        case OutputEvent::Kind::kToolCall:
+          out.tool_calls.push_back({std::move(e.name), std::move(e.arguments)});
+          break;
+      }
+    }
+    return out;
+  }
+  gizllm::OutputParser parser_;
+};
+
+}  // namespace
+
+std::unique_ptr<OutputParser> ChatTextModel::NewOutputParser(const nlohmann::json& tools,
+                                                             bool thinking) const {
+  OutputParserOptions options;
+  options.starts_in_reasoning = thinking;
+  options.tool_calls = tools.is_array() && !tools.empty();
+  if (options.tool_calls) options.tools = nlohmann::ordered_json::parse(tools.dump());
+  return std::make_unique<QwenOutputParser>(std::move(options));
+}
+
+}  // namespace gizllm::server

@@ -1,0 +1,63 @@
+// The server's interfaces on the real pieces: EngineGenerator drives an Engine; ChatTextModel
+// is a Tokenizer, a ChatTemplate and the Qwen3-style output parser.
+#pragma once
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include "engine/engine.h"
+#include "server/generator.h"
+#include "template/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gizllm::server {
+
+class EngineGenerator : public Generator {
+ public:
+  explicit EngineGenerator(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {}
+  Expected<int64_t> Add(GenerateRequest request) override;
+  Expected<std::vector<GenerateProgress>> Advance() override;
+  void Cancel(int64_t id) override;
+  bool Busy() const override { return engine_->Busy(); }
+  GeneratorStats Stats() const override;
+  Engine& engine() { return *engine_; }
+
+ private:
+  std::unique_ptr<Engine> engine_;
+  std::set<int64_t> active_;    // added, not ended
+  std::set<int64_t> reported_;  // active requests whose first progress went out
+};
+
+class ChatTextModel : public TextModel {
+ public:
+  // name: what clients call the model (--served-name, else the folder's name).
+  ChatTextModel(std::string name, int32_t context, Tokenizer tokenizer, ChatTemplate chat,
+                int32_t vocab)
+      : name_(std::move(name)),
+        context_(context),
+        tokenizer_(std::move(tokenizer)),
+        template_(std::move(chat)),
+        vocab_(vocab) {}
+  // Reads the tokenizer and chat template of a model folder.
+  static Expected<std::unique_ptr<ChatTextModel>> Load(const std::string& dir, std::string name,
+                                                       int32_t context, int32_t vocab);
+
+  std::string Name() const override { return name_; }
+  int32_t Context() const override { return context_; }
+  int32_t Vocab() const override { return vocab_; }
+  Expected<std::vector<int32_t>> Tokenize(std::string_view text) const override;
+  Expected<std::string> Detokenize(std::span<const int32_t> tokens) const override;
+  Expected<ChatPrompt> RenderChat(const ChatInput& input) const override;
+  std::unique_ptr<OutputParser> NewOutputParser(const nlohmann::json& tools,
+                                                bool thinking) const override;
+
+ private:
+  std::string name_;
+  int32_t context_;
+  Tokenizer tokenizer_;
+  ChatTemplate template_;
+  int32_t vocab_;
+};
+
+}  // namespace gizllm::server
