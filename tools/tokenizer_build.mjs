@@ -11,6 +11,7 @@
 //   unigram-first.json: Unigram with Metaspace's "first" prepend scheme.
 //   unigram-precompiled.json: Unigram with a Precompiled normalizer (a small character map).
 //   word-level.json: WordLevel with Nmt, WhitespaceSplit and CharDelimiterSplit, no decoder.
+//   split-behaviors.json: word-level.json with Split pre-tokenizers of every behavior.
 // The vocabularies are made here from counts (the binding exposes no configurable trainers).
 // Run from the repository root: node tools/tokenizer_build.mjs
 import fs from "node:fs";
@@ -207,4 +208,22 @@ const built = {
 for (const [name, tok] of Object.entries(built)) {
   tok.save(`${golden}/${name}.json`, false);
   console.log(`${golden}/${name}.json: ${tok.getVocabSize(true)} tokens`);
+}
+
+// split-behaviors.json: the WordLevel tokenizer with Split pre-tokenizers of every behavior, regex
+// and literal patterns, and invert (the binding makes only literal Splits, so the JSON is edited).
+{
+  const json = JSON.parse(fs.readFileSync(`${golden}/word-level.json`, "utf8"));
+  const split = (pattern, behavior, invert = false) => ({ type: "Split", pattern, behavior, invert });
+  json.pre_tokenizer = { type: "Sequence", pretokenizers: [
+    split({ Regex: "\\s+" }, "MergedWithPrevious"),
+    split({ Regex: "[0-9]" }, "MergedWithNext"),
+    split({ String: "-" }, "Contiguous"),
+    split({ Regex: "\\p{Lu}" }, "MergedWithPrevious", true),
+    split({ String: "." }, "Removed"),
+    split({ Regex: "[,;]" }, "Isolated", true),
+  ] };
+  fs.writeFileSync(`${golden}/split-behaviors.json`, JSON.stringify(json));
+  hf.Tokenizer.fromFile(`${golden}/split-behaviors.json`);  // Hugging Face reads it
+  console.log(`${golden}/split-behaviors.json`);
 }

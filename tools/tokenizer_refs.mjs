@@ -43,6 +43,7 @@ export const tokenizers = {
   "unigram-first": () => `${golden}/unigram-first.json`,
   "unigram-precompiled": () => `${golden}/unigram-precompiled.json`,
   "word-level": () => `${golden}/word-level.json`,
+  "split-behaviors": () => `${golden}/split-behaviors.json`,
 };
 
 async function main() {

