@@ -75,11 +75,7 @@ void RopeRows(const RopeParams& p, const float* table, int64_t r0, int64_t r1) {
         float scale = 1.0f / std::sqrt(ss / static_cast<float>(p.head_dim) + p.norm_eps);
         V::ScaleMul(x, x, scale, p.norm, 0.0f, p.head_dim);
       }
-      for (int i = 0; i < half; ++i) {
-        float a = x[i], b = x[i + half];
-        x[i] = a * cos[i] - b * sin[i];
-        x[i + half] = b * cos[i] + a * sin[i];
-      }
+      V::Rotate(x, cos, sin, half);
     }
   }
 }

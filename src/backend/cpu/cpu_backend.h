@@ -27,6 +27,8 @@ struct CpuOptions {
   Status Check() const;
 };
 
+// Ops run synchronously on the calling thread and the pool's workers; one caller at a time (the
+// ops share work buffers that grow to the largest step and are then reused).
 class CpuBackend : public Backend {
  public:
   // `pool` must outlive the backend; ops run on its threads.

@@ -33,6 +33,14 @@ struct Scalar {
                      float scale, float* s) {
     for (int t = 0; t < count; ++t) s[t] = Dot(q, k + t * stride, n) * scale;
   }
+  // Rotate-half rotary embedding: (x[i], x[i + half]) by the angle of cos[i], sin[i].
+  static void Rotate(float* x, const float* cos, const float* sin, int64_t half) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = x[i], b = x[i + half];
+      x[i] = a * cos[i] - b * sin[i];
+      x[i + half] = b * cos[i] + a * sin[i];
+    }
+  }
   // out = x * scale * (w + offset)
   static void ScaleMul(float* out, const float* x, float scale, const float* w, float offset,
                        int64_t n) {
@@ -148,6 +156,18 @@ struct Avx512 {
       alignas(16) float r[4];
       _mm_store_ps(r, _mm_mul_ps(Reduce4(a0, a1, a2, a3), sv));
       for (int u = 0; u < 4 && t + u < count; ++u) s[t + u] = r[u];
+    }
+  }
+  GZ_TARGET_AVX512 static void Rotate(float* x, const float* cos, const float* sin, int64_t half) {
+    for (int64_t i = 0; i < half; i += 16) {
+      const __mmask16 m = Tail(std::min<int64_t>(16, half - i));
+      const __m512 a = _mm512_maskz_loadu_ps(m, x + i);
+      const __m512 b = _mm512_maskz_loadu_ps(m, x + half + i);
+      const __m512 c = _mm512_maskz_loadu_ps(m, cos + i);
+      const __m512 s = _mm512_maskz_loadu_ps(m, sin + i);
+      _mm512_mask_storeu_ps(x + i, m, _mm512_sub_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(b, s)));
+      _mm512_mask_storeu_ps(x + half + i, m,
+                            _mm512_add_ps(_mm512_mul_ps(b, c), _mm512_mul_ps(a, s)));
     }
   }
   GZ_TARGET_AVX512 static void ScaleMul(float* out, const float* x, float scale, const float* w,
@@ -339,6 +359,15 @@ struct Avx2 {
   GZ_TARGET_AVX2 static void Scores(const float* q, const float* k, int64_t stride, int count,
                                     int64_t n, float scale, float* s) {
     for (int t = 0; t < count; ++t) s[t] = Dot(q, k + t * stride, n) * scale;
+  }
+  GZ_TARGET_AVX2 static void Rotate(float* x, const float* cos, const float* sin, int64_t half) {
+    for (int64_t i = 0; i < half; i += 8) {
+      const __m256i m = Tail(half - i);
+      const __m256 a = Load(x + i, m), b = Load(x + half + i, m);
+      const __m256 c = Load(cos + i, m), s = Load(sin + i, m);
+      _mm256_maskstore_ps(x + i, m, _mm256_sub_ps(_mm256_mul_ps(a, c), _mm256_mul_ps(b, s)));
+      _mm256_maskstore_ps(x + half + i, m, _mm256_add_ps(_mm256_mul_ps(b, c), _mm256_mul_ps(a, s)));
+    }
   }
   GZ_TARGET_AVX2 static void ScaleMul(float* out, const float* x, float scale, const float* w,
                                       float offset, int64_t n) {
