@@ -4,7 +4,7 @@
 # build-cuda/bench/cuda/cuda_bench and build-cuda/tests/unit/backend/cuda/cuda_*_test
 # there and carry it). Every step has its own time limit, so one hang cannot eat the call.
 # Usage: bench/cuda/run_device.sh STEP... with STEP one of tests model sanitize racecheck bench
-#        bench-exact bench-cublas peer peer-compile
+#        bench-exact bench-cublas bench-gemv8 bench-nographs peer peer-compile
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$LD_LIBRARY_PATH
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -29,7 +29,12 @@ for what in "$@"; do
     bench-exact) timeout 120 .device/cuda_bench --exact --quick 2>&1 | tee "$OUT/bench_exact.log" ;;
     bench-cublas) timeout 120 .device/cuda_bench --gemv-max-rows 0 --quick 2>&1 |
                     tee "$OUT/bench_cublas.log" ;;
-    peer) timeout 200 python3 tools/hf_peer_bench.py 2>&1 | grep -v -i warn | tee "$OUT/peer.log" ;;
+    bench-gemv8) timeout 120 .device/cuda_bench --gemv-max-rows 8 --quick 2>&1 |
+                   tee "$OUT/bench_gemv8.log" ;;
+    bench-nographs) timeout 120 .device/cuda_bench --no-graphs --quick 2>&1 |
+                      tee "$OUT/bench_nographs.log" ;;
+    peer) timeout 200 python3 tools/hf_peer_bench.py --quick --group-timeout 90 2>&1 |
+            grep -v -i warn | tee "$OUT/peer.log" ;;
     peer-compile) timeout 300 python3 tools/hf_peer_bench.py --compile --quick 2>&1 |
                     tee "$OUT/peer.log" ;;
   esac

@@ -170,6 +170,13 @@ class Backend {
   virtual Expected<Weight> PrepareWeight(const Weight& host,
                                          std::unique_ptr<Buffer>* storage) = 0;
 
+  // Whether Attention has a kernel for this head shape; a model checks it when it loads, so a
+  // shape without one fails with a Status instead of stopping inside the op.
+  virtual Status CheckAttentionShape(int heads, int kv_heads, int head_dim) const {
+    (void)heads, (void)kv_heads, (void)head_dim;
+    return Status::Ok();
+  }
+
   // Ops; each runs after the ones issued before it. Params must pass Check().
   virtual void Embed(const EmbedParams& p) = 0;
   virtual void RmsNorm(const RmsNormParams& p) = 0;
@@ -183,6 +190,18 @@ class Backend {
 
   // Waits until every issued op has finished.
   virtual void Synchronize() = 0;
+
+  // Recorded steps (CUDA graphs). A caller whose op issue is the same for a key (the same ops
+  // with the same params: rows, wanted rows, page-table width and buffers; only the contents of
+  // device memory differ) calls ReplayStep(key) and, where it returns false, issues the ops
+  // between BeginStep(key) and EndStep(), which records them and runs them. Between the two,
+  // nothing may copy to or from the host or synchronize. The defaults record nothing.
+  virtual bool ReplayStep(uint64_t key) {
+    (void)key;
+    return false;
+  }
+  virtual void BeginStep(uint64_t key) { (void)key; }
+  virtual void EndStep() {}
 };
 
 }  // namespace gizllm

@@ -29,15 +29,49 @@ constexpr int kDecodeThreads = 128;
 constexpr int kLanesPerKey = 16;
 constexpr int kKeysAtOnce = kDecodeThreads / kLanesPerKey;
 
+// The width of a lane's loads of one head vector: 16 lanes (or the 16 x-threads of a tile) cover
+// a head in pieces of 16 x kWidth floats, so a head_dim that is a multiple of 64 takes float4
+// loads and any other multiple of 32 float2 loads.
+template <int HD>
+constexpr int Width() {
+  static_assert(HD % 32 == 0 && HD >= 32 && HD <= 256, "head_dim: a multiple of 32 up to 256");
+  return HD % 64 == 0 ? 4 : 2;
+}
+
+// kW floats from global (kGlobal: through the read-only cache) or shared memory.
+template <int W, bool kGlobal = false>
+__device__ __forceinline__ void LoadVec(const float* src, float* dst) {
+  if constexpr (W == 4) {
+    float4 t = kGlobal ? __ldg(reinterpret_cast<const float4*>(src))
+                       : *reinterpret_cast<const float4*>(src);
+    dst[0] = t.x, dst[1] = t.y, dst[2] = t.z, dst[3] = t.w;
+  } else {
+    float2 t = kGlobal ? __ldg(reinterpret_cast<const float2*>(src))
+                       : *reinterpret_cast<const float2*>(src);
+    dst[0] = t.x, dst[1] = t.y;
+  }
+}
+
+template <int W>
+__device__ __forceinline__ void StoreVec(float* dst, const float* src) {
+  if constexpr (W == 4) {
+    *reinterpret_cast<float4*>(dst) = make_float4(src[0], src[1], src[2], src[3]);
+  } else {
+    *reinterpret_cast<float2*>(dst) = make_float2(src[0], src[1]);
+  }
+}
+
 // Block (row, kv head x head chunk, split). Groups of 16 lanes take one key each; a lane holds
-// HD/16 dimensions of the GB query heads, in float4 pieces 64 floats apart.
+// HD/16 dimensions of the GB query heads, in pieces of kW floats 16 x kW floats apart.
 template <int HD, int GB>
 __global__ void __launch_bounds__(kDecodeThreads)
     DecodeKernel(AttentionParams p, int head_chunks, int splits,
                  float* part_acc,   // [rows, heads, splits, HD] when splits > 1
                  float* part_ml) {  // [rows, heads, splits, 2] (max, sum) when splits > 1
+  constexpr int kW = Width<HD>();
+  constexpr int kStride = kLanesPerKey * kW;
   constexpr int kDims = HD / kLanesPerKey;
-  constexpr int kVecs = kDims / 4;
+  constexpr int kVecs = kDims / kW;
   extern __shared__ float shared[];
   float* s_acc = shared;                         // [kKeysAtOnce, GB, HD]
   float* s_ml = shared + kKeysAtOnce * GB * HD;  // [kKeysAtOnce, GB, 2]
@@ -61,13 +95,9 @@ __global__ void __launch_bounds__(kDecodeThreads)
   for (int g = 0; g < GB; ++g) {
     const float* qh = p.q + (r * p.heads + head0 + g) * HD;
 #pragma unroll
-    for (int i = 0; i < kVecs; ++i) {
-      float4 t = *reinterpret_cast<const float4*>(qh + sub * 4 + i * kLanesPerKey * 4);
-      q[g][4 * i] = t.x * qscale;
-      q[g][4 * i + 1] = t.y * qscale;
-      q[g][4 * i + 2] = t.z * qscale;
-      q[g][4 * i + 3] = t.w * qscale;
-    }
+    for (int i = 0; i < kVecs; ++i) LoadVec<kW>(qh + sub * kW + i * kStride, &q[g][kW * i]);
+#pragma unroll
+    for (int d = 0; d < kDims; ++d) q[g][d] *= qscale;
   }
   float m[GB], l[GB], acc[GB][kDims];
 #pragma unroll
@@ -87,14 +117,11 @@ __global__ void __launch_bounds__(kDecodeThreads)
     float k[kDims], v[kDims];
     if (valid) {
       int64_t page = pages[j / kPage];
-      int64_t at = ((page * kPage + j % kPage) * p.kv_heads + kv_head) * HD + sub * 4;
+      int64_t at = ((page * kPage + j % kPage) * p.kv_heads + kv_head) * HD + sub * kW;
 #pragma unroll
       for (int i = 0; i < kVecs; ++i) {
-        float4 a = __ldg(reinterpret_cast<const float4*>(p.cache.keys + at + i * kLanesPerKey * 4));
-        float4 b =
-            __ldg(reinterpret_cast<const float4*>(p.cache.values + at + i * kLanesPerKey * 4));
-        k[4 * i] = a.x, k[4 * i + 1] = a.y, k[4 * i + 2] = a.z, k[4 * i + 3] = a.w;
-        v[4 * i] = b.x, v[4 * i + 1] = b.y, v[4 * i + 2] = b.z, v[4 * i + 3] = b.w;
+        LoadVec<kW, true>(p.cache.keys + at + i * kStride, &k[kW * i]);
+        LoadVec<kW, true>(p.cache.values + at + i * kStride, &v[kW * i]);
       }
     } else {
 #pragma unroll
@@ -124,8 +151,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
 #pragma unroll
     for (int i = 0; i < kVecs; ++i)
 #pragma unroll
-      for (int c = 0; c < 4; ++c)
-        s_acc[(group * GB + g) * HD + sub * 4 + i * kLanesPerKey * 4 + c] = acc[g][4 * i + c];
+      for (int c = 0; c < kW; ++c)
+        s_acc[(group * GB + g) * HD + sub * kW + i * kStride + c] = acc[g][kW * i + c];
     if (sub == 0) {
       s_ml[(group * GB + g) * 2] = m[g];
       s_ml[(group * GB + g) * 2 + 1] = l[g];
@@ -184,10 +211,11 @@ constexpr int kTileK = 64;  // keys per step
 constexpr int kPad = 4;
 
 // 256 threads as 16 x 16: thread (ty, tx) computes scores of query vectors ty*4.. and keys
-// tx*4.., and the output of query vectors ty*4.. in dimensions tx*4 + 64*i.
+// tx*4.., and the output of query vectors ty*4.. in dimensions tx*kW + 16*kW*u.
 template <int HD>
 __global__ void __launch_bounds__(256) TileKernel(AttentionParams p, int tile_rows) {
-  constexpr int kOutVecs = HD / 64;
+  constexpr int kW = Width<HD>();
+  constexpr int kOutVecs = HD / (16 * kW);
   extern __shared__ float shared[];
   float* qt = shared;                     // [HD, kTileQ + kPad]
   float* kt = qt + HD * (kTileQ + kPad);  // [HD, kTileK + kPad]
@@ -226,7 +254,7 @@ __global__ void __launch_bounds__(256) TileKernel(AttentionParams p, int tile_ro
   }
   __syncthreads();
 
-  float o[4][kOutVecs * 4] = {};
+  float o[4][kOutVecs * kW] = {};
   float m[4], l[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) m[i] = -INFINITY, l[i] = 0.0f;
@@ -305,7 +333,7 @@ __global__ void __launch_bounds__(256) TileKernel(AttentionParams p, int tile_ro
         l[i] = l[i] * corr + sum;
         m[i] = m_new;
 #pragma unroll
-        for (int d = 0; d < kOutVecs * 4; ++d) o[i][d] *= corr;
+        for (int d = 0; d < kOutVecs * kW; ++d) o[i][d] *= corr;
         *reinterpret_cast<float4*>(ps + vec * (kTileK + kPad) + tx * 4) =
             make_float4(s[i][0], s[i][1], s[i][2], s[i][3]);
       }
@@ -317,12 +345,12 @@ __global__ void __launch_bounds__(256) TileKernel(AttentionParams p, int tile_ro
         for (int i = 0; i < 4; ++i) pv[i] = ps[(ty * 4 + i) * (kTileK + kPad) + key];
 #pragma unroll
         for (int u = 0; u < kOutVecs; ++u) {
-          float4 v = *reinterpret_cast<const float4*>(vs + key * HD + tx * 4 + 64 * u);
-          float vv[4] = {v.x, v.y, v.z, v.w};
+          float vv[kW];
+          LoadVec<kW>(vs + key * HD + tx * kW + 16 * kW * u, vv);
 #pragma unroll
           for (int i = 0; i < 4; ++i)
 #pragma unroll
-            for (int c = 0; c < 4; ++c) o[i][u * 4 + c] += pv[i] * vv[c];
+            for (int c = 0; c < kW; ++c) o[i][u * kW + c] += pv[i] * vv[c];
         }
       }
       __syncthreads();
@@ -337,9 +365,12 @@ __global__ void __launch_bounds__(256) TileKernel(AttentionParams p, int tile_ro
     float* dst = p.out + (row * p.heads + head) * HD;
     float inv = 1.0f / l[i];
 #pragma unroll
-    for (int u = 0; u < kOutVecs; ++u)
-      *reinterpret_cast<float4*>(dst + tx * 4 + 64 * u) = make_float4(
-          o[i][u * 4] * inv, o[i][u * 4 + 1] * inv, o[i][u * 4 + 2] * inv, o[i][u * 4 + 3] * inv);
+    for (int u = 0; u < kOutVecs; ++u) {
+      float r[kW];
+#pragma unroll
+      for (int c = 0; c < kW; ++c) r[c] = o[i][u * kW + c] * inv;
+      StoreVec<kW>(dst + tx * kW + 16 * kW * u, r);
+    }
   }
 }
 
@@ -400,7 +431,7 @@ template <int HD>
 void LaunchFor(const AttentionParams& p, int sm_count, Scratch* scratch, cudaStream_t stream) {
   int group_heads = p.heads / p.kv_heads;
   // Query heads per decode block: registers hold GB x HD/16 query and output values.
-  constexpr int kMaxGb = HD >= 256 ? 4 : 8;
+  constexpr int kMaxGb = HD > 128 ? 4 : 8;
   if (group_heads % 8 == 0 && kMaxGb >= 8) {
     LaunchDecode<HD, (kMaxGb >= 8 ? 8 : 4)>(p, sm_count, scratch, stream);
   } else if (group_heads % 4 == 0) {
@@ -418,7 +449,7 @@ void LaunchFor(const AttentionParams& p, int sm_count, Scratch* scratch, cudaStr
 }  // namespace
 
 bool AttentionSupported(int heads, int kv_heads, int head_dim) {
-  return (head_dim == 64 || head_dim == 128 || head_dim == 256) && kv_heads > 0 &&
+  return head_dim % 32 == 0 && head_dim >= 32 && head_dim <= 256 && kv_heads > 0 &&
          heads % kv_heads == 0 && heads / kv_heads <= kTileQ;
 }
 
@@ -432,10 +463,20 @@ void LaunchAttention(const AttentionParams& p, int sm_count, Scratch* scratch,
     std::abort();
   }
   switch (p.head_dim) {
+    case 32:
+      return LaunchFor<32>(p, sm_count, scratch, stream);
     case 64:
       return LaunchFor<64>(p, sm_count, scratch, stream);
+    case 96:
+      return LaunchFor<96>(p, sm_count, scratch, stream);
     case 128:
       return LaunchFor<128>(p, sm_count, scratch, stream);
+    case 160:
+      return LaunchFor<160>(p, sm_count, scratch, stream);
+    case 192:
+      return LaunchFor<192>(p, sm_count, scratch, stream);
+    case 224:
+      return LaunchFor<224>(p, sm_count, scratch, stream);
     default:
       return LaunchFor<256>(p, sm_count, scratch, stream);
   }

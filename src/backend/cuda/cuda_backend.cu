@@ -51,10 +51,13 @@ class CudaBackend : public Backend {
         stream_(stream),
         lt_(lt),
         name_(prop.name),
-        sm_count_(prop.multiProcessorCount) {}
+        sm_count_(prop.multiProcessorCount),
+        gemv_max_rows_(options.gemv_max_rows >= 0 ? options.gemv_max_rows
+                                                  : (options.exact ? 8 : 1)) {}
 
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    for (auto& [key, step] : graphs_) cudaGraphExecDestroy(step.exec);
     for (auto& [key, plan] : plans_) {
       cublasLtMatrixLayoutDestroy(plan.a);
       cublasLtMatrixLayoutDestroy(plan.b);
@@ -114,6 +117,14 @@ class CudaBackend : public Backend {
     return w;
   }
 
+  Status CheckAttentionShape(int heads, int kv_heads, int head_dim) const override {
+    if (cuda::AttentionSupported(heads, kv_heads, head_dim)) return Status::Ok();
+    return Unimplemented("cuda: attention with head_dim " + std::to_string(head_dim) + ", " +
+                         std::to_string(heads) + " query heads over " + std::to_string(kv_heads) +
+                         " kv heads has no kernel (head_dim must be a multiple of 32 up to 256, "
+                         "query heads a multiple of kv heads, at most 64 per kv head)");
+  }
+
   void Embed(const EmbedParams& p) override { cuda::LaunchEmbed(p, stream_); }
   void RmsNorm(const RmsNormParams& p) override { cuda::LaunchRmsNorm(p, stream_); }
   void Rope(const RopeParams& p) override { cuda::LaunchRope(p, stream_); }
@@ -127,9 +138,8 @@ class CudaBackend : public Backend {
 
   void Matmul(const MatmulParams& p) override {
     if (p.rows == 0) return;
-    if (p.rows <= options_.gemv_max_rows) {
-      for (int i = 0; i < p.outputs; ++i)
-        cuda::LaunchGemv(p.x, p.rows, *p.w[i], p.bias[i], p.out[i], sm_count_, stream_);
+    if (p.rows <= gemv_max_rows_) {
+      cuda::LaunchGemv(p, sm_count_, stream_);
       return;
     }
     bool all_bf16 = true;
@@ -150,6 +160,48 @@ class CudaBackend : public Backend {
   }
 
   void Synchronize() override { GZ_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  bool ReplayStep(uint64_t key) override {
+    if (!options_.graphs || capturing_) return false;
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) return false;
+    it->second.last_use = ++use_clock_;
+    GZ_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
+    return true;
+  }
+
+  void BeginStep(uint64_t key) override {
+    if (!options_.graphs || options_.max_graphs <= 0 || capturing_) return;
+    // Relaxed: the ops may allocate scratch memory while they are recorded.
+    GZ_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+    capturing_ = true;
+    capture_key_ = key;
+  }
+
+  void EndStep() override {
+    if (!capturing_) return;
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    GZ_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    GZ_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    GZ_CUDA_CHECK(cudaGraphDestroy(graph));
+    auto old = graphs_.find(capture_key_);
+    if (old != graphs_.end()) {
+      cudaGraphExecDestroy(old->second.exec);
+      graphs_.erase(old);
+    }
+    if (static_cast<int>(graphs_.size()) >= options_.max_graphs) {
+      auto lru = graphs_.begin();
+      for (auto it = graphs_.begin(); it != graphs_.end(); ++it)
+        if (it->second.last_use < lru->second.last_use) lru = it;
+      GZ_CUDA_CHECK(cudaGraphExecDestroy(lru->second.exec));
+      graphs_.erase(lru);
+    }
+    graphs_[capture_key_] = {exec, ++use_clock_};
+    // Recording ran nothing: run the step now.
+    GZ_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+  }
 
  private:
   static constexpr size_t kWorkspaceBytes = 32 << 20;
@@ -200,11 +252,21 @@ class CudaBackend : public Backend {
     return plans_.emplace(key, plan).first->second;
   }
 
+  struct RecordedStep {
+    cudaGraphExec_t exec = nullptr;
+    uint64_t last_use = 0;
+  };
+
   CudaOptions options_;
   cudaStream_t stream_;
   cublasLtHandle_t lt_;
   std::string name_;
   int sm_count_;
+  int gemv_max_rows_;
+  std::map<uint64_t, RecordedStep> graphs_;
+  bool capturing_ = false;
+  uint64_t capture_key_ = 0;
+  uint64_t use_clock_ = 0;
   void* workspace_ = nullptr;
   std::map<std::tuple<int64_t, int64_t, int64_t>, LtPlan> plans_;
   cuda::Scratch x_bf16_;             // [rows, cols] bf16 activations of a fast-mode matmul
@@ -215,7 +277,9 @@ class CudaBackend : public Backend {
 
 Status CudaOptions::Check() const {
   if (device < 0) return InvalidArgument("cuda: device index must not be negative");
-  if (gemv_max_rows < 0) return InvalidArgument("cuda: gemv_max_rows must not be negative");
+  if (gemv_max_rows < -1)
+    return InvalidArgument("cuda: gemv_max_rows must be -1 (by mode) or at least 0");
+  if (max_graphs < 0) return InvalidArgument("cuda: max_graphs must not be negative");
   return Status::Ok();
 }
 

@@ -14,8 +14,13 @@ struct CudaOptions {
   bool exact = false;  // float32 activations into every linear (for comparison with the CPU);
                        // else matmuls of many rows read bf16 activations (cuBLASLt)
   // Matmuls of at most this many rows stream the weights through the GEMV kernel (float32
-  // activations, exact in either mode); more rows go to the GEMM path.
-  int gemv_max_rows = 8;
+  // activations, exact in either mode); more rows go to the GEMM path. -1: 1 in fast mode
+  // (cuBLASLt reads the weights once for any rows, the GEMV re-reads each row's activations per
+  // weight and fell to a third of the batch-1 rate at 8 rows), 8 in exact mode.
+  int gemv_max_rows = -1;
+  // Record each step shape once as a CUDA graph and replay it (Backend::BeginStep/ReplayStep).
+  bool graphs = true;
+  int max_graphs = 64;  // recorded steps kept; the least recently used is dropped
   Status Check() const;
 };
 

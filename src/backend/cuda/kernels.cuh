@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "ops/backend.h"
 
@@ -26,7 +27,9 @@
 
 namespace gizllm::cuda {
 
-// Scratch device memory that grows to the largest request and is then reused.
+// Scratch device memory that grows to the largest request and is then reused. A buffer it
+// outgrows stays allocated until the Scratch is destroyed: recorded steps (CUDA graphs) may
+// still use it, and it may be allocated while a step is being recorded (no free, no sync).
 class Scratch {
  public:
   Scratch() = default;
@@ -34,10 +37,11 @@ class Scratch {
   Scratch& operator=(const Scratch&) = delete;
   ~Scratch() {
     if (data_) cudaFree(data_);
+    for (void* old : retired_) cudaFree(old);
   }
   void* Get(size_t bytes) {
     if (bytes > bytes_) {
-      if (data_) GZ_CUDA_CHECK(cudaFree(data_));
+      if (data_) retired_.push_back(data_);
       GZ_CUDA_CHECK(cudaMalloc(&data_, bytes));
       bytes_ = bytes;
     }
@@ -47,6 +51,7 @@ class Scratch {
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
+  std::vector<void*> retired_;
 };
 
 void LaunchEmbed(const EmbedParams& p, cudaStream_t stream);
@@ -57,9 +62,9 @@ void LaunchSwiGlu(const SwiGluParams& p, cudaStream_t stream);
 void LaunchAdd(const AddParams& p, cudaStream_t stream);
 void LaunchGatherRows(const GatherRowsParams& p, cudaStream_t stream);
 
-// out[rows, n] = x[rows, cols] W^T (+ bias), streaming W once; float32 x, rows <= 8.
-void LaunchGemv(const float* x, int64_t rows, const Weight& w, const float* bias, float* out,
-                int sm_count, cudaStream_t stream);
+// Every output of p (out_i[rows, n_i] = x W_i^T + bias_i) streaming each W once per 8 rows,
+// float32 x; the outputs of one weight format in one launch.
+void LaunchGemv(const MatmulParams& p, int sm_count, cudaStream_t stream);
 // The same product by a tiled float32 kernel (any rows; exact mode and plain non-bf16 weights).
 void LaunchGemmF32(const float* x, int64_t rows, const Weight& w, const float* bias, float* out,
                    cudaStream_t stream);
@@ -70,7 +75,8 @@ void LaunchAddBias(float* out, int64_t rows, int64_t n, const float* bias, cudaS
 
 // Paged grouped-query attention: the decode kernel (rows that are alone in their sequence,
 // keys split across blocks) and the tile kernel (runs of rows of one sequence).
-// Whether the attention kernels cover this shape (head_dim 64, 128 or 256).
+// Whether the attention kernels cover this shape (head_dim a multiple of 32 up to 256, at most
+// 64 query heads per kv head). LaunchAttention stops the program on any other shape.
 bool AttentionSupported(int heads, int kv_heads, int head_dim);
 void LaunchAttention(const AttentionParams& p, int sm_count, Scratch* scratch, cudaStream_t stream);
 

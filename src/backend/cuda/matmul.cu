@@ -64,22 +64,40 @@ __device__ __forceinline__ uint4 LoadStreaming(const void* p) {
 constexpr int kGemvWarps = 8;
 constexpr int kGemvUnroll = 4;  // 16-byte weight loads in flight per lane
 
+// Up to three linears over the same input, issued as one launch: blocks [first_block[i],
+// first_block[i + 1]) compute output i.
+template <typename T>
+struct GemvSet {
+  const T* w[MatmulParams::kMaxOutputs] = {};
+  const float* bias[MatmulParams::kMaxOutputs] = {};
+  float* out[MatmulParams::kMaxOutputs] = {};
+  int64_t n[MatmulParams::kMaxOutputs] = {};
+  unsigned first_block[MatmulParams::kMaxOutputs + 1] = {};
+  int count = 0;
+};
+
 // out[r, j] = sum_k x[r, k] w[j, k] (+ bias[j]) for R rows. A block holds `rows_per_block`
 // outputs; the kGemvWarps / rows_per_block warps of one output split its inputs and add their
 // parts in shared memory. kVec: cols is a multiple of the 16-byte pack (else scalar loads).
 template <typename T, int R, bool kVec>
 __global__ void __launch_bounds__(kGemvWarps * 32)
-    GemvKernel(const float* __restrict__ x,     // [R, cols]
-               const T* __restrict__ w,         // [n, cols]
-               const float* __restrict__ bias,  // [n] or null
-               float* __restrict__ out,         // [R, n]
-               int64_t n, int64_t cols, int rows_per_block) {
+    GemvKernel(const float* __restrict__ x,  // [R, cols]
+               GemvSet<T> set, int64_t cols, int rows_per_block) {
   using P = Pack<T>;
   constexpr int E = P::kCount;
   __shared__ float parts[kGemvWarps][R];
+  int seg = 0;
+#pragma unroll
+  for (int i = 1; i < MatmulParams::kMaxOutputs; ++i)
+    if (i < set.count && blockIdx.x >= set.first_block[i]) seg = i;
+  const T* __restrict__ w = set.w[seg];
+  const float* __restrict__ bias = set.bias[seg];
+  float* __restrict__ out = set.out[seg];
+  const int64_t n = set.n[seg];
+  const int64_t block = blockIdx.x - set.first_block[seg];
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int splits = kGemvWarps / rows_per_block;
-  int64_t j = static_cast<int64_t>(blockIdx.x) * rows_per_block + warp / splits;
+  int64_t j = block * rows_per_block + warp / splits;
   int part = warp % splits;
   float acc[R];
 #pragma unroll
@@ -133,7 +151,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   __syncthreads();
   for (int t = threadIdx.x; t < rows_per_block * R; t += blockDim.x) {
     int local = t / R, r = t % R;
-    int64_t jj = static_cast<int64_t>(blockIdx.x) * rows_per_block + local;
+    int64_t jj = block * rows_per_block + local;
     if (jj >= n) continue;
     float sum = bias ? bias[jj] : 0.0f;
     for (int s = 0; s < splits; ++s) sum += parts[local * splits + s][r];
@@ -141,53 +159,78 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   }
 }
 
+// The outputs of one GEMV launch: weights of one format and the same cols.
+struct GemvJob {
+  const float* x;
+  int64_t cols;
+  int count;
+  const Weight* w[MatmulParams::kMaxOutputs];
+  const float* bias[MatmulParams::kMaxOutputs];
+  float* out[MatmulParams::kMaxOutputs];
+};
+
 template <typename T, int R>
-void GemvFor(const float* x, const Weight& w, const float* bias, float* out, int sm_count,
-             cudaStream_t stream) {
+void GemvFor(const GemvJob& job, int sm_count, cudaStream_t stream) {
+  int64_t total = 0;
+  bool vec = job.cols % Pack<T>::kCount == 0 && reinterpret_cast<uintptr_t>(job.x) % 16 == 0;
+  for (int i = 0; i < job.count; ++i) {
+    total += job.w[i]->rows;
+    vec = vec && reinterpret_cast<uintptr_t>(job.w[i]->data) % 16 == 0;
+  }
   // Enough blocks to keep every multiprocessor streaming: few outputs get more warps each.
   int rows_per_block = kGemvWarps;
-  while (rows_per_block > 1 && w.rows / rows_per_block < 4 * sm_count) rows_per_block /= 2;
-  unsigned blocks = static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block);
-  const T* wd = static_cast<const T*>(w.data);
-  bool vec = w.cols % Pack<T>::kCount == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-             reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+  while (rows_per_block > 1 && total / rows_per_block < 4 * sm_count) rows_per_block /= 2;
+  GemvSet<T> set;
+  set.count = job.count;
+  unsigned blocks = 0;
+  for (int i = 0; i < job.count; ++i) {
+    set.w[i] = static_cast<const T*>(job.w[i]->data);
+    set.bias[i] = job.bias[i];
+    set.out[i] = job.out[i];
+    set.n[i] = job.w[i]->rows;
+    set.first_block[i] = blocks;
+    blocks += static_cast<unsigned>((job.w[i]->rows + rows_per_block - 1) / rows_per_block);
+  }
+  set.first_block[job.count] = blocks;
   if (vec) {
     GemvKernel<T, R, true>
-        <<<blocks, kGemvWarps * 32, 0, stream>>>(x, wd, bias, out, w.rows, w.cols, rows_per_block);
+        <<<blocks, kGemvWarps * 32, 0, stream>>>(job.x, set, job.cols, rows_per_block);
   } else {
     GemvKernel<T, R, false>
-        <<<blocks, kGemvWarps * 32, 0, stream>>>(x, wd, bias, out, w.rows, w.cols, rows_per_block);
+        <<<blocks, kGemvWarps * 32, 0, stream>>>(job.x, set, job.cols, rows_per_block);
   }
   GZ_CUDA_LAUNCHED();
 }
 
 template <typename T>
-void GemvRows(const float* x, int64_t rows, const Weight& w, const float* bias, float* out,
-              int sm_count, cudaStream_t stream) {
+void GemvRows(const GemvJob& job, int64_t rows, int sm_count, cudaStream_t stream) {
   switch (rows) {
     case 1:
-      return GemvFor<T, 1>(x, w, bias, out, sm_count, stream);
+      return GemvFor<T, 1>(job, sm_count, stream);
     case 2:
-      return GemvFor<T, 2>(x, w, bias, out, sm_count, stream);
+      return GemvFor<T, 2>(job, sm_count, stream);
     case 3:
-      return GemvFor<T, 3>(x, w, bias, out, sm_count, stream);
+      return GemvFor<T, 3>(job, sm_count, stream);
     case 4:
-      return GemvFor<T, 4>(x, w, bias, out, sm_count, stream);
+      return GemvFor<T, 4>(job, sm_count, stream);
     case 5:
-      return GemvFor<T, 5>(x, w, bias, out, sm_count, stream);
+      return GemvFor<T, 5>(job, sm_count, stream);
     case 6:
-      return GemvFor<T, 6>(x, w, bias, out, sm_count, stream);
+      return GemvFor<T, 6>(job, sm_count, stream);
     case 7:
-      return GemvFor<T, 7>(x, w, bias, out, sm_count, stream);
+      return GemvFor<T, 7>(job, sm_count, stream);
     case 8:
-      return GemvFor<T, 8>(x, w, bias, out, sm_count, stream);
+      return GemvFor<T, 8>(job, sm_count, stream);
     default:
       break;
   }
   // More rows: pieces of 8 (each piece reads the weights again).
   for (int64_t r0 = 0; r0 < rows; r0 += 8) {
     int64_t piece = rows - r0 < 8 ? rows - r0 : 8;
-    GemvRows<T>(x + r0 * w.cols, piece, w, bias, out + r0 * w.rows, sm_count, stream);
+    GemvJob part = job;
+    part.x = job.x + r0 * job.cols;
+    for (int i = 0; i < job.count; ++i) part.out[i] = job.out[i] + r0 * job.w[i]->rows;
+    GemvRows<T>(part, piece, sm_count, stream);
   }
 }
 
@@ -261,18 +304,33 @@ void GemmFor(const float* x, int64_t rows, const Weight& w, const float* bias, f
 
 }  // namespace
 
-void LaunchGemv(const float* x, int64_t rows, const Weight& w, const float* bias, float* out,
-                int sm_count, cudaStream_t stream) {
-  if (rows == 0) return;
-  switch (w.format) {
-    case Format::kBf16:
-      return GemvRows<__nv_bfloat16>(x, rows, w, bias, out, sm_count, stream);
-    case Format::kF16:
-      return GemvRows<__half>(x, rows, w, bias, out, sm_count, stream);
-    case Format::kF32:
-      return GemvRows<float>(x, rows, w, bias, out, sm_count, stream);
-    default:
-      Unsupported(w);
+void LaunchGemv(const MatmulParams& p, int sm_count, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  // One launch for each run of outputs with the same weight format (usually all of them).
+  for (int first = 0; first < p.outputs;) {
+    GemvJob job{p.x, p.w[first]->cols, 0, {}, {}, {}};
+    int end = first;
+    while (end < p.outputs && p.w[end]->format == p.w[first]->format) {
+      job.w[job.count] = p.w[end];
+      job.bias[job.count] = p.bias[end];
+      job.out[job.count] = p.out[end];
+      ++job.count;
+      ++end;
+    }
+    switch (p.w[first]->format) {
+      case Format::kBf16:
+        GemvRows<__nv_bfloat16>(job, p.rows, sm_count, stream);
+        break;
+      case Format::kF16:
+        GemvRows<__half>(job, p.rows, sm_count, stream);
+        break;
+      case Format::kF32:
+        GemvRows<float>(job, p.rows, sm_count, stream);
+        break;
+      default:
+        Unsupported(*p.w[first]);
+    }
+    first = end;
   }
 }
 

@@ -3,6 +3,7 @@
 // head shapes of the supported models.
 #include <algorithm>
 #include <numeric>
+#include <tuple>
 
 #include "backend/cpu/reference.h"
 #include "cuda_test_util.h"
@@ -106,6 +107,36 @@ TEST(CudaAttentionTest, SlidingWindow) {
   GZ_SKIP_WITHOUT_CUDA();
   CheckAttention(8, 2, 128, 100, {{0, 300, 1}, {1, 250, 90}, {2, 40, 1}}, 13);
   CheckAttention(6, 2, 64, 17, {{0, 0, 50}, {1, 3000, 1}}, 14);
+}
+
+// Every head_dim that is a multiple of 32 up to 256 (float2 pieces where it is not a multiple
+// of 64), through the split decode kernel, the tile kernel and a mixed step; 32 is the golden
+// models' head_dim.
+TEST(CudaAttentionTest, EveryHeadDimMultipleOf32) {
+  GZ_SKIP_WITHOUT_CUDA();
+  for (int head_dim = 32; head_dim <= 256; head_dim += 32) {
+    uint32_t seed = 100 + head_dim;
+    CheckAttention(4, 2, head_dim, 0, {{0, 700, 1}, {1, 3, 1}}, seed);
+    CheckAttention(4, 2, head_dim, 0, {{0, 5, 37}}, seed + 1);
+    CheckAttention(8, 1, head_dim, 0, {{0, 40, 1}, {1, 0, 20}, {2, 90, 1}}, seed + 2);
+  }
+}
+
+TEST(CudaAttentionTest, ShapesWithoutKernelFailWithStatus) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(false);
+  EXPECT_TRUE(backend->CheckAttentionShape(4, 2, 32).ok());
+  EXPECT_TRUE(backend->CheckAttentionShape(32, 8, 128).ok());
+  EXPECT_TRUE(backend->CheckAttentionShape(16, 4, 96).ok());
+  EXPECT_TRUE(backend->CheckAttentionShape(8, 8, 256).ok());
+  for (auto [heads, kv_heads, head_dim] :
+       {std::tuple{4, 2, 48}, std::tuple{4, 2, 288}, std::tuple{4, 2, 16}, std::tuple{6, 4, 64},
+        std::tuple{128, 1, 64}}) {
+    Status s = backend->CheckAttentionShape(heads, kv_heads, head_dim);
+    EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << heads << " " << kv_heads << " " << head_dim;
+    EXPECT_NE(s.message().find("head_dim " + std::to_string(head_dim)), std::string::npos)
+        << s.message();
+  }
 }
 
 }  // namespace
