@@ -192,7 +192,12 @@ Expected<Tokenizer> Tokenizer::Load(const std::string& path) {
                   file);
 }
 
+namespace {
+Status NotLoaded() { return InvalidArgument("the tokenizer is empty (not loaded)"); }
+}  // namespace
+
 Expected<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool add_special) const {
+  if (!data_) return NotLoaded();
   GZ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, data_->EncodeText(text));
   if (data_->post_processor) {
     std::vector<std::vector<int32_t>> sequences(1);
@@ -205,6 +210,7 @@ Expected<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool add
 
 Expected<std::vector<int32_t>> Tokenizer::EncodePair(std::string_view a, std::string_view b,
                                                      bool add_special) const {
+  if (!data_) return NotLoaded();
   auto first = data_->EncodeText(a);
   if (!first.ok()) return first.status().Annotate("first text");
   auto second = data_->EncodeText(b);
@@ -219,6 +225,7 @@ Expected<std::vector<int32_t>> Tokenizer::EncodePair(std::string_view a, std::st
 }
 
 std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special) const {
+  if (!data_) return "";
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int32_t id : ids) {
@@ -244,11 +251,13 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special) c
 }
 
 int32_t Tokenizer::TokenId(std::string_view token) const {
+  if (!data_) return -1;
   int32_t id = data_->added_by_text.Get(token);
   return id >= 0 ? id : data_->model->TokenId(token);
 }
 
 std::string Tokenizer::TokenText(int32_t id) const {
+  if (!data_) return "";
   if (auto it = data_->added_by_id.find(id); it != data_->added_by_id.end()) {
     return data_->added[it->second].content;
   }
@@ -256,9 +265,10 @@ std::string Tokenizer::TokenText(int32_t id) const {
   return text ? std::string(*text) : std::string();
 }
 
-int64_t Tokenizer::vocab_size() const { return data_->vocab_size; }
+int64_t Tokenizer::vocab_size() const { return data_ ? data_->vocab_size : 0; }
 
 bool Tokenizer::IsSpecial(int32_t id) const {
+  if (!data_) return false;
   auto it = data_->added_by_id.find(id);
   return it != data_->added_by_id.end() && data_->added[it->second].special;
 }

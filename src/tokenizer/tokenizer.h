@@ -7,6 +7,7 @@
 //   std::string text = tokenizer.Decode(ids);
 //
 // All const methods are thread-safe; a Tokenizer is cheap to copy or move (it shares its tables).
+// A default-constructed Tokenizer is empty: Encode fails, Decode gives "", vocab_size() is 0.
 #pragma once
 
 #include <cstdint>

@@ -68,6 +68,16 @@ TEST(TokenizerTest, UnknownComponentNamesItsType) {
   }
 }
 
+TEST(TokenizerTest, EmptyTokenizerFailsCleanly) {
+  Tokenizer empty;
+  EXPECT_FALSE(empty.Encode("x").ok());
+  EXPECT_FALSE(empty.EncodePair("x", "y").ok());
+  EXPECT_EQ(empty.Decode(std::vector<int32_t>{1, 2}), "");
+  EXPECT_EQ(empty.vocab_size(), 0);
+  EXPECT_EQ(empty.TokenId("x"), -1);
+  EXPECT_FALSE(empty.IsSpecial(0));
+}
+
 TEST(TokenizerTest, InvalidUtf8IsAnError) {
   auto t = Tokenizer::Load(kTiny);
   ASSERT_TRUE(t.ok());
