@@ -29,7 +29,7 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand(
       "convert", "Convert a Hugging Face model folder into gizllm's format (quantized linears)");
   struct Options {
-    std::string from, to, bits = "16", lora;
+    std::string from, to, bits = "4/8", lora;
     bool no_rotate = false;
     bool no_zeros = false;
     int layers = -1;
@@ -40,7 +40,7 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--to", o->to, "Output folder (must not exist)")->required();
   cmd->add_option("--bits", o->bits,
                   "Bits of the layers' linears and of the head, LAYERS[/HEAD]: 16, 8, 4, 2, 1 "
-                  "(e.g. 4/8)");
+                  "(default 4/8)");
   cmd->add_flag("--no-rotate", o->no_rotate,
                 "Quantize without the Hadamard rotation of each block of 128 inputs");
   cmd->add_flag("--no-zeros", o->no_zeros, "4 and 2 bits: symmetric groups, without zero points");

@@ -1,0 +1,78 @@
+// gizllm perplexity: perplexity of a model over texts, and with --base how far its next-token
+// distributions are from a base model's (mean KL divergence, share of the same top token).
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "cli/model_options.h"
+#include "quant/perplexity.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gizllm::cli {
+
+void AddPerplexityCommand(CLI::App& app, CommandContext& ctx) {
+  auto* cmd = app.add_subcommand(
+      "perplexity", "Perplexity over texts; with --base, KL divergence from a base model");
+  struct Options {
+    ModelOptions model;
+    std::string file, base;
+    quant::PerplexityOptions eval;
+    int limit = 0;
+  };
+  auto o = std::make_shared<Options>();
+  o->model.Add(cmd);
+  cmd->add_option("--file,-f", o->file, "JSON lines, one {\"text\": ...} per line")->required();
+  cmd->add_option("--base", o->base,
+                  "Base model folder: report the mean KL divergence of the model's next-token "
+                  "distributions from the base's, and how often both pick the same top token");
+  cmd->add_option("--window", o->eval.window, "Tokens per window; each window starts a new context")
+      ->default_val(256);
+  cmd->add_option("--max-tokens", o->eval.max_tokens,
+                  "Read only the first N tokens of each text (0: all)")
+      ->default_val(1024);
+  cmd->add_option("--limit", o->limit, "Read only the first N texts (0: all)")->default_val(0);
+  cmd->callback([&ctx, o] {
+    Status check = o->eval.Check();
+    if (!check.ok()) return void(ctx.exit_code = Fail(check.message()));
+    auto texts = quant::ReadTexts(o->file, o->limit);
+    if (!texts.ok()) return void(ctx.exit_code = Fail(texts.status().message()));
+    auto model = o->model.Load(true);
+    if (!model.ok()) return void(ctx.exit_code = Fail(model.status().message()));
+    std::unique_ptr<Model> base;
+    if (!o->base.empty()) {
+      ModelOptions b = o->model;
+      b.model = o->base;
+      auto loaded = b.Load(true);
+      if (!loaded.ok()) return void(ctx.exit_code = Fail(loaded.status().message()));
+      base = std::move(*loaded);
+    }
+    auto tokenizer = Tokenizer::Load((*model)->dir());
+    if (!tokenizer.ok()) return void(ctx.exit_code = Fail(tokenizer.status().message()));
+    std::vector<std::vector<int32_t>> ids;
+    for (const std::string& text : *texts) {
+      auto encoded = tokenizer->Encode(text);
+      if (!encoded.ok()) return void(ctx.exit_code = Fail(encoded.status().message()));
+      ids.push_back(std::move(*encoded));
+    }
+    o->eval.progress = [](size_t done, size_t total, double perplexity) {
+      std::fprintf(stderr, "\r%zu/%zu texts, perplexity %.3f", done, total, perplexity);
+      if (done == total) std::fputc('\n', stderr);
+    };
+    auto start = std::chrono::steady_clock::now();
+    auto r = quant::MeasurePerplexity(**model, base.get(), ids, o->eval);
+    if (!r.ok()) return void(ctx.exit_code = Fail(r.status().message()));
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("texts        %zu (first %d tokens each), windows of %d tokens\n", texts->size(),
+                o->eval.max_tokens, o->eval.window);
+    std::printf("tokens       %lld scored in %.1f s\n", static_cast<long long>(r->tokens), seconds);
+    std::printf("perplexity   %.4f\n", r->perplexity);
+    if (base) {
+      std::printf("base         %.4f\n", r->base_perplexity);
+      std::printf("kl           %.6f (mean KL(base || model) per position)\n", r->kl);
+      std::printf("same top     %.2f%%\n", 100.0 * r->same_top);
+    }
+  });
+}
+
+}  // namespace gizllm::cli
