@@ -9,6 +9,7 @@ void AddLogitsCommand(CLI::App& app, CommandContext& ctx);
 void AddInfoCommand(CLI::App& app, CommandContext& ctx);
 void AddTokenizeCommand(CLI::App& app, CommandContext& ctx);
 void AddConvertCommand(CLI::App& app, CommandContext& ctx);
+void AddPerplexityCommand(CLI::App& app, CommandContext& ctx);
 void AddBenchCommand(CLI::App& app, CommandContext& ctx);
 void AddTemplateCommand(CLI::App& app, CommandContext& ctx);
 void AddServeCommand(CLI::App& app, CommandContext& ctx);
@@ -18,6 +19,7 @@ inline constexpr void (*kCommands[])(CLI::App&, CommandContext&) = {
     AddInfoCommand,
     AddTokenizeCommand,
     AddConvertCommand,
+    AddPerplexityCommand,
     AddBenchCommand,
     AddTemplateCommand,
     AddServeCommand,
