@@ -86,15 +86,16 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   using P = Pack<T>;
   constexpr int E = P::kCount;
   __shared__ float parts[kGemvWarps][R];
-  int seg = 0;
-#pragma unroll
-  for (int i = 1; i < MatmulParams::kMaxOutputs; ++i)
-    if (i < set.count && blockIdx.x >= set.first_block[i]) seg = i;
-  const T* __restrict__ w = set.w[seg];
-  const float* __restrict__ bias = set.bias[seg];
-  float* __restrict__ out = set.out[seg];
-  const int64_t n = set.n[seg];
-  const int64_t block = blockIdx.x - set.first_block[seg];
+  // The output this block computes, picked with constant indices: indexing the parameter arrays
+  // with a variable would copy the whole set to local memory in every thread.
+  static_assert(MatmulParams::kMaxOutputs == 3);
+  const bool in1 = set.count > 1 && blockIdx.x >= set.first_block[1];
+  const bool in2 = set.count > 2 && blockIdx.x >= set.first_block[2];
+  const T* __restrict__ w = in2 ? set.w[2] : in1 ? set.w[1] : set.w[0];
+  const float* __restrict__ bias = in2 ? set.bias[2] : in1 ? set.bias[1] : set.bias[0];
+  float* __restrict__ out = in2 ? set.out[2] : in1 ? set.out[1] : set.out[0];
+  const int64_t n = in2 ? set.n[2] : in1 ? set.n[1] : set.n[0];
+  const int64_t block = blockIdx.x - (in2 ? set.first_block[2] : in1 ? set.first_block[1] : 0u);
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int splits = kGemvWarps / rows_per_block;
   int64_t j = block * rows_per_block + warp / splits;
