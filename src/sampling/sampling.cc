@@ -52,11 +52,20 @@ std::optional<int32_t> Sampler::Shape(std::span<const float> logits, const Sampl
                                       std::span<const int32_t> prompt,
                                       std::span<const int32_t> output) {
   DCHECK(static_cast<int64_t>(logits.size()) == vocab_);
+  const bool penalize =
+      sampling.repetition != 1.0f || sampling.presence != 0.0f || sampling.frequency != 0.0f;
+  auto argmax = [](std::span<const float> x) {
+    int32_t best = 0;
+    for (size_t i = 1; i < x.size(); ++i) {
+      if (x[i] > x[best]) best = static_cast<int32_t>(i);
+    }
+    return best;
+  };
+  // Plain greedy decoding reads the logits once, without a copy.
+  if (sampling.Greedy() && !penalize) return argmax(logits);
   std::copy(logits.begin(), logits.end(), x_.begin());
 
   // Penalties touch only the tokens the request has seen; seen_ and counts_ are zero again after.
-  const bool penalize =
-      sampling.repetition != 1.0f || sampling.presence != 0.0f || sampling.frequency != 0.0f;
   if (penalize) {
     for (int32_t t : prompt) seen_[t] = 1;
     for (int32_t t : output) {
@@ -83,13 +92,7 @@ std::optional<int32_t> Sampler::Shape(std::span<const float> logits, const Sampl
     }
   }
 
-  if (sampling.Greedy()) {
-    int32_t best = 0;
-    for (int64_t i = 1; i < vocab_; ++i) {
-      if (x_[i] > x_[best]) best = static_cast<int32_t>(i);
-    }
-    return best;
-  }
+  if (sampling.Greedy()) return argmax(x_);
 
   // Softmax without its denominator: only ratios matter until the final normalization.
   float max = -INFINITY;
