@@ -136,6 +136,7 @@ int RunBench(const BenchOptions& o) {
   std::vector<double> ttft, itl;  // seconds
   int64_t next = 0, done = 0, tokens = 0;
   const auto start = Clock::now();
+  auto drawn = start;
   auto add = [&]() -> Status {
     Request r;
     r.prompt = prompts[next % prompts.size()];
@@ -172,7 +173,9 @@ int RunBench(const BenchOptions& o) {
         timing.erase(p.id);
       }
     }
-    if (!o.json) {
+    // The bar redraws at most ten times a second.
+    if (!o.json && (now - drawn > std::chrono::milliseconds(100) || done == o.requests)) {
+      drawn = now;
       DrawBar(done, o.requests, tokens, std::chrono::duration<double>(now - start).count());
     }
   }
