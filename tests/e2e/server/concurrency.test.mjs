@@ -1,0 +1,62 @@
+// 64 concurrent streamed requests all complete, each with the text the same greedy request gets
+// alone.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { startServer } from './harness.mjs';
+
+let server;
+let client;
+
+before(async () => {
+  server = await startServer(['--slots', '16', '--context', '512', '--kv-mib', '64']);
+  client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'none', maxRetries: 0,
+                        timeout: 300000 });
+});
+
+after(async () => {
+  assert.equal(await server.stop(), 0);
+});
+
+const prompts = [
+  'Recite John 3:16.', 'Recite Psalms 23:1.', 'Tell me a fortune.', 'Recite Genesis 1:1.',
+  'Recite Matthew 5:9.', 'Recite Romans 8:28.', 'Recite Proverbs 3:5.', 'Recite Exodus 20:3.',
+];
+
+async function streamed(content, maxTokens) {
+  const stream = await client.chat.completions.create({
+    model: server.model, messages: [{ role: 'user', content }], max_tokens: maxTokens,
+    temperature: 0, stream: true,
+  });
+  let text = '';
+  let finish = null;
+  for await (const chunk of stream) {
+    if (!chunk.choices.length) continue;
+    text += chunk.choices[0].delta.content ?? '';
+    finish = chunk.choices[0].finish_reason ?? finish;
+  }
+  return { text, finish };
+}
+
+test('64 concurrent streams give the text of each request alone', async () => {
+  const alone = [];
+  for (let i = 0; i < prompts.length; i++) {
+    // Varied limits, so requests end at different steps.
+    alone.push(await streamed(prompts[i], 8 + 2 * i));
+  }
+  const jobs = [];
+  for (let j = 0; j < 64; j++) {
+    const i = j % prompts.length;
+    jobs.push(streamed(prompts[i], 8 + 2 * i).then((r) => ({ i, r })));
+  }
+  const results = await Promise.all(jobs);
+  assert.equal(results.length, 64);
+  for (const { i, r } of results) {
+    assert.equal(r.text, alone[i].text, `prompt ${i}`);
+    assert.equal(r.finish, alone[i].finish, `prompt ${i}`);
+  }
+  const metrics = await (await fetch(`${server.url}/metrics`)).text();
+  const ok = /gizllm_requests_total\{endpoint="\/v1\/chat\/completions",status="200"\} (\d+)/
+    .exec(metrics);
+  assert.equal(Number(ok[1]), 64 + prompts.length);
+});
