@@ -5,6 +5,7 @@
 
 namespace gizllm::cli {
 
+void AddRunCommand(CLI::App& app, CommandContext& ctx);
 void AddLogitsCommand(CLI::App& app, CommandContext& ctx);
 void AddInfoCommand(CLI::App& app, CommandContext& ctx);
 void AddTokenizeCommand(CLI::App& app, CommandContext& ctx);
@@ -15,6 +16,7 @@ void AddTemplateCommand(CLI::App& app, CommandContext& ctx);
 void AddServeCommand(CLI::App& app, CommandContext& ctx);
 
 inline constexpr void (*kCommands[])(CLI::App&, CommandContext&) = {
+    AddRunCommand,
     AddLogitsCommand,
     AddInfoCommand,
     AddTokenizeCommand,

@@ -13,7 +13,7 @@ inline void Pause() {
   _mm_pause();
 #endif
 }
-constexpr int kSpins = 1 << 16;
+constexpr int kSpins = 1 << 14;
 }  // namespace
 
 ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {
@@ -30,18 +30,26 @@ ThreadPool::~ThreadPool() {
   for (auto& w : workers_) w.join();
 }
 
-void ThreadPool::Work(int thread) {
+void ThreadPool::Work(uint32_t generation, int thread) {
+  const Job& job = jobs_[generation & 1];
+  uint64_t v = claim_.load(std::memory_order_acquire);
   for (;;) {
-    int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= tasks_) break;
-    (*fn_)(task, thread);
+    // The claim succeeds only while the job is still `generation`: a late worker whose job has
+    // ended (and whose slot may be rewritten) fails the compare and reads nothing further.
+    if (static_cast<uint32_t>(v >> 32) != generation) return;
+    int64_t task = static_cast<int64_t>(v & 0xffffffffu);
+    if (task >= job.tasks.load(std::memory_order_relaxed)) return;
+    if (!claim_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel)) continue;
+    (*job.fn.load(std::memory_order_relaxed))(task, thread);
+    done_.fetch_add(1, std::memory_order_acq_rel);
+    v = claim_.load(std::memory_order_acquire);
   }
 }
 
 void ThreadPool::Worker(int thread) {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
-    uint64_t gen = generation_.load(std::memory_order_acquire);
+    uint32_t gen = generation_.load(std::memory_order_acquire);
     int spins = 0;
     while (gen == seen) {
       if (++spins < kSpins) {
@@ -57,8 +65,7 @@ void ThreadPool::Worker(int thread) {
     }
     seen = gen;
     if (stop_.load()) return;
-    Work(thread);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    Work(gen, thread);
   }
 }
 
@@ -68,18 +75,20 @@ void ThreadPool::Run(int64_t tasks, const std::function<void(int64_t, int)>& fn)
     for (int64_t t = 0; t < tasks; ++t) fn(t, 0);
     return;
   }
-  fn_ = &fn;
-  tasks_ = tasks;
-  next_task_.store(0, std::memory_order_relaxed);
-  pending_.store(threads_ - 1, std::memory_order_relaxed);
+  const uint32_t generation = generation_.load(std::memory_order_relaxed) + 1;
+  Job& job = jobs_[generation & 1];
+  job.tasks.store(tasks, std::memory_order_relaxed);
+  job.fn.store(&fn, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  claim_.store(static_cast<uint64_t>(generation) << 32, std::memory_order_release);
   {
     // The lock orders the publication against a worker that is about to sleep.
     std::lock_guard<std::mutex> lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_release);
+    generation_.store(generation, std::memory_order_release);
   }
   if (sleepers_.load() > 0) wake_.notify_all();
-  Work(0);
-  while (pending_.load(std::memory_order_acquire) != 0) Pause();
+  Work(generation, 0);
+  while (done_.load(std::memory_order_acquire) != tasks) Pause();
 }
 
 void ThreadPool::ParallelFor(int64_t n, int64_t grain,

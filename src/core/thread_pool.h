@@ -1,6 +1,8 @@
 // An explicit pool of worker threads, passed to whatever needs it (no global pool).
 // Workers spin briefly between jobs: a decode step issues dozens of short parallel loops, and
-// waking sleeping threads for each would cost more than the loops themselves.
+// waking sleeping threads for each would cost more than the loops themselves. The caller takes
+// tasks too and waits only for tasks a worker has claimed, so a worker the OS has not scheduled
+// (a loaded machine) delays nothing.
 #pragma once
 
 #include <atomic>
@@ -24,7 +26,8 @@ class ThreadPool {
   int threads() const { return threads_; }
 
   // Runs fn(task, thread) for task in [0, tasks); each task runs exactly once; returns when all
-  // are done. `thread` is in [0, threads()) and names a per-thread scratch area.
+  // are done. `thread` is in [0, threads()) and names a per-thread scratch area. Call from one
+  // thread at a time.
   void Run(int64_t tasks, const std::function<void(int64_t task, int thread)>& fn);
 
   // Splits [0, n) into about threads() contiguous ranges of multiples of `grain`.
@@ -32,16 +35,22 @@ class ThreadPool {
                    const std::function<void(int64_t begin, int64_t end, int thread)>& fn);
 
  private:
+  // A job's description; two alternate so that a late worker never reads a job being written.
+  struct Job {
+    std::atomic<int64_t> tasks{0};
+    std::atomic<const std::function<void(int64_t, int)>*> fn{nullptr};
+  };
   void Worker(int thread);
-  void Work(int thread);
+  // Claims and runs tasks of job `generation` while any remain.
+  void Work(uint32_t generation, int thread);
 
   int threads_;
   std::vector<std::thread> workers_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int64_t> next_task_{0};
-  std::atomic<int> pending_{0};
-  int64_t tasks_ = 0;
-  const std::function<void(int64_t, int)>* fn_ = nullptr;
+  Job jobs_[2];
+  // High 32 bits: the job's generation; low 32 bits: the next task to claim.
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<int64_t> done_{0};
+  std::atomic<uint32_t> generation_{0};
   std::atomic<bool> stop_{false};
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -1,0 +1,126 @@
+// gizllm run: generate from a prompt and stream the text to stdout; timings on stderr.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+
+#include "cli/model_options.h"
+#include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gizllm::cli {
+namespace {
+
+struct RunOptions {
+  ModelOptions model;
+  std::string prompt;
+  bool prompt_given = false;
+  int64_t max_tokens = 256;
+  Sampling sampling;
+  uint64_t seed = 0;
+  bool seed_given = false;
+  bool greedy = false;
+  bool special = false;
+};
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+int Run(const RunOptions& o) {
+  std::string prompt = o.prompt;
+  if (!o.prompt_given) {
+    prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  }
+  if (prompt.empty()) return Fail("run: empty prompt (give --prompt TEXT or text on stdin)");
+  Sampling sampling = o.sampling;
+  if (o.greedy) sampling.temperature = 0.0f;
+  if (o.seed_given) sampling.seed = o.seed;
+  if (Status s = sampling.Check(); !s.ok()) return Fail(s.message());
+  if (o.max_tokens <= 0) return Fail("--max-tokens: must be positive");
+
+  auto model = o.model.Load(/*verbose=*/true);
+  if (!model.ok()) return Fail(model.status().message());
+  auto tokenizer = Tokenizer::Load((*model)->dir());
+  if (!tokenizer.ok()) return Fail(tokenizer.status().message());
+  auto ids = tokenizer->Encode(prompt, o.special);
+  if (!ids.ok()) return Fail("prompt: " + ids.status().message());
+  if (ids->empty()) return Fail("prompt: no tokens");
+
+  EngineOptions options;
+  options.slots = 1;
+  options.context = static_cast<int64_t>(ids->size()) + o.max_tokens;
+  if ((*model)->arch().context > 0 && options.context > (*model)->arch().context)
+    options.context = (*model)->arch().context;
+  if (static_cast<int64_t>(ids->size()) >= options.context)
+    return Fail("prompt: " + std::to_string(ids->size()) + " tokens leave no room in the " +
+                std::to_string(options.context) + "-token context");
+  options.kv_budget_bytes =
+      ((options.context + kPage - 1) / kPage + 1) * (*model)->PageBytes();
+  auto engine = Engine::Create(model->get(), options);
+  if (!engine.ok()) return Fail(engine.status().message());
+
+  Request request;
+  request.prompt = *ids;
+  request.limit = o.max_tokens;
+  request.sampling = sampling;
+  auto id = (*engine)->Add(std::move(request));
+  if (!id.ok()) return Fail(id.status().message());
+
+  StreamDecoder decoder(*tokenizer);
+  auto start = Clock::now();
+  Clock::time_point first;
+  int64_t generated = 0;
+  std::string end;
+  while ((*engine)->Busy()) {
+    auto progress = (*engine)->Advance();
+    if (!progress.ok()) return Fail(progress.status().message());
+    for (const Progress& p : *progress) {
+      for (int32_t t : p.tokens) {
+        if (generated++ == 0) first = Clock::now();
+        std::string piece = decoder.Push(t);
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+      }
+      std::fflush(stdout);
+      if (!p.end.empty()) end = p.end;
+    }
+  }
+  std::string rest = decoder.Flush();
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  std::printf("\n");
+  auto done = Clock::now();
+  if (generated == 0) first = done;
+  double prompt_s = Seconds(start, first), decode_s = Seconds(first, done);
+  std::fprintf(stderr, "prompt: %zu tokens, %.1f tokens/s\n", ids->size(),
+               prompt_s > 0 ? ids->size() / prompt_s : 0.0);
+  std::fprintf(stderr, "decode: %lld tokens, %.1f tokens/s (ended: %s)\n",
+               static_cast<long long>(generated),
+               decode_s > 0 && generated > 1 ? (generated - 1) / decode_s : 0.0,
+               end.empty() ? "?" : end.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void AddRunCommand(CLI::App& app, CommandContext& ctx) {
+  auto* cmd = app.add_subcommand("run", "Generate text from a prompt, streamed to stdout");
+  auto o = std::make_shared<RunOptions>();
+  o->model.Add(cmd);
+  cmd->add_option("--prompt,-p", o->prompt, "Prompt text (default: read stdin)")
+      ->each([o](const std::string&) { o->prompt_given = true; });
+  cmd->add_option("--max-tokens,-n", o->max_tokens, "Most tokens to generate")->default_val(256);
+  cmd->add_option("--temperature", o->sampling.temperature, "0 for greedy")->default_val(0.7);
+  cmd->add_option("--top-k", o->sampling.top_k, "Keep the k most likely (0: all)")->default_val(0);
+  cmd->add_option("--top-p", o->sampling.top_p, "Nucleus mass to keep")->default_val(0.95);
+  cmd->add_option("--min-p", o->sampling.min_p, "Drop tokens under min-p x the top probability")
+      ->default_val(0.0);
+  cmd->add_option("--repetition-penalty", o->sampling.repetition, "1: none")->default_val(1.0);
+  cmd->add_option("--seed", o->seed, "Seed that makes a sampled run repeatable")
+      ->each([o](const std::string&) { o->seed_given = true; });
+  cmd->add_flag("--greedy", o->greedy, "Always pick the most likely token");
+  cmd->add_flag("--special", o->special, "Add the tokenizer's special tokens (e.g. BOS)");
+  cmd->callback([&ctx, o] { ctx.exit_code = Run(*o); });
+}
+
+}  // namespace gizllm::cli
