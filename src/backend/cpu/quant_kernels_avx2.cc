@@ -47,7 +47,8 @@ GZ_TARGET_AVX2 inline float Sum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// out[r0 : r0 + MX, n0 : n0 + NW] of a slice.
+// out[r0 : r0 + MX, n0 : n0 + NW] of a slice. Every loop over MX and NW is unrolled so that the
+// accumulators, scales and offsets stay in registers (GCC otherwise keeps the arrays in memory).
 template <Format F, int MX, int NW>
 GZ_TARGET_AVX2 void Tile(const QuantSlice& s, int64_t r0, int64_t n0) {
   const Weight& w = *s.w;
@@ -58,12 +59,15 @@ GZ_TARGET_AVX2 void Tile(const QuantSlice& s, int64_t r0, int64_t n0) {
   const auto* scales = static_cast<const float*>(w.scales);
   const auto* zeros = static_cast<const float*>(w.zeros);
   __m256 acc[MX][NW];
+#pragma GCC unroll 8
   for (int i = 0; i < MX; ++i) {
+#pragma GCC unroll 8
     for (int j = 0; j < NW; ++j) acc[i][j] = _mm256_setzero_ps();
   }
   for (int64_t g = 0; g < groups; ++g) {
     __m256 mul[NW], add[NW];
     const uint8_t* group[NW];
+#pragma GCC unroll 8
     for (int j = 0; j < NW; ++j) {
       const int64_t k = (n0 + j) * groups + g;
       quant::Affine a = quant::GroupAffine(F, scales[k], zeros ? zeros + k : nullptr);
@@ -75,14 +79,19 @@ GZ_TARGET_AVX2 void Tile(const QuantSlice& s, int64_t r0, int64_t n0) {
 #pragma GCC unroll 16
     for (int c = 0; c < kChunks; ++c) {
       __m256 xv[MX];
+#pragma GCC unroll 8
       for (int i = 0; i < MX; ++i) xv[i] = _mm256_loadu_ps(x + i * cols + c * 8);
+#pragma GCC unroll 8
       for (int j = 0; j < NW; ++j) {
         __m256 wv = Decode8<F>(group[j], c, mul[j], add[j]);
+#pragma GCC unroll 8
         for (int i = 0; i < MX; ++i) acc[i][j] = _mm256_fmadd_ps(wv, xv[i], acc[i][j]);
       }
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < MX; ++i) {
+#pragma GCC unroll 8
     for (int j = 0; j < NW; ++j) {
       float b = s.bias ? s.bias[n0 + j] : 0.0f;
       s.out[(r0 + i) * w.rows + n0 + j] = Sum8(acc[i][j]) + b;

@@ -39,7 +39,8 @@ GZ_TARGET_AVX512 inline __m512 Decode16(const uint8_t* group, int c, __m512 mul,
   }
 }
 
-// out[r0 : r0 + MX, n0 : n0 + NW] of a slice.
+// out[r0 : r0 + MX, n0 : n0 + NW] of a slice. Every loop over MX and NW is unrolled so that the
+// accumulators, scales and offsets stay in registers (GCC otherwise keeps the arrays in memory).
 template <Format F, int MX, int NW>
 GZ_TARGET_AVX512 void Tile(const QuantSlice& s, int64_t r0, int64_t n0) {
   const Weight& w = *s.w;
@@ -50,12 +51,15 @@ GZ_TARGET_AVX512 void Tile(const QuantSlice& s, int64_t r0, int64_t n0) {
   const auto* scales = static_cast<const float*>(w.scales);
   const auto* zeros = static_cast<const float*>(w.zeros);
   __m512 acc[MX][NW];
+#pragma GCC unroll 8
   for (int i = 0; i < MX; ++i) {
+#pragma GCC unroll 8
     for (int j = 0; j < NW; ++j) acc[i][j] = _mm512_setzero_ps();
   }
   for (int64_t g = 0; g < groups; ++g) {
     __m512 mul[NW], add[NW];
     const uint8_t* group[NW];
+#pragma GCC unroll 8
     for (int j = 0; j < NW; ++j) {
       const int64_t k = (n0 + j) * groups + g;
       quant::Affine a = quant::GroupAffine(F, scales[k], zeros ? zeros + k : nullptr);
@@ -67,14 +71,19 @@ GZ_TARGET_AVX512 void Tile(const QuantSlice& s, int64_t r0, int64_t n0) {
 #pragma GCC unroll 8
     for (int c = 0; c < kChunks; ++c) {
       __m512 xv[MX];
+#pragma GCC unroll 8
       for (int i = 0; i < MX; ++i) xv[i] = _mm512_loadu_ps(x + i * cols + c * 16);
+#pragma GCC unroll 8
       for (int j = 0; j < NW; ++j) {
         __m512 wv = Decode16<F>(group[j], c, mul[j], add[j]);
+#pragma GCC unroll 8
         for (int i = 0; i < MX; ++i) acc[i][j] = _mm512_fmadd_ps(wv, xv[i], acc[i][j]);
       }
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < MX; ++i) {
+#pragma GCC unroll 8
     for (int j = 0; j < NW; ++j) {
       float b = s.bias ? s.bias[n0 + j] : 0.0f;
       s.out[(r0 + i) * w.rows + n0 + j] = _mm512_reduce_add_ps(acc[i][j]) + b;
@@ -105,10 +114,6 @@ GZ_TARGET_AVX512 void Column(const QuantSlice& s, int64_t n) {
 template <Format F>
 GZ_TARGET_AVX512 void Slice(const QuantSlice& s, int64_t n0, int64_t n1) {
   int64_t n = n0;
-  if (s.rows == 1) {
-    // Decode: eight weight rows at once keep eight independent FMA chains in flight.
-    for (; n + 8 <= n1; n += 8) Tile<F, 1, 8>(s, 0, n);
-  }
   for (; n + 4 <= n1; n += 4) Column<F, 4>(s, n);
   for (; n < n1; ++n) Column<F, 1>(s, n);
 }
