@@ -14,6 +14,7 @@ void AddPerplexityCommand(CLI::App& app, CommandContext& ctx);
 void AddBenchCommand(CLI::App& app, CommandContext& ctx);
 void AddTemplateCommand(CLI::App& app, CommandContext& ctx);
 void AddServeCommand(CLI::App& app, CommandContext& ctx);
+void AddChatCommand(CLI::App& app, CommandContext& ctx);
 
 inline constexpr void (*kCommands[])(CLI::App&, CommandContext&) = {
     AddRunCommand,
@@ -25,6 +26,7 @@ inline constexpr void (*kCommands[])(CLI::App&, CommandContext&) = {
     AddBenchCommand,
     AddTemplateCommand,
     AddServeCommand,
+    AddChatCommand,
 };
 
 }  // namespace gizllm::cli
