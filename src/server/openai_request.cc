@@ -309,7 +309,8 @@ std::optional<ApiError> ParseMessages(const json& body, json* out) {
         return BadRequest("'" + p + ".content' is required for role '" + role + "'", p + ".content",
                           "missing_required_parameter");
       }
-      message["content"] = has_calls ? json(nullptr) : json("");
+      // Templates add the content to text: an absent one is empty.
+      message["content"] = "";
     } else {
       std::string text;
       if (auto e = ParseContent(*content, p + ".content", &text)) return e;
