@@ -9,6 +9,7 @@
 #include "core/dtype.h"
 #include "formats/safetensors.h"
 #include "model/config.h"
+#include "quant/linear_io.h"
 
 namespace gizllm {
 
@@ -163,12 +164,28 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     model->summary_.push_back({name, "f32", {n}, n * 4});
     return upload_floats(host);
   };
+  const bool converted = ckpt.metadata().count("gizllm.format_version") > 0;
   // A matrix [rows, cols] as a Weight on the device.
   auto matrix = [&](TensorRole role, int layer, int64_t rows,
                     int64_t cols) -> Expected<Weight> {
     std::string name = TensorName(arch, role, layer);
     const TensorInfo* t = ckpt.Find(name);
     if (!t) return NotFound(dir + ": tensor " + name + " is missing");
+    if (converted && role != TensorRole::kEmbed) {
+      // A converted folder: the linear's format is in the header's metadata.
+      GZ_ASSIGN_OR_RETURN(Weight host, quant::ReadLinear(ckpt, name));
+      if (host.rows != rows || host.cols != cols)
+        return InvalidArgument(t->file + ": linear " + name + " is [" +
+                               std::to_string(host.rows) + ", " + std::to_string(host.cols) +
+                               "], expected " + ShapeString({rows, cols}));
+      std::unique_ptr<Buffer> storage;
+      GZ_ASSIGN_OR_RETURN(Weight w, be.PrepareWeight(host, &storage));
+      if (storage) impl.storage.push_back(std::move(storage));
+      model->parameters_ += rows * cols;
+      model->weight_bytes_ += host.Bytes();
+      model->summary_.push_back({name, FormatName(host.format), {rows, cols}, host.Bytes()});
+      return w;
+    }
     if (t->shape.size() != 2 || t->shape[0] != rows || t->shape[1] != cols)
       return InvalidArgument(t->file + ": tensor " + name + " has shape " +
                              ShapeString(t->shape) + ", expected " +

@@ -13,6 +13,13 @@ check info-family grep -q "family       qwen3" "$tmp/out"
 check info-parameters grep -qE "parameters   16\.[0-9]+ M" "$tmp/out"
 check info-tensor grep -q "model.layers.7.mlp.down_proj.weight" "$tmp/out"
 
+# A converted folder (4-bit layers, 8-bit head) loads and generates.
+expect_ok convert $gz convert --from models/tiny-chat --to "$tmp/q4" --bits 4/8
+expect_ok info-converted $gz info --model "$tmp/q4"
+check info-converted-q4 grep -qE "format +q4 +56 tensors" "$tmp/out"
+expect_ok run-converted $gz run --model "$tmp/q4" --prompt "In the beginning God created" --greedy --max-tokens 8
+check run-converted-text grep -q "his own" "$tmp/out"
+
 if $gz --help | grep -q " run "; then
   expect_ok run-greedy $gz run --prompt "In the beginning God created" --greedy --max-tokens 12
   check run-greedy-text grep -q "his own righteousness" "$tmp/out"
