@@ -14,6 +14,7 @@
 #include "model/evaluate.h"
 #include "model/model.h"
 #include "ops/device.h"
+#include "tests/golden/golden_util.h"
 
 namespace gizllm {
 namespace {
@@ -29,35 +30,12 @@ std::unique_ptr<Model> LoadModel(const std::string& dir, int threads = 2) {
   return model.ok() ? std::move(*model) : nullptr;
 }
 
-std::vector<int32_t> ReadIds(const TensorInfo& t) {
-  std::vector<int32_t> ids(t.Elements());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    int64_t v;
-    std::memcpy(&v, t.data + 8 * i, 8);
-    ids[i] = static_cast<int32_t>(v);
-  }
-  return ids;
-}
+using golden::ReadFloats;
+using golden::ReadIds;
 
-std::vector<float> ReadFloats(const TensorInfo& t) {
-  std::vector<float> v(t.Elements());
-  std::memcpy(v.data(), t.data, v.size() * 4);
-  return v;
-}
-
-// max |ours - ref| <= 1e-4 * max |ref|.
 void ExpectClose(const std::vector<float>& ours, const std::vector<float>& ref,
                  const std::string& what) {
-  ASSERT_EQ(ours.size(), ref.size()) << what;
-  float max_ref = 0, max_diff = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    max_ref = std::max(max_ref, std::fabs(ref[i]));
-    float d = std::fabs(ours[i] - ref[i]);
-    if (!(d <= max_diff)) max_diff = std::isnan(d) ? INFINITY : d;
-  }
-  EXPECT_GT(max_ref, 0.0f) << what;
-  EXPECT_LE(max_diff, 1e-4f * max_ref) << what << ": max diff " << max_diff << ", max |ref| "
-                                       << max_ref;
+  golden::ExpectClose(ours, ref, 1e-4f, what);
 }
 
 void CheckReferenceLogits(const std::string& model_dir, const std::string& reference) {
@@ -135,32 +113,13 @@ TEST(Golden, TinyChatGreedyEqualsTransformers) {
   ASSERT_TRUE(model);
   auto text = ReadFile("tests/golden/tiny_chat_greedy.json");
   ASSERT_TRUE(text.ok());
-  auto golden = nlohmann::json::parse(*text);
-  const int64_t vocab = model->arch().vocab;
-  for (const auto& c : golden["cases"]) {
+  auto cases = nlohmann::json::parse(*text);
+  for (const auto& c : cases["cases"]) {
     std::vector<int32_t> prompt = c["prompt_ids"].get<std::vector<int32_t>>();
     std::vector<int32_t> expected = c["output_ids"].get<std::vector<int32_t>>();
-    const int32_t max_pages = 16;
-    std::vector<int32_t> pages(max_pages);
-    std::iota(pages.begin(), pages.end(), 0);
-    PageTables tables{pages.data(), 1, max_pages};
-    ASSERT_TRUE(model->AllocatePages(max_pages).ok());
-    Rows rows;
-    for (size_t p = 0; p < prompt.size(); ++p)
-      rows.Push(prompt[p], 0, static_cast<int32_t>(p), p + 1 == prompt.size());
-    std::vector<float> logits(vocab);
-    std::vector<int32_t> out;
-    int32_t position = static_cast<int32_t>(prompt.size());
-    while (out.size() < expected.size()) {
-      ASSERT_TRUE(model->Step(rows, tables, logits.data()).ok());
-      int32_t next = static_cast<int32_t>(
-          std::max_element(logits.begin(), logits.end()) - logits.begin());
-      out.push_back(next);
-      if (next == 0 || next == 2) break;
-      rows.Clear();
-      rows.Push(next, 0, position++, true);
-    }
-    EXPECT_EQ(out, expected) << c["prompt"].get<std::string>();
+    auto out = golden::GreedyTokens(*model, prompt, expected.size(), {0, 2});
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    EXPECT_EQ(*out, expected) << c["prompt"].get<std::string>();
   }
 }
 
