@@ -428,7 +428,8 @@ void LaunchTile(const AttentionParams& p, cudaStream_t stream) {
 }
 
 template <int HD>
-void LaunchFor(const AttentionParams& p, int sm_count, Scratch* scratch, cudaStream_t stream) {
+void LaunchFor(const AttentionParams& p, int sm_count, Scratch* scratch, cudaStream_t stream,
+               bool tensor_cores) {
   int group_heads = p.heads / p.kv_heads;
   // Query heads per decode block: registers hold GB x HD/16 query and output values.
   constexpr int kMaxGb = HD > 128 ? 4 : 8;
@@ -443,7 +444,13 @@ void LaunchFor(const AttentionParams& p, int sm_count, Scratch* scratch, cudaStr
   } else {
     LaunchDecode<HD, 1>(p, sm_count, scratch, stream);
   }
-  if (p.rows > 1) LaunchTile<HD>(p, stream);
+  if (p.rows > 1) {
+    if (tensor_cores && MmaTileSupported(p.heads, p.kv_heads, p.head_dim)) {
+      LaunchMmaTile(p, sm_count, stream);
+    } else {
+      LaunchTile<HD>(p, stream);
+    }
+  }
 }
 
 }  // namespace
@@ -453,8 +460,8 @@ bool AttentionSupported(int heads, int kv_heads, int head_dim) {
          heads % kv_heads == 0 && heads / kv_heads <= kTileQ;
 }
 
-void LaunchAttention(const AttentionParams& p, int sm_count, Scratch* scratch,
-                     cudaStream_t stream) {
+void LaunchAttention(const AttentionParams& p, int sm_count, Scratch* scratch, cudaStream_t stream,
+                     bool tensor_cores) {
   if (p.rows == 0) return;
   if (!AttentionSupported(p.heads, p.kv_heads, p.head_dim)) {
     std::fprintf(stderr,
@@ -464,21 +471,21 @@ void LaunchAttention(const AttentionParams& p, int sm_count, Scratch* scratch,
   }
   switch (p.head_dim) {
     case 32:
-      return LaunchFor<32>(p, sm_count, scratch, stream);
+      return LaunchFor<32>(p, sm_count, scratch, stream, tensor_cores);
     case 64:
-      return LaunchFor<64>(p, sm_count, scratch, stream);
+      return LaunchFor<64>(p, sm_count, scratch, stream, tensor_cores);
     case 96:
-      return LaunchFor<96>(p, sm_count, scratch, stream);
+      return LaunchFor<96>(p, sm_count, scratch, stream, tensor_cores);
     case 128:
-      return LaunchFor<128>(p, sm_count, scratch, stream);
+      return LaunchFor<128>(p, sm_count, scratch, stream, tensor_cores);
     case 160:
-      return LaunchFor<160>(p, sm_count, scratch, stream);
+      return LaunchFor<160>(p, sm_count, scratch, stream, tensor_cores);
     case 192:
-      return LaunchFor<192>(p, sm_count, scratch, stream);
+      return LaunchFor<192>(p, sm_count, scratch, stream, tensor_cores);
     case 224:
-      return LaunchFor<224>(p, sm_count, scratch, stream);
+      return LaunchFor<224>(p, sm_count, scratch, stream, tensor_cores);
     default:
-      return LaunchFor<256>(p, sm_count, scratch, stream);
+      return LaunchFor<256>(p, sm_count, scratch, stream, tensor_cores);
   }
 }
 

@@ -130,7 +130,9 @@ class CudaBackend : public Backend {
   void Rope(const RopeParams& p) override { cuda::LaunchRope(p, stream_); }
   void KvWrite(const KvWriteParams& p) override { cuda::LaunchKvWrite(p, stream_); }
   void Attention(const AttentionParams& p) override {
-    cuda::LaunchAttention(p, sm_count_, &attention_scratch_, stream_);
+    // Fast mode: prompt pieces on the tensor cores (bf16 operands), as the linears.
+    cuda::LaunchAttention(p, sm_count_, &attention_scratch_, stream_,
+                          /*tensor_cores=*/!options_.exact);
   }
   void SwiGlu(const SwiGluParams& p) override { cuda::LaunchSwiGlu(p, stream_); }
   void Add(const AddParams& p) override { cuda::LaunchAdd(p, stream_); }

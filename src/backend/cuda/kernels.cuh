@@ -78,6 +78,14 @@ void LaunchAddBias(float* out, int64_t rows, int64_t n, const float* bias, cudaS
 // Whether the attention kernels cover this shape (head_dim a multiple of 32 up to 256, at most
 // 64 query heads per kv head). LaunchAttention stops the program on any other shape.
 bool AttentionSupported(int heads, int kv_heads, int head_dim);
-void LaunchAttention(const AttentionParams& p, int sm_count, Scratch* scratch, cudaStream_t stream);
+// tensor_cores (the fast mode): prompt pieces through the bf16 tensor-core tile kernel where it
+// covers the shape; decoding rows keep the float32 decode kernel.
+void LaunchAttention(const AttentionParams& p, int sm_count, Scratch* scratch, cudaStream_t stream,
+                     bool tensor_cores = false);
+// The tensor-core tile kernel (attention_mma.cu): runs of rows of one sequence, bf16 Q, K, V and
+// probabilities, float32 softmax and sums. Covers head_dim a multiple of 32 up to 128 with at
+// most 64 query heads per kv head.
+bool MmaTileSupported(int heads, int kv_heads, int head_dim);
+void LaunchMmaTile(const AttentionParams& p, int sm_count, cudaStream_t stream);
 
 }  // namespace gizllm::cuda

@@ -1,6 +1,7 @@
 // Paged attention on the CUDA backend against the CPU scalar reference: decoding rows (the split
-// decode kernel), prompt pieces (the tile kernel), steps that mix both, sliding windows, and the
-// head shapes of the supported models.
+// decode kernel), prompt pieces (the float32 tile kernel in exact mode, the bf16 tensor-core tile
+// kernel in the fast mode), steps that mix both, sliding windows, and the head shapes of the
+// supported models.
 #include <algorithm>
 #include <numeric>
 #include <tuple>
@@ -18,11 +19,14 @@ struct Piece {
   int32_t count;  // rows
 };
 
-void CheckAttention(int heads, int kv_heads, int head_dim, int32_t window,
-                    const std::vector<Piece>& pieces, uint32_t seed) {
-  SCOPED_TRACE("heads " + std::to_string(heads) + "/" + std::to_string(kv_heads) + " dim " +
-               std::to_string(head_dim) + " window " + std::to_string(window));
-  auto backend = MakeBackend(false);
+// exact: the float32 kernels, within 1e-4; otherwise the fast mode (prompt pieces with bf16
+// operands), within 1e-2.
+void CheckAttentionIn(bool exact, int heads, int kv_heads, int head_dim, int32_t window,
+                      const std::vector<Piece>& pieces, uint32_t seed) {
+  SCOPED_TRACE(std::string(exact ? "exact" : "fast") + " heads " + std::to_string(heads) + "/" +
+               std::to_string(kv_heads) + " dim " + std::to_string(head_dim) + " window " +
+               std::to_string(window) + " seed " + std::to_string(seed));
+  auto backend = MakeBackend(exact);
   std::mt19937 rng(seed);
   int32_t slots = 0, longest = 0;
   std::vector<int32_t> row_slots, row_positions;
@@ -72,7 +76,17 @@ void CheckAttention(int heads, int kv_heads, int head_dim, int32_t window,
   ref.slots = row_slots.data();
   ref.positions = row_positions.data();
   ReferenceAttention(ref);
-  EXPECT_LT(RelativeError(out.Read(), out.host()), 1e-4);
+  EXPECT_LT(RelativeError(out.Read(), out.host()), exact ? 1e-4 : 1e-2);
+}
+
+void CheckAttention(int heads, int kv_heads, int head_dim, int32_t window,
+                    const std::vector<Piece>& pieces, uint32_t seed) {
+  CheckAttentionIn(/*exact=*/true, heads, kv_heads, head_dim, window, pieces, seed);
+}
+
+void CheckFastAttention(int heads, int kv_heads, int head_dim, int32_t window,
+                        const std::vector<Piece>& pieces, uint32_t seed) {
+  CheckAttentionIn(/*exact=*/false, heads, kv_heads, head_dim, window, pieces, seed);
 }
 
 TEST(CudaAttentionTest, DecodeRowsOfSeveralSequences) {
@@ -120,6 +134,59 @@ TEST(CudaAttentionTest, EveryHeadDimMultipleOf32) {
     CheckAttention(4, 2, head_dim, 0, {{0, 5, 37}}, seed + 1);
     CheckAttention(8, 1, head_dim, 0, {{0, 40, 1}, {1, 0, 20}, {2, 90, 1}}, seed + 2);
   }
+}
+
+// The fast mode's tensor-core tile kernel: prompts of 1, 17, 100 and 300 rows over contexts
+// that are not multiples of 16 (nor of the 64-key tile), Qwen3-8B's and tiny-chat's heads.
+TEST(CudaAttentionTest, FastPromptPieces) {
+  GZ_SKIP_WITHOUT_CUDA();
+  for (auto [heads, kv_heads, head_dim] : {std::tuple{32, 8, 128}, std::tuple{6, 2, 64}}) {
+    uint32_t seed = 200 + head_dim;
+    CheckFastAttention(heads, kv_heads, head_dim, 0, {{0, 0, 1}}, seed);
+    CheckFastAttention(heads, kv_heads, head_dim, 0, {{0, 45, 17}}, seed + 1);
+    CheckFastAttention(heads, kv_heads, head_dim, 0, {{1, 0, 100}}, seed + 2);
+    CheckFastAttention(heads, kv_heads, head_dim, 0, {{0, 0, 300}}, seed + 3);
+    CheckFastAttention(heads, kv_heads, head_dim, 0, {{2, 709, 100}}, seed + 4);
+  }
+}
+
+// Several sequences in one step: decoding rows (the float32 decode kernel), prompt pieces of
+// several slots side by side inside one tile, and a one-row prompt.
+TEST(CudaAttentionTest, FastMixedSteps) {
+  GZ_SKIP_WITHOUT_CUDA();
+  CheckFastAttention(32, 8, 128, 0,
+                     {{0, 90, 1}, {1, 10, 70}, {2, 400, 1}, {3, 0, 3}, {4, 5, 1}, {5, 33, 17}},
+                     220);
+  CheckFastAttention(6, 2, 64, 0, {{2, 9, 1}, {0, 0, 2}, {1, 64, 100}, {3, 200, 1}, {4, 0, 1}},
+                     221);
+  CheckFastAttention(32, 8, 128, 0, {{0, 0, 5}, {1, 7, 9}, {2, 300, 2}, {3, 61, 300}}, 222);
+}
+
+TEST(CudaAttentionTest, FastSlidingWindow) {
+  GZ_SKIP_WITHOUT_CUDA();
+  CheckFastAttention(32, 8, 128, 100, {{0, 250, 90}, {1, 40, 1}, {2, 0, 300}}, 230);
+  CheckFastAttention(6, 2, 64, 17, {{0, 0, 50}, {1, 3000, 1}, {2, 1000, 100}}, 231);
+}
+
+// Every head shape: head_dim 32 and 96 and groups of 1, 2, 3 and 8 query heads on the tensor
+// cores; head_dim above 128 keeps the float32 tile kernel in the fast mode.
+TEST(CudaAttentionTest, FastHeadShapes) {
+  GZ_SKIP_WITHOUT_CUDA();
+  CheckFastAttention(4, 2, 32, 0, {{0, 5, 37}, {1, 700, 1}}, 240);
+  CheckFastAttention(8, 1, 96, 0, {{0, 40, 1}, {1, 0, 20}, {2, 90, 1}}, 241);
+  CheckFastAttention(16, 2, 64, 0, {{0, 200, 19}, {1, 0, 45}}, 242);
+  CheckFastAttention(4, 4, 128, 0, {{0, 3, 130}}, 243);
+  CheckFastAttention(6, 2, 64, 0, {{0, 0, 77}}, 244);
+  CheckFastAttention(4, 4, 256, 0, {{2, 3, 130}}, 245);
+}
+
+// Steps large enough for the 8-warp blocks (at least one per multiprocessor on an H200's 132):
+// 600 rows of 32 heads over 8 kv heads, 1,100 rows of 16 over 2, a window, decodes beside them.
+TEST(CudaAttentionTest, FastLongPrompts) {
+  GZ_SKIP_WITHOUT_CUDA();
+  CheckFastAttention(32, 8, 128, 0, {{0, 3, 600}}, 250);
+  CheckFastAttention(16, 2, 64, 0, {{1, 20, 1100}, {0, 50, 1}}, 251);
+  CheckFastAttention(32, 8, 128, 257, {{2, 100, 1}, {0, 0, 700}, {1, 33, 1}}, 252);
 }
 
 TEST(CudaAttentionTest, ShapesWithoutKernelFailWithStatus) {

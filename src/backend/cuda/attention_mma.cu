@@ -1,0 +1,336 @@
+// Tensor-core tile attention for prompt pieces in the fast mode (bf16 operands, float32
+// softmax and accumulators): the work of attention.cu's tile kernel with S = Q K^T and O += P V
+// on mma.sync m16n8k16. Exact mode keeps the float32 tile kernel.
+//
+// A block holds kTileQ query vectors (rows of the step x the query heads of one kv head, as the
+// float32 tile kernel groups them) in kWarps warps of 16 vectors. It walks the keys of each run
+// of rows of one sequence kTileK at a time: the block reads the tile's float32 keys and values
+// from the KV pages, rounds them to bf16 into shared memory, and each warp multiplies its 16
+// query vectors against them and updates its online softmax (flash-attention 2 style: scores
+// and probabilities stay in registers, the probabilities are the A operand of P V as they are).
+// A warp skips a key tile that none of its vectors can see (causal mask, window), so a causal
+// prompt costs half of the full product.
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/kernels.cuh"
+
+namespace gizllm::cuda {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kMaxGroup = 64;  // query heads per kv head: the float32 tile kernel's limit
+constexpr int kTileK = 64;     // keys per step: eight n8 tiles of S
+constexpr int kPadBf16 = 8;    // a shared key row is HD + 8 bf16: conflict-free reads
+
+// Fragment layouts of mma.sync.m16n8k16 .bf16 (PTX ISA, "Matrix Fragments for mma.m16n8k16
+// with floating point type"). Lane l of the warp: g = l / 4 (groupID), t = l % 4
+// (threadID_in_group). Each 32-bit register holds two bf16, the lower index in the low half.
+//   A (16 x 16, row-major), 4 registers: a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1],
+//     a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8, 2t+9].
+//   B (16 x 8, "col": indexed B[k][n]), 2 registers: b[0] = B[2t, 2t+1][g],
+//     b[1] = B[2t+8, 2t+9][g].
+//   C/D (16 x 8 float32), 4 registers: c[0], c[1] = C[g][2t, 2t+1], c[2], c[3] =
+//     C[g+8][2t, 2t+1].
+// So the C fragments of two neighbouring n8 tiles (keys 0..7 and 8..15 of S) are, packed to
+// bf16, the A fragment of the k16 step over those 16 keys in P V: no shuffle between them.
+__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8 x 8 bf16 matrices from shared memory, transposed: lanes 8i..8i+7 give the addresses
+// of the 8 rows (16 bytes each) of matrix i, and register i of lane l receives elements
+// [row 2t, 2t+1][column g] of matrix i. With rows = keys and columns = dimensions of V, that is
+// the B fragment half b[0] (keys 0..7 of the matrix) for output dimension g.
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const __nv_bfloat16* row) {
+  uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at)
+               : "memory");
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ __forceinline__ bool Alone(const AttentionParams& p, int64_t r) {
+  int32_t slot = p.slots[r];
+  return !(r > 0 && p.slots[r - 1] == slot) && !(r + 1 < p.rows && p.slots[r + 1] == slot);
+}
+
+// Block (tile of rows, kv head) of kWarps warps, 16 query vectors each; tiles are numbered
+// backwards so that the causal prompt's last rows, which see the most keys, start first.
+// Registers (about 230 at head_dim 128: O, Q and S fragments) allow 8 warps per multiprocessor
+// without spilling: 2 blocks of 4 warps or 1 of 8.
+template <int HD, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
+    MmaTileKernel(AttentionParams p, int tile_rows) {
+  static_assert(HD % 32 == 0 && HD <= 128, "head_dim: a multiple of 32 up to 128");
+  constexpr int kThreads = 32 * kWarps;
+  constexpr int kTileQ = 16 * kWarps;  // query vectors per block: one m16 tile per warp
+  constexpr int kSteps = HD / 16;      // k16 steps of S = Q K^T; also n16 pairs of O
+  constexpr int kOutTiles = HD / 8;    // n8 tiles of O
+  constexpr int kRow = HD + kPadBf16;
+  constexpr int kVecs4 = HD / 4;                      // float4 pieces of a key
+  constexpr int kLoads = kTileK * kVecs4 / kThreads;  // float4 of K (and of V) per thread
+  constexpr int kChunk = 2;  // float4 of K and of V in flight before the stores
+  static_assert(kLoads % kChunk == 0, "staging in whole chunks");
+  __shared__ __align__(16) __nv_bfloat16 ks[kTileK * kRow];  // [kTileK, HD + pad] keys
+  __shared__ __align__(16) __nv_bfloat16 vs[kTileK * kRow];  // [kTileK, HD + pad] values
+  __shared__ int32_t s_slot[kTileQ], s_pos[kTileQ], s_first[kTileQ];
+  __shared__ bool s_mine[kTileQ];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int group_heads = p.heads / p.kv_heads;
+  const int kv_head = blockIdx.y;
+  const int64_t r0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * tile_rows;
+  const int rows_here = static_cast<int>(p.rows - r0 < tile_rows ? p.rows - r0 : tile_rows);
+  const int vectors = rows_here * group_heads;
+  for (int i = threadIdx.x; i < rows_here; i += kThreads) {
+    s_slot[i] = p.slots[r0 + i];
+    s_pos[i] = p.positions[r0 + i];
+    s_first[i] = p.window > 0 ? max(0, s_pos[i] - p.window + 1) : 0;
+    s_mine[i] = !Alone(p, r0 + i);
+  }
+  // A tile of decoding rows only (a batch of decodes) has nothing to do here.
+  if (!__syncthreads_or(threadIdx.x < rows_here && s_mine[threadIdx.x])) return;
+
+  // This lane's two query vectors: fragment rows g (half 0) and g + 8 (half 1) of the warp's.
+  int vec[2], row[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    vec[h] = warp * 16 + g + 8 * h;
+    row[h] = vec[h] < vectors ? vec[h] / group_heads : -1;
+  }
+  // Q as A fragments, scaled for exp2 and rounded to bf16 once: qf[kk] covers dimensions
+  // 16 kk .. 16 kk + 15, register h + 2c holds half h, dimensions 16 kk + 8c + 2t, +1.
+  uint32_t qf[kSteps][4];
+  const float qscale = p.scale * kLog2e;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float* src = nullptr;
+    if (row[h] >= 0) {
+      int head = kv_head * group_heads + vec[h] % group_heads;
+      src = p.q + ((r0 + row[h]) * p.heads + head) * HD;
+    }
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        float2 x = src ? *reinterpret_cast<const float2*>(src + 16 * kk + 8 * c + 2 * t)
+                       : make_float2(0.0f, 0.0f);
+        qf[kk][h + 2 * c] = PackBf16(x.x * qscale, x.y * qscale);
+      }
+    }
+  }
+
+  float o[kOutTiles][4];  // O fragments: o[n][h * 2 + e] = O[half h][8n + 2t + e]
+#pragma unroll
+  for (int n = 0; n < kOutTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY};  // running max (log2 units), one per half
+  float l[2] = {0.0f, 0.0f};  // running sum of this lane's columns; the quad's sum at the end
+
+  // ldmatrix row addresses of V for this lane: matrix i = lane / 8 holds keys 8 (i % 2) ..
+  // and dimensions 8 (i / 2) .. of a 16 x 16 block.
+  const int v_key = (lane / 8 % 2) * 8 + lane % 8;
+  const int v_dim = (lane / 16) * 8;
+
+  // Runs of rows of one sequence, one after the other.
+  int next = 0;
+  while (true) {
+    int seg = next;
+    while (seg < rows_here && !s_mine[seg]) ++seg;
+    if (seg >= rows_here) break;
+    const int32_t slot = s_slot[seg];
+    int seg_end = seg;
+    int32_t kbegin = INT32_MAX, kend = 0;
+    while (seg_end < rows_here && s_mine[seg_end] && s_slot[seg_end] == slot) {
+      kbegin = min(kbegin, s_first[seg_end]);
+      kend = max(kend, s_pos[seg_end] + 1);
+      ++seg_end;
+    }
+    next = seg_end;
+    // The keys each half of this lane sees in this run ([first, pos]; none: first > pos), and
+    // the range any vector of the warp sees.
+    int32_t first[2], pos[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      bool in_run = row[h] >= seg && row[h] < seg_end;
+      first[h] = in_run ? s_first[row[h]] : INT32_MAX;
+      pos[h] = in_run ? s_pos[row[h]] : -1;
+    }
+    const int32_t warp_first =
+        static_cast<int32_t>(__reduce_min_sync(0xffffffffu, min(first[0], first[1])));
+    const int32_t warp_last =
+        static_cast<int32_t>(__reduce_max_sync(0xffffffffu, max(pos[0], pos[1])));
+    const int32_t* pages = p.table.pages + static_cast<int64_t>(slot) * p.table.max_pages;
+
+    for (int32_t k0 = kbegin; k0 < kend; k0 += kTileK) {
+      // Stage keys and values k0 .. k0 + kTileK - 1 as bf16; those past the run's end as 0.
+      // A warp reads whole key vectors (HD / 4 float4 of one position) at a time.
+#pragma unroll
+      for (int c0 = 0; c0 < kLoads; c0 += kChunk) {
+        float4 ka[kChunk], va[kChunk];
+#pragma unroll
+        for (int c = 0; c < kChunk; ++c) {
+          int i = threadIdx.x + (c0 + c) * kThreads;
+          int32_t j = k0 + i / kVecs4;
+          ka[c] = va[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          if (j < kend) {
+            int64_t page = pages[j / kPage];
+            int64_t at = ((page * kPage + j % kPage) * p.kv_heads + kv_head) * HD + i % kVecs4 * 4;
+            ka[c] = __ldg(reinterpret_cast<const float4*>(p.cache.keys + at));
+            va[c] = __ldg(reinterpret_cast<const float4*>(p.cache.values + at));
+          }
+        }
+#pragma unroll
+        for (int c = 0; c < kChunk; ++c) {
+          int i = threadIdx.x + (c0 + c) * kThreads;
+          int at = i / kVecs4 * kRow + i % kVecs4 * 4;
+          *reinterpret_cast<uint2*>(ks + at) =
+              make_uint2(PackBf16(ka[c].x, ka[c].y), PackBf16(ka[c].z, ka[c].w));
+          *reinterpret_cast<uint2*>(vs + at) =
+              make_uint2(PackBf16(va[c].x, va[c].y), PackBf16(va[c].z, va[c].w));
+        }
+      }
+      __syncthreads();
+      // Warp-uniform: skip a tile none of the warp's vectors sees.
+      if (k0 <= warp_last && k0 + kTileK > warp_first) {
+        // S = Q K^T over the tile: s[n] is the C fragment of keys k0 + 8n .. k0 + 8n + 7.
+        // B[k][n] = K[key 8n + g][dim k]: two consecutive dimensions of one key per register.
+        float s[kTileK / 8][4];
+#pragma unroll
+        for (int n = 0; n < kTileK / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < kSteps; ++kk) {
+#pragma unroll
+          for (int n = 0; n < kTileK / 8; ++n) {
+            const __nv_bfloat16* kr = ks + (8 * n + g) * kRow + 16 * kk + 2 * t;
+            Mma(s[n], qf[kk], *reinterpret_cast<const uint32_t*>(kr),
+                *reinterpret_cast<const uint32_t*>(kr + 8));
+          }
+        }
+        // Mask, then the online softmax of each half; a row's max is shared by its quad.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float mx = -INFINITY;
+#pragma unroll
+          for (int n = 0; n < kTileK / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              int32_t j = k0 + 8 * n + 2 * t + e;
+              if (j < first[h] || j > pos[h]) s[n][2 * h + e] = -INFINITY;
+              mx = fmaxf(mx, s[n][2 * h + e]);
+            }
+          }
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          float m_new = fmaxf(m[h], mx);
+          // A vector that has seen nothing visible yet keeps m = -inf, l = 0, o = 0.
+          float corr = m_new == -INFINITY ? 1.0f : exp2f(m[h] - m_new);
+          float sum = 0.0f;
+#pragma unroll
+          for (int n = 0; n < kTileK / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              float x = m_new == -INFINITY ? 0.0f : exp2f(s[n][2 * h + e] - m_new);
+              s[n][2 * h + e] = x;
+              sum += x;
+            }
+          }
+          l[h] = l[h] * corr + sum;
+          m[h] = m_new;
+#pragma unroll
+          for (int n = 0; n < kOutTiles; ++n) o[n][2 * h] *= corr, o[n][2 * h + 1] *= corr;
+        }
+        // O += P V: P's k16 step kt is s[2kt] (keys 0..7) and s[2kt + 1] (keys 8..15) packed;
+        // V's B fragments for output dimensions 16 d .. 16 d + 15 by one transposed ldmatrix.
+#pragma unroll
+        for (int kt = 0; kt < kTileK / 16; ++kt) {
+          uint32_t a[4] = {PackBf16(s[2 * kt][0], s[2 * kt][1]),
+                           PackBf16(s[2 * kt][2], s[2 * kt][3]),
+                           PackBf16(s[2 * kt + 1][0], s[2 * kt + 1][1]),
+                           PackBf16(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+#pragma unroll
+          for (int d = 0; d < kSteps; ++d) {
+            uint32_t b[4];
+            LdMatrixX4Trans(b, vs + (16 * kt + v_key) * kRow + 16 * d + v_dim);
+            Mma(o[2 * d], a, b[0], b[1]);
+            Mma(o[2 * d + 1], a, b[2], b[3]);
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+
+  // out = O / l for the vectors of this block's prompt rows.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float sum = l[h];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (row[h] < 0 || !s_mine[row[h]]) continue;
+    int head = kv_head * group_heads + vec[h] % group_heads;
+    float* dst = p.out + ((r0 + row[h]) * p.heads + head) * HD;
+    float inv = 1.0f / sum;
+#pragma unroll
+    for (int n = 0; n < kOutTiles; ++n) {
+      *reinterpret_cast<float2*>(dst + 8 * n + 2 * t) =
+          make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+    }
+  }
+}
+
+// Bytes per FLOP: a block reads each float32 key and value of its rows' range once for all its
+// query vectors, 4 FLOP per vector, key and dimension against 8 bytes: 64 vectors (4 warps) need
+// 2 bytes from L2 per 64 FLOP, more than L2 gives at the tensor-core rate; 128 vectors (8
+// warps) halve it. 8 warps where that still leaves a block per multiprocessor.
+template <int HD>
+void Launch(const AttentionParams& p, int sm_count, cudaStream_t stream) {
+  int group_heads = p.heads / p.kv_heads;
+  auto launch = [&](auto kernel, int warps) {
+    int tile_rows = 16 * warps / group_heads;
+    dim3 grid(static_cast<unsigned>((p.rows + tile_rows - 1) / tile_rows),
+              static_cast<unsigned>(p.kv_heads));
+    kernel<<<grid, 32 * warps, 0, stream>>>(p, tile_rows);
+    GZ_CUDA_LAUNCHED();
+  };
+  int64_t big_tiles = (p.rows + 128 / group_heads - 1) / (128 / group_heads) * p.kv_heads;
+  if (big_tiles >= sm_count) {
+    launch(MmaTileKernel<HD, 8>, 8);
+  } else {
+    launch(MmaTileKernel<HD, 4>, 4);
+  }
+}
+
+}  // namespace
+
+bool MmaTileSupported(int heads, int kv_heads, int head_dim) {
+  return head_dim % 32 == 0 && head_dim >= 32 && head_dim <= 128 && kv_heads > 0 &&
+         heads % kv_heads == 0 && heads / kv_heads <= kMaxGroup;
+}
+
+void LaunchMmaTile(const AttentionParams& p, int sm_count, cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 32:
+      return Launch<32>(p, sm_count, stream);
+    case 64:
+      return Launch<64>(p, sm_count, stream);
+    case 96:
+      return Launch<96>(p, sm_count, stream);
+    default:
+      return Launch<128>(p, sm_count, stream);
+  }
+}
+
+}  // namespace gizllm::cuda
