@@ -3,7 +3,8 @@
 # the benchmark, and the transformers peer. Binaries come prebuilt in .device/ (copy
 # build-cuda/bench/cuda/cuda_bench and build-cuda/tests/unit/backend/cuda/cuda_*_test
 # there and carry it). Every step has its own time limit, so one hang cannot eat the call.
-# Usage: bench/cuda/run_device.sh STEP... with STEP one of tests model sanitize racecheck bench
+# Usage: bench/cuda/run_device.sh STEP... with STEP one of tests model sampling engine sanitize
+#        racecheck bench
 #        bench-exact bench-cublas bench-gemv8 bench-nographs peer peer-compile
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$LD_LIBRARY_PATH
 export PYTHONUNBUFFERED=1
@@ -19,6 +20,12 @@ for what in "$@"; do
     model) timeout 120 .device/cuda_model_test > "$OUT/model.log" 2>&1
            echo "rc=$?"; grep -E "^\[  (FAILED|PASSED|  OK) |Failure|Expected|Which is|max diff" \
              "$OUT/model.log" | head -40 ;;
+    sampling) timeout 90 .device/cuda_sampling_test > "$OUT/sampling.log" 2>&1
+              echo "rc=$?"; grep -E "^\[  (FAILED|PASSED|  OK) |Failure|Expected|Which is" \
+                "$OUT/sampling.log" | head -30 ;;
+    engine) timeout 120 .device/cuda_engine_test > "$OUT/engine.log" 2>&1
+            echo "rc=$?"; grep -E "^\[  (FAILED|PASSED|  OK) |Failure|Expected|Which is" \
+              "$OUT/engine.log" | head -30 ;;
     sanitize) timeout 240 compute-sanitizer --tool memcheck --leak-check no \
                 .device/cuda_backend_test --gtest_brief=1 > "$OUT/memcheck.log" 2>&1
               echo "rc=$?"; tail -6 "$OUT/memcheck.log" ;;

@@ -54,15 +54,18 @@ int Serve(const ServeOptions& o) {
                                           static_cast<int32_t>(arch.vocab));
   if (!text.ok()) return Fail(text.status().message());
 
-  // Warm up: one short generation, so the first request does not pay for first touches.
+  // Warm up: one step of each shape a server meets first (recorded steps on a GPU, first
+  // kernel launches), then one short generation through the whole path.
   {
+    Status warm = (*engine)->Warm();
+    if (!warm.ok()) return Fail("warm-up: " + warm.message());
     auto prompt = (*text)->Tokenize("Hello");
     if (prompt.ok() && !prompt->empty()) {
-      Request warm;
-      warm.prompt = *prompt;
-      warm.limit = 2;
-      warm.sampling.temperature = 0;
-      auto done = (*engine)->Generate({warm});
+      Request first;
+      first.prompt = *prompt;
+      first.limit = 2;
+      first.sampling.temperature = 0;
+      auto done = (*engine)->Generate({first});
       if (!done.ok()) return Fail("warm-up: " + done.status().message());
       (*engine)->DropCaches();
     }

@@ -541,7 +541,36 @@ Status Engine::Run() {
   }
   FillTables();
   const PageTables tables{tables_.data(), static_cast<int32_t>(slots_.size()), max_pages_};
-  GZ_RETURN_IF_ERROR(runner_->Step(rows_, tables, logits_.data()));
+  // The runner picks the tokens when every wanted row needs only steps 3-5 of sampling.
+  picked_ = options_.device_sampling && runner_->CanSample();
+  sample_.clear();
+  for (const Planned& p : plan_) {
+    const Sequence& seq = sequences_.at(p.id);
+    if (static_cast<int64_t>(slots_[seq.slot].tokens.size()) + p.rows !=
+        static_cast<int64_t>(seq.tokens.size())) {
+      continue;  // a prompt piece: no token this step
+    }
+    const Sampling& s = seq.request.sampling;
+    if (s.presence != 0.0f || s.frequency != 0.0f || s.repetition != 1.0f || s.logprobs >= 0) {
+      picked_ = false;
+      break;
+    }
+    SampleRow row;
+    row.temperature = s.temperature;
+    row.top_k = s.top_k;
+    row.top_p = s.top_p;
+    row.min_p = s.min_p;
+    row.seed = seq.seed;
+    row.index = static_cast<uint64_t>(static_cast<int64_t>(seq.tokens.size()) - seq.prompt);
+    sample_.push_back(row);
+  }
+  if (picked_) {
+    picks_.resize(sample_.size());
+    GZ_RETURN_IF_ERROR(runner_->StepSample(rows_, tables, sample_, picks_.data()));
+    ++stats_.device_sampled;
+  } else {
+    GZ_RETURN_IF_ERROR(runner_->Step(rows_, tables, logits_.data()));
+  }
   for (const Planned& p : plan_) {
     const Sequence& seq = sequences_.at(p.id);
     Slot& slot = slots_[seq.slot];
@@ -583,12 +612,16 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
     }
     if (slot.tokens.size() != seq.tokens.size()) continue;  // a prompt piece, no logits yet
 
-    std::span<const float> logits(&logits_[wanted++ * vocab_], vocab_);
-    std::span<const int32_t> all(seq.tokens);
     Logprobs logprobs;
-    const int32_t token =
-        sampler_.Sample(logits, seq.request.sampling, seq.seed, all.first(seq.prompt),
-                        all.subspan(seq.prompt), &logprobs);
+    int32_t token;
+    if (picked_) {
+      token = picks_[wanted++];
+    } else {
+      std::span<const float> logits(&logits_[wanted++ * vocab_], vocab_);
+      std::span<const int32_t> all(seq.tokens);
+      token = sampler_.Sample(logits, seq.request.sampling, seq.seed, all.first(seq.prompt),
+                              all.subspan(seq.prompt), &logprobs);
+    }
     Progress out;
     out.id = seq.id;
     if (!seq.reported) {
@@ -732,6 +765,46 @@ Expected<std::vector<float>> Engine::Hidden(std::span<const int32_t> tokens,
   ++stats_.steps;
   stats_.rows += rows_.size();
   return out;
+}
+
+Status Engine::Warm(int32_t max_decode_shapes) {
+  for (const Slot& slot : slots_) {
+    if (slot.seq >= 0 || slot.pinned) return InvalidArgument("warm: a request runs in a slot");
+  }
+  DropCaches();
+  const int32_t slots = static_cast<int32_t>(slots_.size());
+  auto reset_all = [&] {
+    for (Slot& slot : slots_) Truncate(slot, 0);
+  };
+  // One prompt step of the most rows (in one slot, as far as its context allows) with its
+  // last row wanted, then decode steps of n rows, one per slot.
+  const int64_t prompt = std::min<int64_t>(options_.rows, options_.context);
+  std::vector<int32_t> tokens(prompt), slot_of(prompt, 0);
+  for (int64_t i = 0; i < prompt; ++i) tokens[i] = static_cast<int32_t>(i % vocab_);
+  const int32_t last = static_cast<int32_t>(prompt - 1);
+  GZ_RETURN_IF_ERROR(BuildRows(tokens, slot_of, std::span<const int32_t>(&last, 1)));
+  const PageTables tables{tables_.data(), slots, max_pages_};
+  // Both ways of ending a step: logits to the host, and tokens picked by the runner.
+  GZ_RETURN_IF_ERROR(runner_->Step(rows_, tables, logits_.data()));
+  reset_all();
+  const int32_t shapes = std::min(slots, std::max(max_decode_shapes, 1));
+  for (int32_t n = 1; n <= shapes; ++n) {
+    std::vector<int32_t> t(n), s(n), w(n);
+    for (int32_t r = 0; r < n; ++r) t[r] = r % vocab_, s[r] = r, w[r] = r;
+    GZ_RETURN_IF_ERROR(BuildRows(t, s, w));
+    const PageTables tab{tables_.data(), slots, max_pages_};
+    if (options_.device_sampling && runner_->CanSample()) {
+      std::vector<SampleRow> params(n);
+      for (int32_t r = 0; r < n; ++r) params[r].temperature = r % 2 ? 0.7f : 0.0f;
+      params[0].top_p = 0.9f;
+      picks_.resize(n);
+      GZ_RETURN_IF_ERROR(runner_->StepSample(rows_, tab, params, picks_.data()));
+    } else {
+      GZ_RETURN_IF_ERROR(runner_->Step(rows_, tab, logits_.data()));
+    }
+    reset_all();
+  }
+  return Status::Ok();
 }
 
 Status Engine::Reset(int32_t slot) {

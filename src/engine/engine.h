@@ -28,6 +28,9 @@ struct EngineOptions {
   int64_t rows = 256;                            // most rows one step reads; at least `slots`
   int64_t kv_budget_bytes = int64_t{256} << 20;  // KV pool: budget / Runner::PageBytes() pages
   int64_t host_prefix_bytes = -1;  // host memory for prefixes copied out of the pool; -1: budget
+  // Pick tokens where the logits are (Runner::CanSample) for steps whose requests use no
+  // penalties and no logprobs; otherwise the logits come to the host.
+  bool device_sampling = true;
   Status Check() const;
 };
 
@@ -39,6 +42,7 @@ struct EngineStats {
   int64_t prefix_hits = 0;    // first admissions that reused held tokens
   int64_t preemptions = 0;    // sequences sent back to waiting for lack of pages
   int64_t host_copies = 0;    // pages copied to host memory for stored prefixes
+  int64_t device_sampled = 0;  // steps whose tokens the runner picked
 };
 
 class Engine {
@@ -54,6 +58,12 @@ class Engine {
 
   // One step: new tokens of every request that made progress, and why requests ended.
   Expected<std::vector<Progress>> Advance();
+
+  // Runs one step of each shape a server meets first, so that their one-time costs (recorded
+  // CUDA graphs, first kernel launches) are paid before the first request: decode steps of 1 to
+  // min(slots, max_decode_shapes) rows and one prompt step of `rows` rows. Needs every slot
+  // idle; leaves them empty.
+  Status Warm(int32_t max_decode_shapes = 32);
 
   // Drops a waiting or running request; false when `id` is unknown or already ended.
   bool Cancel(int64_t id);
@@ -182,6 +192,9 @@ class Engine {
   Rows rows_;
   std::vector<int32_t> tables_;  // [slots, max_pages] page tables of this step; -1: none
   std::vector<float> logits_;    // [slots, vocab] logits of this step's wanted rows
+  bool picked_ = false;          // this step's tokens came from the runner (picks_)
+  std::vector<SampleRow> sample_;  // [wanted] how the runner picks each wanted row's token
+  std::vector<int32_t> picks_;     // [wanted] tokens the runner picked
 };
 
 }  // namespace gizllm

@@ -44,6 +44,8 @@ struct Model::Buffers {
   std::unique_ptr<Buffer> up;       // [rows, ffn]
   std::unique_ptr<Buffer> picked;   // [rows, dim] normalized wanted rows
   std::unique_ptr<Buffer> logits;   // [rows, vocab]
+  std::unique_ptr<Buffer> sample;   // [rows] SampleRow, for picking tokens on the backend
+  std::unique_ptr<Buffer> picks;    // [rows] int32 tokens picked on the backend
   std::unique_ptr<Buffer> tokens;   // [rows] int32
   std::unique_ptr<Buffer> slot_of;  // [rows] int32
   std::unique_ptr<Buffer> positions;  // [rows] int32
@@ -299,6 +301,8 @@ Status Model::Reserve(int64_t rows, int32_t slots, int32_t max_pages) {
   GZ_RETURN_IF_ERROR(alloc(&b.up, rows * a.ffn * f));
   GZ_RETURN_IF_ERROR(alloc(&b.picked, rows * a.dim * f));
   GZ_RETURN_IF_ERROR(alloc(&b.logits, rows * a.vocab * f));
+  GZ_RETURN_IF_ERROR(alloc(&b.sample, rows * sizeof(SampleRow)));
+  GZ_RETURN_IF_ERROR(alloc(&b.picks, rows * i));
   GZ_RETURN_IF_ERROR(alloc(&b.tokens, rows * i));
   GZ_RETURN_IF_ERROR(alloc(&b.slot_of, rows * i));
   GZ_RETURN_IF_ERROR(alloc(&b.positions, rows * i));
@@ -357,6 +361,20 @@ Status Model::Step(const Rows& rows, const PageTables& tables, float* logits) {
   return Forward(rows, tables, {}, nullptr, logits);
 }
 
+bool Model::CanSample() const { return backend_->CanSample(); }
+
+Status Model::StepSample(const Rows& rows, const PageTables& tables,
+                         std::span<const SampleRow> params, int32_t* tokens) {
+  if (!backend_->CanSample()) return Unimplemented("StepSample: the backend picks no tokens");
+  if (params.size() != rows.wanted.size()) {
+    return InvalidArgument("StepSample: expected one SampleRow per wanted row (" +
+                           std::to_string(rows.wanted.size()) + "), got " +
+                           std::to_string(params.size()));
+  }
+  if (rows.wanted.empty()) return Forward(rows, tables, {}, nullptr, nullptr);
+  return Forward(rows, tables, {}, nullptr, nullptr, params, tokens);
+}
+
 Status Model::Hidden(const Rows& rows, const PageTables& tables, std::span<const int> layers,
                      float* out) {
   for (int l : layers) {
@@ -368,12 +386,16 @@ Status Model::Hidden(const Rows& rows, const PageTables& tables, std::span<const
 }
 
 Status Model::Forward(const Rows& rows, const PageTables& tables,
-                      std::span<const int> hidden_layers, float* hidden_out, float* logits) {
+                      std::span<const int> hidden_layers, float* hidden_out, float* logits,
+                      std::span<const SampleRow> sample, int32_t* tokens) {
   GZ_RETURN_IF_ERROR(UploadStepInputs(rows, tables));
   const Arch& a = arch_;
   Impl& impl = *impl_;
   Buffers& b = impl.buffers;
   Backend& be = *backend_;
+  if (tokens && !rows.wanted.empty()) {
+    be.CopyToDevice(b.sample->data(), sample.data(), sample.size() * sizeof(SampleRow));
+  }
   const int64_t n = rows.size();
   const float eps = static_cast<float>(a.norm_eps);
   float* x = b.x->as<float>();
@@ -405,7 +427,8 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   // With no hidden states read, the op issue below depends only on the buffers, the rows, the
   // wanted rows and the page-table width (the step's inputs are already in device buffers): a
   // backend may record it once per such key and replay it.
-  const uint64_t wanted_rows = logits ? rows.wanted.size() : 0;
+  const bool head_wanted = (logits || tokens) && !rows.wanted.empty();
+  const uint64_t wanted_rows = head_wanted ? rows.wanted.size() : 0;
   const bool record = hidden_layers.empty() && n < (1 << 16) && wanted_rows < (1 << 16) &&
                       tables.max_pages < (1 << 12);
   const uint64_t key = (impl.step_generation % (1 << 20)) << 44 |
@@ -474,7 +497,7 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
     pending = true;
     capture(l + 1);
   }
-  if (!replayed && logits && !rows.wanted.empty()) {
+  if (!replayed && head_wanted) {
     const int64_t w = static_cast<int64_t>(rows.wanted.size());
     norm(impl.final_norm);
     be.GatherRows({b.picked->as<float>(), h, b.wanted->as<int32_t>(), w, a.dim});
@@ -488,6 +511,13 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   if (record && !replayed) be.EndStep();
   if (logits && !rows.wanted.empty()) {
     be.CopyToHost(logits, b.logits->data(), rows.wanted.size() * a.vocab * sizeof(float));
+  }
+  if (tokens && !rows.wanted.empty()) {
+    // Outside the recorded step: the parameters change every step (uploaded above).
+    SampleParams p{b.picks->as<int32_t>(), b.logits->as<float>(), b.sample->as<SampleRow>(),
+                   static_cast<int64_t>(rows.wanted.size()), a.vocab};
+    be.Sample(p);
+    be.CopyToHost(tokens, b.picks->data(), rows.wanted.size() * sizeof(int32_t));
   }
   be.Synchronize();
   return Status::Ok();

@@ -46,6 +46,9 @@ class Model final : public Runner {
   Status AllocatePages(int32_t pages) override;
   Status Reserve(int64_t rows, int32_t slots, int32_t max_pages) override;
   Status Step(const Rows& rows, const PageTables& tables, float* logits) override;
+  bool CanSample() const override;
+  Status StepSample(const Rows& rows, const PageTables& tables, std::span<const SampleRow> params,
+                    int32_t* tokens) override;
   Status Hidden(const Rows& rows, const PageTables& tables, std::span<const int> layers,
                 float* out) override;
   Status CopyPageToHost(int32_t page, void* host) override;
@@ -55,8 +58,11 @@ class Model final : public Runner {
   struct Layer;
   struct Buffers;
   Model() = default;
+  // Reads the rows; writes the hidden states asked for, and for the wanted rows either their
+  // logits (to host `logits`) or, with `sample`, the tokens picked on the backend.
   Status Forward(const Rows& rows, const PageTables& tables, std::span<const int> hidden_layers,
-                 float* hidden_out, float* logits);
+                 float* hidden_out, float* logits, std::span<const SampleRow> sample = {},
+                 int32_t* tokens = nullptr);
   Status UploadStepInputs(const Rows& rows, const PageTables& tables);
 
   std::string dir_;

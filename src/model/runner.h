@@ -9,6 +9,7 @@
 #include "core/status.h"
 #include "model/arch.h"
 #include "model/rows.h"
+#include "ops/backend.h"
 
 namespace gizllm {
 
@@ -34,6 +35,17 @@ class Runner {
   // Reads `rows` (writing their keys and values into their slots' pages) and writes the logits
   // of the wanted rows: logits [rows.wanted.size(), vocab], host memory.
   virtual Status Step(const Rows& rows, const PageTables& tables, float* logits) = 0;
+
+  // Whether StepSample can pick the tokens where the logits are (on the device), so that only
+  // token ids come back instead of [wanted, vocab] logits.
+  virtual bool CanSample() const { return false; }
+  // Like Step, but picks the token of each wanted row under params[w] (sampling/sampling.h's
+  // steps 3-5: no penalties, no logprobs): tokens [rows.wanted.size()], host memory.
+  virtual Status StepSample(const Rows& rows, const PageTables& tables,
+                            std::span<const SampleRow> params, int32_t* tokens) {
+    (void)rows, (void)tables, (void)params, (void)tokens;
+    return Unimplemented("this runner picks no tokens itself");
+  }
 
   // Like Step, but writes the residual stream after each layer in `layers` (0 = embeddings,
   // l = after layer l, as Hugging Face's hidden_states[l]): out [layers.size(), rows, dim].

@@ -77,4 +77,11 @@ Status GatherRowsParams::Check() const {
   return Status::Ok();
 }
 
+Status SampleParams::Check() const {
+  if (rows > 0 && (!tokens || !logits || !params)) return Bad("Sample", "tokens", "null");
+  if (rows < 0) return Bad("Sample", "rows", "must not be negative");
+  if (vocab <= 0 || vocab >= (int64_t{1} << 31)) return Bad("Sample", "vocab", "out of range");
+  return Status::Ok();
+}
+
 }  // namespace gizllm

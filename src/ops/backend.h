@@ -143,6 +143,27 @@ struct GatherRowsParams {
   Status Check() const;
 };
 
+// How one row's token is picked on the device: sampling/sampling.h's steps 3 to 5 (temperature,
+// min-p, top-k, top-p, the counter-based draw), for requests without penalties or logprobs.
+struct SampleRow {
+  float temperature = 0.0f;  // 0: the largest logit, lowest id among equals
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;        // 0: off
+  uint64_t seed = 0;
+  uint64_t index = 0;        // the draw's counter: output tokens so far
+};
+
+// tokens[r] = the token row r of `logits` picks under params[r].
+struct SampleParams {
+  int32_t* tokens = nullptr;          // [rows]
+  const float* logits = nullptr;      // [rows, vocab]
+  const SampleRow* params = nullptr;  // [rows], device memory
+  int64_t rows = 0;
+  int64_t vocab = 0;
+  Status Check() const;
+};
+
 // Device memory of a backend, freed by its destructor.
 class Buffer {
  public:
@@ -187,6 +208,10 @@ class Backend {
   virtual void SwiGlu(const SwiGluParams& p) = 0;
   virtual void Add(const AddParams& p) = 0;
   virtual void GatherRows(const GatherRowsParams& p) = 0;
+
+  // Token picking on the device; a backend without it (CanSample false) leaves it to the host.
+  virtual bool CanSample() const { return false; }
+  virtual void Sample(const SampleParams& p) { (void)p; }
 
   // Waits until every issued op has finished.
   virtual void Synchronize() = 0;

@@ -56,6 +56,29 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const __nv_bfl
                : "memory");
 }
 
+// Four 8 x 8 bf16 matrices, not transposed: register i of lane l receives elements
+// [row g][columns 2t, 2t+1] of matrix i. With rows = keys and columns = dimensions of K, that is
+// the B fragment half of S = Q K^T for key g.
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const __nv_bfloat16* row) {
+  uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at)
+               : "memory");
+}
+
+// 16 bytes global -> shared without registers; visible to this thread after CpAsyncWait.
+__device__ __forceinline__ void CpAsync16(float* dst, const float* src) {
+  uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(at), "l"(src) : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
@@ -81,10 +104,12 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
   constexpr int kRow = HD + kPadBf16;
   constexpr int kVecs4 = HD / 4;                      // float4 pieces of a key
   constexpr int kLoads = kTileK * kVecs4 / kThreads;  // float4 of K (and of V) per thread
-  constexpr int kChunk = 2;  // float4 of K and of V in flight before the stores
-  static_assert(kLoads % kChunk == 0, "staging in whole chunks");
-  __shared__ __align__(16) __nv_bfloat16 ks[kTileK * kRow];  // [kTileK, HD + pad] keys
-  __shared__ __align__(16) __nv_bfloat16 vs[kTileK * kRow];  // [kTileK, HD + pad] values
+  static_assert(kTileK * kVecs4 % kThreads == 0, "whole float4 pieces per thread");
+  extern __shared__ __align__(16) float shared[];
+  float* kf = shared;            // [kTileK, HD] the next tile's float32 keys, in flight
+  float* vf = kf + kTileK * HD;  // [kTileK, HD] and values
+  __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(vf + kTileK * HD);  // [kTileK, kRow]
+  __nv_bfloat16* vs = ks + kTileK * kRow;                                  // [kTileK, kRow]
   __shared__ int32_t s_slot[kTileQ], s_pos[kTileQ], s_first[kTileQ];
   __shared__ bool s_mine[kTileQ];
 
@@ -143,6 +168,29 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
   // and dimensions 8 (i / 2) .. of a 16 x 16 block.
   const int v_key = (lane / 8 % 2) * 8 + lane % 8;
   const int v_dim = (lane / 16) * 8;
+  // And of K: matrix i holds keys 8 (i / 2) .. and dimensions 8 (i % 2) .. of a 16 x 16 block,
+  // so registers 0, 1 are the B fragment of keys 0..7 and registers 2, 3 of keys 8..15.
+  const int k_key = (lane / 16) * 8 + lane % 8;
+  const int k_dim = (lane / 8 % 2) * 8;
+
+  // The block's threads copy a key tile's float32 keys and values into kf, vf (cp.async: no
+  // registers, the copy of tile i + 1 runs while the warps multiply tile i), and each thread
+  // later rounds the very pieces it copied to bf16 into ks, vs. Piece c of a thread is float4
+  // i % (HD / 4) of key i / (HD / 4), i = threadIdx.x + c * kThreads: a warp reads whole keys.
+  auto fetch = [&](int32_t k0, int32_t kend, const int32_t* pages) {
+#pragma unroll
+    for (int c = 0; c < kLoads; ++c) {
+      int i = threadIdx.x + c * kThreads;
+      int32_t j = k0 + i / kVecs4;
+      if (j < kend) {
+        int64_t page = pages[j / kPage];
+        int64_t at = ((page * kPage + j % kPage) * p.kv_heads + kv_head) * HD + i % kVecs4 * 4;
+        CpAsync16(kf + 4 * i, p.cache.keys + at);
+        CpAsync16(vf + 4 * i, p.cache.values + at);
+      }
+    }
+    CpAsyncCommit();
+  };
 
   // Runs of rows of one sequence, one after the other.
   int next = 0;
@@ -174,49 +222,40 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
         static_cast<int32_t>(__reduce_max_sync(0xffffffffu, max(pos[0], pos[1])));
     const int32_t* pages = p.table.pages + static_cast<int64_t>(slot) * p.table.max_pages;
 
+    fetch(kbegin, kend, pages);
     for (int32_t k0 = kbegin; k0 < kend; k0 += kTileK) {
-      // Stage keys and values k0 .. k0 + kTileK - 1 as bf16; those past the run's end as 0.
-      // A warp reads whole key vectors (HD / 4 float4 of one position) at a time.
+      // Keys and values k0 .. k0 + kTileK - 1 as bf16; those past the run's end as 0. Then the
+      // copy of the next tile starts: kf, vf are free again (each thread reads only its own).
+      CpAsyncWait();
 #pragma unroll
-      for (int c0 = 0; c0 < kLoads; c0 += kChunk) {
-        float4 ka[kChunk], va[kChunk];
-#pragma unroll
-        for (int c = 0; c < kChunk; ++c) {
-          int i = threadIdx.x + (c0 + c) * kThreads;
-          int32_t j = k0 + i / kVecs4;
-          ka[c] = va[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          if (j < kend) {
-            int64_t page = pages[j / kPage];
-            int64_t at = ((page * kPage + j % kPage) * p.kv_heads + kv_head) * HD + i % kVecs4 * 4;
-            ka[c] = __ldg(reinterpret_cast<const float4*>(p.cache.keys + at));
-            va[c] = __ldg(reinterpret_cast<const float4*>(p.cache.values + at));
-          }
+      for (int c = 0; c < kLoads; ++c) {
+        int i = threadIdx.x + c * kThreads;
+        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
+        if (k0 + i / kVecs4 < kend) {
+          a = *reinterpret_cast<const float4*>(kf + 4 * i);
+          b = *reinterpret_cast<const float4*>(vf + 4 * i);
         }
-#pragma unroll
-        for (int c = 0; c < kChunk; ++c) {
-          int i = threadIdx.x + (c0 + c) * kThreads;
-          int at = i / kVecs4 * kRow + i % kVecs4 * 4;
-          *reinterpret_cast<uint2*>(ks + at) =
-              make_uint2(PackBf16(ka[c].x, ka[c].y), PackBf16(ka[c].z, ka[c].w));
-          *reinterpret_cast<uint2*>(vs + at) =
-              make_uint2(PackBf16(va[c].x, va[c].y), PackBf16(va[c].z, va[c].w));
-        }
+        int at = i / kVecs4 * kRow + i % kVecs4 * 4;
+        *reinterpret_cast<uint2*>(ks + at) = make_uint2(PackBf16(a.x, a.y), PackBf16(a.z, a.w));
+        *reinterpret_cast<uint2*>(vs + at) = make_uint2(PackBf16(b.x, b.y), PackBf16(b.z, b.w));
       }
       __syncthreads();
+      if (k0 + kTileK < kend) fetch(k0 + kTileK, kend, pages);
       // Warp-uniform: skip a tile none of the warp's vectors sees.
       if (k0 <= warp_last && k0 + kTileK > warp_first) {
-        // S = Q K^T over the tile: s[n] is the C fragment of keys k0 + 8n .. k0 + 8n + 7.
-        // B[k][n] = K[key 8n + g][dim k]: two consecutive dimensions of one key per register.
+        // S = Q K^T over the tile: s[n] is the C fragment of keys k0 + 8n .. k0 + 8n + 7,
+        // B[k][n] = K[key 8n + g][dim k], by one ldmatrix per 16 keys and 16 dimensions.
         float s[kTileK / 8][4];
 #pragma unroll
         for (int n = 0; n < kTileK / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < kSteps; ++kk) {
 #pragma unroll
-          for (int n = 0; n < kTileK / 8; ++n) {
-            const __nv_bfloat16* kr = ks + (8 * n + g) * kRow + 16 * kk + 2 * t;
-            Mma(s[n], qf[kk], *reinterpret_cast<const uint32_t*>(kr),
-                *reinterpret_cast<const uint32_t*>(kr + 8));
+          for (int n2 = 0; n2 < kTileK / 16; ++n2) {
+            uint32_t b[4];
+            LdMatrixX4(b, ks + (16 * n2 + k_key) * kRow + 16 * kk + k_dim);
+            Mma(s[2 * n2], qf[kk], b[0], b[1]);
+            Mma(s[2 * n2 + 1], qf[kk], b[2], b[3]);
           }
         }
         // Mask, then the online softmax of each half; a row's max is shared by its quad.
@@ -298,11 +337,20 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
 template <int HD>
 void Launch(const AttentionParams& p, int sm_count, cudaStream_t stream) {
   int group_heads = p.heads / p.kv_heads;
+  // float32 staging and bf16 tiles of keys and values: 98 KB at head_dim 128.
+  constexpr size_t kShared = 2 * kTileK * HD * sizeof(float) + 2 * kTileK * (HD + kPadBf16) * 2;
+  static bool raised = [] {
+    return cudaFuncSetAttribute(MmaTileKernel<HD, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(kShared)) == cudaSuccess &&
+           cudaFuncSetAttribute(MmaTileKernel<HD, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(kShared)) == cudaSuccess;
+  }();
+  (void)raised;
   auto launch = [&](auto kernel, int warps) {
     int tile_rows = 16 * warps / group_heads;
     dim3 grid(static_cast<unsigned>((p.rows + tile_rows - 1) / tile_rows),
               static_cast<unsigned>(p.kv_heads));
-    kernel<<<grid, 32 * warps, 0, stream>>>(p, tile_rows);
+    kernel<<<grid, 32 * warps, kShared, stream>>>(p, tile_rows);
     GZ_CUDA_LAUNCHED();
   };
   int64_t big_tiles = (p.rows + 128 / group_heads - 1) / (128 / group_heads) * p.kv_heads;

@@ -137,6 +137,8 @@ class CudaBackend : public Backend {
   void SwiGlu(const SwiGluParams& p) override { cuda::LaunchSwiGlu(p, stream_); }
   void Add(const AddParams& p) override { cuda::LaunchAdd(p, stream_); }
   void GatherRows(const GatherRowsParams& p) override { cuda::LaunchGatherRows(p, stream_); }
+  bool CanSample() const override { return true; }
+  void Sample(const SampleParams& p) override { cuda::LaunchSample(p, stream_); }
 
   void Matmul(const MatmulParams& p) override {
     if (p.rows == 0) return;

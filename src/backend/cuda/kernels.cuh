@@ -88,4 +88,7 @@ void LaunchAttention(const AttentionParams& p, int sm_count, Scratch* scratch, c
 bool MmaTileSupported(int heads, int kv_heads, int head_dim);
 void LaunchMmaTile(const AttentionParams& p, int sm_count, cudaStream_t stream);
 
+// tokens[r] = the token row r picks (backend.h's SampleRow; sampling/sampling.h's steps 3-5).
+void LaunchSample(const SampleParams& p, cudaStream_t stream);
+
 }  // namespace gizllm::cuda

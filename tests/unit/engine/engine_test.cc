@@ -265,6 +265,79 @@ TEST(Engine, ConcurrentRequestsEqualAloneUnderPreemption) {
   }
 }
 
+// A runner that picks tokens itself gets the rows whose requests use no penalties and no
+// logprobs; the tokens are those of host sampling, under preemption and in any batch.
+TEST(Engine, RunnerPicksTokensOnlyWithoutPenaltiesOrLogprobs) {
+  for (int variant = 0; variant < 3; ++variant) {
+    FakeRunner runner;
+    runner.picks_tokens = true;
+    const int64_t context = 160;
+    auto engine = MakeEngine(runner, 6, context, 40, 14);
+    std::mt19937 rng(10 + variant);
+    std::vector<Request> requests;
+    for (int i = 0; i < 16; ++i) {
+      Request r = Greedy(RandomPrompt(rng, 1 + rng() % 70), 1 + rng() % 50);
+      if (i % 4 != 0) {
+        r.sampling.temperature = 0.6f + 0.1f * (i % 5);
+        r.sampling.top_k = i % 3 == 0 ? 0 : 5 + i;
+        r.sampling.top_p = i % 2 ? 0.9f : 1.0f;
+        r.sampling.min_p = i % 5 == 1 ? 0.05f : 0.0f;
+        r.sampling.seed = rng();
+      }
+      // variant 1: one request asks for logprobs; variant 2: one has a penalty.
+      if (variant == 1 && i == 7) r.sampling.logprobs = 1;
+      if (variant == 2 && i == 7) r.sampling.presence = 0.5f;
+      requests.push_back(r);
+    }
+    auto out = engine->Generate(requests);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      EXPECT_EQ((*out)[i], Alone(requests[i], requests[i].sampling.seed.value_or(0), context))
+          << "variant " << variant << " request " << i;
+    }
+    EXPECT_GT(engine->stats().preemptions, 0);
+    EXPECT_GT(engine->stats().device_sampled, 0);
+    EXPECT_GT(runner.sampled_rows, 0);
+    if (variant == 0) {
+      // Every step with a token to pick went to the runner.
+      EXPECT_LT(engine->stats().device_sampled, engine->stats().steps + 1);
+      EXPECT_GT(runner.sampled_rows, 200);
+    } else {
+      // The steps that held request 7 came to the host.
+      EXPECT_LT(engine->stats().device_sampled, engine->stats().steps);
+    }
+  }
+}
+
+TEST(Engine, WarmRunsEachShapeAndLeavesNothingBehind) {
+  for (bool picks : {false, true}) {
+    FakeRunner runner;
+    runner.picks_tokens = picks;
+    auto engine = MakeEngine(runner, 5, 64, 24, 16);
+    ASSERT_TRUE(engine->Warm().ok());
+    // One prompt step of 24 rows, then decode steps of 1..5 rows.
+    EXPECT_EQ(runner.steps(), 6);
+    EXPECT_EQ(runner.rows_read(), 24 + 1 + 2 + 3 + 4 + 5);
+    EXPECT_EQ(runner.sampled_rows, picks ? 1 + 2 + 3 + 4 + 5 : 0);
+    EXPECT_EQ(engine->free_pages(), engine->pages());
+    for (int s = 0; s < 5; ++s) EXPECT_TRUE(engine->held(s).empty());
+    EXPECT_EQ(engine->stats().steps, 0);
+    // At most max_decode_shapes decode shapes.
+    ASSERT_TRUE(engine->Warm(2).ok());
+    EXPECT_EQ(runner.steps(), 6 + 3);
+    // Afterwards requests run as on a fresh engine.
+    std::mt19937 rng(3);
+    Request r = Greedy(RandomPrompt(rng, 20), 30);
+    auto out = engine->Generate({r});
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    EXPECT_EQ((*out)[0], Alone(r, 0, 64));
+    // Not while a request runs.
+    ASSERT_TRUE(engine->Add(r).ok());
+    ASSERT_TRUE(engine->Advance().ok());
+    EXPECT_FALSE(engine->Warm().ok());
+  }
+}
+
 // Runs requests one after another on `engine`; returns each one's tokens and first `cached`.
 struct Outcome {
   std::vector<int32_t> tokens;

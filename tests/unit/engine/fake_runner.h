@@ -11,6 +11,7 @@
 
 #include "model/runner.h"
 #include "ops/backend.h"
+#include "sampling/sampling.h"
 
 namespace gizllm {
 
@@ -46,6 +47,32 @@ class FakeRunner : public Runner {
       for (int64_t v = 0; v < arch_.vocab; ++v) {
         logits[w * arch_.vocab + v] = Logit(h, v);
       }
+    }
+    return Status::Ok();
+  }
+
+  // With picks_tokens set, the fake also picks tokens itself (as a device would), through the
+  // host Sampler from the SampleRow alone: a wrong seed, index or parameter changes the tokens.
+  bool picks_tokens = false;
+  int64_t sampled_rows = 0;  // wanted rows whose token the fake picked
+  bool CanSample() const override { return picks_tokens; }
+  Status StepSample(const Rows& rows, const PageTables& tables, std::span<const SampleRow> params,
+                    int32_t* tokens) override {
+    if (!picks_tokens) return Internal("fake: StepSample without picks_tokens");
+    if (params.size() != rows.wanted.size()) return Internal("fake: one SampleRow per wanted row");
+    std::vector<float> logits(rows.wanted.size() * arch_.vocab);
+    GZ_RETURN_IF_ERROR(Step(rows, tables, logits.data()));
+    Sampler sampler(arch_.vocab);
+    for (size_t w = 0; w < params.size(); ++w) {
+      Sampling s;
+      s.temperature = params[w].temperature;
+      s.top_k = params[w].top_k;
+      s.top_p = params[w].top_p;
+      s.min_p = params[w].min_p;
+      const std::vector<int32_t> output(params[w].index, 0);  // only its size counts
+      tokens[w] = sampler.Sample(std::span<const float>(&logits[w * arch_.vocab], arch_.vocab), s,
+                                 params[w].seed, {}, output, nullptr);
+      ++sampled_rows;
     }
     return Status::Ok();
   }

@@ -1,0 +1,145 @@
+// Token picking on the device against the host Sampler: the same token for every row, over
+// vocabularies of several sizes, every combination of temperature, min-p, top-k and top-p, seeds
+// and counters, and logits with many exact ties (where the order's id tie-break matters).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <algorithm>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "sampling/sampling.h"
+
+namespace gizllm::testing {
+namespace {
+
+struct Case {
+  float temperature;
+  int32_t top_k;
+  float top_p;
+  float min_p;
+};
+
+// Logits drawn as a language model's look (a few large, a long tail), optionally rounded to
+// steps of 0.25 so that many are exactly equal, optionally with -inf entries.
+std::vector<float> Logits(std::mt19937& rng, int64_t rows, int64_t vocab, bool ties, bool masked) {
+  std::normal_distribution<float> tail(0.0f, 2.0f);
+  std::uniform_int_distribution<int64_t> pick(0, vocab - 1);
+  std::vector<float> x(rows * vocab);
+  for (float& v : x) {
+    v = tail(rng);
+    if (ties) v = std::round(v * 4.0f) / 4.0f;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int j = 0; j < 5; ++j) x[r * vocab + pick(rng)] += 6.0f + j;  // a few likely tokens
+    if (masked) {
+      for (int j = 0; j < vocab / 10; ++j) x[r * vocab + pick(rng)] = -INFINITY;
+    }
+  }
+  return x;
+}
+
+TEST(CudaSample, PicksTheHostSamplersToken) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(/*exact=*/false);
+  ASSERT_TRUE(backend);
+  ASSERT_TRUE(backend->CanSample());
+  const std::vector<Case> cases = {
+      {0.0f, 0, 1.0f, 0.0f},    {1.0f, 0, 1.0f, 0.0f},    {0.7f, 40, 1.0f, 0.0f},
+      {0.8f, 0, 0.9f, 0.0f},    {1.2f, 0, 1.0f, 0.05f},   {0.6f, 20, 0.95f, 0.02f},
+      {1.0f, 1, 1.0f, 0.0f},    {1.0f, 0, 0.05f, 0.0f},   {2.0f, 1000, 0.5f, 0.0f},
+      {0.3f, 3, 0.99f, 0.1f},   {1.0f, 0, 1.0f, 1.0f},    {0.9f, 100000, 0.8f, 0.0f},
+  };
+  std::mt19937 rng(20261130);
+  int checked = 0, non_greedy_differs = 0;
+  for (int64_t vocab : {97, 8192, 151936}) {
+    for (bool ties : {false, true}) {
+      for (bool masked : {false, true}) {
+        const int64_t rows = static_cast<int64_t>(cases.size()) * 3;
+        const std::vector<float> logits = Logits(rng, rows, vocab, ties, masked);
+        std::vector<SampleRow> params(rows);
+        for (int64_t r = 0; r < rows; ++r) {
+          const Case& c = cases[r % cases.size()];
+          params[r].temperature = c.temperature;
+          params[r].top_k = c.top_k;
+          params[r].top_p = c.top_p;
+          params[r].min_p = c.min_p;
+          params[r].seed = rng();
+          params[r].index = rng() % 3000;
+        }
+        DeviceArray<float> x(backend.get(), logits);
+        DeviceArray<SampleRow> p(backend.get(), params);
+        DeviceArray<int32_t> tokens(backend.get(), std::vector<int32_t>(rows, -7));
+        tokens.Poison();
+        SampleParams sp{tokens.device(), x.device(), p.device(), rows, vocab};
+        ASSERT_TRUE(sp.Check().ok());
+        backend->Sample(sp);
+        const std::vector<int32_t> got = tokens.Read();
+
+        Sampler sampler(vocab);
+        for (int64_t r = 0; r < rows; ++r) {
+          Sampling s;
+          s.temperature = params[r].temperature;
+          s.top_k = params[r].top_k;
+          s.top_p = params[r].top_p;
+          s.min_p = params[r].min_p;
+          const std::vector<int32_t> output(params[r].index, 0);
+          const int32_t want =
+              sampler.Sample(std::span<const float>(&logits[r * vocab], vocab), s,
+                             params[r].seed, {}, output, nullptr);
+          EXPECT_EQ(got[r], want) << "vocab " << vocab << " ties " << ties << " masked "
+                                  << masked << " row " << r << " (temperature "
+                                  << s.temperature << ", top_k " << s.top_k << ", top_p "
+                                  << s.top_p << ", min_p " << s.min_p << ")";
+          ++checked;
+          // Guard against a sampler that always returns the argmax.
+          if (s.temperature >= 1.0f && s.top_k != 1 && s.min_p < 1.0f) {
+            const float* row = &logits[r * vocab];
+            non_greedy_differs += want != std::max_element(row, row + vocab) - row;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 3 * 2 * 2 * 36);
+  EXPECT_GT(non_greedy_differs, 5);
+}
+
+// The same row under the same seed and counter picks the same token whatever else is in the
+// batch; another counter draws anew.
+TEST(CudaSample, RowsAreIndependentOfTheBatch) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(/*exact=*/false);
+  ASSERT_TRUE(backend);
+  std::mt19937 rng(7);
+  const int64_t vocab = 8192, rows = 64;
+  const std::vector<float> one = Logits(rng, 1, vocab, false, false);
+  std::vector<float> logits;
+  for (int64_t r = 0; r < rows; ++r) logits.insert(logits.end(), one.begin(), one.end());
+  std::vector<SampleRow> params(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    params[r].temperature = 1.5f;
+    params[r].seed = 99;
+    params[r].index = r % 2 ? 5 : static_cast<uint64_t>(r);
+  }
+  DeviceArray<float> x(backend.get(), logits);
+  DeviceArray<SampleRow> p(backend.get(), params);
+  DeviceArray<int32_t> tokens(backend.get(), std::vector<int32_t>(rows, 0));
+  tokens.Poison();
+  backend->Sample({tokens.device(), x.device(), p.device(), rows, vocab});
+  const std::vector<int32_t> got = tokens.Read();
+  std::set<int32_t> even;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (r % 2) {
+      EXPECT_EQ(got[r], got[1]) << "row " << r;
+    } else {
+      even.insert(got[r]);
+    }
+  }
+  EXPECT_GT(even.size(), 3u);  // different counters, different draws
+}
+
+}  // namespace
+}  // namespace gizllm::testing
