@@ -374,8 +374,10 @@ class Bench {
 
   // Each op of layer 1 and of the head alone, issued 20 times back to back (so one wait for the
   // device is shared by 20 issues, as in a step issued op by op): median microseconds per issue
-  // over `reps` such runs, and the weight bytes it streams per second.
-  void Profile(int reps, double bandwidth) {
+  // over `reps` such runs, and the weight bytes it streams per second. Returns the seconds of
+  // each op by name.
+  std::map<std::string, double> Profile(int reps, double bandwidth) {
+    std::map<std::string, double> seconds;
     std::vector<Op> ops = LayerOps(layers_[1], false);
     for (Op& op : HeadOps()) ops.push_back(op);
     constexpr int kBackToBack = 20;
@@ -390,6 +392,7 @@ class Bench {
       }
       std::sort(times.begin(), times.end());
       double t = times[times.size() / 2];
+      seconds[op.name] = t;
       if (op.weight_bytes > 0) {
         std::printf("    %-26s %9.1f us  %6.2f TB/s of weights (%4.1f%% of copy)\n", op.name,
                     t * 1e6, op.weight_bytes / t * 1e-12, 100.0 * op.weight_bytes / t / bandwidth);
@@ -397,6 +400,7 @@ class Bench {
         std::printf("    %-26s %9.1f us\n", op.name, t * 1e6);
       }
     }
+    return seconds;
   }
 
   // Seconds per Forward(), the median of `reps` after a warm-up.
@@ -522,7 +526,11 @@ int Main(int argc, char** argv) {
                 "prefill 2048 tokens", t * 1e3, n / t,
                 std::max(bytes / bandwidth, flops / rate) * 1e3,
                 100.0 * std::max(bytes / bandwidth, flops / rate) / t, flops / t * 1e-12);
-    bench.Profile(3, bandwidth);
+    // A layer's attention: 4 FLOP per visible (query head, key, dimension), half of n^2 keys.
+    double attention = bench.Profile(3, bandwidth)["attention"];
+    std::printf("    attention of one layer: %.0f TFLOP/s (%.1f%% of the GEMM rate)\n",
+                2.0 * n * n * s.heads * s.head_dim / attention * 1e-12,
+                100.0 * 2.0 * n * n * s.heads * s.head_dim / attention / rate);
   }
   // The profile issues ops over their own outputs (SwiGLU 20 times over its gate grows it past
   // float range): one whole step again before the logits are checked.
