@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels.cuh"
+#include "quant/layout.h"
 
 namespace gizllm {
 namespace {
@@ -102,6 +103,16 @@ class CudaBackend : public Backend {
   }
 
   Expected<Weight> PrepareWeight(const Weight& host, std::unique_ptr<Buffer>* storage) override {
+    if (quant::IsQuantized(host.format)) {
+      GZ_RETURN_IF_ERROR(cuda::CheckQuantWeight(host));
+      std::vector<uint8_t> packed(cuda::QuantDeviceBytes(host));
+      cuda::PackQuantWeight(host, packed.data());
+      GZ_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> buffer, Allocate(packed.size()));
+      CopyToDevice(buffer->data(), packed.data(), packed.size());
+      Weight w = cuda::QuantDeviceWeight(host, buffer->data());
+      *storage = std::move(buffer);
+      return w;
+    }
     if (host.format != Format::kBf16 && host.format != Format::kF16 &&
         host.format != Format::kF32) {
       return Unimplemented("cuda: weight format " + FormatName(host.format) +
@@ -142,6 +153,11 @@ class CudaBackend : public Backend {
 
   void Matmul(const MatmulParams& p) override {
     if (p.rows == 0) return;
+    if (cuda::HasQuantized(p)) {
+      MatmulParams plain = cuda::LaunchQuantMatmul(p, options_.exact, &quant_scratch_, stream_);
+      if (plain.outputs > 0) Matmul(plain);
+      return;
+    }
     if (p.rows <= gemv_max_rows_) {
       cuda::LaunchGemv(p, sm_count_, stream_);
       return;
@@ -275,6 +291,7 @@ class CudaBackend : public Backend {
   std::map<std::tuple<int64_t, int64_t, int64_t>, LtPlan> plans_;
   cuda::Scratch x_bf16_;             // [rows, cols] bf16 activations of a fast-mode matmul
   cuda::Scratch attention_scratch_;  // the decode kernel's split parts
+  cuda::QuantScratch quant_scratch_;  // activations of quantized matmuls
 };
 
 }  // namespace

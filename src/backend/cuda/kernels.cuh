@@ -73,6 +73,25 @@ void LaunchToBf16(const float* x, int64_t n, void* y, cudaStream_t stream);
 // out[r, :] += bias for every row.
 void LaunchAddBias(float* out, int64_t rows, int64_t n, const float* bias, cudaStream_t stream);
 
+// Quantized linears (quant/layout.h formats; quant_matmul.cu). PrepareWeight uploads
+// PackQuantWeight's bytes (QuantDeviceBytes of them: the codes reordered for the kernels, then
+// (mul, add) per group) and uses QuantDeviceWeight's pointers into them.
+Status CheckQuantWeight(const Weight& host);
+size_t QuantDeviceBytes(const Weight& host);
+void PackQuantWeight(const Weight& host, uint8_t* out);
+Weight QuantDeviceWeight(const Weight& host, void* device);
+// Whether any output of p has a quantized weight.
+bool HasQuantized(const MatmulParams& p);
+// Activations of quantized matmuls: rotated float16 copies and group sums (fast), rotated
+// float32 (exact).
+struct QuantScratch {
+  Scratch xh, xsum, x32;
+};
+// Runs the quantized outputs of p (exact: float32 activations and sums, else float16 activations
+// on the tensor cores) and returns the params of the plain outputs left to run (outputs 0: none).
+MatmulParams LaunchQuantMatmul(const MatmulParams& p, bool exact, QuantScratch* scratch,
+                               cudaStream_t stream);
+
 // Paged grouped-query attention: the decode kernel (rows that are alone in their sequence,
 // keys split across blocks) and the tile kernel (runs of rows of one sequence).
 // Whether the attention kernels cover this shape (head_dim a multiple of 32 up to 256, at most
@@ -86,7 +105,8 @@ void LaunchAttention(const AttentionParams& p, int sm_count, Scratch* scratch, c
 // probabilities, float32 softmax and sums. Covers head_dim a multiple of 32 up to 128 with at
 // most 64 query heads per kv head.
 bool MmaTileSupported(int heads, int kv_heads, int head_dim);
-void LaunchMmaTile(const AttentionParams& p, int sm_count, cudaStream_t stream);
+// warps: 4 or 8 per block; 0: 8 where that still gives every multiprocessor a block.
+void LaunchMmaTile(const AttentionParams& p, int sm_count, cudaStream_t stream, int warps = 0);
 
 // tokens[r] = the token row r picks (backend.h's SampleRow; sampling/sampling.h's steps 3-5).
 void LaunchSample(const SampleParams& p, cudaStream_t stream);

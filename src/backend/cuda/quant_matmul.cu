@@ -1,0 +1,765 @@
+// Quantized linears (kQ8, kQ4, kQ2, kQ1 of quant/layout.h) on CUDA.
+//
+// Every value of a group is mul * c + add (quant/layout.h), so a group's share of a dot product is
+//   sum_k x_k (mul c_k + add) = mul * sum_k x_k c_k + add * sum_k x_k.
+// The kernels compute sum_k x_k c_k on the tensor cores (mma.sync m16n8k16, float16 operands,
+// float32 sums): small integer codes are exact in float16, so the only rounding of the operands is
+// that of the activations to float16. Each group's sum is then scaled in float32 and the add term
+// comes from the per-group sums of the activations, which the rotation kernel writes beside them.
+// One kernel serves every row count: a warp turns each weight fragment into float16 codes in
+// registers once and uses it for all (up to 64) activation rows of the launch, so the weights are
+// read once per 64 rows; decode (1..8 rows) wastes tensor-core lanes, which cost nothing there.
+// The activations are rotated and rounded by a small kernel before it, except for a single row
+// (batch-1 decode), where each warp rotates the inputs of its own groups in registers.
+//
+// PrepareWeight reorders the codes (PackQuantWeight) so that each lane's share of a 16-output x
+// 128-input tile lies in consecutive 16-byte words: the warp streams the tile with coalesced
+// 16-byte loads (512 contiguous bytes per load instruction) and finds its fragment in registers.
+// Exact mode runs a float32 kernel over the same layout (float32 activations, values mul * c + add
+// in float32), as the reference does.
+#include <cuda_fp16.h>
+
+#include <cstring>
+#include <string>
+
+#include "backend/cuda/kernels.cuh"
+#include "quant/layout.h"
+
+namespace gizllm::cuda {
+namespace {
+
+// Per-format constants of the device layout.
+template <Format F>
+struct QuantTraits {
+  static constexpr int kBits = F == Format::kQ8   ? 8
+                               : F == Format::kQ4 ? 4
+                               : F == Format::kQ2 ? 2
+                                                  : 1;
+  // Groups per step: a step gives each lane whole 16-byte words.
+  static constexpr int kGroupsPerStep = F == Format::kQ1 ? 2 : 1;
+  // 16-byte words per lane per step: 64 codes per lane per group.
+  static constexpr int kLoads = kBits * kGroupsPerStep / 2;
+  // Codes stored unsigned: kQ8 codes are stored as c + 128.
+  static constexpr int kOffset = F == Format::kQ8 ? 128 : 0;
+  // Pairs of codes per 32-bit word; each half-word holds one code of each pair, in its low and
+  // high byte, kBits apart.
+  static constexpr int kPairsPerWord = 16 / kBits;
+  static constexpr int kPairsPerByte = 8 / kBits;
+};
+
+// Groups padded to the step of the format (and of the activation layout, shared by all formats).
+__host__ __device__ inline int64_t PaddedGroups(int64_t cols) {
+  return (cols / quant::kGroup + 1) / 2 * 2;
+}
+__host__ __device__ inline int64_t PaddedRows(int64_t rows) { return (rows + 15) / 16 * 16; }
+
+size_t CodeBytes(const Weight& w) {
+  // [row tiles of 16][steps][loads][32 lanes][16 bytes] = rows_pad * groups_pad * GroupBytes.
+  return static_cast<size_t>(PaddedRows(w.rows) * PaddedGroups(w.cols) *
+                             quant::GroupBytes(w.format));
+}
+
+// Lane `lane`'s pair `t` of a step (t in [0, 32 * groups per step)): which output row (in the
+// 16-row tile) and which input (in the step) its first code is; the second is the next input.
+// The order is that of the mma.sync A fragment: per k-step of 16, a0 (row g, inputs 2q, 2q+1),
+// a1 (row g + 8, same inputs), a2 (row g, inputs 2q + 8, 2q + 9), a3 (row g + 8, same).
+inline void PairPlace(int lane, int t, int* row, int* input) {
+  int g = lane >> 2, q = lane & 3;
+  int gs = t / 32, s = (t % 32) / 4, f = t % 4;
+  *row = g + (f & 1) * 8;
+  *input = gs * quant::kGroup + 16 * s + 2 * q + (f >> 1) * 8;
+}
+
+// ---- Device helpers ----
+
+__device__ __forceinline__ uint4 LoadStreaming(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t HalfBits(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
+
+// Pair t of a lane's step words as float16 codes (c_k, c_k+1), exact: the code's bits are placed
+// in the mantissa of 1024 (0x6400) and the offset is taken off by one fused multiply-add. Called
+// from fully unrolled loops, so t and everything derived from it are constants.
+template <Format F>
+__device__ __forceinline__ __half2 CodePairAt(const uint32_t* words, int t) {
+  using Q = QuantTraits<F>;
+  const int word = t / Q::kPairsPerWord;
+  const int slot = t % Q::kPairsPerWord;
+  const int byte = slot / Q::kPairsPerByte;
+  const int shift = (slot % Q::kPairsPerByte) * Q::kBits;
+  const uint32_t mask = ((1u << Q::kBits) - 1) << shift;
+  const uint32_t v = byte ? words[word] >> 8 : words[word];
+  uint32_t h = (v & (mask | mask << 16)) | 0x64006400u;
+  // (1024 + c 2^s) 2^-s - (1024 2^-s + offset) = c - offset.
+  const float scale = 1.0f / static_cast<float>(1 << shift);
+  const float bias = -(1024.0f * scale + Q::kOffset);
+  __half2 hv = *reinterpret_cast<__half2*>(&h);
+  return __hfma2(hv, __float2half2_rn(scale), __float2half2_rn(bias));
+}
+
+__device__ __forceinline__ void Mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Up to three quantized linears of one format over the same activations, in one launch: blocks
+// [first_block[i], first_block[i + 1]) compute output i, one 16-output tile each.
+struct QuantSet {
+  const uint4* codes[MatmulParams::kMaxOutputs] = {};    // packed (PackQuantWeight)
+  const float2* affine[MatmulParams::kMaxOutputs] = {};  // [groups_pad, rows_pad] (mul, add)
+  const float* bias[MatmulParams::kMaxOutputs] = {};     // [n] or null
+  float* out[MatmulParams::kMaxOutputs] = {};            // [rows, n]
+  int64_t n[MatmulParams::kMaxOutputs] = {};
+  unsigned first_block[MatmulParams::kMaxOutputs + 1] = {};
+  int count = 0;
+};
+
+// The output of a block, picked with constant indices (a variable index would copy the set to
+// local memory).
+struct QuantPick {
+  const uint4* codes;
+  const float2* affine;
+  const float* bias;
+  float* out;
+  int64_t n;
+  int64_t tile;
+};
+__device__ __forceinline__ QuantPick Pick(const QuantSet& set) {
+  static_assert(MatmulParams::kMaxOutputs == 3);
+  const bool in1 = set.count > 1 && blockIdx.x >= set.first_block[1];
+  const bool in2 = set.count > 2 && blockIdx.x >= set.first_block[2];
+  QuantPick p;
+  p.codes = in2 ? set.codes[2] : in1 ? set.codes[1] : set.codes[0];
+  p.affine = in2 ? set.affine[2] : in1 ? set.affine[1] : set.affine[0];
+  p.bias = in2 ? set.bias[2] : in1 ? set.bias[1] : set.bias[0];
+  p.out = in2 ? set.out[2] : in1 ? set.out[1] : set.out[0];
+  p.n = in2 ? set.n[2] : in1 ? set.n[1] : set.n[0];
+  p.tile = blockIdx.x - (in2 ? set.first_block[2] : in1 ? set.first_block[1] : 0u);
+  return p;
+}
+
+constexpr int kQuantWarps = 8;  // warps of a block; they split the inputs of one 16-output tile
+
+// out[r, j] = sum_g mul[j, g] S[r, j, g] + add[j, g] xsum[r, g] (+ bias[j]), with S the code sums
+// of group g. A block computes outputs [16 tile, 16 tile + 16) for activation rows
+// [8 kTiles blockIdx.y, ...): each warp a contiguous range of steps, partial sums added in
+// shared memory. kTiles: tiles of 8 activation rows per block.
+template <Format F, int kTiles>
+__global__ void __launch_bounds__(kQuantWarps * 32)
+    QuantMmaKernel(QuantSet set,
+                   const uint4* __restrict__ xh,    // [row tiles, k-steps / 2, 32 lanes] halves
+                   const float* __restrict__ xsum,  // [row tiles * 8, groups_pad]
+                   int64_t rows, int64_t row_tiles, int64_t groups_pad) {
+  using Q = QuantTraits<F>;
+  // 16-byte weight loads in flight per lane: many for few rows (the kernel streams), fewer where
+  // the sums of many rows hold the registers. Whole steps, at most 4.
+  constexpr int kLoadsWanted = kTiles >= 8 ? 2 : kTiles >= 4 ? 4 : 8;
+  constexpr int kStepsInFlight = kLoadsWanted / Q::kLoads < 1   ? 1
+                                 : kLoadsWanted / Q::kLoads > 4 ? 4
+                                                                : kLoadsWanted / Q::kLoads;
+  __shared__ float parts[kQuantWarps][kTiles * 4][32];
+  const QuantPick pick = Pick(set);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g8 = lane >> 2, q4 = lane & 3;
+  const int64_t tile0 = static_cast<int64_t>(blockIdx.y) * kTiles;
+  const int64_t rows_pad = PaddedRows(pick.n);
+  const int64_t steps = groups_pad / Q::kGroupsPerStep;
+  const int64_t s0 = steps * warp / kQuantWarps, s1 = steps * (warp + 1) / kQuantWarps;
+  const int64_t half_steps = groups_pad * 4;  // k-steps / 2 per row tile
+  const uint4* wp = pick.codes + pick.tile * steps * Q::kLoads * 32 + lane;
+
+  float total[kTiles][4];
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) total[t][c] = 0.0f;
+
+  for (int64_t c0 = s0; c0 < s1; c0 += kStepsInFlight) {
+    uint4 raw[kStepsInFlight][Q::kLoads];
+#pragma unroll
+    for (int p = 0; p < kStepsInFlight; ++p) {
+      if (c0 + p < s1) {
+#pragma unroll
+        for (int i = 0; i < Q::kLoads; ++i)
+          raw[p][i] = LoadStreaming(wp + ((c0 + p) * Q::kLoads + i) * 32);
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < kStepsInFlight; ++p) {
+      if (c0 + p >= s1) continue;
+      const uint32_t* words = reinterpret_cast<const uint32_t*>(raw[p]);
+#pragma unroll
+      for (int gs = 0; gs < Q::kGroupsPerStep; ++gs) {
+        const int64_t g = (c0 + p) * Q::kGroupsPerStep + gs;
+        float acc[kTiles][4];
+#pragma unroll
+        for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[t][c] = 0.0f;
+#pragma unroll
+        for (int s2 = 0; s2 < 4; ++s2) {
+          // Two k-steps of 16 inputs: one 16-byte load of activations per row tile.
+          uint4 b[kTiles];
+#pragma unroll
+          for (int t = 0; t < kTiles; ++t) {
+            if (tile0 + t < row_tiles)
+              b[t] = __ldg(xh + ((tile0 + t) * half_steps + g * 4 + s2) * 32 + lane);
+            else
+              b[t] = make_uint4(0, 0, 0, 0);
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int s = s2 * 2 + h;
+            uint32_t a[4];
+            a[0] = HalfBits(CodePairAt<F>(words, (gs * 8 + s) * 4 + 0));
+            a[1] = HalfBits(CodePairAt<F>(words, (gs * 8 + s) * 4 + 1));
+            a[2] = HalfBits(CodePairAt<F>(words, (gs * 8 + s) * 4 + 2));
+            a[3] = HalfBits(CodePairAt<F>(words, (gs * 8 + s) * 4 + 3));
+#pragma unroll
+            for (int t = 0; t < kTiles; ++t)
+              Mma(acc[t], a, h ? b[t].z : b[t].x, h ? b[t].w : b[t].y);
+          }
+        }
+        const float2 f0 = __ldg(pick.affine + g * rows_pad + pick.tile * 16 + g8);
+        const float2 f1 = __ldg(pick.affine + g * rows_pad + pick.tile * 16 + g8 + 8);
+#pragma unroll
+        for (int t = 0; t < kTiles; ++t) {
+          if (tile0 + t >= row_tiles) continue;
+          const int64_t r = (tile0 + t) * 8 + 2 * q4;
+          const float x0 = __ldg(xsum + r * groups_pad + g);
+          const float x1 = __ldg(xsum + (r + 1) * groups_pad + g);
+          total[t][0] += f0.x * acc[t][0] + f0.y * x0;
+          total[t][1] += f0.x * acc[t][1] + f0.y * x1;
+          total[t][2] += f1.x * acc[t][2] + f1.y * x0;
+          total[t][3] += f1.x * acc[t][3] + f1.y * x1;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) parts[warp][t * 4 + c][lane] = total[t][c];
+  __syncthreads();
+  for (int i = threadIdx.x; i < kTiles * 4 * 32; i += blockDim.x) {
+    const int t = i / 128, c = (i / 32) % 4, ln = i % 32;
+    const int64_t j = pick.tile * 16 + (ln >> 2) + (c >= 2 ? 8 : 0);
+    const int64_t r = (tile0 + t) * 8 + 2 * (ln & 3) + (c & 1);
+    if (j >= pick.n || r >= rows) continue;
+    float sum = pick.bias ? pick.bias[j] : 0.0f;
+#pragma unroll
+    for (int w = 0; w < kQuantWarps; ++w) sum += parts[w][t * 4 + c][ln];
+    pick.out[r * pick.n + j] = sum;
+  }
+}
+
+// Rotates 128 activations held 4 per lane (lane l: inputs 4l..4l+3) as quant::RotateRow does
+// for block g: the signs, then the normalized Walsh-Hadamard transform.
+// quant::RotationSignWord on the device.
+__device__ __forceinline__ uint64_t RotationSignWord(uint64_t seed, int64_t i) {
+  uint64_t z = seed + (static_cast<uint64_t>(i) + 1) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+__device__ __forceinline__ void RotateBlock(float* v, int lane, int64_t g, uint64_t seed) {
+  const uint64_t signs = RotationSignWord(seed, g * 2 + lane / 16);
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    if ((signs >> ((lane % 16) * 4 + i)) & 1) v[i] = -v[i];
+  float a0 = v[0] + v[1], a1 = v[0] - v[1], a2 = v[2] + v[3], a3 = v[2] - v[3];
+  v[0] = a0 + a2, v[1] = a1 + a3, v[2] = a0 - a2, v[3] = a1 - a3;
+#pragma unroll
+  for (int m = 1; m < 32; m *= 2) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float other = __shfl_xor_sync(0xffffffffu, v[i], m);
+      v[i] = (lane & m) ? other - v[i] : v[i] + other;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] *= 0.08838834764831845f;  // 1 / sqrt(128)
+}
+
+// Batch-1 decode: QuantMmaKernel for one activation row with the activations prepared in the
+// kernel (no separate launch): each warp reads the float32 inputs of its own groups, rotates
+// them in registers, and passes the float16 values through shared memory into B fragments
+// (row 0 of the 8; the other lanes give zeros). x: [1, cols].
+template <Format F>
+__global__ void __launch_bounds__(kQuantWarps * 32)
+    QuantDecodeKernel(QuantSet set, const float* __restrict__ x, int64_t cols, bool rotate,
+                      uint64_t seed) {
+  using Q = QuantTraits<F>;
+  constexpr int kStepsInFlight = 8 / Q::kLoads > 4 ? 4 : 8 / Q::kLoads;
+  constexpr int kGroupsInFlight = kStepsInFlight * Q::kGroupsPerStep;
+  __shared__ float parts[kQuantWarps][2][32];
+  __shared__ __align__(16) __half stage[kQuantWarps][quant::kGroup];
+  const QuantPick pick = Pick(set);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g8 = lane >> 2, q4 = lane & 3;
+  const int64_t groups = cols / quant::kGroup, groups_pad = PaddedGroups(cols);
+  const int64_t rows_pad = PaddedRows(pick.n);
+  const int64_t steps = groups_pad / Q::kGroupsPerStep;
+  const int64_t s0 = steps * warp / kQuantWarps, s1 = steps * (warp + 1) / kQuantWarps;
+  const uint4* wp = pick.codes + pick.tile * steps * Q::kLoads * 32 + lane;
+  float total0 = 0.0f, total2 = 0.0f;  // outputs g8 and g8 + 8 of activation row 0
+  for (int64_t c0 = s0; c0 < s1; c0 += kStepsInFlight) {
+    uint4 raw[kStepsInFlight][Q::kLoads];
+    float xv[kGroupsInFlight][4];
+#pragma unroll
+    for (int p = 0; p < kStepsInFlight; ++p) {
+      if (c0 + p < s1) {
+#pragma unroll
+        for (int i = 0; i < Q::kLoads; ++i)
+          raw[p][i] = LoadStreaming(wp + ((c0 + p) * Q::kLoads + i) * 32);
+      }
+    }
+#pragma unroll
+    for (int gi = 0; gi < kGroupsInFlight; ++gi) {
+      const int64_t g = c0 * Q::kGroupsPerStep + gi;
+      const bool valid = c0 + gi / Q::kGroupsPerStep < s1 && g < groups;
+      const float4 v = valid ? __ldg(reinterpret_cast<const float4*>(x + g * quant::kGroup) + lane)
+                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      xv[gi][0] = v.x, xv[gi][1] = v.y, xv[gi][2] = v.z, xv[gi][3] = v.w;
+    }
+#pragma unroll
+    for (int p = 0; p < kStepsInFlight; ++p) {
+      if (c0 + p >= s1) continue;
+      const uint32_t* words = reinterpret_cast<const uint32_t*>(raw[p]);
+#pragma unroll
+      for (int gs = 0; gs < Q::kGroupsPerStep; ++gs) {
+        const int64_t g = (c0 + p) * Q::kGroupsPerStep + gs;
+        float* v = xv[p * Q::kGroupsPerStep + gs];
+        if (rotate) RotateBlock(v, lane, g, seed);
+        __half2 h01 = __floats2half2_rn(v[0], v[1]), h23 = __floats2half2_rn(v[2], v[3]);
+        float2 f01 = __half22float2(h01), f23 = __half22float2(h23);
+        float xsum = f01.x + f01.y + f23.x + f23.y;
+#pragma unroll
+        for (int m = 16; m > 0; m >>= 1) xsum += __shfl_xor_sync(0xffffffffu, xsum, m);
+        __syncwarp();
+        reinterpret_cast<__half2*>(stage[warp])[2 * lane] = h01;
+        reinterpret_cast<__half2*>(stage[warp])[2 * lane + 1] = h23;
+        __syncwarp();
+        const uint32_t* xs = reinterpret_cast<const uint32_t*>(stage[warp]);
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+          uint32_t a[4];
+          a[0] = HalfBits(CodePairAt<F>(words, (gs * 8 + s) * 4 + 0));
+          a[1] = HalfBits(CodePairAt<F>(words, (gs * 8 + s) * 4 + 1));
+          a[2] = HalfBits(CodePairAt<F>(words, (gs * 8 + s) * 4 + 2));
+          a[3] = HalfBits(CodePairAt<F>(words, (gs * 8 + s) * 4 + 3));
+          // Column g8 of B is activation row g8: only row 0 exists.
+          const uint32_t b0 = g8 == 0 ? xs[8 * s + q4] : 0u;
+          const uint32_t b1 = g8 == 0 ? xs[8 * s + q4 + 4] : 0u;
+          Mma(acc, a, b0, b1);
+        }
+        const float2 f0 = __ldg(pick.affine + g * rows_pad + pick.tile * 16 + g8);
+        const float2 f1 = __ldg(pick.affine + g * rows_pad + pick.tile * 16 + g8 + 8);
+        total0 += f0.x * acc[0] + f0.y * xsum;
+        total2 += f1.x * acc[2] + f1.y * xsum;
+      }
+    }
+  }
+  // Lanes with q4 == 0 hold activation row 0 (C column 2 q4).
+  if (q4 == 0) {
+    parts[warp][0][g8] = total0;
+    parts[warp][1][g8] = total2;
+  }
+  __syncthreads();
+  if (threadIdx.x < 16) {
+    const int row = threadIdx.x;
+    const int64_t j = pick.tile * 16 + row;
+    if (j < pick.n) {
+      float sum = pick.bias ? pick.bias[j] : 0.0f;
+#pragma unroll
+      for (int w = 0; w < kQuantWarps; ++w) sum += parts[w][row / 8][row % 8];
+      pick.out[j] = sum;
+    }
+  }
+}
+
+// Exact mode: float32 activations x [rows <= 8, cols] (rotated), each value mul * c + add in
+// float32, float32 sums. A block computes one 16-output tile; lanes hold the same fragments as
+// in QuantMmaKernel and add over their inputs, then over the 4 lanes of a row and the warps.
+template <Format F>
+__global__ void __launch_bounds__(kQuantWarps * 32)
+    QuantF32Kernel(QuantSet set, const float* __restrict__ x, int64_t rows, int64_t cols) {
+  using Q = QuantTraits<F>;
+  __shared__ float parts[kQuantWarps][16][8];
+  const QuantPick pick = Pick(set);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g8 = lane >> 2, q4 = lane & 3;
+  const int64_t groups = cols / quant::kGroup, groups_pad = PaddedGroups(cols);
+  const int64_t rows_pad = PaddedRows(pick.n);
+  const int64_t steps = groups_pad / Q::kGroupsPerStep;
+  const int64_t s0 = steps * warp / kQuantWarps, s1 = steps * (warp + 1) / kQuantWarps;
+  const uint4* wp = pick.codes + pick.tile * steps * Q::kLoads * 32 + lane;
+  float acc[2][8];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int r = 0; r < 8; ++r) acc[h][r] = 0.0f;
+  for (int64_t st = s0; st < s1; ++st) {
+    uint4 raw[Q::kLoads];
+#pragma unroll
+    for (int i = 0; i < Q::kLoads; ++i) raw[i] = LoadStreaming(wp + (st * Q::kLoads + i) * 32);
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(raw);
+#pragma unroll
+    for (int gs = 0; gs < Q::kGroupsPerStep; ++gs) {
+      const int64_t g = st * Q::kGroupsPerStep + gs;
+      if (g >= groups) continue;  // the padding group of an odd count
+      const float2 f0 = pick.affine[g * rows_pad + pick.tile * 16 + g8];
+      const float2 f1 = pick.affine[g * rows_pad + pick.tile * 16 + g8 + 8];
+#pragma unroll
+      for (int s = 0; s < 8; ++s) {
+#pragma unroll
+        for (int f = 0; f < 4; ++f) {
+          const float2 c = __half22float2(CodePairAt<F>(words, (gs * 8 + s) * 4 + f));
+          const float2 af = (f & 1) ? f1 : f0;
+          const float w0 = af.x * c.x + af.y, w1 = af.x * c.y + af.y;
+          const int64_t k = g * quant::kGroup + 16 * s + 2 * q4 + (f >> 1) * 8;
+#pragma unroll
+          for (int r = 0; r < 8; ++r) {
+            if (r < rows) {
+              const float2 xv = __ldg(reinterpret_cast<const float2*>(x + r * cols + k));
+              acc[f & 1][r] += w0 * xv.x + w1 * xv.y;
+            }
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      float v = acc[h][r];
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      if (q4 == 0) parts[warp][g8 + 8 * h][r] = v;
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 16 * 8; i += blockDim.x) {
+    const int row = i / 8, r = i % 8;
+    const int64_t j = pick.tile * 16 + row;
+    if (j >= pick.n || r >= rows) continue;
+    float sum = pick.bias ? pick.bias[j] : 0.0f;
+#pragma unroll
+    for (int w = 0; w < kQuantWarps; ++w) sum += parts[w][row][r];
+    pick.out[r * pick.n + j] = sum;
+  }
+}
+
+// The activations of a quantized matmul, one warp per (row, group of 128): each group rotated
+// (quant/hadamard.h: the signs, then the normalized Walsh-Hadamard transform; lane l holds inputs
+// 4l..4l+3) when `rotate`, then either
+//   xr != null (exact): written as float32 to xr [rows, cols], or
+//   rounded to float16 into xh in the mma B-fragment order, with the group sums of the rounded
+//   values in xsum; rows up to row_tiles * 8 and groups up to groups_pad are zero-filled.
+__global__ void __launch_bounds__(128)
+    PrepareActivationsKernel(const float* __restrict__ x,  // [rows, cols]
+                             int64_t rows, int64_t cols, bool rotate, uint64_t seed,
+                             float* __restrict__ xr,    // [rows, cols] or null
+                             __half* __restrict__ xh,   // [row_tiles, groups_pad * 4, 32, 8]
+                             float* __restrict__ xsum,  // [row_tiles * 8, groups_pad]
+                             int64_t row_tiles, int64_t groups_pad) {
+  const int lane = threadIdx.x % 32;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
+  if (item >= row_tiles * 8 * groups_pad) return;
+  const int64_t r = item / groups_pad, g = item % groups_pad;
+  const int64_t groups = cols / quant::kGroup;
+  const bool valid = r < rows && g < groups;
+  float v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = valid ? x[r * cols + g * quant::kGroup + 4 * lane + i] : 0.0f;
+  if (rotate) RotateBlock(v, lane, g, seed);
+  if (xr) {
+    if (valid) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) xr[r * cols + g * quant::kGroup + 4 * lane + i] = v[i];
+    }
+    return;
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __half h = __float2half_rn(v[i]);
+    sum += __half2float(h);
+    const int k = 4 * lane + i, kk = k % 16;
+    const int64_t ks = g * 8 + k / 16;
+    const int dest_lane = static_cast<int>(r % 8) * 4 + (kk % 8) / 2;
+    const int64_t word = ((r / 8) * groups_pad * 4 + ks / 2) * 32 + dest_lane;
+    xh[word * 8 + (ks % 2) * 4 + (kk / 8) * 2 + kk % 2] = h;
+  }
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+  if (lane == 0) xsum[r * groups_pad + g] = sum;
+}
+
+// ---- Host side ----
+
+template <Format F>
+void PackCodes(const Weight& host, uint8_t* out) {
+  using Q = QuantTraits<F>;
+  constexpr int kBytes = quant::GroupBytes(F);
+  const int64_t groups = host.cols / quant::kGroup, groups_pad = PaddedGroups(host.cols);
+  const int64_t steps = groups_pad / Q::kGroupsPerStep;
+  const auto* codes = static_cast<const uint8_t*>(host.data);
+  auto* words = reinterpret_cast<uint32_t*>(out);
+  for (int64_t tile = 0; tile < PaddedRows(host.rows) / 16; ++tile) {
+    for (int64_t st = 0; st < steps; ++st) {
+      for (int i = 0; i < Q::kLoads; ++i) {
+        for (int lane = 0; lane < 32; ++lane) {
+          for (int wi = 0; wi < 4; ++wi) {
+            uint32_t word = 0;
+            for (int q = 0; q < Q::kPairsPerWord; ++q) {
+              const int t = (i * 4 + wi) * Q::kPairsPerWord + q;
+              const int shift = (q / Q::kPairsPerByte) * 8 + (q % Q::kPairsPerByte) * Q::kBits;
+              int row, input;
+              PairPlace(lane, t, &row, &input);
+              const int64_t j = tile * 16 + row;
+              for (int e = 0; e < 2; ++e) {
+                const int64_t k = st * Q::kGroupsPerStep * quant::kGroup + input + e;
+                const int64_t g = k / quant::kGroup;
+                int code = 0;
+                if (j < host.rows && g < groups) {
+                  code = quant::CodeAt(F, codes + (j * groups + g) * kBytes,
+                                       static_cast<int>(k % quant::kGroup));
+                }
+                word |= static_cast<uint32_t>(code + Q::kOffset) << (shift + 16 * e);
+              }
+            }
+            *words++ = word;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The prepared activations of the fast kernel.
+struct QuantScratchView {
+  const uint4* xh = nullptr;
+  const float* xsum = nullptr;
+};
+
+// decode: one row, activations prepared inside the kernel (x rotated when `rotate`).
+template <Format F>
+void LaunchSet(const QuantSet& set, unsigned blocks, bool exact, bool decode, const float* x,
+               int64_t rows, int64_t cols, bool rotate, uint64_t seed, int64_t row_tiles,
+               const QuantScratchView& act, cudaStream_t stream) {
+  if (decode) {
+    QuantDecodeKernel<F><<<blocks, kQuantWarps * 32, 0, stream>>>(set, x, cols, rotate, seed);
+    GZ_CUDA_LAUNCHED();
+    return;
+  }
+  if (exact) {
+    for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+      QuantSet part = set;
+      for (int i = 0; i < set.count; ++i) part.out[i] = set.out[i] + r0 * set.n[i];
+      QuantF32Kernel<F><<<blocks, kQuantWarps * 32, 0, stream>>>(
+          part, x + r0 * cols, rows - r0 < 8 ? rows - r0 : 8, cols);
+      GZ_CUDA_LAUNCHED();
+    }
+    return;
+  }
+  const int64_t groups_pad = PaddedGroups(cols);
+  auto launch = [&](auto kernel, int tiles) {
+    dim3 grid(blocks, static_cast<unsigned>((row_tiles + tiles - 1) / tiles));
+    kernel<<<grid, kQuantWarps * 32, 0, stream>>>(set, act.xh, act.xsum, rows, row_tiles,
+                                                  groups_pad);
+    GZ_CUDA_LAUNCHED();
+  };
+  if (row_tiles == 1)
+    launch(QuantMmaKernel<F, 1>, 1);
+  else if (row_tiles == 2)
+    launch(QuantMmaKernel<F, 2>, 2);
+  else if (row_tiles <= 4)
+    launch(QuantMmaKernel<F, 4>, 4);
+  else
+    launch(QuantMmaKernel<F, 8>, 8);
+}
+
+}  // namespace
+
+Status CheckQuantWeight(const Weight& w) {
+  const std::string what = "cuda: weight of format " + FormatName(w.format);
+  if (!quant::IsQuantized(w.format)) return InvalidArgument(what + " is not quantized");
+  if (w.group != quant::kGroup)
+    return InvalidArgument(what + " has groups of " + std::to_string(w.group) + ", expected 128");
+  if (w.rows <= 0 || w.cols <= 0 || w.cols % quant::kGroup != 0)
+    return InvalidArgument(what + " has shape " + std::to_string(w.rows) + " x " +
+                           std::to_string(w.cols) + ", expected columns a multiple of 128");
+  if (!w.data || !w.scales) return InvalidArgument(what + " has no codes or scales");
+  if (w.zeros && !quant::AllowsZeros(w.format))
+    return InvalidArgument(what + " has zeros, which only q4 and q2 have");
+  return Status::Ok();
+}
+
+bool HasQuantized(const MatmulParams& p) {
+  for (int i = 0; i < p.outputs; ++i)
+    if (quant::IsQuantized(p.w[i]->format)) return true;
+  return false;
+}
+
+size_t QuantDeviceBytes(const Weight& host) {
+  return CodeBytes(host) +
+         static_cast<size_t>(PaddedGroups(host.cols) * PaddedRows(host.rows)) * sizeof(float2);
+}
+
+void PackQuantWeight(const Weight& host, uint8_t* out) {
+  switch (host.format) {
+    case Format::kQ8:
+      PackCodes<Format::kQ8>(host, out);
+      break;
+    case Format::kQ4:
+      PackCodes<Format::kQ4>(host, out);
+      break;
+    case Format::kQ2:
+      PackCodes<Format::kQ2>(host, out);
+      break;
+    default:
+      PackCodes<Format::kQ1>(host, out);
+      break;
+  }
+  // (mul, add) of every group, [groups_pad, rows_pad]; padding (0, 0).
+  const int64_t groups = host.cols / quant::kGroup, groups_pad = PaddedGroups(host.cols);
+  const int64_t rows_pad = PaddedRows(host.rows);
+  auto* affine = reinterpret_cast<float2*>(out + CodeBytes(host));
+  const auto* scales = static_cast<const float*>(host.scales);
+  const auto* zeros = static_cast<const float*>(host.zeros);
+  for (int64_t g = 0; g < groups_pad; ++g) {
+    for (int64_t j = 0; j < rows_pad; ++j) {
+      float2 v = make_float2(0.0f, 0.0f);
+      if (g < groups && j < host.rows) {
+        const int64_t i = j * groups + g;
+        quant::Affine a = quant::GroupAffine(host.format, scales[i], zeros ? zeros + i : nullptr);
+        v = make_float2(a.mul, a.add);
+      }
+      affine[g * rows_pad + j] = v;
+    }
+  }
+}
+
+Weight QuantDeviceWeight(const Weight& host, void* device) {
+  Weight w = host;
+  w.data = device;
+  w.scales = static_cast<const uint8_t*>(device) + CodeBytes(host);
+  w.zeros = nullptr;  // folded into the (mul, add) pairs
+  return w;
+}
+
+MatmulParams LaunchQuantMatmul(const MatmulParams& p, bool exact, QuantScratch* scratch,
+                               cudaStream_t stream) {
+  MatmulParams plain;
+  plain.x = p.x;
+  plain.rows = p.rows;
+  plain.outputs = 0;
+  const int64_t cols = p.w[0]->cols;
+  const int64_t row_tiles = (p.rows + 7) / 8, groups_pad = PaddedGroups(cols);
+  bool done[MatmulParams::kMaxOutputs] = {};
+  bool prepared = false, prepared_rotated = false;
+  uint64_t prepared_seed = 0;
+  const float* xr = nullptr;  // exact mode: the rotated float32 activations
+  QuantScratchView act;       // fast mode
+  for (int i = 0; i < p.outputs; ++i) {
+    const Weight& wi = *p.w[i];
+    if (!quant::IsQuantized(wi.format)) {
+      plain.w[plain.outputs] = p.w[i];
+      plain.out[plain.outputs] = p.out[i];
+      plain.bias[plain.outputs] = p.bias[i];
+      ++plain.outputs;
+      continue;
+    }
+    if (done[i]) continue;
+    // The outputs of one launch: this format and rotation.
+    auto same = [&](const Weight& w) {
+      return w.format == wi.format && w.rotated == wi.rotated &&
+             (!w.rotated || w.rotation_seed == wi.rotation_seed);
+    };
+    QuantSet set;
+    unsigned blocks = 0;
+    for (int j = i; j < p.outputs; ++j) {
+      if (done[j] || !same(*p.w[j])) continue;
+      done[j] = true;
+      set.codes[set.count] = static_cast<const uint4*>(p.w[j]->data);
+      set.affine[set.count] = static_cast<const float2*>(p.w[j]->scales);
+      set.bias[set.count] = p.bias[j];
+      set.out[set.count] = p.out[j];
+      set.n[set.count] = p.w[j]->rows;
+      set.first_block[set.count] = blocks;
+      blocks += static_cast<unsigned>(PaddedRows(p.w[j]->rows) / 16);
+      ++set.count;
+    }
+    set.first_block[set.count] = blocks;
+
+    // The activations, once per rotation.
+    const bool decode =
+        !exact && p.rows == 1 && reinterpret_cast<uintptr_t>(p.x) % alignof(float4) == 0;
+    if (decode) {
+      xr = p.x;
+    } else if (!prepared || prepared_rotated != wi.rotated ||
+               (wi.rotated && prepared_seed != wi.rotation_seed)) {
+      prepared = true;
+      prepared_rotated = wi.rotated;
+      prepared_seed = wi.rotation_seed;
+      if (exact) {
+        xr = p.x;
+        if (wi.rotated) {
+          auto* rotated = static_cast<float*>(scratch->x32.Get(p.rows * cols * sizeof(float)));
+          // Items are (row, group) of the real rows: row_tiles 1 / groups_pad of a group count.
+          const int64_t items = p.rows * (cols / quant::kGroup);
+          PrepareActivationsKernel<<<static_cast<unsigned>((items + 3) / 4), 128, 0, stream>>>(
+              p.x, p.rows, cols, true, wi.rotation_seed, rotated, nullptr, nullptr,
+              (p.rows + 7) / 8, cols / quant::kGroup);
+          GZ_CUDA_LAUNCHED();
+          xr = rotated;
+        }
+      } else {
+        auto* xh = static_cast<__half*>(
+            scratch->xh.Get(row_tiles * 8 * groups_pad * quant::kGroup * sizeof(__half)));
+        auto* xsum =
+            static_cast<float*>(scratch->xsum.Get(row_tiles * 8 * groups_pad * sizeof(float)));
+        const int64_t items = row_tiles * 8 * groups_pad;
+        PrepareActivationsKernel<<<static_cast<unsigned>((items + 3) / 4), 128, 0, stream>>>(
+            p.x, p.rows, cols, wi.rotated, wi.rotation_seed, nullptr, xh, xsum, row_tiles,
+            groups_pad);
+        GZ_CUDA_LAUNCHED();
+        act.xh = reinterpret_cast<const uint4*>(xh);
+        act.xsum = xsum;
+      }
+    }
+    const float* x = xr;
+    switch (wi.format) {
+      case Format::kQ8:
+        LaunchSet<Format::kQ8>(set, blocks, exact, decode, x, p.rows, cols, wi.rotated,
+                               wi.rotation_seed, row_tiles, act, stream);
+        break;
+      case Format::kQ4:
+        LaunchSet<Format::kQ4>(set, blocks, exact, decode, x, p.rows, cols, wi.rotated,
+                               wi.rotation_seed, row_tiles, act, stream);
+        break;
+      case Format::kQ2:
+        LaunchSet<Format::kQ2>(set, blocks, exact, decode, x, p.rows, cols, wi.rotated,
+                               wi.rotation_seed, row_tiles, act, stream);
+        break;
+      default:
+        LaunchSet<Format::kQ1>(set, blocks, exact, decode, x, p.rows, cols, wi.rotated,
+                               wi.rotation_seed, row_tiles, act, stream);
+        break;
+    }
+  }
+  return plain;
+}
+
+}  // namespace gizllm::cuda

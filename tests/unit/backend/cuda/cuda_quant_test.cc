@@ -1,0 +1,189 @@
+// Quantized matmuls of the CUDA backend (q8, q4 with and without zeros, q2, q1; rotated and not)
+// against the reference dequantize-then-matmul (quant::ReferenceMatmul, double precision) on
+// fresh random data: row counts around the kernel's tiles of 8 and 64 activation rows, outputs
+// that are not multiples of the 16-output tile, odd group counts, outputs poisoned before the run.
+#include <string>
+#include <tuple>
+
+#include "cuda_test_util.h"
+#include "quant/layout.h"
+#include "quant/quantize.h"
+
+namespace gizllm::testing {
+namespace {
+
+struct QuantCase {
+  Format format;
+  bool zeros;
+  bool rotate;
+};
+
+std::string Name(const QuantCase& c) {
+  return FormatName(c.format) + (c.zeros ? " zeros" : "") + (c.rotate ? " rotated" : "");
+}
+
+// `outputs` quantized linears of n + 7 i outputs over `cols` inputs (a multiple of 128), with
+// `plain` more output of bf16 weights in the same matmul; out = x W^T + bias.
+void CheckQuantMatmul(Backend* backend, std::mt19937& rng, const QuantCase& qc, int64_t rows,
+                      int64_t n, int64_t cols, int outputs, bool bias, bool plain,
+                      double tolerance) {
+  SCOPED_TRACE(Name(qc) + " rows " + std::to_string(rows) + " n " + std::to_string(n) + " cols " +
+               std::to_string(cols) + " outputs " + std::to_string(outputs) +
+               (plain ? " + bf16" : ""));
+  DeviceArray<float> x(backend, RandomFloats(rng, rows * cols));
+  const int total = outputs + (plain ? 1 : 0);
+  std::vector<quant::QuantizedLinear> linears(outputs);
+  std::vector<uint16_t> plain_bf16;
+  std::vector<Weight> host(total), dev(total);
+  std::vector<std::unique_ptr<Buffer>> storage(total);
+  std::vector<std::unique_ptr<DeviceArray<float>>> outs, biases;
+  MatmulParams p;
+  p.x = x.device();
+  p.rows = rows;
+  p.outputs = total;
+  quant::QuantizeOptions options;
+  options.format = qc.format;
+  options.zeros = qc.zeros;
+  options.rotate = qc.rotate;
+  options.seed = rng();
+  for (int i = 0; i < total; ++i) {
+    const int64_t ni = n + 7 * i;
+    std::vector<float> wf = RandomFloats(rng, ni * cols, 0.05f);
+    if (i < outputs) {
+      auto q = quant::QuantizeLinear(wf.data(), ni, cols, options);
+      ASSERT_TRUE(q.ok()) << q.status().message();
+      linears[i] = std::move(q).value();
+      host[i] = linears[i].View();
+      ASSERT_EQ(host[i].zeros != nullptr, qc.zeros && quant::AllowsZeros(qc.format));
+    } else {
+      plain_bf16 = ToBf16(wf);
+      host[i] = Weight{Format::kBf16, ni, cols};
+      host[i].data = plain_bf16.data();
+    }
+    auto prepared = backend->PrepareWeight(host[i], &storage[i]);
+    ASSERT_TRUE(prepared.ok()) << prepared.status().message();
+    dev[i] = *prepared;
+    outs.push_back(std::make_unique<DeviceArray<float>>(backend, std::vector<float>(rows * ni)));
+    outs.back()->Poison();
+    biases.push_back(std::make_unique<DeviceArray<float>>(backend, RandomFloats(rng, ni)));
+    p.w[i] = &dev[i];
+    p.out[i] = outs[i]->device();
+    p.bias[i] = bias ? biases[i]->device() : nullptr;
+  }
+  ASSERT_TRUE(p.Check().ok());
+  backend->Matmul(p);
+  for (int i = 0; i < total; ++i) {
+    const int64_t ni = host[i].rows;
+    std::vector<float>& want = outs[i]->host();
+    if (i < outputs) {
+      quant::ReferenceMatmul(x.host().data(), rows, host[i], want.data());
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < ni; ++j) {
+          double sum = 0.0;
+          for (int64_t k = 0; k < cols; ++k)
+            sum +=
+                static_cast<double>(x.host()[r * cols + k]) * Bf16ToF32(plain_bf16[j * cols + k]);
+          want[r * ni + j] = static_cast<float>(sum);
+        }
+      }
+    }
+    if (bias) {
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < ni; ++j) want[r * ni + j] += biases[i]->host()[j];
+    }
+    EXPECT_LT(RelativeError(outs[i]->Read(), want), tolerance) << "output " << i;
+  }
+}
+
+const QuantCase kCases[] = {
+    {Format::kQ8, false, true}, {Format::kQ4, true, true},  {Format::kQ4, false, true},
+    {Format::kQ2, true, true},  {Format::kQ2, false, true}, {Format::kQ1, false, true},
+};
+
+// Fast mode: float16 activations on the tensor cores, float32 sums.
+TEST(CudaQuantTest, EveryFormatAndRowCountFastMode) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(/*exact=*/false);
+  std::mt19937 rng(11);
+  for (const QuantCase& qc : kCases) {
+    for (int64_t rows : {1, 3, 8, 17, 64, 200}) {
+      // 3 groups (odd: q1 reads groups in pairs), 3 outputs of 37, 44, 51.
+      CheckQuantMatmul(backend.get(), rng, qc, rows, 37, 384, 3, /*bias=*/true, false, 1e-2);
+      // 9 groups, one output of 100.
+      CheckQuantMatmul(backend.get(), rng, qc, rows, 100, 1152, 1, false, false, 1e-2);
+    }
+  }
+}
+
+// Exact mode: float32 activations, values and sums, as the reference.
+TEST(CudaQuantTest, EveryFormatAndRowCountExactMode) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(/*exact=*/true);
+  std::mt19937 rng(12);
+  for (const QuantCase& qc : kCases) {
+    for (int64_t rows : {1, 3, 8, 17, 64, 200}) {
+      CheckQuantMatmul(backend.get(), rng, qc, rows, 37, 384, 3, /*bias=*/true, false, 1e-4);
+      CheckQuantMatmul(backend.get(), rng, qc, rows, 100, 1152, 1, false, false, 1e-4);
+    }
+  }
+}
+
+// Without the rotation, one group, and larger shapes with many row tiles.
+TEST(CudaQuantTest, UnrotatedOneGroupAndLargerShapes) {
+  GZ_SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(13);
+  for (bool exact : {false, true}) {
+    auto backend = MakeBackend(exact);
+    const double tolerance = exact ? 1e-4 : 1e-2;
+    for (Format format : {Format::kQ8, Format::kQ4, Format::kQ2, Format::kQ1}) {
+      QuantCase qc{format, true, false};
+      CheckQuantMatmul(backend.get(), rng, qc, 5, 33, 128, 2, true, false, tolerance);
+      CheckQuantMatmul(backend.get(), rng, qc, 130, 260, 2048, 1, false, false, tolerance);
+    }
+    CheckQuantMatmul(backend.get(), rng, {Format::kQ4, true, true}, 300, 515, 4096, 1, true, false,
+                     tolerance);
+  }
+}
+
+// A matmul whose outputs mix a quantized and a plain weight: each runs on its own kernel.
+TEST(CudaQuantTest, MixedQuantizedAndPlainOutputs) {
+  GZ_SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(14);
+  for (bool exact : {false, true}) {
+    auto backend = MakeBackend(exact);
+    for (int64_t rows : {1, 9, 70}) {
+      CheckQuantMatmul(backend.get(), rng, {Format::kQ4, true, true}, rows, 40, 256, 2, true,
+                       /*plain=*/true, 1e-2);
+    }
+  }
+}
+
+TEST(CudaQuantTest, RefusesBadQuantizedWeights) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(false);
+  std::vector<uint8_t> codes(64 * 64);
+  std::vector<float> scales(64), zeros(64);
+  std::unique_ptr<Buffer> storage;
+  Weight w{Format::kQ4, 64, 128};
+  w.data = codes.data();
+  w.scales = scales.data();
+  w.group = 128;
+  EXPECT_TRUE(backend->PrepareWeight(w, &storage).ok());
+  Weight bad_group = w;
+  bad_group.group = 64;
+  EXPECT_FALSE(backend->PrepareWeight(bad_group, &storage).ok());
+  Weight bad_cols = w;
+  bad_cols.cols = 100;
+  EXPECT_FALSE(backend->PrepareWeight(bad_cols, &storage).ok());
+  Weight no_scales = w;
+  no_scales.scales = nullptr;
+  EXPECT_FALSE(backend->PrepareWeight(no_scales, &storage).ok());
+  Weight q1_zeros = w;
+  q1_zeros.format = Format::kQ1;
+  q1_zeros.zeros = zeros.data();
+  EXPECT_FALSE(backend->PrepareWeight(q1_zeros, &storage).ok());
+}
+
+}  // namespace
+}  // namespace gizllm::testing
