@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
 // 2 bytes from L2 per 64 FLOP, more than L2 gives at the tensor-core rate; 128 vectors (8
 // warps) halve it. 8 warps where that still leaves a block per multiprocessor.
 template <int HD>
-void Launch(const AttentionParams& p, int sm_count, cudaStream_t stream) {
+void Launch(const AttentionParams& p, int sm_count, int warps, cudaStream_t stream) {
   int group_heads = p.heads / p.kv_heads;
   // float32 staging and bf16 tiles of keys and values: 98 KB at head_dim 128.
   constexpr size_t kShared = 2 * kTileK * HD * sizeof(float) + 2 * kTileK * (HD + kPadBf16) * 2;
@@ -354,7 +354,7 @@ void Launch(const AttentionParams& p, int sm_count, cudaStream_t stream) {
     GZ_CUDA_LAUNCHED();
   };
   int64_t big_tiles = (p.rows + 128 / group_heads - 1) / (128 / group_heads) * p.kv_heads;
-  if (big_tiles >= sm_count) {
+  if (warps == 8 || (warps == 0 && big_tiles >= sm_count)) {
     launch(MmaTileKernel<HD, 8>, 8);
   } else {
     launch(MmaTileKernel<HD, 4>, 4);
@@ -368,16 +368,16 @@ bool MmaTileSupported(int heads, int kv_heads, int head_dim) {
          heads % kv_heads == 0 && heads / kv_heads <= kMaxGroup;
 }
 
-void LaunchMmaTile(const AttentionParams& p, int sm_count, cudaStream_t stream) {
+void LaunchMmaTile(const AttentionParams& p, int sm_count, cudaStream_t stream, int warps) {
   switch (p.head_dim) {
     case 32:
-      return Launch<32>(p, sm_count, stream);
+      return Launch<32>(p, sm_count, warps, stream);
     case 64:
-      return Launch<64>(p, sm_count, stream);
+      return Launch<64>(p, sm_count, warps, stream);
     case 96:
-      return Launch<96>(p, sm_count, stream);
+      return Launch<96>(p, sm_count, warps, stream);
     default:
-      return Launch<128>(p, sm_count, stream);
+      return Launch<128>(p, sm_count, warps, stream);
   }
 }
 

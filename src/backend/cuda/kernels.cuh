@@ -105,7 +105,8 @@ void LaunchAttention(const AttentionParams& p, int sm_count, Scratch* scratch, c
 // probabilities, float32 softmax and sums. Covers head_dim a multiple of 32 up to 128 with at
 // most 64 query heads per kv head.
 bool MmaTileSupported(int heads, int kv_heads, int head_dim);
-void LaunchMmaTile(const AttentionParams& p, int sm_count, cudaStream_t stream);
+// warps: 4 or 8 per block; 0: 8 where that still gives every multiprocessor a block.
+void LaunchMmaTile(const AttentionParams& p, int sm_count, cudaStream_t stream, int warps = 0);
 
 // tokens[r] = the token row r picks (backend.h's SampleRow; sampling/sampling.h's steps 3-5).
 void LaunchSample(const SampleParams& p, cudaStream_t stream);
