@@ -1,31 +1,39 @@
 // Quality and decode speed of the quantized formats on a real model (tiny-chat by default),
 // against the same model in bf16, both on the CPU backend.
 //
-// The quantized model is loaded through a backend that quantizes each linear as it is prepared
-// (the same quant::QuantizeLinear that `gizllm convert` runs), so the figures need no converted
-// folder; the embedding, and with it the tied head, stays bf16 (head 16). For each bits/rotation
-// case: perplexity over the texts, mean KL(bf16 || quantized) of the next-token distributions,
-// and the share of positions with the same top token, in windows of 256 tokens
-// (quant/perplexity.h). Then batch-1 decode tokens/s of bf16 and of each format (one row per step,
-// logits every step).
+// Each case is converted by quant::Convert (what `gizllm convert` runs) into a temporary folder
+// and loaded from there; the embedding, and with it the tied head, stays bf16 (head 16). Cases:
+// bits x calibration (round to nearest, or GPTQ on calibration text: quant/calibrate.h) x
+// rotation. The calibration text is made once (the model's own continuations unless --calibration
+// names a file) and every calibrated case reads the same tokens. For each case: perplexity over
+// the texts, mean KL(bf16 || quantized) of the next-token distributions, and the share of
+// positions with the same top token, in windows of 256 tokens (quant/perplexity.h); the seconds
+// the conversion took. Then batch-1 decode tokens/s of bf16 and of each format (one row per step,
+// logits every step), on the rounded and rotated case.
 //
 // Usage: quant_quality [--model DIR] [--file JSONL] [--limit N] [--bits 8,4,2,1] [--threads N]
-//                      [--decode N] [--no-zeros]
+//                      [--decode N] [--no-zeros] [--calibration self|FILE|off]
+//                      [--calibration-rows N] [--rotate both|yes|no]
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "backend/cpu/cpu_backend.h"
 #include "core/dtype.h"
 #include "model/model.h"
+#include "quant/calibrate.h"
+#include "quant/convert.h"
 #include "quant/layout.h"
 #include "quant/perplexity.h"
-#include "quant/quantize.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gizllm {
@@ -34,60 +42,6 @@ namespace {
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-// Forwards every op to `inner`; PrepareWeight quantizes plain linears (columns a multiple of 128,
-// rows other than the vocabulary's) and keeps the quantized arrays alive.
-class QuantizingBackend : public Backend {
- public:
-  QuantizingBackend(std::shared_ptr<Backend> inner, quant::QuantizeOptions q, int64_t vocab,
-                    ThreadPool* pool)
-      : inner_(std::move(inner)), q_(q), vocab_(vocab), pool_(pool) {}
-
-  DeviceKind kind() const override { return inner_->kind(); }
-  std::string Describe() const override { return inner_->Describe(); }
-  Expected<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
-    return inner_->Allocate(bytes);
-  }
-  void CopyToDevice(void* dst, const void* src, size_t bytes) override {
-    inner_->CopyToDevice(dst, src, bytes);
-  }
-  void CopyToHost(void* dst, const void* src, size_t bytes) override {
-    inner_->CopyToHost(dst, src, bytes);
-  }
-  Expected<Weight> PrepareWeight(const Weight& host, std::unique_ptr<Buffer>* storage) override {
-    if (host.format != Format::kBf16 || host.rows == vocab_ || host.cols % quant::kGroup != 0) {
-      return inner_->PrepareWeight(host, storage);
-    }
-    std::vector<float> w(host.rows * host.cols);
-    const auto* bf16 = static_cast<const uint16_t*>(host.data);
-    for (size_t i = 0; i < w.size(); ++i) w[i] = Bf16ToF32(bf16[i]);
-    GZ_ASSIGN_OR_RETURN(quant::QuantizedLinear ql,
-                        quant::QuantizeLinear(w.data(), host.rows, host.cols, q_, pool_));
-    owned_.push_back(std::make_unique<quant::QuantizedLinear>(std::move(ql)));
-    bytes_ += owned_.back()->View().Bytes();
-    return inner_->PrepareWeight(owned_.back()->View(), storage);
-  }
-  void Embed(const EmbedParams& p) override { inner_->Embed(p); }
-  void RmsNorm(const RmsNormParams& p) override { inner_->RmsNorm(p); }
-  void Matmul(const MatmulParams& p) override { inner_->Matmul(p); }
-  void Rope(const RopeParams& p) override { inner_->Rope(p); }
-  void KvWrite(const KvWriteParams& p) override { inner_->KvWrite(p); }
-  void Attention(const AttentionParams& p) override { inner_->Attention(p); }
-  void SwiGlu(const SwiGluParams& p) override { inner_->SwiGlu(p); }
-  void Add(const AddParams& p) override { inner_->Add(p); }
-  void GatherRows(const GatherRowsParams& p) override { inner_->GatherRows(p); }
-  void Synchronize() override { inner_->Synchronize(); }
-
-  int64_t quantized_bytes() const { return bytes_; }
-
- private:
-  std::shared_ptr<Backend> inner_;
-  quant::QuantizeOptions q_;
-  int64_t vocab_;
-  ThreadPool* pool_;
-  std::vector<std::unique_ptr<quant::QuantizedLinear>> owned_;
-  int64_t bytes_ = 0;
-};
 
 // Batch-1 decode: one token per step at positions 0..n-1, logits every step. Best of 3 runs.
 Expected<double> DecodeTokensPerSecond(Runner& runner, const std::vector<int32_t>& ids, int n) {
@@ -115,8 +69,9 @@ Expected<double> DecodeTokensPerSecond(Runner& runner, const std::vector<int32_t
 
 int Main(int argc, char** argv) {
   std::string model_dir = "models/tiny-chat", file = "models/tiny-chat/heldout.jsonl";
-  std::string bits_list = "8,4,2,1";
+  std::string bits_list = "8,4,2,1", calibration = "self", rotate_list = "both";
   int limit = 0, threads = 2, decode = 128;
+  int64_t calibration_rows = 4096;
   bool zeros = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -135,10 +90,17 @@ int Main(int argc, char** argv) {
       decode = std::atoi(next().c_str());
     else if (a == "--no-zeros")
       zeros = false;
+    else if (a == "--calibration")
+      calibration = next();
+    else if (a == "--calibration-rows")
+      calibration_rows = std::atoll(next().c_str());
+    else if (a == "--rotate")
+      rotate_list = next();
     else {
       std::printf(
           "usage: quant_quality [--model DIR] [--file JSONL] [--limit N] [--bits 8,4,2,1] "
-          "[--threads N] [--decode N] [--no-zeros]\n");
+          "[--threads N] [--decode N] [--no-zeros] [--calibration self|FILE|off] "
+          "[--calibration-rows N] [--rotate both|yes|no]\n");
       return a == "--help" ? 0 : 1;
     }
   }
@@ -164,45 +126,96 @@ int Main(int argc, char** argv) {
   std::printf("%s: %zu texts of %s, windows of %d tokens (first %d tokens of each), %s\n",
               model_dir.c_str(), texts->size(), file.c_str(), eval.window, eval.max_tokens,
               cpu->Describe().c_str());
+
+  // The calibration tokens, once for every calibrated case.
+  quant::CalibrationOptions calib;
+  calib.rows = calibration_rows;
+  if (calibration != "off") {
+    calib.file = calibration == "self" ? "" : calibration;
+    double t0 = Now();
+    auto calibrator = quant::Calibrator::Open(model_dir, cpu, {}, &pool);
+    if (!calibrator.ok()) return fail(calibrator.status());
+    auto sequences = (*calibrator)->Sequences(calib);
+    if (!sequences.ok()) return fail(sequences.status());
+    calib.tokens = std::move(*sequences);
+    int64_t tokens = 0;
+    for (const auto& s : calib.tokens) tokens += static_cast<int64_t>(s.size());
+    std::printf("calibration: %lld tokens in %zu sequences, %s, made in %.1f s\n",
+                static_cast<long long>(tokens), calib.tokens.size(),
+                calib.file.empty() ? "the model's own text" : calib.file.c_str(), Now() - t0);
+    std::string first = tokenizer->Decode(calib.tokens[0]);
+    std::printf("calibration text, start of the first sequence: %s\n",
+                nlohmann::json(first.substr(0, 160)).dump().c_str());
+  }
+
   auto self = quant::MeasurePerplexity(**base, nullptr, ids, eval);
   if (!self.ok()) return fail(self.status());
   auto base_speed = DecodeTokensPerSecond(**base, ids[0], decode);
   if (!base_speed.ok()) return fail(base_speed.status());
-  std::printf("%-6s %-7s %10s %12s %10s %10s %10s %10s\n", "bits", "rotate", "MB linears",
-              "perplexity", "KL", "same top", "decode/s", "vs bf16");
-  std::printf("%-6s %-7s %10.2f %12.4f %10s %10s %10.1f %10s\n", "bf16", "-",
-              (*base)->WeightBytes() / 1e6, self->perplexity, "0", "100%", *base_speed, "1.00x");
+  std::printf("%-6s %-6s %-7s %10s %12s %10s %10s %9s %10s %10s\n", "bits", "gptq", "rotate",
+              "MB linears", "perplexity", "KL", "same top", "convert s", "decode/s", "vs bf16");
+  std::printf("%-6s %-6s %-7s %10.2f %12.4f %10s %10s %9s %10.1f %10s\n", "bf16", "-", "-",
+              (*base)->WeightBytes() / 1e6, self->perplexity, "0", "100%", "-", *base_speed,
+              "1.00x");
   std::fflush(stdout);
+  const std::string tmp = (std::filesystem::temp_directory_path() /
+                           ("quant_quality_" + std::to_string(::getpid())))
+                              .string();
+  std::vector<bool> rotations;
+  if (rotate_list != "no") rotations.push_back(true);
+  if (rotate_list != "yes") rotations.push_back(false);
   std::stringstream list(bits_list);
   std::string item;
   while (std::getline(list, item, ',')) {
-    int bits = std::atoi(item.c_str());
-    Format f = bits == 8   ? Format::kQ8
-               : bits == 4 ? Format::kQ4
-               : bits == 2 ? Format::kQ2
-                           : Format::kQ1;
-    for (bool rotate : {true, false}) {
-      auto qb = std::make_shared<QuantizingBackend>(cpu, quant::QuantizeOptions{f, zeros, rotate},
-                                                    (*base)->arch().vocab, &pool);
-      auto m = Model::Load(model_dir, qb);
-      if (!m.ok()) return fail(m.status());
-      auto r = quant::MeasurePerplexity(**m, base->get(), ids, eval);
-      if (!r.ok()) return fail(r.status());
-      double speed = 0.0;
-      if (rotate) {
-        auto s = DecodeTokensPerSecond(**m, ids[0], decode);
-        if (!s.ok()) return fail(s.status());
-        speed = *s;
+    auto bits = quant::ParseBits(item + "/16");
+    if (!bits.ok()) return fail(bits.status());
+    const Format f = quant::BitsFormat(bits->layers);
+    for (bool calibrate : {false, true}) {
+      if (calibrate && calibration == "off") continue;
+      for (bool rotate : rotations) {
+        quant::ConvertOptions c;
+        c.from = model_dir;
+        c.to = tmp;
+        c.bits = *bits;
+        c.rotate = rotate;
+        c.zeros = zeros;
+        c.pool = &pool;
+        c.calibrate = calibrate;
+        c.calibration = calib;
+        c.backend = cpu;
+        std::filesystem::remove_all(tmp);
+        double t0 = Now();
+        auto converted = quant::Convert(c);
+        if (!converted.ok()) return fail(converted.status());
+        const double convert_s = Now() - t0;
+        auto m = Model::Load(tmp, cpu);
+        if (!m.ok()) return fail(m.status());
+        auto r = quant::MeasurePerplexity(**m, base->get(), ids, eval);
+        if (!r.ok()) return fail(r.status());
+        int64_t linear_bytes = 0;
+        for (const WeightSummary& w : (*m)->weights()) {
+          if (w.format == FormatName(f)) linear_bytes += w.bytes;
+        }
+        double speed = 0.0;
+        const bool timed = rotate && !calibrate;
+        if (timed) {
+          auto s = DecodeTokensPerSecond(**m, ids[0], decode);
+          if (!s.ok()) return fail(s.status());
+          speed = *s;
+        }
+        std::printf("%-6s %-6s %-7s %10.2f %12.4f %10.6f %9.2f%% %9.1f ",
+                    (FormatName(f) + "/16").c_str(), calibrate ? "yes" : "no",
+                    rotate ? "yes" : "no", linear_bytes / 1e6, r->perplexity, r->kl,
+                    100.0 * r->same_top, convert_s);
+        if (timed) {
+          std::printf("%10.1f %9.2fx\n", speed, speed / *base_speed);
+        } else {
+          std::printf("%10s %10s\n", "", "");
+        }
+        std::fflush(stdout);
+        m->reset();
+        std::filesystem::remove_all(tmp);
       }
-      std::printf("%-6s %-7s %10.2f %12.4f %10.6f %9.2f%% ", (FormatName(f) + "/16").c_str(),
-                  rotate ? "yes" : "no", qb->quantized_bytes() / 1e6, r->perplexity, r->kl,
-                  100.0 * r->same_top);
-      if (rotate) {
-        std::printf("%10.1f %9.2fx\n", speed, speed / *base_speed);
-      } else {
-        std::printf("%10s %10s\n", "", "");
-      }
-      std::fflush(stdout);
     }
   }
   return 0;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "backend/cpu/cpu_backend.h"
 #include "cli/command.h"
 #include "quant/convert.h"
 
@@ -34,6 +35,8 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
     bool no_zeros = false;
     int layers = -1;
     int threads = 0;
+    std::string calibration = "off";
+    int64_t calibration_rows = 4096;
   };
   auto o = std::make_shared<Options>();
   cmd->add_option("--from", o->from, "Hugging Face model folder")->required();
@@ -48,6 +51,11 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
                   "Keep only the first N layers, without the final norm and head");
   cmd->add_option("--lora", o->lora, "PEFT LoRA adapter folder to merge before quantizing");
   cmd->add_option("--threads", o->threads, "Threads that quantize (default: all cores)");
+  cmd->add_option("--calibration", o->calibration,
+                  "GPTQ on calibration text: a JSON-lines file of {\"text\": ...}, \"self\" "
+                  "(text the model writes itself) or \"off\" (round to nearest, the default)");
+  cmd->add_option("--calibration-rows", o->calibration_rows,
+                  "Tokens of calibration text (default 4096)");
   cmd->callback([&ctx, o] {
     auto bits = quant::ParseBits(o->bits);
     if (!bits.ok()) return void(ctx.exit_code = Fail(bits.status().message()));
@@ -65,6 +73,15 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
     options.lora = o->lora;
     options.pool = &pool;
     options.progress = DrawProgress;
+    if (o->calibration != "off") {
+      options.calibrate = true;
+      options.calibration.file = o->calibration == "self" ? "" : o->calibration;
+      options.calibration.rows = o->calibration_rows;
+      options.backend = MakeCpuBackend(&pool);
+      options.stage = [](const std::string& stage) {
+        std::fprintf(stderr, "calibration: %s\n", stage.c_str());
+      };
+    }
     auto start = std::chrono::steady_clock::now();
     auto summary = quant::Convert(options);
     if (!summary.ok()) return void(ctx.exit_code = Fail(summary.status().message()));
@@ -73,13 +90,16 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
     std::string lora = summary->lora_merged
                            ? ", " + std::to_string(summary->lora_merged) + " with LoRA merged"
                            : "";
+    std::string gptq = summary->calibrated
+                           ? ", " + std::to_string(summary->calibrated) + " by GPTQ"
+                           : "";
     std::fprintf(stderr,
-                 "wrote %s: %lld bytes, %lld tensors, %lld linears quantized (%s bits%s%s)"
+                 "wrote %s: %lld bytes, %lld tensors, %lld linears quantized (%s bits%s%s%s)"
                  " in %.1f s\n",
                  o->to.c_str(), static_cast<long long>(summary->bytes),
                  static_cast<long long>(summary->tensors),
                  static_cast<long long>(summary->quantized), quant::BitsString(*bits).c_str(),
-                 options.rotate ? ", rotated" : "", lora.c_str(), seconds);
+                 options.rotate ? ", rotated" : "", gptq.c_str(), lora.c_str(), seconds);
     if (summary->kept_bf16) {
       std::fprintf(stderr, "note: %lld linears kept bf16 (columns not a multiple of 128)\n",
                    static_cast<long long>(summary->kept_bf16));

@@ -90,6 +90,61 @@ std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
   return out;
 }
 
+// Quantizes the linears of `linears` (and the untied head) with GPTQ over one calibration pass
+// of the model; returns them by tensor name.
+Expected<std::map<std::string, QuantizedLinear>> Calibrate(
+    const ConvertOptions& options, const Arch& arch, const Checkpoint& ckpt,
+    const std::map<std::string, Format>& linears, LoraAdapter* lora, bool untie, int layers) {
+  const std::string embed_name = TensorName(arch, TensorRole::kEmbed, -1);
+  const std::string head_name = TensorName(arch, TensorRole::kHead, -1);
+  auto plan = [&](const std::string& name) -> std::optional<CalibrationTarget> {
+    std::string stored = name;
+    Format format = Format::kBf16;
+    if (name == embed_name) {
+      if (!untie) return std::nullopt;
+      stored = head_name;
+      format = BitsFormat(options.bits.head);
+    } else if (auto it = linears.find(name); it != linears.end()) {
+      format = it->second;
+    }
+    const TensorInfo* t = ckpt.Find(name);
+    if (format == Format::kBf16 || !t || t->shape.size() != 2 || t->shape[1] % kGroup != 0) {
+      return std::nullopt;
+    }
+    return CalibrationTarget{format, stored};
+  };
+  bool any = untie;
+  for (const auto& [name, format] : linears) any = any || plan(name).has_value();
+  if (!any) return std::map<std::string, QuantizedLinear>{};
+  if (!options.backend) return InvalidArgument("convert: calibration needs a backend to run on");
+  auto source = [&](const std::string& stored) -> Expected<std::vector<float>> {
+    const TensorInfo* t = ckpt.Find(stored == head_name && untie ? embed_name : stored);
+    if (!t) return NotFound(options.from + ": tensor " + stored + " is missing");
+    GZ_ASSIGN_OR_RETURN(std::vector<float> w, ReadFloats(*t));
+    if (lora) GZ_RETURN_IF_ERROR(lora->Merge(stored, w.data(), t->shape[0], t->shape[1]).status());
+    return w;
+  };
+  LoadOptions load;
+  load.layers = layers;
+  GZ_ASSIGN_OR_RETURN(std::unique_ptr<Calibrator> calibrator,
+                      Calibrator::Open(options.from, options.backend, load, options.pool));
+  if (options.stage) {
+    options.stage(!options.calibration.tokens.empty() ? "reading the given calibration tokens"
+                  : options.calibration.file.empty()
+                      ? "writing " + std::to_string(options.calibration.rows) +
+                            " tokens of calibration text"
+                      : "reading calibration text from " + options.calibration.file);
+  }
+  GZ_ASSIGN_OR_RETURN(auto sequences, calibrator->Sequences(options.calibration));
+  int64_t tokens = 0;
+  for (const auto& s : sequences) tokens += static_cast<int64_t>(s.size());
+  if (options.stage) {
+    options.stage("quantizing with GPTQ on " + std::to_string(tokens) + " calibration tokens");
+  }
+  QuantizeOptions q{Format::kQ4, options.zeros, options.rotate, options.seed};
+  return calibrator->Quantize(sequences, plan, source, q, options.gptq);
+}
+
 }  // namespace
 
 Expected<Bits> ParseBits(const std::string& text) {
@@ -140,6 +195,10 @@ Status ConvertOptions::Check() const {
     if (b != 16 && b != 8 && b != 4 && b != 2 && b != 1) {
       return InvalidArgument("convert: bits " + std::to_string(b) + " (expected 16, 8, 4, 2 or 1)");
     }
+  }
+  if (calibrate) {
+    GZ_RETURN_IF_ERROR(calibration.Check());
+    GZ_RETURN_IF_ERROR(gptq.Check());
   }
   if (layers == 0 || layers < -1) {
     return InvalidArgument("convert: --layers " + std::to_string(layers) + " (expected >= 1)");
@@ -211,6 +270,13 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
   }
 
   ConvertSummary summary;
+  // GPTQ on calibration: every linear to quantize, from one pass of the model (quant/calibrate.h).
+  std::map<std::string, QuantizedLinear> calibrated;
+  if (options.calibrate) {
+    GZ_ASSIGN_OR_RETURN(calibrated, Calibrate(options, arch, ckpt, linears,
+                                              lora ? &*lora : nullptr, untie, cut ? kept : -1));
+    summary.calibrated = static_cast<int64_t>(calibrated.size());
+  }
   Output out;
   std::map<std::string, std::string> metadata = {{kFormatVersionKey, kFormatVersion},
                                                  {kBitsKey, BitsString(options.bits)}};
@@ -235,8 +301,13 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
       out.AddVector(name, DType::kBF16, {rows, cols}, ToBf16(w));
       return Status::Ok();
     }
-    QuantizeOptions q{format, options.zeros, options.rotate, options.seed};
-    GZ_ASSIGN_OR_RETURN(QuantizedLinear ql, QuantizeLinear(w.data(), rows, cols, q, options.pool));
+    QuantizedLinear ql;
+    if (auto c = calibrated.find(name); c != calibrated.end() && c->second.format == format) {
+      ql = std::move(c->second);
+    } else {
+      QuantizeOptions q{format, options.zeros, options.rotate, options.seed};
+      GZ_ASSIGN_OR_RETURN(ql, QuantizeLinear(w.data(), rows, cols, q, options.pool));
+    }
     const int64_t groups = cols / kGroup;
     out.AddVector(name, DType::kU8, {rows, groups * GroupBytes(format)}, ql.codes);
     out.AddVector(name + kScalesSuffix, DType::kF32, {rows, groups}, ql.scales);

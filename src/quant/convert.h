@@ -10,7 +10,10 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "ops/backend.h"
 #include "ops/weight.h"
+#include "quant/calibrate.h"
+#include "quant/gptq.h"
 #include "quant/hadamard.h"
 
 namespace gizllm::quant {
@@ -36,6 +39,15 @@ struct ConvertOptions {
   std::string lora;    // PEFT adapter folder to merge first, or empty
   uint64_t seed = kDefaultRotationSeed;
   ThreadPool* pool = nullptr;  // quantizes on it when given
+  // GPTQ on calibration (quant/calibrate.h): every quantized linear is quantized on the inputs the
+  // model computes for the calibration text (calibration.file, or the model's own text when
+  // empty), instead of rounded to nearest. Runs the model on `backend` (the CPU backend).
+  bool calibrate = false;
+  CalibrationOptions calibration;
+  GptqOptions gptq;
+  std::shared_ptr<Backend> backend;
+  // Called as calibration starts each of its stages, with what it does.
+  std::function<void(const std::string& stage)> stage;
   // Called after each tensor: done of total, the tensor's name.
   std::function<void(int64_t done, int64_t total, const std::string& tensor)> progress;
   Status Check() const;
@@ -47,6 +59,7 @@ struct ConvertSummary {
   int64_t kept_bf16 = 0;    // linears meant for fewer bits kept bf16 (columns not a multiple
                             // of 128)
   int64_t lora_merged = 0;  // linears an adapter changed
+  int64_t calibrated = 0;   // linears quantized by GPTQ on calibration
   int64_t bytes = 0;        // bytes of every file written
 };
 
