@@ -7,7 +7,13 @@
 // Measured in the same run: device copy bandwidth (bytes read + written) and the cuBLASLt bf16
 // GEMM rate on random data; each figure is printed with its ratio to the limit they give.
 //
-// Usage: cuda_bench [--quick] [--exact] [--gemv-max-rows N] [--no-graphs]
+// With --bits L[/H] the linears of the layers (L) and the head (H, default L) are quantized
+// (quant/layout.h: 8, 4, 2 or 1 bits, 16 for bf16): random codes and scales (q4 and q2 with zero
+// points, as convert writes them), rotated, packed by the backend's PrepareWeight once per shape
+// and copied on the device for every layer. The limits then count the bytes the kernels read
+// (codes and per-group (mul, add) pairs).
+//
+// Usage: cuda_bench [--quick] [--exact] [--gemv-max-rows N] [--no-graphs] [--bits L[/H]]
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -21,12 +27,15 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels.cuh"
 #include "core/dtype.h"
 #include "ops/backend.h"
+#include "quant/hadamard.h"
+#include "quant/layout.h"
 
 namespace gizllm {
 namespace {
@@ -165,15 +174,24 @@ struct Layer {
 
 class Bench {
  public:
-  Bench(Backend* backend, const Shape& s, int64_t max_rows, int32_t pages)
+  // layer_bits, head_bits: 16 (bf16) or 8, 4, 2, 1 (quantized linears).
+  Bench(Backend* backend, const Shape& s, int64_t max_rows, int32_t pages, int layer_bits = 16,
+        int head_bits = 16)
       : be_(*backend), s_(s), random_(backend) {
-    auto weight = [&](int64_t rows, int64_t cols) {
+    auto plain = [&](int64_t rows, int64_t cols) {
       auto buffer = be_.Allocate(rows * cols * 2);
       BENCH_CHECK(buffer.ok());
       random_.FillBf16((*buffer)->data(), rows * cols);
       Weight w{Format::kBf16, rows, cols};
       w.data = (*buffer)->data();
+      bytes_[w.data] = 2.0 * rows * cols;
       keep_.push_back(std::move(*buffer));
+      return w;
+    };
+    auto weight = [&](int64_t rows, int64_t cols, int bits) {
+      if (bits == 16) return plain(rows, cols);
+      Weight w = QuantizedWeight(rows, cols, BitsFormat(bits));
+      linear_bytes_ += bytes_[w.data];
       return w;
     };
     auto floats = [&](int64_t n, float value) {
@@ -190,14 +208,21 @@ class Bench {
     };
     const int64_t qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
     const size_t page_layer = static_cast<size_t>(kPage) * kvd * 4;  // bytes of keys
-    embed_ = weight(s.vocab, s.dim);
-    head_ = weight(s.vocab, s.dim);
+    embed_ = plain(s.vocab, s.dim);
+    head_ = weight(s.vocab, s.dim, head_bits);
+    if (head_bits == 16) linear_bytes_ += bytes_[head_.data];
     final_norm_ = floats(s.dim, 1.0f);
     for (int64_t l = 0; l < s.layers; ++l) {
       Layer L;
-      L.q = weight(qd, s.dim), L.k = weight(kvd, s.dim), L.v = weight(kvd, s.dim);
-      L.o = weight(s.dim, qd);
-      L.gate = weight(s.ffn, s.dim), L.up = weight(s.ffn, s.dim), L.down = weight(s.dim, s.ffn);
+      const int b = layer_bits;
+      L.q = weight(qd, s.dim, b), L.k = weight(kvd, s.dim, b), L.v = weight(kvd, s.dim, b);
+      L.o = weight(s.dim, qd, b);
+      L.gate = weight(s.ffn, s.dim, b), L.up = weight(s.ffn, s.dim, b);
+      L.down = weight(s.dim, s.ffn, b);
+      if (b == 16) {
+        for (const Weight* w : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down})
+          linear_bytes_ += bytes_[w->data];
+      }
       L.attn_norm = floats(s.dim, 1.0f), L.ffn_norm = floats(s.dim, 1.0f);
       L.q_norm = floats(s.head_dim, 1.0f), L.k_norm = floats(s.head_dim, 1.0f);
       auto kv = be_.Allocate(2 * page_layer * pages);
@@ -272,7 +297,7 @@ class Bench {
     const Shape& s = s_;
     PageTable table{pages_, max_pages_};
     std::vector<Op> ops;
-    auto w2 = [](const Weight& w) { return 2.0 * w.rows * w.cols; };
+    auto w2 = [this](const Weight& w) { return bytes_[w.data]; };
     ops.push_back({"rms_norm (+ residual)", 0, [=, this] {
                      RmsNormParams p{
                          h_, first ? x_ : o_, first ? nullptr : x_, L.attn_norm, n, s.dim, 1e-6f};
@@ -350,7 +375,7 @@ class Bench {
              [=, this] {
                be_.GatherRows({picked_, h_, wanted_, wanted_count_, s_.dim});
              }},
-            {"matmul head", 2.0 * head_.rows * head_.cols, [=, this] {
+            {"matmul head", bytes_[head_.data], [=, this] {
                MatmulParams head;
                head.x = picked_, head.rows = wanted_count_, head.w[0] = &head_;
                head.out[0] = logits_;
@@ -453,14 +478,80 @@ class Bench {
   }
 
   float* logits() { return logits_; }
+  // Bytes of the linears' weights (layers and head) that a step reads.
+  double linear_bytes() const { return linear_bytes_; }
+
+  static Format BitsFormat(int bits) {
+    return bits == 8   ? Format::kQ8
+           : bits == 4 ? Format::kQ4
+           : bits == 2 ? Format::kQ2
+                       : Format::kQ1;
+  }
 
  private:
+  // A quantized weight of random codes. The first of each shape and format is made on the host
+  // and packed by PrepareWeight; the others are device copies of it.
+  Weight QuantizedWeight(int64_t rows, int64_t cols, Format format) {
+    const auto key = std::make_tuple(rows, cols, static_cast<int>(format));
+    auto it = templates_.find(key);
+    if (it != templates_.end()) {
+      const Weight& t = it->second;
+      const size_t bytes = static_cast<size_t>(bytes_[t.data]);
+      auto buffer = be_.Allocate(bytes);
+      BENCH_CHECK(buffer.ok());
+      BENCH_CHECK(cudaMemcpy((*buffer)->data(), t.data, bytes, cudaMemcpyDeviceToDevice) ==
+                  cudaSuccess);
+      Weight w = t;
+      auto* base = static_cast<uint8_t*>((*buffer)->data());
+      w.data = base;
+      w.scales =
+          base + (static_cast<const uint8_t*>(t.scales) - static_cast<const uint8_t*>(t.data));
+      bytes_[w.data] = static_cast<double>(bytes);
+      keep_.push_back(std::move(*buffer));
+      return w;
+    }
+    const int64_t groups = cols / quant::kGroup;
+    std::vector<uint8_t> codes(static_cast<size_t>(rows * groups * quant::GroupBytes(format)));
+    std::mt19937_64 rng(static_cast<uint64_t>(rows * 31 + cols));
+    for (size_t i = 0; i < codes.size(); i += 8) {
+      uint64_t r = rng();
+      std::memcpy(codes.data() + i, &r, std::min<size_t>(8, codes.size() - i));
+    }
+    // Scales of normal weights of std 0.02 over the format's levels; zero points near the middle.
+    const int levels = format == Format::kQ8 ? 255 : format == Format::kQ4 ? 16 : 4;
+    std::vector<float> scales(static_cast<size_t>(rows * groups)), zeros;
+    std::uniform_real_distribution<float> unit(0.8f, 1.2f);
+    for (float& v : scales) v = 0.02f * 6.0f / static_cast<float>(levels) * unit(rng);
+    if (quant::AllowsZeros(format)) {
+      zeros.resize(scales.size());
+      for (size_t i = 0; i < zeros.size(); ++i)
+        zeros[i] = -0.5f * (levels - 1) * scales[i] * unit(rng);
+    }
+    Weight host{format, rows, cols};
+    host.data = codes.data();
+    host.scales = scales.data();
+    host.zeros = zeros.empty() ? nullptr : zeros.data();
+    host.group = quant::kGroup;
+    host.rotated = true;
+    host.rotation_seed = quant::kDefaultRotationSeed;
+    std::unique_ptr<Buffer> storage;
+    auto w = be_.PrepareWeight(host, &storage);
+    BENCH_CHECK(w.ok());
+    bytes_[w->data] = static_cast<double>(storage->bytes());
+    keep_.push_back(std::move(storage));
+    templates_[key] = *w;
+    return *w;
+  }
+
   Backend& be_;
   Shape s_;
   RandomSource random_;
   std::vector<std::unique_ptr<Buffer>> keep_;
   std::vector<Layer> layers_;
   Weight embed_, head_;
+  std::map<const void*, double> bytes_;  // device bytes of each weight, by its data pointer
+  std::map<std::tuple<int64_t, int64_t, int>, Weight> templates_;  // quantized, by shape
+  double linear_bytes_ = 0;
   float* final_norm_;
   float *x_, *h_, *o_, *q_, *k_, *v_, *attn_, *gate_, *up_, *picked_, *logits_, *inv_freq_;
   int32_t* ints_;
@@ -472,6 +563,7 @@ class Bench {
 
 int Main(int argc, char** argv) {
   bool quick = false;
+  int layer_bits = 16, head_bits = 16;
   CudaOptions options;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -483,9 +575,20 @@ int Main(int argc, char** argv) {
       options.gemv_max_rows = std::atoi(argv[++i]);
     else if (a == "--no-graphs")
       options.graphs = false;
-    else {
+    else if (a == "--bits" && i + 1 < argc) {
+      std::string v = argv[++i];
+      size_t slash = v.find('/');
+      layer_bits = std::atoi(v.substr(0, slash).c_str());
+      head_bits = slash == std::string::npos ? layer_bits : std::atoi(v.substr(slash + 1).c_str());
+      auto valid = [](int b) { return b == 16 || b == 8 || b == 4 || b == 2 || b == 1; };
+      if (!valid(layer_bits) || !valid(head_bits)) {
+        std::fprintf(stderr, "cuda_bench: --bits takes L or L/H, each 16, 8, 4, 2 or 1\n");
+        return 2;
+      }
+    } else {
       std::fprintf(stderr,
-                   "usage: cuda_bench [--quick] [--exact] [--gemv-max-rows N] [--no-graphs]\n");
+                   "usage: cuda_bench [--quick] [--exact] [--gemv-max-rows N] [--no-graphs] "
+                   "[--bits L[/H]]\n");
       return 2;
     }
   }
@@ -506,9 +609,16 @@ int Main(int argc, char** argv) {
   const int64_t max_rows = 2048;
   const int32_t pages = 4700;  // 256 sequences x 18 pages, or 1 x 8193 positions
   double t0 = Now();
-  Bench bench(be, s, max_rows, pages);
-  std::printf("model: random bf16 weights placed in %.1f s\n", Now() - t0);
-  const double linear_bytes = 2.0 * (s.LinearParams() * s.layers + s.vocab * s.dim);
+  Bench bench(be, s, max_rows, pages, layer_bits, head_bits);
+  const double linear_bytes = bench.linear_bytes();
+  if (layer_bits == 16 && head_bits == 16) {
+    std::printf("model: random bf16 weights placed in %.1f s\n", Now() - t0);
+  } else {
+    std::printf(
+        "model: linears of %d bits, head of %d bits (random codes), %.2f GB of linear "
+        "weights read per step, placed in %.1f s\n",
+        layer_bits, head_bits, linear_bytes * 1e-9, Now() - t0);
+  }
   const double linear_flops_per_row = 2.0 * (s.LinearParams() * s.layers);
   const double head_flops_per_row = 2.0 * s.vocab * s.dim;
   const int reps = quick ? 3 : 10;
