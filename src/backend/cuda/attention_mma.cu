@@ -220,6 +220,12 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
         static_cast<int32_t>(__reduce_min_sync(0xffffffffu, min(first[0], first[1])));
     const int32_t warp_last =
         static_cast<int32_t>(__reduce_max_sync(0xffffffffu, max(pos[0], pos[1])));
+    // Keys [seen_by_all_from, seen_by_all_to] are visible to every vector of the warp (an empty
+    // range where one is not in the run): tiles inside it need no mask.
+    const int32_t seen_by_all_from =
+        static_cast<int32_t>(__reduce_max_sync(0xffffffffu, max(first[0], first[1])));
+    const int32_t seen_by_all_to =
+        static_cast<int32_t>(__reduce_min_sync(0xffffffffu, min(pos[0], pos[1])));
     const int32_t* pages = p.table.pages + static_cast<int64_t>(slot) * p.table.max_pages;
 
     fetch(kbegin, kend, pages);
@@ -258,19 +264,23 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
             Mma(s[2 * n2 + 1], qf[kk], b[2], b[3]);
           }
         }
-        // Mask, then the online softmax of each half; a row's max is shared by its quad.
+        // Mask (warp-uniform: only tiles on the edge of a vector's range), then the online
+        // softmax of each half; a row's max is shared by its quad.
+        if (k0 < seen_by_all_from || k0 + kTileK - 1 > seen_by_all_to) {
+#pragma unroll
+          for (int n = 0; n < kTileK / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              int32_t j = k0 + 8 * n + 2 * t + e % 2;
+              if (j < first[e / 2] || j > pos[e / 2]) s[n][e] = -INFINITY;
+            }
+          }
+        }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float mx = -INFINITY;
 #pragma unroll
-          for (int n = 0; n < kTileK / 8; ++n) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              int32_t j = k0 + 8 * n + 2 * t + e;
-              if (j < first[h] || j > pos[h]) s[n][2 * h + e] = -INFINITY;
-              mx = fmaxf(mx, s[n][2 * h + e]);
-            }
-          }
+          for (int n = 0; n < kTileK / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
           float m_new = fmaxf(m[h], mx);
