@@ -4,8 +4,6 @@
 #include <cmath>
 #include <thread>
 
-#include "server/output_stream.h"
-
 namespace gizllm::server {
 
 Expected<std::vector<int32_t>> FakeTextModel::Tokenize(std::string_view text) const {
@@ -24,25 +22,26 @@ Expected<std::string> FakeTextModel::Detokenize(std::span<const int32_t> tokens)
 }
 
 Expected<ChatPrompt> FakeTextModel::RenderChat(const ChatInput& input) const {
-  std::string text;
-  if (input.tools.is_array() && !input.tools.empty())
+  ChatPrompt out;
+  std::string& text = out.text;
+  if (input.tools.is_array() && !input.tools.empty()) {
     text += "<|tools|>" + input.tools.dump() + "\n";
-  int32_t head = input.tools.is_array() ? static_cast<int32_t>(text.size()) : -1;
+    out.head = static_cast<int32_t>(text.size());
+  }
   for (const nlohmann::json& m : input.messages) {
     text += "<|" + m["role"].get<std::string>() + "|>";
     if (m["content"].is_string()) text += m["content"].get<std::string>();
     if (m.contains("tool_calls")) text += m["tool_calls"].dump();
     text += "\n";
+    out.message_ends.push_back(static_cast<int32_t>(text.size()));  // a byte is a token
   }
-  int32_t mark = static_cast<int32_t>(text.size());
-  text += "<|assistant|>" + input.answer_prefix;
-  GZ_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, Tokenize(text));
-  return ChatPrompt{std::move(tokens), mark, head, input.enable_thinking.value_or(false)};
-}
-
-std::unique_ptr<OutputParser> FakeTextModel::NewOutputParser(const nlohmann::json& tools,
-                                                             bool thinking) const {
-  return std::make_unique<TaggedOutputParser>(thinking);
+  out.mark = out.message_ends.empty() ? -1 : out.message_ends.back();
+  text += "<|assistant|>";
+  // With thinking asked for, the answer starts inside the reasoning, as Qwen3's template does.
+  if (input.enable_thinking.value_or(false)) text += "<think>\n";
+  text += input.answer_prefix;
+  GZ_ASSIGN_OR_RETURN(out.tokens, Tokenize(text));
+  return out;
 }
 
 std::string FakeGenerator::Answer(std::string_view prompt) {

@@ -27,10 +27,9 @@ class FakeTextModel : public TextModel {
   int32_t Vocab() const override { return 257; }
   Expected<std::vector<int32_t>> Tokenize(std::string_view text) const override;
   Expected<std::string> Detokenize(std::span<const int32_t> tokens) const override;
-  // "<|role|>content\n" per message, then "<|assistant|>" (and the answer's prefix).
+  // "<|tools|>TOOLS\n" when there are tools, "<|role|>content\n" per message, then
+  // "<|assistant|>", "<think>\n" when enable_thinking is true, and the answer's prefix.
   Expected<ChatPrompt> RenderChat(const ChatInput& input) const override;
-  std::unique_ptr<OutputParser> NewOutputParser(const nlohmann::json& tools,
-                                                bool thinking) const override;
 
  private:
   int32_t context_;

@@ -1,5 +1,5 @@
 // What the server asks of a model: Generator (the engine side: requests in, tokens out) and
-// TextModel (the text side: tokenizer, chat template, output parser). The HTTP layer, the OpenAI
+// TextModel (the text side: tokenizer and chat template). The HTTP layer, the OpenAI
 // schema and the metrics are written against these two interfaces and tested with a fake; the
 // real implementation (real_generator.h) wraps the Engine on a Model.
 #pragma once
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "template/chat_prompt.h"
 
 namespace gizllm::server {
 
@@ -99,23 +100,6 @@ struct OutputDelta {
   void Append(OutputDelta other);
 };
 
-// Splits the model's output into reasoning, content and tool calls, incrementally.
-class OutputParser {
- public:
-  virtual ~OutputParser() = default;
-  virtual OutputDelta Feed(std::string_view text) = 0;
-  // The rest, at the end of the output (a call cut short stays content).
-  virtual OutputDelta Finish() = 0;
-};
-
-// A chat rendered for the model.
-struct ChatPrompt {
-  std::vector<int32_t> tokens;
-  int32_t mark = -1;      // where the messages end (before the generation prompt)
-  int32_t head = -1;      // where the system turn with the tools ends (-1: none)
-  bool thinking = false;  // whether the model starts its answer inside its reasoning
-};
-
 // What the chat template reads: the request's messages and tools, as Hugging Face passes them.
 struct ChatInput {
   nlohmann::json messages;  // array of {role, content, tool_calls?, tool_call_id?, ...}
@@ -136,11 +120,9 @@ class TextModel {
   // The text of `tokens` (bytes, maybe invalid UTF-8 where a character is cut).
   virtual Expected<std::string> Detokenize(std::span<const int32_t> tokens) const = 0;
   virtual int32_t Vocab() const = 0;
+  // The chat's prompt: its text and tokens, where its messages end (`mark`) and where the system
+  // turn with the tools ends (`head`), as gizllm::ChatPrompt::Render gives them.
   virtual Expected<ChatPrompt> RenderChat(const ChatInput& input) const = 0;
-  // A parser for the answer to a chat with `tools` (a JSON array or null); `thinking`: the
-  // answer starts inside the model's reasoning.
-  virtual std::unique_ptr<OutputParser> NewOutputParser(const nlohmann::json& tools,
-                                                        bool thinking) const = 0;
 };
 
 }  // namespace gizllm::server

@@ -101,9 +101,9 @@ struct Job {
   int64_t created = 0;
   GenerationParams params;
   GenerateRequest request;
-  std::unique_ptr<OutputParser> parser;
-  std::string echo;  // completions with echo: the prompt's text
-  bool forced_call = false;
+  std::optional<OutputParserOptions> parser;  // chats: how to read the answer
+  std::string echo;                           // completions with echo: the prompt's text
+  std::string answer_start;                   // a forced tool call's opening, in the prompt
 };
 
 // The outcome of routing a request: a response to write, or a generation to run.
@@ -278,6 +278,8 @@ net::awaitable<bool> Session::Generate(Job job, unsigned version, bool keep_aliv
   Monitor(pipe);
 
   OutputStream output(text, params.stop, std::move(job.parser));
+  // The parser reads the forced start of the call as if the model had written it.
+  output.Assume(job.answer_start);
   const std::string model = text.Name();
   const bool stream = params.stream;
   Usage usage{.prompt = prompt_tokens};
@@ -536,7 +538,7 @@ Routed Session::PrepareChat(const json& body) {
     // A named tool: the answer starts as a call to it.
     chat.input.answer_prefix =
         "<tool_call>\n{\"name\": \"" + chat.forced_tool + "\", \"arguments\": ";
-    job.forced_call = true;
+    job.answer_start = chat.input.answer_prefix;
   }
   Expected<ChatPrompt> prompt = text.RenderChat(chat.input);
   if (!prompt.ok()) return Routed::Error(FromStatus(prompt.status(), "messages"));
@@ -550,9 +552,7 @@ Routed Session::PrepareChat(const json& body) {
   job.created = UnixTime();
   job.request.sampling = chat.params.sampling;
   job.request.ignore_eos = chat.params.ignore_eos;
-  job.parser = text.NewOutputParser(chat.input.tools, prompt->thinking);
-  // The parser reads the forced start of the call as if the model had written it.
-  if (job.forced_call && job.parser) job.parser->Feed(chat.input.answer_prefix);
+  job.parser = ChatParserOptions(chat.input.tools, *prompt);
   job.params = std::move(chat.params);
   Routed r;
   r.job = std::move(job);

@@ -51,139 +51,41 @@ Expected<std::string> TokenDecoder::Push(std::span<const int32_t> tokens, bool f
   return piece;
 }
 
-namespace {
+OutputParserOptions ChatParserOptions(const nlohmann::json& tools, const ChatPrompt& prompt) {
+  OutputParserOptions options;
+  options.starts_in_reasoning = PromptOpensReasoning(prompt.text);
+  options.tool_calls = tools.is_array() && !tools.empty();
+  if (options.tool_calls) options.tools = nlohmann::ordered_json::parse(tools.dump());
+  return options;
+}
 
-constexpr std::string_view kThinkOpen = "<think>";
-constexpr std::string_view kThinkClose = "</think>";
-constexpr std::string_view kCallOpen = "<tool_call>";
-constexpr std::string_view kCallClose = "</tool_call>";
-
-// The length of the longest end of `text` that is a proper start of one of `tags`.
-size_t PartialTagLength(std::string_view text, std::initializer_list<std::string_view> tags) {
-  size_t best = 0;
-  for (std::string_view tag : tags) {
-    for (size_t n = std::min(text.size(), tag.size() - 1); n > best; --n) {
-      if (text.substr(text.size() - n) == tag.substr(0, n)) {
-        best = n;
+OutputDelta ToDelta(std::vector<OutputEvent> events) {
+  OutputDelta out;
+  for (OutputEvent& e : events) {
+    switch (e.kind) {
+      case OutputEvent::Kind::kReasoning:
+        out.reasoning += e.text;
         break;
-      }
+      case OutputEvent::Kind::kContent:
+        out.content += e.text;
+        break;
+      case OutputEvent::Kind::kToolCall:
+        out.tool_calls.push_back({std::move(e.name), std::move(e.arguments)});
+        break;
     }
   }
-  return best;
-}
-
-bool IsBlank(std::string_view text) {
-  return text.find_first_not_of(" \t\r\n") == std::string_view::npos;
-}
-
-}  // namespace
-
-void TaggedOutputParser::Emit(std::string_view text, OutputDelta* out) {
-  if (state_ == kReasoning) {
-    out->reasoning += text;
-  } else {
-    if (after_reasoning_) {
-      size_t start = text.find_first_not_of("\r\n");
-      if (start == std::string_view::npos) return;
-      text = text.substr(start);
-      after_reasoning_ = false;
-    }
-    out->content += text;
-  }
-}
-
-void TaggedOutputParser::Run(bool final, OutputDelta* out) {
-  for (;;) {
-    if (state_ == kToolCall) {
-      size_t end = pending_.find(kCallClose);
-      if (end == std::string::npos) {
-        size_t keep = final ? 0 : PartialTagLength(pending_, {kCallClose});
-        call_ += pending_.substr(0, pending_.size() - keep);
-        pending_.erase(0, pending_.size() - keep);
-        if (final) {
-          // A call cut short stays text.
-          out->content += std::string(kCallOpen) + call_;
-          call_.clear();
-        }
-        return;
-      }
-      call_ += pending_.substr(0, end);
-      pending_.erase(0, end + kCallClose.size());
-      nlohmann::json call = nlohmann::json::parse(call_, nullptr, /*allow_exceptions=*/false);
-      if (call.is_object() && call.contains("name") && call["name"].is_string()) {
-        nlohmann::json arguments = call.value("arguments", nlohmann::json::object());
-        if (call.contains("parameters") && !call.contains("arguments")) {
-          arguments = call["parameters"];
-        }
-        out->tool_calls.push_back(
-            {call["name"].get<std::string>(),
-             arguments.is_string()
-                 ? arguments.get<std::string>()
-                 : arguments.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
-      } else {
-        out->content += std::string(kCallOpen) + call_ + std::string(kCallClose);
-      }
-      call_.clear();
-      state_ = kContent;
-      after_call_ = true;
-      continue;
-    }
-    std::string_view open = state_ == kReasoning ? kThinkClose : kCallOpen;
-    size_t at = pending_.find(open);
-    size_t think = state_ == kContent ? pending_.find(kThinkOpen) : std::string::npos;
-    if (think != std::string::npos && (at == std::string::npos || think < at)) {
-      Emit(std::string_view(pending_).substr(0, think), out);
-      pending_.erase(0, think + kThinkOpen.size());
-      state_ = kReasoning;
-      continue;
-    }
-    if (at == std::string::npos) {
-      size_t keep =
-          final ? 0
-                : (state_ == kReasoning ? PartialTagLength(pending_, {kThinkClose})
-                                        : PartialTagLength(pending_, {kCallOpen, kThinkOpen}));
-      std::string_view ready = std::string_view(pending_).substr(0, pending_.size() - keep);
-      // Blank text after a tool call waits: it is dropped if another call or the end follows.
-      if (state_ == kContent && after_call_ && IsBlank(ready)) {
-        if (final) pending_.clear();
-        return;
-      }
-      after_call_ = false;
-      Emit(ready, out);
-      pending_.erase(0, pending_.size() - keep);
-      return;
-    }
-    std::string_view before = std::string_view(pending_).substr(0, at);
-    if (state_ == kReasoning) {
-      Emit(before, out);
-      pending_.erase(0, at + open.size());
-      state_ = kContent;
-      after_reasoning_ = true;
-    } else {
-      if (!IsBlank(before)) Emit(before, out);
-      after_call_ = false;
-      pending_.erase(0, at + open.size());
-      state_ = kToolCall;
-    }
-  }
-}
-
-OutputDelta TaggedOutputParser::Feed(std::string_view text) {
-  pending_ += text;
-  OutputDelta out;
-  Run(/*final=*/false, &out);
-  return out;
-}
-
-OutputDelta TaggedOutputParser::Finish() {
-  OutputDelta out;
-  Run(/*final=*/true, &out);
   return out;
 }
 
 OutputStream::OutputStream(const TextModel& text, std::vector<std::string> stop,
-                           std::unique_ptr<OutputParser> parser)
-    : decoder_(text), stop_(std::move(stop)), parser_(std::move(parser)) {}
+                           std::optional<OutputParserOptions> parser)
+    : decoder_(text), stop_(std::move(stop)) {
+  if (parser) parser_.emplace(std::move(*parser));
+}
+
+void OutputStream::Assume(std::string_view start) {
+  if (parser_) parser_->Feed(start);
+}
 
 OutputDelta OutputStream::Parse(std::string_view text) {
   text_ += text;
@@ -192,7 +94,7 @@ OutputDelta OutputStream::Parse(std::string_view text) {
     out.content = std::string(text);
     return out;
   }
-  return parser_->Feed(text);
+  return ToDelta(parser_->Feed(text));
 }
 
 Expected<OutputDelta> OutputStream::Push(std::span<const int32_t> tokens) {
@@ -207,7 +109,7 @@ Expected<OutputDelta> OutputStream::Push(std::span<const int32_t> tokens) {
     std::string ready = held_.substr(0, first);
     held_.clear();
     OutputDelta out = Parse(ready);
-    if (parser_) out.Append(parser_->Finish());
+    if (parser_) out.Append(ToDelta(parser_->Finish()));
     return out;
   }
   size_t keep = 0;
@@ -236,7 +138,7 @@ Expected<OutputDelta> OutputStream::Finish() {
   }
   OutputDelta out = Parse(held_);
   held_.clear();
-  if (parser_) out.Append(parser_->Finish());
+  if (parser_) out.Append(ToDelta(parser_->Finish()));
   return out;
 }
 

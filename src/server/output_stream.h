@@ -1,15 +1,16 @@
 // From a request's new tokens to the pieces of its answer: incremental decoding that never cuts a
 // character, stop strings (text that may still become one is held back), then the output parser
-// (reasoning, content, tool calls).
+// (reasoning, content, tool calls): gizllm::OutputParser, the one the CLI chat uses too.
 #pragma once
 
-#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "server/generator.h"
+#include "template/output_parser.h"
 
 namespace gizllm::server {
 
@@ -30,30 +31,21 @@ class TokenDecoder {
   size_t read_offset_ = 0;    // text up to here has been emitted
 };
 
-// Qwen3-style tags: <think>...</think> reasoning, <tool_call>{"name", "arguments"}</tool_call>.
-class TaggedOutputParser : public OutputParser {
- public:
-  explicit TaggedOutputParser(bool thinking) : state_(thinking ? kReasoning : kContent) {}
-  OutputDelta Feed(std::string_view text) override;
-  OutputDelta Finish() override;
+// How to read the answer to a chat with `tools` (a JSON array or null) whose prompt is `prompt`:
+// reasoning when the prompt opened it or the answer opens it, tool calls when there are tools.
+OutputParserOptions ChatParserOptions(const nlohmann::json& tools, const ChatPrompt& prompt);
 
- private:
-  enum State { kContent, kReasoning, kToolCall };
-  void Run(bool final, OutputDelta* out);
-  void Emit(std::string_view text, OutputDelta* out);
-
-  State state_;
-  std::string pending_;           // text not yet given out: maybe the start of a tag
-  std::string call_;              // text of the tool call being read
-  bool after_reasoning_ = false;  // strip the blank lines after </think>
-  bool after_call_ = false;       // hold blank text after </tool_call>
-};
+// The events of gizllm::OutputParser as one delta.
+OutputDelta ToDelta(std::vector<OutputEvent> events);
 
 class OutputStream {
  public:
-  // `parser` null: the whole answer is content.
+  // `parser` none: the whole answer is content (completions).
   OutputStream(const TextModel& text, std::vector<std::string> stop,
-               std::unique_ptr<OutputParser> parser);
+               std::optional<OutputParserOptions> parser);
+  // The answer starts with `start`, which the prompt already holds (a forced tool call's
+  // opening): the parser reads it as if the model had written it; nothing of it is sent.
+  void Assume(std::string_view start);
   // Adds tokens; returns what is ready to send. After a stop string, tokens are ignored.
   Expected<OutputDelta> Push(std::span<const int32_t> tokens);
   // At the end of the answer: everything held back.
@@ -68,7 +60,7 @@ class OutputStream {
 
   TokenDecoder decoder_;
   std::vector<std::string> stop_;
-  std::unique_ptr<OutputParser> parser_;
+  std::optional<OutputParser> parser_;
   std::string held_;  // decoded text that may be the start of a stop string
   std::string text_;
   bool stopped_ = false;

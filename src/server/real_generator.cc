@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "template/output_parser.h"
-
 namespace gizllm::server {
 
 Expected<int64_t> EngineGenerator::Add(GenerateRequest request) {
@@ -89,20 +87,6 @@ Expected<std::string> ChatTextModel::Detokenize(std::span<const int32_t> tokens)
   return tokenizer_.Decode(tokens, /*skip_special=*/false);
 }
 
-namespace {
-
-// The number of tokens of `prefix` when they start `tokens`; -1 when its tokens differ.
-Expected<int32_t> TokensOfPrefix(const Tokenizer& tokenizer, std::string_view prefix,
-                                 const std::vector<int32_t>& tokens) {
-  GZ_ASSIGN_OR_RETURN(std::vector<int32_t> start, tokenizer.Encode(prefix, false));
-  if (start.size() > tokens.size() || !std::equal(start.begin(), start.end(), tokens.begin())) {
-    return -1;
-  }
-  return static_cast<int32_t>(start.size());
-}
-
-}  // namespace
-
 Expected<ChatPrompt> ChatTextModel::RenderChat(const ChatInput& input) const {
   nlohmann::ordered_json request;
   request["messages"] = nlohmann::ordered_json::parse(input.messages.dump());
@@ -111,65 +95,9 @@ Expected<ChatPrompt> ChatTextModel::RenderChat(const ChatInput& input) const {
   }
   request["add_generation_prompt"] = true;
   if (input.enable_thinking) request["enable_thinking"] = *input.enable_thinking;
-  GZ_ASSIGN_OR_RETURN(RenderedChat rendered, template_.RenderWithOffsets(request));
-  std::string prompt = rendered.prompt + input.answer_prefix;
-  ChatPrompt out;
-  GZ_ASSIGN_OR_RETURN(out.tokens, tokenizer_.Encode(prompt, /*add_special=*/false));
-  out.thinking = PromptOpensReasoning(prompt);
-  if (!rendered.message_ends.empty() && rendered.message_ends.back() >= 0) {
-    GZ_ASSIGN_OR_RETURN(
-        out.mark,
-        TokensOfPrefix(tokenizer_,
-                       std::string_view(rendered.prompt).substr(0, rendered.message_ends.back()),
-                       out.tokens));
-  }
-  if (rendered.shared_end > 0) {
-    GZ_ASSIGN_OR_RETURN(
-        out.head,
-        TokensOfPrefix(tokenizer_, std::string_view(rendered.prompt).substr(0, rendered.shared_end),
-                       out.tokens));
-  }
-  return out;
-}
-
-namespace {
-
-class QwenOutputParser : public OutputParser {
- public:
-  explicit QwenOutputParser(OutputParserOptions options) : parser_(std::move(options)) {}
-  OutputDelta Feed(std::string_view text) override { return Convert(parser_.Feed(text)); }
-  OutputDelta Finish() override { return Convert(parser_.Finish()); }
-
- private:
-  static OutputDelta Convert(std::vector<OutputEvent> events) {
-    OutputDelta out;
-    for (OutputEvent& e : events) {
-      switch (e.kind) {
-        case OutputEvent::Kind::kReasoning:
-          out.reasoning += e.text;
-          break;
-        case OutputEvent::Kind::kContent:
-          out.content += e.text;
-          break;
-        case OutputEvent::Kind::kToolCall:
-          out.tool_calls.push_back({std::move(e.name), std::move(e.arguments)});
-          break;
-      }
-    }
-    return out;
-  }
-  gizllm::OutputParser parser_;
-};
-
-}  // namespace
-
-std::unique_ptr<OutputParser> ChatTextModel::NewOutputParser(const nlohmann::json& tools,
-                                                             bool thinking) const {
-  OutputParserOptions options;
-  options.starts_in_reasoning = thinking;
-  options.tool_calls = tools.is_array() && !tools.empty();
-  if (options.tool_calls) options.tools = nlohmann::ordered_json::parse(tools.dump());
-  return std::make_unique<QwenOutputParser>(std::move(options));
+  // Only where the messages end is wanted (the engine's mark): one render less per message.
+  return ChatPrompt::Render(template_, tokenizer_, request, /*last_messages=*/1,
+                            input.answer_prefix);
 }
 
 }  // namespace gizllm::server

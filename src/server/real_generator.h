@@ -1,5 +1,5 @@
 // The server's interfaces on the real pieces: EngineGenerator drives an Engine; ChatTextModel
-// is a Tokenizer, a ChatTemplate and the Qwen3-style output parser.
+// is a Tokenizer and a ChatTemplate (prompts through gizllm::ChatPrompt).
 #pragma once
 
 #include <memory>
@@ -49,8 +49,6 @@ class ChatTextModel : public TextModel {
   Expected<std::vector<int32_t>> Tokenize(std::string_view text) const override;
   Expected<std::string> Detokenize(std::span<const int32_t> tokens) const override;
   Expected<ChatPrompt> RenderChat(const ChatInput& input) const override;
-  std::unique_ptr<OutputParser> NewOutputParser(const nlohmann::json& tools,
-                                                bool thinking) const override;
 
  private:
   std::string name_;

@@ -64,8 +64,10 @@ Expected<std::vector<int32_t>> ChatPrompt::Tokenize(const Tokenizer& tokenizer,
 
 Expected<ChatPrompt> ChatPrompt::Render(const ChatTemplate& chat_template,
                                         const Tokenizer& tokenizer,
-                                        const nlohmann::ordered_json& input, size_t last_messages) {
+                                        const nlohmann::ordered_json& input, size_t last_messages,
+                                        std::string_view answer_start) {
   GZ_ASSIGN_OR_RETURN(RenderedChat rendered, chat_template.RenderWithOffsets(input, last_messages));
+  rendered.prompt += answer_start;
   // Offsets -1 (not a prefix) stay -1: Tokenize gives -1 for offsets outside the text.
   std::vector<long> offsets = rendered.message_ends;
   offsets.push_back(rendered.shared_end);

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -34,9 +35,12 @@ struct ChatPrompt {
 
   // Renders `input` (as ChatTemplate::Render takes it) and tokenizes it. last_messages: as in
   // ChatTemplate::RenderWithOffsets, the message ends looked for (each costs a render).
+  // answer_start: text the answer starts with, put after the render (the opening of a forced
+  // tool call); it is part of `text` and `tokens`, and moves no position.
   static Expected<ChatPrompt> Render(const ChatTemplate& chat_template, const Tokenizer& tokenizer,
                                      const nlohmann::ordered_json& input,
-                                     size_t last_messages = SIZE_MAX);
+                                     size_t last_messages = SIZE_MAX,
+                                     std::string_view answer_start = {});
 
   // The tokens of `text` and the token position of each byte offset in `offsets` (-1 where no
   // token boundary falls there, or the offset is outside [0, text.size()]).

@@ -179,7 +179,7 @@ TEST_F(ServerTest, ToolCallsReasoningStopsAndLimits) {
             "{\"city\":\"Paris\"}");
 
   j = Post("/v1/chat/completions", UserChat("THINK")).Json();
-  EXPECT_EQ(j["choices"][0]["message"]["reasoning_content"], "\nLet me see.\n");
+  EXPECT_EQ(j["choices"][0]["message"]["reasoning_content"], "Let me see.");
   EXPECT_EQ(j["choices"][0]["message"]["content"], "It is 42.");
 
   body = UserChat("abc");

@@ -53,7 +53,7 @@ TEST(TokenDecoder, NeverCutsACharacter) {
 
 TEST(OutputStream, StopStringAcrossTokensIsCutAndNeverSent) {
   FakeTextModel text;
-  OutputStream out(text, {"STOP", "zz"}, nullptr);
+  OutputStream out(text, {"STOP", "zz"}, std::nullopt);
   std::string sent;
   for (int32_t t : Bytes("hello STxSTOP more")) {
     Expected<OutputDelta> d = out.Push(std::span<const int32_t>(&t, 1));
@@ -68,43 +68,87 @@ TEST(OutputStream, StopStringAcrossTokensIsCutAndNeverSent) {
 
 TEST(OutputStream, HeldTextComesOutAtTheEnd) {
   FakeTextModel text;
-  OutputStream out(text, {"STOP"}, nullptr);
+  OutputStream out(text, {"STOP"}, std::nullopt);
   OutputDelta all = Stream(out, "abc ST");
   EXPECT_FALSE(out.stopped());
   EXPECT_EQ(all.content, "abc ST");
 }
 
-TEST(TaggedOutputParser, ReasoningContentAndCalls) {
+nlohmann::json Tools(std::initializer_list<const char*> names) {
+  nlohmann::json tools = nlohmann::json::array();
+  for (const char* name : names) {
+    tools.push_back({{"type", "function"}, {"function", {{"name", name}}}});
+  }
+  return tools;
+}
+
+ChatPrompt PromptOf(std::string text) {
+  ChatPrompt prompt;
+  prompt.text = std::move(text);
+  return prompt;
+}
+
+// The chat's answer goes through gizllm::OutputParser (the CLI chat's parser): reasoning,
+// content and tool calls, whatever the tokens cut the tags into.
+TEST(ChatOutput, ReasoningContentAndCalls) {
   FakeTextModel text;
-  OutputStream out(text, {}, std::make_unique<TaggedOutputParser>(false));
+  OutputStream out(text, {}, ChatParserOptions(Tools({"f", "g"}), PromptOf("<|assistant|>")));
   OutputDelta all = Stream(out,
                            "<think>\nhmm\n</think>\n\nSure.<tool_call>\n{\"name\": \"f\", "
                            "\"arguments\": {\"a\": 1}}\n</tool_call>\n<tool_call>\n{\"name\": "
                            "\"g\", \"arguments\": {}}\n</tool_call>");
-  EXPECT_EQ(all.reasoning, "\nhmm\n");
+  EXPECT_EQ(all.reasoning, "hmm");
   EXPECT_EQ(all.content, "Sure.");
   ASSERT_EQ(all.tool_calls.size(), 2u);
   EXPECT_EQ(all.tool_calls[0].name, "f");
   EXPECT_EQ(all.tool_calls[0].arguments, "{\"a\":1}");
   EXPECT_EQ(all.tool_calls[1].name, "g");
+  EXPECT_EQ(all.tool_calls[1].arguments, "{}");
 }
 
-TEST(TaggedOutputParser, StartsInsideReasoning) {
-  TaggedOutputParser parser(/*thinking=*/true);
-  OutputDelta all = parser.Feed("plan</thi");
+TEST(ChatOutput, PromptOpensTheReasoning) {
+  FakeTextModel text;
+  OutputParserOptions options = ChatParserOptions(nullptr, PromptOf("<|assistant|><think>\n"));
+  EXPECT_TRUE(options.starts_in_reasoning);
+  EXPECT_FALSE(options.tool_calls);
+  OutputStream out(text, {}, options);
+  OutputDelta all = Stream(out, "plan</think>\n\nanswer <tool_call>{}</tool_call>");
   EXPECT_EQ(all.reasoning, "plan");
-  all.Append(parser.Feed("nk>\n\nanswer <tool"));
-  all.Append(parser.Finish());
-  EXPECT_EQ(all.reasoning, "plan");
-  EXPECT_EQ(all.content, "answer <tool");
+  // No tools: a tool call's tags are text.
+  EXPECT_EQ(all.content, "answer <tool_call>{}</tool_call>");
+  EXPECT_TRUE(all.tool_calls.empty());
 }
 
-TEST(TaggedOutputParser, BrokenCallStaysText) {
-  TaggedOutputParser parser(false);
-  OutputDelta all = parser.Feed("<tool_call>not json</tool_call>x<tool_call>{\"na");
-  all.Append(parser.Finish());
+TEST(ChatOutput, BrokenCallStaysText) {
+  FakeTextModel text;
+  OutputStream out(text, {}, ChatParserOptions(Tools({"f"}), PromptOf("")));
+  OutputDelta all = Stream(out, "<tool_call>not json</tool_call>x<tool_call>{\"na");
   EXPECT_TRUE(all.tool_calls.empty());
   EXPECT_EQ(all.content, "<tool_call>not json</tool_call>x<tool_call>{\"na");
+}
+
+// A forced call: the prompt holds the call's opening, the model writes the arguments on.
+TEST(ChatOutput, AssumedStartCompletesACall) {
+  FakeTextModel text;
+  OutputStream out(text, {}, ChatParserOptions(Tools({"get_weather"}), PromptOf("")));
+  out.Assume("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ");
+  OutputDelta all = Stream(out, "{\"city\": \"Paris\"}}\n</tool_call>");
+  EXPECT_EQ(all.content, "");
+  EXPECT_EQ(all.reasoning, "");
+  ASSERT_EQ(all.tool_calls.size(), 1u);
+  EXPECT_EQ(all.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(all.tool_calls[0].arguments, "{\"city\":\"Paris\"}");
+  // The raw text is what the model wrote.
+  EXPECT_EQ(out.text(), "{\"city\": \"Paris\"}}\n</tool_call>");
+}
+
+// Completions: no parser, the whole answer is content.
+TEST(ChatOutput, NoParserKeepsTags) {
+  FakeTextModel text;
+  OutputStream out(text, {}, std::nullopt);
+  OutputDelta all = Stream(out, "<think>x</think><tool_call>{}</tool_call>");
+  EXPECT_EQ(all.content, "<think>x</think><tool_call>{}</tool_call>");
+  EXPECT_TRUE(all.reasoning.empty());
 }
 
 }  // namespace

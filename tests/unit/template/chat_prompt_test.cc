@@ -142,6 +142,26 @@ TEST(ChatPrompt, LastMessagesOnly) {
   EXPECT_EQ(all->tokens, prompt->tokens);
 }
 
+// The start of a forced answer (a tool call's opening) follows the render: the text and tokens
+// hold it, the positions stay those of the messages.
+TEST(ChatPrompt, AnswerStartFollowsTheRender) {
+  Loaded m = Load("models/tiny-chat");
+  ordered_json input = Chat({Message("user", "Weather in Paris?")});
+  const std::string start = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ";
+  Expected<ChatPrompt> plain = ChatPrompt::Render(m.chat_template, m.tokenizer, input);
+  Expected<ChatPrompt> forced =
+      ChatPrompt::Render(m.chat_template, m.tokenizer, input, /*last_messages=*/1, start);
+  ASSERT_TRUE(plain.ok() && forced.ok());
+  EXPECT_EQ(forced->text, plain->text + start);
+  Expected<std::vector<int32_t>> tokens = m.tokenizer.Encode(plain->text + start);
+  ASSERT_TRUE(tokens.ok());
+  EXPECT_EQ(forced->tokens, *tokens);
+  EXPECT_GT(forced->tokens.size(), plain->tokens.size());
+  EXPECT_GT(plain->mark, 0);
+  EXPECT_EQ(forced->mark, plain->mark);
+  EXPECT_EQ(forced->head, plain->head);
+}
+
 // A message that ends inside a token ("beg" + "inning"): its position is unknown, the tokens are
 // still those of the whole text, and the end of the text is a boundary.
 TEST(ChatPrompt, EndInsideATokenIsUnknown) {
