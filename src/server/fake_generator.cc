@@ -36,10 +36,12 @@ Expected<ChatPrompt> FakeTextModel::RenderChat(const ChatInput& input) const {
     out.message_ends.push_back(static_cast<int32_t>(text.size()));  // a byte is a token
   }
   out.mark = out.message_ends.empty() ? -1 : out.message_ends.back();
-  text += "<|assistant|>";
-  // With thinking asked for, the answer starts inside the reasoning, as Qwen3's template does.
-  if (input.enable_thinking.value_or(false)) text += "<think>\n";
-  text += input.answer_prefix;
+  if (input.add_generation_prompt) {
+    text += "<|assistant|>";
+    // With thinking asked for, the answer starts inside the reasoning, as Qwen3's template does.
+    if (input.enable_thinking.value_or(false)) text += "<think>\n";
+    text += input.answer_prefix;
+  }
   GZ_ASSIGN_OR_RETURN(out.tokens, Tokenize(text));
   return out;
 }
@@ -69,6 +71,7 @@ Expected<int64_t> FakeGenerator::Add(GenerateRequest request) {
   std::string prompt;
   for (int32_t t : request.prompt) prompt += static_cast<char>(t & 0xFF);
   s.answer = Answer(prompt);
+  s.crash = prompt.find("CRASH") != std::string::npos;
   s.random.seed(request.sampling.seed.value_or(std::random_device{}()));
   s.request = std::move(request);
   waiting_.push_back(std::move(s));
@@ -125,6 +128,9 @@ Expected<std::vector<GenerateProgress>> FakeGenerator::Advance() {
     prompt_read_ += static_cast<int64_t>(s.request.prompt.size() - best_common);
     int64_t id = s.id;
     running_.emplace(id, std::move(s));
+  }
+  for (auto& [id, s] : running_) {
+    if (s.crash) return Internal("scripted failure of a step");
   }
   std::vector<GenerateProgress> out;
   std::vector<int64_t> done;

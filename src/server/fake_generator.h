@@ -2,7 +2,8 @@
 // function of the prompt, one token per request per step in at most `slots` slots.
 //
 // Answers: a prompt that contains "CALL" gets a tool call to get_weather; "THINK" gets reasoning
-// then content; "FOREVER" never stops by itself (up to its limit); any other prompt gets
+// then content; "FOREVER" never stops by itself (up to its limit); "CRASH" makes the step that
+// runs it fail (as a broken device would), failing every request in flight; any other prompt gets
 // "Hello! You said <the prompt's last 8 bytes>." With temperature > 0, the bytes of the answer
 // are drawn from the seed (a fresh one when none is given).
 #pragma once
@@ -27,8 +28,9 @@ class FakeTextModel : public TextModel {
   int32_t Vocab() const override { return 257; }
   Expected<std::vector<int32_t>> Tokenize(std::string_view text) const override;
   Expected<std::string> Detokenize(std::span<const int32_t> tokens) const override;
-  // "<|tools|>TOOLS\n" when there are tools, "<|role|>content\n" per message, then
-  // "<|assistant|>", "<think>\n" when enable_thinking is true, and the answer's prefix.
+  // "<|tools|>TOOLS\n" when there are tools, "<|role|>content\n" per message, then (with the
+  // generation prompt) "<|assistant|>", "<think>\n" when enable_thinking is true, and the
+  // answer's prefix.
   Expected<ChatPrompt> RenderChat(const ChatInput& input) const override;
 
  private:
@@ -60,6 +62,7 @@ class FakeGenerator : public Generator {
     std::mt19937_64 random;
     int32_t slot = -1;
     int32_t cached = -1;  // reported with the first progress
+    bool crash = false;   // the step that runs it fails
   };
 
   int32_t slots_;

@@ -105,6 +105,7 @@ struct ChatInput {
   nlohmann::json messages;  // array of {role, content, tool_calls?, tool_call_id?, ...}
   nlohmann::json tools;     // array of {type: "function", function: {...}} or null
   std::optional<bool> enable_thinking;
+  bool add_generation_prompt = true;  // false: the messages alone (/tokenize)
   // Text the answer starts with, rendered after the generation prompt (a forced tool call).
   std::string answer_prefix;
 };

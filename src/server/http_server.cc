@@ -668,6 +668,7 @@ Routed Session::Route(const Request& request) {
     if (error) return Routed::Error(*error);
     std::vector<int32_t> tokens;
     if (tokenize.chat) {
+      tokenize.chat->add_generation_prompt = tokenize.add_generation_prompt;
       Expected<ChatPrompt> prompt = text.RenderChat(*tokenize.chat);
       if (!prompt.ok()) return Routed::Error(FromStatus(prompt.status(), "messages"));
       tokens = std::move(prompt->tokens);

@@ -93,7 +93,7 @@ Expected<ChatPrompt> ChatTextModel::RenderChat(const ChatInput& input) const {
   if (input.tools.is_array() && !input.tools.empty()) {
     request["tools"] = nlohmann::ordered_json::parse(input.tools.dump());
   }
-  request["add_generation_prompt"] = true;
+  request["add_generation_prompt"] = input.add_generation_prompt;
   if (input.enable_thinking) request["enable_thinking"] = *input.enable_thinking;
   // Only where the messages end is wanted (the engine's mark): one render less per message.
   return ChatPrompt::Render(template_, tokenizer_, request, /*last_messages=*/1,

@@ -312,6 +312,34 @@ TEST_F(ServerTest, SlowClientTimesOut) {
   EXPECT_EQ(Send(http::verb::get, "/health", "").status, 200);
 }
 
+// A step that fails is a 500 for the requests it held (an error event when streamed); the
+// server goes on serving.
+TEST_F(ServerTest, FailedStepIsA500AndTheServerGoesOn) {
+  Start();
+  Reply r = Post("/v1/chat/completions", UserChat("CRASH"));
+  EXPECT_EQ(r.status, 500);
+  EXPECT_EQ(r.Json()["error"]["type"], "server_error") << r.body;
+  EXPECT_EQ(r.Json()["error"]["code"], "internal_error") << r.body;
+
+  json body = UserChat("CRASH");
+  body["stream"] = true;
+  r = Post("/v1/chat/completions", body);
+  EXPECT_EQ(r.status, 200);  // the stream had started
+  bool done = false;
+  std::vector<json> events = Events(r.body, &done);
+  ASSERT_FALSE(events.empty()) << r.body;
+  EXPECT_EQ(events.back()["error"]["type"], "server_error") << r.body;
+  EXPECT_TRUE(done);
+
+  r = Post("/v1/chat/completions", UserChat("abc"));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.Json()["choices"][0]["message"]["content"],
+            FakeGenerator::Answer("<|user|>abc\n<|assistant|>"));
+  std::string metrics = Send(http::verb::get, "/metrics", "").body;
+  EXPECT_NE(metrics.find("status=\"500\"} 2"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("reason=\"error\"} 2"), std::string::npos) << metrics;
+}
+
 TEST_F(ServerTest, TokenizeAndDetokenize) {
   Start();
   json j = Post("/tokenize", {{"prompt", "ab"}}).Json();
@@ -319,6 +347,11 @@ TEST_F(ServerTest, TokenizeAndDetokenize) {
   EXPECT_EQ(j["count"], 2);
   j = Post("/tokenize", {{"messages", {{{"role", "user"}, {"content", "a"}}}}}).Json();
   EXPECT_EQ(j["count"], std::string("<|user|>a\n<|assistant|>").size());
+  // Without the generation prompt: the messages alone.
+  j = Post("/tokenize",
+           {{"messages", {{{"role", "user"}, {"content", "a"}}}}, {"add_generation_prompt", false}})
+          .Json();
+  EXPECT_EQ(j["count"], std::string("<|user|>a\n").size());
   j = Post("/detokenize", {{"tokens", {104, 105}}}).Json();
   EXPECT_EQ(j["prompt"], "hi");
   EXPECT_EQ(Post("/detokenize", {{"tokens", {9999}}}).status, 400);
