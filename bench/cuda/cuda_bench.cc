@@ -561,6 +561,103 @@ class Bench {
   int32_t max_pages_ = 0;
 };
 
+// The quantized matmul kernels alone on the layer shapes of the model (q/k/v in one launch,
+// gate/up in one, down), against the bf16 path on the same shapes: median microseconds of 20
+// launches back to back, and the weight bytes streamed per second as a share of the copy
+// bandwidth. Random codes; the layout, not the values, sets the speed.
+void ProfileQuantKernels(Backend* be, const Shape& s, double bandwidth) {
+  struct Linears {
+    const char* name;
+    int outputs;
+    int64_t n[3];
+    int64_t cols;
+  };
+  const int64_t qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
+  const Linears shapes[] = {{"q/k/v", 3, {qd, kvd, kvd}, s.dim},
+                            {"gate/up", 2, {s.ffn, s.ffn, 0}, s.dim},
+                            {"down", 1, {s.dim, 0, 0}, s.ffn}};
+  const int64_t max_rows = 64;
+  std::vector<std::unique_ptr<Buffer>> keep;
+  auto device_floats = [&](int64_t n, float scale) {
+    std::vector<float> host(n);
+    std::mt19937 rng(static_cast<uint32_t>(n));
+    std::normal_distribution<float> dist(0.0f, scale);
+    for (float& v : host) v = dist(rng);
+    auto buffer = be->Allocate(n * 4);
+    BENCH_CHECK(buffer.ok());
+    be->CopyToDevice((*buffer)->data(), host.data(), n * 4);
+    float* p = (*buffer)->as<float>();
+    keep.push_back(std::move(*buffer));
+    return p;
+  };
+  std::printf("\nquantized matmul kernels (weights TB/s, %% of copy), against bf16:\n");
+  std::printf("  %-8s %-5s %6s %10s %8s %7s\n", "linears", "bits", "rows", "us", "TB/s", "%copy");
+  for (const Linears& sh : shapes) {
+    const float* x = device_floats(max_rows * sh.cols, 1.0f);
+    for (int bits : {16, 8, 4}) {
+      MatmulParams p;
+      p.x = x;
+      p.outputs = sh.outputs;
+      std::vector<Weight> weights(sh.outputs);
+      double bytes = 0;
+      for (int i = 0; i < sh.outputs; ++i) {
+        const int64_t n = sh.n[i], groups = sh.cols / quant::kGroup;
+        std::unique_ptr<Buffer> storage;
+        Weight host;
+        std::vector<uint8_t> codes;
+        std::vector<uint16_t> plain;
+        std::vector<float> scales(n * groups), zeros;
+        std::mt19937_64 rng(static_cast<uint64_t>(n * 7 + bits));
+        if (bits == 16) {
+          plain.resize(n * sh.cols);
+          for (auto& v : plain) v = F32ToBf16(0.02f * (static_cast<float>(rng() % 1000) / 500 - 1));
+          host = Weight{Format::kBf16, n, sh.cols};
+          host.data = plain.data();
+        } else {
+          const Format f = bits == 8 ? Format::kQ8 : Format::kQ4;
+          codes.resize(n * groups * quant::GroupBytes(f));
+          for (auto& c : codes) c = static_cast<uint8_t>(rng());
+          for (auto& v : scales) v = 0.001f;
+          if (f == Format::kQ4) zeros.assign(scales.size(), -0.0075f);
+          host = Weight{f, n, sh.cols};
+          host.data = codes.data();
+          host.scales = scales.data();
+          host.zeros = zeros.empty() ? nullptr : zeros.data();
+          host.group = quant::kGroup;
+          host.rotated = true;
+          host.rotation_seed = quant::kDefaultRotationSeed;
+        }
+        auto w = be->PrepareWeight(host, &storage);
+        BENCH_CHECK(w.ok());
+        weights[i] = *w;
+        bytes += static_cast<double>(storage->bytes());
+        keep.push_back(std::move(storage));
+        p.w[i] = &weights[i];
+        p.out[i] = device_floats(max_rows * n, 0.0f);
+      }
+      for (int64_t rows : {1, 8, 32, 64}) {
+        p.rows = rows;
+        constexpr int kBackToBack = 20;
+        std::vector<double> times;
+        for (int rep = 0; rep < 6; ++rep) {
+          be->Synchronize();
+          double t0 = Now();
+          for (int j = 0; j < kBackToBack; ++j) be->Matmul(p);
+          be->Synchronize();
+          if (rep > 0) times.push_back((Now() - t0) / kBackToBack);
+        }
+        std::sort(times.begin(), times.end());
+        const double t = times[times.size() / 2];
+        std::printf("  %-8s %-5d %6lld %10.1f %8.2f %6.1f%%\n", sh.name, bits,
+                    static_cast<long long>(rows), t * 1e6, bytes / t * 1e-12,
+                    100.0 * bytes / t / bandwidth);
+      }
+      // Freed before the next format: the largest shapes are a few hundred MB each.
+      be->Synchronize();
+    }
+  }
+}
+
 int Main(int argc, char** argv) {
   bool quick = false;
   int layer_bits = 16, head_bits = 16;
@@ -606,6 +703,7 @@ int Main(int argc, char** argv) {
               bandwidth * 1e-12, rate * 1e-12);
 
   Shape s;
+  if (!options.exact) ProfileQuantKernels(be, s, bandwidth);
   const int64_t max_rows = 2048;
   const int32_t pages = 4700;  // 256 sequences x 18 pages, or 1 x 8193 positions
   double t0 = Now();

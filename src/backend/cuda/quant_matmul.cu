@@ -204,17 +204,36 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
         for (int t = 0; t < kTiles; ++t)
 #pragma unroll
           for (int c = 0; c < 4; ++c) acc[t][c] = 0.0f;
+        // The group's scales and activation sums first, so their loads overlap the products.
+        const float2 f0 = __ldg(pick.affine + g * rows_pad + pick.tile * 16 + g8);
+        const float2 f1 = __ldg(pick.affine + g * rows_pad + pick.tile * 16 + g8 + 8);
+        float xs[kTiles][2];
+#pragma unroll
+        for (int t = 0; t < kTiles; ++t) {
+          const int64_t r = (tile0 + t) * 8 + 2 * q4;
+          const bool in = tile0 + t < row_tiles;
+          xs[t][0] = in ? __ldg(xsum + r * groups_pad + g) : 0.0f;
+          xs[t][1] = in ? __ldg(xsum + (r + 1) * groups_pad + g) : 0.0f;
+        }
+        // Two k-steps of 16 inputs take one 16-byte load of activations per row tile; for few
+        // row tiles the loads of the whole group are issued together.
+        constexpr int kAhead = kTiles <= 2 ? 4 : 1;
+        uint4 bq[kAhead][kTiles];
 #pragma unroll
         for (int s2 = 0; s2 < 4; ++s2) {
-          // Two k-steps of 16 inputs: one 16-byte load of activations per row tile.
-          uint4 b[kTiles];
+          if (s2 % kAhead == 0) {
 #pragma unroll
-          for (int t = 0; t < kTiles; ++t) {
-            if (tile0 + t < row_tiles)
-              b[t] = __ldg(xh + ((tile0 + t) * half_steps + g * 4 + s2) * 32 + lane);
-            else
-              b[t] = make_uint4(0, 0, 0, 0);
+            for (int u = 0; u < kAhead; ++u) {
+#pragma unroll
+              for (int t = 0; t < kTiles; ++t) {
+                if (tile0 + t < row_tiles)
+                  bq[u][t] = __ldg(xh + ((tile0 + t) * half_steps + g * 4 + s2 + u) * 32 + lane);
+                else
+                  bq[u][t] = make_uint4(0, 0, 0, 0);
+              }
+            }
           }
+          const uint4* b = bq[s2 % kAhead];
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int s = s2 * 2 + h;
@@ -228,14 +247,9 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
               Mma(acc[t], a, h ? b[t].z : b[t].x, h ? b[t].w : b[t].y);
           }
         }
-        const float2 f0 = __ldg(pick.affine + g * rows_pad + pick.tile * 16 + g8);
-        const float2 f1 = __ldg(pick.affine + g * rows_pad + pick.tile * 16 + g8 + 8);
 #pragma unroll
         for (int t = 0; t < kTiles; ++t) {
-          if (tile0 + t >= row_tiles) continue;
-          const int64_t r = (tile0 + t) * 8 + 2 * q4;
-          const float x0 = __ldg(xsum + r * groups_pad + g);
-          const float x1 = __ldg(xsum + (r + 1) * groups_pad + g);
+          const float x0 = xs[t][0], x1 = xs[t][1];
           total[t][0] += f0.x * acc[t][0] + f0.y * x0;
           total[t][1] += f0.x * acc[t][1] + f0.y * x1;
           total[t][2] += f1.x * acc[t][2] + f1.y * x0;
@@ -289,39 +303,55 @@ __device__ __forceinline__ void RotateBlock(float* v, int lane, int64_t g, uint6
   for (int i = 0; i < 4; ++i) v[i] *= 0.08838834764831845f;  // 1 / sqrt(128)
 }
 
+// Output tiles of 16 per warp (and block) of the decode kernel: each rotated group serves both.
+constexpr int kDecodeTiles = 2;
+
 // Batch-1 decode: QuantMmaKernel for one activation row with the activations prepared in the
 // kernel (no separate launch): each warp reads the float32 inputs of its own groups, rotates
-// them in registers, and passes the float16 values through shared memory into B fragments
-// (row 0 of the 8; the other lanes give zeros). x: [1, cols].
+// them in registers once for kDecodeTiles output tiles, and passes the float16 values through
+// shared memory into B fragments (row 0 of the 8; the other lanes give zeros). A block computes
+// outputs [32 b, 32 b + 32) where b is its index in the output's blocks. x: [1, cols].
 template <Format F>
 __global__ void __launch_bounds__(kQuantWarps * 32)
     QuantDecodeKernel(QuantSet set, const float* __restrict__ x, int64_t cols, bool rotate,
                       uint64_t seed) {
   using Q = QuantTraits<F>;
-  constexpr int kStepsInFlight = 8 / Q::kLoads > 4 ? 4 : 8 / Q::kLoads;
+  constexpr int kMT = kDecodeTiles;
+  constexpr int kPerStep = Q::kLoads * kMT;  // 16-byte loads per lane per step
+  constexpr int kStepsInFlight = 8 / kPerStep < 1 ? 1 : 8 / kPerStep > 4 ? 4 : 8 / kPerStep;
   constexpr int kGroupsInFlight = kStepsInFlight * Q::kGroupsPerStep;
-  __shared__ float parts[kQuantWarps][2][32];
+  __shared__ float parts[kQuantWarps][kMT * 2][8];
   __shared__ __align__(16) __half stage[kQuantWarps][quant::kGroup];
   const QuantPick pick = Pick(set);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g8 = lane >> 2, q4 = lane & 3;
   const int64_t groups = cols / quant::kGroup, groups_pad = PaddedGroups(cols);
-  const int64_t rows_pad = PaddedRows(pick.n);
+  const int64_t rows_pad = PaddedRows(pick.n), tiles = rows_pad / 16;
+  const int64_t tile0 = pick.tile * kMT;
   const int64_t steps = groups_pad / Q::kGroupsPerStep;
   const int64_t s0 = steps * warp / kQuantWarps, s1 = steps * (warp + 1) / kQuantWarps;
-  const uint4* wp = pick.codes + pick.tile * steps * Q::kLoads * 32 + lane;
-  float total0 = 0.0f, total2 = 0.0f;  // outputs g8 and g8 + 8 of activation row 0
+  const int64_t tile_words = steps * Q::kLoads * 32;  // uint4 of one output tile
+  const uint4* wp = pick.codes + tile0 * tile_words + lane;
+  float total[kMT][2];  // outputs g8 and g8 + 8 of each tile, activation row 0
+#pragma unroll
+  for (int m = 0; m < kMT; ++m) total[m][0] = total[m][1] = 0.0f;
   for (int64_t c0 = s0; c0 < s1; c0 += kStepsInFlight) {
-    uint4 raw[kStepsInFlight][Q::kLoads];
+    uint4 raw[kStepsInFlight][kMT][Q::kLoads];
     float xv[kGroupsInFlight][4];
 #pragma unroll
     for (int p = 0; p < kStepsInFlight; ++p) {
-      if (c0 + p < s1) {
 #pragma unroll
-        for (int i = 0; i < Q::kLoads; ++i)
-          raw[p][i] = LoadStreaming(wp + ((c0 + p) * Q::kLoads + i) * 32);
+      for (int m = 0; m < kMT; ++m) {
+        if (c0 + p < s1 && tile0 + m < tiles) {
+#pragma unroll
+          for (int i = 0; i < Q::kLoads; ++i)
+            raw[p][m][i] = LoadStreaming(wp + m * tile_words + ((c0 + p) * Q::kLoads + i) * 32);
+        }
       }
     }
+    // The groups' (mul, add) pairs and inputs, loaded with the codes so that no load waits
+    // inside the products (the pairs are read once, like the codes).
+    float2 aff[kGroupsInFlight][kMT][2];
 #pragma unroll
     for (int gi = 0; gi < kGroupsInFlight; ++gi) {
       const int64_t g = c0 * Q::kGroupsPerStep + gi;
@@ -329,11 +359,19 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
       const float4 v = valid ? __ldg(reinterpret_cast<const float4*>(x + g * quant::kGroup) + lane)
                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       xv[gi][0] = v.x, xv[gi][1] = v.y, xv[gi][2] = v.z, xv[gi][3] = v.w;
+#pragma unroll
+      for (int m = 0; m < kMT; ++m) {
+        // Padding groups (g < groups_pad) have pairs (0, 0); tiles past the end are skipped.
+        if (c0 + gi / Q::kGroupsPerStep < s1 && tile0 + m < tiles) {
+          const float2* affine = pick.affine + g * rows_pad + (tile0 + m) * 16 + g8;
+          aff[gi][m][0] = __ldg(affine);
+          aff[gi][m][1] = __ldg(affine + 8);
+        }
+      }
     }
 #pragma unroll
     for (int p = 0; p < kStepsInFlight; ++p) {
       if (c0 + p >= s1) continue;
-      const uint32_t* words = reinterpret_cast<const uint32_t*>(raw[p]);
 #pragma unroll
       for (int gs = 0; gs < Q::kGroupsPerStep; ++gs) {
         const int64_t g = (c0 + p) * Q::kGroupsPerStep + gs;
@@ -349,39 +387,51 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
         reinterpret_cast<__half2*>(stage[warp])[2 * lane + 1] = h23;
         __syncwarp();
         const uint32_t* xs = reinterpret_cast<const uint32_t*>(stage[warp]);
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        // Column g8 of B is activation row g8: only row 0 exists.
+        uint32_t b[8][2];
 #pragma unroll
-        for (int s = 0; s < 8; ++s) {
-          uint32_t a[4];
-          a[0] = HalfBits(CodePairAt<F>(words, (gs * 8 + s) * 4 + 0));
-          a[1] = HalfBits(CodePairAt<F>(words, (gs * 8 + s) * 4 + 1));
-          a[2] = HalfBits(CodePairAt<F>(words, (gs * 8 + s) * 4 + 2));
-          a[3] = HalfBits(CodePairAt<F>(words, (gs * 8 + s) * 4 + 3));
-          // Column g8 of B is activation row g8: only row 0 exists.
-          const uint32_t b0 = g8 == 0 ? xs[8 * s + q4] : 0u;
-          const uint32_t b1 = g8 == 0 ? xs[8 * s + q4 + 4] : 0u;
-          Mma(acc, a, b0, b1);
+        for (int k = 0; k < 8; ++k) {
+          b[k][0] = g8 == 0 ? xs[8 * k + q4] : 0u;
+          b[k][1] = g8 == 0 ? xs[8 * k + q4 + 4] : 0u;
         }
-        const float2 f0 = __ldg(pick.affine + g * rows_pad + pick.tile * 16 + g8);
-        const float2 f1 = __ldg(pick.affine + g * rows_pad + pick.tile * 16 + g8 + 8);
-        total0 += f0.x * acc[0] + f0.y * xsum;
-        total2 += f1.x * acc[2] + f1.y * xsum;
+#pragma unroll
+        for (int m = 0; m < kMT; ++m) {
+          if (tile0 + m >= tiles) continue;
+          const uint32_t* words = reinterpret_cast<const uint32_t*>(raw[p][m]);
+          float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            uint32_t a[4];
+            a[0] = HalfBits(CodePairAt<F>(words, (gs * 8 + k) * 4 + 0));
+            a[1] = HalfBits(CodePairAt<F>(words, (gs * 8 + k) * 4 + 1));
+            a[2] = HalfBits(CodePairAt<F>(words, (gs * 8 + k) * 4 + 2));
+            a[3] = HalfBits(CodePairAt<F>(words, (gs * 8 + k) * 4 + 3));
+            Mma(acc, a, b[k][0], b[k][1]);
+          }
+          const float2 f0 = aff[p * Q::kGroupsPerStep + gs][m][0];
+          const float2 f1 = aff[p * Q::kGroupsPerStep + gs][m][1];
+          total[m][0] += f0.x * acc[0] + f0.y * xsum;
+          total[m][1] += f1.x * acc[2] + f1.y * xsum;
+        }
       }
     }
   }
   // Lanes with q4 == 0 hold activation row 0 (C column 2 q4).
   if (q4 == 0) {
-    parts[warp][0][g8] = total0;
-    parts[warp][1][g8] = total2;
+#pragma unroll
+    for (int m = 0; m < kMT; ++m) {
+      parts[warp][2 * m][g8] = total[m][0];
+      parts[warp][2 * m + 1][g8] = total[m][1];
+    }
   }
   __syncthreads();
-  if (threadIdx.x < 16) {
-    const int row = threadIdx.x;
-    const int64_t j = pick.tile * 16 + row;
+  if (threadIdx.x < 16 * kMT) {
+    const int m = threadIdx.x / 16, row = threadIdx.x % 16;
+    const int64_t j = (tile0 + m) * 16 + row;
     if (j < pick.n) {
       float sum = pick.bias ? pick.bias[j] : 0.0f;
 #pragma unroll
-      for (int w = 0; w < kQuantWarps; ++w) sum += parts[w][row / 8][row % 8];
+      for (int w = 0; w < kQuantWarps; ++w) sum += parts[w][2 * m + row / 8][row % 8];
       pick.out[j] = sum;
     }
   }
@@ -668,6 +718,9 @@ MatmulParams LaunchQuantMatmul(const MatmulParams& p, bool exact, QuantScratch* 
   const int64_t cols = p.w[0]->cols;
   const int64_t row_tiles = (p.rows + 7) / 8, groups_pad = PaddedGroups(cols);
   bool done[MatmulParams::kMaxOutputs] = {};
+  // Batch-1 decode rotates inside the matmul kernel (float4 loads of x).
+  const bool decode =
+      !exact && p.rows == 1 && reinterpret_cast<uintptr_t>(p.x) % alignof(float4) == 0;
   bool prepared = false, prepared_rotated = false;
   uint64_t prepared_seed = 0;
   const float* xr = nullptr;  // exact mode: the rotated float32 activations
@@ -689,6 +742,7 @@ MatmulParams LaunchQuantMatmul(const MatmulParams& p, bool exact, QuantScratch* 
     };
     QuantSet set;
     unsigned blocks = 0;
+    const int64_t tiles_per_block = decode ? kDecodeTiles : 1;
     for (int j = i; j < p.outputs; ++j) {
       if (done[j] || !same(*p.w[j])) continue;
       done[j] = true;
@@ -698,14 +752,13 @@ MatmulParams LaunchQuantMatmul(const MatmulParams& p, bool exact, QuantScratch* 
       set.out[set.count] = p.out[j];
       set.n[set.count] = p.w[j]->rows;
       set.first_block[set.count] = blocks;
-      blocks += static_cast<unsigned>(PaddedRows(p.w[j]->rows) / 16);
+      const int64_t tiles = PaddedRows(p.w[j]->rows) / 16;
+      blocks += static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block);
       ++set.count;
     }
     set.first_block[set.count] = blocks;
 
     // The activations, once per rotation.
-    const bool decode =
-        !exact && p.rows == 1 && reinterpret_cast<uintptr_t>(p.x) % alignof(float4) == 0;
     if (decode) {
       xr = p.x;
     } else if (!prepared || prepared_rotated != wi.rotated ||

@@ -1,0 +1,77 @@
+// tiny-chat converted to gizllm's format (quantized linears) on the CUDA backend against the CPU
+// backend on the same converted folder: exact mode within 1e-3 of the largest CPU logit, fast mode
+// (float16 activations on the tensor cores) within 2e-2, for whole prompts, chunks of 5 rows and
+// single rows (the batch-1 decode kernel). Skipped without a CUDA device.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "backend/cuda/cuda_backend.h"
+#include "formats/safetensors.h"
+#include "model/evaluate.h"
+#include "model/model.h"
+#include "ops/device.h"
+#include "quant/convert.h"
+#include "tests/golden/golden_util.h"
+
+namespace gizllm {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::unique_ptr<Model> LoadOn(const std::string& dir, const std::string& device, bool exact) {
+  DeviceOptions options;
+  options.device = device;
+  options.exact = exact;
+  auto backend = OpenBackend(options);
+  EXPECT_TRUE(backend.ok()) << backend.status().message();
+  if (!backend.ok()) return nullptr;
+  auto model = Model::Load(dir, *backend);
+  EXPECT_TRUE(model.ok()) << model.status().message();
+  return model.ok() ? std::move(*model) : nullptr;
+}
+
+TEST(CudaQuantModelTest, ConvertedTinyChatMatchesCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device was found: CUDA model tests skipped";
+  const fs::path root =
+      fs::temp_directory_path() / ("gizllm_cuda_quant_model_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  auto ref = SafetensorsFile::Open("models/tiny-chat/reference.safetensors");
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  const TensorInfo* ids = ref->Find("ids0");
+  ASSERT_NE(ids, nullptr);
+  const std::vector<int32_t> tokens = golden::ReadIds(*ids);
+  for (const char* bits : {"4/8", "8"}) {
+    SCOPED_TRACE(std::string("bits ") + bits);
+    quant::ConvertOptions o;
+    o.from = "models/tiny-chat";
+    o.to = (root / (std::string("q") + bits[0])).string();
+    auto parsed = quant::ParseBits(bits);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+    o.bits = *parsed;
+    auto converted = quant::Convert(o);
+    ASSERT_TRUE(converted.ok()) << converted.status().message();
+    auto cpu = LoadOn(o.to, "cpu", false);
+    ASSERT_TRUE(cpu);
+    auto want = SequenceLogits(*cpu, tokens);
+    ASSERT_TRUE(want.ok()) << want.status().message();
+    for (bool exact : {true, false}) {
+      auto gpu = LoadOn(o.to, "cuda", exact);
+      ASSERT_TRUE(gpu);
+      for (int64_t chunk : {int64_t{256}, int64_t{5}, int64_t{1}}) {
+        auto ours = SequenceLogits(*gpu, tokens, chunk);
+        ASSERT_TRUE(ours.ok()) << ours.status().message();
+        golden::ExpectClose(
+            *ours, *want, exact ? 1e-3f : 2e-2f,
+            std::string(exact ? "exact" : "fast") + " chunk " + std::to_string(chunk));
+      }
+    }
+  }
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace gizllm
