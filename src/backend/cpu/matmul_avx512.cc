@@ -171,16 +171,158 @@ GZ_TARGET_AVX512 void SliceTiles(const MatmulSlice& s, int64_t n0, int64_t n1) {
   }
 }
 
-// Decode (one row) streams the weights with 8 rows in flight; more rows share each weight
-// load among 4 (a 4x4 tile: 16 accumulators, 8 weight and 2 activation registers). Up to 4
-// rows the weights come from memory once per call, so they are prefetched; prefill tiles
-// reuse them from L1 and L2.
+// Many rows (prefill, batched decode): the weights are widened to float32 once per call into a
+// panel of kPanelRows rows (on the stack, in L1), which every activation row then reuses; the
+// inline widening of SliceTiles would repeat for every group of activation rows and occupy the
+// vector pipes beside the FMAs. A panel holds the blocks as Load<F> returns them (bf16: even
+// inputs, then odd), the order PrepareActivations wrote x in, zero-padded to the block.
+constexpr int kPanelRows = 4;
+// Inputs per panel row: longer rows are summed over several panels, [0, kPanelCols) first.
+constexpr int64_t kPanelCols = 2048;
+// Activation rows per register tile: 4 x 6 = 24 accumulators, 4 weight and 1 activation
+// registers.
+constexpr int kPanelTileRows = 6;
+// The panel fill prefetches the weights of the panel this many rows ahead.
+constexpr int kPanelPrefetchRows = 16;
+
+// panel[i][0:len] = the weight rows w[i] over inputs [k0, k0 + len), widened; len is a multiple
+// of the block; inputs past cols are zero. The same inputs kPanelPrefetchRows rows further are
+// prefetched (the caller's next panels).
+template <Format F>
+GZ_TARGET_AVX512 inline void FillPanel(const typename Load<F>::T* const* w, int64_t cols,
+                                       int64_t k0, int64_t len, float* panel) {
+#pragma GCC unroll 4
+  for (int i = 0; i < kPanelRows; ++i) {
+    const typename Load<F>::T* row = w[i] + k0;
+    float* dst = panel + i * len;
+    const int64_t full = std::clamp<int64_t>((cols - k0) / kBlock * kBlock, 0, len);
+    int64_t k = 0;
+    for (; k < full; k += kBlock) {
+      __m512 a, b;
+      Load<F>::Full(row + k, &a, &b);
+      _mm_prefetch(reinterpret_cast<const char*>(row + k + kPanelPrefetchRows * cols), _MM_HINT_T0);
+      _mm512_store_ps(dst + k, a);
+      _mm512_store_ps(dst + k + 16, b);
+    }
+    for (; k < len; k += kBlock) {
+      __m512 a = _mm512_setzero_ps(), b = a;
+      const int64_t n = cols - k0 - k;
+      if (n > 0) Load<F>::Part(row + k, static_cast<int>(n), &a, &b);
+      _mm512_store_ps(dst + k, a);
+      _mm512_store_ps(dst + k + 16, b);
+    }
+  }
+}
+
+// sums[j * kPanelRows + i] = dot(panel[i][0:len], x[j][0:len]) for MX activation rows.
+template <int MX>
+GZ_TARGET_AVX512 inline void PanelTile(const float* panel, int64_t len, const float* const* x,
+                                       float* sums) {
+  constexpr int NW = kPanelRows;
+  __m512 acc[MX][NW];
+#pragma GCC unroll 8
+  for (int j = 0; j < MX; ++j) {
+#pragma GCC unroll 8
+    for (int i = 0; i < NW; ++i) acc[j][i] = _mm512_setzero_ps();
+  }
+  for (int64_t k = 0; k < len; k += 16) {
+    __m512 w[NW];
+#pragma GCC unroll 8
+    for (int i = 0; i < NW; ++i) w[i] = _mm512_load_ps(panel + i * len + k);
+#pragma GCC unroll 8
+    for (int j = 0; j < MX; ++j) {
+      const __m512 xv = _mm512_loadu_ps(x[j] + k);
+#pragma GCC unroll 8
+      for (int i = 0; i < NW; ++i) acc[j][i] = _mm512_fmadd_ps(w[i], xv, acc[j][i]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < MX; ++j) {
+    _mm_storeu_ps(sums + j * NW, Reduce4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
+  }
+}
+
+// out[m:m+MX, n:n+valid_n] (+)= the tile's sums: the first panel of a row writes (with the bias),
+// later ones add.
+template <int MX>
+GZ_TARGET_AVX512 inline void PanelRows(const MatmulSlice& s, const float* panel, int64_t k0,
+                                       int64_t len, int64_t m, int64_t n, int valid_n) {
+  static_assert(kPanelRows == 4);
+  const float* xr[MX];
+  for (int j = 0; j < MX; ++j) xr[j] = s.x + (m + j) * s.x_stride + k0;
+  alignas(64) float sums[MX * kPanelRows];
+  PanelTile<MX>(panel, len, xr, sums);
+  const int64_t n_out = s.w->rows;
+  for (int j = 0; j < MX; ++j) {
+    float* out = s.out + (m + j) * n_out + n;
+    const float* t = sums + j * kPanelRows;
+    if (k0 > 0) {
+      for (int i = 0; i < valid_n; ++i) out[i] += t[i];
+    } else if (s.bias) {
+      for (int i = 0; i < valid_n; ++i) out[i] = t[i] + s.bias[n + i];
+    } else {
+      for (int i = 0; i < valid_n; ++i) out[i] = t[i];
+    }
+  }
+}
+
+template <Format F>
+GZ_TARGET_AVX512 void SlicePanels(const MatmulSlice& s, int64_t n0, int64_t n1) {
+  using T = typename Load<F>::T;
+  const T* w = static_cast<const T*>(s.w->data);  // [n, cols]
+  const int64_t cols = s.w->cols;
+  alignas(64) float panel[kPanelRows * kPanelCols];  // [kPanelRows, len]
+  // Rows of x per pass over the weights: their activations stay in L2.
+  const int64_t pass = std::max<int64_t>(
+      kPanelTileRows,
+      kActivationBytes / (s.x_stride * 4) / kPanelTileRows * kPanelTileRows);
+  for (int64_t m0 = 0; m0 < s.rows; m0 += pass) {
+    const int64_t m1 = std::min(s.rows, m0 + pass);
+    for (int64_t n = n0; n < n1; n += kPanelRows) {
+      // Past n1, repeat its last row (the sums are dropped).
+      const T* wr[kPanelRows];
+      for (int i = 0; i < kPanelRows; ++i) wr[i] = w + std::min(n + i, n1 - 1) * cols;
+      const int valid_n = static_cast<int>(std::min<int64_t>(kPanelRows, n1 - n));
+      for (int64_t k0 = 0; k0 < s.x_stride; k0 += kPanelCols) {
+        const int64_t len = std::min(kPanelCols, s.x_stride - k0);
+        FillPanel<F>(wr, cols, k0, len, panel);
+        int64_t m = m0;
+        for (; m + kPanelTileRows <= m1; m += kPanelTileRows) {
+          PanelRows<kPanelTileRows>(s, panel, k0, len, m, n, valid_n);
+        }
+        switch (m1 - m) {
+          case 5:
+            PanelRows<5>(s, panel, k0, len, m, n, valid_n);
+            break;
+          case 4:
+            PanelRows<4>(s, panel, k0, len, m, n, valid_n);
+            break;
+          case 3:
+            PanelRows<3>(s, panel, k0, len, m, n, valid_n);
+            break;
+          case 2:
+            PanelRows<2>(s, panel, k0, len, m, n, valid_n);
+            break;
+          case 1:
+            PanelRows<1>(s, panel, k0, len, m, n, valid_n);
+            break;
+          default:
+            break;
+        }
+      }
+    }
+  }
+}
+
+// Decode (one row) streams the weights with 8 rows in flight; two to four rows share each
+// weight load among them (the weights still come from memory once per call, so they are
+// prefetched); more rows go through the float32 panels.
 template <Format F>
 GZ_TARGET_AVX512 void Slice(const MatmulSlice& s, int64_t n0, int64_t n1) {
   if (s.rows == 1) return SliceTiles<F, 8, 1, true>(s, n0, n1);
   if (s.rows == 2) return SliceTiles<F, 4, 2, true>(s, n0, n1);
   if (s.rows <= 4) return SliceTiles<F, 4, 4, true>(s, n0, n1);
-  return SliceTiles<F, 4, 4>(s, n0, n1);
+  return SlicePanels<F>(s, n0, n1);
 }
 
 GZ_TARGET_AVX512 void Prepare(Format format, const float* x, int64_t rows, int64_t cols,

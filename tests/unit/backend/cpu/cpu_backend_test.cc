@@ -147,6 +147,48 @@ TEST_F(CpuBackendTest, MatmulManyRowsAndOutputs) {
   }
 }
 
+// Every row count from 1 to 70 (one-row decode, the small-row tiles, the float32 panels with
+// every remainder of their row tile, several activation passes), with rows longer than one
+// panel (2100 inputs) and an output count that is not a multiple of the panel.
+TEST_F(CpuBackendTest, MatmulEveryRowCount) {
+  for (const Config& c : Configs()) {
+    if (c.isa == CpuIsa::kScalar || c.threads == 3) continue;
+    ThreadPool pool(c.threads);
+    CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
+    for (Format format : {Format::kF32, Format::kF16, Format::kBf16}) {
+      for (int64_t cols : {45, 2100}) {
+        const int64_t n = cols == 45 ? 23 : 13;
+        TestWeight w(format, n, cols, rng_);
+        std::vector<float> bias = Random(n);
+        for (int64_t rows = 1; rows <= 70; ++rows) {
+          std::vector<float> x = Random(rows * cols + 1);
+          std::vector<float> got = Poison(rows * n), want = Poison(rows * n);
+          MatmulParams p;
+          p.x = x.data() + 1;
+          p.rows = rows;
+          p.w[0] = &w.w;
+          p.out[0] = got.data();
+          p.bias[0] = rows % 2 ? bias.data() : nullptr;
+          backend.Matmul(p);
+          p.out[0] = want.data();
+          ReferenceMatmul(p);
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t j = 0; j < n; ++j) {
+              double scale = 0.0;
+              for (int64_t k = 0; k < cols; ++k) {
+                scale += std::abs(p.x[r * cols + k] * ReferenceWeightAt(w.w, j, k));
+              }
+              ASSERT_NEAR(got[r * n + j], want[r * n + j], 1e-5 * scale + 1e-7)
+                  << Name(c) << " " << FormatName(format) << " rows " << rows << " cols " << cols
+                  << " at [" << r << ", " << j << "]";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // With bf16_activations, bf16 weights multiply activations rounded to bf16: the result must
 // match the reference over the rounded activations; other formats in the same call stay exact.
 TEST_F(CpuBackendTest, MatmulBf16ActivationsMatchRoundedReference) {
