@@ -154,7 +154,9 @@ class CudaBackend : public Backend {
   void Matmul(const MatmulParams& p) override {
     if (p.rows == 0) return;
     if (cuda::HasQuantized(p)) {
-      MatmulParams plain = cuda::LaunchQuantMatmul(p, options_.exact, &quant_scratch_, stream_);
+      MatmulParams plain = QuantGemmFits(p)
+                               ? QuantGemm(p)
+                               : cuda::LaunchQuantMatmul(p, options_.exact, &quant_scratch_, stream_);
       if (plain.outputs > 0) Matmul(plain);
       return;
     }
@@ -237,6 +239,43 @@ class CudaBackend : public Backend {
                                    stream_));
   }
 
+  // Many rows of quantized weights in fast mode: each weight dequantized to bf16 scratch and the
+  // activations rotated to bf16, then cuBLASLt (weights read once more, a small share of the
+  // products' time at this many rows).
+  bool QuantGemmFits(const MatmulParams& p) const {
+    if (options_.exact || p.rows < cuda::kQuantGemmRows) return false;
+    for (int i = 0; i < p.outputs; ++i) {
+      const Weight& w = *p.w[i];
+      if (quant::IsQuantized(w.format) && w.rows * w.cols > cuda::kQuantGemmMaxElements)
+        return false;
+    }
+    return true;
+  }
+  // Runs the quantized outputs of p; returns the plain ones left.
+  MatmulParams QuantGemm(const MatmulParams& p) {
+    MatmulParams plain = p;
+    plain.outputs = 0;
+    for (int i = 0; i < p.outputs; ++i) {
+      const Weight& w = *p.w[i];
+      if (!quant::IsQuantized(w.format)) {
+        plain.w[plain.outputs] = p.w[i];
+        plain.out[plain.outputs] = p.out[i];
+        plain.bias[plain.outputs] = p.bias[i];
+        ++plain.outputs;
+        continue;
+      }
+      void* xb = quant_x_bf16_.Get(static_cast<size_t>(p.rows * w.cols) * 2);
+      cuda::LaunchRotateToBf16(p.x, p.rows, w, xb, stream_);
+      void* wb = quant_w_bf16_.Get(static_cast<size_t>(w.rows * w.cols) * 2);
+      cuda::LaunchDequantBf16(w, wb, stream_);
+      Weight view{Format::kBf16, w.rows, w.cols};
+      view.data = wb;
+      LtMatmul(xb, p.rows, view, p.out[i]);
+      if (p.bias[i]) cuda::LaunchAddBias(p.out[i], p.rows, w.rows, p.bias[i], stream_);
+    }
+    return plain;
+  }
+
   LtPlan& Plan(int64_t rows, int64_t n, int64_t cols) {
     auto key = std::make_tuple(rows, n, cols);
     auto it = plans_.find(key);
@@ -292,6 +331,8 @@ class CudaBackend : public Backend {
   cuda::Scratch x_bf16_;             // [rows, cols] bf16 activations of a fast-mode matmul
   cuda::Scratch attention_scratch_;  // the decode kernel's split parts
   cuda::QuantScratch quant_scratch_;  // activations of quantized matmuls
+  cuda::Scratch quant_x_bf16_;        // [rows, cols] rotated bf16 activations (QuantGemm)
+  cuda::Scratch quant_w_bf16_;        // [n, cols] a quantized weight as bf16 (QuantGemm)
 };
 
 }  // namespace

@@ -91,6 +91,14 @@ struct QuantScratch {
 // on the tensor cores) and returns the params of the plain outputs left to run (outputs 0: none).
 MatmulParams LaunchQuantMatmul(const MatmulParams& p, bool exact, QuantScratch* scratch,
                                cudaStream_t stream);
+// The many-row path (fast mode, at least kQuantGemmRows rows, weights of at most
+// kQuantGemmMaxElements values): W dequantized to bf16 [w.rows, w.cols] and x rotated like W's
+// inputs into bf16 [rows, w.cols], for cuBLASLt.
+inline constexpr int64_t kQuantGemmRows = 256;
+inline constexpr int64_t kQuantGemmMaxElements = int64_t{64} << 20;
+void LaunchDequantBf16(const Weight& w, void* out, cudaStream_t stream);
+void LaunchRotateToBf16(const float* x, int64_t rows, const Weight& w, void* out,
+                        cudaStream_t stream);
 
 // Paged grouped-query attention: the decode kernel (rows that are alone in their sequence,
 // keys split across blocks) and the tile kernel (runs of rows of one sequence).

@@ -17,6 +17,7 @@
 // 16-byte loads (512 contiguous bytes per load instruction) and finds its fragment in registers.
 // Exact mode runs a float32 kernel over the same layout (float32 activations, values mul * c + add
 // in float32), as the reference does.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstring>
@@ -514,14 +515,16 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
 // (quant/hadamard.h: the signs, then the normalized Walsh-Hadamard transform; lane l holds inputs
 // 4l..4l+3) when `rotate`, then either
 //   xr != null (exact): written as float32 to xr [rows, cols], or
+//   xb != null (many rows, through cuBLASLt): written as bf16 to xb [rows, cols], or
 //   rounded to float16 into xh in the mma B-fragment order, with the group sums of the rounded
 //   values in xsum; rows up to row_tiles * 8 and groups up to groups_pad are zero-filled.
 __global__ void __launch_bounds__(128)
     PrepareActivationsKernel(const float* __restrict__ x,  // [rows, cols]
                              int64_t rows, int64_t cols, bool rotate, uint64_t seed,
-                             float* __restrict__ xr,    // [rows, cols] or null
-                             __half* __restrict__ xh,   // [row_tiles, groups_pad * 4, 32, 8]
-                             float* __restrict__ xsum,  // [row_tiles * 8, groups_pad]
+                             float* __restrict__ xr,          // [rows, cols] or null
+                             __nv_bfloat16* __restrict__ xb,  // [rows, cols] or null
+                             __half* __restrict__ xh,         // [row_tiles, groups_pad * 4, 32, 8]
+                             float* __restrict__ xsum,        // [row_tiles * 8, groups_pad]
                              int64_t row_tiles, int64_t groups_pad) {
   const int lane = threadIdx.x % 32;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
@@ -540,6 +543,14 @@ __global__ void __launch_bounds__(128)
     }
     return;
   }
+  if (xb) {
+    if (valid) {
+      auto* dst = reinterpret_cast<__nv_bfloat162*>(xb + r * cols + g * quant::kGroup + 4 * lane);
+      dst[0] = __floats2bfloat162_rn(v[0], v[1]);
+      dst[1] = __floats2bfloat162_rn(v[2], v[3]);
+    }
+    return;
+  }
   float sum = 0.0f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -554,6 +565,48 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
   for (int m = 16; m > 0; m >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
   if (lane == 0) xsum[r * groups_pad + g] = sum;
+}
+
+// W as bf16 [n, cols] (in the stored, rotated basis): value mul * c + add of each code, for
+// the many-row path through cuBLASLt. One warp per (output tile, step), each lane writing the
+// values of its own fragment pairs.
+template <Format F>
+__global__ void __launch_bounds__(256)
+    DequantBf16Kernel(const uint4* __restrict__ codes, const float2* __restrict__ affine, int64_t n,
+                      int64_t cols, __nv_bfloat16* __restrict__ out) {
+  using Q = QuantTraits<F>;
+  const int lane = threadIdx.x % 32, g8 = lane >> 2, q4 = lane & 3;
+  const int64_t groups = cols / quant::kGroup, groups_pad = PaddedGroups(cols);
+  const int64_t rows_pad = PaddedRows(n), steps = groups_pad / Q::kGroupsPerStep;
+  const int64_t unit = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32;
+  if (unit >= rows_pad / 16 * steps) return;
+  const int64_t tile = unit / steps, st = unit % steps;
+  uint4 raw[Q::kLoads];
+#pragma unroll
+  for (int i = 0; i < Q::kLoads; ++i)
+    raw[i] = LoadStreaming(codes + ((tile * steps + st) * Q::kLoads + i) * 32 + lane);
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(raw);
+#pragma unroll
+  for (int gs = 0; gs < Q::kGroupsPerStep; ++gs) {
+    const int64_t g = st * Q::kGroupsPerStep + gs;
+    if (g >= groups) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t j = tile * 16 + g8 + 8 * h;
+      if (j >= n) continue;
+      const float2 af = affine[g * rows_pad + j];
+#pragma unroll
+      for (int s = 0; s < 8; ++s) {
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi) {
+          const float2 c = __half22float2(CodePairAt<F>(words, (gs * 8 + s) * 4 + h + 2 * hi));
+          const int64_t k = g * quant::kGroup + 16 * s + 2 * q4 + 8 * hi;
+          *reinterpret_cast<__nv_bfloat162*>(out + j * cols + k) =
+              __floats2bfloat162_rn(af.x * c.x + af.y, af.x * c.y + af.y);
+        }
+      }
+    }
+  }
 }
 
 // ---- Host side ----
@@ -709,6 +762,44 @@ Weight QuantDeviceWeight(const Weight& host, void* device) {
   return w;
 }
 
+void LaunchRotateToBf16(const float* x, int64_t rows, const Weight& w, void* out,
+                        cudaStream_t stream) {
+  const int64_t groups = w.cols / quant::kGroup, items = rows * groups;
+  if (items == 0) return;
+  PrepareActivationsKernel<<<static_cast<unsigned>((items + 3) / 4), 128, 0, stream>>>(
+      x, rows, w.cols, w.rotated, w.rotation_seed, nullptr, static_cast<__nv_bfloat16*>(out),
+      nullptr, nullptr, (rows + 7) / 8, groups);
+  GZ_CUDA_LAUNCHED();
+}
+
+void LaunchDequantBf16(const Weight& w, void* out, cudaStream_t stream) {
+  const int64_t steps = PaddedGroups(w.cols) / (w.format == Format::kQ1 ? 2 : 1);
+  const int64_t units = PaddedRows(w.rows) / 16 * steps;
+  const unsigned blocks = static_cast<unsigned>((units + 7) / 8);
+  const auto* codes = static_cast<const uint4*>(w.data);
+  const auto* affine = static_cast<const float2*>(w.scales);
+  auto* dst = static_cast<__nv_bfloat16*>(out);
+  switch (w.format) {
+    case Format::kQ8:
+      DequantBf16Kernel<Format::kQ8>
+          <<<blocks, 256, 0, stream>>>(codes, affine, w.rows, w.cols, dst);
+      break;
+    case Format::kQ4:
+      DequantBf16Kernel<Format::kQ4>
+          <<<blocks, 256, 0, stream>>>(codes, affine, w.rows, w.cols, dst);
+      break;
+    case Format::kQ2:
+      DequantBf16Kernel<Format::kQ2>
+          <<<blocks, 256, 0, stream>>>(codes, affine, w.rows, w.cols, dst);
+      break;
+    default:
+      DequantBf16Kernel<Format::kQ1>
+          <<<blocks, 256, 0, stream>>>(codes, affine, w.rows, w.cols, dst);
+      break;
+  }
+  GZ_CUDA_LAUNCHED();
+}
+
 MatmulParams LaunchQuantMatmul(const MatmulParams& p, bool exact, QuantScratch* scratch,
                                cudaStream_t stream) {
   MatmulParams plain;
@@ -773,7 +864,7 @@ MatmulParams LaunchQuantMatmul(const MatmulParams& p, bool exact, QuantScratch* 
           // Items are (row, group) of the real rows: row_tiles 1 / groups_pad of a group count.
           const int64_t items = p.rows * (cols / quant::kGroup);
           PrepareActivationsKernel<<<static_cast<unsigned>((items + 3) / 4), 128, 0, stream>>>(
-              p.x, p.rows, cols, true, wi.rotation_seed, rotated, nullptr, nullptr,
+              p.x, p.rows, cols, true, wi.rotation_seed, rotated, nullptr, nullptr, nullptr,
               (p.rows + 7) / 8, cols / quant::kGroup);
           GZ_CUDA_LAUNCHED();
           xr = rotated;
@@ -785,7 +876,7 @@ MatmulParams LaunchQuantMatmul(const MatmulParams& p, bool exact, QuantScratch* 
             static_cast<float*>(scratch->xsum.Get(row_tiles * 8 * groups_pad * sizeof(float)));
         const int64_t items = row_tiles * 8 * groups_pad;
         PrepareActivationsKernel<<<static_cast<unsigned>((items + 3) / 4), 128, 0, stream>>>(
-            p.x, p.rows, cols, wi.rotated, wi.rotation_seed, nullptr, xh, xsum, row_tiles,
+            p.x, p.rows, cols, wi.rotated, wi.rotation_seed, nullptr, nullptr, xh, xsum, row_tiles,
             groups_pad);
         GZ_CUDA_LAUNCHED();
         act.xh = reinterpret_cast<const uint4*>(xh);

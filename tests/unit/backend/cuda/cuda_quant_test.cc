@@ -1,7 +1,8 @@
 // Quantized matmuls of the CUDA backend (q8, q4 with and without zeros, q2, q1; rotated and not)
 // against the reference dequantize-then-matmul (quant::ReferenceMatmul, double precision) on
-// fresh random data: row counts around the kernel's tiles of 8 and 64 activation rows, outputs
-// that are not multiples of the 16-output tile, odd group counts, outputs poisoned before the run.
+// fresh random data: row counts around the kernel's tiles of 8 and 64 activation rows and past
+// kQuantGemmRows (the cuBLASLt path), outputs that are not multiples of the 16-output tile, odd
+// group counts, outputs poisoned before the run.
 #include <string>
 #include <tuple>
 
@@ -107,7 +108,8 @@ TEST(CudaQuantTest, EveryFormatAndRowCountFastMode) {
   auto backend = MakeBackend(/*exact=*/false);
   std::mt19937 rng(11);
   for (const QuantCase& qc : kCases) {
-    for (int64_t rows : {1, 3, 8, 17, 64, 200}) {
+    // 300: from kQuantGemmRows on, dequantized to bf16 for cuBLASLt.
+    for (int64_t rows : {1, 3, 8, 17, 64, 200, 300}) {
       // 3 groups (odd: q1 reads groups in pairs), 3 outputs of 37, 44, 51.
       CheckQuantMatmul(backend.get(), rng, qc, rows, 37, 384, 3, /*bias=*/true, false, 1e-2);
       // 9 groups, one output of 100.
@@ -152,7 +154,7 @@ TEST(CudaQuantTest, MixedQuantizedAndPlainOutputs) {
   std::mt19937 rng(14);
   for (bool exact : {false, true}) {
     auto backend = MakeBackend(exact);
-    for (int64_t rows : {1, 9, 70}) {
+    for (int64_t rows : {1, 9, 70, 260}) {
       CheckQuantMatmul(backend.get(), rng, {Format::kQ4, true, true}, rows, 40, 256, 2, true,
                        /*plain=*/true, 1e-2);
     }
