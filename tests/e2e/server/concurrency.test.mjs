@@ -1,5 +1,5 @@
-// 64 concurrent streamed requests all complete, each with the text the same greedy request gets
-// alone.
+// 64 and 256 concurrent streamed requests (16 slots) all complete, each with the text the same
+// greedy request gets alone.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -59,4 +59,37 @@ test('64 concurrent streams give the text of each request alone', async () => {
   const ok = /gizllm_requests_total\{endpoint="\/v1\/chat\/completions",status="200"\} (\d+)/
     .exec(metrics);
   assert.equal(Number(ok[1]), 64 + prompts.length);
+});
+
+test('256 concurrent streams, 16 times the slots, wait their turn and all complete', async () => {
+  const before = await (await fetch(`${server.url}/metrics`)).text();
+  const count = (text) => Number(
+    /gizllm_requests_total\{endpoint="\/v1\/chat\/completions",status="200"\} (\d+)/
+      .exec(text)?.[1] ?? 0);
+  const alone = [];
+  for (let i = 0; i < prompts.length; i++) alone.push(await streamed(prompts[i], 4 + (i % 3)));
+  const jobs = [];
+  for (let j = 0; j < 256; j++) {
+    const i = j % prompts.length;
+    jobs.push(streamed(prompts[i], 4 + (i % 3)).then((r) => ({ i, r })));
+  }
+  const results = await Promise.all(jobs);
+  assert.equal(results.length, 256);
+  for (const { i, r } of results) {
+    assert.equal(r.text, alone[i].text, `prompt ${i}`);
+    assert.equal(r.finish, alone[i].finish, `prompt ${i}`);
+  }
+  // Every stream counted once, nothing waits or runs once they have ended (the figures follow
+  // the last bytes of a stream within a moment).
+  const expected = count(before) + 256 + prompts.length;
+  const settled = (m) => count(m) === expected && /^gizllm_queue_length 0$/m.test(m) &&
+    /^gizllm_requests_running 0$/m.test(m);
+  let metrics = await (await fetch(`${server.url}/metrics`)).text();
+  for (let tries = 0; tries < 50 && !settled(metrics); tries++) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    metrics = await (await fetch(`${server.url}/metrics`)).text();
+  }
+  assert.equal(count(metrics), expected);
+  assert.match(metrics, /^gizllm_queue_length 0$/m);
+  assert.match(metrics, /^gizllm_requests_running 0$/m);
 });
