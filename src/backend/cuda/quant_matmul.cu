@@ -153,7 +153,7 @@ constexpr int kQuantWarps = 8;  // warps of a block; they split the inputs of on
 // of group g. A block computes outputs [16 tile, 16 tile + 16) for activation rows
 // [8 kTiles blockIdx.y, ...): each warp a contiguous range of steps, partial sums added in
 // shared memory. kTiles: tiles of 8 activation rows per block.
-template <Format F, int kTiles>
+template <Format F, int kTiles, bool kSplitM>
 __global__ void __launch_bounds__(kQuantWarps * 32)
     QuantMmaKernel(QuantSet set,
                    const uint4* __restrict__ xh,    // [row tiles, k-steps / 2, 32 lanes] halves
@@ -166,16 +166,23 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
   constexpr int kStepsInFlight = kLoadsWanted / Q::kLoads < 1   ? 1
                                  : kLoadsWanted / Q::kLoads > 4 ? 4
                                                                 : kLoadsWanted / Q::kLoads;
-  __shared__ float parts[kQuantWarps][kTiles * 4][32];
+  __shared__ float parts[kSplitM ? 1 : kQuantWarps][kTiles * 4][32];
   const QuantPick pick = Pick(set);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g8 = lane >> 2, q4 = lane & 3;
   const int64_t tile0 = static_cast<int64_t>(blockIdx.y) * kTiles;
   const int64_t rows_pad = PaddedRows(pick.n);
   const int64_t steps = groups_pad / Q::kGroupsPerStep;
-  const int64_t s0 = steps * warp / kQuantWarps, s1 = steps * (warp + 1) / kQuantWarps;
+  // kSplitM: the warps of a block take 8 output tiles over the same inputs (range blockIdx.z of
+  // gridDim.z), so the activations they read are shared in L1, and add into out atomically.
+  // Otherwise they split the inputs of one output tile and add in shared memory.
+  const int64_t mtile = kSplitM ? pick.tile * kQuantWarps + warp : pick.tile;
+  if (kSplitM && mtile >= rows_pad / 16) return;
+  const int64_t split = kSplitM ? blockIdx.z : warp;
+  const int64_t splits = kSplitM ? gridDim.z : kQuantWarps;
+  const int64_t s0 = steps * split / splits, s1 = steps * (split + 1) / splits;
   const int64_t half_steps = groups_pad * 4;  // k-steps / 2 per row tile
-  const uint4* wp = pick.codes + pick.tile * steps * Q::kLoads * 32 + lane;
+  const uint4* wp = pick.codes + mtile * steps * Q::kLoads * 32 + lane;
 
   float total[kTiles][4];
 #pragma unroll
@@ -206,8 +213,8 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
 #pragma unroll
           for (int c = 0; c < 4; ++c) acc[t][c] = 0.0f;
         // The group's scales and activation sums first, so their loads overlap the products.
-        const float2 f0 = __ldg(pick.affine + g * rows_pad + pick.tile * 16 + g8);
-        const float2 f1 = __ldg(pick.affine + g * rows_pad + pick.tile * 16 + g8 + 8);
+        const float2 f0 = __ldg(pick.affine + g * rows_pad + mtile * 16 + g8);
+        const float2 f1 = __ldg(pick.affine + g * rows_pad + mtile * 16 + g8 + 8);
         float xs[kTiles][2];
 #pragma unroll
         for (int t = 0; t < kTiles; ++t) {
@@ -259,10 +266,25 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
       }
     }
   }
+  if constexpr (kSplitM) {
 #pragma unroll
-  for (int t = 0; t < kTiles; ++t)
+    for (int t = 0; t < kTiles; ++t) {
 #pragma unroll
-    for (int c = 0; c < 4; ++c) parts[warp][t * 4 + c][lane] = total[t][c];
+      for (int c = 0; c < 4; ++c) {
+        const int64_t j = mtile * 16 + g8 + (c >= 2 ? 8 : 0);
+        const int64_t r = (tile0 + t) * 8 + 2 * q4 + (c & 1);
+        if (j >= pick.n || r >= rows) continue;
+        const float b = pick.bias && blockIdx.z == 0 ? pick.bias[j] : 0.0f;
+        atomicAdd(pick.out + r * pick.n + j, total[t][c] + b);
+      }
+    }
+    return;
+  } else {
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) parts[warp][t * 4 + c][lane] = total[t][c];
+  }
   __syncthreads();
   for (int i = threadIdx.x; i < kTiles * 4 * 32; i += blockDim.x) {
     const int t = i / 128, c = (i / 32) % 4, ln = i % 32;
@@ -657,10 +679,37 @@ struct QuantScratchView {
 };
 
 // decode: one row, activations prepared inside the kernel (x rotated when `rotate`).
+// Multiprocessors of the current device, read once.
+int SmCount() {
+  static const int count = [] {
+    int device = 0, sms = 0;
+    GZ_CUDA_CHECK(cudaGetDevice(&device));
+    GZ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return sms;
+  }();
+  return count;
+}
+
+// The set with blocks of 8 output tiles (QuantMmaKernel<F, *, true>); *blocks gets their count.
+QuantSet SplitSet(const QuantSet& set, unsigned* blocks) {
+  QuantSet split = set;
+  unsigned total = 0;
+  for (int i = 0; i < set.count; ++i) {
+    split.first_block[i] = total;
+    const int64_t tiles = PaddedRows(set.n[i]) / 16;
+    total += static_cast<unsigned>((tiles + kQuantWarps - 1) / kQuantWarps);
+  }
+  split.first_block[set.count] = total;
+  *blocks = total;
+  return split;
+}
+
 template <Format F>
 void LaunchSet(const QuantSet& set, unsigned blocks, bool exact, bool decode, const float* x,
                int64_t rows, int64_t cols, bool rotate, uint64_t seed, int64_t row_tiles,
                const QuantScratchView& act, cudaStream_t stream) {
+  unsigned split_blocks = 0;
+  const QuantSet split_set = SplitSet(set, &split_blocks);
   if (decode) {
     QuantDecodeKernel<F><<<blocks, kQuantWarps * 32, 0, stream>>>(set, x, cols, rotate, seed);
     GZ_CUDA_LAUNCHED();
@@ -683,14 +732,32 @@ void LaunchSet(const QuantSet& set, unsigned blocks, bool exact, bool decode, co
                                                   groups_pad);
     GZ_CUDA_LAUNCHED();
   };
-  if (row_tiles == 1)
-    launch(QuantMmaKernel<F, 1>, 1);
-  else if (row_tiles == 2)
-    launch(QuantMmaKernel<F, 2>, 2);
-  else if (row_tiles <= 4)
-    launch(QuantMmaKernel<F, 4>, 4);
-  else
-    launch(QuantMmaKernel<F, 8>, 8);
+  if (row_tiles == 1) {
+    launch(QuantMmaKernel<F, 1, false>, 1);
+  } else if (row_tiles == 2) {
+    launch(QuantMmaKernel<F, 2, false>, 2);
+  } else {
+    // Many rows: 8 output tiles per block over a share of the inputs, so that the activations
+    // come from L1 for 8 tiles; outputs zeroed first and summed atomically. Enough input shares
+    // for about two blocks per multiprocessor.
+    const int tiles = row_tiles <= 4 ? 4 : 8;
+    const int64_t steps = groups_pad / QuantTraits<F>::kGroupsPerStep;
+    const int64_t row_blocks = (row_tiles + tiles - 1) / tiles;
+    int64_t splits = (2 * SmCount() + static_cast<int64_t>(split_blocks) * row_blocks - 1) /
+                     (static_cast<int64_t>(split_blocks) * row_blocks);
+    splits = splits < 1 ? 1 : splits > steps ? steps : splits;
+    for (int i = 0; i < set.count; ++i)
+      GZ_CUDA_CHECK(cudaMemsetAsync(set.out[i], 0, rows * set.n[i] * sizeof(float), stream));
+    dim3 grid(split_blocks, static_cast<unsigned>(row_blocks), static_cast<unsigned>(splits));
+    if (tiles == 4) {
+      QuantMmaKernel<F, 4, true><<<grid, kQuantWarps * 32, 0, stream>>>(
+          split_set, act.xh, act.xsum, rows, row_tiles, groups_pad);
+    } else {
+      QuantMmaKernel<F, 8, true><<<grid, kQuantWarps * 32, 0, stream>>>(
+          split_set, act.xh, act.xsum, rows, row_tiles, groups_pad);
+    }
+    GZ_CUDA_LAUNCHED();
+  }
 }
 
 }  // namespace
