@@ -197,6 +197,9 @@ Status ConvertOptions::Check() const {
     }
   }
   if (calibrate) {
+    if (!calibration.file.empty() && !fs::exists(calibration.file)) {
+      return NotFound("convert: calibration file " + calibration.file + " does not exist");
+    }
     GZ_RETURN_IF_ERROR(calibration.Check());
     GZ_RETURN_IF_ERROR(gptq.Check());
   }
