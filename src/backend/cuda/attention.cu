@@ -77,6 +77,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   extern __shared__ float shared[];
   float* s_acc = shared;                         // [kKeysAtOnce, GB, HD]
   float* s_ml = shared + kKeysAtOnce * GB * HD;  // [kKeysAtOnce, GB, 2]
+  AllowDependentLaunch();  // the GEMV after it may start loading its weights
   int64_t r = blockIdx.x;
   if (!Alone(p, r)) return;
   int kv_head = blockIdx.y / head_chunks;
@@ -190,6 +191,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
 // One block of head_dim threads per (row, head): out = sum of the splits' parts, rescaled.
 __global__ void CombineKernel(AttentionParams p, int splits, const float* part_acc,
                               const float* part_ml) {
+  AllowDependentLaunch();  // the GEMV after it may start loading its weights
   int64_t r = blockIdx.x / p.heads;
   if (!Alone(p, r)) return;
   int64_t rh = blockIdx.x;

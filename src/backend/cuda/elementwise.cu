@@ -43,6 +43,7 @@ __global__ void RmsNormKernel(float* out,           // [rows, dim]
                               float* residual,      // [rows, dim] or null
                               const float* weight,  // [dim]
                               int64_t dim, float eps, float offset) {
+  AllowDependentLaunch();  // the GEMV after it may start loading its weights
   __shared__ float shared[32];
   int64_t r = blockIdx.x;
   const float* xr = x + r * dim;
@@ -111,6 +112,7 @@ __global__ void KvWriteKernel(KvWriteParams p) {
 }
 
 __global__ void SwiGluKernel(float* out, const float* gate, const float* up, int64_t n) {
+  AllowDependentLaunch();  // the GEMV after it may start loading its weights
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float g = gate[i];
@@ -123,6 +125,7 @@ __global__ void AddKernel(float* out, const float* x, int64_t n) {
 }
 
 __global__ void GatherRowsKernel(float* out, const float* x, const int32_t* index, int64_t dim) {
+  AllowDependentLaunch();  // the GEMV after it may start loading its weights
   int64_t i = blockIdx.x;
   const float* src = x + static_cast<int64_t>(index[i]) * dim;
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) out[i * dim + j] = src[j];

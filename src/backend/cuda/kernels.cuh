@@ -27,6 +27,22 @@
 
 namespace gizllm::cuda {
 
+// Programmatic dependent launch (Hopper): a kernel launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization may start before the kernel ahead of it
+// ends, once every block of that one has called AllowDependentLaunch (or exited); it must call
+// WaitForPriorGrid before it reads anything the kernel ahead wrote, or writes anything that one
+// reads. No-ops before sm_90 and for kernels launched the plain way.
+__device__ __forceinline__ void AllowDependentLaunch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void WaitForPriorGrid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Scratch device memory that grows to the largest request and is then reused. A buffer it
 // outgrows stays allocated until the Scratch is destroyed: recorded steps (CUDA graphs) may
 // still use it, and it may be allocated while a step is being recorded (no free, no sync).

@@ -108,12 +108,22 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     if constexpr (kVec) {
       int64_t packs = cols / E;
       int64_t begin = packs * part / splits, end = packs * (part + 1) / splits;
-      for (int64_t c0 = begin + lane; c0 < end; c0 += 32 * kGemvUnroll) {
-        uint4 v[kGemvUnroll];
+      // The first weights are loaded before waiting for the kernel that writes x (programmatic
+      // dependent launch): the weights do not depend on it, so their latency overlaps its tail.
+      uint4 v[kGemvUnroll];
 #pragma unroll
-        for (int u = 0; u < kGemvUnroll; ++u) {
-          int64_t c = c0 + 32 * u;
-          if (c < end) v[u] = LoadStreaming(wj + c * E);
+      for (int u = 0; u < kGemvUnroll; ++u) {
+        int64_t c = begin + lane + 32 * u;
+        if (c < end) v[u] = LoadStreaming(wj + c * E);
+      }
+      WaitForPriorGrid();
+      for (int64_t c0 = begin + lane; c0 < end; c0 += 32 * kGemvUnroll) {
+        if (c0 != begin + lane) {
+#pragma unroll
+          for (int u = 0; u < kGemvUnroll; ++u) {
+            int64_t c = c0 + 32 * u;
+            if (c < end) v[u] = LoadStreaming(wj + c * E);
+          }
         }
 #pragma unroll
         for (int u = 0; u < kGemvUnroll; ++u) {
@@ -135,6 +145,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
         }
       }
     } else {
+      WaitForPriorGrid();
       int64_t begin = cols * part / splits, end = cols * (part + 1) / splits;
       for (int64_t c = begin + lane; c < end; c += 32) {
         float wf = ToFloat(wj[c]);
@@ -193,12 +204,23 @@ void GemvFor(const GemvJob& job, int sm_count, cudaStream_t stream) {
     blocks += static_cast<unsigned>((job.w[i]->rows + rows_per_block - 1) / rows_per_block);
   }
   set.first_block[job.count] = blocks;
+  // Launched as a programmatic dependent of the kernel before it (which may let it start early
+  // with launch_dependents); the kernel waits for that grid before it reads x.
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(kGemvWarps * 32);
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
   if (vec) {
-    GemvKernel<T, R, true>
-        <<<blocks, kGemvWarps * 32, 0, stream>>>(job.x, set, job.cols, rows_per_block);
+    GZ_CUDA_CHECK(cudaLaunchKernelEx(&config, GemvKernel<T, R, true>, job.x, set, job.cols,
+                                     rows_per_block));
   } else {
-    GemvKernel<T, R, false>
-        <<<blocks, kGemvWarps * 32, 0, stream>>>(job.x, set, job.cols, rows_per_block);
+    GZ_CUDA_CHECK(cudaLaunchKernelEx(&config, GemvKernel<T, R, false>, job.x, set, job.cols,
+                                     rows_per_block));
   }
   GZ_CUDA_LAUNCHED();
 }
