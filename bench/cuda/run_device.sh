@@ -4,7 +4,7 @@
 # build-cuda/bench/cuda/cuda_bench and build-cuda/tests/unit/backend/cuda/cuda_*_test
 # there and carry it). Every step has its own time limit, so one hang cannot eat the call.
 # Usage: bench/cuda/run_device.sh STEP... with STEP one of tests model sampling engine sanitize
-#        racecheck bench
+#        racecheck bench bits engine-bench
 #        bench-exact bench-cublas bench-gemv8 bench-nographs peer peer-compile
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$LD_LIBRARY_PATH
 export PYTHONUNBUFFERED=1
@@ -28,10 +28,23 @@ for what in "$@"; do
               "$OUT/engine.log" | head -30 ;;
     sanitize) timeout 240 compute-sanitizer --tool memcheck --leak-check no \
                 .device/cuda_backend_test --gtest_brief=1 > "$OUT/memcheck.log" 2>&1
-              echo "rc=$?"; tail -6 "$OUT/memcheck.log" ;;
-    racecheck) timeout 120 compute-sanitizer --tool racecheck .device/cuda_backend_test \
-                 --gtest_filter='CudaAttention*' --gtest_brief=1 > "$OUT/racecheck.log" 2>&1
-               echo "rc=$?"; tail -6 "$OUT/racecheck.log" ;;
+              echo "rc=$?"; tail -6 "$OUT/memcheck.log"
+              timeout 60 compute-sanitizer --tool memcheck --leak-check no \
+                .device/cuda_sampling_test --gtest_brief=1 > "$OUT/memcheck_sampling.log" 2>&1
+              echo "rc=$?"; tail -4 "$OUT/memcheck_sampling.log" ;;
+    bits) for b in 8/8 4/8; do
+            timeout 150 .device/cuda_bench --bits $b 2>&1 | tee "$OUT/bench_q${b%%/*}.log"
+          done ;;
+    engine-bench) for c in 1 16 64 256; do
+                    timeout 60 .device/gizllm bench --device cuda -n 256 -p 64 -o 128 -c $c \
+                      2>/dev/null | grep -E "requests|output|first|between"
+                  done 2>&1 | tee "$OUT/engine_bench.log" ;;
+    racecheck) timeout 200 compute-sanitizer --tool racecheck .device/cuda_backend_test \
+                 --gtest_filter='CudaAttention*:CudaQuant*' --gtest_brief=1 > "$OUT/racecheck.log" 2>&1
+               echo "rc=$?"; tail -6 "$OUT/racecheck.log"
+               timeout 60 compute-sanitizer --tool racecheck .device/cuda_sampling_test \
+                 --gtest_filter='*RowsAreIndependent*' > "$OUT/racecheck_sampling.log" 2>&1
+               echo "rc=$?"; tail -4 "$OUT/racecheck_sampling.log" ;;
     bench) timeout 180 .device/cuda_bench 2>&1 | tee "$OUT/bench.log" ;;
     bench-exact) timeout 120 .device/cuda_bench --exact --quick 2>&1 | tee "$OUT/bench_exact.log" ;;
     bench-cublas) timeout 120 .device/cuda_bench --gemv-max-rows 0 --quick 2>&1 |
