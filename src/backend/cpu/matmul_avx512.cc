@@ -214,11 +214,15 @@ GZ_TARGET_AVX512 inline void FillPanel(const typename Load<F>::T* const* w, int6
   }
 }
 
-// sums[j * kPanelRows + i] = dot(panel[i][0:len], x[j][0:len]) for MX activation rows.
+// out[m + j, n:n + valid_n] (+)= dot(panel[i][0:len], x row m + j from input k0) for MX
+// activation rows: the first panel of a row writes (with the bias), later ones add.
 template <int MX>
-GZ_TARGET_AVX512 inline void PanelTile(const float* panel, int64_t len, const float* const* x,
-                                       float* sums) {
+GZ_TARGET_AVX512 inline void PanelRows(const MatmulSlice& s, const float* panel, int64_t k0,
+                                       int64_t len, int64_t m, int64_t n, int valid_n) {
   constexpr int NW = kPanelRows;
+  static_assert(NW == 4);
+  const float* x[MX];
+  for (int j = 0; j < MX; ++j) x[j] = s.x + (m + j) * s.x_stride + k0;
   __m512 acc[MX][NW];
 #pragma GCC unroll 8
   for (int j = 0; j < MX; ++j) {
@@ -236,33 +240,16 @@ GZ_TARGET_AVX512 inline void PanelTile(const float* panel, int64_t len, const fl
       for (int i = 0; i < NW; ++i) acc[j][i] = _mm512_fmadd_ps(w[i], xv, acc[j][i]);
     }
   }
+  const int64_t n_out = s.w->rows;
+  const __mmask8 valid = static_cast<__mmask8>((1u << valid_n) - 1);
+  __m128 add = _mm_setzero_ps();
+  if (k0 == 0 && s.bias) add = _mm_maskz_loadu_ps(valid, s.bias + n);
 #pragma GCC unroll 8
   for (int j = 0; j < MX; ++j) {
-    _mm_storeu_ps(sums + j * NW, Reduce4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
-  }
-}
-
-// out[m:m+MX, n:n+valid_n] (+)= the tile's sums: the first panel of a row writes (with the bias),
-// later ones add.
-template <int MX>
-GZ_TARGET_AVX512 inline void PanelRows(const MatmulSlice& s, const float* panel, int64_t k0,
-                                       int64_t len, int64_t m, int64_t n, int valid_n) {
-  static_assert(kPanelRows == 4);
-  const float* xr[MX];
-  for (int j = 0; j < MX; ++j) xr[j] = s.x + (m + j) * s.x_stride + k0;
-  alignas(64) float sums[MX * kPanelRows];
-  PanelTile<MX>(panel, len, xr, sums);
-  const int64_t n_out = s.w->rows;
-  for (int j = 0; j < MX; ++j) {
     float* out = s.out + (m + j) * n_out + n;
-    const float* t = sums + j * kPanelRows;
-    if (k0 > 0) {
-      for (int i = 0; i < valid_n; ++i) out[i] += t[i];
-    } else if (s.bias) {
-      for (int i = 0; i < valid_n; ++i) out[i] = t[i] + s.bias[n + i];
-    } else {
-      for (int i = 0; i < valid_n; ++i) out[i] = t[i];
-    }
+    __m128 sum = _mm_add_ps(Reduce4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]),
+                            k0 > 0 ? _mm_maskz_loadu_ps(valid, out) : add);
+    _mm_mask_storeu_ps(out, valid, sum);
   }
 }
 
