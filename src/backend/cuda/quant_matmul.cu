@@ -326,22 +326,21 @@ __device__ __forceinline__ void RotateBlock(float* v, int lane, int64_t g, uint6
   for (int i = 0; i < 4; ++i) v[i] *= 0.08838834764831845f;  // 1 / sqrt(128)
 }
 
-// Output tiles of 16 per warp (and block) of the decode kernel: each rotated group serves both.
-constexpr int kDecodeTiles = 2;
-
 // Batch-1 decode: QuantMmaKernel for one activation row with the activations prepared in the
 // kernel (no separate launch): each warp reads the float32 inputs of its own groups, rotates
-// them in registers once for kDecodeTiles output tiles, and passes the float16 values through
+// them in registers once for kMT output tiles, and passes the float16 values through
 // shared memory into B fragments (row 0 of the 8; the other lanes give zeros). A block computes
 // outputs [32 b, 32 b + 32) where b is its index in the output's blocks. x: [1, cols].
-template <Format F>
+template <Format F, int kMT, int kDepth>
 __global__ void __launch_bounds__(kQuantWarps * 32)
     QuantDecodeKernel(QuantSet set, const float* __restrict__ x, int64_t cols, bool rotate,
                       uint64_t seed) {
   using Q = QuantTraits<F>;
-  constexpr int kMT = kDecodeTiles;
+  // kMT output tiles per warp share each rotated group; kDepth multiplies the steps whose loads
+  // are in flight together (for launches of at most one block per multiprocessor).
   constexpr int kPerStep = Q::kLoads * kMT;  // 16-byte loads per lane per step
-  constexpr int kStepsInFlight = 8 / kPerStep < 1 ? 1 : 8 / kPerStep > 4 ? 4 : 8 / kPerStep;
+  constexpr int kSteps = 8 / kPerStep < 1 ? 1 : 8 / kPerStep > 4 ? 4 : 8 / kPerStep;
+  constexpr int kStepsInFlight = kSteps * kDepth > 4 ? 4 : kSteps * kDepth;
   constexpr int kGroupsInFlight = kStepsInFlight * Q::kGroupsPerStep;
   __shared__ float parts[kQuantWarps][kMT * 2][8];
   __shared__ __align__(16) __half stage[kQuantWarps][quant::kGroup];
@@ -691,13 +690,13 @@ int SmCount() {
 }
 
 // The set with blocks of 8 output tiles (QuantMmaKernel<F, *, true>); *blocks gets their count.
-QuantSet SplitSet(const QuantSet& set, unsigned* blocks) {
+QuantSet SplitSet(const QuantSet& set, unsigned* blocks, int64_t tiles_per_block = kQuantWarps) {
   QuantSet split = set;
   unsigned total = 0;
   for (int i = 0; i < set.count; ++i) {
     split.first_block[i] = total;
     const int64_t tiles = PaddedRows(set.n[i]) / 16;
-    total += static_cast<unsigned>((tiles + kQuantWarps - 1) / kQuantWarps);
+    total += static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block);
   }
   split.first_block[set.count] = total;
   *blocks = total;
@@ -711,7 +710,22 @@ void LaunchSet(const QuantSet& set, unsigned blocks, bool exact, bool decode, co
   unsigned split_blocks = 0;
   const QuantSet split_set = SplitSet(set, &split_blocks);
   if (decode) {
-    QuantDecodeKernel<F><<<blocks, kQuantWarps * 32, 0, stream>>>(set, x, cols, rotate, seed);
+    // Four output tiles per warp where that still leaves two blocks per multiprocessor (fewer
+    // rotations per weight byte); else two, with twice the loads in flight where every block has
+    // a multiprocessor of its own.
+    unsigned blocks4 = 0, blocks2 = 0;
+    const QuantSet set4 = SplitSet(set, &blocks4, 4), set2 = SplitSet(set, &blocks2, 2);
+    const unsigned sms = static_cast<unsigned>(SmCount());
+    if (blocks4 >= 2 * sms) {
+      QuantDecodeKernel<F, 4, 1>
+          <<<blocks4, kQuantWarps * 32, 0, stream>>>(set4, x, cols, rotate, seed);
+    } else if (blocks2 <= sms) {
+      QuantDecodeKernel<F, 2, 2>
+          <<<blocks2, kQuantWarps * 32, 0, stream>>>(set2, x, cols, rotate, seed);
+    } else {
+      QuantDecodeKernel<F, 2, 1>
+          <<<blocks2, kQuantWarps * 32, 0, stream>>>(set2, x, cols, rotate, seed);
+    }
     GZ_CUDA_LAUNCHED();
     return;
   }
@@ -900,7 +914,6 @@ MatmulParams LaunchQuantMatmul(const MatmulParams& p, bool exact, QuantScratch* 
     };
     QuantSet set;
     unsigned blocks = 0;
-    const int64_t tiles_per_block = decode ? kDecodeTiles : 1;
     for (int j = i; j < p.outputs; ++j) {
       if (done[j] || !same(*p.w[j])) continue;
       done[j] = true;
@@ -910,8 +923,7 @@ MatmulParams LaunchQuantMatmul(const MatmulParams& p, bool exact, QuantScratch* 
       set.out[set.count] = p.out[j];
       set.n[set.count] = p.w[j]->rows;
       set.first_block[set.count] = blocks;
-      const int64_t tiles = PaddedRows(p.w[j]->rows) / 16;
-      blocks += static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block);
+      blocks += static_cast<unsigned>(PaddedRows(p.w[j]->rows) / 16);  // LaunchSet regroups
       ++set.count;
     }
     set.first_block[set.count] = blocks;
