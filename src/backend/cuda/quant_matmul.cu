@@ -6,11 +6,17 @@
 // float32 sums): small integer codes are exact in float16, so the only rounding of the operands is
 // that of the activations to float16. Each group's sum is then scaled in float32 and the add term
 // comes from the per-group sums of the activations, which the rotation kernel writes beside them.
-// One kernel serves every row count: a warp turns each weight fragment into float16 codes in
-// registers once and uses it for all (up to 64) activation rows of the launch, so the weights are
-// read once per 64 rows; decode (1..8 rows) wastes tensor-core lanes, which cost nothing there.
-// The activations are rotated and rounded by a small kernel before it, except for a single row
-// (batch-1 decode), where each warp rotates the inputs of its own groups in registers.
+// A warp turns each weight fragment into float16 codes in registers once and uses it for all (up
+// to 64) activation rows of the launch, so the weights are read once per 64 rows; few rows waste
+// tensor-core lanes, which cost nothing there. By row count:
+//   1          QuantDecodeKernel: each warp rotates the inputs of its own groups in registers and
+//              serves 2 or 4 output tiles with them;
+//   2..16      QuantMmaKernel<*, *, false>: the 8 warps of a block split the inputs of one
+//              output tile and add in shared memory;
+//   17..255    QuantMmaKernel<*, *, true>: the 8 warps take 8 output tiles over one share of
+//              the inputs (the activations shared through L1), added atomically;
+//   256 and up CudaBackend dequantizes the weight to bf16 (DequantBf16Kernel) for cuBLASLt.
+// Below 256 rows a small kernel rotates and rounds the activations first (except for 1 row).
 //
 // PrepareWeight reorders the codes (PackQuantWeight) so that each lane's share of a 16-output x
 // 128-input tile lies in consecutive 16-byte words: the warp streams the tile with coalesced
@@ -147,12 +153,13 @@ __device__ __forceinline__ QuantPick Pick(const QuantSet& set) {
   return p;
 }
 
-constexpr int kQuantWarps = 8;  // warps of a block; they split the inputs of one 16-output tile
+constexpr int kQuantWarps = 8;  // warps of a block
 
 // out[r, j] = sum_g mul[j, g] S[r, j, g] + add[j, g] xsum[r, g] (+ bias[j]), with S the code sums
-// of group g. A block computes outputs [16 tile, 16 tile + 16) for activation rows
-// [8 kTiles blockIdx.y, ...): each warp a contiguous range of steps, partial sums added in
-// shared memory. kTiles: tiles of 8 activation rows per block.
+// of group g, for activation rows [8 kTiles blockIdx.y, ...) (kTiles: tiles of 8 rows). Without
+// kSplitM a block computes outputs [16 b, 16 b + 16), each warp a contiguous range of steps, the
+// parts added in shared memory; with it, outputs [128 b, 128 b + 128) over the steps of share
+// blockIdx.z, each warp a tile, added atomically into out (zeroed by the caller).
 template <Format F, int kTiles, bool kSplitM>
 __global__ void __launch_bounds__(kQuantWarps * 32)
     QuantMmaKernel(QuantSet set,
@@ -330,7 +337,7 @@ __device__ __forceinline__ void RotateBlock(float* v, int lane, int64_t g, uint6
 // kernel (no separate launch): each warp reads the float32 inputs of its own groups, rotates
 // them in registers once for kMT output tiles, and passes the float16 values through
 // shared memory into B fragments (row 0 of the 8; the other lanes give zeros). A block computes
-// outputs [32 b, 32 b + 32) where b is its index in the output's blocks. x: [1, cols].
+// outputs [16 kMT b, 16 kMT (b + 1)) where b is its index in the output's blocks. x: [1, cols].
 template <Format F, int kMT, int kDepth>
 __global__ void __launch_bounds__(kQuantWarps * 32)
     QuantDecodeKernel(QuantSet set, const float* __restrict__ x, int64_t cols, bool rotate,
