@@ -148,6 +148,18 @@ TEST(CudaQuantTest, UnrotatedOneGroupAndLargerShapes) {
   }
 }
 
+// Batch-1 decode of linears large enough for each of its launch shapes (on an H200: 2 output
+// tiles per warp with deep loads for 37 outputs, 2 tiles for 6000, 4 tiles for 20000).
+TEST(CudaQuantTest, DecodeOfEveryLinearSize) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(/*exact=*/false);
+  std::mt19937 rng(15);
+  for (const QuantCase& qc : kCases) {
+    for (int64_t n : {37, 6000, 20000})
+      CheckQuantMatmul(backend.get(), rng, qc, 1, n, 256, 1, /*bias=*/true, false, 1e-2);
+  }
+}
+
 // A matmul whose outputs mix a quantized and a plain weight: each runs on its own kernel.
 TEST(CudaQuantTest, MixedQuantizedAndPlainOutputs) {
   GZ_SKIP_WITHOUT_CUDA();
