@@ -8,7 +8,7 @@
 // reads each key once per tile instead of once per row. Both kernels run on every step; each
 // skips the rows that belong to the other, which lets one step mix decodes and prompt pieces.
 // In the fast mode, prompt pieces go to the tensor-core tile kernel of attention_mma.cu instead
-// (bf16 operands) wherever it covers the shape.
+// (fp16 operands) wherever it covers the shape.
 #include <cmath>
 
 #include "backend/cuda/kernels.cuh"

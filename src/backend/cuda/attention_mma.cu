@@ -1,16 +1,16 @@
-// Tensor-core tile attention for prompt pieces in the fast mode (bf16 operands, float32
+// Tensor-core tile attention for prompt pieces in the fast mode (fp16 operands, float32
 // softmax and accumulators): the work of attention.cu's tile kernel with S = Q K^T and O += P V
 // on mma.sync m16n8k16. Exact mode keeps the float32 tile kernel.
 //
 // A block holds kTileQ query vectors (rows of the step x the query heads of one kv head, as the
 // float32 tile kernel groups them) in kWarps warps of 16 vectors. It walks the keys of each run
 // of rows of one sequence kTileK at a time: the block reads the tile's float32 keys and values
-// from the KV pages, rounds them to bf16 into shared memory, and each warp multiplies its 16
+// from the KV pages, rounds them to fp16 into shared memory, and each warp multiplies its 16
 // query vectors against them and updates its online softmax (flash-attention 2 style: scores
 // and probabilities stay in registers, the probabilities are the A operand of P V as they are).
 // A warp skips a key tile that none of its vectors can see (causal mask, window), so a causal
 // prompt costs half of the full product.
-#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdint>
@@ -23,11 +23,11 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kMaxGroup = 64;  // query heads per kv head: the float32 tile kernel's limit
 constexpr int kTileK = 64;     // keys per step: eight n8 tiles of S
-constexpr int kPadBf16 = 8;    // a shared key row is HD + 8 bf16: conflict-free reads
+constexpr int kPadHalf = 8;    // a shared key row is HD + 8 fp16: conflict-free reads
 
-// Fragment layouts of mma.sync.m16n8k16 .bf16 (PTX ISA, "Matrix Fragments for mma.m16n8k16
+// Fragment layouts of mma.sync.m16n8k16 .f16 (PTX ISA, "Matrix Fragments for mma.m16n8k16
 // with floating point type"). Lane l of the warp: g = l / 4 (groupID), t = l % 4
-// (threadID_in_group). Each 32-bit register holds two bf16, the lower index in the low half.
+// (threadID_in_group). Each 32-bit register holds two fp16, the lower index in the low half.
 //   A (16 x 16, row-major), 4 registers: a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1],
 //     a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8, 2t+9].
 //   B (16 x 8, "col": indexed B[k][n]), 2 registers: b[0] = B[2t, 2t+1][g],
@@ -35,20 +35,20 @@ constexpr int kPadBf16 = 8;    // a shared key row is HD + 8 bf16: conflict-free
 //   C/D (16 x 8 float32), 4 registers: c[0], c[1] = C[g][2t, 2t+1], c[2], c[3] =
 //     C[g+8][2t, 2t+1].
 // So the C fragments of two neighbouring n8 tiles (keys 0..7 and 8..15 of S) are, packed to
-// bf16, the A fragment of the k16 step over those 16 keys in P V: no shuffle between them.
+// fp16, the A fragment of the k16 step over those 16 keys in P V: no shuffle between them.
 __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                     uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Four 8 x 8 bf16 matrices from shared memory, transposed: lanes 8i..8i+7 give the addresses
+// Four 8 x 8 fp16 matrices from shared memory, transposed: lanes 8i..8i+7 give the addresses
 // of the 8 rows (16 bytes each) of matrix i, and register i of lane l receives elements
 // [row 2t, 2t+1][column g] of matrix i. With rows = keys and columns = dimensions of V, that is
 // the B fragment half b[0] (keys 0..7 of the matrix) for output dimension g.
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const __nv_bfloat16* row) {
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const __half* row) {
   uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -56,10 +56,10 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const __nv_bfl
                : "memory");
 }
 
-// Four 8 x 8 bf16 matrices, not transposed: register i of lane l receives elements
+// Four 8 x 8 fp16 matrices, not transposed: register i of lane l receives elements
 // [row g][columns 2t, 2t+1] of matrix i. With rows = keys and columns = dimensions of K, that is
 // the B fragment half of S = Q K^T for key g.
-__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const __nv_bfloat16* row) {
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const __half* row) {
   uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -79,8 +79,19 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+// Two values rounded to fp16. fp16 rather than bf16 for its 3 more bits of mantissa: bf16
+// scores of sharp attention (tens in size) lose about 2^-9 of themselves, which took the golden
+// qwen2 model's fast-mode logits past their 2% bound. Its range holds the queries, keys and
+// values of the supported models; a value past it is clamped to the largest finite fp16.
+__device__ __forceinline__ uint32_t PackHalf(float lo, float hi) {
+  constexpr float kMax = 65504.0f;
+  __half2 v = __floats2half2_rn(fminf(fmaxf(lo, -kMax), kMax), fminf(fmaxf(hi, -kMax), kMax));
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// The same for values known to be in range (probabilities in [0, 1]).
+__device__ __forceinline__ uint32_t PackHalfInRange(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
@@ -101,15 +112,15 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
   constexpr int kTileQ = 16 * kWarps;  // query vectors per block: one m16 tile per warp
   constexpr int kSteps = HD / 16;      // k16 steps of S = Q K^T; also n16 pairs of O
   constexpr int kOutTiles = HD / 8;    // n8 tiles of O
-  constexpr int kRow = HD + kPadBf16;
+  constexpr int kRow = HD + kPadHalf;
   constexpr int kVecs4 = HD / 4;                      // float4 pieces of a key
   constexpr int kLoads = kTileK * kVecs4 / kThreads;  // float4 of K (and of V) per thread
   static_assert(kTileK * kVecs4 % kThreads == 0, "whole float4 pieces per thread");
   extern __shared__ __align__(16) float shared[];
   float* kf = shared;            // [kTileK, HD] the next tile's float32 keys, in flight
   float* vf = kf + kTileK * HD;  // [kTileK, HD] and values
-  __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(vf + kTileK * HD);  // [kTileK, kRow]
-  __nv_bfloat16* vs = ks + kTileK * kRow;                                  // [kTileK, kRow]
+  __half* ks = reinterpret_cast<__half*>(vf + kTileK * HD);  // [kTileK, kRow]
+  __half* vs = ks + kTileK * kRow;                           // [kTileK, kRow]
   __shared__ int32_t s_slot[kTileQ], s_pos[kTileQ], s_first[kTileQ];
   __shared__ bool s_mine[kTileQ];
 
@@ -136,7 +147,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
     vec[h] = warp * 16 + g + 8 * h;
     row[h] = vec[h] < vectors ? vec[h] / group_heads : -1;
   }
-  // Q as A fragments, scaled for exp2 and rounded to bf16 once: qf[kk] covers dimensions
+  // Q as A fragments, scaled for exp2 and rounded to fp16 once: qf[kk] covers dimensions
   // 16 kk .. 16 kk + 15, register h + 2c holds half h, dimensions 16 kk + 8c + 2t, +1.
   uint32_t qf[kSteps][4];
   const float qscale = p.scale * kLog2e;
@@ -153,7 +164,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
       for (int c = 0; c < 2; ++c) {
         float2 x = src ? *reinterpret_cast<const float2*>(src + 16 * kk + 8 * c + 2 * t)
                        : make_float2(0.0f, 0.0f);
-        qf[kk][h + 2 * c] = PackBf16(x.x * qscale, x.y * qscale);
+        qf[kk][h + 2 * c] = PackHalf(x.x * qscale, x.y * qscale);
       }
     }
   }
@@ -175,7 +186,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
 
   // The block's threads copy a key tile's float32 keys and values into kf, vf (cp.async: no
   // registers, the copy of tile i + 1 runs while the warps multiply tile i), and each thread
-  // later rounds the very pieces it copied to bf16 into ks, vs. Piece c of a thread is float4
+  // later rounds the very pieces it copied to fp16 into ks, vs. Piece c of a thread is float4
   // i % (HD / 4) of key i / (HD / 4), i = threadIdx.x + c * kThreads: a warp reads whole keys.
   auto fetch = [&](int32_t k0, int32_t kend, const int32_t* pages) {
 #pragma unroll
@@ -230,7 +241,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
 
     fetch(kbegin, kend, pages);
     for (int32_t k0 = kbegin; k0 < kend; k0 += kTileK) {
-      // Keys and values k0 .. k0 + kTileK - 1 as bf16; those past the run's end as 0. Then the
+      // Keys and values k0 .. k0 + kTileK - 1 as fp16; those past the run's end as 0. Then the
       // copy of the next tile starts: kf, vf are free again (each thread reads only its own).
       CpAsyncWait();
 #pragma unroll
@@ -242,8 +253,8 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
           b = *reinterpret_cast<const float4*>(vf + 4 * i);
         }
         int at = i / kVecs4 * kRow + i % kVecs4 * 4;
-        *reinterpret_cast<uint2*>(ks + at) = make_uint2(PackBf16(a.x, a.y), PackBf16(a.z, a.w));
-        *reinterpret_cast<uint2*>(vs + at) = make_uint2(PackBf16(b.x, b.y), PackBf16(b.z, b.w));
+        *reinterpret_cast<uint2*>(ks + at) = make_uint2(PackHalf(a.x, a.y), PackHalf(a.z, a.w));
+        *reinterpret_cast<uint2*>(vs + at) = make_uint2(PackHalf(b.x, b.y), PackHalf(b.z, b.w));
       }
       __syncthreads();
       if (k0 + kTileK < kend) fetch(k0 + kTileK, kend, pages);
@@ -305,10 +316,10 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
         // V's B fragments for output dimensions 16 d .. 16 d + 15 by one transposed ldmatrix.
 #pragma unroll
         for (int kt = 0; kt < kTileK / 16; ++kt) {
-          uint32_t a[4] = {PackBf16(s[2 * kt][0], s[2 * kt][1]),
-                           PackBf16(s[2 * kt][2], s[2 * kt][3]),
-                           PackBf16(s[2 * kt + 1][0], s[2 * kt + 1][1]),
-                           PackBf16(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+          uint32_t a[4] = {PackHalfInRange(s[2 * kt][0], s[2 * kt][1]),
+                           PackHalfInRange(s[2 * kt][2], s[2 * kt][3]),
+                           PackHalfInRange(s[2 * kt + 1][0], s[2 * kt + 1][1]),
+                           PackHalfInRange(s[2 * kt + 1][2], s[2 * kt + 1][3])};
 #pragma unroll
           for (int d = 0; d < kSteps; ++d) {
             uint32_t b[4];
@@ -347,8 +358,8 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
 template <int HD>
 void Launch(const AttentionParams& p, int sm_count, int warps, cudaStream_t stream) {
   int group_heads = p.heads / p.kv_heads;
-  // float32 staging and bf16 tiles of keys and values: 98 KB at head_dim 128.
-  constexpr size_t kShared = 2 * kTileK * HD * sizeof(float) + 2 * kTileK * (HD + kPadBf16) * 2;
+  // float32 staging and fp16 tiles of keys and values: 98 KB at head_dim 128.
+  constexpr size_t kShared = 2 * kTileK * HD * sizeof(float) + 2 * kTileK * (HD + kPadHalf) * 2;
   static bool raised = [] {
     return cudaFuncSetAttribute(MmaTileKernel<HD, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(kShared)) == cudaSuccess &&

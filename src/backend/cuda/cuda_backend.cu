@@ -141,7 +141,7 @@ class CudaBackend : public Backend {
   void Rope(const RopeParams& p) override { cuda::LaunchRope(p, stream_); }
   void KvWrite(const KvWriteParams& p) override { cuda::LaunchKvWrite(p, stream_); }
   void Attention(const AttentionParams& p) override {
-    // Fast mode: prompt pieces on the tensor cores (bf16 operands), as the linears.
+    // Fast mode: prompt pieces on the tensor cores (fp16 operands), like the linears (bf16).
     cuda::LaunchAttention(p, sm_count_, &attention_scratch_, stream_,
                           /*tensor_cores=*/!options_.exact);
   }

@@ -125,7 +125,7 @@ bool AttentionSupported(int heads, int kv_heads, int head_dim);
 // covers the shape; decoding rows keep the float32 decode kernel.
 void LaunchAttention(const AttentionParams& p, int sm_count, Scratch* scratch, cudaStream_t stream,
                      bool tensor_cores = false);
-// The tensor-core tile kernel (attention_mma.cu): runs of rows of one sequence, bf16 Q, K, V and
+// The tensor-core tile kernel (attention_mma.cu): runs of rows of one sequence, fp16 Q, K, V and
 // probabilities, float32 softmax and sums. Covers head_dim a multiple of 32 up to 128 with at
 // most 64 query heads per kv head.
 bool MmaTileSupported(int heads, int kv_heads, int head_dim);

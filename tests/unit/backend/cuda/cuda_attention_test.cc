@@ -1,5 +1,5 @@
 // Paged attention on the CUDA backend against the CPU scalar reference: decoding rows (the split
-// decode kernel), prompt pieces (the float32 tile kernel in exact mode, the bf16 tensor-core tile
+// decode kernel), prompt pieces (the float32 tile kernel in exact mode, the fp16 tensor-core tile
 // kernel in the fast mode), steps that mix both, sliding windows, and the head shapes of the
 // supported models.
 #include <algorithm>
@@ -19,7 +19,7 @@ struct Piece {
   int32_t count;  // rows
 };
 
-// exact: the float32 kernels, within 1e-4; otherwise the fast mode (prompt pieces with bf16
+// exact: the float32 kernels, within 1e-4; otherwise the fast mode (prompt pieces with fp16
 // operands), within 1e-2.
 void CheckAttentionIn(bool exact, int heads, int kv_heads, int head_dim, int32_t window,
                       const std::vector<Piece>& pieces, uint32_t seed) {
