@@ -16,11 +16,15 @@
 // Everything is counted by when it arrived in the window: output tokens/s, requests/s (answers
 // finished), time to first token (of first tokens that arrived), inter-token latency (gaps
 // between two arrivals). At the window's end the clients disconnect (the server cancels). The
-// process figures: the server's VmHWM at the end and the most threads seen (sampled every 100 ms).
+// process figures: the server's VmHWM at the end, the most threads seen (sampled every 100 ms),
+// and the CPU time it used in the window per output token (user and system, all threads: HTTP
+// included), a figure that other load on the machine disturbs far less than tokens/s.
 //
 // Offline peer: `gizllm bench --prompts` with the token ids of the same chats (read back from the
 // server's /tokenize), the same output tokens, concurrency min(clients, slots) and the same
-// --threads. Every point, server and offline, runs --repeat times; the best output tokens/s counts.
+// --threads, max(16, 6 x concurrency) requests; its CPU time per output token leaves out what
+// loading the model costs (a run of one token, measured once). Every point, server and offline,
+// runs --repeat times; the best output tokens/s counts.
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -90,6 +94,16 @@ function procStatus(pid) {
     return { hwmKb: get('VmHWM'), threads: get('Threads') };
   } catch { return null; }
 }
+
+// CPU seconds the process has used, user and system.
+function cpuSeconds(pid) {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / kTicks;
+  } catch { return NaN; }
+}
+const kTicks = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
 
 function post(url, route, body) {
   return new Promise((resolve, reject) => {
@@ -194,6 +208,7 @@ async function runServerPoint(clients) {
   const start = performance.now();
   let windowStart = Infinity;  // set when every client has finished one request
   let windowEnd = Infinity;
+  let cpuStart = NaN;
   let stopping = false;
   let warm = 0;
   let next = 0;
@@ -225,6 +240,7 @@ async function runServerPoint(clients) {
       if (first) {
         first = false;
         if (++warm === clients) {
+          cpuStart = cpuSeconds(server.proc.pid);
           windowStart = performance.now();
           windowEnd = windowStart + windowMs;
           setTimeout(windowDone, windowMs);
@@ -236,6 +252,7 @@ async function runServerPoint(clients) {
   await windowOver;
   stopping = true;
   const hwmKb = procStatus(server.proc.pid)?.hwmKb ?? 0;
+  const cpu = cpuSeconds(server.proc.pid) - cpuStart;
   for (const req of requests) req.destroy();
   await Promise.all(all);
   clearInterval(sampler);
@@ -253,6 +270,7 @@ async function runServerPoint(clients) {
     requests_per_s: stats.done / seconds, output_tokens_per_s: stats.tokens / seconds,
     ttft_p50_ms: percentile(stats.ttft, 0.5), ttft_p99_ms: percentile(stats.ttft, 0.99),
     itl_p50_ms: percentile(stats.itl, 0.5), itl_p99_ms: percentile(stats.itl, 0.99),
+    cpu_ms_per_token: (cpu * 1000) / stats.tokens,
     server_hwm_mib: hwmKb / 1024, server_threads: threadsPeak, errors: stats.errors.length,
     first_error: stats.errors[0],
   };
@@ -273,20 +291,39 @@ async function writePrompts(count, file) {
   return total / count;
 }
 
-function runOffline(concurrency, requestCount, file) {
-  const out = execFileSync(gizllm, ['bench', '--model', model, '--device', 'cpu',
-                                    '--threads', threads, '--prompts', file,
-                                    '--requests', String(requestCount),
-                                    '--concurrency', String(concurrency),
-                                    '--output-tokens', String(outputTokens), '--json'],
+// `gizllm bench` with `options`: its JSON and the CPU seconds it used (the shell's `times` gives
+// the child's user and system seconds).
+function benchWithCpu(options) {
+  const out = execFileSync('sh', ['-c', '"$0" "$@"; times', gizllm, 'bench', '--model', model,
+                                  '--device', 'cpu', '--threads', threads, ...options, '--json'],
                            { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
-  return JSON.parse(out.trim().split('\n').pop());
+  const lines = out.trim().split('\n');
+  const result = JSON.parse(lines.find((l) => l.startsWith('{')));
+  const seconds = (t) => Number(/(\d+)m([\d.]+)s/.exec(t)?.[1] ?? NaN) * 60 +
+                         Number(/(\d+)m([\d.]+)s/.exec(t)?.[2] ?? NaN);
+  const [user, system] = lines[lines.length - 1].trim().split(/\s+/).map(seconds);
+  return { result, cpu: user + system };
+}
+
+// What loading the model and making the engine cost, taken off each offline run's CPU time: one
+// request of one token.
+let loadCpu = null;
+function runOffline(concurrency, requestCount, file) {
+  if (loadCpu === null) {
+    loadCpu = benchWithCpu(['--requests', '1', '--prompt-tokens', '1', '--output-tokens', '1',
+                            '--concurrency', '1']).cpu;
+  }
+  const { result, cpu } = benchWithCpu(['--prompts', file, '--requests', String(requestCount),
+                                        '--concurrency', String(concurrency),
+                                        '--output-tokens', String(outputTokens)]);
+  result.cpu_ms_per_token = ((cpu - loadCpu) * 1000) / result.generated_tokens;
+  return result;
 }
 
 const best = (runs) => runs.reduce((a, b) => (b.output_tokens_per_s > a.output_tokens_per_s ? b : a));
 const load = () => os.loadavg().map((x) => x.toFixed(2)).join(' ');
 
-const offlineRequests = (c) => Math.max(8, 6 * c);
+const offlineRequests = (c) => Math.max(16, 6 * c);
 const promptFile = path.join(os.tmpdir(), `gizllm-load-prompts-${process.pid}.jsonl`);
 const promptTokens = await writePrompts(offlineRequests(Math.min(slots, Math.max(...clientsList))),
                                         promptFile);
@@ -302,7 +339,8 @@ for (const clients of clientsList) {
     r.load = load();
     log(`${String(clients).padStart(4)} clients, run ${i + 1}: ${r.output_tokens_per_s.toFixed(1)} ` +
         `tok/s, ${r.requests_per_s.toFixed(2)} req/s, TTFT p50 ${r.ttft_p50_ms.toFixed(0)} ms, ` +
-        `warm-up ${r.warmup_s.toFixed(1)} s, ${r.errors} errors, load ${r.load}`);
+        `${r.cpu_ms_per_token.toFixed(2)} CPU ms/token, warm-up ${r.warmup_s.toFixed(1)} s, ` +
+        `${r.errors} errors, load ${r.load}`);
     if (r.first_error) log(`  first error: ${r.first_error}`);
     runs.push(r);
   }
@@ -314,7 +352,8 @@ for (const clients of clientsList) {
       const o = runOffline(concurrency, offlineRequests(concurrency), promptFile);
       o.load = load();
       log(`  offline concurrency ${concurrency}, run ${i + 1}: ` +
-          `${o.output_tokens_per_s.toFixed(1)} tok/s, load ${o.load}`);
+          `${o.output_tokens_per_s.toFixed(1)} tok/s, ${o.cpu_ms_per_token.toFixed(2)} CPU ` +
+          `ms/token, load ${o.load}`);
       offRuns.push(o);
     }
     offlineBest.set(concurrency, best(offRuns));
@@ -337,13 +376,15 @@ if (args.json === 'true') {
               `best of ${repeat}; ${os.cpus().length} cores`);
   console.log('');
   console.log('| clients | req/s | output tok/s | offline tok/s (conc.) | server/offline | ' +
-              'TTFT p50 / p99 ms | ITL p50 / p99 ms | VmHWM | threads | errors | load avg |');
-  console.log('| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :--- |');
+              'CPU ms/token server / offline | TTFT p50 / p99 ms | ITL p50 / p99 ms | VmHWM | ' +
+              'threads | errors | load avg |');
+  console.log('| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :--- |');
   for (const r of results) {
     const off = r.offline;
     console.log(`| ${r.clients} | ${f(r.requests_per_s, 2)} | ${f(r.output_tokens_per_s)} | ` +
                 `${off ? `${f(off.output_tokens_per_s)} (${off.concurrency})` : '-'} | ` +
                 `${off ? f(r.output_tokens_per_s / off.output_tokens_per_s, 3) : '-'} | ` +
+                `${f(r.cpu_ms_per_token, 2)} / ${off ? f(off.cpu_ms_per_token, 2) : '-'} | ` +
                 `${f(r.ttft_p50_ms, 0)} / ${f(r.ttft_p99_ms, 0)} | ` +
                 `${f(r.itl_p50_ms)} / ${f(r.itl_p99_ms)} | ${f(r.server_hwm_mib, 0)} MiB | ` +
                 `${r.server_threads} | ${r.errors_all_runs} | ${r.load} |`);
