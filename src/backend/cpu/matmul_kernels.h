@@ -5,7 +5,9 @@
 // the weights stream once at memory bandwidth (decode, MX = 1). Weights are read in blocks of
 // kBlock inputs as two vectors; for bf16 the two vectors hold the even and the odd inputs of
 // the block (a shift and a mask convert a pair of bf16 in one 32-bit lane), so the activations
-// are first copied into the matching order: PrepareActivations.
+// are first copied into the matching order: PrepareActivations. With many activation rows the
+// AVX-512 kernels widen a few weight rows at a time into a float32 panel once, in that same
+// order, and reuse it for every row.
 #pragma once
 
 #include <cstdint>
