@@ -35,10 +35,14 @@ for what in "$@"; do
     bits) for b in 8/8 4/8; do
             timeout 150 .device/cuda_bench --bits $b 2>&1 | tee "$OUT/bench_q${b%%/*}.log"
           done ;;
-    engine-bench) for c in 1 16 64 256; do
-                    timeout 60 .device/gizllm bench --device cuda -n 256 -p 64 -o 128 -c $c \
-                      2>/dev/null | grep -E "requests|output|first|between"
-                  done 2>&1 | tee "$OUT/engine_bench.log" ;;
+    engine-bench) (for c in 1 16 64 256; do
+                     for how in "" "--host-sampling" "--temperature 0.8 --top-p 0.9" \
+                                "--temperature 0.8 --top-p 0.9 --host-sampling"; do
+                       echo "--- concurrency $c $how"
+                       timeout 60 .device/gizllm bench --device cuda -n 256 -p 64 -o 128 -c $c \
+                         $how 2>/dev/null | grep -E "output|first|between"
+                     done
+                   done) 2>&1 | tee "$OUT/engine_bench.log" ;;
     racecheck) timeout 200 compute-sanitizer --tool racecheck .device/cuda_backend_test \
                  --gtest_filter='CudaAttention*:CudaQuant*' --gtest_brief=1 > "$OUT/racecheck.log" 2>&1
                echo "rc=$?"; tail -6 "$OUT/racecheck.log"

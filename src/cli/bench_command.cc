@@ -32,6 +32,10 @@ struct BenchOptions {
   std::string prompts;  // JSONL file
   bool json = false;
   uint64_t seed = 1;
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  bool host_sampling = false;
+  bool warm = true;
 };
 
 // Prompts from a JSONL file: each line {"prompt": "text"} (tokenized) or {"tokens": [ids]}.
@@ -123,9 +127,14 @@ int RunBench(const BenchOptions& o) {
   // Room for every slot's full context.
   options.kv_budget_bytes = static_cast<int64_t>(o.concurrency) *
                             ((options.context + kPage - 1) / kPage) * model.PageBytes();
+  options.device_sampling = !o.host_sampling;
   auto created = Engine::Create(&model, options);
   if (!created.ok()) return Fail(created.status().message());
   Engine& engine = **created;
+  if (o.warm) {
+    Status warm = engine.Warm();
+    if (!warm.ok()) return Fail("warm-up: " + warm.message());
+  }
 
   struct Timing {
     Clock::time_point added;
@@ -141,7 +150,9 @@ int RunBench(const BenchOptions& o) {
     Request r;
     r.prompt = prompts[next % prompts.size()];
     r.limit = o.output_tokens;
-    r.sampling.temperature = 0.0f;
+    r.sampling.temperature = o.temperature;
+    r.sampling.top_p = o.top_p;
+    r.sampling.seed = static_cast<uint64_t>(next);
     r.stop = std::vector<int32_t>{};  // every request produces exactly output_tokens
     ++next;
     GZ_ASSIGN_OR_RETURN(int64_t id, engine.Add(std::move(r)));
@@ -240,6 +251,15 @@ void AddBenchCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--prompts", o->prompts,
                   "JSONL file of prompts: {\"prompt\": text} or {\"tokens\": [ids]} per line");
   cmd->add_option("--seed", o->seed, "Seed of the random prompts")->default_val(1);
+  cmd->add_option("--temperature", o->temperature, "Sampling temperature (0: greedy)")
+      ->default_val(0.0f)
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass")
+      ->default_val(1.0f)
+      ->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_flag("--host-sampling", o->host_sampling,
+                "Pick tokens on the host from copied logits, even where the device can");
+  cmd->add_flag("!--no-warm", o->warm, "Skip Engine::Warm before the timed run");
   cmd->add_flag("--json", o->json, "One JSON object on stdout");
   cmd->callback([&ctx, o] { ctx.exit_code = RunBench(*o); });
 }
