@@ -39,14 +39,19 @@ inline void ExpectClose(const std::vector<float>& ours, const std::vector<float>
                         float tolerance, const std::string& what) {
   ASSERT_EQ(ours.size(), ref.size()) << what;
   float max_ref = 0, max_diff = 0;
+  double diff2 = 0, ref2 = 0;  // for the message: ||ours - ref|| / ||ref||
   for (size_t i = 0; i < ref.size(); ++i) {
     max_ref = std::max(max_ref, std::fabs(ref[i]));
     float d = std::fabs(ours[i] - ref[i]);
     if (!(d <= max_diff)) max_diff = std::isnan(d) ? INFINITY : d;
+    diff2 += static_cast<double>(d) * d;
+    ref2 += static_cast<double>(ref[i]) * ref[i];
   }
   EXPECT_GT(max_ref, 0.0f) << what;
   EXPECT_LE(max_diff, tolerance * max_ref)
-      << what << ": max diff " << max_diff << ", max |ref| " << max_ref;
+      << what << ": max diff " << max_diff << ", max |ref| " << max_ref << " ("
+      << max_diff / max_ref << " of it; norm of the difference over norm of the reference "
+      << std::sqrt(diff2 / ref2) << ")";
 }
 
 // Greedy tokens after `prompt`, one decode row per step, until `count` tokens or a stop id.
