@@ -110,6 +110,7 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
   const int32_t last = p.positions[r];
   const int32_t first = p.window > 0 ? std::max(0, last - p.window + 1) : 0;
   const int32_t* pages = p.table.pages + static_cast<int64_t>(p.slots[r]) * p.table.max_pages;
+  const bool cold = r == 0 || p.slots[r - 1] != p.slots[r];
   float max_score[kMaxHeads], total[kMaxHeads];
   DCHECK(g_end - g_begin <= kMaxHeads);
   for (int h = 0; h < g_end - g_begin; ++h) {
@@ -126,8 +127,9 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
     const float* k = p.cache.keys + base;  // position t at k + t * stride
     const float* v = p.cache.values + base;
     // The pages of a context are scattered in the cache, beyond the hardware prefetcher's
-    // reach: fetch the next page's keys and values while this one is computed.
-    if (block < last / kPage) {
+    // reach: fetch the next page's keys and values while this one is computed. Rows of one
+    // prompt (a slot's rows in a row) find the pages the row before them read still cached.
+    if (cold && block < last / kPage) {
       const int64_t next = static_cast<int64_t>(pages[block + 1]) * kPage * stride +
                            static_cast<int64_t>(kvh) * hd;
       PrefetchPage(p.cache.keys + next, stride, hd);
