@@ -20,6 +20,17 @@ check info-converted-q4 grep -qE "format +q4 +56 tensors" "$tmp/out"
 expect_ok run-converted $gz run --model "$tmp/q4" --prompt "In the beginning God created" --greedy --max-tokens 8
 check run-converted-text grep -q "his own" "$tmp/out"
 
+# The same with GPTQ on a calibration file: every linear (56 and the 8-bit head) by GPTQ.
+for i in 1 2 3 4 5 6; do
+  echo '{"text": "In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness was upon the face of the deep."}'
+done >"$tmp/calib.jsonl"
+expect_ok convert-gptq $gz convert --from models/tiny-chat --to "$tmp/q4g" --bits 4/8 \
+  --calibration "$tmp/calib.jsonl" --calibration-rows 256
+check convert-gptq-count grep -q "57 by GPTQ" "$tmp/err"
+expect_ok run-gptq $gz run --model "$tmp/q4g" --prompt "In the beginning God created" --greedy --max-tokens 8
+expect_fail convert-calibration-missing "missing.jsonl" \
+  $gz convert --from models/tiny-chat --to "$tmp/q4m" --calibration "$tmp/missing.jsonl"
+
 if $gz --help | grep -q " run "; then
   expect_ok run-greedy $gz run --prompt "In the beginning God created" --greedy --max-tokens 12
   check run-greedy-text grep -q "his own righteousness" "$tmp/out"
