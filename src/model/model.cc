@@ -131,10 +131,7 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
                                              const LoadOptions& options) {
   GZ_RETURN_IF_ERROR(options.Check());
   GZ_ASSIGN_OR_RETURN(Arch arch, ReadArch(dir));
-  if (options.layers > 0 && options.layers < arch.layers) {
-    arch.layers = options.layers;
-    arch.kinds.resize(arch.layers);
-  }
+  const int config_layers = arch.layers;
   for (LayerKind kind : arch.kinds) {
     if (kind != LayerKind::kAttention)
       return Unimplemented(dir + "/config.json: recurrent layers are not supported yet");
@@ -150,6 +147,26 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   Backend& be = *model->backend_;
   GZ_ASSIGN_OR_RETURN(impl.checkpoint, Checkpoint::Open(dir));
   const Checkpoint& ckpt = impl.checkpoint;
+  // The layers to read: a converted folder cut to its first layers (convert --layers) says how
+  // many it holds in its header; LoadOptions::layers may cut further.
+  int layers = config_layers;
+  if (auto it = ckpt.metadata().find("gizllm.layers"); it != ckpt.metadata().end()) {
+    int stored = 0;
+    try {
+      stored = std::stoi(it->second);
+    } catch (...) {
+      stored = 0;
+    }
+    if (stored < 1 || stored > config_layers) {
+      return DataLoss(dir + "/model.safetensors: header gizllm.layers \"" + it->second +
+                      "\" is not a layer count in [1, " + std::to_string(config_layers) + "]");
+    }
+    layers = stored;
+  }
+  if (options.layers > 0 && options.layers < layers) layers = options.layers;
+  arch.layers = layers;
+  arch.kinds.resize(layers);
+  model->arch_ = arch;
 
   // A float vector on the device.
   auto upload_floats = [&](const std::vector<float>& host) -> Expected<const float*> {
@@ -237,7 +254,7 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     }
   }
   // A cut model (--layers) has no final norm and head: its logits come from the embedding.
-  const bool full = options.layers < 0 || options.layers >= arch.layers;
+  const bool full = layers == config_layers;
   if (full || ckpt.Find(TensorName(arch, TensorRole::kFinalNorm, -1))) {
     GZ_ASSIGN_OR_RETURN(impl.final_norm, vector(TensorRole::kFinalNorm, -1, dim));
   } else {

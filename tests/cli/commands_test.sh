@@ -20,6 +20,13 @@ check info-converted-q4 grep -qE "format +q4 +56 tensors" "$tmp/out"
 expect_ok run-converted $gz run --model "$tmp/q4" --prompt "In the beginning God created" --greedy --max-tokens 8
 check run-converted-text grep -q "his own" "$tmp/out"
 
+# A cut model (the first 2 layers, no final norm or head) loads with the layers its header says.
+expect_ok convert-cut $gz convert --from models/tiny-chat --to "$tmp/cut2" --bits 8 --layers 2
+expect_ok info-cut $gz info --model "$tmp/cut2" --tensors
+check info-cut-layers grep -qE "layers +2" "$tmp/out"
+check info-cut-no-layer-2 bash -c "! grep -q 'model.layers.2\.' '$tmp/out'"
+expect_ok logits-cut $gz logits --model "$tmp/cut2" --ids 1,2,3 --out "$tmp/cut.npy"
+
 # The same with GPTQ on a calibration file: every linear (56 and the 8-bit head) by GPTQ.
 for i in 1 2 3 4 5 6; do
   echo '{"text": "In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness was upon the face of the deep."}'
