@@ -197,10 +197,21 @@ __global__ void __launch_bounds__(kThreads)
         const uint32_t high = shift == 24 ? 0u : ~0u << (shift + 8);
         for (int b = tid; b < 256; b += kThreads) sh.count_bins[b] = 0;
         __syncthreads();
+        // Runs of one bin are added at once: most keys share their high digits, and one
+        // shared-memory atomic per key on one address would serialize the whole row.
+        int run_bin = -1;
+        unsigned long long run_count = 0;
         for (int32_t i = tid; i < n; i += kThreads) {
           const uint32_t key = key_of(i);
-          if (key >= kmin && (key & high) == prefix) atomicAdd(&sh.count_bins[(key >> shift) & 255], 1ull);
+          if (key < kmin || (key & high) != prefix) continue;
+          const int b = static_cast<int>((key >> shift) & 255);
+          if (b != run_bin) {
+            if (run_bin >= 0) atomicAdd(&sh.count_bins[run_bin], run_count);
+            run_bin = b, run_count = 0;
+          }
+          ++run_count;
         }
+        if (run_bin >= 0) atomicAdd(&sh.count_bins[run_bin], run_count);
         __syncthreads();
         // Every thread walks the 256 bins from the top (the same result everywhere).
         int b = 255;
@@ -234,12 +245,26 @@ __global__ void __launch_bounds__(kThreads)
       const uint32_t high = shift == 24 ? 0u : ~0u << (shift + 8);
       for (int b = tid; b < 256; b += kThreads) sh.count_bins[b] = 0, sh.mass_bins[b] = 0.0;
       __syncthreads();
+      int run_bin = -1;  // runs of one bin added at once, as above
+      unsigned long long run_count = 0;
+      double run_mass = 0.0;
       for (int32_t i = tid; i < n; i += kThreads) {
         const uint32_t key = key_of(i);
-        if (key >= kmin && (key & high) == prefix && kept_k(key, i)) {
-          atomicAdd(&sh.mass_bins[(key >> shift) & 255], prob_of(key));
-          atomicAdd(&sh.count_bins[(key >> shift) & 255], 1ull);
+        if (key < kmin || (key & high) != prefix || !kept_k(key, i)) continue;
+        const int b = static_cast<int>((key >> shift) & 255);
+        if (b != run_bin) {
+          if (run_bin >= 0) {
+            atomicAdd(&sh.mass_bins[run_bin], run_mass);
+            atomicAdd(&sh.count_bins[run_bin], run_count);
+          }
+          run_bin = b, run_count = 0, run_mass = 0.0;
         }
+        ++run_count;
+        run_mass += prob_of(key);
+      }
+      if (run_bin >= 0) {
+        atomicAdd(&sh.mass_bins[run_bin], run_mass);
+        atomicAdd(&sh.count_bins[run_bin], run_count);
       }
       __syncthreads();
       // The last non-empty bin, walking down, whose larger bins hold less than the limit.
