@@ -111,14 +111,11 @@ __global__ void __launch_bounds__(kDecodeThreads)
     for (int d = 0; d < kDims; ++d) acc[g][d] = 0.0f;
   }
   const int32_t* pages = p.table.pages + static_cast<int64_t>(slot) * p.table.max_pages;
-  // Every lane runs the same iterations (the shuffles below need the whole warp); a group
-  // whose key is past the end only takes part in them.
-#pragma unroll 2
-  for (int32_t j0 = begin; j0 < end; j0 += kKeysAtOnce) {
-    const int32_t j = j0 + group;
-    const bool valid = j < end;
-    float k[kDims], v[kDims];
-    if (valid) {
+  // Keys and values of the next iteration are loaded while this one is computed (two sets in
+  // registers), so each group has a page-table read and its key loads in flight behind the
+  // arithmetic instead of one dependent read after another.
+  auto load = [&](int32_t j, float* k, float* v) {
+    if (j < end) {
       int64_t page = pages[j / kPage];
       int64_t at = ((page * kPage + j % kPage) * p.kv_heads + kv_head) * HD + sub * kW;
 #pragma unroll
@@ -130,6 +127,15 @@ __global__ void __launch_bounds__(kDecodeThreads)
 #pragma unroll
       for (int d = 0; d < kDims; ++d) k[d] = v[d] = 0.0f;
     }
+  };
+  float k[kDims], v[kDims];
+  load(begin + group, k, v);
+  // Every lane runs the same iterations (the shuffles below need the whole warp); a group
+  // whose key is past the end only takes part in them.
+  for (int32_t j0 = begin; j0 < end; j0 += kKeysAtOnce) {
+    const bool valid = j0 + group < end;
+    float kn[kDims], vn[kDims];
+    load(j0 + kKeysAtOnce + group, kn, vn);
 #pragma unroll
     for (int g = 0; g < GB; ++g) {
       float s = 0.0f;
@@ -147,6 +153,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
         m[g] = m_new;
       }
     }
+#pragma unroll
+    for (int d = 0; d < kDims; ++d) k[d] = kn[d], v[d] = vn[d];
   }
   // Combine the groups of the block.
 #pragma unroll
