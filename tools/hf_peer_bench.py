@@ -74,7 +74,7 @@ def decode_time(model, config, batch, context, reps, compiled=None):
           cache_position=torch.arange(context, device="cuda"), logits_to_keep=1)
     token = torch.randint(0, config.vocab_size, (batch, 1), device="cuda")
     position = torch.tensor([context], device="cuda")
-    step = compiled or model
+    step = compiled if compiled is not None else model
 
     def run():
         # The same position each time: the step re-writes one cache entry, as a decode does.
