@@ -127,16 +127,28 @@ std::optional<int32_t> Sampler::Shape(std::span<const float> logits, const Sampl
     kept = sampling.top_k;
   }
   if (sampling.top_p < 1.0f) {
-    std::sort(order_.begin(), order_.begin() + kept, more_likely);
     double total = 0.0;
     for (int64_t i = 0; i < kept; ++i) total += probs_[order_[i]];
     const double limit = static_cast<double>(sampling.top_p) * total;
+    // Only the head of the order is needed: sort the most likely 64, then 4 times as many, and so
+    // on, until the mass before a token reaches the limit; everything after it is dropped.
     double before = 0.0;
-    for (int64_t i = 0; i < kept; ++i) {
-      const double p = probs_[order_[i]];
-      if (before >= limit) probs_[order_[i]] = 0.0;
-      before += p;
+    int64_t sorted = 0, i = 0;
+    for (int64_t k = std::min<int64_t>(kept, 64);; k = std::min<int64_t>(kept, 4 * k)) {
+      if (k < kept) {
+        std::nth_element(order_.begin() + sorted, order_.begin() + k, order_.begin() + kept,
+                         more_likely);
+      }
+      std::sort(order_.begin() + sorted, order_.begin() + k, more_likely);
+      sorted = k;
+      for (; i < sorted; ++i) {
+        const double p = probs_[order_[i]];
+        if (before >= limit) probs_[order_[i]] = 0.0;
+        before += p;
+      }
+      if (before >= limit || sorted == kept) break;
     }
+    for (int64_t j = sorted; j < kept; ++j) probs_[order_[j]] = 0.0;
   }
   return std::nullopt;
 }
