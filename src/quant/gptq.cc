@@ -159,18 +159,10 @@ Expected<QuantizedLinear> GptqQuantizeLinear(const float* w, int64_t rows, int64
   if (!factored) return InvalidArgument("gptq: the inputs' Gram matrix is not positive definite");
   std::vector<float> uf(u.begin(), u.end());
 
-  QuantizedLinear q;
-  q.format = options.format;
-  q.rows = rows;
-  q.cols = cols;
-  q.rotated = options.rotate;
-  q.seed = options.rotate ? options.seed : 0;
+  QuantizedLinear q = QuantizedLinear::Empty(options, rows, cols);
   const int64_t groups = cols / kGroup;
   const int bytes = GroupBytes(options.format);
-  const bool zeros = options.zeros && AllowsZeros(options.format);
-  q.codes.assign(rows * groups * bytes, 0);
-  q.scales.resize(rows * groups);
-  if (zeros) q.zeros.resize(rows * groups);
+  const bool zeros = !q.zeros.empty();
 
   // Rows are independent given U; a tile of rows shares each row of U while it is in cache.
   constexpr int64_t kTile = 8;

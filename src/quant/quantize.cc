@@ -217,13 +217,8 @@ float QuantizeGroup(Format format, const float* w, uint8_t* codes, float* scale,
   return err;
 }
 
-Expected<QuantizedLinear> QuantizeLinear(const float* w, int64_t rows, int64_t cols,
-                                         const QuantizeOptions& options, ThreadPool* pool) {
-  GZ_RETURN_IF_ERROR(options.Check());
-  if (rows <= 0 || cols <= 0 || cols % kGroup != 0) {
-    return InvalidArgument("quantize: a matrix of " + std::to_string(rows) + " x " +
-                           std::to_string(cols) + " (expected columns a positive multiple of 128)");
-  }
+QuantizedLinear QuantizedLinear::Empty(const QuantizeOptions& options, int64_t rows,
+                                       int64_t cols) {
   QuantizedLinear q;
   q.format = options.format;
   q.rows = rows;
@@ -231,11 +226,23 @@ Expected<QuantizedLinear> QuantizeLinear(const float* w, int64_t rows, int64_t c
   q.rotated = options.rotate;
   q.seed = options.rotate ? options.seed : 0;
   const int64_t groups = cols / kGroup;
+  q.codes.assign(rows * groups * GroupBytes(options.format), 0);
+  q.scales.assign(rows * groups, 0.0f);
+  if (options.zeros && AllowsZeros(options.format)) q.zeros.assign(rows * groups, 0.0f);
+  return q;
+}
+
+Expected<QuantizedLinear> QuantizeLinear(const float* w, int64_t rows, int64_t cols,
+                                         const QuantizeOptions& options, ThreadPool* pool) {
+  GZ_RETURN_IF_ERROR(options.Check());
+  if (rows <= 0 || cols <= 0 || cols % kGroup != 0) {
+    return InvalidArgument("quantize: a matrix of " + std::to_string(rows) + " x " +
+                           std::to_string(cols) + " (expected columns a positive multiple of 128)");
+  }
+  QuantizedLinear q = QuantizedLinear::Empty(options, rows, cols);
+  const int64_t groups = cols / kGroup;
   const int bytes = GroupBytes(options.format);
-  const bool zeros = options.zeros && AllowsZeros(options.format);
-  q.codes.resize(rows * groups * bytes);
-  q.scales.resize(rows * groups);
-  if (zeros) q.zeros.resize(rows * groups);
+  const bool zeros = !q.zeros.empty();
   auto quantize_rows = [&](int64_t begin, int64_t end, int /*thread*/) {
     std::vector<float> row(cols);
     for (int64_t r = begin; r < end; ++r) {

@@ -31,6 +31,10 @@ struct QuantizedLinear {
   std::vector<float> zeros;    // [rows, cols / 128] or empty
 
   Weight View() const;  // points into this object
+
+  // A linear of rows x cols in options' format, its arrays sized and zero: what the
+  // quantizers fill in.
+  static QuantizedLinear Empty(const QuantizeOptions& options, int64_t rows, int64_t cols);
 };
 
 // Quantizes one group of 128 values: picks the codes, scale and zero (when `zero` is not null
