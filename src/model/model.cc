@@ -33,25 +33,25 @@ struct Model::Buffers {
   int64_t rows = 0;
   int32_t slots = 0;
   int32_t max_pages = 0;
-  std::unique_ptr<Buffer> x;        // [rows, dim] residual stream
-  std::unique_ptr<Buffer> h;        // [rows, dim] normalized
-  std::unique_ptr<Buffer> o;        // [rows, dim] output of o_proj / down
-  std::unique_ptr<Buffer> q;        // [rows, heads * head_dim]
-  std::unique_ptr<Buffer> k;        // [rows, kv_heads * head_dim]
-  std::unique_ptr<Buffer> v;        // [rows, kv_heads * head_dim]
-  std::unique_ptr<Buffer> attn;     // [rows, heads * head_dim]
-  std::unique_ptr<Buffer> gate;     // [rows, ffn]
-  std::unique_ptr<Buffer> up;       // [rows, ffn]
-  std::unique_ptr<Buffer> picked;   // [rows, dim] normalized wanted rows
-  std::unique_ptr<Buffer> logits;   // [rows, vocab]
-  std::unique_ptr<Buffer> sample;   // [rows] SampleRow, for picking tokens on the backend
-  std::unique_ptr<Buffer> picks;    // [rows] int32 tokens picked on the backend
-  std::unique_ptr<Buffer> tokens;   // [rows] int32
-  std::unique_ptr<Buffer> slot_of;  // [rows] int32
+  std::unique_ptr<Buffer> x;          // [rows, dim] residual stream
+  std::unique_ptr<Buffer> h;          // [rows, dim] normalized
+  std::unique_ptr<Buffer> o;          // [rows, dim] output of o_proj / down
+  std::unique_ptr<Buffer> q;          // [rows, heads * head_dim]
+  std::unique_ptr<Buffer> k;          // [rows, kv_heads * head_dim]
+  std::unique_ptr<Buffer> v;          // [rows, kv_heads * head_dim]
+  std::unique_ptr<Buffer> attn;       // [rows, heads * head_dim]
+  std::unique_ptr<Buffer> gate;       // [rows, ffn]
+  std::unique_ptr<Buffer> up;         // [rows, ffn]
+  std::unique_ptr<Buffer> picked;     // [rows, dim] normalized wanted rows
+  std::unique_ptr<Buffer> logits;     // [rows, vocab]
+  std::unique_ptr<Buffer> sample;     // [rows] SampleRow, for picking tokens on the backend
+  std::unique_ptr<Buffer> picks;      // [rows] int32 tokens picked on the backend
+  std::unique_ptr<Buffer> tokens;     // [rows] int32
+  std::unique_ptr<Buffer> slot_of;    // [rows] int32
   std::unique_ptr<Buffer> positions;  // [rows] int32
-  std::unique_ptr<Buffer> rotary;   // [rows] int32
-  std::unique_ptr<Buffer> wanted;   // [rows] int32
-  std::unique_ptr<Buffer> pages;    // [slots, max_pages] int32
+  std::unique_ptr<Buffer> rotary;     // [rows] int32
+  std::unique_ptr<Buffer> wanted;     // [rows] int32
+  std::unique_ptr<Buffer> pages;      // [slots, max_pages] int32
 };
 
 struct Model::Impl {
@@ -62,7 +62,7 @@ struct Model::Impl {
   const float* final_norm = nullptr;             // [dim]
   const float* inv_freq = nullptr;               // [rotary_dims / 2]
   std::vector<Layer> layers;
-  std::unique_ptr<Buffer> pool;                  // KV pages of every layer
+  std::unique_ptr<Buffer> pool;  // KV pages of every layer
   int32_t pages = 0;
   Buffers buffers;
   uint64_t step_generation = 0;  // new whenever buffers or pages move (recorded steps' key)
@@ -95,7 +95,9 @@ Expected<std::vector<float>> ReadVector(const Checkpoint& ckpt, const std::strin
   std::vector<float> v(n);
   for (int64_t i = 0; i < n; ++i) {
     switch (t->dtype) {
-      case DType::kF32: std::memcpy(&v[i], t->data + 4 * i, 4); break;
+      case DType::kF32:
+        std::memcpy(&v[i], t->data + 4 * i, 4);
+        break;
       case DType::kBF16: {
         uint16_t b;
         std::memcpy(&b, t->data + 2 * i, 2);
@@ -185,8 +187,7 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   };
   const bool converted = ckpt.metadata().count("gizllm.format_version") > 0;
   // A matrix [rows, cols] as a Weight on the device.
-  auto matrix = [&](TensorRole role, int layer, int64_t rows,
-                    int64_t cols) -> Expected<Weight> {
+  auto matrix = [&](TensorRole role, int layer, int64_t rows, int64_t cols) -> Expected<Weight> {
     std::string name = TensorName(arch, role, layer);
     const TensorInfo* t = ckpt.Find(name);
     if (!t) return NotFound(dir + ": tensor " + name + " is missing");
@@ -194,9 +195,9 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
       // A converted folder: the linear's format is in the header's metadata.
       GZ_ASSIGN_OR_RETURN(Weight host, quant::ReadLinear(ckpt, name));
       if (host.rows != rows || host.cols != cols)
-        return InvalidArgument(t->file + ": linear " + name + " is [" +
-                               std::to_string(host.rows) + ", " + std::to_string(host.cols) +
-                               "], expected " + ShapeString({rows, cols}));
+        return InvalidArgument(t->file + ": linear " + name + " is [" + std::to_string(host.rows) +
+                               ", " + std::to_string(host.cols) + "], expected " +
+                               ShapeString({rows, cols}));
       std::unique_ptr<Buffer> storage;
       GZ_ASSIGN_OR_RETURN(Weight w, be.PrepareWeight(host, &storage));
       if (storage) impl.storage.push_back(std::move(storage));
@@ -206,9 +207,8 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
       return w;
     }
     if (t->shape.size() != 2 || t->shape[0] != rows || t->shape[1] != cols)
-      return InvalidArgument(t->file + ": tensor " + name + " has shape " +
-                             ShapeString(t->shape) + ", expected " +
-                             ShapeString({rows, cols}));
+      return InvalidArgument(t->file + ": tensor " + name + " has shape " + ShapeString(t->shape) +
+                             ", expected " + ShapeString({rows, cols}));
     if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32)
       return InvalidArgument(t->file + ": tensor " + name + " has dtype " +
                              std::string(DTypeName(t->dtype)) + ", expected BF16, F16 or F32");
@@ -351,8 +351,8 @@ Status Model::UploadStepInputs(const Rows& rows, const PageTables& tables) {
     if (rows.slots[r] < 0 || rows.slots[r] >= tables.slots)
       return InvalidArgument("Step: slot of row " + std::to_string(r) + " out of range");
     if (rows.positions[r] < 0 || rows.positions[r] >= capacity)
-      return InvalidArgument("Step: position " + std::to_string(rows.positions[r]) +
-                             " of row " + std::to_string(r) + " exceeds the page table");
+      return InvalidArgument("Step: position " + std::to_string(rows.positions[r]) + " of row " +
+                             std::to_string(r) + " exceeds the page table");
     int32_t page = tables.pages[rows.slots[r] * tables.max_pages + rows.positions[r] / kPage];
     if (page < 0 || page >= impl_->pages)
       return InvalidArgument("Step: row " + std::to_string(r) + " maps to page " +
@@ -422,8 +422,12 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   const int32_t* positions = b.positions->as<int32_t>();
   PageTable table{b.pages->as<int32_t>(), tables.max_pages};
 
-  // The residual stream x lags one addition behind: the output of the last block waits in `o`
-  // and joins x inside the next norm (the fused residual add), unless a hidden state is read.
+  // Where the backend fuses the ends of its matmuls (FusesMatmul), each norm runs inside the
+  // matmul that reads it and the o and down projections add into x, so x is always current.
+  // Otherwise the residual stream x lags one addition behind: the output of the last block waits
+  // in `o` and joins x inside the next norm (the fused residual add), unless a hidden state is
+  // read.
+  const bool fuse = be.FusesMatmul();
   bool pending = false;
   auto capture = [&](int layer) {
     for (size_t i = 0; i < hidden_layers.size(); ++i) {
@@ -435,10 +439,28 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
       be.CopyToHost(hidden_out + i * n * a.dim, x, n * a.dim * sizeof(float));
     }
   };
-  auto norm = [&](const float* weight) {
+  // The input of a matmul that reads norm(x): h after an RmsNorm op, or x with the norm fused.
+  auto normed = [&](const float* weight, MatmulParams* m) {
+    if (fuse) {
+      m->x = x;
+      m->norm = weight;
+      m->norm_eps = eps;
+      return;
+    }
     RmsNormParams p{h, pending ? o : x, pending ? x : nullptr, weight, n, a.dim, eps};
     be.RmsNorm(p);
     pending = false;
+    m->x = h;
+  };
+  // The output of a block: added into x (fused) or left in `o` for the next norm.
+  auto residual = [&](MatmulParams* m) {
+    if (fuse) {
+      m->out[0] = x;
+      m->accumulate = true;
+    } else {
+      m->out[0] = o;
+      pending = true;
+    }
   };
 
   // With no hidden states read, the op issue below depends only on the buffers, the rows, the
@@ -457,24 +479,31 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   capture(0);
   for (int l = 0; !replayed && l < a.layers; ++l) {
     const Layer& L = impl.layers[l];
-    norm(L.attn_norm);
     MatmulParams qkv;
-    qkv.x = h;
+    normed(L.attn_norm, &qkv);
     qkv.rows = n;
     qkv.outputs = 3;
     qkv.w[0] = &L.q, qkv.w[1] = &L.k, qkv.w[2] = &L.v;
     qkv.out[0] = b.q->as<float>(), qkv.out[1] = b.k->as<float>(), qkv.out[2] = b.v->as<float>();
     qkv.bias[0] = L.q_bias, qkv.bias[1] = L.k_bias, qkv.bias[2] = L.v_bias;
     be.Matmul(qkv);
-    RopeParams rope{b.q->as<float>(), n,         a.heads,       a.head_dim, a.rope.rotary_dims,
-                    b.rotary->as<int32_t>(), impl.inv_freq, L.q_norm, eps};
-    be.Rope(rope);
-    rope.x = b.k->as<float>();
-    rope.heads = a.kv_heads;
-    rope.norm = L.k_norm;
-    be.Rope(rope);
-    be.KvWrite({L.kv, table, b.k->as<float>(), b.v->as<float>(), slots, positions, n,
-                a.kv_heads, a.head_dim});
+    RopeKvParams rope_kv;
+    rope_kv.q = {b.q->as<float>(),
+                 n,
+                 a.heads,
+                 a.head_dim,
+                 a.rope.rotary_dims,
+                 b.rotary->as<int32_t>(),
+                 impl.inv_freq,
+                 L.q_norm,
+                 eps};
+    rope_kv.k = rope_kv.q;
+    rope_kv.k.x = b.k->as<float>();
+    rope_kv.k.heads = a.kv_heads;
+    rope_kv.k.norm = L.k_norm;
+    rope_kv.kv = {L.kv,      table, b.k->as<float>(), b.v->as<float>(), slots,
+                  positions, n,     a.kv_heads,       a.head_dim};
+    be.RopeKv(rope_kv);
     AttentionParams att;
     att.out = b.attn->as<float>();
     att.q = b.q->as<float>();
@@ -492,34 +521,41 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
     out_proj.x = b.attn->as<float>();
     out_proj.rows = n;
     out_proj.w[0] = &L.o;
-    out_proj.out[0] = o;
     out_proj.bias[0] = L.o_bias;
+    residual(&out_proj);
     be.Matmul(out_proj);
-    pending = true;
-    norm(L.ffn_norm);
     MatmulParams gate_up;
-    gate_up.x = h;
+    normed(L.ffn_norm, &gate_up);
     gate_up.rows = n;
     gate_up.outputs = 2;
     gate_up.w[0] = &L.gate, gate_up.w[1] = &L.up;
     gate_up.out[0] = b.gate->as<float>(), gate_up.out[1] = b.up->as<float>();
+    gate_up.swiglu = fuse;
     be.Matmul(gate_up);
-    be.SwiGlu({b.gate->as<float>(), b.gate->as<float>(), b.up->as<float>(), n * a.ffn});
+    if (!fuse) be.SwiGlu({b.gate->as<float>(), b.gate->as<float>(), b.up->as<float>(), n * a.ffn});
     MatmulParams down;
     down.x = b.gate->as<float>();
     down.rows = n;
     down.w[0] = &L.down;
-    down.out[0] = o;
+    residual(&down);
     be.Matmul(down);
-    pending = true;
     capture(l + 1);
   }
   if (!replayed && head_wanted) {
     const int64_t w = static_cast<int64_t>(rows.wanted.size());
-    norm(impl.final_norm);
-    be.GatherRows({b.picked->as<float>(), h, b.wanted->as<int32_t>(), w, a.dim});
     MatmulParams head;
-    head.x = b.picked->as<float>();
+    if (fuse) {
+      // The norm is per row: the wanted rows of x, normalized inside the head's matmul.
+      be.GatherRows({b.picked->as<float>(), x, b.wanted->as<int32_t>(), w, a.dim});
+      head.x = b.picked->as<float>();
+      head.norm = impl.final_norm;
+      head.norm_eps = eps;
+    } else {
+      MatmulParams unused;
+      normed(impl.final_norm, &unused);
+      be.GatherRows({b.picked->as<float>(), h, b.wanted->as<int32_t>(), w, a.dim});
+      head.x = b.picked->as<float>();
+    }
     head.rows = w;
     head.w[0] = &impl.head;
     head.out[0] = b.logits->as<float>();

@@ -30,6 +30,22 @@ Status MatmulParams::Check() const {
     if (!out[i]) return Bad("Matmul", "out", "null");
     if (w[i]->cols != w[0]->cols) return Bad("Matmul", "w", "outputs differ in cols");
   }
+  if (accumulate && swiglu) return Bad("Matmul", "accumulate", "and swiglu together");
+  if (accumulate && outputs != 1) return Bad("Matmul", "accumulate", "needs one output");
+  if (accumulate && out[0] == x) return Bad("Matmul", "accumulate", "out aliases x");
+  if (swiglu && (outputs != 2 || w[0]->rows != w[1]->rows))
+    return Bad("Matmul", "swiglu", "needs two outputs of the same size");
+  return Status::Ok();
+}
+
+Status RopeKvParams::Check() const {
+  GZ_RETURN_IF_ERROR(q.Check());
+  GZ_RETURN_IF_ERROR(k.Check());
+  GZ_RETURN_IF_ERROR(kv.Check());
+  if (k.x != kv.k) return Bad("RopeKv", "kv.k", "is not k.x");
+  if (q.rows != k.rows || k.rows != kv.rows) return Bad("RopeKv", "rows", "differ");
+  if (k.heads != kv.kv_heads || k.head_dim != kv.head_dim)
+    return Bad("RopeKv", "k", "heads or head_dim differ from kv's");
   return Status::Ok();
 }
 

@@ -23,9 +23,9 @@ inline constexpr int kPage = 16;
 
 // out[r, :] = table[tokens[r], :] as float32.
 struct EmbedParams {
-  float* out = nullptr;            // [rows, dim]
-  const Weight* table = nullptr;   // [vocab, dim], plain format
-  const int32_t* tokens = nullptr; // [rows], each in [0, vocab)
+  float* out = nullptr;             // [rows, dim]
+  const Weight* table = nullptr;    // [vocab, dim], plain format
+  const int32_t* tokens = nullptr;  // [rows], each in [0, vocab)
   int64_t rows = 0;
   Status Check() const;
 };
@@ -33,33 +33,45 @@ struct EmbedParams {
 // out = x * rsqrt(mean(x^2) + eps) * (weight + offset); with `residual` set, first
 // residual += x and then normalizes the sum (the fused residual add), out may equal x.
 struct RmsNormParams {
-  float* out = nullptr;             // [rows, dim]
-  const float* x = nullptr;         // [rows, dim]
-  float* residual = nullptr;        // [rows, dim] or null
-  const float* weight = nullptr;    // [dim]
+  float* out = nullptr;           // [rows, dim]
+  const float* x = nullptr;       // [rows, dim]
+  float* residual = nullptr;      // [rows, dim] or null
+  const float* weight = nullptr;  // [dim]
   int64_t rows = 0;
   int64_t dim = 0;
   float eps = 1e-6f;
-  float offset = 0.0f;              // 1.0 for Gemma's (1 + w) norms
+  float offset = 0.0f;  // 1.0 for Gemma's (1 + w) norms
   Status Check() const;
 };
 
 // Up to three linears that share one input (q/k/v, gate/up): out_i = x W_i^T (+ bias_i).
+//
+// The fused ends, only for a backend whose FusesMatmul() is true (the model issues RmsNorm, Add
+// and SwiGlu ops to the others):
+// - norm: x is first RMS-normalized per row with this weight (RmsNormParams without residual);
+// - accumulate (one output): out += x W^T (+ bias), the residual add; out must not alias x;
+// - swiglu (two outputs of the same n): out[0] = silu(x W_0^T + b_0) * (x W_1^T + b_1); out[1]
+//   is scratch, its contents afterwards unspecified.
 struct MatmulParams {
   static constexpr int kMaxOutputs = 3;
   const float* x = nullptr;  // [rows, cols]
   int64_t rows = 0;
   int outputs = 1;
-  const Weight* w[kMaxOutputs] = {};      // each [n_i, cols]
-  float* out[kMaxOutputs] = {};           // each [rows, n_i]
-  const float* bias[kMaxOutputs] = {};    // each [n_i] or null
+  const Weight* w[kMaxOutputs] = {};    // each [n_i, cols]
+  float* out[kMaxOutputs] = {};         // each [rows, n_i]
+  const float* bias[kMaxOutputs] = {};  // each [n_i] or null
+  const float* norm = nullptr;          // [cols] or null
+  float norm_eps = 1e-6f;
+  float norm_offset = 0.0f;
+  bool accumulate = false;
+  bool swiglu = false;
   Status Check() const;
 };
 
 // Per head: optional RMSNorm over head_dim (q/k norms), then rotary embedding of the first
 // rotary_dims of each head, rotate-half (NeoX/HF) pairing: (i, i + rotary_dims/2).
 struct RopeParams {
-  float* x = nullptr;                  // [rows, heads, head_dim], in place
+  float* x = nullptr;  // [rows, heads, head_dim], in place
   int64_t rows = 0;
   int heads = 0;
   int head_dim = 0;
@@ -101,8 +113,8 @@ struct KvWriteParams {
 // [max(0, positions[r] - window + 1), positions[r]] of its slot (window 0: no limit).
 // Its own key must already be written.
 struct AttentionParams {
-  float* out = nullptr;                // [rows, heads, head_dim]
-  const float* q = nullptr;            // [rows, heads, head_dim]
+  float* out = nullptr;      // [rows, heads, head_dim]
+  const float* q = nullptr;  // [rows, heads, head_dim]
   KvLayer cache;
   PageTable table;
   const int32_t* slots = nullptr;      // [rows]
@@ -111,8 +123,18 @@ struct AttentionParams {
   int heads = 0;
   int kv_heads = 0;
   int head_dim = 0;
-  float scale = 0.0f;                  // usually 1/sqrt(head_dim)
+  float scale = 0.0f;  // usually 1/sqrt(head_dim)
   int32_t window = 0;
+  Status Check() const;
+};
+
+// Rope(q), Rope(k) and KvWrite(kv) as one op: the query and key heads rotated (each with its
+// optional norm) and the rotated keys and the values written at each row's position.
+// k.x must be kv.k; the three agree on rows.
+struct RopeKvParams {
+  RopeParams q;
+  RopeParams k;
+  KvWriteParams kv;
   Status Check() const;
 };
 
@@ -127,17 +149,17 @@ struct SwiGluParams {
 
 // out += x, elementwise.
 struct AddParams {
-  float* out = nullptr;       // [n]
-  const float* x = nullptr;   // [n]
+  float* out = nullptr;      // [n]
+  const float* x = nullptr;  // [n]
   int64_t n = 0;
   Status Check() const;
 };
 
 // out[i, :] = x[index[i], :].
 struct GatherRowsParams {
-  float* out = nullptr;             // [count, dim]
-  const float* x = nullptr;         // [rows, dim]
-  const int32_t* index = nullptr;   // [count]
+  float* out = nullptr;            // [count, dim]
+  const float* x = nullptr;        // [rows, dim]
+  const int32_t* index = nullptr;  // [count]
   int64_t count = 0;
   int64_t dim = 0;
   Status Check() const;
@@ -151,7 +173,7 @@ struct SampleRow {
   float top_p = 1.0f;        // 1: off
   float min_p = 0.0f;        // 0: off
   uint64_t seed = 0;
-  uint64_t index = 0;        // the draw's counter: output tokens so far
+  uint64_t index = 0;  // the draw's counter: output tokens so far
 };
 
 // tokens[r] = the token row r of `logits` picks under params[r].
@@ -188,8 +210,7 @@ class Backend {
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   // Makes a host weight (e.g. a pointer into a memory-mapped file) usable by this backend;
   // `storage` receives whatever must stay alive (null where the host memory is used in place).
-  virtual Expected<Weight> PrepareWeight(const Weight& host,
-                                         std::unique_ptr<Buffer>* storage) = 0;
+  virtual Expected<Weight> PrepareWeight(const Weight& host, std::unique_ptr<Buffer>* storage) = 0;
 
   // Whether Attention has a kernel for this head shape; a model checks it when it loads, so a
   // shape without one fails with a Status instead of stopping inside the op.
@@ -208,6 +229,13 @@ class Backend {
   virtual void SwiGlu(const SwiGluParams& p) = 0;
   virtual void Add(const AddParams& p) = 0;
   virtual void GatherRows(const GatherRowsParams& p) = 0;
+  virtual void RopeKv(const RopeKvParams& p) {
+    Rope(p.q);
+    Rope(p.k);
+    KvWrite(p.kv);
+  }
+  // Whether Matmul runs MatmulParams' fused ends (norm, accumulate, swiglu).
+  virtual bool FusesMatmul() const { return false; }
 
   // Token picking on the device; a backend without it (CanSample false) leaves it to the host.
   virtual bool CanSample() const { return false; }

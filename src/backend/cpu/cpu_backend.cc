@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -130,8 +131,8 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
     // reach: fetch the next page's keys and values while this one is computed. Rows of one
     // prompt (a slot's rows in a row) find the pages the row before them read still cached.
     if (cold && block < last / kPage) {
-      const int64_t next = static_cast<int64_t>(pages[block + 1]) * kPage * stride +
-                           static_cast<int64_t>(kvh) * hd;
+      const int64_t next =
+          static_cast<int64_t>(pages[block + 1]) * kPage * stride + static_cast<int64_t>(kvh) * hd;
       PrefetchPage(p.cache.keys + next, stride, hd);
       PrefetchPage(p.cache.values + next, stride, hd);
     }
@@ -311,6 +312,11 @@ void CpuBackend::RmsNorm(const RmsNormParams& p) {
 
 void CpuBackend::Matmul(const MatmulParams& p) {
   if (p.rows <= 0) return;
+  if (p.norm || p.accumulate || p.swiglu) {
+    // FusesMatmul() is false: the model issues RmsNorm, Add and SwiGlu instead.
+    std::fprintf(stderr, "cpu Matmul: the fused norm, accumulate and swiglu are not supported\n");
+    std::abort();
+  }
   // Quantized outputs run on their own kernels (quant_matmul.h); the plain ones below.
   if (HasQuantizedOutput(p)) QuantMatmul(p, pool_, isa_);
   const int64_t cols = p.w[0]->cols;

@@ -151,16 +151,32 @@ class CudaBackend : public Backend {
   bool CanSample() const override { return true; }
   void Sample(const SampleParams& p) override { cuda::LaunchSample(p, stream_); }
 
+  bool FusesMatmul() const override { return true; }
+  void RopeKv(const RopeKvParams& p) override { cuda::LaunchRopeKv(p, stream_); }
+
   void Matmul(const MatmulParams& p) override {
     if (p.rows == 0) return;
+    const int64_t cols = p.w[0]->cols;
+    if (p.norm) {
+      // The norm into scratch, then the product of the normalized rows. (Normalizing inside the
+      // GEMV costs every block a pass over x and the norm weight: slower than this kernel.)
+      float* xn = static_cast<float*>(normed_x_.Get(static_cast<size_t>(p.rows * cols) * 4));
+      cuda::LaunchRmsNorm({xn, p.x, nullptr, p.norm, p.rows, cols, p.norm_eps, p.norm_offset},
+                          stream_);
+      MatmulParams plain = p;
+      plain.x = xn;
+      plain.norm = nullptr;
+      return Matmul(plain);
+    }
     if (cuda::HasQuantized(p)) {
-      MatmulParams plain = QuantGemmFits(p)
-                               ? QuantGemm(p)
-                               : cuda::LaunchQuantMatmul(p, options_.exact, &quant_scratch_, stream_);
+      if (p.accumulate || p.swiglu) return QuantEnds(p);
+      MatmulParams plain =
+          QuantGemmFits(p) ? QuantGemm(p)
+                           : cuda::LaunchQuantMatmul(p, options_.exact, &quant_scratch_, stream_);
       if (plain.outputs > 0) Matmul(plain);
       return;
     }
-    if (p.rows <= gemv_max_rows_) {
+    if (p.rows <= gemv_max_rows_ && cuda::GemvCovers(p)) {
       cuda::LaunchGemv(p, sm_count_, stream_);
       return;
     }
@@ -168,17 +184,36 @@ class CudaBackend : public Backend {
     for (int i = 0; i < p.outputs; ++i) all_bf16 = all_bf16 && p.w[i]->format == Format::kBf16;
     if (options_.exact || !all_bf16) {
       for (int i = 0; i < p.outputs; ++i)
-        cuda::LaunchGemmF32(p.x, p.rows, *p.w[i], p.bias[i], p.out[i], stream_);
+        cuda::LaunchGemmF32(p.x, p.rows, *p.w[i], p.bias[i], p.out[i], p.accumulate, stream_);
+    } else {
+      // Fast mode: bf16 activations once for every output, then cuBLASLt (adding into out for
+      // accumulate).
+      void* xb = x_bf16_.Get(static_cast<size_t>(p.rows * cols) * 2);
+      cuda::LaunchToBf16(p.x, p.rows * cols, xb, stream_);
+      for (int i = 0; i < p.outputs; ++i) {
+        LtMatmul(xb, p.rows, *p.w[i], p.out[i], p.accumulate);
+        if (p.bias[i]) cuda::LaunchAddBias(p.out[i], p.rows, p.w[i]->rows, p.bias[i], stream_);
+      }
+    }
+    if (p.swiglu) {
+      cuda::LaunchSwiGlu({p.out[0], p.out[0], p.out[1], p.rows * p.w[0]->rows}, stream_);
+    }
+  }
+
+  // The accumulate and swiglu ends of a quantized matmul: the product, then the add or SwiGLU.
+  void QuantEnds(const MatmulParams& p) {
+    MatmulParams plain = p;
+    plain.accumulate = plain.swiglu = false;
+    const int64_t n = p.w[0]->rows;
+    if (p.accumulate) {
+      float* y = static_cast<float*>(quant_out_.Get(static_cast<size_t>(p.rows * n) * 4));
+      plain.out[0] = y;
+      Matmul(plain);
+      cuda::LaunchAdd({p.out[0], y, p.rows * n}, stream_);
       return;
     }
-    // Fast mode: bf16 activations once for every output, then cuBLASLt.
-    int64_t cols = p.w[0]->cols;
-    void* xb = x_bf16_.Get(static_cast<size_t>(p.rows * cols) * 2);
-    cuda::LaunchToBf16(p.x, p.rows * cols, xb, stream_);
-    for (int i = 0; i < p.outputs; ++i) {
-      LtMatmul(xb, p.rows, *p.w[i], p.out[i]);
-      if (p.bias[i]) cuda::LaunchAddBias(p.out[i], p.rows, p.w[i]->rows, p.bias[i], stream_);
-    }
+    Matmul(plain);
+    cuda::LaunchSwiGlu({p.out[0], p.out[0], p.out[1], p.rows * n}, stream_);
   }
 
   void Synchronize() override { GZ_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
@@ -228,12 +263,13 @@ class CudaBackend : public Backend {
  private:
   static constexpr size_t kWorkspaceBytes = 32 << 20;
 
-  // out[rows, n] (f32) = x[rows, cols] (bf16) W[n, cols]^T. In cuBLASLt's column-major terms:
+  // out[rows, n] (f32) = x[rows, cols] (bf16) W[n, cols]^T (accumulate: out +=). In cuBLASLt's
+  // column-major terms:
   // out^T [n, rows] = W^T^T ... that is D = op(A) B with A = W stored [cols, n] (transposed),
   // B = x stored [cols, rows].
-  void LtMatmul(const void* x, int64_t rows, const Weight& w, float* out) {
+  void LtMatmul(const void* x, int64_t rows, const Weight& w, float* out, bool accumulate = false) {
     LtPlan& plan = Plan(rows, w.rows, w.cols);
-    float alpha = 1.0f, beta = 0.0f;
+    float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     GZ_CUBLAS_CHECK(cublasLtMatmul(lt_, plan.desc, &alpha, w.data, plan.a, x, plan.b, &beta, out,
                                    plan.c, out, plan.c, &plan.algo, workspace_, kWorkspaceBytes,
                                    stream_));
@@ -328,8 +364,10 @@ class CudaBackend : public Backend {
   uint64_t use_clock_ = 0;
   void* workspace_ = nullptr;
   std::map<std::tuple<int64_t, int64_t, int64_t>, LtPlan> plans_;
-  cuda::Scratch x_bf16_;             // [rows, cols] bf16 activations of a fast-mode matmul
-  cuda::Scratch attention_scratch_;  // the decode kernel's split parts
+  cuda::Scratch x_bf16_;              // [rows, cols] bf16 activations of a fast-mode matmul
+  cuda::Scratch normed_x_;            // [rows, cols] the normalized x of a matmul with a norm
+  cuda::Scratch quant_out_;           // [rows, n] a quantized product that is then added
+  cuda::Scratch attention_scratch_;   // the decode kernel's split parts
   cuda::QuantScratch quant_scratch_;  // activations of quantized matmuls
   cuda::Scratch quant_x_bf16_;        // [rows, cols] rotated bf16 activations (QuantGemm)
   cuda::Scratch quant_w_bf16_;        // [n, cols] a quantized weight as bf16 (QuantGemm)

@@ -14,6 +14,13 @@ __device__ __forceinline__ float Load(const __nv_bfloat16* p, int64_t i) {
 }
 __device__ __forceinline__ float Load(const __half* p, int64_t i) { return __half2float(p[i]); }
 
+// Every kernel here is launched with LaunchDependent: it lets the kernel after it be scheduled at
+// once and waits for the kernels before it.
+__device__ __forceinline__ void Prologue() {
+  AllowDependentLaunch();
+  WaitForPriorGrid();
+}
+
 // Sum over the block; every thread gets the total. `shared` holds 32 floats.
 __device__ float BlockSum(float v, float* shared) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -32,6 +39,7 @@ __global__ void EmbedKernel(float* out,             // [rows, dim]
                             const T* table,         // [vocab, dim]
                             const int32_t* tokens,  // [rows]
                             int64_t dim) {
+  Prologue();
   int64_t r = blockIdx.x;
   const T* src = table + static_cast<int64_t>(tokens[r]) * dim;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out[r * dim + i] = Load(src, i);
@@ -43,7 +51,7 @@ __global__ void RmsNormKernel(float* out,           // [rows, dim]
                               float* residual,      // [rows, dim] or null
                               const float* weight,  // [dim]
                               int64_t dim, float eps, float offset) {
-  AllowDependentLaunch();  // the GEMV after it may start loading its weights
+  Prologue();
   __shared__ float shared[32];
   int64_t r = blockIdx.x;
   const float* xr = x + r * dim;
@@ -65,15 +73,11 @@ __global__ void RmsNormKernel(float* out,           // [rows, dim]
     out[r * dim + i] = in[i] * inv * (weight[i] + offset);
 }
 
-// One warp per (row, head): optional RMSNorm over head_dim, then rotate-half rotary.
-__global__ void RopeKernel(RopeParams p) {
-  extern __shared__ float buf_all[];
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
-  if (item >= p.rows * p.heads) return;
+// One (row, head) of p by one warp: optional RMSNorm over head_dim, then rotate-half rotary, in
+// place. `buf` holds head_dim floats of the warp's own.
+__device__ void RopeHead(const RopeParams& p, int64_t item, float* buf, int lane) {
   int64_t r = item / p.heads;
   float* x = p.x + item * p.head_dim;
-  float* buf = buf_all + warp * p.head_dim;
   float ss = 0.0f;
   for (int i = lane; i < p.head_dim; i += 32) {
     float v = x[i];
@@ -98,8 +102,50 @@ __global__ void RopeKernel(RopeParams p) {
   for (int i = p.rotary_dims + lane; i < p.head_dim; i += 32) x[i] = buf[i];
 }
 
+// One warp per (row, head).
+__global__ void RopeKernel(RopeParams p) {
+  Prologue();
+  extern __shared__ float buf_all[];
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
+  if (item >= p.rows * p.heads) return;
+  RopeHead(p, item, buf_all + warp * p.head_dim, lane);
+}
+
+// One warp per (row, query head) and per (row, kv head); a kv head's warp writes its rotated key
+// and its value into the row's page.
+__global__ void RopeKvKernel(RopeKvParams p) {
+  Prologue();
+  extern __shared__ float buf_all[];
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
+  const int64_t q_items = p.q.rows * p.q.heads;
+  if (item < q_items) {
+    RopeHead(p.q, item, buf_all + warp * p.q.head_dim, lane);
+    return;
+  }
+  item -= q_items;
+  if (item >= p.k.rows * p.k.heads) return;
+  RopeHead(p.k, item, buf_all + warp * p.k.head_dim, lane);
+  __syncwarp();  // the key this warp rotated, read back below
+  const KvWriteParams& kv = p.kv;
+  int64_t r = item / kv.kv_heads;
+  int32_t pos = kv.positions[r];
+  int64_t page =
+      kv.table.pages[static_cast<int64_t>(kv.slots[r]) * kv.table.max_pages + pos / kPage];
+  int64_t per_row = static_cast<int64_t>(kv.kv_heads) * kv.head_dim;
+  int64_t at = (page * kPage + pos % kPage) * per_row + (item % kv.kv_heads) * kv.head_dim;
+  const float* k = kv.k + item * kv.head_dim;
+  const float* v = kv.v + item * kv.head_dim;
+  for (int i = lane; i < kv.head_dim; i += 32) {
+    kv.cache.keys[at + i] = k[i];
+    kv.cache.values[at + i] = v[i];
+  }
+}
+
 // One thread per (row, kv head, element).
 __global__ void KvWriteKernel(KvWriteParams p) {
+  Prologue();
   int64_t per_row = static_cast<int64_t>(p.kv_heads) * p.head_dim;
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= p.rows * per_row) return;
@@ -112,7 +158,7 @@ __global__ void KvWriteKernel(KvWriteParams p) {
 }
 
 __global__ void SwiGluKernel(float* out, const float* gate, const float* up, int64_t n) {
-  AllowDependentLaunch();  // the GEMV after it may start loading its weights
+  Prologue();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float g = gate[i];
@@ -120,23 +166,26 @@ __global__ void SwiGluKernel(float* out, const float* gate, const float* up, int
 }
 
 __global__ void AddKernel(float* out, const float* x, int64_t n) {
+  Prologue();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] += x[i];
 }
 
 __global__ void GatherRowsKernel(float* out, const float* x, const int32_t* index, int64_t dim) {
-  AllowDependentLaunch();  // the GEMV after it may start loading its weights
+  Prologue();
   int64_t i = blockIdx.x;
   const float* src = x + static_cast<int64_t>(index[i]) * dim;
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) out[i * dim + j] = src[j];
 }
 
 __global__ void ToBf16Kernel(const float* x, int64_t n, __nv_bfloat16* y) {
+  Prologue();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = __float2bfloat16_rn(x[i]);
 }
 
 __global__ void AddBiasKernel(float* out, int64_t rows, int64_t n, const float* bias) {
+  Prologue();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < rows * n) out[i] += bias[i % n];
 }
@@ -152,16 +201,16 @@ void LaunchEmbed(const EmbedParams& p, cudaStream_t stream) {
   int64_t dim = p.table->cols;
   switch (p.table->format) {
     case Format::kF32:
-      EmbedKernel<<<p.rows, 256, 0, stream>>>(p.out, static_cast<const float*>(p.table->data),
-                                              p.tokens, dim);
+      LaunchDependent(EmbedKernel<float>, dim3(p.rows), dim3(256), 0, stream, p.out,
+                      static_cast<const float*>(p.table->data), p.tokens, dim);
       break;
     case Format::kF16:
-      EmbedKernel<<<p.rows, 256, 0, stream>>>(p.out, static_cast<const __half*>(p.table->data),
-                                              p.tokens, dim);
+      LaunchDependent(EmbedKernel<__half>, dim3(p.rows), dim3(256), 0, stream, p.out,
+                      static_cast<const __half*>(p.table->data), p.tokens, dim);
       break;
     case Format::kBf16:
-      EmbedKernel<<<p.rows, 256, 0, stream>>>(
-          p.out, static_cast<const __nv_bfloat16*>(p.table->data), p.tokens, dim);
+      LaunchDependent(EmbedKernel<__nv_bfloat16>, dim3(p.rows), dim3(256), 0, stream, p.out,
+                      static_cast<const __nv_bfloat16*>(p.table->data), p.tokens, dim);
       break;
     default:
       std::fprintf(stderr, "cuda Embed: table format %s is not plain\n",
@@ -174,8 +223,8 @@ void LaunchEmbed(const EmbedParams& p, cudaStream_t stream) {
 void LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
   int threads = p.dim >= 2048 ? 512 : p.dim >= 512 ? 256 : 128;
-  RmsNormKernel<<<p.rows, threads, 0, stream>>>(p.out, p.x, p.residual, p.weight, p.dim, p.eps,
-                                                p.offset);
+  LaunchDependent(RmsNormKernel, dim3(p.rows), dim3(threads), 0, stream, p.out, p.x, p.residual,
+                  p.weight, p.dim, p.eps, p.offset);
   GZ_CUDA_LAUNCHED();
 }
 
@@ -183,45 +232,58 @@ void LaunchRope(const RopeParams& p, cudaStream_t stream) {
   int64_t items = p.rows * p.heads;
   if (items == 0) return;
   constexpr int kWarps = 4;
-  RopeKernel<<<Blocks(items, kWarps), kWarps * 32, kWarps * p.head_dim * sizeof(float), stream>>>(
-      p);
+  LaunchDependent(RopeKernel, dim3(Blocks(items, kWarps)), dim3(kWarps * 32),
+                  kWarps * p.head_dim * sizeof(float), stream, p);
   GZ_CUDA_LAUNCHED();
+}
+
+void LaunchRopeKv(const RopeKvParams& p, cudaStream_t stream) {
+  int64_t items = p.q.rows * p.q.heads + p.k.rows * p.k.heads;
+  if (items == 0) return;
+  constexpr int kWarps = 4;
+  int head_dim = p.q.head_dim > p.k.head_dim ? p.q.head_dim : p.k.head_dim;
+  LaunchDependent(RopeKvKernel, dim3(Blocks(items, kWarps)), dim3(kWarps * 32),
+                  kWarps * head_dim * sizeof(float), stream, p);
 }
 
 void LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream) {
   int64_t n = p.rows * p.kv_heads * p.head_dim;
   if (n == 0) return;
-  KvWriteKernel<<<Blocks(n, 256), 256, 0, stream>>>(p);
+  LaunchDependent(KvWriteKernel, dim3(Blocks(n, 256)), dim3(256), 0, stream, p);
   GZ_CUDA_LAUNCHED();
 }
 
 void LaunchSwiGlu(const SwiGluParams& p, cudaStream_t stream) {
   if (p.n == 0) return;
-  SwiGluKernel<<<Blocks(p.n, 256), 256, 0, stream>>>(p.out, p.gate, p.up, p.n);
+  LaunchDependent(SwiGluKernel, dim3(Blocks(p.n, 256)), dim3(256), 0, stream, p.out, p.gate, p.up,
+                  p.n);
   GZ_CUDA_LAUNCHED();
 }
 
 void LaunchAdd(const AddParams& p, cudaStream_t stream) {
   if (p.n == 0) return;
-  AddKernel<<<Blocks(p.n, 256), 256, 0, stream>>>(p.out, p.x, p.n);
+  LaunchDependent(AddKernel, dim3(Blocks(p.n, 256)), dim3(256), 0, stream, p.out, p.x, p.n);
   GZ_CUDA_LAUNCHED();
 }
 
 void LaunchGatherRows(const GatherRowsParams& p, cudaStream_t stream) {
   if (p.count == 0) return;
-  GatherRowsKernel<<<p.count, 256, 0, stream>>>(p.out, p.x, p.index, p.dim);
+  LaunchDependent(GatherRowsKernel, dim3(p.count), dim3(256), 0, stream, p.out, p.x, p.index,
+                  p.dim);
   GZ_CUDA_LAUNCHED();
 }
 
 void LaunchToBf16(const float* x, int64_t n, void* y, cudaStream_t stream) {
   if (n == 0) return;
-  ToBf16Kernel<<<Blocks(n, 256), 256, 0, stream>>>(x, n, static_cast<__nv_bfloat16*>(y));
+  LaunchDependent(ToBf16Kernel, dim3(Blocks(n, 256)), dim3(256), 0, stream, x, n,
+                  static_cast<__nv_bfloat16*>(y));
   GZ_CUDA_LAUNCHED();
 }
 
 void LaunchAddBias(float* out, int64_t rows, int64_t n, const float* bias, cudaStream_t stream) {
   if (rows * n == 0) return;
-  AddBiasKernel<<<Blocks(rows * n, 256), 256, 0, stream>>>(out, rows, n, bias);
+  LaunchDependent(AddBiasKernel, dim3(Blocks(rows * n, 256)), dim3(256), 0, stream, out, rows, n,
+                  bias);
   GZ_CUDA_LAUNCHED();
 }
 

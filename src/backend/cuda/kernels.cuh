@@ -43,6 +43,27 @@ __device__ __forceinline__ void WaitForPriorGrid() {
 #endif
 }
 
+// Launches kernel<<<grid, block, shared, stream>>>(args...) as a programmatic dependent of the
+// kernel ahead of it on the stream: its blocks may be scheduled while that one finishes, which
+// hides the launch. The kernel must call WaitForPriorGrid on every path, before it touches
+// memory an earlier kernel writes or reads (a kernel that exits without waiting could end before
+// the one ahead of it, and the kernel after it would then not wait for that one).
+template <typename... Params, typename... Args>
+void LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                     cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  GZ_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+}
+
 // Scratch device memory that grows to the largest request and is then reused. A buffer it
 // outgrows stays allocated until the Scratch is destroyed: recorded steps (CUDA graphs) may
 // still use it, and it may be allocated while a step is being recorded (no free, no sync).
@@ -74,16 +95,22 @@ void LaunchEmbed(const EmbedParams& p, cudaStream_t stream);
 void LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream);
 void LaunchRope(const RopeParams& p, cudaStream_t stream);
 void LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream);
+void LaunchRopeKv(const RopeKvParams& p, cudaStream_t stream);
 void LaunchSwiGlu(const SwiGluParams& p, cudaStream_t stream);
 void LaunchAdd(const AddParams& p, cudaStream_t stream);
 void LaunchGatherRows(const GatherRowsParams& p, cudaStream_t stream);
 
 // Every output of p (out_i[rows, n_i] = x W_i^T + bias_i) streaming each W once per 8 rows,
-// float32 x; the outputs of one weight format in one launch.
+// float32 x; the outputs of one weight format in one launch, with p's accumulate and swiglu
+// ends, where GemvCovers(p).
 void LaunchGemv(const MatmulParams& p, int sm_count, cudaStream_t stream);
-// The same product by a tiled float32 kernel (any rows; exact mode and plain non-bf16 weights).
+// Whether LaunchGemv runs p: plain weights, no norm (the backend normalizes first), and for
+// swiglu one format for both outputs.
+bool GemvCovers(const MatmulParams& p);
+// The same product by a tiled float32 kernel (any rows; exact mode and plain non-bf16 weights);
+// accumulate: out += the product.
 void LaunchGemmF32(const float* x, int64_t rows, const Weight& w, const float* bias, float* out,
-                   cudaStream_t stream);
+                   bool accumulate, cudaStream_t stream);
 // y[n] = bf16(x[n]).
 void LaunchToBf16(const float* x, int64_t n, void* y, cudaStream_t stream);
 // out[r, :] += bias for every row.
