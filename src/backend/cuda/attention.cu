@@ -63,10 +63,60 @@ __device__ __forceinline__ void StoreVec(float* dst, const float* src) {
   }
 }
 
-// Block (row, kv head x head chunk, split). Groups of 16 lanes take one key each; a lane holds
-// HD/16 dimensions of the GB query heads, in pieces of kW floats 16 x kW floats apart.
+// 16 bytes global -> shared without passing through registers (nor L1: the cache is streamed
+// once); visible to the other threads after CpAsyncWait<0-or-more> and a __syncthreads.
+__device__ __forceinline__ void CpAsync16(float* dst, const float* src) {
+  uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(at), "l"(src) : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits until at most kPending of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Stages of the decode kernel's ring: one stage is one page (kPage keys and their values,
+// 128 x HD bytes). The ring takes about 48 KB, so about four blocks share a multiprocessor's
+// shared memory and each has all stages but the one being computed in flight: with HD = 128,
+// 3 stages of 16 KB, 4 blocks keep ~128 KB of loads in flight per multiprocessor, which is what
+// HBM latency under load (~1.5-2 us at ~32 GB/s per multiprocessor) wants.
+template <int HD>
+constexpr int DecodeStages() {
+  constexpr int stages = 48 * 1024 / (kPage * HD * 2 * static_cast<int>(sizeof(float)));
+  return stages < 3 ? 3 : stages > 8 ? 8 : stages;
+}
+
 template <int HD, int GB>
-__global__ void __launch_bounds__(kDecodeThreads)
+constexpr size_t DecodeSharedBytes() {
+  constexpr size_t ring = static_cast<size_t>(DecodeStages<HD>()) * 2 * kPage * HD;
+  constexpr size_t combine = static_cast<size_t>(kKeysAtOnce) * GB * (HD + 2);
+  return (ring > combine ? ring : combine) * sizeof(float);
+}
+
+// Blocks per multiprocessor the decode kernel is compiled for. Where the query and output
+// values of a lane (GB x HD/16 each, at most 64 in all) leave room, registers are capped at 128
+// so that four blocks fit beside their four rings (as many as shared memory holds); otherwise
+// the registers decide (fewer blocks, each still with its stages in flight). GB = 8 over
+// HD = 64 would spill under the cap (8 scores and their shuffles per key).
+template <int HD, int GB>
+constexpr int DecodeMinBlocks() {
+  constexpr int by_shared = 227 * 1024 / static_cast<int>(DecodeSharedBytes<HD, GB>() + 1024);
+  constexpr int by_registers = GB <= 4 && GB * HD <= 512 ? 4 : 1;
+  return by_shared < by_registers ? by_shared : by_registers;
+}
+
+// Block (row, kv head x head chunk, split). A split is a run of whole pages of the row's range.
+// The pages stream through a ring of shared-memory stages filled with cp.async several pages
+// ahead of the arithmetic, so a block keeps tens of KB of loads in flight with no registers
+// held for them and no load in the dependent chain of the softmax. Groups of 16 lanes take keys
+// group and group + 8 of each page; a lane holds HD/16 dimensions of the GB query heads, in
+// pieces of kW floats 16 x kW floats apart (conflict-free reads of the stage: the 16 lanes of a
+// group read one key's consecutive 16 x kW floats).
+template <int HD, int GB>
+__global__ void __launch_bounds__(kDecodeThreads, (DecodeMinBlocks<HD, GB>()))
     DecodeKernel(AttentionParams p, int head_chunks, int splits,
                  float* part_acc,   // [rows, heads, splits, HD] when splits > 1
                  float* part_ml) {  // [rows, heads, splits, 2] (max, sum) when splits > 1
@@ -74,10 +124,19 @@ __global__ void __launch_bounds__(kDecodeThreads)
   constexpr int kStride = kLanesPerKey * kW;
   constexpr int kDims = HD / kLanesPerKey;
   constexpr int kVecs = kDims / kW;
-  extern __shared__ float shared[];
-  float* s_acc = shared;                         // [kKeysAtOnce, GB, HD]
+  constexpr int kStages = DecodeStages<HD>();
+  constexpr int kStageFloats = 2 * kPage * HD;  // keys [kPage, HD], values [kPage, HD]
+  constexpr int kChunks = kPage * HD / 4;       // 16-byte pieces of a page's keys
+  constexpr int kChunksPerThread = kChunks / kDecodeThreads;  // HD / 32
+  constexpr int kKeysPerGroup = kPage / kKeysAtOnce;
+  static_assert(kChunks % kDecodeThreads == 0 && kPage % kKeysAtOnce == 0);
+  extern __shared__ __align__(16) float shared[];
+  float* ring = shared;                          // [kStages, kStageFloats] while streaming
+  float* s_acc = shared;                         // [kKeysAtOnce, GB, HD] after it
   float* s_ml = shared + kKeysAtOnce * GB * HD;  // [kKeysAtOnce, GB, 2]
+
   AllowDependentLaunch();  // the GEMV after it may start loading its weights
+  WaitForPriorGrid();
   int64_t r = blockIdx.x;
   if (!Alone(p, r)) return;
   int kv_head = blockIdx.y / head_chunks;
@@ -87,10 +146,50 @@ __global__ void __launch_bounds__(kDecodeThreads)
   int32_t slot = p.slots[r];
   int32_t position = p.positions[r];
   int32_t first = FirstVisible(p, position);
-  int32_t span = (position - first + 1 + splits - 1) / splits;
-  int32_t begin = first + split * span;
-  int32_t end = min(position + 1, begin + span);
+  // The row's pages are divided among the splits; a split past the last page has none (its
+  // part is empty: max -inf, sum 0, which the combine skips).
+  int32_t first_page = first / kPage;
+  int32_t row_pages = position / kPage - first_page + 1;
+  int32_t split_pages = (row_pages + splits - 1) / splits;
+  int32_t page0 = first_page + split * split_pages;  // the split's first page (block of the slot)
+  int32_t stages = max(0, min(split_pages, row_pages - split * split_pages));
+  int32_t begin = max(first, page0 * kPage);
+  int32_t end = min(position + 1, (page0 + stages) * kPage);
   int group = threadIdx.x / kLanesPerKey, sub = threadIdx.x % kLanesPerKey;
+  const int32_t* pages = p.table.pages + static_cast<int64_t>(slot) * p.table.max_pages;
+
+  // Stage u of the split (page page0 + u, cache page `page`) into ring slot u % kStages. Keys
+  // outside [begin, end) are not copied (the window's start, the positions after the row's);
+  // the arithmetic masks them without reading them.
+  auto issue = [&](int32_t u, int64_t page) {
+    float* dst = ring + (u % kStages) * kStageFloats;
+    int32_t pos0 = (page0 + u) * kPage;
+#pragma unroll
+    for (int i = 0; i < kChunksPerThread; ++i) {
+      int c = threadIdx.x + i * kDecodeThreads;
+      int o = c / (HD / 4), piece = c % (HD / 4);
+      if (pos0 + o >= begin && pos0 + o < end) {
+        int64_t at = ((page * kPage + o) * p.kv_heads + kv_head) * HD + piece * 4;
+        CpAsync16(dst + o * HD + piece * 4, p.cache.keys + at);
+        CpAsync16(dst + kPage * HD + o * HD + piece * 4, p.cache.values + at);
+      }
+    }
+  };
+  // Fill all stages but one; the page indices are read first, all at once, so the prologue
+  // waits for one page-table read, not one per stage. Every stage commits a group, empty or not,
+  // so that the group count (and CpAsyncWait's argument) does not depend on the range.
+  {
+    int32_t ahead[kStages - 1];
+#pragma unroll
+    for (int u = 0; u < kStages - 1; ++u) ahead[u] = u < stages ? __ldg(pages + page0 + u) : 0;
+#pragma unroll
+    for (int u = 0; u < kStages - 1; ++u) {
+      if (u < stages) issue(u, ahead[u]);
+      CpAsyncCommit();
+    }
+  }
+  // The page index of the next stage to issue is read a stage early, off the critical path.
+  int32_t next_page = kStages - 1 < stages ? __ldg(pages + page0 + kStages - 1) : 0;
 
   float q[GB][kDims];
   float qscale = p.scale * kLog2e;
@@ -110,52 +209,91 @@ __global__ void __launch_bounds__(kDecodeThreads)
 #pragma unroll
     for (int d = 0; d < kDims; ++d) acc[g][d] = 0.0f;
   }
-  const int32_t* pages = p.table.pages + static_cast<int64_t>(slot) * p.table.max_pages;
-  // Keys and values of the next iteration are loaded while this one is computed (two sets in
-  // registers), so each group has a page-table read and its key loads in flight behind the
-  // arithmetic instead of one dependent read after another.
-  auto load = [&](int32_t j, float* k, float* v) {
-    if (j < end) {
-      int64_t page = pages[j / kPage];
-      int64_t at = ((page * kPage + j % kPage) * p.kv_heads + kv_head) * HD + sub * kW;
-#pragma unroll
-      for (int i = 0; i < kVecs; ++i) {
-        LoadVec<kW, true>(p.cache.keys + at + i * kStride, &k[kW * i]);
-        LoadVec<kW, true>(p.cache.values + at + i * kStride, &v[kW * i]);
-      }
-    } else {
-#pragma unroll
-      for (int d = 0; d < kDims; ++d) k[d] = v[d] = 0.0f;
+  // Every lane runs the same iterations (the shuffles below need the whole warp and the
+  // __syncthreads the whole block); a key outside the range only takes part in them.
+  for (int32_t t = 0; t < stages; ++t) {
+    // Groups committed so far: stages 0 .. t + kStages - 2; stage t is done when at most
+    // kStages - 2 are pending. The barrier makes every thread's copies of stage t visible, and
+    // says every thread is done with stage t - 1, whose slot the next issue overwrites.
+    CpAsyncWait<kStages - 2>();
+    __syncthreads();
+    int32_t u = t + kStages - 1;
+    if (u < stages) {
+      issue(u, next_page);
+      if (u + 1 < stages) next_page = __ldg(pages + page0 + u + 1);
     }
-  };
-  float k[kDims], v[kDims];
-  load(begin + group, k, v);
-  // Every lane runs the same iterations (the shuffles below need the whole warp); a group
-  // whose key is past the end only takes part in them.
-  for (int32_t j0 = begin; j0 < end; j0 += kKeysAtOnce) {
-    const bool valid = j0 + group < end;
-    float kn[kDims], vn[kDims];
-    load(j0 + kKeysAtOnce + group, kn, vn);
+    CpAsyncCommit();
+
+    const float* ks = ring + (t % kStages) * kStageFloats;
+    const float* vs = ks + kPage * HD;
+    int32_t pos0 = (page0 + t) * kPage;
+    // Scores of the group's keys of the page first (independent dot products and shuffles),
+    // then one rescale of the state for them all.
+    float s[kKeysPerGroup][GB];
+    bool valid[kKeysPerGroup];
+#pragma unroll
+    for (int kk = 0; kk < kKeysPerGroup; ++kk) {
+      int o = group + kk * kKeysAtOnce;
+      valid[kk] = pos0 + o >= begin && pos0 + o < end;
+      float k[kDims];
+#pragma unroll
+      for (int i = 0; i < kVecs; ++i) LoadVec<kW>(ks + o * HD + sub * kW + i * kStride, &k[kW * i]);
+#pragma unroll
+      for (int g = 0; g < GB; ++g) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int d = 0; d < kDims; ++d) dot += q[g][d] * k[d];
+        s[kk][g] = dot;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kKeysPerGroup; ++kk)
+#pragma unroll
+      for (int g = 0; g < GB; ++g) {
+#pragma unroll
+        for (int o = kLanesPerKey / 2; o > 0; o >>= 1)
+          s[kk][g] += __shfl_xor_sync(0xffffffffu, s[kk][g], o);
+        // Uncopied keys hold stale shared memory: select, never multiply, them away.
+        if (!valid[kk]) s[kk][g] = -INFINITY;
+      }
+    float v[kKeysPerGroup][kDims];
+#pragma unroll
+    for (int kk = 0; kk < kKeysPerGroup; ++kk) {
+      int o = group + kk * kKeysAtOnce;
+      if (valid[kk]) {
+#pragma unroll
+        for (int i = 0; i < kVecs; ++i)
+          LoadVec<kW>(vs + o * HD + sub * kW + i * kStride, &v[kk][kW * i]);
+      } else {
+#pragma unroll
+        for (int d = 0; d < kDims; ++d) v[kk][d] = 0.0f;
+      }
+    }
 #pragma unroll
     for (int g = 0; g < GB; ++g) {
-      float s = 0.0f;
+      float m_new = m[g];
 #pragma unroll
-      for (int d = 0; d < kDims; ++d) s += q[g][d] * k[d];
+      for (int kk = 0; kk < kKeysPerGroup; ++kk) m_new = fmaxf(m_new, s[kk][g]);
+      if (m_new == -INFINITY) continue;  // nothing visible yet (the same in all 16 lanes)
+      float corr = exp2f(m[g] - m_new);
+      float e[kKeysPerGroup];
+      float sum = 0.0f;
 #pragma unroll
-      for (int o = kLanesPerKey / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      if (valid) {
-        float m_new = fmaxf(m[g], s);
-        float corr = exp2f(m[g] - m_new);
-        float e = exp2f(s - m_new);
-        l[g] = l[g] * corr + e;
+      for (int kk = 0; kk < kKeysPerGroup; ++kk) e[kk] = exp2f(s[kk][g] - m_new), sum += e[kk];
+      l[g] = l[g] * corr + sum;
 #pragma unroll
-        for (int d = 0; d < kDims; ++d) acc[g][d] = acc[g][d] * corr + e * v[d];
-        m[g] = m_new;
+      for (int d = 0; d < kDims; ++d) {
+        float a = acc[g][d] * corr;
+#pragma unroll
+        for (int kk = 0; kk < kKeysPerGroup; ++kk) a += e[kk] * v[kk][d];
+        acc[g][d] = a;
       }
+      m[g] = m_new;
     }
-#pragma unroll
-    for (int d = 0; d < kDims; ++d) k[d] = kn[d], v[d] = vn[d];
   }
+  // The combine below reuses the ring: no copy may still be landing in it, nor a lane reading.
+  CpAsyncWait<0>();
+  __syncthreads();
   // Combine the groups of the block.
 #pragma unroll
   for (int g = 0; g < GB; ++g) {
@@ -196,25 +334,53 @@ __global__ void __launch_bounds__(kDecodeThreads)
   }
 }
 
-// One block of head_dim threads per (row, head): out = sum of the splits' parts, rescaled.
+constexpr int kMaxSplits = 64;
+
+// One block of head_dim threads per (row, head): out = sum of the splits' parts, rescaled. The
+// splits' weights are found once, in shared memory, by the first warp (the maxima and sums
+// loaded together, not one dependent load after another); then every dimension adds its splits'
+// accumulators with several loads in flight.
 __global__ void CombineKernel(AttentionParams p, int splits, const float* part_acc,
                               const float* part_ml) {
+  __shared__ float s_w[kMaxSplits];
+  __shared__ float s_sum;
   AllowDependentLaunch();  // the GEMV after it may start loading its weights
+  WaitForPriorGrid();
   int64_t r = blockIdx.x / p.heads;
   if (!Alone(p, r)) return;
   int64_t rh = blockIdx.x;
-  float mm = -INFINITY;
-  for (int s = 0; s < splits; ++s) mm = fmaxf(mm, part_ml[(rh * splits + s) * 2]);
-  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-    float ll = 0.0f, a = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-      float ms = part_ml[(rh * splits + s) * 2];
-      if (ms == -INFINITY) continue;
-      float w = exp2f(ms - mm);
-      ll += w * part_ml[(rh * splits + s) * 2 + 1];
-      a += w * part_acc[(rh * splits + s) * p.head_dim + d];
+  const float* ml = part_ml + rh * splits * 2;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float m_part[kMaxSplits / 32], l_part[kMaxSplits / 32];
+    float mm = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kMaxSplits / 32; ++i) {
+      int s = lane + 32 * i;
+      m_part[i] = s < splits ? ml[s * 2] : -INFINITY;
+      l_part[i] = s < splits ? ml[s * 2 + 1] : 0.0f;
+      mm = fmaxf(mm, m_part[i]);
     }
-    p.out[rh * p.head_dim + d] = a / ll;
+    for (int o = 16; o > 0; o >>= 1) mm = fmaxf(mm, __shfl_xor_sync(0xffffffffu, mm, o));
+    float ll = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxSplits / 32; ++i) {
+      int s = lane + 32 * i;
+      float w = m_part[i] == -INFINITY ? 0.0f : exp2f(m_part[i] - mm);
+      ll += w * l_part[i];
+      if (s < splits) s_w[s] = w;
+    }
+    for (int o = 16; o > 0; o >>= 1) ll += __shfl_xor_sync(0xffffffffu, ll, o);
+    if (lane == 0) s_sum = ll;
+  }
+  __syncthreads();
+  const float inv = 1.0f / s_sum;
+  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    const float* acc = part_acc + rh * splits * p.head_dim + d;
+    float a = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < splits; ++s) a += s_w[s] * acc[static_cast<int64_t>(s) * p.head_dim];
+    p.out[rh * p.head_dim + d] = a * inv;
   }
 }
 
@@ -391,10 +557,29 @@ void LaunchDecode(const AttentionParams& p, int sm_count, Scratch* scratch, cuda
   int group_heads = p.heads / p.kv_heads;
   int head_chunks = group_heads / GB;
   int per_split = static_cast<int>(p.rows) * p.kv_heads * head_chunks;
-  // About four blocks per multiprocessor in all; each split has at least a page of keys
-  // whenever the context allows it (the kernel divides the row's own range).
-  int splits = (4 * sm_count + per_split - 1) / per_split;
-  splits = std::max(1, std::min(splits, 64));
+  size_t shared = DecodeSharedBytes<HD, GB>();
+  // Blocks of this instantiation one multiprocessor holds (shared memory or registers bound it).
+  static int resident = [shared] {
+    cudaFuncSetAttribute(DecodeKernel<HD, GB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(shared));
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, DecodeKernel<HD, GB>, kDecodeThreads,
+                                                      shared) != cudaSuccess ||
+        n < 1) {
+      n = 2;
+    }
+    return n;
+  }();
+  // Splits so that the grid fills the resident slots about once: a whole number of waves (the
+  // floor) keeps a few leftover blocks from running as a second, latency-bound wave, unless the
+  // floor leaves a quarter of the slots idle. Many rows need no split at all. The kernel divides
+  // a row's pages, so every non-empty split has at least a page; splits past the row's last page
+  // are empty and cost a block that only writes an empty part. No row has more pages than the
+  // page table's width, so more splits than that would all be empty.
+  int slots = resident * sm_count;
+  int splits = std::max(1, slots / per_split);
+  if (per_split < slots && splits * per_split < slots * 3 / 4) ++splits;
+  splits = std::max(1, std::min(std::min(splits, kMaxSplits), static_cast<int>(p.table.max_pages)));
   float* part_acc = nullptr;
   float* part_ml = nullptr;
   if (splits > 1) {
@@ -403,21 +588,14 @@ void LaunchDecode(const AttentionParams& p, int sm_count, Scratch* scratch, cuda
     part_acc = base;
     part_ml = base + parts * HD;
   }
-  size_t shared = (kKeysAtOnce * GB * HD + kKeysAtOnce * GB * 2) * sizeof(float);
-  static bool raised = [shared] {
-    return cudaFuncSetAttribute(DecodeKernel<HD, GB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(shared)) == cudaSuccess;
-  }();
-  (void)raised;
   dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.kv_heads * head_chunks),
             static_cast<unsigned>(splits));
-  DecodeKernel<HD, GB>
-      <<<grid, kDecodeThreads, shared, stream>>>(p, head_chunks, splits, part_acc, part_ml);
-  GZ_CUDA_LAUNCHED();
+  LaunchDependent(DecodeKernel<HD, GB>, grid, dim3(kDecodeThreads), shared, stream, p, head_chunks,
+                  splits, part_acc, part_ml);
   if (splits > 1) {
-    CombineKernel<<<static_cast<unsigned>(p.rows * p.heads), HD, 0, stream>>>(p, splits, part_acc,
-                                                                              part_ml);
-    GZ_CUDA_LAUNCHED();
+    LaunchDependent(CombineKernel, dim3(static_cast<unsigned>(p.rows * p.heads)), dim3(HD), 0,
+                    stream, p, splits, static_cast<const float*>(part_acc),
+                    static_cast<const float*>(part_ml));
   }
 }
 
