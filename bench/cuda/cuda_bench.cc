@@ -290,43 +290,55 @@ class Bench {
     std::function<void()> issue;
   };
 
-  // The ops of one decoder layer, as src/model/model.cc issues them. `first`: the residual
-  // stream has no pending block output yet (layer 0).
+  // The ops of one decoder layer, as src/model/model.cc issues them: with the norms, residual
+  // adds and SwiGLU inside the matmuls where the backend fuses them, else as separate ops.
+  // `first`: the residual stream has no pending block output yet (layer 0).
   std::vector<Op> LayerOps(const Layer& L, bool first) {
     const int64_t n = rows_;
     const Shape& s = s_;
+    const bool fuse = be_.FusesMatmul();
     PageTable table{pages_, max_pages_};
     std::vector<Op> ops;
     auto w2 = [this](const Weight& w) { return bytes_[w.data]; };
-    ops.push_back({"rms_norm (+ residual)", 0, [=, this] {
-                     RmsNormParams p{
-                         h_, first ? x_ : o_, first ? nullptr : x_, L.attn_norm, n, s.dim, 1e-6f};
-                     be_.RmsNorm(p);
-                   }});
-    ops.push_back({"matmul q/k/v", w2(L.q) + w2(L.k) + w2(L.v), [=, this] {
-                     MatmulParams qkv;
-                     qkv.x = h_, qkv.rows = n, qkv.outputs = 3;
-                     qkv.w[0] = &L.q, qkv.w[1] = &L.k, qkv.w[2] = &L.v;
-                     qkv.out[0] = q_, qkv.out[1] = k_, qkv.out[2] = v_;
-                     be_.Matmul(qkv);
-                   }});
-    ops.push_back({"q/k norm + rotary", 0, [=, this] {
-                     RopeParams rope{q_,
-                                     n,
-                                     static_cast<int>(s.heads),
-                                     static_cast<int>(s.head_dim),
-                                     static_cast<int>(s.head_dim),
-                                     positions_,
-                                     inv_freq_,
-                                     L.q_norm,
-                                     1e-6f};
-                     be_.Rope(rope);
-                     rope.x = k_, rope.heads = static_cast<int>(s.kv_heads), rope.norm = L.k_norm;
-                     be_.Rope(rope);
-                   }});
-    ops.push_back({"kv write", 0, [=, this] {
-                     be_.KvWrite({L.kv, table, k_, v_, slots_, positions_, n,
-                                  static_cast<int>(s.kv_heads), static_cast<int>(s.head_dim)});
+    if (!fuse) {
+      ops.push_back({"rms_norm (+ residual)", 0, [=, this] {
+                       RmsNormParams p{
+                           h_, first ? x_ : o_, first ? nullptr : x_, L.attn_norm, n, s.dim, 1e-6f};
+                       be_.RmsNorm(p);
+                     }});
+    }
+    ops.push_back(
+        {fuse ? "matmul q/k/v + norm" : "matmul q/k/v", w2(L.q) + w2(L.k) + w2(L.v), [=, this] {
+           MatmulParams qkv;
+           qkv.x = fuse ? x_ : h_, qkv.rows = n, qkv.outputs = 3;
+           if (fuse) qkv.norm = L.attn_norm;
+           qkv.w[0] = &L.q, qkv.w[1] = &L.k, qkv.w[2] = &L.v;
+           qkv.out[0] = q_, qkv.out[1] = k_, qkv.out[2] = v_;
+           be_.Matmul(qkv);
+         }});
+    ops.push_back({"q/k norm + rotary + kv write", 0, [=, this] {
+                     RopeKvParams p;
+                     p.q = {q_,
+                            n,
+                            static_cast<int>(s.heads),
+                            static_cast<int>(s.head_dim),
+                            static_cast<int>(s.head_dim),
+                            positions_,
+                            inv_freq_,
+                            L.q_norm,
+                            1e-6f};
+                     p.k = p.q;
+                     p.k.x = k_, p.k.heads = static_cast<int>(s.kv_heads), p.k.norm = L.k_norm;
+                     p.kv = {L.kv,
+                             table,
+                             k_,
+                             v_,
+                             slots_,
+                             positions_,
+                             n,
+                             static_cast<int>(s.kv_heads),
+                             static_cast<int>(s.head_dim)};
+                     be_.RopeKv(p);
                    }});
     ops.push_back({"attention", 0, [=, this] {
                      AttentionParams att;
@@ -338,27 +350,37 @@ class Bench {
                      att.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
                      be_.Attention(att);
                    }});
-    ops.push_back({"matmul o", w2(L.o), [=, this] {
+    ops.push_back({fuse ? "matmul o + residual" : "matmul o", w2(L.o), [=, this] {
                      MatmulParams out_proj;
                      out_proj.x = attn_, out_proj.rows = n, out_proj.w[0] = &L.o;
-                     out_proj.out[0] = o_;
+                     out_proj.out[0] = fuse ? x_ : o_;
+                     out_proj.accumulate = fuse;
                      be_.Matmul(out_proj);
                    }});
-    ops.push_back({"rms_norm + residual", 0, [=, this] {
-                     RmsNormParams p{h_, o_, x_, L.ffn_norm, n, s.dim, 1e-6f};
-                     be_.RmsNorm(p);
-                   }});
-    ops.push_back({"matmul gate/up", w2(L.gate) + w2(L.up), [=, this] {
+    if (!fuse) {
+      ops.push_back({"rms_norm + residual", 0, [=, this] {
+                       RmsNormParams p{h_, o_, x_, L.ffn_norm, n, s.dim, 1e-6f};
+                       be_.RmsNorm(p);
+                     }});
+    }
+    ops.push_back({fuse ? "matmul gate/up + norm, swiglu" : "matmul gate/up", w2(L.gate) + w2(L.up),
+                   [=, this] {
                      MatmulParams gate_up;
-                     gate_up.x = h_, gate_up.rows = n, gate_up.outputs = 2;
+                     gate_up.x = fuse ? x_ : h_, gate_up.rows = n, gate_up.outputs = 2;
+                     if (fuse) gate_up.norm = L.ffn_norm;
+                     gate_up.swiglu = fuse;
                      gate_up.w[0] = &L.gate, gate_up.w[1] = &L.up;
                      gate_up.out[0] = gate_, gate_up.out[1] = up_;
                      be_.Matmul(gate_up);
                    }});
-    ops.push_back({"swiglu", 0, [=, this] { be_.SwiGlu({gate_, gate_, up_, n * s.ffn}); }});
-    ops.push_back({"matmul down", w2(L.down), [=, this] {
+    if (!fuse) {
+      ops.push_back({"swiglu", 0, [=, this] { be_.SwiGlu({gate_, gate_, up_, n * s.ffn}); }});
+    }
+    ops.push_back({fuse ? "matmul down + residual" : "matmul down", w2(L.down), [=, this] {
                      MatmulParams down;
-                     down.x = gate_, down.rows = n, down.w[0] = &L.down, down.out[0] = o_;
+                     down.x = gate_, down.rows = n, down.w[0] = &L.down;
+                     down.out[0] = fuse ? x_ : o_;
+                     down.accumulate = fuse;
                      be_.Matmul(down);
                    }});
     return ops;
@@ -366,6 +388,19 @@ class Bench {
 
   std::vector<Op> HeadOps() {
     const int64_t n = rows_;
+    if (be_.FusesMatmul()) {
+      return {{"gather wanted rows", 0,
+               [=, this] {
+                 be_.GatherRows({picked_, x_, wanted_, wanted_count_, s_.dim});
+               }},
+              {"matmul head + norm", bytes_[head_.data], [=, this] {
+                 MatmulParams head;
+                 head.x = picked_, head.rows = wanted_count_, head.w[0] = &head_;
+                 head.norm = final_norm_;
+                 head.out[0] = logits_;
+                 be_.Matmul(head);
+               }}};
+    }
     return {{"final rms_norm + residual", 0,
              [=, this] {
                RmsNormParams p{h_, o_, x_, final_norm_, n, s_.dim, 1e-6f};
@@ -385,15 +420,18 @@ class Bench {
 
   // The forward pass of src/model/model.cc over the step set by SetStep, recorded once per
   // step shape and replayed as model.cc does (where the backend records steps).
-  void Forward() {
-    const uint64_t key = static_cast<uint64_t>(rows_) << 40 |
-                         static_cast<uint64_t>(wanted_count_) << 20 |
-                         static_cast<uint64_t>(max_pages_);
+  // skip >= 0: every layer's op `skip` (an index into LayerOps) left out, recorded apart.
+  void Forward(int skip = -1) {
+    const uint64_t key =
+        static_cast<uint64_t>(skip + 1) << 56 | static_cast<uint64_t>(rows_) << 40 |
+        static_cast<uint64_t>(wanted_count_) << 20 | static_cast<uint64_t>(max_pages_);
     if (be_.ReplayStep(key)) return;
     be_.BeginStep(key);
     be_.Embed({x_, &embed_, tokens_, rows_});
     for (size_t l = 0; l < layers_.size(); ++l) {
-      for (Op& op : LayerOps(layers_[l], l == 0)) op.issue();
+      std::vector<Op> ops = LayerOps(layers_[l], l == 0);
+      for (size_t i = 0; i < ops.size(); ++i)
+        if (static_cast<int>(i) != skip) ops[i].issue();
     }
     for (Op& op : HeadOps()) op.issue();
     be_.EndStep();
@@ -421,10 +459,10 @@ class Bench {
       double t = times[times.size() / 2];
       seconds[op.name] = t;
       if (op.weight_bytes > 0) {
-        std::printf("    %-26s %9.1f us  %6.2f TB/s of weights (%4.1f%% of copy)\n", op.name,
+        std::printf("    %-30s %9.1f us  %6.2f TB/s of weights (%4.1f%% of copy)\n", op.name,
                     t * 1e6, op.weight_bytes / t * 1e-12, 100.0 * op.weight_bytes / t / bandwidth);
       } else {
-        std::printf("    %-26s %9.1f us\n", op.name, t * 1e6);
+        std::printf("    %-30s %9.1f us\n", op.name, t * 1e6);
       }
     }
     return seconds;
@@ -463,18 +501,31 @@ class Bench {
   }
 
   // Seconds per Forward(), the median of `reps` after a warm-up.
-  double Time(int reps) {
-    Forward();
+  double Time(int reps, int skip = -1) {
+    Forward(skip);
     be_.Synchronize();
     std::vector<double> times;
     for (int i = 0; i < reps; ++i) {
       double t0 = Now();
-      Forward();
+      Forward(skip);
       be_.Synchronize();
       times.push_back(Now() - t0);
     }
     std::sort(times.begin(), times.end());
     return times[times.size() / 2];
+  }
+
+  // What each op of a layer costs inside the replayed step, where neighbouring kernels overlap
+  // (programmatic dependent launch) and the weights of the op are not left in L2 by a repeat of
+  // it: the step with that op left out of every layer, subtracted from the whole step (`full`
+  // seconds), per layer.
+  void ProfileInStep(int reps, double full) {
+    std::vector<Op> ops = LayerOps(layers_[1], false);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const double t = Time(reps, static_cast<int>(i));
+      std::printf("    in the step: %-30s %7.1f us\n", ops[i].name,
+                  (full - t) / static_cast<double>(layers_.size()) * 1e6);
+    }
   }
 
   float* logits() { return logits_; }
@@ -659,7 +710,7 @@ void ProfileQuantKernels(Backend* be, const Shape& s, double bandwidth) {
 }
 
 int Main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, decode_only = false;
   int layer_bits = 16, head_bits = 16;
   CudaOptions options;
   for (int i = 1; i < argc; ++i) {
@@ -672,6 +723,8 @@ int Main(int argc, char** argv) {
       options.gemv_max_rows = std::atoi(argv[++i]);
     else if (a == "--no-graphs")
       options.graphs = false;
+    else if (a == "--decode-only")
+      decode_only = true;
     else if (a == "--bits" && i + 1 < argc) {
       std::string v = argv[++i];
       size_t slash = v.find('/');
@@ -685,7 +738,9 @@ int Main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: cuda_bench [--quick] [--exact] [--gemv-max-rows N] [--no-graphs] "
-                   "[--bits L[/H]]\n");
+                   "[--bits L[/H]] [--decode-only]\n"
+                   "  --decode-only: batch-1 decode steps alone, without per-op profiles (for a "
+                   "profiler's trace)\n");
       return 2;
     }
   }
@@ -694,7 +749,10 @@ int Main(int argc, char** argv) {
     return 0;
   }
   auto backend = MakeCudaBackend(options);
-  BENCH_CHECK(backend.ok());
+  if (!backend.ok()) {
+    std::fprintf(stderr, "cuda_bench: %s\n", backend.status().message().c_str());
+    return 2;
+  }
   Backend* be = backend->get();
   std::printf("device: %s\n", be->Describe().c_str());
   const double bandwidth = MeasureCopyBandwidth();
@@ -703,7 +761,7 @@ int Main(int argc, char** argv) {
               bandwidth * 1e-12, rate * 1e-12);
 
   Shape s;
-  if (!options.exact) ProfileQuantKernels(be, s, bandwidth);
+  if (!options.exact && !decode_only) ProfileQuantKernels(be, s, bandwidth);
   const int64_t max_rows = 2048;
   const int32_t pages = 4700;  // 256 sequences x 18 pages, or 1 x 8193 positions
   double t0 = Now();
@@ -739,8 +797,10 @@ int Main(int argc, char** argv) {
     char name[64];
     std::snprintf(name, sizeof(name), "decode batch 1, context %d", context);
     report(name, t, 1, bytes, flops);
-    if (context == 8192) bench.Profile(reps, bandwidth);
+    bench.ProfileInStep(reps, t);
+    if (context == 8192 && !decode_only) bench.Profile(reps, bandwidth);
   }
+  if (decode_only) return 0;
   // Batched decode at context 192 (128 prompt + 64 new: the middle of 128 + 128).
   for (int64_t seqs : {8, 32, 64, 128, 256}) {
     const int32_t context = 192;
