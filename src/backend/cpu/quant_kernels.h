@@ -29,4 +29,10 @@ QuantSliceFn QuantSliceScalar(Format format);
 QuantSliceFn QuantSliceAvx2(Format format);
 QuantSliceFn QuantSliceAvx512(Format format);
 
+// quant::RotateRow (row <- row R, cols a multiple of 128) with each block of 128 in AVX-512
+// registers: the same additions in the same order, so bit for bit the same result. Null where
+// AVX-512 is not compiled in.
+using RotateRowFn = void (*)(float* row, int64_t cols, uint64_t seed);
+RotateRowFn RotateRowAvx512();
+
 }  // namespace gizllm

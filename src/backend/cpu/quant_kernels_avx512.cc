@@ -3,6 +3,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "backend/cpu/quant_kernels.h"
+#include "quant/hadamard.h"
 #include "quant/layout.h"
 
 #if defined(__x86_64__)
@@ -91,9 +92,96 @@ GZ_TARGET_AVX512 void Tile(const QuantSlice& s, int64_t r0, int64_t n0) {
   }
 }
 
+// Codes [16 c, 16 c + 32) of a group (chunks c and c + 1, c even) as floats, without the group's
+// (mul, add): q8 reads each chunk's 16 bytes, q4 and q2 widen the bytes once for both chunks.
+template <Format F>
+GZ_TARGET_AVX512 inline void Codes32(const uint8_t* group, int c, __m512* q0, __m512* q1) {
+  if constexpr (F == Format::kQ8) {
+    *q0 = _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group + c * 16))));
+    *q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(group + (c + 1) * 16))));
+  } else if constexpr (F == Format::kQ4) {
+    __m512i b = _mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(group + (c / 2) * 16)));
+    *q0 = _mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(15)));
+    *q1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+  } else {
+    static_assert(F == Format::kQ2);
+    __m512i b = _mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(group + (c / 4) * 16)));
+    *q0 = _mm512_cvtepi32_ps(
+        _mm512_and_si512(_mm512_srli_epi32(b, 2 * (c % 4)), _mm512_set1_epi32(3)));
+    *q1 = _mm512_cvtepi32_ps(
+        _mm512_and_si512(_mm512_srli_epi32(b, 2 * (c % 4 + 1)), _mm512_set1_epi32(3)));
+  }
+}
+
+// One activation row (a decode step) against weight rows [n0, n0 + NW), with each group's affine
+// taken out of the inner loop: dot(mul q + add, x) = mul dot(q, x) + add sum(x). The codes meet x
+// as plain floats (q1: x is added where a bit is set), and per group each row takes two FMAs for
+// mul and add, where Tile takes one per 16 weights.
+template <Format F, int NW>
+GZ_TARGET_AVX512 void Row(const QuantSlice& s, int64_t n0) {
+  const Weight& w = *s.w;
+  const int64_t cols = w.cols;
+  const int64_t groups = cols / quant::kGroup;
+  constexpr int kBytes = quant::GroupBytes(F);
+  constexpr bool kAdd = F != Format::kQ8;
+  const auto* codes = static_cast<const uint8_t*>(w.data);
+  const auto* scales = static_cast<const float*>(w.scales);
+  const auto* zeros = static_cast<const float*>(w.zeros);
+  __m512 acc[NW];
+#pragma GCC unroll 8
+  for (int j = 0; j < NW; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* group[NW];
+    __m512 dot[NW];
+#pragma GCC unroll 8
+    for (int j = 0; j < NW; ++j) {
+      group[j] = codes + ((n0 + j) * groups + g) * kBytes;
+      dot[j] = _mm512_setzero_ps();
+    }
+    const float* x = s.x + g * quant::kGroup;
+    __m512 sum = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int c = 0; c < kChunks; c += 2) {
+      const __m512 x0 = _mm512_loadu_ps(x + c * 16), x1 = _mm512_loadu_ps(x + c * 16 + 16);
+      if constexpr (kAdd) sum = _mm512_add_ps(sum, _mm512_add_ps(x0, x1));
+#pragma GCC unroll 8
+      for (int j = 0; j < NW; ++j) {
+        if constexpr (F == Format::kQ1) {
+          uint32_t bits;
+          std::memcpy(&bits, group[j] + c * 2, 4);
+          dot[j] = _mm512_mask_add_ps(dot[j], static_cast<__mmask16>(bits), dot[j], x0);
+          dot[j] = _mm512_mask_add_ps(dot[j], static_cast<__mmask16>(bits >> 16), dot[j], x1);
+        } else {
+          __m512 q0, q1;
+          Codes32<F>(group[j], c, &q0, &q1);
+          dot[j] = _mm512_fmadd_ps(q0, x0, dot[j]);
+          dot[j] = _mm512_fmadd_ps(q1, x1, dot[j]);
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < NW; ++j) {
+      const int64_t k = (n0 + j) * groups + g;
+      const quant::Affine a = quant::GroupAffine(F, scales[k], zeros ? zeros + k : nullptr);
+      acc[j] = _mm512_fmadd_ps(dot[j], _mm512_set1_ps(a.mul), acc[j]);
+      if constexpr (kAdd) acc[j] = _mm512_fmadd_ps(sum, _mm512_set1_ps(a.add), acc[j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NW; ++j) {
+    const float b = s.bias ? s.bias[n0 + j] : 0.0f;
+    s.out[n0 + j] = _mm512_reduce_add_ps(acc[j]) + b;
+  }
+}
+
 // Every activation row against weight rows [n, n + NW).
 template <Format F, int NW>
 GZ_TARGET_AVX512 void Column(const QuantSlice& s, int64_t n) {
+  if (s.rows == 1) return Row<F, NW>(s, n);
   int64_t r = 0;
   for (; r + 4 <= s.rows; r += 4) Tile<F, 4, NW>(s, r, n);
   switch (s.rows - r) {
@@ -118,7 +206,52 @@ GZ_TARGET_AVX512 void Slice(const QuantSlice& s, int64_t n0, int64_t n1) {
   for (; n < n1; ++n) Column<F, 1>(s, n);
 }
 
+// One butterfly stage of span h < 16 inside each vector: lane j pairs with lane j ^ h (`swap`
+// brings the partner); the lower lane of a pair keeps a + b, the upper one a - b.
+GZ_TARGET_AVX512 inline __m512 InLane(__m512 v, __m512 swap, __mmask16 upper) {
+  return _mm512_mask_sub_ps(_mm512_add_ps(v, swap), upper, swap, v);
+}
+
+GZ_TARGET_AVX512 void RotateRowKernel(float* row, int64_t cols, uint64_t seed) {
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  const __m512 norm = _mm512_set1_ps(0.08838834764831845f);  // 1 / sqrt(128), as Fwht128
+  for (int64_t b = 0; b < cols / quant::kBlock; ++b) {
+    float* block = row + b * quant::kBlock;
+    __m512 v[8];
+    for (int half = 0; half < 2; ++half) {
+      const uint64_t bits = quant::RotationSignWord(seed, b * 2 + half);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        __m512i x = _mm512_castps_si512(_mm512_loadu_ps(block + half * 64 + i * 16));
+        x = _mm512_mask_xor_epi32(x, static_cast<__mmask16>(bits >> (16 * i)), x, sign);
+        v[half * 4 + i] = _mm512_castsi512_ps(x);
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      v[i] = InLane(v[i], _mm512_permute_ps(v[i], 0xB1), 0xAAAA);           // h = 1
+      v[i] = InLane(v[i], _mm512_permute_ps(v[i], 0x4E), 0xCCCC);           // h = 2
+      v[i] = InLane(v[i], _mm512_shuffle_f32x4(v[i], v[i], 0xB1), 0xF0F0);  // h = 4
+      v[i] = InLane(v[i], _mm512_shuffle_f32x4(v[i], v[i], 0x4E), 0xFF00);  // h = 8
+    }
+#pragma GCC unroll 3
+    for (int span = 1; span < 8; span *= 2) {  // h = 16, 32, 64: whole vectors
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        if (i & span) continue;
+        const __m512 a = v[i], c = v[i + span];
+        v[i] = _mm512_add_ps(a, c);
+        v[i + span] = _mm512_sub_ps(a, c);
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) _mm512_storeu_ps(block + i * 16, _mm512_mul_ps(v[i], norm));
+  }
+}
+
 }  // namespace
+
+RotateRowFn RotateRowAvx512() { return RotateRowKernel; }
 
 QuantSliceFn QuantSliceAvx512(Format format) {
   switch (format) {
@@ -141,6 +274,7 @@ QuantSliceFn QuantSliceAvx512(Format format) {
 
 namespace gizllm {
 QuantSliceFn QuantSliceAvx512(Format) { return nullptr; }
+RotateRowFn RotateRowAvx512() { return nullptr; }
 }  // namespace gizllm
 
 #endif

@@ -76,10 +76,12 @@ void QuantMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa) {
   if (rotations > 0 && rotated.size() < static_cast<size_t>(rotations * x_floats)) {
     rotated.resize(rotations * x_floats);
   }
+  RotateRowFn rotate = isa == CpuIsa::kAvx512 ? RotateRowAvx512() : nullptr;
+  if (rotate == nullptr) rotate = quant::RotateRow;
   for (int k = 0; k < rotations; ++k) {
     float* dst = rotated.data() + k * x_floats;
     std::memcpy(dst, p.x, x_floats * sizeof(float));
-    for (int64_t r = 0; r < p.rows; ++r) quant::RotateRow(dst + r * cols, cols, seeds[k]);
+    for (int64_t r = 0; r < p.rows; ++r) rotate(dst + r * cols, cols, seeds[k]);
   }
 
   for (int i = 0; i < p.outputs; ++i) {

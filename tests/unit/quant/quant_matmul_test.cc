@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "backend/cpu/quant_kernels.h"
 #include "core/dtype.h"
+#include "quant/hadamard.h"
 #include "quant/layout.h"
 #include "quant/quantize.h"
 
@@ -107,6 +110,28 @@ TEST(QuantMatmulTest, MatchesReferenceInEveryFormat) {
 
 // Three outputs sharing x: two quantized with the same rotation (one rotated copy of x), one
 // plain, which QuantMatmul must leave to the caller.
+// The AVX-512 rotation of activations does the reference's additions in the same order: the same
+// bits, for values of every magnitude and both signs.
+TEST(QuantMatmulTest, Avx512RotationEqualsReferenceBitForBit) {
+  if (DetectCpuIsa() != CpuIsa::kAvx512) GTEST_SKIP() << "this CPU has no AVX-512";
+  RotateRowFn rotate = RotateRowAvx512();
+  ASSERT_NE(rotate, nullptr);
+  std::mt19937 rng(11);
+  for (int64_t cols : {128, 384, 1152}) {
+    for (uint64_t seed : {uint64_t{1}, quant::kDefaultRotationSeed}) {
+      std::vector<float> row = Gaussian(cols, rng, 3.0f);
+      for (int64_t i = 0; i < cols; i += 7) row[i] *= 1e-6f;  // small values beside large ones
+      std::vector<float> want = row, got = row;
+      quant::RotateRow(want.data(), cols, seed);
+      rotate(got.data(), cols, seed);
+      for (int64_t i = 0; i < cols; ++i) {
+        ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+            << "cols " << cols << " index " << i << ": " << got[i] << " vs " << want[i];
+      }
+    }
+  }
+}
+
 TEST(QuantMatmulTest, RunsOnlyTheQuantizedOutputs) {
   std::mt19937 rng(11);
   const int64_t cols = 256, rows = 5;
