@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/model_options.h"
+#include "core/progress.h"
 #include "engine/engine.h"
 #include "ops/backend.h"
 #include "tokenizer/tokenizer.h"
@@ -84,13 +85,12 @@ double Percentile(std::vector<double> v, double p) {
   return v[lo] + (v[hi] - v[lo]) * (rank - lo);
 }
 
-void DrawBar(int64_t done, int64_t total, int64_t tokens, double seconds) {
-  const int width = 30;
-  const int filled = static_cast<int>(width * done / std::max<int64_t>(total, 1));
-  std::fprintf(stderr, "\r[%s%s] %lld/%lld requests, %.1f tokens/s ",
-               std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
-               static_cast<long long>(done), static_cast<long long>(total),
-               seconds > 0 ? tokens / seconds : 0.0);
+std::string BarText(int64_t done, int64_t total, int64_t tokens, double seconds) {
+  char text[96];
+  std::snprintf(text, sizeof(text), "%lld/%lld requests, %.1f tokens/s ",
+                static_cast<long long>(done), static_cast<long long>(total),
+                seconds > 0 ? tokens / seconds : 0.0);
+  return text;
 }
 
 int RunBench(const BenchOptions& o) {
@@ -146,6 +146,7 @@ int RunBench(const BenchOptions& o) {
   int64_t next = 0, done = 0, tokens = 0;
   const auto start = Clock::now();
   auto drawn = start;
+  ProgressLine bar(stderr);
   auto add = [&]() -> Status {
     Request r;
     r.prompt = prompts[next % prompts.size()];
@@ -187,11 +188,12 @@ int RunBench(const BenchOptions& o) {
     // The bar redraws at most ten times a second.
     if (!o.json && (now - drawn > std::chrono::milliseconds(100) || done == o.requests)) {
       drawn = now;
-      DrawBar(done, o.requests, tokens, std::chrono::duration<double>(now - start).count());
+      bar.Update(
+          done, o.requests,
+          BarText(done, o.requests, tokens, std::chrono::duration<double>(now - start).count()));
     }
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (!o.json) std::fprintf(stderr, "\n");
   const EngineStats& stats = engine.stats();
   const double hit_rate =
       stats.prompt_tokens > 0 ? static_cast<double>(stats.cached_tokens) / stats.prompt_tokens : 0;

@@ -2,26 +2,28 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <thread>
 
 #include "backend/cpu/cpu_backend.h"
 #include "cli/command.h"
+#include "core/progress.h"
 #include "quant/convert.h"
 
 namespace gizllm::cli {
 namespace {
 
-// "[#####.....]  12/57  model.layers.1.mlp.up_proj.weight" on one line of stderr.
-void DrawProgress(int64_t done, int64_t total, const std::string& tensor) {
-  constexpr int kWidth = 30;
-  const int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
-  std::string bar(filled, '#');
-  bar.append(kWidth - filled, '.');
-  std::string name = tensor.size() > 50 ? "..." + tensor.substr(tensor.size() - 47) : tensor;
-  std::fprintf(stderr, "\r[%s] %4lld/%-4lld %-50s", bar.c_str(), static_cast<long long>(done),
-               static_cast<long long>(total), name.c_str());
-  if (done == total) std::fputc('\n', stderr);
-  std::fflush(stderr);
+// "[#####.....]  12/57  model.layers.1.mlp.up_proj.weight" on stderr.
+std::function<void(int64_t, int64_t, const std::string&)> ConvertProgress() {
+  auto line = std::make_shared<ProgressLine>(stderr);
+  return [line](int64_t done, int64_t total, const std::string& tensor) {
+    std::string name = tensor.size() > 50 ? "..." + tensor.substr(tensor.size() - 47) : tensor;
+    char count[48];
+    std::snprintf(count, sizeof(count), "%4lld/%-4lld ", static_cast<long long>(done),
+                  static_cast<long long>(total));
+    line->Update(done, total, count + name);
+  };
 }
 
 }  // namespace
@@ -72,7 +74,7 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
     options.layers = o->layers;
     options.lora = o->lora;
     options.pool = &pool;
-    options.progress = DrawProgress;
+    options.progress = ConvertProgress();
     if (o->calibration != "off") {
       options.calibrate = true;
       options.calibration.file = o->calibration == "self" ? "" : o->calibration;
@@ -90,9 +92,8 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
     std::string lora = summary->lora_merged
                            ? ", " + std::to_string(summary->lora_merged) + " with LoRA merged"
                            : "";
-    std::string gptq = summary->calibrated
-                           ? ", " + std::to_string(summary->calibrated) + " by GPTQ"
-                           : "";
+    std::string gptq =
+        summary->calibrated ? ", " + std::to_string(summary->calibrated) + " by GPTQ" : "";
     std::fprintf(stderr,
                  "wrote %s: %lld bytes, %lld tensors, %lld linears quantized (%s bits%s%s%s)"
                  " in %.1f s\n",

@@ -2,9 +2,11 @@
 // distributions are from a base model's (mean KL divergence, share of the same top token).
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <vector>
 
 #include "cli/model_options.h"
+#include "core/progress.h"
 #include "quant/perplexity.h"
 #include "tokenizer/tokenizer.h"
 
@@ -54,9 +56,11 @@ void AddPerplexityCommand(CLI::App& app, CommandContext& ctx) {
       if (!encoded.ok()) return void(ctx.exit_code = Fail(encoded.status().message()));
       ids.push_back(std::move(*encoded));
     }
-    o->eval.progress = [](size_t done, size_t total, double perplexity) {
-      std::fprintf(stderr, "\r%zu/%zu texts, perplexity %.3f", done, total, perplexity);
-      if (done == total) std::fputc('\n', stderr);
+    auto line = std::make_shared<ProgressLine>(stderr);
+    o->eval.progress = [line](size_t done, size_t total, double perplexity) {
+      char text[80];
+      std::snprintf(text, sizeof(text), "%zu/%zu texts, perplexity %.3f", done, total, perplexity);
+      line->Update(static_cast<int64_t>(done), static_cast<int64_t>(total), text);
     };
     auto start = std::chrono::steady_clock::now();
     auto r = quant::MeasurePerplexity(**model, base.get(), ids, o->eval);
