@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "core/check.h"
@@ -43,6 +44,34 @@ Status Sampling::Check() const {
   return Status::Ok();
 }
 
+int32_t Argmax(std::span<const float> x) {
+  // Chunks of 64: each chunk's largest value from eight independent running maxima (no chain of
+  // dependent compares through the whole row), then its first position only when the chunk beats
+  // the best so far, so that earlier positions win ties. `v > m ? v : m` never takes a NaN.
+  constexpr size_t kChunk = 64;
+  constexpr float kLow = -std::numeric_limits<float>::infinity();
+  int32_t best = 0;
+  float best_value = x.empty() ? kLow : x[0];
+  for (size_t c = 0; c < x.size(); c += kChunk) {
+    const size_t end = std::min(x.size(), c + kChunk);
+    float m[8] = {kLow, kLow, kLow, kLow, kLow, kLow, kLow, kLow};
+    size_t i = c;
+    for (; i + 8 <= end; i += 8) {
+      for (int k = 0; k < 8; ++k) m[k] = x[i + k] > m[k] ? x[i + k] : m[k];
+    }
+    for (; i < end; ++i) m[0] = x[i] > m[0] ? x[i] : m[0];
+    float chunk = m[0];
+    for (int k = 1; k < 8; ++k) chunk = m[k] > chunk ? m[k] : chunk;
+    if (chunk > best_value) {
+      i = c;
+      while (x[i] != chunk) ++i;
+      best = static_cast<int32_t>(i);
+      best_value = chunk;
+    }
+  }
+  return best;
+}
+
 Sampler::Sampler(int64_t vocab)
     : vocab_(vocab), x_(vocab), probs_(vocab), counts_(vocab, 0), seen_(vocab, 0), order_(vocab) {
   CHECK(vocab > 0);
@@ -54,15 +83,8 @@ std::optional<int32_t> Sampler::Shape(std::span<const float> logits, const Sampl
   DCHECK(static_cast<int64_t>(logits.size()) == vocab_);
   const bool penalize =
       sampling.repetition != 1.0f || sampling.presence != 0.0f || sampling.frequency != 0.0f;
-  auto argmax = [](std::span<const float> x) {
-    int32_t best = 0;
-    for (size_t i = 1; i < x.size(); ++i) {
-      if (x[i] > x[best]) best = static_cast<int32_t>(i);
-    }
-    return best;
-  };
   // Plain greedy decoding reads the logits once, without a copy.
-  if (sampling.Greedy() && !penalize) return argmax(logits);
+  if (sampling.Greedy() && !penalize) return Argmax(logits);
   std::copy(logits.begin(), logits.end(), x_.begin());
 
   // Penalties touch only the tokens the request has seen; seen_ and counts_ are zero again after.
@@ -92,7 +114,7 @@ std::optional<int32_t> Sampler::Shape(std::span<const float> logits, const Sampl
     }
   }
 
-  if (sampling.Greedy()) return argmax(x_);
+  if (sampling.Greedy()) return Argmax(x_);
 
   // Softmax without its denominator: only ratios matter until the final normalization.
   float max = -INFINITY;

@@ -53,6 +53,10 @@ struct Logprobs {
   std::vector<TokenLogprob> top;  // [n], most likely first, ties to the lower id
 };
 
+// The position of the largest value, the lowest among equals; a NaN is never picked over a
+// number (position 0 when it is NaN or nothing exceeds it). Greedy decoding's pick.
+int32_t Argmax(std::span<const float> x);
+
 // Picks tokens from logits. Owns scratch buffers sized for the vocabulary once; not thread safe
 // (one per thread).
 class Sampler {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -78,6 +79,41 @@ std::vector<double> ReferenceDistribution(const std::vector<float>& logits, cons
   for (double v : p) total += v;
   for (double& v : p) v /= total;
   return p;
+}
+
+// Argmax against the plain definition (the first position whose value no later value exceeds)
+// on rows with many exact ties, -inf, +inf and NaN entries, and lengths around its chunks of 64.
+TEST(Sampling, ArgmaxIsTheFirstLargest) {
+  std::mt19937 rng(17);
+  auto reference = [](const std::vector<float>& x) {
+    int32_t best = 0;
+    for (size_t i = 1; i < x.size(); ++i)
+      if (x[i] > x[best]) best = static_cast<int32_t>(i);
+    return best;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (size_t n : {1, 2, 7, 8, 63, 64, 65, 130, 8192}) {
+    for (int trial = 0; trial < 60; ++trial) {
+      std::vector<float> x(n);
+      for (float& v : x) {
+        switch (rng() % 8) {
+          case 0:
+            v = -inf;
+            break;
+          case 1:
+            v = nan;
+            break;
+          case 2:
+            v = trial % 5 == 0 ? inf : 3.0f;
+            break;
+          default:
+            v = static_cast<float>(rng() % 7) - 3.0f;  // exact ties
+        }
+      }
+      ASSERT_EQ(Argmax(x), reference(x)) << "n " << n << " trial " << trial;
+    }
+  }
 }
 
 TEST(Sampling, PenaltiesKnownAnswer) {
