@@ -335,7 +335,9 @@ void CpuBackend::Matmul(const MatmulParams& p) {
     const int64_t stride = ActivationStride(k, cols);
     if (!x[order]) {
       float* dst = activations_[order].Get(p.rows * stride);
-      k.prepare(f, p.x, p.rows, cols, dst);
+      Split(pool_, p.rows, p.rows * cols, [&](int64_t r0, int64_t r1) {
+        k.prepare(f, p.x + r0 * cols, r1 - r0, cols, dst + r0 * stride);
+      });
       x[order] = dst;
     }
     kernels[o] = &k;
