@@ -96,7 +96,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   int64_t units = (n + grain - 1) / grain;
-  int64_t parts = std::min<int64_t>(units, threads_);
+  int64_t parts = std::min<int64_t>(units, threads_ == 1 ? 1 : 4 * threads_);
   int64_t per = (units + parts - 1) / parts;
   Run(parts, [&](int64_t part, int thread) {
     int64_t begin = part * per * grain;

@@ -30,7 +30,9 @@ class ThreadPool {
   // thread at a time.
   void Run(int64_t tasks, const std::function<void(int64_t task, int thread)>& fn);
 
-  // Splits [0, n) into about threads() contiguous ranges of multiples of `grain`.
+  // Splits [0, n) into contiguous ranges of multiples of `grain`, up to four per thread, which
+  // the threads take as they finish (uneven ranges, such as rows of attention over contexts of
+  // different lengths, even out).
   void ParallelFor(int64_t n, int64_t grain,
                    const std::function<void(int64_t begin, int64_t end, int thread)>& fn);
 
