@@ -122,10 +122,7 @@ void CheckFused(Backend* backend, std::mt19937& rng, Format format, End end, int
   const int outputs = swiglu ? 2 : end == End::kNorm ? 3 : 1;
   DeviceArray<float> x(backend, RandomFloats(rng, rows * cols, 2.0f));
   DeviceArray<float> gamma(backend, RandomFloats(rng, cols));
-  std::vector<std::vector<float>> wf(outputs);
-  std::vector<std::vector<uint16_t>> w16(outputs);
-  std::vector<Weight> host(outputs), dev(outputs);
-  std::vector<std::unique_ptr<Buffer>> storage(outputs);
+  std::vector<PlainWeight> weights(outputs);
   std::vector<std::unique_ptr<DeviceArray<float>>> outs, biases;
   MatmulParams p;
   p.x = x.device();
@@ -139,23 +136,13 @@ void CheckFused(Backend* backend, std::mt19937& rng, Format format, End end, int
   p.swiglu = swiglu;
   for (int i = 0; i < outputs; ++i) {
     const int64_t ni = swiglu ? n : n + i;
-    wf[i] = RandomFloats(rng, ni * cols, 0.05f);
-    if (format == Format::kBf16) w16[i] = ToBf16(wf[i]);
-    if (format == Format::kF16) {
-      w16[i].resize(wf[i].size());
-      for (size_t j = 0; j < wf[i].size(); ++j) w16[i][j] = F32ToF16(wf[i][j]);
-    }
-    host[i] = Weight{format, ni, cols};
-    host[i].data = format == Format::kF32 ? static_cast<const void*>(wf[i].data())
-                                          : static_cast<const void*>(w16[i].data());
-    auto prepared = backend->PrepareWeight(host[i], &storage[i]);
-    ASSERT_TRUE(prepared.ok()) << prepared.status().message();
-    dev[i] = *prepared;
+    MakePlainWeight(backend, rng, format, ni, cols, &weights[i]);
+    if (::testing::Test::HasFatalFailure()) return;
     // Accumulating outputs start from random values (the residual stream); the others poisoned.
     outs.push_back(std::make_unique<DeviceArray<float>>(backend, RandomFloats(rng, rows * ni)));
     if (!accumulate) outs.back()->Poison();
     biases.push_back(std::make_unique<DeviceArray<float>>(backend, RandomFloats(rng, ni)));
-    p.w[i] = &dev[i];
+    p.w[i] = &weights[i].device;
     p.out[i] = outs[i]->device();
     p.bias[i] = bias ? biases[i]->device() : nullptr;
   }
@@ -175,7 +162,7 @@ void CheckFused(Backend* backend, std::mt19937& rng, Format format, End end, int
   std::vector<std::vector<float>> products(outputs);
   for (int i = 0; i < outputs; ++i) {
     products[i].resize(outs[i]->size());
-    ref.w[i] = &host[i];
+    ref.w[i] = &weights[i].host;
     ref.out[i] = products[i].data();
     ref.bias[i] = bias ? biases[i]->host().data() : nullptr;
   }

@@ -212,10 +212,7 @@ void CheckMatmul(Backend* backend, std::mt19937& rng, Format format, int64_t row
   SCOPED_TRACE(FormatName(format) + " rows " + std::to_string(rows) + " n " + std::to_string(n) +
                " cols " + std::to_string(cols));
   DeviceArray<float> x(backend, RandomFloats(rng, rows * cols));
-  std::vector<std::vector<float>> wf(outputs);
-  std::vector<std::vector<uint16_t>> w16(outputs);
-  std::vector<Weight> host(outputs), dev(outputs);
-  std::vector<std::unique_ptr<Buffer>> storage(outputs);
+  std::vector<PlainWeight> weights(outputs);
   std::vector<std::unique_ptr<DeviceArray<float>>> outs, biases;
   MatmulParams p, ref;
   p.x = x.device();
@@ -224,23 +221,13 @@ void CheckMatmul(Backend* backend, std::mt19937& rng, Format format, int64_t row
   p.outputs = ref.outputs = outputs;
   for (int i = 0; i < outputs; ++i) {
     int64_t ni = n + i;
-    wf[i] = RandomFloats(rng, ni * cols, 0.05f);
-    if (format == Format::kBf16) w16[i] = ToBf16(wf[i]);
-    if (format == Format::kF16) {
-      w16[i].resize(wf[i].size());
-      for (size_t j = 0; j < wf[i].size(); ++j) w16[i][j] = F32ToF16(wf[i][j]);
-    }
-    host[i] = Weight{format, ni, cols};
-    host[i].data = format == Format::kF32 ? static_cast<const void*>(wf[i].data())
-                                          : static_cast<const void*>(w16[i].data());
-    auto prepared = backend->PrepareWeight(host[i], &storage[i]);
-    ASSERT_TRUE(prepared.ok()) << prepared.status().message();
-    dev[i] = *prepared;
+    MakePlainWeight(backend, rng, format, ni, cols, &weights[i]);
+    if (::testing::Test::HasFatalFailure()) return;
     outs.push_back(std::make_unique<DeviceArray<float>>(backend, std::vector<float>(rows * ni)));
     outs.back()->Poison();
     biases.push_back(std::make_unique<DeviceArray<float>>(backend, RandomFloats(rng, ni)));
-    p.w[i] = &dev[i];
-    ref.w[i] = &host[i];
+    p.w[i] = &weights[i].device;
+    ref.w[i] = &weights[i].host;
     p.out[i] = outs[i]->device();
     ref.out[i] = outs[i]->host().data();
     p.bias[i] = bias ? biases[i]->device() : nullptr;

@@ -46,6 +46,31 @@ inline std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
   return out;
 }
 
+// A random [n, cols] weight of a plain format (bf16, f16 or f32) on the host (`host` points into
+// `values` or `halves`) and as the backend placed it (`device`).
+struct PlainWeight {
+  std::vector<float> values;
+  std::vector<uint16_t> halves;
+  Weight host, device;
+  std::unique_ptr<Buffer> storage;
+};
+
+inline void MakePlainWeight(Backend* backend, std::mt19937& rng, Format format, int64_t n,
+                            int64_t cols, PlainWeight* w) {
+  w->values = RandomFloats(rng, n * cols, 0.05f);
+  if (format == Format::kBf16) w->halves = ToBf16(w->values);
+  if (format == Format::kF16) {
+    w->halves.resize(w->values.size());
+    for (size_t j = 0; j < w->values.size(); ++j) w->halves[j] = F32ToF16(w->values[j]);
+  }
+  w->host = Weight{format, n, cols};
+  w->host.data = format == Format::kF32 ? static_cast<const void*>(w->values.data())
+                                        : static_cast<const void*>(w->halves.data());
+  auto prepared = backend->PrepareWeight(w->host, &w->storage);
+  ASSERT_TRUE(prepared.ok()) << prepared.status().message();
+  w->device = *prepared;
+}
+
 // A device array with a host mirror.
 template <typename T>
 class DeviceArray {
