@@ -8,6 +8,12 @@ so the references do not depend on the GPU's matmul modes. Writes:
       states hidden0 float32 [layers + 1, tokens, dim] before the final norm)
   OUT/tiny_chat_greedy.json: greedy continuations of tiny-chat for a few prompts.
 Usage: python3 tools/make_golden.py --out DIR [--tiny-chat models/tiny-chat]
+
+With --bf16-inputs DIR...: for each golden folder DIR (as written above), writes
+DIR/reference_bf16_inputs.safetensors: the logits of the same ids with the input of every linear
+(q/k/v/o, gate/up/down, head) rounded to bfloat16 and everything else in float32, as a backend's
+bf16-activation mode computes them (the CUDA fast mode's many-row linears, the CPU's
+bf16_activations). The references above stay the float32 truth.
 """
 import argparse
 import json
@@ -113,11 +119,43 @@ def tiny_chat_greedy(path, out):
     print("tiny-chat greedy written", flush=True)
 
 
+def write_bf16_inputs(folder):
+    from safetensors.torch import load_file
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    rounded = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_pre_hook(
+                lambda m, args: (args[0].to(torch.bfloat16).to(torch.float32),) + args[1:])
+            rounded += 1
+    ref = load_file(os.path.join(folder, "reference.safetensors"))
+    tensors = {}
+    for i in range(len([k for k in ref if k.startswith("ids")])):
+        ids = ref[f"ids{i}"]
+        with torch.no_grad():
+            logits = model(ids[None]).logits[0].float()
+        tensors[f"ids{i}"] = ids.contiguous()
+        tensors[f"logits{i}"] = logits.contiguous()
+        full = ref[f"logits{i}"]
+        print(f"{folder} case {i}: {rounded} linears rounded; max |bf16 inputs - float32| "
+              f"{(logits - full).abs().max().item():.4g} of max |float32| "
+              f"{full.abs().max().item():.4g}", flush=True)
+    save_file(tensors, os.path.join(folder, "reference_bf16_inputs.safetensors"))
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
     ap.add_argument("--tiny-chat", default="models/tiny-chat")
+    ap.add_argument("--bf16-inputs", nargs="+", metavar="DIR")
     args = ap.parse_args()
+    if args.bf16_inputs:
+        torch.set_num_threads(8)
+        for folder in args.bf16_inputs:
+            write_bf16_inputs(folder)
+        return
+    if not args.out:
+        ap.error("--out is required (or --bf16-inputs DIR...)")
     os.makedirs(args.out, exist_ok=True)
     torch.set_num_threads(8)
     for seed, family in enumerate(["llama", "qwen2", "qwen3"]):

@@ -5,7 +5,8 @@
 # there and carry it). Every step has its own time limit, so one hang cannot eat the call.
 # Usage: bench/cuda/run_device.sh STEP... with STEP one of tests model sampling engine sanitize
 #        racecheck bench bits engine-bench
-#        bench-exact bench-cublas bench-gemv8 bench-nographs peer peer-compile
+#        bench-exact bench-cublas bench-gemv8 bench-nographs ncu-attention
+#        golden-refs peer peer-compile
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$LD_LIBRARY_PATH
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -55,6 +56,24 @@ for what in "$@"; do
                     tee "$OUT/bench_cublas.log" ;;
     bench-gemv8) timeout 120 .device/cuda_bench --gemv-max-rows 8 --quick 2>&1 |
                    tee "$OUT/bench_gemv8.log" ;;
+    ncu-attention) timeout 200 ncu --kernel-name regex:MmaTileKernel --launch-count 1 \
+                     --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+                     --section Occupancy --section MemoryWorkloadAnalysis \
+                     .device/cuda_bench --quick > "$OUT/ncu_attention.log" 2>&1
+                   echo "rc=$?"; grep -v "^==PROF==\|^  *$" "$OUT/ncu_attention.log" |
+                     grep -A200 "MmaTileKernel" | head -120 ;;
+    golden-refs) # transformers' logits with bf16-rounded linear inputs (tools/make_golden.py)
+                 timeout 200 python3 tools/make_golden.py --bf16-inputs tests/golden/models/llama \
+                   tests/golden/models/qwen2 tests/golden/models/qwen3 2>&1 |
+                   grep -v -i warn | tee "$OUT/golden_refs.log"
+                 for f in llama qwen2 qwen3; do
+                   mkdir -p "$OUT/refs/$f"
+                   cp tests/golden/models/$f/reference_bf16_inputs.safetensors "$OUT/refs/$f/"
+                 done
+                 if [ -x .device/golden_test ]; then
+                   timeout 60 .device/golden_test --gtest_filter='*Bf16*' 2>&1 |
+                     grep -E "^\[  (FAILED|PASSED|  OK|SKIPPED) |Failure|max diff|lacks" | head -20
+                 fi ;;
     bench-nographs) timeout 120 .device/cuda_bench --no-graphs --quick 2>&1 |
                       tee "$OUT/bench_nographs.log" ;;
     peer) timeout 200 python3 tools/hf_peer_bench.py --quick --group-timeout 90 2>&1 |

@@ -9,7 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_isa.h"
 #include "core/mapped_file.h"
+#include "core/thread_pool.h"
 #include "formats/safetensors.h"
 #include "model/evaluate.h"
 #include "model/model.h"
@@ -104,6 +107,44 @@ TEST(Golden, HiddenStatesBeforeFinalNorm) {
     auto ours = SequenceHidden(*model, ReadIds(*ref->Find("ids2")), all);
     ASSERT_TRUE(ours.ok()) << ours.status().message();
     ExpectClose(*ours, ReadFloats(*hidden), family + " hidden states");
+  }
+}
+
+// CpuOptions::bf16_activations rounds the input of every linear to bf16 and multiplies exactly
+// (bf16 products, float32 sums), against transformers with each linear's input rounded the same
+// way (tools/make_golden.py --bf16-inputs): within 1e-2 of the largest logit. Not 1e-4 as in
+// float32: two float32 computations that differ in their last bits round a few inputs to the
+// neighbouring bf16 value, 2^-8 of it, and these models' initializer range (0.2) amplifies each
+// such flip. Measured: 0.58%, 0.61% and 0.04% of the largest logit for llama, qwen2 and qwen3,
+// and inputs perturbed by a few float32 ulps before rounding move qwen2 between 0.06% and 0.6%
+// and qwen3 between 0.04% and 0.28%. Unrounded float32 lies 3.5%, 1.5% and 1.2% from this
+// reference, so a path that skips or misplaces the rounding fails.
+TEST(Golden, Bf16ActivationsMatchTheRoundedReference) {
+  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "this CPU lacks avx512_bf16";
+  ThreadPool pool(2);
+  for (std::string family : {"llama", "qwen2", "qwen3"}) {
+    std::string dir = "tests/golden/models/" + family;
+    auto backend = MakeCpuBackend(&pool, CpuOptions{.isa = std::nullopt, .bf16_activations = true});
+    ASSERT_TRUE(backend.ok()) << backend.status().message();
+    auto model = Model::Load(dir, std::shared_ptr<Backend>(std::move(*backend)));
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    auto ref = SafetensorsFile::Open(dir + "/reference_bf16_inputs.safetensors");
+    ASSERT_TRUE(ref.ok()) << ref.status().message();
+    int cases = 0;
+    for (int i = 0;; ++i) {
+      const TensorInfo* ids = ref->Find("ids" + std::to_string(i));
+      const TensorInfo* logits = ref->Find("logits" + std::to_string(i));
+      if (!ids || !logits) break;
+      for (int64_t chunk : {int64_t{256}, int64_t{5}, int64_t{1}}) {
+        auto ours = SequenceLogits(**model, ReadIds(*ids), chunk);
+        ASSERT_TRUE(ours.ok()) << ours.status().message();
+        golden::ExpectClose(*ours, ReadFloats(*logits), 1e-2f,
+                            dir + " bf16 activations, case " + std::to_string(i) + " chunk " +
+                                std::to_string(chunk));
+      }
+      ++cases;
+    }
+    EXPECT_GE(cases, 3) << dir;
   }
 }
 

@@ -54,6 +54,22 @@ inline void ExpectClose(const std::vector<float>& ours, const std::vector<float>
       << std::sqrt(diff2 / ref2) << ")";
 }
 
+// ||ours - ref|| / ||ref|| <= tolerance (relative error in norm); a NaN in ours fails.
+inline void ExpectCloseInNorm(const std::vector<float>& ours, const std::vector<float>& ref,
+                              double tolerance, const std::string& what) {
+  ASSERT_EQ(ours.size(), ref.size()) << what;
+  double diff2 = 0, ref2 = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    double d = static_cast<double>(ours[i]) - ref[i];
+    diff2 += d * d;
+    ref2 += static_cast<double>(ref[i]) * ref[i];
+  }
+  EXPECT_GT(ref2, 0.0) << what;
+  const double relative = std::sqrt(diff2 / ref2);
+  EXPECT_LE(relative, tolerance) << what << ": norm of the difference over norm of the reference "
+                                 << relative;  // NaN fails the comparison
+}
+
 // Greedy tokens after `prompt`, one decode row per step, until `count` tokens or a stop id.
 inline Expected<std::vector<int32_t>> GreedyTokens(Model& model,
                                                    const std::vector<int32_t>& prompt,

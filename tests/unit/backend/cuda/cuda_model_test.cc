@@ -1,14 +1,26 @@
 // The forward pass on the CUDA backend against transformers' float32 references (the golden
 // models and tiny-chat): exact mode (float32 activations everywhere) within 1e-3 of the largest
-// reference logit, fast mode (bf16 activations into many-row linears) within 2e-2, and greedy
-// tokens of tiny-chat equal to transformers'. Skipped without a CUDA device.
+// reference logit; fast mode within 2e-2, and greedy tokens of tiny-chat equal to transformers'.
+// Skipped without a CUDA device.
+//
+// Fast mode multiplies bf16 activations in steps of more than one row (cuBLASLt) and float32
+// ones in one-row steps (the GEMV). One-row steps are held to the float32 reference. Steps of
+// more rows are held to transformers with the input of every linear rounded to bf16
+// (reference_bf16_inputs.safetensors, tools/make_golden.py --bf16-inputs) where a model has one,
+// else (tiny-chat) to the float32 reference: the golden models' initializer range (0.2)
+// amplifies each rounding, so that the exactly rounded computation itself lies up to 3.5% of the
+// largest logit from the float32 one (the CPU's bf16_activations path shows the same). Every
+// fast-mode result is also within 2e-2 of the float32 reference in norm (the norm of the
+// difference over the norm of the reference).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/mapped_file.h"
@@ -49,6 +61,13 @@ void CheckReferenceLogits(const std::string& dir, bool exact) {
   ASSERT_TRUE(model);
   auto ref = SafetensorsFile::Open(dir + "/reference.safetensors");
   ASSERT_TRUE(ref.ok()) << ref.status().message();
+  const std::string rounded_path = dir + "/reference_bf16_inputs.safetensors";
+  std::optional<SafetensorsFile> rounded;
+  if (!exact && std::filesystem::exists(rounded_path)) {
+    auto file = SafetensorsFile::Open(rounded_path);
+    ASSERT_TRUE(file.ok()) << file.status().message();
+    rounded = std::move(*file);
+  }
   int cases = 0;
   for (int i = 0;; ++i) {
     const TensorInfo* ids = ref->Find("ids" + std::to_string(i));
@@ -60,8 +79,20 @@ void CheckReferenceLogits(const std::string& dir, bool exact) {
     for (int64_t chunk : {int64_t{256}, int64_t{5}, int64_t{1}}) {
       auto ours = SequenceLogits(*model, tokens, chunk);
       ASSERT_TRUE(ours.ok()) << ours.status().message();
-      ExpectClose(*ours, ReadFloats(*logits), exact ? 1e-3f : 2e-2f,
-                  "case " + std::to_string(i) + " chunk " + std::to_string(chunk));
+      const std::string what = "case " + std::to_string(i) + " chunk " + std::to_string(chunk);
+      const int64_t n = static_cast<int64_t>(tokens.size());
+      const bool one_row_steps = n == 1 || chunk == 1;
+      const bool many_row_steps = n > 1 && chunk > 1 && n % chunk != 1;
+      if (exact || one_row_steps || !rounded) {
+        ExpectClose(*ours, ReadFloats(*logits), exact ? 1e-3f : 2e-2f, what);
+      } else if (many_row_steps) {
+        const TensorInfo* r = rounded->Find("logits" + std::to_string(i));
+        ASSERT_NE(r, nullptr) << rounded_path << ": no logits" << i;
+        ExpectClose(*ours, ReadFloats(*r), 2e-2f, what + " (bf16-input reference)");
+      } else {
+        ADD_FAILURE() << what << ": mixes one-row and many-row steps; no reference for that";
+      }
+      if (!exact) golden::ExpectCloseInNorm(*ours, ReadFloats(*logits), 2e-2, what + " (norm)");
     }
     ++cases;
   }
