@@ -619,7 +619,7 @@ void LaunchTile(const AttentionParams& p, cudaStream_t stream) {
 
 template <int HD>
 void LaunchFor(const AttentionParams& p, int sm_count, Scratch* scratch, cudaStream_t stream,
-               bool tensor_cores) {
+               bool tensor_cores, const void* k16, const void* v16) {
   int group_heads = p.heads / p.kv_heads;
   // Query heads per decode block: registers hold GB x HD/16 query and output values.
   constexpr int kMaxGb = HD > 128 ? 4 : 8;
@@ -636,7 +636,7 @@ void LaunchFor(const AttentionParams& p, int sm_count, Scratch* scratch, cudaStr
   }
   if (p.rows > 1) {
     if (tensor_cores && MmaTileSupported(p.heads, p.kv_heads, p.head_dim)) {
-      LaunchMmaTile(p, sm_count, stream);
+      LaunchMmaTile(p, sm_count, stream, 0, k16, v16);
     } else {
       LaunchTile<HD>(p, stream);
     }
@@ -651,7 +651,7 @@ bool AttentionSupported(int heads, int kv_heads, int head_dim) {
 }
 
 void LaunchAttention(const AttentionParams& p, int sm_count, Scratch* scratch, cudaStream_t stream,
-                     bool tensor_cores) {
+                     bool tensor_cores, const void* k16, const void* v16) {
   if (p.rows == 0) return;
   if (!AttentionSupported(p.heads, p.kv_heads, p.head_dim)) {
     std::fprintf(stderr,
@@ -661,21 +661,21 @@ void LaunchAttention(const AttentionParams& p, int sm_count, Scratch* scratch, c
   }
   switch (p.head_dim) {
     case 32:
-      return LaunchFor<32>(p, sm_count, scratch, stream, tensor_cores);
+      return LaunchFor<32>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
     case 64:
-      return LaunchFor<64>(p, sm_count, scratch, stream, tensor_cores);
+      return LaunchFor<64>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
     case 96:
-      return LaunchFor<96>(p, sm_count, scratch, stream, tensor_cores);
+      return LaunchFor<96>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
     case 128:
-      return LaunchFor<128>(p, sm_count, scratch, stream, tensor_cores);
+      return LaunchFor<128>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
     case 160:
-      return LaunchFor<160>(p, sm_count, scratch, stream, tensor_cores);
+      return LaunchFor<160>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
     case 192:
-      return LaunchFor<192>(p, sm_count, scratch, stream, tensor_cores);
+      return LaunchFor<192>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
     case 224:
-      return LaunchFor<224>(p, sm_count, scratch, stream, tensor_cores);
+      return LaunchFor<224>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
     default:
-      return LaunchFor<256>(p, sm_count, scratch, stream, tensor_cores);
+      return LaunchFor<256>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
   }
 }
 

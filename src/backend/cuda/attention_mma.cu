@@ -72,6 +72,12 @@ __device__ __forceinline__ void CpAsync16(float* dst, const float* src) {
   uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(at), "l"(src) : "memory");
 }
+// The same with src_bytes of 16 or 0 (0: nothing is read, the 16 bytes are zeroed).
+__device__ __forceinline__ void CpAsync16Fill(void* dst, const void* src, int src_bytes) {
+  uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(at), "l"(src), "r"(src_bytes)
+               : "memory");
+}
 __device__ __forceinline__ void CpAsyncCommit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
@@ -79,15 +85,12 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
-// Two values rounded to fp16. fp16 rather than bf16 for its 3 more bits of mantissa: bf16
-// scores of sharp attention (tens in size) lose about 2^-9 of themselves, which took the golden
-// qwen2 model's fast-mode logits past their 2% bound. Its range holds the queries, keys and
-// values of the supported models; a value past it is clamped to the largest finite fp16.
-__device__ __forceinline__ uint32_t PackHalf(float lo, float hi) {
-  constexpr float kMax = 65504.0f;
-  __half2 v = __floats2half2_rn(fminf(fmaxf(lo, -kMax), kMax), fminf(fmaxf(hi, -kMax), kMax));
-  return *reinterpret_cast<uint32_t*>(&v);
-}
+// Two values rounded to fp16 (PackHalfSat). fp16 rather than bf16 for its 3 more bits of
+// mantissa: bf16 scores of sharp attention (tens in size) lose about 2^-9 of themselves, which
+// took the golden qwen2 model's fast-mode logits past their 2% bound. Its range holds the
+// queries, keys and values of the supported models; a value past it becomes the largest finite
+// fp16.
+__device__ __forceinline__ uint32_t PackHalf(float lo, float hi) { return PackHalfSat(lo, hi); }
 
 // The same for values known to be in range (probabilities in [0, 1]).
 __device__ __forceinline__ uint32_t PackHalfInRange(float lo, float hi) {
@@ -104,9 +107,17 @@ __device__ __forceinline__ bool Alone(const AttentionParams& p, int64_t r) {
 // backwards so that the causal prompt's last rows, which see the most keys, start first.
 // Registers (about 230 at head_dim 128: O, Q and S fragments) allow 8 warps per multiprocessor
 // without spilling: 2 blocks of 4 warps or 1 of 8.
+//
+// k16, v16 (or null): the step's keys and values as fp16, [rows, kv_heads, HD] in row order
+// (LaunchRopeKv). A run whose keys [kbegin, kend) were all written in this step (a prompt read
+// whole, or the first piece of one) copies its tiles from there straight into the fp16 tiles,
+// two of them in turn (the float32 staging area holds the second), with no conversion. That a
+// run's keys are all in the step is checked at both ends (the rows holding positions kbegin and
+// kend - 1 are this slot's); in between it rests on how steps are made: a sequence's rows in a
+// step are consecutive rows with consecutive positions.
 template <int HD, int kWarps>
 __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
-    MmaTileKernel(AttentionParams p, int tile_rows) {
+    MmaTileKernel(AttentionParams p, int tile_rows, const __half* k16, const __half* v16) {
   static_assert(HD % 32 == 0 && HD <= 128, "head_dim: a multiple of 32 up to 128");
   constexpr int kThreads = 32 * kWarps;
   constexpr int kTileQ = 16 * kWarps;  // query vectors per block: one m16 tile per warp
@@ -123,6 +134,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
   __half* vs = ks + kTileK * kRow;                           // [kTileK, kRow]
   __shared__ int32_t s_slot[kTileQ], s_pos[kTileQ], s_first[kTileQ];
   __shared__ bool s_mine[kTileQ];
+  __shared__ int64_t s_key_row;  // the step row of a run's key kbegin; -1: not in the step
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -239,25 +251,8 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
         static_cast<int32_t>(__reduce_min_sync(0xffffffffu, min(pos[0], pos[1])));
     const int32_t* pages = p.table.pages + static_cast<int64_t>(slot) * p.table.max_pages;
 
-    fetch(kbegin, kend, pages);
-    for (int32_t k0 = kbegin; k0 < kend; k0 += kTileK) {
-      // Keys and values k0 .. k0 + kTileK - 1 as fp16; those past the run's end as 0. Then the
-      // copy of the next tile starts: kf, vf are free again (each thread reads only its own).
-      CpAsyncWait();
-#pragma unroll
-      for (int c = 0; c < kLoads; ++c) {
-        int i = threadIdx.x + c * kThreads;
-        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
-        if (k0 + i / kVecs4 < kend) {
-          a = *reinterpret_cast<const float4*>(kf + 4 * i);
-          b = *reinterpret_cast<const float4*>(vf + 4 * i);
-        }
-        int at = i / kVecs4 * kRow + i % kVecs4 * 4;
-        *reinterpret_cast<uint2*>(ks + at) = make_uint2(PackHalf(a.x, a.y), PackHalf(a.z, a.w));
-        *reinterpret_cast<uint2*>(vs + at) = make_uint2(PackHalf(b.x, b.y), PackHalf(b.z, b.w));
-      }
-      __syncthreads();
-      if (k0 + kTileK < kend) fetch(k0 + kTileK, kend, pages);
+    // One tile of keys k0 .. k0 + kTileK - 1, as fp16 in kt_s and vt_s, into the warp's state.
+    auto tile = [&](int32_t k0, const __half* kt_s, const __half* vt_s) {
       // Warp-uniform: skip a tile none of the warp's vectors sees.
       if (k0 <= warp_last && k0 + kTileK > warp_first) {
         // S = Q K^T over the tile: s[n] is the C fragment of keys k0 + 8n .. k0 + 8n + 7,
@@ -270,7 +265,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
 #pragma unroll
           for (int n2 = 0; n2 < kTileK / 16; ++n2) {
             uint32_t b[4];
-            LdMatrixX4(b, ks + (16 * n2 + k_key) * kRow + 16 * kk + k_dim);
+            LdMatrixX4(b, kt_s + (16 * n2 + k_key) * kRow + 16 * kk + k_dim);
             Mma(s[2 * n2], qf[kk], b[0], b[1]);
             Mma(s[2 * n2 + 1], qf[kk], b[2], b[3]);
           }
@@ -323,12 +318,82 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
 #pragma unroll
           for (int d = 0; d < kSteps; ++d) {
             uint32_t b[4];
-            LdMatrixX4Trans(b, vs + (16 * kt + v_key) * kRow + 16 * d + v_dim);
+            LdMatrixX4Trans(b, vt_s + (16 * kt + v_key) * kRow + 16 * d + v_dim);
             Mma(o[2 * d], a, b[0], b[1]);
             Mma(o[2 * d + 1], a, b[2], b[3]);
           }
         }
       }
+    };
+
+    if (k16) {
+      if (threadIdx.x == 0) {
+        const int64_t base = r0 + seg;  // the row of position s_pos[seg]
+        const int64_t lo = base - (s_pos[seg] - kbegin), hi = base + (kend - 1 - s_pos[seg]);
+        const bool in_step = lo >= 0 && hi < p.rows && p.slots[lo] == slot &&
+                             p.positions[lo] == kbegin && p.slots[hi] == slot &&
+                             p.positions[hi] == kend - 1;
+        s_key_row = in_step ? lo : -1;
+      }
+      __syncthreads();
+    }
+    if (k16 && s_key_row >= 0) {
+      const int64_t key_row = s_key_row;
+      // Buffer 0: ks, vs; buffer 1: in the float32 staging area (picked by selects, not an
+      // indexed array, which would live in local memory).
+      __half* const k_alt = reinterpret_cast<__half*>(kf);
+      __half* const v_alt = k_alt + kTileK * kRow;
+      constexpr int kPieces = HD / 8;  // 16-byte pieces of an fp16 key
+      static_assert(kTileK * kPieces % kThreads == 0, "whole pieces per thread");
+      auto fetch16 = [&](int32_t k0, int b) {
+#pragma unroll
+        for (int c = 0; c < kTileK * kPieces / kThreads; ++c) {
+          int i = threadIdx.x + c * kThreads;
+          int key = i / kPieces, piece = i % kPieces;
+          int32_t j = k0 + key;
+          int64_t at = ((key_row + (j - kbegin)) * p.kv_heads + kv_head) * HD + piece * 8;
+          bool in = j < kend;
+          CpAsync16Fill((b ? k_alt : ks) + key * kRow + piece * 8, in ? k16 + at : k16,
+                        in ? 16 : 0);
+          CpAsync16Fill((b ? v_alt : vs) + key * kRow + piece * 8, in ? v16 + at : v16,
+                        in ? 16 : 0);
+        }
+        CpAsyncCommit();
+      };
+      fetch16(kbegin, 0);
+      int b = 0;
+      for (int32_t k0 = kbegin; k0 < kend; k0 += kTileK, b ^= 1) {
+        // Tile k0 has landed for every thread, and every warp is done with the tile before it,
+        // whose buffer the next copy fills.
+        CpAsyncWait();
+        __syncthreads();
+        if (k0 + kTileK < kend) fetch16(k0 + kTileK, b ^ 1);
+        tile(k0, b ? k_alt : ks, b ? v_alt : vs);
+      }
+      __syncthreads();  // the buffers are free for the next run
+      continue;
+    }
+
+    fetch(kbegin, kend, pages);
+    for (int32_t k0 = kbegin; k0 < kend; k0 += kTileK) {
+      // Keys and values k0 .. k0 + kTileK - 1 as fp16; those past the run's end as 0. Then the
+      // copy of the next tile starts: kf, vf are free again (each thread reads only its own).
+      CpAsyncWait();
+#pragma unroll
+      for (int c = 0; c < kLoads; ++c) {
+        int i = threadIdx.x + c * kThreads;
+        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
+        if (k0 + i / kVecs4 < kend) {
+          a = *reinterpret_cast<const float4*>(kf + 4 * i);
+          b = *reinterpret_cast<const float4*>(vf + 4 * i);
+        }
+        int at = i / kVecs4 * kRow + i % kVecs4 * 4;
+        *reinterpret_cast<uint2*>(ks + at) = make_uint2(PackHalf(a.x, a.y), PackHalf(a.z, a.w));
+        *reinterpret_cast<uint2*>(vs + at) = make_uint2(PackHalf(b.x, b.y), PackHalf(b.z, b.w));
+      }
+      __syncthreads();
+      if (k0 + kTileK < kend) fetch(k0 + kTileK, kend, pages);
+      tile(k0, ks, vs);
       __syncthreads();
     }
   }
@@ -356,7 +421,8 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
 // 2 bytes from L2 per 64 FLOP, more than L2 gives at the tensor-core rate; 128 vectors (8
 // warps) halve it. 8 warps where that still leaves a block per multiprocessor.
 template <int HD>
-void Launch(const AttentionParams& p, int sm_count, int warps, cudaStream_t stream) {
+void Launch(const AttentionParams& p, int sm_count, int warps, cudaStream_t stream, const void* k16,
+            const void* v16) {
   int group_heads = p.heads / p.kv_heads;
   // float32 staging and fp16 tiles of keys and values: 98 KB at head_dim 128.
   constexpr size_t kShared = 2 * kTileK * HD * sizeof(float) + 2 * kTileK * (HD + kPadHalf) * 2;
@@ -371,7 +437,8 @@ void Launch(const AttentionParams& p, int sm_count, int warps, cudaStream_t stre
     int tile_rows = 16 * warps / group_heads;
     dim3 grid(static_cast<unsigned>((p.rows + tile_rows - 1) / tile_rows),
               static_cast<unsigned>(p.kv_heads));
-    kernel<<<grid, 32 * warps, kShared, stream>>>(p, tile_rows);
+    kernel<<<grid, 32 * warps, kShared, stream>>>(p, tile_rows, static_cast<const __half*>(k16),
+                                                  static_cast<const __half*>(v16));
     GZ_CUDA_LAUNCHED();
   };
   int64_t big_tiles = (p.rows + 128 / group_heads - 1) / (128 / group_heads) * p.kv_heads;
@@ -389,16 +456,17 @@ bool MmaTileSupported(int heads, int kv_heads, int head_dim) {
          heads % kv_heads == 0 && heads / kv_heads <= kMaxGroup;
 }
 
-void LaunchMmaTile(const AttentionParams& p, int sm_count, cudaStream_t stream, int warps) {
+void LaunchMmaTile(const AttentionParams& p, int sm_count, cudaStream_t stream, int warps,
+                   const void* k16, const void* v16) {
   switch (p.head_dim) {
     case 32:
-      return Launch<32>(p, sm_count, warps, stream);
+      return Launch<32>(p, sm_count, warps, stream, k16, v16);
     case 64:
-      return Launch<64>(p, sm_count, warps, stream);
+      return Launch<64>(p, sm_count, warps, stream, k16, v16);
     case 96:
-      return Launch<96>(p, sm_count, warps, stream);
+      return Launch<96>(p, sm_count, warps, stream, k16, v16);
     default:
-      return Launch<128>(p, sm_count, warps, stream);
+      return Launch<128>(p, sm_count, warps, stream, k16, v16);
   }
 }
 

@@ -138,12 +138,24 @@ class CudaBackend : public Backend {
 
   void Embed(const EmbedParams& p) override { cuda::LaunchEmbed(p, stream_); }
   void RmsNorm(const RmsNormParams& p) override { cuda::LaunchRmsNorm(p, stream_); }
-  void Rope(const RopeParams& p) override { cuda::LaunchRope(p, stream_); }
-  void KvWrite(const KvWriteParams& p) override { cuda::LaunchKvWrite(p, stream_); }
+  void Rope(const RopeParams& p) override {
+    step_kv_.rows = 0;
+    cuda::LaunchRope(p, stream_);
+  }
+  void KvWrite(const KvWriteParams& p) override {
+    step_kv_.rows = 0;
+    cuda::LaunchKvWrite(p, stream_);
+  }
   void Attention(const AttentionParams& p) override {
-    // Fast mode: prompt pieces on the tensor cores (fp16 operands), like the linears (bf16).
+    // Fast mode: prompt pieces on the tensor cores (fp16 operands), like the linears (bf16),
+    // reading the fp16 copy of the keys RopeKv wrote just before for these rows where it did.
+    const bool same_step = step_kv_.rows > 0 && step_kv_.rows == p.rows &&
+                           step_kv_.keys == p.cache.keys && step_kv_.slots == p.slots &&
+                           step_kv_.positions == p.positions;
+    step_kv_.rows = 0;
     cuda::LaunchAttention(p, sm_count_, &attention_scratch_, stream_,
-                          /*tensor_cores=*/!options_.exact);
+                          /*tensor_cores=*/!options_.exact, same_step ? step_kv_.k16 : nullptr,
+                          same_step ? step_kv_.v16 : nullptr);
   }
   void SwiGlu(const SwiGluParams& p) override { cuda::LaunchSwiGlu(p, stream_); }
   void Add(const AddParams& p) override { cuda::LaunchAdd(p, stream_); }
@@ -152,11 +164,30 @@ class CudaBackend : public Backend {
   void Sample(const SampleParams& p) override { cuda::LaunchSample(p, stream_); }
 
   bool FusesMatmul() const override { return true; }
-  void RopeKv(const RopeKvParams& p) override { cuda::LaunchRopeKv(p, stream_); }
+  void RopeKv(const RopeKvParams& p) override {
+    // A prompt step in fast mode: an fp16 copy of the step's keys and values for the tensor-core
+    // attention that follows (StepKv).
+    step_kv_.rows = 0;
+    if (!options_.exact && p.kv.rows > 1 && p.kv.head_dim % 8 == 0) {
+      const size_t n = static_cast<size_t>(p.kv.rows) * p.kv.kv_heads * p.kv.head_dim;
+      char* base = static_cast<char*>(step_kv16_.Get(n * 4));
+      step_kv_ = {p.kv.rows, p.kv.cache.keys, p.kv.slots, p.kv.positions, base, base + n * 2};
+    }
+    cuda::LaunchRopeKv(p, stream_, step_kv_.rows > 0 ? step_kv_.k16 : nullptr,
+                       step_kv_.rows > 0 ? step_kv_.v16 : nullptr);
+  }
 
   void Matmul(const MatmulParams& p) override {
     if (p.rows == 0) return;
     const int64_t cols = p.w[0]->cols;
+    if (p.norm && FastGemm(p)) {
+      // The normalized rows straight to bf16 for cuBLASLt: the float32 copy and its conversion
+      // skipped, the same bf16 values.
+      void* xb = x_bf16_.Get(static_cast<size_t>(p.rows * cols) * 2);
+      cuda::LaunchRmsNormToBf16(
+          {nullptr, p.x, nullptr, p.norm, p.rows, cols, p.norm_eps, p.norm_offset}, xb, stream_);
+      return LtOutputs(p, xb);
+    }
     if (p.norm) {
       // The norm into scratch, then the product of the normalized rows. (Normalizing inside the
       // GEMV costs every block a pass over x and the norm weight: slower than this kernel.)
@@ -180,20 +211,36 @@ class CudaBackend : public Backend {
       cuda::LaunchGemv(p, sm_count_, stream_);
       return;
     }
-    bool all_bf16 = true;
-    for (int i = 0; i < p.outputs; ++i) all_bf16 = all_bf16 && p.w[i]->format == Format::kBf16;
-    if (options_.exact || !all_bf16) {
-      for (int i = 0; i < p.outputs; ++i)
-        cuda::LaunchGemmF32(p.x, p.rows, *p.w[i], p.bias[i], p.out[i], p.accumulate, stream_);
-    } else {
-      // Fast mode: bf16 activations once for every output, then cuBLASLt (adding into out for
-      // accumulate).
+    if (FastGemm(p)) {
+      // Fast mode: bf16 activations once for every output, then cuBLASLt.
       void* xb = x_bf16_.Get(static_cast<size_t>(p.rows * cols) * 2);
       cuda::LaunchToBf16(p.x, p.rows * cols, xb, stream_);
-      for (int i = 0; i < p.outputs; ++i) {
-        LtMatmul(xb, p.rows, *p.w[i], p.out[i], p.accumulate);
-        if (p.bias[i]) cuda::LaunchAddBias(p.out[i], p.rows, p.w[i]->rows, p.bias[i], stream_);
-      }
+      return LtOutputs(p, xb);
+    }
+    for (int i = 0; i < p.outputs; ++i)
+      cuda::LaunchGemmF32(p.x, p.rows, *p.w[i], p.bias[i], p.out[i], p.accumulate, stream_);
+    if (p.swiglu) {
+      cuda::LaunchSwiGlu({p.out[0], p.out[0], p.out[1], p.rows * p.w[0]->rows}, stream_);
+    }
+  }
+
+  // Whether p (after its norm) runs on cuBLASLt with bf16 activations: fast mode, bf16
+  // weights, more rows than the GEMV takes.
+  bool FastGemm(const MatmulParams& p) const {
+    if (options_.exact || cuda::HasQuantized(p)) return false;
+    for (int i = 0; i < p.outputs; ++i)
+      if (p.w[i]->format != Format::kBf16) return false;
+    MatmulParams plain = p;
+    plain.norm = nullptr;
+    return !(p.rows <= gemv_max_rows_ && cuda::GemvCovers(plain));
+  }
+
+  // The products of p's outputs from bf16 activations xb (adding into out for accumulate),
+  // their biases, and the swiglu end.
+  void LtOutputs(const MatmulParams& p, const void* xb) {
+    for (int i = 0; i < p.outputs; ++i) {
+      LtMatmul(xb, p.rows, *p.w[i], p.out[i], p.accumulate);
+      if (p.bias[i]) cuda::LaunchAddBias(p.out[i], p.rows, p.w[i]->rows, p.bias[i], stream_);
     }
     if (p.swiglu) {
       cuda::LaunchSwiGlu({p.out[0], p.out[0], p.out[1], p.rows * p.w[0]->rows}, stream_);
@@ -347,6 +394,17 @@ class CudaBackend : public Backend {
     return plans_.emplace(key, plan).first->second;
   }
 
+  // The fp16 keys and values the last RopeKv wrote, for the Attention right after it over the
+  // same rows and layer (rows 0: none). Any other KV op forgets them.
+  struct StepKv {
+    int64_t rows = 0;
+    const float* keys = nullptr;  // the layer's cache (which layer)
+    const int32_t* slots = nullptr;
+    const int32_t* positions = nullptr;
+    void* k16 = nullptr;  // [rows, kv_heads, head_dim] fp16
+    void* v16 = nullptr;
+  };
+
   struct RecordedStep {
     cudaGraphExec_t exec = nullptr;
     uint64_t last_use = 0;
@@ -368,6 +426,8 @@ class CudaBackend : public Backend {
   cuda::Scratch normed_x_;            // [rows, cols] the normalized x of a matmul with a norm
   cuda::Scratch quant_out_;           // [rows, n] a quantized product that is then added
   cuda::Scratch attention_scratch_;   // the decode kernel's split parts
+  cuda::Scratch step_kv16_;           // StepKv's k16 and v16
+  StepKv step_kv_;
   cuda::QuantScratch quant_scratch_;  // activations of quantized matmuls
   cuda::Scratch quant_x_bf16_;        // [rows, cols] rotated bf16 activations (QuantGemm)
   cuda::Scratch quant_w_bf16_;        // [n, cols] a quantized weight as bf16 (QuantGemm)

@@ -45,8 +45,13 @@ __global__ void EmbedKernel(float* out,             // [rows, dim]
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out[r * dim + i] = Load(src, i);
 }
 
-// One block per row. With `residual`: residual += x, then out = norm(residual).
-__global__ void RmsNormKernel(float* out,           // [rows, dim]
+__device__ __forceinline__ void Store(float* p, float v) { *p = v; }
+__device__ __forceinline__ void Store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
+// One block per row. With `residual`: residual += x, then out = norm(residual). A bf16 `out`
+// holds the float32 result rounded once (what ToBf16 of the float32 output would give).
+template <typename Out>
+__global__ void RmsNormKernel(Out* out,             // [rows, dim]
                               const float* x,       // [rows, dim]
                               float* residual,      // [rows, dim] or null
                               const float* weight,  // [dim]
@@ -70,7 +75,7 @@ __global__ void RmsNormKernel(float* out,           // [rows, dim]
   const float* in = src ? src : xr;
   // Each thread reads back only what it wrote above, so out may alias x.
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
-    out[r * dim + i] = in[i] * inv * (weight[i] + offset);
+    Store(out + r * dim + i, in[i] * inv * (weight[i] + offset));
 }
 
 // One (row, head) of p by one warp: optional RMSNorm over head_dim, then rotate-half rotary, in
@@ -113,8 +118,8 @@ __global__ void RopeKernel(RopeParams p) {
 }
 
 // One warp per (row, query head) and per (row, kv head); a kv head's warp writes its rotated key
-// and its value into the row's page.
-__global__ void RopeKvKernel(RopeKvParams p) {
+// and its value into the row's page, and with k16 as fp16 pairs into the step's copy.
+__global__ void RopeKvKernel(RopeKvParams p, uint32_t* k16, uint32_t* v16) {
   Prologue();
   extern __shared__ float buf_all[];
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -140,6 +145,13 @@ __global__ void RopeKvKernel(RopeKvParams p) {
   for (int i = lane; i < kv.head_dim; i += 32) {
     kv.cache.keys[at + i] = k[i];
     kv.cache.values[at + i] = v[i];
+  }
+  if (k16) {
+    const int64_t pairs = item * (kv.head_dim / 2);
+    for (int i = lane; i < kv.head_dim / 2; i += 32) {
+      k16[pairs + i] = PackHalfSat(k[2 * i], k[2 * i + 1]);
+      v16[pairs + i] = PackHalfSat(v[2 * i], v[2 * i + 1]);
+    }
   }
 }
 
@@ -223,8 +235,17 @@ void LaunchEmbed(const EmbedParams& p, cudaStream_t stream) {
 void LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
   int threads = p.dim >= 2048 ? 512 : p.dim >= 512 ? 256 : 128;
-  LaunchDependent(RmsNormKernel, dim3(p.rows), dim3(threads), 0, stream, p.out, p.x, p.residual,
-                  p.weight, p.dim, p.eps, p.offset);
+  LaunchDependent(RmsNormKernel<float>, dim3(p.rows), dim3(threads), 0, stream, p.out, p.x,
+                  p.residual, p.weight, p.dim, p.eps, p.offset);
+  GZ_CUDA_LAUNCHED();
+}
+
+void LaunchRmsNormToBf16(const RmsNormParams& p, void* out, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  int threads = p.dim >= 2048 ? 512 : p.dim >= 512 ? 256 : 128;
+  LaunchDependent(RmsNormKernel<__nv_bfloat16>, dim3(p.rows), dim3(threads), 0, stream,
+                  static_cast<__nv_bfloat16*>(out), p.x, p.residual, p.weight, p.dim, p.eps,
+                  p.offset);
   GZ_CUDA_LAUNCHED();
 }
 
@@ -237,13 +258,15 @@ void LaunchRope(const RopeParams& p, cudaStream_t stream) {
   GZ_CUDA_LAUNCHED();
 }
 
-void LaunchRopeKv(const RopeKvParams& p, cudaStream_t stream) {
+void LaunchRopeKv(const RopeKvParams& p, cudaStream_t stream, void* k16, void* v16) {
   int64_t items = p.q.rows * p.q.heads + p.k.rows * p.k.heads;
   if (items == 0) return;
   constexpr int kWarps = 4;
   int head_dim = p.q.head_dim > p.k.head_dim ? p.q.head_dim : p.k.head_dim;
   LaunchDependent(RopeKvKernel, dim3(Blocks(items, kWarps)), dim3(kWarps * 32),
-                  kWarps * head_dim * sizeof(float), stream, p);
+                  kWarps * head_dim * sizeof(float), stream, p, static_cast<uint32_t*>(k16),
+                  static_cast<uint32_t*>(v16));
+  GZ_CUDA_LAUNCHED();
 }
 
 void LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream) {

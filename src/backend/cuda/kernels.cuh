@@ -43,6 +43,14 @@ __device__ __forceinline__ void WaitForPriorGrid() {
 #endif
 }
 
+// Two floats as an fp16 pair (the first in the low half), rounded to nearest; a value past fp16's
+// range becomes the largest finite fp16 (satfinite), a NaN stays NaN.
+__device__ __forceinline__ uint32_t PackHalfSat(float lo, float hi) {
+  uint32_t v;
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;\n" : "=r"(v) : "f"(hi), "f"(lo));
+  return v;
+}
+
 // Launches kernel<<<grid, block, shared, stream>>>(args...) as a programmatic dependent of the
 // kernel ahead of it on the stream: its blocks may be scheduled while that one finishes, which
 // hides the launch. The kernel must call WaitForPriorGrid on every path, before it touches
@@ -93,9 +101,15 @@ class Scratch {
 
 void LaunchEmbed(const EmbedParams& p, cudaStream_t stream);
 void LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream);
+// The same with p.out ignored: the normalized rows as bf16 into out ([rows, dim]).
+void LaunchRmsNormToBf16(const RmsNormParams& p, void* out, cudaStream_t stream);
 void LaunchRope(const RopeParams& p, cudaStream_t stream);
 void LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream);
-void LaunchRopeKv(const RopeKvParams& p, cudaStream_t stream);
+// With k16 and v16 (each [rows, kv_heads, head_dim] fp16), the step's rotated keys and its
+// values are also written there, in row order, as PackHalfSat rounds them: the tensor-core tile
+// kernel reads a prompt's keys from that copy instead of converting the float32 pages.
+void LaunchRopeKv(const RopeKvParams& p, cudaStream_t stream, void* k16 = nullptr,
+                  void* v16 = nullptr);
 void LaunchSwiGlu(const SwiGluParams& p, cudaStream_t stream);
 void LaunchAdd(const AddParams& p, cudaStream_t stream);
 void LaunchGatherRows(const GatherRowsParams& p, cudaStream_t stream);
@@ -150,14 +164,19 @@ void LaunchRotateToBf16(const float* x, int64_t rows, const Weight& w, void* out
 bool AttentionSupported(int heads, int kv_heads, int head_dim);
 // tensor_cores (the fast mode): prompt pieces through the bf16 tensor-core tile kernel where it
 // covers the shape; decoding rows keep the float32 decode kernel.
+// k16, v16: the step's fp16 keys and values as LaunchRopeKv writes them for p's rows (or null).
 void LaunchAttention(const AttentionParams& p, int sm_count, Scratch* scratch, cudaStream_t stream,
-                     bool tensor_cores = false);
+                     bool tensor_cores = false, const void* k16 = nullptr,
+                     const void* v16 = nullptr);
 // The tensor-core tile kernel (attention_mma.cu): runs of rows of one sequence, fp16 Q, K, V and
 // probabilities, float32 softmax and sums. Covers head_dim a multiple of 32 up to 128 with at
 // most 64 query heads per kv head.
 bool MmaTileSupported(int heads, int kv_heads, int head_dim);
-// warps: 4 or 8 per block; 0: 8 where that still gives every multiprocessor a block.
-void LaunchMmaTile(const AttentionParams& p, int sm_count, cudaStream_t stream, int warps = 0);
+// warps: 4 or 8 per block; 0: 8 where that still gives every multiprocessor a block. k16, v16:
+// the step's fp16 keys and values (LaunchRopeKv) or null; a run of rows whose keys were all
+// written in this step reads them there.
+void LaunchMmaTile(const AttentionParams& p, int sm_count, cudaStream_t stream, int warps = 0,
+                   const void* k16 = nullptr, const void* v16 = nullptr);
 
 // tokens[r] = the token row r picks (backend.h's SampleRow; sampling/sampling.h's steps 3-5).
 void LaunchSample(const SampleParams& p, cudaStream_t stream);

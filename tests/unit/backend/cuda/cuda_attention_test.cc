@@ -20,12 +20,16 @@ struct Piece {
 };
 
 // exact: the float32 kernels, within 1e-4; otherwise the fast mode (prompt pieces with fp16
-// operands), within 1e-2.
+// operands), within 1e-2. through_rope_kv: the step's own keys and values are written by RopeKv
+// (no rotary) just before, as a model does, so that the fast mode's tile kernel may read them
+// from the fp16 copy RopeKv leaves; otherwise every position is in the cache beforehand.
 void CheckAttentionIn(bool exact, int heads, int kv_heads, int head_dim, int32_t window,
-                      const std::vector<Piece>& pieces, uint32_t seed) {
-  SCOPED_TRACE(std::string(exact ? "exact" : "fast") + " heads " + std::to_string(heads) + "/" +
-               std::to_string(kv_heads) + " dim " + std::to_string(head_dim) + " window " +
-               std::to_string(window) + " seed " + std::to_string(seed));
+                      const std::vector<Piece>& pieces, uint32_t seed,
+                      bool through_rope_kv = false) {
+  SCOPED_TRACE(std::string(exact ? "exact" : "fast") + (through_rope_kv ? " rope-kv" : "") +
+               " heads " + std::to_string(heads) + "/" + std::to_string(kv_heads) + " dim " +
+               std::to_string(head_dim) + " window " + std::to_string(window) + " seed " +
+               std::to_string(seed));
   auto backend = MakeBackend(exact);
   std::mt19937 rng(seed);
   int32_t slots = 0, longest = 0;
@@ -67,6 +71,34 @@ void CheckAttentionIn(bool exact, int heads, int kv_heads, int head_dim, int32_t
   p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   p.window = window;
   ASSERT_TRUE(p.Check().ok());
+  if (through_rope_kv) {
+    const int64_t n = rows * kv_heads * head_dim;
+    DeviceArray<float> k(backend.get(), RandomFloats(rng, n)),
+        v(backend.get(), RandomFloats(rng, n));
+    RopeKvParams rk;
+    rk.q = RopeParams{.x = q.device(), .rows = rows, .heads = heads, .head_dim = head_dim};
+    rk.k = RopeParams{.x = k.device(), .rows = rows, .heads = kv_heads, .head_dim = head_dim};
+    rk.kv = KvWriteParams{.cache = p.cache,
+                          .table = p.table,
+                          .k = k.device(),
+                          .v = v.device(),
+                          .slots = p.slots,
+                          .positions = p.positions,
+                          .rows = rows,
+                          .kv_heads = kv_heads,
+                          .head_dim = head_dim};
+    ASSERT_TRUE(rk.Check().ok()) << rk.Check().message();
+    backend->RopeKv(rk);
+    // The reference's cache holds the same rows.
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t page = table[row_slots[r] * max_pages + row_positions[r] / kPage];
+      const int64_t at = (page * kPage + row_positions[r] % kPage) * kv_heads * head_dim;
+      for (int64_t e = 0; e < kv_heads * head_dim; ++e) {
+        keys.host()[at + e] = k.host()[r * kv_heads * head_dim + e];
+        values.host()[at + e] = v.host()[r * kv_heads * head_dim + e];
+      }
+    }
+  }
   backend->Attention(p);
   AttentionParams ref = p;
   ref.out = out.host().data();
@@ -187,6 +219,26 @@ TEST(CudaAttentionTest, FastLongPrompts) {
   CheckFastAttention(32, 8, 128, 0, {{0, 3, 600}}, 250);
   CheckFastAttention(16, 2, 64, 0, {{1, 20, 1100}, {0, 50, 1}}, 251);
   CheckFastAttention(32, 8, 128, 257, {{2, 100, 1}, {0, 0, 700}, {1, 33, 1}}, 252);
+}
+
+// Keys written by RopeKv in the same step: prompts read whole (every key in the step: the tile
+// kernel copies RopeKv's fp16 keys), several of them side by side, with decodes, with a window,
+// and pieces that continue a sequence (earlier keys only in the cache: the float32 path).
+TEST(CudaAttentionTest, FastPromptKeysFromTheStep) {
+  GZ_SKIP_WITHOUT_CUDA();
+  for (auto [heads, kv_heads, head_dim] :
+       {std::tuple{32, 8, 128}, std::tuple{6, 2, 64}, std::tuple{4, 2, 32}, std::tuple{8, 1, 96}}) {
+    uint32_t seed = 260 + head_dim;
+    CheckAttentionIn(false, heads, kv_heads, head_dim, 0, {{0, 0, 300}}, seed, true);
+    CheckAttentionIn(false, heads, kv_heads, head_dim, 0, {{0, 0, 77}, {1, 0, 130}, {2, 0, 2}},
+                     seed + 1, true);
+    CheckAttentionIn(false, heads, kv_heads, head_dim, 0,
+                     {{3, 40, 1}, {0, 0, 65}, {1, 90, 1}, {2, 709, 100}}, seed + 2, true);
+    CheckAttentionIn(false, heads, kv_heads, head_dim, 100, {{0, 0, 400}, {1, 250, 90}}, seed + 3,
+                     true);
+  }
+  CheckAttentionIn(false, 32, 8, 128, 0, {{0, 0, 1500}}, 270, true);  // 8-warp blocks
+  CheckAttentionIn(true, 32, 8, 128, 0, {{0, 0, 300}, {1, 5, 40}}, 271, true);
 }
 
 TEST(CudaAttentionTest, ShapesWithoutKernelFailWithStatus) {
