@@ -14,6 +14,7 @@
 // (codes and per-group (mul, add) pairs).
 //
 // Usage: cuda_bench [--quick] [--exact] [--gemv-max-rows N] [--no-graphs] [--bits L[/H]]
+//                   [--decode-only | --prefill-only]
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -541,6 +542,17 @@ class Bench {
     }
   }
 
+  // The cost of the layer op `name` inside a step that takes `full` seconds (as ProfileInStep).
+  double InStepCost(int reps, double full, const std::string& name) {
+    std::vector<Op> ops = LayerOps(layers_[1], false);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (name == ops[i].name)
+        return (full - Time(reps, static_cast<int>(i))) / static_cast<double>(layers_.size());
+    }
+    BENCH_CHECK(false && "no such op");
+    return 0.0;
+  }
+
   float* logits() { return logits_; }
   // Bytes of the linears' weights (layers and head) that a step reads.
   double linear_bytes() const { return linear_bytes_; }
@@ -723,7 +735,7 @@ void ProfileQuantKernels(Backend* be, const Shape& s, double bandwidth) {
 }
 
 int Main(int argc, char** argv) {
-  bool quick = false, decode_only = false;
+  bool quick = false, decode_only = false, prefill_only = false;
   int layer_bits = 16, head_bits = 16;
   CudaOptions options;
   for (int i = 1; i < argc; ++i) {
@@ -736,6 +748,8 @@ int Main(int argc, char** argv) {
       options.gemv_max_rows = std::atoi(argv[++i]);
     else if (a == "--no-graphs")
       options.graphs = false;
+    else if (a == "--prefill-only")
+      prefill_only = true;
     else if (a == "--decode-only")
       decode_only = true;
     else if (a == "--bits" && i + 1 < argc) {
@@ -751,9 +765,10 @@ int Main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: cuda_bench [--quick] [--exact] [--gemv-max-rows N] [--no-graphs] "
-                   "[--bits L[/H]] [--decode-only]\n"
+                   "[--bits L[/H]] [--decode-only | --prefill-only]\n"
                    "  --decode-only: batch-1 decode steps alone, without per-op profiles (for a "
-                   "profiler's trace)\n");
+                   "profiler's trace)\n"
+                   "  --prefill-only: the 2,048-token prompt alone\n");
       return 2;
     }
   }
@@ -774,7 +789,7 @@ int Main(int argc, char** argv) {
               bandwidth * 1e-12, rate * 1e-12);
 
   Shape s;
-  if (!options.exact && !decode_only) ProfileQuantKernels(be, s, bandwidth);
+  if (!options.exact && !decode_only && !prefill_only) ProfileQuantKernels(be, s, bandwidth);
   const int64_t max_rows = 2048;
   const int32_t pages = 4700;  // 256 sequences x 18 pages, or 1 x 8193 positions
   double t0 = Now();
@@ -801,6 +816,7 @@ int Main(int argc, char** argv) {
   };
   // Batch-1 decode: the step's row sits at position `context` (context keys before it).
   for (int32_t context : {512, 8192}) {
+    if (prefill_only) break;
     int32_t max_pages = (context + kPage) / kPage + 1;
     bench.SetStep(1, 1, context, max_pages);
     double t = bench.Time(reps);
@@ -816,6 +832,7 @@ int Main(int argc, char** argv) {
   if (decode_only) return 0;
   // Batched decode at context 192 (128 prompt + 64 new: the middle of 128 + 128).
   for (int64_t seqs : {8, 32, 64, 128, 256}) {
+    if (prefill_only) break;
     const int32_t context = 192;
     bench.SetStep(seqs, 1, context, (context + kPage) / kPage + 1);
     double t = bench.Time(reps);
@@ -841,11 +858,16 @@ int Main(int argc, char** argv) {
                 "prefill 2048 tokens", t * 1e3, n / t,
                 std::max(bytes / bandwidth, flops / rate) * 1e3,
                 100.0 * std::max(bytes / bandwidth, flops / rate) / t, flops / t * 1e-12);
-    // A layer's attention: 4 FLOP per visible (query head, key, dimension), half of n^2 keys.
-    double attention = bench.Profile(3, bandwidth)["attention"];
-    std::printf("    attention of one layer: %.0f TFLOP/s (%.1f%% of the GEMM rate)\n",
-                2.0 * n * n * s.heads * s.head_dim / attention * 1e-12,
-                100.0 * 2.0 * n * n * s.heads * s.head_dim / attention / rate);
+    // Each op issued alone (the attention then reads the float32 pages: RopeKv's fp16 copy of
+    // the step's keys is only used right after it), then a layer's attention inside the step:
+    // 4 FLOP per visible (query head, key, dimension), half of n^2 keys.
+    bench.Profile(3, bandwidth);
+    double attention = bench.InStepCost(quick ? 2 : 3, t, "attention");
+    std::printf(
+        "    attention of one layer in the step: %.1f us, %.0f TFLOP/s (%.1f%% of the GEMM "
+        "rate)\n",
+        attention * 1e6, 2.0 * n * n * s.heads * s.head_dim / attention * 1e-12,
+        100.0 * 2.0 * n * n * s.heads * s.head_dim / attention / rate);
     if (!options.exact) bench.ProfileMmaAttention(3, 2.0 * n * n * s.heads * s.head_dim, rate);
   }
   // The profile issues ops over their own outputs (SwiGLU 20 times over its gate grows it past

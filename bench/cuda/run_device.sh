@@ -56,10 +56,11 @@ for what in "$@"; do
                     tee "$OUT/bench_cublas.log" ;;
     bench-gemv8) timeout 120 .device/cuda_bench --gemv-max-rows 8 --quick 2>&1 |
                    tee "$OUT/bench_gemv8.log" ;;
-    ncu-attention) timeout 200 ncu --kernel-name regex:MmaTileKernel --launch-count 1 \
+    ncu-attention) ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+                   timeout 200 "$ncu" --kernel-name regex:MmaTileKernel --launch-count 1 \
                      --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
                      --section Occupancy --section MemoryWorkloadAnalysis \
-                     .device/cuda_bench --quick > "$OUT/ncu_attention.log" 2>&1
+                     .device/cuda_bench --quick --prefill-only > "$OUT/ncu_attention.log" 2>&1
                    echo "rc=$?"; grep -v "^==PROF==\|^  *$" "$OUT/ncu_attention.log" |
                      grep -A200 "MmaTileKernel" | head -120 ;;
     golden-refs) # transformers' logits with bf16-rounded linear inputs (tools/make_golden.py)

@@ -76,6 +76,7 @@ class CudaBackend : public Backend {
   }
 
   Expected<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
+    bf16_copy_.of = nullptr;
     void* data = nullptr;
     if (bytes > 0) {
       cudaError_t err = cudaMalloc(&data, bytes);
@@ -91,6 +92,7 @@ class CudaBackend : public Backend {
   }
 
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    bf16_copy_.of = nullptr;
     if (bytes == 0) return;
     GZ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
     GZ_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -136,19 +138,28 @@ class CudaBackend : public Backend {
                          "query heads a multiple of kv heads, at most 64 per kv head)");
   }
 
-  void Embed(const EmbedParams& p) override { cuda::LaunchEmbed(p, stream_); }
-  void RmsNorm(const RmsNormParams& p) override { cuda::LaunchRmsNorm(p, stream_); }
+  void Embed(const EmbedParams& p) override {
+    bf16_copy_.of = nullptr;
+    cuda::LaunchEmbed(p, stream_);
+  }
+  void RmsNorm(const RmsNormParams& p) override {
+    bf16_copy_.of = nullptr;
+    cuda::LaunchRmsNorm(p, stream_);
+  }
   void Rope(const RopeParams& p) override {
+    bf16_copy_.of = nullptr;
     step_kv_.rows = 0;
     cuda::LaunchRope(p, stream_);
   }
   void KvWrite(const KvWriteParams& p) override {
+    bf16_copy_.of = nullptr;
     step_kv_.rows = 0;
     cuda::LaunchKvWrite(p, stream_);
   }
   void Attention(const AttentionParams& p) override {
     // Fast mode: prompt pieces on the tensor cores (fp16 operands), like the linears (bf16),
     // reading the fp16 copy of the keys RopeKv wrote just before for these rows where it did.
+    bf16_copy_.of = nullptr;
     const bool same_step = step_kv_.rows > 0 && step_kv_.rows == p.rows &&
                            step_kv_.keys == p.cache.keys && step_kv_.slots == p.slots &&
                            step_kv_.positions == p.positions;
@@ -157,16 +168,29 @@ class CudaBackend : public Backend {
                           /*tensor_cores=*/!options_.exact, same_step ? step_kv_.k16 : nullptr,
                           same_step ? step_kv_.v16 : nullptr);
   }
-  void SwiGlu(const SwiGluParams& p) override { cuda::LaunchSwiGlu(p, stream_); }
-  void Add(const AddParams& p) override { cuda::LaunchAdd(p, stream_); }
-  void GatherRows(const GatherRowsParams& p) override { cuda::LaunchGatherRows(p, stream_); }
+  void SwiGlu(const SwiGluParams& p) override {
+    bf16_copy_.of = nullptr;
+    cuda::LaunchSwiGlu(p, stream_);
+  }
+  void Add(const AddParams& p) override {
+    bf16_copy_.of = nullptr;
+    cuda::LaunchAdd(p, stream_);
+  }
+  void GatherRows(const GatherRowsParams& p) override {
+    bf16_copy_.of = nullptr;
+    cuda::LaunchGatherRows(p, stream_);
+  }
   bool CanSample() const override { return true; }
-  void Sample(const SampleParams& p) override { cuda::LaunchSample(p, stream_); }
+  void Sample(const SampleParams& p) override {
+    bf16_copy_.of = nullptr;
+    cuda::LaunchSample(p, stream_);
+  }
 
   bool FusesMatmul() const override { return true; }
   void RopeKv(const RopeKvParams& p) override {
     // A prompt step in fast mode: an fp16 copy of the step's keys and values for the tensor-core
     // attention that follows (StepKv).
+    bf16_copy_.of = nullptr;
     step_kv_.rows = 0;
     if (!options_.exact && p.kv.rows > 1 && p.kv.head_dim % 8 == 0) {
       const size_t n = static_cast<size_t>(p.kv.rows) * p.kv.kv_heads * p.kv.head_dim;
@@ -178,6 +202,8 @@ class CudaBackend : public Backend {
   }
 
   void Matmul(const MatmulParams& p) override {
+    const Bf16Copy copy = bf16_copy_;
+    bf16_copy_.of = nullptr;
     if (p.rows == 0) return;
     const int64_t cols = p.w[0]->cols;
     if (p.norm && FastGemm(p)) {
@@ -212,7 +238,9 @@ class CudaBackend : public Backend {
       return;
     }
     if (FastGemm(p)) {
-      // Fast mode: bf16 activations once for every output, then cuBLASLt.
+      // Fast mode: bf16 activations once for every output (or the copy the op before left of
+      // them), then cuBLASLt.
+      if (copy.of == p.x && copy.n == p.rows * cols) return LtOutputs(p, copy.data);
       void* xb = x_bf16_.Get(static_cast<size_t>(p.rows * cols) * 2);
       cuda::LaunchToBf16(p.x, p.rows * cols, xb, stream_);
       return LtOutputs(p, xb);
@@ -236,14 +264,18 @@ class CudaBackend : public Backend {
   }
 
   // The products of p's outputs from bf16 activations xb (adding into out for accumulate),
-  // their biases, and the swiglu end.
+  // their biases, and the swiglu end; SwiGLU leaves a bf16 copy of its result for the down
+  // projection that reads it next (Bf16Copy).
   void LtOutputs(const MatmulParams& p, const void* xb) {
     for (int i = 0; i < p.outputs; ++i) {
       LtMatmul(xb, p.rows, *p.w[i], p.out[i], p.accumulate);
       if (p.bias[i]) cuda::LaunchAddBias(p.out[i], p.rows, p.w[i]->rows, p.bias[i], stream_);
     }
     if (p.swiglu) {
-      cuda::LaunchSwiGlu({p.out[0], p.out[0], p.out[1], p.rows * p.w[0]->rows}, stream_);
+      const int64_t n = p.rows * p.w[0]->rows;
+      void* hb = ffn_bf16_.Get(static_cast<size_t>(n) * 2);
+      cuda::LaunchSwiGlu({p.out[0], p.out[0], p.out[1], n}, stream_, hb);
+      bf16_copy_ = {p.out[0], n, hb};
     }
   }
 
@@ -266,6 +298,7 @@ class CudaBackend : public Backend {
   void Synchronize() override { GZ_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
   bool ReplayStep(uint64_t key) override {
+    bf16_copy_.of = nullptr;
     if (!options_.graphs || capturing_) return false;
     auto it = graphs_.find(key);
     if (it == graphs_.end()) return false;
@@ -275,6 +308,7 @@ class CudaBackend : public Backend {
   }
 
   void BeginStep(uint64_t key) override {
+    bf16_copy_.of = nullptr;
     if (!options_.graphs || options_.max_graphs <= 0 || capturing_) return;
     // Relaxed: the ops may allocate scratch memory while they are recorded.
     GZ_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
@@ -283,6 +317,7 @@ class CudaBackend : public Backend {
   }
 
   void EndStep() override {
+    bf16_copy_.of = nullptr;
     if (!capturing_) return;
     capturing_ = false;
     cudaGraph_t graph = nullptr;
@@ -405,6 +440,14 @@ class CudaBackend : public Backend {
     void* v16 = nullptr;
   };
 
+  // A bf16 copy of the float32 activations at `of` ([n]) the last op left, for a fast-mode
+  // Matmul right after it that reads them (no conversion). Every other op forgets it.
+  struct Bf16Copy {
+    const float* of = nullptr;
+    int64_t n = 0;
+    const void* data = nullptr;
+  };
+
   struct RecordedStep {
     cudaGraphExec_t exec = nullptr;
     uint64_t last_use = 0;
@@ -422,12 +465,14 @@ class CudaBackend : public Backend {
   uint64_t use_clock_ = 0;
   void* workspace_ = nullptr;
   std::map<std::tuple<int64_t, int64_t, int64_t>, LtPlan> plans_;
-  cuda::Scratch x_bf16_;              // [rows, cols] bf16 activations of a fast-mode matmul
-  cuda::Scratch normed_x_;            // [rows, cols] the normalized x of a matmul with a norm
-  cuda::Scratch quant_out_;           // [rows, n] a quantized product that is then added
-  cuda::Scratch attention_scratch_;   // the decode kernel's split parts
-  cuda::Scratch step_kv16_;           // StepKv's k16 and v16
+  cuda::Scratch x_bf16_;             // [rows, cols] bf16 activations of a fast-mode matmul
+  cuda::Scratch normed_x_;           // [rows, cols] the normalized x of a matmul with a norm
+  cuda::Scratch quant_out_;          // [rows, n] a quantized product that is then added
+  cuda::Scratch attention_scratch_;  // the decode kernel's split parts
+  cuda::Scratch step_kv16_;          // StepKv's k16 and v16
   StepKv step_kv_;
+  cuda::Scratch ffn_bf16_;  // Bf16Copy's data after a SwiGLU
+  Bf16Copy bf16_copy_;
   cuda::QuantScratch quant_scratch_;  // activations of quantized matmuls
   cuda::Scratch quant_x_bf16_;        // [rows, cols] rotated bf16 activations (QuantGemm)
   cuda::Scratch quant_w_bf16_;        // [n, cols] a quantized weight as bf16 (QuantGemm)

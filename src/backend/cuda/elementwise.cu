@@ -169,12 +169,16 @@ __global__ void KvWriteKernel(KvWriteParams p) {
   p.cache.values[at] = p.v[i];
 }
 
-__global__ void SwiGluKernel(float* out, const float* gate, const float* up, int64_t n) {
+// out = silu(gate) * up; with out_bf16 also that rounded to bf16 there.
+__global__ void SwiGluKernel(float* out, const float* gate, const float* up, int64_t n,
+                             __nv_bfloat16* out_bf16) {
   Prologue();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float g = gate[i];
-  out[i] = g / (1.0f + expf(-g)) * up[i];
+  float y = g / (1.0f + expf(-g)) * up[i];
+  out[i] = y;
+  if (out_bf16) out_bf16[i] = __float2bfloat16_rn(y);
 }
 
 __global__ void AddKernel(float* out, const float* x, int64_t n) {
@@ -276,10 +280,10 @@ void LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream) {
   GZ_CUDA_LAUNCHED();
 }
 
-void LaunchSwiGlu(const SwiGluParams& p, cudaStream_t stream) {
+void LaunchSwiGlu(const SwiGluParams& p, cudaStream_t stream, void* out_bf16) {
   if (p.n == 0) return;
   LaunchDependent(SwiGluKernel, dim3(Blocks(p.n, 256)), dim3(256), 0, stream, p.out, p.gate, p.up,
-                  p.n);
+                  p.n, static_cast<__nv_bfloat16*>(out_bf16));
   GZ_CUDA_LAUNCHED();
 }
 

@@ -110,7 +110,8 @@ void LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream);
 // kernel reads a prompt's keys from that copy instead of converting the float32 pages.
 void LaunchRopeKv(const RopeKvParams& p, cudaStream_t stream, void* k16 = nullptr,
                   void* v16 = nullptr);
-void LaunchSwiGlu(const SwiGluParams& p, cudaStream_t stream);
+// With out_bf16 ([n] bf16), the result rounded to bf16 there too.
+void LaunchSwiGlu(const SwiGluParams& p, cudaStream_t stream, void* out_bf16 = nullptr);
 void LaunchAdd(const AddParams& p, cudaStream_t stream);
 void LaunchGatherRows(const GatherRowsParams& p, cudaStream_t stream);
 

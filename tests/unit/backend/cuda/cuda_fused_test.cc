@@ -216,5 +216,63 @@ TEST(CudaFusedTest, ManyRowsRunTheEnds) {
   }
 }
 
+// Fast mode: the gate/up product's SwiGLU leaves a bf16 copy of its result that the down
+// projection right after it reads; an op that writes that result in between (here an Add) must
+// be seen by the down projection.
+TEST(CudaFusedTest, SwiGluResultFeedsTheNextMatmul) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto fast = MakeBackend(/*exact=*/false, /*gemv_max_rows=*/1);
+  std::mt19937 rng(24);
+  const int64_t rows = 70, cols = 256, ffn = 384;
+  for (bool add_between : {false, true}) {
+    SCOPED_TRACE(add_between ? "add between" : "straight");
+    DeviceArray<float> x(fast.get(), RandomFloats(rng, rows * cols));
+    PlainWeight gate, up, down;
+    MakePlainWeight(fast.get(), rng, Format::kBf16, ffn, cols, &gate);
+    MakePlainWeight(fast.get(), rng, Format::kBf16, ffn, cols, &up);
+    MakePlainWeight(fast.get(), rng, Format::kBf16, cols, ffn, &down);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    DeviceArray<float> h(fast.get(), std::vector<float>(rows * ffn)), u(fast.get(), h.host());
+    DeviceArray<float> extra(fast.get(), RandomFloats(rng, rows * ffn));
+    DeviceArray<float> y(fast.get(), std::vector<float>(rows * cols));
+    h.Poison();
+    y.Poison();
+    MatmulParams mlp;
+    mlp.x = x.device();
+    mlp.rows = rows;
+    mlp.outputs = 2;
+    mlp.w[0] = &gate.device, mlp.w[1] = &up.device;
+    mlp.out[0] = h.device(), mlp.out[1] = u.device();
+    mlp.swiglu = true;
+    fast->Matmul(mlp);
+    if (add_between) fast->Add(AddParams{h.device(), extra.device(), rows * ffn});
+    MatmulParams proj;
+    proj.x = h.device();
+    proj.rows = rows;
+    proj.w[0] = &down.device;
+    proj.out[0] = y.device();
+    fast->Matmul(proj);
+
+    std::vector<float> g(rows * ffn), v(rows * ffn), hh(rows * ffn), want(rows * cols);
+    MatmulParams ref;
+    ref.x = x.host().data();
+    ref.rows = rows;
+    ref.outputs = 2;
+    ref.w[0] = &gate.host, ref.w[1] = &up.host;
+    ref.out[0] = g.data(), ref.out[1] = v.data();
+    ReferenceMatmul(ref);
+    ReferenceSwiGlu(SwiGluParams{hh.data(), g.data(), v.data(), rows * ffn});
+    if (add_between) ReferenceAdd(AddParams{hh.data(), extra.host().data(), rows * ffn});
+    MatmulParams ref_down;
+    ref_down.x = hh.data();
+    ref_down.rows = rows;
+    ref_down.w[0] = &down.host;
+    ref_down.out[0] = want.data();
+    ReferenceMatmul(ref_down);
+    EXPECT_LT(RelativeError(h.Read(), hh), 1e-2);
+    EXPECT_LT(RelativeError(y.Read(), want), 1e-2);
+  }
+}
+
 }  // namespace
 }  // namespace gizllm::testing
