@@ -66,6 +66,15 @@ class CudaBackend : public Backend {
       cublasLtMatmulDescDestroy(plan.desc);
     }
     if (workspace_) cudaFree(workspace_);
+    if (fork_) {
+      for (int i = 0; i < kSides; ++i) {
+        cudaStreamSynchronize(side_[i]);
+        cudaStreamDestroy(side_[i]);
+        cudaEventDestroy(join_[i]);
+        cudaFree(side_workspace_[i]);
+      }
+      cudaEventDestroy(fork_);
+    }
     cublasLtDestroy(lt_);
     cudaStreamDestroy(stream_);
   }
@@ -266,10 +275,30 @@ class CudaBackend : public Backend {
   // The products of p's outputs from bf16 activations xb (adding into out for accumulate),
   // their biases, and the swiglu end; SwiGLU leaves a bf16 copy of its result for the down
   // projection that reads it next (Bf16Copy).
+  // Outputs after the first of a product of at most kForkRows rows run on side streams, beside
+  // the first (forked after what the stream has issued, joined before what follows): at batched
+  // decode sizes one cuBLASLt product (k or v beside q) leaves most of the device idle.
   void LtOutputs(const MatmulParams& p, const void* xb) {
+    const bool fork = p.outputs > 1 && p.rows <= kForkRows;
+    if (fork) {
+      MakeSideStreams();
+      GZ_CUDA_CHECK(cudaEventRecord(fork_, stream_));
+      for (int i = 1; i < p.outputs; ++i)
+        GZ_CUDA_CHECK(cudaStreamWaitEvent(side_[i - 1], fork_, 0));
+    }
     for (int i = 0; i < p.outputs; ++i) {
-      LtMatmul(xb, p.rows, *p.w[i], p.out[i], p.accumulate);
-      if (p.bias[i]) cuda::LaunchAddBias(p.out[i], p.rows, p.w[i]->rows, p.bias[i], stream_);
+      const int side = fork ? i : 0;
+      LtMatmul(xb, p.rows, *p.w[i], p.out[i], p.accumulate, side);
+      if (p.bias[i]) {
+        cuda::LaunchAddBias(p.out[i], p.rows, p.w[i]->rows, p.bias[i],
+                            side ? side_[side - 1] : stream_);
+      }
+    }
+    if (fork) {
+      for (int i = 1; i < p.outputs; ++i) {
+        GZ_CUDA_CHECK(cudaEventRecord(join_[i - 1], side_[i - 1]));
+        GZ_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_[i - 1], 0));
+      }
     }
     if (p.swiglu) {
       const int64_t n = p.rows * p.w[0]->rows;
@@ -349,12 +378,26 @@ class CudaBackend : public Backend {
   // column-major terms:
   // out^T [n, rows] = W^T^T ... that is D = op(A) B with A = W stored [cols, n] (transposed),
   // B = x stored [cols, rows].
-  void LtMatmul(const void* x, int64_t rows, const Weight& w, float* out, bool accumulate = false) {
+  // `side`: on side stream side - 1 with its own workspace (0: the backend's stream).
+  void LtMatmul(const void* x, int64_t rows, const Weight& w, float* out, bool accumulate = false,
+                int side = 0) {
     LtPlan& plan = Plan(rows, w.rows, w.cols);
     float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     GZ_CUBLAS_CHECK(cublasLtMatmul(lt_, plan.desc, &alpha, w.data, plan.a, x, plan.b, &beta, out,
-                                   plan.c, out, plan.c, &plan.algo, workspace_, kWorkspaceBytes,
-                                   stream_));
+                                   plan.c, out, plan.c, &plan.algo,
+                                   side ? side_workspace_[side - 1] : workspace_, kWorkspaceBytes,
+                                   side ? side_[side - 1] : stream_));
+  }
+
+  // The side streams, their workspaces and the fork and join events, made on first use.
+  void MakeSideStreams() {
+    if (fork_) return;
+    GZ_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+    for (int i = 0; i < kSides; ++i) {
+      GZ_CUDA_CHECK(cudaStreamCreateWithFlags(&side_[i], cudaStreamNonBlocking));
+      GZ_CUDA_CHECK(cudaEventCreateWithFlags(&join_[i], cudaEventDisableTiming));
+      GZ_CUDA_CHECK(cudaMalloc(&side_workspace_[i], kWorkspaceBytes));
+    }
   }
 
   // Many rows of quantized weights in fast mode: each weight dequantized to bf16 scratch and the
@@ -464,6 +507,11 @@ class CudaBackend : public Backend {
   uint64_t capture_key_ = 0;
   uint64_t use_clock_ = 0;
   void* workspace_ = nullptr;
+  static constexpr int kSides = MatmulParams::kMaxOutputs - 1;
+  static constexpr int64_t kForkRows = 256;
+  cudaStream_t side_[kSides] = {};
+  cudaEvent_t fork_ = nullptr, join_[kSides] = {};
+  void* side_workspace_[kSides] = {};
   std::map<std::tuple<int64_t, int64_t, int64_t>, LtPlan> plans_;
   cuda::Scratch x_bf16_;             // [rows, cols] bf16 activations of a fast-mode matmul
   cuda::Scratch normed_x_;           // [rows, cols] the normalized x of a matmul with a norm
