@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
@@ -41,9 +42,10 @@ void ExpectClose(const std::vector<float>& ours, const std::vector<float>& ref,
   golden::ExpectClose(ours, ref, 1e-4f, what);
 }
 
-void CheckReferenceLogits(const std::string& model_dir, const std::string& reference) {
-  auto model = LoadModel(model_dir);
-  ASSERT_TRUE(model);
+// Every case of `reference` (ids<i>, logits<i>), read in steps of each of `chunks` rows (later
+// steps must read the keys earlier ones wrote), within `tolerance` of the largest logit.
+void CheckLogits(Model& model, const std::string& what, const std::string& reference,
+                 float tolerance, std::initializer_list<int64_t> chunks) {
   auto ref = SafetensorsFile::Open(reference);
   ASSERT_TRUE(ref.ok()) << ref.status().message();
   int cases = 0;
@@ -52,28 +54,36 @@ void CheckReferenceLogits(const std::string& model_dir, const std::string& refer
     const TensorInfo* logits = ref->Find("logits" + std::to_string(i));
     if (!ids || !logits) break;
     auto tokens = ReadIds(*ids);
-    // Read in chunks of 5 rows too: later chunks must read the keys earlier ones wrote.
-    for (int64_t chunk : {int64_t{256}, int64_t{5}}) {
-      auto ours = SequenceLogits(*model, tokens, chunk);
+    for (int64_t chunk : chunks) {
+      auto ours = SequenceLogits(model, tokens, chunk);
       ASSERT_TRUE(ours.ok()) << ours.status().message();
-      ExpectClose(*ours, ReadFloats(*logits),
-                  model_dir + " case " + std::to_string(i) + " chunk " + std::to_string(chunk));
+      golden::ExpectClose(*ours, ReadFloats(*logits), tolerance,
+                          what + " case " + std::to_string(i) + " chunk " + std::to_string(chunk));
     }
     ++cases;
   }
   EXPECT_GE(cases, 3) << reference;
 }
 
+void CheckReferenceLogits(const std::string& model_dir, const std::string& reference) {
+  auto model = LoadModel(model_dir);
+  ASSERT_TRUE(model);
+  CheckLogits(*model, model_dir, reference, 1e-4f, {256, 5});
+}
+
 TEST(Golden, LlamaWithLlama3RopeScaling) {
-  CheckReferenceLogits("tests/golden/models/llama", "tests/golden/models/llama/reference.safetensors");
+  CheckReferenceLogits("tests/golden/models/llama",
+                       "tests/golden/models/llama/reference.safetensors");
 }
 
 TEST(Golden, Qwen2WithBiasesTiedHeadOlderRopeKeys) {
-  CheckReferenceLogits("tests/golden/models/qwen2", "tests/golden/models/qwen2/reference.safetensors");
+  CheckReferenceLogits("tests/golden/models/qwen2",
+                       "tests/golden/models/qwen2/reference.safetensors");
 }
 
 TEST(Golden, Qwen3WithQkNorms) {
-  CheckReferenceLogits("tests/golden/models/qwen3", "tests/golden/models/qwen3/reference.safetensors");
+  CheckReferenceLogits("tests/golden/models/qwen3",
+                       "tests/golden/models/qwen3/reference.safetensors");
 }
 
 TEST(Golden, TinyChatReferenceLogits) {
@@ -128,23 +138,8 @@ TEST(Golden, Bf16ActivationsMatchTheRoundedReference) {
     ASSERT_TRUE(backend.ok()) << backend.status().message();
     auto model = Model::Load(dir, std::shared_ptr<Backend>(std::move(*backend)));
     ASSERT_TRUE(model.ok()) << model.status().message();
-    auto ref = SafetensorsFile::Open(dir + "/reference_bf16_inputs.safetensors");
-    ASSERT_TRUE(ref.ok()) << ref.status().message();
-    int cases = 0;
-    for (int i = 0;; ++i) {
-      const TensorInfo* ids = ref->Find("ids" + std::to_string(i));
-      const TensorInfo* logits = ref->Find("logits" + std::to_string(i));
-      if (!ids || !logits) break;
-      for (int64_t chunk : {int64_t{256}, int64_t{5}, int64_t{1}}) {
-        auto ours = SequenceLogits(**model, ReadIds(*ids), chunk);
-        ASSERT_TRUE(ours.ok()) << ours.status().message();
-        golden::ExpectClose(*ours, ReadFloats(*logits), 1e-2f,
-                            dir + " bf16 activations, case " + std::to_string(i) + " chunk " +
-                                std::to_string(chunk));
-      }
-      ++cases;
-    }
-    EXPECT_GE(cases, 3) << dir;
+    CheckLogits(**model, dir + " bf16 activations", dir + "/reference_bf16_inputs.safetensors",
+                1e-2f, {256, 5, 1});
   }
 }
 

@@ -85,7 +85,7 @@ class CudaBackend : public Backend {
   }
 
   Expected<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
-    bf16_copy_.of = nullptr;
+    ForgetHandOffs();
     void* data = nullptr;
     if (bytes > 0) {
       cudaError_t err = cudaMalloc(&data, bytes);
@@ -101,7 +101,7 @@ class CudaBackend : public Backend {
   }
 
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
-    bf16_copy_.of = nullptr;
+    ForgetHandOffs();
     if (bytes == 0) return;
     GZ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
     GZ_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -148,50 +148,47 @@ class CudaBackend : public Backend {
   }
 
   void Embed(const EmbedParams& p) override {
-    bf16_copy_.of = nullptr;
+    ForgetHandOffs();
     cuda::LaunchEmbed(p, stream_);
   }
   void RmsNorm(const RmsNormParams& p) override {
-    bf16_copy_.of = nullptr;
+    ForgetHandOffs();
     cuda::LaunchRmsNorm(p, stream_);
   }
   void Rope(const RopeParams& p) override {
-    bf16_copy_.of = nullptr;
-    step_kv_.rows = 0;
+    ForgetHandOffs();
     cuda::LaunchRope(p, stream_);
   }
   void KvWrite(const KvWriteParams& p) override {
-    bf16_copy_.of = nullptr;
-    step_kv_.rows = 0;
+    ForgetHandOffs();
     cuda::LaunchKvWrite(p, stream_);
   }
   void Attention(const AttentionParams& p) override {
     // Fast mode: prompt pieces on the tensor cores (fp16 operands), like the linears (bf16),
     // reading the fp16 copy of the keys RopeKv wrote just before for these rows where it did.
-    bf16_copy_.of = nullptr;
-    const bool same_step = step_kv_.rows > 0 && step_kv_.rows == p.rows &&
-                           step_kv_.keys == p.cache.keys && step_kv_.slots == p.slots &&
-                           step_kv_.positions == p.positions;
-    step_kv_.rows = 0;
+    const StepKv kv = step_kv_;
+    ForgetHandOffs();
+    const bool same_step = kv.rows > 0 && kv.rows == p.rows && kv.keys == p.cache.keys &&
+                           kv.slots == p.slots && kv.positions == p.positions;
     cuda::LaunchAttention(p, sm_count_, &attention_scratch_, stream_,
-                          /*tensor_cores=*/!options_.exact, same_step ? step_kv_.k16 : nullptr,
-                          same_step ? step_kv_.v16 : nullptr);
+                          /*tensor_cores=*/!options_.exact, same_step ? kv.k16 : nullptr,
+                          same_step ? kv.v16 : nullptr);
   }
   void SwiGlu(const SwiGluParams& p) override {
-    bf16_copy_.of = nullptr;
+    ForgetHandOffs();
     cuda::LaunchSwiGlu(p, stream_);
   }
   void Add(const AddParams& p) override {
-    bf16_copy_.of = nullptr;
+    ForgetHandOffs();
     cuda::LaunchAdd(p, stream_);
   }
   void GatherRows(const GatherRowsParams& p) override {
-    bf16_copy_.of = nullptr;
+    ForgetHandOffs();
     cuda::LaunchGatherRows(p, stream_);
   }
   bool CanSample() const override { return true; }
   void Sample(const SampleParams& p) override {
-    bf16_copy_.of = nullptr;
+    ForgetHandOffs();
     cuda::LaunchSample(p, stream_);
   }
 
@@ -199,8 +196,7 @@ class CudaBackend : public Backend {
   void RopeKv(const RopeKvParams& p) override {
     // A prompt step in fast mode: an fp16 copy of the step's keys and values for the tensor-core
     // attention that follows (StepKv).
-    bf16_copy_.of = nullptr;
-    step_kv_.rows = 0;
+    ForgetHandOffs();
     if (!options_.exact && p.kv.rows > 1 && p.kv.head_dim % 8 == 0) {
       const size_t n = static_cast<size_t>(p.kv.rows) * p.kv.kv_heads * p.kv.head_dim;
       char* base = static_cast<char*>(step_kv16_.Get(n * 4));
@@ -212,7 +208,7 @@ class CudaBackend : public Backend {
 
   void Matmul(const MatmulParams& p) override {
     const Bf16Copy copy = bf16_copy_;
-    bf16_copy_.of = nullptr;
+    ForgetHandOffs();
     if (p.rows == 0) return;
     const int64_t cols = p.w[0]->cols;
     if (p.norm && FastGemm(p)) {
@@ -327,7 +323,7 @@ class CudaBackend : public Backend {
   void Synchronize() override { GZ_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
   bool ReplayStep(uint64_t key) override {
-    bf16_copy_.of = nullptr;
+    ForgetHandOffs();
     if (!options_.graphs || capturing_) return false;
     auto it = graphs_.find(key);
     if (it == graphs_.end()) return false;
@@ -337,7 +333,7 @@ class CudaBackend : public Backend {
   }
 
   void BeginStep(uint64_t key) override {
-    bf16_copy_.of = nullptr;
+    ForgetHandOffs();
     if (!options_.graphs || options_.max_graphs <= 0 || capturing_) return;
     // Relaxed: the ops may allocate scratch memory while they are recorded.
     GZ_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
@@ -346,7 +342,7 @@ class CudaBackend : public Backend {
   }
 
   void EndStep() override {
-    bf16_copy_.of = nullptr;
+    ForgetHandOffs();
     if (!capturing_) return;
     capturing_ = false;
     cudaGraph_t graph = nullptr;
@@ -484,12 +480,19 @@ class CudaBackend : public Backend {
   };
 
   // A bf16 copy of the float32 activations at `of` ([n]) the last op left, for a fast-mode
-  // Matmul right after it that reads them (no conversion). Every other op forgets it.
+  // Matmul right after it that reads them (no conversion).
   struct Bf16Copy {
     const float* of = nullptr;
     int64_t n = 0;
     const void* data = nullptr;
   };
+
+  // Every op calls this first (after reading the hand-off it may take): a StepKv or Bf16Copy
+  // holds only from one op to the very next.
+  void ForgetHandOffs() {
+    step_kv_.rows = 0;
+    bf16_copy_.of = nullptr;
+  }
 
   struct RecordedStep {
     cudaGraphExec_t exec = nullptr;
