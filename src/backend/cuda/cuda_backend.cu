@@ -194,8 +194,8 @@ class CudaBackend : public Backend {
 
   bool FusesMatmul() const override { return true; }
   void RopeKv(const RopeKvParams& p) override {
-    // A prompt step in fast mode: an fp16 copy of the step's keys and values for the tensor-core
-    // attention that follows (StepKv).
+    // A step of more than one row in fast mode: an fp16 copy of its keys and values for the
+    // tensor-core attention that follows (StepKv).
     ForgetHandOffs();
     if (!options_.exact && p.kv.rows > 1 && p.kv.head_dim % 8 == 0) {
       const size_t n = static_cast<size_t>(p.kv.rows) * p.kv.kv_heads * p.kv.head_dim;
