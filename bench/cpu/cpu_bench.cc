@@ -5,7 +5,8 @@
 //    kv 128, ffn 1152, tied head 8192, bf16, 33.8 MB) for one row (decode: GB/s and its ratio to
 //    the read bandwidth) and for 128 rows (prefill: GFLOP/s);
 //  - forward: every op of one forward pass of that shape (norms, rope, KV write, attention,
-//    SwiGLU, residuals, head), as tokens per second.
+//    SwiGLU, residuals, head), as tokens per second; the decode attention of 16 sequences (the
+//    rate it reads their float32 KV pages at).
 // Usage: cpu_bench [--threads 1,2] [--quick] [--bf16] [--cpu-time]
 #include <immintrin.h>
 
@@ -16,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -326,6 +328,39 @@ void OpTimes(Backend& b, const Model& m, int64_t rows, int start, int reps,
       static_cast<long long>(rows), start, norm, rope, attention, swiglu);
 }
 
+// Decode attention of one layer for `rows` sequences (one row each, slots of their own with their
+// pages scattered in the pool) at position `context`: time and the rate it reads the float32 keys
+// and values at.
+void DecodeAttention(Backend& b, int rows, int context, int reps) {
+  const int max_pages = context / kPage + 1;
+  const int64_t pool_pages = static_cast<int64_t>(rows) * max_pages;
+  std::vector<int32_t> table(pool_pages), slots(rows), positions(rows, context);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(5));
+  std::iota(slots.begin(), slots.end(), 0);
+  const size_t cache = static_cast<size_t>(pool_pages) * kPage * kKvHeads * kHeadDim;
+  std::vector<float> keys(cache, 0.01f), values(cache, 0.02f);
+  std::vector<float> q(static_cast<size_t>(rows) * kHeads * kHeadDim, 0.1f), out(q.size());
+  const double t = BestSeconds(reps, [&] {
+    b.Attention({.out = out.data(),
+                 .q = q.data(),
+                 .cache = {keys.data(), values.data()},
+                 .table = {table.data(), max_pages},
+                 .slots = slots.data(),
+                 .positions = positions.data(),
+                 .rows = rows,
+                 .heads = kHeads,
+                 .kv_heads = kKvHeads,
+                 .head_dim = kHeadDim,
+                 .scale = 0.125f});
+  });
+  const double bytes = 2.0 * rows * (context + 1) * kKvHeads * kHeadDim * sizeof(float);
+  std::printf(
+      "decode attention of one layer, %d sequences at position %d: %.1f us, %.2f MB of "
+      "KV at %.1f GB/s\n",
+      rows, context, t * 1e6, bytes / 1e6, bytes / t / 1e9);
+}
+
 // Error of bf16 activations: the logits of a 16-row forward pass with and without them,
 // max |difference| / max |logit|.
 void Bf16Error(ThreadPool& pool, const Model& m, const std::vector<float>& inv_freq) {
@@ -413,6 +448,7 @@ int Main(int argc, char** argv) {
     if (CpuHasAvx512Bf16()) Bf16Error(pool, model, inv_freq);
     OpTimes(backend, model, 1, 512, reps * 10, inv_freq);
     OpTimes(backend, model, 128, 0, reps, inv_freq);
+    DecodeAttention(backend, 16, 191, reps * 10);
     for (int rows : {16, 128}) {
       State prefill(rows, rows);
       t = BestSeconds(reps, [&] { Forward(backend, model, prefill, 0, true, inv_freq); });
