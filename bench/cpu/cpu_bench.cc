@@ -329,9 +329,9 @@ void OpTimes(Backend& b, const Model& m, int64_t rows, int start, int reps,
 }
 
 // Decode attention of one layer for `rows` sequences (one row each, slots of their own with their
-// pages scattered in the pool) at position `context`: time and the rate it reads the float32 keys
-// and values at.
-void DecodeAttention(Backend& b, int rows, int context, int reps) {
+// pages scattered in the pool) at position `context`, over pages of `format`: time and the rate it
+// reads the keys and values at.
+void DecodeAttention(Backend& b, int rows, int context, int reps, KvFormat format) {
   const int max_pages = context / kPage + 1;
   const int64_t pool_pages = static_cast<int64_t>(rows) * max_pages;
   std::vector<int32_t> table(pool_pages), slots(rows), positions(rows, context);
@@ -339,12 +339,18 @@ void DecodeAttention(Backend& b, int rows, int context, int reps) {
   std::shuffle(table.begin(), table.end(), std::mt19937(5));
   std::iota(slots.begin(), slots.end(), 0);
   const size_t cache = static_cast<size_t>(pool_pages) * kPage * kKvHeads * kHeadDim;
-  std::vector<float> keys(cache, 0.01f), values(cache, 0.02f);
+  const size_t bytes_per = static_cast<size_t>(KvFormatBytes(format));
+  // Small varied values, the same bytes in either format (a float pattern or a half pattern).
+  std::vector<uint8_t> keys(cache * bytes_per), values(cache * bytes_per);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    keys[i] = static_cast<uint8_t>(i % bytes_per == bytes_per - 1 ? 0x3c : i * 7);
+    values[i] = static_cast<uint8_t>(i % bytes_per == bytes_per - 1 ? 0x3c : i * 13);
+  }
   std::vector<float> q(static_cast<size_t>(rows) * kHeads * kHeadDim, 0.1f), out(q.size());
   const double t = BestSeconds(reps, [&] {
     b.Attention({.out = out.data(),
                  .q = q.data(),
-                 .cache = {keys.data(), values.data()},
+                 .cache = {keys.data(), values.data(), format},
                  .table = {table.data(), max_pages},
                  .slots = slots.data(),
                  .positions = positions.data(),
@@ -354,11 +360,11 @@ void DecodeAttention(Backend& b, int rows, int context, int reps) {
                  .head_dim = kHeadDim,
                  .scale = 0.125f});
   });
-  const double bytes = 2.0 * rows * (context + 1) * kKvHeads * kHeadDim * sizeof(float);
+  const double bytes = 2.0 * rows * (context + 1) * kKvHeads * kHeadDim * bytes_per;
   std::printf(
-      "decode attention of one layer, %d sequences at position %d: %.1f us, %.2f MB of "
-      "KV at %.1f GB/s\n",
-      rows, context, t * 1e6, bytes / 1e6, bytes / t / 1e9);
+      "decode attention of one layer, %d sequences at position %d, %s pages: %.1f us, %.2f MB "
+      "of KV at %.1f GB/s\n",
+      rows, context, KvFormatName(format).c_str(), t * 1e6, bytes / 1e6, bytes / t / 1e9);
 }
 
 // Error of bf16 activations: the logits of a 16-row forward pass with and without them,
@@ -448,7 +454,8 @@ int Main(int argc, char** argv) {
     if (CpuHasAvx512Bf16()) Bf16Error(pool, model, inv_freq);
     OpTimes(backend, model, 1, 512, reps * 10, inv_freq);
     OpTimes(backend, model, 128, 0, reps, inv_freq);
-    DecodeAttention(backend, 16, 191, reps * 10);
+    for (KvFormat format : {KvFormat::kF32, KvFormat::kF16})
+      DecodeAttention(backend, 16, 191, reps * 10, format);
     for (int rows : {16, 128}) {
       State prefill(rows, rows);
       t = BestSeconds(reps, [&] { Forward(backend, model, prefill, 0, true, inv_freq); });

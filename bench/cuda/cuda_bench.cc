@@ -232,7 +232,7 @@ class Bench {
       // Keys and values: random bf16 pairs read as float32 (finite, varied).
       random_.FillBf16((*kv)->data(), 2 * page_layer * pages / 2);
       L.kv.keys = (*kv)->as<float>();
-      L.kv.values = L.kv.keys + page_layer / 4 * pages;
+      L.kv.values = (*kv)->as<float>() + page_layer / 4 * pages;
       keep_.push_back(std::move(*kv));
       layers_.push_back(L);
     }

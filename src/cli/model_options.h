@@ -1,4 +1,4 @@
-// Options every command that loads a model shares: --model, --device, --threads.
+// Options every command that loads a model shares: --model, --device, --threads, --exact, --kv.
 #pragma once
 
 #include <memory>
@@ -16,6 +16,7 @@ struct ModelOptions {
   std::string model = kDefaultModel;
   DeviceOptions device;
   int layers = -1;
+  std::string kv = "f32";  // KvFormatName of the KV pages
 
   void Add(CLI::App* app);
   // Opens the backend and loads the model; prints the load time on stderr when `verbose`.

@@ -14,9 +14,13 @@ void ModelOptions::Add(CLI::App* app) {
       ->default_val(kDefaultModel);
   app->add_option("--device", device.device, "auto (a CUDA GPU if found, else CPU), cpu or cuda")
       ->default_val("auto");
-  app->add_option("--threads,-t", device.threads, "CPU threads (0: one per core)")
-      ->default_val(0);
+  app->add_option("--threads,-t", device.threads, "CPU threads (0: one per core)")->default_val(0);
   app->add_flag("--exact", device.exact, "CUDA: float32 activations into the linears");
+  app->add_option("--kv", kv,
+                  "KV cache element type: f32, or f16 (half the memory and bytes read per "
+                  "token; keys and values rounded to float16; CPU only)")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->default_val("f32");
 }
 
 std::string ResolveModelDir(const std::string& model) {
@@ -40,13 +44,14 @@ Expected<std::unique_ptr<Model>> ModelOptions::Load(bool verbose) const {
   GZ_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, OpenBackend(device));
   LoadOptions options;
   options.layers = layers;
-  GZ_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, Model::Load(ResolveModelDir(model), backend,
-                                                            options));
+  if (!ParseKvFormat(kv, &options.kv)) return InvalidArgument("--kv: " + kv + " is not f32 or f16");
+  GZ_ASSIGN_OR_RETURN(std::unique_ptr<Model> m,
+                      Model::Load(ResolveModelDir(model), backend, options));
   if (verbose) {
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::fprintf(stderr, "loaded %s (%s, %.1f M parameters) on %s in %.2f s\n",
-                 model.c_str(), m->arch().family.c_str(), m->Parameters() / 1e6,
-                 m->backend().Describe().c_str(), s);
+    std::fprintf(stderr, "loaded %s (%s, %.1f M parameters) on %s in %.2f s\n", model.c_str(),
+                 m->arch().family.c_str(), m->Parameters() / 1e6, m->backend().Describe().c_str(),
+                 s);
   }
   return m;
 }

@@ -140,8 +140,14 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   }
   if (Status s = backend->CheckAttentionShape(arch.heads, arch.kv_heads, arch.head_dim); !s.ok())
     return Unimplemented(dir + "/config.json: " + s.message());
+  if (!backend->SupportsKvFormat(options.kv)) {
+    return Unimplemented("KV pages of format " + KvFormatName(options.kv) + ": " +
+                         backend->Describe() + " keeps them as " + KvFormatName(KvFormat::kF32) +
+                         " only");
+  }
   std::unique_ptr<Model> model(new Model());
   model->dir_ = dir;
+  model->kv_format_ = options.kv;
   model->arch_ = arch;
   model->backend_ = std::move(backend);
   model->impl_ = std::make_unique<Impl>();
@@ -273,7 +279,7 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
 }
 
 int64_t Model::PageBytes() const {
-  return static_cast<int64_t>(arch_.layers) * 2 * kPage * arch_.KvDim() * sizeof(float);
+  return static_cast<int64_t>(arch_.layers) * 2 * kPage * arch_.KvDim() * KvFormatBytes(kv_format_);
 }
 
 Status Model::AllocatePages(int32_t pages) {
@@ -283,11 +289,13 @@ Status Model::AllocatePages(int32_t pages) {
   GZ_ASSIGN_OR_RETURN(impl.pool, backend_->Allocate(static_cast<size_t>(pages) * PageBytes()));
   impl.pages = pages;
   impl.step_generation = NextStepGeneration();
-  const int64_t layer_floats = static_cast<int64_t>(pages) * kPage * arch_.KvDim();
-  float* base = impl.pool->as<float>();
+  const int64_t layer_bytes =
+      static_cast<int64_t>(pages) * kPage * arch_.KvDim() * KvFormatBytes(kv_format_);
+  auto* base = static_cast<uint8_t*>(impl.pool->data());
   for (int l = 0; l < arch_.layers; ++l) {
-    impl.layers[l].kv.keys = base + (2 * l) * layer_floats;
-    impl.layers[l].kv.values = base + (2 * l + 1) * layer_floats;
+    impl.layers[l].kv.keys = base + (2 * l) * layer_bytes;
+    impl.layers[l].kv.values = base + (2 * l + 1) * layer_bytes;
+    impl.layers[l].kv.format = kv_format_;
   }
   return Status::Ok();
 }
@@ -578,7 +586,7 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
 
 Status Model::CopyPageToHost(int32_t page, void* host) {
   if (page < 0 || page >= impl_->pages) return InvalidArgument("CopyPageToHost: bad page");
-  const int64_t per_layer = static_cast<int64_t>(kPage) * arch_.KvDim() * sizeof(float);
+  const int64_t per_layer = static_cast<int64_t>(kPage) * arch_.KvDim() * KvFormatBytes(kv_format_);
   auto* dst = static_cast<uint8_t*>(host);
   for (const Layer& L : impl_->layers) {
     backend_->CopyToHost(dst, reinterpret_cast<const uint8_t*>(L.kv.keys) + page * per_layer,
@@ -594,7 +602,7 @@ Status Model::CopyPageToHost(int32_t page, void* host) {
 
 Status Model::CopyPageFromHost(int32_t page, const void* host) {
   if (page < 0 || page >= impl_->pages) return InvalidArgument("CopyPageFromHost: bad page");
-  const int64_t per_layer = static_cast<int64_t>(kPage) * arch_.KvDim() * sizeof(float);
+  const int64_t per_layer = static_cast<int64_t>(kPage) * arch_.KvDim() * KvFormatBytes(kv_format_);
   const auto* src = static_cast<const uint8_t*>(host);
   for (const Layer& L : impl_->layers) {
     backend_->CopyToDevice(reinterpret_cast<uint8_t*>(L.kv.keys) + page * per_layer, src,

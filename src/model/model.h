@@ -15,7 +15,8 @@
 namespace gizllm {
 
 struct LoadOptions {
-  int layers = -1;  // read only the first N layers (-1: all)
+  int layers = -1;               // read only the first N layers (-1: all)
+  KvFormat kv = KvFormat::kF32;  // element type of the KV pages
   Status Check() const;
 };
 
@@ -42,6 +43,7 @@ class Model final : public Runner {
   int64_t WeightBytes() const { return weight_bytes_; }
   const std::vector<WeightSummary>& weights() const { return summary_; }
 
+  KvFormat kv_format() const { return kv_format_; }
   int64_t PageBytes() const override;
   Status AllocatePages(int32_t pages) override;
   Status Reserve(int64_t rows, int32_t slots, int32_t max_pages) override;
@@ -70,6 +72,7 @@ class Model final : public Runner {
   std::shared_ptr<Backend> backend_;
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  KvFormat kv_format_ = KvFormat::kF32;
   int64_t parameters_ = 0;
   int64_t weight_bytes_ = 0;
   std::vector<WeightSummary> summary_;

@@ -7,6 +7,21 @@ Status Bad(const char* op, const char* field, const std::string& why) {
 }
 }  // namespace
 
+int KvFormatBytes(KvFormat f) { return f == KvFormat::kF16 ? 2 : 4; }
+
+std::string KvFormatName(KvFormat f) { return f == KvFormat::kF16 ? "f16" : "f32"; }
+
+bool ParseKvFormat(std::string_view name, KvFormat* out) {
+  if (name == "f32") {
+    *out = KvFormat::kF32;
+  } else if (name == "f16") {
+    *out = KvFormat::kF16;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 Status EmbedParams::Check() const {
   if (!out) return Bad("Embed", "out", "null");
   if (!table || table->empty()) return Bad("Embed", "table", "null");

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 #include "ops/weight.h"
@@ -83,10 +84,20 @@ struct RopeParams {
   Status Check() const;
 };
 
-// The KV cache of one attention layer: pages of kPage positions, float32.
+// The element type of the KV pages: float32, or float16 (half the bytes; every key and value
+// rounded to the nearest float16 as it is written).
+enum class KvFormat : uint8_t { kF32, kF16 };
+int KvFormatBytes(KvFormat f);
+std::string KvFormatName(KvFormat f);  // "f32", "f16"
+bool ParseKvFormat(std::string_view name, KvFormat* out);
+
+// The KV cache of one attention layer: pages of kPage positions.
 struct KvLayer {
-  float* keys = nullptr;    // [pages, kPage, kv_heads, head_dim]
-  float* values = nullptr;  // [pages, kPage, kv_heads, head_dim]
+  void* keys = nullptr;    // [pages, kPage, kv_heads, head_dim] of `format`
+  void* values = nullptr;  // [pages, kPage, kv_heads, head_dim] of `format`
+  KvFormat format = KvFormat::kF32;
+  float* keys_f32() const { return static_cast<float*>(keys); }
+  float* values_f32() const { return static_cast<float*>(values); }
 };
 
 // Which page holds each position of each slot.
@@ -218,6 +229,10 @@ class Backend {
     (void)heads, (void)kv_heads, (void)head_dim;
     return Status::Ok();
   }
+
+  // Whether KvWrite, RopeKv and Attention take pages of this format; a model checks it when it
+  // loads.
+  virtual bool SupportsKvFormat(KvFormat f) const { return f == KvFormat::kF32; }
 
   // Ops; each runs after the ones issued before it. Params must pass Check().
   virtual void Embed(const EmbedParams& p) = 0;

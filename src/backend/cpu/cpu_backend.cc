@@ -87,12 +87,12 @@ void RopeRows(const RopeParams& p, const float* table, int64_t r0, int64_t r1) {
 // head_dim] scratch.
 constexpr int kMaxHeads = 64;
 
-// Prefetches kPage rows of `width` floats, `stride` floats apart. (GCC deletes a loop whose
-// body is only __builtin_prefetch, hence the asm.)
-inline void PrefetchPage(const float* x, int64_t stride, int width) {
+// Prefetches kPage rows of `width` bytes, `stride` bytes apart. (GCC deletes a loop whose body
+// is only __builtin_prefetch, hence the asm.)
+inline void PrefetchPage(const void* x, int64_t stride, int64_t width) {
   for (int t = 0; t < kPage; ++t) {
-    const char* row = reinterpret_cast<const char*>(x + t * stride);
-    for (int64_t b = 0; b < static_cast<int64_t>(width) * 4; b += 64) {
+    const char* row = static_cast<const char*>(x) + t * stride;
+    for (int64_t b = 0; b < width; b += 64) {
 #if defined(__x86_64__)
       asm volatile("prefetcht0 %0" : : "m"(row[b]));
 #else
@@ -102,12 +102,13 @@ inline void PrefetchPage(const float* x, int64_t stride, int width) {
   }
 }
 
-template <class V>
+// KV: float (f32 pages) or uint16_t (f16 pages, converted as the routines load them).
+template <class V, typename KV>
 void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, int g_end,
                     float* acc) {
   const int group = p.heads / p.kv_heads;
   const int hd = p.head_dim;
-  const int64_t stride = static_cast<int64_t>(p.kv_heads) * hd;  // floats between positions
+  const int64_t stride = static_cast<int64_t>(p.kv_heads) * hd;  // elements between positions
   const int32_t last = p.positions[r];
   const int32_t first = p.window > 0 ? std::max(0, last - p.window + 1) : 0;
   const int32_t* pages = p.table.pages + static_cast<int64_t>(p.slots[r]) * p.table.max_pages;
@@ -125,16 +126,17 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
     const int count = t1 - t0;
     const int64_t base =
         (static_cast<int64_t>(pages[block]) * kPage + t0) * stride + static_cast<int64_t>(kvh) * hd;
-    const float* k = p.cache.keys + base;  // position t at k + t * stride
-    const float* v = p.cache.values + base;
+    const KV* k = static_cast<const KV*>(p.cache.keys) + base;  // position t at k + t * stride
+    const KV* v = static_cast<const KV*>(p.cache.values) + base;
     // The pages of a context are scattered in the cache, beyond the hardware prefetcher's
     // reach: fetch the next page's keys and values while this one is computed. Rows of one
     // prompt (a slot's rows in a row) find the pages the row before them read still cached.
     if (cold && block < last / kPage) {
       const int64_t next =
           static_cast<int64_t>(pages[block + 1]) * kPage * stride + static_cast<int64_t>(kvh) * hd;
-      PrefetchPage(p.cache.keys + next, stride, hd);
-      PrefetchPage(p.cache.values + next, stride, hd);
+      constexpr int64_t kBytes = sizeof(KV);
+      PrefetchPage(static_cast<const KV*>(p.cache.keys) + next, stride * kBytes, hd * kBytes);
+      PrefetchPage(static_cast<const KV*>(p.cache.values) + next, stride * kBytes, hd * kBytes);
     }
     // Query heads four at a time, so that each key and value is loaded once for them.
     for (int g0 = g_begin; g0 < g_end; g0 += 4) {
@@ -171,7 +173,11 @@ template <class V>
 void AttentionTask(const AttentionParams& p, int64_t r, int kvh, float* acc) {
   const int group = p.heads / p.kv_heads;
   for (int g = 0; g < group; g += kMaxHeads) {
-    AttentionHeads<V>(p, r, kvh, g, std::min(group, g + kMaxHeads), acc);
+    if (p.cache.format == KvFormat::kF16) {
+      AttentionHeads<V, uint16_t>(p, r, kvh, g, std::min(group, g + kMaxHeads), acc);
+    } else {
+      AttentionHeads<V, float>(p, r, kvh, g, std::min(group, g + kMaxHeads), acc);
+    }
   }
 }
 
@@ -410,17 +416,24 @@ void CpuBackend::Rope(const RopeParams& p) {
 
 void CpuBackend::KvWrite(const KvWriteParams& p) {
   const int64_t width = static_cast<int64_t>(p.kv_heads) * p.head_dim;
-  for (int64_t r = 0; r < p.rows; ++r) {
-    const int32_t position = p.positions[r];
-    const int32_t block = position / kPage;
-    DCHECK(block < p.table.max_pages);
-    const int64_t page =
-        p.table.pages[static_cast<int64_t>(p.slots[r]) * p.table.max_pages + block];
-    DCHECK(page >= 0);
-    const int64_t at = (page * kPage + position % kPage) * width;
-    std::memcpy(p.cache.keys + at, p.k + r * width, width * sizeof(float));
-    std::memcpy(p.cache.values + at, p.v + r * width, width * sizeof(float));
-  }
+  WithVec(isa_, [&]<class V>() {
+    for (int64_t r = 0; r < p.rows; ++r) {
+      const int32_t position = p.positions[r];
+      const int32_t block = position / kPage;
+      DCHECK(block < p.table.max_pages);
+      const int64_t page =
+          p.table.pages[static_cast<int64_t>(p.slots[r]) * p.table.max_pages + block];
+      DCHECK(page >= 0);
+      const int64_t at = (page * kPage + position % kPage) * width;
+      if (p.cache.format == KvFormat::kF16) {
+        V::FloatsToHalves(p.k + r * width, width, static_cast<uint16_t*>(p.cache.keys) + at);
+        V::FloatsToHalves(p.v + r * width, width, static_cast<uint16_t*>(p.cache.values) + at);
+      } else {
+        std::memcpy(p.cache.keys_f32() + at, p.k + r * width, width * sizeof(float));
+        std::memcpy(p.cache.values_f32() + at, p.v + r * width, width * sizeof(float));
+      }
+    }
+  });
 }
 
 void CpuBackend::Attention(const AttentionParams& p) {

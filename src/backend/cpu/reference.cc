@@ -108,6 +108,22 @@ int64_t KvOffset(const PageTable& table, int32_t slot, int32_t position, int kv_
   CHECK(page >= 0);
   return ((page * kPage + position % kPage) * kv_heads) * head_dim;
 }
+
+// Element i of a KV layer's keys or values, as float.
+float KvAt(const void* data, KvFormat format, int64_t i) {
+  return format == KvFormat::kF16 ? F16ToF32(static_cast<const uint16_t*>(data)[i])
+                                  : static_cast<const float*>(data)[i];
+}
+// f16: rounded to nearest, saturated at +-65504 (the largest finite float16); a NaN stays NaN.
+void KvSet(void* data, KvFormat format, int64_t i, float v) {
+  if (format == KvFormat::kF16) {
+    static_cast<uint16_t*>(data)[i] = F32ToF16(v > 65504.0f    ? 65504.0f
+                                               : v < -65504.0f ? -65504.0f
+                                                               : v);
+  } else {
+    static_cast<float*>(data)[i] = v;
+  }
+}
 }  // namespace
 
 void ReferenceKvWrite(const KvWriteParams& p) {
@@ -115,8 +131,8 @@ void ReferenceKvWrite(const KvWriteParams& p) {
   for (int64_t r = 0; r < p.rows; ++r) {
     int64_t at = KvOffset(p.table, p.slots[r], p.positions[r], p.kv_heads, p.head_dim);
     for (int64_t i = 0; i < width; ++i) {
-      p.cache.keys[at + i] = p.k[r * width + i];
-      p.cache.values[at + i] = p.v[r * width + i];
+      KvSet(p.cache.keys, p.cache.format, at + i, p.k[r * width + i]);
+      KvSet(p.cache.values, p.cache.format, at + i, p.v[r * width + i]);
     }
   }
 }
@@ -134,10 +150,11 @@ void ReferenceAttention(const AttentionParams& p) {
       scores.assign(last - first + 1, 0.0);
       double max_score = -INFINITY;
       for (int32_t pos = first; pos <= last; ++pos) {
-        const float* k = p.cache.keys + KvOffset(p.table, p.slots[r], pos, p.kv_heads, p.head_dim) +
-                         static_cast<int64_t>(kvh) * p.head_dim;
+        const int64_t k = KvOffset(p.table, p.slots[r], pos, p.kv_heads, p.head_dim) +
+                          static_cast<int64_t>(kvh) * p.head_dim;
         double dot = 0.0;
-        for (int i = 0; i < p.head_dim; ++i) dot += static_cast<double>(q[i]) * k[i];
+        for (int i = 0; i < p.head_dim; ++i)
+          dot += static_cast<double>(q[i]) * KvAt(p.cache.keys, p.cache.format, k + i);
         scores[pos - first] = dot * p.scale;
         max_score = std::max(max_score, scores[pos - first]);
       }
@@ -148,11 +165,11 @@ void ReferenceAttention(const AttentionParams& p) {
       }
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int32_t pos = first; pos <= last; ++pos) {
-        const float* v = p.cache.values +
-                         KvOffset(p.table, p.slots[r], pos, p.kv_heads, p.head_dim) +
-                         static_cast<int64_t>(kvh) * p.head_dim;
+        const int64_t v = KvOffset(p.table, p.slots[r], pos, p.kv_heads, p.head_dim) +
+                          static_cast<int64_t>(kvh) * p.head_dim;
         double weight = scores[pos - first] / total;
-        for (int i = 0; i < p.head_dim; ++i) acc[i] += weight * v[i];
+        for (int i = 0; i < p.head_dim; ++i)
+          acc[i] += weight * KvAt(p.cache.values, p.cache.format, v + i);
       }
       float* out = p.out + (r * p.heads + h) * p.head_dim;
       for (int i = 0; i < p.head_dim; ++i) out[i] = static_cast<float>(acc[i]);

@@ -9,15 +9,41 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "backend/cpu/cpu_isa.h"
+#include "core/dtype.h"
 
 namespace gizllm::vec {
 
 // Scores per head in the *Heads functions: one KV page.
 inline constexpr int kScoreRows = 16;
 
+// The largest finite float16: KV values past it are stored as it (saturated), not as infinity.
+inline constexpr float kHalfMax = 65504.0f;
+
+// The *Heads functions over float16 KV pages for a policy without fused conversions: the page's
+// `count` rows of n values (`stride` apart) widened into a per-thread buffer first.
+template <class V>
+const float* WidenPage(const uint16_t* x, int64_t stride, int count, int64_t n) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < static_cast<size_t>(count * n)) buffer.resize(count * n);
+  for (int t = 0; t < count; ++t) V::HalvesToFloats(x + t * stride, n, buffer.data() + t * n);
+  return buffer.data();
+}
+
 struct Scalar {
+  // dst = src widened from float16.
+  static void HalvesToFloats(const uint16_t* src, int64_t n, float* dst) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(src[i]);
+  }
+  // dst = src rounded to the nearest float16, saturated at +-kHalfMax (a NaN stays NaN).
+  static void FloatsToHalves(const float* src, int64_t n, uint16_t* dst) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = src[i];
+      dst[i] = F32ToF16(x > kHalfMax ? kHalfMax : x < -kHalfMax ? -kHalfMax : x);
+    }
+  }
   static float Dot(const float* a, const float* b, int64_t n) {
     float acc[4] = {0, 0, 0, 0};
     int64_t i = 0;
@@ -84,6 +110,15 @@ struct Scalar {
       ScaleAddWeighted(acc + h * n, c[h], p + h * kScoreRows, v, stride, count, n);
     }
   }
+  // The same over float16 pages.
+  static void ScoresHeads(const float* q, int heads, const uint16_t* k, int64_t stride, int count,
+                          int64_t n, float scale, float* s) {
+    ScoresHeads(q, heads, WidenPage<Scalar>(k, stride, count, n), n, count, n, scale, s);
+  }
+  static void ScaleAddWeightedHeads(float* acc, int heads, const float* c, const float* p,
+                                    const uint16_t* v, int64_t stride, int count, int64_t n) {
+    ScaleAddWeightedHeads(acc, heads, c, p, WidenPage<Scalar>(v, stride, count, n), n, count, n);
+  }
 };
 
 #if defined(__x86_64__)
@@ -91,6 +126,22 @@ struct Scalar {
 struct Avx512 {
   GZ_TARGET_AVX512 static inline __mmask16 Tail(int64_t n) {
     return static_cast<__mmask16>((1u << n) - 1);
+  }
+  GZ_TARGET_AVX512 static void HalvesToFloats(const uint16_t* src, int64_t n, float* dst) {
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = Tail(std::min<int64_t>(16, n - i));
+      _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src + i)));
+    }
+  }
+  GZ_TARGET_AVX512 static void FloatsToHalves(const float* src, int64_t n, uint16_t* dst) {
+    const __m512 hi = _mm512_set1_ps(kHalfMax), lo = _mm512_set1_ps(-kHalfMax);
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = Tail(std::min<int64_t>(16, n - i));
+      // min/max return their second operand where either is NaN: a NaN stays NaN.
+      const __m512 x = _mm512_max_ps(lo, _mm512_min_ps(hi, _mm512_maskz_loadu_ps(m, src + i)));
+      _mm256_mask_storeu_epi16(dst + i, m,
+                               _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
   }
   // exp(x) for x in about [-87, 88] (clamped), within 2 ulp: Cephes' polynomial.
   GZ_TARGET_AVX512 static inline __m512 Exp(__m512 x) {
@@ -223,12 +274,19 @@ struct Avx512 {
   }
   // For `heads` (<= 4) query heads q [heads, n] at once: s[h * kScoreRows + t] as in Scores.
   // Each key is loaded once for all heads.
-  template <int H>
-  GZ_TARGET_AVX512 static inline void ScoresHeadsN(const float* q, const float* k, int64_t stride,
+  // Keys and values as float32, from float32 or float16 pages (converted as they are loaded).
+  GZ_TARGET_AVX512 static inline __m512 LoadKv(const float* p, __mmask16 m) {
+    return _mm512_maskz_loadu_ps(m, p);
+  }
+  GZ_TARGET_AVX512 static inline __m512 LoadKv(const uint16_t* p, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+  }
+  template <int H, typename KV>
+  GZ_TARGET_AVX512 static inline void ScoresHeadsN(const float* q, const KV* k, int64_t stride,
                                                    int count, int64_t n, float scale, float* s) {
     const __m128 sv = _mm_set1_ps(scale);
     for (int t = 0; t < count; t += 4) {
-      const float* kt[4];
+      const KV* kt[4];
       for (int u = 0; u < 4; ++u) kt[u] = k + std::min(t + u, count - 1) * stride;
       __m512 acc[H][4];
 #pragma GCC unroll 4
@@ -240,7 +298,7 @@ struct Avx512 {
         const __mmask16 m = Tail(std::min<int64_t>(16, n - i));
         __m512 kv[4];
 #pragma GCC unroll 4
-        for (int u = 0; u < 4; ++u) kv[u] = _mm512_maskz_loadu_ps(m, kt[u] + i);
+        for (int u = 0; u < 4; ++u) kv[u] = LoadKv(kt[u] + i, m);
 #pragma GCC unroll 4
         for (int h = 0; h < H; ++h) {
           const __m512 qv = _mm512_maskz_loadu_ps(m, q + h * n + i);
@@ -256,9 +314,9 @@ struct Avx512 {
       }
     }
   }
-  GZ_TARGET_AVX512 static void ScoresHeads(const float* q, int heads, const float* k,
-                                           int64_t stride, int count, int64_t n, float scale,
-                                           float* s) {
+  template <typename KV>
+  GZ_TARGET_AVX512 static void ScoresHeads(const float* q, int heads, const KV* k, int64_t stride,
+                                           int count, int64_t n, float scale, float* s) {
     switch (heads) {
       case 1:
         return ScoresHeadsN<1>(q, k, stride, count, n, scale, s);
@@ -272,9 +330,9 @@ struct Avx512 {
   }
   // For `heads` (<= 4) heads: acc [heads, n] as in ScaleAddWeighted, with c[h] and
   // p[h * kScoreRows + t]; each value is loaded once for all heads.
-  template <int H>
+  template <int H, typename KV>
   GZ_TARGET_AVX512 static inline void ScaleAddWeightedHeadsN(float* acc, const float* c,
-                                                             const float* p, const float* v,
+                                                             const float* p, const KV* v,
                                                              int64_t stride, int count, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
       const __mmask16 m = Tail(std::min<int64_t>(16, n - i));
@@ -284,7 +342,7 @@ struct Avx512 {
         a[h] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, acc + h * n + i), _mm512_set1_ps(c[h]));
       }
       for (int t = 0; t < count; ++t) {
-        const __m512 vv = _mm512_maskz_loadu_ps(m, v + t * stride + i);
+        const __m512 vv = LoadKv(v + t * stride + i, m);
 #pragma GCC unroll 4
         for (int h = 0; h < H; ++h) {
           a[h] = _mm512_fmadd_ps(_mm512_set1_ps(p[h * kScoreRows + t]), vv, a[h]);
@@ -294,8 +352,9 @@ struct Avx512 {
       for (int h = 0; h < H; ++h) _mm512_mask_storeu_ps(acc + h * n + i, m, a[h]);
     }
   }
+  template <typename KV>
   GZ_TARGET_AVX512 static void ScaleAddWeightedHeads(float* acc, int heads, const float* c,
-                                                     const float* p, const float* v, int64_t stride,
+                                                     const float* p, const KV* v, int64_t stride,
                                                      int count, int64_t n) {
     switch (heads) {
       case 1:
@@ -314,6 +373,25 @@ struct Avx2 {
   GZ_TARGET_AVX2 static inline __m256i Tail(int64_t n) {
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), idx);
+  }
+  GZ_TARGET_AVX2 static void HalvesToFloats(const uint16_t* src, int64_t n, float* dst) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      _mm256_storeu_ps(dst + i,
+                       _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+    }
+    Scalar::HalvesToFloats(src + i, n - i, dst + i);
+  }
+  GZ_TARGET_AVX2 static void FloatsToHalves(const float* src, int64_t n, uint16_t* dst) {
+    const __m256 hi = _mm256_set1_ps(kHalfMax), lo = _mm256_set1_ps(-kHalfMax);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      // min/max return their second operand where either is NaN: a NaN stays NaN.
+      const __m256 x = _mm256_max_ps(lo, _mm256_min_ps(hi, _mm256_loadu_ps(src + i)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                       _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    Scalar::FloatsToHalves(src + i, n - i, dst + i);
   }
   GZ_TARGET_AVX2 static inline __m256 Load(const float* p, __m256i m) {
     return _mm256_maskload_ps(p, m);
@@ -431,6 +509,17 @@ struct Avx2 {
     for (int h = 0; h < heads; ++h) {
       ScaleAddWeighted(acc + h * n, c[h], p + h * kScoreRows, v, stride, count, n);
     }
+  }
+  // The same over float16 pages.
+  GZ_TARGET_AVX2 static void ScoresHeads(const float* q, int heads, const uint16_t* k,
+                                         int64_t stride, int count, int64_t n, float scale,
+                                         float* s) {
+    ScoresHeads(q, heads, WidenPage<Avx2>(k, stride, count, n), n, count, n, scale, s);
+  }
+  GZ_TARGET_AVX2 static void ScaleAddWeightedHeads(float* acc, int heads, const float* c,
+                                                   const float* p, const uint16_t* v,
+                                                   int64_t stride, int count, int64_t n) {
+    ScaleAddWeightedHeads(acc, heads, c, p, WidenPage<Avx2>(v, stride, count, n), n, count, n);
   }
 };
 

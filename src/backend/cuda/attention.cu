@@ -170,8 +170,9 @@ __global__ void __launch_bounds__(kDecodeThreads, (DecodeMinBlocks<HD, GB>()))
       int o = c / (HD / 4), piece = c % (HD / 4);
       if (pos0 + o >= begin && pos0 + o < end) {
         int64_t at = ((page * kPage + o) * p.kv_heads + kv_head) * HD + piece * 4;
-        CpAsync16(dst + o * HD + piece * 4, p.cache.keys + at);
-        CpAsync16(dst + kPage * HD + o * HD + piece * 4, p.cache.values + at);
+        CpAsync16(dst + o * HD + piece * 4, static_cast<const float*>(p.cache.keys) + at);
+        CpAsync16(dst + kPage * HD + o * HD + piece * 4,
+                  static_cast<const float*>(p.cache.values) + at);
       }
     }
   };
@@ -461,8 +462,8 @@ __global__ void __launch_bounds__(256) TileKernel(AttentionParams p, int tile_ro
         if (j < kend) {
           int64_t page = pages[j / kPage];
           int64_t at = ((page * kPage + j % kPage) * p.kv_heads + kv_head) * HD + d4 * 4;
-          a = *reinterpret_cast<const float4*>(p.cache.keys + at);
-          b = *reinterpret_cast<const float4*>(p.cache.values + at);
+          a = *reinterpret_cast<const float4*>(static_cast<const float*>(p.cache.keys) + at);
+          b = *reinterpret_cast<const float4*>(static_cast<const float*>(p.cache.values) + at);
         }
         kt[(d4 * 4 + 0) * (kTileK + kPad) + key] = a.x;
         kt[(d4 * 4 + 1) * (kTileK + kPad) + key] = a.y;

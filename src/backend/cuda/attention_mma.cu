@@ -208,8 +208,8 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
       if (j < kend) {
         int64_t page = pages[j / kPage];
         int64_t at = ((page * kPage + j % kPage) * p.kv_heads + kv_head) * HD + i % kVecs4 * 4;
-        CpAsync16(kf + 4 * i, p.cache.keys + at);
-        CpAsync16(vf + 4 * i, p.cache.values + at);
+        CpAsync16(kf + 4 * i, static_cast<const float*>(p.cache.keys) + at);
+        CpAsync16(vf + 4 * i, static_cast<const float*>(p.cache.values) + at);
       }
     }
     CpAsyncCommit();

@@ -472,7 +472,7 @@ class CudaBackend : public Backend {
   // same rows and layer (rows 0: none). Any other KV op forgets them.
   struct StepKv {
     int64_t rows = 0;
-    const float* keys = nullptr;  // the layer's cache (which layer)
+    const void* keys = nullptr;  // the layer's cache (which layer)
     const int32_t* slots = nullptr;
     const int32_t* positions = nullptr;
     void* k16 = nullptr;  // [rows, kv_heads, head_dim] fp16

@@ -143,8 +143,8 @@ __global__ void RopeKvKernel(RopeKvParams p, uint32_t* k16, uint32_t* v16) {
   const float* k = kv.k + item * kv.head_dim;
   const float* v = kv.v + item * kv.head_dim;
   for (int i = lane; i < kv.head_dim; i += 32) {
-    kv.cache.keys[at + i] = k[i];
-    kv.cache.values[at + i] = v[i];
+    static_cast<float*>(kv.cache.keys)[at + i] = k[i];
+    static_cast<float*>(kv.cache.values)[at + i] = v[i];
   }
   if (k16) {
     const int64_t pairs = item * (kv.head_dim / 2);
@@ -165,8 +165,8 @@ __global__ void KvWriteKernel(KvWriteParams p) {
   int32_t pos = p.positions[r];
   int64_t page = p.table.pages[static_cast<int64_t>(p.slots[r]) * p.table.max_pages + pos / kPage];
   int64_t at = (page * kPage + pos % kPage) * per_row + e;
-  p.cache.keys[at] = p.k[i];
-  p.cache.values[at] = p.v[i];
+  static_cast<float*>(p.cache.keys)[at] = p.k[i];
+  static_cast<float*>(p.cache.values)[at] = p.v[i];
 }
 
 // out = silu(gate) * up; with out_bf16 also that rounded to bf16 there.

@@ -17,19 +17,24 @@ namespace {
 
 constexpr const char* kModel = "models/tiny-chat";
 
-Model* SharedModel() {
-  static std::unique_ptr<Model> model = [] {
+// tiny-chat on the CPU backend, loaded once for each KV page format.
+Model* SharedModel(KvFormat kv = KvFormat::kF32) {
+  auto load = [](KvFormat format) {
     DeviceOptions device;
     device.device = "cpu";
     device.threads = 2;
     auto backend = OpenBackend(device);
     EXPECT_TRUE(backend.ok()) << backend.status().message();
     if (!backend.ok()) return std::unique_ptr<Model>();
-    auto m = Model::Load(kModel, *backend);
+    LoadOptions options;
+    options.kv = format;
+    auto m = Model::Load(kModel, *backend, options);
     EXPECT_TRUE(m.ok()) << m.status().message();
     return m.ok() ? std::move(*m) : std::unique_ptr<Model>();
-  }();
-  return model.get();
+  };
+  static std::unique_ptr<Model> f32 = load(KvFormat::kF32);
+  static std::unique_ptr<Model> f16 = load(KvFormat::kF16);
+  return kv == KvFormat::kF16 ? f16.get() : f32.get();
 }
 
 std::unique_ptr<Engine> MakeEngine(Model* model, int32_t slots, int64_t context, int64_t rows,
@@ -114,77 +119,84 @@ TEST(EngineModel, MixedStepRowsEqualSingleSequenceRows) {
   ExpectClose(all.subspan(3 * vocab, vocab), rc, "c last");
 }
 
+// With either KV page format: float16 pages are saved to the host and read back exactly too.
 TEST(EngineModel, ConcurrentGreedyEqualsAloneUnderPreemption) {
-  Model* model = SharedModel();
-  ASSERT_NE(model, nullptr);
-  std::mt19937 rng(22);
-  std::vector<Request> requests;
-  std::vector<int> arrival;
-  const int n = 10;
-  for (int i = 0; i < n; ++i) {
-    Request r;
-    r.prompt = RandomPrompt(rng, 16 + rng() % 30);
-    r.limit = 8 + rng() % 16;
-    r.sampling.temperature = 0.0f;
-    requests.push_back(r);
-    arrival.push_back(rng() % 8);
-  }
-  // 6 slots of up to 64 positions share 6 pages: a tenth of what they could use.
-  auto engine = MakeEngine(model, 6, 64, 32, 6);
-  ASSERT_NE(engine, nullptr);
-  std::map<int64_t, int> index;
-  std::map<int64_t, std::vector<int32_t>> got;
-  for (int step = 0; step < 8 || engine->Busy(); ++step) {
+  for (KvFormat kv : {KvFormat::kF32, KvFormat::kF16}) {
+    SCOPED_TRACE(KvFormatName(kv));
+    Model* model = SharedModel(kv);
+    ASSERT_NE(model, nullptr);
+    std::mt19937 rng(22);
+    std::vector<Request> requests;
+    std::vector<int> arrival;
+    const int n = 10;
     for (int i = 0; i < n; ++i) {
-      if (arrival[i] != step) continue;
-      auto id = engine->Add(requests[i]);
-      ASSERT_TRUE(id.ok());
-      index[*id] = i;
+      Request r;
+      r.prompt = RandomPrompt(rng, 16 + rng() % 30);
+      r.limit = 8 + rng() % 16;
+      r.sampling.temperature = 0.0f;
+      requests.push_back(r);
+      arrival.push_back(rng() % 8);
     }
-    auto progress = engine->Advance();
-    ASSERT_TRUE(progress.ok()) << progress.status().message();
-    for (const Progress& p : *progress) {
-      got[p.id].insert(got[p.id].end(), p.tokens.begin(), p.tokens.end());
+    // 6 slots of up to 64 positions share 6 pages: a tenth of what they could use.
+    auto engine = MakeEngine(model, 6, 64, 32, 6);
+    ASSERT_NE(engine, nullptr);
+    std::map<int64_t, int> index;
+    std::map<int64_t, std::vector<int32_t>> got;
+    for (int step = 0; step < 8 || engine->Busy(); ++step) {
+      for (int i = 0; i < n; ++i) {
+        if (arrival[i] != step) continue;
+        auto id = engine->Add(requests[i]);
+        ASSERT_TRUE(id.ok());
+        index[*id] = i;
+      }
+      auto progress = engine->Advance();
+      ASSERT_TRUE(progress.ok()) << progress.status().message();
+      for (const Progress& p : *progress) {
+        got[p.id].insert(got[p.id].end(), p.tokens.begin(), p.tokens.end());
+      }
+      ASSERT_TRUE(engine->CheckPages().ok());
     }
-    ASSERT_TRUE(engine->CheckPages().ok());
-  }
-  EXPECT_GT(engine->stats().preemptions, 0);
-  auto single = MakeEngine(model, 1, 64, 64, 4);
-  for (auto& [id, i] : index) {
-    auto out = single->Generate({requests[i]});
-    ASSERT_TRUE(out.ok());
-    EXPECT_EQ(got[id], (*out)[0]) << "request " << i;
+    EXPECT_GT(engine->stats().preemptions, 0);
+    auto single = MakeEngine(model, 1, 64, 64, 4);
+    for (auto& [id, i] : index) {
+      auto out = single->Generate({requests[i]});
+      ASSERT_TRUE(out.ok());
+      EXPECT_EQ(got[id], (*out)[0]) << "request " << i;
+    }
   }
 }
 
 TEST(EngineModel, StoredPrefixGivesColdTokensAndReadsOnlyTheRest) {
-  Model* model = SharedModel();
-  ASSERT_NE(model, nullptr);
-  std::mt19937 rng(23);
-  Request first;
-  first.prompt = RandomPrompt(rng, 40);
-  first.limit = 10;
-  first.sampling.temperature = 0.0f;
-  first.stop = std::vector<int32_t>{};
-  auto engine = MakeEngine(model, 2, 128, 64, 16);
-  auto a = engine->Generate({first});
-  ASSERT_TRUE(a.ok());
-  ASSERT_EQ((*a)[0].size(), 10u);
-  Request next = first;
-  next.prompt.insert(next.prompt.end(), (*a)[0].begin(), (*a)[0].end());
-  const auto more = RandomPrompt(rng, 6);
-  next.prompt.insert(next.prompt.end(), more.begin(), more.end());
-  next.limit = 12;
-  const int64_t rows_before = engine->stats().rows;
-  auto warm = engine->Generate({next});
-  ASSERT_TRUE(warm.ok());
-  const int64_t warm_rows = engine->stats().rows - rows_before;
-  auto cold_engine = MakeEngine(model, 1, 128, 64, 16);
-  auto cold = cold_engine->Generate({next});
-  ASSERT_TRUE(cold.ok());
-  EXPECT_EQ((*warm)[0], (*cold)[0]);
-  EXPECT_EQ(engine->stats().cached_tokens, 40 + 10 - 1);
-  EXPECT_EQ(warm_rows, cold_engine->stats().rows - (40 + 10 - 1));
+  for (KvFormat kv : {KvFormat::kF32, KvFormat::kF16}) {
+    SCOPED_TRACE(KvFormatName(kv));
+    Model* model = SharedModel(kv);
+    ASSERT_NE(model, nullptr);
+    std::mt19937 rng(23);
+    Request first;
+    first.prompt = RandomPrompt(rng, 40);
+    first.limit = 10;
+    first.sampling.temperature = 0.0f;
+    first.stop = std::vector<int32_t>{};
+    auto engine = MakeEngine(model, 2, 128, 64, 16);
+    auto a = engine->Generate({first});
+    ASSERT_TRUE(a.ok());
+    ASSERT_EQ((*a)[0].size(), 10u);
+    Request next = first;
+    next.prompt.insert(next.prompt.end(), (*a)[0].begin(), (*a)[0].end());
+    const auto more = RandomPrompt(rng, 6);
+    next.prompt.insert(next.prompt.end(), more.begin(), more.end());
+    next.limit = 12;
+    const int64_t rows_before = engine->stats().rows;
+    auto warm = engine->Generate({next});
+    ASSERT_TRUE(warm.ok());
+    const int64_t warm_rows = engine->stats().rows - rows_before;
+    auto cold_engine = MakeEngine(model, 1, 128, 64, 16);
+    auto cold = cold_engine->Generate({next});
+    ASSERT_TRUE(cold.ok());
+    EXPECT_EQ((*warm)[0], (*cold)[0]);
+    EXPECT_EQ(engine->stats().cached_tokens, 40 + 10 - 1);
+    EXPECT_EQ(warm_rows, cold_engine->stats().rows - (40 + 10 - 1));
+  }
 }
 
 }  // namespace

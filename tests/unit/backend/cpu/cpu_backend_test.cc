@@ -332,56 +332,86 @@ TEST_F(CpuBackendTest, RopeMatchesReference) {
   }
 }
 
-// A KV cache of random contents with pages assigned to slots in shuffled order.
+// A KV cache of random contents with pages assigned to slots in shuffled order; f16 pages
+// hold the float16 roundings of the same random values.
 struct TestCache {
   int kv_heads, head_dim, slots, max_pages;
+  KvFormat format;
   std::vector<float> keys, values;
+  std::vector<uint16_t> keys16, values16;
   std::vector<int32_t> pages;
-  TestCache(int kv_heads, int head_dim, int slots, int max_pages, std::mt19937& rng)
-      : kv_heads(kv_heads), head_dim(head_dim), slots(slots), max_pages(max_pages) {
+  TestCache(int kv_heads, int head_dim, int slots, int max_pages, std::mt19937& rng,
+            KvFormat format = KvFormat::kF32)
+      : kv_heads(kv_heads), head_dim(head_dim), slots(slots), max_pages(max_pages), format(format) {
     const int total = slots * max_pages + 1;
     std::uniform_real_distribution<float> d(-1.0f, 1.0f);
     keys.resize(static_cast<size_t>(total) * kPage * kv_heads * head_dim);
     values.resize(keys.size());
     for (auto& v : keys) v = 2.0f * d(rng);
     for (auto& v : values) v = d(rng);
+    if (format == KvFormat::kF16) {
+      for (float v : keys) keys16.push_back(F32ToF16(v));
+      for (float v : values) values16.push_back(F32ToF16(v));
+    }
     std::vector<int32_t> order(total);
     for (int i = 0; i < total; ++i) order[i] = i;
     std::shuffle(order.begin(), order.end(), rng);
     pages.assign(order.begin(), order.begin() + slots * max_pages);
   }
-  KvLayer layer() { return {keys.data(), values.data()}; }
+  KvLayer layer() {
+    if (format == KvFormat::kF16) return {keys16.data(), values16.data(), format};
+    return {keys.data(), values.data(), format};
+  }
   PageTable table() const { return {pages.data(), max_pages}; }
 };
 
+// f16 pages: every value rounded as F32ToF16 rounds it (the vector conversions bit for bit),
+// values past float16's range saturated to +-65504, a NaN kept.
 TEST_F(CpuBackendTest, KvWriteMatchesReference) {
   for (const Config& c : Configs()) {
-    ThreadPool pool(c.threads);
-    CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
-    TestCache cache(2, 24, 3, 4, rng_);
-    TestCache want = cache;
-    const int64_t rows = 9;
-    std::vector<float> k = Random(rows * 2 * 24), v = Random(rows * 2 * 24);
-    std::vector<int32_t> slots(rows), positions(rows);
-    for (int64_t r = 0; r < rows; ++r) {
-      slots[r] = r % 3;
-      positions[r] = static_cast<int32_t>(r * 7 % (4 * kPage));
+    for (KvFormat format : {KvFormat::kF32, KvFormat::kF16}) {
+      SCOPED_TRACE(KvFormatName(format));
+      ThreadPool pool(c.threads);
+      CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
+      TestCache cache(2, 24, 3, 4, rng_, format);
+      TestCache want = cache;
+      const int64_t rows = 9;
+      std::vector<float> k = Random(rows * 2 * 24, 3.0f), v = Random(rows * 2 * 24);
+      k[5] = 1e6f;
+      k[30] = -70000.0f;
+      v[7] = 65519.0f;  // rounds to infinity unsaturated
+      v[40] = std::numeric_limits<float>::quiet_NaN();
+      k[50] = 1e-7f;  // subnormal in float16
+      std::vector<int32_t> slots(rows), positions(rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        slots[r] = r % 3;
+        positions[r] = static_cast<int32_t>(r * 7 % (4 * kPage));
+      }
+      KvWriteParams p{.cache = cache.layer(),
+                      .table = cache.table(),
+                      .k = k.data(),
+                      .v = v.data(),
+                      .slots = slots.data(),
+                      .positions = positions.data(),
+                      .rows = rows,
+                      .kv_heads = 2,
+                      .head_dim = 24};
+      ASSERT_TRUE(p.Check().ok());
+      backend.KvWrite(p);
+      p.cache = want.layer();
+      ReferenceKvWrite(p);
+      if (format == KvFormat::kF16) {
+        EXPECT_EQ(cache.keys16, want.keys16) << Name(c);
+        EXPECT_EQ(cache.values16, want.values16) << Name(c);
+        const int64_t at = (cache.pages[0] * kPage) * 2 * 24;  // slot 0, position 0: row 0
+        EXPECT_EQ(cache.keys16[at + 5], 0x7bffu);              // 65504
+        EXPECT_EQ(cache.keys16[at + 30], 0xfbffu);             // -65504
+        EXPECT_EQ(cache.values16[at + 7], 0x7bffu);
+      } else {
+        EXPECT_EQ(0, std::memcmp(cache.keys.data(), want.keys.data(), cache.keys.size() * 4));
+        EXPECT_EQ(0, std::memcmp(cache.values.data(), want.values.data(), cache.values.size() * 4));
+      }
     }
-    KvWriteParams p{.cache = cache.layer(),
-                    .table = cache.table(),
-                    .k = k.data(),
-                    .v = v.data(),
-                    .slots = slots.data(),
-                    .positions = positions.data(),
-                    .rows = rows,
-                    .kv_heads = 2,
-                    .head_dim = 24};
-    ASSERT_TRUE(p.Check().ok());
-    backend.KvWrite(p);
-    p.cache = want.layer();
-    ReferenceKvWrite(p);
-    EXPECT_EQ(cache.keys, want.keys) << Name(c);
-    EXPECT_EQ(cache.values, want.values) << Name(c);
   }
 }
 
@@ -390,41 +420,44 @@ TEST_F(CpuBackendTest, AttentionMatchesReference) {
     int heads, kv_heads, head_dim, window;
   };
   for (const Config& c : Configs()) {
-    ThreadPool pool(c.threads);
-    CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
-    for (Shape s : {Shape{6, 2, 64, 0}, Shape{4, 4, 37, 0}, Shape{3, 1, 16, 21},
-                    Shape{8, 2, 128, 0}, Shape{10, 2, 24, 0}, Shape{67, 1, 8, 0}}) {
-      const int slots = 3, max_pages = 7;
-      TestCache cache(s.kv_heads, s.head_dim, slots, max_pages, rng_);
-      for (int64_t rows : {1, 2, 40}) {
-        std::vector<int32_t> row_slots(rows), positions(rows);
-        for (int64_t r = 0; r < rows; ++r) {
-          row_slots[r] = std::uniform_int_distribution<int>(0, slots - 1)(rng_);
-          positions[r] = std::uniform_int_distribution<int>(0, max_pages * kPage - 1)(rng_);
-        }
-        positions[0] = 0;  // a row that sees only itself
-        std::vector<float> q = Random(rows * s.heads * s.head_dim + 1);
-        std::vector<float> got = Poison(rows * s.heads * s.head_dim);
-        std::vector<float> want = Poison(rows * s.heads * s.head_dim);
-        AttentionParams p{.out = got.data(),
-                          .q = q.data() + 1,
-                          .cache = cache.layer(),
-                          .table = cache.table(),
-                          .slots = row_slots.data(),
-                          .positions = positions.data(),
-                          .rows = rows,
-                          .heads = s.heads,
-                          .kv_heads = s.kv_heads,
-                          .head_dim = s.head_dim,
-                          .scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim)),
-                          .window = s.window};
-        ASSERT_TRUE(p.Check().ok());
-        backend.Attention(p);
-        p.out = want.data();
-        ReferenceAttention(p);
-        for (size_t i = 0; i < got.size(); ++i) {
-          ASSERT_NEAR(got[i], want[i], 2e-6)
-              << Name(c) << " heads " << s.heads << " rows " << rows << " at " << i;
+    for (KvFormat format : {KvFormat::kF32, KvFormat::kF16}) {
+      SCOPED_TRACE(KvFormatName(format));
+      ThreadPool pool(c.threads);
+      CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
+      for (Shape s : {Shape{6, 2, 64, 0}, Shape{4, 4, 37, 0}, Shape{3, 1, 16, 21},
+                      Shape{8, 2, 128, 0}, Shape{10, 2, 24, 0}, Shape{67, 1, 8, 0}}) {
+        const int slots = 3, max_pages = 7;
+        TestCache cache(s.kv_heads, s.head_dim, slots, max_pages, rng_, format);
+        for (int64_t rows : {1, 2, 40}) {
+          std::vector<int32_t> row_slots(rows), positions(rows);
+          for (int64_t r = 0; r < rows; ++r) {
+            row_slots[r] = std::uniform_int_distribution<int>(0, slots - 1)(rng_);
+            positions[r] = std::uniform_int_distribution<int>(0, max_pages * kPage - 1)(rng_);
+          }
+          positions[0] = 0;  // a row that sees only itself
+          std::vector<float> q = Random(rows * s.heads * s.head_dim + 1);
+          std::vector<float> got = Poison(rows * s.heads * s.head_dim);
+          std::vector<float> want = Poison(rows * s.heads * s.head_dim);
+          AttentionParams p{.out = got.data(),
+                            .q = q.data() + 1,
+                            .cache = cache.layer(),
+                            .table = cache.table(),
+                            .slots = row_slots.data(),
+                            .positions = positions.data(),
+                            .rows = rows,
+                            .heads = s.heads,
+                            .kv_heads = s.kv_heads,
+                            .head_dim = s.head_dim,
+                            .scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim)),
+                            .window = s.window};
+          ASSERT_TRUE(p.Check().ok());
+          backend.Attention(p);
+          p.out = want.data();
+          ReferenceAttention(p);
+          for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_NEAR(got[i], want[i], 2e-6)
+                << Name(c) << " heads " << s.heads << " rows " << rows << " at " << i;
+          }
         }
       }
     }

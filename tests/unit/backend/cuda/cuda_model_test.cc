@@ -99,6 +99,22 @@ void CheckReferenceLogits(const std::string& dir, bool exact) {
   EXPECT_GE(cases, 3);
 }
 
+// Float16 KV pages are a CPU backend format: loading with them on CUDA fails at load time and
+// says so, instead of failing inside a step.
+TEST(CudaModelTest, F16KvPagesAreRefusedAtLoad) {
+  GZ_SKIP_WITHOUT_CUDA();
+  DeviceOptions device;
+  device.device = "cuda";
+  auto backend = OpenBackend(device);
+  ASSERT_TRUE(backend.ok()) << backend.status().message();
+  LoadOptions options;
+  options.kv = KvFormat::kF16;
+  auto model = Model::Load("models/tiny-chat", *backend, options);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("KV pages of format f16"), std::string::npos)
+      << model.status().message();
+}
+
 TEST(CudaModelTest, GoldenModelsExactMode) {
   GZ_SKIP_WITHOUT_CUDA();
   for (const char* dir : {"tests/golden/models/llama", "tests/golden/models/qwen2",
