@@ -456,7 +456,7 @@ int Main(int argc, char** argv) {
     OpTimes(backend, model, 128, 0, reps, inv_freq);
     for (KvFormat format : {KvFormat::kF32, KvFormat::kF16})
       DecodeAttention(backend, 16, 191, reps * 10, format);
-    for (int rows : {16, 128}) {
+    for (int rows : {16, 32, 64, 128}) {
       State prefill(rows, rows);
       t = BestSeconds(reps, [&] { Forward(backend, model, prefill, 0, true, inv_freq); });
       std::printf("prefill matmuls (%d rows): %.2f ms, %.1f GFLOP/s\n", rows, t * 1e3,

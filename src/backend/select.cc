@@ -11,14 +11,21 @@ namespace gizllm {
 namespace {
 
 struct CpuDevice {
-  explicit CpuDevice(int threads) : pool(threads), backend(MakeCpuBackend(&pool)) {}
+  explicit CpuDevice(int threads) : pool(threads) {}
   ThreadPool pool;
   std::unique_ptr<Backend> backend;
 };
 
-std::shared_ptr<Backend> OpenCpu(int threads) {
+Expected<std::shared_ptr<Backend>> OpenCpu(int threads, bool bf16) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto device = std::make_shared<CpuDevice>(threads);
+  CpuOptions options;
+  options.bf16_activations = bf16;
+  auto backend = MakeCpuBackend(&device->pool, options);
+  if (!backend.ok()) {
+    return InvalidArgument("--bf16: " + backend.status().message());
+  }
+  device->backend = std::move(*backend);
   return std::shared_ptr<Backend>(device, device->backend.get());
 }
 
@@ -44,7 +51,7 @@ Expected<std::shared_ptr<Backend>> OpenBackend(const DeviceOptions& options) {
   if (options.device == "cuda")
     return Unimplemented("--device cuda: this build of gizllm has no CUDA backend");
 #endif
-  return OpenCpu(options.threads);
+  return OpenCpu(options.threads, options.bf16);
 }
 
 std::vector<std::string> BuiltBackends() {

@@ -15,6 +15,7 @@ struct DeviceOptions {
   std::string device = "auto";  // "auto": a CUDA GPU if one is found, else the CPU; "cpu"; "cuda"
   int threads = 0;              // CPU threads; 0: one per core
   bool exact = false;           // CUDA: float32 activations into the linears (for comparison)
+  bool bf16 = false;            // CPU: activations into bf16 linears rounded to bf16 (AVX-512 BF16)
   Status Check() const;
 };
 

@@ -337,7 +337,8 @@ void CpuBackend::Matmul(const MatmulParams& p) {
     const Format f = p.w[o]->format;
     if (f != Format::kF32 && f != Format::kF16 && f != Format::kBf16) continue;
     const int order = f == Format::kBf16 ? 0 : 1;
-    const MatmulKernels& k = order == 0 && bf16_matmul_ ? *bf16_matmul_ : *matmul_;
+    const MatmulKernels& k =
+        order == 0 && bf16_matmul_ && p.rows >= CpuOptions::kBf16MinRows ? *bf16_matmul_ : *matmul_;
     const int64_t stride = ActivationStride(k, cols);
     if (!x[order]) {
       float* dst = activations_[order].Get(p.rows * stride);

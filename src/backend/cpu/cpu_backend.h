@@ -20,10 +20,13 @@ struct CpuOptions {
   // Instruction set of the kernels; unset: the best this CPU supports. Asking for more than
   // the CPU supports is an error (Check()).
   std::optional<CpuIsa> isa;
-  // Matmuls over bf16 weights round the activations to bf16 and use AVX-512 BF16 dot products
-  // (vdpbf16ps). Faster prefill, about 1e-3 relative error in each product; off by default
-  // (float32 activations, float32 accumulation). Needs a CPU with avx512_bf16.
+  // Matmuls of at least kBf16MinRows rows over bf16 weights round the activations to bf16 and
+  // use AVX-512 BF16 dot products (vdpbf16ps): faster prompts and large batches, about 1e-3
+  // relative error in each product. Fewer rows keep float32, where it was measured as fast or
+  // faster (the weights' bytes, not the products, bound those steps). Off by default (float32
+  // activations, float32 accumulation). Needs a CPU with avx512_bf16.
   bool bf16_activations = false;
+  static constexpr int64_t kBf16MinRows = 32;
   Status Check() const;
 };
 

@@ -261,8 +261,7 @@ GZ_TARGET_AVX512 void SlicePanels(const MatmulSlice& s, int64_t n0, int64_t n1) 
   alignas(64) float panel[kPanelRows * kPanelCols];  // [kPanelRows, len]
   // Rows of x per pass over the weights: their activations stay in L2.
   const int64_t pass = std::max<int64_t>(
-      kPanelTileRows,
-      kActivationBytes / (s.x_stride * 4) / kPanelTileRows * kPanelTileRows);
+      kPanelTileRows, kActivationBytes / (s.x_stride * 4) / kPanelTileRows * kPanelTileRows);
   for (int64_t m0 = 0; m0 < s.rows; m0 += pass) {
     const int64_t m1 = std::min(s.rows, m0 + pass);
     for (int64_t n = n0; n < n1; n += kPanelRows) {

@@ -1,11 +1,12 @@
 // AVX-512 BF16 matmul kernels for bf16 weights: activations rounded to bf16 once, then
 // vdpbf16ps multiplies 32 weight-activation pairs per instruction with float32 accumulation.
-// Twice the products per instruction of the float32 kernels and no widening of the weights;
-// the price is the activations' bf16 rounding (an option, off by default).
+// Twice the products per instruction of the float32 kernels; the price is the activations' bf16
+// rounding (an option, off by default, for steps of CpuOptions::kBf16MinRows rows and more).
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/matmul_kernels.h"
 
@@ -13,91 +14,156 @@ namespace gizllm {
 namespace {
 
 constexpr int kBlock = 32;
-constexpr int64_t kActivationBytes = 256 << 10;
 
-GZ_TARGET_AVX512BF16 inline __m128 Reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-  __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
-  __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
-  __m512d d0 = _mm512_castps_pd(t0), d1 = _mm512_castps_pd(t1);
-  __m512 u = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(d0, d1)),
-                           _mm512_castpd_ps(_mm512_unpackhi_pd(d0, d1)));
-  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(u), _mm512_extractf32x8_ps(u, 1));
-  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
+// The weights are repacked once per call, a panel of kPanelOut outputs and kPanelInputs inputs
+// at a time, so that each 32-bit lane holds one output's pair of inputs (2p, 2p + 1):
+// panel[p][o]. vdpbf16ps of a panel row with the activation pair (2p, 2p + 1) of one row
+// broadcast to every lane then adds that pair's products to 16 outputs at once: the outputs lie
+// in the lanes, so no sum is reduced across lanes at the end (dot-product tiles over the weights
+// as stored spent much of their time on those reductions with inputs as short as 384: 199 against
+// 235 GFLOP/s for 128 rows), and a tile of kPanelRows activation rows reuses each panel row from
+// registers. CpuBackend sends steps of fewer rows to the float32 kernels.
+constexpr int kPanelOut = 32;          // outputs per panel: two vectors of 16
+constexpr int64_t kPanelInputs = 384;  // inputs per panel: 192 pairs x 32 outputs x 4 B = 24 KB
+constexpr int kPanelRows = 8;          // activation rows per tile: 16 accumulators
 
-// sums[j * NW + i] = dot(w[i][0:cols], x[j][0:cols]), x in bf16 zero-padded to the block.
-template <int NW, int MX>
-GZ_TARGET_AVX512BF16 inline void Tile(const uint16_t* const* w, const uint16_t* const* x,
-                                      int64_t cols, float* sums) {
-  __m512 acc[MX][NW];
-#pragma GCC unroll 8
-  for (int j = 0; j < MX; ++j) {
-#pragma GCC unroll 8
-    for (int i = 0; i < NW; ++i) acc[j][i] = _mm512_setzero_ps();
+// Transposes 16 rows of 16 32-bit lanes in place: r[i] lane j <- r[j] lane i.
+GZ_TARGET_AVX512BF16 inline void Transpose16(__m512i* r) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
   }
-  for (int64_t k = 0; k < cols; k += kBlock) {
-    __m512i a[NW];
-    if (k + kBlock <= cols) {
-#pragma GCC unroll 8
-      for (int i = 0; i < NW; ++i) a[i] = _mm512_loadu_si512(w[i] + k);
-    } else {
-      const __mmask32 m = _cvtu32_mask32((1u << (cols - k)) - 1);
-#pragma GCC unroll 8
-      for (int i = 0; i < NW; ++i) a[i] = _mm512_maskz_loadu_epi16(m, w[i] + k);
-    }
-#pragma GCC unroll 8
-    for (int j = 0; j < MX; ++j) {
-      __m512bh xv = (__m512bh)_mm512_loadu_si512(x[j] + k);
-#pragma GCC unroll 8
-      for (int i = 0; i < NW; ++i) acc[j][i] = _mm512_dpbf16_ps(acc[j][i], (__m512bh)a[i], xv);
-    }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
   }
-#pragma GCC unroll 8
-  for (int j = 0; j < MX; ++j) {
-#pragma GCC unroll 8
-    for (int i = 0; i < NW; i += 4) {
-      _mm_storeu_ps(sums + j * NW + i,
-                    Reduce4(acc[j][i], acc[j][i + 1], acc[j][i + 2], acc[j][i + 3]));
-    }
+  // Each 128-bit lane q of r[4a + b] now holds rows 4a..4a+3 of column 4q + b' (b' the order
+  // above: 0, 1, 2, 3 for b = 0, 1, 2, 3): gather the four 128-bit pieces of each column.
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[4 + i], 0x88);      // lanes 0, 2 of each
+    t[4 + i] = _mm512_shuffle_i32x4(r[i], r[4 + i], 0xdd);  // lanes 1, 3
+    t[8 + i] = _mm512_shuffle_i32x4(r[8 + i], r[12 + i], 0x88);
+    t[12 + i] = _mm512_shuffle_i32x4(r[8 + i], r[12 + i], 0xdd);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[8 + i], 0x88);            // column i
+    r[8 + i] = _mm512_shuffle_i32x4(t[i], t[8 + i], 0xdd);        // column 8 + i
+    r[4 + i] = _mm512_shuffle_i32x4(t[4 + i], t[12 + i], 0x88);   // column 4 + i
+    r[12 + i] = _mm512_shuffle_i32x4(t[4 + i], t[12 + i], 0xdd);  // column 12 + i
   }
 }
 
-template <int NW, int MX>
-GZ_TARGET_AVX512BF16 void SliceTiles(const MatmulSlice& s, int64_t n0, int64_t n1) {
-  const uint16_t* w = static_cast<const uint16_t*>(s.w->data);  // [n, cols]
-  const uint16_t* x = reinterpret_cast<const uint16_t*>(s.x);   // [rows, 2 * x_stride]
-  const int64_t x_stride = 2 * s.x_stride;
-  const int64_t cols = s.w->cols;
+// panel[p * kPanelOut + o] = the inputs (k0 + 2p, k0 + 2p + 1) of output n + o, p < len / 2
+// (len a multiple of 32; inputs past cols are zero); outputs past n1 repeat n1 - 1 (their sums
+// are dropped). The next panel's rows (of `n_rows` in all) are prefetched into L2, past n1 too:
+// the rows after a slice are the next slice a thread takes.
+GZ_TARGET_AVX512BF16 void PackPanel(const uint16_t* w, int64_t n_rows, int64_t cols, int64_t n,
+                                    int64_t n1, int64_t k0, int64_t len, uint32_t* panel) {
+  for (int g = 0; g < kPanelOut / 16; ++g) {
+    const uint16_t* rows[16];
+    const uint16_t* next[16];
+    for (int i = 0; i < 16; ++i) {
+      rows[i] = w + std::min(n + 16 * g + i, n1 - 1) * cols;
+      next[i] = w + std::min(n + kPanelOut + 16 * g + i, n_rows - 1) * cols;
+    }
+    for (int64_t k = 0; k < len; k += 32) {
+      const int64_t left = cols - k0 - k;
+      const __mmask32 m = left >= 32 ? ~0u : left > 0 ? _cvtu32_mask32((1u << left) - 1) : 0;
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) {
+        r[i] = _mm512_maskz_loadu_epi16(m, rows[i] + k0 + k);
+        _mm_prefetch(reinterpret_cast<const char*>(next[i] + k0 + k), _MM_HINT_T1);
+      }
+      Transpose16(r);
+      for (int t = 0; t < 16; ++t)
+        _mm512_store_si512(panel + (k / 2 + t) * kPanelOut + 16 * g, r[t]);
+    }
+  }
+}
+
+// acc (outputs n..n+32 of the tile's kPanelRows activation rows) += the panel's pairs times the
+// rows' pairs; x: the tile's pairs, kPanelRows per pair (PackRows).
+GZ_TARGET_AVX512BF16 inline void PanelTile(const uint32_t* panel, int64_t pairs, const uint32_t* x,
+                                           __m512* acc) {
+  for (int64_t p = 0; p < pairs; ++p) {
+    const __m512bh w0 = (__m512bh)_mm512_load_si512(panel + p * kPanelOut);
+    const __m512bh w1 = (__m512bh)_mm512_load_si512(panel + p * kPanelOut + 16);
+#pragma GCC unroll 8
+    for (int i = 0; i < kPanelRows; ++i) {
+      const __m512bh b = (__m512bh)_mm512_set1_epi32(static_cast<int>(x[p * kPanelRows + i]));
+      acc[2 * i] = _mm512_dpbf16_ps(acc[2 * i], w0, b);
+      acc[2 * i + 1] = _mm512_dpbf16_ps(acc[2 * i + 1], w1, b);
+    }
+  }
+}
+
+// The activation pairs of rows [m, m + kPanelRows) in the order PanelTile reads them:
+// out[p * kPanelRows + i] = pair p of row m + i (0 past the last row).
+GZ_TARGET_AVX512BF16 void PackRows(const MatmulSlice& s, int64_t m, uint32_t* out) {
+  const uint32_t* x = reinterpret_cast<const uint32_t*>(s.x);
+  const int64_t pairs = s.x_stride;
+  for (int i = 0; i < kPanelRows; ++i) {
+    const uint32_t* row = m + i < s.rows ? x + (m + i) * pairs : nullptr;
+    for (int64_t p = 0; p < pairs; ++p) out[p * kPanelRows + i] = row ? row[p] : 0u;
+  }
+}
+
+// Output columns [n, n + valid) of the tile's rows over the panel of inputs [k0, k0 + len): the
+// first panel of a row starts from the bias, later ones add to what is there.
+GZ_TARGET_AVX512BF16 void PanelRows(const MatmulSlice& s, const uint32_t* panel,
+                                    const uint32_t* rows, int64_t k0, int64_t len, int64_t m,
+                                    int64_t n, int valid) {
   const int64_t n_out = s.w->rows;
-  const int64_t pass = std::max<int64_t>(MX, kActivationBytes / (x_stride * 2) / MX * MX);
-  for (int64_t m0 = 0; m0 < s.rows; m0 += pass) {
-    const int64_t m1 = std::min(s.rows, m0 + pass);
-    for (int64_t n = n0; n < n1; n += NW) {
-      const uint16_t* wr[NW];
-      for (int i = 0; i < NW; ++i) wr[i] = w + std::min(n + i, n1 - 1) * cols;
-      const int valid_n = static_cast<int>(std::min<int64_t>(NW, n1 - n));
-      for (int64_t m = m0; m < m1; m += MX) {
-        const uint16_t* xr[MX];
-        for (int j = 0; j < MX; ++j) xr[j] = x + std::min(m + j, m1 - 1) * x_stride;
-        alignas(64) float sums[MX * NW];
-        Tile<NW, MX>(wr, xr, cols, sums);
-        const int valid_m = static_cast<int>(std::min<int64_t>(MX, m1 - m));
-        for (int j = 0; j < valid_m; ++j) {
-          float* out = s.out + (m + j) * n_out + n;
-          for (int i = 0; i < valid_n; ++i) {
-            out[i] = s.bias ? sums[j * NW + i] + s.bias[n + i] : sums[j * NW + i];
-          }
-        }
+  const int tile_rows = static_cast<int>(std::min<int64_t>(kPanelRows, s.rows - m));
+  const __mmask16 lo = static_cast<__mmask16>(valid >= 16 ? 0xffff : (1u << valid) - 1);
+  const __mmask16 hi = static_cast<__mmask16>(valid >= 32  ? 0xffff
+                                              : valid > 16 ? (1u << (valid - 16)) - 1
+                                                           : 0);
+  __m512 acc[2 * kPanelRows];
+  for (int i = 0; i < kPanelRows; ++i) {
+    const float* out = s.out + (m + i) * n_out + n;
+    if (i < tile_rows && k0 > 0) {
+      acc[2 * i] = _mm512_maskz_loadu_ps(lo, out);
+      acc[2 * i + 1] = _mm512_maskz_loadu_ps(hi, out + 16);
+    } else if (s.bias) {
+      acc[2 * i] = _mm512_maskz_loadu_ps(lo, s.bias + n);
+      acc[2 * i + 1] = _mm512_maskz_loadu_ps(hi, s.bias + n + 16);
+    } else {
+      acc[2 * i] = acc[2 * i + 1] = _mm512_setzero_ps();
+    }
+  }
+  PanelTile(panel, len / 2, rows + k0 / 2 * kPanelRows, acc);
+  for (int i = 0; i < tile_rows; ++i) {
+    float* out = s.out + (m + i) * n_out + n;
+    _mm512_mask_storeu_ps(out, lo, acc[2 * i]);
+    _mm512_mask_storeu_ps(out + 16, hi, acc[2 * i + 1]);
+  }
+}
+
+GZ_TARGET_AVX512BF16 void SlicePanels(const MatmulSlice& s, int64_t n0, int64_t n1) {
+  const uint16_t* w = static_cast<const uint16_t*>(s.w->data);  // [n, cols]
+  const int64_t cols = s.w->cols;
+  const int64_t padded = 2 * s.x_stride;  // inputs per activation row, a multiple of 32
+  const int64_t tiles = (s.rows + kPanelRows - 1) / kPanelRows;
+  // The activations of every tile in PanelTile's order (this thread's copy).
+  thread_local std::vector<uint32_t> packed;
+  const size_t tile_pairs = static_cast<size_t>(s.x_stride) * kPanelRows;
+  if (packed.size() < tiles * tile_pairs) packed.resize(tiles * tile_pairs);
+  for (int64_t t = 0; t < tiles; ++t) PackRows(s, t * kPanelRows, packed.data() + t * tile_pairs);
+  alignas(64) uint32_t panel[kPanelInputs / 2 * kPanelOut];
+  for (int64_t n = n0; n < n1; n += kPanelOut) {
+    const int valid = static_cast<int>(std::min<int64_t>(kPanelOut, n1 - n));
+    for (int64_t k0 = 0; k0 < padded; k0 += kPanelInputs) {
+      const int64_t len = std::min(kPanelInputs, padded - k0);
+      PackPanel(w, s.w->rows, cols, n, n1, k0, len, panel);
+      for (int64_t t = 0; t < tiles; ++t) {
+        PanelRows(s, panel, packed.data() + t * tile_pairs, k0, len, t * kPanelRows, n, valid);
       }
     }
   }
-}
-
-// 4x6 tile: 24 accumulators, 4 weight registers, one activation register.
-GZ_TARGET_AVX512BF16 void Slice(const MatmulSlice& s, int64_t n0, int64_t n1) {
-  if (s.rows == 1) return SliceTiles<8, 1>(s, n0, n1);
-  if (s.rows == 2) return SliceTiles<8, 2>(s, n0, n1);
-  return SliceTiles<4, 6>(s, n0, n1);
 }
 
 // Rows of x rounded to bf16 (nearest even), zero-padded to the block.
@@ -124,10 +190,10 @@ const MatmulKernels& Avx512Bf16MatmulKernels() {
   static const MatmulKernels kernels = [] {
     MatmulKernels k;
     k.block = kBlock;
-    k.tile_rows = 8;
+    k.tile_rows = kPanelOut;  // whole panels
     k.bf16_activations = true;
     k.prepare = &Prepare;
-    k.slice[static_cast<int>(Format::kBf16)] = &Slice;
+    k.slice[static_cast<int>(Format::kBf16)] = &SlicePanels;
     return k;
   }();
   return kernels;

@@ -196,16 +196,18 @@ TEST_F(CpuBackendTest, MatmulBf16ActivationsMatchRoundedReference) {
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
     CpuBackend backend(&pool, CpuOptions{.isa = std::nullopt, .bf16_activations = true});
-    for (int64_t rows : {1, 2, 3, 7, 40}) {
-      for (int64_t cols : {1, 31, 33, 389}) {
-        TestWeight w0(Format::kBf16, 29, cols, rng_);
+    // kBf16MinRows rows and more: the packed panels (32 outputs, 384 inputs at a time, tiles
+    // of 8 rows), with tails of rows, outputs and inputs; fewer: float32.
+    for (int64_t rows : {1, 2, 7, 16, 32, 45, 64}) {
+      for (int64_t cols : {1, 31, 33, 389, 1200}) {
+        TestWeight w0(Format::kBf16, 77, cols, rng_);
         TestWeight w1(Format::kF32, 11, cols, rng_);
         std::vector<float> x = Random(rows * cols + 1);
         std::vector<float> rounded(x.size());
         for (size_t i = 0; i < x.size(); ++i) rounded[i] = Bf16ToF32(F32ToBf16(x[i]));
-        std::vector<float> bias = Random(29);
-        std::vector<float> got0 = Poison(rows * 29), got1 = Poison(rows * 11);
-        std::vector<float> want0 = Poison(rows * 29), want1 = Poison(rows * 11);
+        std::vector<float> bias = Random(77);
+        std::vector<float> got0 = Poison(rows * 77), got1 = Poison(rows * 11);
+        std::vector<float> want0 = Poison(rows * 77), want1 = Poison(rows * 11);
         MatmulParams p;
         p.x = x.data() + 1;
         p.rows = rows;
@@ -216,9 +218,11 @@ TEST_F(CpuBackendTest, MatmulBf16ActivationsMatchRoundedReference) {
         p.out[1] = got1.data();
         p.bias[0] = bias.data();
         backend.Matmul(p);
+        // Fewer than kBf16MinRows rows keep float32 activations.
+        const bool bf16 = rows >= CpuOptions::kBf16MinRows;
         MatmulParams ref = p;
         ref.outputs = 1;
-        ref.x = rounded.data() + 1;
+        ref.x = (bf16 ? rounded.data() : x.data()) + 1;
         ref.out[0] = want0.data();
         ReferenceMatmul(ref);
         ref.x = x.data() + 1;
