@@ -177,6 +177,7 @@ GZ_TARGET_AVX512 void SliceTiles(const MatmulSlice& s, int64_t n0, int64_t n1) {
 // vector pipes beside the FMAs. A panel holds the blocks as Load<F> returns them (bf16: even
 // inputs, then odd), the order PrepareActivations wrote x in, zero-padded to the block.
 constexpr int kPanelRows = 4;
+static_assert(kPanelRows == kAvx512PanelRows);
 // Inputs per panel row: longer rows are summed over several panels, [0, kPanelCols) first.
 constexpr int64_t kPanelCols = 2048;
 // Activation rows per register tile: 4 x 6 = 24 accumulators, 4 weight and 1 activation
@@ -253,6 +254,34 @@ GZ_TARGET_AVX512 inline void PanelRows(const MatmulSlice& s, const float* panel,
   }
 }
 
+// Rows [m0, m1) of out[:, n:n + valid_n] over a panel of inputs [k0, k0 + len).
+GZ_TARGET_AVX512 void PanelAllRows(const MatmulSlice& s, const float* panel, int64_t k0,
+                                   int64_t len, int64_t m0, int64_t m1, int64_t n, int valid_n) {
+  int64_t m = m0;
+  for (; m + kPanelTileRows <= m1; m += kPanelTileRows) {
+    PanelRows<kPanelTileRows>(s, panel, k0, len, m, n, valid_n);
+  }
+  switch (m1 - m) {
+    case 5:
+      PanelRows<5>(s, panel, k0, len, m, n, valid_n);
+      break;
+    case 4:
+      PanelRows<4>(s, panel, k0, len, m, n, valid_n);
+      break;
+    case 3:
+      PanelRows<3>(s, panel, k0, len, m, n, valid_n);
+      break;
+    case 2:
+      PanelRows<2>(s, panel, k0, len, m, n, valid_n);
+      break;
+    case 1:
+      PanelRows<1>(s, panel, k0, len, m, n, valid_n);
+      break;
+    default:
+      break;
+  }
+}
+
 template <Format F>
 GZ_TARGET_AVX512 void SlicePanels(const MatmulSlice& s, int64_t n0, int64_t n1) {
   using T = typename Load<F>::T;
@@ -272,29 +301,7 @@ GZ_TARGET_AVX512 void SlicePanels(const MatmulSlice& s, int64_t n0, int64_t n1) 
       for (int64_t k0 = 0; k0 < s.x_stride; k0 += kPanelCols) {
         const int64_t len = std::min(kPanelCols, s.x_stride - k0);
         FillPanel<F>(wr, cols, k0, len, panel);
-        int64_t m = m0;
-        for (; m + kPanelTileRows <= m1; m += kPanelTileRows) {
-          PanelRows<kPanelTileRows>(s, panel, k0, len, m, n, valid_n);
-        }
-        switch (m1 - m) {
-          case 5:
-            PanelRows<5>(s, panel, k0, len, m, n, valid_n);
-            break;
-          case 4:
-            PanelRows<4>(s, panel, k0, len, m, n, valid_n);
-            break;
-          case 3:
-            PanelRows<3>(s, panel, k0, len, m, n, valid_n);
-            break;
-          case 2:
-            PanelRows<2>(s, panel, k0, len, m, n, valid_n);
-            break;
-          case 1:
-            PanelRows<1>(s, panel, k0, len, m, n, valid_n);
-            break;
-          default:
-            break;
-        }
+        PanelAllRows(s, panel, k0, len, m0, m1, n, valid_n);
       }
     }
   }
@@ -337,6 +344,11 @@ GZ_TARGET_AVX512 void Prepare(Format format, const float* x, int64_t rows, int64
 }
 
 }  // namespace
+
+void Avx512PanelRows(const MatmulSlice& s, const float* panel, int64_t k0, int64_t len, int64_t m0,
+                     int64_t m1, int64_t n, int valid_n) {
+  PanelAllRows(s, panel, k0, len, m0, m1, n, valid_n);
+}
 
 const MatmulKernels& Avx512MatmulKernels() {
   static const MatmulKernels kernels = [] {

@@ -50,6 +50,14 @@ const MatmulKernels& MatmulKernelsFor(CpuIsa isa);
 
 inline int64_t PaddedCols(int64_t cols, int block) { return (cols + block - 1) / block * block; }
 
+// The AVX-512 float32 panel product, for other weight formats that fill a panel themselves (the
+// quantized kernels): rows [m0, m1) of out[:, n:n + valid_n] (+)= panel [kAvx512PanelRows, len]
+// (weight rows n.. over inputs [k0, k0 + len), in the order s.x holds its inputs) times s.x; the
+// first panel of a row (k0 = 0) writes with the bias, later ones add. len: a multiple of 16.
+inline constexpr int kAvx512PanelRows = 4;
+void Avx512PanelRows(const MatmulSlice& s, const float* panel, int64_t k0, int64_t len, int64_t m0,
+                     int64_t m1, int64_t n, int valid_n);
+
 // Floats per prepared activation row.
 inline int64_t ActivationStride(const MatmulKernels& k, int64_t cols) {
   int64_t padded = PaddedCols(cols, k.block);

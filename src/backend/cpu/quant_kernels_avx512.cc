@@ -2,6 +2,7 @@
 // GCC 12 warns about the undefined vectors inside its own AVX-512 intrinsics (a false positive).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/quant_kernels.h"
 #include "quant/hadamard.h"
 #include "quant/layout.h"
@@ -9,6 +10,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace gizllm {
@@ -199,8 +201,57 @@ GZ_TARGET_AVX512 void Column(const QuantSlice& s, int64_t n) {
   }
 }
 
+// Many rows: kAvx512PanelRows weight rows at a time are dequantized once into a float32 panel
+// (in L1) that the float32 panel product then uses for every activation row, instead of every
+// tile of Tile's four rows decoding the codes again. Inputs per panel: a multiple of the group.
+constexpr int64_t kPanelInputs = 2048;
+// The panel fill prefetches the codes of the weight rows this many rows ahead.
+constexpr int kPanelPrefetchRows = 8;
+// From this many rows the panels are faster than Tile.
+constexpr int64_t kPanelMinRows = 8;
+
+template <Format F>
+GZ_TARGET_AVX512 void Panels(const QuantSlice& s, int64_t n0, int64_t n1) {
+  const Weight& w = *s.w;
+  const int64_t cols = w.cols, groups = cols / quant::kGroup;
+  constexpr int kBytes = quant::GroupBytes(F);
+  const auto* codes = static_cast<const uint8_t*>(w.data);
+  const auto* scales = static_cast<const float*>(w.scales);
+  const auto* zeros = static_cast<const float*>(w.zeros);
+  const MatmulSlice slice{
+      .w = &w, .x = s.x, .x_stride = cols, .rows = s.rows, .out = s.out, .bias = s.bias};
+  alignas(64) float panel[kAvx512PanelRows * kPanelInputs];
+  for (int64_t n = n0; n < n1; n += kAvx512PanelRows) {
+    const int valid = static_cast<int>(std::min<int64_t>(kAvx512PanelRows, n1 - n));
+    for (int64_t k0 = 0; k0 < cols; k0 += kPanelInputs) {
+      const int64_t len = std::min(kPanelInputs, cols - k0);
+      for (int j = 0; j < kAvx512PanelRows; ++j) {
+        const int64_t row = std::min<int64_t>(n + j, n1 - 1);  // past n1: dropped sums
+        const int64_t ahead = std::min<int64_t>(row + kPanelPrefetchRows, w.rows - 1);
+        float* dst = panel + j * len;
+        for (int64_t g = k0 / quant::kGroup; g < (k0 + len) / quant::kGroup; ++g) {
+          const int64_t k = row * groups + g;
+          const quant::Affine a = quant::GroupAffine(F, scales[k], zeros ? zeros + k : nullptr);
+          const __m512 mul = _mm512_set1_ps(a.mul), add = _mm512_set1_ps(a.add);
+          const uint8_t* group = codes + k * kBytes;
+          for (int b = 0; b < kBytes; b += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(codes + (ahead * groups + g) * kBytes + b),
+                         _MM_HINT_T0);
+          }
+          float* out = dst + g * quant::kGroup - k0;
+#pragma GCC unroll 8
+          for (int c = 0; c < kChunks; ++c)
+            _mm512_store_ps(out + 16 * c, Decode16<F>(group, c, mul, add));
+        }
+      }
+      Avx512PanelRows(slice, panel, k0, len, 0, s.rows, n, valid);
+    }
+  }
+}
+
 template <Format F>
 GZ_TARGET_AVX512 void Slice(const QuantSlice& s, int64_t n0, int64_t n1) {
+  if (s.rows >= kPanelMinRows) return Panels<F>(s, n0, n1);
   int64_t n = n0;
   for (; n + 4 <= n1; n += 4) Column<F, 4>(s, n);
   for (; n < n1; ++n) Column<F, 1>(s, n);

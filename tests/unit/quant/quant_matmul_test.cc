@@ -73,33 +73,37 @@ TEST(QuantMatmulTest, MatchesReferenceInEveryFormat) {
       {Format::kQ2, false, false}, {Format::kQ1, false, true},  {Format::kQ1, false, false}};
   std::mt19937 rng(10);
   ThreadPool pool(2);
-  const int64_t cols = 384;
-  for (const Case& c : cases) {
-    for (int64_t n : {1, 13, 37}) {
-      std::vector<float> wf = Gaussian(n * cols, rng, 0.05f);
-      auto q = quant::QuantizeLinear(wf.data(), n, cols,
-                                     quant::QuantizeOptions{c.format, c.zeros, c.rotate, 1234});
-      ASSERT_TRUE(q.ok()) << q.status().message();
-      Weight w = q->View();
-      std::vector<float> bias = Gaussian(n, rng, 1.0f);
-      for (int64_t rows : {1, 3, 6, 9}) {
-        std::vector<float> x = Gaussian(rows * cols, rng, 1.0f);
-        std::vector<float> want(rows * n);
-        quant::ReferenceMatmul(x.data(), rows, w, want.data());
-        std::vector<float> tol = Tolerances(x.data(), rows, w);
-        for (CpuIsa isa : Isas()) {
-          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-            std::vector<float> out(rows * n, std::nanf(""));
-            MatmulParams mp;
-            mp.x = x.data();
-            mp.rows = rows;
-            mp.w[0] = &w;
-            mp.out[0] = out.data();
-            mp.bias[0] = bias.data();
-            QuantMatmul(mp, p, isa);
-            for (int64_t i = 0; i < rows * n; ++i) {
-              ASSERT_NEAR(out[i], want[i] + bias[i % n], tol[i])
-                  << Name(c, isa, rows, n) << " at " << i;
+  // 2560 inputs: more than one dequantized panel (2048 inputs) per weight row.
+  for (const int64_t cols : {int64_t{384}, int64_t{2560}}) {
+    for (const Case& c : cases) {
+      if (cols > 384 && c.format != Format::kQ4 && c.format != Format::kQ8) continue;
+      for (int64_t n : {1, 13, 37}) {
+        std::vector<float> wf = Gaussian(n * cols, rng, 0.05f);
+        auto q = quant::QuantizeLinear(wf.data(), n, cols,
+                                       quant::QuantizeOptions{c.format, c.zeros, c.rotate, 1234});
+        ASSERT_TRUE(q.ok()) << q.status().message();
+        Weight w = q->View();
+        std::vector<float> bias = Gaussian(n, rng, 1.0f);
+        // 8 rows and more: dequantized panels (AVX-512), in tiles of 6 rows and a tail.
+        for (int64_t rows : {1, 3, 6, 9, 20}) {
+          std::vector<float> x = Gaussian(rows * cols, rng, 1.0f);
+          std::vector<float> want(rows * n);
+          quant::ReferenceMatmul(x.data(), rows, w, want.data());
+          std::vector<float> tol = Tolerances(x.data(), rows, w);
+          for (CpuIsa isa : Isas()) {
+            for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+              std::vector<float> out(rows * n, std::nanf(""));
+              MatmulParams mp;
+              mp.x = x.data();
+              mp.rows = rows;
+              mp.w[0] = &w;
+              mp.out[0] = out.data();
+              mp.bias[0] = bias.data();
+              QuantMatmul(mp, p, isa);
+              for (int64_t i = 0; i < rows * n; ++i) {
+                ASSERT_NEAR(out[i], want[i] + bias[i % n], tol[i])
+                    << Name(c, isa, rows, n) << " at " << i;
+              }
             }
           }
         }
