@@ -40,8 +40,8 @@ GZ_TARGET_AVX512BF16 inline void Transpose16(__m512i* r) {
     r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
     r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
   }
-  // Each 128-bit lane q of r[4a + b] now holds rows 4a..4a+3 of column 4q + b' (b' the order
-  // above: 0, 1, 2, 3 for b = 0, 1, 2, 3): gather the four 128-bit pieces of each column.
+  // Each 128-bit lane q of r[4a + b] now holds column 4q + b of rows 4a..4a+3: gather the four
+  // 128-bit pieces of each column.
   for (int i = 0; i < 4; ++i) {
     t[i] = _mm512_shuffle_i32x4(r[i], r[4 + i], 0x88);      // lanes 0, 2 of each
     t[4 + i] = _mm512_shuffle_i32x4(r[i], r[4 + i], 0xdd);  // lanes 1, 3
@@ -124,8 +124,8 @@ GZ_TARGET_AVX512BF16 void PanelRows(const MatmulSlice& s, const uint32_t* panel,
                                                            : 0);
   __m512 acc[2 * kPanelRows];
   for (int i = 0; i < kPanelRows; ++i) {
-    const float* out = s.out + (m + i) * n_out + n;
     if (i < tile_rows && k0 > 0) {
+      const float* out = s.out + (m + i) * n_out + n;
       acc[2 * i] = _mm512_maskz_loadu_ps(lo, out);
       acc[2 * i + 1] = _mm512_maskz_loadu_ps(hi, out + 16);
     } else if (s.bias) {
