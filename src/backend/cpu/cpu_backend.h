@@ -22,9 +22,9 @@ struct CpuOptions {
   std::optional<CpuIsa> isa;
   // Matmuls of at least kBf16MinRows rows over bf16 weights round the activations to bf16 and
   // use AVX-512 BF16 dot products (vdpbf16ps): faster prompts and large batches, about 1e-3
-  // relative error in each product. Fewer rows keep float32, where it was measured as fast or
-  // faster (the weights' bytes, not the products, bound those steps). Off by default (float32
-  // activations, float32 accumulation). Needs a CPU with avx512_bf16.
+  // relative error in each product. Fewer rows keep float32: there the bf16 kernel was measured
+  // slower (it repacks the weights per call, which too few activation rows do not repay). Off by
+  // default (float32 activations, float32 accumulation). Needs a CPU with avx512_bf16.
   bool bf16_activations = false;
   static constexpr int64_t kBf16MinRows = 32;
   Status Check() const;
