@@ -120,18 +120,17 @@ TEST(Golden, HiddenStatesBeforeFinalNorm) {
   }
 }
 
-// CpuOptions::bf16_activations rounds the input of every linear of a step of at least
-// kBf16MinRows rows to bf16 and multiplies exactly (bf16 products, float32 sums), against
-// transformers with each linear's input rounded the same way (tools/make_golden.py
-// --bf16-inputs): within 1e-2 of the largest logit; steps of fewer rows are float32 and held to
-// the float32 reference at 1e-4. Not 1e-4 as in
-// float32: two float32 computations that differ in their last bits round a few inputs to the
-// neighbouring bf16 value, 2^-8 of it, and these models' initializer range (0.2) amplifies each
-// such flip. Measured on the 40-token case: 0.39%, 0.06% and 0.04% of the largest logit for
-// llama, qwen2 and qwen3 (0.58%, 0.61% and 0.04% with the earlier dot-product kernels, whose
-// sums ran in another order), and inputs perturbed by a few float32 ulps before rounding move qwen2
-// between 0.06% and 0.6% and qwen3 between 0.04% and 0.28%. Unrounded float32 lies 3.5%, 1.5%
-// and 1.2% from this reference, so a path that skips or misplaces the rounding fails.
+// CpuOptions::bf16_activations: the model's bf16 weights are packed when they load
+// (PrepareWeight), and every linear of a step of any size rounds its input to bf16 and multiplies
+// exactly (bf16 products, float32 sums), against transformers with each linear's input rounded
+// the same way (tools/make_golden.py --bf16-inputs): within 1e-2 of the largest logit. Not 1e-4
+// as in float32: two float32 computations that differ in their last bits round a few inputs to
+// the neighbouring bf16 value, 2^-8 of it, and these models' initializer range (0.2) amplifies
+// each such flip. Measured: at most 0.39%, 0.06% and 0.04% of the largest logit for llama, qwen2
+// and qwen3 (0.58%, 0.61% and 0.04% with the earlier dot-product kernels, whose sums ran in
+// another order), and inputs perturbed by a few float32 ulps before rounding move qwen2 between
+// 0.06% and 0.6% and qwen3 between 0.04% and 0.28%. Unrounded float32 lies 3.5%, 1.5% and 1.2%
+// from this reference, so a path that skips or misplaces the rounding fails.
 TEST(Golden, Bf16ActivationsMatchTheRoundedReference) {
   if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "this CPU lacks avx512_bf16";
   ThreadPool pool(2);
@@ -141,35 +140,8 @@ TEST(Golden, Bf16ActivationsMatchTheRoundedReference) {
     ASSERT_TRUE(backend.ok()) << backend.status().message();
     auto model = Model::Load(dir, std::shared_ptr<Backend>(std::move(*backend)));
     ASSERT_TRUE(model.ok()) << model.status().message();
-    auto rounded = SafetensorsFile::Open(dir + "/reference_bf16_inputs.safetensors");
-    auto exact = SafetensorsFile::Open(dir + "/reference.safetensors");
-    ASSERT_TRUE(rounded.ok() && exact.ok());
-    int bf16_cases = 0;
-    for (int i = 0; rounded->Find("ids" + std::to_string(i)); ++i) {
-      const std::string id = std::to_string(i);
-      const auto tokens = ReadIds(*rounded->Find("ids" + id));
-      ASSERT_EQ(tokens, ReadIds(*exact->Find("ids" + id)));
-      // A step of at least kBf16MinRows rows (a whole case of that many tokens in one step)
-      // against the rounded reference.
-      if (static_cast<int64_t>(tokens.size()) >= CpuOptions::kBf16MinRows) {
-        ++bf16_cases;
-        for (int64_t chunk : {256}) {
-          auto ours = SequenceLogits(**model, tokens, chunk);
-          ASSERT_TRUE(ours.ok()) << ours.status().message();
-          golden::ExpectClose(
-              *ours, ReadFloats(*rounded->Find("logits" + id)), 1e-2f,
-              dir + " bf16 activations case " + id + " chunk " + std::to_string(chunk));
-        }
-      }
-      // Steps of fewer rows keep float32 activations: the float32 reference.
-      for (int64_t chunk : {5, 1}) {
-        auto ours = SequenceLogits(**model, tokens, chunk);
-        ASSERT_TRUE(ours.ok()) << ours.status().message();
-        golden::ExpectClose(*ours, ReadFloats(*exact->Find("logits" + id)), 1e-4f,
-                            dir + " few rows case " + id + " chunk " + std::to_string(chunk));
-      }
-    }
-    EXPECT_GE(bf16_cases, 1) << dir;
+    CheckLogits(**model, dir + " bf16 activations", dir + "/reference_bf16_inputs.safetensors",
+                1e-2f, {256, 5, 1});
   }
 }
 

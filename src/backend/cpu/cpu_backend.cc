@@ -258,12 +258,21 @@ Expected<Weight> CpuBackend::PrepareWeight(const Weight& host, std::unique_ptr<B
   switch (host.format) {
     case Format::kF32:
     case Format::kF16:
-    case Format::kBf16:
+    case Format::kBf16: {
       if (host.empty() || host.rows <= 0 || host.cols <= 0) {
         return InvalidArgument("cpu: weight of format " + FormatName(host.format) +
                                " has no data or an empty shape");
       }
-      return host;
+      if (host.format != Format::kBf16 || !options_.bf16_activations || !storage) return host;
+      // bf16 activations: packed once for the vdpbf16ps kernels (matmul_kernels.h).
+      GZ_ASSIGN_OR_RETURN(*storage, Allocate(PackedBf16Bytes(host.rows, host.cols)));
+      PackBf16Weight(static_cast<const uint16_t*>(host.data), host.rows, host.cols,
+                     (*storage)->data());
+      Weight w = host;
+      w.data = (*storage)->data();
+      packed_.insert(w.data);
+      return w;
+    }
     case Format::kQ8:
     case Format::kQ4:
     case Format::kQ2:
@@ -298,6 +307,11 @@ void CpuBackend::Embed(const EmbedParams& p) {
           break;
         }
         case Format::kBf16: {
+          if (packed_.count(t.data)) {  // a table packed by PrepareWeight (a tied head)
+            for (int64_t i = 0; i < dim; ++i)
+              out[i] = Bf16ToF32(PackedBf16At(t.data, dim, token, i));
+            break;
+          }
           const uint16_t* row = static_cast<const uint16_t*>(t.data) + token * dim;
           for (int64_t i = 0; i < dim; ++i) out[i] = Bf16ToF32(row[i]);
           break;
@@ -327,18 +341,24 @@ void CpuBackend::Matmul(const MatmulParams& p) {
   if (HasQuantizedOutput(p)) QuantMatmul(p, pool_, isa_);
   const int64_t cols = p.w[0]->cols;
   // Each plain output's kernels, and the activations in the order they read, prepared once
-  // per distinct order: [0] bf16 weights, [1] f16 and f32 weights.
+  // per distinct order: [0] bf16 activations (packed bf16 weights; with bf16_activations, bf16
+  // weights in steps of kBf16MinRows rows and more), [1] float32 in the order the float32
+  // kernels read bf16 weights, [2] f16 and f32 weights.
   const MatmulKernels* kernels[MatmulParams::kMaxOutputs] = {};
-  const float* x[2] = {nullptr, nullptr};
+  const float* x[3] = {nullptr, nullptr, nullptr};
   MatmulSlice slices[MatmulParams::kMaxOutputs];
   int64_t total_n = 0;
   int tile_rows = 1;
   for (int o = 0; o < p.outputs; ++o) {
     const Format f = p.w[o]->format;
     if (f != Format::kF32 && f != Format::kF16 && f != Format::kBf16) continue;
-    const int order = f == Format::kBf16 ? 0 : 1;
-    const MatmulKernels& k =
-        order == 0 && bf16_matmul_ && p.rows >= CpuOptions::kBf16MinRows ? *bf16_matmul_ : *matmul_;
+    const bool packed = f == Format::kBf16 && packed_.count(p.w[o]->data) > 0;
+    const bool bf16 =
+        packed || (f == Format::kBf16 && bf16_matmul_ && p.rows >= CpuOptions::kBf16MinRows);
+    const int order = bf16 ? 0 : f == Format::kBf16 ? 1 : 2;
+    const MatmulKernels& k = packed ? Avx512Bf16PackedMatmulKernels()
+                             : bf16 ? *bf16_matmul_
+                                    : *matmul_;
     const int64_t stride = ActivationStride(k, cols);
     if (!x[order]) {
       float* dst = activations_[order].Get(p.rows * stride);

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "backend/cpu/cpu_isa.h"
@@ -20,11 +21,13 @@ struct CpuOptions {
   // Instruction set of the kernels; unset: the best this CPU supports. Asking for more than
   // the CPU supports is an error (Check()).
   std::optional<CpuIsa> isa;
-  // Matmuls of at least kBf16MinRows rows over bf16 weights round the activations to bf16 and
-  // use AVX-512 BF16 dot products (vdpbf16ps): faster prompts and large batches, about 1e-3
-  // relative error in each product. Fewer rows keep float32: there the bf16 kernel was measured
-  // slower (it repacks the weights per call, which too few activation rows do not repay). Off by
-  // default (float32 activations, float32 accumulation). Needs a CPU with avx512_bf16.
+  // Matmuls over bf16 weights round the activations to bf16 and use AVX-512 BF16 dot products
+  // (vdpbf16ps): faster prompts and batches, about 1e-3 relative error in each product.
+  // PrepareWeight packs bf16 weights for them once (blocks of 32 rows, each 32-bit lane a pair of
+  // inputs of one row), which every step of any size then reads. Weights not prepared (a direct
+  // Matmul over host memory) are repacked per call, from kBf16MinRows rows; fewer rows keep
+  // float32 there (the repacking was measured slower than float32 for them). Off by default
+  // (float32 activations, float32 accumulation). Needs a CPU with avx512_bf16.
   bool bf16_activations = false;
   static constexpr int64_t kBf16MinRows = 32;
   Status Check() const;
@@ -82,7 +85,10 @@ class CpuBackend : public Backend {
   CpuIsa isa_;
   const MatmulKernels* matmul_;
   const MatmulKernels* bf16_matmul_;  // bf16 weights with bf16_activations, else null
-  Scratch activations_[2];            // matmul inputs in kernel order: bf16 order, natural order
+  Scratch activations_[3];            // matmul inputs in each kernel order (Matmul)
+  // Data of the bf16 weights PrepareWeight packed (bf16_activations): read by the packed kernels,
+  // and by Embed where a packed weight is also the embedding table.
+  std::unordered_set<const void*> packed_;
   Scratch rope_table_;
   int64_t rope_rows_ = -1;
   std::vector<int32_t> rope_positions_;

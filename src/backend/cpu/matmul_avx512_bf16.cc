@@ -86,13 +86,14 @@ GZ_TARGET_AVX512BF16 void PackPanel(const uint16_t* w, int64_t n_rows, int64_t c
 
 // acc (outputs n..n+32 of the tile's kPanelRows activation rows) += the panel's pairs times the
 // rows' pairs; x: the tile's pairs, kPanelRows per pair (PackRows).
+template <int MR>
 GZ_TARGET_AVX512BF16 inline void PanelTile(const uint32_t* panel, int64_t pairs, const uint32_t* x,
                                            __m512* acc) {
   for (int64_t p = 0; p < pairs; ++p) {
     const __m512bh w0 = (__m512bh)_mm512_load_si512(panel + p * kPanelOut);
     const __m512bh w1 = (__m512bh)_mm512_load_si512(panel + p * kPanelOut + 16);
 #pragma GCC unroll 8
-    for (int i = 0; i < kPanelRows; ++i) {
+    for (int i = 0; i < MR; ++i) {
       const __m512bh b = (__m512bh)_mm512_set1_epi32(static_cast<int>(x[p * kPanelRows + i]));
       acc[2 * i] = _mm512_dpbf16_ps(acc[2 * i], w0, b);
       acc[2 * i + 1] = _mm512_dpbf16_ps(acc[2 * i + 1], w1, b);
@@ -112,18 +113,20 @@ GZ_TARGET_AVX512BF16 void PackRows(const MatmulSlice& s, int64_t m, uint32_t* ou
 }
 
 // Output columns [n, n + valid) of the tile's rows over the panel of inputs [k0, k0 + len): the
-// first panel of a row starts from the bias, later ones add to what is there.
+// first panel of a row starts from the bias, later ones add to what is there. MR: the rows the
+// products run for (kPanelRows, or fewer for a tile of fewer rows).
+template <int MR = kPanelRows>
 GZ_TARGET_AVX512BF16 void PanelRows(const MatmulSlice& s, const uint32_t* panel,
                                     const uint32_t* rows, int64_t k0, int64_t len, int64_t m,
                                     int64_t n, int valid) {
   const int64_t n_out = s.w->rows;
-  const int tile_rows = static_cast<int>(std::min<int64_t>(kPanelRows, s.rows - m));
+  const int tile_rows = static_cast<int>(std::min<int64_t>(MR, s.rows - m));
   const __mmask16 lo = static_cast<__mmask16>(valid >= 16 ? 0xffff : (1u << valid) - 1);
   const __mmask16 hi = static_cast<__mmask16>(valid >= 32  ? 0xffff
                                               : valid > 16 ? (1u << (valid - 16)) - 1
                                                            : 0);
-  __m512 acc[2 * kPanelRows];
-  for (int i = 0; i < kPanelRows; ++i) {
+  __m512 acc[2 * MR];
+  for (int i = 0; i < MR; ++i) {
     if (i < tile_rows && k0 > 0) {
       const float* out = s.out + (m + i) * n_out + n;
       acc[2 * i] = _mm512_maskz_loadu_ps(lo, out);
@@ -135,7 +138,7 @@ GZ_TARGET_AVX512BF16 void PanelRows(const MatmulSlice& s, const uint32_t* panel,
       acc[2 * i] = acc[2 * i + 1] = _mm512_setzero_ps();
     }
   }
-  PanelTile(panel, len / 2, rows + k0 / 2 * kPanelRows, acc);
+  PanelTile<MR>(panel, len / 2, rows + k0 / 2 * kPanelRows, acc);
   for (int i = 0; i < tile_rows; ++i) {
     float* out = s.out + (m + i) * n_out + n;
     _mm512_mask_storeu_ps(out, lo, acc[2 * i]);
@@ -161,6 +164,41 @@ GZ_TARGET_AVX512BF16 void SlicePanels(const MatmulSlice& s, int64_t n0, int64_t 
       PackPanel(w, s.w->rows, cols, n, n1, k0, len, panel);
       for (int64_t t = 0; t < tiles; ++t) {
         PanelRows(s, panel, packed.data() + t * tile_pairs, k0, len, t * kPanelRows, n, valid);
+      }
+    }
+  }
+}
+
+// Weights packed once (PackBf16Weight): block b of 32 outputs is a ready panel over all inputs,
+// read straight from memory (one contiguous stream a block). Any number of rows.
+GZ_TARGET_AVX512BF16 void SlicePacked(const MatmulSlice& s, int64_t n0, int64_t n1) {
+  const auto* packed = static_cast<const uint32_t*>(s.w->data);
+  const int64_t pairs = s.x_stride;  // inputs / 2, padded as PackBf16Weight pads them
+  const int64_t tiles = (s.rows + kPanelRows - 1) / kPanelRows;
+  thread_local std::vector<uint32_t> rows;
+  const size_t tile_pairs = static_cast<size_t>(pairs) * kPanelRows;
+  if (rows.size() < tiles * tile_pairs) rows.resize(tiles * tile_pairs);
+  for (int64_t t = 0; t < tiles; ++t) PackRows(s, t * kPanelRows, rows.data() + t * tile_pairs);
+  for (int64_t n = n0; n < n1; n += kPanelOut) {
+    const int valid = static_cast<int>(std::min<int64_t>(kPanelOut, n1 - n));
+    const uint32_t* panel = packed + n / kPanelOut * pairs * kPanelOut;
+    for (int64_t t = 0; t < tiles; ++t) {
+      const uint32_t* x = rows.data() + t * tile_pairs;
+      const int64_t m = t * kPanelRows;
+      switch (std::min<int64_t>(kPanelRows, s.rows - m)) {
+        case 1:
+          PanelRows<1>(s, panel, x, 0, 2 * pairs, m, n, valid);
+          break;
+        case 2:
+          PanelRows<2>(s, panel, x, 0, 2 * pairs, m, n, valid);
+          break;
+        case 3:
+        case 4:
+          PanelRows<4>(s, panel, x, 0, 2 * pairs, m, n, valid);
+          break;
+        default:
+          PanelRows<kPanelRows>(s, panel, x, 0, 2 * pairs, m, n, valid);
+          break;
       }
     }
   }
@@ -197,6 +235,50 @@ const MatmulKernels& Avx512Bf16MatmulKernels() {
     return k;
   }();
   return kernels;
+}
+
+const MatmulKernels& Avx512Bf16PackedMatmulKernels() {
+  static const MatmulKernels kernels = [] {
+    MatmulKernels k;
+    k.block = kBlock;
+    k.tile_rows = kPanelOut;  // whole blocks
+    k.bf16_activations = true;
+    k.prepare = &Prepare;
+    k.slice[static_cast<int>(Format::kBf16)] = &SlicePacked;
+    return k;
+  }();
+  return kernels;
+}
+
+int64_t PackedBf16Bytes(int64_t rows, int64_t cols) {
+  return (rows + kPanelOut - 1) / kPanelOut * kPanelOut * PaddedCols(cols, kBlock) * 2;
+}
+
+void PackBf16Weight(const uint16_t* w, int64_t rows, int64_t cols, void* out) {
+  const int64_t pairs = PaddedCols(cols, kBlock) / 2;
+  auto* dst = static_cast<uint32_t*>(out);
+  for (int64_t b = 0; b < (rows + kPanelOut - 1) / kPanelOut; ++b) {
+    for (int64_t p = 0; p < pairs; ++p) {
+      for (int o = 0; o < kPanelOut; ++o) {
+        const int64_t r = b * kPanelOut + o;
+        uint32_t v = 0;
+        if (r < rows) {
+          const int64_t k = 2 * p;
+          const uint32_t lo = k < cols ? w[r * cols + k] : 0;
+          const uint32_t hi = k + 1 < cols ? w[r * cols + k + 1] : 0;
+          v = lo | hi << 16;
+        }
+        dst[(b * pairs + p) * kPanelOut + o] = v;
+      }
+    }
+  }
+}
+
+uint16_t PackedBf16At(const void* packed, int64_t cols, int64_t row, int64_t col) {
+  const int64_t pairs = PaddedCols(cols, kBlock) / 2;
+  const auto* p = static_cast<const uint32_t*>(packed);
+  const uint32_t v = p[(row / kPanelOut * pairs + col / 2) * kPanelOut + row % kPanelOut];
+  return static_cast<uint16_t>(col % 2 ? v >> 16 : v & 0xffffu);
 }
 
 }  // namespace gizllm

@@ -46,6 +46,13 @@ const MatmulKernels& Avx2MatmulKernels();
 const MatmulKernels& Avx512MatmulKernels();
 // bf16 weights only, activations rounded to bf16, vdpbf16ps products (CPUs with avx512_bf16).
 const MatmulKernels& Avx512Bf16MatmulKernels();
+// The same over weights packed once by PackBf16Weight (any number of rows).
+const MatmulKernels& Avx512Bf16PackedMatmulKernels();
+// The packed layout: blocks of 32 weight rows (the last zero-padded), each [cols' / 2][32]
+// 32-bit lanes holding inputs (2p, 2p + 1) of one row, cols' = cols rounded up to 32 (zeros).
+int64_t PackedBf16Bytes(int64_t rows, int64_t cols);
+void PackBf16Weight(const uint16_t* w, int64_t rows, int64_t cols, void* out);
+uint16_t PackedBf16At(const void* packed, int64_t cols, int64_t row, int64_t col);
 const MatmulKernels& MatmulKernelsFor(CpuIsa isa);
 
 inline int64_t PaddedCols(int64_t cols, int block) { return (cols + block - 1) / block * block; }

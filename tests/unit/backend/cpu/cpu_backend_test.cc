@@ -240,6 +240,65 @@ TEST_F(CpuBackendTest, MatmulBf16ActivationsMatchRoundedReference) {
   }
 }
 
+// With bf16_activations, PrepareWeight packs bf16 weights (blocks of 32 rows, pairs of inputs per
+// lane): every row count then rounds the activations to bf16 (partial blocks of rows and of
+// inputs included); an f32 weight in the same matmul stays exact. Embed reads a packed table
+// (a tied head) as the rows it was packed from.
+TEST_F(CpuBackendTest, PackedBf16WeightsMatchRoundedReference) {
+  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no avx512_bf16";
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    CpuBackend backend(&pool, CpuOptions{.isa = std::nullopt, .bf16_activations = true});
+    for (int64_t cols : {1, 31, 33, 389, 1200}) {
+      TestWeight w0(Format::kBf16, 77, cols, rng_);
+      TestWeight w1(Format::kF32, 11, cols, rng_);
+      std::unique_ptr<Buffer> storage;
+      auto packed = backend.PrepareWeight(w0.w, &storage);
+      ASSERT_TRUE(packed.ok()) << packed.status().message();
+      ASSERT_NE(packed->data, w0.w.data);
+      for (int64_t rows : {1, 2, 3, 5, 8, 13, 16, 40}) {
+        std::vector<float> x = Random(rows * cols + 1);
+        std::vector<float> rounded(x.size());
+        for (size_t i = 0; i < x.size(); ++i) rounded[i] = Bf16ToF32(F32ToBf16(x[i]));
+        std::vector<float> bias = Random(77);
+        std::vector<float> got0 = Poison(rows * 77), got1 = Poison(rows * 11);
+        std::vector<float> want0 = Poison(rows * 77), want1 = Poison(rows * 11);
+        MatmulParams p;
+        p.x = x.data() + 1;
+        p.rows = rows;
+        p.outputs = 2;
+        p.w[0] = &*packed;
+        p.w[1] = &w1.w;
+        p.out[0] = got0.data();
+        p.out[1] = got1.data();
+        p.bias[0] = bias.data();
+        backend.Matmul(p);
+        MatmulParams ref = p;
+        ref.outputs = 1;
+        ref.x = rounded.data() + 1;
+        ref.w[0] = &w0.w;
+        ref.out[0] = want0.data();
+        ReferenceMatmul(ref);
+        ref.x = x.data() + 1;
+        ref.w[0] = &w1.w;
+        ref.out[0] = want1.data();
+        ref.bias[0] = nullptr;
+        ReferenceMatmul(ref);
+        for (size_t i = 0; i < got0.size(); ++i) {
+          ASSERT_NEAR(got0[i], want0[i], 1e-5 * cols)
+              << threads << "t rows " << rows << " cols " << cols << " at " << i;
+        }
+        for (size_t i = 0; i < got1.size(); ++i) ASSERT_NEAR(got1[i], want1[i], 1e-5 * cols);
+      }
+      std::vector<int32_t> tokens = {0, 76, 31, 32, 5};
+      std::vector<float> got = Poison(tokens.size() * cols), want = Poison(tokens.size() * cols);
+      backend.Embed({got.data(), &*packed, tokens.data(), static_cast<int64_t>(tokens.size())});
+      backend.Embed({want.data(), &w0.w, tokens.data(), static_cast<int64_t>(tokens.size())});
+      EXPECT_EQ(got, want) << "cols " << cols;
+    }
+  }
+}
+
 TEST_F(CpuBackendTest, RmsNormMatchesReference) {
   for (const Config& c : Configs()) {
     ThreadPool pool(c.threads);
