@@ -18,9 +18,10 @@ void ModelOptions::Add(CLI::App* app) {
   app->add_flag("--exact", device.exact, "CUDA: float32 activations into the linears");
   app->add_flag("--bf16", device.bf16,
                 "CPU: round the activations into bf16 linears to bf16 and multiply with "
-                "AVX-512 BF16 over weights repacked at load (faster prompts and batches; logits "
-                "within about 1% of the largest instead of 1e-4). CUDA's fast mode does this "
-                "for steps of more than one row by default");
+                "AVX-512 BF16 over a copy of the weights repacked at load (their size again in "
+                "memory; faster decode, prompts and batches; logits within about 1% of the "
+                "largest instead of 1e-4). CUDA's fast mode does this for steps of more than "
+                "one row by default");
   app->add_option("--kv", kv,
                   "KV cache element type: f32, or f16 (half the memory and bytes read per "
                   "token; keys and values rounded to float16; CPU only)")
