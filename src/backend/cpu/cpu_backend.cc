@@ -341,11 +341,11 @@ void CpuBackend::Matmul(const MatmulParams& p) {
   if (HasQuantizedOutput(p)) QuantMatmul(p, pool_, isa_);
   const int64_t cols = p.w[0]->cols;
   // Each plain output's kernels, and the activations in the order they read, prepared once
-  // per distinct order: [0] bf16 activations (packed bf16 weights; with bf16_activations, bf16
-  // weights in steps of kBf16MinRows rows and more), [1] float32 in the order the float32
-  // kernels read bf16 weights, [2] f16 and f32 weights.
+  // per distinct order: [0] bf16 activations for bf16 weights not packed (bf16_activations, steps
+  // of kBf16MinRows rows and more), [1] float32 in the order the float32 kernels read bf16
+  // weights, [2] f16 and f32 weights, [3] bf16 activations in tiles for packed bf16 weights.
   const MatmulKernels* kernels[MatmulParams::kMaxOutputs] = {};
-  const float* x[3] = {nullptr, nullptr, nullptr};
+  const float* x[4] = {nullptr, nullptr, nullptr, nullptr};
   MatmulSlice slices[MatmulParams::kMaxOutputs];
   int64_t total_n = 0;
   int tile_rows = 1;
@@ -355,14 +355,18 @@ void CpuBackend::Matmul(const MatmulParams& p) {
     const bool packed = f == Format::kBf16 && packed_.count(p.w[o]->data) > 0;
     const bool bf16 =
         packed || (f == Format::kBf16 && bf16_matmul_ && p.rows >= CpuOptions::kBf16MinRows);
-    const int order = bf16 ? 0 : f == Format::kBf16 ? 1 : 2;
+    const int order = packed ? 3 : bf16 ? 0 : f == Format::kBf16 ? 1 : 2;
     const MatmulKernels& k = packed ? Avx512Bf16PackedMatmulKernels()
                              : bf16 ? *bf16_matmul_
                                     : *matmul_;
     const int64_t stride = ActivationStride(k, cols);
     if (!x[order]) {
-      float* dst = activations_[order].Get(p.rows * stride);
-      Split(pool_, p.rows, p.rows * cols, [&](int64_t r0, int64_t r1) {
+      // In units of k.prepare_rows rows (whole tiles).
+      const int64_t unit = k.prepare_rows;
+      const int64_t units = (p.rows + unit - 1) / unit;
+      float* dst = activations_[order].Get(units * unit * stride);
+      Split(pool_, units, p.rows * cols, [&](int64_t u0, int64_t u1) {
+        const int64_t r0 = u0 * unit, r1 = std::min(p.rows, u1 * unit);
         k.prepare(f, p.x + r0 * cols, r1 - r0, cols, dst + r0 * stride);
       });
       x[order] = dst;

@@ -85,7 +85,7 @@ class CpuBackend : public Backend {
   CpuIsa isa_;
   const MatmulKernels* matmul_;
   const MatmulKernels* bf16_matmul_;  // bf16 weights with bf16_activations, else null
-  Scratch activations_[3];            // matmul inputs in each kernel order (Matmul)
+  Scratch activations_[4];            // matmul inputs in each kernel order (Matmul)
   // Data of the bf16 weights PrepareWeight packed (bf16_activations): read by the packed kernels,
   // and by Embed where a packed weight is also the embedding table.
   std::unordered_set<const void*> packed_;

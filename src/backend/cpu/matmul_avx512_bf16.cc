@@ -170,20 +170,18 @@ GZ_TARGET_AVX512BF16 void SlicePanels(const MatmulSlice& s, int64_t n0, int64_t 
 }
 
 // Weights packed once (PackBf16Weight): block b of 32 outputs is a ready panel over all inputs,
-// read straight from memory (one contiguous stream a block). Any number of rows.
+// read straight from memory (one contiguous stream a block). Any number of rows; the activations
+// come in PanelTile's order already (PrepareTiles).
 GZ_TARGET_AVX512BF16 void SlicePacked(const MatmulSlice& s, int64_t n0, int64_t n1) {
   const auto* packed = static_cast<const uint32_t*>(s.w->data);
   const int64_t pairs = s.x_stride;  // inputs / 2, padded as PackBf16Weight pads them
   const int64_t tiles = (s.rows + kPanelRows - 1) / kPanelRows;
-  thread_local std::vector<uint32_t> rows;
-  const size_t tile_pairs = static_cast<size_t>(pairs) * kPanelRows;
-  if (rows.size() < tiles * tile_pairs) rows.resize(tiles * tile_pairs);
-  for (int64_t t = 0; t < tiles; ++t) PackRows(s, t * kPanelRows, rows.data() + t * tile_pairs);
+  const int64_t tile_pairs = pairs * kPanelRows;
   for (int64_t n = n0; n < n1; n += kPanelOut) {
     const int valid = static_cast<int>(std::min<int64_t>(kPanelOut, n1 - n));
     const uint32_t* panel = packed + n / kPanelOut * pairs * kPanelOut;
     for (int64_t t = 0; t < tiles; ++t) {
-      const uint32_t* x = rows.data() + t * tile_pairs;
+      const uint32_t* x = reinterpret_cast<const uint32_t*>(s.x) + t * tile_pairs;
       const int64_t m = t * kPanelRows;
       switch (std::min<int64_t>(kPanelRows, s.rows - m)) {
         case 1:
@@ -222,6 +220,38 @@ GZ_TARGET_AVX512BF16 void Prepare(Format format, const float* x, int64_t rows, i
   }
 }
 
+// Rows of x rounded to bf16 in PanelTile's order: tiles of kPanelRows rows, pair p of row i of a
+// tile at [p * kPanelRows + i] (32-bit), rows past `rows` and inputs past cols zero.
+GZ_TARGET_AVX512BF16 void PrepareTiles(Format format, const float* x, int64_t rows, int64_t cols,
+                                       float* dst) {
+  (void)format;
+  const int64_t pairs = PaddedCols(cols, kBlock) / 2;
+  auto* out = reinterpret_cast<uint32_t*>(dst);
+  for (int64_t t = 0; t < (rows + kPanelRows - 1) / kPanelRows; ++t) {
+    uint32_t* tile = out + t * pairs * kPanelRows;
+    for (int i = 0; i < kPanelRows; ++i) {
+      const int64_t r = t * kPanelRows + i;
+      for (int64_t p = 0; p < pairs; p += 16) {
+        // 16 pairs (32 inputs) of row r as bf16, then spread to their lanes of the tile.
+        alignas(64) uint32_t v[16];
+        if (r < rows) {
+          const float* src = x + r * cols;
+          const int64_t n = std::min<int64_t>(32, cols - 2 * p);
+          const __mmask16 lo = n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
+          const __mmask16 hi =
+              n > 16 ? (n >= 32 ? 0xffff : static_cast<__mmask16>((1u << (n - 16)) - 1)) : 0;
+          const __m512 v0 = _mm512_maskz_loadu_ps(lo, src + 2 * p);
+          const __m512 v1 = _mm512_maskz_loadu_ps(hi, src + 2 * p + 16);
+          _mm512_store_si512(v, (__m512i)_mm512_cvtne2ps_pbh(v1, v0));
+        } else {
+          std::memset(v, 0, sizeof(v));
+        }
+        for (int q = 0; q < 16; ++q) tile[(p + q) * kPanelRows + i] = v[q];
+      }
+    }
+  }
+}
+
 }  // namespace
 
 const MatmulKernels& Avx512Bf16MatmulKernels() {
@@ -243,7 +273,8 @@ const MatmulKernels& Avx512Bf16PackedMatmulKernels() {
     k.block = kBlock;
     k.tile_rows = kPanelOut;  // whole blocks
     k.bf16_activations = true;
-    k.prepare = &Prepare;
+    k.prepare = &PrepareTiles;
+    k.prepare_rows = kPanelRows;
     k.slice[static_cast<int>(Format::kBf16)] = &SlicePacked;
     return k;
   }();

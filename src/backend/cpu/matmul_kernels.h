@@ -36,8 +36,11 @@ struct MatmulKernels {
   // Activation rows hold bf16 values, two per float of the stride (AVX-512 BF16 kernels).
   bool bf16_activations = false;
   // Copies x [rows, cols] into dst [rows, stride] in the order the kernels for `format` read,
-  // zero-padded; stride = cols rounded up to `block`.
+  // zero-padded; stride = cols rounded up to `block`. With prepare_rows > 1 the rows are laid out
+  // in tiles of that many (x starts a tile; the last tile's missing rows are zeros), and dst has
+  // room for whole tiles.
   void (*prepare)(Format format, const float* x, int64_t rows, int64_t cols, float* dst) = nullptr;
+  int prepare_rows = 1;
   MatmulSliceFn slice[3] = {};  // by Format: kF32, kF16, kBf16
 };
 
