@@ -2,7 +2,7 @@
 // last row only) and decode tokens/s, with 1 and 2 threads, against this machine's memory read
 // bandwidth measured in the same run (bytes of weights and KV a decode step reads over it).
 //
-// Usage: model_bench [--model DIR] [--prompt 128] [--decode 128] [--reps 5]
+// Usage: model_bench [--model DIR] [--prompt 128] [--decode 128] [--reps 5] [--bf16] [--kv f32|f16]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -87,24 +87,43 @@ Figures Measure(Model& model, int prompt, int decode, int reps) {
 int Main(int argc, char** argv) {
   std::string dir = "models/tiny-chat";
   int prompt = 128, decode = 128, reps = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool bf16 = false;
+  LoadOptions load;
+  for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--model") dir = argv[i + 1];
-    else if (a == "--prompt") prompt = std::stoi(argv[i + 1]);
-    else if (a == "--decode") decode = std::stoi(argv[i + 1]);
-    else if (a == "--reps") reps = std::stoi(argv[i + 1]);
+    const bool has_value = i + 1 < argc;
+    if (a == "--bf16") {
+      bf16 = true;
+    } else if (a == "--kv" && has_value) {
+      CHECK(ParseKvFormat(argv[++i], &load.kv));
+    } else if (a == "--model" && has_value) {
+      dir = argv[++i];
+    } else if (a == "--prompt" && has_value) {
+      prompt = std::stoi(argv[++i]);
+    } else if (a == "--decode" && has_value) {
+      decode = std::stoi(argv[++i]);
+    } else if (a == "--reps" && has_value) {
+      reps = std::stoi(argv[++i]);
+    } else {
+      std::fprintf(stderr,
+                   "usage: model_bench [--model DIR] [--prompt N] [--decode N] [--reps N] "
+                   "[--bf16] [--kv f32|f16]\n");
+      return 2;
+    }
   }
-  std::printf("model %s, prompt %d tokens, decode %d tokens, best of %d\n", dir.c_str(), prompt,
-              decode, reps);
+  std::printf("model %s, prompt %d tokens, decode %d tokens, best of %d%s, %s KV pages\n",
+              dir.c_str(), prompt, decode, reps, bf16 ? ", bf16 activations" : "",
+              KvFormatName(load.kv).c_str());
   std::printf("%-8s %12s %14s %14s %14s %12s\n", "threads", "read GB/s", "prompt tok/s",
               "decode tok/s", "decode GB/s", "% of read");
   for (int threads : {1, 2}) {
     DeviceOptions device;
     device.device = "cpu";
     device.threads = threads;
+    device.bf16 = bf16;
     auto backend = OpenBackend(device);
     CHECK(backend.ok());
-    auto model = Model::Load(dir, *backend);
+    auto model = Model::Load(dir, *backend, load);
     if (!model.ok()) {
       std::fprintf(stderr, "%s\n", model.status().message().c_str());
       return 1;
@@ -114,7 +133,7 @@ int Main(int argc, char** argv) {
     // A decode step reads every weight once (the tied head reads the whole embedding) and the
     // keys and values of the positions so far (mean over the decoded tokens).
     const Arch& a = (*model)->arch();
-    double kv = a.layers * 2.0 * a.KvDim() * 4 * (prompt + decode / 2.0);
+    double kv = a.layers * 2.0 * a.KvDim() * KvFormatBytes(load.kv) * (prompt + decode / 2.0);
     double bytes = static_cast<double>((*model)->WeightBytes()) + kv;
     double gbs = f.decode_tps * bytes / 1e9;
     std::printf("%-8d %12.1f %14.0f %14.0f %14.1f %11.0f%%\n", threads, bandwidth, f.prompt_tps,
