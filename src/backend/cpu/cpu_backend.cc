@@ -34,6 +34,20 @@ class HostBuffer : public Buffer {
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+// A weight PrepareWeight packed: its data leaves the backend's set of packed data with it (the
+// buffer must not outlive the backend), so later memory at the same address is not taken for it.
+class PackedBuffer : public HostBuffer {
+ public:
+  PackedBuffer(void* data, size_t bytes, std::unordered_set<const void*>* packed)
+      : HostBuffer(data, bytes), packed_(packed) {
+    packed_->insert(data);
+  }
+  ~PackedBuffer() override { packed_->erase(data()); }
+
+ private:
+  std::unordered_set<const void*>* packed_;
+};
+
 // Runs fn(begin, end) over [0, n) on the pool, or inline when `work` is small.
 template <typename Fn>
 void Split(ThreadPool* pool, int64_t n, int64_t work, Fn&& fn) {
@@ -265,12 +279,14 @@ Expected<Weight> CpuBackend::PrepareWeight(const Weight& host, std::unique_ptr<B
       }
       if (host.format != Format::kBf16 || !options_.bf16_activations || !storage) return host;
       // bf16 activations: packed once for the vdpbf16ps kernels (matmul_kernels.h).
-      GZ_ASSIGN_OR_RETURN(*storage, Allocate(PackedBf16Bytes(host.rows, host.cols)));
-      PackBf16Weight(static_cast<const uint16_t*>(host.data), host.rows, host.cols,
-                     (*storage)->data());
+      const size_t bytes = RoundUp(PackedBf16Bytes(host.rows, host.cols), 64);
+      void* data = std::aligned_alloc(64, bytes);
+      if (!data)
+        return ResourceExhausted("cpu: cannot allocate " + std::to_string(bytes) + " bytes");
+      PackBf16Weight(static_cast<const uint16_t*>(host.data), host.rows, host.cols, data);
+      *storage = std::make_unique<PackedBuffer>(data, bytes, &packed_);
       Weight w = host;
-      w.data = (*storage)->data();
-      packed_.insert(w.data);
+      w.data = data;
       return w;
     }
     case Format::kQ8:
