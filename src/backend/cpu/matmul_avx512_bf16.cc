@@ -252,32 +252,29 @@ GZ_TARGET_AVX512BF16 void PrepareTiles(Format format, const float* x, int64_t ro
   }
 }
 
+// Kernels of bf16 weights with bf16 activations, in slices of whole panels.
+MatmulKernels Bf16Kernels(MatmulSliceFn slice,
+                          void (*prepare)(Format, const float*, int64_t, int64_t, float*),
+                          int prepare_rows) {
+  MatmulKernels k;
+  k.block = kBlock;
+  k.tile_rows = kPanelOut;
+  k.bf16_activations = true;
+  k.prepare = prepare;
+  k.prepare_rows = prepare_rows;
+  k.slice[static_cast<int>(Format::kBf16)] = slice;
+  return k;
+}
+
 }  // namespace
 
 const MatmulKernels& Avx512Bf16MatmulKernels() {
-  static const MatmulKernels kernels = [] {
-    MatmulKernels k;
-    k.block = kBlock;
-    k.tile_rows = kPanelOut;  // whole panels
-    k.bf16_activations = true;
-    k.prepare = &Prepare;
-    k.slice[static_cast<int>(Format::kBf16)] = &SlicePanels;
-    return k;
-  }();
+  static const MatmulKernels kernels = Bf16Kernels(&SlicePanels, &Prepare, 1);
   return kernels;
 }
 
 const MatmulKernels& Avx512Bf16PackedMatmulKernels() {
-  static const MatmulKernels kernels = [] {
-    MatmulKernels k;
-    k.block = kBlock;
-    k.tile_rows = kPanelOut;  // whole blocks
-    k.bf16_activations = true;
-    k.prepare = &PrepareTiles;
-    k.prepare_rows = kPanelRows;
-    k.slice[static_cast<int>(Format::kBf16)] = &SlicePacked;
-    return k;
-  }();
+  static const MatmulKernels kernels = Bf16Kernels(&SlicePacked, &PrepareTiles, kPanelRows);
   return kernels;
 }
 

@@ -189,52 +189,63 @@ TEST_F(CpuBackendTest, MatmulEveryRowCount) {
   }
 }
 
-// With bf16_activations, bf16 weights multiply activations rounded to bf16: the result must
-// match the reference over the rounded activations; other formats in the same call stay exact.
+// One matmul on a bf16_activations backend of a bf16 weight (`run`: as given or packed) with
+// an f32 weight beside it, against the reference: the bf16 output over the activations rounded
+// to bf16 when `rounded`, else exact; the f32 output exact.
+void CheckBf16Matmul(CpuBackend& backend, const Weight& run, const Weight& bf16, const Weight& f32,
+                     int64_t rows, bool rounded, std::mt19937& rng, const std::string& what) {
+  const int64_t cols = bf16.cols, n0 = bf16.rows, n1 = f32.rows;
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> x(rows * cols + 1), bias(n0);
+  for (float& v : x) v = d(rng);
+  for (float& v : bias) v = d(rng);
+  std::vector<float> xr(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xr[i] = Bf16ToF32(F32ToBf16(x[i]));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> got0(rows * n0, nan), got1(rows * n1, nan);
+  std::vector<float> want0(rows * n0, nan), want1(rows * n1, nan);
+  MatmulParams p;
+  p.x = x.data() + 1;
+  p.rows = rows;
+  p.outputs = 2;
+  p.w[0] = &run;
+  p.w[1] = &f32;
+  p.out[0] = got0.data();
+  p.out[1] = got1.data();
+  p.bias[0] = bias.data();
+  backend.Matmul(p);
+  MatmulParams ref = p;
+  ref.outputs = 1;
+  ref.x = (rounded ? xr.data() : x.data()) + 1;
+  ref.w[0] = &bf16;
+  ref.out[0] = want0.data();
+  ReferenceMatmul(ref);
+  ref.x = x.data() + 1;
+  ref.w[0] = &f32;
+  ref.out[0] = want1.data();
+  ref.bias[0] = nullptr;
+  ReferenceMatmul(ref);
+  for (size_t i = 0; i < got0.size(); ++i)
+    ASSERT_NEAR(got0[i], want0[i], 1e-5 * cols) << what << " rows " << rows << " at " << i;
+  for (size_t i = 0; i < got1.size(); ++i)
+    ASSERT_NEAR(got1[i], want1[i], 1e-5 * cols) << what << " rows " << rows << " f32 at " << i;
+}
+
+// With bf16_activations, bf16 weights as given (not prepared) multiply activations rounded to
+// bf16 from kBf16MinRows rows (repacked per call into panels of 32 outputs and 384 inputs, tiles
+// of 8 rows, with tails of rows, outputs and inputs); fewer rows stay float32.
 TEST_F(CpuBackendTest, MatmulBf16ActivationsMatchRoundedReference) {
   if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no avx512_bf16";
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
     CpuBackend backend(&pool, CpuOptions{.isa = std::nullopt, .bf16_activations = true});
-    // kBf16MinRows rows and more: the packed panels (32 outputs, 384 inputs at a time, tiles
-    // of 8 rows), with tails of rows, outputs and inputs; fewer: float32.
     for (int64_t rows : {1, 2, 7, 16, 32, 45, 64}) {
       for (int64_t cols : {1, 31, 33, 389, 1200}) {
         TestWeight w0(Format::kBf16, 77, cols, rng_);
         TestWeight w1(Format::kF32, 11, cols, rng_);
-        std::vector<float> x = Random(rows * cols + 1);
-        std::vector<float> rounded(x.size());
-        for (size_t i = 0; i < x.size(); ++i) rounded[i] = Bf16ToF32(F32ToBf16(x[i]));
-        std::vector<float> bias = Random(77);
-        std::vector<float> got0 = Poison(rows * 77), got1 = Poison(rows * 11);
-        std::vector<float> want0 = Poison(rows * 77), want1 = Poison(rows * 11);
-        MatmulParams p;
-        p.x = x.data() + 1;
-        p.rows = rows;
-        p.outputs = 2;
-        p.w[0] = &w0.w;
-        p.w[1] = &w1.w;
-        p.out[0] = got0.data();
-        p.out[1] = got1.data();
-        p.bias[0] = bias.data();
-        backend.Matmul(p);
-        // Fewer than kBf16MinRows rows keep float32 activations.
-        const bool bf16 = rows >= CpuOptions::kBf16MinRows;
-        MatmulParams ref = p;
-        ref.outputs = 1;
-        ref.x = (bf16 ? rounded.data() : x.data()) + 1;
-        ref.out[0] = want0.data();
-        ReferenceMatmul(ref);
-        ref.x = x.data() + 1;
-        ref.w[0] = &w1.w;
-        ref.out[0] = want1.data();
-        ref.bias[0] = nullptr;
-        ReferenceMatmul(ref);
-        for (size_t i = 0; i < got0.size(); ++i) {
-          ASSERT_NEAR(got0[i], want0[i], 1e-5 * cols)
-              << threads << "t rows " << rows << " cols " << cols << " at " << i;
-        }
-        for (size_t i = 0; i < got1.size(); ++i) ASSERT_NEAR(got1[i], want1[i], 1e-5 * cols);
+        CheckBf16Matmul(backend, w0.w, w0.w, w1.w, rows, rows >= CpuOptions::kBf16MinRows, rng_,
+                        std::to_string(threads) + "t cols " + std::to_string(cols));
+        if (::testing::Test::HasFatalFailure()) return;
       }
     }
   }
@@ -242,8 +253,7 @@ TEST_F(CpuBackendTest, MatmulBf16ActivationsMatchRoundedReference) {
 
 // With bf16_activations, PrepareWeight packs bf16 weights (blocks of 32 rows, pairs of inputs per
 // lane): every row count then rounds the activations to bf16 (partial blocks of rows and of
-// inputs included); an f32 weight in the same matmul stays exact. Embed reads a packed table
-// (a tied head) as the rows it was packed from.
+// inputs included). Embed reads a packed table (a tied head) as the rows it was packed from.
 TEST_F(CpuBackendTest, PackedBf16WeightsMatchRoundedReference) {
   if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no avx512_bf16";
   for (int threads : {1, 2}) {
@@ -257,38 +267,9 @@ TEST_F(CpuBackendTest, PackedBf16WeightsMatchRoundedReference) {
       ASSERT_TRUE(packed.ok()) << packed.status().message();
       ASSERT_NE(packed->data, w0.w.data);
       for (int64_t rows : {1, 2, 3, 5, 8, 13, 16, 40}) {
-        std::vector<float> x = Random(rows * cols + 1);
-        std::vector<float> rounded(x.size());
-        for (size_t i = 0; i < x.size(); ++i) rounded[i] = Bf16ToF32(F32ToBf16(x[i]));
-        std::vector<float> bias = Random(77);
-        std::vector<float> got0 = Poison(rows * 77), got1 = Poison(rows * 11);
-        std::vector<float> want0 = Poison(rows * 77), want1 = Poison(rows * 11);
-        MatmulParams p;
-        p.x = x.data() + 1;
-        p.rows = rows;
-        p.outputs = 2;
-        p.w[0] = &*packed;
-        p.w[1] = &w1.w;
-        p.out[0] = got0.data();
-        p.out[1] = got1.data();
-        p.bias[0] = bias.data();
-        backend.Matmul(p);
-        MatmulParams ref = p;
-        ref.outputs = 1;
-        ref.x = rounded.data() + 1;
-        ref.w[0] = &w0.w;
-        ref.out[0] = want0.data();
-        ReferenceMatmul(ref);
-        ref.x = x.data() + 1;
-        ref.w[0] = &w1.w;
-        ref.out[0] = want1.data();
-        ref.bias[0] = nullptr;
-        ReferenceMatmul(ref);
-        for (size_t i = 0; i < got0.size(); ++i) {
-          ASSERT_NEAR(got0[i], want0[i], 1e-5 * cols)
-              << threads << "t rows " << rows << " cols " << cols << " at " << i;
-        }
-        for (size_t i = 0; i < got1.size(); ++i) ASSERT_NEAR(got1[i], want1[i], 1e-5 * cols);
+        CheckBf16Matmul(backend, *packed, w0.w, w1.w, rows, true, rng_,
+                        std::to_string(threads) + "t packed cols " + std::to_string(cols));
+        if (::testing::Test::HasFatalFailure()) return;
       }
       std::vector<int32_t> tokens = {0, 76, 31, 32, 5};
       std::vector<float> got = Poison(tokens.size() * cols), want = Poison(tokens.size() * cols);
