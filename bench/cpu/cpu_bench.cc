@@ -20,6 +20,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -125,6 +126,43 @@ struct Model {
     }
     make(embed, wembed, kVocab, kDim);
     final_norm.assign(kDim, 1.0f);
+  }
+
+  // Every weight as `backend` prepares it at load (the packed bf16 panels with bf16
+  // activations; the host data otherwise), kept in `storage`, which must outlive the backend's
+  // use of the returned model. The copy's own data vectors are left empty.
+  Model PreparedFor(Backend& backend, std::vector<std::unique_ptr<Buffer>>& storage) const {
+    Model out(*this, Shallow{});
+    auto prepare = [&](const Weight& host, Weight& w) {
+      auto made = backend.PrepareWeight(host, &storage.emplace_back());
+      if (!made.ok()) {
+        std::fprintf(stderr, "%s\n", made.status().message().c_str());
+        std::exit(1);
+      }
+      w = *made;
+    };
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const Layer& a = layers[i];
+      Layer& b = out.layers[i];
+      prepare(a.wq, b.wq), prepare(a.wk, b.wk), prepare(a.wv, b.wv), prepare(a.wo, b.wo);
+      prepare(a.wgate, b.wgate), prepare(a.wup, b.wup), prepare(a.wdown, b.wdown);
+    }
+    prepare(wembed, out.wembed);
+    return out;
+  }
+
+ private:
+  struct Shallow {};
+  // The weights' descriptions, norms and size of `m` without its weight data.
+  Model(const Model& m, Shallow) : layers(m.layers.size()), wembed(m.wembed),
+                                   final_norm(m.final_norm), weight_bytes(m.weight_bytes) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const Layer& a = m.layers[i];
+      Layer& b = layers[i];
+      b.wq = a.wq, b.wk = a.wk, b.wv = a.wv, b.wo = a.wo;
+      b.wgate = a.wgate, b.wup = a.wup, b.wdown = a.wdown;
+      b.norm1 = a.norm1, b.norm2 = a.norm2, b.q_norm = a.q_norm, b.k_norm = a.k_norm;
+    }
   }
 };
 
@@ -373,11 +411,13 @@ void Bf16Error(ThreadPool& pool, const Model& m, const std::vector<float>& inv_f
   auto exact = MakeCpuBackend(&pool, CpuOptions{});
   auto rounded = MakeCpuBackend(&pool, CpuOptions{.isa = std::nullopt, .bf16_activations = true});
   if (!exact.ok() || !rounded.ok()) return;
+  std::vector<std::unique_ptr<Buffer>> storage;
+  const Model packed = m.PreparedFor(**rounded, storage);
   std::mt19937 rng(7);
   State a(16, 16), b(16, 16);
   for (int64_t r = 0; r < 16; ++r) a.tokens[r] = b.tokens[r] = rng() % kVocab;
   Forward(**exact, m, a, 0, false, inv_freq);
-  Forward(**rounded, m, b, 0, false, inv_freq);
+  Forward(**rounded, packed, b, 0, false, inv_freq);
   float max_logit = 0.0f, max_diff = 0.0f;
   for (int i = 0; i < kVocab; ++i) {
     max_logit = std::max(max_logit, std::abs(a.logits[i]));
@@ -413,21 +453,21 @@ int Main(int argc, char** argv) {
   }
   const int reps = quick ? 3 : 10;
   std::mt19937 rng(1);
-  Model model(rng);
+  const Model base(rng);
   std::vector<float> inv_freq(kHeadDim / 2);
   for (int i = 0; i < kHeadDim / 2; ++i) inv_freq[i] = std::pow(1e6f, -2.0f * i / kHeadDim);
   std::printf("isa %s, avx512_bf16 %d; tiny-chat shape, %.1f MB of bf16 weights\n",
-              CpuIsaName(DetectCpuIsa()), CpuHasAvx512Bf16() ? 1 : 0, model.weight_bytes / 1e6);
+              CpuIsaName(DetectCpuIsa()), CpuHasAvx512Bf16() ? 1 : 0, base.weight_bytes / 1e6);
 
   for (int threads : thread_counts) {
     ThreadPool pool(threads);
     const double dram = ReadBandwidth(pool, size_t{1} << 30, quick ? 2 : 5);
-    const double warm = ReadBandwidth(pool, model.weight_bytes / 64 * 64, reps * 4);
+    const double warm = ReadBandwidth(pool, base.weight_bytes / 64 * 64, reps * 4);
     std::printf("\n[%d thread%s]\n", threads, threads > 1 ? "s" : "");
     std::printf(
         "read bandwidth: %.1f GB/s (1 GiB buffer), %.1f GB/s (%.1f MB buffer, read "
         "repeatedly)\n",
-        dram, warm, model.weight_bytes / 1e6);
+        dram, warm, base.weight_bytes / 1e6);
     CpuOptions options;
     options.bf16_activations = bf16;
     auto made = MakeCpuBackend(&pool, options);
@@ -437,6 +477,8 @@ int Main(int argc, char** argv) {
     }
     Backend& backend = **made;
     std::printf("backend: %s\n", backend.Describe().c_str());
+    std::vector<std::unique_ptr<Buffer>> storage;
+    const Model model = base.PreparedFor(backend, storage);
 
     State decode(1, 256);
     double t = BestSeconds(reps * 10, [&] { Forward(backend, model, decode, 0, true, inv_freq); });
@@ -451,7 +493,7 @@ int Main(int argc, char** argv) {
       std::printf("decode forward at position %d: %.1f us/token = %.0f tokens/s\n", context,
                   t * 1e6, 1.0 / t);
     }
-    if (CpuHasAvx512Bf16()) Bf16Error(pool, model, inv_freq);
+    if (CpuHasAvx512Bf16()) Bf16Error(pool, base, inv_freq);
     OpTimes(backend, model, 1, 512, reps * 10, inv_freq);
     OpTimes(backend, model, 128, 0, reps, inv_freq);
     for (KvFormat format : {KvFormat::kF32, KvFormat::kF16})

@@ -85,13 +85,38 @@ GZ_TARGET_AVX512BF16 void PackPanel(const uint16_t* w, int64_t n_rows, int64_t c
 }
 
 // acc (outputs n..n+32 of the tile's kPanelRows activation rows) += the panel's pairs times the
-// rows' pairs; x: the tile's pairs, kPanelRows per pair (PackRows).
-template <int MR>
+// rows' pairs; x: the tile's pairs, kPanelRows per pair (PackRows). PF cache lines from `pf` on
+// are prefetched into L1 for each pair (the next panel, while this one's products run).
+template <int MR, int PF = 0>
 GZ_TARGET_AVX512BF16 inline void PanelTile(const uint32_t* panel, int64_t pairs, const uint32_t* x,
-                                           __m512* acc) {
-  for (int64_t p = 0; p < pairs; ++p) {
+                                           __m512* acc, const char* pf = nullptr) {
+  int64_t p = 0;
+  if constexpr (MR <= 2) {
+    // Too few accumulators to hide vdpbf16ps's latency: a second set takes the odd pairs.
+    __m512 odd[2 * MR];
+    for (int i = 0; i < 2 * MR; ++i) odd[i] = _mm512_setzero_ps();
+    for (; p + 1 < pairs; p += 2) {
+      const __m512bh w0 = (__m512bh)_mm512_load_si512(panel + p * kPanelOut);
+      const __m512bh w1 = (__m512bh)_mm512_load_si512(panel + p * kPanelOut + 16);
+      const __m512bh w2 = (__m512bh)_mm512_load_si512(panel + (p + 1) * kPanelOut);
+      const __m512bh w3 = (__m512bh)_mm512_load_si512(panel + (p + 1) * kPanelOut + 16);
+      for (int l = 0; l < 2 * PF; ++l) _mm_prefetch(pf + (p * PF + l) * 64, _MM_HINT_T0);
+      for (int i = 0; i < MR; ++i) {
+        const __m512bh b = (__m512bh)_mm512_set1_epi32(static_cast<int>(x[p * kPanelRows + i]));
+        const __m512bh c =
+            (__m512bh)_mm512_set1_epi32(static_cast<int>(x[(p + 1) * kPanelRows + i]));
+        acc[2 * i] = _mm512_dpbf16_ps(acc[2 * i], w0, b);
+        acc[2 * i + 1] = _mm512_dpbf16_ps(acc[2 * i + 1], w1, b);
+        odd[2 * i] = _mm512_dpbf16_ps(odd[2 * i], w2, c);
+        odd[2 * i + 1] = _mm512_dpbf16_ps(odd[2 * i + 1], w3, c);
+      }
+    }
+    for (int i = 0; i < 2 * MR; ++i) acc[i] = _mm512_add_ps(acc[i], odd[i]);
+  }
+  for (; p < pairs; ++p) {
     const __m512bh w0 = (__m512bh)_mm512_load_si512(panel + p * kPanelOut);
     const __m512bh w1 = (__m512bh)_mm512_load_si512(panel + p * kPanelOut + 16);
+    for (int l = 0; l < PF; ++l) _mm_prefetch(pf + (p * PF + l) * 64, _MM_HINT_T0);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const __m512bh b = (__m512bh)_mm512_set1_epi32(static_cast<int>(x[p * kPanelRows + i]));
@@ -115,10 +140,10 @@ GZ_TARGET_AVX512BF16 void PackRows(const MatmulSlice& s, int64_t m, uint32_t* ou
 // Output columns [n, n + valid) of the tile's rows over the panel of inputs [k0, k0 + len): the
 // first panel of a row starts from the bias, later ones add to what is there. MR: the rows the
 // products run for (kPanelRows, or fewer for a tile of fewer rows).
-template <int MR = kPanelRows>
+template <int MR = kPanelRows, int PF = 0>
 GZ_TARGET_AVX512BF16 void PanelRows(const MatmulSlice& s, const uint32_t* panel,
                                     const uint32_t* rows, int64_t k0, int64_t len, int64_t m,
-                                    int64_t n, int valid) {
+                                    int64_t n, int valid, const char* pf = nullptr) {
   const int64_t n_out = s.w->rows;
   const int tile_rows = static_cast<int>(std::min<int64_t>(MR, s.rows - m));
   const __mmask16 lo = static_cast<__mmask16>(valid >= 16 ? 0xffff : (1u << valid) - 1);
@@ -138,7 +163,7 @@ GZ_TARGET_AVX512BF16 void PanelRows(const MatmulSlice& s, const uint32_t* panel,
       acc[2 * i] = acc[2 * i + 1] = _mm512_setzero_ps();
     }
   }
-  PanelTile<MR>(panel, len / 2, rows + k0 / 2 * kPanelRows, acc);
+  PanelTile<MR, PF>(panel, len / 2, rows + k0 / 2 * kPanelRows, acc, pf);
   for (int i = 0; i < tile_rows; ++i) {
     float* out = s.out + (m + i) * n_out + n;
     _mm512_mask_storeu_ps(out, lo, acc[2 * i]);
@@ -177,13 +202,29 @@ GZ_TARGET_AVX512BF16 void SlicePacked(const MatmulSlice& s, int64_t n0, int64_t 
   const int64_t pairs = s.x_stride;  // inputs / 2, padded as PackBf16Weight pads them
   const int64_t tiles = (s.rows + kPanelRows - 1) / kPanelRows;
   const int64_t tile_pairs = pairs * kPanelRows;
+  const int64_t panel_bytes = pairs * kPanelOut * 4;
   for (int64_t n = n0; n < n1; n += kPanelOut) {
     const int valid = static_cast<int>(std::min<int64_t>(kPanelOut, n1 - n));
     const uint32_t* panel = packed + n / kPanelOut * pairs * kPanelOut;
+    // With two tiles or more, the first two prefetch half of the next panel each into L1 while
+    // their products run (a line a pair): the first tile of a panel then finds it there instead
+    // of waiting on memory. 16 rows: 1.9 -> 1.4 ms for tiny-chat's linears. One tile reads its
+    // panel once, and the hardware's prefetcher keeps up with that stream alone.
+    const char* next = reinterpret_cast<const char*>(panel) + panel_bytes;
     for (int64_t t = 0; t < tiles; ++t) {
       const uint32_t* x = reinterpret_cast<const uint32_t*>(s.x) + t * tile_pairs;
       const int64_t m = t * kPanelRows;
-      switch (std::min<int64_t>(kPanelRows, s.rows - m)) {
+      const int64_t rows = std::min<int64_t>(kPanelRows, s.rows - m);
+      if (t < 2 && tiles >= 2) {
+        const char* pf = next + t * panel_bytes / 2;
+        if (rows > 4) {
+          PanelRows<kPanelRows, 1>(s, panel, x, 0, 2 * pairs, m, n, valid, pf);
+        } else {
+          PanelRows<4, 1>(s, panel, x, 0, 2 * pairs, m, n, valid, pf);
+        }
+        continue;
+      }
+      switch (rows) {
         case 1:
           PanelRows<1>(s, panel, x, 0, 2 * pairs, m, n, valid);
           break;
