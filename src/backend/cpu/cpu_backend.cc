@@ -34,6 +34,7 @@ class HostBuffer : public Buffer {
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+
 // A weight PrepareWeight packed: its data leaves the backend's set of packed data with it (the
 // buffer must not outlive the backend), so later memory at the same address is not taken for it.
 class PackedBuffer : public HostBuffer {
@@ -96,10 +97,12 @@ void RopeRows(const RopeParams& p, const float* table, int64_t r0, int64_t r1) {
 }
 
 // Query heads [g_begin, g_end) (at most kMaxHeads) of kv head kvh for row r, over its slot's
-// pages: online softmax one page at a time (scores of a page, then the running max, sum and
-// weighted values rescaled), so no buffer grows with the context. acc: [g_end - g_begin,
-// head_dim] scratch.
+// pages: online softmax a chunk of up to kChunkPages pages at a time (the chunk's scores, then
+// the running max, sum and weighted values rescaled once), so no buffer grows with the context.
+// acc: [g_end - g_begin, head_dim] scratch.
 constexpr int kMaxHeads = 64;
+constexpr int kChunkPages = vec::kScoreRows / kPage;
+static_assert(vec::kScoreRows % kPage == 0);
 
 // Prefetches kPage rows of `width` bytes, `stride` bytes apart. (GCC deletes a loop whose body
 // is only __builtin_prefetch, hence the asm.)
@@ -115,7 +118,6 @@ inline void PrefetchPage(const void* x, int64_t stride, int64_t width) {
     }
   }
 }
-
 // KV: float (f32 pages) or uint16_t (f16 pages, converted as the routines load them).
 template <class V, typename KV>
 void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, int g_end,
@@ -125,8 +127,16 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
   const int64_t stride = static_cast<int64_t>(p.kv_heads) * hd;  // elements between positions
   const int32_t last = p.positions[r];
   const int32_t first = p.window > 0 ? std::max(0, last - p.window + 1) : 0;
+  const int32_t last_block = last / kPage;
   const int32_t* pages = p.table.pages + static_cast<int64_t>(p.slots[r]) * p.table.max_pages;
   const bool cold = r == 0 || p.slots[r - 1] != p.slots[r];
+  const auto* keys = static_cast<const KV*>(p.cache.keys);
+  const auto* values = static_cast<const KV*>(p.cache.values);
+  // Where position t of block b starts (kv head kvh).
+  auto at = [&](int32_t block, int32_t t) {
+    return (static_cast<int64_t>(pages[block]) * kPage + t) * stride +
+           static_cast<int64_t>(kvh) * hd;
+  };
   float max_score[kMaxHeads], total[kMaxHeads];
   DCHECK(g_end - g_begin <= kMaxHeads);
   for (int h = 0; h < g_end - g_begin; ++h) {
@@ -134,23 +144,32 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
     total[h] = 0.0f;
   }
   std::memset(acc, 0, sizeof(float) * (g_end - g_begin) * hd);
-  for (int32_t block = first / kPage; block <= last / kPage; ++block) {
-    const int32_t t0 = std::max(first, block * kPage) - block * kPage;
-    const int32_t t1 = std::min(last, block * kPage + kPage - 1) - block * kPage + 1;
-    const int count = t1 - t0;
-    const int64_t base =
-        (static_cast<int64_t>(pages[block]) * kPage + t0) * stride + static_cast<int64_t>(kvh) * hd;
-    const KV* k = static_cast<const KV*>(p.cache.keys) + base;  // position t at k + t * stride
-    const KV* v = static_cast<const KV*>(p.cache.values) + base;
+  for (int32_t block0 = first / kPage; block0 <= last_block; block0 += kChunkPages) {
+    const int pages_in = std::min(kChunkPages, last_block + 1 - block0);
+    const KV* k[kChunkPages];
+    const KV* v[kChunkPages];
+    int count[kChunkPages];
+    int positions = 0;
+    for (int j = 0; j < pages_in; ++j) {
+      const int32_t block = block0 + j;
+      const int32_t t0 = std::max(first, block * kPage) - block * kPage;
+      const int32_t t1 = std::min(last, block * kPage + kPage - 1) - block * kPage + 1;
+      count[j] = t1 - t0;
+      k[j] = keys + at(block, t0);  // position t0 + t at k[j] + t * stride
+      v[j] = values + at(block, t0);
+      positions += count[j];
+    }
     // The pages of a context are scattered in the cache, beyond the hardware prefetcher's
-    // reach: fetch the next page's keys and values while this one is computed. Rows of one
-    // prompt (a slot's rows in a row) find the pages the row before them read still cached.
-    if (cold && block < last / kPage) {
-      const int64_t next =
-          static_cast<int64_t>(pages[block + 1]) * kPage * stride + static_cast<int64_t>(kvh) * hd;
+    // reach: the chunk's keys and values, and the next chunk's first keys, are fetched while
+    // its first scores are computed. Rows of one prompt (a slot's rows in a row) find the
+    // pages the row before them read still cached.
+    if (cold) {
       constexpr int64_t kBytes = sizeof(KV);
-      PrefetchPage(static_cast<const KV*>(p.cache.keys) + next, stride * kBytes, hd * kBytes);
-      PrefetchPage(static_cast<const KV*>(p.cache.values) + next, stride * kBytes, hd * kBytes);
+      for (int j = 1; j < pages_in; ++j) PrefetchPage(k[j], stride * kBytes, hd * kBytes);
+      for (int j = 0; j < pages_in; ++j) PrefetchPage(v[j], stride * kBytes, hd * kBytes);
+      if (block0 + pages_in <= last_block) {
+        PrefetchPage(keys + at(block0 + pages_in, 0), stride * kBytes, hd * kBytes);
+      }
     }
     // Query heads four at a time, so that each key and value is loaded once for them.
     for (int g0 = g_begin; g0 < g_end; g0 += 4) {
@@ -158,20 +177,20 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
       const float* q = p.q + (r * p.heads + kvh * group + g0) * hd;  // [heads, hd]
       float s[4 * vec::kScoreRows];
       float correction[4];
-      V::ScoresHeads(q, heads, k, stride, count, hd, p.scale, s);
+      for (int j = 0, offset = 0; j < pages_in; offset += count[j], ++j) {
+        V::ScoresHeads(q, heads, k[j], stride, count[j], hd, p.scale, s + offset);
+      }
       for (int h = 0; h < heads; ++h) {
         const int g = g0 - g_begin + h;
         float* sh = s + h * vec::kScoreRows;
-        float block_max = sh[0];
-        for (int t = 1; t < count; ++t) block_max = std::max(block_max, sh[t]);
-        const float new_max = std::max(max_score[g], block_max);
-        correction[h] = std::exp(max_score[g] - new_max);  // 0 on the first page
-        const float sum = V::ExpShifted(sh, count, new_max);
+        const float new_max = std::max(max_score[g], V::Max(sh, positions));
+        correction[h] = std::exp(max_score[g] - new_max);  // 0 on the first chunk
+        const float sum = V::ExpShifted(sh, positions, new_max);
         total[g] = total[g] * correction[h] + sum;
         max_score[g] = new_max;
       }
-      V::ScaleAddWeightedHeads(acc + (g0 - g_begin) * hd, heads, correction, s, v, stride, count,
-                               hd);
+      V::ScaleAddWeightedPages(acc + (g0 - g_begin) * hd, heads, correction, s, v, count, pages_in,
+                               stride, hd);
     }
   }
   for (int g = g_begin; g < g_end; ++g) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "backend/cpu/cpu_isa.h"
@@ -16,8 +17,9 @@
 
 namespace gizllm::vec {
 
-// Scores per head in the *Heads functions: one KV page.
-inline constexpr int kScoreRows = 16;
+// Scores per head in the *Heads functions: up to kScoreRows positions (several KV pages, whose
+// softmax is updated once).
+inline constexpr int kScoreRows = 128;
 
 // The largest finite float16: KV values past it are stored as it (saturated), not as infinity.
 inline constexpr float kHalfMax = 65504.0f;
@@ -30,6 +32,18 @@ const float* WidenPage(const uint16_t* x, int64_t stride, int count, int64_t n) 
   if (buffer.size() < static_cast<size_t>(count * n)) buffer.resize(count * n);
   for (int t = 0; t < count; ++t) V::HalvesToFloats(x + t * stride, n, buffer.data() + t * n);
   return buffer.data();
+}
+
+// ScaleAddWeightedPages by one ScaleAddWeightedHeads call per page (policies without a fused
+// version): page j's scores follow page j - 1's in p, and c applies before the first page only.
+template <class V, typename KV>
+void ScaleAddWeightedEachPage(float* acc, int heads, const float* c, const float* p,
+                              const KV* const* v, const int* count, int pages, int64_t stride,
+                              int64_t n) {
+  static constexpr float kOnes[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+  for (int j = 0, offset = 0; j < pages; offset += count[j], ++j) {
+    V::ScaleAddWeightedHeads(acc, heads, j == 0 ? c : kOnes, p + offset, v[j], stride, count[j], n);
+  }
 }
 
 struct Scalar {
@@ -97,6 +111,8 @@ struct Scalar {
     }
   }
   // For `heads` (<= 4) query heads q [heads, n] at once: s[h * kScoreRows + t] as in Scores.
+  // count <= 16 (a page), and each row of s has room for 16 scores: a version may write past
+  // count there.
   static void ScoresHeads(const float* q, int heads, const float* k, int64_t stride, int count,
                           int64_t n, float scale, float* s) {
     for (int h = 0; h < heads; ++h)
@@ -118,6 +134,20 @@ struct Scalar {
   static void ScaleAddWeightedHeads(float* acc, int heads, const float* c, const float* p,
                                     const uint16_t* v, int64_t stride, int count, int64_t n) {
     ScaleAddWeightedHeads(acc, heads, c, p, WidenPage<Scalar>(v, stride, count, n), n, count, n);
+  }
+  // The largest of x[0:n], n > 0.
+  static float Max(const float* x, int64_t n) {
+    float m = x[0];
+    for (int64_t i = 1; i < n; ++i) m = std::max(m, x[i]);
+    return m;
+  }
+  // ScaleAddWeightedHeads over `pages` pages at once: page j's count[j] values at v[j], its
+  // scores after those of pages before it in each row of p; c applies once, before them.
+  template <typename KV>
+  static void ScaleAddWeightedPages(float* acc, int heads, const float* c, const float* p,
+                                    const KV* const* v, const int* count, int pages,
+                                    int64_t stride, int64_t n) {
+    ScaleAddWeightedEachPage<Scalar>(acc, heads, c, p, v, count, pages, stride, n);
   }
 };
 
@@ -308,9 +338,10 @@ struct Avx512 {
       }
 #pragma GCC unroll 4
       for (int h = 0; h < H; ++h) {
-        alignas(16) float r[4];
-        _mm_store_ps(r, _mm_mul_ps(Reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]), sv));
-        for (int u = 0; u < 4 && t + u < count; ++u) s[h * kScoreRows + t + u] = r[u];
+        // All four scores at once, also past count (up to the next multiple of 4, within the
+        // page's 16 and so within the row): the scores of a page after this one overwrite them.
+        _mm_storeu_ps(s + h * kScoreRows + t,
+                      _mm_mul_ps(Reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]), sv));
       }
     }
   }
@@ -365,6 +396,71 @@ struct Avx512 {
         return ScaleAddWeightedHeadsN<3>(acc, c, p, v, stride, count, n);
       default:
         return ScaleAddWeightedHeadsN<4>(acc, c, p, v, stride, count, n);
+    }
+  }
+  GZ_TARGET_AVX512 static float Max(const float* x, int64_t n) {
+    const __m512 low = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    __m512 m = low;
+    for (int64_t i = 0; i < n; i += 16) {
+      m = _mm512_max_ps(m, _mm512_mask_loadu_ps(low, Tail(std::min<int64_t>(16, n - i)), x + i));
+    }
+    return _mm512_reduce_max_ps(m);
+  }
+  // As ScaleAddWeightedHeadsN over several pages: the accumulators of 64 values of every head
+  // stay in registers across all the pages' positions (one load and store of acc per call).
+  template <int H, typename KV>
+  GZ_TARGET_AVX512 static inline void ScaleAddWeightedPagesN(float* acc, const float* c,
+                                                             const float* p, const KV* const* v,
+                                                             const int* count, int pages,
+                                                             int64_t stride, int64_t n) {
+    for (int64_t i = 0; i < n; i += 64) {
+      __mmask16 m[4];
+      for (int u = 0; u < 4; ++u) m[u] = Tail(std::clamp<int64_t>(n - i - 16 * u, 0, 16));
+      __m512 a[H][4];
+#pragma GCC unroll 4
+      for (int h = 0; h < H; ++h) {
+        const __m512 ch = _mm512_set1_ps(c[h]);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) {
+          a[h][u] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m[u], acc + h * n + i + 16 * u), ch);
+        }
+      }
+      for (int j = 0, offset = 0; j < pages; offset += count[j], ++j) {
+        const KV* vj = v[j] + i;
+        const float* pj = p + offset;
+        for (int t = 0; t < count[j]; ++t) {
+          __m512 vv[4];
+#pragma GCC unroll 4
+          for (int u = 0; u < 4; ++u) vv[u] = LoadKv(vj + t * stride + 16 * u, m[u]);
+#pragma GCC unroll 4
+          for (int h = 0; h < H; ++h) {
+            const __m512 w = _mm512_set1_ps(pj[h * kScoreRows + t]);
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; ++u) a[h][u] = _mm512_fmadd_ps(w, vv[u], a[h][u]);
+          }
+        }
+      }
+#pragma GCC unroll 4
+      for (int h = 0; h < H; ++h) {
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) _mm512_mask_storeu_ps(acc + h * n + i + 16 * u, m[u], a[h][u]);
+      }
+    }
+  }
+  template <typename KV>
+  GZ_TARGET_AVX512 static void ScaleAddWeightedPages(float* acc, int heads, const float* c,
+                                                     const float* p, const KV* const* v,
+                                                     const int* count, int pages, int64_t stride,
+                                                     int64_t n) {
+    switch (heads) {
+      case 1:
+        return ScaleAddWeightedPagesN<1>(acc, c, p, v, count, pages, stride, n);
+      case 2:
+        return ScaleAddWeightedPagesN<2>(acc, c, p, v, count, pages, stride, n);
+      case 3:
+        return ScaleAddWeightedPagesN<3>(acc, c, p, v, count, pages, stride, n);
+      default:
+        return ScaleAddWeightedPagesN<4>(acc, c, p, v, count, pages, stride, n);
     }
   }
 };
@@ -520,6 +616,24 @@ struct Avx2 {
                                                    const float* p, const uint16_t* v,
                                                    int64_t stride, int count, int64_t n) {
     ScaleAddWeightedHeads(acc, heads, c, p, WidenPage<Avx2>(v, stride, count, n), n, count, n);
+  }
+  GZ_TARGET_AVX2 static float Max(const float* x, int64_t n) {
+    __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
+    __m128 r = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    r = _mm_max_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_max_ss(r, _mm_movehdup_ps(r));
+    float best = _mm_cvtss_f32(r);
+    for (; i < n; ++i) best = std::max(best, x[i]);
+    return best;
+  }
+  template <typename KV>
+  GZ_TARGET_AVX2 static void ScaleAddWeightedPages(float* acc, int heads, const float* c,
+                                                   const float* p, const KV* const* v,
+                                                   const int* count, int pages, int64_t stride,
+                                                   int64_t n) {
+    ScaleAddWeightedEachPage<Avx2>(acc, heads, c, p, v, count, pages, stride, n);
   }
 };
 

@@ -470,7 +470,8 @@ TEST_F(CpuBackendTest, AttentionMatchesReference) {
       CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
       for (Shape s : {Shape{6, 2, 64, 0}, Shape{4, 4, 37, 0}, Shape{3, 1, 16, 21},
                       Shape{8, 2, 128, 0}, Shape{10, 2, 24, 0}, Shape{67, 1, 8, 0}}) {
-        const int slots = 3, max_pages = 7;
+        // Contexts up to 19 pages: the online softmax runs over several chunks of pages.
+        const int slots = 3, max_pages = 19;
         TestCache cache(s.kv_heads, s.head_dim, slots, max_pages, rng_, format);
         for (int64_t rows : {1, 2, 40}) {
           std::vector<int32_t> row_slots(rows), positions(rows);
