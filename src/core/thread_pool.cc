@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -102,6 +103,42 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     int64_t begin = part * per * grain;
     int64_t end = std::min(n, (part + 1) * per * grain);
     if (begin < end) fn(begin, end, thread);
+  });
+}
+
+void ThreadPool::ForEachAffine(int64_t n, const std::function<void(int64_t, int)>& fn) {
+  if (n <= 0) return;
+  if (threads_ == 1 || n == 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i, 0);
+    return;
+  }
+  // Each share's items not taken yet, [front, back): high and low 32 bits of one word, so that
+  // its owner (front) and the others (back) never take the same item.
+  const int shares = threads_;
+  std::vector<std::atomic<uint64_t>> left(shares);
+  for (int t = 0; t < shares; ++t) {
+    const uint64_t begin = static_cast<uint64_t>(n * t / shares);
+    const uint64_t end = static_cast<uint64_t>(n * (t + 1) / shares);
+    left[t].store(begin << 32 | end, std::memory_order_relaxed);
+  }
+  auto take = [&](int share, bool front) -> int64_t {
+    uint64_t v = left[share].load(std::memory_order_relaxed);
+    for (;;) {
+      const uint64_t begin = v >> 32, end = v & 0xffffffffu;
+      if (begin >= end) return -1;
+      const uint64_t next = front ? (begin + 1) << 32 | end : begin << 32 | (end - 1);
+      if (left[share].compare_exchange_weak(v, next, std::memory_order_relaxed)) {
+        return static_cast<int64_t>(front ? begin : end - 1);
+      }
+    }
+  };
+  // One task per thread; a thread that runs a second one (its peer was late) only helps.
+  Run(shares, [&](int64_t, int thread) {
+    for (int64_t i; (i = take(thread, true)) >= 0;) fn(i, thread);
+    for (int k = 1; k < shares; ++k) {
+      const int other = (thread + k) % shares;
+      for (int64_t i; (i = take(other, false)) >= 0;) fn(i, thread);
+    }
   });
 }
 

@@ -36,6 +36,14 @@ class ThreadPool {
   void ParallelFor(int64_t n, int64_t grain,
                    const std::function<void(int64_t begin, int64_t end, int thread)>& fn);
 
+  // Runs fn(i, thread) for each i in [0, n), once, with the same items on the same threads from
+  // call to call where the threads keep up: thread t takes the items of its share (the t-th of
+  // threads() equal parts of [0, n)) front to back, then those left in other shares from their
+  // backs. Calls that split the same n alike (a step's matmuls over the same weights, its
+  // attention over the same sequences) then find their data in the caches of the core that read
+  // it last time.
+  void ForEachAffine(int64_t n, const std::function<void(int64_t i, int thread)>& fn);
+
  private:
   // A job's description; two alternate so that a late worker never reads a job being written.
   struct Job {
