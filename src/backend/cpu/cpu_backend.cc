@@ -159,17 +159,16 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
       v[j] = values + at(block, t0);
       positions += count[j];
     }
-    // The pages of a context are scattered in the cache, beyond the hardware prefetcher's
-    // reach: the chunk's keys and values, and the next chunk's first keys, are fetched while
-    // its first scores are computed. Rows of one prompt (a slot's rows in a row) find the
-    // pages the row before them read still cached.
+    // The pages of a context are scattered in the pool, beyond the hardware prefetcher's reach,
+    // and in a decode step they are not in L2 (the weights streamed through since the last
+    // step): each page's rows are fetched while the page before it is read (the first keys
+    // before the last chunk's values, the first values after the last keys), a few lines at
+    // a time (bursts of a page or more stall on the core's outstanding misses). Rows of one
+    // prompt (a slot's rows in a row) find the pages the row before them read still cached.
+    const KV* after = nullptr;  // the next chunk's first keys
     if (cold) {
-      constexpr int64_t kBytes = sizeof(KV);
-      for (int j = 1; j < pages_in; ++j) PrefetchPage(k[j], stride * kBytes, hd * kBytes);
-      for (int j = 0; j < pages_in; ++j) PrefetchPage(v[j], stride * kBytes, hd * kBytes);
-      if (block0 + pages_in <= last_block) {
-        PrefetchPage(keys + at(block0 + pages_in, 0), stride * kBytes, hd * kBytes);
-      }
+      if (block0 == first / kPage) PrefetchPage(k[0], stride * sizeof(KV), hd * sizeof(KV));
+      if (block0 + pages_in <= last_block) after = keys + at(block0 + pages_in, 0);
     }
     // Query heads four at a time, so that each key and value is loaded once for them.
     for (int g0 = g_begin; g0 < g_end; g0 += 4) {
@@ -178,7 +177,8 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
       float s[4 * vec::kScoreRows];
       float correction[4];
       for (int j = 0, offset = 0; j < pages_in; offset += count[j], ++j) {
-        V::ScoresHeads(q, heads, k[j], stride, count[j], hd, p.scale, s + offset);
+        const KV* next = !cold ? nullptr : j + 1 < pages_in ? k[j + 1] : v[0];
+        V::ScoresHeads(q, heads, k[j], stride, count[j], hd, p.scale, s + offset, next);
       }
       for (int h = 0; h < heads; ++h) {
         const int g = g0 - g_begin + h;
@@ -190,7 +190,7 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
         max_score[g] = new_max;
       }
       V::ScaleAddWeightedPages(acc + (g0 - g_begin) * hd, heads, correction, s, v, count, pages_in,
-                               stride, hd);
+                               stride, hd, cold, after);
     }
   }
   for (int g = g_begin; g < g_end; ++g) {

@@ -34,6 +34,18 @@ const float* WidenPage(const uint16_t* x, int64_t stride, int count, int64_t n) 
   return buffer.data();
 }
 
+// Fetches `bytes` from p into L1, a line at a time. (GCC deletes a loop whose body is only
+// __builtin_prefetch, hence the asm.)
+inline void PrefetchRow(const void* p, int64_t bytes) {
+  for (int64_t b = 0; b < bytes; b += 64) {
+#if defined(__x86_64__)
+    asm volatile("prefetcht0 %0" : : "m"(static_cast<const char*>(p)[b]));
+#else
+    __builtin_prefetch(static_cast<const char*>(p) + b, 0, 3);
+#endif
+  }
+}
+
 // ScaleAddWeightedPages by one ScaleAddWeightedHeads call per page (policies without a fused
 // version): page j's scores follow page j - 1's in p, and c applies before the first page only.
 template <class V, typename KV>
@@ -113,8 +125,10 @@ struct Scalar {
   // For `heads` (<= 4) query heads q [heads, n] at once: s[h * kScoreRows + t] as in Scores.
   // count <= 16 (a page), and each row of s has room for 16 scores: a version may write past
   // count there.
+  // next: a page read after this one (a version may fetch its rows meanwhile), or null.
   static void ScoresHeads(const float* q, int heads, const float* k, int64_t stride, int count,
-                          int64_t n, float scale, float* s) {
+                          int64_t n, float scale, float* s, const void* next = nullptr) {
+    (void)next;
     for (int h = 0; h < heads; ++h)
       Scores(q + h * n, k, stride, count, n, scale, s + h * kScoreRows);
   }
@@ -128,7 +142,8 @@ struct Scalar {
   }
   // The same over float16 pages.
   static void ScoresHeads(const float* q, int heads, const uint16_t* k, int64_t stride, int count,
-                          int64_t n, float scale, float* s) {
+                          int64_t n, float scale, float* s, const void* next = nullptr) {
+    (void)next;
     ScoresHeads(q, heads, WidenPage<Scalar>(k, stride, count, n), n, count, n, scale, s);
   }
   static void ScaleAddWeightedHeads(float* acc, int heads, const float* c, const float* p,
@@ -143,10 +158,14 @@ struct Scalar {
   }
   // ScaleAddWeightedHeads over `pages` pages at once: page j's count[j] values at v[j], its
   // scores after those of pages before it in each row of p; c applies once, before them.
+  // fetch: a version may fetch each page's rows while the page before it is read, and those of
+  // `after` (a page read next, or null) with the last.
   template <typename KV>
   static void ScaleAddWeightedPages(float* acc, int heads, const float* c, const float* p,
                                     const KV* const* v, const int* count, int pages,
-                                    int64_t stride, int64_t n) {
+                                    int64_t stride, int64_t n, bool fetch = false,
+                                    const void* after = nullptr) {
+    (void)fetch, (void)after;
     ScaleAddWeightedEachPage<Scalar>(acc, heads, c, p, v, count, pages, stride, n);
   }
 };
@@ -311,11 +330,16 @@ struct Avx512 {
   GZ_TARGET_AVX512 static inline __m512 LoadKv(const uint16_t* p, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
   }
+  // next: as in Scalar; its rows t..t+3 are fetched with this page's rows t..t+3.
   template <int H, typename KV>
   GZ_TARGET_AVX512 static inline void ScoresHeadsN(const float* q, const KV* k, int64_t stride,
-                                                   int count, int64_t n, float scale, float* s) {
+                                                   int count, int64_t n, float scale, float* s,
+                                                   const KV* next) {
     const __m128 sv = _mm_set1_ps(scale);
     for (int t = 0; t < count; t += 4) {
+      if (next) {
+        for (int u = 0; u < 4; ++u) PrefetchRow(next + (t + u) * stride, n * sizeof(KV));
+      }
       const KV* kt[4];
       for (int u = 0; u < 4; ++u) kt[u] = k + std::min(t + u, count - 1) * stride;
       __m512 acc[H][4];
@@ -347,16 +371,18 @@ struct Avx512 {
   }
   template <typename KV>
   GZ_TARGET_AVX512 static void ScoresHeads(const float* q, int heads, const KV* k, int64_t stride,
-                                           int count, int64_t n, float scale, float* s) {
+                                           int count, int64_t n, float scale, float* s,
+                                           const void* next = nullptr) {
+    const KV* nk = static_cast<const KV*>(next);
     switch (heads) {
       case 1:
-        return ScoresHeadsN<1>(q, k, stride, count, n, scale, s);
+        return ScoresHeadsN<1>(q, k, stride, count, n, scale, s, nk);
       case 2:
-        return ScoresHeadsN<2>(q, k, stride, count, n, scale, s);
+        return ScoresHeadsN<2>(q, k, stride, count, n, scale, s, nk);
       case 3:
-        return ScoresHeadsN<3>(q, k, stride, count, n, scale, s);
+        return ScoresHeadsN<3>(q, k, stride, count, n, scale, s, nk);
       default:
-        return ScoresHeadsN<4>(q, k, stride, count, n, scale, s);
+        return ScoresHeadsN<4>(q, k, stride, count, n, scale, s, nk);
     }
   }
   // For `heads` (<= 4) heads: acc [heads, n] as in ScaleAddWeighted, with c[h] and
@@ -408,11 +434,14 @@ struct Avx512 {
   }
   // As ScaleAddWeightedHeadsN over several pages: the accumulators of 64 values of every head
   // stay in registers across all the pages' positions (one load and store of acc per call).
+  // With fetch, row t of the page after page j (of `after` after the last) is fetched with
+  // page j's row t.
   template <int H, typename KV>
   GZ_TARGET_AVX512 static inline void ScaleAddWeightedPagesN(float* acc, const float* c,
                                                              const float* p, const KV* const* v,
                                                              const int* count, int pages,
-                                                             int64_t stride, int64_t n) {
+                                                             int64_t stride, int64_t n, bool fetch,
+                                                             const KV* after) {
     for (int64_t i = 0; i < n; i += 64) {
       __mmask16 m[4];
       for (int u = 0; u < 4; ++u) m[u] = Tail(std::clamp<int64_t>(n - i - 16 * u, 0, 16));
@@ -428,7 +457,9 @@ struct Avx512 {
       for (int j = 0, offset = 0; j < pages; offset += count[j], ++j) {
         const KV* vj = v[j] + i;
         const float* pj = p + offset;
+        const KV* next = !fetch || i > 0 ? nullptr : j + 1 < pages ? v[j + 1] : after;
         for (int t = 0; t < count[j]; ++t) {
+          if (next) PrefetchRow(next + t * stride, n * sizeof(KV));
           __m512 vv[4];
 #pragma GCC unroll 4
           for (int u = 0; u < 4; ++u) vv[u] = LoadKv(vj + t * stride + 16 * u, m[u]);
@@ -451,16 +482,18 @@ struct Avx512 {
   GZ_TARGET_AVX512 static void ScaleAddWeightedPages(float* acc, int heads, const float* c,
                                                      const float* p, const KV* const* v,
                                                      const int* count, int pages, int64_t stride,
-                                                     int64_t n) {
+                                                     int64_t n, bool fetch = false,
+                                                     const void* after = nullptr) {
+    const KV* a = static_cast<const KV*>(after);
     switch (heads) {
       case 1:
-        return ScaleAddWeightedPagesN<1>(acc, c, p, v, count, pages, stride, n);
+        return ScaleAddWeightedPagesN<1>(acc, c, p, v, count, pages, stride, n, fetch, a);
       case 2:
-        return ScaleAddWeightedPagesN<2>(acc, c, p, v, count, pages, stride, n);
+        return ScaleAddWeightedPagesN<2>(acc, c, p, v, count, pages, stride, n, fetch, a);
       case 3:
-        return ScaleAddWeightedPagesN<3>(acc, c, p, v, count, pages, stride, n);
+        return ScaleAddWeightedPagesN<3>(acc, c, p, v, count, pages, stride, n, fetch, a);
       default:
-        return ScaleAddWeightedPagesN<4>(acc, c, p, v, count, pages, stride, n);
+        return ScaleAddWeightedPagesN<4>(acc, c, p, v, count, pages, stride, n, fetch, a);
     }
   }
 };
@@ -593,7 +626,9 @@ struct Avx2 {
   }
   // For `heads` (<= 4) query heads q [heads, n] at once: s[h * kScoreRows + t] as in Scores.
   GZ_TARGET_AVX2 static void ScoresHeads(const float* q, int heads, const float* k, int64_t stride,
-                                         int count, int64_t n, float scale, float* s) {
+                                         int count, int64_t n, float scale, float* s,
+                                         const void* next = nullptr) {
+    (void)next;
     for (int h = 0; h < heads; ++h)
       Scores(q + h * n, k, stride, count, n, scale, s + h * kScoreRows);
   }
@@ -609,7 +644,8 @@ struct Avx2 {
   // The same over float16 pages.
   GZ_TARGET_AVX2 static void ScoresHeads(const float* q, int heads, const uint16_t* k,
                                          int64_t stride, int count, int64_t n, float scale,
-                                         float* s) {
+                                         float* s, const void* next = nullptr) {
+    (void)next;
     ScoresHeads(q, heads, WidenPage<Avx2>(k, stride, count, n), n, count, n, scale, s);
   }
   GZ_TARGET_AVX2 static void ScaleAddWeightedHeads(float* acc, int heads, const float* c,
@@ -632,7 +668,9 @@ struct Avx2 {
   GZ_TARGET_AVX2 static void ScaleAddWeightedPages(float* acc, int heads, const float* c,
                                                    const float* p, const KV* const* v,
                                                    const int* count, int pages, int64_t stride,
-                                                   int64_t n) {
+                                                   int64_t n, bool fetch = false,
+                                                   const void* after = nullptr) {
+    (void)fetch, (void)after;
     ScaleAddWeightedEachPage<Avx2>(acc, heads, c, p, v, count, pages, stride, n);
   }
 };
