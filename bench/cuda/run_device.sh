@@ -5,7 +5,7 @@
 # there and carry it). Every step has its own time limit, so one hang cannot eat the call.
 # Usage: bench/cuda/run_device.sh STEP... with STEP one of tests model sampling engine sanitize
 #        racecheck bench bits engine-bench
-#        bench-exact bench-cublas bench-gemv8 bench-nographs ncu-attention
+#        bench-exact bench-cublas bench-gemv8 bench-nographs ncu-attention ncu-quant
 #        golden-refs peer peer-compile
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$LD_LIBRARY_PATH
 export PYTHONUNBUFFERED=1
@@ -63,6 +63,15 @@ for what in "$@"; do
                      .device/cuda_bench --quick --prefill-only > "$OUT/ncu_attention.log" 2>&1
                    echo "rc=$?"; grep -v "^==PROF==\|^  *$" "$OUT/ncu_attention.log" |
                      grep -A200 "MmaTileKernel" | head -120 ;;
+    ncu-quant) # the batch-1 quantized decode kernels of one layer (q/k/v, o, gate/up, down), 4-bit
+               ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+               timeout 240 "$ncu" --kernel-name regex:QuantDecodeKernel --launch-count 4 \
+                 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+                 --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
+                 --section MemoryWorkloadAnalysis \
+                 .device/cuda_bench --quick --decode-only --bits 4/8 > "$OUT/ncu_quant.log" 2>&1
+               echo "rc=$?"; grep -v "^==PROF==\|^  *$" "$OUT/ncu_quant.log" |
+                 grep -E "QuantDecodeKernel|Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|Eligible Warps|No Eligible|Warp Cycles Per Issued|Block Limit|Waves Per SM|Grid Size|Executed Ipc A|Stall|DRAM" | head -120 ;;
     golden-refs) # transformers' logits with bf16-rounded linear inputs (tools/make_golden.py)
                  timeout 200 python3 tools/make_golden.py --bf16-inputs tests/golden/models/llama \
                    tests/golden/models/qwen2 tests/golden/models/qwen3 2>&1 |

@@ -231,7 +231,8 @@ class CudaBackend : public Backend {
       return Matmul(plain);
     }
     if (cuda::HasQuantized(p)) {
-      if (p.accumulate || p.swiglu) return QuantEnds(p);
+      if ((p.accumulate || p.swiglu) && !cuda::QuantFusesEnds(p, options_.exact))
+        return QuantEnds(p);
       MatmulParams plain =
           QuantGemmFits(p) ? QuantGemm(p)
                            : cuda::LaunchQuantMatmul(p, options_.exact, &quant_scratch_, stream_);

@@ -145,8 +145,13 @@ bool HasQuantized(const MatmulParams& p);
 struct QuantScratch {
   Scratch xh, xsum, x32;
 };
+// Whether LaunchQuantMatmul runs p's accumulate and swiglu ends itself (inside the batch-1
+// decode kernel: fast mode, one row, every output quantized alike, no norm left to apply);
+// otherwise the caller runs p without them and adds or applies SwiGLU after.
+bool QuantFusesEnds(const MatmulParams& p, bool exact);
 // Runs the quantized outputs of p (exact: float32 activations and sums, else float16 activations
 // on the tensor cores) and returns the params of the plain outputs left to run (outputs 0: none).
+// p's accumulate and swiglu only where QuantFusesEnds(p, exact).
 MatmulParams LaunchQuantMatmul(const MatmulParams& p, bool exact, QuantScratch* scratch,
                                cudaStream_t stream);
 // The many-row path (fast mode, at least kQuantGemmRows rows, weights of at most

@@ -128,6 +128,10 @@ struct QuantSet {
   int64_t n[MatmulParams::kMaxOutputs] = {};
   unsigned first_block[MatmulParams::kMaxOutputs + 1] = {};
   int count = 0;
+  // Batch-1 decode only (QuantDecodeKernel): out += the product; or, with two outputs of the
+  // same n, out[0] = silu(output 0) * output 1, each block computing both for the same rows.
+  bool accumulate = false;
+  bool swiglu = false;
 };
 
 // The output of a block, picked with constant indices (a variable index would copy the set to
@@ -175,6 +179,8 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
                                  : kLoadsWanted / Q::kLoads > 4 ? 4
                                                                 : kLoadsWanted / Q::kLoads;
   __shared__ float parts[kSplitM ? 1 : kQuantWarps][kTiles * 4][32];
+  AllowDependentLaunch();
+  WaitForPriorGrid();
   const QuantPick pick = Pick(set);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g8 = lane >> 2, q4 = lane & 3;
@@ -352,36 +358,69 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
   constexpr int kGroupsInFlight = kStepsInFlight * Q::kGroupsPerStep;
   __shared__ float parts[kQuantWarps][kMT * 2][8];
   __shared__ __align__(16) __half stage[kQuantWarps][quant::kGroup];
+  AllowDependentLaunch();  // the kernel after it may be scheduled now
   const QuantPick pick = Pick(set);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g8 = lane >> 2, q4 = lane & 3;
   const int64_t groups = cols / quant::kGroup, groups_pad = PaddedGroups(cols);
   const int64_t rows_pad = PaddedRows(pick.n), tiles = rows_pad / 16;
-  const int64_t tile0 = pick.tile * kMT;
+  // With swiglu the first half of the kMT tiles are tiles of output 0 (the gate), the second
+  // half the same tiles of output 1 (up); else kMT consecutive tiles of the block's output.
+  constexpr int kHalf = kMT / 2;
+  const int64_t tile0 = set.swiglu ? pick.tile * kHalf : pick.tile * kMT;
   const int64_t steps = groups_pad / Q::kGroupsPerStep;
   const int64_t s0 = steps * warp / kQuantWarps, s1 = steps * (warp + 1) / kQuantWarps;
   const int64_t tile_words = steps * Q::kLoads * 32;  // uint4 of one output tile
-  const uint4* wp = pick.codes + tile0 * tile_words + lane;
+  // Tile m: its output tile index, codes (this lane's first word) and (mul, add) pairs.
+  int64_t tile_of[kMT];
+  const uint4* wp[kMT];
+  const float2* ap[kMT];
+#pragma unroll
+  for (int m = 0; m < kMT; ++m) {
+    const bool up = set.swiglu && m >= kHalf;
+    tile_of[m] = set.swiglu ? tile0 + m % kHalf : tile0 + m;
+    wp[m] = (up ? set.codes[1] : pick.codes) + tile_of[m] * tile_words + lane;
+    ap[m] = (up ? set.affine[1] : pick.affine) + tile_of[m] * 16 + g8;
+  }
   float total[kMT][2];  // outputs g8 and g8 + 8 of each tile, activation row 0
 #pragma unroll
   for (int m = 0; m < kMT; ++m) total[m][0] = total[m][1] = 0.0f;
-  for (int64_t c0 = s0; c0 < s1; c0 += kStepsInFlight) {
-    uint4 raw[kStepsInFlight][kMT][Q::kLoads];
-    float xv[kGroupsInFlight][4];
+  uint4 raw[kStepsInFlight][kMT][Q::kLoads];
+  float2 aff[kGroupsInFlight][kMT][2];
+  // The codes of kStepsInFlight steps from c0 and their groups' (mul, add) pairs, loaded
+  // together so that no load waits inside the products (the pairs are read once, like the codes).
+  auto load_weights = [&](int64_t c0) {
 #pragma unroll
     for (int p = 0; p < kStepsInFlight; ++p) {
 #pragma unroll
       for (int m = 0; m < kMT; ++m) {
-        if (c0 + p < s1 && tile0 + m < tiles) {
+        if (c0 + p < s1 && tile_of[m] < tiles) {
 #pragma unroll
           for (int i = 0; i < Q::kLoads; ++i)
-            raw[p][m][i] = LoadStreaming(wp + m * tile_words + ((c0 + p) * Q::kLoads + i) * 32);
+            raw[p][m][i] = LoadStreaming(wp[m] + ((c0 + p) * Q::kLoads + i) * 32);
         }
       }
     }
-    // The groups' (mul, add) pairs and inputs, loaded with the codes so that no load waits
-    // inside the products (the pairs are read once, like the codes).
-    float2 aff[kGroupsInFlight][kMT][2];
+#pragma unroll
+    for (int gi = 0; gi < kGroupsInFlight; ++gi) {
+      const int64_t g = c0 * Q::kGroupsPerStep + gi;
+#pragma unroll
+      for (int m = 0; m < kMT; ++m) {
+        // Padding groups (g < groups_pad) have pairs (0, 0); tiles past the end are skipped.
+        if (c0 + gi / Q::kGroupsPerStep < s1 && tile_of[m] < tiles) {
+          aff[gi][m][0] = __ldg(ap[m] + g * rows_pad);
+          aff[gi][m][1] = __ldg(ap[m] + g * rows_pad + 8);
+        }
+      }
+    }
+  };
+  // The first weights are loaded before waiting for the kernel that writes x (programmatic
+  // dependent launch): they do not depend on it, so their latency overlaps its tail.
+  if (s0 < s1) load_weights(s0);
+  WaitForPriorGrid();
+  for (int64_t c0 = s0; c0 < s1; c0 += kStepsInFlight) {
+    if (c0 != s0) load_weights(c0);
+    float xv[kGroupsInFlight][4];
 #pragma unroll
     for (int gi = 0; gi < kGroupsInFlight; ++gi) {
       const int64_t g = c0 * Q::kGroupsPerStep + gi;
@@ -389,15 +428,6 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
       const float4 v = valid ? __ldg(reinterpret_cast<const float4*>(x + g * quant::kGroup) + lane)
                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       xv[gi][0] = v.x, xv[gi][1] = v.y, xv[gi][2] = v.z, xv[gi][3] = v.w;
-#pragma unroll
-      for (int m = 0; m < kMT; ++m) {
-        // Padding groups (g < groups_pad) have pairs (0, 0); tiles past the end are skipped.
-        if (c0 + gi / Q::kGroupsPerStep < s1 && tile0 + m < tiles) {
-          const float2* affine = pick.affine + g * rows_pad + (tile0 + m) * 16 + g8;
-          aff[gi][m][0] = __ldg(affine);
-          aff[gi][m][1] = __ldg(affine + 8);
-        }
-      }
     }
 #pragma unroll
     for (int p = 0; p < kStepsInFlight; ++p) {
@@ -426,7 +456,7 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
         }
 #pragma unroll
         for (int m = 0; m < kMT; ++m) {
-          if (tile0 + m >= tiles) continue;
+          if (tile_of[m] >= tiles) continue;
           const uint32_t* words = reinterpret_cast<const uint32_t*>(raw[p][m]);
           float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -455,14 +485,29 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
     }
   }
   __syncthreads();
-  if (threadIdx.x < 16 * kMT) {
+  // The sum over the warps of row `row` of tile m.
+  auto total_of = [&](int m, int row) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kQuantWarps; ++w) sum += parts[w][2 * m + row / 8][row % 8];
+    return sum;
+  };
+  if (set.swiglu) {
+    if (threadIdx.x < 16 * kHalf) {
+      const int m = threadIdx.x / 16, row = threadIdx.x % 16;
+      const int64_t j = (tile0 + m) * 16 + row;
+      if (j < pick.n) {
+        const float g = total_of(m, row) + (set.bias[0] ? set.bias[0][j] : 0.0f);
+        const float u = total_of(m + kHalf, row) + (set.bias[1] ? set.bias[1][j] : 0.0f);
+        set.out[0][j] = g / (1.0f + expf(-g)) * u;
+      }
+    }
+  } else if (threadIdx.x < 16 * kMT) {
     const int m = threadIdx.x / 16, row = threadIdx.x % 16;
     const int64_t j = (tile0 + m) * 16 + row;
     if (j < pick.n) {
-      float sum = pick.bias ? pick.bias[j] : 0.0f;
-#pragma unroll
-      for (int w = 0; w < kQuantWarps; ++w) sum += parts[w][2 * m + row / 8][row % 8];
-      pick.out[j] = sum;
+      const float sum = total_of(m, row) + (pick.bias ? pick.bias[j] : 0.0f);
+      pick.out[j] = set.accumulate ? pick.out[j] + sum : sum;
     }
   }
 }
@@ -475,6 +520,8 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
     QuantF32Kernel(QuantSet set, const float* __restrict__ x, int64_t rows, int64_t cols) {
   using Q = QuantTraits<F>;
   __shared__ float parts[kQuantWarps][16][8];
+  AllowDependentLaunch();
+  WaitForPriorGrid();
   const QuantPick pick = Pick(set);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g8 = lane >> 2, q4 = lane & 3;
@@ -555,6 +602,8 @@ __global__ void __launch_bounds__(128)
                              __half* __restrict__ xh,         // [row_tiles, groups_pad * 4, 32, 8]
                              float* __restrict__ xsum,        // [row_tiles * 8, groups_pad]
                              int64_t row_tiles, int64_t groups_pad) {
+  AllowDependentLaunch();
+  WaitForPriorGrid();
   const int lane = threadIdx.x % 32;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
   if (item >= row_tiles * 8 * groups_pad) return;
@@ -697,9 +746,18 @@ int SmCount() {
   return count;
 }
 
-// The set with blocks of 8 output tiles (QuantMmaKernel<F, *, true>); *blocks gets their count.
+// The set with blocks of `tiles_per_block` output tiles (8: QuantMmaKernel<F, *, true>; with
+// swiglu, QuantDecodeKernel's blocks of half as many tiles of each of the two outputs); *blocks
+// gets their count.
 QuantSet SplitSet(const QuantSet& set, unsigned* blocks, int64_t tiles_per_block = kQuantWarps) {
   QuantSet split = set;
+  if (set.swiglu) {
+    const int64_t half = tiles_per_block / 2, tiles = PaddedRows(set.n[0]) / 16;
+    *blocks = static_cast<unsigned>((tiles + half - 1) / half);
+    split.first_block[0] = 0;
+    split.first_block[1] = split.first_block[2] = *blocks;  // every block picks output 0
+    return split;
+  }
   unsigned total = 0;
   for (int i = 0; i < set.count; ++i) {
     split.first_block[i] = total;
@@ -724,35 +782,33 @@ void LaunchSet(const QuantSet& set, unsigned blocks, bool exact, bool decode, co
     unsigned blocks4 = 0, blocks2 = 0;
     const QuantSet set4 = SplitSet(set, &blocks4, 4), set2 = SplitSet(set, &blocks2, 2);
     const unsigned sms = static_cast<unsigned>(SmCount());
+    const dim3 threads(kQuantWarps * 32);
     if (blocks4 >= 2 * sms) {
-      QuantDecodeKernel<F, 4, 1>
-          <<<blocks4, kQuantWarps * 32, 0, stream>>>(set4, x, cols, rotate, seed);
+      LaunchDependent(QuantDecodeKernel<F, 4, 1>, dim3(blocks4), threads, 0, stream, set4, x, cols,
+                      rotate, seed);
     } else if (blocks2 <= sms) {
-      QuantDecodeKernel<F, 2, 2>
-          <<<blocks2, kQuantWarps * 32, 0, stream>>>(set2, x, cols, rotate, seed);
+      LaunchDependent(QuantDecodeKernel<F, 2, 2>, dim3(blocks2), threads, 0, stream, set2, x, cols,
+                      rotate, seed);
     } else {
-      QuantDecodeKernel<F, 2, 1>
-          <<<blocks2, kQuantWarps * 32, 0, stream>>>(set2, x, cols, rotate, seed);
+      LaunchDependent(QuantDecodeKernel<F, 2, 1>, dim3(blocks2), threads, 0, stream, set2, x, cols,
+                      rotate, seed);
     }
-    GZ_CUDA_LAUNCHED();
     return;
   }
   if (exact) {
     for (int64_t r0 = 0; r0 < rows; r0 += 8) {
       QuantSet part = set;
       for (int i = 0; i < set.count; ++i) part.out[i] = set.out[i] + r0 * set.n[i];
-      QuantF32Kernel<F><<<blocks, kQuantWarps * 32, 0, stream>>>(
-          part, x + r0 * cols, rows - r0 < 8 ? rows - r0 : 8, cols);
-      GZ_CUDA_LAUNCHED();
+      LaunchDependent(QuantF32Kernel<F>, dim3(blocks), dim3(kQuantWarps * 32), 0, stream, part,
+                      x + r0 * cols, rows - r0 < 8 ? rows - r0 : 8, cols);
     }
     return;
   }
   const int64_t groups_pad = PaddedGroups(cols);
   auto launch = [&](auto kernel, int tiles) {
     dim3 grid(blocks, static_cast<unsigned>((row_tiles + tiles - 1) / tiles));
-    kernel<<<grid, kQuantWarps * 32, 0, stream>>>(set, act.xh, act.xsum, rows, row_tiles,
-                                                  groups_pad);
-    GZ_CUDA_LAUNCHED();
+    LaunchDependent(kernel, grid, dim3(kQuantWarps * 32), 0, stream, set, act.xh, act.xsum, rows,
+                    row_tiles, groups_pad);
   };
   if (row_tiles == 1) {
     launch(QuantMmaKernel<F, 1, false>, 1);
@@ -774,9 +830,8 @@ void LaunchSet(const QuantSet& set, unsigned blocks, bool exact, bool decode, co
     for (int i = 0; i < set.count; ++i)
       GZ_CUDA_CHECK(cudaMemsetAsync(set.out[i], 0, rows * set.n[i] * sizeof(float), stream));
     dim3 grid(split_blocks, static_cast<unsigned>(row_blocks), static_cast<unsigned>(splits));
-    QuantMmaKernel<F, tiles, true><<<grid, kQuantWarps * 32, 0, stream>>>(
-        split_set, act.xh, act.xsum, rows, row_tiles, groups_pad);
-    GZ_CUDA_LAUNCHED();
+    LaunchDependent(QuantMmaKernel<F, tiles, true>, grid, dim3(kQuantWarps * 32), 0, stream,
+                    split_set, act.xh, act.xsum, rows, row_tiles, groups_pad);
   }
 }
 
@@ -800,6 +855,19 @@ bool HasQuantized(const MatmulParams& p) {
   for (int i = 0; i < p.outputs; ++i)
     if (quant::IsQuantized(p.w[i]->format)) return true;
   return false;
+}
+
+bool QuantFusesEnds(const MatmulParams& p, bool exact) {
+  if (exact || p.rows != 1 || p.norm || reinterpret_cast<uintptr_t>(p.x) % alignof(float4) != 0)
+    return false;
+  const Weight& w0 = *p.w[0];
+  for (int i = 0; i < p.outputs; ++i) {
+    const Weight& w = *p.w[i];
+    if (!quant::IsQuantized(w.format) || w.format != w0.format || w.rotated != w0.rotated ||
+        (w.rotated && w.rotation_seed != w0.rotation_seed) || w.cols != w0.cols)
+      return false;
+  }
+  return !p.swiglu || (p.outputs == 2 && p.w[1]->rows == w0.rows);
 }
 
 size_t QuantDeviceBytes(const Weight& host) {
@@ -853,10 +921,9 @@ void LaunchRotateToBf16(const float* x, int64_t rows, const Weight& w, void* out
                         cudaStream_t stream) {
   const int64_t groups = w.cols / quant::kGroup, items = rows * groups;
   if (items == 0) return;
-  PrepareActivationsKernel<<<static_cast<unsigned>((items + 3) / 4), 128, 0, stream>>>(
-      x, rows, w.cols, w.rotated, w.rotation_seed, nullptr, static_cast<__nv_bfloat16*>(out),
-      nullptr, nullptr, (rows + 7) / 8, groups);
-  GZ_CUDA_LAUNCHED();
+  LaunchDependent(PrepareActivationsKernel, dim3(static_cast<unsigned>((items + 3) / 4)), dim3(128),
+                  0, stream, x, rows, w.cols, w.rotated, w.rotation_seed, nullptr,
+                  static_cast<__nv_bfloat16*>(out), nullptr, nullptr, (rows + 7) / 8, groups);
 }
 
 void LaunchDequantBf16(const Weight& w, void* out, cudaStream_t stream) {
@@ -933,6 +1000,11 @@ MatmulParams LaunchQuantMatmul(const MatmulParams& p, bool exact, QuantScratch* 
       ++set.count;
     }
     set.first_block[set.count] = blocks;
+    if (p.accumulate || p.swiglu) {
+      // The caller checked QuantFusesEnds: one decode set holds every output.
+      set.accumulate = p.accumulate;
+      set.swiglu = p.swiglu;
+    }
 
     // The activations, once per rotation.
     if (decode) {
@@ -948,10 +1020,9 @@ MatmulParams LaunchQuantMatmul(const MatmulParams& p, bool exact, QuantScratch* 
           auto* rotated = static_cast<float*>(scratch->x32.Get(p.rows * cols * sizeof(float)));
           // Items are (row, group) of the real rows: row_tiles 1 / groups_pad of a group count.
           const int64_t items = p.rows * (cols / quant::kGroup);
-          PrepareActivationsKernel<<<static_cast<unsigned>((items + 3) / 4), 128, 0, stream>>>(
-              p.x, p.rows, cols, true, wi.rotation_seed, rotated, nullptr, nullptr, nullptr,
-              (p.rows + 7) / 8, cols / quant::kGroup);
-          GZ_CUDA_LAUNCHED();
+          LaunchDependent(PrepareActivationsKernel, dim3(static_cast<unsigned>((items + 3) / 4)),
+                          dim3(128), 0, stream, p.x, p.rows, cols, true, wi.rotation_seed, rotated,
+                          nullptr, nullptr, nullptr, (p.rows + 7) / 8, cols / quant::kGroup);
           xr = rotated;
         }
       } else {
@@ -960,10 +1031,9 @@ MatmulParams LaunchQuantMatmul(const MatmulParams& p, bool exact, QuantScratch* 
         auto* xsum =
             static_cast<float*>(scratch->xsum.Get(row_tiles * 8 * groups_pad * sizeof(float)));
         const int64_t items = row_tiles * 8 * groups_pad;
-        PrepareActivationsKernel<<<static_cast<unsigned>((items + 3) / 4), 128, 0, stream>>>(
-            p.x, p.rows, cols, wi.rotated, wi.rotation_seed, nullptr, nullptr, xh, xsum, row_tiles,
-            groups_pad);
-        GZ_CUDA_LAUNCHED();
+        LaunchDependent(PrepareActivationsKernel, dim3(static_cast<unsigned>((items + 3) / 4)),
+                        dim3(128), 0, stream, p.x, p.rows, cols, wi.rotated, wi.rotation_seed,
+                        nullptr, nullptr, xh, xsum, row_tiles, groups_pad);
         act.xh = reinterpret_cast<const uint4*>(xh);
         act.xsum = xsum;
       }

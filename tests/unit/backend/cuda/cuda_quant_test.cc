@@ -6,6 +6,7 @@
 #include <string>
 #include <tuple>
 
+#include "backend/cpu/reference.h"
 #include "cuda_test_util.h"
 #include "quant/layout.h"
 #include "quant/quantize.h"
@@ -169,6 +170,96 @@ TEST(CudaQuantTest, MixedQuantizedAndPlainOutputs) {
     for (int64_t rows : {1, 9, 70, 260}) {
       CheckQuantMatmul(backend.get(), rng, {Format::kQ4, true, true}, rows, 40, 256, 2, true,
                        /*plain=*/true, 1e-2);
+    }
+  }
+}
+
+// A quantized matmul with the norm, accumulate and swiglu ends of a model layer against the
+// reference ops it stands for: RmsNorm, dequantize-then-matmul, then Add or SwiGlu. One row runs
+// the ends inside the decode kernel (each of its launch shapes: 37, 6000 and 20000 outputs on an
+// H200), three rows run them after the product.
+void CheckQuantEnds(Backend* backend, std::mt19937& rng, const QuantCase& qc, bool swiglu,
+                    bool norm, int64_t rows, int64_t n, int64_t cols, bool bias) {
+  SCOPED_TRACE(Name(qc) + (swiglu ? " swiglu" : " accumulate") + (norm ? " norm" : "") +
+               " rows " + std::to_string(rows) + " n " + std::to_string(n) +
+               (bias ? " bias" : ""));
+  const int outputs = swiglu ? 2 : 1;
+  DeviceArray<float> x(backend, RandomFloats(rng, rows * cols, 2.0f));
+  DeviceArray<float> gamma(backend, RandomFloats(rng, cols));
+  quant::QuantizeOptions options;
+  options.format = qc.format;
+  options.zeros = qc.zeros;
+  options.rotate = qc.rotate;
+  options.seed = rng();
+  std::vector<quant::QuantizedLinear> linears(outputs);
+  std::vector<Weight> host(outputs), dev(outputs);
+  std::vector<std::unique_ptr<Buffer>> storage(outputs);
+  std::vector<std::unique_ptr<DeviceArray<float>>> biases;
+  // The residual stream (accumulate) starts from random values; SwiGLU's output is poisoned.
+  DeviceArray<float> out(backend, RandomFloats(rng, rows * n));
+  DeviceArray<float> up(backend, std::vector<float>(rows * n));
+  if (swiglu) out.Poison();
+  up.Poison();
+  MatmulParams p;
+  p.x = x.device();
+  p.rows = rows;
+  p.outputs = outputs;
+  p.accumulate = !swiglu;
+  p.swiglu = swiglu;
+  if (norm) {
+    p.norm = gamma.device();
+    p.norm_eps = 1e-5f;
+  }
+  for (int i = 0; i < outputs; ++i) {
+    auto q = quant::QuantizeLinear(RandomFloats(rng, n * cols, 0.05f).data(), n, cols, options);
+    ASSERT_TRUE(q.ok()) << q.status().message();
+    linears[i] = std::move(q).value();
+    host[i] = linears[i].View();
+    auto prepared = backend->PrepareWeight(host[i], &storage[i]);
+    ASSERT_TRUE(prepared.ok()) << prepared.status().message();
+    dev[i] = *prepared;
+    biases.push_back(std::make_unique<DeviceArray<float>>(backend, RandomFloats(rng, n)));
+    p.w[i] = &dev[i];
+    p.out[i] = i == 0 ? out.device() : up.device();
+    p.bias[i] = bias ? biases[i]->device() : nullptr;
+  }
+  ASSERT_TRUE(p.Check().ok()) << p.Check().message();
+  backend->Matmul(p);
+
+  std::vector<float> xn = x.host();
+  if (norm) {
+    ReferenceRmsNorm(
+        RmsNormParams{xn.data(), x.host().data(), nullptr, gamma.host().data(), rows, cols, 1e-5f});
+  }
+  std::vector<std::vector<float>> products(outputs, std::vector<float>(rows * n));
+  for (int i = 0; i < outputs; ++i) {
+    quant::ReferenceMatmul(xn.data(), rows, host[i], products[i].data());
+    if (bias) {
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < n; ++j) products[i][r * n + j] += biases[i]->host()[j];
+    }
+  }
+  std::vector<float> want = out.host();
+  if (swiglu) {
+    ReferenceSwiGlu(
+        SwiGluParams{want.data(), products[0].data(), products[1].data(), rows * n});
+  } else {
+    ReferenceAdd(AddParams{want.data(), products[0].data(), rows * n});
+  }
+  EXPECT_LT(RelativeError(out.Read(), want), 1e-2);
+}
+
+TEST(CudaQuantTest, DecodeRunsTheEndsOfALayer) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(/*exact=*/false);
+  std::mt19937 rng(16);
+  for (const QuantCase& qc : kCases) {
+    for (bool swiglu : {false, true}) {
+      for (int64_t rows : {1, 3}) {
+        CheckQuantEnds(backend.get(), rng, qc, swiglu, /*norm=*/true, rows, 37, 256, true);
+        CheckQuantEnds(backend.get(), rng, qc, swiglu, false, rows, 6000, 384, false);
+      }
+      CheckQuantEnds(backend.get(), rng, qc, swiglu, true, 1, 20000, 256, true);
     }
   }
 }
