@@ -15,7 +15,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
 for what in "$@"; do
   echo "=== $what ($(date -u +%H:%M:%S))"
   case $what in
-    tests) timeout 90 .device/cuda_backend_test > "$OUT/tests.log" 2>&1
+    tests) timeout 200 .device/cuda_backend_test > "$OUT/tests.log" 2>&1
            echo "rc=$?"; grep -E "^\[  (FAILED|PASSED|  OK) |Failure|Expected|Which is|trace" \
              "$OUT/tests.log" | head -60 ;;
     model) timeout 120 .device/cuda_model_test > "$OUT/model.log" 2>&1
@@ -57,7 +57,7 @@ for what in "$@"; do
     bench-gemv8) timeout 120 .device/cuda_bench --gemv-max-rows 8 --quick 2>&1 |
                    tee "$OUT/bench_gemv8.log" ;;
     ncu-attention) ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-                   timeout 200 "$ncu" --kernel-name regex:MmaTileKernel --launch-count 1 \
+                   timeout 200 "$ncu" --clock-control none --kernel-name regex:MmaTileKernel --launch-count 1 \
                      --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
                      --section Occupancy --section MemoryWorkloadAnalysis \
                      .device/cuda_bench --quick --prefill-only > "$OUT/ncu_attention.log" 2>&1
@@ -65,7 +65,7 @@ for what in "$@"; do
                      grep -A200 "MmaTileKernel" | head -120 ;;
     ncu-quant) # the batch-1 quantized decode kernels of one layer (q/k/v, o, gate/up, down), 4-bit
                ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-               timeout 240 "$ncu" --kernel-name regex:QuantDecodeKernel --launch-count 4 \
+               timeout 240 "$ncu" --clock-control none --kernel-name regex:QuantDecodeKernel --launch-count 4 \
                  --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
                  --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
                  --section MemoryWorkloadAnalysis \
