@@ -261,33 +261,65 @@ GZ_TARGET_AVX512BF16 void Prepare(Format format, const float* x, int64_t rows, i
   }
 }
 
+// 16 pairs (32 inputs from `from`) of row r of x as bf16 pairs, zero past cols and for rows
+// past `rows`.
+GZ_TARGET_AVX512BF16 inline __m512i RowPairs(const float* x, int64_t rows, int64_t cols, int64_t r,
+                                             int64_t from) {
+  if (r >= rows) return _mm512_setzero_si512();
+  const float* src = x + r * cols + from;
+  const int64_t n = std::min<int64_t>(32, cols - from);
+  const __mmask16 lo = n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
+  const __mmask16 hi =
+      n > 16 ? (n >= 32 ? 0xffff : static_cast<__mmask16>((1u << (n - 16)) - 1)) : 0;
+  const __m512 v0 = _mm512_maskz_loadu_ps(lo, src);
+  const __m512 v1 = _mm512_maskz_loadu_ps(hi, src + 16);
+  return (__m512i)_mm512_cvtne2ps_pbh(v1, v0);
+}
+
 // Rows of x rounded to bf16 in PanelTile's order: tiles of kPanelRows rows, pair p of row i of a
-// tile at [p * kPanelRows + i] (32-bit), rows past `rows` and inputs past cols zero.
+// tile at [p * kPanelRows + i] (32-bit), rows past `rows` and inputs past cols zero. Each block
+// of 16 pairs of a tile's 8 rows is transposed in registers (8 rows x 16 pairs -> 16 pairs x 8
+// rows, three rounds of two-source permutes) and stored whole.
 GZ_TARGET_AVX512BF16 void PrepareTiles(Format format, const float* x, int64_t rows, int64_t cols,
                                        float* dst) {
   (void)format;
+  static_assert(kPanelRows == 8);
   const int64_t pairs = PaddedCols(cols, kBlock) / 2;
   auto* out = reinterpret_cast<uint32_t*>(dst);
+  // Round 1: 32-bit lanes of rows a and b interleaved (pairs 0-7, then 8-15); round 2: 64-bit
+  // groups of two such (rows 0-3 of pairs 0-3, 4-7); round 3: 128-bit groups (a pair's 8 rows).
+  const __m512i i32_lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i i32_hi =
+      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  const __m512i i64_lo = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
+  const __m512i i64_hi = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
+  const __m512i i128_lo = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+  const __m512i i128_hi = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
   for (int64_t t = 0; t < (rows + kPanelRows - 1) / kPanelRows; ++t) {
     uint32_t* tile = out + t * pairs * kPanelRows;
-    for (int i = 0; i < kPanelRows; ++i) {
-      const int64_t r = t * kPanelRows + i;
-      for (int64_t p = 0; p < pairs; p += 16) {
-        // 16 pairs (32 inputs) of row r as bf16, then spread to their lanes of the tile.
-        alignas(64) uint32_t v[16];
-        if (r < rows) {
-          const float* src = x + r * cols;
-          const int64_t n = std::min<int64_t>(32, cols - 2 * p);
-          const __mmask16 lo = n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
-          const __mmask16 hi =
-              n > 16 ? (n >= 32 ? 0xffff : static_cast<__mmask16>((1u << (n - 16)) - 1)) : 0;
-          const __m512 v0 = _mm512_maskz_loadu_ps(lo, src + 2 * p);
-          const __m512 v1 = _mm512_maskz_loadu_ps(hi, src + 2 * p + 16);
-          _mm512_store_si512(v, (__m512i)_mm512_cvtne2ps_pbh(v1, v0));
-        } else {
-          std::memset(v, 0, sizeof(v));
+    for (int64_t p = 0; p < pairs; p += 16) {
+      __m512i r[8];
+      for (int i = 0; i < 8; ++i) r[i] = RowPairs(x, rows, cols, t * kPanelRows + i, 2 * p);
+      __m512i a[8];  // a[2k]: rows 2k, 2k+1 of pairs 0-7; a[2k+1]: of pairs 8-15
+      for (int k = 0; k < 4; ++k) {
+        a[2 * k] = _mm512_permutex2var_epi32(r[2 * k], i32_lo, r[2 * k + 1]);
+        a[2 * k + 1] = _mm512_permutex2var_epi32(r[2 * k], i32_hi, r[2 * k + 1]);
+      }
+      // b[h][q]: rows 4h..4h+3 of pairs 4q..4q+3 (a pair a 128-bit lane).
+      __m512i b[2][4];
+      for (int h = 0; h < 2; ++h) {
+        for (int half = 0; half < 2; ++half) {  // pairs 0-7, 8-15
+          const __m512i lo = a[4 * h + half], hi = a[4 * h + 2 + half];
+          b[h][2 * half] = _mm512_permutex2var_epi64(lo, i64_lo, hi);
+          b[h][2 * half + 1] = _mm512_permutex2var_epi64(lo, i64_hi, hi);
         }
-        for (int q = 0; q < 16; ++q) tile[(p + q) * kPanelRows + i] = v[q];
+      }
+      for (int q = 0; q < 4; ++q) {
+        // Pairs 4q, 4q + 1 and 4q + 2, 4q + 3, each as rows 0-3 then 4-7.
+        _mm512_storeu_si512(tile + (p + 4 * q) * kPanelRows,
+                            _mm512_permutex2var_epi64(b[0][q], i128_lo, b[1][q]));
+        _mm512_storeu_si512(tile + (p + 4 * q + 2) * kPanelRows,
+                            _mm512_permutex2var_epi64(b[0][q], i128_hi, b[1][q]));
       }
     }
   }
