@@ -35,18 +35,19 @@ class HostBuffer : public Buffer {
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 
-// A weight PrepareWeight packed: its data leaves the backend's set of packed data with it (the
+// A weight PrepareWeight packed: its data leaves the backend's map of packed data with it (the
 // buffer must not outlive the backend), so later memory at the same address is not taken for it.
 class PackedBuffer : public HostBuffer {
  public:
-  PackedBuffer(void* data, size_t bytes, std::unordered_set<const void*>* packed)
+  PackedBuffer(void* data, size_t bytes, const void* host,
+               std::unordered_map<const void*, const void*>* packed)
       : HostBuffer(data, bytes), packed_(packed) {
-    packed_->insert(data);
+    (*packed_)[data] = host;
   }
   ~PackedBuffer() override { packed_->erase(data()); }
 
  private:
-  std::unordered_set<const void*>* packed_;
+  std::unordered_map<const void*, const void*>* packed_;
 };
 
 // Runs fn(begin, end) over [0, n) on the pool, or inline when `work` is small.
@@ -303,7 +304,7 @@ Expected<Weight> CpuBackend::PrepareWeight(const Weight& host, std::unique_ptr<B
       if (!data)
         return ResourceExhausted("cpu: cannot allocate " + std::to_string(bytes) + " bytes");
       PackBf16Weight(static_cast<const uint16_t*>(host.data), host.rows, host.cols, data);
-      *storage = std::make_unique<PackedBuffer>(data, bytes, &packed_);
+      *storage = std::make_unique<PackedBuffer>(data, bytes, host.data, &packed_);
       Weight w = host;
       w.data = data;
       return w;
@@ -342,12 +343,11 @@ void CpuBackend::Embed(const EmbedParams& p) {
           break;
         }
         case Format::kBf16: {
-          if (packed_.count(t.data)) {  // a table packed by PrepareWeight (a tied head)
-            for (int64_t i = 0; i < dim; ++i)
-              out[i] = Bf16ToF32(PackedBf16At(t.data, dim, token, i));
-            break;
-          }
-          const uint16_t* row = static_cast<const uint16_t*>(t.data) + token * dim;
+          // A table packed by PrepareWeight (a tied head): its row, one 32-bit lane every 128
+          // bytes there, is read from the host data it was packed from, where it is contiguous.
+          const auto packed = packed_.find(t.data);
+          const void* data = packed != packed_.end() ? packed->second : t.data;
+          const uint16_t* row = static_cast<const uint16_t*>(data) + token * dim;
           for (int64_t i = 0; i < dim; ++i) out[i] = Bf16ToF32(row[i]);
           break;
         }

@@ -5,7 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/cpu/cpu_isa.h"
@@ -86,9 +86,10 @@ class CpuBackend : public Backend {
   const MatmulKernels* matmul_;
   const MatmulKernels* bf16_matmul_;  // bf16 weights with bf16_activations, else null
   Scratch activations_[4];            // matmul inputs in each kernel order (Matmul)
-  // Data of the bf16 weights PrepareWeight packed (bf16_activations): read by the packed kernels,
-  // and by Embed where a packed weight is also the embedding table.
-  std::unordered_set<const void*> packed_;
+  // Data of the bf16 weights PrepareWeight packed (bf16_activations), read by the packed
+  // kernels, to the host data each was packed from (which, as for the plain formats used in
+  // place, must outlive the prepared weight): Embed reads a packed table's rows there.
+  std::unordered_map<const void*, const void*> packed_;
   Scratch rope_table_;
   int64_t rope_rows_ = -1;
   std::vector<int32_t> rope_positions_;

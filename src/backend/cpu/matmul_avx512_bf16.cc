@@ -375,11 +375,4 @@ void PackBf16Weight(const uint16_t* w, int64_t rows, int64_t cols, void* out) {
   }
 }
 
-uint16_t PackedBf16At(const void* packed, int64_t cols, int64_t row, int64_t col) {
-  const int64_t pairs = PaddedCols(cols, kBlock) / 2;
-  const auto* p = static_cast<const uint32_t*>(packed);
-  const uint32_t v = p[(row / kPanelOut * pairs + col / 2) * kPanelOut + row % kPanelOut];
-  return static_cast<uint16_t>(col % 2 ? v >> 16 : v & 0xffffu);
-}
-
 }  // namespace gizllm

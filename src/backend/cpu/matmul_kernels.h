@@ -55,7 +55,6 @@ const MatmulKernels& Avx512Bf16PackedMatmulKernels();
 // 32-bit lanes holding inputs (2p, 2p + 1) of one row, cols' = cols rounded up to 32 (zeros).
 int64_t PackedBf16Bytes(int64_t rows, int64_t cols);
 void PackBf16Weight(const uint16_t* w, int64_t rows, int64_t cols, void* out);
-uint16_t PackedBf16At(const void* packed, int64_t cols, int64_t row, int64_t col);
 const MatmulKernels& MatmulKernelsFor(CpuIsa isa);
 
 inline int64_t PaddedCols(int64_t cols, int block) { return (cols + block - 1) / block * block; }
