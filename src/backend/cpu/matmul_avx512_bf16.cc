@@ -90,30 +90,7 @@ GZ_TARGET_AVX512BF16 void PackPanel(const uint16_t* w, int64_t n_rows, int64_t c
 template <int MR, int PF = 0>
 GZ_TARGET_AVX512BF16 inline void PanelTile(const uint32_t* panel, int64_t pairs, const uint32_t* x,
                                            __m512* acc, const char* pf = nullptr) {
-  int64_t p = 0;
-  if constexpr (MR <= 2) {
-    // Too few accumulators to hide vdpbf16ps's latency: a second set takes the odd pairs.
-    __m512 odd[2 * MR];
-    for (int i = 0; i < 2 * MR; ++i) odd[i] = _mm512_setzero_ps();
-    for (; p + 1 < pairs; p += 2) {
-      const __m512bh w0 = (__m512bh)_mm512_load_si512(panel + p * kPanelOut);
-      const __m512bh w1 = (__m512bh)_mm512_load_si512(panel + p * kPanelOut + 16);
-      const __m512bh w2 = (__m512bh)_mm512_load_si512(panel + (p + 1) * kPanelOut);
-      const __m512bh w3 = (__m512bh)_mm512_load_si512(panel + (p + 1) * kPanelOut + 16);
-      for (int l = 0; l < 2 * PF; ++l) _mm_prefetch(pf + (p * PF + l) * 64, _MM_HINT_T0);
-      for (int i = 0; i < MR; ++i) {
-        const __m512bh b = (__m512bh)_mm512_set1_epi32(static_cast<int>(x[p * kPanelRows + i]));
-        const __m512bh c =
-            (__m512bh)_mm512_set1_epi32(static_cast<int>(x[(p + 1) * kPanelRows + i]));
-        acc[2 * i] = _mm512_dpbf16_ps(acc[2 * i], w0, b);
-        acc[2 * i + 1] = _mm512_dpbf16_ps(acc[2 * i + 1], w1, b);
-        odd[2 * i] = _mm512_dpbf16_ps(odd[2 * i], w2, c);
-        odd[2 * i + 1] = _mm512_dpbf16_ps(odd[2 * i + 1], w3, c);
-      }
-    }
-    for (int i = 0; i < 2 * MR; ++i) acc[i] = _mm512_add_ps(acc[i], odd[i]);
-  }
-  for (; p < pairs; ++p) {
+  for (int64_t p = 0; p < pairs; ++p) {
     const __m512bh w0 = (__m512bh)_mm512_load_si512(panel + p * kPanelOut);
     const __m512bh w1 = (__m512bh)_mm512_load_si512(panel + p * kPanelOut + 16);
     for (int l = 0; l < PF; ++l) _mm_prefetch(pf + (p * PF + l) * 64, _MM_HINT_T0);

@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 
+#include "backend/cpu/cpu_isa.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "ops/device.h"
@@ -17,12 +18,15 @@ namespace {
 
 constexpr const char* kModel = "models/tiny-chat";
 
-// tiny-chat on the CPU backend, loaded once for each KV page format.
-Model* SharedModel(KvFormat kv = KvFormat::kF32) {
-  auto load = [](KvFormat format) {
+// tiny-chat on the CPU backend, loaded once for each KV page format; `bf16`: with float16 pages
+// and bf16 activations (`--kv f16 --bf16`: the packed bf16 matmuls), null where the CPU lacks
+// AVX-512 BF16.
+Model* SharedModel(KvFormat kv = KvFormat::kF32, bool bf16 = false) {
+  auto load = [](KvFormat format, bool rounded) {
     DeviceOptions device;
     device.device = "cpu";
     device.threads = 2;
+    device.bf16 = rounded;
     auto backend = OpenBackend(device);
     EXPECT_TRUE(backend.ok()) << backend.status().message();
     if (!backend.ok()) return std::unique_ptr<Model>();
@@ -32,8 +36,13 @@ Model* SharedModel(KvFormat kv = KvFormat::kF32) {
     EXPECT_TRUE(m.ok()) << m.status().message();
     return m.ok() ? std::move(*m) : std::unique_ptr<Model>();
   };
-  static std::unique_ptr<Model> f32 = load(KvFormat::kF32);
-  static std::unique_ptr<Model> f16 = load(KvFormat::kF16);
+  if (bf16) {
+    static std::unique_ptr<Model> packed =
+        CpuHasAvx512Bf16() ? load(KvFormat::kF16, true) : nullptr;
+    return packed.get();
+  }
+  static std::unique_ptr<Model> f32 = load(KvFormat::kF32, false);
+  static std::unique_ptr<Model> f16 = load(KvFormat::kF16, false);
   return kv == KvFormat::kF16 ? f16.get() : f32.get();
 }
 
@@ -69,9 +78,9 @@ void ExpectClose(std::span<const float> ours, std::span<const float> ref, const 
   EXPECT_LE(max_diff, 1e-5f * max_ref) << what << ": max diff " << max_diff;
 }
 
-TEST(EngineModel, MixedStepRowsEqualSingleSequenceRows) {
-  Model* model = SharedModel();
-  ASSERT_NE(model, nullptr);
+// The rows of a mixed step (a decode row and prompt pieces of other slots) against the same rows
+// read one sequence at a time.
+void CheckMixedStep(Model* model) {
   const int64_t vocab = model->arch().vocab;
   std::mt19937 rng(21);
   // Three sequences: a, whose history is read first and then decodes one token in the mixed step;
@@ -119,11 +128,30 @@ TEST(EngineModel, MixedStepRowsEqualSingleSequenceRows) {
   ExpectClose(all.subspan(3 * vocab, vocab), rc, "c last");
 }
 
+TEST(EngineModel, MixedStepRowsEqualSingleSequenceRows) {
+  Model* model = SharedModel();
+  ASSERT_NE(model, nullptr);
+  CheckMixedStep(model);
+}
+
+// The packed bf16 matmuls (tiles of 1, 2, 4 and 8 rows, several tiles a panel) and float16
+// pages: a row's logits do not depend on the rows beside it either.
+TEST(EngineModel, MixedStepRowsEqualSingleSequenceRowsWithBf16) {
+  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
+  Model* model = SharedModel(KvFormat::kF16, /*bf16=*/true);
+  ASSERT_NE(model, nullptr);
+  CheckMixedStep(model);
+}
+
 // With either KV page format: float16 pages are saved to the host and read back exactly too.
 TEST(EngineModel, ConcurrentGreedyEqualsAloneUnderPreemption) {
-  for (KvFormat kv : {KvFormat::kF32, KvFormat::kF16}) {
-    SCOPED_TRACE(KvFormatName(kv));
-    Model* model = SharedModel(kv);
+  for (int config = 0; config < 3; ++config) {
+    // f32 pages, f16 pages, f16 pages with the packed bf16 matmuls.
+    const KvFormat kv = config == 0 ? KvFormat::kF32 : KvFormat::kF16;
+    const bool bf16 = config == 2;
+    if (bf16 && !CpuHasAvx512Bf16()) continue;
+    SCOPED_TRACE(KvFormatName(kv) + (bf16 ? " bf16" : ""));
+    Model* model = SharedModel(kv, bf16);
     ASSERT_NE(model, nullptr);
     std::mt19937 rng(22);
     std::vector<Request> requests;

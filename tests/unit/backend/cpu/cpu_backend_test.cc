@@ -266,7 +266,7 @@ TEST_F(CpuBackendTest, PackedBf16WeightsMatchRoundedReference) {
       auto packed = backend.PrepareWeight(w0.w, &storage);
       ASSERT_TRUE(packed.ok()) << packed.status().message();
       ASSERT_NE(packed->data, w0.w.data);
-      for (int64_t rows : {1, 2, 3, 5, 8, 10, 13, 16, 40}) {
+      for (int64_t rows : {1, 2, 3, 5, 8, 10, 13, 16, 17, 18, 40}) {
         CheckBf16Matmul(backend, *packed, w0.w, w1.w, rows, true, rng_,
                         std::to_string(threads) + "t packed cols " + std::to_string(cols));
         if (::testing::Test::HasFatalFailure()) return;
