@@ -265,6 +265,12 @@ CpuBackend::CpuBackend(ThreadPool* pool, const CpuOptions& options)
 
 CpuBackend::~CpuBackend() = default;
 
+bool CpuBackend::PacksBf16() const {
+  // The packed kernels are compiled for AVX-512 BF16 CPUs (the float32 ones use no BF16
+  // instruction, but share their code).
+  return isa_ == CpuIsa::kAvx512 && CpuHasAvx512Bf16();
+}
+
 std::string CpuBackend::Describe() const {
   std::string s = "cpu (" + std::to_string(pool_->threads()) + " threads, " + CpuIsaName(isa_);
   if (options_.bf16_activations) s += ", bf16 activations";
@@ -297,8 +303,9 @@ Expected<Weight> CpuBackend::PrepareWeight(const Weight& host, std::unique_ptr<B
         return InvalidArgument("cpu: weight of format " + FormatName(host.format) +
                                " has no data or an empty shape");
       }
-      if (host.format != Format::kBf16 || !options_.bf16_activations || !storage) return host;
-      // bf16 activations: packed once for the vdpbf16ps kernels (matmul_kernels.h).
+      if (host.format != Format::kBf16 || !PacksBf16() || !storage) return host;
+      // Packed once for the kernels over panels of 32 outputs (matmul_kernels.h): vdpbf16ps with
+      // bf16 activations, widened float32 products without.
       const size_t bytes = RoundUp(PackedBf16Bytes(host.rows, host.cols), 64);
       void* data = std::aligned_alloc(64, bytes);
       if (!data)
@@ -378,22 +385,37 @@ void CpuBackend::Matmul(const MatmulParams& p) {
   // Each plain output's kernels, and the activations in the order they read, prepared once
   // per distinct order: [0] bf16 activations for bf16 weights not packed (bf16_activations, steps
   // of kBf16MinRows rows and more), [1] float32 in the order the float32 kernels read bf16
-  // weights, [2] f16 and f32 weights, [3] bf16 activations in tiles for packed bf16 weights.
+  // weights, [2] f16 and f32 weights, [3] bf16 activations in tiles for packed bf16 weights,
+  // [4] float32 activations in tiles for packed bf16 weights.
   const MatmulKernels* kernels[MatmulParams::kMaxOutputs] = {};
-  const float* x[4] = {nullptr, nullptr, nullptr, nullptr};
+  const float* x[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
   MatmulSlice slices[MatmulParams::kMaxOutputs];
+  Weight hosts[MatmulParams::kMaxOutputs];  // packed weights read from their host data
   int64_t total_n = 0;
   int tile_rows = 1;
   for (int o = 0; o < p.outputs; ++o) {
     const Format f = p.w[o]->format;
     if (f != Format::kF32 && f != Format::kF16 && f != Format::kBf16) continue;
-    const bool packed = f == Format::kBf16 && packed_.count(p.w[o]->data) > 0;
-    const bool bf16 =
-        packed || (f == Format::kBf16 && bf16_matmul_ && p.rows >= CpuOptions::kBf16MinRows);
-    const int order = packed ? 3 : bf16 ? 0 : f == Format::kBf16 ? 1 : 2;
-    const MatmulKernels& k = packed ? Avx512Bf16PackedMatmulKernels()
-                             : bf16 ? *bf16_matmul_
-                                    : *matmul_;
+    const Weight* w = p.w[o];
+    const auto found = f == Format::kBf16 ? packed_.find(w->data) : packed_.end();
+    bool packed = found != packed_.end();
+    if (packed && !options_.bf16_activations && p.rows < kPackedMinRows) {
+      // Float32 activations, a few rows: the dot-product tiles over the rows as stored (8 weight
+      // rows in flight) were measured faster than one row's panel, whose two accumulators wait
+      // on their dependent products.
+      hosts[o] = *w;
+      hosts[o].data = found->second;
+      w = &hosts[o];
+      packed = false;
+    }
+    const bool rounded = packed ? options_.bf16_activations
+                                : f == Format::kBf16 && bf16_matmul_ &&
+                                      p.rows >= CpuOptions::kBf16MinRows;
+    const int order = packed ? (rounded ? 3 : 4) : rounded ? 0 : f == Format::kBf16 ? 1 : 2;
+    const MatmulKernels& k = packed ? (rounded ? Avx512Bf16PackedMatmulKernels()
+                                               : Avx512PackedMatmulKernels())
+                             : rounded ? *bf16_matmul_
+                                       : *matmul_;
     const int64_t stride = ActivationStride(k, cols);
     if (!x[order]) {
       // In units of k.prepare_rows rows (whole tiles).
@@ -407,7 +429,7 @@ void CpuBackend::Matmul(const MatmulParams& p) {
       x[order] = dst;
     }
     kernels[o] = &k;
-    slices[o] = MatmulSlice{.w = p.w[o],
+    slices[o] = MatmulSlice{.w = w,
                             .x = x[order],
                             .x_stride = stride,
                             .rows = p.rows,

@@ -48,7 +48,15 @@ class CpuBackend : public Backend {
   Expected<std::unique_ptr<Buffer>> Allocate(size_t bytes) override;
   void CopyToDevice(void* dst, const void* src, size_t bytes) override;
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
-  // Plain formats are used in place (no copy, `storage` stays null).
+  // Plain formats are used in place (no copy, `storage` stays null), except bf16 weights where
+  // PacksBf16(): packed once into panels of 32 outputs (matmul_kernels.h) that the vdpbf16ps
+  // kernels (bf16_activations) read for any number of rows, and the float32 kernels from
+  // kPackedMinRows rows (each panel row widened to float32: exact float32 products in
+  // output-major tiles, no sums reduced across lanes). Fewer rows with float32 activations, and
+  // Embed, read the host data, which must outlive the weight (a bf16 model's weights are then
+  // resident twice: the mapped file's pages and the packed copy).
+  static constexpr int64_t kPackedMinRows = 5;
+  bool PacksBf16() const;
   Expected<Weight> PrepareWeight(const Weight& host, std::unique_ptr<Buffer>* storage) override;
 
   void Embed(const EmbedParams& p) override;
@@ -85,7 +93,7 @@ class CpuBackend : public Backend {
   CpuIsa isa_;
   const MatmulKernels* matmul_;
   const MatmulKernels* bf16_matmul_;  // bf16 weights with bf16_activations, else null
-  Scratch activations_[4];            // matmul inputs in each kernel order (Matmul)
+  Scratch activations_[5];            // matmul inputs in each kernel order (Matmul)
   // Data of the bf16 weights PrepareWeight packed (bf16_activations), read by the packed
   // kernels, to the host data each was packed from (which, as for the plain formats used in
   // place, must outlive the prepared weight): Embed reads a packed table's rows there.

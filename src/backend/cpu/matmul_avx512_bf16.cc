@@ -87,9 +87,36 @@ GZ_TARGET_AVX512BF16 void PackPanel(const uint16_t* w, int64_t n_rows, int64_t c
 // acc (outputs n..n+32 of the tile's kPanelRows activation rows) += the panel's pairs times the
 // rows' pairs; x: the tile's pairs, kPanelRows per pair (PackRows). PF cache lines from `pf` on
 // are prefetched into L1 for each pair (the next panel, while this one's products run).
-template <int MR, int PF = 0>
-GZ_TARGET_AVX512BF16 inline void PanelTile(const uint32_t* panel, int64_t pairs, const uint32_t* x,
+//
+// F32: the activations are float32 (two per pair and row, PrepareTilesF32), and each panel row
+// is widened to the float32 values of its even and odd inputs (a shift, a mask) for exact
+// float32 products: acc += w[2p] * x[2p], then += w[2p + 1] * x[2p + 1], in the same order for
+// every row of every tile size.
+template <int MR, int PF = 0, bool F32 = false>
+GZ_TARGET_AVX512BF16 inline void PanelTile(const uint32_t* panel, int64_t pairs, const void* xv,
                                            __m512* acc, const char* pf = nullptr) {
+  if constexpr (F32) {
+    const float* x = static_cast<const float*>(xv);
+    const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+    for (int64_t p = 0; p < pairs; ++p) {
+      const __m512i w0 = _mm512_load_si512(panel + p * kPanelOut);
+      const __m512i w1 = _mm512_load_si512(panel + p * kPanelOut + 16);
+      for (int l = 0; l < PF; ++l) _mm_prefetch(pf + (p * PF + l) * 64, _MM_HINT_T0);
+      const __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(w0, 16));
+      const __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(w0, high));
+      const __m512 e1 = _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16));
+      const __m512 o1 = _mm512_castsi512_ps(_mm512_and_si512(w1, high));
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        const __m512 xe = _mm512_set1_ps(x[(p * kPanelRows + i) * 2]);
+        const __m512 xo = _mm512_set1_ps(x[(p * kPanelRows + i) * 2 + 1]);
+        acc[2 * i] = _mm512_fmadd_ps(o0, xo, _mm512_fmadd_ps(e0, xe, acc[2 * i]));
+        acc[2 * i + 1] = _mm512_fmadd_ps(o1, xo, _mm512_fmadd_ps(e1, xe, acc[2 * i + 1]));
+      }
+    }
+    return;
+  }
+  const uint32_t* x = static_cast<const uint32_t*>(xv);
   for (int64_t p = 0; p < pairs; ++p) {
     const __m512bh w0 = (__m512bh)_mm512_load_si512(panel + p * kPanelOut);
     const __m512bh w1 = (__m512bh)_mm512_load_si512(panel + p * kPanelOut + 16);
@@ -117,10 +144,10 @@ GZ_TARGET_AVX512BF16 void PackRows(const MatmulSlice& s, int64_t m, uint32_t* ou
 // Output columns [n, n + valid) of the tile's rows over the panel of inputs [k0, k0 + len): the
 // first panel of a row starts from the bias, later ones add to what is there. MR: the rows the
 // products run for (kPanelRows, or fewer for a tile of fewer rows).
-template <int MR = kPanelRows, int PF = 0>
-GZ_TARGET_AVX512BF16 void PanelRows(const MatmulSlice& s, const uint32_t* panel,
-                                    const uint32_t* rows, int64_t k0, int64_t len, int64_t m,
-                                    int64_t n, int valid, const char* pf = nullptr) {
+template <int MR = kPanelRows, int PF = 0, bool F32 = false>
+GZ_TARGET_AVX512BF16 void PanelRows(const MatmulSlice& s, const uint32_t* panel, const void* rows,
+                                    int64_t k0, int64_t len, int64_t m, int64_t n, int valid,
+                                    const char* pf = nullptr) {
   const int64_t n_out = s.w->rows;
   const int tile_rows = static_cast<int>(std::min<int64_t>(MR, s.rows - m));
   const __mmask16 lo = static_cast<__mmask16>(valid >= 16 ? 0xffff : (1u << valid) - 1);
@@ -140,7 +167,9 @@ GZ_TARGET_AVX512BF16 void PanelRows(const MatmulSlice& s, const uint32_t* panel,
       acc[2 * i] = acc[2 * i + 1] = _mm512_setzero_ps();
     }
   }
-  PanelTile<MR, PF>(panel, len / 2, rows + k0 / 2 * kPanelRows, acc, pf);
+  // Where the tile's pairs from input k0 start (4-byte units: 1 per pair and row, 2 with F32).
+  const void* x = static_cast<const uint32_t*>(rows) + k0 / 2 * kPanelRows * (F32 ? 2 : 1);
+  PanelTile<MR, PF, F32>(panel, len / 2, x, acc, pf);
   for (int i = 0; i < tile_rows; ++i) {
     float* out = s.out + (m + i) * n_out + n;
     _mm512_mask_storeu_ps(out, lo, acc[2 * i]);
@@ -173,12 +202,15 @@ GZ_TARGET_AVX512BF16 void SlicePanels(const MatmulSlice& s, int64_t n0, int64_t 
 
 // Weights packed once (PackBf16Weight): block b of 32 outputs is a ready panel over all inputs,
 // read straight from memory (one contiguous stream a block). Any number of rows; the activations
-// come in PanelTile's order already (PrepareTiles).
+// come in PanelTile's order already (PrepareTiles, or PrepareTilesF32 with F32).
+template <bool F32>
 GZ_TARGET_AVX512BF16 void SlicePacked(const MatmulSlice& s, int64_t n0, int64_t n1) {
   const auto* packed = static_cast<const uint32_t*>(s.w->data);
-  const int64_t pairs = s.x_stride;  // inputs / 2, padded as PackBf16Weight pads them
+  // Inputs / 2, padded as PackBf16Weight pads them (x_stride: floats per row, 2 per pair with
+  // F32, 1 with bf16 pairs).
+  const int64_t pairs = F32 ? s.x_stride / 2 : s.x_stride;
   const int64_t tiles = (s.rows + kPanelRows - 1) / kPanelRows;
-  const int64_t tile_pairs = pairs * kPanelRows;
+  const int64_t tile_units = pairs * kPanelRows * (F32 ? 2 : 1);  // 4-byte units a tile
   const int64_t panel_bytes = pairs * kPanelOut * 4;
   for (int64_t n = n0; n < n1; n += kPanelOut) {
     const int valid = static_cast<int>(std::min<int64_t>(kPanelOut, n1 - n));
@@ -189,31 +221,31 @@ GZ_TARGET_AVX512BF16 void SlicePacked(const MatmulSlice& s, int64_t n0, int64_t 
     // panel once, and the hardware's prefetcher keeps up with that stream alone.
     const char* next = reinterpret_cast<const char*>(panel) + panel_bytes;
     for (int64_t t = 0; t < tiles; ++t) {
-      const uint32_t* x = reinterpret_cast<const uint32_t*>(s.x) + t * tile_pairs;
+      const void* x = reinterpret_cast<const uint32_t*>(s.x) + t * tile_units;
       const int64_t m = t * kPanelRows;
       const int64_t rows = std::min<int64_t>(kPanelRows, s.rows - m);
       if (t < 2 && tiles >= 2) {
         const char* pf = next + t * panel_bytes / 2;
         if (rows > 4) {
-          PanelRows<kPanelRows, 1>(s, panel, x, 0, 2 * pairs, m, n, valid, pf);
+          PanelRows<kPanelRows, 1, F32>(s, panel, x, 0, 2 * pairs, m, n, valid, pf);
         } else {
-          PanelRows<4, 1>(s, panel, x, 0, 2 * pairs, m, n, valid, pf);
+          PanelRows<4, 1, F32>(s, panel, x, 0, 2 * pairs, m, n, valid, pf);
         }
         continue;
       }
       switch (rows) {
         case 1:
-          PanelRows<1>(s, panel, x, 0, 2 * pairs, m, n, valid);
+          PanelRows<1, 0, F32>(s, panel, x, 0, 2 * pairs, m, n, valid);
           break;
         case 2:
-          PanelRows<2>(s, panel, x, 0, 2 * pairs, m, n, valid);
+          PanelRows<2, 0, F32>(s, panel, x, 0, 2 * pairs, m, n, valid);
           break;
         case 3:
         case 4:
-          PanelRows<4>(s, panel, x, 0, 2 * pairs, m, n, valid);
+          PanelRows<4, 0, F32>(s, panel, x, 0, 2 * pairs, m, n, valid);
           break;
         default:
-          PanelRows<kPanelRows>(s, panel, x, 0, 2 * pairs, m, n, valid);
+          PanelRows<kPanelRows, 0, F32>(s, panel, x, 0, 2 * pairs, m, n, valid);
           break;
       }
     }
@@ -302,6 +334,26 @@ GZ_TARGET_AVX512BF16 void PrepareTiles(Format format, const float* x, int64_t ro
   }
 }
 
+// Rows of x (float32) in PanelTile<F32>'s order: tiles of kPanelRows rows, inputs (2p, 2p + 1)
+// of row i of a tile at [(p * kPanelRows + i) * 2], rows past `rows` and inputs past cols zero.
+GZ_TARGET_AVX512BF16 void PrepareTilesF32(Format format, const float* x, int64_t rows,
+                                          int64_t cols, float* dst) {
+  (void)format;
+  const int64_t pairs = PaddedCols(cols, kBlock) / 2;
+  for (int64_t t = 0; t < (rows + kPanelRows - 1) / kPanelRows; ++t) {
+    float* tile = dst + t * pairs * kPanelRows * 2;
+    for (int i = 0; i < kPanelRows; ++i) {
+      const int64_t r = t * kPanelRows + i;
+      const float* src = r < rows ? x + r * cols : nullptr;
+      for (int64_t p = 0; p < pairs; ++p) {
+        float* out = tile + (p * kPanelRows + i) * 2;
+        out[0] = src && 2 * p < cols ? src[2 * p] : 0.0f;
+        out[1] = src && 2 * p + 1 < cols ? src[2 * p + 1] : 0.0f;
+      }
+    }
+  }
+}
+
 // Kernels of bf16 weights with bf16 activations, in slices of whole panels.
 MatmulKernels Bf16Kernels(MatmulSliceFn slice,
                           void (*prepare)(Format, const float*, int64_t, int64_t, float*),
@@ -324,7 +376,16 @@ const MatmulKernels& Avx512Bf16MatmulKernels() {
 }
 
 const MatmulKernels& Avx512Bf16PackedMatmulKernels() {
-  static const MatmulKernels kernels = Bf16Kernels(&SlicePacked, &PrepareTiles, kPanelRows);
+  static const MatmulKernels kernels = Bf16Kernels(&SlicePacked<false>, &PrepareTiles, kPanelRows);
+  return kernels;
+}
+
+const MatmulKernels& Avx512PackedMatmulKernels() {
+  static const MatmulKernels kernels = [] {
+    MatmulKernels k = Bf16Kernels(&SlicePacked<true>, &PrepareTilesF32, kPanelRows);
+    k.bf16_activations = false;  // float32 activations, two floats a pair
+    return k;
+  }();
   return kernels;
 }
 

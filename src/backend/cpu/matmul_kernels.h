@@ -51,6 +51,9 @@ const MatmulKernels& Avx512MatmulKernels();
 const MatmulKernels& Avx512Bf16MatmulKernels();
 // The same over weights packed once by PackBf16Weight (any number of rows).
 const MatmulKernels& Avx512Bf16PackedMatmulKernels();
+// Weights packed by PackBf16Weight with float32 activations: each panel row widened to float32
+// (exact float32 products and sums; CPUs with avx512_bf16, where the packing is done).
+const MatmulKernels& Avx512PackedMatmulKernels();
 // The packed layout: blocks of 32 weight rows (the last zero-padded), each [cols' / 2][32]
 // 32-bit lanes holding inputs (2p, 2p + 1) of one row, cols' = cols rounded up to 32 (zeros).
 int64_t PackedBf16Bytes(int64_t rows, int64_t cols);

@@ -231,6 +231,37 @@ void CheckBf16Matmul(CpuBackend& backend, const Weight& run, const Weight& bf16,
     ASSERT_NEAR(got1[i], want1[i], 1e-5 * cols) << what << " rows " << rows << " f32 at " << i;
 }
 
+// One row through a packed weight of 1100 outputs against the reference, and (with rounded
+// activations, where one row runs the same panel kernel as eight) equal bit for bit to the
+// same row inside a tile of 8.
+void CheckWideRow(CpuBackend& backend, int64_t cols, bool rounded, std::mt19937& rng) {
+  constexpr int64_t n = 1100;
+  TestWeight wide(Format::kBf16, n, cols, rng);
+  TestWeight small(Format::kF32, 3, cols, rng);
+  std::unique_ptr<Buffer> storage;
+  auto packed = backend.PrepareWeight(wide.w, &storage);
+  ASSERT_TRUE(packed.ok()) << packed.status().message();
+  CheckBf16Matmul(backend, *packed, wide.w, small.w, 1, rounded, rng,
+                  "one row, 1100 outputs, cols " + std::to_string(cols));
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> x(8 * cols);
+  for (float& v : x) v = d(rng);
+  std::vector<float> one(n), eight(8 * n);
+  MatmulParams p;
+  p.x = x.data() + 3 * cols;  // row 3 of the eight
+  p.rows = 1;
+  p.w[0] = &*packed;
+  p.out[0] = one.data();
+  backend.Matmul(p);
+  p.x = x.data();
+  p.rows = 8;
+  p.out[0] = eight.data();
+  backend.Matmul(p);
+  for (int64_t i = 0; i < n && rounded; ++i) {
+    ASSERT_EQ(one[i], eight[3 * n + i]) << "cols " << cols << " output " << i;
+  }
+}
+
 // With bf16_activations, bf16 weights as given (not prepared) multiply activations rounded to
 // bf16 from kBf16MinRows rows (repacked per call into panels of 32 outputs and 384 inputs, tiles
 // of 8 rows, with tails of rows, outputs and inputs); fewer rows stay float32.
@@ -271,6 +302,40 @@ TEST_F(CpuBackendTest, PackedBf16WeightsMatchRoundedReference) {
                         std::to_string(threads) + "t packed cols " + std::to_string(cols));
         if (::testing::Test::HasFatalFailure()) return;
       }
+      CheckWideRow(backend, cols, true, rng_);
+      if (::testing::Test::HasFatalFailure()) return;
+      std::vector<int32_t> tokens = {0, 76, 31, 32, 5};
+      std::vector<float> got = Poison(tokens.size() * cols), want = Poison(tokens.size() * cols);
+      backend.Embed({got.data(), &*packed, tokens.data(), static_cast<int64_t>(tokens.size())});
+      backend.Embed({want.data(), &w0.w, tokens.data(), static_cast<int64_t>(tokens.size())});
+      EXPECT_EQ(got, want) << "cols " << cols;
+    }
+  }
+}
+
+// Without bf16_activations, PrepareWeight packs bf16 weights too (CPUs with AVX-512 BF16): from
+// CpuBackend::kPackedMinRows rows the float32 kernels read the packed panels, each pair widened
+// to float32 (exact products and float32 sums); fewer rows read the host data.
+TEST_F(CpuBackendTest, PackedWeightsWithFloatActivationsMatchReference) {
+  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no avx512_bf16";
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    CpuBackend backend(&pool, CpuOptions{});
+    ASSERT_TRUE(backend.PacksBf16());
+    for (int64_t cols : {1, 31, 33, 389, 1200}) {
+      TestWeight w0(Format::kBf16, 77, cols, rng_);
+      TestWeight w1(Format::kF32, 11, cols, rng_);
+      std::unique_ptr<Buffer> storage;
+      auto packed = backend.PrepareWeight(w0.w, &storage);
+      ASSERT_TRUE(packed.ok()) << packed.status().message();
+      ASSERT_NE(packed->data, w0.w.data);
+      for (int64_t rows : {1, 2, 4, 5, 8, 10, 13, 16, 17, 18, 40}) {
+        CheckBf16Matmul(backend, *packed, w0.w, w1.w, rows, false, rng_,
+                        std::to_string(threads) + "t packed f32 cols " + std::to_string(cols));
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+      CheckWideRow(backend, cols, false, rng_);
+      if (::testing::Test::HasFatalFailure()) return;
       std::vector<int32_t> tokens = {0, 76, 31, 32, 5};
       std::vector<float> got = Poison(tokens.size() * cols), want = Poison(tokens.size() * cols);
       backend.Embed({got.data(), &*packed, tokens.data(), static_cast<int64_t>(tokens.size())});
@@ -562,15 +627,22 @@ TEST_F(CpuBackendTest, AllocateAndPrepareWeight) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>((*buffer)->data()) % 64, 0u);
   for (size_t i = 0; i < 1000; ++i) ASSERT_EQ((*buffer)->as<uint8_t>()[i], 0);
 
-  TestWeight plain(Format::kBf16, 4, 8, rng_);
+  TestWeight plain(Format::kF32, 4, 8, rng_);
   std::unique_ptr<Buffer> storage;
   auto prepared = backend->PrepareWeight(plain.w, &storage);
   ASSERT_TRUE(prepared.ok());
   EXPECT_EQ(prepared->data, plain.w.data);  // used in place
   EXPECT_EQ(storage, nullptr);
+  // bf16: packed into panels where the CPU has AVX-512 BF16, else used in place.
+  TestWeight half(Format::kBf16, 4, 8, rng_);
+  auto packed = backend->PrepareWeight(half.w, &storage);
+  ASSERT_TRUE(packed.ok());
+  const bool packs = DetectCpuIsa() == CpuIsa::kAvx512 && CpuHasAvx512Bf16();
+  EXPECT_EQ(packed->data != half.w.data, packs);
+  EXPECT_EQ(storage != nullptr, packs);
 
   // A quantized weight without its scales is refused, naming the format's problem.
-  Weight q4 = plain.w;
+  Weight q4 = half.w;
   q4.format = Format::kQ4;
   auto refused = backend->PrepareWeight(q4, &storage);
   ASSERT_FALSE(refused.ok());
