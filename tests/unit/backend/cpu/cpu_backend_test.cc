@@ -282,67 +282,51 @@ TEST_F(CpuBackendTest, MatmulBf16ActivationsMatchRoundedReference) {
   }
 }
 
-// With bf16_activations, PrepareWeight packs bf16 weights (blocks of 32 rows, pairs of inputs per
-// lane): every row count then rounds the activations to bf16 (partial blocks of rows and of
-// inputs included). Embed reads a packed table (a tied head) as the rows it was packed from.
-TEST_F(CpuBackendTest, PackedBf16WeightsMatchRoundedReference) {
-  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no avx512_bf16";
+// A backend that packs bf16 weights (blocks of 32 rows, pairs of inputs per lane): matmuls of
+// every row count over the packed weight (partial blocks of rows and of inputs included) against
+// the reference, with activations rounded to bf16 where `rounded`; Embed reads a packed table (a
+// tied head) as the rows it was packed from.
+void CheckPackedWeights(const CpuOptions& options, bool rounded, std::mt19937& rng) {
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
-    CpuBackend backend(&pool, CpuOptions{.isa = std::nullopt, .bf16_activations = true});
+    CpuBackend backend(&pool, options);
+    ASSERT_TRUE(backend.PacksBf16());
     for (int64_t cols : {1, 31, 33, 389, 1200}) {
-      TestWeight w0(Format::kBf16, 77, cols, rng_);
-      TestWeight w1(Format::kF32, 11, cols, rng_);
+      TestWeight w0(Format::kBf16, 77, cols, rng);
+      TestWeight w1(Format::kF32, 11, cols, rng);
       std::unique_ptr<Buffer> storage;
       auto packed = backend.PrepareWeight(w0.w, &storage);
       ASSERT_TRUE(packed.ok()) << packed.status().message();
       ASSERT_NE(packed->data, w0.w.data);
-      for (int64_t rows : {1, 2, 3, 5, 8, 10, 13, 16, 17, 18, 40}) {
-        CheckBf16Matmul(backend, *packed, w0.w, w1.w, rows, true, rng_,
-                        std::to_string(threads) + "t packed cols " + std::to_string(cols));
+      const std::string what = std::to_string(threads) + "t packed cols " + std::to_string(cols);
+      for (int64_t rows : {1, 2, 3, 4, 5, 8, 10, 13, 16, 17, 18, 40}) {
+        CheckBf16Matmul(backend, *packed, w0.w, w1.w, rows, rounded, rng, what);
         if (::testing::Test::HasFatalFailure()) return;
       }
-      CheckWideRow(backend, cols, true, rng_);
+      CheckWideRow(backend, cols, rounded, rng);
       if (::testing::Test::HasFatalFailure()) return;
       std::vector<int32_t> tokens = {0, 76, 31, 32, 5};
-      std::vector<float> got = Poison(tokens.size() * cols), want = Poison(tokens.size() * cols);
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      std::vector<float> got(tokens.size() * cols, nan), want(tokens.size() * cols, nan);
       backend.Embed({got.data(), &*packed, tokens.data(), static_cast<int64_t>(tokens.size())});
       backend.Embed({want.data(), &w0.w, tokens.data(), static_cast<int64_t>(tokens.size())});
-      EXPECT_EQ(got, want) << "cols " << cols;
+      EXPECT_EQ(got, want) << what;
     }
   }
 }
 
-// Without bf16_activations, PrepareWeight packs bf16 weights too (CPUs with AVX-512 BF16): from
+// With bf16_activations every row count rounds the activations to bf16 over the packed weights.
+TEST_F(CpuBackendTest, PackedBf16WeightsMatchRoundedReference) {
+  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no avx512_bf16";
+  CheckPackedWeights(CpuOptions{.isa = std::nullopt, .bf16_activations = true}, true, rng_);
+}
+
+// Without it the backend packs bf16 weights too (CPUs with AVX-512 BF16): from
 // CpuBackend::kPackedMinRows rows the float32 kernels read the packed panels, each pair widened
 // to float32 (exact products and float32 sums); fewer rows read the host data.
 TEST_F(CpuBackendTest, PackedWeightsWithFloatActivationsMatchReference) {
   if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no avx512_bf16";
-  for (int threads : {1, 2}) {
-    ThreadPool pool(threads);
-    CpuBackend backend(&pool, CpuOptions{});
-    ASSERT_TRUE(backend.PacksBf16());
-    for (int64_t cols : {1, 31, 33, 389, 1200}) {
-      TestWeight w0(Format::kBf16, 77, cols, rng_);
-      TestWeight w1(Format::kF32, 11, cols, rng_);
-      std::unique_ptr<Buffer> storage;
-      auto packed = backend.PrepareWeight(w0.w, &storage);
-      ASSERT_TRUE(packed.ok()) << packed.status().message();
-      ASSERT_NE(packed->data, w0.w.data);
-      for (int64_t rows : {1, 2, 4, 5, 8, 10, 13, 16, 17, 18, 40}) {
-        CheckBf16Matmul(backend, *packed, w0.w, w1.w, rows, false, rng_,
-                        std::to_string(threads) + "t packed f32 cols " + std::to_string(cols));
-        if (::testing::Test::HasFatalFailure()) return;
-      }
-      CheckWideRow(backend, cols, false, rng_);
-      if (::testing::Test::HasFatalFailure()) return;
-      std::vector<int32_t> tokens = {0, 76, 31, 32, 5};
-      std::vector<float> got = Poison(tokens.size() * cols), want = Poison(tokens.size() * cols);
-      backend.Embed({got.data(), &*packed, tokens.data(), static_cast<int64_t>(tokens.size())});
-      backend.Embed({want.data(), &w0.w, tokens.data(), static_cast<int64_t>(tokens.size())});
-      EXPECT_EQ(got, want) << "cols " << cols;
-    }
-  }
+  CheckPackedWeights(CpuOptions{}, false, rng_);
 }
 
 TEST_F(CpuBackendTest, RmsNormMatchesReference) {
