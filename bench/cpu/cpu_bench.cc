@@ -18,10 +18,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
-#include <memory>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -155,8 +155,11 @@ struct Model {
  private:
   struct Shallow {};
   // The weights' descriptions, norms and size of `m` without its weight data.
-  Model(const Model& m, Shallow) : layers(m.layers.size()), wembed(m.wembed),
-                                   final_norm(m.final_norm), weight_bytes(m.weight_bytes) {
+  Model(const Model& m, Shallow)
+      : layers(m.layers.size()),
+        wembed(m.wembed),
+        final_norm(m.final_norm),
+        weight_bytes(m.weight_bytes) {
     for (size_t i = 0; i < layers.size(); ++i) {
       const Layer& a = m.layers[i];
       Layer& b = layers[i];
@@ -421,7 +424,8 @@ void DecodeAttention(Backend& b, int rows, int context, int reps, KvFormat forma
   std::printf(
       "decode attention of one layer, %d sequences at position %d, %s pages%s: %.1f us, %.2f MB "
       "of KV at %.1f GB/s\n",
-      rows, context, KvFormatName(format).c_str(), cold ? " (cold)" : "", t * 1e6, bytes / 1e6, bytes / t / 1e9);
+      rows, context, KvFormatName(format).c_str(), cold ? " (cold)" : "", t * 1e6, bytes / 1e6,
+      bytes / t / 1e9);
 }
 
 // Error of bf16 activations: the logits of a 16-row forward pass with and without them,
@@ -469,7 +473,9 @@ int Main(int argc, char** argv) {
         if (*p == ',') ++p;
       }
     } else {
-      std::fprintf(stderr, "usage: cpu_bench [--threads 1,2] [--quick] [--bf16] [--cpu-time] [--attention]\n");
+      std::fprintf(
+          stderr,
+          "usage: cpu_bench [--threads 1,2] [--quick] [--bf16] [--cpu-time] [--attention]\n");
       return 2;
     }
   }
@@ -486,7 +492,8 @@ int Main(int argc, char** argv) {
     if (attention_only) {
       auto made = MakeCpuBackend(&pool, CpuOptions{});
       if (!made.ok()) return 1;
-      std::printf("\n[%d thread%s] %s\n", threads, threads > 1 ? "s" : "", (*made)->Describe().c_str());
+      std::printf("\n[%d thread%s] %s\n", threads, threads > 1 ? "s" : "",
+                  (*made)->Describe().c_str());
       for (KvFormat format : {KvFormat::kF32, KvFormat::kF16}) {
         DecodeAttention(**made, 16, 191, reps * 3000, format, false);
         DecodeAttention(**made, 16, 191, reps * 30, format, true);

@@ -34,7 +34,6 @@ class HostBuffer : public Buffer {
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-
 // A weight PrepareWeight packed: its data leaves the backend's map of packed data with it (the
 // buffer must not outlive the backend), so later memory at the same address is not taken for it.
 class PackedBuffer : public HostBuffer {
@@ -119,6 +118,7 @@ inline void PrefetchPage(const void* x, int64_t stride, int64_t width) {
     }
   }
 }
+
 // KV: float (f32 pages) or uint16_t (f16 pages, converted as the routines load them).
 template <class V, typename KV>
 void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, int g_end,
@@ -408,14 +408,14 @@ void CpuBackend::Matmul(const MatmulParams& p) {
       w = &hosts[o];
       packed = false;
     }
-    const bool rounded = packed ? options_.bf16_activations
-                                : f == Format::kBf16 && bf16_matmul_ &&
-                                      p.rows >= CpuOptions::kBf16MinRows;
+    const bool rounded =
+        packed ? options_.bf16_activations
+               : f == Format::kBf16 && bf16_matmul_ && p.rows >= CpuOptions::kBf16MinRows;
     const int order = packed ? (rounded ? 3 : 4) : rounded ? 0 : f == Format::kBf16 ? 1 : 2;
-    const MatmulKernels& k = packed ? (rounded ? Avx512Bf16PackedMatmulKernels()
-                                               : Avx512PackedMatmulKernels())
-                             : rounded ? *bf16_matmul_
-                                       : *matmul_;
+    const MatmulKernels& k =
+        packed    ? (rounded ? Avx512Bf16PackedMatmulKernels() : Avx512PackedMatmulKernels())
+        : rounded ? *bf16_matmul_
+                  : *matmul_;
     const int64_t stride = ActivationStride(k, cols);
     if (!x[order]) {
       // In units of k.prepare_rows rows (whole tiles).

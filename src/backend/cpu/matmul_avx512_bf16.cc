@@ -336,8 +336,8 @@ GZ_TARGET_AVX512BF16 void PrepareTiles(Format format, const float* x, int64_t ro
 
 // Rows of x (float32) in PanelTile<F32>'s order: tiles of kPanelRows rows, inputs (2p, 2p + 1)
 // of row i of a tile at [(p * kPanelRows + i) * 2], rows past `rows` and inputs past cols zero.
-GZ_TARGET_AVX512BF16 void PrepareTilesF32(Format format, const float* x, int64_t rows,
-                                          int64_t cols, float* dst) {
+GZ_TARGET_AVX512BF16 void PrepareTilesF32(Format format, const float* x, int64_t rows, int64_t cols,
+                                          float* dst) {
   (void)format;
   const int64_t pairs = PaddedCols(cols, kBlock) / 2;
   for (int64_t t = 0; t < (rows + kPanelRows - 1) / kPanelRows; ++t) {

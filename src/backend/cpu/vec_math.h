@@ -162,9 +162,8 @@ struct Scalar {
   // `after` (a page read next, or null) with the last.
   template <typename KV>
   static void ScaleAddWeightedPages(float* acc, int heads, const float* c, const float* p,
-                                    const KV* const* v, const int* count, int pages,
-                                    int64_t stride, int64_t n, bool fetch = false,
-                                    const void* after = nullptr) {
+                                    const KV* const* v, const int* count, int pages, int64_t stride,
+                                    int64_t n, bool fetch = false, const void* after = nullptr) {
     (void)fetch, (void)after;
     ScaleAddWeightedEachPage<Scalar>(acc, heads, c, p, v, count, pages, stride, n);
   }
