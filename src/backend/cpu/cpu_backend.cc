@@ -104,19 +104,9 @@ constexpr int kMaxHeads = 64;
 constexpr int kChunkPages = vec::kScoreRows / kPage;
 static_assert(vec::kScoreRows % kPage == 0);
 
-// Prefetches kPage rows of `width` bytes, `stride` bytes apart. (GCC deletes a loop whose body
-// is only __builtin_prefetch, hence the asm.)
+// Prefetches kPage rows of `width` bytes, `stride` bytes apart.
 inline void PrefetchPage(const void* x, int64_t stride, int64_t width) {
-  for (int t = 0; t < kPage; ++t) {
-    const char* row = static_cast<const char*>(x) + t * stride;
-    for (int64_t b = 0; b < width; b += 64) {
-#if defined(__x86_64__)
-      asm volatile("prefetcht0 %0" : : "m"(row[b]));
-#else
-      __builtin_prefetch(row + b, 0, 3);
-#endif
-    }
-  }
+  for (int t = 0; t < kPage; ++t) vec::PrefetchRow(static_cast<const char*>(x) + t * stride, width);
 }
 
 // KV: float (f32 pages) or uint16_t (f16 pages, converted as the routines load them).
