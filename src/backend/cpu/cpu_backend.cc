@@ -112,7 +112,7 @@ inline void PrefetchPage(const void* x, int64_t stride, int64_t width) {
 // KV: float (f32 pages) or uint16_t (f16 pages, converted as the routines load them).
 template <class V, typename KV>
 void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, int g_end,
-                    float* acc) {
+                    int64_t fetch, float* acc) {
   const int group = p.heads / p.kv_heads;
   const int hd = p.head_dim;
   const int64_t stride = static_cast<int64_t>(p.kv_heads) * hd;  // elements between positions
@@ -120,7 +120,6 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
   const int32_t first = p.window > 0 ? std::max(0, last - p.window + 1) : 0;
   const int32_t last_block = last / kPage;
   const int32_t* pages = p.table.pages + static_cast<int64_t>(p.slots[r]) * p.table.max_pages;
-  const bool cold = r == 0 || p.slots[r - 1] != p.slots[r];
   const auto* keys = static_cast<const KV*>(p.cache.keys);
   const auto* values = static_cast<const KV*>(p.cache.values);
   // Where position t of block b starts (kv head kvh).
@@ -157,8 +156,8 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
     // a time (bursts of a page or more stall on the core's outstanding misses). Rows of one
     // prompt (a slot's rows in a row) find the pages the row before them read still cached.
     const KV* after = nullptr;  // the next chunk's first keys
-    if (cold) {
-      if (block0 == first / kPage) PrefetchPage(k[0], stride * sizeof(KV), hd * sizeof(KV));
+    if (fetch > 0) {
+      if (block0 == first / kPage) PrefetchPage(k[0], stride * sizeof(KV), fetch);
       if (block0 + pages_in <= last_block) after = keys + at(block0 + pages_in, 0);
     }
     // Query heads four at a time, so that each key and value is loaded once for them.
@@ -168,8 +167,8 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
       float s[4 * vec::kScoreRows];
       float correction[4];
       for (int j = 0, offset = 0; j < pages_in; offset += count[j], ++j) {
-        const KV* next = !cold ? nullptr : j + 1 < pages_in ? k[j + 1] : v[0];
-        V::ScoresHeads(q, heads, k[j], stride, count[j], hd, p.scale, s + offset, next);
+        const KV* next = fetch == 0 ? nullptr : j + 1 < pages_in ? k[j + 1] : v[0];
+        V::ScoresHeads(q, heads, k[j], stride, count[j], hd, p.scale, s + offset, next, fetch);
       }
       for (int h = 0; h < heads; ++h) {
         const int g = g0 - g_begin + h;
@@ -181,7 +180,7 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
         max_score[g] = new_max;
       }
       V::ScaleAddWeightedPages(acc + (g0 - g_begin) * hd, heads, correction, s, v, count, pages_in,
-                               stride, hd, cold, after);
+                               stride, hd, fetch, after);
     }
   }
   for (int g = g_begin; g < g_end; ++g) {
@@ -192,15 +191,23 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
   }
 }
 
-// All query heads of kv head kvh for row r, kMaxHeads at a time. acc: [kMaxHeads, head_dim].
+// All query heads of kv heads [kv_begin, kv_end) of row r, kMaxHeads at a time. acc:
+// [kMaxHeads, head_dim]. Where the row's pages are cold (not read by the row before it: the
+// first row of a slot), the first kv head's pass fetches the whole of each position's row, every
+// kv head's part of it (adjacent in a page), for the kv heads after it.
 template <class V>
-void AttentionTask(const AttentionParams& p, int64_t r, int kvh, float* acc) {
+void AttentionTask(const AttentionParams& p, int64_t r, int kv_begin, int kv_end, float* acc) {
   const int group = p.heads / p.kv_heads;
-  for (int g = 0; g < group; g += kMaxHeads) {
-    if (p.cache.format == KvFormat::kF16) {
-      AttentionHeads<V, uint16_t>(p, r, kvh, g, std::min(group, g + kMaxHeads), acc);
-    } else {
-      AttentionHeads<V, float>(p, r, kvh, g, std::min(group, g + kMaxHeads), acc);
+  const bool cold = r == 0 || p.slots[r - 1] != p.slots[r];
+  const int64_t row_part = static_cast<int64_t>(p.head_dim) * KvFormatBytes(p.cache.format);
+  for (int kvh = kv_begin; kvh < kv_end; ++kvh) {
+    for (int g = 0; g < group; g += kMaxHeads) {
+      const int64_t fetch = cold && kvh == kv_begin && g == 0 ? (kv_end - kv_begin) * row_part : 0;
+      if (p.cache.format == KvFormat::kF16) {
+        AttentionHeads<V, uint16_t>(p, r, kvh, g, std::min(group, g + kMaxHeads), fetch, acc);
+      } else {
+        AttentionHeads<V, float>(p, r, kvh, g, std::min(group, g + kMaxHeads), fetch, acc);
+      }
     }
   }
 }
@@ -523,13 +530,21 @@ void CpuBackend::Attention(const AttentionParams& p) {
         p.window > 0 ? std::min<int64_t>(p.window, p.positions[r] + 1) : p.positions[r] + 1;
     work += context * p.heads * p.head_dim * 2;
   }
-  const int64_t tasks = p.rows * p.kv_heads;
+  // A task a row (all its kv heads, the first fetching for the rest) where the calling thread
+  // runs them all or the rows are enough to share among the threads; else a task a kv head of a
+  // row (one decoding sequence's heads on both threads).
+  const bool inline_tasks = threads == 1 || work < kInlineElements;
+  const bool whole_rows = inline_tasks || p.rows >= 2 * threads;
+  const int per_task = whole_rows ? p.kv_heads : 1;
+  const int64_t tasks = p.rows * (p.kv_heads / per_task);
   WithVec(isa_, [&]<class V>() {
     auto run = [&](int64_t task, int thread) {
-      AttentionTask<V>(p, task / p.kv_heads, static_cast<int>(task % p.kv_heads),
+      const int64_t unit = task * per_task;  // row * kv_heads + first kv head
+      const int kvh = static_cast<int>(unit % p.kv_heads);
+      AttentionTask<V>(p, unit / p.kv_heads, kvh, kvh + per_task,
                        scratch + static_cast<int64_t>(thread) * per_thread);
     };
-    if (threads == 1 || work < kInlineElements || tasks == 1) {
+    if (inline_tasks || tasks == 1) {
       for (int64_t t = 0; t < tasks; ++t) run(t, 0);
     } else {
       // The same rows on the same thread each step where it keeps up: their KV pages stay in

@@ -125,10 +125,12 @@ struct Scalar {
   // For `heads` (<= 4) query heads q [heads, n] at once: s[h * kScoreRows + t] as in Scores.
   // count <= 16 (a page), and each row of s has room for 16 scores: a version may write past
   // count there.
-  // next: a page read after this one (a version may fetch its rows meanwhile), or null.
+  // next: a page read after this one, or null: a version may fetch the first `fetch` bytes of
+  // each of its rows meanwhile.
   static void ScoresHeads(const float* q, int heads, const float* k, int64_t stride, int count,
-                          int64_t n, float scale, float* s, const void* next = nullptr) {
-    (void)next;
+                          int64_t n, float scale, float* s, const void* next = nullptr,
+                          int64_t fetch = 0) {
+    (void)next, (void)fetch;
     for (int h = 0; h < heads; ++h)
       Scores(q + h * n, k, stride, count, n, scale, s + h * kScoreRows);
   }
@@ -142,8 +144,9 @@ struct Scalar {
   }
   // The same over float16 pages.
   static void ScoresHeads(const float* q, int heads, const uint16_t* k, int64_t stride, int count,
-                          int64_t n, float scale, float* s, const void* next = nullptr) {
-    (void)next;
+                          int64_t n, float scale, float* s, const void* next = nullptr,
+                          int64_t fetch = 0) {
+    (void)next, (void)fetch;
     ScoresHeads(q, heads, WidenPage<Scalar>(k, stride, count, n), n, count, n, scale, s);
   }
   static void ScaleAddWeightedHeads(float* acc, int heads, const float* c, const float* p,
@@ -158,12 +161,12 @@ struct Scalar {
   }
   // ScaleAddWeightedHeads over `pages` pages at once: page j's count[j] values at v[j], its
   // scores after those of pages before it in each row of p; c applies once, before them.
-  // fetch: a version may fetch each page's rows while the page before it is read, and those of
-  // `after` (a page read next, or null) with the last.
+  // fetch: a version may fetch the first `fetch` bytes (0: none) of each page's rows while the
+  // page before it is read, and those of `after` (a page read next, or null) with the last.
   template <typename KV>
   static void ScaleAddWeightedPages(float* acc, int heads, const float* c, const float* p,
                                     const KV* const* v, const int* count, int pages, int64_t stride,
-                                    int64_t n, bool fetch = false, const void* after = nullptr) {
+                                    int64_t n, int64_t fetch = 0, const void* after = nullptr) {
     (void)fetch, (void)after;
     ScaleAddWeightedEachPage<Scalar>(acc, heads, c, p, v, count, pages, stride, n);
   }
@@ -329,15 +332,15 @@ struct Avx512 {
   GZ_TARGET_AVX512 static inline __m512 LoadKv(const uint16_t* p, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
   }
-  // next: as in Scalar; its rows t..t+3 are fetched with this page's rows t..t+3.
+  // next, fetch: as in Scalar; next's rows t..t+3 are fetched with this page's rows t..t+3.
   template <int H, typename KV>
   GZ_TARGET_AVX512 static inline void ScoresHeadsN(const float* q, const KV* k, int64_t stride,
                                                    int count, int64_t n, float scale, float* s,
-                                                   const KV* next) {
+                                                   const KV* next, int64_t fetch) {
     const __m128 sv = _mm_set1_ps(scale);
     for (int t = 0; t < count; t += 4) {
       if (next) {
-        for (int u = 0; u < 4; ++u) PrefetchRow(next + (t + u) * stride, n * sizeof(KV));
+        for (int u = 0; u < 4; ++u) PrefetchRow(next + (t + u) * stride, fetch);
       }
       const KV* kt[4];
       for (int u = 0; u < 4; ++u) kt[u] = k + std::min(t + u, count - 1) * stride;
@@ -371,17 +374,17 @@ struct Avx512 {
   template <typename KV>
   GZ_TARGET_AVX512 static void ScoresHeads(const float* q, int heads, const KV* k, int64_t stride,
                                            int count, int64_t n, float scale, float* s,
-                                           const void* next = nullptr) {
+                                           const void* next = nullptr, int64_t fetch = 0) {
     const KV* nk = static_cast<const KV*>(next);
     switch (heads) {
       case 1:
-        return ScoresHeadsN<1>(q, k, stride, count, n, scale, s, nk);
+        return ScoresHeadsN<1>(q, k, stride, count, n, scale, s, nk, fetch);
       case 2:
-        return ScoresHeadsN<2>(q, k, stride, count, n, scale, s, nk);
+        return ScoresHeadsN<2>(q, k, stride, count, n, scale, s, nk, fetch);
       case 3:
-        return ScoresHeadsN<3>(q, k, stride, count, n, scale, s, nk);
+        return ScoresHeadsN<3>(q, k, stride, count, n, scale, s, nk, fetch);
       default:
-        return ScoresHeadsN<4>(q, k, stride, count, n, scale, s, nk);
+        return ScoresHeadsN<4>(q, k, stride, count, n, scale, s, nk, fetch);
     }
   }
   // For `heads` (<= 4) heads: acc [heads, n] as in ScaleAddWeighted, with c[h] and
@@ -434,13 +437,13 @@ struct Avx512 {
   // As ScaleAddWeightedHeadsN over several pages: the accumulators of 64 values of every head
   // stay in registers across all the pages' positions (one load and store of acc per call).
   // With fetch, row t of the page after page j (of `after` after the last) is fetched with
-  // page j's row t.
+  // page j's row t (its first `fetch` bytes).
   template <int H, typename KV>
   GZ_TARGET_AVX512 static inline void ScaleAddWeightedPagesN(float* acc, const float* c,
                                                              const float* p, const KV* const* v,
                                                              const int* count, int pages,
-                                                             int64_t stride, int64_t n, bool fetch,
-                                                             const KV* after) {
+                                                             int64_t stride, int64_t n,
+                                                             int64_t fetch, const KV* after) {
     for (int64_t i = 0; i < n; i += 64) {
       __mmask16 m[4];
       for (int u = 0; u < 4; ++u) m[u] = Tail(std::clamp<int64_t>(n - i - 16 * u, 0, 16));
@@ -458,7 +461,7 @@ struct Avx512 {
         const float* pj = p + offset;
         const KV* next = !fetch || i > 0 ? nullptr : j + 1 < pages ? v[j + 1] : after;
         for (int t = 0; t < count[j]; ++t) {
-          if (next) PrefetchRow(next + t * stride, n * sizeof(KV));
+          if (next) PrefetchRow(next + t * stride, fetch);
           __m512 vv[4];
 #pragma GCC unroll 4
           for (int u = 0; u < 4; ++u) vv[u] = LoadKv(vj + t * stride + 16 * u, m[u]);
@@ -481,7 +484,7 @@ struct Avx512 {
   GZ_TARGET_AVX512 static void ScaleAddWeightedPages(float* acc, int heads, const float* c,
                                                      const float* p, const KV* const* v,
                                                      const int* count, int pages, int64_t stride,
-                                                     int64_t n, bool fetch = false,
+                                                     int64_t n, int64_t fetch = 0,
                                                      const void* after = nullptr) {
     const KV* a = static_cast<const KV*>(after);
     switch (heads) {
@@ -626,8 +629,8 @@ struct Avx2 {
   // For `heads` (<= 4) query heads q [heads, n] at once: s[h * kScoreRows + t] as in Scores.
   GZ_TARGET_AVX2 static void ScoresHeads(const float* q, int heads, const float* k, int64_t stride,
                                          int count, int64_t n, float scale, float* s,
-                                         const void* next = nullptr) {
-    (void)next;
+                                         const void* next = nullptr, int64_t fetch = 0) {
+    (void)next, (void)fetch;
     for (int h = 0; h < heads; ++h)
       Scores(q + h * n, k, stride, count, n, scale, s + h * kScoreRows);
   }
@@ -643,8 +646,8 @@ struct Avx2 {
   // The same over float16 pages.
   GZ_TARGET_AVX2 static void ScoresHeads(const float* q, int heads, const uint16_t* k,
                                          int64_t stride, int count, int64_t n, float scale,
-                                         float* s, const void* next = nullptr) {
-    (void)next;
+                                         float* s, const void* next = nullptr, int64_t fetch = 0) {
+    (void)next, (void)fetch;
     ScoresHeads(q, heads, WidenPage<Avx2>(k, stride, count, n), n, count, n, scale, s);
   }
   GZ_TARGET_AVX2 static void ScaleAddWeightedHeads(float* acc, int heads, const float* c,
@@ -667,7 +670,7 @@ struct Avx2 {
   GZ_TARGET_AVX2 static void ScaleAddWeightedPages(float* acc, int heads, const float* c,
                                                    const float* p, const KV* const* v,
                                                    const int* count, int pages, int64_t stride,
-                                                   int64_t n, bool fetch = false,
+                                                   int64_t n, int64_t fetch = 0,
                                                    const void* after = nullptr) {
     (void)fetch, (void)after;
     ScaleAddWeightedEachPage<Avx2>(acc, heads, c, p, v, count, pages, stride, n);
