@@ -538,9 +538,11 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
     gate_up.outputs = 2;
     gate_up.w[0] = &L.gate, gate_up.w[1] = &L.up;
     gate_up.out[0] = b.gate->as<float>(), gate_up.out[1] = b.up->as<float>();
-    gate_up.swiglu = fuse;
+    gate_up.swiglu = be.FusesSwiGlu();
     be.Matmul(gate_up);
-    if (!fuse) be.SwiGlu({b.gate->as<float>(), b.gate->as<float>(), b.up->as<float>(), n * a.ffn});
+    if (!gate_up.swiglu) {
+      be.SwiGlu({b.gate->as<float>(), b.gate->as<float>(), b.up->as<float>(), n * a.ffn});
+    }
     MatmulParams down;
     down.x = b.gate->as<float>();
     down.rows = n;

@@ -48,7 +48,7 @@ struct RmsNormParams {
 // Up to three linears that share one input (q/k/v, gate/up): out_i = x W_i^T (+ bias_i).
 //
 // The fused ends, only for a backend whose FusesMatmul() is true (the model issues RmsNorm, Add
-// and SwiGlu ops to the others):
+// and SwiGlu ops to the others; swiglu alone also where FusesSwiGlu() is):
 // - norm: x is first RMS-normalized per row with this weight (RmsNormParams without residual);
 // - accumulate (one output): out += x W^T (+ bias), the residual add; out must not alias x;
 // - swiglu (two outputs of the same n): out[0] = silu(x W_0^T + b_0) * (x W_1^T + b_1); out[1]
@@ -251,6 +251,9 @@ class Backend {
   }
   // Whether Matmul runs MatmulParams' fused ends (norm, accumulate, swiglu).
   virtual bool FusesMatmul() const { return false; }
+  // Whether Matmul runs the swiglu end, also where FusesMatmul() is false (the model then issues
+  // RmsNorm and Add, and no SwiGlu op).
+  virtual bool FusesSwiGlu() const { return FusesMatmul(); }
 
   // Token picking on the device; a backend without it (CanSample false) leaves it to the host.
   virtual bool CanSample() const { return false; }

@@ -371,9 +371,9 @@ void CpuBackend::RmsNorm(const RmsNormParams& p) {
 
 void CpuBackend::Matmul(const MatmulParams& p) {
   if (p.rows <= 0) return;
-  if (p.norm || p.accumulate || p.swiglu) {
-    // FusesMatmul() is false: the model issues RmsNorm, Add and SwiGlu instead.
-    std::fprintf(stderr, "cpu Matmul: the fused norm, accumulate and swiglu are not supported\n");
+  if (p.norm || p.accumulate) {
+    // FusesMatmul() is false: the model issues RmsNorm and Add instead.
+    std::fprintf(stderr, "cpu Matmul: the fused norm and accumulate are not supported\n");
     std::abort();
   }
   // Quantized outputs run on their own kernels (quant_matmul.h); the plain ones below.
@@ -435,32 +435,52 @@ void CpuBackend::Matmul(const MatmulParams& p) {
     total_n += p.w[o]->rows;
     tile_rows = std::max(tile_rows, k.tile_rows);
   }
-  if (total_n == 0) return;
-  // Output rows in chunks (multiples of the tile), about four per thread so that threads that
-  // finish early take more; one dispatch covers every output.
-  const int threads = pool_->threads();
-  int64_t chunk = (total_n + 4 * threads - 1) / (4 * threads);
-  chunk = std::max<int64_t>(tile_rows, (chunk + tile_rows - 1) / tile_rows * tile_rows);
-  int64_t first_task[MatmulParams::kMaxOutputs + 1] = {0};
-  for (int o = 0; o < p.outputs; ++o) {
-    const int64_t n = kernels[o] ? p.w[o]->rows : 0;
-    first_task[o + 1] = first_task[o] + (n + chunk - 1) / chunk;
+  // swiglu with both outputs on the kernels below: a task computes the same columns of both and
+  // then out[0] = silu(out[0]) * out[1] over them, while they are in its core's L1 (the same
+  // elementwise function as the SwiGlu op, so the same values). With a quantized output, the
+  // SwiGlu op runs over the whole outputs after them.
+  const bool fused_swiglu = p.swiglu && kernels[0] && kernels[1];
+  if (total_n > 0) {
+    // Output rows in chunks (multiples of the tile), about four per thread so that threads that
+    // finish early take more; one dispatch covers every output (every pair of gate and up
+    // columns with the fused swiglu).
+    const int threads = pool_->threads();
+    const int outputs = fused_swiglu ? 1 : p.outputs;
+    const int64_t task_n = fused_swiglu ? p.w[0]->rows : total_n;
+    int64_t chunk = (task_n + 4 * threads - 1) / (4 * threads);
+    chunk = std::max<int64_t>(tile_rows, (chunk + tile_rows - 1) / tile_rows * tile_rows);
+    int64_t first_task[MatmulParams::kMaxOutputs + 1] = {0};
+    for (int o = 0; o < outputs; ++o) {
+      const int64_t n = kernels[o] ? p.w[o]->rows : 0;
+      first_task[o + 1] = first_task[o] + (n + chunk - 1) / chunk;
+    }
+    const int64_t tasks = first_task[outputs];
+    WithVec(isa_, [&]<class V>() {
+      auto run = [&](int64_t task, int) {
+        int o = 0;
+        while (task >= first_task[o + 1]) ++o;
+        const int64_t n0 = (task - first_task[o]) * chunk;
+        const int64_t n1 = std::min(p.w[o]->rows, n0 + chunk);
+        kernels[o]->slice[static_cast<int>(p.w[o]->format)](slices[o], n0, n1);
+        if (fused_swiglu) {
+          kernels[1]->slice[static_cast<int>(p.w[1]->format)](slices[1], n0, n1);
+          const int64_t n = p.w[0]->rows;
+          for (int64_t r = 0; r < p.rows; ++r) {
+            float* gate = p.out[0] + r * n + n0;
+            V::SwiGlu(gate, gate, p.out[1] + r * n + n0, n1 - n0);
+          }
+        }
+      };
+      if (threads == 1) {
+        for (int64_t t = 0; t < tasks; ++t) run(t, 0);
+      } else {
+        // The same outputs on the same thread each step where it keeps up: its share of the
+        // weights stays in its core's caches.
+        pool_->ForEachAffine(tasks, run);
+      }
+    });
   }
-  const int64_t tasks = first_task[p.outputs];
-  auto run = [&](int64_t task, int) {
-    int o = 0;
-    while (task >= first_task[o + 1]) ++o;
-    const int64_t n0 = (task - first_task[o]) * chunk;
-    const int64_t n1 = std::min(p.w[o]->rows, n0 + chunk);
-    kernels[o]->slice[static_cast<int>(p.w[o]->format)](slices[o], n0, n1);
-  };
-  if (threads == 1) {
-    for (int64_t t = 0; t < tasks; ++t) run(t, 0);
-  } else {
-    // The same outputs on the same thread each step where it keeps up: its share of the
-    // weights stays in its core's caches.
-    pool_->ForEachAffine(tasks, run);
-  }
+  if (p.swiglu && !fused_swiglu) SwiGlu({p.out[0], p.out[0], p.out[1], p.rows * p.w[0]->rows});
 }
 
 const float* CpuBackend::RopeTable(const RopeParams& p) {

@@ -69,6 +69,8 @@ class CpuBackend : public Backend {
   void SwiGlu(const SwiGluParams& p) override;
   void Add(const AddParams& p) override;
   void GatherRows(const GatherRowsParams& p) override;
+  // The swiglu end of a gate/up matmul (not the norm and accumulate ends).
+  bool FusesSwiGlu() const override { return true; }
   void Synchronize() override {}
 
  private:

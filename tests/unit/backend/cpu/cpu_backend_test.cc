@@ -6,12 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/reference.h"
 #include "core/dtype.h"
+#include "quant/quantize.h"
 
 namespace gizllm {
 namespace {
@@ -327,6 +330,72 @@ TEST_F(CpuBackendTest, PackedBf16WeightsMatchRoundedReference) {
 TEST_F(CpuBackendTest, PackedWeightsWithFloatActivationsMatchReference) {
   if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no avx512_bf16";
   CheckPackedWeights(CpuOptions{}, false, rng_);
+}
+
+// The swiglu end of a gate/up matmul (CpuBackend::FusesSwiGlu) gives the bits of the matmul
+// followed by the SwiGlu op: fused in each task where both outputs are plain (float32, bf16 as
+// stored and packed, with float32 and bf16 activations), after the matmul with a quantized one.
+TEST_F(CpuBackendTest, MatmulSwiGluEqualsMatmulThenSwiGlu) {
+  const int64_t n = 77;
+  std::vector<float> wq = Random(n * 384, 0.05f);  // quantized rows: groups of 128 inputs
+  auto q8 = quant::QuantizeLinear(wq.data(), n, 384, {Format::kQ8, false, true});
+  auto q4 = quant::QuantizeLinear(wq.data(), n, 384, {Format::kQ4, true, true});
+  ASSERT_TRUE(q8.ok() && q4.ok());
+  const Weight q8w = q8->View(), q4w = q4->View();
+  std::vector<CpuOptions> options;
+  for (const Config& c : Configs()) options.push_back({.isa = c.isa});
+  if (CpuHasAvx512Bf16()) options.push_back({.isa = std::nullopt, .bf16_activations = true});
+  for (const CpuOptions& o : options) {
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      CpuBackend backend(&pool, o);
+      for (int64_t cols : {389, 384}) {
+        TestWeight f0(Format::kF32, n, cols, rng_), f1(Format::kF32, n, cols, rng_);
+        TestWeight b0(Format::kBf16, n, cols, rng_), b1(Format::kBf16, n, cols, rng_);
+        std::unique_ptr<Buffer> s0, s1;
+        auto p0 = backend.PrepareWeight(b0.w, &s0);
+        auto p1 = backend.PrepareWeight(b1.w, &s1);
+        ASSERT_TRUE(p0.ok() && p1.ok());
+        std::vector<std::pair<const Weight*, const Weight*>> pairs = {
+            {&f0.w, &f1.w}, {&b0.w, &b1.w}, {&*p0, &*p1}};
+        if (cols == 384) pairs.insert(pairs.end(), {{&q8w, &b1.w}, {&q8w, &q4w}});
+        const std::vector<float> bias0 = Random(n), bias1 = Random(n);
+        for (const auto& [gate, up] : pairs) {
+          for (int64_t rows : {1, 4, 5, 16, 17, 40}) {
+            const std::string what = std::string(CpuIsaName(backend.isa())) +
+                                     (o.bf16_activations ? " bf16" : "") + " " +
+                                     std::to_string(threads) + "t " + FormatName(gate->format) +
+                                     "/" + FormatName(up->format) + " cols " +
+                                     std::to_string(cols) + " rows " + std::to_string(rows);
+            std::vector<float> x = Random(rows * cols);
+            std::vector<float> got = Poison(rows * n), scratch = Poison(rows * n);
+            std::vector<float> want = Poison(rows * n), want_up = Poison(rows * n);
+            MatmulParams p;
+            p.x = x.data();
+            p.rows = rows;
+            p.outputs = 2;
+            p.w[0] = gate;
+            p.w[1] = up;
+            p.bias[0] = bias0.data();
+            p.bias[1] = bias1.data();
+            p.out[0] = want.data();
+            p.out[1] = want_up.data();
+            backend.Matmul(p);
+            backend.SwiGlu({want.data(), want.data(), want_up.data(), rows * n});
+            p.out[0] = got.data();
+            p.out[1] = scratch.data();
+            p.swiglu = true;
+            backend.Matmul(p);
+            for (int64_t i = 0; i < rows * n; ++i) {
+              ASSERT_FALSE(std::isnan(want[i])) << what << " at " << i;
+              ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+                  << what << " at " << i << ": " << got[i] << " vs " << want[i];
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST_F(CpuBackendTest, RmsNormMatchesReference) {
