@@ -17,7 +17,8 @@ inline void Pause() {
 constexpr int kSpins = 1 << 14;
 }  // namespace
 
-ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {
+ThreadPool::ThreadPool(int threads)
+    : threads_(std::max(1, threads)), shares_(std::make_unique<Share[]>(threads_)) {
   for (int t = 1; t < threads_; ++t) workers_.emplace_back([this, t] { Worker(t); });
 }
 
@@ -113,21 +114,22 @@ void ThreadPool::ForEachAffine(int64_t n, const std::function<void(int64_t, int)
     return;
   }
   // Each share's items not taken yet, [front, back): high and low 32 bits of one word, so that
-  // its owner (front) and the others (back) never take the same item.
+  // its owner (front) and the others (back) never take the same item. (Run publishes these
+  // stores to the workers.)
   const int shares = threads_;
-  std::vector<std::atomic<uint64_t>> left(shares);
   for (int t = 0; t < shares; ++t) {
     const uint64_t begin = static_cast<uint64_t>(n * t / shares);
     const uint64_t end = static_cast<uint64_t>(n * (t + 1) / shares);
-    left[t].store(begin << 32 | end, std::memory_order_relaxed);
+    shares_[t].left.store(begin << 32 | end, std::memory_order_relaxed);
   }
   auto take = [&](int share, bool front) -> int64_t {
-    uint64_t v = left[share].load(std::memory_order_relaxed);
+    std::atomic<uint64_t>& left = shares_[share].left;
+    uint64_t v = left.load(std::memory_order_relaxed);
     for (;;) {
       const uint64_t begin = v >> 32, end = v & 0xffffffffu;
       if (begin >= end) return -1;
       const uint64_t next = front ? (begin + 1) << 32 | end : begin << 32 | (end - 1);
-      if (left[share].compare_exchange_weak(v, next, std::memory_order_relaxed)) {
+      if (left.compare_exchange_weak(v, next, std::memory_order_relaxed)) {
         return static_cast<int64_t>(front ? begin : end - 1);
       }
     }

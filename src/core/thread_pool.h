@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -54,7 +55,15 @@ class ThreadPool {
   // Claims and runs tasks of job `generation` while any remain.
   void Work(uint32_t generation, int thread);
 
+  // ForEachAffine's shares: the items of share t not taken yet, [front, back), as the high and
+  // low 32 bits of one word, each word on a cache line of its own (the threads take from their
+  // own shares without moving each other's lines).
+  struct alignas(64) Share {
+    std::atomic<uint64_t> left{0};
+  };
+
   int threads_;
+  std::unique_ptr<Share[]> shares_;
   std::vector<std::thread> workers_;
   Job jobs_[2];
   // High 32 bits: the job's generation; low 32 bits: the next task to claim.
