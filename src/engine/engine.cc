@@ -82,7 +82,9 @@ Engine::Engine(Runner* runner, const EngineOptions& options, int32_t pages, int3
       sampler_(runner->arch().vocab),
       tables_(static_cast<size_t>(options.slots) * max_pages, -1),
       logits_(static_cast<size_t>(options.slots) * runner->arch().vocab) {
-  if (options_.host_prefix_bytes < 0) options_.host_prefix_bytes = options_.kv_budget_bytes;
+  if (options_.host_prefix_bytes < 0) {
+    options_.host_prefix_bytes = runner->PagesInHostMemory() ? 0 : options_.kv_budget_bytes;
+  }
   plan_.reserve(options.slots);
 }
 

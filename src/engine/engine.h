@@ -27,7 +27,10 @@ struct EngineOptions {
   int64_t context = 2048;                        // positions of each sequence (prompt and answer)
   int64_t rows = 256;                            // most rows one step reads; at least `slots`
   int64_t kv_budget_bytes = int64_t{256} << 20;  // KV pool: budget / Runner::PageBytes() pages
-  int64_t host_prefix_bytes = -1;  // host memory for prefixes copied out of the pool; -1: budget
+  // Host memory for prefixes copied out of the pool when it is full. -1: the KV budget where the
+  // pool is device memory; none where it is host memory already (Runner::PagesInHostMemory: a
+  // copy would hold the same bytes twice; a larger kv_budget_bytes keeps prefixes in place).
+  int64_t host_prefix_bytes = -1;
   // Pick tokens where the logits are (Runner::CanSample) for steps whose requests use no
   // penalties and no logprobs; otherwise the logits come to the host.
   bool device_sampling = true;
@@ -36,12 +39,12 @@ struct EngineOptions {
 
 struct EngineStats {
   int64_t steps = 0;
-  int64_t rows = 0;           // rows read, prompt pieces and decodes
-  int64_t prompt_tokens = 0;  // prompt tokens of admitted requests (first admission)
-  int64_t cached_tokens = 0;  // of those, the ones a slot, prefix or shared head already held
-  int64_t prefix_hits = 0;    // first admissions that reused held tokens
-  int64_t preemptions = 0;    // sequences sent back to waiting for lack of pages
-  int64_t host_copies = 0;    // pages copied to host memory for stored prefixes
+  int64_t rows = 0;            // rows read, prompt pieces and decodes
+  int64_t prompt_tokens = 0;   // prompt tokens of admitted requests (first admission)
+  int64_t cached_tokens = 0;   // of those, the ones a slot, prefix or shared head already held
+  int64_t prefix_hits = 0;     // first admissions that reused held tokens
+  int64_t preemptions = 0;     // sequences sent back to waiting for lack of pages
+  int64_t host_copies = 0;     // pages copied to host memory for stored prefixes
   int64_t device_sampled = 0;  // steps whose tokens the runner picked
 };
 
@@ -190,9 +193,9 @@ class Engine {
   Sampler sampler_;
   std::vector<Planned> plan_;  // this step's sequences and their row counts
   Rows rows_;
-  std::vector<int32_t> tables_;  // [slots, max_pages] page tables of this step; -1: none
-  std::vector<float> logits_;    // [slots, vocab] logits of this step's wanted rows
-  bool picked_ = false;          // this step's tokens came from the runner (picks_)
+  std::vector<int32_t> tables_;    // [slots, max_pages] page tables of this step; -1: none
+  std::vector<float> logits_;      // [slots, vocab] logits of this step's wanted rows
+  bool picked_ = false;            // this step's tokens came from the runner (picks_)
   std::vector<SampleRow> sample_;  // [wanted] how the runner picks each wanted row's token
   std::vector<int32_t> picks_;     // [wanted] tokens the runner picked
 };

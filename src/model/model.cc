@@ -388,6 +388,8 @@ Status Model::Step(const Rows& rows, const PageTables& tables, float* logits) {
 
 bool Model::CanSample() const { return backend_->CanSample(); }
 
+bool Model::PagesInHostMemory() const { return backend_->kind() == DeviceKind::kCpu; }
+
 Status Model::StepSample(const Rows& rows, const PageTables& tables,
                          std::span<const SampleRow> params, int32_t* tokens) {
   if (!backend_->CanSample()) return Unimplemented("StepSample: the backend picks no tokens");

@@ -49,6 +49,7 @@ class Model final : public Runner {
   Status Reserve(int64_t rows, int32_t slots, int32_t max_pages) override;
   Status Step(const Rows& rows, const PageTables& tables, float* logits) override;
   bool CanSample() const override;
+  bool PagesInHostMemory() const override;
   Status StepSample(const Rows& rows, const PageTables& tables, std::span<const SampleRow> params,
                     int32_t* tokens) override;
   Status Hidden(const Rows& rows, const PageTables& tables, std::span<const int> layers,

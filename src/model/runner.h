@@ -52,6 +52,9 @@ class Runner {
   virtual Status Hidden(const Rows& rows, const PageTables& tables, std::span<const int> layers,
                         float* out) = 0;
 
+  // Whether the KV pool is itself in host memory (a CPU backend). A host copy of a page then
+  // holds the same bytes in the same memory twice, so the engine keeps none by default.
+  virtual bool PagesInHostMemory() const { return false; }
   // Copies one page between the KV pool and host memory (PageBytes() bytes), for prefixes kept
   // on the host when the pool is full.
   virtual Status CopyPageToHost(int32_t page, void* host) = 0;

@@ -401,6 +401,42 @@ TEST(Engine, StoredPrefixInSlotOrOnHostReadsOnlyTheRest) {
   }
 }
 
+// Where the pool is host memory, a prefix pushed out of it is dropped unless host memory for
+// prefixes is given explicitly; either way the next turn's tokens are a cold run's.
+TEST(Engine, PoolInHostMemoryKeepsNoHostCopiesByDefault) {
+  for (int64_t host_bytes : {int64_t{-1}, int64_t{1} << 20}) {
+    std::mt19937 rng(8);
+    FakeRunner runner;
+    runner.pages_on_host = true;
+    EngineOptions options;
+    options.slots = 1;
+    options.context = 64;
+    options.rows = 64;
+    options.kv_budget_bytes = 4 * runner.PageBytes();
+    options.host_prefix_bytes = host_bytes;
+    auto created = Engine::Create(&runner, options);
+    ASSERT_TRUE(created.ok()) << created.status().message();
+    Engine& engine = **created;
+    Request first = Greedy(RandomPrompt(rng, 30), 5);
+    first.stop = std::vector<int32_t>{};
+    Outcome a = RunOne(engine, runner, first);
+    Request other = Greedy(RandomPrompt(rng, 30), 5);
+    other.prompt[0] = first.prompt[0] == 2 ? 3 : 2;
+    RunOne(engine, runner, other);
+    Request next = Greedy(first.prompt, 8);
+    next.prompt.insert(next.prompt.end(), a.tokens.begin(), a.tokens.end());
+    Outcome again = RunOne(engine, runner, next);
+    EXPECT_EQ(again.tokens, Cold(next, 64).tokens);
+    if (host_bytes < 0) {
+      EXPECT_EQ(engine.stats().host_copies, 0);
+      EXPECT_EQ(again.cached, 0);
+    } else {
+      EXPECT_GT(engine.stats().host_copies, 0);
+      EXPECT_EQ(again.cached, 30 + 5 - 1);
+    }
+  }
+}
+
 TEST(Engine, SharedHeadIsReadInPlaceBySlots) {
   std::mt19937 rng(9);
   FakeRunner runner;

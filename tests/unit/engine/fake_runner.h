@@ -56,6 +56,9 @@ class FakeRunner : public Runner {
   bool picks_tokens = false;
   int64_t sampled_rows = 0;  // wanted rows whose token the fake picked
   bool CanSample() const override { return picks_tokens; }
+  // With pages_on_host set, the fake says its pool is host memory (a CPU backend).
+  bool pages_on_host = false;
+  bool PagesInHostMemory() const override { return pages_on_host; }
   Status StepSample(const Rows& rows, const PageTables& tables, std::span<const SampleRow> params,
                     int32_t* tokens) override {
     if (!picks_tokens) return Internal("fake: StepSample without picks_tokens");
