@@ -388,6 +388,9 @@ void DecodeAttention(Backend& b, int rows, int context, int reps, KvFormat forma
     keys[i] = static_cast<uint8_t>(i % bytes_per == bytes_per - 1 ? 0x3c : i * 7);
     values[i] = static_cast<uint8_t>(i % bytes_per == bytes_per - 1 ? 0x3c : i * 13);
   }
+  // 8-bit pages: a scale per position and kv head.
+  const size_t scale_count = format == KvFormat::kQ8 ? cache / kHeadDim : 0;
+  std::vector<float> key_scales(scale_count, 0.01f), value_scales(scale_count, 0.02f);
   std::vector<float> q(static_cast<size_t>(rows) * kHeads * kHeadDim, 0.1f), out(q.size());
   // Cold: a 64 MB read before each call evicts the keys and values from the caches, as a
   // model step's weights do (the median call is reported then).
@@ -395,17 +398,18 @@ void DecodeAttention(Backend& b, int rows, int context, int reps, KvFormat forma
   std::vector<double> times;
   float sink = 0.0f;
   auto call = [&] {
-    b.Attention({.out = out.data(),
-                 .q = q.data(),
-                 .cache = {keys.data(), values.data(), format},
-                 .table = {table.data(), max_pages},
-                 .slots = slots.data(),
-                 .positions = positions.data(),
-                 .rows = rows,
-                 .heads = kHeads,
-                 .kv_heads = kKvHeads,
-                 .head_dim = kHeadDim,
-                 .scale = 0.125f});
+    b.Attention(
+        {.out = out.data(),
+         .q = q.data(),
+         .cache = {keys.data(), values.data(), format, key_scales.data(), value_scales.data()},
+         .table = {table.data(), max_pages},
+         .slots = slots.data(),
+         .positions = positions.data(),
+         .rows = rows,
+         .heads = kHeads,
+         .kv_heads = kKvHeads,
+         .head_dim = kHeadDim,
+         .scale = 0.125f});
   };
   double t;
   if (cold) {
@@ -420,7 +424,8 @@ void DecodeAttention(Backend& b, int rows, int context, int reps, KvFormat forma
   } else {
     t = BestSeconds(reps, call);
   }
-  const double bytes = 2.0 * rows * (context + 1) * kKvHeads * kHeadDim * bytes_per;
+  const double bytes =
+      2.0 * rows * (context + 1) * kKvHeads * (kHeadDim * bytes_per + KvFormatScaleBytes(format));
   std::printf(
       "decode attention of one layer, %d sequences at position %d, %s pages%s: %.1f us, %.2f MB "
       "of KV at %.1f GB/s\n",
@@ -494,7 +499,7 @@ int Main(int argc, char** argv) {
       if (!made.ok()) return 1;
       std::printf("\n[%d thread%s] %s\n", threads, threads > 1 ? "s" : "",
                   (*made)->Describe().c_str());
-      for (KvFormat format : {KvFormat::kF32, KvFormat::kF16}) {
+      for (KvFormat format : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8}) {
         DecodeAttention(**made, 16, 191, reps * 3000, format, false);
         DecodeAttention(**made, 16, 191, reps * 30, format, true);
       }
@@ -535,7 +540,7 @@ int Main(int argc, char** argv) {
     if (CpuHasAvx512Bf16()) Bf16Error(pool, base, inv_freq);
     OpTimes(backend, model, 1, 512, reps * 10, inv_freq);
     OpTimes(backend, model, 128, 0, reps, inv_freq);
-    for (KvFormat format : {KvFormat::kF32, KvFormat::kF16}) {
+    for (KvFormat format : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8}) {
       DecodeAttention(backend, 16, 191, reps * 10, format, false);
       DecodeAttention(backend, 16, 191, reps * 10, format, true);
     }

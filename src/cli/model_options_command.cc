@@ -23,9 +23,11 @@ void ModelOptions::Add(CLI::App* app) {
                 "largest instead of 1e-4). CUDA's fast mode does this for steps of more than "
                 "one row by default");
   app->add_option("--kv", kv,
-                  "KV cache element type: f32, or f16 (half the memory and bytes read per "
-                  "token; keys and values rounded to float16; CPU only)")
-      ->check(CLI::IsMember({"f32", "f16"}))
+                  "KV cache element type: f32; f16 (half the memory and bytes read per token; "
+                  "keys and values rounded to float16); or q8 (a quarter, plus a scale per "
+                  "position and kv head: each key and value vector in 8-bit steps of its "
+                  "largest magnitude / 127). CPU only")
+      ->check(CLI::IsMember({"f32", "f16", "q8"}))
       ->default_val("f32");
 }
 
@@ -50,7 +52,8 @@ Expected<std::unique_ptr<Model>> ModelOptions::Load(bool verbose) const {
   GZ_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, OpenBackend(device));
   LoadOptions options;
   options.layers = layers;
-  if (!ParseKvFormat(kv, &options.kv)) return InvalidArgument("--kv: " + kv + " is not f32 or f16");
+  if (!ParseKvFormat(kv, &options.kv))
+    return InvalidArgument("--kv: " + kv + " is not f32, f16 or q8");
   GZ_ASSIGN_OR_RETURN(std::unique_ptr<Model> m,
                       Model::Load(ResolveModelDir(model), backend, options));
   if (verbose) {

@@ -278,8 +278,16 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   return model;
 }
 
+// One layer's keys (or values) of one page, and their scales (kQ8).
+int64_t Model::PagePartBytes() const {
+  return static_cast<int64_t>(kPage) * arch_.KvDim() * KvFormatBytes(kv_format_);
+}
+int64_t Model::PageScaleBytes() const {
+  return static_cast<int64_t>(kPage) * arch_.kv_heads * KvFormatScaleBytes(kv_format_);
+}
+
 int64_t Model::PageBytes() const {
-  return static_cast<int64_t>(arch_.layers) * 2 * kPage * arch_.KvDim() * KvFormatBytes(kv_format_);
+  return static_cast<int64_t>(arch_.layers) * 2 * (PagePartBytes() + PageScaleBytes());
 }
 
 Status Model::AllocatePages(int32_t pages) {
@@ -289,13 +297,20 @@ Status Model::AllocatePages(int32_t pages) {
   GZ_ASSIGN_OR_RETURN(impl.pool, backend_->Allocate(static_cast<size_t>(pages) * PageBytes()));
   impl.pages = pages;
   impl.step_generation = NextStepGeneration();
-  const int64_t layer_bytes =
-      static_cast<int64_t>(pages) * kPage * arch_.KvDim() * KvFormatBytes(kv_format_);
+  // Every layer's keys and values, then (kQ8) every layer's key and value scales.
+  const int64_t layer_bytes = pages * PagePartBytes();
+  const int64_t scale_bytes = pages * PageScaleBytes();
   auto* base = static_cast<uint8_t*>(impl.pool->data());
+  uint8_t* scales = base + 2 * arch_.layers * layer_bytes;
   for (int l = 0; l < arch_.layers; ++l) {
-    impl.layers[l].kv.keys = base + (2 * l) * layer_bytes;
-    impl.layers[l].kv.values = base + (2 * l + 1) * layer_bytes;
-    impl.layers[l].kv.format = kv_format_;
+    KvLayer& kv = impl.layers[l].kv;
+    kv.keys = base + (2 * l) * layer_bytes;
+    kv.values = base + (2 * l + 1) * layer_bytes;
+    kv.format = kv_format_;
+    kv.key_scales =
+        scale_bytes ? reinterpret_cast<float*>(scales + (2 * l) * scale_bytes) : nullptr;
+    kv.value_scales =
+        scale_bytes ? reinterpret_cast<float*>(scales + (2 * l + 1) * scale_bytes) : nullptr;
   }
   return Status::Ok();
 }
@@ -590,15 +605,19 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
 
 Status Model::CopyPageToHost(int32_t page, void* host) {
   if (page < 0 || page >= impl_->pages) return InvalidArgument("CopyPageToHost: bad page");
-  const int64_t per_layer = static_cast<int64_t>(kPage) * arch_.KvDim() * KvFormatBytes(kv_format_);
+  const int64_t part = PagePartBytes(), scale = PageScaleBytes();
   auto* dst = static_cast<uint8_t*>(host);
+  auto copy = [&](const void* base, int64_t bytes) {
+    backend_->CopyToHost(dst, static_cast<const uint8_t*>(base) + page * bytes, bytes);
+    dst += bytes;
+  };
   for (const Layer& L : impl_->layers) {
-    backend_->CopyToHost(dst, reinterpret_cast<const uint8_t*>(L.kv.keys) + page * per_layer,
-                         per_layer);
-    backend_->CopyToHost(dst + per_layer,
-                         reinterpret_cast<const uint8_t*>(L.kv.values) + page * per_layer,
-                         per_layer);
-    dst += 2 * per_layer;
+    copy(L.kv.keys, part);
+    copy(L.kv.values, part);
+    if (scale > 0) {
+      copy(L.kv.key_scales, scale);
+      copy(L.kv.value_scales, scale);
+    }
   }
   backend_->Synchronize();
   return Status::Ok();
@@ -606,14 +625,19 @@ Status Model::CopyPageToHost(int32_t page, void* host) {
 
 Status Model::CopyPageFromHost(int32_t page, const void* host) {
   if (page < 0 || page >= impl_->pages) return InvalidArgument("CopyPageFromHost: bad page");
-  const int64_t per_layer = static_cast<int64_t>(kPage) * arch_.KvDim() * KvFormatBytes(kv_format_);
+  const int64_t part = PagePartBytes(), scale = PageScaleBytes();
   const auto* src = static_cast<const uint8_t*>(host);
+  auto copy = [&](void* base, int64_t bytes) {
+    backend_->CopyToDevice(static_cast<uint8_t*>(base) + page * bytes, src, bytes);
+    src += bytes;
+  };
   for (const Layer& L : impl_->layers) {
-    backend_->CopyToDevice(reinterpret_cast<uint8_t*>(L.kv.keys) + page * per_layer, src,
-                           per_layer);
-    backend_->CopyToDevice(reinterpret_cast<uint8_t*>(L.kv.values) + page * per_layer,
-                           src + per_layer, per_layer);
-    src += 2 * per_layer;
+    copy(L.kv.keys, part);
+    copy(L.kv.values, part);
+    if (scale > 0) {
+      copy(L.kv.key_scales, scale);
+      copy(L.kv.value_scales, scale);
+    }
   }
   backend_->Synchronize();
   return Status::Ok();

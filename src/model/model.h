@@ -67,6 +67,8 @@ class Model final : public Runner {
                  float* hidden_out, float* logits, std::span<const SampleRow> sample = {},
                  int32_t* tokens = nullptr);
   Status UploadStepInputs(const Rows& rows, const PageTables& tables);
+  int64_t PagePartBytes() const;   // one layer's keys (or values) of a page
+  int64_t PageScaleBytes() const;  // their scales (kQ8; 0 otherwise)
 
   std::string dir_;
   Arch arch_;

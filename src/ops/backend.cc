@@ -7,15 +7,37 @@ Status Bad(const char* op, const char* field, const std::string& why) {
 }
 }  // namespace
 
-int KvFormatBytes(KvFormat f) { return f == KvFormat::kF16 ? 2 : 4; }
+int KvFormatBytes(KvFormat f) {
+  switch (f) {
+    case KvFormat::kF16:
+      return 2;
+    case KvFormat::kQ8:
+      return 1;
+    default:
+      return 4;
+  }
+}
 
-std::string KvFormatName(KvFormat f) { return f == KvFormat::kF16 ? "f16" : "f32"; }
+int KvFormatScaleBytes(KvFormat f) { return f == KvFormat::kQ8 ? 4 : 0; }
+
+std::string KvFormatName(KvFormat f) {
+  switch (f) {
+    case KvFormat::kF16:
+      return "f16";
+    case KvFormat::kQ8:
+      return "q8";
+    default:
+      return "f32";
+  }
+}
 
 bool ParseKvFormat(std::string_view name, KvFormat* out) {
   if (name == "f32") {
     *out = KvFormat::kF32;
   } else if (name == "f16") {
     *out = KvFormat::kF16;
+  } else if (name == "q8") {
+    *out = KvFormat::kQ8;
   } else {
     return false;
   }
@@ -75,6 +97,8 @@ Status RopeParams::Check() const {
 
 Status KvWriteParams::Check() const {
   if (!cache.keys || !cache.values) return Bad("KvWrite", "cache", "null");
+  if (cache.format == KvFormat::kQ8 && (!cache.key_scales || !cache.value_scales))
+    return Bad("KvWrite", "cache", "q8 pages without scales");
   if (!table.pages || table.max_pages <= 0) return Bad("KvWrite", "table", "empty");
   if (rows > 0 && (!k || !v || !slots || !positions)) return Bad("KvWrite", "k/v", "null");
   if (kv_heads <= 0 || head_dim <= 0) return Bad("KvWrite", "kv_heads", "must be positive");
@@ -84,6 +108,8 @@ Status KvWriteParams::Check() const {
 Status AttentionParams::Check() const {
   if (!out || !q) return Bad("Attention", "out/q", "null");
   if (!cache.keys || !cache.values) return Bad("Attention", "cache", "null");
+  if (cache.format == KvFormat::kQ8 && (!cache.key_scales || !cache.value_scales))
+    return Bad("Attention", "cache", "q8 pages without scales");
   if (!table.pages || table.max_pages <= 0) return Bad("Attention", "table", "empty");
   if (heads <= 0 || kv_heads <= 0 || heads % kv_heads)
     return Bad("Attention", "heads", "must be a positive multiple of kv_heads");

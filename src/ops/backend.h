@@ -84,11 +84,14 @@ struct RopeParams {
   Status Check() const;
 };
 
-// The element type of the KV pages: float32, or float16 (half the bytes; every key and value
-// rounded to the nearest float16 as it is written).
-enum class KvFormat : uint8_t { kF32, kF16 };
-int KvFormatBytes(KvFormat f);
-std::string KvFormatName(KvFormat f);  // "f32", "f16"
+// The element type of the KV pages: float32; float16 (half the bytes; every key and value
+// rounded to the nearest float16 as it is written); or 8-bit integers (a quarter of the bytes
+// and a float32 scale per position and kv head: each key or value vector x of head_dim is
+// stored as round(x * 127 / max|x|), with scale max|x| / 127).
+enum class KvFormat : uint8_t { kF32, kF16, kQ8 };
+int KvFormatBytes(KvFormat f);         // bytes of one element
+int KvFormatScaleBytes(KvFormat f);    // bytes of the scale of one position's kv head (0: none)
+std::string KvFormatName(KvFormat f);  // "f32", "f16", "q8"
 bool ParseKvFormat(std::string_view name, KvFormat* out);
 
 // The KV cache of one attention layer: pages of kPage positions.
@@ -96,6 +99,8 @@ struct KvLayer {
   void* keys = nullptr;    // [pages, kPage, kv_heads, head_dim] of `format`
   void* values = nullptr;  // [pages, kPage, kv_heads, head_dim] of `format`
   KvFormat format = KvFormat::kF32;
+  float* key_scales = nullptr;    // kQ8: [pages, kPage, kv_heads]
+  float* value_scales = nullptr;  // kQ8: [pages, kPage, kv_heads]
   float* keys_f32() const { return static_cast<float*>(keys); }
   float* values_f32() const { return static_cast<float*>(values); }
 };

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/quant_matmul.h"
@@ -138,6 +139,9 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
     const int pages_in = std::min(kChunkPages, last_block + 1 - block0);
     const KV* k[kChunkPages];
     const KV* v[kChunkPages];
+    // 8-bit pages: the scales of k[j]'s and v[j]'s positions.
+    [[maybe_unused]] const float* ks[kChunkPages];
+    [[maybe_unused]] const float* vs[kChunkPages];
     int count[kChunkPages];
     int positions = 0;
     for (int j = 0; j < pages_in; ++j) {
@@ -147,6 +151,16 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
       count[j] = t1 - t0;
       k[j] = keys + at(block, t0);  // position t0 + t at k[j] + t * stride
       v[j] = values + at(block, t0);
+      if constexpr (std::is_same_v<KV, int8_t>) {
+        // Position t0 + t's scales at ks[j][t * kv_heads]; fetched with the chunk.
+        const int64_t i = (static_cast<int64_t>(pages[block]) * kPage + t0) * p.kv_heads + kvh;
+        ks[j] = p.cache.key_scales + i;
+        vs[j] = p.cache.value_scales + i;
+        if (fetch > 0) {
+          vec::PrefetchRow(ks[j], count[j] * p.kv_heads * sizeof(float));
+          vec::PrefetchRow(vs[j], count[j] * p.kv_heads * sizeof(float));
+        }
+      }
       positions += count[j];
     }
     // The pages of a context are scattered in the pool, beyond the hardware prefetcher's reach,
@@ -169,6 +183,12 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
       for (int j = 0, offset = 0; j < pages_in; offset += count[j], ++j) {
         const KV* next = fetch == 0 ? nullptr : j + 1 < pages_in ? k[j + 1] : v[0];
         V::ScoresHeads(q, heads, k[j], stride, count[j], hd, p.scale, s + offset, next, fetch);
+        if constexpr (std::is_same_v<KV, int8_t>) {
+          for (int h = 0; h < heads; ++h) {
+            float* sh = s + h * vec::kScoreRows + offset;
+            for (int t = 0; t < count[j]; ++t) sh[t] *= ks[j][t * p.kv_heads];
+          }
+        }
       }
       for (int h = 0; h < heads; ++h) {
         const int g = g0 - g_begin + h;
@@ -178,6 +198,16 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
         const float sum = V::ExpShifted(sh, positions, new_max);
         total[g] = total[g] * correction[h] + sum;
         max_score[g] = new_max;
+      }
+      if constexpr (std::is_same_v<KV, int8_t>) {
+        // 8-bit pages: each weight times its value's scale (after the sum, which is of the
+        // weights alone).
+        for (int j = 0, offset = 0; j < pages_in; offset += count[j], ++j) {
+          for (int h = 0; h < heads; ++h) {
+            float* sh = s + h * vec::kScoreRows + offset;
+            for (int t = 0; t < count[j]; ++t) sh[t] *= vs[j][t * p.kv_heads];
+          }
+        }
       }
       V::ScaleAddWeightedPages(acc + (g0 - g_begin) * hd, heads, correction, s, v, count, pages_in,
                                stride, hd, fetch, after);
@@ -205,6 +235,8 @@ void AttentionTask(const AttentionParams& p, int64_t r, int kv_begin, int kv_end
       const int64_t fetch = cold && kvh == kv_begin && g == 0 ? (kv_end - kv_begin) * row_part : 0;
       if (p.cache.format == KvFormat::kF16) {
         AttentionHeads<V, uint16_t>(p, r, kvh, g, std::min(group, g + kMaxHeads), fetch, acc);
+      } else if (p.cache.format == KvFormat::kQ8) {
+        AttentionHeads<V, int8_t>(p, r, kvh, g, std::min(group, g + kMaxHeads), fetch, acc);
       } else {
         AttentionHeads<V, float>(p, r, kvh, g, std::min(group, g + kMaxHeads), fetch, acc);
       }
@@ -526,7 +558,18 @@ void CpuBackend::KvWrite(const KvWriteParams& p) {
           p.table.pages[static_cast<int64_t>(p.slots[r]) * p.table.max_pages + block];
       DCHECK(page >= 0);
       const int64_t at = (page * kPage + position % kPage) * width;
-      if (p.cache.format == KvFormat::kF16) {
+      if (p.cache.format == KvFormat::kQ8) {
+        auto* keys = static_cast<int8_t*>(p.cache.keys) + at;
+        auto* values = static_cast<int8_t*>(p.cache.values) + at;
+        const int64_t scale_at = (page * kPage + position % kPage) * p.kv_heads;
+        for (int h = 0; h < p.kv_heads; ++h) {
+          const int64_t i = static_cast<int64_t>(h) * p.head_dim;
+          p.cache.key_scales[scale_at + h] =
+              V::QuantizeRow(p.k + r * width + i, p.head_dim, keys + i);
+          p.cache.value_scales[scale_at + h] =
+              V::QuantizeRow(p.v + r * width + i, p.head_dim, values + i);
+        }
+      } else if (p.cache.format == KvFormat::kF16) {
         V::FloatsToHalves(p.k + r * width, width, static_cast<uint16_t*>(p.cache.keys) + at);
         V::FloatsToHalves(p.v + r * width, width, static_cast<uint16_t*>(p.cache.values) + at);
       } else {

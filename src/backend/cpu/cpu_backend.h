@@ -63,7 +63,7 @@ class CpuBackend : public Backend {
   void RmsNorm(const RmsNormParams& p) override;
   void Matmul(const MatmulParams& p) override;
   void Rope(const RopeParams& p) override;
-  bool SupportsKvFormat(KvFormat) const override { return true; }  // f32 and f16
+  bool SupportsKvFormat(KvFormat) const override { return true; }  // f32, f16 and q8
   void KvWrite(const KvWriteParams& p) override;
   void Attention(const AttentionParams& p) override;
   void SwiGlu(const SwiGluParams& p) override;

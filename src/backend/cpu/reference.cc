@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/check.h"
@@ -109,10 +110,34 @@ int64_t KvOffset(const PageTable& table, int32_t slot, int32_t position, int kv_
   return ((page * kPage + position % kPage) * kv_heads) * head_dim;
 }
 
-// Element i of a KV layer's keys or values, as float.
-float KvAt(const void* data, KvFormat format, int64_t i) {
-  return format == KvFormat::kF16 ? F16ToF32(static_cast<const uint16_t*>(data)[i])
-                                  : static_cast<const float*>(data)[i];
+// Element i of a KV layer's keys or values (with their scales for q8), as float.
+float KvAt(const void* data, const float* scales, KvFormat format, int64_t i, int head_dim) {
+  switch (format) {
+    case KvFormat::kF16:
+      return F16ToF32(static_cast<const uint16_t*>(data)[i]);
+    case KvFormat::kQ8:
+      return static_cast<float>(static_cast<const int8_t*>(data)[i]) * scales[i / head_dim];
+    default:
+      return static_cast<const float*>(data)[i];
+  }
+}
+
+// q8: one kv head's vector x [n] at element `at` (a multiple of n) as codes round(x * 127 /
+// max|x|), ties to even, and scale max|x| / 127; a zero vector has scale 0, one with a NaN or an
+// infinity codes 0 and scale NaN.
+void KvSetQ8(void* data, float* scales, int64_t at, const float* x, int n) {
+  float top = 0.0f;
+  bool finite = true;
+  for (int i = 0; i < n; ++i) {
+    finite = finite && std::isfinite(x[i]);
+    top = std::max(top, std::fabs(x[i]));
+  }
+  auto* q = static_cast<int8_t*>(data) + at;
+  const float inv = top > 0.0f ? 127.0f / top : 0.0f;
+  for (int i = 0; i < n; ++i) {
+    q[i] = finite ? static_cast<int8_t>(std::nearbyint(x[i] * inv)) : int8_t{0};
+  }
+  scales[at / n] = finite ? top / 127.0f : std::numeric_limits<float>::quiet_NaN();
 }
 // f16: rounded to nearest, saturated at +-65504 (the largest finite float16); a NaN stays NaN.
 void KvSet(void* data, KvFormat format, int64_t i, float v) {
@@ -130,6 +155,14 @@ void ReferenceKvWrite(const KvWriteParams& p) {
   const int64_t width = static_cast<int64_t>(p.kv_heads) * p.head_dim;
   for (int64_t r = 0; r < p.rows; ++r) {
     int64_t at = KvOffset(p.table, p.slots[r], p.positions[r], p.kv_heads, p.head_dim);
+    if (p.cache.format == KvFormat::kQ8) {
+      for (int h = 0; h < p.kv_heads; ++h) {
+        const int64_t i = static_cast<int64_t>(h) * p.head_dim;
+        KvSetQ8(p.cache.keys, p.cache.key_scales, at + i, p.k + r * width + i, p.head_dim);
+        KvSetQ8(p.cache.values, p.cache.value_scales, at + i, p.v + r * width + i, p.head_dim);
+      }
+      continue;
+    }
     for (int64_t i = 0; i < width; ++i) {
       KvSet(p.cache.keys, p.cache.format, at + i, p.k[r * width + i]);
       KvSet(p.cache.values, p.cache.format, at + i, p.v[r * width + i]);
@@ -154,7 +187,8 @@ void ReferenceAttention(const AttentionParams& p) {
                           static_cast<int64_t>(kvh) * p.head_dim;
         double dot = 0.0;
         for (int i = 0; i < p.head_dim; ++i)
-          dot += static_cast<double>(q[i]) * KvAt(p.cache.keys, p.cache.format, k + i);
+          dot += static_cast<double>(q[i]) *
+                 KvAt(p.cache.keys, p.cache.key_scales, p.cache.format, k + i, p.head_dim);
         scores[pos - first] = dot * p.scale;
         max_score = std::max(max_score, scores[pos - first]);
       }
@@ -169,7 +203,8 @@ void ReferenceAttention(const AttentionParams& p) {
                           static_cast<int64_t>(kvh) * p.head_dim;
         double weight = scores[pos - first] / total;
         for (int i = 0; i < p.head_dim; ++i)
-          acc[i] += weight * KvAt(p.cache.values, p.cache.format, v + i);
+          acc[i] += weight *
+                    KvAt(p.cache.values, p.cache.value_scales, p.cache.format, v + i, p.head_dim);
       }
       float* out = p.out + (r * p.heads + h) * p.head_dim;
       for (int i = 0; i < p.head_dim; ++i) out[i] = static_cast<float>(acc[i]);

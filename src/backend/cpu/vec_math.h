@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -31,6 +32,17 @@ const float* WidenPage(const uint16_t* x, int64_t stride, int count, int64_t n) 
   thread_local std::vector<float> buffer;
   if (buffer.size() < static_cast<size_t>(count * n)) buffer.resize(count * n);
   for (int t = 0; t < count; ++t) V::HalvesToFloats(x + t * stride, n, buffer.data() + t * n);
+  return buffer.data();
+}
+
+// The same over 8-bit pages (the codes as floats; the caller applies the scales).
+template <class V>
+const float* WidenPage(const int8_t* x, int64_t stride, int count, int64_t n) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < static_cast<size_t>(count * n)) buffer.resize(count * n);
+  for (int t = 0; t < count; ++t) {
+    for (int64_t i = 0; i < n; ++i) buffer[t * n + i] = static_cast<float>(x[t * stride + i]);
+  }
   return buffer.data();
 }
 
@@ -152,6 +164,35 @@ struct Scalar {
   static void ScaleAddWeightedHeads(float* acc, int heads, const float* c, const float* p,
                                     const uint16_t* v, int64_t stride, int count, int64_t n) {
     ScaleAddWeightedHeads(acc, heads, c, p, WidenPage<Scalar>(v, stride, count, n), n, count, n);
+  }
+  // The same over 8-bit pages: the codes' products (the caller applies the scales).
+  static void ScoresHeads(const float* q, int heads, const int8_t* k, int64_t stride, int count,
+                          int64_t n, float scale, float* s, const void* next = nullptr,
+                          int64_t fetch = 0) {
+    (void)next, (void)fetch;
+    ScoresHeads(q, heads, WidenPage<Scalar>(k, stride, count, n), n, count, n, scale, s);
+  }
+  static void ScaleAddWeightedHeads(float* acc, int heads, const float* c, const float* p,
+                                    const int8_t* v, int64_t stride, int count, int64_t n) {
+    ScaleAddWeightedHeads(acc, heads, c, p, WidenPage<Scalar>(v, stride, count, n), n, count, n);
+  }
+  // x [n] as 8-bit codes q[i] = round(x[i] * 127 / max|x|) (nearest, ties to even); returns the
+  // scale max|x| / 127 (0 for a zero vector). With a NaN or an infinity in x: codes 0, scale NaN
+  // (attention over it then gives NaN, as over float32 pages).
+  static float QuantizeRow(const float* x, int64_t n, int8_t* q) {
+    float top = 0.0f;
+    bool finite = true;
+    for (int64_t i = 0; i < n; ++i) {
+      finite = finite && std::isfinite(x[i]);
+      top = std::max(top, std::fabs(x[i]));
+    }
+    if (!finite) {
+      std::memset(q, 0, n);
+      return std::numeric_limits<float>::quiet_NaN();
+    }
+    const float inv = top > 0.0f ? 127.0f / top : 0.0f;
+    for (int64_t i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::nearbyint(x[i] * inv));
+    return top / 127.0f;
   }
   // The largest of x[0:n], n > 0.
   static float Max(const float* x, int64_t n) {
@@ -331,6 +372,35 @@ struct Avx512 {
   }
   GZ_TARGET_AVX512 static inline __m512 LoadKv(const uint16_t* p, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+  }
+  // 8-bit pages: the codes as floats (the caller applies the scales).
+  GZ_TARGET_AVX512 static inline __m512 LoadKv(const int8_t* p, __mmask16 m) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)));
+  }
+  // As Scalar::QuantizeRow (the same codes and scale: one division, products rounded to nearest
+  // even by the conversion).
+  GZ_TARGET_AVX512 static float QuantizeRow(const float* x, int64_t n, int8_t* q) {
+    const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+    __m512 top = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = Tail(std::min<int64_t>(16, n - i));
+      const __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(m, x + i));
+      bad |= _mm512_mask_cmp_ps_mask(m, a, inf, _CMP_NLT_UQ);  // infinite or NaN
+      top = _mm512_max_ps(top, a);
+    }
+    if (bad) {
+      std::memset(q, 0, n);
+      return std::numeric_limits<float>::quiet_NaN();
+    }
+    const float t = _mm512_reduce_max_ps(top);
+    const __m512 inv = _mm512_set1_ps(t > 0.0f ? 127.0f / t : 0.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = Tail(std::min<int64_t>(16, n - i));
+      const __m512i c = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
+      _mm_mask_storeu_epi8(q + i, m, _mm512_cvtsepi32_epi8(c));
+    }
+    return t / 127.0f;
   }
   // next, fetch: as in Scalar; next's rows t..t+3 are fetched with this page's rows t..t+3.
   template <int H, typename KV>
@@ -654,6 +724,21 @@ struct Avx2 {
                                                    const float* p, const uint16_t* v,
                                                    int64_t stride, int count, int64_t n) {
     ScaleAddWeightedHeads(acc, heads, c, p, WidenPage<Avx2>(v, stride, count, n), n, count, n);
+  }
+  // The same over 8-bit pages (the caller applies the scales).
+  GZ_TARGET_AVX2 static void ScoresHeads(const float* q, int heads, const int8_t* k, int64_t stride,
+                                         int count, int64_t n, float scale, float* s,
+                                         const void* next = nullptr, int64_t fetch = 0) {
+    (void)next, (void)fetch;
+    ScoresHeads(q, heads, WidenPage<Avx2>(k, stride, count, n), n, count, n, scale, s);
+  }
+  GZ_TARGET_AVX2 static void ScaleAddWeightedHeads(float* acc, int heads, const float* c,
+                                                   const float* p, const int8_t* v, int64_t stride,
+                                                   int count, int64_t n) {
+    ScaleAddWeightedHeads(acc, heads, c, p, WidenPage<Avx2>(v, stride, count, n), n, count, n);
+  }
+  static float QuantizeRow(const float* x, int64_t n, int8_t* q) {
+    return Scalar::QuantizeRow(x, n, q);
   }
   GZ_TARGET_AVX2 static float Max(const float* x, int64_t n) {
     __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());

@@ -43,7 +43,8 @@ Model* SharedModel(KvFormat kv = KvFormat::kF32, bool bf16 = false) {
   }
   static std::unique_ptr<Model> f32 = load(KvFormat::kF32, false);
   static std::unique_ptr<Model> f16 = load(KvFormat::kF16, false);
-  return kv == KvFormat::kF16 ? f16.get() : f32.get();
+  static std::unique_ptr<Model> q8 = load(KvFormat::kQ8, false);
+  return kv == KvFormat::kF16 ? f16.get() : kv == KvFormat::kQ8 ? q8.get() : f32.get();
 }
 
 std::unique_ptr<Engine> MakeEngine(Model* model, int32_t slots, int64_t context, int64_t rows,
@@ -53,6 +54,9 @@ std::unique_ptr<Engine> MakeEngine(Model* model, int32_t slots, int64_t context,
   options.context = context;
   options.rows = rows;
   options.kv_budget_bytes = pages * model->PageBytes();
+  // Prefixes pushed out of the pool go to host memory (which the CPU's default leaves off), so
+  // that the pages' copies out and back are exercised.
+  options.host_prefix_bytes = options.kv_budget_bytes;
   auto engine = Engine::Create(model, options);
   EXPECT_TRUE(engine.ok()) << engine.status().message();
   return engine.ok() ? std::move(*engine) : nullptr;
@@ -129,9 +133,12 @@ void CheckMixedStep(Model* model) {
 }
 
 TEST(EngineModel, MixedStepRowsEqualSingleSequenceRows) {
-  Model* model = SharedModel();
-  ASSERT_NE(model, nullptr);
-  CheckMixedStep(model);
+  for (KvFormat kv : {KvFormat::kF32, KvFormat::kQ8}) {
+    SCOPED_TRACE(KvFormatName(kv));
+    Model* model = SharedModel(kv);
+    ASSERT_NE(model, nullptr);
+    CheckMixedStep(model);
+  }
 }
 
 // The packed bf16 matmuls (tiles of 1, 2, 4 and 8 rows, several tiles a panel) and float16
@@ -143,11 +150,11 @@ TEST(EngineModel, MixedStepRowsEqualSingleSequenceRowsWithBf16) {
   CheckMixedStep(model);
 }
 
-// With either KV page format: float16 pages are saved to the host and read back exactly too.
+// With every KV page format.
 TEST(EngineModel, ConcurrentGreedyEqualsAloneUnderPreemption) {
-  for (int config = 0; config < 3; ++config) {
-    // f32 pages, f16 pages, f16 pages with the packed bf16 matmuls.
-    const KvFormat kv = config == 0 ? KvFormat::kF32 : KvFormat::kF16;
+  for (int config = 0; config < 4; ++config) {
+    // f32 pages, f16 pages, f16 pages with the packed bf16 matmuls, q8 pages.
+    const KvFormat kv = config == 0 ? KvFormat::kF32 : config == 3 ? KvFormat::kQ8 : KvFormat::kF16;
     const bool bf16 = config == 2;
     if (bf16 && !CpuHasAvx512Bf16()) continue;
     SCOPED_TRACE(KvFormatName(kv) + (bf16 ? " bf16" : ""));
@@ -194,36 +201,46 @@ TEST(EngineModel, ConcurrentGreedyEqualsAloneUnderPreemption) {
   }
 }
 
+// Kept in a slot, or (one slot, a pool of 5 pages of 16 positions) pushed to host memory by another
+// request and copied back: every page format's keys, values and scales come back as they were.
 TEST(EngineModel, StoredPrefixGivesColdTokensAndReadsOnlyTheRest) {
-  for (KvFormat kv : {KvFormat::kF32, KvFormat::kF16}) {
-    SCOPED_TRACE(KvFormatName(kv));
-    Model* model = SharedModel(kv);
-    ASSERT_NE(model, nullptr);
-    std::mt19937 rng(23);
-    Request first;
-    first.prompt = RandomPrompt(rng, 40);
-    first.limit = 10;
-    first.sampling.temperature = 0.0f;
-    first.stop = std::vector<int32_t>{};
-    auto engine = MakeEngine(model, 2, 128, 64, 16);
-    auto a = engine->Generate({first});
-    ASSERT_TRUE(a.ok());
-    ASSERT_EQ((*a)[0].size(), 10u);
-    Request next = first;
-    next.prompt.insert(next.prompt.end(), (*a)[0].begin(), (*a)[0].end());
-    const auto more = RandomPrompt(rng, 6);
-    next.prompt.insert(next.prompt.end(), more.begin(), more.end());
-    next.limit = 12;
-    const int64_t rows_before = engine->stats().rows;
-    auto warm = engine->Generate({next});
-    ASSERT_TRUE(warm.ok());
-    const int64_t warm_rows = engine->stats().rows - rows_before;
-    auto cold_engine = MakeEngine(model, 1, 128, 64, 16);
-    auto cold = cold_engine->Generate({next});
-    ASSERT_TRUE(cold.ok());
-    EXPECT_EQ((*warm)[0], (*cold)[0]);
-    EXPECT_EQ(engine->stats().cached_tokens, 40 + 10 - 1);
-    EXPECT_EQ(warm_rows, cold_engine->stats().rows - (40 + 10 - 1));
+  for (KvFormat kv : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8}) {
+    for (bool host : {false, true}) {
+      SCOPED_TRACE(KvFormatName(kv) + (host ? " host" : " slot"));
+      Model* model = SharedModel(kv);
+      ASSERT_NE(model, nullptr);
+      std::mt19937 rng(23);
+      Request first;
+      first.prompt = RandomPrompt(rng, 40);
+      first.limit = 10;
+      first.sampling.temperature = 0.0f;
+      first.stop = std::vector<int32_t>{};
+      auto engine = host ? MakeEngine(model, 1, 80, 64, 5) : MakeEngine(model, 2, 128, 64, 16);
+      auto a = engine->Generate({first});
+      ASSERT_TRUE(a.ok());
+      ASSERT_EQ((*a)[0].size(), 10u);
+      if (host) {
+        Request other = first;
+        other.prompt = RandomPrompt(rng, 40);
+        ASSERT_TRUE(engine->Generate({other}).ok());
+        EXPECT_GT(engine->stats().host_copies, 0);
+      }
+      Request next = first;
+      next.prompt.insert(next.prompt.end(), (*a)[0].begin(), (*a)[0].end());
+      const auto more = RandomPrompt(rng, 6);
+      next.prompt.insert(next.prompt.end(), more.begin(), more.end());
+      next.limit = 12;
+      const int64_t rows_before = engine->stats().rows;
+      auto warm = engine->Generate({next});
+      ASSERT_TRUE(warm.ok());
+      const int64_t warm_rows = engine->stats().rows - rows_before;
+      auto cold_engine = MakeEngine(model, 1, 128, 64, 16);
+      auto cold = cold_engine->Generate({next});
+      ASSERT_TRUE(cold.ok());
+      EXPECT_EQ((*warm)[0], (*cold)[0]);
+      EXPECT_EQ(engine->stats().cached_tokens, 40 + 10 - 1);
+      EXPECT_EQ(warm_rows, cold_engine->stats().rows - (40 + 10 - 1));
+    }
   }
 }
 

@@ -495,12 +495,14 @@ TEST_F(CpuBackendTest, RopeMatchesReference) {
 }
 
 // A KV cache of random contents with pages assigned to slots in shuffled order; f16 pages
-// hold the float16 roundings of the same random values.
+// hold the float16 roundings of the same random values, q8 pages random codes and scales.
 struct TestCache {
   int kv_heads, head_dim, slots, max_pages;
   KvFormat format;
   std::vector<float> keys, values;
   std::vector<uint16_t> keys16, values16;
+  std::vector<int8_t> keys8, values8;
+  std::vector<float> key_scales, value_scales;
   std::vector<int32_t> pages;
   TestCache(int kv_heads, int head_dim, int slots, int max_pages, std::mt19937& rng,
             KvFormat format = KvFormat::kF32)
@@ -515,6 +517,18 @@ struct TestCache {
       for (float v : keys) keys16.push_back(F32ToF16(v));
       for (float v : values) values16.push_back(F32ToF16(v));
     }
+    if (format == KvFormat::kQ8) {
+      std::uniform_int_distribution<int> code(-127, 127);
+      std::uniform_real_distribution<float> scale(0.5f / 127, 2.0f / 127);
+      for (size_t i = 0; i < keys.size(); ++i) {
+        keys8.push_back(static_cast<int8_t>(code(rng)));
+        values8.push_back(static_cast<int8_t>(code(rng)));
+      }
+      for (size_t i = 0; i < keys.size() / head_dim; ++i) {
+        key_scales.push_back(2.0f * scale(rng));
+        value_scales.push_back(scale(rng));
+      }
+    }
     std::vector<int32_t> order(total);
     for (int i = 0; i < total; ++i) order[i] = i;
     std::shuffle(order.begin(), order.end(), rng);
@@ -522,6 +536,9 @@ struct TestCache {
   }
   KvLayer layer() {
     if (format == KvFormat::kF16) return {keys16.data(), values16.data(), format};
+    if (format == KvFormat::kQ8) {
+      return {keys8.data(), values8.data(), format, key_scales.data(), value_scales.data()};
+    }
     return {keys.data(), values.data(), format};
   }
   PageTable table() const { return {pages.data(), max_pages}; }
@@ -531,7 +548,7 @@ struct TestCache {
 // values past float16's range saturated to +-65504, a NaN kept.
 TEST_F(CpuBackendTest, KvWriteMatchesReference) {
   for (const Config& c : Configs()) {
-    for (KvFormat format : {KvFormat::kF32, KvFormat::kF16}) {
+    for (KvFormat format : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8}) {
       SCOPED_TRACE(KvFormatName(format));
       ThreadPool pool(c.threads);
       CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
@@ -562,7 +579,17 @@ TEST_F(CpuBackendTest, KvWriteMatchesReference) {
       backend.KvWrite(p);
       p.cache = want.layer();
       ReferenceKvWrite(p);
-      if (format == KvFormat::kF16) {
+      if (format == KvFormat::kQ8) {
+        EXPECT_EQ(cache.keys8, want.keys8) << Name(c);
+        EXPECT_EQ(cache.values8, want.values8) << Name(c);
+        // Bit for bit (a NaN scale equals itself this way).
+        EXPECT_EQ(0, std::memcmp(cache.key_scales.data(), want.key_scales.data(),
+                                 cache.key_scales.size() * 4))
+            << Name(c);
+        EXPECT_EQ(0, std::memcmp(cache.value_scales.data(), want.value_scales.data(),
+                                 cache.value_scales.size() * 4))
+            << Name(c);
+      } else if (format == KvFormat::kF16) {
         EXPECT_EQ(cache.keys16, want.keys16) << Name(c);
         EXPECT_EQ(cache.values16, want.values16) << Name(c);
         const int64_t at = (cache.pages[0] * kPage) * 2 * 24;  // slot 0, position 0: row 0
@@ -582,7 +609,7 @@ TEST_F(CpuBackendTest, AttentionMatchesReference) {
     int heads, kv_heads, head_dim, window;
   };
   for (const Config& c : Configs()) {
-    for (KvFormat format : {KvFormat::kF32, KvFormat::kF16}) {
+    for (KvFormat format : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8}) {
       SCOPED_TRACE(KvFormatName(format));
       ThreadPool pool(c.threads);
       CpuBackend backend(&pool, CpuOptions{.isa = c.isa});

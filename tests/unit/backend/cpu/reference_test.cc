@@ -98,6 +98,61 @@ TEST(Reference, AttentionOverPagesWithWindow) {
   EXPECT_NEAR(out, 8.0f, 1e-6);
 }
 
+// 8-bit pages: codes in steps of max|x| / 127, ties to even; a zero vector has scale 0, one with
+// a NaN or an infinity codes 0 and a NaN scale; attention reads codes times scales.
+TEST(Reference, Q8KvWriteAndAttention) {
+  const int dim = 6;
+  std::vector<int8_t> keys(kPage * 2 * dim, 99), values(kPage * 2 * dim, 99);
+  std::vector<float> key_scales(kPage * 2, -1.0f), value_scales(kPage * 2, -1.0f);
+  std::vector<int32_t> pages = {0};
+  // Row 0: kv head 0 has max 254 (scale 2): 63 -> 31.5 -> 32, 5 -> 2.5 -> 2, -3 -> -1.5 -> -2;
+  // kv head 1 is zero. Row 1: a NaN key and an infinite value.
+  std::vector<float> k = {254.0f, 63.0f, 5.0f, -3.0f, 1.0f, -254.0f, 0, 0, 0, 0, 0, 0,
+                          1.0f,   NAN,   2.0f, 0,     0,    0,       1, 1, 1, 1, 1, 1};
+  std::vector<float> v = k;
+  v[13] = INFINITY;
+  std::vector<int32_t> slots = {0, 0}, positions = {0, 1};
+  KvWriteParams w{
+      .cache = {keys.data(), values.data(), KvFormat::kQ8, key_scales.data(), value_scales.data()},
+      .table = {pages.data(), 1},
+      .k = k.data(),
+      .v = v.data(),
+      .slots = slots.data(),
+      .positions = positions.data(),
+      .rows = 2,
+      .kv_heads = 2,
+      .head_dim = dim};
+  ASSERT_TRUE(w.Check().ok());
+  ReferenceKvWrite(w);
+  EXPECT_EQ(std::vector<int8_t>(keys.begin(), keys.begin() + 12),
+            (std::vector<int8_t>{127, 32, 2, -2, 0, -127, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(key_scales[0], 2.0f);
+  EXPECT_EQ(key_scales[1], 0.0f);
+  EXPECT_TRUE(std::isnan(key_scales[2]));
+  EXPECT_TRUE(std::isnan(value_scales[2]));
+  EXPECT_EQ(std::vector<int8_t>(keys.begin() + 12, keys.begin() + 18), std::vector<int8_t>(6, 0));
+  EXPECT_EQ(key_scales[3], 1.0f / 127.0f);
+  EXPECT_EQ(keys[18], 127);
+  // Row 0 (position 0) attends to itself alone: each head's output is its value as stored.
+  std::vector<float> q(2 * dim, 0.1f), out(2 * dim, NAN);
+  AttentionParams a{.out = out.data(),
+                    .q = q.data(),
+                    .cache = w.cache,
+                    .table = {pages.data(), 1},
+                    .slots = slots.data(),
+                    .positions = positions.data(),
+                    .rows = 1,
+                    .heads = 2,
+                    .kv_heads = 2,
+                    .head_dim = dim,
+                    .scale = 1.0f};
+  ASSERT_TRUE(a.Check().ok());
+  ReferenceAttention(a);
+  const std::vector<float> head0 = {254.0f, 64.0f, 4.0f, -4.0f, 0.0f, -254.0f};
+  for (int i = 0; i < dim; ++i) EXPECT_EQ(out[i], head0[i]) << i;
+  for (int i = dim; i < 2 * dim; ++i) EXPECT_EQ(out[i], 0.0f) << i;
+}
+
 TEST(Reference, SwiGluAddGather) {
   std::vector<float> gate = {0.0f, 2.0f}, up = {5.0f, 3.0f}, out(2, NAN);
   ReferenceSwiGlu({.out = out.data(), .gate = gate.data(), .up = up.data(), .n = 2});
