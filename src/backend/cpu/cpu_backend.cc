@@ -78,12 +78,13 @@ void RmsNormRows(const RmsNormParams& p, int64_t r0, int64_t r1) {
   }
 }
 
-// table: [rows, rotary_dims] cos then sin of each frequency, per row (shared by all heads).
+// table: [positions, rotary_dims] cos then sin of each frequency, per position (shared by all
+// heads).
 template <class V>
 void RopeRows(const RopeParams& p, const float* table, int64_t r0, int64_t r1) {
   const int half = p.rotary_dims / 2;
   for (int64_t r = r0; r < r1; ++r) {
-    const float* cos = table + r * p.rotary_dims;
+    const float* cos = table + static_cast<int64_t>(p.positions[r]) * p.rotary_dims;
     const float* sin = cos + half;
     for (int h = 0; h < p.heads; ++h) {
       float* x = p.x + (r * p.heads + h) * p.head_dim;
@@ -517,25 +518,28 @@ void CpuBackend::Matmul(const MatmulParams& p) {
 
 const float* CpuBackend::RopeTable(const RopeParams& p) {
   const int half = p.rotary_dims / 2;
-  float* table = rope_table_.Get(p.rows * p.rotary_dims);
-  const bool same =
-      rope_rows_ == p.rows && rope_inv_freq_.size() == static_cast<size_t>(half) &&
-      std::equal(rope_inv_freq_.begin(), rope_inv_freq_.end(), p.inv_freq) &&
-      std::equal(rope_positions_.begin(), rope_positions_.begin() + p.rows, p.positions);
-  if (same) return table;
-  rope_rows_ = p.rows;
-  rope_inv_freq_.assign(p.inv_freq, p.inv_freq + half);
-  if (rope_positions_.size() < static_cast<size_t>(p.rows)) rope_positions_.resize(p.rows);
-  std::copy(p.positions, p.positions + p.rows, rope_positions_.begin());
-  for (int64_t r = 0; r < p.rows; ++r) {
-    for (int i = 0; i < half; ++i) {
-      // As transformers computes it: a float32 angle, then float32 cos and sin.
-      const float angle = static_cast<float>(p.positions[r]) * p.inv_freq[i];
-      table[r * p.rotary_dims + i] = std::cos(angle);
-      table[r * p.rotary_dims + half + i] = std::sin(angle);
+  if (rope_dims_ != p.rotary_dims ||
+      !std::equal(rope_inv_freq_.begin(), rope_inv_freq_.end(), p.inv_freq)) {
+    rope_dims_ = p.rotary_dims;
+    rope_inv_freq_.assign(p.inv_freq, p.inv_freq + half);
+    rope_table_.clear();
+  }
+  int32_t top = 0;
+  for (int64_t r = 0; r < p.rows; ++r) top = std::max(top, p.positions[r]);
+  const int64_t cached = static_cast<int64_t>(rope_table_.size()) / p.rotary_dims;
+  if (top >= cached) {
+    rope_table_.resize(static_cast<size_t>(top + 1) * p.rotary_dims);
+    for (int64_t position = cached; position <= top; ++position) {
+      float* row = rope_table_.data() + position * p.rotary_dims;
+      for (int i = 0; i < half; ++i) {
+        // As transformers computes it: a float32 angle, then float32 cos and sin.
+        const float angle = static_cast<float>(position) * p.inv_freq[i];
+        row[i] = std::cos(angle);
+        row[half + i] = std::sin(angle);
+      }
     }
   }
-  return table;
+  return rope_table_.data();
 }
 
 void CpuBackend::Rope(const RopeParams& p) {

@@ -86,8 +86,8 @@ class CpuBackend : public Backend {
     size_t size_ = 0;
   };
 
-  // cos and sin of every row's rotary angles (rows x rotary_dims); the last table is reused
-  // while positions and frequencies repeat (q and k of every layer of a step).
+  // cos and sin of the rotary angles of every position up to the largest the rows read
+  // (positions x rotary_dims), each computed once while the frequencies stay the same.
   const float* RopeTable(const RopeParams& p);
 
   ThreadPool* pool_;
@@ -100,9 +100,8 @@ class CpuBackend : public Backend {
   // kernels, to the host data each was packed from (which, as for the plain formats used in
   // place, must outlive the prepared weight): Embed reads a packed table's rows there.
   std::unordered_map<const void*, const void*> packed_;
-  Scratch rope_table_;
-  int64_t rope_rows_ = -1;
-  std::vector<int32_t> rope_positions_;
+  std::vector<float> rope_table_;  // RopeTable
+  int rope_dims_ = -1;
   std::vector<float> rope_inv_freq_;
   Scratch attention_;  // per thread: accumulators of one kv head's query heads
 };

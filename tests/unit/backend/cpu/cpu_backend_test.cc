@@ -448,15 +448,17 @@ TEST_F(CpuBackendTest, RopeMatchesReference) {
       int heads, head_dim, rotary_dims;
       bool norm;
     };
+    // Two bases in turn for each shape: the backend's table of angles follows the frequencies.
     for (Shape s : {Shape{6, 64, 64, true}, Shape{3, 10, 6, false}, Shape{2, 33, 32, true}}) {
-      for (int64_t rows : {1, 7, 300}) {
+      for (int64_t rows : {1, 7, 300, 5}) {
+        const float base = rows == 5 ? 1e4f : 1e6f;
         std::vector<float> x = Random(rows * s.heads * s.head_dim + 1, 2.0f);
         std::vector<float> want = x;
         std::vector<int32_t> positions(rows);
         for (auto& pos : positions) pos = std::uniform_int_distribution<int>(0, 40000)(rng_);
         std::vector<float> inv_freq(s.rotary_dims / 2);
         for (size_t i = 0; i < inv_freq.size(); ++i) {
-          inv_freq[i] = std::pow(1e6f, -2.0f * i / s.rotary_dims);
+          inv_freq[i] = std::pow(base, -2.0f * i / s.rotary_dims);
         }
         std::vector<float> norm = Random(s.head_dim);
         RopeParams p{.x = x.data() + 1,
