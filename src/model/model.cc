@@ -492,6 +492,9 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   // wanted rows and the page-table width (the step's inputs are already in device buffers): a
   // backend may record it once per such key and replay it.
   const bool head_wanted = (logits || tokens) && !rows.wanted.empty();
+  // A backend whose buffers are host memory (the CPU, which records nothing to replay) writes
+  // the logits where the caller wants them: no copy of [wanted, vocab] floats a step.
+  const bool logits_in_place = logits && !tokens && be.kind() == DeviceKind::kCpu;
   const uint64_t wanted_rows = head_wanted ? rows.wanted.size() : 0;
   const bool record = hidden_layers.empty() && n < (1 << 16) && wanted_rows < (1 << 16) &&
                       tables.max_pages < (1 << 12);
@@ -585,11 +588,11 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
     }
     head.rows = w;
     head.w[0] = &impl.head;
-    head.out[0] = b.logits->as<float>();
+    head.out[0] = logits_in_place ? logits : b.logits->as<float>();
     be.Matmul(head);
   }
   if (record && !replayed) be.EndStep();
-  if (logits && !rows.wanted.empty()) {
+  if (logits && !rows.wanted.empty() && !logits_in_place) {
     be.CopyToHost(logits, b.logits->data(), rows.wanted.size() * a.vocab * sizeof(float));
   }
   if (tokens && !rows.wanted.empty()) {
