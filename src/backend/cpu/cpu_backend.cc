@@ -365,8 +365,25 @@ Expected<Weight> CpuBackend::PrepareWeight(const Weight& host, std::unique_ptr<B
 void CpuBackend::Embed(const EmbedParams& p) {
   const Weight& t = *p.table;
   const int64_t dim = t.cols;
+  // A table packed by PrepareWeight (a tied head): its row, one 32-bit lane every 128 bytes
+  // there, is read from the host data it was packed from, where it is contiguous.
+  const void* data = t.data;
+  if (t.format == Format::kBf16) {
+    if (const auto packed = packed_.find(t.data); packed != packed_.end()) data = packed->second;
+  }
+  const int64_t row_bytes = dim * FormatBits(t.format) / 8;
+  // The rows of a step's tokens are in no cache: each is fetched 16 rows before it is read, so
+  // that their misses overlap (tiny-chat's bf16 table, cold, 2 threads: 16 rows 13-14 -> 5-8
+  // us, 256 rows 148-181 -> 115-145 us).
+  constexpr int64_t kAhead = 16;
   Split(pool_, p.rows, p.rows * dim, [&](int64_t r0, int64_t r1) {
+    auto fetch = [&](int64_t r) {
+      if (r < r1)
+        vec::PrefetchRow(static_cast<const char*>(data) + p.tokens[r] * row_bytes, row_bytes);
+    };
+    for (int64_t r = r0; r < r0 + kAhead; ++r) fetch(r);
     for (int64_t r = r0; r < r1; ++r) {
+      fetch(r + kAhead);
       const int64_t token = p.tokens[r];
       DCHECK(token >= 0 && token < t.rows);
       float* out = p.out + r * dim;
@@ -380,10 +397,6 @@ void CpuBackend::Embed(const EmbedParams& p) {
           break;
         }
         case Format::kBf16: {
-          // A table packed by PrepareWeight (a tied head): its row, one 32-bit lane every 128
-          // bytes there, is read from the host data it was packed from, where it is contiguous.
-          const auto packed = packed_.find(t.data);
-          const void* data = packed != packed_.end() ? packed->second : t.data;
           const uint16_t* row = static_cast<const uint16_t*>(data) + token * dim;
           for (int64_t i = 0; i < dim; ++i) out[i] = Bf16ToF32(row[i]);
           break;
