@@ -145,6 +145,17 @@ TEST(Golden, Bf16ActivationsMatchTheRoundedReference) {
   }
 }
 
+// dir's model on a CPU backend of 2 threads with KV pages of `kv`.
+Expected<std::unique_ptr<Model>> LoadWithKv(const std::string& dir, KvFormat kv) {
+  DeviceOptions device;
+  device.device = "cpu";
+  device.threads = 2;
+  GZ_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, OpenBackend(device));
+  LoadOptions options;
+  options.kv = kv;
+  return Model::Load(dir, backend, options);
+}
+
 // Float16 KV pages (LoadOptions::kv): keys and values rounded to float16 as they are written,
 // everything else float32, against transformers' float32 logits: within 5e-3 of the largest
 // logit. Float16 moves each key and value by up to 2^-11 of itself; measured: 0.04-0.17% of the
@@ -155,14 +166,7 @@ TEST(Golden, Bf16ActivationsMatchTheRoundedReference) {
 TEST(Golden, F16KvPagesStayCloseToTheReference) {
   for (std::string dir : {"tests/golden/models/llama", "tests/golden/models/qwen2",
                           "tests/golden/models/qwen3", "models/tiny-chat"}) {
-    DeviceOptions device;
-    device.device = "cpu";
-    device.threads = 2;
-    auto backend = OpenBackend(device);
-    ASSERT_TRUE(backend.ok()) << backend.status().message();
-    LoadOptions options;
-    options.kv = KvFormat::kF16;
-    auto model = Model::Load(dir, *backend, options);
+    auto model = LoadWithKv(dir, KvFormat::kF16);
     ASSERT_TRUE(model.ok()) << model.status().message();
     EXPECT_EQ((*model)->PageBytes() * 2, LoadModel(dir)->PageBytes());
     CheckLogits(**model, dir + " f16 KV", dir + "/reference.safetensors", 5e-3f, {256, 5, 1});
@@ -185,14 +189,7 @@ TEST(Golden, F16KvPagesStayCloseToTheReference) {
 TEST(Golden, Q8KvPagesStayCloseToTheReference) {
   for (std::string dir : {"tests/golden/models/llama", "tests/golden/models/qwen2",
                           "tests/golden/models/qwen3", "models/tiny-chat"}) {
-    DeviceOptions device;
-    device.device = "cpu";
-    device.threads = 2;
-    auto backend = OpenBackend(device);
-    ASSERT_TRUE(backend.ok()) << backend.status().message();
-    LoadOptions options;
-    options.kv = KvFormat::kQ8;
-    auto model = Model::Load(dir, *backend, options);
+    auto model = LoadWithKv(dir, KvFormat::kQ8);
     ASSERT_TRUE(model.ok()) << model.status().message();
     // A quarter of float32's bytes, plus a float32 scale per position and kv head.
     const Arch& a = (*model)->arch();
@@ -214,14 +211,8 @@ TEST(Golden, Q8KvPagesStayCloseToTheReference) {
     EXPECT_NE(*q8, *f32) << dir;
   }
   // tiny-chat: transformers' greedy answers, teacher-forced; each step's token near the top.
-  DeviceOptions device;
-  device.device = "cpu";
-  auto backend = OpenBackend(device);
-  ASSERT_TRUE(backend.ok());
-  LoadOptions options;
-  options.kv = KvFormat::kQ8;
-  auto model = Model::Load("models/tiny-chat", *backend, options);
-  ASSERT_TRUE(model.ok());
+  auto model = LoadWithKv("models/tiny-chat", KvFormat::kQ8);
+  ASSERT_TRUE(model.ok()) << model.status().message();
   auto text = ReadFile("tests/golden/tiny_chat_greedy.json");
   ASSERT_TRUE(text.ok());
   const auto cases = nlohmann::json::parse(*text);

@@ -154,26 +154,18 @@ struct Scalar {
       ScaleAddWeighted(acc + h * n, c[h], p + h * kScoreRows, v, stride, count, n);
     }
   }
-  // The same over float16 pages.
-  static void ScoresHeads(const float* q, int heads, const uint16_t* k, int64_t stride, int count,
+  // The same over float16 pages, or 8-bit pages (the codes' products: the caller applies the
+  // scales), widened first.
+  template <typename KV>
+  static void ScoresHeads(const float* q, int heads, const KV* k, int64_t stride, int count,
                           int64_t n, float scale, float* s, const void* next = nullptr,
                           int64_t fetch = 0) {
     (void)next, (void)fetch;
     ScoresHeads(q, heads, WidenPage<Scalar>(k, stride, count, n), n, count, n, scale, s);
   }
+  template <typename KV>
   static void ScaleAddWeightedHeads(float* acc, int heads, const float* c, const float* p,
-                                    const uint16_t* v, int64_t stride, int count, int64_t n) {
-    ScaleAddWeightedHeads(acc, heads, c, p, WidenPage<Scalar>(v, stride, count, n), n, count, n);
-  }
-  // The same over 8-bit pages: the codes' products (the caller applies the scales).
-  static void ScoresHeads(const float* q, int heads, const int8_t* k, int64_t stride, int count,
-                          int64_t n, float scale, float* s, const void* next = nullptr,
-                          int64_t fetch = 0) {
-    (void)next, (void)fetch;
-    ScoresHeads(q, heads, WidenPage<Scalar>(k, stride, count, n), n, count, n, scale, s);
-  }
-  static void ScaleAddWeightedHeads(float* acc, int heads, const float* c, const float* p,
-                                    const int8_t* v, int64_t stride, int count, int64_t n) {
+                                    const KV* v, int64_t stride, int count, int64_t n) {
     ScaleAddWeightedHeads(acc, heads, c, p, WidenPage<Scalar>(v, stride, count, n), n, count, n);
   }
   // x [n] as 8-bit codes q[i] = round(x[i] * 127 / max|x|) (nearest, ties to even); returns the
@@ -713,27 +705,17 @@ struct Avx2 {
       ScaleAddWeighted(acc + h * n, c[h], p + h * kScoreRows, v, stride, count, n);
     }
   }
-  // The same over float16 pages.
-  GZ_TARGET_AVX2 static void ScoresHeads(const float* q, int heads, const uint16_t* k,
-                                         int64_t stride, int count, int64_t n, float scale,
-                                         float* s, const void* next = nullptr, int64_t fetch = 0) {
-    (void)next, (void)fetch;
-    ScoresHeads(q, heads, WidenPage<Avx2>(k, stride, count, n), n, count, n, scale, s);
-  }
-  GZ_TARGET_AVX2 static void ScaleAddWeightedHeads(float* acc, int heads, const float* c,
-                                                   const float* p, const uint16_t* v,
-                                                   int64_t stride, int count, int64_t n) {
-    ScaleAddWeightedHeads(acc, heads, c, p, WidenPage<Avx2>(v, stride, count, n), n, count, n);
-  }
-  // The same over 8-bit pages (the caller applies the scales).
-  GZ_TARGET_AVX2 static void ScoresHeads(const float* q, int heads, const int8_t* k, int64_t stride,
+  // The same over float16 or 8-bit pages (the caller applies the scales), widened first.
+  template <typename KV>
+  GZ_TARGET_AVX2 static void ScoresHeads(const float* q, int heads, const KV* k, int64_t stride,
                                          int count, int64_t n, float scale, float* s,
                                          const void* next = nullptr, int64_t fetch = 0) {
     (void)next, (void)fetch;
     ScoresHeads(q, heads, WidenPage<Avx2>(k, stride, count, n), n, count, n, scale, s);
   }
+  template <typename KV>
   GZ_TARGET_AVX2 static void ScaleAddWeightedHeads(float* acc, int heads, const float* c,
-                                                   const float* p, const int8_t* v, int64_t stride,
+                                                   const float* p, const KV* v, int64_t stride,
                                                    int count, int64_t n) {
     ScaleAddWeightedHeads(acc, heads, c, p, WidenPage<Avx2>(v, stride, count, n), n, count, n);
   }
