@@ -20,8 +20,9 @@ void ModelOptions::Add(CLI::App* app) {
                 "CPU: round the activations into bf16 linears to bf16 and multiply with "
                 "AVX-512 BF16 over a copy of the weights repacked at load (their size again in "
                 "memory; faster decode, prompts and batches; logits within about 1% of the "
-                "largest instead of 1e-4). CUDA's fast mode does this for steps of more than "
-                "one row by default");
+                "largest instead of 1e-4); a converted model's quantized linears do the same "
+                "for steps of 48 rows and more (prompts). CUDA's fast mode does this for steps "
+                "of more than one row by default");
   app->add_option("--kv", kv,
                   "KV cache element type: f32; f16 (half the memory and bytes read per token; "
                   "keys and values rounded to float16); or q8 (a quarter, plus a scale per "

@@ -423,7 +423,7 @@ void CpuBackend::Matmul(const MatmulParams& p) {
     std::abort();
   }
   // Quantized outputs run on their own kernels (quant_matmul.h); the plain ones below.
-  if (HasQuantizedOutput(p)) QuantMatmul(p, pool_, isa_);
+  if (HasQuantizedOutput(p)) QuantMatmul(p, pool_, isa_, options_.bf16_activations);
   const int64_t cols = p.w[0]->cols;
   // Each plain output's kernels, and the activations in the order they read, prepared once
   // per distinct order: [0] bf16 activations for bf16 weights not packed (bf16_activations, steps

@@ -25,7 +25,8 @@ constexpr int kBlock = 32;
 // registers. CpuBackend sends steps of fewer rows to the float32 kernels.
 constexpr int kPanelOut = 32;          // outputs per panel: two vectors of 16
 constexpr int64_t kPanelInputs = 384;  // inputs per panel: 192 pairs x 32 outputs x 4 B = 24 KB
-constexpr int kPanelRows = 8;          // activation rows per tile: 16 accumulators
+static_assert(kPanelInputs == kAvx512Bf16PanelInputs);
+constexpr int kPanelRows = 8;  // activation rows per tile: 16 accumulators
 
 // Transposes 16 rows of 16 32-bit lanes in place: r[i] lane j <- r[j] lane i.
 GZ_TARGET_AVX512BF16 inline void Transpose16(__m512i* r) {
@@ -428,6 +429,25 @@ const MatmulKernels& Avx512PackedMatmulKernels() {
     return k;
   }();
   return kernels;
+}
+
+GZ_TARGET_AVX512BF16 void Avx512Bf16Tiles(const MatmulSlice& s, std::vector<uint32_t>* tiles) {
+  const int64_t count = (s.rows + kPanelRows - 1) / kPanelRows;
+  const size_t tile_pairs = static_cast<size_t>(s.x_stride) * kPanelRows;
+  if (tiles->size() < count * tile_pairs) tiles->resize(count * tile_pairs);
+  for (int64_t t = 0; t < count; ++t) PackRows(s, t * kPanelRows, tiles->data() + t * tile_pairs);
+}
+
+GZ_TARGET_AVX512BF16 void Avx512Bf16RowsPanel(const MatmulSlice& s, const uint32_t* tiles,
+                                              const uint16_t* w32, int64_t k0, int64_t len,
+                                              int64_t n, int valid_n) {
+  alignas(64) uint32_t panel[kPanelInputs / 2 * kPanelOut];
+  PackPanel(w32, kPanelOut, len, 0, valid_n, 0, len, panel);
+  const int64_t count = (s.rows + kPanelRows - 1) / kPanelRows;
+  const int64_t tile_pairs = s.x_stride * kPanelRows;
+  for (int64_t t = 0; t < count; ++t) {
+    PanelRows(s, panel, tiles + t * tile_pairs, k0, len, t * kPanelRows, n, valid_n);
+  }
 }
 
 int64_t PackedBf16Bytes(int64_t rows, int64_t cols) {

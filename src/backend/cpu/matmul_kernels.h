@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "backend/cpu/cpu_isa.h"
 #include "ops/weight.h"
@@ -69,6 +70,18 @@ inline int64_t PaddedCols(int64_t cols, int block) { return (cols + block - 1) /
 inline constexpr int kAvx512PanelRows = 4;
 void Avx512PanelRows(const MatmulSlice& s, const float* panel, int64_t k0, int64_t len, int64_t m0,
                      int64_t m1, int64_t n, int valid_n);
+
+// The AVX-512 BF16 panel product, for other weight formats that decode their rows themselves
+// (the quantized kernels, with bf16 activations): Avx512Bf16Tiles lays out s.x (rows rounded to
+// bf16 as Avx512Bf16MatmulKernels' prepare writes them) in tiles once per slice; then
+// Avx512Bf16RowsPanel adds out[:, n:n + valid_n] (+)= those tiles times 32 weight rows n.. over
+// inputs [k0, k0 + len), given as bf16 rows w32 [32, len] (row i past valid_n is ignored); the
+// first panel of a row (k0 = 0) writes with the bias, later ones add. len: a multiple of 32, at
+// most kAvx512Bf16PanelInputs.
+inline constexpr int64_t kAvx512Bf16PanelInputs = 384;
+void Avx512Bf16Tiles(const MatmulSlice& s, std::vector<uint32_t>* tiles);
+void Avx512Bf16RowsPanel(const MatmulSlice& s, const uint32_t* tiles, const uint16_t* w32,
+                         int64_t k0, int64_t len, int64_t n, int valid_n);
 
 // Floats per prepared activation row.
 inline int64_t ActivationStride(const MatmulKernels& k, int64_t cols) {

@@ -19,6 +19,10 @@ struct QuantSlice {
   int64_t rows = 0;
   float* out = nullptr;         // [rows, n]
   const float* bias = nullptr;  // [n] or null
+  // The rows of x rounded to bf16, as Avx512Bf16MatmulKernels' prepare writes them
+  // (x_bf16_stride floats a row), for the kernels of QuantSliceAvx512Bf16.
+  const float* x_bf16 = nullptr;
+  int64_t x_bf16_stride = 0;
 };
 
 // Computes out[:, n0:n1] of a slice; n0 and n1 need not be multiples of anything.
@@ -28,6 +32,9 @@ using QuantSliceFn = void (*)(const QuantSlice& s, int64_t n0, int64_t n1);
 QuantSliceFn QuantSliceScalar(Format format);
 QuantSliceFn QuantSliceAvx2(Format format);
 QuantSliceFn QuantSliceAvx512(Format format);
+// Many rows with bf16 activations (CPUs with avx512_bf16): each panel of 32 weight rows decoded
+// and rounded to bf16, then multiplied with vdpbf16ps (AVX-512 BF16 panel product).
+QuantSliceFn QuantSliceAvx512Bf16(Format format);
 
 // quant::RotateRow (row <- row R, cols a multiple of 128) with each block of 128 in AVX-512
 // registers: the same additions in the same order, so bit for bit the same result. Null where

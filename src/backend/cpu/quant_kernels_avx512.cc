@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 namespace gizllm {
 namespace {
@@ -249,6 +250,58 @@ GZ_TARGET_AVX512 void Panels(const QuantSlice& s, int64_t n0, int64_t n1) {
   }
 }
 
+// Panels of 32 weight rows over kAvx512Bf16PanelInputs inputs: decoded as above, rounded to bf16
+// (nearest even) into rows that the AVX-512 BF16 panel product packs and multiplies with the
+// activations' bf16 tiles.
+template <Format F>
+GZ_TARGET_AVX512BF16 void PanelsBf16(const QuantSlice& s, int64_t n0, int64_t n1) {
+  const Weight& w = *s.w;
+  const int64_t cols = w.cols, groups = cols / quant::kGroup;
+  constexpr int kBytes = quant::GroupBytes(F);
+  constexpr int64_t kInputs = kAvx512Bf16PanelInputs;
+  static_assert(kInputs % quant::kGroup == 0);
+  const auto* codes = static_cast<const uint8_t*>(w.data);
+  const auto* scales = static_cast<const float*>(w.scales);
+  const auto* zeros = static_cast<const float*>(w.zeros);
+  const MatmulSlice slice{.w = &w,
+                          .x = s.x_bf16,
+                          .x_stride = s.x_bf16_stride,
+                          .rows = s.rows,
+                          .out = s.out,
+                          .bias = s.bias};
+  thread_local std::vector<uint32_t> tiles;
+  Avx512Bf16Tiles(slice, &tiles);
+  alignas(64) uint16_t rows32[32 * kInputs];
+  for (int64_t n = n0; n < n1; n += 32) {
+    const int valid = static_cast<int>(std::min<int64_t>(32, n1 - n));
+    for (int64_t k0 = 0; k0 < cols; k0 += kInputs) {
+      const int64_t len = std::min(kInputs, cols - k0);
+      for (int j = 0; j < valid; ++j) {
+        const int64_t row = n + j;
+        const int64_t ahead = std::min<int64_t>(row + 32, w.rows - 1);
+        uint16_t* dst = rows32 + j * len;
+        for (int64_t g = k0 / quant::kGroup; g < (k0 + len) / quant::kGroup; ++g) {
+          const int64_t k = row * groups + g;
+          const quant::Affine a = quant::GroupAffine(F, scales[k], zeros ? zeros + k : nullptr);
+          const __m512 mul = _mm512_set1_ps(a.mul), add = _mm512_set1_ps(a.add);
+          const uint8_t* group = codes + k * kBytes;
+          for (int b = 0; b < kBytes; b += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(codes + (ahead * groups + g) * kBytes + b),
+                         _MM_HINT_T0);
+          }
+          uint16_t* out = dst + g * quant::kGroup - k0;
+#pragma GCC unroll 8
+          for (int c = 0; c < kChunks; ++c) {
+            const __m256bh h = _mm512_cvtneps_pbh(Decode16<F>(group, c, mul, add));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * c), (__m256i)h);
+          }
+        }
+      }
+      Avx512Bf16RowsPanel(slice, tiles.data(), rows32, k0, len, n, valid);
+    }
+  }
+}
+
 template <Format F>
 GZ_TARGET_AVX512 void Slice(const QuantSlice& s, int64_t n0, int64_t n1) {
   if (s.rows >= kPanelMinRows) return Panels<F>(s, n0, n1);
@@ -304,6 +357,21 @@ GZ_TARGET_AVX512 void RotateRowKernel(float* row, int64_t cols, uint64_t seed) {
 
 RotateRowFn RotateRowAvx512() { return RotateRowKernel; }
 
+QuantSliceFn QuantSliceAvx512Bf16(Format format) {
+  switch (format) {
+    case Format::kQ8:
+      return PanelsBf16<Format::kQ8>;
+    case Format::kQ4:
+      return PanelsBf16<Format::kQ4>;
+    case Format::kQ2:
+      return PanelsBf16<Format::kQ2>;
+    case Format::kQ1:
+      return PanelsBf16<Format::kQ1>;
+    default:
+      return nullptr;
+  }
+}
+
 QuantSliceFn QuantSliceAvx512(Format format) {
   switch (format) {
     case Format::kQ8:
@@ -325,6 +393,7 @@ QuantSliceFn QuantSliceAvx512(Format format) {
 
 namespace gizllm {
 QuantSliceFn QuantSliceAvx512(Format) { return nullptr; }
+QuantSliceFn QuantSliceAvx512Bf16(Format) { return nullptr; }
 RotateRowFn RotateRowAvx512() { return nullptr; }
 }  // namespace gizllm
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/quant_kernels.h"
 #include "core/check.h"
 #include "quant/hadamard.h"
@@ -50,7 +51,7 @@ bool HasQuantizedOutput(const MatmulParams& p) {
   return false;
 }
 
-void QuantMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa) {
+void QuantMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa, bool bf16_activations) {
   struct Job {
     QuantSlice slice;
     QuantSliceFn fn;
@@ -84,23 +85,49 @@ void QuantMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa) {
     for (int64_t r = 0; r < p.rows; ++r) rotate(dst + r * cols, cols, seeds[k]);
   }
 
+  // bf16 activations: each source of rows (x, or a rotated copy) rounded to bf16 once, in
+  // slot k (rotation k) or `rotations` (x itself).
+  const bool bf16 = bf16_activations && isa == CpuIsa::kAvx512 && CpuHasAvx512Bf16() &&
+                    p.rows >= kQuantBf16MinRows && QuantSliceAvx512Bf16(Format::kQ8) != nullptr;
+  thread_local std::vector<float> rounded;
+  const MatmulKernels& bf16_kernels = Avx512Bf16MatmulKernels();
+  const int64_t bf16_stride = bf16 ? ActivationStride(bf16_kernels, cols) : 0;
+  const int64_t bf16_floats = p.rows * bf16_stride;
+  bool rounded_ready[MatmulParams::kMaxOutputs + 1] = {};
+  if (bf16 && rounded.size() < static_cast<size_t>((rotations + 1) * bf16_floats)) {
+    rounded.resize((rotations + 1) * bf16_floats);
+  }
+
   for (int i = 0; i < p.outputs; ++i) {
     const Weight& w = *p.w[i];
     if (!quant::IsQuantized(w.format)) continue;
     DCHECK(w.group == quant::kGroup && w.cols == cols && w.cols % quant::kGroup == 0);
     const float* x = p.x;
+    int source = rotations;
     if (w.rotated) {
-      int k = static_cast<int>(std::find(seeds, seeds + rotations, w.rotation_seed) - seeds);
-      x = rotated.data() + k * x_floats;
+      source = static_cast<int>(std::find(seeds, seeds + rotations, w.rotation_seed) - seeds);
+      x = rotated.data() + source * x_floats;
     }
+    QuantSlice slice{&w, x, p.rows, p.out[i], p.bias[i]};
     QuantSliceFn fn = SliceFor(isa, w.format);
+    if (bf16) {
+      float* dst = rounded.data() + source * bf16_floats;
+      if (!rounded_ready[source]) {
+        bf16_kernels.prepare(Format::kBf16, x, p.rows, cols, dst);
+        rounded_ready[source] = true;
+      }
+      slice.x_bf16 = dst;
+      slice.x_bf16_stride = bf16_stride;
+      fn = QuantSliceAvx512Bf16(w.format);
+    }
     if (fn == nullptr) fn = QuantSliceScalar(w.format);
-    jobs[count++] = {QuantSlice{&w, x, p.rows, p.out[i], p.bias[i]}, fn, total};
+    jobs[count++] = {slice, fn, total};
     total += w.rows;
   }
   if (count == 0) return;
 
-  // Threads split the weight rows of all outputs together, in multiples of 8 rows.
+  // Threads split the weight rows of all outputs together, in multiples of 8 rows (32, the
+  // panels' width, with bf16 activations).
   auto run = [&](int64_t begin, int64_t end, int /*thread*/) {
     for (int j = 0; j < count; ++j) {
       const Job& job = jobs[j];
@@ -110,7 +137,7 @@ void QuantMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa) {
     }
   };
   if (pool && pool->threads() > 1) {
-    pool->ParallelFor(total, 8, run);
+    pool->ParallelFor(total, bf16 ? 32 : 8, run);
   } else {
     run(0, total, 0);
   }

@@ -18,7 +18,15 @@ bool HasQuantizedOutput(const MatmulParams& p);
 // rows are rotated once (quant/hadamard.h) for all outputs that share a rotation; outputs with
 // plain weights are left to the caller. Each quantized weight must pass quant::CheckQuantized
 // (host pointers). Runs on `pool` when given. The rotated copy of x lives in a per-thread buffer
-// that grows to the largest matmul seen and is then reused.
-void QuantMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa = DetectCpuIsa());
+// that grows to the largest matmul seen and is then reused. With bf16_activations (AVX-512 on a
+// CPU with avx512_bf16, from kQuantBf16MinRows rows), the rows are rounded to bf16 and each
+// panel of weights is decoded and rounded to bf16 for vdpbf16ps products, float32 sums. Fewer
+// rows keep the float32 panels: decoding and transposing a panel for the bf16 products costs
+// about as much as the float32 products save up to 32 rows (1152 x 384 in q8 or q4 at 2
+// threads: 16 rows 48 -> 60-62 us, 32 rows 86-91 -> 87-88 us, 48 rows 127-129 -> 112-113 us, 128
+// rows 335-339 -> 240-245 us).
+inline constexpr int64_t kQuantBf16MinRows = 48;
+void QuantMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa = DetectCpuIsa(),
+                 bool bf16_activations = false);
 
 }  // namespace gizllm

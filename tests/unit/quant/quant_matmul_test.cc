@@ -112,6 +112,96 @@ TEST(QuantMatmulTest, MatchesReferenceInEveryFormat) {
   }
 }
 
+// The weights as the kernels decode them (mul * code + add, fused for q4 and q2), rounded to
+// bf16 and back.
+std::vector<float> DecodedAsBf16(const Weight& w) {
+  const int64_t groups = w.cols / quant::kGroup;
+  const int bytes = quant::GroupBytes(w.format);
+  const auto* codes = static_cast<const uint8_t*>(w.data);
+  const auto* scales = static_cast<const float*>(w.scales);
+  const auto* zeros = static_cast<const float*>(w.zeros);
+  std::vector<float> out(w.rows * w.cols);
+  for (int64_t n = 0; n < w.rows; ++n) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t k = n * groups + g;
+      const quant::Affine a = quant::GroupAffine(w.format, scales[k], zeros ? zeros + k : nullptr);
+      for (int e = 0; e < quant::kGroup; ++e) {
+        const float code = static_cast<float>(quant::CodeAt(w.format, codes + k * bytes, e));
+        const float v = w.format == Format::kQ8   ? code * a.mul
+                        : w.format == Format::kQ1 ? (code != 0.0f ? a.add + a.mul : a.add)
+                                                  : std::fma(code, a.mul, a.add);
+        out[n * w.cols + g * quant::kGroup + e] = Bf16ToF32(F32ToBf16(v));
+      }
+    }
+  }
+  return out;
+}
+
+// With bf16 activations, from kQuantBf16MinRows rows on AVX-512 BF16: every format against the
+// products of the bf16-rounded rotated rows and the bf16-rounded decoded weights, summed in
+// double; within 1e-5 of the sum of their magnitudes (float32 sums). Panels of 384 inputs: 2560
+// inputs end in a shorter one; 64 outputs are two panels of 32, 37 a panel and a part.
+TEST(QuantMatmulTest, Bf16ActivationsMatchRoundedReference) {
+  if (DetectCpuIsa() != CpuIsa::kAvx512 || !CpuHasAvx512Bf16()) {
+    GTEST_SKIP() << "this CPU has no AVX-512 BF16";
+  }
+  const Case cases[] = {{Format::kQ8, false, true}, {Format::kQ8, false, false},
+                        {Format::kQ4, true, true},  {Format::kQ4, false, true},
+                        {Format::kQ2, true, true},  {Format::kQ1, false, true}};
+  std::mt19937 rng(12);
+  ThreadPool pool(2);
+  for (const int64_t cols : {int64_t{384}, int64_t{2560}}) {
+    for (const Case& c : cases) {
+      for (int64_t n : {13, 37, 64}) {
+        std::vector<float> wf = Gaussian(n * cols, rng, 0.05f);
+        auto q = quant::QuantizeLinear(wf.data(), n, cols,
+                                       quant::QuantizeOptions{c.format, c.zeros, c.rotate, 1234});
+        ASSERT_TRUE(q.ok()) << q.status().message();
+        Weight w = q->View();
+        const std::vector<float> dense = DecodedAsBf16(w);
+        std::vector<float> bias = Gaussian(n, rng, 1.0f);
+        for (int64_t rows : {kQuantBf16MinRows, kQuantBf16MinRows + 9, int64_t{100}}) {
+          std::vector<float> x = Gaussian(rows * cols, rng, 1.0f);
+          std::vector<float> xr = x;
+          for (int64_t r = 0; r < rows; ++r) {
+            if (w.rotated) quant::RotateRow(&xr[r * cols], cols, w.rotation_seed);
+            for (int64_t k = 0; k < cols; ++k) {
+              xr[r * cols + k] = Bf16ToF32(F32ToBf16(xr[r * cols + k]));
+            }
+          }
+          std::vector<float> want(rows * n), tol(rows * n);
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t o = 0; o < n; ++o) {
+              double sum = 0.0, magnitude = 0.0;
+              for (int64_t k = 0; k < cols; ++k) {
+                const double product = static_cast<double>(xr[r * cols + k]) * dense[o * cols + k];
+                sum += product;
+                magnitude += std::fabs(product);
+              }
+              want[r * n + o] = static_cast<float>(sum) + bias[o];
+              tol[r * n + o] = static_cast<float>(1e-5 * magnitude + 1e-6);
+            }
+          }
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::vector<float> out(rows * n, std::nanf(""));
+            MatmulParams mp;
+            mp.x = x.data();
+            mp.rows = rows;
+            mp.w[0] = &w;
+            mp.out[0] = out.data();
+            mp.bias[0] = bias.data();
+            QuantMatmul(mp, p, CpuIsa::kAvx512, /*bf16_activations=*/true);
+            for (int64_t i = 0; i < rows * n; ++i) {
+              ASSERT_NEAR(out[i], want[i], tol[i])
+                  << Name(c, CpuIsa::kAvx512, rows, n) << " cols " << cols << " at " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Three outputs sharing x: two quantized with the same rotation (one rotated copy of x), one
 // plain, which QuantMatmul must leave to the caller.
 // The AVX-512 rotation of activations does the reference's additions in the same order: the same
