@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace gizllm {
@@ -202,6 +203,41 @@ GZ_TARGET_AVX512 void Column(const QuantSlice& s, int64_t n) {
   }
 }
 
+// Inputs [k0, k0 + len) (whole groups) of weight row `row` decoded into dst: float32, or bf16
+// rounded to nearest even (uint16_t); the codes of row `ahead`'s same groups are fetched
+// meanwhile. (Compiled for AVX-512 BF16 for the second; the float32 one uses no BF16
+// instruction and runs on any AVX-512 CPU.)
+template <Format F, typename T>
+GZ_TARGET_AVX512BF16 void DecodeInputs(const Weight& w, int64_t row, int64_t ahead, int64_t k0,
+                                       int64_t len, T* dst) {
+  const int64_t groups = w.cols / quant::kGroup;
+  constexpr int kBytes = quant::GroupBytes(F);
+  const auto* codes = static_cast<const uint8_t*>(w.data);
+  const auto* scales = static_cast<const float*>(w.scales);
+  const auto* zeros = static_cast<const float*>(w.zeros);
+  for (int64_t g = k0 / quant::kGroup; g < (k0 + len) / quant::kGroup; ++g) {
+    const int64_t k = row * groups + g;
+    const quant::Affine a = quant::GroupAffine(F, scales[k], zeros ? zeros + k : nullptr);
+    const __m512 mul = _mm512_set1_ps(a.mul), add = _mm512_set1_ps(a.add);
+    const uint8_t* group = codes + k * kBytes;
+    for (int b = 0; b < kBytes; b += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(codes + (ahead * groups + g) * kBytes + b),
+                   _MM_HINT_T0);
+    }
+    T* out = dst + g * quant::kGroup - k0;
+#pragma GCC unroll 8
+    for (int c = 0; c < kChunks; ++c) {
+      const __m512 v = Decode16<F>(group, c, mul, add);
+      if constexpr (std::is_same_v<T, float>) {
+        _mm512_storeu_ps(out + 16 * c, v);
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * c),
+                            (__m256i)_mm512_cvtneps_pbh(v));
+      }
+    }
+  }
+}
+
 // Many rows: kAvx512PanelRows weight rows at a time are dequantized once into a float32 panel
 // (in L1) that the float32 panel product then uses for every activation row, instead of every
 // tile of Tile's four rows decoding the codes again. Inputs per panel: a multiple of the group.
@@ -214,11 +250,7 @@ constexpr int64_t kPanelMinRows = 8;
 template <Format F>
 GZ_TARGET_AVX512 void Panels(const QuantSlice& s, int64_t n0, int64_t n1) {
   const Weight& w = *s.w;
-  const int64_t cols = w.cols, groups = cols / quant::kGroup;
-  constexpr int kBytes = quant::GroupBytes(F);
-  const auto* codes = static_cast<const uint8_t*>(w.data);
-  const auto* scales = static_cast<const float*>(w.scales);
-  const auto* zeros = static_cast<const float*>(w.zeros);
+  const int64_t cols = w.cols;
   const MatmulSlice slice{
       .w = &w, .x = s.x, .x_stride = cols, .rows = s.rows, .out = s.out, .bias = s.bias};
   alignas(64) float panel[kAvx512PanelRows * kPanelInputs];
@@ -229,21 +261,7 @@ GZ_TARGET_AVX512 void Panels(const QuantSlice& s, int64_t n0, int64_t n1) {
       for (int j = 0; j < kAvx512PanelRows; ++j) {
         const int64_t row = std::min<int64_t>(n + j, n1 - 1);  // past n1: dropped sums
         const int64_t ahead = std::min<int64_t>(row + kPanelPrefetchRows, w.rows - 1);
-        float* dst = panel + j * len;
-        for (int64_t g = k0 / quant::kGroup; g < (k0 + len) / quant::kGroup; ++g) {
-          const int64_t k = row * groups + g;
-          const quant::Affine a = quant::GroupAffine(F, scales[k], zeros ? zeros + k : nullptr);
-          const __m512 mul = _mm512_set1_ps(a.mul), add = _mm512_set1_ps(a.add);
-          const uint8_t* group = codes + k * kBytes;
-          for (int b = 0; b < kBytes; b += 64) {
-            _mm_prefetch(reinterpret_cast<const char*>(codes + (ahead * groups + g) * kBytes + b),
-                         _MM_HINT_T0);
-          }
-          float* out = dst + g * quant::kGroup - k0;
-#pragma GCC unroll 8
-          for (int c = 0; c < kChunks; ++c)
-            _mm512_store_ps(out + 16 * c, Decode16<F>(group, c, mul, add));
-        }
+        DecodeInputs<F>(w, row, ahead, k0, len, panel + j * len);
       }
       Avx512PanelRows(slice, panel, k0, len, 0, s.rows, n, valid);
     }
@@ -256,13 +274,9 @@ GZ_TARGET_AVX512 void Panels(const QuantSlice& s, int64_t n0, int64_t n1) {
 template <Format F>
 GZ_TARGET_AVX512BF16 void PanelsBf16(const QuantSlice& s, int64_t n0, int64_t n1) {
   const Weight& w = *s.w;
-  const int64_t cols = w.cols, groups = cols / quant::kGroup;
-  constexpr int kBytes = quant::GroupBytes(F);
+  const int64_t cols = w.cols;
   constexpr int64_t kInputs = kAvx512Bf16PanelInputs;
   static_assert(kInputs % quant::kGroup == 0);
-  const auto* codes = static_cast<const uint8_t*>(w.data);
-  const auto* scales = static_cast<const float*>(w.scales);
-  const auto* zeros = static_cast<const float*>(w.zeros);
   const MatmulSlice slice{.w = &w,
                           .x = s.x_bf16,
                           .x_stride = s.x_bf16_stride,
@@ -278,24 +292,7 @@ GZ_TARGET_AVX512BF16 void PanelsBf16(const QuantSlice& s, int64_t n0, int64_t n1
       const int64_t len = std::min(kInputs, cols - k0);
       for (int j = 0; j < valid; ++j) {
         const int64_t row = n + j;
-        const int64_t ahead = std::min<int64_t>(row + 32, w.rows - 1);
-        uint16_t* dst = rows32 + j * len;
-        for (int64_t g = k0 / quant::kGroup; g < (k0 + len) / quant::kGroup; ++g) {
-          const int64_t k = row * groups + g;
-          const quant::Affine a = quant::GroupAffine(F, scales[k], zeros ? zeros + k : nullptr);
-          const __m512 mul = _mm512_set1_ps(a.mul), add = _mm512_set1_ps(a.add);
-          const uint8_t* group = codes + k * kBytes;
-          for (int b = 0; b < kBytes; b += 64) {
-            _mm_prefetch(reinterpret_cast<const char*>(codes + (ahead * groups + g) * kBytes + b),
-                         _MM_HINT_T0);
-          }
-          uint16_t* out = dst + g * quant::kGroup - k0;
-#pragma GCC unroll 8
-          for (int c = 0; c < kChunks; ++c) {
-            const __m256bh h = _mm512_cvtneps_pbh(Decode16<F>(group, c, mul, add));
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * c), (__m256i)h);
-          }
-        }
+        DecodeInputs<F>(w, row, std::min<int64_t>(row + 32, w.rows - 1), k0, len, rows32 + j * len);
       }
       Avx512Bf16RowsPanel(slice, tiles.data(), rows32, k0, len, n, valid);
     }

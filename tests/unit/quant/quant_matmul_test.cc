@@ -53,6 +53,21 @@ std::vector<float> Tolerances(const float* x, int64_t rows, const Weight& w) {
   return tol;
 }
 
+// QuantMatmul of one weight with a bias; the output starts as NaN.
+std::vector<float> RunQuantMatmul(const std::vector<float>& x, int64_t rows, const Weight& w,
+                                  const std::vector<float>& bias, ThreadPool* pool, CpuIsa isa,
+                                  bool bf16_activations) {
+  std::vector<float> out(rows * w.rows, std::nanf(""));
+  MatmulParams mp;
+  mp.x = x.data();
+  mp.rows = rows;
+  mp.w[0] = &w;
+  mp.out[0] = out.data();
+  mp.bias[0] = bias.data();
+  QuantMatmul(mp, pool, isa, bf16_activations);
+  return out;
+}
+
 struct Case {
   Format format;
   bool zeros;
@@ -92,14 +107,7 @@ TEST(QuantMatmulTest, MatchesReferenceInEveryFormat) {
           std::vector<float> tol = Tolerances(x.data(), rows, w);
           for (CpuIsa isa : Isas()) {
             for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-              std::vector<float> out(rows * n, std::nanf(""));
-              MatmulParams mp;
-              mp.x = x.data();
-              mp.rows = rows;
-              mp.w[0] = &w;
-              mp.out[0] = out.data();
-              mp.bias[0] = bias.data();
-              QuantMatmul(mp, p, isa);
+              const std::vector<float> out = RunQuantMatmul(x, rows, w, bias, p, isa, false);
               for (int64_t i = 0; i < rows * n; ++i) {
                 ASSERT_NEAR(out[i], want[i] + bias[i % n], tol[i])
                     << Name(c, isa, rows, n) << " at " << i;
@@ -183,14 +191,8 @@ TEST(QuantMatmulTest, Bf16ActivationsMatchRoundedReference) {
             }
           }
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-            std::vector<float> out(rows * n, std::nanf(""));
-            MatmulParams mp;
-            mp.x = x.data();
-            mp.rows = rows;
-            mp.w[0] = &w;
-            mp.out[0] = out.data();
-            mp.bias[0] = bias.data();
-            QuantMatmul(mp, p, CpuIsa::kAvx512, /*bf16_activations=*/true);
+            const std::vector<float> out =
+                RunQuantMatmul(x, rows, w, bias, p, CpuIsa::kAvx512, /*bf16_activations=*/true);
             for (int64_t i = 0; i < rows * n; ++i) {
               ASSERT_NEAR(out[i], want[i], tol[i])
                   << Name(c, CpuIsa::kAvx512, rows, n) << " cols " << cols << " at " << i;
