@@ -16,14 +16,16 @@ struct CpuDevice {
   std::unique_ptr<Backend> backend;
 };
 
-Expected<std::shared_ptr<Backend>> OpenCpu(int threads, bool bf16) {
+Expected<std::shared_ptr<Backend>> OpenCpu(int threads, bool bf16, bool int8) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto device = std::make_shared<CpuDevice>(threads);
   CpuOptions options;
   options.bf16_activations = bf16;
+  options.int8_activations = int8;
   auto backend = MakeCpuBackend(&device->pool, options);
   if (!backend.ok()) {
-    return InvalidArgument("--bf16: " + backend.status().message());
+    const bool int8_failed = int8 && !CpuHasAvx512Vnni();
+    return InvalidArgument((int8_failed ? "--int8: " : "--bf16: ") + backend.status().message());
   }
   device->backend = std::move(*backend);
   return std::shared_ptr<Backend>(device, device->backend.get());
@@ -51,7 +53,7 @@ Expected<std::shared_ptr<Backend>> OpenBackend(const DeviceOptions& options) {
   if (options.device == "cuda")
     return Unimplemented("--device cuda: this build of gizllm has no CUDA backend");
 #endif
-  return OpenCpu(options.threads, options.bf16);
+  return OpenCpu(options.threads, options.bf16, options.int8);
 }
 
 std::vector<std::string> BuiltBackends() {

@@ -23,6 +23,11 @@ void ModelOptions::Add(CLI::App* app) {
                 "largest instead of 1e-4); a converted model's quantized linears do the same "
                 "for steps of 48 rows and more (prompts). CUDA's fast mode does this for steps "
                 "of more than one row by default");
+  app->add_flag("--int8", device.int8,
+                "CPU: a converted model's 8- and 4-bit linears quantize their (rotated) "
+                "activations to int8, a scale per 128 inputs, and multiply with AVX-512 VNNI "
+                "integer dot products over a copy of the codes repacked at load (faster decode, "
+                "prompts and batches of converted models; needs avx512_vnni)");
   app->add_option("--kv", kv,
                   "KV cache element type: f32; f16 (half the memory and bytes read per token; "
                   "keys and values rounded to float16); or q8 (a quarter, plus a scale per "

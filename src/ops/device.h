@@ -16,6 +16,7 @@ struct DeviceOptions {
   int threads = 0;              // CPU threads; 0: one per core
   bool exact = false;           // CUDA: float32 activations into the linears (for comparison)
   bool bf16 = false;            // CPU: activations into bf16 linears rounded to bf16 (AVX-512 BF16)
+  bool int8 = false;            // CPU: activations into q8/q4 linears as int8 (AVX-512 VNNI)
   Status Check() const;
 };
 

@@ -27,14 +27,17 @@ int FormatBits(Format f);
 // use `scales` (and `zeros`), laid out as the quantized kernels define.
 struct Weight {
   Format format = Format::kBf16;
-  int64_t rows = 0;  // outputs
-  int64_t cols = 0;  // inputs
+  int64_t rows = 0;              // outputs
+  int64_t cols = 0;              // inputs
   const void* data = nullptr;    // [rows, cols] for plain formats
   const void* scales = nullptr;  // quantized: per group scales
   const void* zeros = nullptr;   // quantized: per group zero points, or null
   int32_t group = 0;             // quantized: inputs per group (128)
   bool rotated = false;          // inputs were rotated by the block Hadamard transform
   uint64_t rotation_seed = 0;    // rotated: seed of the random signs (quant/hadamard.h)
+  // How the backend that prepared this weight arranged data, scales and zeros: 0 as described
+  // above (and in quant/layout.h); other values are that backend's own (kCpuVnniLayout).
+  uint8_t layout = 0;
 
   bool empty() const { return data == nullptr; }
   int64_t Bytes() const;  // bytes of data + scales + zeros

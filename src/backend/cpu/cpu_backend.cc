@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/vec_math.h"
 #include "core/check.h"
@@ -269,6 +270,12 @@ Status CpuOptions::Check() const {
   if (bf16_activations && isa && *isa != CpuIsa::kAvx512) {
     return InvalidArgument("CpuOptions.bf16_activations: needs isa avx512");
   }
+  if (int8_activations && !CpuHasAvx512Vnni()) {
+    return InvalidArgument("CpuOptions.int8_activations: this CPU lacks avx512_vnni");
+  }
+  if (int8_activations && isa && *isa != CpuIsa::kAvx512) {
+    return InvalidArgument("CpuOptions.int8_activations: needs isa avx512");
+  }
   return Status::Ok();
 }
 
@@ -304,6 +311,7 @@ bool CpuBackend::PacksBf16() const {
 std::string CpuBackend::Describe() const {
   std::string s = "cpu (" + std::to_string(pool_->threads()) + " threads, " + CpuIsaName(isa_);
   if (options_.bf16_activations) s += ", bf16 activations";
+  if (options_.int8_activations) s += ", int8 activations";
   return s + ")";
 }
 
@@ -350,10 +358,23 @@ Expected<Weight> CpuBackend::PrepareWeight(const Weight& host, std::unique_ptr<B
     case Format::kQ4:
     case Format::kQ2:
     case Format::kQ1: {
-      // Quantized weights are read in place (quant_matmul.h).
+      // Quantized weights are read in place (quant_matmul.h), or with int8 activations repacked
+      // for the integer products (q8 and q4).
       Status s = CheckQuantWeight(host);
       if (!s.ok()) return s.Annotate("cpu");
-      return host;
+      if (!options_.int8_activations || !VnniPacks(host.format) || !storage) return host;
+      const size_t bytes = RoundUp(VnniPackedBytes(host), 64);
+      void* data = std::aligned_alloc(64, bytes);
+      if (!data)
+        return ResourceExhausted("cpu: cannot allocate " + std::to_string(bytes) + " bytes");
+      PackVnniWeight(host, data);
+      *storage = std::make_unique<HostBuffer>(data, bytes);
+      Weight w = host;
+      w.data = data;
+      w.scales = nullptr;
+      w.zeros = nullptr;
+      w.layout = kCpuVnniLayout;
+      return w;
     }
     default:
       break;

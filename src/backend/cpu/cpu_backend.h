@@ -30,6 +30,12 @@ struct CpuOptions {
   // (float32 activations, float32 accumulation). Needs a CPU with avx512_bf16.
   bool bf16_activations = false;
   static constexpr int64_t kBf16MinRows = 32;
+  // Matmuls over q8 and q4 weights (a converted model's linears) quantize the (rotated)
+  // activations to int8, a scale per row and group of 128 inputs, and use AVX-512 VNNI integer
+  // dot products (vpdpbusd) for steps of any size. PrepareWeight repacks such weights once
+  // (quant_kernels.h: kCpuVnniLayout; the packed copy replaces the codes in memory). Off by
+  // default. Needs a CPU with avx512_vnni.
+  bool int8_activations = false;
   Status Check() const;
 };
 

@@ -35,6 +35,18 @@ bool CpuHasAvx512Bf16() {
 #endif
 }
 
+bool CpuHasAvx512Vnni() {
+#if defined(__x86_64__)
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return DetectCpuIsa() == CpuIsa::kAvx512 && __builtin_cpu_supports("avx512vnni");
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
 const char* CpuIsaName(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kScalar:

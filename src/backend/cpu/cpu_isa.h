@@ -15,6 +15,8 @@ enum class CpuIsa {
 CpuIsa DetectCpuIsa();
 // Whether the CPU has AVX-512 BF16 dot products (vdpbf16ps).
 bool CpuHasAvx512Bf16();
+// Whether the CPU has AVX-512 VNNI integer dot products (vpdpbusd).
+bool CpuHasAvx512Vnni();
 const char* CpuIsaName(CpuIsa isa);  // "scalar", "avx2", "avx512"
 
 }  // namespace gizllm
@@ -25,4 +27,6 @@ const char* CpuIsaName(CpuIsa isa);  // "scalar", "avx2", "avx512"
 #define GZ_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define GZ_TARGET_AVX512BF16 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
+#define GZ_TARGET_AVX512VNNI \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 #endif

@@ -23,6 +23,11 @@ struct QuantSlice {
   // (x_bf16_stride floats a row), for the kernels of QuantSliceAvx512Bf16.
   const float* x_bf16 = nullptr;
   int64_t x_bf16_stride = 0;
+  // The rows of x quantized to int8 by QuantizeRowsInt8, for the kernels of QuantSliceAvx512Vnni:
+  // codes [rows, cols], and per row and group of 128 the scale and the scale times the codes' sum.
+  const int8_t* x_i8 = nullptr;
+  const float* x_scales = nullptr;
+  const float* x_sums = nullptr;
 };
 
 // Computes out[:, n0:n1] of a slice; n0 and n1 need not be multiples of anything.
@@ -35,6 +40,29 @@ QuantSliceFn QuantSliceAvx512(Format format);
 // Many rows with bf16 activations (CPUs with avx512_bf16): each panel of 32 weight rows decoded
 // and rounded to bf16, then multiplied with vdpbf16ps (AVX-512 BF16 panel product).
 QuantSliceFn QuantSliceAvx512Bf16(Format format);
+
+// The CPU's layout for integer products (Weight::layout = kCpuVnniLayout), for kQ8 and kQ4: blocks
+// of 16 outputs (the last padded with zero codes and affines), each group by group
+// [block][group]: the codes as 64-byte vectors, one 32-bit lane per output, then the group's
+// mul[16] and add[16] (float32; quant/layout.h's affine, with -128 mul added for q8).
+//   kQ8  32 vectors; vector t, lane j: inputs 4t..4t+3 of output j as c + 128 (unsigned).
+//   kQ4  16 vectors; vector t, lane j, byte e: input 8t + e in the low nibble, 8t + 4 + e in the
+//        high one.
+// The packed weight keeps format, shape, group and rotation; data points at the packed bytes,
+// and scales and zeros are null (folded in).
+inline constexpr uint8_t kCpuVnniLayout = 1;
+bool VnniPacks(Format format);  // kQ8 and kQ4
+int64_t VnniPackedBytes(const Weight& w);
+void PackVnniWeight(const Weight& w, void* out);  // w: the standard layout
+// Products of int8 activations with weights in that layout (CPUs with avx512_vnni; null
+// elsewhere): vpdpbusd sums per group in int32, scaled into float32 sums once per group.
+QuantSliceFn QuantSliceAvx512Vnni(Format format);
+// Rows of x [rows, cols] (cols a multiple of 128) as int8 codes q = round(x * 127 / max |x|)
+// (nearest, ties to even; 0 where the group is all zero) with, per row and group, scale =
+// max |x| / 127 and sum = scale * the codes' sum. Null where AVX-512 VNNI is not compiled in.
+using QuantizeRowsInt8Fn = void (*)(const float* x, int64_t rows, int64_t cols, int8_t* q,
+                                    float* scales, float* sums);
+QuantizeRowsInt8Fn QuantizeRowsInt8();
 
 // quant::RotateRow (row <- row R, cols a multiple of 128) with each block of 128 in AVX-512
 // registers: the same additions in the same order, so bit for bit the same result. Null where

@@ -98,10 +98,27 @@ void QuantMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa, bool bf16_
     rounded.resize((rotations + 1) * bf16_floats);
   }
 
+  // int8 activations for weights in the VNNI layout: each source of rows quantized once, in slot
+  // k (rotation k) or `rotations` (x itself).
+  thread_local std::vector<int8_t> codes;
+  thread_local std::vector<float> code_scales;  // per source: scales [rows, groups], then sums
+  const int64_t groups = cols / quant::kGroup;
+  bool coded_ready[MatmulParams::kMaxOutputs + 1] = {};
+  bool vnni = false;
+
   for (int i = 0; i < p.outputs; ++i) {
     const Weight& w = *p.w[i];
     if (!quant::IsQuantized(w.format)) continue;
     DCHECK(w.group == quant::kGroup && w.cols == cols && w.cols % quant::kGroup == 0);
+    if (w.layout == kCpuVnniLayout && !vnni) {
+      vnni = true;
+      if (codes.size() < static_cast<size_t>((rotations + 1) * x_floats)) {
+        codes.resize((rotations + 1) * x_floats);
+      }
+      if (code_scales.size() < static_cast<size_t>((rotations + 1) * 2 * p.rows * groups)) {
+        code_scales.resize((rotations + 1) * 2 * p.rows * groups);
+      }
+    }
     const float* x = p.x;
     int source = rotations;
     if (w.rotated) {
@@ -110,7 +127,22 @@ void QuantMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa, bool bf16_
     }
     QuantSlice slice{&w, x, p.rows, p.out[i], p.bias[i]};
     QuantSliceFn fn = SliceFor(isa, w.format);
-    if (bf16) {
+    if (w.layout == kCpuVnniLayout) {
+      // Packed by CpuBackend::PrepareWeight for a CPU with AVX-512 VNNI: only these kernels read
+      // that layout.
+      fn = QuantSliceAvx512Vnni(w.format);
+      CHECK(fn != nullptr && QuantizeRowsInt8() != nullptr);
+      int8_t* q = codes.data() + source * x_floats;
+      float* scales = code_scales.data() + source * 2 * p.rows * groups;
+      float* sums = scales + p.rows * groups;
+      if (!coded_ready[source]) {
+        QuantizeRowsInt8()(x, p.rows, cols, q, scales, sums);
+        coded_ready[source] = true;
+      }
+      slice.x_i8 = q;
+      slice.x_scales = scales;
+      slice.x_sums = sums;
+    } else if (bf16) {
       float* dst = rounded.data() + source * bf16_floats;
       if (!rounded_ready[source]) {
         bf16_kernels.prepare(Format::kBf16, x, p.rows, cols, dst);
@@ -127,7 +159,7 @@ void QuantMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa, bool bf16_
   if (count == 0) return;
 
   // Threads split the weight rows of all outputs together, in multiples of 8 rows (32, the
-  // panels' width, with bf16 activations).
+  // panels' width, with bf16 activations, and two blocks of the VNNI layout).
   auto run = [&](int64_t begin, int64_t end, int /*thread*/) {
     for (int j = 0; j < count; ++j) {
       const Job& job = jobs[j];
@@ -137,7 +169,7 @@ void QuantMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa, bool bf16_
     }
   };
   if (pool && pool->threads() > 1) {
-    pool->ParallelFor(total, bf16 ? 32 : 8, run);
+    pool->ParallelFor(total, bf16 || vnni ? 32 : 8, run);
   } else {
     run(0, total, 0);
   }

@@ -24,7 +24,9 @@ bool HasQuantizedOutput(const MatmulParams& p);
 // rows keep the float32 panels: decoding and transposing a panel for the bf16 products costs
 // about as much as the float32 products save up to 32 rows (1152 x 384 in q8 or q4 at 2
 // threads: 16 rows 48 -> 60-62 us, 32 rows 86-91 -> 87-88 us, 48 rows 127-129 -> 112-113 us, 128
-// rows 335-339 -> 240-245 us).
+// rows 335-339 -> 240-245 us). Weights CpuBackend repacked for int8 activations
+// (Weight::layout = kCpuVnniLayout) take the int8 path for any number of rows instead: each
+// source of rows quantized to int8 once (QuantizeRowsInt8), then vpdpbusd products.
 inline constexpr int64_t kQuantBf16MinRows = 48;
 void QuantMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa = DetectCpuIsa(),
                  bool bf16_activations = false);

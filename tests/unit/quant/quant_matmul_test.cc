@@ -204,6 +204,169 @@ TEST(QuantMatmulTest, Bf16ActivationsMatchRoundedReference) {
   }
 }
 
+// The int8 activations as QuantizeRowsInt8 defines them, computed plainly: codes, scales and sums.
+struct Int8Rows {
+  std::vector<int8_t> codes;
+  std::vector<float> scales, sums;
+};
+Int8Rows QuantizeInt8Reference(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  const int64_t groups = cols / quant::kGroup;
+  Int8Rows q{std::vector<int8_t>(rows * cols), std::vector<float>(rows * groups),
+             std::vector<float>(rows * groups)};
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* src = &x[r * cols + g * quant::kGroup];
+      float max = 0.0f;
+      for (int e = 0; e < quant::kGroup; ++e) max = std::max(max, std::fabs(src[e]));
+      const float inv = max > 0.0f ? 127.0f / max : 0.0f;
+      int sum = 0;
+      for (int e = 0; e < quant::kGroup; ++e) {
+        const int code = static_cast<int>(std::nearbyint(src[e] * inv));
+        q.codes[r * cols + g * quant::kGroup + e] = static_cast<int8_t>(code);
+        sum += code;
+      }
+      q.scales[r * groups + g] = max / 127.0f;
+      q.sums[r * groups + g] = q.scales[r * groups + g] * static_cast<float>(sum);
+    }
+  }
+  return q;
+}
+
+// A weight repacked for the integer products, with its storage.
+struct VnniWeight {
+  Weight w;
+  std::vector<uint8_t, std::allocator<uint8_t>> bytes;
+};
+VnniWeight PackForVnni(const Weight& w) {
+  VnniWeight v;
+  v.bytes.resize(VnniPackedBytes(w) + 64);
+  // The kernels read the packed vectors with aligned loads.
+  void* data = v.bytes.data() + (64 - reinterpret_cast<uintptr_t>(v.bytes.data()) % 64) % 64;
+  PackVnniWeight(w, data);
+  v.w = w;
+  v.w.data = data;
+  v.w.scales = nullptr;
+  v.w.zeros = nullptr;
+  v.w.layout = kCpuVnniLayout;
+  return v;
+}
+
+bool HasVnni() { return QuantizeRowsInt8() != nullptr && CpuHasAvx512Vnni(); }
+
+// The codes, scales and sums of QuantizeRowsInt8 equal the plain computation's bit for bit:
+// ties to even (a group whose largest magnitude is 127 quantizes x itself), an all-zero group,
+// signs, tiny values beside large ones.
+TEST(QuantMatmulTest, Int8RowsAreTheDefinedCodes) {
+  if (!HasVnni()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  std::mt19937 rng(13);
+  const int64_t rows = 3, cols = 384;
+  std::vector<float> x = Gaussian(rows * cols, rng, 2.0f);
+  for (int e = 0; e < quant::kGroup; ++e) x[e] = 0.0f;  // row 0, group 0: zeros
+  // Row 0, group 1: largest 127, so x * 127 / max = x; halves round to even.
+  const float ties[] = {127.0f, 2.5f, -2.5f, 3.5f, -3.5f, 0.5f, -0.5f, 126.5f, -127.0f, 1e-30f};
+  for (int e = 0; e < quant::kGroup; ++e) x[128 + e] = ties[e % 10];
+  for (int64_t i = 256; i < rows * cols; i += 5) x[i] *= 1e-7f;
+  const Int8Rows want = QuantizeInt8Reference(x, rows, cols);
+  EXPECT_EQ(want.codes[129], 2);
+  EXPECT_EQ(want.codes[130], -2);
+  EXPECT_EQ(want.codes[131], 4);
+  std::vector<int8_t> codes(rows * cols, 99);
+  std::vector<float> scales(rows * 3, -1.0f), sums(rows * 3, -1.0f);
+  QuantizeRowsInt8()(x.data(), rows, cols, codes.data(), scales.data(), sums.data());
+  EXPECT_EQ(codes, want.codes);
+  for (size_t i = 0; i < scales.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&scales[i], &want.scales[i], 4), 0) << i;
+    EXPECT_EQ(std::memcmp(&sums[i], &want.sums[i], 4), 0) << i;
+  }
+  EXPECT_EQ(scales[0], 0.0f);
+}
+
+// With weights in the VNNI layout, q8 and q4 (with and without zeros and rotation) against the
+// products of the int8-quantized rotated rows (scale * code) and the decoded weights (mul * code
+// + add), summed in double: within 1e-5 of the sum of their magnitudes. Outputs that are not
+// multiples of the blocks (13, 37), tiles of 4 rows with every tail, one row (blocks of 8), and
+// 2 threads splitting the outputs.
+TEST(QuantMatmulTest, Int8ActivationsMatchQuantizedReference) {
+  if (!HasVnni()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  const Case cases[] = {{Format::kQ8, false, true},
+                        {Format::kQ8, false, false},
+                        {Format::kQ4, true, true},
+                        {Format::kQ4, false, true},
+                        {Format::kQ4, true, false}};
+  std::mt19937 rng(14);
+  ThreadPool pool(2);
+  for (const int64_t cols : {int64_t{384}, int64_t{1152}}) {
+    for (const Case& c : cases) {
+      for (int64_t n : {13, 37, 160}) {
+        std::vector<float> wf = Gaussian(n * cols, rng, 0.05f);
+        auto q = quant::QuantizeLinear(wf.data(), n, cols,
+                                       quant::QuantizeOptions{c.format, c.zeros, c.rotate, 1234});
+        ASSERT_TRUE(q.ok()) << q.status().message();
+        const Weight w = q->View();
+        std::vector<float> dense(n * cols);
+        quant::DequantizeRows(w, 0, n, dense.data());
+        const VnniWeight packed = PackForVnni(w);
+        std::vector<float> bias = Gaussian(n, rng, 1.0f);
+        for (int64_t rows : {1, 2, 3, 4, 7, 16}) {
+          std::vector<float> x = Gaussian(rows * cols, rng, 1.0f);
+          std::vector<float> xr = x;
+          if (w.rotated) {
+            for (int64_t r = 0; r < rows; ++r) quant::RotateRow(&xr[r * cols], cols, 1234);
+          }
+          const Int8Rows xq = QuantizeInt8Reference(xr, rows, cols);
+          std::vector<float> want(rows * n), tol(rows * n);
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t o = 0; o < n; ++o) {
+              double sum = 0.0, magnitude = 0.0;
+              for (int64_t k = 0; k < cols; ++k) {
+                const double xk = static_cast<double>(xq.scales[r * (cols / 128) + k / 128]) *
+                                  xq.codes[r * cols + k];
+                const double product = xk * dense[o * cols + k];
+                sum += product;
+                magnitude += std::fabs(product);
+              }
+              want[r * n + o] = static_cast<float>(sum) + bias[o];
+              tol[r * n + o] = static_cast<float>(1e-5 * magnitude + 1e-6);
+            }
+          }
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            const std::vector<float> out =
+                RunQuantMatmul(x, rows, packed.w, bias, p, CpuIsa::kAvx512, false);
+            for (int64_t i = 0; i < rows * n; ++i) {
+              ASSERT_NEAR(out[i], want[i], tol[i])
+                  << Name(c, CpuIsa::kAvx512, rows, n) << " cols " << cols << " at " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The int8 activations cost little against the float32 products: q8 weights, Gaussian rows,
+// rotated; the error's norm under 1% of the outputs'.
+TEST(QuantMatmulTest, Int8ActivationsStayCloseToFloat) {
+  if (!HasVnni()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  std::mt19937 rng(15);
+  const int64_t n = 64, cols = 1152, rows = 16;
+  std::vector<float> wf = Gaussian(n * cols, rng, 0.05f);
+  auto q = quant::QuantizeLinear(wf.data(), n, cols, {Format::kQ8, false, true, 1234});
+  ASSERT_TRUE(q.ok());
+  const VnniWeight packed = PackForVnni(q->View());
+  std::vector<float> x = Gaussian(rows * cols, rng, 1.0f), bias(n, 0.0f);
+  std::vector<float> want(rows * n);
+  quant::ReferenceMatmul(x.data(), rows, q->View(), want.data());
+  const std::vector<float> out =
+      RunQuantMatmul(x, rows, packed.w, bias, nullptr, CpuIsa::kAvx512, false);
+  double err = 0.0, energy = 0.0;
+  for (int64_t i = 0; i < rows * n; ++i) {
+    err += (out[i] - want[i]) * (out[i] - want[i]);
+    energy += want[i] * want[i];
+  }
+  EXPECT_LT(std::sqrt(err / energy), 0.01);
+  EXPECT_GT(std::sqrt(err / energy), 0.0);  // the activations were quantized
+}
+
 // Three outputs sharing x: two quantized with the same rotation (one rotated copy of x), one
 // plain, which QuantMatmul must leave to the caller.
 // The AVX-512 rotation of activations does the reference's additions in the same order: the same

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/reference.h"
 #include "core/dtype.h"
 #include "quant/quantize.h"
@@ -345,10 +346,17 @@ TEST_F(CpuBackendTest, MatmulSwiGluEqualsMatmulThenSwiGlu) {
   std::vector<CpuOptions> options;
   for (const Config& c : Configs()) options.push_back({.isa = c.isa});
   if (CpuHasAvx512Bf16()) options.push_back({.isa = std::nullopt, .bf16_activations = true});
+  if (CpuHasAvx512Vnni()) options.push_back({.isa = std::nullopt, .int8_activations = true});
   for (const CpuOptions& o : options) {
     for (int threads : {1, 2, 3}) {
       ThreadPool pool(threads);
       CpuBackend backend(&pool, o);
+      // Prepared: repacked for the integer products with int8_activations.
+      std::unique_ptr<Buffer> s8, s4;
+      auto pq8 = backend.PrepareWeight(q8w, &s8);
+      auto pq4 = backend.PrepareWeight(q4w, &s4);
+      ASSERT_TRUE(pq8.ok() && pq4.ok());
+      EXPECT_EQ(pq8->layout == kCpuVnniLayout, o.int8_activations);
       for (int64_t cols : {389, 384}) {
         TestWeight f0(Format::kF32, n, cols, rng_), f1(Format::kF32, n, cols, rng_);
         TestWeight b0(Format::kBf16, n, cols, rng_), b1(Format::kBf16, n, cols, rng_);
@@ -358,15 +366,17 @@ TEST_F(CpuBackendTest, MatmulSwiGluEqualsMatmulThenSwiGlu) {
         ASSERT_TRUE(p0.ok() && p1.ok());
         std::vector<std::pair<const Weight*, const Weight*>> pairs = {
             {&f0.w, &f1.w}, {&b0.w, &b1.w}, {&*p0, &*p1}};
-        if (cols == 384) pairs.insert(pairs.end(), {{&q8w, &b1.w}, {&q8w, &q4w}});
+        if (cols == 384) {
+          pairs.insert(pairs.end(), {{&q8w, &b1.w}, {&q8w, &q4w}, {&*pq8, &*p1}, {&*pq8, &*pq4}});
+        }
         const std::vector<float> bias0 = Random(n), bias1 = Random(n);
         for (const auto& [gate, up] : pairs) {
           for (int64_t rows : {1, 4, 5, 16, 17, 40}) {
-            const std::string what = std::string(CpuIsaName(backend.isa())) +
-                                     (o.bf16_activations ? " bf16" : "") + " " +
-                                     std::to_string(threads) + "t " + FormatName(gate->format) +
-                                     "/" + FormatName(up->format) + " cols " +
-                                     std::to_string(cols) + " rows " + std::to_string(rows);
+            const std::string what =
+                std::string(CpuIsaName(backend.isa())) + (o.bf16_activations ? " bf16" : "") +
+                (o.int8_activations ? " int8" : "") + " " + std::to_string(threads) + "t " +
+                FormatName(gate->format) + "/" + FormatName(up->format) + " cols " +
+                std::to_string(cols) + " rows " + std::to_string(rows);
             std::vector<float> x = Random(rows * cols);
             std::vector<float> got = Poison(rows * n), scratch = Poison(rows * n);
             std::vector<float> want = Poison(rows * n), want_up = Poison(rows * n);
@@ -736,6 +746,37 @@ TEST_F(CpuBackendTest, OptionsCheck) {
   EXPECT_TRUE(MakeCpuBackend(&pool, CpuOptions{.isa = CpuIsa::kScalar}).ok());
   auto bf16 = MakeCpuBackend(&pool, CpuOptions{.isa = std::nullopt, .bf16_activations = true});
   EXPECT_EQ(bf16.ok(), CpuHasAvx512Bf16());
+  auto int8 = MakeCpuBackend(&pool, CpuOptions{.isa = std::nullopt, .int8_activations = true});
+  EXPECT_EQ(int8.ok(), CpuHasAvx512Vnni());
+  auto int8_avx2 =
+      MakeCpuBackend(&pool, CpuOptions{.isa = CpuIsa::kAvx2, .int8_activations = true});
+  ASSERT_FALSE(int8_avx2.ok());
+  EXPECT_NE(int8_avx2.status().message().find("int8_activations"), std::string::npos)
+      << int8_avx2.status().message();
+}
+
+// With int8_activations, PrepareWeight repacks q8 and q4 weights (a copy it owns; scales and
+// zeros folded in) and leaves q2 and plain formats as they are.
+TEST_F(CpuBackendTest, Int8ActivationsRepackEightAndFourBitWeights) {
+  if (!CpuHasAvx512Vnni()) GTEST_SKIP() << "no avx512_vnni";
+  ThreadPool pool(2);
+  CpuBackend backend(&pool, CpuOptions{.isa = std::nullopt, .int8_activations = true});
+  EXPECT_NE(backend.Describe().find("int8 activations"), std::string::npos);
+  const int64_t n = 20;
+  std::vector<float> wq = Random(n * 256, 0.05f);
+  for (Format f : {Format::kQ8, Format::kQ4, Format::kQ2}) {
+    auto q = quant::QuantizeLinear(wq.data(), n, 256, {f, f != Format::kQ8, true});
+    ASSERT_TRUE(q.ok());
+    std::unique_ptr<Buffer> storage;
+    auto prepared = backend.PrepareWeight(q->View(), &storage);
+    ASSERT_TRUE(prepared.ok()) << prepared.status().message();
+    const bool packs = f != Format::kQ2;
+    EXPECT_EQ(prepared->layout == kCpuVnniLayout, packs) << FormatName(f);
+    EXPECT_EQ(storage != nullptr, packs) << FormatName(f);
+    EXPECT_EQ(prepared->data != q->View().data, packs) << FormatName(f);
+    EXPECT_EQ(prepared->scales == nullptr, packs) << FormatName(f);
+    if (packs) EXPECT_GE(storage->bytes(), static_cast<size_t>(VnniPackedBytes(q->View())));
+  }
 }
 
 }  // namespace
