@@ -1,11 +1,14 @@
 // The linears of one tiny-chat token (Qwen3, 8 layers: q/k/v, o, gate/up, down; plus the head
 // 8192 x 384) through CpuBackend::Matmul in each format, against bf16 on the same backend:
-// decode (1 row) time per token, its effective weight bandwidth, and prefill (128 rows) GFLOP/s.
-// Usage: quant_bench [--threads N] [--reps N]
+// decode (1 row) time per token, its effective weight bandwidth, 16 rows (16 sequences' decode
+// step) and prefill (128 rows) in GFLOP/s. --bf16 and --int8 set the backend's options of those
+// names (CpuOptions), with the weights prepared by the backend as Model::Load prepares them.
+// Usage: quant_bench [--threads N] [--reps N] [--bf16] [--int8]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -40,9 +43,9 @@ struct Case {
   bool zeros;
 };
 
-int Run(int threads, int reps) {
+int Run(int threads, int reps, const CpuOptions& options) {
   ThreadPool pool(threads);
-  CpuBackend backend(&pool, CpuOptions{});
+  CpuBackend backend(&pool, options);
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 0.05f);
   const Case cases[] = {{"bf16", Format::kBf16, false}, {"q8", Format::kQ8, false},
@@ -50,14 +53,15 @@ int Run(int threads, int reps) {
                         {"q2", Format::kQ2, true},      {"q1", Format::kQ1, false}};
   std::printf("%s, tiny-chat linears per token (%d threads)\n", backend.Describe().c_str(),
               threads);
-  std::printf("%-14s %10s %12s %10s %10s %14s\n", "format", "MB/token", "decode us", "GB/s",
-              "vs bf16", "prefill GF/s");
+  std::printf("%-14s %10s %12s %10s %10s %12s %12s %14s\n", "format", "MB/token", "decode us",
+              "GB/s", "vs bf16", "16 rows us", "16 GF/s", "prefill GF/s");
   double bf16_us = 0.0;
   for (const Case& c : cases) {
     // One distinct weight per linear of the token, as a real model reads them.
     std::vector<std::vector<uint16_t>> plain;
     std::vector<quant::QuantizedLinear> quantized;
     std::vector<Weight> weights;
+    std::vector<std::unique_ptr<Buffer>> storage;
     for (const Linear& l : kShapes) {
       for (int i = 0; i < l.count; ++i) {
         std::vector<float> w(l.rows * l.cols);
@@ -81,9 +85,16 @@ int Run(int threads, int reps) {
     }
     int64_t bytes = 0;
     double flops_per_row = 0.0;
-    for (const Weight& w : weights) {
+    for (Weight& w : weights) {
       bytes += w.Bytes();
       flops_per_row += 2.0 * w.rows * w.cols;
+      storage.emplace_back();
+      auto prepared = backend.PrepareWeight(w, &storage.back());
+      if (!prepared.ok()) {
+        std::fprintf(stderr, "%s\n", prepared.status().message().c_str());
+        return 1;
+      }
+      w = *prepared;
     }
     auto pass = [&](int64_t rows, std::vector<float>& x, std::vector<float>& out) {
       for (const Weight& w : weights) {
@@ -108,11 +119,12 @@ int Run(int threads, int reps) {
       return t;
     };
     double decode = best(1);
+    double sixteen = best(16);
     double prefill = best(128);
     if (c.format == Format::kBf16) bf16_us = decode * 1e6;
-    std::printf("%-14s %10.2f %12.1f %10.2f %9.2fx %14.1f\n", c.name, bytes / 1e6, decode * 1e6,
-                bytes / decode / 1e9, bf16_us / (decode * 1e6),
-                flops_per_row * 128 / prefill / 1e9);
+    std::printf("%-14s %10.2f %12.1f %10.2f %9.2fx %12.1f %12.1f %14.1f\n", c.name, bytes / 1e6,
+                decode * 1e6, bytes / decode / 1e9, bf16_us / (decode * 1e6), sixteen * 1e6,
+                flops_per_row * 16 / sixteen / 1e9, flops_per_row * 128 / prefill / 1e9);
   }
   return 0;
 }
@@ -122,16 +134,25 @@ int Run(int threads, int reps) {
 
 int main(int argc, char** argv) {
   int threads = 2, reps = 20;
+  gizllm::CpuOptions options;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--threads" && i + 1 < argc) {
+    if (a == "--bf16") {
+      options.bf16_activations = true;
+    } else if (a == "--int8") {
+      options.int8_activations = true;
+    } else if (a == "--threads" && i + 1 < argc) {
       threads = std::atoi(argv[++i]);
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else {
-      std::printf("usage: quant_bench [--threads N] [--reps N]\n");
+      std::printf("usage: quant_bench [--threads N] [--reps N] [--bf16] [--int8]\n");
       return a == "--help" ? 0 : 1;
     }
   }
-  return gizllm::Run(std::max(1, threads), std::max(1, reps));
+  if (gizllm::Status s = options.Check(); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.message().c_str());
+    return 1;
+  }
+  return gizllm::Run(std::max(1, threads), std::max(1, reps), options);
 }
