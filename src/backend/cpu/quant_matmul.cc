@@ -79,10 +79,54 @@ void QuantMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa, bool bf16_
   }
   RotateRowFn rotate = isa == CpuIsa::kAvx512 ? RotateRowAvx512() : nullptr;
   if (rotate == nullptr) rotate = quant::RotateRow;
-  for (int k = 0; k < rotations; ++k) {
-    float* dst = rotated.data() + k * x_floats;
-    std::memcpy(dst, p.x, x_floats * sizeof(float));
-    for (int64_t r = 0; r < p.rows; ++r) rotate(dst + r * cols, cols, seeds[k]);
+
+  // int8 activations for weights in the VNNI layout: each source of rows (x, or a rotated copy)
+  // quantized once, in slot k (rotation k) or `rotations` (x itself).
+  thread_local std::vector<int8_t> codes;
+  thread_local std::vector<float> code_scales;  // per source: scales [rows, groups], then sums
+  const int64_t groups = cols / quant::kGroup;
+  bool coded[MatmulParams::kMaxOutputs + 1] = {};
+  bool vnni = false;
+  for (int i = 0; i < p.outputs; ++i) {
+    const Weight& w = *p.w[i];
+    if (!quant::IsQuantized(w.format) || w.layout != kCpuVnniLayout) continue;
+    vnni = true;
+    coded[w.rotated ? std::find(seeds, seeds + rotations, w.rotation_seed) - seeds : rotations] =
+        true;
+  }
+  if (vnni) {
+    CHECK(QuantizeRowsInt8() != nullptr);
+    if (codes.size() < static_cast<size_t>((rotations + 1) * x_floats)) {
+      codes.resize((rotations + 1) * x_floats);
+    }
+    if (code_scales.size() < static_cast<size_t>((rotations + 1) * 2 * p.rows * groups)) {
+      code_scales.resize((rotations + 1) * 2 * p.rows * groups);
+    }
+  }
+  // Rows [r0, r1) of every rotated copy and of every int8 source. (The buffers by pointer: they
+  // are the calling thread's, and a worker naming a thread_local would get its own.)
+  float* const rotated_data = rotated.data();
+  int8_t* const code_data = codes.data();
+  float* const scale_data = code_scales.data();
+  auto prepare = [&](int64_t r0, int64_t r1) {
+    for (int k = 0; k < rotations; ++k) {
+      float* dst = rotated_data + k * x_floats;
+      std::memcpy(dst + r0 * cols, p.x + r0 * cols, (r1 - r0) * cols * sizeof(float));
+      for (int64_t r = r0; r < r1; ++r) rotate(dst + r * cols, cols, seeds[k]);
+    }
+    for (int k = 0; k <= rotations; ++k) {
+      if (!coded[k]) continue;
+      const float* src = k < rotations ? rotated_data + k * x_floats : p.x;
+      float* scales = scale_data + k * 2 * p.rows * groups;
+      QuantizeRowsInt8()(src + r0 * cols, r1 - r0, cols, code_data + k * x_floats + r0 * cols,
+                         scales + r0 * groups, scales + (p.rows + r0) * groups);
+    }
+  };
+  // Many rows (prompts): every thread prepares some of them.
+  if (pool && pool->threads() > 1 && p.rows >= kQuantParallelPrepareRows) {
+    pool->ParallelFor(p.rows, 8, [&](int64_t r0, int64_t r1, int) { prepare(r0, r1); });
+  } else {
+    prepare(0, p.rows);
   }
 
   // bf16 activations: each source of rows (x, or a rotated copy) rounded to bf16 once, in
@@ -98,32 +142,15 @@ void QuantMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa, bool bf16_
     rounded.resize((rotations + 1) * bf16_floats);
   }
 
-  // int8 activations for weights in the VNNI layout: each source of rows quantized once, in slot
-  // k (rotation k) or `rotations` (x itself).
-  thread_local std::vector<int8_t> codes;
-  thread_local std::vector<float> code_scales;  // per source: scales [rows, groups], then sums
-  const int64_t groups = cols / quant::kGroup;
-  bool coded_ready[MatmulParams::kMaxOutputs + 1] = {};
-  bool vnni = false;
-
   for (int i = 0; i < p.outputs; ++i) {
     const Weight& w = *p.w[i];
     if (!quant::IsQuantized(w.format)) continue;
     DCHECK(w.group == quant::kGroup && w.cols == cols && w.cols % quant::kGroup == 0);
-    if (w.layout == kCpuVnniLayout && !vnni) {
-      vnni = true;
-      if (codes.size() < static_cast<size_t>((rotations + 1) * x_floats)) {
-        codes.resize((rotations + 1) * x_floats);
-      }
-      if (code_scales.size() < static_cast<size_t>((rotations + 1) * 2 * p.rows * groups)) {
-        code_scales.resize((rotations + 1) * 2 * p.rows * groups);
-      }
-    }
     const float* x = p.x;
     int source = rotations;
     if (w.rotated) {
       source = static_cast<int>(std::find(seeds, seeds + rotations, w.rotation_seed) - seeds);
-      x = rotated.data() + source * x_floats;
+      x = rotated_data + source * x_floats;
     }
     QuantSlice slice{&w, x, p.rows, p.out[i], p.bias[i]};
     QuantSliceFn fn = SliceFor(isa, w.format);
@@ -131,17 +158,10 @@ void QuantMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa, bool bf16_
       // Packed by CpuBackend::PrepareWeight for a CPU with AVX-512 VNNI: only these kernels read
       // that layout.
       fn = QuantSliceAvx512Vnni(w.format);
-      CHECK(fn != nullptr && QuantizeRowsInt8() != nullptr);
-      int8_t* q = codes.data() + source * x_floats;
-      float* scales = code_scales.data() + source * 2 * p.rows * groups;
-      float* sums = scales + p.rows * groups;
-      if (!coded_ready[source]) {
-        QuantizeRowsInt8()(x, p.rows, cols, q, scales, sums);
-        coded_ready[source] = true;
-      }
-      slice.x_i8 = q;
-      slice.x_scales = scales;
-      slice.x_sums = sums;
+      CHECK(fn != nullptr);
+      slice.x_i8 = code_data + source * x_floats;
+      slice.x_scales = scale_data + source * 2 * p.rows * groups;
+      slice.x_sums = slice.x_scales + p.rows * groups;
     } else if (bf16) {
       float* dst = rounded.data() + source * bf16_floats;
       if (!rounded_ready[source]) {

@@ -28,6 +28,8 @@ bool HasQuantizedOutput(const MatmulParams& p);
 // (Weight::layout = kCpuVnniLayout) take the int8 path for any number of rows instead: each
 // source of rows quantized to int8 once (QuantizeRowsInt8), then vpdpbusd products.
 inline constexpr int64_t kQuantBf16MinRows = 48;
+// From this many rows, with a pool, the rows' rotation and int8 quantization run on all threads.
+inline constexpr int64_t kQuantParallelPrepareRows = 64;
 void QuantMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa = DetectCpuIsa(),
                  bool bf16_activations = false);
 

@@ -284,8 +284,9 @@ TEST(QuantMatmulTest, Int8RowsAreTheDefinedCodes) {
 // With weights in the VNNI layout, q8 and q4 (with and without zeros and rotation) against the
 // products of the int8-quantized rotated rows (scale * code) and the decoded weights (mul * code
 // + add), summed in double: within 1e-5 of the sum of their magnitudes. Outputs that are not
-// multiples of the blocks (13, 37), tiles of 4 rows with every tail, one row (blocks of 8), and
-// 2 threads splitting the outputs.
+// multiples of the blocks (13, 37), tiles of 4 rows with every tail, one row (blocks of 8), 2
+// threads splitting the outputs, and from kQuantParallelPrepareRows rows (70) the rows prepared
+// by both threads.
 TEST(QuantMatmulTest, Int8ActivationsMatchQuantizedReference) {
   if (!HasVnni()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
   const Case cases[] = {{Format::kQ8, false, true},
@@ -307,7 +308,8 @@ TEST(QuantMatmulTest, Int8ActivationsMatchQuantizedReference) {
         quant::DequantizeRows(w, 0, n, dense.data());
         const VnniWeight packed = PackForVnni(w);
         std::vector<float> bias = Gaussian(n, rng, 1.0f);
-        for (int64_t rows : {1, 2, 3, 4, 7, 16}) {
+        for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{7},
+                             int64_t{16}, kQuantParallelPrepareRows + 6}) {
           std::vector<float> x = Gaussian(rows * cols, rng, 1.0f);
           std::vector<float> xr = x;
           if (w.rotated) {
