@@ -19,6 +19,15 @@ expect_ok info-converted $gz info --model "$tmp/q4"
 check info-converted-q4 grep -qE "format +q4 +56 tensors" "$tmp/out"
 expect_ok run-converted $gz run --model "$tmp/q4" --prompt "In the beginning God created" --greedy --max-tokens 8
 check run-converted-text grep -q "his own" "$tmp/out"
+# --int8 (int8 activations, AVX-512 VNNI): the same greedy text where the CPU has VNNI, else one
+# line that names the flag and what the CPU lacks.
+if grep -qw avx512_vnni /proc/cpuinfo; then
+  expect_ok run-converted-int8 $gz run --model "$tmp/q4" --int8 --prompt "In the beginning God created" --greedy --max-tokens 8
+  check run-converted-int8-text grep -q "his own" "$tmp/out"
+else
+  expect_fail run-converted-int8-refused "avx512_vnni" \
+    $gz run --model "$tmp/q4" --int8 --prompt "In the beginning God created" --greedy --max-tokens 8
+fi
 
 # A cut model (the first 2 layers, no final norm or head) loads with the layers its header says.
 expect_ok convert-cut $gz convert --from models/tiny-chat --to "$tmp/cut2" --bits 8 --layers 2
