@@ -20,7 +20,6 @@
 #include "model/evaluate.h"
 #include "model/model.h"
 #include "ops/device.h"
-#include "quant/convert.h"
 #include "tests/golden/golden_util.h"
 
 namespace gizllm {
@@ -257,18 +256,13 @@ TEST(Golden, ConvertedInt8ActivationsStayCloseToFloat) {
   ASSERT_TRUE(ref.ok()) << ref.status().message();
   ThreadPool pool(2);
   for (const char* bits : {"8", "4/8"}) {
-    quant::ConvertOptions o;
-    o.from = "models/tiny-chat";
-    o.to = (root / (std::string("q") + bits[0])).string();
-    auto parsed = quant::ParseBits(bits);
-    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-    o.bits = *parsed;
-    ASSERT_TRUE(quant::Convert(o).ok());
-    auto float_model = LoadModel(o.to);
+    const std::string dir = (root / (std::string("q") + bits[0])).string();
+    ASSERT_NO_FATAL_FAILURE(golden::Convert("models/tiny-chat", dir, bits));
+    auto float_model = LoadModel(dir);
     ASSERT_TRUE(float_model);
     auto backend = MakeCpuBackend(&pool, CpuOptions{.isa = std::nullopt, .int8_activations = true});
     ASSERT_TRUE(backend.ok()) << backend.status().message();
-    auto model = Model::Load(o.to, std::shared_ptr<Backend>(std::move(*backend)));
+    auto model = Model::Load(dir, std::shared_ptr<Backend>(std::move(*backend)));
     ASSERT_TRUE(model.ok()) << model.status().message();
     for (int i = 0; i < 3; ++i) {
       const std::vector<int32_t> tokens = ReadIds(*ref->Find("ids" + std::to_string(i)));

@@ -14,6 +14,7 @@
 
 #include "formats/safetensors.h"
 #include "model/model.h"
+#include "quant/convert.h"
 
 namespace gizllm::golden {
 
@@ -71,10 +72,8 @@ inline void ExpectCloseInNorm(const std::vector<float>& ours, const std::vector<
 }
 
 // Greedy tokens after `prompt`, one decode row per step, until `count` tokens or a stop id.
-inline Expected<std::vector<int32_t>> GreedyTokens(Model& model,
-                                                   const std::vector<int32_t>& prompt,
-                                                   size_t count,
-                                                   const std::vector<int32_t>& stop) {
+inline Expected<std::vector<int32_t>> GreedyTokens(Model& model, const std::vector<int32_t>& prompt,
+                                                   size_t count, const std::vector<int32_t>& stop) {
   const int32_t max_pages = static_cast<int32_t>((prompt.size() + count) / kPage + 1);
   std::vector<int32_t> pages(max_pages);
   std::iota(pages.begin(), pages.end(), 0);
@@ -96,6 +95,18 @@ inline Expected<std::vector<int32_t>> GreedyTokens(Model& model,
     rows.Push(next, 0, position++, true);
   }
   return out;
+}
+
+// `from` converted by quant::Convert into `to` with the bits `bits` ("4/8", "8"; as --bits).
+inline void Convert(const std::string& from, const std::string& to, const std::string& bits) {
+  quant::ConvertOptions o;
+  o.from = from;
+  o.to = to;
+  auto parsed = quant::ParseBits(bits);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  o.bits = *parsed;
+  auto converted = quant::Convert(o);
+  ASSERT_TRUE(converted.ok()) << converted.status().message();
 }
 
 }  // namespace gizllm::golden

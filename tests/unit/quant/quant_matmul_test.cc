@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -74,6 +75,16 @@ struct Case {
   bool rotate;
 };
 
+// A Gaussian n x cols weight quantized as `c` says (rotation seed 1234).
+quant::QuantizedLinear Quantized(const Case& c, int64_t n, int64_t cols, std::mt19937& rng) {
+  std::vector<float> wf = Gaussian(n * cols, rng, 0.05f);
+  auto q = quant::QuantizeLinear(wf.data(), n, cols,
+                                 quant::QuantizeOptions{c.format, c.zeros, c.rotate, 1234});
+  EXPECT_TRUE(q.ok()) << q.status().message();
+  if (!q.ok()) std::abort();
+  return std::move(*q);
+}
+
 std::string Name(const Case& c, CpuIsa isa, int64_t rows, int64_t n) {
   return FormatName(c.format) + (c.zeros ? " zeros" : "") + (c.rotate ? " rotated" : "") + " " +
          CpuIsaName(isa) + " rows " + std::to_string(rows) + " n " + std::to_string(n);
@@ -93,11 +104,8 @@ TEST(QuantMatmulTest, MatchesReferenceInEveryFormat) {
     for (const Case& c : cases) {
       if (cols > 384 && c.format != Format::kQ4 && c.format != Format::kQ8) continue;
       for (int64_t n : {1, 13, 37}) {
-        std::vector<float> wf = Gaussian(n * cols, rng, 0.05f);
-        auto q = quant::QuantizeLinear(wf.data(), n, cols,
-                                       quant::QuantizeOptions{c.format, c.zeros, c.rotate, 1234});
-        ASSERT_TRUE(q.ok()) << q.status().message();
-        Weight w = q->View();
+        const quant::QuantizedLinear q = Quantized(c, n, cols, rng);
+        Weight w = q.View();
         std::vector<float> bias = Gaussian(n, rng, 1.0f);
         // 8 rows and more: dequantized panels (AVX-512), in tiles of 6 rows and a tail.
         for (int64_t rows : {1, 3, 6, 9, 20}) {
@@ -161,11 +169,8 @@ TEST(QuantMatmulTest, Bf16ActivationsMatchRoundedReference) {
   for (const int64_t cols : {int64_t{384}, int64_t{2560}}) {
     for (const Case& c : cases) {
       for (int64_t n : {13, 37, 64}) {
-        std::vector<float> wf = Gaussian(n * cols, rng, 0.05f);
-        auto q = quant::QuantizeLinear(wf.data(), n, cols,
-                                       quant::QuantizeOptions{c.format, c.zeros, c.rotate, 1234});
-        ASSERT_TRUE(q.ok()) << q.status().message();
-        Weight w = q->View();
+        const quant::QuantizedLinear q = Quantized(c, n, cols, rng);
+        Weight w = q.View();
         const std::vector<float> dense = DecodedAsBf16(w);
         std::vector<float> bias = Gaussian(n, rng, 1.0f);
         for (int64_t rows : {kQuantBf16MinRows, kQuantBf16MinRows + 9, int64_t{100}}) {
@@ -299,11 +304,8 @@ TEST(QuantMatmulTest, Int8ActivationsMatchQuantizedReference) {
   for (const int64_t cols : {int64_t{384}, int64_t{1152}}) {
     for (const Case& c : cases) {
       for (int64_t n : {13, 37, 160}) {
-        std::vector<float> wf = Gaussian(n * cols, rng, 0.05f);
-        auto q = quant::QuantizeLinear(wf.data(), n, cols,
-                                       quant::QuantizeOptions{c.format, c.zeros, c.rotate, 1234});
-        ASSERT_TRUE(q.ok()) << q.status().message();
-        const Weight w = q->View();
+        const quant::QuantizedLinear q = Quantized(c, n, cols, rng);
+        const Weight w = q.View();
         std::vector<float> dense(n * cols);
         quant::DequantizeRows(w, 0, n, dense.data());
         const VnniWeight packed = PackForVnni(w);

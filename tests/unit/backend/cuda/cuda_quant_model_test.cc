@@ -13,7 +13,6 @@
 #include "model/evaluate.h"
 #include "model/model.h"
 #include "ops/device.h"
-#include "quant/convert.h"
 #include "tests/golden/golden_util.h"
 
 namespace gizllm {
@@ -46,20 +45,14 @@ TEST(CudaQuantModelTest, ConvertedTinyChatMatchesCpu) {
   const std::vector<int32_t> tokens = golden::ReadIds(*ids);
   for (const char* bits : {"4/8", "8"}) {
     SCOPED_TRACE(std::string("bits ") + bits);
-    quant::ConvertOptions o;
-    o.from = "models/tiny-chat";
-    o.to = (root / (std::string("q") + bits[0])).string();
-    auto parsed = quant::ParseBits(bits);
-    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-    o.bits = *parsed;
-    auto converted = quant::Convert(o);
-    ASSERT_TRUE(converted.ok()) << converted.status().message();
-    auto cpu = LoadOn(o.to, "cpu", false);
+    const std::string dir = (root / (std::string("q") + bits[0])).string();
+    ASSERT_NO_FATAL_FAILURE(golden::Convert("models/tiny-chat", dir, bits));
+    auto cpu = LoadOn(dir, "cpu", false);
     ASSERT_TRUE(cpu);
     auto want = SequenceLogits(*cpu, tokens);
     ASSERT_TRUE(want.ok()) << want.status().message();
     for (bool exact : {true, false}) {
-      auto gpu = LoadOn(o.to, "cuda", exact);
+      auto gpu = LoadOn(dir, "cuda", exact);
       ASSERT_TRUE(gpu);
       for (int64_t chunk : {int64_t{256}, int64_t{5}, int64_t{1}}) {
         auto ours = SequenceLogits(*gpu, tokens, chunk);
