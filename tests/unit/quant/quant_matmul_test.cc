@@ -128,6 +128,27 @@ TEST(QuantMatmulTest, MatchesReferenceInEveryFormat) {
   }
 }
 
+// want = x W^T + bias summed in double (x [rows, cols], W [n, cols]), and tol = 1e-5 of the sum
+// of the products' magnitudes (float32 sums) + 1e-6.
+void ProductsInDouble(const std::vector<float>& x, const std::vector<float>& w, int64_t rows,
+                      int64_t n, int64_t cols, const std::vector<float>& bias,
+                      std::vector<float>* want, std::vector<float>* tol) {
+  want->assign(rows * n, 0.0f);
+  tol->assign(rows * n, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < n; ++o) {
+      double sum = 0.0, magnitude = 0.0;
+      for (int64_t k = 0; k < cols; ++k) {
+        const double product = static_cast<double>(x[r * cols + k]) * w[o * cols + k];
+        sum += product;
+        magnitude += std::fabs(product);
+      }
+      (*want)[r * n + o] = static_cast<float>(sum) + bias[o];
+      (*tol)[r * n + o] = static_cast<float>(1e-5 * magnitude + 1e-6);
+    }
+  }
+}
+
 // The weights as the kernels decode them (mul * code + add, fused for q4 and q2), rounded to
 // bf16 and back.
 std::vector<float> DecodedAsBf16(const Weight& w) {
@@ -182,19 +203,8 @@ TEST(QuantMatmulTest, Bf16ActivationsMatchRoundedReference) {
               xr[r * cols + k] = Bf16ToF32(F32ToBf16(xr[r * cols + k]));
             }
           }
-          std::vector<float> want(rows * n), tol(rows * n);
-          for (int64_t r = 0; r < rows; ++r) {
-            for (int64_t o = 0; o < n; ++o) {
-              double sum = 0.0, magnitude = 0.0;
-              for (int64_t k = 0; k < cols; ++k) {
-                const double product = static_cast<double>(xr[r * cols + k]) * dense[o * cols + k];
-                sum += product;
-                magnitude += std::fabs(product);
-              }
-              want[r * n + o] = static_cast<float>(sum) + bias[o];
-              tol[r * n + o] = static_cast<float>(1e-5 * magnitude + 1e-6);
-            }
-          }
+          std::vector<float> want, tol;
+          ProductsInDouble(xr, dense, rows, n, cols, bias, &want, &tol);
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
             const std::vector<float> out =
                 RunQuantMatmul(x, rows, w, bias, p, CpuIsa::kAvx512, /*bf16_activations=*/true);
@@ -318,21 +328,12 @@ TEST(QuantMatmulTest, Int8ActivationsMatchQuantizedReference) {
             for (int64_t r = 0; r < rows; ++r) quant::RotateRow(&xr[r * cols], cols, 1234);
           }
           const Int8Rows xq = QuantizeInt8Reference(xr, rows, cols);
-          std::vector<float> want(rows * n), tol(rows * n);
-          for (int64_t r = 0; r < rows; ++r) {
-            for (int64_t o = 0; o < n; ++o) {
-              double sum = 0.0, magnitude = 0.0;
-              for (int64_t k = 0; k < cols; ++k) {
-                const double xk = static_cast<double>(xq.scales[r * (cols / 128) + k / 128]) *
-                                  xq.codes[r * cols + k];
-                const double product = xk * dense[o * cols + k];
-                sum += product;
-                magnitude += std::fabs(product);
-              }
-              want[r * n + o] = static_cast<float>(sum) + bias[o];
-              tol[r * n + o] = static_cast<float>(1e-5 * magnitude + 1e-6);
-            }
+          std::vector<float> dequantized(rows * cols);  // scale * code
+          for (int64_t k = 0; k < rows * cols; ++k) {
+            dequantized[k] = xq.scales[k / quant::kGroup] * xq.codes[k];
           }
+          std::vector<float> want, tol;
+          ProductsInDouble(dequantized, dense, rows, n, cols, bias, &want, &tol);
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
             const std::vector<float> out =
                 RunQuantMatmul(x, rows, packed.w, bias, p, CpuIsa::kAvx512, false);
