@@ -59,7 +59,9 @@ void PackVnniWeight(const Weight& w, void* out);  // w: the standard layout
 QuantSliceFn QuantSliceAvx512Vnni(Format format);
 // Rows of x [rows, cols] (cols a multiple of 128) as int8 codes q = round(x * 127 / max |x|)
 // (nearest, ties to even; 0 where the group is all zero) with, per row and group, scale =
-// max |x| / 127 and sum = scale * the codes' sum. Null where AVX-512 VNNI is not compiled in.
+// max |x| / 127 and sum = scale * the codes' sum. A group holding a NaN or an infinity gets
+// codes 0 and a NaN scale and sum, so that its outputs are NaN as float32 products' would be.
+// Null where AVX-512 VNNI is not compiled in.
 using QuantizeRowsInt8Fn = void (*)(const float* x, int64_t rows, int64_t cols, int8_t* q,
                                     float* scales, float* sums);
 QuantizeRowsInt8Fn QuantizeRowsInt8();

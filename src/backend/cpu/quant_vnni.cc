@@ -13,6 +13,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "backend/cpu/quant_kernels.h"
 #include "quant/layout.h"
@@ -240,15 +241,22 @@ GZ_TARGET_AVX512VNNI void QuantizeRowsInt8Avx512(const float* x, int64_t rows, i
       const float* src = x + r * cols + g * quant::kGroup;
       __m512 v[8];
       __m512 largest = _mm512_setzero_ps();
+      __mmask16 nonfinite = 0;  // NaN or infinity (fpclass: QNaN, +inf, -inf, SNaN)
 #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) {
         v[c] = _mm512_loadu_ps(src + 16 * c);
         largest = _mm512_max_ps(largest, _mm512_abs_ps(v[c]));
+        nonfinite |= _mm512_fpclass_ps_mask(v[c], 0x01 | 0x08 | 0x10 | 0x80);
+      }
+      int8_t* dst = q + r * cols + g * quant::kGroup;
+      if (nonfinite) {
+        std::memset(dst, 0, quant::kGroup);
+        scales[r * groups + g] = sums[r * groups + g] = std::numeric_limits<float>::quiet_NaN();
+        continue;
       }
       const float max = _mm512_reduce_max_ps(largest);
       const __m512 inv = _mm512_set1_ps(max > 0.0f ? 127.0f / max : 0.0f);
       __m512i sum = _mm512_setzero_si512();
-      int8_t* dst = q + r * cols + g * quant::kGroup;
 #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) {
         const __m512i code = _mm512_cvtps_epi32(_mm512_mul_ps(v[c], inv));  // nearest, even

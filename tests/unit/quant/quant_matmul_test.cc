@@ -232,11 +232,16 @@ Int8Rows QuantizeInt8Reference(const std::vector<float>& x, int64_t rows, int64_
     for (int64_t g = 0; g < groups; ++g) {
       const float* src = &x[r * cols + g * quant::kGroup];
       float max = 0.0f;
-      for (int e = 0; e < quant::kGroup; ++e) max = std::max(max, std::fabs(src[e]));
-      const float inv = max > 0.0f ? 127.0f / max : 0.0f;
+      bool finite = true;
+      for (int e = 0; e < quant::kGroup; ++e) {
+        max = std::max(max, std::fabs(src[e]));
+        finite = finite && std::isfinite(src[e]);
+      }
+      if (!finite) max = std::nanf("");
+      const float inv = max > 0.0f ? 127.0f / max : 0.0f;  // 0 for NaN: codes 0
       int sum = 0;
       for (int e = 0; e < quant::kGroup; ++e) {
-        const int code = static_cast<int>(std::nearbyint(src[e] * inv));
+        const int code = finite ? static_cast<int>(std::nearbyint(src[e] * inv)) : 0;
         q.codes[r * cols + g * quant::kGroup + e] = static_cast<int8_t>(code);
         sum += code;
       }
@@ -294,6 +299,39 @@ TEST(QuantMatmulTest, Int8RowsAreTheDefinedCodes) {
     EXPECT_EQ(std::memcmp(&sums[i], &want.sums[i], 4), 0) << i;
   }
   EXPECT_EQ(scales[0], 0.0f);
+  // A NaN or an infinity anywhere in a group: codes 0, scale and sum NaN; the other groups as
+  // before.
+  for (const float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    std::vector<float> y = x;
+    y[2 * cols + 128 + 77] = bad;  // row 2, group 1
+    QuantizeRowsInt8()(y.data(), rows, cols, codes.data(), scales.data(), sums.data());
+    for (int e = 0; e < quant::kGroup; ++e) ASSERT_EQ(codes[2 * cols + 128 + e], 0) << e;
+    EXPECT_TRUE(std::isnan(scales[2 * 3 + 1]) && std::isnan(sums[2 * 3 + 1])) << bad;
+    EXPECT_EQ(std::memcmp(&scales[2 * 3], &want.scales[2 * 3], 4), 0) << bad;
+    EXPECT_EQ(std::memcmp(&scales[2 * 3 + 2], &want.scales[2 * 3 + 2], 4), 0) << bad;
+  }
+}
+
+// A row holding a NaN gives NaN outputs (as float32 products would); the other rows are exact.
+TEST(QuantMatmulTest, Int8ActivationsPassNaNOn) {
+  if (!HasVnni()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  std::mt19937 rng(16);
+  const quant::QuantizedLinear q = Quantized({Format::kQ4, true, true}, 37, 384, rng);
+  const VnniWeight packed = PackForVnni(q.View());
+  const int64_t rows = 5;
+  std::vector<float> x = Gaussian(rows * 384, rng, 1.0f), bias(37, 0.0f);
+  const std::vector<float> clean =
+      RunQuantMatmul(x, rows, packed.w, bias, nullptr, CpuIsa::kAvx512, false);
+  x[3 * 384 + 200] = std::nanf("");
+  const std::vector<float> out =
+      RunQuantMatmul(x, rows, packed.w, bias, nullptr, CpuIsa::kAvx512, false);
+  for (int64_t i = 0; i < rows * 37; ++i) {
+    if (i / 37 == 3) {
+      EXPECT_TRUE(std::isnan(out[i])) << i;
+    } else {
+      EXPECT_EQ(out[i], clean[i]) << i;
+    }
+  }
 }
 
 // With weights in the VNNI layout, q8 and q4 (with and without zeros and rotation) against the
