@@ -775,7 +775,9 @@ TEST_F(CpuBackendTest, Int8ActivationsRepackEightAndFourBitWeights) {
     EXPECT_EQ(storage != nullptr, packs) << FormatName(f);
     EXPECT_EQ(prepared->data != q->View().data, packs) << FormatName(f);
     EXPECT_EQ(prepared->scales == nullptr, packs) << FormatName(f);
-    if (packs) EXPECT_GE(storage->bytes(), static_cast<size_t>(VnniPackedBytes(q->View())));
+    if (packs) {
+      EXPECT_GE(storage->bytes(), static_cast<size_t>(VnniPackedBytes(q->View())));
+    }
   }
 }
 
