@@ -182,7 +182,6 @@ class Session : public std::enable_shared_from_this<Session> {
     watchdog_.cancel();
   }
 
-  net::awaitable<bool> WriteBytes(const std::string& data);
   net::awaitable<void> WriteResponse(http::status status, std::string body,
                                      std::string_view content_type, bool keep_alive,
                                      unsigned version);
@@ -204,15 +203,6 @@ class Session : public std::enable_shared_from_this<Session> {
   bool timed_out_ = false;
   std::string endpoint_;  // of the request being served, for the metrics
 };
-
-net::awaitable<bool> Session::WriteBytes(const std::string& data) {
-  error_code ec;
-  Arm(server_.options.write_timeout_s);
-  co_await net::async_write(socket_, net::buffer(data),
-                            net::redirect_error(net::use_awaitable, ec));
-  Disarm();
-  co_return !ec;
-}
 
 net::awaitable<void> Session::WriteResponse(http::status status, std::string body,
                                             std::string_view content_type, bool keep_alive,

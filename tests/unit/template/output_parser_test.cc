@@ -45,7 +45,9 @@ bool ValidUtf8(const std::string& s) {
 void Collect(const std::vector<OutputEvent>& events, Parsed& p) {
   for (const OutputEvent& e : events) {
     EXPECT_TRUE(ValidUtf8(e.text)) << "an event splits a character: " << e.text;
-    if (e.kind != OutputEvent::Kind::kToolCall) EXPECT_FALSE(e.text.empty());
+    if (e.kind != OutputEvent::Kind::kToolCall) {
+      EXPECT_FALSE(e.text.empty());
+    }
     if (p.order.empty() || p.order.back() != e.kind || e.kind == OutputEvent::Kind::kToolCall) {
       p.order.push_back(e.kind);
     }
