@@ -241,10 +241,10 @@ TEST(Golden, Q8KvPagesStayCloseToTheReference) {
 // bits, against the same converted folder with float32 activations: the activations into each
 // q8 or q4 linear quantized in steps of their group's largest magnitude / 127, half a step off
 // at most. Measured (three reference prompts): 1.3-2.5% of the largest logit and 0.8-1.3% in
-// norm for 8 bits, 1.6-2.3% and 0.9-1.2% for 4/8. Held to 4% and 2%. Each row's activations are
-// quantized alone and its sums are exact integers, so the logits do not depend on how the rows
-// are batched: whole prompts, chunks of 5 rows and single rows (one-row tiles of eight blocks)
-// give the same bits.
+// norm for 8 bits, 1.6-2.3% and 0.9-1.2% for 4/8. Held to 4% and 2%, for whole prompts, chunks of
+// 5 rows and single rows (one-row tiles of eight blocks). (The int8 linears give the same bits
+// however rows are batched, Int8ActivationsDoNotDependOnTheBatch; prompt rows' attention, in
+// tiles of rows, does not.)
 TEST(Golden, ConvertedInt8ActivationsStayCloseToFloat) {
   if (!CpuHasAvx512Vnni()) GTEST_SKIP() << "this CPU lacks avx512_vnni";
   namespace fs = std::filesystem;
@@ -268,7 +268,6 @@ TEST(Golden, ConvertedInt8ActivationsStayCloseToFloat) {
       const std::vector<int32_t> tokens = ReadIds(*ref->Find("ids" + std::to_string(i)));
       auto want = SequenceLogits(*float_model, tokens);
       ASSERT_TRUE(want.ok());
-      std::vector<float> whole;
       for (int64_t chunk : {int64_t{256}, int64_t{5}, int64_t{1}}) {
         auto ours = SequenceLogits(**model, tokens, chunk);
         ASSERT_TRUE(ours.ok()) << ours.status().message();
@@ -276,12 +275,7 @@ TEST(Golden, ConvertedInt8ActivationsStayCloseToFloat) {
                                  " chunk " + std::to_string(chunk);
         golden::ExpectClose(*ours, *want, 4e-2f, what);
         golden::ExpectCloseInNorm(*ours, *want, 2e-2, what);
-        if (whole.empty()) {
-          whole = *ours;
-          EXPECT_NE(whole, *want) << what;  // the activations were quantized
-        } else {
-          EXPECT_EQ(*ours, whole) << what;
-        }
+        EXPECT_NE(*ours, *want) << what;  // the activations were quantized
       }
     }
   }

@@ -246,6 +246,181 @@ void AttentionTask(const AttentionParams& p, int64_t r, int kv_begin, int kv_end
   }
 }
 
+#if defined(__x86_64__)
+// Prompt rows in tiles (AVX-512): rows of one slot at consecutive positions, with the query heads
+// of one kv head, are the lanes of a vector (lane = row * heads + head, up to 16), so that each
+// key and value loaded serves every lane and no score is summed across lanes. Keys go 16 at a
+// time (one page), scores s[t] = sum_d q[d] k_t[d] and the weighted values acc[d] += w[t] v_t[d]
+// are each one FMA per (key, dimension) for all lanes; the online softmax keeps a running max
+// and sum per lane. Each lane sees the keys of its own row: first <= position <= its row's.
+// A row alone ran at about 13% of the FMA rate over a long prompt (1,900 tokens: attention 61%
+// of the prefill).
+constexpr int kTileLanes = 16;
+constexpr int kTileKeys = 16;
+static_assert(kPage % kTileKeys == 0, "a step's keys lie in one page");
+
+// Floats of one thread's tile scratch.
+inline int64_t TileScratchFloats(int head_dim) {
+  return 4 * int64_t{head_dim} * kTileLanes + kTileKeys * kTileLanes;
+}
+
+// Rows [r0, r0 + rows) of one slot (positions consecutive), query heads [g_begin, g_begin +
+// heads) of kv head kvh; rows * heads <= 16, head_dim a multiple of 16.
+template <typename KV>
+GZ_TARGET_AVX512 void AttentionTile(const AttentionParams& p, int64_t r0, int rows, int kvh,
+                                    int g_begin, int heads, float* scratch) {
+  using V = vec::Avx512;
+  const int group = p.heads / p.kv_heads;
+  const int hd = p.head_dim;
+  const int lanes = rows * heads;
+  const int64_t stride = static_cast<int64_t>(p.kv_heads) * hd;
+  const int32_t pos0 = p.positions[r0];
+  const int32_t last = pos0 + rows - 1;
+  const int32_t first = p.window > 0 ? std::max(0, pos0 - p.window + 1) : 0;
+  const int32_t* pages = p.table.pages + static_cast<int64_t>(p.slots[r0]) * p.table.max_pages;
+  const auto* keys = static_cast<const KV*>(p.cache.keys);
+  const auto* values = static_cast<const KV*>(p.cache.values);
+  float* qt = scratch;               // [hd][16]: the queries times the scale, lanes across
+  float* kr = qt + hd * kTileLanes;  // [16][hd]: a step's keys as float32 (zeros past count)
+  float* vr = kr + kTileKeys * hd;   // [16][hd]: its values as float32
+  float* acc = vr + kTileKeys * hd;  // [hd][16]: the weighted values, lanes across
+  float* w = acc + hd * kTileLanes;  // [16 keys][16 lanes]: the weights
+  alignas(64) int32_t lane_last[kTileLanes], lane_first[kTileLanes];
+  for (int l = 0; l < kTileLanes; ++l) {
+    const int i = l < lanes ? l / heads : rows - 1;
+    lane_last[l] = pos0 + i;
+    lane_first[l] = p.window > 0 ? std::max(0, pos0 + i - p.window + 1) : 0;
+  }
+  const __m512i last_v = _mm512_load_si512(lane_last), first_v = _mm512_load_si512(lane_first);
+  const __mmask16 live = static_cast<__mmask16>(lanes >= 16 ? 0xffff : (1u << lanes) - 1);
+  for (int l = 0; l < kTileLanes; ++l) {
+    const float* q = p.q + ((r0 + l / heads) * p.heads + kvh * group + g_begin + l % heads) * hd;
+    for (int d = 0; d < hd; ++d) qt[d * kTileLanes + l] = l < lanes ? q[d] * p.scale : 0.0f;
+  }
+  std::memset(acc, 0, sizeof(float) * hd * kTileLanes);
+  __m512 max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 total = _mm512_setzero_ps();
+  for (int32_t t0 = first / kTileKeys * kTileKeys; t0 <= last; t0 += kTileKeys) {
+    const int count = std::min(kTileKeys, last + 1 - t0);
+    const int64_t at =
+        (static_cast<int64_t>(pages[t0 / kPage]) * kPage + t0 % kPage) * stride + kvh * hd;
+    for (int t = 0; t < kTileKeys; ++t) {
+      for (int d = 0; d < hd; d += 16) {
+        const __m512 k =
+            t < count ? V::LoadKv(keys + at + t * stride + d, 0xffff) : _mm512_setzero_ps();
+        _mm512_store_ps(kr + t * hd + d, k);
+      }
+    }
+    // Scores, one vector (all lanes) a key.
+    __m512 sc[kTileKeys];
+#pragma GCC unroll 16
+    for (int t = 0; t < kTileKeys; ++t) sc[t] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; ++d) {
+      const __m512 qd = _mm512_load_ps(qt + d * kTileLanes);
+#pragma GCC unroll 16
+      for (int t = 0; t < kTileKeys; ++t) {
+        sc[t] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kr[t * hd + d]), sc[t]);
+      }
+#pragma GCC unroll 16
+      for (int t = 0; t < kTileKeys; ++t) asm("" : "+v"(sc[t]));  // sums stay in place (GCC 12)
+    }
+    // 8-bit pages: key t's scale on its scores, value t's on its weights.
+    [[maybe_unused]] const float* scales = nullptr;
+    if constexpr (std::is_same_v<KV, int8_t>) {
+      scales = p.cache.key_scales +
+               (static_cast<int64_t>(pages[t0 / kPage]) * kPage + t0 % kPage) * p.kv_heads + kvh;
+#pragma GCC unroll 16
+      for (int t = 0; t < kTileKeys; ++t) {
+        if (t < count) sc[t] = _mm512_mul_ps(sc[t], _mm512_set1_ps(scales[t * p.kv_heads]));
+      }
+    }
+    __mmask16 valid[kTileKeys];
+    __m512 new_max = max;
+#pragma GCC unroll 16
+    for (int t = 0; t < kTileKeys; ++t) {
+      const __m512i tv = _mm512_set1_epi32(t0 + t);
+      valid[t] = t < count ? static_cast<__mmask16>(live & _mm512_cmple_epi32_mask(tv, last_v) &
+                                                    _mm512_cmpge_epi32_mask(tv, first_v))
+                           : 0;
+      new_max = _mm512_mask_max_ps(new_max, valid[t], new_max, sc[t]);
+    }
+    // A lane with no key yet keeps -inf: its correction (and its sums, zero) stay 0.
+    const __mmask16 seen = _mm512_cmp_ps_mask(new_max, new_max, _CMP_ORD_Q) &
+                           _mm512_cmp_ps_mask(new_max, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+    const __m512 correction =
+        _mm512_maskz_mov_ps(seen & _mm512_cmp_ps_mask(max, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ),
+                            V::Exp(_mm512_sub_ps(max, new_max)));
+    max = new_max;
+    total = _mm512_mul_ps(total, correction);
+    const float* vscales = nullptr;
+    if constexpr (std::is_same_v<KV, int8_t>) {
+      vscales = p.cache.value_scales +
+                (static_cast<int64_t>(pages[t0 / kPage]) * kPage + t0 % kPage) * p.kv_heads + kvh;
+    }
+    // (Every loop over sc is unrolled whole: one indexed at run time puts the sums in memory.)
+#pragma GCC unroll 16
+    for (int t = 0; t < kTileKeys; ++t) {
+      __m512 wt = _mm512_maskz_mov_ps(valid[t], V::Exp(_mm512_sub_ps(sc[t], max)));
+      total = _mm512_add_ps(total, wt);
+      if constexpr (std::is_same_v<KV, int8_t>) {
+        if (t < count) wt = _mm512_mul_ps(wt, _mm512_set1_ps(vscales[t * p.kv_heads]));
+      }
+      _mm512_store_ps(w + t * kTileLanes, wt);
+    }
+    // The values as float32, then acc[d] = acc[d] * correction + sum_t w[t] v_t[d].
+    for (int t = 0; t < count; ++t) {
+      for (int d = 0; d < hd; d += 16) {
+        _mm512_store_ps(vr + t * hd + d, V::LoadKv(values + at + t * stride + d, 0xffff));
+      }
+    }
+    for (int d = 0; d < hd; d += 8) {
+      __m512 a[8];
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        a[j] = _mm512_mul_ps(_mm512_load_ps(acc + (d + j) * kTileLanes), correction);
+      }
+      for (int t = 0; t < count; ++t) {
+        const __m512 wt = _mm512_load_ps(w + t * kTileLanes);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+          a[j] = _mm512_fmadd_ps(wt, _mm512_set1_ps(vr[t * hd + d + j]), a[j]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) _mm512_store_ps(acc + (d + j) * kTileLanes, a[j]);
+    }
+  }
+  alignas(64) float inv[kTileLanes];
+  _mm512_store_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), total));
+  for (int l = 0; l < lanes; ++l) {
+    float* out = p.out + ((r0 + l / heads) * p.heads + kvh * group + g_begin + l % heads) * hd;
+    for (int d = 0; d < hd; ++d) out[d] = acc[d * kTileLanes + l] * inv[l];
+  }
+}
+
+// All kv heads of rows [r0, r0 + rows) of one slot, in tiles of up to 16 lanes.
+inline void AttentionRowsTiled(const AttentionParams& p, int64_t r0, int rows, float* scratch) {
+  const int group = p.heads / p.kv_heads;
+  const int heads = std::min(group, kTileLanes);
+  for (int kvh = 0; kvh < p.kv_heads; ++kvh) {
+    for (int g = 0; g < group; g += heads) {
+      const int h = std::min(heads, group - g);
+      switch (p.cache.format) {
+        case KvFormat::kF16:
+          AttentionTile<uint16_t>(p, r0, rows, kvh, g, h, scratch);
+          break;
+        case KvFormat::kQ8:
+          AttentionTile<int8_t>(p, r0, rows, kvh, g, h, scratch);
+          break;
+        default:
+          AttentionTile<float>(p, r0, rows, kvh, g, h, scratch);
+          break;
+      }
+    }
+  }
+}
+#endif
+
 // Runs body.template operator()<V>() with the policy of the instruction set.
 template <typename Body>
 void WithVec(CpuIsa isa, Body&& body) {
@@ -622,6 +797,41 @@ void CpuBackend::Attention(const AttentionParams& p) {
   if (p.rows <= 0) return;
   const int group = p.heads / p.kv_heads;
   const int threads = pool_->threads();
+#if defined(__x86_64__)
+  // Runs of a slot's rows at consecutive positions (prompts) in tiles of 16 lanes (AVX-512,
+  // head_dim a multiple of 16, at most 8 query heads a kv head); other rows alone, below.
+  const int tile_rows = kTileLanes / std::min(group, kTileLanes);
+  if (isa_ == CpuIsa::kAvx512 && p.head_dim % 16 == 0 && tile_rows >= 2 && p.rows >= 2) {
+    tiles_.clear();  // (first row, rows)
+    for (int64_t r = 0; r < p.rows;) {
+      int64_t n = 1;
+      while (r + n < p.rows && n < tile_rows && p.slots[r + n] == p.slots[r] &&
+             p.positions[r + n] == p.positions[r] + n) {
+        ++n;
+      }
+      tiles_.push_back({r, n});
+      r += n;
+    }
+    if (tiles_.size() < static_cast<size_t>(p.rows)) {
+      const int64_t per_thread =
+          std::max(TileScratchFloats(p.head_dim), int64_t{std::min(group, kMaxHeads)} * p.head_dim);
+      float* scratch = tile_attention_.Get(static_cast<size_t>(threads) * per_thread);
+      auto run = [&](int64_t i, int thread) {
+        const auto [r0, n] = tiles_[i];
+        float* mine = scratch + thread * per_thread;
+        if (n >= 2) return AttentionRowsTiled(p, r0, static_cast<int>(n), mine);
+        WithVec(isa_, [&]<class V>() { AttentionTask<V>(p, r0, 0, p.kv_heads, mine); });
+      };
+      const int64_t count = static_cast<int64_t>(tiles_.size());
+      if (threads == 1 || count == 1) {
+        for (int64_t i = 0; i < count; ++i) run(i, 0);
+      } else {
+        pool_->ForEachAffine(count, run);
+      }
+      return;
+    }
+  }
+#endif
   const int per_thread = std::min(group, kMaxHeads) * p.head_dim;
   float* scratch = attention_.Get(static_cast<size_t>(threads) * per_thread);
   // Work: every query head reads its context once for scores and once for values.

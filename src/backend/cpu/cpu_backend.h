@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/cpu_isa.h"
@@ -109,7 +110,9 @@ class CpuBackend : public Backend {
   std::vector<float> rope_table_;  // RopeTable
   int rope_dims_ = -1;
   std::vector<float> rope_inv_freq_;
-  Scratch attention_;  // per thread: accumulators of one kv head's query heads
+  Scratch attention_;       // per thread: accumulators of one kv head's query heads
+  Scratch tile_attention_;  // per thread: prompt tiles' queries, keys, values and sums
+  std::vector<std::pair<int64_t, int64_t>> tiles_;  // Attention: (first row, rows) a task
 };
 
 // The CPU backend with default options.

@@ -386,6 +386,29 @@ TEST(QuantMatmulTest, Int8ActivationsMatchQuantizedReference) {
   }
 }
 
+// Each row is quantized alone and its sums are exact integers: 20 rows together (tiles of 4
+// rows, both threads) give the same bits as each row alone (one-row tiles of 8 blocks).
+TEST(QuantMatmulTest, Int8ActivationsDoNotDependOnTheBatch) {
+  if (!HasVnni()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  std::mt19937 rng(17);
+  ThreadPool pool(2);
+  for (const Case c : {Case{Format::kQ8, false, true}, Case{Format::kQ4, true, true}}) {
+    const quant::QuantizedLinear q = Quantized(c, 200, 384, rng);
+    const VnniWeight packed = PackForVnni(q.View());
+    const int64_t rows = 20;
+    std::vector<float> x = Gaussian(rows * 384, rng, 1.0f), bias = Gaussian(200, rng, 1.0f);
+    const std::vector<float> all =
+        RunQuantMatmul(x, rows, packed.w, bias, &pool, CpuIsa::kAvx512, false);
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::vector<float> one(x.begin() + r * 384, x.begin() + (r + 1) * 384);
+      const std::vector<float> alone =
+          RunQuantMatmul(one, 1, packed.w, bias, nullptr, CpuIsa::kAvx512, false);
+      ASSERT_EQ(std::memcmp(alone.data(), all.data() + r * 200, 200 * sizeof(float)), 0)
+          << FormatName(c.format) << " row " << r;
+    }
+  }
+}
+
 // The int8 activations cost little against the float32 products: q8 weights, Gaussian rows,
 // rotated; the error's norm under 1% of the outputs'.
 TEST(QuantMatmulTest, Int8ActivationsStayCloseToFloat) {

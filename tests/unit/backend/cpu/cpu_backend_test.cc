@@ -666,6 +666,63 @@ TEST_F(CpuBackendTest, AttentionMatchesReference) {
   }
 }
 
+// Prompt rows: runs of a slot's rows at consecutive positions (AVX-512 takes them in tiles of 16
+// lanes, a lane a row and query head), beside single rows; contexts that start mid-page, windows
+// shorter than the run, and query heads a kv head of 1 (16 rows a tile), 3, 4 and 8 (2 rows).
+TEST_F(CpuBackendTest, AttentionOverPromptRunsMatchesReference) {
+  struct Shape {
+    int heads, kv_heads, head_dim, window;
+  };
+  for (const Config& c : Configs()) {
+    for (KvFormat format : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8}) {
+      SCOPED_TRACE(KvFormatName(format));
+      ThreadPool pool(c.threads);
+      CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
+      for (Shape s : {Shape{6, 2, 64, 0}, Shape{4, 4, 32, 0}, Shape{8, 2, 128, 0},
+                      Shape{16, 2, 16, 0}, Shape{6, 2, 48, 21}, Shape{4, 1, 16, 5}}) {
+        const int slots = 4, max_pages = 12;
+        TestCache cache(s.kv_heads, s.head_dim, slots, max_pages, rng_, format);
+        // Runs (slot, first position, rows): one row, a run shorter than a tile, runs of many
+        // tiles starting mid-page and at 0.
+        const struct {
+          int slot, first, rows;
+        } runs[] = {{0, 37, 1}, {1, 5, 7}, {2, 0, 45}, {3, 100, 60}, {0, 38, 1}};
+        std::vector<int32_t> row_slots, positions;
+        for (const auto& run : runs) {
+          for (int i = 0; i < run.rows; ++i) {
+            row_slots.push_back(run.slot);
+            positions.push_back(run.first + i);
+          }
+        }
+        const int64_t rows = static_cast<int64_t>(row_slots.size());
+        std::vector<float> q = Random(rows * s.heads * s.head_dim);
+        std::vector<float> got = Poison(rows * s.heads * s.head_dim);
+        std::vector<float> want = Poison(rows * s.heads * s.head_dim);
+        AttentionParams p{.out = got.data(),
+                          .q = q.data(),
+                          .cache = cache.layer(),
+                          .table = cache.table(),
+                          .slots = row_slots.data(),
+                          .positions = positions.data(),
+                          .rows = rows,
+                          .heads = s.heads,
+                          .kv_heads = s.kv_heads,
+                          .head_dim = s.head_dim,
+                          .scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim)),
+                          .window = s.window};
+        ASSERT_TRUE(p.Check().ok());
+        backend.Attention(p);
+        p.out = want.data();
+        ReferenceAttention(p);
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_NEAR(got[i], want[i], 2e-6) << Name(c) << " heads " << s.heads << " head_dim "
+                                             << s.head_dim << " window " << s.window << " at " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(CpuBackendTest, ElementwiseMatchReference) {
   for (const Config& c : Configs()) {
     ThreadPool pool(c.threads);
