@@ -616,17 +616,49 @@ TEST_F(CpuBackendTest, KvWriteMatchesReference) {
   }
 }
 
+struct AttentionShape {
+  int heads, kv_heads, head_dim, window;
+};
+
+// The backend's attention of rows (their slots and positions) over `cache` against the reference,
+// within 2e-6. The queries start one float past an aligned buffer.
+void CheckAttention(CpuBackend& backend, TestCache& cache, const AttentionShape& s,
+                    const std::vector<int32_t>& row_slots, const std::vector<int32_t>& positions,
+                    const std::vector<float>& q, const std::string& what) {
+  const int64_t rows = static_cast<int64_t>(row_slots.size());
+  std::vector<float> got(rows * s.heads * s.head_dim, std::nanf(""));
+  std::vector<float> want(rows * s.heads * s.head_dim, std::nanf(""));
+  AttentionParams p{.out = got.data(),
+                    .q = q.data() + 1,
+                    .cache = cache.layer(),
+                    .table = cache.table(),
+                    .slots = row_slots.data(),
+                    .positions = positions.data(),
+                    .rows = rows,
+                    .heads = s.heads,
+                    .kv_heads = s.kv_heads,
+                    .head_dim = s.head_dim,
+                    .scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim)),
+                    .window = s.window};
+  ASSERT_TRUE(p.Check().ok());
+  backend.Attention(p);
+  p.out = want.data();
+  ReferenceAttention(p);
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 2e-6) << what << " heads " << s.heads << " head_dim " << s.head_dim
+                                       << " window " << s.window << " rows " << rows << " at " << i;
+  }
+}
+
 TEST_F(CpuBackendTest, AttentionMatchesReference) {
-  struct Shape {
-    int heads, kv_heads, head_dim, window;
-  };
   for (const Config& c : Configs()) {
     for (KvFormat format : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8}) {
       SCOPED_TRACE(KvFormatName(format));
       ThreadPool pool(c.threads);
       CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
-      for (Shape s : {Shape{6, 2, 64, 0}, Shape{4, 4, 37, 0}, Shape{3, 1, 16, 21},
-                      Shape{8, 2, 128, 0}, Shape{10, 2, 24, 0}, Shape{67, 1, 8, 0}}) {
+      for (AttentionShape s : {AttentionShape{6, 2, 64, 0}, AttentionShape{4, 4, 37, 0},
+                               AttentionShape{3, 1, 16, 21}, AttentionShape{8, 2, 128, 0},
+                               AttentionShape{10, 2, 24, 0}, AttentionShape{67, 1, 8, 0}}) {
         // Contexts up to 19 pages: the online softmax runs over several chunks of pages.
         const int slots = 3, max_pages = 19;
         TestCache cache(s.kv_heads, s.head_dim, slots, max_pages, rng_, format);
@@ -637,29 +669,8 @@ TEST_F(CpuBackendTest, AttentionMatchesReference) {
             positions[r] = std::uniform_int_distribution<int>(0, max_pages * kPage - 1)(rng_);
           }
           positions[0] = 0;  // a row that sees only itself
-          std::vector<float> q = Random(rows * s.heads * s.head_dim + 1);
-          std::vector<float> got = Poison(rows * s.heads * s.head_dim);
-          std::vector<float> want = Poison(rows * s.heads * s.head_dim);
-          AttentionParams p{.out = got.data(),
-                            .q = q.data() + 1,
-                            .cache = cache.layer(),
-                            .table = cache.table(),
-                            .slots = row_slots.data(),
-                            .positions = positions.data(),
-                            .rows = rows,
-                            .heads = s.heads,
-                            .kv_heads = s.kv_heads,
-                            .head_dim = s.head_dim,
-                            .scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim)),
-                            .window = s.window};
-          ASSERT_TRUE(p.Check().ok());
-          backend.Attention(p);
-          p.out = want.data();
-          ReferenceAttention(p);
-          for (size_t i = 0; i < got.size(); ++i) {
-            ASSERT_NEAR(got[i], want[i], 2e-6)
-                << Name(c) << " heads " << s.heads << " rows " << rows << " at " << i;
-          }
+          CheckAttention(backend, cache, s, row_slots, positions,
+                         Random(rows * s.heads * s.head_dim + 1), Name(c));
         }
       }
     }
@@ -670,16 +681,14 @@ TEST_F(CpuBackendTest, AttentionMatchesReference) {
 // lanes, a lane a row and query head), beside single rows; contexts that start mid-page, windows
 // shorter than the run, and query heads a kv head of 1 (16 rows a tile), 3, 4 and 8 (2 rows).
 TEST_F(CpuBackendTest, AttentionOverPromptRunsMatchesReference) {
-  struct Shape {
-    int heads, kv_heads, head_dim, window;
-  };
   for (const Config& c : Configs()) {
     for (KvFormat format : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8}) {
       SCOPED_TRACE(KvFormatName(format));
       ThreadPool pool(c.threads);
       CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
-      for (Shape s : {Shape{6, 2, 64, 0}, Shape{4, 4, 32, 0}, Shape{8, 2, 128, 0},
-                      Shape{16, 2, 16, 0}, Shape{6, 2, 48, 21}, Shape{4, 1, 16, 5}}) {
+      for (AttentionShape s : {AttentionShape{6, 2, 64, 0}, AttentionShape{4, 4, 32, 0},
+                               AttentionShape{8, 2, 128, 0}, AttentionShape{16, 2, 16, 0},
+                               AttentionShape{6, 2, 48, 21}, AttentionShape{4, 1, 16, 5}}) {
         const int slots = 4, max_pages = 12;
         TestCache cache(s.kv_heads, s.head_dim, slots, max_pages, rng_, format);
         // Runs (slot, first position, rows): one row, a run shorter than a tile, runs of many
@@ -695,29 +704,8 @@ TEST_F(CpuBackendTest, AttentionOverPromptRunsMatchesReference) {
           }
         }
         const int64_t rows = static_cast<int64_t>(row_slots.size());
-        std::vector<float> q = Random(rows * s.heads * s.head_dim);
-        std::vector<float> got = Poison(rows * s.heads * s.head_dim);
-        std::vector<float> want = Poison(rows * s.heads * s.head_dim);
-        AttentionParams p{.out = got.data(),
-                          .q = q.data(),
-                          .cache = cache.layer(),
-                          .table = cache.table(),
-                          .slots = row_slots.data(),
-                          .positions = positions.data(),
-                          .rows = rows,
-                          .heads = s.heads,
-                          .kv_heads = s.kv_heads,
-                          .head_dim = s.head_dim,
-                          .scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim)),
-                          .window = s.window};
-        ASSERT_TRUE(p.Check().ok());
-        backend.Attention(p);
-        p.out = want.data();
-        ReferenceAttention(p);
-        for (size_t i = 0; i < got.size(); ++i) {
-          ASSERT_NEAR(got[i], want[i], 2e-6) << Name(c) << " heads " << s.heads << " head_dim "
-                                             << s.head_dim << " window " << s.window << " at " << i;
-        }
+        CheckAttention(backend, cache, s, row_slots, positions,
+                       Random(rows * s.heads * s.head_dim + 1), Name(c));
       }
     }
   }
