@@ -542,7 +542,7 @@ Expected<Weight> CpuBackend::PrepareWeight(const Weight& host, std::unique_ptr<B
       void* data = std::aligned_alloc(64, bytes);
       if (!data)
         return ResourceExhausted("cpu: cannot allocate " + std::to_string(bytes) + " bytes");
-      PackVnniWeight(host, data);
+      PackVnniWeight(host, data, pool_);
       *storage = std::make_unique<HostBuffer>(data, bytes);
       Weight w = host;
       w.data = data;

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backend/cpu/cpu_isa.h"
+#include "core/thread_pool.h"
 #include "ops/weight.h"
 
 namespace gizllm {
@@ -53,7 +54,8 @@ QuantSliceFn QuantSliceAvx512Bf16(Format format);
 inline constexpr uint8_t kCpuVnniLayout = 1;
 bool VnniPacks(Format format);  // kQ8 and kQ4
 int64_t VnniPackedBytes(const Weight& w);
-void PackVnniWeight(const Weight& w, void* out);  // w: the standard layout
+// w: the standard layout; blocks split among the pool's threads when one is given.
+void PackVnniWeight(const Weight& w, void* out, ThreadPool* pool = nullptr);
 // Products of int8 activations with weights in that layout (CPUs with avx512_vnni; null
 // elsewhere): vpdpbusd sums per group in int32, scaled into float32 sums once per group.
 QuantSliceFn QuantSliceAvx512Vnni(Format format);

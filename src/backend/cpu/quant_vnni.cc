@@ -41,45 +41,55 @@ int64_t VnniPackedBytes(const Weight& w) {
   return blocks * (w.cols / quant::kGroup) * UnitBytes(w.format);
 }
 
-void PackVnniWeight(const Weight& w, void* out) {
+void PackVnniWeight(const Weight& w, void* out, ThreadPool* pool) {
   const int64_t groups = w.cols / quant::kGroup;
   const int64_t blocks = (w.rows + kBlockOutputs - 1) / kBlockOutputs;
   const int group_bytes = quant::GroupBytes(w.format);
   const int code_bytes = CodeBytes(w.format);
+  const int64_t unit_bytes = UnitBytes(w.format);
   const bool q8 = w.format == Format::kQ8;
   const auto* codes = static_cast<const uint8_t*>(w.data);
   const auto* scales = static_cast<const float*>(w.scales);
   const auto* zeros = static_cast<const float*>(w.zeros);
   auto* dst = static_cast<uint8_t*>(out);
-  std::memset(dst, 0, VnniPackedBytes(w));
-  for (int64_t b = 0; b < blocks; ++b) {
-    for (int64_t g = 0; g < groups; ++g) {
-      uint8_t* unit = dst + (b * groups + g) * UnitBytes(w.format);
-      float mul[kBlockOutputs] = {}, add[kBlockOutputs] = {};  // outputs past rows: zero
-      for (int j = 0; j < kBlockOutputs; ++j) {
-        const int64_t o = b * kBlockOutputs + j;
-        if (o >= w.rows) break;
-        const int64_t k = o * groups + g;
-        const quant::Affine a =
-            quant::GroupAffine(w.format, scales[k], zeros ? zeros + k : nullptr);
-        mul[j] = a.mul;
-        add[j] = q8 ? a.add - 128.0f * a.mul : a.add;
-        const uint8_t* group = codes + k * group_bytes;
-        for (int e = 0; e < quant::kGroup; ++e) {
-          const int c = quant::CodeAt(w.format, group, e);
+  auto pack = [&](int64_t b0, int64_t b1) {
+    std::memset(dst + b0 * groups * unit_bytes, 0, (b1 - b0) * groups * unit_bytes);
+    for (int64_t b = b0; b < b1; ++b) {
+      for (int64_t g = 0; g < groups; ++g) {
+        uint8_t* unit = dst + (b * groups + g) * unit_bytes;
+        float mul[kBlockOutputs] = {}, add[kBlockOutputs] = {};  // outputs past rows: zero
+        for (int j = 0; j < kBlockOutputs; ++j) {
+          const int64_t o = b * kBlockOutputs + j;
+          if (o >= w.rows) break;
+          const int64_t k = o * groups + g;
+          const quant::Affine a =
+              quant::GroupAffine(w.format, scales[k], zeros ? zeros + k : nullptr);
+          mul[j] = a.mul;
+          add[j] = q8 ? a.add - 128.0f * a.mul : a.add;
+          const uint8_t* group = codes + k * group_bytes;
           if (q8) {
-            // Vector e / 4, lane j, byte e % 4.
-            unit[(e / 4) * 64 + j * 4 + e % 4] = static_cast<uint8_t>(c + 128);
+            // Vector e / 4, lane j, byte e % 4: input e as c + 128.
+            for (int e = 0; e < quant::kGroup; ++e) {
+              unit[(e / 4) * 64 + j * 4 + e % 4] = static_cast<uint8_t>(group[e] ^ 0x80);
+            }
           } else {
             // Vector e / 8, lane j, byte e % 4: inputs 8t..8t+3 in the low nibbles, 8t+4..8t+7
             // in the high ones.
-            unit[(e / 8) * 64 + j * 4 + e % 4] |= static_cast<uint8_t>(c << (e % 8 / 4 * 4));
+            for (int e = 0; e < quant::kGroup; ++e) {
+              const int c = quant::CodeAt(Format::kQ4, group, e);
+              unit[(e / 8) * 64 + j * 4 + e % 4] |= static_cast<uint8_t>(c << (e % 8 / 4 * 4));
+            }
           }
         }
+        std::memcpy(unit + code_bytes, mul, sizeof(mul));
+        std::memcpy(unit + code_bytes + sizeof(mul), add, sizeof(add));
       }
-      std::memcpy(unit + code_bytes, mul, sizeof(mul));
-      std::memcpy(unit + code_bytes + sizeof(mul), add, sizeof(add));
     }
+  };
+  if (pool && pool->threads() > 1) {
+    pool->ParallelFor(blocks, 1, [&](int64_t b0, int64_t b1, int) { pack(b0, b1); });
+  } else {
+    pack(0, blocks);
   }
 }
 

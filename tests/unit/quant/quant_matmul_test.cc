@@ -273,6 +273,20 @@ VnniWeight PackForVnni(const Weight& w) {
 
 bool HasVnni() { return QuantizeRowsInt8() != nullptr && CpuHasAvx512Vnni(); }
 
+// Packing split among threads writes the same bytes as packing on one.
+TEST(QuantMatmulTest, VnniPackingOnThreadsEqualsOneThread) {
+  std::mt19937 rng(18);
+  ThreadPool pool(2);
+  for (const Case c : {Case{Format::kQ8, false, true}, Case{Format::kQ4, true, true}}) {
+    const quant::QuantizedLinear q = Quantized(c, 37, 384, rng);
+    const int64_t bytes = VnniPackedBytes(q.View());
+    std::vector<uint8_t> one(bytes, 0xAA), two(bytes, 0x55);
+    PackVnniWeight(q.View(), one.data());
+    PackVnniWeight(q.View(), two.data(), &pool);
+    EXPECT_EQ(one, two) << FormatName(c.format);
+  }
+}
+
 // The codes, scales and sums of QuantizeRowsInt8 equal the plain computation's bit for bit:
 // ties to even (a group whose largest magnitude is 127 quantizes x itself), an all-zero group,
 // signs, tiny values beside large ones.
