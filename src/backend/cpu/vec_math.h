@@ -293,9 +293,9 @@ struct Avx512 {
       for (int u = 0; u < 4 && t + u < count; ++u) s[t + u] = r[u];
     }
   }
+  // Rotate, ScaleMul and Sum run whole vectors unmasked and the tail, if any, masked.
   GZ_TARGET_AVX512 static void Rotate(float* x, const float* cos, const float* sin, int64_t half) {
-    for (int64_t i = 0; i < half; i += 16) {
-      const __mmask16 m = Tail(std::min<int64_t>(16, half - i));
+    auto piece = [&](int64_t i, __mmask16 m) GZ_TARGET_AVX512 {
       const __m512 a = _mm512_maskz_loadu_ps(m, x + i);
       const __m512 b = _mm512_maskz_loadu_ps(m, x + half + i);
       const __m512 c = _mm512_maskz_loadu_ps(m, cos + i);
@@ -303,25 +303,32 @@ struct Avx512 {
       _mm512_mask_storeu_ps(x + i, m, _mm512_sub_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(b, s)));
       _mm512_mask_storeu_ps(x + half + i, m,
                             _mm512_add_ps(_mm512_mul_ps(b, c), _mm512_mul_ps(a, s)));
-    }
+    };
+    int64_t i = 0;
+    for (; i + 16 <= half; i += 16) piece(i, 0xffff);
+    if (i < half) piece(i, Tail(half - i));
   }
   GZ_TARGET_AVX512 static void ScaleMul(float* out, const float* x, float scale, const float* w,
                                         float offset, int64_t n) {
     const __m512 s = _mm512_set1_ps(scale), o = _mm512_set1_ps(offset);
-    for (int64_t i = 0; i < n; i += 16) {
-      __mmask16 m = Tail(std::min<int64_t>(16, n - i));
+    auto piece = [&](int64_t i, __mmask16 m) GZ_TARGET_AVX512 {
       __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), s);
       _mm512_mask_storeu_ps(out + i, m,
                             _mm512_mul_ps(v, _mm512_add_ps(_mm512_maskz_loadu_ps(m, w + i), o)));
-    }
+    };
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) piece(i, 0xffff);
+    if (i < n) piece(i, Tail(n - i));
   }
   GZ_TARGET_AVX512 static void Sum(float* out, const float* x, const float* y, int64_t n) {
-    for (int64_t i = 0; i < n; i += 16) {
-      __mmask16 m = Tail(std::min<int64_t>(16, n - i));
+    auto piece = [&](int64_t i, __mmask16 m) GZ_TARGET_AVX512 {
       _mm512_mask_storeu_ps(
           out + i, m,
           _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
-    }
+    };
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) piece(i, 0xffff);
+    if (i < n) piece(i, Tail(n - i));
   }
   GZ_TARGET_AVX512 static float ExpShifted(float* x, int64_t n, float shift) {
     const __m512 s = _mm512_set1_ps(shift);
@@ -395,10 +402,13 @@ struct Avx512 {
     return t / 127.0f;
   }
   // next, fetch: as in Scalar; next's rows t..t+3 are fetched with this page's rows t..t+3.
-  template <int H, typename KV>
+  // N: n as a compile-time constant (head sizes 64 and 128: the masks fold away and the loop over
+  // a key's pieces unrolls), or 0 for any n.
+  template <int H, int N, typename KV>
   GZ_TARGET_AVX512 static inline void ScoresHeadsN(const float* q, const KV* k, int64_t stride,
-                                                   int count, int64_t n, float scale, float* s,
-                                                   const KV* next, int64_t fetch) {
+                                                   int count, int64_t runtime_n, float scale,
+                                                   float* s, const KV* next, int64_t fetch) {
+    const int64_t n = N > 0 ? N : runtime_n;
     const __m128 sv = _mm_set1_ps(scale);
     for (int t = 0; t < count; t += 4) {
       if (next) {
@@ -412,6 +422,7 @@ struct Avx512 {
 #pragma GCC unroll 4
         for (int u = 0; u < 4; ++u) acc[h][u] = _mm512_setzero_ps();
       }
+#pragma GCC unroll 8
       for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 m = Tail(std::min<int64_t>(16, n - i));
         __m512 kv[4];
@@ -438,15 +449,23 @@ struct Avx512 {
                                            int count, int64_t n, float scale, float* s,
                                            const void* next = nullptr, int64_t fetch = 0) {
     const KV* nk = static_cast<const KV*>(next);
+    if (n == 64) return ScoresHeadsSized<64>(q, heads, k, stride, count, n, scale, s, nk, fetch);
+    if (n == 128) return ScoresHeadsSized<128>(q, heads, k, stride, count, n, scale, s, nk, fetch);
+    return ScoresHeadsSized<0>(q, heads, k, stride, count, n, scale, s, nk, fetch);
+  }
+  template <int N, typename KV>
+  GZ_TARGET_AVX512 static void ScoresHeadsSized(const float* q, int heads, const KV* k,
+                                                int64_t stride, int count, int64_t n, float scale,
+                                                float* s, const KV* nk, int64_t fetch) {
     switch (heads) {
       case 1:
-        return ScoresHeadsN<1>(q, k, stride, count, n, scale, s, nk, fetch);
+        return ScoresHeadsN<1, N>(q, k, stride, count, n, scale, s, nk, fetch);
       case 2:
-        return ScoresHeadsN<2>(q, k, stride, count, n, scale, s, nk, fetch);
+        return ScoresHeadsN<2, N>(q, k, stride, count, n, scale, s, nk, fetch);
       case 3:
-        return ScoresHeadsN<3>(q, k, stride, count, n, scale, s, nk, fetch);
+        return ScoresHeadsN<3, N>(q, k, stride, count, n, scale, s, nk, fetch);
       default:
-        return ScoresHeadsN<4>(q, k, stride, count, n, scale, s, nk, fetch);
+        return ScoresHeadsN<4, N>(q, k, stride, count, n, scale, s, nk, fetch);
     }
   }
   // For `heads` (<= 4) heads: acc [heads, n] as in ScaleAddWeighted, with c[h] and
