@@ -68,12 +68,19 @@ void RmsNormRows(const RmsNormParams& p, int64_t r0, int64_t r1) {
     const float* x = p.x + r * p.dim;
     float* out = p.out + r * p.dim;
     const float* sum = x;
+    float ss;
     if (p.residual) {
       float* res = p.residual + r * p.dim;
-      V::Sum(res, res, x, p.dim);
+      if constexpr (requires { &V::SumThenSquares; }) {
+        ss = V::SumThenSquares(res, res, x, p.dim);
+      } else {
+        V::Sum(res, res, x, p.dim);
+        ss = V::SumSquares(res, p.dim);
+      }
       sum = res;
+    } else {
+      ss = V::SumSquares(sum, p.dim);
     }
-    float ss = V::SumSquares(sum, p.dim);
     float scale = 1.0f / std::sqrt(ss / static_cast<float>(p.dim) + p.eps);
     V::ScaleMul(out, sum, scale, p.weight, p.offset, p.dim);
   }
@@ -89,6 +96,12 @@ void RopeRows(const RopeParams& p, const float* table, int64_t r0, int64_t r1) {
     const float* sin = cos + half;
     for (int h = 0; h < p.heads; ++h) {
       float* x = p.x + (r * p.heads + h) * p.head_dim;
+      if constexpr (requires { &V::NormRotate64; }) {
+        if (p.norm && p.head_dim == 64 && half == 32) {
+          V::NormRotate64(x, p.norm, p.norm_eps, cos, sin);
+          continue;
+        }
+      }
       if (p.norm) {
         float ss = V::SumSquares(x, p.head_dim);
         float scale = 1.0f / std::sqrt(ss / static_cast<float>(p.head_dim) + p.norm_eps);

@@ -258,6 +258,51 @@ struct Avx512 {
     return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
   }
   GZ_TARGET_AVX512 static float SumSquares(const float* a, int64_t n) { return Dot(a, a, n); }
+  // out = x + y, returning SumSquares(out, n) with Dot's order of additions, in one pass.
+  GZ_TARGET_AVX512 static float SumThenSquares(float* out, const float* x, const float* y,
+                                               int64_t n) {
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      const __m512 a = _mm512_add_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i));
+      const __m512 b = _mm512_add_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(y + i + 16));
+      _mm512_storeu_ps(out + i, a);
+      _mm512_storeu_ps(out + i + 16, b);
+      acc0 = _mm512_fmadd_ps(a, a, acc0);
+      acc1 = _mm512_fmadd_ps(b, b, acc1);
+    }
+    for (; i < n; i += 16) {
+      const __mmask16 m = Tail(std::min<int64_t>(16, n - i));
+      const __m512 a =
+          _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
+      _mm512_mask_storeu_ps(out + i, m, a);
+      acc0 = _mm512_fmadd_ps(a, a, acc0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  }
+  // A head of 64 values in registers: x = rotate(x * scale * norm) with scale = 1 / sqrt(mean of
+  // squares + eps), as SumSquares, ScaleMul (offset 0) and Rotate (half 32) compute it.
+  GZ_TARGET_AVX512 static void NormRotate64(float* x, const float* norm, float eps,
+                                            const float* cos, const float* sin) {
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 v[4];
+    for (int j = 0; j < 4; ++j) v[j] = _mm512_loadu_ps(x + 16 * j);
+    const __m512 acc0 = _mm512_fmadd_ps(v[2], v[2], _mm512_fmadd_ps(v[0], v[0], zero));
+    const __m512 acc1 = _mm512_fmadd_ps(v[3], v[3], _mm512_fmadd_ps(v[1], v[1], zero));
+    const float ss = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt(ss / 64.0f + eps));
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm512_mul_ps(_mm512_mul_ps(v[j], scale),
+                           _mm512_add_ps(_mm512_loadu_ps(norm + 16 * j), zero));
+    }
+    for (int j = 0; j < 2; ++j) {
+      const __m512 c = _mm512_loadu_ps(cos + 16 * j), s = _mm512_loadu_ps(sin + 16 * j);
+      _mm512_storeu_ps(x + 16 * j,
+                       _mm512_sub_ps(_mm512_mul_ps(v[j], c), _mm512_mul_ps(v[j + 2], s)));
+      _mm512_storeu_ps(x + 32 + 16 * j,
+                       _mm512_add_ps(_mm512_mul_ps(v[j + 2], c), _mm512_mul_ps(v[j], s)));
+    }
+  }
   // The four sums of a0..a3, in order.
   GZ_TARGET_AVX512 static inline __m128 Reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
     __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
