@@ -238,8 +238,9 @@ Expected<Value> Format(const std::string& fmt, const Args& args) {
         v = auto_index < args.positional.size() ? &args.positional[auto_index] : nullptr;
         ++auto_index;
       } else if (field[0] >= '0' && field[0] <= '9') {
-        size_t idx = std::stoul(field);
-        v = idx < args.positional.size() ? &args.positional[idx] : nullptr;
+        size_t idx = 0;
+        auto r = std::from_chars(field.data(), field.data() + field.size(), idx);
+        v = r.ec == std::errc() && idx < args.positional.size() ? &args.positional[idx] : nullptr;
       } else {
         for (const auto& [k, kv] : args.keyword) {
           if (k == field) v = &kv;
@@ -430,8 +431,9 @@ Expected<Value> Length(const Value& v) {
   return TypeError("object of type '" + v.TypeName() + "' has no len()");
 }
 
-// Python's a < b; sets `*error` for types Python cannot order.
-bool Less(const Value& a, const Value& b, Status* error) {
+// Python's a < b; sets `*error` for types Python cannot order (and for lists nested past
+// kMaxValueNesting).
+bool Less(const Value& a, const Value& b, Status* error, int depth = 0) {
   if (a.IsNumber() && b.IsNumber()) {
     if (a.IsFloat() || b.IsFloat()) return a.AsDouble() < b.AsDouble();
     return a.AsInt() < b.AsInt();
@@ -441,8 +443,12 @@ bool Less(const Value& a, const Value& b, Status* error) {
       a.IsTuple() == b.IsTuple()) {
     const List& x = a.AsList();
     const List& y = b.AsList();
+    if (depth > kMaxValueNesting) {
+      if (error->ok()) *error = InvalidArgument("'<' between lists nested too deeply");
+      return false;
+    }
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-      if (!Equals(x[i], y[i])) return Less(x[i], y[i], error);
+      if (!Equals(x[i], y[i])) return Less(x[i], y[i], error, depth + 1);
     }
     return x.size() < y.size();
   }
@@ -508,7 +514,11 @@ Expected<Value> PercentFormat(const std::string& fmt, const Value& args) {
     std::string spec = "%";
     while (i < fmt.size() && std::string_view("-+ 0#").find(fmt[i]) != std::string_view::npos)
       spec += fmt[i++];
+    size_t digits = 0;  // of the width or the precision being read
     while (i < fmt.size() && (std::isdigit(static_cast<unsigned char>(fmt[i])) || fmt[i] == '.')) {
+      digits = fmt[i] == '.' ? 0 : digits + 1;
+      // Wider formats would only make a template's output huge.
+      if (digits > 3) return InvalidArgument("format width or precision above 999");
       spec += fmt[i++];
     }
     if (i >= fmt.size()) return TypeError("incomplete format");
@@ -517,7 +527,7 @@ Expected<Value> PercentFormat(const std::string& fmt, const Value& args) {
       if (next >= items.size()) return TypeError("not enough arguments for format string");
       value = &items[next++];
     }
-    char buf[512];
+    char buf[2048];  // the longest: "%.999f" of 1e308, 1,309 characters
     switch (type) {
       case 's':
       case 'r': {
@@ -589,6 +599,7 @@ Expected<Value> IndentFilter(const std::string& s, const Args& a) {
       indention = width->AsString();
     } else {
       GZ_ASSIGN_OR_RETURN(int64_t w, IntArg(width, 4, "width"));
+      if (w > 4096) return InvalidArgument("indent width above 4096");
       indention = std::string(static_cast<size_t>(std::max<int64_t>(w, 0)), ' ');
     }
   }
@@ -823,6 +834,8 @@ Expected<Value> BinaryOp(const std::string& op, const Value& a, const Value& b) 
       r = !Less(a, b, &error);
     }
     if (!error.ok()) {
+      // As Python: the error names the items that could not be ordered, inside lists too.
+      if (error.message().rfind("'<' not supported", 0) != 0) return error;
       return TypeError("'" + op + "' not supported between instances of '" + a.TypeName() +
                        "' and '" + b.TypeName() + "'");
     }
@@ -908,6 +921,7 @@ Expected<Value> BinaryOp(const std::string& op, const Value& a, const Value& b) 
       }
       if (seq.IsString()) {
         std::string out;
+        out.reserve(static_cast<size_t>(n) * unit);
         for (int64_t i = 0; i < n; ++i) out += seq.AsString();
         return Value(std::move(out));
       }

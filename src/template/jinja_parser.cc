@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <set>
 
 #include "template/jinja_builtins.h"
@@ -352,7 +353,9 @@ Expected<std::vector<Token>> Tokenize(const std::string& src, size_t base, const
       }
       Token t{is_float ? Token::Type::kFloat : Token::Type::kInt, digits, {}, at};
       if (is_float) {
-        t.value = Value(std::stod(digits));
+        // strtod, not stod: a literal past the double range is inf, as in Python, not an
+        // exception.
+        t.value = Value(std::strtod(digits.c_str(), nullptr));
       } else {
         int64_t v = 0;
         auto r = std::from_chars(digits.data(), digits.data() + digits.size(), v);

@@ -34,10 +34,11 @@ enum class Flow { kNormal, kBreak, kContinue };
 
 class Renderer {
  public:
-  explicit Renderer(const Frame* root) : root_(root) {}
+  Renderer(const Frame* root, const RenderLimits& limits) : root_(root), limits_(limits) {}
 
   Status Exec(const Body& body, Frame& frame, std::string& out, Flow& flow) {
     for (const NodePtr& node : body) {
+      if (++steps_ > limits_.steps) return Fail(node->pos, StepsExceeded());
       GZ_RETURN_IF_ERROR(ExecNode(*node, frame, out, flow));
       if (flow != Flow::kNormal) return Status::Ok();
     }
@@ -45,7 +46,19 @@ class Renderer {
   }
 
   Expected<Value> Eval(const Expr& e, Frame& frame) {
-    Expected<Value> v = EvalInner(e, frame);
+    Expected<Value> v =
+        ++steps_ > limits_.steps ? Expected<Value>(StepsExceeded()) : EvalInner(e, frame);
+    if (v.ok()) {
+      // What an expression makes counts too: a string's bytes, a list's or a dict's items.
+      Status counted;
+      if (v->IsString()) {
+        counted = CountText(e.pos, v->AsString().size(), v->AsString().size());
+      } else if ((v->IsList() || v->IsDict()) && MakesValue(e.kind)) {
+        steps_ += static_cast<int64_t>(v->IsList() ? v->AsList().size() : v->AsDict().items.size());
+        if (steps_ > limits_.steps) counted = StepsExceeded();
+      }
+      if (!counted.ok()) v = counted;
+    }
     if (!v.ok() && !positioned_) {
       positioned_ = true;
       return Status(v.status().code(), FormatPos(e.pos) + ": " + v.status().message());
@@ -57,6 +70,47 @@ class Renderer {
   bool positioned_ = false;
 
  private:
+  // Whether an expression of this kind makes a new list or dict (rather than naming one that
+  // exists: lists and dicts are shared, so naming one costs nothing).
+  static bool MakesValue(Expr::Kind kind) {
+    switch (kind) {
+      case Expr::Kind::kList:
+      case Expr::Kind::kTuple:
+      case Expr::Kind::kDict:
+      case Expr::Kind::kSlice:
+      case Expr::Kind::kBinary:
+      case Expr::Kind::kCall:
+      case Expr::Kind::kFilter:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  Status StepsExceeded() const {
+    return InvalidArgument("the template's rendering passed its bound of " +
+                           std::to_string(limits_.steps) + " steps");
+  }
+
+  // Counts `made` new bytes of text and checks the text they went into, `length` long.
+  Status CountText(const Pos& pos, size_t made, size_t length) {
+    bytes_ += static_cast<int64_t>(made);
+    if (static_cast<int64_t>(length) > limits_.longest) {
+      return Fail(pos, InvalidArgument("the template's rendering made a text longer than " +
+                                       std::to_string(limits_.longest) + " bytes"));
+    }
+    if (bytes_ > limits_.bytes) {
+      return Fail(pos, InvalidArgument("the template's rendering passed its bound of " +
+                                       std::to_string(limits_.bytes) + " bytes of text"));
+    }
+    return Status::Ok();
+  }
+
+  Status Append(const Pos& pos, std::string_view text, std::string& out) {
+    out += text;
+    return CountText(pos, text.size(), out.size());
+  }
+
   Status Fail(const Pos& pos, Status s) {
     if (positioned_ || s.ok()) return s;
     positioned_ = true;
@@ -66,12 +120,10 @@ class Renderer {
   Status ExecNode(const Node& n, Frame& frame, std::string& out, Flow& flow) {
     switch (n.kind) {
       case Node::Kind::kText:
-        out += n.text;
-        return Status::Ok();
+        return Append(n.pos, n.text, out);
       case Node::Kind::kOutput: {
         GZ_ASSIGN_OR_RETURN(Value v, Eval(*n.expr, frame));
-        out += v.Str();
-        return Status::Ok();
+        return Append(n.pos, v.Str(), out);
       }
       case Node::Kind::kIf:
         for (const auto& [cond, body] : n.branches) {
@@ -122,8 +174,7 @@ class Renderer {
         }
         Expected<Value> r = callee.AsCallable().call(args);
         if (!r.ok()) return Fail(n.pos, r.status());
-        out += r->Str();
-        return Status::Ok();
+        return Append(n.pos, r->Str(), out);
       }
       case Node::Kind::kBreak:
         flow = Flow::kBreak;
@@ -141,8 +192,7 @@ class Renderer {
         GZ_ASSIGN_OR_RETURN(Args args, EvalArgs(*n.expr, frame, 1));
         Expected<Value> filtered = ApplyFilter(n.expr->name, Value(std::move(captured)), args);
         if (!filtered.ok()) return Fail(n.expr->pos, filtered.status());
-        out += filtered->Str();
-        return Status::Ok();
+        return Append(n.pos, filtered->Str(), out);
       }
     }
     return Status::Ok();
@@ -392,6 +442,9 @@ class Renderer {
 
   static constexpr int kMaxCallDepth = 100;
   const Frame* root_;
+  const RenderLimits& limits_;
+  int64_t steps_ = 0;
+  int64_t bytes_ = 0;
   int depth_ = 0;
 };
 
@@ -405,14 +458,14 @@ Expected<Template> Template::Parse(std::string_view source) {
   return t;
 }
 
-Expected<std::string> Template::Render(const Dict& variables) const {
+Expected<std::string> Template::Render(const Dict& variables, const RenderLimits& limits) const {
   // The template's own names live in `root`, above the variables it was given, as Jinja keeps
   // its locals apart from the context.
   Frame globals{MakeGlobals(), nullptr};
   Frame context{variables, &globals};
   Frame root{{}, &context};
   root.MarkUndefined(root_undefined_);
-  Renderer renderer(&root);
+  Renderer renderer(&root, limits);
   std::string out;
   Flow flow = Flow::kNormal;
   GZ_RETURN_IF_ERROR(renderer.Exec(*body_, root, out, flow));

@@ -209,45 +209,73 @@ std::string Value::Str() const {
 }
 
 std::string Value::Repr() const {
+  std::string out;
+  ReprTo(out, 0);
+  return out;
+}
+
+void Value::ReprTo(std::string& out, int depth) const {
+  // A list that holds itself (through a namespace, say) prints as Python prints it, "[...]";
+  // nesting past kMaxValueNesting or text past kMaxReprBytes is cut the same way, so no value
+  // exhausts the stack or the memory.
+  const bool container = kind() == Kind::kList || kind() == Kind::kDict;
+  if (container && (depth > kMaxValueNesting || out.size() > kMaxReprBytes)) {
+    out += kind() == Kind::kList ? "[...]" : "{...}";
+    return;
+  }
   switch (kind()) {
     case Kind::kUndefined:
-      return "";
+      return;
     case Kind::kNone:
-      return "None";
+      out += "None";
+      return;
     case Kind::kBool:
-      return AsBool() ? "True" : "False";
+      out += AsBool() ? "True" : "False";
+      return;
     case Kind::kInt:
-      return std::to_string(AsInt());
+      out += std::to_string(AsInt());
+      return;
     case Kind::kFloat:
-      return FormatFloat(AsDouble());
+      out += FormatFloat(AsDouble());
+      return;
     case Kind::kString:
-      return ReprString(AsString());
+      out += ReprString(AsString());
+      return;
     case Kind::kList: {
-      if (generator_) return "<generator object>";
-      std::string out = tuple_ ? "(" : "[";
+      if (generator_) {
+        out += "<generator object>";
+        return;
+      }
+      out += tuple_ ? "(" : "[";
       bool first = true;
       for (const Value& v : AsList()) {
         if (!first) out += ", ";
         first = false;
-        out += v.Repr();
+        v.ReprTo(out, depth + 1);
       }
-      if (tuple_) return out + (AsList().size() == 1 ? ",)" : ")");
-      return out + "]";
+      if (tuple_) {
+        out += AsList().size() == 1 ? ",)" : ")";
+      } else {
+        out += "]";
+      }
+      return;
     }
     case Kind::kDict: {
-      std::string out = AsDict().is_namespace ? "<Namespace {" : "{";
+      out += AsDict().is_namespace ? "<Namespace {" : "{";
       bool first = true;
       for (const auto& [k, v] : AsDict().items) {
         if (!first) out += ", ";
         first = false;
-        out += ReprString(k) + ": " + v.Repr();
+        out += ReprString(k) + ": ";
+        v.ReprTo(out, depth + 1);
       }
-      return out + (AsDict().is_namespace ? "}>" : "}");
+      out += AsDict().is_namespace ? "}>" : "}";
+      return;
     }
     case Kind::kCallable:
-      return "<function " + AsCallable().name + ">";
+      out += "<function " + AsCallable().name + ">";
+      return;
   }
-  return "";
 }
 
 const Value* Dict::Find(std::string_view key) const {
@@ -275,7 +303,9 @@ const Value* Args::Get(size_t index, std::string_view name) const {
   return nullptr;
 }
 
-bool Equals(const Value& a, const Value& b) {
+namespace {
+
+bool EqualsAt(const Value& a, const Value& b, int depth) {
   using K = Value::Kind;
   if (a.IsNumber() && b.IsNumber()) {
     if (a.IsFloat() || b.IsFloat()) return a.AsDouble() == b.AsDouble();
@@ -289,24 +319,27 @@ bool Equals(const Value& a, const Value& b) {
     case K::kString:
       return a.AsString() == b.AsString();
     case K::kList: {
-      if (a.IsGenerator() || b.IsGenerator()) return a.list_ptr() == b.list_ptr();
+      // The same list is equal to itself (as Python's containers compare identity first);
+      // past kMaxValueNesting only the same list is.
+      if (a.list_ptr() == b.list_ptr()) return a.IsTuple() == b.IsTuple();
+      if (a.IsGenerator() || b.IsGenerator() || depth > kMaxValueNesting) return false;
       if (a.IsTuple() != b.IsTuple()) return false;
       const List& x = a.AsList();
       const List& y = b.AsList();
       if (x.size() != y.size()) return false;
       for (size_t i = 0; i < x.size(); ++i) {
-        if (!Equals(x[i], y[i])) return false;
+        if (!EqualsAt(x[i], y[i], depth + 1)) return false;
       }
       return true;
     }
     case K::kDict: {
       const Dict& x = a.AsDict();
       const Dict& y = b.AsDict();
-      if (x.is_namespace || y.is_namespace) return &x == &y;
-      if (x.items.size() != y.items.size()) return false;
+      if (x.is_namespace || y.is_namespace || &x == &y) return &x == &y;
+      if (x.items.size() != y.items.size() || depth > kMaxValueNesting) return false;
       for (const auto& [k, v] : x.items) {
         const Value* w = y.Find(k);
-        if (w == nullptr || !Equals(v, *w)) return false;
+        if (w == nullptr || !EqualsAt(v, *w, depth + 1)) return false;
       }
       return true;
     }
@@ -316,6 +349,10 @@ bool Equals(const Value& a, const Value& b) {
       return false;
   }
 }
+
+}  // namespace
+
+bool Equals(const Value& a, const Value& b) { return EqualsAt(a, b, 0); }
 
 namespace {
 
@@ -390,6 +427,11 @@ Status JsonValue(const Value& v, const std::optional<std::string>& indent, bool 
     for (int i = 0; i < l; ++i) out += *indent;
   };
   const char* item_sep = indent ? "," : ", ";
+  if (level > kMaxValueNesting || out.size() > kMaxReprBytes) {
+    return InvalidArgument("tojson: circular reference, nesting deeper than " +
+                           std::to_string(kMaxValueNesting) + " or text past " +
+                           std::to_string(kMaxReprBytes) + " bytes");
+  }
   switch (v.kind()) {
     case K::kNone:
       out += "null";

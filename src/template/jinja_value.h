@@ -19,6 +19,12 @@ namespace gizllm::jinja {
 
 class Value;
 struct Dict;
+
+// How deeply values nest before printing, comparing and tojson stop descending: a template
+// can build a list that holds itself, or one nested without end.
+inline constexpr int kMaxValueNesting = 256;
+// The longest text repr() and tojson write before they stop (64 MiB).
+inline constexpr size_t kMaxReprBytes = size_t{64} << 20;
 struct Callable;
 using List = std::vector<Value>;
 using ListPtr = std::shared_ptr<List>;
@@ -97,6 +103,7 @@ class Value {
 
  private:
   explicit Value(Undefined u) : v_(std::move(u)) {}
+  void ReprTo(std::string& out, int depth) const;
   std::variant<Undefined, None, bool, int64_t, double, std::string, ListPtr, DictPtr, CallablePtr>
       v_;
   bool tuple_ = false;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/json_nesting.h"
+
 namespace gizllm {
 
 namespace {
@@ -120,6 +122,8 @@ bool ParseXmlCall(std::string_view body, std::string& name, ordered_json& argume
 }
 
 bool ParseJsonCall(std::string_view body, std::string& name, ordered_json& arguments) {
+  // A model's text nested deeper than requests may be is not read as a call.
+  if (JsonTooDeep(body)) return false;
   ordered_json call = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (call.is_discarded() || !call.is_object()) return false;
   auto n = call.find("name");
@@ -130,6 +134,7 @@ bool ParseJsonCall(std::string_view body, std::string& name, ordered_json& argum
   if (args == call.end() || args->is_null()) {
     arguments = ordered_json::object();
   } else if (args->is_string()) {
+    if (JsonTooDeep(args->get<std::string>())) return false;
     arguments = ordered_json::parse(args->get<std::string>(), nullptr, false);
     if (arguments.is_discarded() || !arguments.is_object()) return false;
   } else if (args->is_object()) {
@@ -161,7 +166,7 @@ ordered_json TypeArguments(const ordered_json& tools, const std::string& name,
     if (!has_type) continue;
     if (allows_string) {
       if (!value.is_string() && !value.is_null()) value = value.dump();
-    } else if (value.is_string()) {
+    } else if (value.is_string() && !JsonTooDeep(value.get<std::string>())) {
       ordered_json parsed = ordered_json::parse(value.get<std::string>(), nullptr, false);
       if (!parsed.is_discarded()) value = std::move(parsed);
     }

@@ -343,6 +343,91 @@ TEST(Jinja, HostileTemplatesFailInsteadOfCrashing) {
   EXPECT_FALSE(huge->Render({}).ok());
 }
 
+// Renders `source` and expects it to fail with `why` in the message.
+void ExpectRenderFails(const std::string& source, const std::string& why,
+                       const RenderLimits& limits = {}) {
+  SCOPED_TRACE(source);
+  Expected<Template> t = Template::Parse(source);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  Expected<std::string> out = t->Render({}, limits);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find(why), std::string::npos) << out.status().message();
+}
+
+TEST(Jinja, RenderWorkIsBounded) {
+  // Ten billion iterations without the bound.
+  ExpectRenderFails(
+      "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}",
+      "bound of 2000000 steps");
+  // A string doubled sixty times; each step is small, the text is not.
+  ExpectRenderFails(
+      "{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}"
+      "{% endfor %}{{ ns.s | length }}",
+      "longer than 67108864 bytes");
+  // With smaller bounds (quicker to reach): many strings of 1 MB each, where the bytes made,
+  // not one text, pass the bound; and the output itself.
+  RenderLimits text{.bytes = 64 << 20, .longest = 4 << 20};
+  ExpectRenderFails(
+      "{% set s = 'x' * 1000000 %}{% for i in range(1000) %}{% set t = s ~ i %}{% endfor %}",
+      "bound of 67108864 bytes of text", text);
+  ExpectRenderFails("{% for i in range(100) %}{{ 'y' * 100000 }}{% endfor %}",
+                    "longer than 4194304 bytes", text);
+  // A list doubled sixty times.
+  ExpectRenderFails(
+      "{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = ns.l + ns.l %}"
+      "{% endfor %}",
+      "steps");
+  // Smaller limits bound smaller work, and what fits still renders.
+  RenderLimits small{.steps = 1000, .bytes = 1 << 20, .longest = 1 << 16};
+  ExpectRenderFails("{% for i in range(2000) %}{% endfor %}", "bound of 1000 steps", small);
+  Expected<Template> fits = Template::Parse("{% for i in range(100) %}{{ i % 10 }}{% endfor %}");
+  ASSERT_TRUE(fits.ok());
+  Expected<std::string> out = fits->Render({}, small);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->size(), 100u);
+}
+
+TEST(Jinja, SelfHoldingAndDeepValuesPrintWithoutExhaustingTheStack) {
+  // A namespace that holds itself prints down to the nesting bound, then as "{...}".
+  Expected<Template> cycle = Template::Parse(
+      "{% set ns = namespace(x=1) %}{% set ns.self = ns %}{{ ns == ns }} "
+      "{{ (ns | string)[:30] }} {{ '{...}' in (ns | string) }}");
+  ASSERT_TRUE(cycle.ok());
+  Expected<std::string> out = cycle->Render({});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(*out, "True <Namespace {'x': 1, 'self': <N True");
+  ExpectRenderFails("{% set ns = namespace(x=1) %}{% set ns.self = ns %}{{ ns | tojson }}",
+                    "circular reference");
+  std::string deep =
+      "{% set ns = namespace(l=[]) %}{% for i in range(5000) %}"
+      "{% set ns.l = [ns.l] %}{% endfor %}";
+  Expected<Template> printed =
+      Template::Parse(deep + "{{ (ns.l | string)[255:262] }} {{ (ns.l | string)[-3:] }}");
+  ASSERT_TRUE(printed.ok());
+  out = printed->Render({});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(*out, "[[[...] ]]]");
+  ExpectRenderFails(deep + "{{ ns.l | tojson }}", "nesting deeper than 256");
+  ExpectRenderFails(deep + "{{ ns.l < [ns.l] }}", "nested too deeply");
+  Expected<Template> equal = Template::Parse(deep + "{{ ns.l == [ns.l][0] }}");
+  ASSERT_TRUE(equal.ok());
+  out = equal->Render({});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(*out, "True");
+}
+
+TEST(Jinja, HugeNumbersInTemplatesAreErrorsOrInfinity) {
+  ExpectRenderFails("{{ '%99999999999999999999s' % 'x' }}", "above 999");
+  ExpectRenderFails("{{ '%.5000f' % 1.5 }}", "above 999");
+  ExpectRenderFails("{{ 'x' | indent(1000000000000) }}", "above 4096");
+  ExpectRenderFails("{{ '{99999999999999999999999}'.format(1) }}", "no argument");
+  Expected<Template> inf = Template::Parse("{{ 1e400 }} {{ -1e400 }}");
+  ASSERT_TRUE(inf.ok());
+  Expected<std::string> out = inf->Render({});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(*out, "inf -inf");
+}
+
 TEST(Jinja, StrftimeNowFormatsTheDate) {
   Expected<Template> t = Template::Parse("{{ strftime_now('%Y') | length }}");
   ASSERT_TRUE(t.ok());
