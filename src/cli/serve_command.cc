@@ -120,6 +120,9 @@ void AddServeCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--write-timeout", o->http.write_timeout_s,
                   "Seconds a client may take to accept each piece of a response")
       ->default_val(60);
+  cmd->add_option("--max-generation-time", o->http.max_generation_s,
+                  "Seconds a request may generate; then it ends with finish_reason 'length'")
+      ->default_val(600);
   cmd->callback([&ctx, o] { ctx.exit_code = Serve(*o); });
 }
 

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/json_nesting.h"
 #include "server/api_error.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -35,7 +36,7 @@ Status ServerOptions::Check() const {
   if (port < 0 || port > 65535) return InvalidArgument("--port must be in [0, 65535]");
   if (threads < 1) return InvalidArgument("--http-threads must be at least 1");
   if (max_body_bytes < 1024) return InvalidArgument("--max-body must be at least 1024 bytes");
-  if (!(read_timeout_s > 0) || !(write_timeout_s > 0)) {
+  if (!(read_timeout_s > 0) || !(write_timeout_s > 0) || !(max_generation_s > 0)) {
     return InvalidArgument("timeouts must be positive");
   }
   return Status::Ok();
@@ -78,6 +79,9 @@ ApiError HeaderTooLargeError() {
 ApiError MalformedError(const std::string& why) {
   return BadRequest("Malformed HTTP request: " + why, "", "bad_http_request");
 }
+
+// The status /metrics counts for a request its client closed before the answer (as nginx does).
+constexpr int kClientClosed = 499;
 
 int64_t UnixTime() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -266,6 +270,9 @@ net::awaitable<bool> Session::Generate(Job job, unsigned version, bool keep_aliv
     co_return keep_alive;
   }
   Monitor(pipe);
+  // The session wakes at the generation's deadline if nothing comes before it.
+  pipe->wake.expires_after(std::chrono::duration_cast<net::steady_timer::duration>(
+      std::chrono::duration<double>(server_.options.max_generation_s)));
 
   OutputStream output(text, params.stop, std::move(job.parser));
   // The parser reads the forced start of the call as if the model had written it.
@@ -278,7 +285,8 @@ net::awaitable<bool> Session::Generate(Job job, unsigned version, bool keep_aliv
   std::string finish;
   std::optional<ApiError> failure;
   int tool_calls_sent = 0;
-  bool ok = true;  // the client still takes what we write
+  bool ok = true;            // the client still takes what we write
+  bool timed_limit = false;  // ended by --max-generation-time
 
   auto chunk = [&](json choice) {
     json c = {{"id", job.id},
@@ -319,13 +327,31 @@ net::awaitable<bool> Session::Generate(Job job, unsigned version, bool keep_aliv
     return chunk(std::move(choice));
   };
 
+  // HTTP/1.1 streams in chunks; HTTP/1.0 knows no chunks: the events go as they are and the
+  // connection's close ends the body.
+  const bool chunked = version >= 11;
+  if (stream && !chunked) keep_alive = false;
+  auto write_events = [&](const std::string& events) -> net::awaitable<error_code> {
+    error_code ec;
+    Arm(server_.options.write_timeout_s);
+    if (chunked) {
+      co_await net::async_write(socket_, http::make_chunk(net::buffer(events)),
+                                net::redirect_error(net::use_awaitable, ec));
+    } else {
+      co_await net::async_write(socket_, net::buffer(events),
+                                net::redirect_error(net::use_awaitable, ec));
+    }
+    Disarm();
+    co_return ec;
+  };
+
   if (stream) {
     http::response<http::empty_body> res{http::status::ok, version};
     res.set(http::field::server, "gizllm");
     res.set(http::field::content_type, "text/event-stream");
     res.set(http::field::cache_control, "no-cache");
     res.keep_alive(keep_alive);
-    res.chunked(true);
+    res.chunked(chunked);
     http::response_serializer<http::empty_body> serializer{res};
     error_code ec;
     Arm(server_.options.write_timeout_s);
@@ -336,17 +362,31 @@ net::awaitable<bool> Session::Generate(Job job, unsigned version, bool keep_aliv
     if (ok && (job.chat || !job.echo.empty())) {
       OutputDelta none;
       std::string first = delta_event(none, {}, "", /*first=*/true);
-      error_code wec;
-      Arm(server_.options.write_timeout_s);
-      co_await net::async_write(socket_, http::make_chunk(net::buffer(first)),
-                                net::redirect_error(net::use_awaitable, wec));
-      Disarm();
+      error_code wec = co_await write_events(first);
       ok = !wec;
     }
   }
   bool first_sent = job.chat || !job.echo.empty();
 
   while (ok && finish.empty() && !failure) {
+    if (pipe->wake.expiry() <= net::steady_timer::clock_type::now()) {
+      // Past --max-generation-time: the answer ends here, as at max_tokens.
+      Expected<OutputDelta> rest = output.Finish();
+      if (!rest.ok()) {
+        failure = FromStatus(rest.status());
+        break;
+      }
+      finish = "length";
+      if (stream) {
+        std::string events = delta_event(*rest, {}, "", !first_sent);
+        first_sent = true;
+        if (!events.empty()) ok = !(co_await write_events(events));
+      } else {
+        answer.Append(std::move(*rest));
+      }
+      timed_limit = true;
+      break;
+    }
     std::vector<std::pair<GenerateProgress, Status>> items;
     {
       std::lock_guard lock(pipe->mutex);
@@ -396,19 +436,17 @@ net::awaitable<bool> Session::Generate(Job job, unsigned version, bool keep_aliv
       if (!finish.empty()) break;
     }
     if (stream && !events.empty()) {
-      error_code ec;
-      Arm(server_.options.write_timeout_s);
-      co_await net::async_write(socket_, http::make_chunk(net::buffer(events)),
-                                net::redirect_error(net::use_awaitable, ec));
-      Disarm();
+      error_code ec = co_await write_events(events);
       ok = !ec;
     }
   }
-  // The request ended here (a stop string, an error, a client gone) or in the engine.
-  if (finish != "length" && !(finish == "stop" && !output.stopped())) {
+  // The request ended here (a stop string, an error, a client gone, the time limit) or in the
+  // engine.
+  if ((finish != "length" || timed_limit) && !(finish == "stop" && !output.stopped())) {
     server_.loop.Cancel(*ticket);
   }
   pipe->finished = true;
+  pipe->wake.expires_at(net::steady_timer::time_point::max());
   if (pipe->monitoring) {
     error_code ignored;
     socket_.cancel(ignored);
@@ -418,7 +456,7 @@ net::awaitable<bool> Session::Generate(Job job, unsigned version, bool keep_aliv
     }
   }
   if (!ok || pipe->disconnected || timed_out_) {
-    server_.metrics.CountRequest(endpoint_, 499);  // the client closed the request
+    server_.metrics.CountRequest(endpoint_, kClientClosed);
     co_return false;
   }
   if (finish == "stop" && (answer.tool_calls.size() > 0 || tool_calls_sent > 0)) {
@@ -443,15 +481,13 @@ net::awaitable<bool> Session::Generate(Job job, unsigned version, bool keep_aliv
       }
     }
     events += "data: [DONE]\n\n";
-    error_code ec;
-    Arm(server_.options.write_timeout_s);
-    co_await net::async_write(socket_, http::make_chunk(net::buffer(events)),
-                              net::redirect_error(net::use_awaitable, ec));
-    if (!ec) {
+    error_code ec = co_await write_events(events);
+    if (!ec && chunked) {
+      Arm(server_.options.write_timeout_s);
       co_await net::async_write(socket_, http::make_chunk_last(),
                                 net::redirect_error(net::use_awaitable, ec));
+      Disarm();
     }
-    Disarm();
     server_.metrics.CountRequest(endpoint_, failure ? failure->status : 200);
     co_return !ec && keep_alive && !failure;
   }
@@ -527,7 +563,7 @@ Routed Session::PrepareChat(const json& body) {
   if (chat.tool_choice == "function") {
     // A named tool: the answer starts as a call to it.
     chat.input.answer_prefix =
-        "<tool_call>\n{\"name\": \"" + chat.forced_tool + "\", \"arguments\": ";
+        "<tool_call>\n{\"name\": " + Dump(json(chat.forced_tool)) + ", \"arguments\": ";
     job.answer_start = chat.input.answer_prefix;
   }
   Expected<ChatPrompt> prompt = text.RenderChat(chat.input);
@@ -617,9 +653,15 @@ Routed Session::Route(const Request& request) {
     if (auth != request.end()) {
       given = std::string_view(auth->value().data(), auth->value().size());
     }
-    constexpr std::string_view kBearer = "Bearer ";
-    bool bearer = given.substr(0, kBearer.size()) == kBearer;
-    if (!bearer || !ConstantTimeEquals(given.substr(kBearer.size()), server_.options.api_key)) {
+    // The scheme's name is case-insensitive (RFC 7235); one or more spaces follow it.
+    constexpr std::string_view kBearer = "bearer";
+    bool bearer = given.size() > kBearer.size() && given[kBearer.size()] == ' ';
+    for (size_t i = 0; bearer && i < kBearer.size(); ++i) {
+      bearer = (given[i] | 0x20) == kBearer[i];
+    }
+    std::string_view key = bearer ? given.substr(kBearer.size()) : std::string_view();
+    while (!key.empty() && key.front() == ' ') key.remove_prefix(1);
+    if (!bearer || !ConstantTimeEquals(key, server_.options.api_key)) {
       std::string message = auth == request.end()
                                 ? "You didn't provide an API key. Send it as 'Authorization: "
                                   "Bearer KEY'."
@@ -644,6 +686,11 @@ Routed Session::Route(const Request& request) {
     return Routed::Ok(Dump(model));
   }
 
+  if (JsonTooDeep(request.body())) {
+    return Routed::Error(BadRequest("The request body nests arrays and objects more than " +
+                                        std::to_string(kMaxJsonNesting) + " levels deep.",
+                                    "", "nested_too_deeply"));
+  }
   json body = json::parse(request.body(), nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) {
     return Routed::Error(
@@ -683,8 +730,26 @@ Routed Session::Route(const Request& request) {
 net::awaitable<bool> Session::Handle(Request& request) {
   const bool keep_alive = request.keep_alive();
   const unsigned version = request.version();
-  Routed routed = Route(request);
-  if (routed.job) co_return co_await Generate(std::move(*routed.job), version, keep_alive);
+  // A request must never take the process down: an exception (memory exhausted, a bug) fails
+  // this request alone, with a 500 while nothing has been written, else by closing the
+  // connection.
+  Routed routed;
+  try {
+    routed = Route(request);
+  } catch (const std::exception& e) {
+    routed = Routed::Error(ApiError{500, std::string("The server failed: ") + e.what(),
+                                    "server_error", "", "internal_error"});
+  }
+  if (routed.job) {
+    bool go_on = false;
+    try {
+      go_on = co_await Generate(std::move(*routed.job), version, keep_alive);
+    } catch (const std::exception&) {
+      server_.metrics.CountRequest(endpoint_, 500);
+      go_on = false;
+    }
+    co_return go_on;
+  }
   co_await WriteResponse(routed.status, std::move(routed.body), routed.content_type, keep_alive,
                          version);
   co_return keep_alive;
@@ -712,6 +777,12 @@ net::awaitable<void> Session::Run() {
         ApiError error = TimeoutError();
         co_await WriteError(error, /*keep_alive=*/false, 11, endpoint_);
       }
+      break;
+    }
+    if (ec == http::error::partial_message) {
+      // The client closed the connection half-way through its request: no one to answer, and
+      // no malformed request either.
+      server_.metrics.CountRequest(endpoint_, kClientClosed);
       break;
     }
     if (ec == http::error::body_limit) {

@@ -25,6 +25,7 @@ struct ServerOptions {
   int64_t max_body_bytes = 8 << 20;  // larger bodies get 413
   double read_timeout_s = 30;        // a request must arrive within; idle connections close
   double write_timeout_s = 60;       // a client must take each piece of a response within
+  double max_generation_s = 600;     // a generation running longer ends, finish_reason "length"
 
   Status Check() const;
 };

@@ -4,6 +4,8 @@
 #include <limits>
 #include <set>
 
+#include "core/json_nesting.h"
+
 namespace gizllm::server {
 namespace {
 
@@ -107,6 +109,22 @@ class Fields {
   std::optional<ApiError> error_;
 };
 
+// Names that templates write into the prompt as they are (tool and function names, a message's
+// author): OpenAI's rule, ^[A-Za-z0-9_-]{1,64}$, so that no name can close a tag or a string
+// of the prompt around it.
+std::optional<ApiError> CheckName(const std::string& name, const std::string& param) {
+  bool ok = !name.empty() && name.size() <= 64;
+  for (char c : name) {
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '_' || c == '-');
+  }
+  if (ok) return std::nullopt;
+  return BadRequest("'" + param +
+                        "' must be 1 to 64 letters, digits, underscores or dashes "
+                        "(^[a-zA-Z0-9_-]{1,64}$)",
+                    param, "invalid_value");
+}
+
 std::optional<ApiError> CheckKnownKeys(const json& body, const std::set<std::string>& known) {
   for (auto it = body.begin(); it != body.end(); ++it) {
     if (!known.count(it.key())) {
@@ -142,8 +160,19 @@ std::optional<ApiError> ParseGenerationParams(const json& body, bool completion,
   if (f.Get("repetition_penalty") && s.repetition <= 0) {
     f.Fail(OutOfRange("repetition_penalty", "a number in (0, 2]"));
   }
-  if (f.Int("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &n)) {
-    s.seed = static_cast<uint64_t>(n);
+  if (const json* seed = f.Get("seed")) {
+    // Any 64-bit seed, as the sampler's counter-based draws take; a float past 2^64 is out of
+    // range, not of the wrong type.
+    const std::string range = "an integer in [0, 18446744073709551615]";
+    if (seed->is_number_unsigned()) {
+      s.seed = seed->get<uint64_t>();
+    } else if (seed->is_number_integer() ||
+               (seed->is_number_float() && std::floor(seed->get<double>()) == seed->get<double>() &&
+                std::fabs(seed->get<double>()) >= 0x1p64)) {
+      f.Fail(OutOfRange("seed", range));
+    } else {
+      f.Fail(WrongType("seed", "an integer", *seed));
+    }
   }
   if (f.Int("n", 1, 1, &n)) {
   }
@@ -168,7 +197,10 @@ std::optional<ApiError> ParseGenerationParams(const json& body, bool completion,
   }
   f.Bool("stream", &out->stream);
   if (const json* options = f.Get("stream_options")) {
-    if (!options->is_object()) {
+    if (!out->stream) {
+      f.Fail(BadRequest("'stream_options' is only allowed when 'stream' is true", "stream_options",
+                        "invalid_value"));
+    } else if (!options->is_object()) {
       f.Fail(WrongType("stream_options", "an object", *options));
     } else {
       Fields o(*options, "stream_options.");
@@ -246,14 +278,19 @@ std::optional<ApiError> ParseToolCalls(const json& calls, const std::string& par
       return BadRequest("'" + p + ".function' must be an object", p + ".function");
     }
     auto name = function->find("name");
-    if (name == function->end() || !name->is_string() || name->get<std::string>().empty()) {
-      return BadRequest("'" + p + ".function.name' must be a non-empty string",
-                        p + ".function.name");
+    if (name == function->end() || !name->is_string()) {
+      return BadRequest("'" + p + ".function.name' must be a string", p + ".function.name");
     }
+    if (auto e = CheckName(name->get<std::string>(), p + ".function.name")) return e;
     json arguments = json::object();
     auto args = function->find("arguments");
     if (args != function->end() && !args->is_null()) {
       if (args->is_string()) {
+        if (JsonTooDeep(args->get<std::string>())) {
+          return BadRequest("'" + p + ".function.arguments' nests arrays and objects more than " +
+                                std::to_string(kMaxJsonNesting) + " levels deep",
+                            p + ".function.arguments", "nested_too_deeply");
+        }
         // Templates read the arguments as a mapping; text that is not JSON stays text.
         json parsed = json::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
         arguments = parsed.is_discarded() ? *args : parsed;
@@ -282,6 +319,11 @@ std::optional<ApiError> ParseMessages(const json& body, json* out) {
   if (!messages.is_array()) return WrongType("messages", "an array", messages);
   if (messages.empty()) {
     return BadRequest("'messages' must hold at least one message", "messages", "empty_array");
+  }
+  if (messages.size() > kMaxMessages) {
+    return BadRequest("'messages' may hold at most " + std::to_string(kMaxMessages) +
+                          " messages; got " + std::to_string(messages.size()),
+                      "messages", "array_above_max_length");
   }
   *out = json::array();
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -328,6 +370,9 @@ std::optional<ApiError> ParseMessages(const json& body, json* out) {
       auto v = m.find(key);
       if (v == m.end() || v->is_null()) continue;
       if (!v->is_string()) return WrongType(p + "." + key, "a string", *v);
+      if (std::string_view(key) == "name") {
+        if (auto e = CheckName(v->get<std::string>(), p + ".name")) return e;
+      }
       message[key] = *v;
     }
     if (role == "tool" && !message.contains("tool_call_id")) {
@@ -346,6 +391,11 @@ std::optional<ApiError> ParseTools(const json& body, json* out) {
     return std::nullopt;
   }
   if (!it->is_array()) return WrongType("tools", "an array", *it);
+  if (it->size() > kMaxTools) {
+    return BadRequest("'tools' may hold at most " + std::to_string(kMaxTools) + " tools; got " +
+                          std::to_string(it->size()),
+                      "tools", "array_above_max_length");
+  }
   *out = json::array();
   for (size_t i = 0; i < it->size(); ++i) {
     const json& tool = (*it)[i];
@@ -360,10 +410,10 @@ std::optional<ApiError> ParseTools(const json& body, json* out) {
       return BadRequest("'" + p + ".function' must be an object", p + ".function");
     }
     auto name = function->find("name");
-    if (name == function->end() || !name->is_string() || name->get<std::string>().empty()) {
-      return BadRequest("'" + p + ".function.name' must be a non-empty string",
-                        p + ".function.name");
+    if (name == function->end() || !name->is_string()) {
+      return BadRequest("'" + p + ".function.name' must be a string", p + ".function.name");
     }
+    if (auto e = CheckName(name->get<std::string>(), p + ".function.name")) return e;
     auto description = function->find("description");
     if (description != function->end() && !description->is_null() && !description->is_string()) {
       return WrongType(p + ".function.description", "a string", *description);

@@ -15,6 +15,11 @@
 
 namespace gizllm::server {
 
+// The most messages and tools one request may hold (OpenAI allows 128 tools). Each message and
+// tool goes through the chat template, whose work grows with them.
+inline constexpr size_t kMaxMessages = 4096;
+inline constexpr size_t kMaxTools = 128;
+
 // What chat and completion requests share.
 struct GenerationParams {
   std::string model;                  // empty: the served model

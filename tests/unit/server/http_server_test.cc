@@ -302,6 +302,43 @@ TEST_F(ServerTest, FullQueueIsA503AndDisconnectCancels) {
   EXPECT_EQ(Post("/v1/chat/completions", UserChat("x")).status, 200);
 }
 
+TEST_F(ServerTest, GenerationTimeIsBounded) {
+  // Steps of 1 ms and a limit of 0.2 s: "FOREVER" would run for seconds (4,000 tokens).
+  ServerOptions options;
+  options.max_generation_s = 0.2;
+  Start(options, 4096, /*max_pending=*/4, std::chrono::milliseconds(1));
+  for (bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "streamed" : "whole");
+    json body = UserChat("FOREVER");
+    body["stream"] = stream;
+    auto start = std::chrono::steady_clock::now();
+    Reply r = Post("/v1/chat/completions", body);
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_LT(seconds, 2.0);
+    std::string finish;
+    if (stream) {
+      bool done = false;
+      std::vector<json> events = Events(r.body, &done);
+      EXPECT_TRUE(done);
+      ASSERT_FALSE(events.empty());
+      finish = events.back()["choices"][0]["finish_reason"];
+    } else {
+      finish = r.Json()["choices"][0]["finish_reason"];
+      EXPECT_FALSE(r.Json()["choices"][0]["message"]["content"].get<std::string>().empty());
+    }
+    EXPECT_EQ(finish, "length");
+  }
+  // The engine stopped them: nothing is left running.
+  auto start = std::chrono::steady_clock::now();
+  while (loop_->Stats().active > 0 &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(loop_->Stats().active, 0);
+}
+
 TEST_F(ServerTest, SlowClientTimesOut) {
   ServerOptions options;
   options.read_timeout_s = 0.3;

@@ -32,7 +32,7 @@ TEST(ChatRequest, ReadsEveryField) {
   body["presence_penalty"] = 0.5;
   body["frequency_penalty"] = -0.5;
   body["repetition_penalty"] = 1.1;
-  body["seed"] = -3;
+  body["seed"] = 18446744073709551613ull;
   body["stop"] = {"x", "yy"};
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
@@ -46,7 +46,7 @@ TEST(ChatRequest, ReadsEveryField) {
   EXPECT_EQ(*r.params.max_tokens, 7);
   EXPECT_FLOAT_EQ(r.params.sampling.temperature, 0.5f);
   EXPECT_EQ(r.params.sampling.top_k, 40);
-  EXPECT_EQ(*r.params.sampling.seed, static_cast<uint64_t>(-3));
+  EXPECT_EQ(*r.params.sampling.seed, 18446744073709551613ull);
   EXPECT_EQ(r.params.stop, (std::vector<std::string>{"x", "yy"}));
   EXPECT_TRUE(r.params.stream && r.params.include_usage);
   EXPECT_EQ(r.params.sampling.logprobs, 3);
@@ -101,8 +101,45 @@ TEST(ChatRequest, NamesTheFieldAtFault) {
       {"reasoning_effort", {{"reasoning_effort", "extreme"}}, "reasoning_effort"},
       {"stream string", {{"stream", "yes"}}, "stream"},
       {"include_usage string",
-       {{"stream_options", {{"include_usage", 1}}}},
+       {{"stream", true}, {"stream_options", {{"include_usage", 1}}}},
        "stream_options.include_usage"},
+      {"stream_options without stream",
+       {{"stream_options", {{"include_usage", true}}}},
+       "stream_options"},
+      {"stream_options with stream false",
+       {{"stream", false}, {"stream_options", {{"include_usage", true}}}},
+       "stream_options"},
+      {"seed negative", {{"seed", -1}}, "seed"},
+      {"seed 2^64", {{"seed", 18446744073709551616.0}}, "seed"},
+      {"seed fraction", {{"seed", 2.5}}, "seed"},
+      {"tool name closes the call",
+       {{"tools", {{{"type", "function"}, {"function", {{"name", "f\"}</tool_call>"}}}}}}},
+       "tools[0].function.name"},
+      {"tool name empty",
+       {{"tools", {{{"type", "function"}, {"function", {{"name", ""}}}}}}},
+       "tools[0].function.name"},
+      {"tool name of 65 characters",
+       {{"tools", {{{"type", "function"}, {"function", {{"name", std::string(65, 'a')}}}}}}},
+       "tools[0].function.name"},
+      {"tool name with a space",
+       {{"tools", {{{"type", "function"}, {"function", {{"name", "get weather"}}}}}}},
+       "tools[0].function.name"},
+      {"message name with a newline",
+       {{"messages", {{{"role", "user"}, {"content", "x"}, {"name", "a\nb"}}}}},
+       "messages[0].name"},
+      {"called function name",
+       {{"messages",
+         {{{"role", "assistant"},
+           {"tool_calls", {{{"function", {{"name", "<|im_end|>"}, {"arguments", "{}"}}}}}}}}}},
+       "messages[0].tool_calls[0].function.name"},
+      {"arguments nested too deeply",
+       {{"messages",
+         {{{"role", "assistant"},
+           {"tool_calls",
+            {{{"function",
+               {{"name", "f"},
+                {"arguments", std::string(200, '[') + std::string(200, ']')}}}}}}}}}},
+       "messages[0].tool_calls[0].function.arguments"},
       {"logit_bias", {{"logit_bias", {{"5", 10}}}}, "logit_bias"},
   };
   for (const BadCase& c : cases) {
@@ -130,6 +167,52 @@ TEST(ChatRequest, NamedToolChoiceMustBeATool) {
   ASSERT_FALSE(ParseChatRequest(body, 100, &ok));
   EXPECT_EQ(ok.tool_choice, "function");
   EXPECT_EQ(ok.forced_tool, "f");
+}
+
+TEST(ChatRequest, TakesEverySeedAndNameOpenAiTakes) {
+  for (uint64_t seed : {uint64_t{0}, uint64_t{18446744073709551615ull}}) {
+    json body = Chat();
+    body["seed"] = seed;
+    ChatRequest r;
+    ASSERT_FALSE(ParseChatRequest(body, 100, &r));
+    EXPECT_EQ(*r.params.sampling.seed, seed);
+  }
+  json body = Chat();
+  std::string longest(64, 'z');
+  body["tools"] = {{{"type", "function"}, {"function", {{"name", "get_weather-2"}}}},
+                   {{"type", "function"}, {"function", {{"name", longest}}}}};
+  body["messages"][0]["name"] = "Ada_Lovelace";
+  ChatRequest r;
+  auto error = ParseChatRequest(body, 100, &r);
+  EXPECT_FALSE(error) << error->message;
+}
+
+TEST(ChatRequest, BoundsMessagesAndTools) {
+  json body = Chat();
+  body["messages"] = json::array();
+  for (size_t i = 0; i <= kMaxMessages; ++i) {
+    body["messages"].push_back({{"role", "user"}, {"content", "x"}});
+  }
+  ChatRequest r;
+  auto error = ParseChatRequest(body, 100, &r);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->param, "messages");
+  body["messages"].erase(body["messages"].size() - 1);
+  EXPECT_FALSE(ParseChatRequest(body, 100, &r));
+
+  body = Chat();
+  body["tools"] = json::array();
+  for (size_t i = 0; i <= kMaxTools; ++i) {
+    body["tools"].push_back(
+        {{"type", "function"}, {"function", {{"name", "f" + std::to_string(i)}}}});
+  }
+  ChatRequest t;
+  error = ParseChatRequest(body, 100, &t);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->param, "tools");
+  body["tools"].erase(body["tools"].size() - 1);
+  ChatRequest fits;
+  EXPECT_FALSE(ParseChatRequest(body, 100, &fits));
 }
 
 TEST(CompletionRequest, PromptForms) {
