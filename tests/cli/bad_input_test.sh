@@ -63,4 +63,10 @@ expect_fail id-not-a-number "--ids" $gz logits --ids 1,x --out "$tmp/x.npy"
 expect_fail bad-device "--device" $gz logits --device tpu --ids 1 --out "$tmp/x.npy"
 expect_fail unwritable-output "$tmp/none/x.npy" $gz logits --ids 1 --out "$tmp/none/x.npy"
 
+# A chat template of a loop inside a loop of 100,000 each fails within its work bound.
+fresh; printf '%s' '{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}' \
+  >"$tmp/m/chat_template.jinja"
+expect_fail template-work-bound "bound of 2000000 steps" bash -c \
+  "echo '{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}' | timeout 60 $gz template --model $tmp/m"
+
 finish
