@@ -166,7 +166,8 @@ Expected<std::unique_ptr<Model>> BpeModel::Make(const Json& j, const ModelText& 
                                                 const std::string& where) {
   auto m = std::make_unique<BpeModel>();
   int32_t max_id = -1;
-  GZ_RETURN_IF_ERROR(ReadIdObject(text.vocab, where + ".vocab", &m->vocab_, &max_id));
+  GZ_RETURN_IF_ERROR(
+      ReadIdObject(text.vocab, text.added_tokens, where + ".vocab", &m->vocab_, &max_id));
   m->tokens_.resize(max_id + 1);
   m->known_.assign(max_id + 1, false);
   m->vocab_.ForEach([&](std::string_view token, int32_t id) {
@@ -280,8 +281,8 @@ Expected<std::unique_ptr<Model>> MakeBpeModel(const Json& j, const ModelText& te
   return BpeModel::Make(j, text, where);
 }
 
-Status ReadIdObject(std::string_view text, const std::string& where, StringIdMap* vocab,
-                    int32_t* max_id) {
+Status ReadIdObject(std::string_view text, int64_t added_tokens, const std::string& where,
+                    StringIdMap* vocab, int32_t* max_id) {
   JsonScanner scan(text);
   if (!scan.Consume('{')) return InvalidArgument("field '" + where + "': expected an object");
   {
@@ -289,8 +290,9 @@ Status ReadIdObject(std::string_view text, const std::string& where, StringIdMap
     vocab->Reserve(quotes / 2, text.size());
   }
   *max_id = -1;
-  std::string token;
-  for (bool first = true; !scan.Consume('}'); first = false) {
+  int64_t entries = 0;
+  std::string token, max_token;
+  for (bool first = true; !scan.Consume('}'); first = false, ++entries) {
     if (!first && !scan.Consume(',')) {
       return InvalidArgument("field '" + where + "': expected ',' or '}' at byte " +
                              std::to_string(scan.pos()));
@@ -302,7 +304,14 @@ Status ReadIdObject(std::string_view text, const std::string& where, StringIdMap
                              "\"]': expected a token and a non-negative integer id");
     }
     vocab->Set(token, static_cast<int32_t>(id));
-    *max_id = std::max(*max_id, static_cast<int32_t>(id));
+    if (id > *max_id) {
+      *max_id = static_cast<int32_t>(id);
+      max_token = token;
+    }
+  }
+  if (*max_id >= IdLimit(entries, added_tokens)) {
+    return IdBeyondVocab(where + "[\"" + max_token + "\"]", max_token, *max_id, entries,
+                         added_tokens);
   }
   return Status::Ok();
 }

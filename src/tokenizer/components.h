@@ -70,12 +70,25 @@ class PostProcessor {
 Expected<std::unique_ptr<Normalizer>> MakeNormalizer(const Json& j, const std::string& where);
 Expected<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const Json& j, const std::string& where);
 Expected<std::unique_ptr<Decoder>> MakeDecoder(const Json& j, const std::string& where);
-Expected<std::unique_ptr<PostProcessor>> MakePostProcessor(const Json& j, const std::string& where);
+// `vocab_size`: ids of special tokens must be below it.
+Expected<std::unique_ptr<PostProcessor>> MakePostProcessor(const Json& j, int64_t vocab_size,
+                                                           const std::string& where);
 // The model's big fields as JSON text (read with a fast scanner, not as a JSON document).
 struct ModelText {
-  std::string_view vocab;   // model.vocab; empty if absent
-  std::string_view merges;  // model.merges; empty if absent
+  std::string_view vocab;    // model.vocab; empty if absent
+  std::string_view merges;   // model.merges; empty if absent
+  int64_t added_tokens = 0;  // how many entries added_tokens has (ids the vocab may leave to them)
 };
+
+// Token ids are dense: in every tokenizer.json we know, each id is below the number of vocab
+// entries plus the number of added tokens. A few ids more (holes) are allowed; an id beyond is an
+// error, since tables indexed by id would grow with it (an id of 2^30 is gigabytes).
+constexpr int64_t kIdSlack = 1024;
+// The first id past what `entries` vocab entries and `added` added tokens may use.
+inline int64_t IdLimit(int64_t entries, int64_t added) { return entries + added + kIdSlack; }
+// The error for `token` of `id` at or past IdLimit(entries, added), naming `where`.
+Status IdBeyondVocab(const std::string& where, std::string_view token, uint64_t id, int64_t entries,
+                     int64_t added);
 // `j` is the model object without its vocab and merges, which come in `text`.
 Expected<std::unique_ptr<Model>> MakeModel(const Json& j, const ModelText& text,
                                            const std::string& where);

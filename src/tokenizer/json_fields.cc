@@ -28,4 +28,12 @@ Expected<bool> GetBool(const Json& j, const char* key, const std::string& where,
   return it->get<bool>();
 }
 
+Status IdBeyondVocab(const std::string& where, std::string_view token, uint64_t id, int64_t entries,
+                     int64_t added) {
+  return InvalidArgument(
+      "field '" + where + "': token '" + std::string(token) + "' has id " + std::to_string(id) +
+      ", beyond the " + std::to_string(entries) + " ids of the vocab and " + std::to_string(added) +
+      " added tokens (ids must be below " + std::to_string(IdLimit(entries, added)) + ")");
+}
+
 }  // namespace gizllm::tok

@@ -19,8 +19,9 @@ Expected<std::unique_ptr<Model>> MakeWordLevelModel(const Json& j, const ModelTe
 Expected<std::unique_ptr<Model>> MakeUnigramModel(const Json& j, const ModelText& text,
                                                   const std::string& where);
 
-// {"token": id, ...} -> vocab; *max_id the highest id (-1 when empty).
-Status ReadIdObject(std::string_view text, const std::string& where, StringIdMap* vocab,
-                    int32_t* max_id);
+// {"token": id, ...} -> vocab; *max_id the highest id (-1 when empty). Fails on an id at or past
+// IdLimit(entries, added_tokens), so that tables of *max_id + 1 entries stay small.
+Status ReadIdObject(std::string_view text, int64_t added_tokens, const std::string& where,
+                    StringIdMap* vocab, int32_t* max_id);
 
 }  // namespace gizllm::tok

@@ -52,17 +52,34 @@ class NoOpProcessor : public PostProcessor {
   void Process(std::vector<std::vector<int32_t>>*, bool) const override {}
 };
 
+// A special token's id as a JSON value: an integer below `vocab_size`.
+Expected<int32_t> ReadSpecialId(const Json& v, std::string_view token, int64_t vocab_size,
+                                const std::string& where) {
+  if (!v.is_number_integer()) return InvalidArgument("field '" + where + "': expected an integer");
+  if ((!v.is_number_unsigned() && v.get<int64_t>() < 0) ||
+      v.get<uint64_t>() >= static_cast<uint64_t>(vocab_size)) {
+    return InvalidArgument("field '" + where + "': special token '" + std::string(token) +
+                           "' has id " + v.dump() + ", outside the vocab of " +
+                           std::to_string(vocab_size) + " ids");
+  }
+  return v.get<int32_t>();
+}
+
 // ["[SEP]", 102] -> 102.
-Expected<int32_t> ReadTokenPair(const Json& j, const char* key, const std::string& where) {
+Expected<int32_t> ReadTokenPair(const Json& j, const char* key, int64_t vocab_size,
+                                const std::string& where) {
   auto it = j.find(key);
-  if (it == j.end() || !it->is_array() || it->size() != 2 || !(*it)[1].is_number_integer()) {
+  if (it == j.end() || !it->is_array() || it->size() != 2 || !(*it)[0].is_string() ||
+      !(*it)[1].is_number_integer()) {
     return InvalidArgument("field '" + where + "." + key + "': expected [token, id]");
   }
-  return (*it)[1].get<int32_t>();
+  return ReadSpecialId((*it)[1], (*it)[0].get<std::string>(), vocab_size,
+                       where + "." + key + "[1]");
 }
 
 Expected<std::vector<TemplateProcessor::Item>> ReadTemplate(const Json& j, const char* key,
                                                             const Json& specials,
+                                                            int64_t vocab_size,
                                                             const std::string& where) {
   std::string field = where + "." + key;
   auto it = j.find(key);
@@ -85,12 +102,12 @@ Expected<std::vector<TemplateProcessor::Item>> ReadTemplate(const Json& j, const
         return InvalidArgument("field '" + at + "': special token '" + id +
                                "' is not in special_tokens");
       }
-      for (const Json& v : (*sp)["ids"]) {
-        if (!v.is_number_integer()) {
-          return InvalidArgument("field '" + where + ".special_tokens." + id +
-                                 ".ids': expected integers");
-        }
-        item.ids.push_back(v.get<int32_t>());
+      const Json& ids = (*sp)["ids"];
+      for (size_t k = 0; k < ids.size(); ++k) {
+        GZ_ASSIGN_OR_RETURN(int32_t token_id, ReadSpecialId(ids[k], id, vocab_size,
+                                                            where + ".special_tokens." + id +
+                                                                ".ids[" + std::to_string(k) + "]"));
+        item.ids.push_back(token_id);
       }
     } else {
       return InvalidArgument("field '" + at + "': expected Sequence or SpecialToken");
@@ -117,21 +134,21 @@ std::vector<TemplateProcessor::Item> Items(std::initializer_list<std::vector<int
 
 }  // namespace
 
-Expected<std::unique_ptr<PostProcessor>> MakePostProcessor(const Json& j,
+Expected<std::unique_ptr<PostProcessor>> MakePostProcessor(const Json& j, int64_t vocab_size,
                                                            const std::string& where) {
   if (j.is_null()) return std::unique_ptr<PostProcessor>();
   std::string type = TypeOf(j);
   if (type == "ByteLevel") return std::unique_ptr<PostProcessor>(new NoOpProcessor());
   if (type == "TemplateProcessing") {
     Json specials = j.contains("special_tokens") ? j["special_tokens"] : Json::object();
-    GZ_ASSIGN_OR_RETURN(auto single, ReadTemplate(j, "single", specials, where));
-    GZ_ASSIGN_OR_RETURN(auto pair, ReadTemplate(j, "pair", specials, where));
+    GZ_ASSIGN_OR_RETURN(auto single, ReadTemplate(j, "single", specials, vocab_size, where));
+    GZ_ASSIGN_OR_RETURN(auto pair, ReadTemplate(j, "pair", specials, vocab_size, where));
     return std::unique_ptr<PostProcessor>(
         new TemplateProcessor(std::move(single), std::move(pair)));
   }
   if (type == "BertProcessing" || type == "RobertaProcessing") {
-    GZ_ASSIGN_OR_RETURN(int32_t sep, ReadTokenPair(j, "sep", where));
-    GZ_ASSIGN_OR_RETURN(int32_t cls, ReadTokenPair(j, "cls", where));
+    GZ_ASSIGN_OR_RETURN(int32_t sep, ReadTokenPair(j, "sep", vocab_size, where));
+    GZ_ASSIGN_OR_RETURN(int32_t cls, ReadTokenPair(j, "cls", vocab_size, where));
     // An empty part stands for the next sequence (A, then B).
     auto single = Items({{cls}, {}, {sep}});
     auto pair = type == "BertProcessing" ? Items({{cls}, {}, {sep}, {}, {sep}})
@@ -146,8 +163,9 @@ Expected<std::unique_ptr<PostProcessor>> MakePostProcessor(const Json& j,
     }
     std::vector<std::unique_ptr<PostProcessor>> parts;
     for (size_t i = 0; i < it->size(); ++i) {
-      GZ_ASSIGN_OR_RETURN(
-          auto part, MakePostProcessor((*it)[i], where + ".processors[" + std::to_string(i) + "]"));
+      GZ_ASSIGN_OR_RETURN(auto part,
+                          MakePostProcessor((*it)[i], vocab_size,
+                                            where + ".processors[" + std::to_string(i) + "]"));
       if (part) parts.push_back(std::move(part));
     }
     return std::unique_ptr<PostProcessor>(new SequenceProcessor(std::move(parts)));

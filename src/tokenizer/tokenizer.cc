@@ -73,27 +73,31 @@ Expected<std::shared_ptr<TokenizerData>> Build(const Json& root, const ModelText
   GZ_ASSIGN_OR_RETURN(data->normalizer, MakeNormalizer(field("normalizer"), "normalizer"));
   GZ_ASSIGN_OR_RETURN(data->pre_tokenizer,
                       MakePreTokenizer(field("pre_tokenizer"), "pre_tokenizer"));
-  if (!field("model").is_object()) return InvalidArgument("field 'model': expected an object");
-  GZ_ASSIGN_OR_RETURN(data->model, MakeModel(field("model"), model_text, "model"));
-  GZ_ASSIGN_OR_RETURN(data->post_processor,
-                      MakePostProcessor(field("post_processor"), "post_processor"));
   GZ_ASSIGN_OR_RETURN(data->decoder, MakeDecoder(field("decoder"), "decoder"));
-  data->vocab_size = data->model->size();
-
   const Json& added = field("added_tokens");
   if (!added.is_null() && !added.is_array()) {
     return InvalidArgument("field 'added_tokens': expected an array");
   }
+  if (!field("model").is_object()) return InvalidArgument("field 'model': expected an object");
+  ModelText text = model_text;
+  text.added_tokens = static_cast<int64_t>(added.size());
+  GZ_ASSIGN_OR_RETURN(data->model, MakeModel(field("model"), text, "model"));
+  data->vocab_size = data->model->size();
+
   for (size_t i = 0; i < added.size(); ++i) {
     const Json& a = added[i];
     std::string where = "added_tokens[" + std::to_string(i) + "]";
     if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
-        a["id"].get<int64_t>() < 0 || a["id"].get<int64_t>() > (1 << 30)) {
+        (!a["id"].is_number_unsigned() && a["id"].get<int64_t>() < 0)) {
       return InvalidArgument("field '" + where + ".id': expected a non-negative id");
     }
     AddedToken t;
-    t.id = a["id"].get<int32_t>();
     GZ_ASSIGN_OR_RETURN(t.content, GetString(a, "content", where));
+    if (uint64_t id = a["id"].get<uint64_t>();
+        id >= static_cast<uint64_t>(IdLimit(data->model->size(), text.added_tokens))) {
+      return IdBeyondVocab(where + ".id", t.content, id, data->model->size(), text.added_tokens);
+    }
+    t.id = a["id"].get<int32_t>();
     GZ_ASSIGN_OR_RETURN(t.special, GetBool(a, "special", where, false));
     GZ_ASSIGN_OR_RETURN(t.single_word, GetBool(a, "single_word", where, false));
     GZ_ASSIGN_OR_RETURN(t.lstrip, GetBool(a, "lstrip", where, false));
@@ -122,6 +126,9 @@ Expected<std::shared_ptr<TokenizerData>> Build(const Json& root, const ModelText
       }
     }
   }
+  // Last: its special tokens' ids must be below the vocab size, added tokens included.
+  GZ_ASSIGN_OR_RETURN(data->post_processor, MakePostProcessor(field("post_processor"),
+                                                              data->vocab_size, "post_processor"));
   return data;
 }
 

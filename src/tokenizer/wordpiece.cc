@@ -57,7 +57,8 @@ class WordPieceModel : public Model {
                                                const std::string& where) {
     auto m = std::make_unique<WordPieceModel>();
     int32_t max_id = -1;
-    GZ_RETURN_IF_ERROR(ReadIdObject(text.vocab, where + ".vocab", &m->vocab_, &max_id));
+    GZ_RETURN_IF_ERROR(
+        ReadIdObject(text.vocab, text.added_tokens, where + ".vocab", &m->vocab_, &max_id));
     m->tokens_.resize(max_id + 1);
     m->known_.assign(max_id + 1, false);
     m->vocab_.ForEach([&](std::string_view token, int32_t id) {

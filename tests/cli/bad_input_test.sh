@@ -58,6 +58,32 @@ expect_fail config-not-json "config.json" $gz info --model "$tmp/m"
 fresh; sed -i 's/"hidden_size": 384/"hidden_size": "wide"/' "$tmp/m/config.json"
 expect_fail config-wrong-type "hidden_size" $gz info --model "$tmp/m"
 
+# edit_json FILE PYTHON: runs PYTHON with the file's JSON as j, then writes it back.
+edit_json() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+path = sys.argv[1]
+j = json.load(open(path))
+exec(sys.argv[2])
+json.dump(j, open(path, "w"))
+PY
+}
+
+# Token ids beyond the vocabulary: an error naming the file, the field, the token and the id, not
+# a table of a billion entries.
+fresh; edit_json "$tmp/m/tokenizer.json" 'j["model"]["vocab"]["the"] = 1000000005'
+expect_fail tokenizer-vocab-id-huge "model.vocab[\"the\"]': token 'the' has id 1000000005" \
+  timeout 60 $gz tokenize --model "$tmp/m" <<<"the end"
+expect_error run-tokenizer-vocab-id-huge "tokenizer.json" \
+  timeout 60 $gz run --model "$tmp/m" --prompt "the end" --max-tokens 2
+fresh; edit_json "$tmp/m/tokenizer.json" 'j["added_tokens"][2]["id"] = 2147483647'
+expect_fail tokenizer-added-id-huge "added_tokens[2].id': token '<|im_end|>' has id 2147483647" \
+  timeout 60 $gz tokenize --model "$tmp/m" <<<"the end"
+fresh; edit_json "$tmp/m/tokenizer.json" \
+  'j["post_processor"] = {"type": "BertProcessing", "sep": ["<|im_end|>", 1000000005], "cls": ["<|im_start|>", 1]}'
+expect_fail tokenizer-special-id-huge "post_processor.sep[1]': special token '<|im_end|>' has id 1000000005" \
+  timeout 60 $gz tokenize --model "$tmp/m" --special <<<"the end"
+
 expect_fail id-out-of-range "8192" $gz logits --ids 1,8192 --out "$tmp/x.npy"
 expect_fail id-not-a-number "--ids" $gz logits --ids 1,x --out "$tmp/x.npy"
 expect_fail bad-device "--device" $gz logits --device tpu --ids 1 --out "$tmp/x.npy"

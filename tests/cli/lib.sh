@@ -26,6 +26,26 @@ expect_fail() {  # expect_fail NAME TEXT COMMAND...
   passed=$((passed + 1))
 }
 
+# expect_error NAME TEXT COMMAND...: as expect_fail, for commands that print progress on stderr
+# before they fail: exit code 1 and the last line (after any \r) contains TEXT.
+expect_error() {
+  local name=$1 text=$2
+  shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  local last
+  last=$(tail -n 1 "$tmp/err" | tr '\r' '\n' | tail -n 1)
+  if [ "$rc" -ne 1 ]; then
+    echo "FAIL $name: exit code $rc, expected 1"; cat "$tmp/err"; failed=$((failed + 1)); return
+  fi
+  if ! grep -qF -- "$text" <<<"$last"; then
+    echo "FAIL $name: the last line on stderr does not name '$text':"; cat "$tmp/err"
+    failed=$((failed + 1)); return
+  fi
+  echo "ok   $name: $last"
+  passed=$((passed + 1))
+}
+
 expect_ok() {  # expect_ok NAME COMMAND... (stdout in $tmp/out)
   local name=$1
   shift

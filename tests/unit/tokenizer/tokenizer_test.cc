@@ -34,12 +34,18 @@ TEST(TokenizerTest, BadJsonNamesTheFile) {
   EXPECT_NE(t.status().message().find("x/tokenizer.json"), std::string::npos);
 }
 
-// tiny-chat's JSON with one field replaced.
-std::string TinyWith(const std::string& pointer, const nlohmann::json& value) {
-  auto text = ReadFile(kTiny);
+// A tokenizer.json with one field replaced.
+std::string FileWith(const std::string& file, const std::string& pointer,
+                     const nlohmann::json& value) {
+  auto text = ReadFile(file);
   auto j = nlohmann::json::parse(*text);
   j[nlohmann::json::json_pointer(pointer)] = value;
   return j.dump();
+}
+
+// tiny-chat's JSON with one field replaced.
+std::string TinyWith(const std::string& pointer, const nlohmann::json& value) {
+  return FileWith(kTiny, pointer, value);
 }
 
 TEST(TokenizerTest, UnknownComponentNamesItsType) {
@@ -66,6 +72,73 @@ TEST(TokenizerTest, UnknownComponentNamesItsType) {
     EXPECT_NE(t.status().message().find(c.expected), std::string::npos) << t.status().message();
     EXPECT_EQ(t.status().message().rfind("tiny.json: ", 0), 0u) << t.status().message();
   }
+}
+
+// An id far beyond the vocabulary is an error naming the file, the field, the token and the id,
+// not a table of a billion entries.
+TEST(TokenizerTest, IdBeyondTheVocabIsAnError) {
+  const std::string golden = testing::kGoldenDir;
+  struct Case {
+    std::string file, pointer;
+    nlohmann::json value;
+    std::string expected;
+  };
+  const Case cases[] = {
+      // tiny-chat: BPE of 8192 ids and 7 added tokens.
+      {kTiny, "/model/vocab/the", 1000000005,
+       "model.vocab[\"the\"]': token 'the' has id 1000000005"},
+      {kTiny, "/model/vocab/the", 9223, "has id 9223"},
+      {golden + "/word-level.json", "/model/vocab/the", 1000000005,
+       "model.vocab[\"the\"]': token 'the' has id 1000000005"},
+      {golden + "/bert-uncased.json", "/model/vocab/the", 1073741824,
+       "model.vocab[\"the\"]': token 'the' has id 1073741824"},
+      {kTiny, "/added_tokens/1/id", 1000000005,
+       "added_tokens[1].id': token '<|im_start|>' has id 1000000005"},
+      {kTiny, "/added_tokens/1/id", 2147483647, "has id 2147483647"},
+      {kTiny, "/added_tokens/1/id", 1000000000000, "has id 1000000000000"},
+      {kTiny, "/added_tokens/1/id", 18446744073709551615u, "has id 18446744073709551615"},
+      {kTiny, "/added_tokens/1/id", -1, "added_tokens[1].id': expected a non-negative id"},
+      {kTiny,
+       "/post_processor",
+       {{"type", "BertProcessing"}, {"sep", {"<|im_end|>", 8192}}, {"cls", {"<|im_start|>", 1}}},
+       "post_processor.sep[1]': special token '<|im_end|>' has id 8192, outside the vocab of 8192"},
+      {kTiny,
+       "/post_processor",
+       {{"type", "BertProcessing"}, {"sep", {"<|im_end|>", 2}}, {"cls", {"<|im_start|>", -1}}},
+       "post_processor.cls[1]': special token '<|im_start|>' has id -1"},
+      {kTiny,
+       "/post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single",
+         {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"pair", nlohmann::json::array()},
+        {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1, 1000000005}}}}}}},
+       "post_processor.special_tokens.<s>.ids[1]': special token '<s>' has id 1000000005"},
+  };
+  for (const Case& c : cases) {
+    auto t = Tokenizer::FromJson(FileWith(c.file, c.pointer, c.value), "bad/tokenizer.json");
+    ASSERT_FALSE(t.ok()) << c.file << c.pointer << " = " << c.value;
+    EXPECT_NE(t.status().message().find(c.expected), std::string::npos) << t.status().message();
+    EXPECT_EQ(t.status().message().rfind("bad/tokenizer.json: ", 0), 0u) << t.status().message();
+  }
+}
+
+// A few ids past the dense range (holes) are allowed; special tokens of the post-processor may
+// be added tokens.
+TEST(TokenizerTest, IdsWithHolesLoad) {
+  for (auto [pointer, value] :
+       {std::pair{"/model/vocab/the", 9222}, std::pair{"/added_tokens/1/id", 9222}}) {
+    auto t = Tokenizer::FromJson(TinyWith(pointer, value), "tiny.json");
+    ASSERT_TRUE(t.ok()) << pointer << ": " << t.status().message();
+    EXPECT_EQ(t->vocab_size(), 9223);
+  }
+  auto t = Tokenizer::FromJson(TinyWith("/post_processor", {{"type", "BertProcessing"},
+                                                            {"sep", {"<|im_end|>", 2}},
+                                                            {"cls", {"<|im_start|>", 1}}}),
+                               "tiny.json");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(*t->Encode("x", /*add_special=*/true), (std::vector<int32_t>{1, t->TokenId("x"), 2}));
 }
 
 TEST(TokenizerTest, EmptyTokenizerFailsCleanly) {
