@@ -9,6 +9,10 @@ namespace gizllm {
 
 enum class LayerKind : uint8_t { kAttention, kRecurrent };
 
+// The most positions config.json may declare (max_position_embeddings): 2^24, beyond every
+// released model (Llama 4 Scout: 10M). A larger value is a mistake, not a context to size for.
+inline constexpr int64_t kMaxContext = int64_t{1} << 24;
+
 // Rotary embedding frequencies, as config.json's rope_type describes them.
 struct Rope {
   std::string type = "default";  // "default", "llama3", "linear"

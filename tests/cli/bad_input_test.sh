@@ -84,6 +84,17 @@ fresh; edit_json "$tmp/m/tokenizer.json" \
 expect_fail tokenizer-special-id-huge "post_processor.sep[1]': special token '<|im_end|>' has id 1000000005" \
   timeout 60 $gz tokenize --model "$tmp/m" --special <<<"the end"
 
+# max_position_embeddings: an integer in [1, 2^24].
+fresh; edit_json "$tmp/m/config.json" 'j["max_position_embeddings"] = 10**18'
+expect_error context-huge 'field "max_position_embeddings": must be in [1, 16777216], got 1000000000000000000' \
+  $gz run --model "$tmp/m" --prompt "In the beginning" --max-tokens 4
+fresh; edit_json "$tmp/m/config.json" 'j["max_position_embeddings"] = 1e18'
+expect_fail context-huge-float "max_position_embeddings" $gz info --model "$tmp/m"
+fresh; edit_json "$tmp/m/config.json" 'j["max_position_embeddings"] = -4096'
+expect_fail context-negative "max_position_embeddings" $gz info --model "$tmp/m"
+fresh; edit_json "$tmp/m/config.json" 'j["max_position_embeddings"] = 2048.5'
+expect_fail context-fraction "max_position_embeddings" $gz info --model "$tmp/m"
+
 expect_fail id-out-of-range "8192" $gz logits --ids 1,8192 --out "$tmp/x.npy"
 expect_fail id-not-a-number "--ids" $gz logits --ids 1,x --out "$tmp/x.npy"
 expect_fail bad-device "--device" $gz logits --device tpu --ids 1 --out "$tmp/x.npy"

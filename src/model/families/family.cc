@@ -62,9 +62,10 @@ Status ReadRope(const ConfigReader& config, const FamilyDefaults& defaults, int 
       return params->Error(StatusCode::kInvalidArgument, "high_freq_factor",
                            "must exceed low_freq_factor, and both must be positive");
     }
-    if (rope->original_context <= 0) {
+    if (rope->original_context <= 0 || rope->original_context > kMaxContext) {
       return params->Error(StatusCode::kInvalidArgument, "original_max_position_embeddings",
-                           "must be positive");
+                           "must be in [1, " + std::to_string(kMaxContext) + "], got " +
+                               std::to_string(rope->original_context));
     }
   } else if (type != "default") {
     return params->Error(StatusCode::kUnimplemented, type_field,
@@ -157,7 +158,8 @@ Expected<int64_t> ConfigReader::Int(std::string_view field) const {
   if (j->is_number_integer()) return j->get<int64_t>();
   if (j->is_number_float()) {
     double d = j->get<double>();
-    if (std::nearbyint(d) == d && std::fabs(d) < 9e15) return static_cast<int64_t>(d);
+    // Below 2^63 in magnitude, so that the conversion is exact; bounds are the caller's.
+    if (std::nearbyint(d) == d && std::fabs(d) < 9.2e18) return static_cast<int64_t>(d);
   }
   return Error(StatusCode::kInvalidArgument, field, "expected an integer, got " + Shown(*j));
 }
@@ -278,9 +280,10 @@ Status ReadDecoder(const ConfigReader& config, const FamilyDefaults& defaults, A
     return config.Error(StatusCode::kInvalidArgument, "rms_norm_eps", "must be in (0, 1)");
   }
   GZ_ASSIGN_OR_RETURN(arch->context, config.Int("max_position_embeddings", defaults.context));
-  if (arch->context <= 0) {
+  if (arch->context <= 0 || arch->context > kMaxContext) {
     return config.Error(StatusCode::kInvalidArgument, "max_position_embeddings",
-                        "must be positive");
+                        "must be in [1, " + std::to_string(kMaxContext) + "], got " +
+                            std::to_string(arch->context));
   }
   GZ_ASSIGN_OR_RETURN(arch->tied_head, config.Bool("tie_word_embeddings", defaults.tied_head));
   // transformers 5 writes "dtype", older versions "torch_dtype".

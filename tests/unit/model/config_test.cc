@@ -415,6 +415,24 @@ TEST(ConfigTest, BadFields) {
   c = Llama31Config();
   c["eos_token_id"] = 128256;
   ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument, {"128256", "vocab"});
+  // max_position_embeddings: an integer in [1, 2^24], the largest accepted.
+  for (json bad : {json(1e18), json(1000000000000000000), json(16777217), json(0), json(-5),
+                   json(4096.5), json("long"), json(1e300)}) {
+    c = Llama31Config();
+    c["max_position_embeddings"] = bad;
+    ExpectError(ParseArch(c, "a/config.json"), StatusCode::kInvalidArgument,
+                {"a/config.json", "max_position_embeddings"});
+  }
+  c = Llama31Config();
+  c["max_position_embeddings"] = 1e18;
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument,
+              {"must be in [1, 16777216], got 1000000000000000000"});
+  c["max_position_embeddings"] = 16777216;
+  EXPECT_EQ(ParseArch(c, "config.json")->context, 16777216);
+  c = Llama31Config();
+  c["rope_scaling"]["original_max_position_embeddings"] = 1e18;
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument,
+              {"rope_scaling.original_max_position_embeddings", "1000000000000000000"});
   c = Llama31Config();
   c.erase("model_type");  // architectures alone is enough
   EXPECT_TRUE(ParseArch(c, "config.json").ok());
