@@ -256,4 +256,58 @@ std::string TensorName(const Arch& arch, TensorRole role, int layer) {
   return family ? family->tensor_name(role, layer) : HfDecoderTensorName(role, layer);
 }
 
+std::vector<int64_t> TensorShape(const Arch& arch, TensorRole role) {
+  const int64_t dim = arch.dim, qd = arch.QDim(), kvd = arch.KvDim(), ffn = arch.ffn;
+  switch (role) {
+    case TensorRole::kEmbed:
+    case TensorRole::kHead:
+      return {arch.vocab, dim};
+    case TensorRole::kFinalNorm:
+    case TensorRole::kAttnNorm:
+    case TensorRole::kFfnNorm:
+    case TensorRole::kOBias:
+    case TensorRole::kDownBias:
+      return {dim};
+    case TensorRole::kQ:
+      return {qd, dim};
+    case TensorRole::kK:
+    case TensorRole::kV:
+      return {kvd, dim};
+    case TensorRole::kO:
+      return {dim, qd};
+    case TensorRole::kQBias:
+      return {qd};
+    case TensorRole::kKBias:
+    case TensorRole::kVBias:
+      return {kvd};
+    case TensorRole::kQNorm:
+    case TensorRole::kKNorm:
+      return {arch.head_dim};
+    case TensorRole::kGate:
+    case TensorRole::kUp:
+      return {ffn, dim};
+    case TensorRole::kDown:
+      return {dim, ffn};
+    case TensorRole::kGateBias:
+    case TensorRole::kUpBias:
+      return {ffn};
+  }
+  return {};
+}
+
+std::string ShapeString(std::span<const int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+Status CheckTensorShape(const std::string& file, const std::string& name,
+                        std::span<const int64_t> shape, std::span<const int64_t> expected) {
+  if (std::equal(shape.begin(), shape.end(), expected.begin(), expected.end())) {
+    return Status::Ok();
+  }
+  return InvalidArgument(file + ": tensor " + name + " has shape " + ShapeString(shape) +
+                         ", expected " + ShapeString(expected));
+}
+
 }  // namespace gizllm

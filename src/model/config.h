@@ -3,8 +3,11 @@
 // tokenizer_config.json; and the names of each family's tensors.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json_fwd.hpp>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "model/arch.h"
@@ -51,5 +54,17 @@ enum class TensorRole {
 // ignored for kEmbed, kFinalNorm and kHead (pass -1). The name is given for every role; whether the
 // tensor exists is what the Arch says (qk_norm, qkv_bias, output_bias, mlp_bias, tied_head).
 std::string TensorName(const Arch& arch, TensorRole role, int layer);
+
+// The shape a tensor of `role` has under `arch`: [outputs, inputs] for the embedding, the head
+// and the linears, [n] for norms and biases.
+std::vector<int64_t> TensorShape(const Arch& arch, TensorRole role);
+
+// "[a, b]".
+std::string ShapeString(std::span<const int64_t> shape);
+
+// The one shape check of every path that reads a checkpoint (load, convert): an error naming the
+// file, the tensor, its shape and the expected one when they differ.
+Status CheckTensorShape(const std::string& file, const std::string& name,
+                        std::span<const int64_t> shape, std::span<const int64_t> expected);
 
 }  // namespace gizllm

@@ -82,46 +82,35 @@ uint64_t NextStepGeneration() {
   return next++;
 }
 
-// Reads a small tensor (norm weight, bias) as float32 on the host.
-Expected<std::vector<float>> ReadVector(const Checkpoint& ckpt, const std::string& name,
-                                        int64_t expected) {
+// Reads a small tensor (norm weight, bias) of shape [n] as float32 on the host.
+Expected<std::vector<float>> ReadVector(const Checkpoint& ckpt, const std::string& dir,
+                                        const std::string& name, int64_t n) {
   const TensorInfo* t = ckpt.Find(name);
-  if (!t) return NotFound("tensor " + name + " is missing");
-  int64_t n = 1;
-  for (int64_t d : t->shape) n *= d;
-  if (n != expected)
-    return InvalidArgument(t->file + ": tensor " + name + " has " + std::to_string(n) +
-                           " elements, expected " + std::to_string(expected));
+  if (!t) return NotFound(dir + ": tensor " + name + " is missing");
+  const int64_t expected[] = {n};
+  GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, t->shape, expected));
+  if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
+    return InvalidArgument(t->file + ": tensor " + name + " has dtype " +
+                           std::string(DTypeName(t->dtype)) + ", expected F32, F16 or BF16");
+  }
   std::vector<float> v(n);
   for (int64_t i = 0; i < n; ++i) {
+    uint16_t h;
     switch (t->dtype) {
       case DType::kF32:
         std::memcpy(&v[i], t->data + 4 * i, 4);
         break;
-      case DType::kBF16: {
-        uint16_t b;
-        std::memcpy(&b, t->data + 2 * i, 2);
-        v[i] = Bf16ToF32(b);
+      case DType::kBF16:
+        std::memcpy(&h, t->data + 2 * i, 2);
+        v[i] = Bf16ToF32(h);
         break;
-      }
-      case DType::kF16: {
-        uint16_t b;
-        std::memcpy(&b, t->data + 2 * i, 2);
-        v[i] = F16ToF32(b);
-        break;
-      }
       default:
-        return InvalidArgument(t->file + ": tensor " + name + " has dtype " +
-                               std::string(DTypeName(t->dtype)) + ", expected F32, F16 or BF16");
+        std::memcpy(&h, t->data + 2 * i, 2);
+        v[i] = F16ToF32(h);
+        break;
     }
   }
   return v;
-}
-
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
 }
 
 }  // namespace
@@ -184,26 +173,27 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     impl.storage.push_back(std::move(buf));
     return p;
   };
-  auto vector = [&](TensorRole role, int layer, int64_t n) -> Expected<const float*> {
+  auto vector = [&](TensorRole role, int layer) -> Expected<const float*> {
     std::string name = TensorName(arch, role, layer);
-    GZ_ASSIGN_OR_RETURN(std::vector<float> host, ReadVector(ckpt, name, n));
+    const int64_t n = TensorShape(arch, role)[0];
+    GZ_ASSIGN_OR_RETURN(std::vector<float> host, ReadVector(ckpt, dir, name, n));
     model->parameters_ += n;
     model->summary_.push_back({name, "f32", {n}, n * 4});
     return upload_floats(host);
   };
   const bool converted = ckpt.metadata().count("gizllm.format_version") > 0;
   // A matrix [rows, cols] as a Weight on the device.
-  auto matrix = [&](TensorRole role, int layer, int64_t rows, int64_t cols) -> Expected<Weight> {
+  auto matrix = [&](TensorRole role, int layer) -> Expected<Weight> {
     std::string name = TensorName(arch, role, layer);
+    const std::vector<int64_t> shape = TensorShape(arch, role);
+    const int64_t rows = shape[0], cols = shape[1];
     const TensorInfo* t = ckpt.Find(name);
     if (!t) return NotFound(dir + ": tensor " + name + " is missing");
     if (converted && role != TensorRole::kEmbed) {
       // A converted folder: the linear's format is in the header's metadata.
       GZ_ASSIGN_OR_RETURN(Weight host, quant::ReadLinear(ckpt, name));
-      if (host.rows != rows || host.cols != cols)
-        return InvalidArgument(t->file + ": linear " + name + " is [" + std::to_string(host.rows) +
-                               ", " + std::to_string(host.cols) + "], expected " +
-                               ShapeString({rows, cols}));
+      const int64_t stored[] = {host.rows, host.cols};
+      GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, stored, shape));
       std::unique_ptr<Buffer> storage;
       GZ_ASSIGN_OR_RETURN(Weight w, be.PrepareWeight(host, &storage));
       if (storage) impl.storage.push_back(std::move(storage));
@@ -212,9 +202,7 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
       model->summary_.push_back({name, FormatName(host.format), {rows, cols}, host.Bytes()});
       return w;
     }
-    if (t->shape.size() != 2 || t->shape[0] != rows || t->shape[1] != cols)
-      return InvalidArgument(t->file + ": tensor " + name + " has shape " + ShapeString(t->shape) +
-                             ", expected " + ShapeString({rows, cols}));
+    GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, t->shape, shape));
     if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32)
       return InvalidArgument(t->file + ": tensor " + name + " has dtype " +
                              std::string(DTypeName(t->dtype)) + ", expected BF16, F16 or F32");
@@ -232,37 +220,37 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     return w;
   };
 
-  const int64_t dim = arch.dim, qd = arch.QDim(), kvd = arch.KvDim(), ffn = arch.ffn;
-  GZ_ASSIGN_OR_RETURN(impl.embed, matrix(TensorRole::kEmbed, -1, arch.vocab, dim));
+  const int64_t dim = arch.dim;
+  GZ_ASSIGN_OR_RETURN(impl.embed, matrix(TensorRole::kEmbed, -1));
   impl.layers.resize(arch.layers);
   for (int l = 0; l < arch.layers; ++l) {
     Layer& L = impl.layers[l];
-    GZ_ASSIGN_OR_RETURN(L.attn_norm, vector(TensorRole::kAttnNorm, l, dim));
-    GZ_ASSIGN_OR_RETURN(L.ffn_norm, vector(TensorRole::kFfnNorm, l, dim));
-    GZ_ASSIGN_OR_RETURN(L.q, matrix(TensorRole::kQ, l, qd, dim));
-    GZ_ASSIGN_OR_RETURN(L.k, matrix(TensorRole::kK, l, kvd, dim));
-    GZ_ASSIGN_OR_RETURN(L.v, matrix(TensorRole::kV, l, kvd, dim));
-    GZ_ASSIGN_OR_RETURN(L.o, matrix(TensorRole::kO, l, dim, qd));
-    GZ_ASSIGN_OR_RETURN(L.gate, matrix(TensorRole::kGate, l, ffn, dim));
-    GZ_ASSIGN_OR_RETURN(L.up, matrix(TensorRole::kUp, l, ffn, dim));
-    GZ_ASSIGN_OR_RETURN(L.down, matrix(TensorRole::kDown, l, dim, ffn));
+    GZ_ASSIGN_OR_RETURN(L.attn_norm, vector(TensorRole::kAttnNorm, l));
+    GZ_ASSIGN_OR_RETURN(L.ffn_norm, vector(TensorRole::kFfnNorm, l));
+    GZ_ASSIGN_OR_RETURN(L.q, matrix(TensorRole::kQ, l));
+    GZ_ASSIGN_OR_RETURN(L.k, matrix(TensorRole::kK, l));
+    GZ_ASSIGN_OR_RETURN(L.v, matrix(TensorRole::kV, l));
+    GZ_ASSIGN_OR_RETURN(L.o, matrix(TensorRole::kO, l));
+    GZ_ASSIGN_OR_RETURN(L.gate, matrix(TensorRole::kGate, l));
+    GZ_ASSIGN_OR_RETURN(L.up, matrix(TensorRole::kUp, l));
+    GZ_ASSIGN_OR_RETURN(L.down, matrix(TensorRole::kDown, l));
     if (arch.qk_norm) {
-      GZ_ASSIGN_OR_RETURN(L.q_norm, vector(TensorRole::kQNorm, l, arch.head_dim));
-      GZ_ASSIGN_OR_RETURN(L.k_norm, vector(TensorRole::kKNorm, l, arch.head_dim));
+      GZ_ASSIGN_OR_RETURN(L.q_norm, vector(TensorRole::kQNorm, l));
+      GZ_ASSIGN_OR_RETURN(L.k_norm, vector(TensorRole::kKNorm, l));
     }
     if (arch.qkv_bias) {
-      GZ_ASSIGN_OR_RETURN(L.q_bias, vector(TensorRole::kQBias, l, qd));
-      GZ_ASSIGN_OR_RETURN(L.k_bias, vector(TensorRole::kKBias, l, kvd));
-      GZ_ASSIGN_OR_RETURN(L.v_bias, vector(TensorRole::kVBias, l, kvd));
+      GZ_ASSIGN_OR_RETURN(L.q_bias, vector(TensorRole::kQBias, l));
+      GZ_ASSIGN_OR_RETURN(L.k_bias, vector(TensorRole::kKBias, l));
+      GZ_ASSIGN_OR_RETURN(L.v_bias, vector(TensorRole::kVBias, l));
     }
     if (arch.output_bias) {
-      GZ_ASSIGN_OR_RETURN(L.o_bias, vector(TensorRole::kOBias, l, dim));
+      GZ_ASSIGN_OR_RETURN(L.o_bias, vector(TensorRole::kOBias, l));
     }
   }
   // A cut model (--layers) has no final norm and head: its logits come from the embedding.
   const bool full = layers == config_layers;
   if (full || ckpt.Find(TensorName(arch, TensorRole::kFinalNorm, -1))) {
-    GZ_ASSIGN_OR_RETURN(impl.final_norm, vector(TensorRole::kFinalNorm, -1, dim));
+    GZ_ASSIGN_OR_RETURN(impl.final_norm, vector(TensorRole::kFinalNorm, -1));
   } else {
     GZ_ASSIGN_OR_RETURN(impl.final_norm, upload_floats(std::vector<float>(dim, 1.0f)));
   }
@@ -272,7 +260,7 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
                       " is missing and config.json does not tie the head to the embedding");
     impl.head = impl.embed;
   } else {
-    GZ_ASSIGN_OR_RETURN(impl.head, matrix(TensorRole::kHead, -1, arch.vocab, dim));
+    GZ_ASSIGN_OR_RETURN(impl.head, matrix(TensorRole::kHead, -1));
   }
   GZ_ASSIGN_OR_RETURN(impl.inv_freq, upload_floats(arch.rope.InvFreq()));
   return model;

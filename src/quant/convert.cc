@@ -263,6 +263,28 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
   for (const auto& [name, format] : linears) {
     if (!ckpt.Find(name)) return NotFound(options.from + ": tensor " + name + " is missing");
   }
+  // Every tensor the model reads has the shape the loader expects: what convert accepts, a load
+  // accepts too.
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (TensorRole role : {TensorRole::kEmbed, TensorRole::kFinalNorm, TensorRole::kHead}) {
+    shapes[TensorName(arch, role, -1)] = TensorShape(arch, role);
+  }
+  for (int l = 0; l < kept; ++l) {
+    for (TensorRole role :
+         {TensorRole::kAttnNorm, TensorRole::kQ, TensorRole::kK, TensorRole::kV, TensorRole::kO,
+          TensorRole::kQBias, TensorRole::kKBias, TensorRole::kVBias, TensorRole::kOBias,
+          TensorRole::kQNorm, TensorRole::kKNorm, TensorRole::kFfnNorm, TensorRole::kGate,
+          TensorRole::kUp, TensorRole::kDown, TensorRole::kGateBias, TensorRole::kUpBias,
+          TensorRole::kDownBias}) {
+      shapes[TensorName(arch, role, l)] = TensorShape(arch, role);
+    }
+  }
+  for (const TensorInfo* t : sources) {
+    if (plan(*t).action == Action::kDrop) continue;
+    if (auto it = shapes.find(t->name); it != shapes.end()) {
+      GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, t->name, t->shape, it->second));
+    }
+  }
   if (lora) {
     for (const std::string& target : lora->Targets()) {
       if (!linears.count(target)) {
@@ -276,8 +298,8 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
   // GPTQ on calibration: every linear to quantize, from one pass of the model (quant/calibrate.h).
   std::map<std::string, QuantizedLinear> calibrated;
   if (options.calibrate) {
-    GZ_ASSIGN_OR_RETURN(calibrated, Calibrate(options, arch, ckpt, linears,
-                                              lora ? &*lora : nullptr, untie, cut ? kept : -1));
+    GZ_ASSIGN_OR_RETURN(calibrated, Calibrate(options, arch, ckpt, linears, lora ? &*lora : nullptr,
+                                              untie, cut ? kept : -1));
     summary.calibrated = static_cast<int64_t>(calibrated.size());
   }
   Output out;

@@ -95,6 +95,36 @@ expect_fail context-negative "max_position_embeddings" $gz info --model "$tmp/m"
 fresh; edit_json "$tmp/m/config.json" 'j["max_position_embeddings"] = 2048.5'
 expect_fail context-fraction "max_position_embeddings" $gz info --model "$tmp/m"
 
+# poison_tensor NAME [shape]: tiny-chat's weights, copied, with element 5 of tensor NAME set to a
+# bf16 NaN, or with "shape", NAME's shape reversed (the same bytes).
+poison_tensor() {
+  rm -f "$tmp/m/model.safetensors"
+  python3 - "$src/model.safetensors" "$tmp/m/model.safetensors" "$1" "${2:-}" <<'PY'
+import json, struct, sys
+source, path, name, how = sys.argv[1:5]
+data = bytearray(open(source, "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+t = header[name]
+begin, end = (8 + n + o for o in t["data_offsets"])
+if how == "shape":
+    t["shape"] = t["shape"][::-1]
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (n - len(text))
+    assert len(text) == n
+    data[8:8 + n] = text
+else:
+    data[begin + 10:begin + 12] = b"\xc0\x7f"
+open(path, "wb").write(data)
+PY
+}
+
+# A tensor of the right size but the wrong shape: load and convert refuse it with one message.
+shape_error="tensor model.layers.0.self_attn.k_proj.weight has shape [384, 128], expected [128, 384]"
+fresh; poison_tensor model.layers.0.self_attn.k_proj.weight shape
+expect_fail wrong-shape-load "$shape_error" $gz logits --model "$tmp/m" --ids 1 --out "$tmp/x.npy"
+expect_fail wrong-shape-convert "$shape_error" $gz convert --from "$tmp/m" --to "$tmp/shape-q8" --bits 8
+
 expect_fail id-out-of-range "8192" $gz logits --ids 1,8192 --out "$tmp/x.npy"
 expect_fail id-not-a-number "--ids" $gz logits --ids 1,x --out "$tmp/x.npy"
 expect_fail bad-device "--device" $gz logits --device tpu --ids 1 --out "$tmp/x.npy"

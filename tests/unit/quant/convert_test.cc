@@ -66,6 +66,11 @@ class ConvertTest : public ::testing::Test {
       Add(p + "mlp.up_proj.weight", {kFfn, kDim}, rng);
       Add(p + "mlp.down_proj.weight", {kDim, kFfn}, rng);
     }
+    WriteSource();
+  }
+
+  // (Re)writes hf/model.safetensors from source_.
+  void WriteSource() {
     std::vector<TensorToWrite> tensors;
     for (auto& [name, t] : source_) {
       tensors.push_back({name, DType::kBF16, t.shape, t.bf16.data(), t.bf16.size() * 2});
@@ -274,6 +279,26 @@ TEST_F(ConvertTest, RejectsBadRequests) {
   EXPECT_FALSE(missing.ok());
   EXPECT_NE(missing.message().find("adapter_config.json"), std::string::npos) << missing.message();
   EXPECT_FALSE(fs::exists(o.to));
+}
+
+// A tensor with the right number of elements but the wrong shape: convert refuses it with the
+// loader's message (model/config.h's CheckTensorShape).
+TEST_F(ConvertTest, RefusesAWrongShape) {
+  source_["model.layers.1.self_attn.k_proj.weight"].shape = {kDim, kHeadDim};
+  WriteSource();
+  Status s = Convert(Options("4", "out")).status();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("hf/model.safetensors: tensor model.layers.1.self_attn.k_proj.weight "
+                             "has shape [128, 64], expected [64, 128]"),
+            std::string::npos)
+      << s.message();
+  source_["model.layers.1.self_attn.k_proj.weight"].shape = {kHeadDim, kDim};
+  source_["model.norm.weight"].shape = {1, kDim};
+  WriteSource();
+  s = Convert(Options("16", "out")).status();
+  EXPECT_NE(s.message().find("tensor model.norm.weight has shape [1, 128], expected [128]"),
+            std::string::npos)
+      << s.message();
 }
 
 TEST_F(ConvertTest, ReadLinearRejectsMismatchedDescriptions) {
