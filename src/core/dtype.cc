@@ -1,5 +1,7 @@
 #include "core/dtype.h"
 
+#include <algorithm>
+
 namespace gizllm {
 
 size_t DTypeSize(DType t) {
@@ -95,6 +97,45 @@ uint16_t F32ToF16(float f) {
   uint32_t rem = mant & 0x1fffu;
   if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;
   return static_cast<uint16_t>(half);
+}
+
+namespace {
+
+// NaN and infinity are the values whose exponent bits are all ones.
+template <typename T>
+int64_t FirstAllOnesExponent(const uint8_t* data, int64_t count, T exponent) {
+  constexpr int64_t kChunk = 1024;
+  auto bad = [&](int64_t i) {
+    T v;
+    std::memcpy(&v, data + i * sizeof(T), sizeof(T));
+    return static_cast<uint32_t>((v & exponent) == exponent);
+  };
+  for (int64_t c = 0; c < count; c += kChunk) {
+    const int64_t end = std::min(count, c + kChunk);
+    uint32_t any = 0;
+    for (int64_t i = c; i < end; ++i) any |= bad(i);
+    if (any == 0) continue;
+    for (int64_t i = c; i < end; ++i) {
+      if (bad(i)) return i;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t FirstNonFinite(const void* data, DType type, int64_t count) {
+  const uint8_t* bytes = static_cast<const uint8_t*>(data);
+  switch (type) {
+    case DType::kF32:
+      return FirstAllOnesExponent<uint32_t>(bytes, count, 0x7f800000u);
+    case DType::kF16:
+      return FirstAllOnesExponent<uint16_t>(bytes, count, 0x7c00u);
+    case DType::kBF16:
+      return FirstAllOnesExponent<uint16_t>(bytes, count, 0x7f80u);
+    default:
+      return -1;
+  }
 }
 
 }  // namespace gizllm

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string_view>
 
 namespace gizllm {
@@ -31,5 +32,13 @@ inline uint16_t F32ToBf16(float f) {
 
 float F16ToF32(uint16_t h);
 uint16_t F32ToF16(float f);
+
+// The index of the first NaN or infinity among `count` values of type `type` at `data`, or -1
+// when every value is finite (always -1 for the integer types). Reads memory at about its
+// bandwidth: a chunk's flags are or-ed first and only a chunk with one is searched.
+int64_t FirstNonFinite(const void* data, DType type, int64_t count);
+inline int64_t FirstNonFinite(std::span<const float> x) {
+  return FirstNonFinite(x.data(), DType::kF32, static_cast<int64_t>(x.size()));
+}
 
 }  // namespace gizllm

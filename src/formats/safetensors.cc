@@ -1,7 +1,9 @@
 #include "formats/safetensors.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -124,6 +126,27 @@ int64_t TensorInfo::Elements() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+Status CheckFinite(const TensorInfo& t) {
+  const int64_t bad = FirstNonFinite(t.data, t.dtype, t.Elements());
+  if (bad < 0) return Status::Ok();
+  float value = 0.0f;
+  if (t.dtype == DType::kF32) {
+    std::memcpy(&value, t.data + 4 * bad, 4);
+  } else {
+    uint16_t h;
+    std::memcpy(&h, t.data + 2 * bad, 2);
+    value = t.dtype == DType::kBF16 ? Bf16ToF32(h) : F16ToF32(h);
+  }
+  const std::string what = std::isnan(value) ? "NaN" : value > 0 ? "+inf" : "-inf";
+  std::string at = std::to_string(bad);
+  if (t.shape.size() == 2) {
+    at += " (row " + std::to_string(bad / t.shape[1]) + ", column " +
+          std::to_string(bad % t.shape[1]) + ")";
+  }
+  return InvalidArgument(t.file + ": tensor " + t.name + " holds " + what + " at element " + at +
+                         "; its weights are corrupt");
 }
 
 Expected<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {

@@ -31,6 +31,10 @@ struct TensorInfo {
   int64_t Elements() const;
 };
 
+// An error naming the file, the tensor and the element when a float tensor (F32, F16, BF16) holds
+// a NaN or an infinity: a model with one writes nonsense, it does not fail by itself.
+Status CheckFinite(const TensorInfo& t);
+
 // One memory-mapped .safetensors file. Pointers into it (TensorInfo, data) stay valid while the
 // object lives, also after it is moved.
 class SafetensorsFile {

@@ -82,7 +82,8 @@ uint64_t NextStepGeneration() {
   return next++;
 }
 
-// Reads a small tensor (norm weight, bias) of shape [n] as float32 on the host.
+// Reads a small tensor (norm weight, bias) of shape [n] as float32 on the host. Small enough to
+// check that every value is finite at each load.
 Expected<std::vector<float>> ReadVector(const Checkpoint& ckpt, const std::string& dir,
                                         const std::string& name, int64_t n) {
   const TensorInfo* t = ckpt.Find(name);
@@ -93,6 +94,7 @@ Expected<std::vector<float>> ReadVector(const Checkpoint& ckpt, const std::strin
     return InvalidArgument(t->file + ": tensor " + name + " has dtype " +
                            std::string(DTypeName(t->dtype)) + ", expected F32, F16 or BF16");
   }
+  GZ_RETURN_IF_ERROR(CheckFinite(*t));
   std::vector<float> v(n);
   for (int64_t i = 0; i < n; ++i) {
     uint16_t h;
@@ -183,6 +185,8 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   };
   const bool converted = ckpt.metadata().count("gizllm.format_version") > 0;
   // A matrix [rows, cols] as a Weight on the device.
+  // Matrices are not scanned for NaN at load (a full read of every weight); a non-finite logit
+  // stops the request that meets one instead.
   auto matrix = [&](TensorRole role, int layer) -> Expected<Weight> {
     std::string name = TensorName(arch, role, layer);
     const std::vector<int64_t> shape = TensorShape(arch, role);

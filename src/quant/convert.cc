@@ -263,8 +263,8 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
   for (const auto& [name, format] : linears) {
     if (!ckpt.Find(name)) return NotFound(options.from + ": tensor " + name + " is missing");
   }
-  // Every tensor the model reads has the shape the loader expects: what convert accepts, a load
-  // accepts too.
+  // Every tensor the model reads has the shape the loader expects, and every tensor written holds
+  // finite values: what convert accepts, a load accepts too.
   std::map<std::string, std::vector<int64_t>> shapes;
   for (TensorRole role : {TensorRole::kEmbed, TensorRole::kFinalNorm, TensorRole::kHead}) {
     shapes[TensorName(arch, role, -1)] = TensorShape(arch, role);
@@ -284,6 +284,7 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
     if (auto it = shapes.find(t->name); it != shapes.end()) {
       GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, t->name, t->shape, it->second));
     }
+    GZ_RETURN_IF_ERROR(CheckFinite(*t));
   }
   if (lora) {
     for (const std::string& target : lora->Targets()) {

@@ -132,6 +132,8 @@ Expected<bool> LoraAdapter::Merge(const std::string& weight_name, float* w, int6
                            std::to_string(p.a->shape[1]) + "], the weight is [" +
                            std::to_string(rows) + ", " + std::to_string(cols) + "]");
   }
+  GZ_RETURN_IF_ERROR(CheckFinite(*p.a));
+  GZ_RETURN_IF_ERROR(CheckFinite(*p.b));
   GZ_ASSIGN_OR_RETURN(std::vector<float> a, ReadFloats(*p.a));  // [r, cols]
   GZ_ASSIGN_OR_RETURN(std::vector<float> b, ReadFloats(*p.b));  // [rows, r]
   const float s = static_cast<float>(scale_);

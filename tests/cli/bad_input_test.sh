@@ -125,6 +125,18 @@ fresh; poison_tensor model.layers.0.self_attn.k_proj.weight shape
 expect_fail wrong-shape-load "$shape_error" $gz logits --model "$tmp/m" --ids 1 --out "$tmp/x.npy"
 expect_fail wrong-shape-convert "$shape_error" $gz convert --from "$tmp/m" --to "$tmp/shape-q8" --bits 8
 
+# Non-finite weights: a norm (read whole at load) is refused at load and by convert, naming it.
+fresh; poison_tensor model.layers.3.post_attention_layernorm.weight
+expect_fail nan-norm-load "model.layers.3.post_attention_layernorm.weight holds NaN at element 5" \
+  $gz logits --model "$tmp/m" --ids 1,2 --out "$tmp/x.npy"
+expect_fail nan-norm-convert "model.layers.3.post_attention_layernorm.weight holds NaN at element 5" \
+  $gz convert --from "$tmp/m" --to "$tmp/nan-q8" --bits 8
+check nan-norm-convert-no-output test ! -e "$tmp/nan-q8"
+# A linear (not scanned at load): convert refuses it.
+fresh; poison_tensor model.layers.2.mlp.down_proj.weight
+expect_fail nan-linear-convert "model.layers.2.mlp.down_proj.weight holds NaN at element 5 (row 0, column 5)" \
+  $gz convert --from "$tmp/m" --to "$tmp/nan-q8" --bits 8
+
 expect_fail id-out-of-range "8192" $gz logits --ids 1,8192 --out "$tmp/x.npy"
 expect_fail id-not-a-number "--ids" $gz logits --ids 1,x --out "$tmp/x.npy"
 expect_fail bad-device "--device" $gz logits --device tpu --ids 1 --out "$tmp/x.npy"

@@ -2,10 +2,15 @@
 // same rows read one sequence at a time, concurrent greedy requests equal each request alone,
 // and a stored prefix gives the tokens of a cold run while reading only the rest.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "backend/cpu/cpu_isa.h"
@@ -242,6 +247,57 @@ TEST(EngineModel, StoredPrefixGivesColdTokensAndReadsOnlyTheRest) {
       EXPECT_EQ(warm_rows, cold_engine->stats().rows - (40 + 10 - 1));
     }
   }
+}
+
+// A copy of tiny-chat in a temporary folder whose tensor `name` holds a bf16 NaN at element 5.
+class PoisonedModel {
+ public:
+  explicit PoisonedModel(const std::string& name) {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("gizllm_poisoned_" + std::to_string(::getpid()) + "_" + name);
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    for (const char* file :
+         {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}) {
+      std::filesystem::copy_file(std::string(kModel) + "/" + file, dir_ / file);
+    }
+    std::ifstream in(std::string(kModel) + "/model.safetensors", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    const auto header = nlohmann::json::parse(bytes.substr(8, n));
+    const size_t at = 8 + n + header.at(name).at("data_offsets")[0].get<size_t>() + 2 * 5;
+    bytes[at] = '\xc0';  // bf16 0x7fc0, little-endian: a quiet NaN
+    bytes[at + 1] = '\x7f';
+    std::ofstream(dir_ / "model.safetensors", std::ios::binary) << bytes;
+  }
+  ~PoisonedModel() { std::filesystem::remove_all(dir_); }
+  std::string dir() const { return dir_.string(); }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+std::unique_ptr<Model> LoadOnCpu(const std::string& dir, Status* status) {
+  DeviceOptions device;
+  device.device = "cpu";
+  device.threads = 2;
+  auto backend = OpenBackend(device);
+  EXPECT_TRUE(backend.ok()) << backend.status().message();
+  auto m = Model::Load(dir, *backend, LoadOptions{});
+  *status = m.status();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+// A NaN in a norm (small tensors, scanned at every load) stops the load, naming the tensor.
+TEST(EngineModel, NanNormIsRefusedAtLoad) {
+  PoisonedModel poisoned("model.layers.4.input_layernorm.weight");
+  Status status;
+  EXPECT_EQ(LoadOnCpu(poisoned.dir(), &status), nullptr);
+  EXPECT_NE(status.message().find("tensor model.layers.4.input_layernorm.weight holds NaN at "
+                                  "element 5"),
+            std::string::npos)
+      << status.message();
 }
 
 }  // namespace

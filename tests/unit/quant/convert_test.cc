@@ -281,6 +281,40 @@ TEST_F(ConvertTest, RejectsBadRequests) {
   EXPECT_FALSE(fs::exists(o.to));
 }
 
+// Every tensor convert reads is checked: a NaN or an infinity is refused with the tensor's name
+// and where in it, whatever convert would do with the tensor (quantize, keep as bf16, widen to
+// float32, copy).
+TEST_F(ConvertTest, RefusesNonFiniteWeights) {
+  struct Case {
+    std::string name;
+    int64_t element;
+    float value;
+    std::string bits, expected;
+  };
+  const Case cases[] = {
+      {"model.layers.1.mlp.up_proj.weight", 300, NAN, "4",
+       "tensor model.layers.1.mlp.up_proj.weight holds NaN at element 300 (row 2, column 44)"},
+      {"model.layers.0.self_attn.v_proj.weight", 0, INFINITY, "16", "holds +inf at element 0"},
+      {"model.layers.1.self_attn.k_norm.weight", 63, -INFINITY, "8",
+       "tensor model.layers.1.self_attn.k_norm.weight holds -inf at element 63"},
+      {"model.embed_tokens.weight", 5, NAN, "8/16", "tensor model.embed_tokens.weight holds NaN"},
+  };
+  for (const Case& c : cases) {
+    const uint16_t kept = source_[c.name].bf16[c.element];
+    source_[c.name].bf16[c.element] = F32ToBf16(c.value);
+    WriteSource();
+    ConvertOptions o = Options(c.bits, "out");
+    Status s = Convert(o).status();
+    EXPECT_FALSE(s.ok()) << c.name;
+    EXPECT_NE(s.message().find(c.expected), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("hf/model.safetensors"), std::string::npos) << s.message();
+    EXPECT_FALSE(fs::exists(o.to));
+    source_[c.name].bf16[c.element] = kept;
+  }
+  WriteSource();
+  EXPECT_TRUE(Convert(Options("4", "out")).ok());
+}
+
 // A tensor with the right number of elements but the wrong shape: convert refuses it with the
 // loader's message (model/config.h's CheckTensorShape).
 TEST_F(ConvertTest, RefusesAWrongShape) {
