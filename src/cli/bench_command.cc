@@ -169,6 +169,8 @@ int RunBench(const BenchOptions& o) {
     if (!progress.ok()) return Fail(progress.status().message());
     const auto now = Clock::now();
     for (const Progress& p : *progress) {
+      if (!p.status.ok())
+        return Fail("bench: request " + std::to_string(p.id) + ": " + p.status.message());
       Timing& t = timing[p.id];
       if (!p.tokens.empty()) {
         if (!t.first) {

@@ -266,6 +266,7 @@ int Chat(const ChatOptions& o) {
         auto progress = engine.Advance();
         if (!progress.ok()) return Fail(progress.status().message());
         for (const Progress& p : *progress) {
+          if (!p.status.ok()) return Fail("chat: " + p.status.message());
           for (int32_t t : p.tokens) {
             if (generated++ == 0) first = Clock::now();
             for (const OutputEvent& e : parser.Feed(decoder.Push(t))) printer.Print(e);

@@ -56,8 +56,7 @@ int Run(const RunOptions& o) {
   if (static_cast<int64_t>(ids->size()) >= options.context)
     return Fail("prompt: " + std::to_string(ids->size()) + " tokens leave no room in the " +
                 std::to_string(options.context) + "-token context");
-  options.kv_budget_bytes =
-      ((options.context + kPage - 1) / kPage + 1) * (*model)->PageBytes();
+  options.kv_budget_bytes = ((options.context + kPage - 1) / kPage + 1) * (*model)->PageBytes();
   auto engine = Engine::Create(model->get(), options);
   if (!engine.ok()) return Fail(engine.status().message());
 
@@ -77,6 +76,10 @@ int Run(const RunOptions& o) {
     auto progress = (*engine)->Advance();
     if (!progress.ok()) return Fail(progress.status().message());
     for (const Progress& p : *progress) {
+      if (!p.status.ok()) {
+        std::printf("\n");
+        return Fail("run: " + p.status.message());
+      }
       for (int32_t t : p.tokens) {
         if (generated++ == 0) first = Clock::now();
         std::string piece = decoder.Push(t);

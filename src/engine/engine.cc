@@ -177,6 +177,10 @@ Expected<std::vector<std::vector<int32_t>>> Engine::Generate(std::vector<Request
     for (const Progress& p : progress) {
       auto it = index.find(p.id);
       if (it == index.end()) continue;
+      if (!p.status.ok()) {
+        for (const auto& [id, i] : index) Cancel(id);
+        return p.status.Annotate("request " + std::to_string(it->second));
+      }
       out[it->second].insert(out[it->second].end(), p.tokens.begin(), p.tokens.end());
     }
   }
@@ -630,7 +634,13 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
       seq.reported = true;
       out.cached = seq.cached;
     }
-    if (std::find(seq.stop.begin(), seq.stop.end(), token) != seq.stop.end()) {
+    if (token == kNonFiniteToken) {
+      // This request ends; the others of the step go on.
+      out.end = "error";
+      out.status = Internal("the logits after " + std::to_string(seq.tokens.size()) +
+                            " tokens hold NaN or infinity: the model's weights hold non-finite "
+                            "values, or its activations overflow");
+    } else if (std::find(seq.stop.begin(), seq.stop.end(), token) != seq.stop.end()) {
       out.end = "stop";
     } else {
       seq.tokens.push_back(token);

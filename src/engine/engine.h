@@ -72,7 +72,8 @@ class Engine {
   bool Cancel(int64_t id);
   bool Busy() const { return !sequences_.empty(); }
 
-  // Runs the requests to completion: the tokens of each, in order, without stop tokens.
+  // Runs the requests to completion: the tokens of each, in order, without stop tokens. A request
+  // that ends in an error cancels the others and returns its Status.
   Expected<std::vector<std::vector<int32_t>>> Generate(std::vector<Request> requests);
 
   // Low level, on slots no request runs in: appends each row's token to its slot at the slot's

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "sampling/sampling.h"
 
 namespace gizllm {
@@ -22,7 +23,8 @@ struct Progress {
   int64_t id = 0;
   std::vector<int32_t> tokens;  // new tokens, without the stop token
   int64_t cached = 0;           // prompt tokens the slot already held (set with the first tokens)
-  std::string end;              // "stop", "length", or "" while it goes on
+  std::string end;              // "stop", "length", "error", or "" while it goes on
+  Status status;                // why it ended, when `end` is "error"
   std::vector<Logprobs> logprobs;  // [tokens.size()] when the request asked for them
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/dtype.h"
 #include "ops/backend.h"
 
 namespace gizllm {
@@ -40,6 +41,11 @@ Expected<std::vector<float>> SequenceLogits(Runner& runner, std::span<const int3
     for (int64_t p = begin; p < end; ++p)
       rows.Push(ids[p], /*slot=*/0, static_cast<int32_t>(p), /*want=*/true);
     GZ_RETURN_IF_ERROR(runner.Step(rows, slot.tables, logits.data() + begin * vocab));
+  }
+  if (const int64_t bad = FirstNonFinite(logits); bad >= 0) {
+    return Internal("the logits at position " + std::to_string(bad / vocab) +
+                    " hold NaN or infinity: the model's weights hold non-finite values, or its "
+                    "activations overflow");
   }
   return logits;
 }

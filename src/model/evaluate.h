@@ -13,7 +13,7 @@ namespace gizllm {
 
 // Logits [ids.size(), vocab] of every position of one sequence, read in chunks of at most
 // `chunk` rows. (Re)allocates the runner's KV pool for the sequence: not for use while an
-// engine drives the runner.
+// engine drives the runner. A NaN or infinite logit is an error naming its position.
 Expected<std::vector<float>> SequenceLogits(Runner& runner, std::span<const int32_t> ids,
                                             int64_t chunk = 256);
 

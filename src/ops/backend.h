@@ -192,7 +192,12 @@ struct SampleRow {
   uint64_t index = 0;  // the draw's counter: output tokens so far
 };
 
-// tokens[r] = the token row r of `logits` picks under params[r].
+// The token a picker gives a row of logits that holds a NaN or +inf, or no finite value (the host
+// Sampler and Backend::Sample alike; -inf alone marks a token as excluded): no token is right
+// there; the model's weights hold non-finite values or its activations overflowed.
+inline constexpr int32_t kNonFiniteToken = -1;
+
+// tokens[r] = the token row r of `logits` picks under params[r], or kNonFiniteToken.
 struct SampleParams {
   int32_t* tokens = nullptr;          // [rows]
   const float* logits = nullptr;      // [rows, vocab]

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
 #include "core/check.h"
+#include "ops/backend.h"
 
 namespace gizllm {
 
@@ -70,6 +72,20 @@ int32_t Argmax(std::span<const float> x) {
     }
   }
   return best;
+}
+
+bool PickableRow(std::span<const float> logits) {
+  // On the bits, so that the loop vectorizes: NaN has an all-ones exponent and a nonzero
+  // mantissa, +inf is 0x7f800000, finite values have an exponent below all ones.
+  uint32_t bad = 0, finite = 0;
+  for (float x : logits) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    const uint32_t magnitude = u & 0x7fffffffu;
+    bad |= static_cast<uint32_t>(magnitude > 0x7f800000u) | static_cast<uint32_t>(u == 0x7f800000u);
+    finite |= static_cast<uint32_t>(magnitude < 0x7f800000u);
+  }
+  return bad == 0 && finite != 0;
 }
 
 Sampler::Sampler(int64_t vocab)
@@ -192,6 +208,7 @@ void Sampler::Distribution(std::span<const float> logits, const Sampling& sampli
 int32_t Sampler::Sample(std::span<const float> logits, const Sampling& sampling, uint64_t seed,
                         std::span<const int32_t> prompt, std::span<const int32_t> output,
                         Logprobs* logprobs) {
+  if (!PickableRow(logits)) return kNonFiniteToken;
   int32_t token = 0;
   if (std::optional<int32_t> greedy = Shape(logits, sampling, prompt, output)) {
     token = *greedy;

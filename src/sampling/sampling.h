@@ -57,6 +57,10 @@ struct Logprobs {
 // number (position 0 when it is NaN or nothing exceeds it). Greedy decoding's pick.
 int32_t Argmax(std::span<const float> x);
 
+// Whether a row of logits can pick a token: no NaN, no +inf, and at least one finite value (-inf
+// excludes a token). A row that cannot picks kNonFiniteToken (ops/backend.h).
+bool PickableRow(std::span<const float> logits);
+
 // Picks tokens from logits. Owns scratch buffers sized for the vocabulary once; not thread safe
 // (one per thread).
 class Sampler {
@@ -71,7 +75,8 @@ class Sampler {
                     std::span<const int32_t> prompt, std::span<const int32_t> output,
                     std::span<float> probs);
 
-  // The next token (steps 1-5). logprobs: filled when sampling.logprobs >= 0, may be null.
+  // The next token (steps 1-5), or kNonFiniteToken (ops/backend.h) when !PickableRow(logits).
+  // logprobs: filled when sampling.logprobs >= 0 and a token is picked, may be null.
   int32_t Sample(std::span<const float> logits, const Sampling& sampling, uint64_t seed,
                  std::span<const int32_t> prompt, std::span<const int32_t> output,
                  Logprobs* logprobs);

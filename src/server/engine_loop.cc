@@ -149,7 +149,8 @@ void EngineLoop::Run() {
             a.completion += static_cast<int64_t>(p.tokens.size());
             a.last_token = now;
           }
-          a.on_progress(p, Status::Ok());
+          // A request that ended in an error (non-finite logits) fails alone.
+          a.on_progress(p, p.status);
           if (!p.end.empty()) Finish(p.id, p.end);
         }
       }

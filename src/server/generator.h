@@ -54,7 +54,8 @@ struct GenerateProgress {
   std::vector<TokenLogprob> logprobs;  // one per token in `tokens` when asked for
   int32_t cached = -1;                 // prompt tokens the slot already held; >= 0 once, when
                                        // the request took its slot
-  std::string end;                     // "stop", "length" or "" (goes on)
+  std::string end;                     // "stop", "length", "error" or "" (goes on)
+  Status status;                       // why it ended, when `end` is "error"
 };
 
 // Engine-wide figures for /metrics.

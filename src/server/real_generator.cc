@@ -34,6 +34,7 @@ Expected<std::vector<GenerateProgress>> EngineGenerator::Advance() {
     g.id = p.id;
     g.tokens = std::move(p.tokens);
     g.end = std::move(p.end);
+    g.status = std::move(p.status);
     if (reported_.insert(p.id).second) g.cached = static_cast<int32_t>(p.cached);
     for (Logprobs& lp : p.logprobs) {
       TokenLogprob t{lp.token, lp.logprob, {}};

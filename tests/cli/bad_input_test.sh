@@ -137,6 +137,23 @@ fresh; poison_tensor model.layers.2.mlp.down_proj.weight
 expect_fail nan-linear-convert "model.layers.2.mlp.down_proj.weight holds NaN at element 5 (row 0, column 5)" \
   $gz convert --from "$tmp/m" --to "$tmp/nan-q8" --bits 8
 
+# The same linear at run time: the commands that run the model stop at the first non-finite
+# logits with an error, not text or a perplexity of nan.
+fresh; poison_tensor model.layers.2.mlp.down_proj.weight
+expect_error nan-linear-run "hold NaN or infinity" \
+  $gz run --model "$tmp/m" --prompt "In the beginning" --max-tokens 4
+expect_error nan-linear-run-greedy "non-finite values" \
+  $gz run --model "$tmp/m" --prompt "In the beginning" --max-tokens 4 --greedy
+expect_fail nan-linear-logits "hold NaN or infinity" \
+  $gz logits --model "$tmp/m" --ids 1,2,3 --out "$tmp/x.npy"
+head -n 2 "$src/heldout.jsonl" >"$tmp/texts.jsonl"
+expect_error nan-linear-perplexity "hold NaN or infinity" \
+  $gz perplexity --model "$tmp/m" --file "$tmp/texts.jsonl" --max-tokens 32
+expect_error nan-linear-chat "hold NaN or infinity" \
+  $gz chat --model "$tmp/m" --max-tokens 4 <<<"hello"
+expect_error nan-linear-bench "hold NaN or infinity" \
+  $gz bench --model "$tmp/m" --requests 2 --prompt-tokens 8 --output-tokens 4 --json
+
 expect_fail id-out-of-range "8192" $gz logits --ids 1,8192 --out "$tmp/x.npy"
 expect_fail id-not-a-number "--ids" $gz logits --ids 1,x --out "$tmp/x.npy"
 expect_fail bad-device "--device" $gz logits --device tpu --ids 1 --out "$tmp/x.npy"

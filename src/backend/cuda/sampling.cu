@@ -115,11 +115,20 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x;
   const int32_t n = static_cast<int32_t>(vocab);
 
+  // A row with a NaN or +inf, or without a finite value, picks kNonFiniteToken as the host
+  // Sampler (PickableRow); the first pass over the row notes it (block votes, no extra pass).
   if (P.temperature == 0.0f) {
     float best = -INFINITY;
     int32_t id = INT32_MAX;
+    int bad = 0, finite = 0;
     for (int32_t i = tid; i < n; i += kThreads) {
+      bad |= isnan(x[i]) || x[i] == INFINITY;
+      finite |= isfinite(x[i]);
       if (id == INT32_MAX || x[i] > best) best = x[i], id = i;  // ascending ids: first is lowest
+    }
+    if (__syncthreads_or(bad) || !__syncthreads_or(finite)) {
+      if (tid == 0) tokens[r] = kNonFiniteToken;
+      return;
     }
     BlockArgmax(best, id, sh.f, sh.i);
     if (tid == 0) tokens[r] = id;
@@ -129,7 +138,16 @@ __global__ void __launch_bounds__(kThreads)
   // d = x / T - max as the host computes it: the quotients first, then their maximum.
   const float t = P.temperature;
   float m = -INFINITY;
-  for (int32_t i = tid; i < n; i += kThreads) m = fmaxf(m, __fdiv_rn(x[i], t));
+  int bad = 0, finite = 0;
+  for (int32_t i = tid; i < n; i += kThreads) {
+    bad |= isnan(x[i]) || x[i] == INFINITY;
+    finite |= isfinite(x[i]);
+    m = fmaxf(m, __fdiv_rn(x[i], t));
+  }
+  if (__syncthreads_or(bad) || !__syncthreads_or(finite)) {
+    if (tid == 0) tokens[r] = kNonFiniteToken;
+    return;
+  }
   m = BlockMax(m, sh.f);
   auto key_of = [&](int32_t i) { return Key(__fsub_rn(__fdiv_rn(x[i], t), m)); };
   auto prob_of = [](uint32_t key) { return exp(static_cast<double>(Unkey(key))); };
@@ -343,8 +361,8 @@ __global__ void __launch_bounds__(kThreads)
 
 void LaunchSample(const SampleParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
-  SampleKernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(p.tokens, p.logits,
-                                                                      p.params, p.vocab);
+  SampleKernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(p.tokens, p.logits, p.params,
+                                                                       p.vocab);
   GZ_CUDA_LAUNCHED();
 }
 

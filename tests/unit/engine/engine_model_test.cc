@@ -15,6 +15,7 @@
 
 #include "backend/cpu/cpu_isa.h"
 #include "engine/engine.h"
+#include "model/evaluate.h"
 #include "model/model.h"
 #include "ops/device.h"
 
@@ -287,6 +288,39 @@ std::unique_ptr<Model> LoadOnCpu(const std::string& dir, Status* status) {
   auto m = Model::Load(dir, *backend, LoadOptions{});
   *status = m.status();
   return m.ok() ? std::move(*m) : nullptr;
+}
+
+// A NaN weight in a linear (not scanned at load) makes every logit NaN: a request ends with an
+// error, not with text, and SequenceLogits fails naming the position.
+TEST(EngineModel, NanWeightEndsTheRequestWithAnError) {
+  PoisonedModel poisoned("model.layers.2.mlp.down_proj.weight");
+  Status status;
+  std::unique_ptr<Model> model = LoadOnCpu(poisoned.dir(), &status);
+  ASSERT_NE(model, nullptr) << status.message();
+  for (float temperature : {0.0f, 0.8f}) {
+    auto engine = MakeEngine(model.get(), 2, 64, 32, 16);
+    ASSERT_NE(engine, nullptr);
+    Request r;
+    r.prompt = {100, 200, 300};
+    r.limit = 8;
+    r.sampling.temperature = temperature;
+    auto id = engine->Add(r);
+    ASSERT_TRUE(id.ok());
+    auto progress = engine->Advance();
+    ASSERT_TRUE(progress.ok()) << progress.status().message();
+    ASSERT_EQ(progress->size(), 1u);
+    EXPECT_EQ((*progress)[0].end, "error");
+    EXPECT_TRUE((*progress)[0].tokens.empty());
+    EXPECT_NE((*progress)[0].status.message().find("NaN or infinity"), std::string::npos)
+        << (*progress)[0].status.message();
+    EXPECT_FALSE(engine->Busy());
+  }
+  const std::vector<int32_t> ids = {100, 200, 300};
+  auto logits = SequenceLogits(*model, ids);
+  ASSERT_FALSE(logits.ok());
+  EXPECT_NE(logits.status().message().find("logits at position 0 hold NaN or infinity"),
+            std::string::npos)
+      << logits.status().message();
 }
 
 // A NaN in a norm (small tensors, scanned at every load) stops the load, naming the tensor.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <random>
 #include <vector>
@@ -305,6 +306,67 @@ TEST(Engine, RunnerPicksTokensOnlyWithoutPenaltiesOrLogprobs) {
     } else {
       // The steps that held request 7 came to the host.
       EXPECT_LT(engine->stats().device_sampled, engine->stats().steps);
+    }
+  }
+}
+
+// A request whose logits hold a NaN or an infinity ends with an error of its own; the requests
+// in the same steps go on to the tokens they get alone. The same whether the host or the runner
+// (as a device would) picks the tokens.
+TEST(Engine, NonFiniteLogitsEndOnlyTheirRequest) {
+  constexpr int32_t kPoison = 5;
+  for (bool picks : {false, true}) {
+    for (float poison :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      FakeRunner runner;
+      runner.picks_tokens = picks;
+      runner.poison_token = kPoison;
+      runner.poison_value = poison;
+      auto engine = MakeEngine(runner, 4, 128, 32, 32);
+      std::mt19937 rng(4);
+      // Prompts without the poisoned token, answers that never meet it.
+      std::vector<Request> clean;
+      while (clean.size() < 2) {
+        Request r = Greedy(RandomPrompt(rng, 6), 12);
+        if (clean.size() == 1) r.sampling.temperature = 0.8f, r.sampling.seed = 99;
+        std::vector<int32_t> all = r.prompt;
+        const auto alone = Alone(r, r.sampling.seed.value_or(0), 128);
+        all.insert(all.end(), alone.begin(), alone.end());
+        if (std::find(all.begin(), all.end(), kPoison) == all.end()) clean.push_back(r);
+      }
+      Request bad = Greedy({9, 8, kPoison}, 12);
+      auto a = engine->Add(clean[0]);
+      auto b = engine->Add(bad);
+      auto c = engine->Add(clean[1]);
+      ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+      std::map<int64_t, std::vector<int32_t>> got;
+      std::map<int64_t, Progress> last;
+      while (engine->Busy()) {
+        auto progress = engine->Advance();
+        ASSERT_TRUE(progress.ok()) << progress.status().message();
+        for (const Progress& p : *progress) {
+          got[p.id].insert(got[p.id].end(), p.tokens.begin(), p.tokens.end());
+          if (!p.end.empty()) last[p.id] = p;
+        }
+      }
+      EXPECT_EQ(last[*b].end, "error");
+      EXPECT_FALSE(last[*b].status.ok());
+      EXPECT_NE(last[*b].status.message().find("NaN or infinity"), std::string::npos)
+          << last[*b].status.message();
+      EXPECT_TRUE(got[*b].empty());
+      for (auto [id, r] : {std::pair{*a, clean[0]}, std::pair{*c, clean[1]}}) {
+        EXPECT_TRUE(last[id].status.ok()) << last[id].status.message();
+        EXPECT_NE(last[id].end, "error");
+        EXPECT_EQ(got[id], Alone(r, r.sampling.seed.value_or(0), 128)) << picks << " " << poison;
+      }
+      EXPECT_TRUE(engine->CheckPages().ok()) << engine->CheckPages().message();
+      // Generate returns the failed request's error.
+      auto out = engine->Generate({clean[0], bad});
+      ASSERT_FALSE(out.ok());
+      EXPECT_NE(out.status().message().find("request 1: the logits after 3 tokens"),
+                std::string::npos)
+          << out.status().message();
+      EXPECT_FALSE(engine->Busy());
     }
   }
 }

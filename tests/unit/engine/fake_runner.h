@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,11 @@ class FakeRunner : public Runner {
     return Status::Ok();
   }
 
+  // A wanted row that reads poison_token gets poison_value as the logit of one token (as a model
+  // with a non-finite weight, or activations that overflow, would give).
+  int32_t poison_token = -1;
+  float poison_value = std::numeric_limits<float>::quiet_NaN();
+
   Status Step(const Rows& rows, const PageTables& tables, float* logits) override {
     std::vector<uint64_t> chains;
     GZ_RETURN_IF_ERROR(Read(rows, tables, &chains));
@@ -46,6 +52,9 @@ class FakeRunner : public Runner {
       const uint64_t h = chains[rows.wanted[w]];
       for (int64_t v = 0; v < arch_.vocab; ++v) {
         logits[w * arch_.vocab + v] = Logit(h, v);
+      }
+      if (rows.tokens[rows.wanted[w]] == poison_token) {
+        logits[w * arch_.vocab + h % arch_.vocab] = poison_value;
       }
     }
     return Status::Ok();

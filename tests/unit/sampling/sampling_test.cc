@@ -10,6 +10,8 @@
 #include <set>
 #include <vector>
 
+#include "ops/backend.h"
+
 namespace gizllm {
 namespace {
 
@@ -112,6 +114,48 @@ TEST(Sampling, ArgmaxIsTheFirstLargest) {
         }
       }
       ASSERT_EQ(Argmax(x), reference(x)) << "n " << n << " trial " << trial;
+    }
+  }
+}
+
+// A NaN or +inf anywhere in the row, or no finite value, picks kNonFiniteToken under every way of
+// sampling (greedy, penalties, top-k/p, logprobs); -inf entries only exclude their tokens.
+TEST(Sampling, NonFiniteRowsPickNoToken) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t vocab : {1, 7, 64, 1000}) {
+    Sampler sampler(vocab);
+    std::mt19937 rng(static_cast<uint32_t>(vocab));
+    std::vector<float> row(vocab);
+    for (float& x : row) x = std::uniform_real_distribution<float>(-5.0f, 5.0f)(rng);
+    std::vector<Sampling> ways(5);
+    ways[0].temperature = 0.0f;
+    ways[1].temperature = 0.0f, ways[1].repetition = 1.3f;
+    ways[2].top_k = 3, ways[2].top_p = 0.9f;
+    ways[3].min_p = 0.1f, ways[3].presence = 0.5f;
+    ways[4].logprobs = 2;
+    const std::vector<int32_t> prompt = {0}, output = {0};
+    for (const Sampling& s : ways) {
+      EXPECT_TRUE(PickableRow(row));
+      EXPECT_GE(sampler.Sample(row, s, 3, prompt, output, nullptr), 0);
+      for (int64_t at : {int64_t{0}, vocab / 2, vocab - 1}) {
+        for (float bad : {nan, -nan, inf}) {
+          std::vector<float> x = row;
+          x[at] = bad;
+          EXPECT_FALSE(PickableRow(x));
+          Logprobs lp;
+          EXPECT_EQ(sampler.Sample(x, s, 3, prompt, output, &lp), kNonFiniteToken)
+              << vocab << " " << at << " " << bad;
+        }
+        if (vocab == 1) continue;  // one -inf entry is the whole row
+        std::vector<float> masked = row;
+        masked[at] = -inf;
+        EXPECT_TRUE(PickableRow(masked));
+        EXPECT_NE(sampler.Sample(masked, s, 3, prompt, output, nullptr), at);
+      }
+      const std::vector<float> none(vocab, -inf);
+      EXPECT_FALSE(PickableRow(none));
+      EXPECT_EQ(sampler.Sample(none, s, 3, prompt, output, nullptr), kNonFiniteToken);
     }
   }
 }

@@ -3,8 +3,9 @@
 // and counters, and logits with many exact ties (where the order's id tie-break matters).
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <random>
 #include <set>
 #include <vector>
@@ -105,6 +106,66 @@ TEST(CudaSample, PicksTheHostSamplersToken) {
   }
   EXPECT_EQ(checked, 3 * 2 * 2 * 36);
   EXPECT_GT(non_greedy_differs, 5);
+}
+
+// Rows with a NaN or +inf anywhere, or no finite value, pick kNonFiniteToken as the host Sampler
+// does (PickableRow), greedy or sampled; -inf entries alone only exclude their tokens. The rows
+// beside them pick as usual.
+TEST(CudaSample, NonFiniteRowsPickNoToken) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(/*exact=*/false);
+  ASSERT_TRUE(backend);
+  std::mt19937 rng(11);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t vocab : {97, 8192}) {
+    // Kinds: 0 clean, 1 NaN, 2 +inf, 3 every entry -inf, 4 some -inf, 5 NaN at the last id.
+    const int kinds = 6;
+    const int64_t rows = 2 * kinds;
+    std::vector<float> logits = Logits(rng, rows, vocab, false, false);
+    std::uniform_int_distribution<int64_t> pick(0, vocab - 2);
+    std::vector<SampleRow> params(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = &logits[r * vocab];
+      switch (r % kinds) {
+        case 1:
+          row[pick(rng)] = nan;
+          break;
+        case 2:
+          row[pick(rng)] = inf;
+          break;
+        case 3:
+          std::fill(row, row + vocab, -inf);
+          break;
+        case 4:
+          row[pick(rng)] = -inf, row[pick(rng)] = -inf;
+          break;
+        case 5:
+          row[vocab - 1] = nan;
+          break;
+      }
+      params[r].temperature = r < kinds ? 0.0f : 0.9f;
+      params[r].top_p = 0.95f;
+      params[r].seed = rng();
+    }
+    DeviceArray<float> x(backend.get(), logits);
+    DeviceArray<SampleRow> p(backend.get(), params);
+    DeviceArray<int32_t> tokens(backend.get(), std::vector<int32_t>(rows, 0));
+    tokens.Poison();
+    backend->Sample({tokens.device(), x.device(), p.device(), rows, vocab});
+    const std::vector<int32_t> got = tokens.Read();
+    Sampler sampler(vocab);
+    for (int64_t r = 0; r < rows; ++r) {
+      Sampling s;
+      s.temperature = params[r].temperature;
+      s.top_p = params[r].top_p;
+      const int32_t want = sampler.Sample(std::span<const float>(&logits[r * vocab], vocab), s,
+                                          params[r].seed, {}, {}, nullptr);
+      const int kind = static_cast<int>(r % kinds);
+      EXPECT_EQ(want == kNonFiniteToken, kind == 1 || kind == 2 || kind == 3 || kind == 5);
+      EXPECT_EQ(got[r], want) << "vocab " << vocab << " row " << r;
+    }
+  }
 }
 
 // The same row under the same seed and counter picks the same token whatever else is in the
