@@ -65,7 +65,13 @@ Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOpt
                            std::to_string(options.context) + " needs " + std::to_string(max_pages));
   }
   if (pages > INT32_MAX) return InvalidArgument("engine kv_budget_bytes: too many pages");
-  GZ_RETURN_IF_ERROR(runner->AllocatePages(static_cast<int32_t>(pages)));
+  // The pool is the one allocation that grows with the context: say which context asked for it.
+  if (Status s = runner->AllocatePages(static_cast<int32_t>(pages)); !s.ok()) {
+    return s.Annotate("KV pages for a context of " + std::to_string(options.context) +
+                      " positions (" + std::to_string(pages) + " pages, " +
+                      std::to_string(pages * page_bytes) +
+                      " bytes; a shorter context needs fewer)");
+  }
   GZ_RETURN_IF_ERROR(runner->Reserve(options.rows, options.slots, max_pages));
   return std::unique_ptr<Engine>(
       new Engine(runner, options, static_cast<int32_t>(pages), max_pages));

@@ -88,6 +88,14 @@ expect_fail tokenizer-special-id-huge "post_processor.sep[1]': special token '<|
 fresh; edit_json "$tmp/m/config.json" 'j["max_position_embeddings"] = 10**18'
 expect_error context-huge 'field "max_position_embeddings": must be in [1, 16777216], got 1000000000000000000' \
   $gz run --model "$tmp/m" --prompt "In the beginning" --max-tokens 4
+# The largest context the config may declare is not what a run allocates: --max-tokens past the
+# memory of the machine (131 GB of KV pages; checked where memory and swap hold under 100 GB)
+# fails to allocate its KV pages, naming the context.
+if [ "$(awk '/^(MemTotal|SwapTotal):/ {s += $2} END {print s}' /proc/meminfo)" -lt 100000000 ]; then
+  fresh; edit_json "$tmp/m/config.json" 'j["max_position_embeddings"] = 16777216'
+  expect_error context-too-long-for-memory "KV pages for a context of 16000001 positions" \
+    $gz run --model "$tmp/m" --device cpu --prompt "hi" --max-tokens 16000000
+fi
 fresh; edit_json "$tmp/m/config.json" 'j["max_position_embeddings"] = 1e18'
 expect_fail context-huge-float "max_position_embeddings" $gz info --model "$tmp/m"
 fresh; edit_json "$tmp/m/config.json" 'j["max_position_embeddings"] = -4096'

@@ -102,6 +102,23 @@ TEST(Engine, CreateChecksOptions) {
   EXPECT_TRUE(Engine::Create(&runner, options).ok());
 }
 
+// A KV pool the runner cannot allocate: the error says which context asked for it.
+TEST(Engine, PoolTooLargeNamesTheContext) {
+  FakeRunner runner;
+  runner.max_pool_pages = 1000;
+  EngineOptions options;
+  options.slots = 2;
+  options.context = 4096;
+  options.kv_budget_bytes = 2000 * runner.PageBytes();
+  auto engine = Engine::Create(&runner, options);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(engine.status().message().find("KV pages for a context of 4096 positions (2000 pages"),
+            std::string::npos)
+      << engine.status().message();
+  EXPECT_NE(engine.status().message().find("fake: cannot allocate 2000 pages"), std::string::npos);
+}
+
 TEST(Engine, AddChecksTheRequest) {
   FakeRunner runner;
   auto engine = MakeEngine(runner, 2, 32, 8, 8);

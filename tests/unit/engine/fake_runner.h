@@ -30,7 +30,12 @@ class FakeRunner : public Runner {
 
   const Arch& arch() const override { return arch_; }
   int64_t PageBytes() const override { return kPage * sizeof(Entry); }
+  // More pages than this fail to allocate, as a pool beyond the device's memory would.
+  int64_t max_pool_pages = int64_t{1} << 24;
   Status AllocatePages(int32_t pages) override {
+    if (pages > max_pool_pages) {
+      return ResourceExhausted("fake: cannot allocate " + std::to_string(pages) + " pages");
+    }
     pool_.assign(static_cast<size_t>(pages) * kPage, Entry{});
     pages_ = pages;
     return Status::Ok();
