@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Writes a Hugging Face folder of a Qwen3-shaped model with random bf16 weights, for end-to-end
+benchmarks (`gizllm bench --model DIR`) on the GPU machine, where no checkpoint can be fetched.
+
+Default shape: Qwen3-8B (hidden 4096, 36 layers, 32 query and 8 kv heads of 128, FFN 12288, vocab
+151936, untied head). Linear weights are N(0, 0.02), norms 1, made on the GPU from a fixed seed and
+written in shards of at most 4 GiB with an index, as transformers saves them. The tokenizer files
+come from --tokenizer (a folder with tokenizer.json and tokenizer_config.json; tokenizer.json.xz
+is read too).
+
+Usage: python3 tools/make_random_hf.py --out DIR --tokenizer DIR [--layers N]
+"""
+import argparse
+import json
+import lzma
+import os
+import shutil
+
+import torch
+from safetensors.torch import save_file
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tokenizer", required=True)
+    ap.add_argument("--layers", type=int, default=36)
+    ap.add_argument("--hidden", type=int, default=4096)
+    ap.add_argument("--ffn", type=int, default=12288)
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--kv-heads", type=int, default=8)
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--vocab", type=int, default=151936)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    h, f, d = args.hidden, args.ffn, args.head_dim
+    config = {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": h,
+        "intermediate_size": f, "num_hidden_layers": args.layers,
+        "num_attention_heads": args.heads, "num_key_value_heads": args.kv_heads, "head_dim": d,
+        "vocab_size": args.vocab, "max_position_embeddings": 40960, "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0, "tie_word_embeddings": False, "hidden_act": "silu",
+        "attention_bias": False, "torch_dtype": "bfloat16", "bos_token_id": 151643,
+        "eos_token_id": 151645, "use_sliding_window": False,
+    }
+    with open(os.path.join(args.out, "config.json"), "w") as fh:
+        json.dump(config, fh, indent=2)
+    with open(os.path.join(args.out, "generation_config.json"), "w") as fh:
+        json.dump({"eos_token_id": [151645, 151643]}, fh)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        src = os.path.join(args.tokenizer, name)
+        if os.path.exists(src):
+            shutil.copy(src, os.path.join(args.out, name))
+        elif os.path.exists(src + ".xz"):
+            with lzma.open(src + ".xz") as fin, open(os.path.join(args.out, name), "wb") as fout:
+                shutil.copyfileobj(fin, fout)
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def rand(*shape):
+        t = torch.empty(*shape, device="cuda", dtype=torch.bfloat16)
+        t.normal_(0.0, 0.02, generator=gen)
+        return t
+
+    def ones(n):
+        return torch.ones(n, device="cuda", dtype=torch.bfloat16)
+
+    shards, current, size = [], {}, 0
+
+    def add(name, t):
+        nonlocal current, size
+        if size + t.numel() * 2 > (4 << 30) and current:
+            shards.append(current)
+            current, size = {}, 0
+        current[name] = t.cpu()
+        size += t.numel() * 2
+
+    add("model.embed_tokens.weight", rand(args.vocab, h))
+    for layer in range(args.layers):
+        p = f"model.layers.{layer}."
+        add(p + "input_layernorm.weight", ones(h))
+        add(p + "self_attn.q_proj.weight", rand(args.heads * d, h))
+        add(p + "self_attn.k_proj.weight", rand(args.kv_heads * d, h))
+        add(p + "self_attn.v_proj.weight", rand(args.kv_heads * d, h))
+        add(p + "self_attn.o_proj.weight", rand(h, args.heads * d))
+        add(p + "self_attn.q_norm.weight", ones(d))
+        add(p + "self_attn.k_norm.weight", ones(d))
+        add(p + "post_attention_layernorm.weight", ones(h))
+        add(p + "mlp.gate_proj.weight", rand(f, h))
+        add(p + "mlp.up_proj.weight", rand(f, h))
+        add(p + "mlp.down_proj.weight", rand(h, f))
+    add("model.norm.weight", ones(h))
+    add("lm_head.weight", rand(args.vocab, h))
+    shards.append(current)
+
+    index = {"metadata": {"total_size": 0}, "weight_map": {}}
+    for i, shard in enumerate(shards):
+        name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, os.path.join(args.out, name), metadata={"format": "pt"})
+        for k, t in shard.items():
+            index["weight_map"][k] = name
+            index["metadata"]["total_size"] += t.numel() * 2
+    with open(os.path.join(args.out, "model.safetensors.index.json"), "w") as fh:
+        json.dump(index, fh, indent=2)
+    print(f"wrote {args.out}: {len(shards)} shards, {index['metadata']['total_size'] / 1e9:.2f} GB")
+
+
+if __name__ == "__main__":
+    main()
