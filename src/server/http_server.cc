@@ -17,7 +17,6 @@
 #include <thread>
 #include <vector>
 
-#include "core/json_nesting.h"
 #include "server/api_error.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -686,15 +685,9 @@ Routed Session::Route(const Request& request) {
     return Routed::Ok(Dump(model));
   }
 
-  if (JsonTooDeep(request.body())) {
-    return Routed::Error(BadRequest("The request body nests arrays and objects more than " +
-                                        std::to_string(kMaxJsonNesting) + " levels deep.",
-                                    "", "nested_too_deeply"));
-  }
-  json body = json::parse(request.body(), nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) {
-    return Routed::Error(
-        BadRequest("The request body is not valid JSON (or not valid UTF-8).", "", "invalid_json"));
+  json body;
+  if (std::optional<ApiError> error = ParseBody(request.body(), &body)) {
+    return Routed::Error(*error);
   }
   if (endpoint_ == "/v1/chat/completions") return PrepareChat(body);
   if (endpoint_ == "/v1/completions") return PrepareCompletion(body);

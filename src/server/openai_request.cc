@@ -429,6 +429,20 @@ std::optional<ApiError> ParseTools(const json& body, json* out) {
 
 }  // namespace
 
+std::optional<ApiError> ParseBody(std::string_view text, json* out) {
+  if (JsonTooDeep(text)) {
+    return BadRequest("The request body nests arrays and objects more than " +
+                          std::to_string(kMaxJsonNesting) + " levels deep.",
+                      "", "nested_too_deeply");
+  }
+  *out = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (out->is_discarded()) {
+    return BadRequest("The request body is not valid JSON (or not valid UTF-8).", "",
+                      "invalid_json");
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseChatRequest(const json& body, int32_t vocab, ChatRequest* out) {
   if (!body.is_object()) return BadRequest("the request body must be a JSON object");
   static const std::set<std::string> kKnown = {"model",

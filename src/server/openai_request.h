@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -19,6 +20,10 @@ namespace gizllm::server {
 // tool goes through the chat template, whose work grows with them.
 inline constexpr size_t kMaxMessages = 4096;
 inline constexpr size_t kMaxTools = 128;
+
+// Parses a request body: JSON nested at most kMaxJsonNesting levels (checked before parsing, so
+// that nothing after it recurses deeper), valid UTF-8.
+std::optional<ApiError> ParseBody(std::string_view text, nlohmann::json* out);
 
 // What chat and completion requests share.
 struct GenerationParams {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/json_nesting.h"
+
 namespace gizllm::server {
 namespace {
 
@@ -213,6 +215,21 @@ TEST(ChatRequest, BoundsMessagesAndTools) {
   body["tools"].erase(body["tools"].size() - 1);
   ChatRequest fits;
   EXPECT_FALSE(ParseChatRequest(body, 100, &fits));
+}
+
+TEST(RequestBody, NestingIsBoundedBeforeParsing) {
+  json body;
+  EXPECT_FALSE(ParseBody("{\"a\": " + std::string(kMaxJsonNesting - 1, '[') +
+                             std::string(kMaxJsonNesting - 1, ']') + "}",
+                         &body));
+  // 500,000 levels: a parsed copy or dump() of it would overflow the stack.
+  std::string deep = "{\"tools\": " + std::string(500000, '[') + std::string(500000, ']') + "}";
+  auto error = ParseBody(deep, &body);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code, "nested_too_deeply");
+  error = ParseBody("{\"a\": ", &body);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code, "invalid_json");
 }
 
 TEST(CompletionRequest, PromptForms) {
