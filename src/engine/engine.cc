@@ -39,6 +39,10 @@ Status EngineOptions::Check() const {
                            ") so every sequence reads a row each step, got " +
                            std::to_string(rows));
   }
+  if (host_prefix_bytes < 0) {
+    return InvalidArgument("engine host_prefix_bytes: expected >= 0, got " +
+                           std::to_string(host_prefix_bytes));
+  }
   if (kv_budget_bytes <= 0) {
     return InvalidArgument("engine kv_budget_bytes: expected > 0, got " +
                            std::to_string(kv_budget_bytes));
@@ -88,9 +92,6 @@ Engine::Engine(Runner* runner, const EngineOptions& options, int32_t pages, int3
       sampler_(runner->arch().vocab),
       tables_(static_cast<size_t>(options.slots) * max_pages, -1),
       logits_(static_cast<size_t>(options.slots) * runner->arch().vocab) {
-  if (options_.host_prefix_bytes < 0) {
-    options_.host_prefix_bytes = runner->PagesInHostMemory() ? 0 : options_.kv_budget_bytes;
-  }
   plan_.reserve(options.slots);
 }
 

@@ -27,10 +27,12 @@ struct EngineOptions {
   int64_t context = 2048;                        // positions of each sequence (prompt and answer)
   int64_t rows = 256;                            // most rows one step reads; at least `slots`
   int64_t kv_budget_bytes = int64_t{256} << 20;  // KV pool: budget / Runner::PageBytes() pages
-  // Host memory for prefixes copied out of the pool when it is full. -1: the KV budget where the
-  // pool is device memory; none where it is host memory already (Runner::PagesInHostMemory: a
-  // copy would hold the same bytes twice; a larger kv_budget_bytes keeps prefixes in place).
-  int64_t host_prefix_bytes = -1;
+  // Host memory for prefixes copied out of the pool when it is full; 0: none, a full pool drops
+  // its least recently used prefixes. Off by default: the copy goes a page and a layer at a
+  // time, and on the H200 it cost 0.2 ms a prompt row, seven times what reading the row again
+  // costs (bench/RESULTS.md). Where the pool is host memory (Runner::PagesInHostMemory) a copy
+  // would hold the same bytes twice: a larger kv_budget_bytes keeps prefixes in place.
+  int64_t host_prefix_bytes = 0;
   // Pick tokens where the logits are (Runner::CanSample) for steps whose requests use no
   // penalties and no logprobs; otherwise the logits come to the host.
   bool device_sampling = true;

@@ -66,6 +66,9 @@ std::unique_ptr<Engine> MakeEngine(FakeRunner& runner, int32_t slots, int64_t co
   options.context = context;
   options.rows = rows;
   options.kv_budget_bytes = pages * runner.PageBytes();
+  // Prefixes pushed out of a full pool go to the host (off by default): the tests below check
+  // that they come back.
+  if (!runner.pages_on_host) options.host_prefix_bytes = options.kv_budget_bytes;
   auto engine = Engine::Create(&runner, options);
   EXPECT_TRUE(engine.ok()) << engine.status().message();
   return std::move(*engine);
@@ -480,19 +483,24 @@ TEST(Engine, StoredPrefixInSlotOrOnHostReadsOnlyTheRest) {
   }
 }
 
-// Where the pool is host memory, a prefix pushed out of it is dropped unless host memory for
-// prefixes is given explicitly; either way the next turn's tokens are a cold run's.
-TEST(Engine, PoolInHostMemoryKeepsNoHostCopiesByDefault) {
-  for (int64_t host_bytes : {int64_t{-1}, int64_t{1} << 20}) {
+// A prefix pushed out of the pool is dropped unless host memory for prefixes is given
+// explicitly, where the pool is host or device memory; either way the next turn's tokens are a
+// cold run's.
+TEST(Engine, PoolKeepsNoHostCopiesByDefault) {
+  for (auto [pages_on_host, host_bytes] :
+       {std::pair{true, int64_t{0}}, std::pair{true, int64_t{1} << 20},
+        std::pair{false, int64_t{0}}, std::pair{false, int64_t{1} << 20}}) {
+    SCOPED_TRACE(std::string(pages_on_host ? "host" : "device") + " pool, host bytes " +
+                 std::to_string(host_bytes));
     std::mt19937 rng(8);
     FakeRunner runner;
-    runner.pages_on_host = true;
+    runner.pages_on_host = pages_on_host;
     EngineOptions options;
     options.slots = 1;
     options.context = 64;
     options.rows = 64;
     options.kv_budget_bytes = 4 * runner.PageBytes();
-    options.host_prefix_bytes = host_bytes;
+    if (host_bytes > 0) options.host_prefix_bytes = host_bytes;
     auto created = Engine::Create(&runner, options);
     ASSERT_TRUE(created.ok()) << created.status().message();
     Engine& engine = **created;
@@ -506,7 +514,7 @@ TEST(Engine, PoolInHostMemoryKeepsNoHostCopiesByDefault) {
     next.prompt.insert(next.prompt.end(), a.tokens.begin(), a.tokens.end());
     Outcome again = RunOne(engine, runner, next);
     EXPECT_EQ(again.tokens, Cold(next, 64).tokens);
-    if (host_bytes < 0) {
+    if (host_bytes == 0) {
       EXPECT_EQ(engine.stats().host_copies, 0);
       EXPECT_EQ(again.cached, 0);
     } else {
