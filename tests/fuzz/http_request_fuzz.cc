@@ -3,6 +3,9 @@
 // another from the same buffer, with the parser's limits and options of Session::Run in
 // server/http_server.cc (whose coroutines clang 14 with libstdc++ 12 does not compile, so it is
 // not linked here), through the synchronous http::read that runs async_read's algorithm.
+//
+// Beast's assertions are on, as in a build without NDEBUG, through the handler below; it lets one
+// pass that is wrong in Boost 1.74 (Debian 12's).
 #include <algorithm>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/error.hpp>
@@ -10,10 +13,36 @@
 #include <boost/beast/http.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <string_view>
 
 #include "fuzz_input.h"
 #include "server/http_server.h"
+
+// BOOST_ENABLE_ASSERT_HANDLER (tests/fuzz/CMakeLists.txt) sends Beast's failed assertions here.
+namespace boost {
+
+void assertion_failed_msg(char const* expr, char const* msg, char const* function, char const* file,
+                          long line) {
+  // Boost 1.74's parse_chunk_header asserts that 5 bytes follow a chunk whose header it has
+  // seen, but a last chunk read a byte at a time ("0\r\n", "\r", "\n") reaches it with 3 or 4;
+  // the code after the assertion asks for more bytes, as it should. Beast fixed the assertion
+  // in Boost 1.86 (boostorg/beast#2861). tests/fuzz/corpus/http_request/beast_last_chunk_bytewise.
+  if (std::string_view(expr) == "n >= 5" &&
+      std::string_view(function).find("parse_chunk_header") != std::string_view::npos) {
+    return;
+  }
+  std::fprintf(stderr, "%s:%ld: %s: assertion failed: %s%s%s\n", file, line, function, expr,
+               msg ? ": " : "", msg ? msg : "");
+  std::abort();
+}
+
+void assertion_failed(char const* expr, char const* function, char const* file, long line) {
+  assertion_failed_msg(expr, nullptr, function, file, line);
+}
+
+}  // namespace boost
 
 namespace {
 
