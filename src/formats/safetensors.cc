@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/json_excerpt.h"
+
 namespace gizllm {
 namespace {
 
@@ -82,7 +84,7 @@ Status ParseEntry(const std::string& name, const json& entry, const uint8_t* dat
     int64_t v;
     if (!ReadNonNegative(d, &v)) {
       return DataLoss(where + ": \"shape\" must hold non-negative integers, got " +
-                      shape_it->dump());
+                      JsonExcerpt(*shape_it, /*limit=*/200));
     }
     t->shape.push_back(v);
   }
@@ -90,8 +92,9 @@ Status ParseEntry(const std::string& name, const json& entry, const uint8_t* dat
   int64_t b = 0, e = 0;
   if (off_it == entry.end() || !off_it->is_array() || off_it->size() != 2 ||
       !ReadNonNegative((*off_it)[0], &b) || !ReadNonNegative((*off_it)[1], &e) || e < b) {
-    return DataLoss(where + ": \"data_offsets\" must be [begin, end] with 0 <= begin <= end, got " +
-                    (off_it == entry.end() ? std::string("nothing") : off_it->dump()));
+    return DataLoss(
+        where + ": \"data_offsets\" must be [begin, end] with 0 <= begin <= end, got " +
+        (off_it == entry.end() ? std::string("nothing") : JsonExcerpt(*off_it, /*limit=*/200)));
   }
   if (static_cast<uint64_t>(e) > data_size) {
     return DataLoss(where + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(e) +

@@ -219,6 +219,22 @@ TEST(SafetensorsTest, RejectsBadFiles) {
 
 // Files as others write them: gaps and padding between tensors, spaces after the header,
 // empty tensors, an empty file of tensors.
+TEST(SafetensorsTest, RejectsHostileHeaders) {
+  TempDir dir;
+  const std::string path = dir.File("deep.safetensors");
+  // A shape or offsets nested a million deep: the error shows their start (dump() of the whole
+  // value recursed a million times and overflowed the stack).
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  WriteBytes(path, Raw(R"({"a":{"dtype":"F32","shape":)" + deep + R"(,"data_offsets":[0,0]}})", 0));
+  Expected<SafetensorsFile> f = SafetensorsFile::Open(path);
+  ExpectError(f, StatusCode::kDataLoss, {path, "\"a\"", "shape", "[[[[[[[[[...]]]]]]]]]"});
+  EXPECT_LT(f.status().message().size(), 400u);
+  WriteBytes(path, Raw(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":)" + deep + "}}", 0));
+  f = SafetensorsFile::Open(path);
+  ExpectError(f, StatusCode::kDataLoss, {path, "\"a\"", "data_offsets", "[[[[[[[[[...]]]]]]]]]"});
+  EXPECT_LT(f.status().message().size(), 400u);
+}
+
 TEST(SafetensorsTest, AcceptsValidVariants) {
   TempDir dir;
   const std::string path = dir.File("ok.safetensors");
