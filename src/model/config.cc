@@ -37,6 +37,13 @@ const Family* FindFamily(std::string_view name) {
   return nullptr;
 }
 
+// Whether object `j` holds the string `text` at `key`. Reads the member in place: a copy (what
+// json::value() returns) recurses as deep as the member nests, and a hostile file nests deep.
+bool HasString(const json& j, const char* key, const std::string& text) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() && it->get_ref<const std::string&>() == text;
+}
+
 Expected<json> ReadJson(const std::string& path) {
   GZ_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   try {
@@ -57,7 +64,7 @@ class TokenLookup {
   Expected<std::optional<int32_t>> Find(const std::string& content) {
     if (const json* decoder = Member(config_, "added_tokens_decoder")) {
       for (auto it = decoder->begin(); it != decoder->end(); ++it) {
-        if (it->is_object() && it->value("content", json()) == content) {
+        if (it->is_object() && HasString(*it, "content", content)) {
           return ParseId(it.key());
         }
       }
@@ -71,9 +78,11 @@ class TokenLookup {
     }
     if (const json* added = Member(tokenizer_, "added_tokens"); added && added->is_array()) {
       for (const json& t : *added) {
-        if (t.is_object() && t.value("content", json()) == content) {
-          const json id = t.value("id", json());
-          if (id.is_number_integer()) return std::optional<int32_t>(id.get<int32_t>());
+        if (t.is_object() && HasString(t, "content", content)) {
+          auto id = t.find("id");
+          if (id != t.end() && id->is_number_integer()) {
+            return std::optional<int32_t>(id->get<int32_t>());
+          }
         }
       }
     }
@@ -195,7 +204,10 @@ Expected<Arch> ParseArch(const json& config, const std::string& file_for_errors)
                             std::string(family->architecture) + ")");
   }
   if (const json* q = reader.Get("quantization_config")) {
-    const std::string method = q->is_object() ? q->value("quant_method", "?") : "?";
+    // Not json::value(), which throws when the member is not a string.
+    auto m = q->is_object() ? q->find("quant_method") : q->end();
+    const std::string method =
+        m != q->end() && m->is_string() ? m->get<std::string>() : std::string("?");
     return reader.Error(StatusCode::kUnimplemented, "quantization_config",
                         "checkpoints quantized by " + method +
                             " are not supported (expected bf16, f16 or f32 weights)");

@@ -4,16 +4,15 @@
 #include <limits>
 #include <optional>
 
+#include "core/json_excerpt.h"
+
 namespace gizllm {
 
 using nlohmann::json;
 
 namespace {
 
-std::string Shown(const json& j) {
-  std::string s = j.dump();
-  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
-}
+std::string Shown(const json& j) { return JsonExcerpt(j, /*limit=*/60); }
 
 // Rotary frequencies. transformers 5 writes rope_parameters {rope_theta, rope_type, factor, ...}
 // (keyed by layer type in models that mix attention kinds); older configs write a top-level

@@ -483,6 +483,38 @@ TEST(ConfigTest, EosUnion) {
               {"tokenizer_config.json", "eos_token", "<|nowhere|>"});
 }
 
+// `inner` inside `depth` arrays, as a hostile file nests it: "[[[...inner...]]]".
+std::string Nested(size_t depth, const std::string& inner) {
+  return std::string(depth, '[') + inner + std::string(depth, ']');
+}
+
+TEST(ConfigTest, HostileValues) {
+  // A field nested a million deep is an error that shows its start (no recursion through it).
+  json c = Llama31Config();
+  c["hidden_act"] = json::parse(Nested(1000000, "1"));
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument,
+              {"hidden_act", "[[[[[[[[[...]]]]]]]]]"});
+  EXPECT_LT(ParseArch(c, "config.json").status().message().size(), 200u);
+
+  // A quant_method that is not a string is named by "?", not thrown.
+  c = Llama31Config();
+  c["quantization_config"] = {{"quant_method", 4}};
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented,
+              {"quantization_config", "quantized by ?"});
+
+  // Special tokens whose content or id nest a million deep are not found (and not copied).
+  TempDir dir;
+  dir.Write("config.json", Qwen25Config());
+  std::ofstream(fs::path(dir.path()) / "tokenizer_config.json")
+      << R"({"eos_token": "<|end|>", "added_tokens_decoder": {"151644": {"content": )"
+      << Nested(1000000, "0") << "}}}";
+  std::ofstream(fs::path(dir.path()) / "tokenizer.json")
+      << R"({"added_tokens": [{"id": )" << Nested(1000000, "1")
+      << R"(, "content": "<|end|>"}, {"id": 7, "content": )" << Nested(1000000, "2") << "}]}";
+  ExpectError(ReadArch(dir.path()), StatusCode::kInvalidArgument,
+              {"tokenizer_config.json", "eos_token", "<|end|>"});
+}
+
 TEST(ConfigTest, MissingOrBrokenFiles) {
   TempDir dir;
   ExpectError(ReadArch(dir.path()), StatusCode::kNotFound, {dir.path() + "/config.json"});
