@@ -66,13 +66,23 @@ class PostProcessor {
 };
 
 // Factories from the JSON objects of tokenizer.json. `where` names the field for messages, e.g.
-// "pre_tokenizer.pretokenizers[1]". A null JSON value gives a null pointer.
-Expected<std::unique_ptr<Normalizer>> MakeNormalizer(const Json& j, const std::string& where);
-Expected<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const Json& j, const std::string& where);
-Expected<std::unique_ptr<Decoder>> MakeDecoder(const Json& j, const std::string& where);
+// "pre_tokenizer.pretokenizers[1]". A null JSON value gives a null pointer. `depth` counts the
+// Sequences around `j` (CheckSequenceDepth).
+Expected<std::unique_ptr<Normalizer>> MakeNormalizer(const Json& j, const std::string& where,
+                                                     int depth = 0);
+Expected<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const Json& j, const std::string& where,
+                                                         int depth = 0);
+Expected<std::unique_ptr<Decoder>> MakeDecoder(const Json& j, const std::string& where,
+                                               int depth = 0);
 // `vocab_size`: ids of special tokens must be below it.
 Expected<std::unique_ptr<PostProcessor>> MakePostProcessor(const Json& j, int64_t vocab_size,
-                                                           const std::string& where);
+                                                           const std::string& where,
+                                                           int depth = 0);
+// A Sequence at `depth` Sequences deep: an error past kMaxSequenceDepth. Each level is a frame of
+// the recursive factories above (and of the destructors), and a hostile file nests a million;
+// real files nest one or two.
+constexpr int kMaxSequenceDepth = 32;
+Status CheckSequenceDepth(int depth, const std::string& where);
 // The model's big fields as JSON text (read with a fast scanner, not as a JSON document).
 struct ModelText {
   std::string_view vocab;    // model.vocab; empty if absent

@@ -259,21 +259,23 @@ Expected<size_t> GetCount(const Json& j, const char* key, const std::string& whe
 
 }  // namespace
 
-Expected<std::unique_ptr<Decoder>> MakeDecoder(const Json& j, const std::string& where) {
+Expected<std::unique_ptr<Decoder>> MakeDecoder(const Json& j, const std::string& where, int depth) {
   if (j.is_null()) return std::unique_ptr<Decoder>();
   std::string type = TypeOf(j);
   if (type == "ByteLevel") return std::unique_ptr<Decoder>(new ByteLevelDecoder());
   if (type == "ByteFallback") return std::unique_ptr<Decoder>(new ByteFallbackDecoder());
   if (type == "Fuse") return std::unique_ptr<Decoder>(new FuseDecoder());
   if (type == "Sequence") {
+    GZ_RETURN_IF_ERROR(CheckSequenceDepth(depth, where));
     auto it = j.find("decoders");
     if (it == j.end() || !it->is_array()) {
       return InvalidArgument("field '" + where + ".decoders': expected an array");
     }
     std::vector<std::unique_ptr<Decoder>> parts;
     for (size_t i = 0; i < it->size(); ++i) {
-      GZ_ASSIGN_OR_RETURN(auto part,
-                          MakeDecoder((*it)[i], where + ".decoders[" + std::to_string(i) + "]"));
+      GZ_ASSIGN_OR_RETURN(
+          auto part,
+          MakeDecoder((*it)[i], where + ".decoders[" + std::to_string(i) + "]", depth + 1));
       if (part) parts.push_back(std::move(part));
     }
     return std::unique_ptr<Decoder>(new SequenceDecoder(std::move(parts)));

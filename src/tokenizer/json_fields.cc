@@ -3,6 +3,12 @@
 
 namespace gizllm::tok {
 
+Status CheckSequenceDepth(int depth, const std::string& where) {
+  if (depth < kMaxSequenceDepth) return Status::Ok();
+  return InvalidArgument("field '" + where + "': Sequences nested more than " +
+                         std::to_string(kMaxSequenceDepth) + " deep");
+}
+
 std::string TypeOf(const Json& j) {
   if (j.is_object()) {
     auto it = j.find("type");

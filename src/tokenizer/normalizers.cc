@@ -240,7 +240,8 @@ Status ReadSplitPattern(const Json& j, const std::string& where, std::string* li
   return ReadPattern(j, where, literal, regex);
 }
 
-Expected<std::unique_ptr<Normalizer>> MakeNormalizer(const Json& j, const std::string& where) {
+Expected<std::unique_ptr<Normalizer>> MakeNormalizer(const Json& j, const std::string& where,
+                                                     int depth) {
   if (j.is_null()) return std::unique_ptr<Normalizer>();
   std::string type = TypeOf(j);
   if (type == "NFC") return std::unique_ptr<Normalizer>(new FormNormalizer(Nfc));
@@ -251,6 +252,7 @@ Expected<std::unique_ptr<Normalizer>> MakeNormalizer(const Json& j, const std::s
   if (type == "Nmt") return std::unique_ptr<Normalizer>(new NmtNormalizer());
   if (type == "StripAccents") return std::unique_ptr<Normalizer>(new StripAccentsNormalizer());
   if (type == "Sequence") {
+    GZ_RETURN_IF_ERROR(CheckSequenceDepth(depth, where));
     auto it = j.find("normalizers");
     if (it == j.end() || !it->is_array()) {
       return InvalidArgument("field '" + where + ".normalizers': expected an array");
@@ -258,7 +260,8 @@ Expected<std::unique_ptr<Normalizer>> MakeNormalizer(const Json& j, const std::s
     std::vector<std::unique_ptr<Normalizer>> parts;
     for (size_t i = 0; i < it->size(); ++i) {
       GZ_ASSIGN_OR_RETURN(
-          auto part, MakeNormalizer((*it)[i], where + ".normalizers[" + std::to_string(i) + "]"));
+          auto part,
+          MakeNormalizer((*it)[i], where + ".normalizers[" + std::to_string(i) + "]", depth + 1));
       if (part) parts.push_back(std::move(part));
     }
     return std::unique_ptr<Normalizer>(new SequenceNormalizer(std::move(parts)));

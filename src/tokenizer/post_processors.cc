@@ -135,12 +135,16 @@ std::vector<TemplateProcessor::Item> Items(std::initializer_list<std::vector<int
 }  // namespace
 
 Expected<std::unique_ptr<PostProcessor>> MakePostProcessor(const Json& j, int64_t vocab_size,
-                                                           const std::string& where) {
+                                                           const std::string& where,
+                                                           int depth) {
   if (j.is_null()) return std::unique_ptr<PostProcessor>();
   std::string type = TypeOf(j);
   if (type == "ByteLevel") return std::unique_ptr<PostProcessor>(new NoOpProcessor());
   if (type == "TemplateProcessing") {
-    Json specials = j.contains("special_tokens") ? j["special_tokens"] : Json::object();
+    // A reference, not a copy: copying a JSON value recurses as deep as it nests.
+    static const Json kNoSpecials = Json::object();
+    auto found = j.find("special_tokens");
+    const Json& specials = found != j.end() ? *found : kNoSpecials;
     GZ_ASSIGN_OR_RETURN(auto single, ReadTemplate(j, "single", specials, vocab_size, where));
     GZ_ASSIGN_OR_RETURN(auto pair, ReadTemplate(j, "pair", specials, vocab_size, where));
     return std::unique_ptr<PostProcessor>(
@@ -157,6 +161,7 @@ Expected<std::unique_ptr<PostProcessor>> MakePostProcessor(const Json& j, int64_
         new TemplateProcessor(std::move(single), std::move(pair)));
   }
   if (type == "Sequence") {
+    GZ_RETURN_IF_ERROR(CheckSequenceDepth(depth, where));
     auto it = j.find("processors");
     if (it == j.end() || !it->is_array()) {
       return InvalidArgument("field '" + where + ".processors': expected an array");
@@ -165,7 +170,8 @@ Expected<std::unique_ptr<PostProcessor>> MakePostProcessor(const Json& j, int64_
     for (size_t i = 0; i < it->size(); ++i) {
       GZ_ASSIGN_OR_RETURN(auto part,
                           MakePostProcessor((*it)[i], vocab_size,
-                                            where + ".processors[" + std::to_string(i) + "]"));
+                                            where + ".processors[" + std::to_string(i) + "]",
+                                            depth + 1));
       if (part) parts.push_back(std::move(part));
     }
     return std::unique_ptr<PostProcessor>(new SequenceProcessor(std::move(parts)));

@@ -323,18 +323,21 @@ class SequencePreTokenizer : public PreTokenizer {
 
 }  // namespace
 
-Expected<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const Json& j, const std::string& where) {
+Expected<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const Json& j, const std::string& where,
+                                                         int depth) {
   if (j.is_null()) return std::unique_ptr<PreTokenizer>();
   std::string type = TypeOf(j);
   if (type == "Sequence") {
+    GZ_RETURN_IF_ERROR(CheckSequenceDepth(depth, where));
     auto it = j.find("pretokenizers");
     if (it == j.end() || !it->is_array()) {
       return InvalidArgument("field '" + where + ".pretokenizers': expected an array");
     }
     std::vector<std::unique_ptr<PreTokenizer>> parts;
     for (size_t i = 0; i < it->size(); ++i) {
-      GZ_ASSIGN_OR_RETURN(auto part, MakePreTokenizer((*it)[i], where + ".pretokenizers[" +
-                                                                    std::to_string(i) + "]"));
+      GZ_ASSIGN_OR_RETURN(
+          auto part, MakePreTokenizer((*it)[i], where + ".pretokenizers[" + std::to_string(i) + "]",
+                                      depth + 1));
       if (part) parts.push_back(std::move(part));
     }
     return std::unique_ptr<PreTokenizer>(new SequencePreTokenizer(std::move(parts)));

@@ -141,6 +141,49 @@ TEST(TokenizerTest, IdsWithHolesLoad) {
   EXPECT_EQ(*t->Encode("x", /*add_special=*/true), (std::vector<int32_t>{1, t->TokenId("x"), 2}));
 }
 
+// `leaf` inside `depth` Sequences of a component whose parts are in `list`.
+nlohmann::json NestedSequences(int depth, const char* list, const nlohmann::json& leaf) {
+  nlohmann::json j = leaf;
+  for (int i = 0; i < depth; ++i) j = {{"type", "Sequence"}, {list, {j}}};
+  return j;
+}
+
+TEST(TokenizerTest, NestedSequencesAreBounded) {
+  struct Case {
+    const char* pointer;
+    const char* list;
+    nlohmann::json leaf;
+  };
+  const Case cases[] = {
+      {"/normalizer", "normalizers", {{"type", "NFC"}}},
+      {"/pre_tokenizer", "pretokenizers", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+      {"/decoder", "decoders", {{"type", "Fuse"}}},
+      {"/post_processor", "processors", {{"type", "ByteLevel"}}},
+  };
+  for (const Case& c : cases) {
+    auto ok = Tokenizer::FromJson(TinyWith(c.pointer, NestedSequences(32, c.list, c.leaf)), "t");
+    EXPECT_TRUE(ok.ok()) << c.pointer << ": " << ok.status().message();
+    auto deep = Tokenizer::FromJson(TinyWith(c.pointer, NestedSequences(33, c.list, c.leaf)), "t");
+    ASSERT_FALSE(deep.ok()) << c.pointer;
+    EXPECT_NE(deep.status().message().find("Sequences nested more than 32 deep"), std::string::npos)
+        << deep.status().message();
+  }
+  // A million levels (a few megabytes of a hostile file) is the same error, not a stack overflow.
+  std::string text = TinyWith("/normalizer", nullptr);
+  const std::string null_field = "\"normalizer\":null";
+  const size_t at = text.find(null_field);
+  ASSERT_NE(at, std::string::npos);
+  std::string deep;
+  for (int i = 0; i < 1000000; ++i) deep += R"({"type":"Sequence","normalizers":[)";
+  deep += R"({"type":"NFC"})";
+  for (int i = 0; i < 1000000; ++i) deep += "]}";
+  text.replace(at, null_field.size(), "\"normalizer\":" + deep);
+  auto t = Tokenizer::FromJson(text, "t");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("Sequences nested more than 32 deep"), std::string::npos)
+      << t.status().message();
+}
+
 TEST(TokenizerTest, EmptyTokenizerFailsCleanly) {
   Tokenizer empty;
   EXPECT_FALSE(empty.Encode("x").ok());
