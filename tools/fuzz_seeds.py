@@ -82,6 +82,9 @@ def config_seeds():
     qwen3["use_sliding_window"] = True
     qwen3["sliding_window"] = 4096
     write("config", "qwen3_rope_parameters.json", json.dumps(qwen3, indent=2))
+    quantized = dict(configs["qwen2"])
+    quantized["quantization_config"] = {"quant_method": 4, "bits": 4}
+    write("config", "quantized.json", json.dumps(quantized, indent=2))
 
 
 # tokenizer.json: each tokenizer's pipeline with its vocabulary cut to the first ids and the
