@@ -136,6 +136,12 @@ Expected<std::shared_ptr<TokenizerData>> Build(const Json& root, const ModelText
 }  // namespace tok
 
 Expected<Tokenizer> Tokenizer::FromJson(std::string_view json, const std::string& name) {
+  // The scanner below takes the model's strings as they are, and the components after it expect
+  // UTF-8 (the Strip decoder read past a token's end on a cut sequence): the file must be UTF-8,
+  // as nlohmann-json and Hugging Face require of the rest.
+  if (size_t bad = tok::FindInvalidUtf8(json); bad != std::string_view::npos) {
+    return InvalidArgument(name + ": not valid UTF-8 at byte " + std::to_string(bad));
+  }
   // The model's vocab and merges (most of the file) are read by a fast scanner; the rest, with
   // those two replaced by null, as a JSON document.
   tok::ModelText model_text;

@@ -184,6 +184,22 @@ TEST(TokenizerTest, NestedSequencesAreBounded) {
       << t.status().message();
 }
 
+TEST(TokenizerTest, InvalidUtf8FileIsAnError) {
+  // A vocabulary entry that is not UTF-8 (read by the fast scanner, not nlohmann-json): with a
+  // Strip decoder, decoding it read past the token's end.
+  auto text = ReadFile(kTiny);
+  ASSERT_TRUE(text.ok());
+  const size_t vocab = text->find("\"vocab\"");
+  ASSERT_NE(vocab, std::string::npos);
+  const size_t entry = text->find('"', text->find('{', vocab)) + 1;
+  text->insert(entry, "\xe2\x96");
+  auto t = Tokenizer::FromJson(*text, "bad.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("bad.json: not valid UTF-8 at byte " + std::to_string(entry)),
+            std::string::npos)
+      << t.status().message();
+}
+
 TEST(TokenizerTest, EmptyTokenizerFailsCleanly) {
   Tokenizer empty;
   EXPECT_FALSE(empty.Encode("x").ok());
