@@ -79,6 +79,9 @@ ApiError MalformedError(const std::string& why) {
   return BadRequest("Malformed HTTP request: " + why, "", "bad_http_request");
 }
 
+// The most bytes a connection's read buffer holds; Monitor stops reading ahead at half of it.
+constexpr size_t kMaxReadBuffer = size_t{2} << 20;
+
 // The status /metrics counts for a request its client closed before the answer (as nginx does).
 constexpr int kClientClosed = 499;
 
@@ -200,7 +203,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   HttpServer::Impl& server_;
   tcp::socket socket_;
-  beast::flat_buffer buffer_;
+  // Bytes read and not yet parsed: a header (64 KiB at most), a chunk's header line, a pipelined
+  // request. Bounded, or a chunk extension that never ends would grow it without end.
+  beast::flat_buffer buffer_{kMaxReadBuffer};
   net::steady_timer watchdog_;
   uint64_t watchdog_generation_ = 0;
   bool timed_out_ = false;
@@ -239,7 +244,7 @@ void Session::Monitor(std::shared_ptr<Pipe> pipe) {
                             pipe->monitoring = false;
                             if (!ec) {
                               self->buffer_.commit(n);
-                              if (!pipe->finished && self->buffer_.size() < (1 << 20)) {
+                              if (!pipe->finished && self->buffer_.size() < kMaxReadBuffer / 2) {
                                 self->Monitor(pipe);
                                 return;
                               }
@@ -780,6 +785,13 @@ net::awaitable<void> Session::Run() {
     }
     if (ec == http::error::body_limit) {
       ApiError error = TooLargeError(server_.options.max_body_bytes);
+      co_await WriteError(error, /*keep_alive=*/false, 11, endpoint_);
+      break;
+    }
+    if (ec == http::error::buffer_overflow) {
+      // A line of the request (a chunk's header and its extensions) longer than the buffer.
+      ApiError error =
+          MalformedError("a line longer than " + std::to_string(kMaxReadBuffer) + " bytes");
       co_await WriteError(error, /*keep_alive=*/false, 11, endpoint_);
       break;
     }

@@ -60,16 +60,15 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const TinyChat& model = Model();
-  const json body =
-      json::parse(gizllm::fuzz::AsText(data, size), nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return 0;
+  json body;
+  if (server::ParseBody(gizllm::fuzz::AsText(data, size), &body)) return 0;
   const int32_t vocab = static_cast<int32_t>(model.tokenizer.vocab_size());
 
   server::ChatRequest chat;
   if (!server::ParseChatRequest(body, vocab, &chat)) {
     if (chat.tool_choice == "function") {
       chat.input.answer_prefix =
-          "<tool_call>\n{\"name\": \"" + chat.forced_tool + "\", \"arguments\": ";
+          "<tool_call>\n{\"name\": " + json(chat.forced_tool).dump() + ", \"arguments\": ";
     }
     gizllm::Expected<gizllm::ChatPrompt> prompt = RenderChat(model, chat.input);
     if (prompt.ok()) {

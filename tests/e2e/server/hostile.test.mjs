@@ -134,6 +134,10 @@ const cases = [
                 'Transfer-Encoding: chunked\r\n\r\n'),
     ...Array.from({ length: 20 }, () => Buffer.from(`1000\r\n${'y'.repeat(4096)}\r\n`))],
    413, 'request_too_large'],
+  ['a chunk extension that never ends', () => [
+    Buffer.from(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\n` +
+                'Transfer-Encoding: chunked\r\n\r\n1;'),
+    ...Array.from({ length: 40 }, () => Buffer.alloc(1 << 17, 'a'))], 400, 'bad_http_request'],
   ['unknown model', () => post('/v1/chat/completions', chat({ model: 'gpt-17' })), 404,
    'model_not_found', 'model'],
   ['unknown path', () => post('/v1/engines', '{}'), 404, 'not_found'],
