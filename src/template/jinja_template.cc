@@ -35,6 +35,12 @@ enum class Flow { kNormal, kBreak, kContinue };
 class Renderer {
  public:
   Renderer(const Frame* root, const RenderLimits& limits) : root_(root), limits_(limits) {}
+  // Values are shared pointers: a namespace given itself as an attribute (directly or inside a
+  // list) is a cycle no count frees. Every cycle passes through a namespace attribute set here,
+  // so clearing those namespaces when the render ends frees them all.
+  ~Renderer() {
+    for (const DictPtr& ns : namespaces_) ns->items.clear();
+  }
 
   Status Exec(const Body& body, Frame& frame, std::string& out, Flow& flow) {
     for (const NodePtr& node : body) {
@@ -144,6 +150,9 @@ class Renderer {
           if (target == nullptr || !target->IsDict() || !target->AsDict().is_namespace) {
             return Fail(n.pos, InvalidArgument("cannot assign attribute on non-namespace object '" +
                                                n.targets[0] + "'"));
+          }
+          if (namespaces_.empty() || namespaces_.back() != target->dict_ptr()) {
+            namespaces_.push_back(target->dict_ptr());
           }
           target->AsDict().Set(n.attr, std::move(v));
           return Status::Ok();
@@ -445,6 +454,7 @@ class Renderer {
   const RenderLimits& limits_;
   int64_t steps_ = 0;
   int64_t bytes_ = 0;
+  std::vector<DictPtr> namespaces_;  // namespaces assigned an attribute (repeats possible)
   int depth_ = 0;
 };
 
