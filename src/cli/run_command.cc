@@ -71,6 +71,7 @@ int Run(const RunOptions& o) {
   auto start = Clock::now();
   Clock::time_point first;
   int64_t generated = 0;
+  bool line_open = false;  // the text written so far does not end in a newline
   std::string end;
   while ((*engine)->Busy()) {
     auto progress = (*engine)->Advance();
@@ -84,6 +85,7 @@ int Run(const RunOptions& o) {
         if (generated++ == 0) first = Clock::now();
         std::string piece = decoder.Push(t);
         std::fwrite(piece.data(), 1, piece.size(), stdout);
+        if (!piece.empty()) line_open = piece.back() != '\n';
       }
       std::fflush(stdout);
       if (!p.end.empty()) end = p.end;
@@ -91,7 +93,11 @@ int Run(const RunOptions& o) {
   }
   std::string rest = decoder.Flush();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
-  std::printf("\n");
+  if (!rest.empty()) line_open = rest.back() != '\n';
+  // The text's last line ends before the figures go to stderr, and reaches the terminal first
+  // even when stdout is a pipe.
+  if (line_open) std::printf("\n");
+  std::fflush(stdout);
   auto done = Clock::now();
   if (generated == 0) first = done;
   double prompt_s = Seconds(start, first), decode_s = Seconds(first, done);

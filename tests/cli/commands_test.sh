@@ -58,4 +58,8 @@ if $gz --help | grep -q " run "; then
   check run-stdin test -s "$tmp/c"
 fi
 
+# The streamed text's last line ends before the figures on stderr, also through a pipe.
+$gz run --greedy --prompt "The LORD is my shepherd;" --max-tokens 12 >"$tmp/both" 2>&1
+check run-figures-on-their-own-line grep -q "^prompt: " "$tmp/both"
+
 finish
