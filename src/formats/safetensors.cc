@@ -24,15 +24,6 @@ constexpr std::string_view kOtherSafetensorsDTypes[] = {"BOOL", "F64",     "I16"
 
 std::string Quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
 // Elements of `shape`, or -1 when a dimension is negative or the product overflows int64.
 int64_t CheckedElements(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -129,6 +120,15 @@ int64_t TensorInfo::Elements() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+std::string ShapeString(std::span<const int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
 }
 
 Status CheckFinite(const TensorInfo& t) {

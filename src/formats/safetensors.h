@@ -35,6 +35,9 @@ struct TensorInfo {
 // a NaN or an infinity: a model with one writes nonsense, it does not fail by itself.
 Status CheckFinite(const TensorInfo& t);
 
+// A shape as "[rows, cols]", for messages.
+std::string ShapeString(std::span<const int64_t> shape);
+
 // One memory-mapped .safetensors file. Pointers into it (TensorInfo, data) stay valid while the
 // object lives, also after it is moved.
 class SafetensorsFile {

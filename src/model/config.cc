@@ -7,6 +7,7 @@
 #include <span>
 
 #include "core/mapped_file.h"
+#include "formats/safetensors.h"
 #include "model/families/family.h"
 
 namespace gizllm {
@@ -305,12 +306,6 @@ std::vector<int64_t> TensorShape(const Arch& arch, TensorRole role) {
       return {ffn};
   }
   return {};
-}
-
-std::string ShapeString(std::span<const int64_t> shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
 }
 
 Status CheckTensorShape(const std::string& file, const std::string& name,

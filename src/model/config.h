@@ -59,9 +59,6 @@ std::string TensorName(const Arch& arch, TensorRole role, int layer);
 // and the linears, [n] for norms and biases.
 std::vector<int64_t> TensorShape(const Arch& arch, TensorRole role);
 
-// "[a, b]".
-std::string ShapeString(std::span<const int64_t> shape);
-
 // The one shape check of every path that reads a checkpoint (load, convert): an error naming the
 // file, the tensor, its shape and the expected one when they differ.
 Status CheckTensorShape(const std::string& file, const std::string& name,
