@@ -287,7 +287,7 @@ void Forward(Backend& b, const Model& m, State& s, int start, bool matmuls_only,
     gu.out[0] = s.gate.data(), gu.out[1] = s.up.data();
     b.Matmul(gu);
     if (!matmuls_only) {
-      b.SwiGlu({.out = s.gate.data(), .gate = s.gate.data(), .up = s.up.data(), .n = rows * kFfn});
+      b.Glu({.out = s.gate.data(), .gate = s.gate.data(), .up = s.up.data(), .n = rows * kFfn});
     }
     MatmulParams down;
     down.x = s.gate.data();
@@ -362,7 +362,7 @@ void OpTimes(Backend& b, const Model& m, int64_t rows, int start, int reps,
                  .scale = 0.125f});
   });
   double swiglu = us([&] {
-    b.SwiGlu({.out = s.gate.data(), .gate = s.gate.data(), .up = s.up.data(), .n = rows * kFfn});
+    b.Glu({.out = s.gate.data(), .gate = s.gate.data(), .up = s.up.data(), .n = rows * kFfn});
   });
   std::printf(
       "ops of one layer, %lld row(s) at position %d: rms_norm %.1f us, rope(q) %.1f us, "

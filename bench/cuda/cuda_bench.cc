@@ -376,7 +376,7 @@ class Bench {
                      be_.Matmul(gate_up);
                    }});
     if (!fuse) {
-      ops.push_back({"swiglu", 0, [=, this] { be_.SwiGlu({gate_, gate_, up_, n * s.ffn}); }});
+      ops.push_back({"swiglu", 0, [=, this] { be_.Glu({gate_, gate_, up_, n * s.ffn}); }});
     }
     ops.push_back({fuse ? "matmul down + residual" : "matmul down", w2(L.down), [=, this] {
                      MatmulParams down;

@@ -553,7 +553,7 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
     gate_up.swiglu = be.FusesSwiGlu();
     be.Matmul(gate_up);
     if (!gate_up.swiglu) {
-      be.SwiGlu({b.gate->as<float>(), b.gate->as<float>(), b.up->as<float>(), n * a.ffn});
+      be.Glu({b.gate->as<float>(), b.gate->as<float>(), b.up->as<float>(), n * a.ffn});
     }
     MatmulParams down;
     down.x = b.gate->as<float>();

@@ -1,5 +1,7 @@
 #include "ops/backend.h"
 
+#include <cmath>
+
 namespace gizllm {
 namespace {
 Status Bad(const char* op, const char* field, const std::string& why) {
@@ -49,6 +51,7 @@ Status EmbedParams::Check() const {
   if (!table || table->empty()) return Bad("Embed", "table", "null");
   if (!tokens && rows > 0) return Bad("Embed", "tokens", "null");
   if (rows < 0) return Bad("Embed", "rows", "negative");
+  if (!std::isfinite(scale)) return Bad("Embed", "scale", "not finite");
   return Status::Ok();
 }
 
@@ -115,11 +118,21 @@ Status AttentionParams::Check() const {
     return Bad("Attention", "heads", "must be a positive multiple of kv_heads");
   if (head_dim <= 0) return Bad("Attention", "head_dim", "must be positive");
   if (window < 0) return Bad("Attention", "window", "negative");
+  if (!(softcap >= 0) || !std::isfinite(softcap))
+    return Bad("Attention", "softcap", "must be a finite number >= 0");
   return Status::Ok();
 }
 
-Status SwiGluParams::Check() const {
-  if (n > 0 && (!out || !gate || !up)) return Bad("SwiGlu", "out", "null");
+Status GluParams::Check() const {
+  if (n > 0 && (!out || !gate || !up)) return Bad("Glu", "out", "null");
+  if (act != Activation::kSilu && act != Activation::kGeluTanh)
+    return Bad("Glu", "act", "unknown activation");
+  return Status::Ok();
+}
+
+Status SoftcapParams::Check() const {
+  if (n > 0 && !x) return Bad("Softcap", "x", "null");
+  if (!(cap > 0) || !std::isfinite(cap)) return Bad("Softcap", "cap", "must be positive");
   return Status::Ok();
 }
 

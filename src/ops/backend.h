@@ -22,12 +22,13 @@ enum class DeviceKind { kCpu, kCuda };
 // Positions a KV page holds, for every attention layer.
 inline constexpr int kPage = 16;
 
-// out[r, :] = table[tokens[r], :] as float32.
+// out[r, :] = table[tokens[r], :] * scale, as float32 (Gemma scales by sqrt(dim)).
 struct EmbedParams {
   float* out = nullptr;             // [rows, dim]
   const Weight* table = nullptr;    // [vocab, dim], plain format
   const int32_t* tokens = nullptr;  // [rows], each in [0, vocab)
   int64_t rows = 0;
+  float scale = 1.0f;
   Status Check() const;
 };
 
@@ -127,7 +128,8 @@ struct KvWriteParams {
 
 // Causal grouped-query attention over KV pages: row r attends to positions
 // [max(0, positions[r] - window + 1), positions[r]] of its slot (window 0: no limit).
-// Its own key must already be written.
+// Its own key must already be written. A score is scale * q.k, then, with softcap > 0,
+// softcap * tanh(score / softcap) (Gemma 2's attention soft-capping), then the softmax.
 struct AttentionParams {
   float* out = nullptr;      // [rows, heads, head_dim]
   const float* q = nullptr;  // [rows, heads, head_dim]
@@ -141,6 +143,7 @@ struct AttentionParams {
   int head_dim = 0;
   float scale = 0.0f;  // usually 1/sqrt(head_dim)
   int32_t window = 0;
+  float softcap = 0.0f;  // 0: off
   Status Check() const;
 };
 
@@ -154,12 +157,27 @@ struct RopeKvParams {
   Status Check() const;
 };
 
-// out = silu(gate) * up, elementwise.
-struct SwiGluParams {
+// The activation of a gated linear unit's gate.
+enum class Activation : uint8_t {
+  kSilu,      // x * sigmoid(x): SwiGLU (Llama, Qwen)
+  kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): GeGLU (Gemma's gelu_pytorch_tanh)
+};
+
+// out = act(gate) * up, elementwise.
+struct GluParams {
   float* out = nullptr;         // [n]
   const float* gate = nullptr;  // [n]
   const float* up = nullptr;    // [n]
   int64_t n = 0;
+  Activation act = Activation::kSilu;
+  Status Check() const;
+};
+
+// x = cap * tanh(x / cap), elementwise in place (Gemma 2's final-logit soft-capping).
+struct SoftcapParams {
+  float* x = nullptr;  // [n]
+  int64_t n = 0;
+  float cap = 0.0f;  // positive
   Status Check() const;
 };
 
@@ -251,7 +269,8 @@ class Backend {
   virtual void Rope(const RopeParams& p) = 0;
   virtual void KvWrite(const KvWriteParams& p) = 0;
   virtual void Attention(const AttentionParams& p) = 0;
-  virtual void SwiGlu(const SwiGluParams& p) = 0;
+  virtual void Glu(const GluParams& p) = 0;
+  virtual void Softcap(const SoftcapParams& p) = 0;
   virtual void Add(const AddParams& p) = 0;
   virtual void GatherRows(const GatherRowsParams& p) = 0;
   virtual void RopeKv(const RopeKvParams& p) {
@@ -259,10 +278,11 @@ class Backend {
     Rope(p.k);
     KvWrite(p.kv);
   }
-  // Whether Matmul runs MatmulParams' fused ends (norm, accumulate, swiglu).
+  // Whether Matmul runs MatmulParams' fused ends (norm, accumulate, swiglu; swiglu is the
+  // kSilu gate only: a GeGLU is a Matmul and a Glu op).
   virtual bool FusesMatmul() const { return false; }
   // Whether Matmul runs the swiglu end, also where FusesMatmul() is false (the model then issues
-  // RmsNorm and Add, and no SwiGlu op).
+  // RmsNorm and Add, and no Glu op for a SwiGLU).
   virtual bool FusesSwiGlu() const { return FusesMatmul(); }
 
   // Token picking on the device; a backend without it (CanSample false) leaves it to the host.

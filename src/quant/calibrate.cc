@@ -90,7 +90,8 @@ class Calibrator::Recorder : public Backend {
   void Rope(const RopeParams& p) override { inner_->Rope(p); }
   void KvWrite(const KvWriteParams& p) override { inner_->KvWrite(p); }
   void Attention(const AttentionParams& p) override { inner_->Attention(p); }
-  void SwiGlu(const SwiGluParams& p) override { inner_->SwiGlu(p); }
+  void Glu(const GluParams& p) override { inner_->Glu(p); }
+  void Softcap(const SoftcapParams& p) override { inner_->Softcap(p); }
   void Add(const AddParams& p) override { inner_->Add(p); }
   void GatherRows(const GatherRowsParams& p) override { inner_->GatherRows(p); }
   void Synchronize() override { inner_->Synchronize(); }

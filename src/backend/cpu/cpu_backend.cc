@@ -205,6 +205,12 @@ void AttentionHeads(const AttentionParams& p, int64_t r, int kvh, int g_begin, i
           }
         }
       }
+      if (p.softcap > 0) {  // Gemma 2: cap * tanh(score / cap)
+        for (int h = 0; h < heads; ++h) {
+          float* sh = s + h * vec::kScoreRows;
+          for (int t = 0; t < positions; ++t) sh[t] = p.softcap * std::tanh(sh[t] / p.softcap);
+        }
+      }
       for (int h = 0; h < heads; ++h) {
         const int g = g0 - g_begin + h;
         float* sh = s + h * vec::kScoreRows;
@@ -571,6 +577,18 @@ Expected<Weight> CpuBackend::PrepareWeight(const Weight& host, std::unique_ptr<B
                        " is not supported by the CPU backend yet");
 }
 
+// GeGLU's gate, gelu_pytorch_tanh, in float32 as PyTorch computes it: scalar (Gemma's
+// feed-forward is a small part of its step; tanh has no vector routine here).
+static void GeluTanhGlu(float* out, const float* gate, const float* up, int64_t n) {
+  constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+  constexpr float kKappa = 0.044715f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float inner = kBeta * (g + kKappa * g * g * g);
+    out[i] = 0.5f * g * (1.0f + std::tanh(inner)) * up[i];
+  }
+}
+
 void CpuBackend::Embed(const EmbedParams& p) {
   const Weight& t = *p.table;
   const int64_t dim = t.cols;
@@ -612,6 +630,9 @@ void CpuBackend::Embed(const EmbedParams& p) {
         }
         default:
           CHECK(false && "Embed: the table's format is not plain");
+      }
+      if (p.scale != 1.0f) {
+        for (int64_t i = 0; i < dim; ++i) out[i] *= p.scale;
       }
     }
   });
@@ -735,7 +756,7 @@ void CpuBackend::Matmul(const MatmulParams& p) {
       }
     });
   }
-  if (p.swiglu && !fused_swiglu) SwiGlu({p.out[0], p.out[0], p.out[1], p.rows * p.w[0]->rows});
+  if (p.swiglu && !fused_swiglu) Glu({p.out[0], p.out[0], p.out[1], p.rows * p.w[0]->rows});
 }
 
 const float* CpuBackend::RopeTable(const RopeParams& p) {
@@ -814,7 +835,9 @@ void CpuBackend::Attention(const AttentionParams& p) {
   // Runs of a slot's rows at consecutive positions (prompts) in tiles of 16 lanes (AVX-512,
   // head_dim a multiple of 16, at most 8 query heads a kv head); other rows alone, below.
   const int tile_rows = kTileLanes / std::min(group, kTileLanes);
-  if (isa_ == CpuIsa::kAvx512 && p.head_dim % 16 == 0 && tile_rows >= 2 && p.rows >= 2) {
+  // (The tiles have no soft-capping: Gemma 2's capped scores take the rows alone.)
+  if (isa_ == CpuIsa::kAvx512 && p.head_dim % 16 == 0 && tile_rows >= 2 && p.rows >= 2 &&
+      p.softcap == 0) {
     tiles_.clear();  // (first row, rows)
     for (int64_t r = 0; r < p.rows;) {
       int64_t n = 1;
@@ -878,12 +901,23 @@ void CpuBackend::Attention(const AttentionParams& p) {
   });
 }
 
-void CpuBackend::SwiGlu(const SwiGluParams& p) {
+void CpuBackend::Glu(const GluParams& p) {
   WithVec(isa_, [&]<class V>() {
     Split(pool_, (p.n + 1023) / 1024, p.n * 8, [&](int64_t b0, int64_t b1) {
       const int64_t i0 = b0 * 1024, i1 = std::min(p.n, b1 * 1024);
-      V::SwiGlu(p.out + i0, p.gate + i0, p.up + i0, i1 - i0);
+      if (p.act == Activation::kSilu) {
+        V::SwiGlu(p.out + i0, p.gate + i0, p.up + i0, i1 - i0);
+      } else {
+        GeluTanhGlu(p.out + i0, p.gate + i0, p.up + i0, i1 - i0);
+      }
     });
+  });
+}
+
+void CpuBackend::Softcap(const SoftcapParams& p) {
+  Split(pool_, (p.n + 1023) / 1024, p.n * 8, [&](int64_t b0, int64_t b1) {
+    const int64_t i1 = std::min(p.n, b1 * 1024);
+    for (int64_t i = b0 * 1024; i < i1; ++i) p.x[i] = p.cap * std::tanh(p.x[i] / p.cap);
   });
 }
 

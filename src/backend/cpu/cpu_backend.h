@@ -73,7 +73,8 @@ class CpuBackend : public Backend {
   bool SupportsKvFormat(KvFormat) const override { return true; }  // f32, f16 and q8
   void KvWrite(const KvWriteParams& p) override;
   void Attention(const AttentionParams& p) override;
-  void SwiGlu(const SwiGluParams& p) override;
+  void Glu(const GluParams& p) override;
+  void Softcap(const SoftcapParams& p) override;
   void Add(const AddParams& p) override;
   void GatherRows(const GatherRowsParams& p) override;
   // The swiglu end of a gate/up matmul (not the norm and accumulate ends).

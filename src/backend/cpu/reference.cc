@@ -32,7 +32,8 @@ void ReferenceEmbed(const EmbedParams& p) {
   for (int64_t r = 0; r < p.rows; ++r) {
     int64_t token = p.tokens[r];
     CHECK(token >= 0 && token < t.rows);
-    for (int64_t c = 0; c < t.cols; ++c) p.out[r * t.cols + c] = ReferenceWeightAt(t, token, c);
+    for (int64_t c = 0; c < t.cols; ++c)
+      p.out[r * t.cols + c] = ReferenceWeightAt(t, token, c) * p.scale;
   }
 }
 
@@ -189,7 +190,9 @@ void ReferenceAttention(const AttentionParams& p) {
         for (int i = 0; i < p.head_dim; ++i)
           dot += static_cast<double>(q[i]) *
                  KvAt(p.cache.keys, p.cache.key_scales, p.cache.format, k + i, p.head_dim);
-        scores[pos - first] = dot * p.scale;
+        double score = dot * p.scale;
+        if (p.softcap > 0) score = p.softcap * std::tanh(score / p.softcap);
+        scores[pos - first] = score;
         max_score = std::max(max_score, scores[pos - first]);
       }
       double total = 0.0;
@@ -212,11 +215,19 @@ void ReferenceAttention(const AttentionParams& p) {
   }
 }
 
-void ReferenceSwiGlu(const SwiGluParams& p) {
+void ReferenceGlu(const GluParams& p) {
   for (int64_t i = 0; i < p.n; ++i) {
     double g = p.gate[i];
-    p.out[i] = static_cast<float>(g / (1.0 + std::exp(-g)) * p.up[i]);
+    double a = p.act == Activation::kSilu
+                   ? g / (1.0 + std::exp(-g))
+                   : 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
+    p.out[i] = static_cast<float>(a * p.up[i]);
   }
+}
+
+void ReferenceSoftcap(const SoftcapParams& p) {
+  for (int64_t i = 0; i < p.n; ++i)
+    p.x[i] = static_cast<float>(p.cap * std::tanh(static_cast<double>(p.x[i]) / p.cap));
 }
 
 void ReferenceAdd(const AddParams& p) {

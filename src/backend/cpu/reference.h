@@ -23,7 +23,8 @@ void ReferenceMatmul(const MatmulParams& p);
 void ReferenceRope(const RopeParams& p);
 void ReferenceKvWrite(const KvWriteParams& p);
 void ReferenceAttention(const AttentionParams& p);
-void ReferenceSwiGlu(const SwiGluParams& p);
+void ReferenceGlu(const GluParams& p);
+void ReferenceSoftcap(const SoftcapParams& p);
 void ReferenceAdd(const AddParams& p);
 void ReferenceGatherRows(const GatherRowsParams& p);
 

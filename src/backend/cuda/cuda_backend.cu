@@ -174,9 +174,13 @@ class CudaBackend : public Backend {
                           /*tensor_cores=*/!options_.exact, same_step ? kv.k16 : nullptr,
                           same_step ? kv.v16 : nullptr);
   }
-  void SwiGlu(const SwiGluParams& p) override {
+  void Glu(const GluParams& p) override {
     ForgetHandOffs();
-    cuda::LaunchSwiGlu(p, stream_);
+    cuda::LaunchGlu(p, stream_);
+  }
+  void Softcap(const SoftcapParams& p) override {
+    ForgetHandOffs();
+    cuda::LaunchSoftcap(p, stream_);
   }
   void Add(const AddParams& p) override {
     ForgetHandOffs();
@@ -254,7 +258,7 @@ class CudaBackend : public Backend {
     for (int i = 0; i < p.outputs; ++i)
       cuda::LaunchGemmF32(p.x, p.rows, *p.w[i], p.bias[i], p.out[i], p.accumulate, stream_);
     if (p.swiglu) {
-      cuda::LaunchSwiGlu({p.out[0], p.out[0], p.out[1], p.rows * p.w[0]->rows}, stream_);
+      cuda::LaunchGlu({p.out[0], p.out[0], p.out[1], p.rows * p.w[0]->rows}, stream_);
     }
   }
 
@@ -300,7 +304,7 @@ class CudaBackend : public Backend {
     if (p.swiglu) {
       const int64_t n = p.rows * p.w[0]->rows;
       void* hb = ffn_bf16_.Get(static_cast<size_t>(n) * 2);
-      cuda::LaunchSwiGlu({p.out[0], p.out[0], p.out[1], n}, stream_, hb);
+      cuda::LaunchGlu({p.out[0], p.out[0], p.out[1], n}, stream_, hb);
       bf16_copy_ = {p.out[0], n, hb};
     }
   }
@@ -318,7 +322,7 @@ class CudaBackend : public Backend {
       return;
     }
     Matmul(plain);
-    cuda::LaunchSwiGlu({p.out[0], p.out[0], p.out[1], p.rows * n}, stream_);
+    cuda::LaunchGlu({p.out[0], p.out[0], p.out[1], p.rows * n}, stream_);
   }
 
   void Synchronize() override { GZ_CUDA_CHECK(cudaStreamSynchronize(stream_)); }

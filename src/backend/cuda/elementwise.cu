@@ -38,11 +38,11 @@ template <typename T>
 __global__ void EmbedKernel(float* out,             // [rows, dim]
                             const T* table,         // [vocab, dim]
                             const int32_t* tokens,  // [rows]
-                            int64_t dim) {
+                            int64_t dim, float scale) {
   Prologue();
   int64_t r = blockIdx.x;
   const T* src = table + static_cast<int64_t>(tokens[r]) * dim;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out[r * dim + i] = Load(src, i);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out[r * dim + i] = Load(src, i) * scale;
 }
 
 __device__ __forceinline__ void Store(float* p, float v) { *p = v; }
@@ -169,16 +169,29 @@ __global__ void KvWriteKernel(KvWriteParams p) {
   static_cast<float*>(p.cache.values)[at] = p.v[i];
 }
 
-// out = silu(gate) * up; with out_bf16 also that rounded to bf16 there.
-__global__ void SwiGluKernel(float* out, const float* gate, const float* up, int64_t n,
-                             __nv_bfloat16* out_bf16) {
+// out = act(gate) * up; with out_bf16 also that rounded to bf16 there.
+template <Activation kAct>
+__global__ void GluKernel(float* out, const float* gate, const float* up, int64_t n,
+                          __nv_bfloat16* out_bf16) {
   Prologue();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float g = gate[i];
-  float y = g / (1.0f + expf(-g)) * up[i];
+  float a;
+  if constexpr (kAct == Activation::kSilu) {
+    a = g / (1.0f + expf(-g));
+  } else {  // gelu_pytorch_tanh
+    a = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+  }
+  float y = a * up[i];
   out[i] = y;
   if (out_bf16) out_bf16[i] = __float2bfloat16_rn(y);
+}
+
+__global__ void SoftcapKernel(float* x, int64_t n, float cap) {
+  Prologue();
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = cap * tanhf(x[i] / cap);
 }
 
 __global__ void AddKernel(float* out, const float* x, int64_t n) {
@@ -218,15 +231,15 @@ void LaunchEmbed(const EmbedParams& p, cudaStream_t stream) {
   switch (p.table->format) {
     case Format::kF32:
       LaunchDependent(EmbedKernel<float>, dim3(p.rows), dim3(256), 0, stream, p.out,
-                      static_cast<const float*>(p.table->data), p.tokens, dim);
+                      static_cast<const float*>(p.table->data), p.tokens, dim, p.scale);
       break;
     case Format::kF16:
       LaunchDependent(EmbedKernel<__half>, dim3(p.rows), dim3(256), 0, stream, p.out,
-                      static_cast<const __half*>(p.table->data), p.tokens, dim);
+                      static_cast<const __half*>(p.table->data), p.tokens, dim, p.scale);
       break;
     case Format::kBf16:
       LaunchDependent(EmbedKernel<__nv_bfloat16>, dim3(p.rows), dim3(256), 0, stream, p.out,
-                      static_cast<const __nv_bfloat16*>(p.table->data), p.tokens, dim);
+                      static_cast<const __nv_bfloat16*>(p.table->data), p.tokens, dim, p.scale);
       break;
     default:
       std::fprintf(stderr, "cuda Embed: table format %s is not plain\n",
@@ -280,10 +293,18 @@ void LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream) {
   GZ_CUDA_LAUNCHED();
 }
 
-void LaunchSwiGlu(const SwiGluParams& p, cudaStream_t stream, void* out_bf16) {
+void LaunchGlu(const GluParams& p, cudaStream_t stream, void* out_bf16) {
   if (p.n == 0) return;
-  LaunchDependent(SwiGluKernel, dim3(Blocks(p.n, 256)), dim3(256), 0, stream, p.out, p.gate, p.up,
-                  p.n, static_cast<__nv_bfloat16*>(out_bf16));
+  auto kernel = p.act == Activation::kSilu ? GluKernel<Activation::kSilu>
+                                             : GluKernel<Activation::kGeluTanh>;
+  LaunchDependent(kernel, dim3(Blocks(p.n, 256)), dim3(256), 0, stream, p.out, p.gate, p.up, p.n,
+                  static_cast<__nv_bfloat16*>(out_bf16));
+  GZ_CUDA_LAUNCHED();
+}
+
+void LaunchSoftcap(const SoftcapParams& p, cudaStream_t stream) {
+  if (p.n == 0) return;
+  LaunchDependent(SoftcapKernel, dim3(Blocks(p.n, 256)), dim3(256), 0, stream, p.x, p.n, p.cap);
   GZ_CUDA_LAUNCHED();
 }
 

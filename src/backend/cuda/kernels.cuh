@@ -111,7 +111,8 @@ void LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream);
 void LaunchRopeKv(const RopeKvParams& p, cudaStream_t stream, void* k16 = nullptr,
                   void* v16 = nullptr);
 // With out_bf16 ([n] bf16), the result rounded to bf16 there too.
-void LaunchSwiGlu(const SwiGluParams& p, cudaStream_t stream, void* out_bf16 = nullptr);
+void LaunchGlu(const GluParams& p, cudaStream_t stream, void* out_bf16 = nullptr);
+void LaunchSoftcap(const SoftcapParams& p, cudaStream_t stream);
 void LaunchAdd(const AddParams& p, cudaStream_t stream);
 void LaunchGatherRows(const GatherRowsParams& p, cudaStream_t stream);
 

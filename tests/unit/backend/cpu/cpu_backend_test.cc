@@ -391,7 +391,7 @@ TEST_F(CpuBackendTest, MatmulSwiGluEqualsMatmulThenSwiGlu) {
             p.out[0] = want.data();
             p.out[1] = want_up.data();
             backend.Matmul(p);
-            backend.SwiGlu({want.data(), want.data(), want_up.data(), rows * n});
+            backend.Glu({want.data(), want.data(), want_up.data(), rows * n});
             p.out[0] = got.data();
             p.out[1] = scratch.data();
             p.swiglu = true;
@@ -618,6 +618,7 @@ TEST_F(CpuBackendTest, KvWriteMatchesReference) {
 
 struct AttentionShape {
   int heads, kv_heads, head_dim, window;
+  float softcap = 0.0f;
 };
 
 // The backend's attention of rows (their slots and positions) over `cache` against the reference,
@@ -639,7 +640,8 @@ void CheckAttention(CpuBackend& backend, TestCache& cache, const AttentionShape&
                     .kv_heads = s.kv_heads,
                     .head_dim = s.head_dim,
                     .scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim)),
-                    .window = s.window};
+                    .window = s.window,
+                    .softcap = s.softcap};
   ASSERT_TRUE(p.Check().ok());
   backend.Attention(p);
   p.out = want.data();
@@ -658,7 +660,9 @@ TEST_F(CpuBackendTest, AttentionMatchesReference) {
       CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
       for (AttentionShape s : {AttentionShape{6, 2, 64, 0}, AttentionShape{4, 4, 37, 0},
                                AttentionShape{3, 1, 16, 21}, AttentionShape{8, 2, 128, 0},
-                               AttentionShape{10, 2, 24, 0}, AttentionShape{67, 1, 8, 0}}) {
+                               AttentionShape{10, 2, 24, 0}, AttentionShape{67, 1, 8, 0},
+                               AttentionShape{8, 4, 256, 0}, AttentionShape{4, 2, 32, 0, 0.5f},
+                               AttentionShape{4, 1, 64, 9, 0.2f}}) {
         // Contexts up to 19 pages: the online softmax runs over several chunks of pages.
         const int slots = 3, max_pages = 19;
         TestCache cache(s.kv_heads, s.head_dim, slots, max_pages, rng_, format);
@@ -688,7 +692,8 @@ TEST_F(CpuBackendTest, AttentionOverPromptRunsMatchesReference) {
       CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
       for (AttentionShape s : {AttentionShape{6, 2, 64, 0}, AttentionShape{4, 4, 32, 0},
                                AttentionShape{8, 2, 128, 0}, AttentionShape{16, 2, 16, 0},
-                               AttentionShape{6, 2, 48, 21}, AttentionShape{4, 1, 16, 5}}) {
+                               AttentionShape{6, 2, 48, 21}, AttentionShape{4, 1, 16, 5},
+                               AttentionShape{4, 2, 256, 40}, AttentionShape{4, 1, 16, 5, 0.3f}}) {
         const int slots = 4, max_pages = 12;
         TestCache cache(s.kv_heads, s.head_dim, slots, max_pages, rng_, format);
         // Runs (slot, first position, rows): one row, a run shorter than a tile, runs of many
@@ -720,12 +725,24 @@ TEST_F(CpuBackendTest, ElementwiseMatchReference) {
       gate[1] = -100.0f;  // silu's far tails
       gate[n] = 100.0f;
       std::vector<float> got = Poison(n + 1), want = Poison(n + 1);
-      SwiGluParams p{.out = got.data() + 1, .gate = gate.data() + 1, .up = up.data() + 1, .n = n};
-      backend.SwiGlu(p);
-      p.out = want.data() + 1;
-      ReferenceSwiGlu(p);
-      for (int64_t i = 1; i <= n; ++i) {
-        ASSERT_NEAR(got[i], want[i], 2e-6 * (1 + std::abs(want[i]))) << Name(c) << " at " << i;
+      for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
+        GluParams p{.out = got.data() + 1, .gate = gate.data() + 1, .up = up.data() + 1, .n = n,
+                    .act = act};
+        backend.Glu(p);
+        p.out = want.data() + 1;
+        ReferenceGlu(p);
+        for (int64_t i = 1; i <= n; ++i) {
+          ASSERT_NEAR(got[i], want[i], 2e-6 * (1 + std::abs(want[i])))
+              << Name(c) << " act " << static_cast<int>(act) << " at " << i;
+        }
+        ASSERT_TRUE(std::isnan(got[0])) << "wrote before out";
+      }
+      std::vector<float> capped = Random(n + 1, 80.0f), capped2 = capped;
+      backend.Softcap({.x = capped.data() + 1, .n = n, .cap = 30.0f});
+      ReferenceSoftcap({.x = capped2.data() + 1, .n = n, .cap = 30.0f});
+      for (int64_t i = 0; i <= n; ++i) {
+        ASSERT_NEAR(capped[i], capped2[i], 4e-6 * 30) << Name(c) << " softcap at " << i;
+        ASSERT_LE(std::abs(capped[i]), i == 0 ? 80.0f : 30.0f);
       }
       std::vector<float> a = Random(n + 1), b = Random(n + 1), a2 = a;
       backend.Add({.out = a.data() + 1, .x = b.data() + 1, .n = n});
@@ -742,6 +759,11 @@ TEST_F(CpuBackendTest, ElementwiseMatchReference) {
       p.out = want.data();
       ReferenceEmbed(p);
       ASSERT_EQ(got, want) << Name(c) << " " << FormatName(format);
+      // Scaled (Gemma's sqrt(dim)): the same rows times the scale.
+      p.scale = 8.0f;
+      p.out = got.data();
+      backend.Embed(p);
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i] * 8.0f) << i;
     }
     std::vector<float> x = Random(9 * 33);
     std::vector<int32_t> index = {8, 0, 4, 4};

@@ -155,7 +155,7 @@ TEST(Reference, Q8KvWriteAndAttention) {
 
 TEST(Reference, SwiGluAddGather) {
   std::vector<float> gate = {0.0f, 2.0f}, up = {5.0f, 3.0f}, out(2, NAN);
-  ReferenceSwiGlu({.out = out.data(), .gate = gate.data(), .up = up.data(), .n = 2});
+  ReferenceGlu({.out = out.data(), .gate = gate.data(), .up = up.data(), .n = 2});
   EXPECT_EQ(out[0], 0.0f);
   EXPECT_NEAR(out[1], 2.0 / (1.0 + std::exp(-2.0)) * 3.0, 1e-6);
   ReferenceAdd({.out = gate.data(), .x = up.data(), .n = 2});

@@ -169,7 +169,7 @@ void CheckFused(Backend* backend, std::mt19937& rng, Format format, End end, int
   ReferenceMatmul(ref);
   if (swiglu) {
     std::vector<float> want(products[0].size());
-    ReferenceSwiGlu(SwiGluParams{want.data(), products[0].data(), products[1].data(),
+    ReferenceGlu(GluParams{want.data(), products[0].data(), products[1].data(),
                                  static_cast<int64_t>(want.size())});
     EXPECT_LT(RelativeError(outs[0]->Read(), want), tolerance);
   } else if (accumulate) {
@@ -261,7 +261,7 @@ TEST(CudaFusedTest, SwiGluResultFeedsTheNextMatmul) {
     ref.w[0] = &gate.host, ref.w[1] = &up.host;
     ref.out[0] = g.data(), ref.out[1] = v.data();
     ReferenceMatmul(ref);
-    ReferenceSwiGlu(SwiGluParams{hh.data(), g.data(), v.data(), rows * ffn});
+    ReferenceGlu(GluParams{hh.data(), g.data(), v.data(), rows * ffn});
     if (add_between) ReferenceAdd(AddParams{hh.data(), extra.host().data(), rows * ffn});
     MatmulParams ref_down;
     ref_down.x = hh.data();

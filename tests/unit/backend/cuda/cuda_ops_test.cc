@@ -182,9 +182,9 @@ TEST(CudaBackendTest, SwiGluAddGather) {
   DeviceArray<float> up(backend.get(), RandomFloats(rng, n));
   DeviceArray<float> out(backend.get(), std::vector<float>(n));
   out.Poison();
-  backend->SwiGlu(SwiGluParams{out.device(), gate.device(), up.device(), n});
+  backend->Glu(GluParams{out.device(), gate.device(), up.device(), n});
   std::vector<float> want(n);
-  ReferenceSwiGlu(SwiGluParams{want.data(), gate.host().data(), up.host().data(), n});
+  ReferenceGlu(GluParams{want.data(), gate.host().data(), up.host().data(), n});
   EXPECT_LT(RelativeError(out.Read(), want), 1e-6);
 
   DeviceArray<float> acc(backend.get(), RandomFloats(rng, n));

@@ -241,8 +241,8 @@ void CheckQuantEnds(Backend* backend, std::mt19937& rng, const QuantCase& qc, bo
   }
   std::vector<float> want = out.host();
   if (swiglu) {
-    ReferenceSwiGlu(
-        SwiGluParams{want.data(), products[0].data(), products[1].data(), rows * n});
+    ReferenceGlu(
+        GluParams{want.data(), products[0].data(), products[1].data(), rows * n});
   } else {
     ReferenceAdd(AddParams{want.data(), products[0].data(), rows * n});
   }
