@@ -34,6 +34,21 @@ void AddInfoCommand(CLI::App& app, CommandContext& ctx) {
       std::printf(", factor %g, low %g, high %g, original context %lld", a.rope.factor,
                   a.rope.low_freq_factor, a.rope.high_freq_factor,
                   static_cast<long long>(a.rope.original_context));
+    // Layers that differ from the fields above (Gemma's sliding-window layers).
+    int sliding = 0;
+    int32_t window = 0;
+    for (const LayerSpec& spec : a.layer) {
+      if (spec.attention.window > 0) ++sliding, window = spec.attention.window;
+    }
+    if (sliding > 0) {
+      const Rope& local = a.ropes[a.layer[0].attention.window > 0 ? a.layer[0].attention.rope
+                                                                   : a.ropes.size() - 1];
+      std::printf("\nsliding      %d of %d layers see the last %d positions, rope theta %g",
+                  sliding, a.layers, window, local.theta);
+    }
+    if (a.logit_softcap > 0) std::printf("\nsoftcap      logits %g", a.logit_softcap);
+    if (!a.layer.empty() && a.layer[0].attention.softcap > 0)
+      std::printf("\nsoftcap      attention scores %g", a.layer[0].attention.softcap);
     std::printf("\ncontext      %lld\nhead         %s\neos          ",
                 static_cast<long long>(a.context), a.tied_head ? "tied to the embedding" : "own");
     for (size_t i = 0; i < a.eos.size(); ++i) std::printf("%s%d", i ? ", " : "", a.eos[i]);

@@ -36,4 +36,23 @@ std::vector<float> Rope::InvFreq() const {
   return inv;
 }
 
+void Arch::UniformLayers() {
+  ropes = {rope};
+  LayerSpec spec;
+  spec.kind = LayerKind::kAttention;
+  spec.attention.heads = heads;
+  spec.attention.kv_heads = kv_heads;
+  spec.attention.head_dim = head_dim;
+  spec.attention.rope = 0;
+  spec.attention.window = 0;
+  spec.attention.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  spec.attention.qk_norm = qk_norm;
+  spec.attention.qkv_bias = qkv_bias;
+  spec.attention.output_bias = output_bias;
+  spec.feed_forward.ffn = ffn;
+  spec.feed_forward.act = Activation::kSilu;
+  spec.feed_forward.bias = mlp_bias;
+  layer.assign(layers, spec);
+}
+
 }  // namespace gizllm

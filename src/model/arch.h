@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "ops/backend.h"
+
 namespace gizllm {
 
 enum class LayerKind : uint8_t { kAttention, kRecurrent };
@@ -28,24 +30,69 @@ struct Rope {
   std::vector<float> InvFreq() const;
 };
 
+// One attention layer: causal grouped-query attention over the layer's KV pages.
+struct AttentionSpec {
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  int rope = 0;          // which of Arch::ropes rotates its queries and keys
+  int32_t window = 0;    // sliding window: the positions a row sees, itself included (0: all)
+  float scale = 0.0f;    // score = scale * q.k (1/sqrt(head_dim), Gemma: query_pre_attn_scalar^-1/2)
+  float softcap = 0.0f;  // score = softcap * tanh(score / softcap) (0: off)
+  bool qk_norm = false;      // per-head RMSNorm of q and k before the rotation (Qwen3, Gemma 3)
+  bool qkv_bias = false;     // biases on q, k, v (Qwen2)
+  bool output_bias = false;  // bias on o_proj (Llama attention_bias)
+
+  int64_t QDim() const { return static_cast<int64_t>(heads) * head_dim; }
+  int64_t KvDim() const { return static_cast<int64_t>(kv_heads) * head_dim; }
+};
+
+// One dense feed-forward: down(act(gate(x)) * up(x)).
+struct FeedForwardSpec {
+  int64_t ffn = 0;  // intermediate_size
+  Activation act = Activation::kSilu;
+  bool bias = false;  // biases on gate, up and down (Llama mlp_bias)
+};
+
+// What one layer computes. Every layer is pre-norm: x += block(norm(x)); with post_norms
+// (Gemma's four norms a layer) x += norm(block(norm(x))).
+struct LayerSpec {
+  LayerKind kind = LayerKind::kAttention;
+  AttentionSpec attention;
+  FeedForwardSpec feed_forward;
+  bool post_norms = false;
+};
+
 struct Arch {
-  std::string family;   // "llama", "qwen2", "qwen3"
+  std::string family;   // "llama", "qwen2", "qwen3", "gemma3"
   std::string architecture;  // config.json "architectures"[0]
   int64_t vocab = 0;
   int64_t dim = 0;      // hidden_size
-  int64_t ffn = 0;      // intermediate_size
   int layers = 0;
-  std::vector<LayerKind> kinds;  // per layer
+  // Each layer, as its family's recipe reads config.json: the forward pass and the KV cache are
+  // built from these alone.
+  std::vector<LayerSpec> layer;
+  // The rotary tables the layers use (AttentionSpec::rope): one, or Gemma's global and local.
+  std::vector<Rope> ropes;
+  // The fields config.json gives once for every layer, that the recipe expands into `layer`
+  // (`info` shows them): intermediate_size, heads, head_dim, and the first rope table.
+  int64_t ffn = 0;
   int heads = 0;
   int kv_heads = 0;
   int head_dim = 0;
   Rope rope;
-  double norm_eps = 1e-6;
-  bool qk_norm = false;        // per-head RMSNorm of q and k (Qwen3)
-  bool qkv_bias = false;       // biases on q, k, v (Qwen2)
-  bool output_bias = false;    // bias on o_proj (Llama attention_bias)
+  bool qk_norm = false;
+  bool qkv_bias = false;
+  bool output_bias = false;
   bool mlp_bias = false;
+  double norm_eps = 1e-6;
+  float norm_offset = 0.0f;    // every RMSNorm multiplies by (weight + offset); Gemma: 1
+  float embed_scale = 1.0f;    // embeddings times this (Gemma: sqrt(hidden_size))
+  float logit_softcap = 0.0f;  // logits = cap * tanh(logits / cap) (Gemma 2 style; 0: off)
   bool tied_head = false;      // head = embedding
+  // Where the decoder's tensors are named, first match wins: "model." ("model.layers.0...");
+  // a multimodal checkpoint's text model has other prefixes (ResolveTensorPrefix picks).
+  std::vector<std::string> prefixes = {"model."};
   int64_t context = 0;         // max_position_embeddings
   std::vector<int32_t> eos;    // stop tokens from config, generation and tokenizer configs
   int32_t bos = -1;
@@ -53,6 +100,9 @@ struct Arch {
 
   int64_t QDim() const { return static_cast<int64_t>(heads) * head_dim; }
   int64_t KvDim() const { return static_cast<int64_t>(kv_heads) * head_dim; }
+  // Every layer an attention layer with the shape, biases and norms of the fields above, rope 0,
+  // no window; ropes = {rope}. A recipe calls it, then changes what differs per layer.
+  void UniformLayers();
 };
 
 }  // namespace gizllm

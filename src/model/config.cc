@@ -18,7 +18,9 @@ namespace {
 
 // Every supported family; a new one adds its recipe here.
 std::span<const Family* const> Families() {
-  static const Family* const kFamilies[] = {&LlamaFamily(), &Qwen2Family(), &Qwen3Family()};
+  static const Family* const kFamilies[] = {&LlamaFamily(),      &Qwen2Family(),
+                                            &Qwen3Family(),      &Gemma3TextFamily(),
+                                            &Gemma3Family()};
   return kFamilies;
 }
 
@@ -266,18 +268,62 @@ Expected<Arch> ReadArch(const std::string& dir) {
 
 std::string TensorName(const Arch& arch, TensorRole role, int layer) {
   const Family* family = FindFamily(arch.family);
-  return family ? family->tensor_name(role, layer) : HfDecoderTensorName(role, layer);
+  const std::string& prefix = arch.prefixes.empty() ? std::string("model.") : arch.prefixes[0];
+  return family ? family->tensor_name(prefix, role, layer)
+                : HfDecoderTensorName(prefix, role, layer);
 }
 
-std::vector<int64_t> TensorShape(const Arch& arch, TensorRole role) {
-  const int64_t dim = arch.dim, qd = arch.QDim(), kvd = arch.KvDim(), ffn = arch.ffn;
+std::vector<TensorRole> LayerRoles(const Arch& arch, int layer) {
+  using R = TensorRole;
+  if (layer < 0) {
+    std::vector<R> roles = {R::kEmbed, R::kFinalNorm};
+    if (!arch.tied_head) roles.push_back(R::kHead);
+    return roles;
+  }
+  const LayerSpec& spec = arch.layer[layer];
+  const AttentionSpec& a = spec.attention;
+  std::vector<R> roles = {R::kAttnNorm, R::kQ, R::kK, R::kV, R::kO, R::kFfnNorm,
+                          R::kGate,     R::kUp, R::kDown};
+  if (a.qk_norm) roles.insert(roles.end(), {R::kQNorm, R::kKNorm});
+  if (a.qkv_bias) roles.insert(roles.end(), {R::kQBias, R::kKBias, R::kVBias});
+  if (a.output_bias) roles.push_back(R::kOBias);
+  if (spec.feed_forward.bias) roles.insert(roles.end(), {R::kGateBias, R::kUpBias, R::kDownBias});
+  if (spec.post_norms) roles.insert(roles.end(), {R::kAttnPostNorm, R::kFfnPostNorm});
+  return roles;
+}
+
+Status ResolveTensorPrefix(Arch* arch, const std::function<bool(const std::string&)>& exists,
+                           const std::string& where) {
+  std::string tried;
+  for (size_t i = 0; i < arch->prefixes.size(); ++i) {
+    Arch probe = *arch;
+    probe.prefixes = {arch->prefixes[i]};
+    const std::string name = TensorName(probe, TensorRole::kEmbed, -1);
+    if (exists(name)) {
+      std::swap(arch->prefixes[0], arch->prefixes[i]);
+      return Status::Ok();
+    }
+    tried += (tried.empty() ? "" : ", ") + name;
+  }
+  return NotFound(where + ": tensor " + tried + " is missing");
+}
+
+std::vector<int64_t> TensorShape(const Arch& arch, TensorRole role, int layer) {
+  const int64_t dim = arch.dim;
+  if (role == TensorRole::kEmbed || role == TensorRole::kHead) return {arch.vocab, dim};
+  if (role == TensorRole::kFinalNorm) return {dim};
+  const LayerSpec& spec = arch.layer[layer < 0 ? 0 : layer];
+  const int64_t qd = spec.attention.QDim(), kvd = spec.attention.KvDim();
+  const int64_t ffn = spec.feed_forward.ffn;
   switch (role) {
     case TensorRole::kEmbed:
     case TensorRole::kHead:
-      return {arch.vocab, dim};
     case TensorRole::kFinalNorm:
+      break;
     case TensorRole::kAttnNorm:
+    case TensorRole::kAttnPostNorm:
     case TensorRole::kFfnNorm:
+    case TensorRole::kFfnPostNorm:
     case TensorRole::kOBias:
     case TensorRole::kDownBias:
       return {dim};
@@ -295,7 +341,7 @@ std::vector<int64_t> TensorShape(const Arch& arch, TensorRole role) {
       return {kvd};
     case TensorRole::kQNorm:
     case TensorRole::kKNorm:
-      return {arch.head_dim};
+      return {spec.attention.head_dim};
     case TensorRole::kGate:
     case TensorRole::kUp:
       return {ffn, dim};

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
@@ -31,6 +32,7 @@ enum class TensorRole {
   kFinalNorm,
   kHead,
   kAttnNorm,
+  kAttnPostNorm,  // after attention (Gemma: post_attention_layernorm)
   kQ,
   kK,
   kV,
@@ -42,6 +44,7 @@ enum class TensorRole {
   kQNorm,
   kKNorm,
   kFfnNorm,
+  kFfnPostNorm,  // after the feed-forward (Gemma: post_feedforward_layernorm)
   kGate,
   kUp,
   kDown,
@@ -50,14 +53,24 @@ enum class TensorRole {
   kDownBias,
 };
 
-// The checkpoint's name of a tensor, e.g. "model.layers.3.self_attn.q_proj.weight". `layer` is
-// ignored for kEmbed, kFinalNorm and kHead (pass -1). The name is given for every role; whether the
-// tensor exists is what the Arch says (qk_norm, qkv_bias, output_bias, mlp_bias, tied_head).
+// The checkpoint's name of a tensor, e.g. "model.layers.3.self_attn.q_proj.weight", under the
+// first of arch.prefixes. `layer` is ignored for kEmbed, kFinalNorm and kHead (pass -1). The name
+// is given for every role; whether the tensor exists is what the layer's spec says (qk_norm,
+// biases, post_norms; tied_head).
 std::string TensorName(const Arch& arch, TensorRole role, int layer);
 
-// The shape a tensor of `role` has under `arch`: [outputs, inputs] for the embedding, the head
-// and the linears, [n] for norms and biases.
-std::vector<int64_t> TensorShape(const Arch& arch, TensorRole role);
+// The roles of the tensors layer `layer` holds under its spec, and those outside the layers
+// (embedding, final norm, head unless tied).
+std::vector<TensorRole> LayerRoles(const Arch& arch, int layer);
+
+// Makes arch.prefixes[0] the first prefix under which the checkpoint holds the embedding
+// (`exists` says whether it holds a tensor name); an error naming the names tried if none.
+Status ResolveTensorPrefix(Arch* arch, const std::function<bool(const std::string&)>& exists,
+                           const std::string& where);
+
+// The shape a tensor of `role` has in layer `layer` (-1 for kEmbed, kFinalNorm, kHead):
+// [outputs, inputs] for the embedding, the head and the linears, [n] for norms and biases.
+std::vector<int64_t> TensorShape(const Arch& arch, TensorRole role, int layer);
 
 // The one shape check of every path that reads a checkpoint (load, convert): an error naming the
 // file, the tensor, its shape and the expected one when they differ.

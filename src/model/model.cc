@@ -8,24 +8,15 @@
 #include "core/check.h"
 #include "core/dtype.h"
 #include "formats/safetensors.h"
+#include "model/blocks.h"
 #include "model/config.h"
-#include "quant/linear_io.h"
 
 namespace gizllm {
 
-// The weights of one decoder layer, on the backend.
+// One decoder layer: its blocks, each with its own weights (and the attention's KV pages).
 struct Model::Layer {
-  const float* attn_norm = nullptr;  // [dim]
-  const float* ffn_norm = nullptr;   // [dim]
-  const float* q_norm = nullptr;     // [head_dim] or null
-  const float* k_norm = nullptr;     // [head_dim] or null
-  const float* q_bias = nullptr;     // [heads * head_dim] or null
-  const float* k_bias = nullptr;     // [kv_heads * head_dim] or null
-  const float* v_bias = nullptr;     // [kv_heads * head_dim] or null
-  const float* o_bias = nullptr;     // [dim] or null
-  Weight q, k, v, o;                 // [heads*head_dim, dim], [kv*hd, dim] x2, [dim, heads*hd]
-  Weight gate, up, down;             // [ffn, dim] x2, [dim, ffn]
-  KvLayer kv;                        // this layer's part of the page pool
+  AttentionBlock attention;
+  FeedForwardBlock feed_forward;
 };
 
 // Step buffers, sized once by Reserve for the most rows a step may read.
@@ -56,11 +47,11 @@ struct Model::Buffers {
 
 struct Model::Impl {
   Checkpoint checkpoint;
-  std::vector<std::unique_ptr<Buffer>> storage;  // device copies of weights and vectors
-  Weight embed;                                  // [vocab, dim]
-  Weight head;                                   // [vocab, dim]
-  const float* final_norm = nullptr;             // [dim]
-  const float* inv_freq = nullptr;               // [rotary_dims / 2]
+  PlacedWeights placed;               // device copies of weights and vectors, what was read
+  Weight embed;                       // [vocab, dim]
+  Weight head;                        // [vocab, dim]
+  const float* final_norm = nullptr;  // [dim]
+  std::vector<const float*> rope_tables;  // inv_freq of each of Arch::ropes
   std::vector<Layer> layers;
   std::unique_ptr<Buffer> pool;  // KV pages of every layer
   int32_t pages = 0;
@@ -82,42 +73,13 @@ uint64_t NextStepGeneration() {
   return next++;
 }
 
-// Reads a small tensor (norm weight, bias) of shape [n] as float32 on the host. Small enough to
-// check that every value is finite at each load.
-Expected<std::vector<float>> ReadVector(const Checkpoint& ckpt, const std::string& dir,
-                                        const std::string& name, int64_t n) {
-  const TensorInfo* t = ckpt.Find(name);
-  if (!t) return NotFound(dir + ": tensor " + name + " is missing");
-  const int64_t expected[] = {n};
-  GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, t->shape, expected));
-  if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
-    return InvalidArgument(t->file + ": tensor " + name + " has dtype " +
-                           std::string(DTypeName(t->dtype)) + ", expected F32, F16 or BF16");
-  }
-  GZ_RETURN_IF_ERROR(CheckFinite(*t));
-  std::vector<float> v(n);
-  for (int64_t i = 0; i < n; ++i) {
-    uint16_t h;
-    switch (t->dtype) {
-      case DType::kF32:
-        std::memcpy(&v[i], t->data + 4 * i, 4);
-        break;
-      case DType::kBF16:
-        std::memcpy(&h, t->data + 2 * i, 2);
-        v[i] = Bf16ToF32(h);
-        break;
-      default:
-        std::memcpy(&h, t->data + 2 * i, 2);
-        v[i] = F16ToF32(h);
-        break;
-    }
-  }
-  return v;
-}
-
 }  // namespace
 
 Model::~Model() = default;
+
+int64_t Model::Parameters() const { return impl_->placed.parameters; }
+int64_t Model::WeightBytes() const { return impl_->placed.bytes; }
+const std::vector<WeightSummary>& Model::weights() const { return impl_->placed.summary; }
 
 Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
                                              std::shared_ptr<Backend> backend,
@@ -125,12 +87,15 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   GZ_RETURN_IF_ERROR(options.Check());
   GZ_ASSIGN_OR_RETURN(Arch arch, ReadArch(dir));
   const int config_layers = arch.layers;
-  for (LayerKind kind : arch.kinds) {
-    if (kind != LayerKind::kAttention)
-      return Unimplemented(dir + "/config.json: recurrent layers are not supported yet");
+  for (int l = 0; l < arch.layers; ++l) {
+    const LayerSpec& spec = arch.layer[l];
+    if (spec.kind != LayerKind::kAttention)
+      return Unimplemented(dir + "/config.json: layer " + std::to_string(l) +
+                           " is recurrent; recurrent layers are not supported yet");
+    const AttentionSpec& a = spec.attention;
+    if (Status s = backend->CheckAttentionShape(a.heads, a.kv_heads, a.head_dim); !s.ok())
+      return Unimplemented(dir + "/config.json: " + s.message());
   }
-  if (Status s = backend->CheckAttentionShape(arch.heads, arch.kv_heads, arch.head_dim); !s.ok())
-    return Unimplemented(dir + "/config.json: " + s.message());
   if (!backend->SupportsKvFormat(options.kv)) {
     return Unimplemented("KV pages of format " + KvFormatName(options.kv) + ": " +
                          backend->Describe() + " keeps them as " + KvFormatName(KvFormat::kF32) +
@@ -139,13 +104,13 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   std::unique_ptr<Model> model(new Model());
   model->dir_ = dir;
   model->kv_format_ = options.kv;
-  model->arch_ = arch;
   model->backend_ = std::move(backend);
   model->impl_ = std::make_unique<Impl>();
   Impl& impl = *model->impl_;
-  Backend& be = *model->backend_;
   GZ_ASSIGN_OR_RETURN(impl.checkpoint, Checkpoint::Open(dir));
   const Checkpoint& ckpt = impl.checkpoint;
+  GZ_RETURN_IF_ERROR(ResolveTensorPrefix(
+      &arch, [&](const std::string& name) { return ckpt.Find(name) != nullptr; }, dir));
   // The layers to read: a converted folder cut to its first layers (convert --layers) says how
   // many it holds in its header; LoadOptions::layers may cut further.
   int layers = config_layers;
@@ -164,122 +129,47 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   }
   if (options.layers > 0 && options.layers < layers) layers = options.layers;
   arch.layers = layers;
-  arch.kinds.resize(layers);
+  arch.layer.resize(layers);
   model->arch_ = arch;
+  const Arch& a = model->arch_;
 
-  // A float vector on the device.
-  auto upload_floats = [&](const std::vector<float>& host) -> Expected<const float*> {
-    GZ_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> buf, be.Allocate(host.size() * sizeof(float)));
-    be.CopyToDevice(buf->data(), host.data(), host.size() * sizeof(float));
-    const float* p = buf->as<float>();
-    impl.storage.push_back(std::move(buf));
-    return p;
-  };
-  auto vector = [&](TensorRole role, int layer) -> Expected<const float*> {
-    std::string name = TensorName(arch, role, layer);
-    const int64_t n = TensorShape(arch, role)[0];
-    GZ_ASSIGN_OR_RETURN(std::vector<float> host, ReadVector(ckpt, dir, name, n));
-    model->parameters_ += n;
-    model->summary_.push_back({name, "f32", {n}, n * 4});
-    return upload_floats(host);
-  };
-  const bool converted = ckpt.metadata().count("gizllm.format_version") > 0;
-  // A matrix [rows, cols] as a Weight on the device.
-  // Matrices are not scanned for NaN at load (a full read of every weight); a non-finite logit
-  // stops the request that meets one instead.
-  auto matrix = [&](TensorRole role, int layer) -> Expected<Weight> {
-    std::string name = TensorName(arch, role, layer);
-    const std::vector<int64_t> shape = TensorShape(arch, role);
-    const int64_t rows = shape[0], cols = shape[1];
-    const TensorInfo* t = ckpt.Find(name);
-    if (!t) return NotFound(dir + ": tensor " + name + " is missing");
-    if (converted && role != TensorRole::kEmbed) {
-      // A converted folder: the linear's format is in the header's metadata.
-      GZ_ASSIGN_OR_RETURN(Weight host, quant::ReadLinear(ckpt, name));
-      const int64_t stored[] = {host.rows, host.cols};
-      GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, stored, shape));
-      std::unique_ptr<Buffer> storage;
-      GZ_ASSIGN_OR_RETURN(Weight w, be.PrepareWeight(host, &storage));
-      if (storage) impl.storage.push_back(std::move(storage));
-      model->parameters_ += rows * cols;
-      model->weight_bytes_ += host.Bytes();
-      model->summary_.push_back({name, FormatName(host.format), {rows, cols}, host.Bytes()});
-      return w;
-    }
-    GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, t->shape, shape));
-    if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32)
-      return InvalidArgument(t->file + ": tensor " + name + " has dtype " +
-                             std::string(DTypeName(t->dtype)) + ", expected BF16, F16 or F32");
-    Weight host;
-    host.format = FormatOf(t->dtype);
-    host.rows = rows;
-    host.cols = cols;
-    host.data = t->data;
-    std::unique_ptr<Buffer> storage;
-    GZ_ASSIGN_OR_RETURN(Weight w, be.PrepareWeight(host, &storage));
-    if (storage) impl.storage.push_back(std::move(storage));
-    model->parameters_ += rows * cols;
-    model->weight_bytes_ += host.Bytes();
-    model->summary_.push_back({name, FormatName(host.format), {rows, cols}, host.Bytes()});
-    return w;
-  };
-
-  const int64_t dim = arch.dim;
-  GZ_ASSIGN_OR_RETURN(impl.embed, matrix(TensorRole::kEmbed, -1));
-  impl.layers.resize(arch.layers);
-  for (int l = 0; l < arch.layers; ++l) {
+  WeightLoader w(ckpt, a, *model->backend_, dir, &impl.placed);
+  for (const Rope& rope : a.ropes) {
+    GZ_ASSIGN_OR_RETURN(const float* table, w.Upload(rope.InvFreq()));
+    impl.rope_tables.push_back(table);
+  }
+  GZ_ASSIGN_OR_RETURN(impl.embed, w.Matrix(TensorRole::kEmbed, -1));
+  impl.layers.resize(a.layers);
+  for (int l = 0; l < a.layers; ++l) {
     Layer& L = impl.layers[l];
-    GZ_ASSIGN_OR_RETURN(L.attn_norm, vector(TensorRole::kAttnNorm, l));
-    GZ_ASSIGN_OR_RETURN(L.ffn_norm, vector(TensorRole::kFfnNorm, l));
-    GZ_ASSIGN_OR_RETURN(L.q, matrix(TensorRole::kQ, l));
-    GZ_ASSIGN_OR_RETURN(L.k, matrix(TensorRole::kK, l));
-    GZ_ASSIGN_OR_RETURN(L.v, matrix(TensorRole::kV, l));
-    GZ_ASSIGN_OR_RETURN(L.o, matrix(TensorRole::kO, l));
-    GZ_ASSIGN_OR_RETURN(L.gate, matrix(TensorRole::kGate, l));
-    GZ_ASSIGN_OR_RETURN(L.up, matrix(TensorRole::kUp, l));
-    GZ_ASSIGN_OR_RETURN(L.down, matrix(TensorRole::kDown, l));
-    if (arch.qk_norm) {
-      GZ_ASSIGN_OR_RETURN(L.q_norm, vector(TensorRole::kQNorm, l));
-      GZ_ASSIGN_OR_RETURN(L.k_norm, vector(TensorRole::kKNorm, l));
-    }
-    if (arch.qkv_bias) {
-      GZ_ASSIGN_OR_RETURN(L.q_bias, vector(TensorRole::kQBias, l));
-      GZ_ASSIGN_OR_RETURN(L.k_bias, vector(TensorRole::kKBias, l));
-      GZ_ASSIGN_OR_RETURN(L.v_bias, vector(TensorRole::kVBias, l));
-    }
-    if (arch.output_bias) {
-      GZ_ASSIGN_OR_RETURN(L.o_bias, vector(TensorRole::kOBias, l));
-    }
+    GZ_RETURN_IF_ERROR(L.attention.Load(w, a, l, impl.rope_tables));
+    GZ_RETURN_IF_ERROR(L.feed_forward.Load(w, a, l));
+    const AttentionSpec& spec = a.layer[l].attention;
+    model->caches_.push_back(
+        {LayerKind::kAttention, spec.kv_heads, spec.head_dim, spec.window, options.kv});
   }
   // A cut model (--layers) has no final norm and head: its logits come from the embedding.
   const bool full = layers == config_layers;
-  if (full || ckpt.Find(TensorName(arch, TensorRole::kFinalNorm, -1))) {
-    GZ_ASSIGN_OR_RETURN(impl.final_norm, vector(TensorRole::kFinalNorm, -1));
+  if (full || w.Has(TensorRole::kFinalNorm, -1)) {
+    GZ_ASSIGN_OR_RETURN(impl.final_norm, w.Vector(TensorRole::kFinalNorm, -1));
   } else {
-    GZ_ASSIGN_OR_RETURN(impl.final_norm, upload_floats(std::vector<float>(dim, 1.0f)));
+    GZ_ASSIGN_OR_RETURN(impl.final_norm, w.Upload(std::vector<float>(a.dim, 1.0f)));
   }
-  if (arch.tied_head || !ckpt.Find(TensorName(arch, TensorRole::kHead, -1))) {
-    if (!arch.tied_head && full)
-      return NotFound(dir + ": tensor " + TensorName(arch, TensorRole::kHead, -1) +
+  if (a.tied_head || !w.Has(TensorRole::kHead, -1)) {
+    if (!a.tied_head && full)
+      return NotFound(dir + ": tensor " + TensorName(a, TensorRole::kHead, -1) +
                       " is missing and config.json does not tie the head to the embedding");
     impl.head = impl.embed;
   } else {
-    GZ_ASSIGN_OR_RETURN(impl.head, matrix(TensorRole::kHead, -1));
+    GZ_ASSIGN_OR_RETURN(impl.head, w.Matrix(TensorRole::kHead, -1));
   }
-  GZ_ASSIGN_OR_RETURN(impl.inv_freq, upload_floats(arch.rope.InvFreq()));
   return model;
 }
 
-// One layer's keys (or values) of one page, and their scales (kQ8).
-int64_t Model::PagePartBytes() const {
-  return static_cast<int64_t>(kPage) * arch_.KvDim() * KvFormatBytes(kv_format_);
-}
-int64_t Model::PageScaleBytes() const {
-  return static_cast<int64_t>(kPage) * arch_.kv_heads * KvFormatScaleBytes(kv_format_);
-}
-
 int64_t Model::PageBytes() const {
-  return static_cast<int64_t>(arch_.layers) * 2 * (PagePartBytes() + PageScaleBytes());
+  int64_t bytes = 0;
+  for (const CacheSpec& c : caches_) bytes += c.PageBytes();
+  return bytes;
 }
 
 Status Model::AllocatePages(int32_t pages) {
@@ -289,20 +179,22 @@ Status Model::AllocatePages(int32_t pages) {
   GZ_ASSIGN_OR_RETURN(impl.pool, backend_->Allocate(static_cast<size_t>(pages) * PageBytes()));
   impl.pages = pages;
   impl.step_generation = NextStepGeneration();
-  // Every layer's keys and values, then (kQ8) every layer's key and value scales.
-  const int64_t layer_bytes = pages * PagePartBytes();
-  const int64_t scale_bytes = pages * PageScaleBytes();
-  auto* base = static_cast<uint8_t*>(impl.pool->data());
-  uint8_t* scales = base + 2 * arch_.layers * layer_bytes;
-  for (int l = 0; l < arch_.layers; ++l) {
-    KvLayer& kv = impl.layers[l].kv;
-    kv.keys = base + (2 * l) * layer_bytes;
-    kv.values = base + (2 * l + 1) * layer_bytes;
-    kv.format = kv_format_;
-    kv.key_scales =
-        scale_bytes ? reinterpret_cast<float*>(scales + (2 * l) * scale_bytes) : nullptr;
-    kv.value_scales =
-        scale_bytes ? reinterpret_cast<float*>(scales + (2 * l + 1) * scale_bytes) : nullptr;
+  // Layer by layer: all pages' keys, all pages' values, then (kQ8) their scales.
+  auto* at = static_cast<uint8_t*>(impl.pool->data());
+  for (size_t l = 0; l < impl.layers.size(); ++l) {
+    const CacheSpec& c = caches_[l];
+    const int64_t part = static_cast<int64_t>(pages) * kPage * c.kv_heads * c.head_dim *
+                         KvFormatBytes(c.format);
+    const int64_t scales = static_cast<int64_t>(pages) * kPage * c.kv_heads *
+                           KvFormatScaleBytes(c.format);
+    KvLayer& kv = impl.layers[l].attention.kv;
+    kv.format = c.format;
+    kv.keys = at;
+    kv.values = at + part;
+    at += 2 * part;
+    kv.key_scales = scales ? reinterpret_cast<float*>(at) : nullptr;
+    kv.value_scales = scales ? reinterpret_cast<float*>(at + scales) : nullptr;
+    at += 2 * scales;
   }
   return Status::Ok();
 }
@@ -325,12 +217,19 @@ Status Model::Reserve(int64_t rows, int32_t slots, int32_t max_pages) {
   GZ_RETURN_IF_ERROR(alloc(&b.x, rows * a.dim * f));
   GZ_RETURN_IF_ERROR(alloc(&b.h, rows * a.dim * f));
   GZ_RETURN_IF_ERROR(alloc(&b.o, rows * a.dim * f));
-  GZ_RETURN_IF_ERROR(alloc(&b.q, rows * a.QDim() * f));
-  GZ_RETURN_IF_ERROR(alloc(&b.k, rows * a.KvDim() * f));
-  GZ_RETURN_IF_ERROR(alloc(&b.v, rows * a.KvDim() * f));
-  GZ_RETURN_IF_ERROR(alloc(&b.attn, rows * a.QDim() * f));
-  GZ_RETURN_IF_ERROR(alloc(&b.gate, rows * a.ffn * f));
-  GZ_RETURN_IF_ERROR(alloc(&b.up, rows * a.ffn * f));
+  // The blocks' scratch, for the widest layer.
+  int64_t q_dim = 1, kv_dim = 1, ffn = 1;
+  for (const LayerSpec& spec : a.layer) {
+    q_dim = std::max(q_dim, spec.attention.QDim());
+    kv_dim = std::max(kv_dim, spec.attention.KvDim());
+    ffn = std::max(ffn, spec.feed_forward.ffn);
+  }
+  GZ_RETURN_IF_ERROR(alloc(&b.q, rows * q_dim * f));
+  GZ_RETURN_IF_ERROR(alloc(&b.k, rows * kv_dim * f));
+  GZ_RETURN_IF_ERROR(alloc(&b.v, rows * kv_dim * f));
+  GZ_RETURN_IF_ERROR(alloc(&b.attn, rows * q_dim * f));
+  GZ_RETURN_IF_ERROR(alloc(&b.gate, rows * ffn * f));
+  GZ_RETURN_IF_ERROR(alloc(&b.up, rows * ffn * f));
   GZ_RETURN_IF_ERROR(alloc(&b.picked, rows * a.dim * f));
   GZ_RETURN_IF_ERROR(alloc(&b.logits, rows * a.vocab * f));
   GZ_RETURN_IF_ERROR(alloc(&b.sample, rows * sizeof(SampleRow)));
@@ -431,52 +330,24 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
     be.CopyToDevice(b.sample->data(), sample.data(), sample.size() * sizeof(SampleRow));
   }
   const int64_t n = rows.size();
-  const float eps = static_cast<float>(a.norm_eps);
-  float* x = b.x->as<float>();
-  float* h = b.h->as<float>();
-  float* o = b.o->as<float>();
-  const int32_t* slots = b.slot_of->as<int32_t>();
-  const int32_t* positions = b.positions->as<int32_t>();
-  PageTable table{b.pages->as<int32_t>(), tables.max_pages};
-
-  // Where the backend fuses the ends of its matmuls (FusesMatmul), each norm runs inside the
-  // matmul that reads it and the o and down projections add into x, so x is always current.
-  // Otherwise the residual stream x lags one addition behind: the output of the last block waits
-  // in `o` and joins x inside the next norm (the fused residual add), unless a hidden state is
-  // read.
-  const bool fuse = be.FusesMatmul();
-  bool pending = false;
+  StepBuilder step(be, b.x->as<float>(), b.h->as<float>(), b.o->as<float>(), n, a.dim,
+                   static_cast<float>(a.norm_eps));
+  StepInputs in;
+  in.rows = n;
+  in.slots = b.slot_of->as<int32_t>();
+  in.positions = b.positions->as<int32_t>();
+  in.rotary = b.rotary->as<int32_t>();
+  in.table = {b.pages->as<int32_t>(), tables.max_pages};
+  in.q = b.q->as<float>();
+  in.k = b.k->as<float>();
+  in.v = b.v->as<float>();
+  in.attn = b.attn->as<float>();
+  in.gate = b.gate->as<float>();
+  in.up = b.up->as<float>();
   auto capture = [&](int layer) {
     for (size_t i = 0; i < hidden_layers.size(); ++i) {
       if (hidden_layers[i] != layer) continue;
-      if (pending) {
-        be.Add({x, o, n * a.dim});
-        pending = false;
-      }
-      be.CopyToHost(hidden_out + i * n * a.dim, x, n * a.dim * sizeof(float));
-    }
-  };
-  // The input of a matmul that reads norm(x): h after an RmsNorm op, or x with the norm fused.
-  auto normed = [&](const float* weight, MatmulParams* m) {
-    if (fuse) {
-      m->x = x;
-      m->norm = weight;
-      m->norm_eps = eps;
-      return;
-    }
-    RmsNormParams p{h, pending ? o : x, pending ? x : nullptr, weight, n, a.dim, eps};
-    be.RmsNorm(p);
-    pending = false;
-    m->x = h;
-  };
-  // The output of a block: added into x (fused) or left in `o` for the next norm.
-  auto residual = [&](MatmulParams* m) {
-    if (fuse) {
-      m->out[0] = x;
-      m->accumulate = true;
-    } else {
-      m->out[0] = o;
-      pending = true;
+      be.CopyToHost(hidden_out + i * n * a.dim, step.Current(), n * a.dim * sizeof(float));
     }
   };
 
@@ -495,93 +366,35 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
                        static_cast<uint64_t>(n);
   const bool replayed = record && be.ReplayStep(key);
   if (record && !replayed) be.BeginStep(key);
-  if (!replayed) be.Embed({x, &impl.embed, b.tokens->as<int32_t>(), n});
+  if (!replayed) be.Embed({b.x->as<float>(), &impl.embed, b.tokens->as<int32_t>(), n, a.embed_scale});
   capture(0);
   for (int l = 0; !replayed && l < a.layers; ++l) {
     const Layer& L = impl.layers[l];
-    MatmulParams qkv;
-    normed(L.attn_norm, &qkv);
-    qkv.rows = n;
-    qkv.outputs = 3;
-    qkv.w[0] = &L.q, qkv.w[1] = &L.k, qkv.w[2] = &L.v;
-    qkv.out[0] = b.q->as<float>(), qkv.out[1] = b.k->as<float>(), qkv.out[2] = b.v->as<float>();
-    qkv.bias[0] = L.q_bias, qkv.bias[1] = L.k_bias, qkv.bias[2] = L.v_bias;
-    be.Matmul(qkv);
-    RopeKvParams rope_kv;
-    rope_kv.q = {b.q->as<float>(),
-                 n,
-                 a.heads,
-                 a.head_dim,
-                 a.rope.rotary_dims,
-                 b.rotary->as<int32_t>(),
-                 impl.inv_freq,
-                 L.q_norm,
-                 eps};
-    rope_kv.k = rope_kv.q;
-    rope_kv.k.x = b.k->as<float>();
-    rope_kv.k.heads = a.kv_heads;
-    rope_kv.k.norm = L.k_norm;
-    rope_kv.kv = {L.kv,      table, b.k->as<float>(), b.v->as<float>(), slots,
-                  positions, n,     a.kv_heads,       a.head_dim};
-    be.RopeKv(rope_kv);
-    AttentionParams att;
-    att.out = b.attn->as<float>();
-    att.q = b.q->as<float>();
-    att.cache = L.kv;
-    att.table = table;
-    att.slots = slots;
-    att.positions = positions;
-    att.rows = n;
-    att.heads = a.heads;
-    att.kv_heads = a.kv_heads;
-    att.head_dim = a.head_dim;
-    att.scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
-    be.Attention(att);
-    MatmulParams out_proj;
-    out_proj.x = b.attn->as<float>();
-    out_proj.rows = n;
-    out_proj.w[0] = &L.o;
-    out_proj.bias[0] = L.o_bias;
-    residual(&out_proj);
-    be.Matmul(out_proj);
-    MatmulParams gate_up;
-    normed(L.ffn_norm, &gate_up);
-    gate_up.rows = n;
-    gate_up.outputs = 2;
-    gate_up.w[0] = &L.gate, gate_up.w[1] = &L.up;
-    gate_up.out[0] = b.gate->as<float>(), gate_up.out[1] = b.up->as<float>();
-    gate_up.swiglu = be.FusesSwiGlu();
-    be.Matmul(gate_up);
-    if (!gate_up.swiglu) {
-      be.Glu({b.gate->as<float>(), b.gate->as<float>(), b.up->as<float>(), n * a.ffn});
-    }
-    MatmulParams down;
-    down.x = b.gate->as<float>();
-    down.rows = n;
-    down.w[0] = &L.down;
-    residual(&down);
-    be.Matmul(down);
+    L.attention.Issue(step, in);
+    L.feed_forward.Issue(step, in);
     capture(l + 1);
   }
   if (!replayed && head_wanted) {
     const int64_t w = static_cast<int64_t>(rows.wanted.size());
+    float* picked = b.picked->as<float>();
     MatmulParams head;
-    if (fuse) {
+    if (be.FusesMatmul() && !step.pending()) {
       // The norm is per row: the wanted rows of x, normalized inside the head's matmul.
-      be.GatherRows({b.picked->as<float>(), x, b.wanted->as<int32_t>(), w, a.dim});
-      head.x = b.picked->as<float>();
+      be.GatherRows({picked, step.Current(), b.wanted->as<int32_t>(), w, a.dim});
+      head.x = picked;
       head.norm = impl.final_norm;
-      head.norm_eps = eps;
+      head.norm_eps = step.eps();
     } else {
-      MatmulParams unused;
-      normed(impl.final_norm, &unused);
-      be.GatherRows({b.picked->as<float>(), h, b.wanted->as<int32_t>(), w, a.dim});
-      head.x = b.picked->as<float>();
+      MatmulParams normed;
+      step.Normed(impl.final_norm, &normed);
+      be.GatherRows({picked, normed.x, b.wanted->as<int32_t>(), w, a.dim});
+      head.x = picked;
     }
     head.rows = w;
     head.w[0] = &impl.head;
     head.out[0] = logits_in_place ? logits : b.logits->as<float>();
     be.Matmul(head);
+    if (a.logit_softcap > 0) be.Softcap({head.out[0], w * a.vocab, a.logit_softcap});
   }
   if (record && !replayed) be.EndStep();
   if (logits && !rows.wanted.empty() && !logits_in_place) {
@@ -598,40 +411,38 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   return Status::Ok();
 }
 
-Status Model::CopyPageToHost(int32_t page, void* host) {
-  if (page < 0 || page >= impl_->pages) return InvalidArgument("CopyPageToHost: bad page");
-  const int64_t part = PagePartBytes(), scale = PageScaleBytes();
-  auto* dst = static_cast<uint8_t*>(host);
-  auto copy = [&](const void* base, int64_t bytes) {
-    backend_->CopyToHost(dst, static_cast<const uint8_t*>(base) + page * bytes, bytes);
-    dst += bytes;
-  };
-  for (const Layer& L : impl_->layers) {
-    copy(L.kv.keys, part);
-    copy(L.kv.values, part);
-    if (scale > 0) {
-      copy(L.kv.key_scales, scale);
-      copy(L.kv.value_scales, scale);
-    }
-  }
-  backend_->Synchronize();
-  return Status::Ok();
-}
+Status Model::CopyPageToHost(int32_t page, void* host) { return CopyPage(page, host, true); }
 
 Status Model::CopyPageFromHost(int32_t page, const void* host) {
-  if (page < 0 || page >= impl_->pages) return InvalidArgument("CopyPageFromHost: bad page");
-  const int64_t part = PagePartBytes(), scale = PageScaleBytes();
-  const auto* src = static_cast<const uint8_t*>(host);
+  return CopyPage(page, const_cast<void*>(host), false);
+}
+
+// A page's bytes on the host: layer by layer, its keys, values and (kQ8) key and value scales.
+Status Model::CopyPage(int32_t page, void* host, bool to_host) {
+  if (page < 0 || page >= impl_->pages)
+    return InvalidArgument(std::string(to_host ? "CopyPageToHost" : "CopyPageFromHost") +
+                           ": bad page");
+  auto* h = static_cast<uint8_t*>(host);
   auto copy = [&](void* base, int64_t bytes) {
-    backend_->CopyToDevice(static_cast<uint8_t*>(base) + page * bytes, src, bytes);
-    src += bytes;
+    uint8_t* device = static_cast<uint8_t*>(base) + page * bytes;
+    if (to_host) {
+      backend_->CopyToHost(h, device, bytes);
+    } else {
+      backend_->CopyToDevice(device, h, bytes);
+    }
+    h += bytes;
   };
-  for (const Layer& L : impl_->layers) {
-    copy(L.kv.keys, part);
-    copy(L.kv.values, part);
+  for (size_t l = 0; l < impl_->layers.size(); ++l) {
+    const CacheSpec& c = caches_[l];
+    const KvLayer& kv = impl_->layers[l].attention.kv;
+    const int64_t part = static_cast<int64_t>(kPage) * c.kv_heads * c.head_dim *
+                         KvFormatBytes(c.format);
+    const int64_t scale = static_cast<int64_t>(kPage) * c.kv_heads * KvFormatScaleBytes(c.format);
+    copy(kv.keys, part);
+    copy(kv.values, part);
     if (scale > 0) {
-      copy(L.kv.key_scales, scale);
-      copy(L.kv.value_scales, scale);
+      copy(kv.key_scales, scale);
+      copy(kv.value_scales, scale);
     }
   }
   backend_->Synchronize();

@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "model/arch.h"
 #include "model/runner.h"
+#include "model/weights.h"
 #include "ops/backend.h"
 
 namespace gizllm {
@@ -18,14 +19,6 @@ struct LoadOptions {
   int layers = -1;               // read only the first N layers (-1: all)
   KvFormat kv = KvFormat::kF32;  // element type of the KV pages
   Status Check() const;
-};
-
-// What loading read, for `gizllm info`.
-struct WeightSummary {
-  std::string name;
-  std::string format;  // "bf16", "q4", ...
-  std::vector<int64_t> shape;
-  int64_t bytes = 0;
 };
 
 class Model final : public Runner {
@@ -39,9 +32,10 @@ class Model final : public Runner {
   const Arch& arch() const override { return arch_; }
   const std::string& dir() const { return dir_; }
   Backend& backend() { return *backend_; }
-  int64_t Parameters() const { return parameters_; }
-  int64_t WeightBytes() const { return weight_bytes_; }
-  const std::vector<WeightSummary>& weights() const { return summary_; }
+  int64_t Parameters() const;
+  int64_t WeightBytes() const;
+  const std::vector<WeightSummary>& weights() const;
+  std::span<const CacheSpec> caches() const override { return caches_; }
 
   KvFormat kv_format() const { return kv_format_; }
   int64_t PageBytes() const override;
@@ -67,8 +61,8 @@ class Model final : public Runner {
                  float* hidden_out, float* logits, std::span<const SampleRow> sample = {},
                  int32_t* tokens = nullptr);
   Status UploadStepInputs(const Rows& rows, const PageTables& tables);
-  int64_t PagePartBytes() const;   // one layer's keys (or values) of a page
-  int64_t PageScaleBytes() const;  // their scales (kQ8; 0 otherwise)
+  // Copies one page between the pool and the host, layer by layer.
+  Status CopyPage(int32_t page, void* host, bool to_host);
 
   std::string dir_;
   Arch arch_;
@@ -76,9 +70,7 @@ class Model final : public Runner {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   KvFormat kv_format_ = KvFormat::kF32;
-  int64_t parameters_ = 0;
-  int64_t weight_bytes_ = 0;
-  std::vector<WeightSummary> summary_;
+  std::vector<CacheSpec> caches_;
 };
 
 }  // namespace gizllm

@@ -20,10 +20,27 @@ struct PageTables {
   int32_t max_pages = 0;
 };
 
+// The cache one layer keeps for each sequence: KV pages of kPage positions, of this head shape
+// and format. A sliding-window layer reads only the last `window` positions of its pages.
+struct CacheSpec {
+  LayerKind kind = LayerKind::kAttention;
+  int kv_heads = 0;
+  int head_dim = 0;
+  int32_t window = 0;  // 0: every position
+  KvFormat format = KvFormat::kF32;
+  // Bytes of one page: keys and values (and their scales).
+  int64_t PageBytes() const {
+    return 2 * static_cast<int64_t>(kPage) * kv_heads *
+           (static_cast<int64_t>(head_dim) * KvFormatBytes(format) + KvFormatScaleBytes(format));
+  }
+};
+
 class Runner {
  public:
   virtual ~Runner() = default;
   virtual const Arch& arch() const = 0;
+  // Each layer's cache (one per layer); PageBytes is the sum of theirs.
+  virtual std::span<const CacheSpec> caches() const { return {}; }
 
   // Bytes one KV page (kPage positions of every attention layer, keys and values) takes.
   virtual int64_t PageBytes() const = 0;

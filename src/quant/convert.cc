@@ -213,6 +213,8 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
   GZ_RETURN_IF_ERROR(options.Check());
   GZ_ASSIGN_OR_RETURN(Arch arch, ReadArch(options.from));
   GZ_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(options.from));
+  GZ_RETURN_IF_ERROR(ResolveTensorPrefix(
+      &arch, [&](const std::string& name) { return ckpt.Find(name) != nullptr; }, options.from));
   if (options.layers > arch.layers) {
     return InvalidArgument("convert: --layers " + std::to_string(options.layers) + ", but " +
                            options.from + " has " + std::to_string(arch.layers) + " layers");
@@ -267,7 +269,7 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
   // finite values: what convert accepts, a load accepts too.
   std::map<std::string, std::vector<int64_t>> shapes;
   for (TensorRole role : {TensorRole::kEmbed, TensorRole::kFinalNorm, TensorRole::kHead}) {
-    shapes[TensorName(arch, role, -1)] = TensorShape(arch, role);
+    shapes[TensorName(arch, role, -1)] = TensorShape(arch, role, -1);
   }
   for (int l = 0; l < kept; ++l) {
     for (TensorRole role :
@@ -275,8 +277,8 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
           TensorRole::kQBias, TensorRole::kKBias, TensorRole::kVBias, TensorRole::kOBias,
           TensorRole::kQNorm, TensorRole::kKNorm, TensorRole::kFfnNorm, TensorRole::kGate,
           TensorRole::kUp, TensorRole::kDown, TensorRole::kGateBias, TensorRole::kUpBias,
-          TensorRole::kDownBias}) {
-      shapes[TensorName(arch, role, l)] = TensorShape(arch, role);
+          TensorRole::kDownBias, TensorRole::kAttnPostNorm, TensorRole::kFfnPostNorm}) {
+      shapes[TensorName(arch, role, l)] = TensorShape(arch, role, l);
     }
   }
   for (const TensorInfo* t : sources) {

@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     CHECK(!arch.status().message().empty());
     return 0;
   }
-  CHECK(arch->layers > 0 && static_cast<int>(arch->kinds.size()) == arch->layers);
+  CHECK(arch->layers > 0 && static_cast<int>(arch->layer.size()) == arch->layers);
   CHECK(arch->heads > 0 && arch->kv_heads > 0 && arch->head_dim > 0);
   CHECK(arch->rope.rotary_dims > 0 && arch->rope.rotary_dims <= arch->head_dim);
   const std::vector<float> inv_freq = arch->rope.InvFreq();

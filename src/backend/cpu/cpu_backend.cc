@@ -761,19 +761,28 @@ void CpuBackend::Matmul(const MatmulParams& p) {
 
 const float* CpuBackend::RopeTable(const RopeParams& p) {
   const int half = p.rotary_dims / 2;
-  if (rope_dims_ != p.rotary_dims ||
-      !std::equal(rope_inv_freq_.begin(), rope_inv_freq_.end(), p.inv_freq)) {
-    rope_dims_ = p.rotary_dims;
-    rope_inv_freq_.assign(p.inv_freq, p.inv_freq + half);
-    rope_table_.clear();
+  RopeCache* cache = nullptr;
+  for (RopeCache& c : rope_tables_) {
+    if (static_cast<int>(c.inv_freq.size()) == half &&
+        std::equal(c.inv_freq.begin(), c.inv_freq.end(), p.inv_freq)) {
+      cache = &c;
+      break;
+    }
   }
+  if (cache == nullptr) {
+    // A handful of tables a model; a backend shared by models that keep changing starts over.
+    if (rope_tables_.size() >= 8) rope_tables_.clear();
+    rope_tables_.push_back({std::vector<float>(p.inv_freq, p.inv_freq + half), {}});
+    cache = &rope_tables_.back();
+  }
+  std::vector<float>& table = cache->table;
   int32_t top = 0;
   for (int64_t r = 0; r < p.rows; ++r) top = std::max(top, p.positions[r]);
-  const int64_t cached = static_cast<int64_t>(rope_table_.size()) / p.rotary_dims;
+  const int64_t cached = static_cast<int64_t>(table.size()) / p.rotary_dims;
   if (top >= cached) {
-    rope_table_.resize(static_cast<size_t>(top + 1) * p.rotary_dims);
+    table.resize(static_cast<size_t>(top + 1) * p.rotary_dims);
     for (int64_t position = cached; position <= top; ++position) {
-      float* row = rope_table_.data() + position * p.rotary_dims;
+      float* row = table.data() + position * p.rotary_dims;
       for (int i = 0; i < half; ++i) {
         // As transformers computes it: a float32 angle, then float32 cos and sin.
         const float angle = static_cast<float>(position) * p.inv_freq[i];
@@ -782,7 +791,7 @@ const float* CpuBackend::RopeTable(const RopeParams& p) {
       }
     }
   }
-  return rope_table_.data();
+  return table.data();
 }
 
 void CpuBackend::Rope(const RopeParams& p) {

@@ -108,9 +108,13 @@ class CpuBackend : public Backend {
   // kernels, to the host data each was packed from (which, as for the plain formats used in
   // place, must outlive the prepared weight): Embed reads a packed table's rows there.
   std::unordered_map<const void*, const void*> packed_;
-  std::vector<float> rope_table_;  // RopeTable
-  int rope_dims_ = -1;
-  std::vector<float> rope_inv_freq_;
+  // RopeTable: a cos/sin table for each set of frequencies seen (a model's layers may rotate
+  // with different tables: Gemma's local and global), keyed by the frequencies' values.
+  struct RopeCache {
+    std::vector<float> inv_freq;
+    std::vector<float> table;  // [positions, rotary_dims]: cos then sin
+  };
+  std::vector<RopeCache> rope_tables_;
   Scratch attention_;       // per thread: accumulators of one kv head's query heads
   Scratch tile_attention_;  // per thread: prompt tiles' queries, keys, values and sums
   std::vector<std::pair<int64_t, int64_t>> tiles_;  // Attention: (first row, rows) a task

@@ -1,5 +1,6 @@
 #include "model/families/family.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -17,14 +18,16 @@ std::string Shown(const json& j) { return JsonExcerpt(j, /*limit=*/60); }
 // Rotary frequencies. transformers 5 writes rope_parameters {rope_theta, rope_type, factor, ...}
 // (keyed by layer type in models that mix attention kinds); older configs write a top-level
 // rope_theta and a rope_scaling {rope_type or type, factor, ...}, or null.
-Status ReadRope(const ConfigReader& config, const FamilyDefaults& defaults, int head_dim,
-                Rope* rope) {
+}  // namespace
+
+Status ReadRope(const ConfigReader& config, double default_theta, int head_dim,
+                std::string_view layer_type, Rope* rope) {
   std::optional<ConfigReader> params;
-  double theta = defaults.rope_theta;
+  double theta = default_theta;
   if (config.Has("rope_parameters")) {
     GZ_ASSIGN_OR_RETURN(ConfigReader p, config.Object("rope_parameters"));
-    if (p.Has("full_attention")) {
-      GZ_ASSIGN_OR_RETURN(p, p.Object("full_attention"));
+    if (p.Has("full_attention") || p.Has("sliding_attention")) {
+      GZ_ASSIGN_OR_RETURN(p, p.Object(layer_type));
     }
     GZ_ASSIGN_OR_RETURN(theta, config.Double("rope_theta", theta));
     GZ_ASSIGN_OR_RETURN(theta, p.Double("rope_theta", theta));
@@ -96,9 +99,10 @@ Status ReadRope(const ConfigReader& config, const FamilyDefaults& defaults, int 
   return Status::Ok();
 }
 
+namespace {
+
 // Every layer must be full attention: sliding-window layers are not supported.
 Status ReadLayerKinds(const ConfigReader& config, const FamilyDefaults& defaults, Arch* arch) {
-  arch->kinds.assign(arch->layers, LayerKind::kAttention);
   if (const json* types = config.Get("layer_types")) {
     if (!types->is_array() || static_cast<int64_t>(types->size()) != arch->layers) {
       return config.Error(StatusCode::kInvalidArgument, "layer_types",
@@ -227,9 +231,16 @@ Status ReadTokenIds(const ConfigReader& config, std::string_view field, std::vec
   return add(*j);
 }
 
-Status ReadDecoder(const ConfigReader& config, const FamilyDefaults& defaults, Arch* arch) {
-  auto positive = [&](std::string_view field, int64_t max) -> Expected<int64_t> {
-    GZ_ASSIGN_OR_RETURN(int64_t v, config.Int(field));
+Status ReadDecoder(const ConfigReader& config, const FamilyDefaults& defaults, Arch* arch,
+                   bool checks_layers) {
+  // A size; `fallback` (0: none, the field is required) where the family's configuration class
+  // gives one.
+  auto positive = [&](std::string_view field, int64_t max,
+                      int64_t fallback = 0) -> Expected<int64_t> {
+    int64_t v = fallback;
+    if (fallback == 0 || config.Has(field)) {
+      GZ_ASSIGN_OR_RETURN(v, config.Int(field));
+    }
     if (v <= 0 || v > max) {
       return config.Error(StatusCode::kInvalidArgument, field,
                           "must be in [1, " + std::to_string(max) + "], got " + std::to_string(v));
@@ -237,14 +248,15 @@ Status ReadDecoder(const ConfigReader& config, const FamilyDefaults& defaults, A
     return v;
   };
   constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
-  GZ_ASSIGN_OR_RETURN(arch->vocab, positive("vocab_size", kMaxInt));
-  GZ_ASSIGN_OR_RETURN(arch->dim, positive("hidden_size", kMaxInt));
-  GZ_ASSIGN_OR_RETURN(arch->ffn, positive("intermediate_size", kMaxInt));
-  GZ_ASSIGN_OR_RETURN(int64_t layers, positive("num_hidden_layers", 100000));
-  GZ_ASSIGN_OR_RETURN(int64_t heads, positive("num_attention_heads", 100000));
+  GZ_ASSIGN_OR_RETURN(arch->vocab, positive("vocab_size", kMaxInt, defaults.vocab));
+  GZ_ASSIGN_OR_RETURN(arch->dim, positive("hidden_size", kMaxInt, defaults.dim));
+  GZ_ASSIGN_OR_RETURN(arch->ffn, positive("intermediate_size", kMaxInt, defaults.ffn));
+  GZ_ASSIGN_OR_RETURN(int64_t layers, positive("num_hidden_layers", 100000, defaults.layers));
+  GZ_ASSIGN_OR_RETURN(int64_t heads, positive("num_attention_heads", 100000, defaults.heads));
   arch->layers = static_cast<int>(layers);
   arch->heads = static_cast<int>(heads);
-  int64_t kv_heads = heads;  // transformers: None means as many as the query heads
+  // transformers: None means as many as the query heads, unless the class has a default.
+  int64_t kv_heads = defaults.kv_heads > 0 ? defaults.kv_heads : heads;
   if (config.Has("num_key_value_heads")) {
     GZ_ASSIGN_OR_RETURN(kv_heads, positive("num_key_value_heads", heads));
   }
@@ -254,8 +266,8 @@ Status ReadDecoder(const ConfigReader& config, const FamilyDefaults& defaults, A
         std::to_string(kv_heads) + " does not divide num_attention_heads " + std::to_string(heads));
   }
   arch->kv_heads = static_cast<int>(kv_heads);
-  if (config.Has("head_dim")) {
-    GZ_ASSIGN_OR_RETURN(int64_t head_dim, positive("head_dim", 65536));
+  if (config.Has("head_dim") || defaults.head_dim > 0) {
+    GZ_ASSIGN_OR_RETURN(int64_t head_dim, positive("head_dim", 65536, defaults.head_dim));
     arch->head_dim = static_cast<int>(head_dim);
   } else {
     if (arch->dim % heads != 0) {
@@ -266,13 +278,16 @@ Status ReadDecoder(const ConfigReader& config, const FamilyDefaults& defaults, A
     arch->head_dim = static_cast<int>(arch->dim / heads);
   }
 
-  GZ_ASSIGN_OR_RETURN(std::string act, config.String("hidden_act", "silu"));
-  if (act != "silu") {
-    return config.Error(StatusCode::kUnimplemented, "hidden_act",
-                        "\"" + act + "\" is not supported (expected silu)");
+  if (checks_layers) {
+    GZ_ASSIGN_OR_RETURN(std::string act, config.String("hidden_act", "silu"));
+    if (act != "silu") {
+      return config.Error(StatusCode::kUnimplemented, "hidden_act",
+                          "\"" + act + "\" is not supported (expected silu)");
+    }
+    GZ_RETURN_IF_ERROR(ReadLayerKinds(config, defaults, arch));
   }
-  GZ_RETURN_IF_ERROR(ReadRope(config, defaults, arch->head_dim, &arch->rope));
-  GZ_RETURN_IF_ERROR(ReadLayerKinds(config, defaults, arch));
+  GZ_RETURN_IF_ERROR(
+      ReadRope(config, defaults.rope_theta, arch->head_dim, "full_attention", &arch->rope));
 
   GZ_ASSIGN_OR_RETURN(arch->norm_eps, config.Double("rms_norm_eps", defaults.norm_eps));
   if (!(arch->norm_eps > 0 && arch->norm_eps < 1)) {
@@ -297,13 +312,49 @@ Status ReadDecoder(const ConfigReader& config, const FamilyDefaults& defaults, A
   return Status::Ok();
 }
 
-std::string HfDecoderTensorName(TensorRole role, int layer) {
-  const std::string l = "model.layers." + std::to_string(layer) + ".";
+Status RefuseUnimplemented(const ConfigReader& config, std::span<const std::string_view> read) {
+  // Each field and whether a value is neutral (computes what a plain decoder computes).
+  struct Field {
+    std::string_view name;
+    bool (*neutral)(const json& v);
+  };
+  auto falsy = [](const json& v) { return v.is_boolean() && !v.get<bool>(); };
+  auto zero = [](const json& v) { return v.is_number() && v.get<double>() == 0; };
+  auto one = [](const json& v) { return v.is_number() && v.get<double>() == 1; };
+  static const Field kFields[] = {
+      {"attn_logit_softcapping", +[](const json&) { return false; }},
+      {"final_logit_softcapping", +[](const json&) { return false; }},
+      {"query_pre_attn_scalar", +[](const json&) { return false; }},
+      {"use_bidirectional_attention", +falsy},
+      {"embedding_multiplier", +one},
+      {"residual_multiplier", +one},
+      {"attention_multiplier", +[](const json&) { return false; }},
+      {"logits_scaling", +one},
+      {"num_experts", +zero},
+      {"num_local_experts", +zero},
+      {"n_routed_experts", +zero},
+      {"moe_intermediate_size", +zero},
+      {"layer_norm_type", +[](const json&) { return false; }},
+      {"use_qk_norm", +falsy},
+  };
+  for (const Field& f : kFields) {
+    if (std::find(read.begin(), read.end(), f.name) != read.end()) continue;
+    const json* v = config.Get(f.name);
+    if (v == nullptr || f.neutral(*v)) continue;
+    return config.Error(StatusCode::kUnimplemented, f.name,
+                        Shown(*v) + " changes what the model computes, and the " +
+                            "recipe of this family does not implement it");
+  }
+  return Status::Ok();
+}
+
+std::string HfDecoderTensorName(const std::string& prefix, TensorRole role, int layer) {
+  const std::string l = prefix + "layers." + std::to_string(layer) + ".";
   switch (role) {
     case TensorRole::kEmbed:
-      return "model.embed_tokens.weight";
+      return prefix + "embed_tokens.weight";
     case TensorRole::kFinalNorm:
-      return "model.norm.weight";
+      return prefix + "norm.weight";
     case TensorRole::kHead:
       return "lm_head.weight";
     case TensorRole::kAttnNorm:
@@ -330,6 +381,10 @@ std::string HfDecoderTensorName(TensorRole role, int layer) {
       return l + "self_attn.k_norm.weight";
     case TensorRole::kFfnNorm:
       return l + "post_attention_layernorm.weight";
+    case TensorRole::kAttnPostNorm:
+      return l + "post_attention_norm.weight";  // no Llama-style checkpoint has one
+    case TensorRole::kFfnPostNorm:
+      return l + "post_feedforward_layernorm.weight";
     case TensorRole::kGate:
       return l + "mlp.gate_proj.weight";
     case TensorRole::kUp:

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +52,8 @@ struct FamilyDefaults {
   bool tied_head = false;              // tie_word_embeddings
   bool sliding_window_fields = false;  // use_sliding_window / max_window_layers (Qwen2, Qwen3)
   int64_t max_window_layers = 28;
+  // Sizes a configuration class gives when config.json leaves them out (0: required).
+  int64_t vocab = 0, dim = 0, ffn = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
 };
 
 // Appends the token id (an integer) or ids (a list) of `field` to `ids`, skipping ids already
@@ -58,23 +61,38 @@ struct FamilyDefaults {
 Status ReadTokenIds(const ConfigReader& config, std::string_view field, std::vector<int32_t>* ids);
 
 // Reads what every Llama-like decoder shares: sizes, heads, head_dim, rope, norm eps, context,
-// tied head, dtype, layer types (all full attention), hidden_act (silu), eos and bos ids.
-Status ReadDecoder(const ConfigReader& config, const FamilyDefaults& defaults, Arch* arch);
+// tied head, dtype, eos and bos ids; with `checks_layers`, also the layer types (all full
+// attention) and hidden_act (silu), which a family with other layers reads itself.
+Status ReadDecoder(const ConfigReader& config, const FamilyDefaults& defaults, Arch* arch,
+                   bool checks_layers = true);
 
-// Names of Hugging Face's Llama-style checkpoints ("model.layers.N.self_attn.q_proj.weight").
-std::string HfDecoderTensorName(TensorRole role, int layer);
+// Rotary frequencies from `config`'s rope fields: transformers 5's rope_parameters (flat, or the
+// entry for `layer_type` when keyed by layer type) or the older rope_theta and rope_scaling.
+Status ReadRope(const ConfigReader& config, double default_theta, int head_dim,
+                std::string_view layer_type, Rope* rope);
+
+// Fields that change what a model computes. A recipe lists those it implements in `read`; any
+// other one present with a value other than its neutral one (absent, null, false, 0 or 1 as the
+// field means) is refused, naming it, rather than ignored.
+Status RefuseUnimplemented(const ConfigReader& config, std::span<const std::string_view> read);
+
+// Names of Hugging Face's Llama-style checkpoints ("model.layers.N.self_attn.q_proj.weight",
+// `prefix` "model.").
+std::string HfDecoderTensorName(const std::string& prefix, TensorRole role, int layer);
 
 struct Family {
   std::string_view name;          // Arch::family
   std::string_view model_type;    // config.json "model_type"
   std::string_view architecture;  // config.json "architectures"[0]
-  // Reads config.json into `arch` (family, architecture already set).
+  // Reads config.json into `arch` (family, architecture already set), arch->layer included.
   Status (*read)(const ConfigReader& config, Arch* arch);
-  std::string (*tensor_name)(TensorRole role, int layer);
+  std::string (*tensor_name)(const std::string& prefix, TensorRole role, int layer);
 };
 
 const Family& LlamaFamily();
 const Family& Qwen2Family();
 const Family& Qwen3Family();
+const Family& Gemma3TextFamily();  // gemma3_text, Gemma3ForCausalLM
+const Family& Gemma3Family();      // gemma3, Gemma3ForConditionalGeneration: its text model
 
 }  // namespace gizllm

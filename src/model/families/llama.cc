@@ -13,7 +13,8 @@ Status ReadLlama(const ConfigReader& config, Arch* arch) {
   arch->output_bias = attention_bias;
   GZ_ASSIGN_OR_RETURN(arch->mlp_bias, config.Bool("mlp_bias", false));
   arch->qk_norm = false;
-  return Status::Ok();
+  arch->UniformLayers();
+  return RefuseUnimplemented(config, {});
 }
 
 }  // namespace

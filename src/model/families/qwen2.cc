@@ -14,7 +14,8 @@ Status ReadQwen2(const ConfigReader& config, Arch* arch) {
   arch->output_bias = false;
   arch->mlp_bias = false;
   arch->qk_norm = false;
-  return Status::Ok();
+  arch->UniformLayers();
+  return RefuseUnimplemented(config, {});
 }
 
 }  // namespace

@@ -16,7 +16,8 @@ Status ReadQwen3(const ConfigReader& config, Arch* arch) {
   arch->output_bias = attention_bias;
   arch->mlp_bias = false;
   arch->qk_norm = true;
-  return Status::Ok();
+  arch->UniformLayers();
+  return RefuseUnimplemented(config, {});
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ class FakeRunner : public Runner {
     arch_.vocab = vocab;
     arch_.dim = dim;
     arch_.layers = layers;
-    arch_.kinds.assign(layers, LayerKind::kAttention);
+    arch_.layer.assign(layers, LayerSpec{});
     arch_.context = 4096;
     arch_.eos = {1};
   }

@@ -85,7 +85,8 @@ TEST(ConfigTest, TinyChat) {
   EXPECT_EQ(arch->dim, 384);
   EXPECT_EQ(arch->ffn, 1152);
   EXPECT_EQ(arch->layers, 8);
-  EXPECT_EQ(arch->kinds, std::vector<LayerKind>(8, LayerKind::kAttention));
+  ASSERT_EQ(arch->layer.size(), 8u);
+  for (const LayerSpec& l : arch->layer) EXPECT_EQ(l.kind, LayerKind::kAttention);
   EXPECT_EQ(arch->heads, 6);
   EXPECT_EQ(arch->kv_heads, 2);
   EXPECT_EQ(arch->head_dim, 64);
@@ -296,7 +297,8 @@ TEST(ConfigTest, Qwen2TopLevelRopeTheta) {
   EXPECT_TRUE(arch->tied_head);
   EXPECT_EQ(arch->eos, std::vector<int32_t>{151645});
   EXPECT_EQ(arch->bos, 151643);
-  EXPECT_EQ(arch->kinds, std::vector<LayerKind>(24, LayerKind::kAttention));
+  ASSERT_EQ(arch->layer.size(), 24u);
+  for (const LayerSpec& l : arch->layer) EXPECT_EQ(l.kind, LayerKind::kAttention);
 
   // Older configs spell the scaling type "type"; linear scaling needs its factor.
   json c = Qwen25Config();

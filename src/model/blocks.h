@@ -1,0 +1,114 @@
+// The forward pass in pieces: a StepBuilder that owns the residual stream and the fusion rules,
+// and blocks (attention, dense feed-forward) that load their own weights by role and issue ops
+// through it. A block knows its spec and its weights, not the backend's fusions; a family's
+// recipe (model/families/) chooses the blocks and their specs, not the ops.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "model/arch.h"
+#include "model/weights.h"
+#include "ops/backend.h"
+
+namespace gizllm {
+
+// What every block of a step reads, in device memory: the rows' slots and positions, their page
+// table, and the blocks' scratch buffers (sized for the widest layer).
+struct StepInputs {
+  int64_t rows = 0;
+  const int32_t* slots = nullptr;      // [rows]
+  const int32_t* positions = nullptr;  // [rows] KV position
+  const int32_t* rotary = nullptr;     // [rows] rotary position
+  PageTable table;
+  float* q = nullptr;     // [rows, max q dim]
+  float* k = nullptr;     // [rows, max kv dim]
+  float* v = nullptr;     // [rows, max kv dim]
+  float* attn = nullptr;  // [rows, max q dim]
+  float* gate = nullptr;  // [rows, max ffn]
+  float* up = nullptr;    // [rows, max ffn]
+};
+
+// The residual stream x of a step and how blocks read and add to it.
+//
+// Where the backend fuses the ends of its matmuls (FusesMatmul), a norm runs inside the matmul
+// that reads it and a block's last projection adds into x, so x is current. Otherwise, and after
+// a block whose output is normalized before it joins x (post-norms), the output waits in `o` and
+// joins x inside the next norm (the RmsNorm op's fused residual add): x lags one addition behind
+// until Current() is asked for.
+class StepBuilder {
+ public:
+  StepBuilder(Backend& backend, float* x, float* h, float* o, int64_t rows, int64_t dim,
+              float eps);
+
+  Backend& backend() { return backend_; }
+  int64_t rows() const { return rows_; }
+  float eps() const { return eps_; }
+
+  // Sets m's input to norm(x) with this weight: x with the norm fused, or h after an RmsNorm op.
+  void Normed(const float* norm, MatmulParams* m);
+  // Issues m (x, rows, weights and bias set; one output) as a block's last projection: x += its
+  // output, or with post_norm x += norm(output).
+  void AddToStream(MatmulParams m, const float* post_norm);
+  // x with every addition made, for reading the residual stream (hidden states, the head).
+  float* Current();
+  // Whether x lags (the head then normalizes through Normed instead of gathering rows of x).
+  bool pending() const { return pending_; }
+
+ private:
+  Backend& backend_;
+  float* x_;
+  float* h_;
+  float* o_;
+  int64_t rows_;
+  int64_t dim_;
+  float eps_;
+  bool fuse_;
+  bool pending_ = false;
+};
+
+// Causal self-attention with its pre-norm (and post-norm): q, k, v projections (biases), per-head
+// q and k norms, the rotation, the KV write, attention over the layer's pages (window,
+// soft-capping), the output projection added into the residual stream.
+class AttentionBlock {
+ public:
+  // rope_tables: the device inv_freq table of each of Arch::ropes.
+  Status Load(WeightLoader& w, const Arch& arch, int layer,
+              std::span<const float* const> rope_tables);
+  void Issue(StepBuilder& step, const StepInputs& in) const;
+
+  const AttentionSpec& spec() const { return spec_; }
+  KvLayer kv;  // this layer's part of the page pool, set when the pool is allocated
+
+ private:
+  AttentionSpec spec_;
+  int rotary_dims_ = 0;
+  const float* inv_freq_ = nullptr;
+  const float* norm_ = nullptr;       // [dim]
+  const float* post_norm_ = nullptr;  // [dim] or null
+  const float* q_norm_ = nullptr;     // [head_dim] or null
+  const float* k_norm_ = nullptr;     // [head_dim] or null
+  const float* q_bias_ = nullptr;
+  const float* k_bias_ = nullptr;
+  const float* v_bias_ = nullptr;
+  const float* o_bias_ = nullptr;
+  Weight q_, k_, v_, o_;
+};
+
+// Dense gated feed-forward with its pre-norm (and post-norm): down(act(gate(x)) * up(x)).
+class FeedForwardBlock {
+ public:
+  Status Load(WeightLoader& w, const Arch& arch, int layer);
+  void Issue(StepBuilder& step, const StepInputs& in) const;
+
+ private:
+  FeedForwardSpec spec_;
+  const float* norm_ = nullptr;
+  const float* post_norm_ = nullptr;
+  const float* gate_bias_ = nullptr;
+  const float* up_bias_ = nullptr;
+  const float* down_bias_ = nullptr;
+  Weight gate_, up_, down_;
+};
+
+}  // namespace gizllm

@@ -1,0 +1,129 @@
+#include "model/weights.h"
+
+#include <cstring>
+
+#include "core/dtype.h"
+#include "quant/linear_io.h"
+
+namespace gizllm {
+namespace {
+
+bool IsNorm(TensorRole role) {
+  switch (role) {
+    case TensorRole::kFinalNorm:
+    case TensorRole::kAttnNorm:
+    case TensorRole::kAttnPostNorm:
+    case TensorRole::kFfnNorm:
+    case TensorRole::kFfnPostNorm:
+    case TensorRole::kQNorm:
+    case TensorRole::kKNorm:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Reads a small tensor (norm weight, bias) of shape [n] as float32 on the host. Small enough to
+// check that every value is finite at each load.
+Expected<std::vector<float>> ReadVector(const Checkpoint& ckpt, const std::string& dir,
+                                        const std::string& name, int64_t n) {
+  const TensorInfo* t = ckpt.Find(name);
+  if (!t) return NotFound(dir + ": tensor " + name + " is missing");
+  const int64_t expected[] = {n};
+  GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, t->shape, expected));
+  if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
+    return InvalidArgument(t->file + ": tensor " + name + " has dtype " +
+                           std::string(DTypeName(t->dtype)) + ", expected F32, F16 or BF16");
+  }
+  GZ_RETURN_IF_ERROR(CheckFinite(*t));
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t h;
+    switch (t->dtype) {
+      case DType::kF32:
+        std::memcpy(&v[i], t->data + 4 * i, 4);
+        break;
+      case DType::kBF16:
+        std::memcpy(&h, t->data + 2 * i, 2);
+        v[i] = Bf16ToF32(h);
+        break;
+      default:
+        std::memcpy(&h, t->data + 2 * i, 2);
+        v[i] = F16ToF32(h);
+        break;
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+WeightLoader::WeightLoader(const Checkpoint& checkpoint, const Arch& arch, Backend& backend,
+                           std::string dir, PlacedWeights* placed)
+    : checkpoint_(checkpoint),
+      arch_(arch),
+      backend_(backend),
+      dir_(std::move(dir)),
+      placed_(placed),
+      converted_(checkpoint.metadata().count("gizllm.format_version") > 0) {}
+
+bool WeightLoader::Has(TensorRole role, int layer) const {
+  return checkpoint_.Find(TensorName(arch_, role, layer)) != nullptr;
+}
+
+Expected<const float*> WeightLoader::Upload(const std::vector<float>& host) {
+  GZ_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> buf,
+                      backend_.Allocate(host.size() * sizeof(float)));
+  backend_.CopyToDevice(buf->data(), host.data(), host.size() * sizeof(float));
+  const float* p = buf->as<float>();
+  placed_->storage.push_back(std::move(buf));
+  return p;
+}
+
+Expected<const float*> WeightLoader::Vector(TensorRole role, int layer) {
+  const std::string name = TensorName(arch_, role, layer);
+  const int64_t n = TensorShape(arch_, role, layer)[0];
+  GZ_ASSIGN_OR_RETURN(std::vector<float> host, ReadVector(checkpoint_, dir_, name, n));
+  // In float32, as transformers' (1.0 + weight.float()).
+  if (IsNorm(role) && arch_.norm_offset != 0.0f) {
+    for (float& v : host) v = arch_.norm_offset + v;
+  }
+  placed_->parameters += n;
+  placed_->summary.push_back({name, "f32", {n}, n * 4});
+  return Upload(host);
+}
+
+// Matrices are not scanned for NaN at load (a full read of every weight); a non-finite logit
+// stops the request that meets one instead.
+Expected<Weight> WeightLoader::Matrix(TensorRole role, int layer) {
+  const std::string name = TensorName(arch_, role, layer);
+  const std::vector<int64_t> shape = TensorShape(arch_, role, layer);
+  const int64_t rows = shape[0], cols = shape[1];
+  const TensorInfo* t = checkpoint_.Find(name);
+  if (!t) return NotFound(dir_ + ": tensor " + name + " is missing");
+  Weight host;
+  if (converted_ && role != TensorRole::kEmbed) {
+    // A converted folder: the linear's format is in the header's metadata.
+    GZ_ASSIGN_OR_RETURN(host, quant::ReadLinear(checkpoint_, name));
+    const int64_t stored[] = {host.rows, host.cols};
+    GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, stored, shape));
+  } else {
+    GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, t->shape, shape));
+    if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32)
+      return InvalidArgument(t->file + ": tensor " + name + " has dtype " +
+                             std::string(DTypeName(t->dtype)) + ", expected BF16, F16 or F32");
+    host.format = FormatOf(t->dtype);
+    host.rows = rows;
+    host.cols = cols;
+    host.data = t->data;
+  }
+  std::unique_ptr<Buffer> storage;
+  GZ_ASSIGN_OR_RETURN(Weight w, backend_.PrepareWeight(host, &storage));
+  if (storage) placed_->storage.push_back(std::move(storage));
+  placed_->parameters += rows * cols;
+  placed_->bytes += host.Bytes();
+  placed_->summary.push_back({name, FormatName(host.format), {rows, cols}, host.Bytes()});
+  return w;
+}
+
+}  // namespace gizllm

@@ -1,0 +1,57 @@
+// WeightLoader: a model's tensors read by role from its checkpoint and placed on a backend.
+// Blocks load their own weights through it; it checks each tensor's name, shape and dtype and
+// keeps what it placed (device copies, the summary `info` shows, the counts).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "formats/safetensors.h"
+#include "model/arch.h"
+#include "model/config.h"
+#include "ops/backend.h"
+
+namespace gizllm {
+
+// What loading read, for `gizllm info`.
+struct WeightSummary {
+  std::string name;
+  std::string format;  // "bf16", "q4", ...
+  std::vector<int64_t> shape;
+  int64_t bytes = 0;
+};
+
+// Everything a loader placed; lives as long as the model.
+struct PlacedWeights {
+  std::vector<std::unique_ptr<Buffer>> storage;  // device copies of weights and vectors
+  std::vector<WeightSummary> summary;
+  int64_t parameters = 0;
+  int64_t bytes = 0;  // of the matrices
+};
+
+class WeightLoader {
+ public:
+  WeightLoader(const Checkpoint& checkpoint, const Arch& arch, Backend& backend, std::string dir,
+               PlacedWeights* placed);
+
+  bool Has(TensorRole role, int layer) const;
+  // A norm weight or a bias, float32 on the device. Norms come back as weight + arch.norm_offset
+  // (Gemma's (1 + w)), so that every op multiplies by the vector alone.
+  Expected<const float*> Vector(TensorRole role, int layer);
+  // A matrix (the embedding, the head, a linear) in the format it is stored in.
+  Expected<Weight> Matrix(TensorRole role, int layer);
+  // Host floats copied to the device.
+  Expected<const float*> Upload(const std::vector<float>& host);
+
+ private:
+  const Checkpoint& checkpoint_;
+  const Arch& arch_;
+  Backend& backend_;
+  std::string dir_;
+  PlacedWeights* placed_;
+  bool converted_;
+};
+
+}  // namespace gizllm
