@@ -46,13 +46,63 @@ def tiny_config(family):
                                         attention_bias=False,
                                         rope_parameters=dict(rope_type="default",
                                                              rope_theta=1000000.0))
+    if family == "llama_mlp_bias":
+        # Biases on every linear: attention_bias and mlp_bias.
+        return transformers.LlamaConfig(
+            **common, tie_word_embeddings=False, attention_bias=True, mlp_bias=True,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0))
+    if family == "gemma2":
+        # Gemma 2: every other layer slides (window 8), one rotary table, soft-capped attention
+        # scores and logits (small caps, so that they change these random models' values).
+        return transformers.Gemma2Config(
+            **dict(common, rms_norm_eps=1e-6, num_hidden_layers=4), query_pre_attn_scalar=24,
+            sliding_window=8, attn_logit_softcapping=5.0, final_logit_softcapping=3.0,
+            tie_word_embeddings=True,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0))
+    if family.startswith("gemma3"):
+        # Sliding-window layers (window 8, shorter than case 2's 40 tokens) beside global ones,
+        # local and global rotary tables (the global one scaled), query_pre_attn_scalar other than
+        # head_dim. gemma3_softcap: head_dim 256, window 5, final-logit soft-capping (and an
+        # attn_logit_softcapping, which transformers' Gemma 3 does not apply). gemma3_cond: the text model of Gemma3ForConditionalGeneration.
+        text = dict(common, head_dim=32, query_pre_attn_scalar=24, sliding_window=8,
+                    num_hidden_layers=4, max_position_embeddings=512, tie_word_embeddings=True,
+                    layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                                 "sliding_attention"],
+                    rope_parameters=dict(
+                        sliding_attention=dict(rope_type="default", rope_theta=10000.0),
+                        full_attention=dict(rope_type="linear", factor=2.0,
+                                            rope_theta=1000000.0)))
+        text.pop("rms_norm_eps")
+        text["rms_norm_eps"] = 1e-6
+        if family == "gemma3_softcap":
+            text.update(num_attention_heads=2, num_key_value_heads=1, head_dim=256,
+                        query_pre_attn_scalar=256, sliding_window=5,
+                        attn_logit_softcapping=2.0, final_logit_softcapping=3.0,
+                        layer_types=["sliding_attention", "full_attention",
+                                     "sliding_attention"], num_hidden_layers=3,
+                        rope_parameters=dict(
+                            sliding_attention=dict(rope_type="default", rope_theta=10000.0),
+                            full_attention=dict(rope_type="default", rope_theta=1000000.0)))
+        if family == "gemma3_cond":
+            vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                          num_attention_heads=2, image_size=28, patch_size=14)
+            return transformers.Gemma3Config(text_config=text, vision_config=vision,
+                                             mm_tokens_per_image=4)
+        return transformers.Gemma3TextConfig(**text)
     raise ValueError(family)
 
 
 def write_family(family, out, seed):
     torch.manual_seed(seed)
     config = tiny_config(family)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    if family == "gemma3_cond":
+        model = transformers.Gemma3ForConditionalGeneration._from_config(
+            config, dtype=torch.bfloat16, attn_implementation="eager")
+    elif family.startswith("gemma"):
+        model = AutoModelForCausalLM.from_config(
+            config, dtype=torch.bfloat16, attn_implementation="eager")
+    else:
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     # Biases start at zero; make them random so that a missing bias shows.
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -72,18 +122,20 @@ def write_family(family, out, seed):
     model = model.float().eval()
     g = torch.Generator().manual_seed(seed + 1)
     tensors = {}
+    hidden = family != "gemma3_cond"  # its logits only
     for i, length in enumerate([1, 7, 40]):
-        ids = torch.randint(0, config.vocab_size, (length,), generator=g)
+        ids = torch.randint(0, config.get_text_config().vocab_size, (length,), generator=g)
         with torch.no_grad():
-            res = model(ids[None], output_hidden_states=(i == 2))
+            res = model(ids[None], output_hidden_states=(i == 2 and hidden))
         tensors[f"ids{i}"] = ids.to(torch.int64).contiguous()
         tensors[f"logits{i}"] = res.logits[0].float().contiguous()
-        if i == 2:
+        if i == 2 and hidden:
             # hidden_states[0..L-1] are before the final norm; the last one is after it, so
             # take the last layer's output from a hook instead.
             hs = list(res.hidden_states[:-1])
             last = {}
-            h = model.model.layers[-1].register_forward_hook(
+            stack = getattr(model.model, "language_model", model.model)
+            h = stack.layers[-1].register_forward_hook(
                 lambda m, a, o: last.__setitem__("x", o[0] if isinstance(o, tuple) else o))
             with torch.no_grad():
                 model(ids[None])
@@ -121,7 +173,8 @@ def tiny_chat_greedy(path, out):
 
 def write_bf16_inputs(folder):
     from safetensors.torch import load_file
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                 attn_implementation="eager").eval()
     rounded = 0
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
@@ -143,11 +196,17 @@ def write_bf16_inputs(folder):
     save_file(tensors, os.path.join(folder, "reference_bf16_inputs.safetensors"))
 
 
+ALL_FAMILIES = ["llama", "qwen2", "qwen3", "llama_mlp_bias", "gemma3", "gemma3_softcap",
+                "gemma3_cond", "gemma2"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     ap.add_argument("--tiny-chat", default="models/tiny-chat")
     ap.add_argument("--bf16-inputs", nargs="+", metavar="DIR")
+    ap.add_argument("--families", nargs="+", choices=ALL_FAMILIES,
+                    help="write only these (seeds as in the full run)")
     args = ap.parse_args()
     if args.bf16_inputs:
         torch.set_num_threads(8)
@@ -158,9 +217,13 @@ def main():
         ap.error("--out is required (or --bf16-inputs DIR...)")
     os.makedirs(args.out, exist_ok=True)
     torch.set_num_threads(8)
-    for seed, family in enumerate(["llama", "qwen2", "qwen3"]):
-        write_family(family, args.out, 100 + seed)
-    tiny_chat_greedy(args.tiny_chat, args.out)
+    for family in args.families or ALL_FAMILIES:
+        try:
+            write_family(family, args.out, 100 + ALL_FAMILIES.index(family))
+        except Exception as e:  # the others are still written
+            print(f"{family}: FAILED: {type(e).__name__}: {e}", flush=True)
+    if not args.families:
+        tiny_chat_greedy(args.tiny_chat, args.out)
 
 
 if __name__ == "__main__":

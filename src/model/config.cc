@@ -19,8 +19,8 @@ namespace {
 // Every supported family; a new one adds its recipe here.
 std::span<const Family* const> Families() {
   static const Family* const kFamilies[] = {&LlamaFamily(),      &Qwen2Family(),
-                                            &Qwen3Family(),      &Gemma3TextFamily(),
-                                            &Gemma3Family()};
+                                            &Qwen3Family(),      &Gemma2Family(),
+                                            &Gemma3TextFamily(), &Gemma3Family()};
   return kFamilies;
 }
 

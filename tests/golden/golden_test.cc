@@ -88,6 +88,44 @@ TEST(Golden, Qwen3WithQkNorms) {
                        "tests/golden/models/qwen3/reference.safetensors");
 }
 
+TEST(Golden, LlamaWithMlpAndAttentionBiases) {
+  CheckReferenceLogits("tests/golden/models/llama_mlp_bias",
+                       "tests/golden/models/llama_mlp_bias/reference.safetensors");
+}
+
+// Gemma 3: sliding-window layers (window 8) beside global ones with their own rotary tables, read
+// in whole prompts and in steps of 5 and 1 rows that cross the window's edge.
+TEST(Golden, Gemma3SlidingAndGlobalLayers) {
+  auto model = LoadModel("tests/golden/models/gemma3");
+  ASSERT_TRUE(model);
+  CheckLogits(*model, "gemma3", "tests/golden/models/gemma3/reference.safetensors", 1e-4f,
+              {256, 5, 1});
+}
+
+// Head dim 256, window 5, final-logit soft-capping; its config's attn_logit_softcapping is one
+// transformers' Gemma 3 does not apply, and neither does the recipe.
+TEST(Golden, Gemma3LogitSoftCappingAndHeadDim256) {
+  auto model = LoadModel("tests/golden/models/gemma3_softcap");
+  ASSERT_TRUE(model);
+  CheckLogits(*model, "gemma3_softcap", "tests/golden/models/gemma3_softcap/reference.safetensors",
+              1e-4f, {256, 5, 1});
+}
+
+// The text model of Gemma3ForConditionalGeneration (config under text_config, tensors under
+// model.language_model.); the vision tower's tensors are there and not read.
+TEST(Golden, Gemma3ConditionalGenerationTextModel) {
+  CheckReferenceLogits("tests/golden/models/gemma3_cond",
+                       "tests/golden/models/gemma3_cond/reference.safetensors");
+}
+
+// Gemma 2: soft-capped attention scores and logits, every other layer sliding (window 8).
+TEST(Golden, Gemma2SoftCappedAttention) {
+  auto model = LoadModel("tests/golden/models/gemma2");
+  ASSERT_TRUE(model);
+  CheckLogits(*model, "gemma2", "tests/golden/models/gemma2/reference.safetensors", 1e-4f,
+              {256, 5, 1});
+}
+
 TEST(Golden, TinyChatReferenceLogits) {
   CheckReferenceLogits("models/tiny-chat", "models/tiny-chat/reference.safetensors");
 }
@@ -103,7 +141,8 @@ TEST(Golden, TinyChatOneThreadMatchesToo) {
 }
 
 TEST(Golden, HiddenStatesBeforeFinalNorm) {
-  for (std::string family : {"llama", "qwen2", "qwen3"}) {
+  for (std::string family :
+       {"llama", "qwen2", "qwen3", "llama_mlp_bias", "gemma3", "gemma3_softcap", "gemma2"}) {
     std::string dir = "tests/golden/models/" + family;
     auto model = LoadModel(dir);
     ASSERT_TRUE(model);

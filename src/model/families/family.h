@@ -92,6 +92,7 @@ struct Family {
 const Family& LlamaFamily();
 const Family& Qwen2Family();
 const Family& Qwen3Family();
+const Family& Gemma2Family();      // gemma2, Gemma2ForCausalLM
 const Family& Gemma3TextFamily();  // gemma3_text, Gemma3ForCausalLM
 const Family& Gemma3Family();      // gemma3, Gemma3ForConditionalGeneration: its text model
 

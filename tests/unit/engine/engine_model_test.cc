@@ -68,8 +68,9 @@ std::unique_ptr<Engine> MakeEngine(Model* model, int32_t slots, int64_t context,
   return engine.ok() ? std::move(*engine) : nullptr;
 }
 
-std::vector<int32_t> RandomPrompt(std::mt19937& rng, int n) {
-  std::uniform_int_distribution<int32_t> pick(10, 8191);  // past the special tokens
+// Tokens past the special ones, below `vocab` (tiny-chat's 8192 unless a model has fewer).
+std::vector<int32_t> RandomPrompt(std::mt19937& rng, int n, int64_t vocab = 8192) {
+  std::uniform_int_distribution<int32_t> pick(10, static_cast<int32_t>(vocab) - 1);
   std::vector<int32_t> prompt(n);
   for (int32_t& t : prompt) t = pick(rng);
   return prompt;
@@ -95,10 +96,10 @@ void CheckMixedStep(Model* model) {
   std::mt19937 rng(21);
   // Three sequences: a, whose history is read first and then decodes one token in the mixed step;
   // b and c, whose prompts are read in pieces of the mixed step.
-  const std::vector<int32_t> a = RandomPrompt(rng, 37);
-  const std::vector<int32_t> b = RandomPrompt(rng, 23);
-  const std::vector<int32_t> c = RandomPrompt(rng, 9);
-  const int32_t next = 4242;
+  const std::vector<int32_t> a = RandomPrompt(rng, 37, vocab);
+  const std::vector<int32_t> b = RandomPrompt(rng, 23, vocab);
+  const std::vector<int32_t> c = RandomPrompt(rng, 9, vocab);
+  const int32_t next = static_cast<int32_t>(std::min<int64_t>(4242, vocab - 1));
 
   auto mixed = MakeEngine(model, 3, 128, 64, 32);
   ASSERT_NE(mixed, nullptr);
@@ -157,6 +158,50 @@ TEST(EngineModel, MixedStepRowsEqualSingleSequenceRowsWithBf16) {
 }
 
 // With every KV page format.
+// Greedy requests arriving over several steps, 6 slots of up to 64 positions sharing 6 pages (a
+// tenth of what they could use: preemption), against each request alone.
+void CheckConcurrentGreedy(Model* model) {
+  const int64_t vocab = model->arch().vocab;
+  std::mt19937 rng(22);
+  std::vector<Request> requests;
+  std::vector<int> arrival;
+  const int n = 10;
+  for (int i = 0; i < n; ++i) {
+    Request r;
+    r.prompt = RandomPrompt(rng, 16 + rng() % 30, vocab);
+    r.limit = 8 + rng() % 16;
+    r.sampling.temperature = 0.0f;
+    r.stop = std::vector<int32_t>{};
+    requests.push_back(r);
+    arrival.push_back(rng() % 8);
+  }
+  auto engine = MakeEngine(model, 6, 64, 32, 6);
+  ASSERT_NE(engine, nullptr);
+  std::map<int64_t, int> index;
+  std::map<int64_t, std::vector<int32_t>> got;
+  for (int step = 0; step < 8 || engine->Busy(); ++step) {
+    for (int i = 0; i < n; ++i) {
+      if (arrival[i] != step) continue;
+      auto id = engine->Add(requests[i]);
+      ASSERT_TRUE(id.ok());
+      index[*id] = i;
+    }
+    auto progress = engine->Advance();
+    ASSERT_TRUE(progress.ok()) << progress.status().message();
+    for (const Progress& p : *progress) {
+      got[p.id].insert(got[p.id].end(), p.tokens.begin(), p.tokens.end());
+    }
+    ASSERT_TRUE(engine->CheckPages().ok());
+  }
+  EXPECT_GT(engine->stats().preemptions, 0);
+  auto single = MakeEngine(model, 1, 64, 64, 4);
+  for (auto& [id, i] : index) {
+    auto out = single->Generate({requests[i]});
+    ASSERT_TRUE(out.ok());
+    EXPECT_EQ(got[id], (*out)[0]) << "request " << i;
+  }
+}
+
 TEST(EngineModel, ConcurrentGreedyEqualsAloneUnderPreemption) {
   for (int config = 0; config < 4; ++config) {
     // f32 pages, f16 pages, f16 pages with the packed bf16 matmuls, q8 pages.
@@ -166,87 +211,95 @@ TEST(EngineModel, ConcurrentGreedyEqualsAloneUnderPreemption) {
     SCOPED_TRACE(KvFormatName(kv) + (bf16 ? " bf16" : ""));
     Model* model = SharedModel(kv, bf16);
     ASSERT_NE(model, nullptr);
-    std::mt19937 rng(22);
-    std::vector<Request> requests;
-    std::vector<int> arrival;
-    const int n = 10;
-    for (int i = 0; i < n; ++i) {
-      Request r;
-      r.prompt = RandomPrompt(rng, 16 + rng() % 30);
-      r.limit = 8 + rng() % 16;
-      r.sampling.temperature = 0.0f;
-      requests.push_back(r);
-      arrival.push_back(rng() % 8);
-    }
-    // 6 slots of up to 64 positions share 6 pages: a tenth of what they could use.
-    auto engine = MakeEngine(model, 6, 64, 32, 6);
-    ASSERT_NE(engine, nullptr);
-    std::map<int64_t, int> index;
-    std::map<int64_t, std::vector<int32_t>> got;
-    for (int step = 0; step < 8 || engine->Busy(); ++step) {
-      for (int i = 0; i < n; ++i) {
-        if (arrival[i] != step) continue;
-        auto id = engine->Add(requests[i]);
-        ASSERT_TRUE(id.ok());
-        index[*id] = i;
-      }
-      auto progress = engine->Advance();
-      ASSERT_TRUE(progress.ok()) << progress.status().message();
-      for (const Progress& p : *progress) {
-        got[p.id].insert(got[p.id].end(), p.tokens.begin(), p.tokens.end());
-      }
-      ASSERT_TRUE(engine->CheckPages().ok());
-    }
-    EXPECT_GT(engine->stats().preemptions, 0);
-    auto single = MakeEngine(model, 1, 64, 64, 4);
-    for (auto& [id, i] : index) {
-      auto out = single->Generate({requests[i]});
-      ASSERT_TRUE(out.ok());
-      EXPECT_EQ(got[id], (*out)[0]) << "request " << i;
-    }
+    CheckConcurrentGreedy(model);
   }
 }
 
 // Kept in a slot, or (one slot, a pool of 5 pages of 16 positions) pushed to host memory by another
 // request and copied back: every page format's keys, values and scales come back as they were.
+// A 40-token prompt and its 10 tokens, kept in a slot or (`host`: one slot, a pool of 5 pages)
+// pushed to host memory by another request and copied back, then extended: the warm request
+// reads only the new tokens and gives the cold request's tokens.
+void CheckStoredPrefix(Model* model, bool host) {
+  const int64_t vocab = model->arch().vocab;
+  std::mt19937 rng(23);
+  Request first;
+  first.prompt = RandomPrompt(rng, 40, vocab);
+  first.limit = 10;
+  first.sampling.temperature = 0.0f;
+  first.stop = std::vector<int32_t>{};
+  auto engine = host ? MakeEngine(model, 1, 80, 64, 5) : MakeEngine(model, 2, 128, 64, 16);
+  auto a = engine->Generate({first});
+  ASSERT_TRUE(a.ok());
+  ASSERT_EQ((*a)[0].size(), 10u);
+  if (host) {
+    Request other = first;
+    other.prompt = RandomPrompt(rng, 40, vocab);
+    ASSERT_TRUE(engine->Generate({other}).ok());
+    EXPECT_GT(engine->stats().host_copies, 0);
+  }
+  Request next = first;
+  next.prompt.insert(next.prompt.end(), (*a)[0].begin(), (*a)[0].end());
+  const auto more = RandomPrompt(rng, 6, vocab);
+  next.prompt.insert(next.prompt.end(), more.begin(), more.end());
+  next.limit = 12;
+  const int64_t rows_before = engine->stats().rows;
+  auto warm = engine->Generate({next});
+  ASSERT_TRUE(warm.ok());
+  const int64_t warm_rows = engine->stats().rows - rows_before;
+  auto cold_engine = MakeEngine(model, 1, 128, 64, 16);
+  auto cold = cold_engine->Generate({next});
+  ASSERT_TRUE(cold.ok());
+  EXPECT_EQ((*warm)[0], (*cold)[0]);
+  EXPECT_EQ(engine->stats().cached_tokens, 40 + 10 - 1);
+  EXPECT_EQ(warm_rows, cold_engine->stats().rows - (40 + 10 - 1));
+}
+
+// Kept in a slot, or pushed to host memory and copied back: every page format's keys, values and
+// scales come back as they were.
 TEST(EngineModel, StoredPrefixGivesColdTokensAndReadsOnlyTheRest) {
   for (KvFormat kv : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8}) {
     for (bool host : {false, true}) {
       SCOPED_TRACE(KvFormatName(kv) + (host ? " host" : " slot"));
       Model* model = SharedModel(kv);
       ASSERT_NE(model, nullptr);
-      std::mt19937 rng(23);
-      Request first;
-      first.prompt = RandomPrompt(rng, 40);
-      first.limit = 10;
-      first.sampling.temperature = 0.0f;
-      first.stop = std::vector<int32_t>{};
-      auto engine = host ? MakeEngine(model, 1, 80, 64, 5) : MakeEngine(model, 2, 128, 64, 16);
-      auto a = engine->Generate({first});
-      ASSERT_TRUE(a.ok());
-      ASSERT_EQ((*a)[0].size(), 10u);
-      if (host) {
-        Request other = first;
-        other.prompt = RandomPrompt(rng, 40);
-        ASSERT_TRUE(engine->Generate({other}).ok());
-        EXPECT_GT(engine->stats().host_copies, 0);
-      }
-      Request next = first;
-      next.prompt.insert(next.prompt.end(), (*a)[0].begin(), (*a)[0].end());
-      const auto more = RandomPrompt(rng, 6);
-      next.prompt.insert(next.prompt.end(), more.begin(), more.end());
-      next.limit = 12;
-      const int64_t rows_before = engine->stats().rows;
-      auto warm = engine->Generate({next});
-      ASSERT_TRUE(warm.ok());
-      const int64_t warm_rows = engine->stats().rows - rows_before;
-      auto cold_engine = MakeEngine(model, 1, 128, 64, 16);
-      auto cold = cold_engine->Generate({next});
-      ASSERT_TRUE(cold.ok());
-      EXPECT_EQ((*warm)[0], (*cold)[0]);
-      EXPECT_EQ(engine->stats().cached_tokens, 40 + 10 - 1);
-      EXPECT_EQ(warm_rows, cold_engine->stats().rows - (40 + 10 - 1));
+      CheckStoredPrefix(model, host);
     }
+  }
+}
+
+// Gemma 3's golden model (tests/golden/models/gemma3: sliding-window layers of 8 positions beside
+// global ones, 4 layers): mixed steps, preemption, chunked prompts and reused prefixes all cross
+// the window's edge, and give what one sequence read alone gives.
+Model* GemmaModel() {
+  static std::unique_ptr<Model> model = [] {
+    DeviceOptions device;
+    device.device = "cpu";
+    device.threads = 2;
+    auto backend = OpenBackend(device);
+    EXPECT_TRUE(backend.ok()) << backend.status().message();
+    auto m = Model::Load("tests/golden/models/gemma3", *backend);
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    return m.ok() ? std::move(*m) : std::unique_ptr<Model>();
+  }();
+  return model.get();
+}
+
+TEST(EngineModel, Gemma3MixedStepsPreemptionAndStoredPrefixes) {
+  Model* model = GemmaModel();
+  ASSERT_NE(model, nullptr);
+  ASSERT_EQ(model->arch().layer[0].attention.window, 8);
+  {
+    SCOPED_TRACE("mixed step");
+    CheckMixedStep(model);
+  }
+  {
+    SCOPED_TRACE("preemption");
+    CheckConcurrentGreedy(model);
+  }
+  for (bool host : {false, true}) {
+    SCOPED_TRACE(host ? "stored prefix, host" : "stored prefix, slot");
+    CheckStoredPrefix(model, host);
   }
 }
 

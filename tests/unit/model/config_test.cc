@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -387,6 +388,140 @@ TEST(ConfigTest, Unsupported) {
   c = Llama31Config();
   c["hidden_act"] = "gelu";
   ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented, {"hidden_act", "gelu"});
+}
+
+// Fields that change what a model computes and that the family's recipe does not implement are
+// refused, naming the field; their neutral values pass.
+TEST(ConfigTest, UnimplementedComputationFieldsAreRefused) {
+  for (const char* field : {"final_logit_softcapping", "attn_logit_softcapping",
+                            "query_pre_attn_scalar", "num_local_experts", "logits_scaling"}) {
+    json c = Llama31Config();
+    c[field] = 7;
+    ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented, {"config.json", field});
+  }
+  json c = Qwen25Config();
+  c["use_bidirectional_attention"] = true;
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented,
+              {"use_bidirectional_attention"});
+  c["use_bidirectional_attention"] = false;
+  c["final_logit_softcapping"] = nullptr;
+  c["logits_scaling"] = 1.0;
+  c["num_experts"] = 0;
+  EXPECT_TRUE(ParseArch(c, "config.json").ok());
+  c = Llama31Config();
+  c["mlp_bias"] = true;
+  auto arch = ParseArch(c, "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_TRUE(arch->layer[5].feed_forward.bias);
+  EXPECT_FALSE(arch->layer[5].attention.qkv_bias);
+}
+
+// google/gemma-3-4b-it's config.json: a conditional-generation model whose text_config gives only
+// what differs from Gemma3TextConfig's defaults, and the older rope spelling.
+json Gemma3ItConfig() {
+  return json::parse(R"({
+    "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999,
+    "eoi_token_index": 256000, "eos_token_id": [1, 106], "image_token_index": 262144,
+    "initializer_range": 0.02, "mm_tokens_per_image": 256, "model_type": "gemma3",
+    "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                    "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                    "sliding_window": 1024},
+    "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+    "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+                      "model_type": "siglip_vision_model", "num_attention_heads": 16,
+                      "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": false}})");
+}
+
+TEST(ConfigTest, Gemma3ConditionalGenerationDefaultsAndPattern) {
+  auto arch = ParseArch(Gemma3ItConfig(), "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->family, "gemma3");
+  EXPECT_EQ(arch->vocab, 262208);
+  EXPECT_EQ(arch->dim, 2560);
+  EXPECT_EQ(arch->heads, 8);
+  EXPECT_EQ(arch->kv_heads, 4);
+  EXPECT_EQ(arch->head_dim, 256);
+  EXPECT_TRUE(arch->tied_head);
+  EXPECT_EQ(arch->eos, (std::vector<int32_t>{1, 106}));
+  EXPECT_EQ(arch->prefixes[0], "language_model.model.");
+  EXPECT_FLOAT_EQ(arch->embed_scale, std::sqrt(2560.0f));
+  EXPECT_EQ(arch->norm_offset, 1.0f);
+  ASSERT_EQ(arch->ropes.size(), 2u);
+  EXPECT_EQ(arch->ropes[0].type, "linear");  // global: rope_theta 1e6, scaled by 8
+  EXPECT_EQ(arch->ropes[0].theta, 1e6);
+  EXPECT_EQ(arch->ropes[0].factor, 8.0);
+  EXPECT_EQ(arch->ropes[1].type, "default");  // local: rope_local_base_freq
+  EXPECT_EQ(arch->ropes[1].theta, 1e4);
+  ASSERT_EQ(arch->layer.size(), 34u);
+  for (int l = 0; l < 34; ++l) {
+    const AttentionSpec& a = arch->layer[l].attention;
+    const bool global = (l + 1) % 6 == 0;  // sliding_window_pattern 6
+    EXPECT_EQ(a.window, global ? 0 : 1024) << l;
+    EXPECT_EQ(a.rope, global ? 0 : 1) << l;
+    EXPECT_FLOAT_EQ(a.scale, 1.0f / 16.0f);  // query_pre_attn_scalar 256
+    EXPECT_TRUE(a.qk_norm);
+    EXPECT_TRUE(arch->layer[l].post_norms);
+    EXPECT_EQ(arch->layer[l].feed_forward.act, Activation::kGeluTanh);
+  }
+}
+
+TEST(ConfigTest, Gemma3TextRopeParametersAndRefusals) {
+  json c = Gemma3ItConfig()["text_config"];
+  c["architectures"] = {"Gemma3ForCausalLM"};
+  c["num_hidden_layers"] = 3;
+  c["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention"};
+  c.erase("rope_scaling");
+  c["rope_parameters"] = {
+      {"full_attention", {{"rope_type", "default"}, {"rope_theta", 5e5}}},
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 2e4}}}};
+  c["final_logit_softcapping"] = 30.0;
+  c["attn_logit_softcapping"] = 50.0;  // transformers' Gemma 3 does not apply it
+  auto arch = ParseArch(c, "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->prefixes[0], "model.");
+  EXPECT_EQ(arch->ropes[0].theta, 5e5);
+  EXPECT_EQ(arch->ropes[1].theta, 2e4);
+  EXPECT_EQ(arch->layer[1].attention.window, 0);
+  EXPECT_EQ(arch->layer[2].attention.window, 1024);
+  EXPECT_EQ(arch->logit_softcap, 30.0f);
+  EXPECT_EQ(arch->layer[0].attention.softcap, 0.0f);
+  c["layer_types"][1] = "chunked_attention";
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented,
+              {"layer_types[1]", "chunked_attention"});
+  c["layer_types"][1] = "full_attention";
+  c["hidden_activation"] = "relu";
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented,
+              {"hidden_activation", "relu"});
+  c["hidden_activation"] = "gelu_pytorch_tanh";
+  c["use_bidirectional_attention"] = true;  // EmbeddingGemma
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented,
+              {"use_bidirectional_attention"});
+  c["use_bidirectional_attention"] = false;
+  c["sliding_window"] = 0;
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument, {"sliding_window"});
+}
+
+// Gemma 2: soft-capping by default (50 and 30) unless null; every other layer slides.
+TEST(ConfigTest, Gemma2SoftCappingDefaults) {
+  json c = json::parse(R"({
+    "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "hidden_size": 2304,
+    "intermediate_size": 9216, "num_hidden_layers": 4, "num_attention_heads": 8,
+    "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 256000, "sliding_window": 4096,
+    "query_pre_attn_scalar": 256})");
+  auto arch = ParseArch(c, "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->logit_softcap, 30.0f);
+  EXPECT_EQ(arch->layer[0].attention.softcap, 50.0f);
+  EXPECT_EQ(arch->layer[0].attention.window, 4096);
+  EXPECT_EQ(arch->layer[1].attention.window, 0);
+  for (const Rope& rope : arch->ropes) EXPECT_EQ(rope.theta, 1e4);  // one table for every layer
+  EXPECT_FALSE(arch->layer[0].attention.qk_norm);
+  c["attn_logit_softcapping"] = nullptr;
+  c["final_logit_softcapping"] = nullptr;
+  arch = ParseArch(c, "config.json");
+  ASSERT_TRUE(arch.ok());
+  EXPECT_EQ(arch->logit_softcap, 0.0f);
+  EXPECT_EQ(arch->layer[0].attention.softcap, 0.0f);
 }
 
 TEST(ConfigTest, BadFields) {

@@ -117,16 +117,24 @@ TEST(CudaModelTest, F16KvPagesAreRefusedAtLoad) {
 
 TEST(CudaModelTest, GoldenModelsExactMode) {
   GZ_SKIP_WITHOUT_CUDA();
-  for (const char* dir : {"tests/golden/models/llama", "tests/golden/models/qwen2",
-                          "tests/golden/models/qwen3", "models/tiny-chat"}) {
+  for (const char* dir :
+       {"tests/golden/models/llama", "tests/golden/models/qwen2", "tests/golden/models/qwen3",
+        "tests/golden/models/llama_mlp_bias", "tests/golden/models/gemma3",
+        "tests/golden/models/gemma3_softcap", "tests/golden/models/gemma3_cond",
+        "tests/golden/models/gemma2",
+        "models/tiny-chat"}) {
     CheckReferenceLogits(dir, /*exact=*/true);
   }
 }
 
 TEST(CudaModelTest, GoldenModelsFastMode) {
   GZ_SKIP_WITHOUT_CUDA();
-  for (const char* dir : {"tests/golden/models/llama", "tests/golden/models/qwen2",
-                          "tests/golden/models/qwen3", "models/tiny-chat"}) {
+  for (const char* dir :
+       {"tests/golden/models/llama", "tests/golden/models/qwen2", "tests/golden/models/qwen3",
+        "tests/golden/models/llama_mlp_bias", "tests/golden/models/gemma3",
+        "tests/golden/models/gemma3_softcap", "tests/golden/models/gemma3_cond",
+        "tests/golden/models/gemma2",
+        "models/tiny-chat"}) {
     CheckReferenceLogits(dir, /*exact=*/false);
   }
 }
