@@ -37,6 +37,10 @@ Status DeviceOptions::Check() const {
   if (device != "auto" && device != "cpu" && device != "cuda")
     return InvalidArgument("--device: expected auto, cpu or cuda, got '" + device + "'");
   if (threads < 0) return InvalidArgument("--threads: must not be negative");
+  if (exact && (bf16 || int8)) {
+    return InvalidArgument(std::string("--exact asks for float32 activations and ") +
+                           (bf16 ? "--bf16" : "--int8") + " for rounded ones: pick one");
+  }
   return Status::Ok();
 }
 

@@ -15,7 +15,12 @@ void ModelOptions::Add(CLI::App* app) {
   app->add_option("--device", device.device, "auto (a CUDA GPU if found, else CPU), cpu or cuda")
       ->default_val("auto");
   app->add_option("--threads,-t", device.threads, "CPU threads (0: one per core)")->default_val(0);
-  app->add_flag("--exact", device.exact, "CUDA: float32 activations into the linears");
+  app->add_flag("--exact", device.exact,
+                "Float32 activations everywhere, on every device: the reference mode that golden "
+                "tests and \"equal\" claims use (logits within 1e-4 of transformers' float32 on "
+                "the CPU, 1e-3 on CUDA). Without it CUDA rounds the linears' inputs to bf16 for "
+                "steps of more than one row (fast mode); the CPU computes in float32 unless "
+                "--bf16 or --int8 asks otherwise");
   app->add_flag("--bf16", device.bf16,
                 "CPU: round the activations into bf16 linears to bf16 and multiply with "
                 "AVX-512 BF16 over a copy of the weights repacked at load (their size again in "

@@ -14,7 +14,8 @@ namespace gizllm {
 struct DeviceOptions {
   std::string device = "auto";  // "auto": a CUDA GPU if one is found, else the CPU; "cpu"; "cuda"
   int threads = 0;              // CPU threads; 0: one per core
-  bool exact = false;           // CUDA: float32 activations into the linears (for comparison)
+  bool exact = false;           // float32 activations on every device (CUDA's fast mode off;
+                                // contradicts bf16 and int8)
   bool bf16 = false;            // CPU: activations into bf16 linears rounded to bf16 (AVX-512 BF16)
   bool int8 = false;            // CPU: activations into q8/q4 linears as int8 (AVX-512 VNNI)
   Status Check() const;

@@ -55,6 +55,11 @@ expect_fail unsupported-architecture "qwen9" $gz info --model "$tmp/m"
 fresh; echo '{"model_type": ' >"$tmp/m/config.json"
 expect_fail config-not-json "config.json" $gz info --model "$tmp/m"
 
+fresh; sed -i 's/"model_type": "qwen3"/"model_type": "qwen3", "final_logit_softcapping": 30.0/' "$tmp/m/config.json"
+expect_fail unimplemented-config-field "final_logit_softcapping" $gz info --model "$tmp/m"
+
+expect_fail exact-and-bf16 "pick one" $gz run --model "$tmp/m" --exact --bf16 --prompt hi
+
 fresh; sed -i 's/"hidden_size": 384/"hidden_size": "wide"/' "$tmp/m/config.json"
 expect_fail config-wrong-type "hidden_size" $gz info --model "$tmp/m"
 
