@@ -3,11 +3,11 @@
 //
 // Each case is converted by quant::Convert (what `gizllm convert` runs) into a temporary folder
 // and loaded from there; the embedding, and with it the tied head, stays bf16 (head 16). Cases:
-// bits x calibration (round to nearest, or GPTQ on calibration text: quant/calibrate.h) x
+// bits x calibration (round to nearest, or GPTQ on calibration text: jobs/calibrate.h) x
 // rotation. The calibration text is made once (the model's own continuations unless --calibration
 // names a file) and every calibrated case reads the same tokens. For each case: perplexity over
 // the texts, mean KL(bf16 || quantized) of the next-token distributions, and the share of
-// positions with the same top token, in windows of 256 tokens (quant/perplexity.h); the seconds
+// positions with the same top token, in windows of 256 tokens (jobs/perplexity.h); the seconds
 // the conversion took. Then batch-1 decode tokens/s of bf16 and of each format (one row per step,
 // logits every step), on the rounded and rotated case.
 //
@@ -29,11 +29,11 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/dtype.h"
+#include "jobs/calibrate.h"
+#include "jobs/convert.h"
+#include "jobs/perplexity.h"
 #include "model/model.h"
-#include "quant/calibrate.h"
-#include "quant/convert.h"
 #include "quant/layout.h"
-#include "quant/perplexity.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gizllm {

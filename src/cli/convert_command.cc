@@ -1,4 +1,4 @@
-// gizllm convert: a Hugging Face folder into this project's format (quant/convert.h).
+// gizllm convert: a Hugging Face folder into this project's format (jobs/convert.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -9,7 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "cli/command.h"
 #include "core/progress.h"
-#include "quant/convert.h"
+#include "jobs/convert.h"
 
 namespace gizllm::cli {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "cli/model_options.h"
 #include "core/progress.h"
-#include "quant/perplexity.h"
+#include "jobs/perplexity.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gizllm::cli {

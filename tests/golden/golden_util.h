@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "formats/safetensors.h"
+#include "jobs/convert.h"
 #include "model/model.h"
-#include "quant/convert.h"
 
 namespace gizllm::golden {
 

@@ -1,4 +1,4 @@
-#include "quant/perplexity.h"
+#include "jobs/perplexity.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "quant/calibrate.h"
+#include "jobs/calibrate.h"
 
 #include <gtest/gtest.h>
 
@@ -7,9 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/cpu_backend.h"
+#include "jobs/convert.h"
+#include "jobs/perplexity.h"
 #include "model/evaluate.h"
-#include "quant/convert.h"
-#include "quant/perplexity.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gizllm::quant {

@@ -1,4 +1,4 @@
-#include "quant/lora.h"
+#include "jobs/lora.h"
 
 #include <cmath>
 #include <cstring>

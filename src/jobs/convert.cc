@@ -1,4 +1,4 @@
-#include "quant/convert.h"
+#include "jobs/convert.h"
 
 #include <deque>
 #include <filesystem>
@@ -11,10 +11,10 @@
 #include "core/dtype.h"
 #include "core/mapped_file.h"
 #include "formats/safetensors.h"
+#include "jobs/lora.h"
 #include "model/config.h"
 #include "quant/layout.h"
 #include "quant/linear_io.h"
-#include "quant/lora.h"
 #include "quant/quantize.h"
 
 namespace gizllm::quant {
@@ -298,7 +298,7 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
   }
 
   ConvertSummary summary;
-  // GPTQ on calibration: every linear to quantize, from one pass of the model (quant/calibrate.h).
+  // GPTQ on calibration: every linear to quantize, from one pass of the model (jobs/calibrate.h).
   std::map<std::string, QuantizedLinear> calibrated;
   if (options.calibrate) {
     GZ_ASSIGN_OR_RETURN(calibrated, Calibrate(options, arch, ckpt, linears, lora ? &*lora : nullptr,

@@ -10,9 +10,9 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "jobs/calibrate.h"
 #include "ops/backend.h"
 #include "ops/weight.h"
-#include "quant/calibrate.h"
 #include "quant/gptq.h"
 #include "quant/hadamard.h"
 
@@ -39,7 +39,7 @@ struct ConvertOptions {
   std::string lora;    // PEFT adapter folder to merge first, or empty
   uint64_t seed = kDefaultRotationSeed;
   ThreadPool* pool = nullptr;  // quantizes on it when given
-  // GPTQ on calibration (quant/calibrate.h): every quantized linear is quantized on the inputs the
+  // GPTQ on calibration (jobs/calibrate.h): every quantized linear is quantized on the inputs the
   // model computes for the calibration text (calibration.file, or the model's own text when
   // empty), instead of rounded to nearest. Runs the model on `backend` (the CPU backend).
   bool calibrate = false;

@@ -1,4 +1,4 @@
-#include "quant/convert.h"
+#include "jobs/convert.h"
 
 #include <gtest/gtest.h>
 
@@ -12,9 +12,9 @@
 #include "core/dtype.h"
 #include "core/mapped_file.h"
 #include "formats/safetensors.h"
+#include "jobs/lora.h"
 #include "quant/layout.h"
 #include "quant/linear_io.h"
-#include "quant/lora.h"
 #include "quant/quantize.h"
 
 namespace gizllm::quant {

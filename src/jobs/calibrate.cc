@@ -1,4 +1,4 @@
-#include "quant/calibrate.h"
+#include "jobs/calibrate.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,9 +7,9 @@
 #include <unordered_map>
 
 #include "core/counter_random.h"
+#include "jobs/perplexity.h"
 #include "model/config.h"
 #include "quant/layout.h"
-#include "quant/perplexity.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gizllm::quant {
