@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -10,21 +11,8 @@
 namespace gizllm {
 namespace {
 
-int32_t PagesFor(int64_t positions) {
-  return static_cast<int32_t>((positions + kPage - 1) / kPage);
-}
-
-int64_t CommonStart(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-  const int64_t n = static_cast<int64_t>(std::min(a.size(), b.size()));
-  int64_t i = 0;
-  while (i < n && a[i] == b[i]) ++i;
-  return i;
-}
-
 // Seeds of requests that bring none: a function of the request id.
 constexpr uint64_t kDefaultSeedBase = 0x67697a6c6c6d5eedull;
-
-enum Kind { kNone, kFromSlot, kFromPrefix, kFromShared };
 
 }  // namespace
 
@@ -88,16 +76,24 @@ Engine::Engine(Runner* runner, const EngineOptions& options, int32_t pages, int3
       max_pages_(max_pages),
       page_bytes_(runner->PageBytes()),
       pool_(pages),
-      slots_(options.slots),
+      cache_(&pool_, runner, runner->PageBytes(), options.host_prefix_bytes, options.slots,
+             &stats_.host_copies),
       sampler_(runner->arch().vocab),
       tables_(static_cast<size_t>(options.slots) * max_pages, -1),
       logits_(static_cast<size_t>(options.slots) * runner->arch().vocab) {
-  plan_.reserve(options.slots);
+  state_.rows = options.rows;
+  state_.runner = runner;
+  state_.page_bytes = page_bytes_;
+  state_.pool = &pool_;
+  state_.cache = &cache_;
+  state_.stats = &stats_;
+  state_.slots.resize(options.slots);
+  state_.plan.reserve(options.slots);
 }
 
 Engine::~Engine() = default;
 
-const std::vector<int32_t>& Engine::held(int32_t slot) const { return slots_[slot].tokens; }
+const std::vector<int32_t>& Engine::held(int32_t slot) const { return state_.slots[slot].tokens; }
 
 Expected<int64_t> Engine::Add(Request request, int32_t mark, int32_t head) {
   const int64_t n = static_cast<int64_t>(request.prompt.size());
@@ -144,29 +140,29 @@ Expected<int64_t> Engine::Add(Request request, int32_t mark, int32_t head) {
   seq.seed = request.sampling.seed.value_or(CounterHash(kDefaultSeedBase, id));
   seq.stop = std::move(stop);
   seq.request = std::move(request);
-  sequences_.emplace(id, std::move(seq));
-  waiting_.insert(id);
+  state_.sequences.emplace(id, std::move(seq));
+  state_.waiting.insert(id);
   return id;
 }
 
 Expected<std::vector<Progress>> Engine::Advance() {
   std::vector<Progress> progress;
-  GZ_RETURN_IF_ERROR(Admit());
-  GZ_RETURN_IF_ERROR(Schedule());
-  if (plan_.empty()) return progress;
+  GZ_RETURN_IF_ERROR(Admit(state_));
+  GZ_RETURN_IF_ERROR(Schedule(state_));
+  if (state_.plan.empty()) return progress;
   GZ_RETURN_IF_ERROR(Run());
   PostProcess(progress);
   return progress;
 }
 
 bool Engine::Cancel(int64_t id) {
-  auto it = sequences_.find(id);
-  if (it == sequences_.end()) return false;
+  auto it = state_.sequences.find(id);
+  if (it == state_.sequences.end()) return false;
   if (it->second.slot < 0) {
-    waiting_.erase(id);
-    sequences_.erase(it);
+    state_.waiting.erase(id);
+    state_.sequences.erase(it);
   } else {
-    Finish(it->second);
+    Finish(state_, it->second);
   }
   return true;
 }
@@ -195,357 +191,21 @@ Expected<std::vector<std::vector<int32_t>>> Engine::Generate(std::vector<Request
 }
 
 // ---------------------------------------------------------------------------------------------
-// Admission: free slots take waiting requests, first come first served; a request starts from
-// the longest start of its tokens that a free slot, a stored prefix or a shared head holds.
-
-int64_t Engine::Usable(const std::vector<int32_t>& pages, const std::vector<int32_t>& held,
-                       const std::vector<int32_t>& tokens, bool shared) const {
-  // At least the last token is read again: its logits give the next token.
-  int64_t m = std::min<int64_t>(CommonStart(held, tokens), static_cast<int64_t>(tokens.size()) - 1);
-  if (m <= 0) return 0;
-  // The slot writes from position m on: never into a page another holder reads.
-  const int64_t block = m / kPage;
-  if (block < static_cast<int64_t>(pages.size()) && (shared || pool_.refs(pages[block]) > 1)) {
-    m = block * kPage;
-  }
-  return m;
-}
-
-int32_t Engine::Reclaimable() const {
-  int32_t n = 0;
-  for (const Slot& s : slots_) {
-    if (s.seq >= 0 || s.pinned) continue;
-    for (int32_t p : s.pages) n += pool_.refs(p) == 1;
-  }
-  for (const Prefix& p : prefixes_) {
-    for (int32_t page : p.pages) n += pool_.refs(page) == 1;
-  }
-  for (const Shared& s : shared_) {
-    for (int32_t page : s.pages) n += pool_.refs(page) == 1;
-  }
-  return n;
-}
-
-Status Engine::Admit() {
-  int64_t running = static_cast<int64_t>(sequences_.size() - waiting_.size());
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    const int64_t id = *it;
-    Sequence& seq = sequences_.at(id);
-    int32_t free_slot = -1;
-    int kind = kNone;
-    int32_t from = -1;
-    int64_t best = 0;
-    for (int32_t s = 0; s < static_cast<int32_t>(slots_.size()); ++s) {
-      const Slot& slot = slots_[s];
-      if (slot.seq >= 0 || slot.pinned) continue;
-      // Among free slots: an empty one, else the least recently used.
-      if (free_slot < 0 || (!slots_[free_slot].tokens.empty() &&
-                            (slot.tokens.empty() || slot.used < slots_[free_slot].used))) {
-        free_slot = s;
-      }
-      const int64_t m = Usable(slot.pages, slot.tokens, seq.tokens, /*shared=*/false);
-      if (m > best) best = m, kind = kFromSlot, from = s;
-    }
-    if (free_slot < 0) break;
-    for (int32_t i = 0; i < static_cast<int32_t>(prefixes_.size()); ++i) {
-      const Prefix& p = prefixes_[i];
-      const int64_t m = Usable(p.pages, p.tokens, seq.tokens, /*shared=*/false);
-      if (m > best) best = m, kind = kFromPrefix, from = i;
-    }
-    for (int32_t i = 0; i < static_cast<int32_t>(shared_.size()); ++i) {
-      const Shared& s = shared_[i];
-      if (static_cast<int64_t>(s.tokens.size()) > seq.head) continue;
-      const int64_t m = Usable(s.pages, s.tokens, seq.tokens, /*shared=*/true);
-      if (m > best) best = m, kind = kFromShared, from = i;
-    }
-    // Admit only what the pool can start: its first piece, and a page for each running
-    // sequence to grow. The earliest request always starts when nothing runs.
-    const int64_t first =
-        std::min<int64_t>(static_cast<int64_t>(seq.tokens.size()), best + options_.rows);
-    const int32_t need = PagesFor(first) - best / kPage + static_cast<int32_t>(running);
-    if (running > 0 && need > pool_.free() + Reclaimable()) break;
-
-    const int32_t s = kind == kFromSlot ? from : free_slot;
-    Prefix prefix;
-    if (kind == kFromPrefix) {
-      prefix = std::move(prefixes_[from]);
-      prefixes_.erase(prefixes_.begin() + from);
-    }
-    if (kind == kFromShared) shared_[from].used = ++clock_;
-    slots_[s].seq = id;
-    seq.slot = s;
-    if (kind != kFromSlot && !slots_[s].tokens.empty()) {
-      GZ_RETURN_IF_ERROR(Stash(s, PagesFor(seq.tokens.size())));
-    }
-    GZ_RETURN_IF_ERROR(Install(seq, s, kind, &prefix, from, best));
-    if (!seq.admitted) {
-      seq.admitted = true;
-      seq.cached = std::min<int64_t>(static_cast<int64_t>(slots_[s].tokens.size()), seq.prompt);
-      stats_.prompt_tokens += seq.prompt;
-      stats_.cached_tokens += seq.cached;
-      stats_.prefix_hits += seq.cached > 0;
-    }
-    ++running;
-    it = waiting_.erase(it);
-  }
-  return Status::Ok();
-}
-
-// Keeps what slot `s` holds as a Prefix: its pages while `want_free` pages remain free, else a
-// host copy.
-Status Engine::Stash(int32_t s, int32_t want_free) {
-  Slot& slot = slots_[s];
-  Prefix prefix;
-  prefix.tokens = std::move(slot.tokens);
-  prefix.pages = std::move(slot.pages);
-  prefix.used = ++clock_;
-  slot.tokens.clear();
-  slot.pages.clear();
-  // A stored prefix that is a start of this one says nothing new.
-  std::erase_if(prefixes_, [&](Prefix& p) {
-    const bool redundant =
-        CommonStart(p.tokens, prefix.tokens) == static_cast<int64_t>(p.tokens.size());
-    if (redundant) ReleasePrefix(p);
-    return redundant;
-  });
-  if (pool_.free() < want_free) GZ_RETURN_IF_ERROR(ToHost(prefix));
-  if (prefix.pages.empty() && prefix.host.empty()) return Status::Ok();
-  prefixes_.push_back(std::move(prefix));
-  // At most a few per slot: the least recently used go first.
-  while (prefixes_.size() > 4 * slots_.size()) {
-    auto oldest =
-        std::min_element(prefixes_.begin(), prefixes_.end(),
-                         [](const Prefix& a, const Prefix& b) { return a.used < b.used; });
-    ReleasePrefix(*oldest);
-    prefixes_.erase(oldest);
-  }
-  return Status::Ok();
-}
-
-// Copies a prefix's pages to the host and releases them; drops it when host memory is spent.
-Status Engine::ToHost(Prefix& prefix) {
-  if (prefix.pages.empty()) return Status::Ok();
-  const int64_t bytes = static_cast<int64_t>(prefix.pages.size()) * page_bytes_;
-  // Room on the host: least recently used host copies go first.
-  while (host_bytes_ + bytes > options_.host_prefix_bytes) {
-    auto oldest = prefixes_.end();
-    for (auto it = prefixes_.begin(); it != prefixes_.end(); ++it) {
-      if (!it->host.empty() && (oldest == prefixes_.end() || it->used < oldest->used)) oldest = it;
-    }
-    if (oldest == prefixes_.end()) break;
-    ReleasePrefix(*oldest);
-    prefixes_.erase(oldest);
-  }
-  if (host_bytes_ + bytes <= options_.host_prefix_bytes) {
-    prefix.host.resize(bytes);
-    for (size_t b = 0; b < prefix.pages.size(); ++b) {
-      GZ_RETURN_IF_ERROR(runner_->CopyPageToHost(prefix.pages[b], &prefix.host[b * page_bytes_]));
-    }
-    host_bytes_ += bytes;
-    stats_.host_copies += static_cast<int64_t>(prefix.pages.size());
-  } else {
-    prefix.tokens.clear();
-  }
-  for (int32_t p : prefix.pages) pool_.Release(p);
-  prefix.pages.clear();
-  return Status::Ok();
-}
-
-void Engine::ReleasePrefix(Prefix& prefix) {
-  for (int32_t p : prefix.pages) pool_.Release(p);
-  prefix.pages.clear();
-  host_bytes_ -= static_cast<int64_t>(prefix.host.size());
-  prefix.host.clear();
-  prefix.tokens.clear();
-}
-
-// Gives slot `s` the first `length` tokens of `seq` from where they are held.
-Status Engine::Install(Sequence& seq, int32_t s, int kind, Prefix* prefix, int32_t shared,
-                       int64_t length) {
-  Slot& slot = slots_[s];
-  slot.used = ++clock_;
-  if (kind == kFromSlot || kind == kNone) {
-    Truncate(slot, kind == kNone ? 0 : length);
-    return Status::Ok();
-  }
-  DCHECK(slot.pages.empty());
-  const int32_t blocks = PagesFor(length);
-  if (kind == kFromShared) {
-    const Shared& head = shared_[shared];
-    for (int32_t b = 0; b < blocks; ++b) {
-      pool_.Retain(head.pages[b]);
-      slot.pages.push_back(head.pages[b]);
-    }
-  } else if (!prefix->pages.empty()) {
-    slot.pages = std::move(prefix->pages);
-    prefix->pages.clear();
-  } else {
-    // Back from the host, into fresh pages; without room it starts cold.
-    GZ_ASSIGN_OR_RETURN(bool room, Reclaim(blocks));
-    if (room) {
-      for (int32_t b = 0; b < blocks; ++b) {
-        const int32_t page = *pool_.Allocate();
-        GZ_RETURN_IF_ERROR(runner_->CopyPageFromHost(page, &prefix->host[b * page_bytes_]));
-        slot.pages.push_back(page);
-      }
-    } else {
-      length = 0;
-    }
-  }
-  if (kind == kFromPrefix) ReleasePrefix(*prefix);
-  slot.tokens.assign(seq.tokens.begin(), seq.tokens.begin() + length);
-  Truncate(slot, length);
-  return Status::Ok();
-}
-
-void Engine::Truncate(Slot& slot, int64_t length) {
-  const int32_t blocks = PagesFor(length);
-  while (static_cast<int32_t>(slot.pages.size()) > blocks) {
-    pool_.Release(slot.pages.back());
-    slot.pages.pop_back();
-  }
-  if (static_cast<int64_t>(slot.tokens.size()) > length) slot.tokens.resize(length);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Scheduling: one row for each generating sequence, then pieces of unread prompts in the rows
-// left, first come first served; each sequence gets the pages its rows need.
-
-Status Engine::Schedule() {
-  plan_.clear();
-  int64_t rows_left = options_.rows;
-  for (int pass = 0; pass < 2; ++pass) {
-    const bool decodes = pass == 0;
-    for (auto it = sequences_.begin(); it != sequences_.end();) {
-      const int64_t id = it->first;
-      const Sequence& seq = it->second;
-      ++it;  // Grow may preempt (never erase) sequences
-      if (seq.slot < 0) continue;
-      const Slot& slot = slots_[seq.slot];
-      const int64_t unread = static_cast<int64_t>(seq.tokens.size() - slot.tokens.size());
-      DCHECK(unread >= 1);
-      if ((unread == 1) != decodes) continue;
-      const int64_t n = std::min(unread, rows_left);
-      if (n == 0) break;
-      const int32_t need =
-          PagesFor(slot.tokens.size() + n) - static_cast<int32_t>(slot.pages.size());
-      GZ_ASSIGN_OR_RETURN(bool granted, Grow(id, need));
-      // Grow may have sent planned sequences back to waiting: their rows are free again.
-      rows_left = options_.rows;
-      for (const Planned& p : plan_) rows_left -= p.rows;
-      if (!granted) continue;
-      plan_.push_back({id, n});
-      rows_left -= n;
-    }
-  }
-  return Status::Ok();
-}
-
-Expected<bool> Engine::Grow(int64_t id, int32_t need) {
-  if (need <= 0) return true;
-  while (pool_.free() < need) {
-    GZ_ASSIGN_OR_RETURN(bool room, Reclaim(need));
-    if (room) break;
-    // The request that came last waits again, from where it is.
-    int64_t victim = -1;
-    for (auto it = sequences_.rbegin(); it != sequences_.rend(); ++it) {
-      if (it->second.slot >= 0) {
-        victim = it->first;
-        break;
-      }
-    }
-    CHECK(victim >= 0);
-    Preempt(victim);
-    for (size_t i = 0; i < plan_.size(); ++i) {
-      if (plan_[i].id == victim) {
-        plan_.erase(plan_.begin() + i);
-        break;
-      }
-    }
-    if (victim == id) return false;
-  }
-  Slot& slot = slots_[sequences_.at(id).slot];
-  for (int32_t i = 0; i < need; ++i) slot.pages.push_back(*pool_.Allocate());
-  return true;
-}
-
-// Frees pages until `need` are free: what idle slots hold, then stored prefixes (to the host),
-// then shared heads no slot reads. True when enough are free.
-Expected<bool> Engine::Reclaim(int32_t need) {
-  while (pool_.free() < need) {
-    int32_t idle = -1;
-    for (int32_t s = 0; s < static_cast<int32_t>(slots_.size()); ++s) {
-      const Slot& slot = slots_[s];
-      if (slot.seq >= 0 || slot.pinned || slot.pages.empty()) continue;
-      if (idle < 0 || slot.used < slots_[idle].used) idle = s;
-    }
-    if (idle >= 0) {
-      Truncate(slots_[idle], 0);
-      continue;
-    }
-    auto prefix = prefixes_.end();
-    for (auto it = prefixes_.begin(); it != prefixes_.end(); ++it) {
-      if (!it->pages.empty() && (prefix == prefixes_.end() || it->used < prefix->used)) prefix = it;
-    }
-    if (prefix != prefixes_.end()) {
-      Prefix moved = std::move(*prefix);
-      prefixes_.erase(prefix);
-      GZ_RETURN_IF_ERROR(ToHost(moved));
-      if (!moved.host.empty()) prefixes_.push_back(std::move(moved));
-      continue;
-    }
-    auto head = shared_.end();
-    for (auto it = shared_.begin(); it != shared_.end(); ++it) {
-      const bool unread = std::all_of(it->pages.begin(), it->pages.end(),
-                                      [&](int32_t p) { return pool_.refs(p) == 1; });
-      if (unread && (head == shared_.end() || it->used < head->used)) head = it;
-    }
-    if (head != shared_.end()) {
-      for (int32_t p : head->pages) pool_.Release(p);
-      shared_.erase(head);
-      continue;
-    }
-    return false;
-  }
-  return true;
-}
-
-// Sends a running request back to waiting. Its slot keeps what it wrote, so it resumes from
-// there unless the pages are reclaimed first.
-void Engine::Preempt(int64_t id) {
-  Sequence& seq = sequences_.at(id);
-  Slot& slot = slots_[seq.slot];
-  Truncate(slot, static_cast<int64_t>(slot.tokens.size()));
-  slot.seq = -1;
-  slot.used = ++clock_;
-  seq.slot = -1;
-  waiting_.insert(id);
-  ++stats_.preemptions;
-}
-
-void Engine::Finish(Sequence& seq) {
-  Slot& slot = slots_[seq.slot];
-  Truncate(slot, static_cast<int64_t>(slot.tokens.size()));
-  slot.seq = -1;
-  slot.used = ++clock_;
-  sequences_.erase(seq.id);
-}
-
-// ---------------------------------------------------------------------------------------------
 // Run and post-process.
 
 void Engine::FillTables() {
   std::fill(tables_.begin(), tables_.end(), -1);
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    std::copy(slots_[s].pages.begin(), slots_[s].pages.end(), tables_.begin() + s * max_pages_);
+  for (size_t s = 0; s < state_.slots.size(); ++s) {
+    std::copy(state_.slots[s].pages.begin(), state_.slots[s].pages.end(),
+              tables_.begin() + s * max_pages_);
   }
 }
 
 Status Engine::Run() {
   rows_.Clear();
-  for (const Planned& p : plan_) {
-    const Sequence& seq = sequences_.at(p.id);
-    const int64_t start = static_cast<int64_t>(slots_[seq.slot].tokens.size());
+  for (const Planned& p : state_.plan) {
+    const Sequence& seq = state_.sequences.at(p.id);
+    const int64_t start = static_cast<int64_t>(state_.slots[seq.slot].tokens.size());
     const int64_t end = start + p.rows;
     for (int64_t i = start; i < end; ++i) {
       rows_.Push(seq.tokens[i], seq.slot, static_cast<int32_t>(i),
@@ -553,13 +213,13 @@ Status Engine::Run() {
     }
   }
   FillTables();
-  const PageTables tables{tables_.data(), static_cast<int32_t>(slots_.size()), max_pages_};
+  const PageTables tables{tables_.data(), static_cast<int32_t>(state_.slots.size()), max_pages_};
   // The runner picks the tokens when every wanted row needs only steps 3-5 of sampling.
   picked_ = options_.device_sampling && runner_->CanSample();
   sample_.clear();
-  for (const Planned& p : plan_) {
-    const Sequence& seq = sequences_.at(p.id);
-    if (static_cast<int64_t>(slots_[seq.slot].tokens.size()) + p.rows !=
+  for (const Planned& p : state_.plan) {
+    const Sequence& seq = state_.sequences.at(p.id);
+    if (static_cast<int64_t>(state_.slots[seq.slot].tokens.size()) + p.rows !=
         static_cast<int64_t>(seq.tokens.size())) {
       continue;  // a prompt piece: no token this step
     }
@@ -584,9 +244,9 @@ Status Engine::Run() {
   } else {
     GZ_RETURN_IF_ERROR(runner_->Step(rows_, tables, logits_.data()));
   }
-  for (const Planned& p : plan_) {
-    const Sequence& seq = sequences_.at(p.id);
-    Slot& slot = slots_[seq.slot];
+  for (const Planned& p : state_.plan) {
+    const Sequence& seq = state_.sequences.at(p.id);
+    Slot& slot = state_.slots[seq.slot];
     const int64_t start = static_cast<int64_t>(slot.tokens.size());
     slot.tokens.insert(slot.tokens.end(), seq.tokens.begin() + start,
                        seq.tokens.begin() + start + p.rows);
@@ -598,30 +258,14 @@ Status Engine::Run() {
 
 void Engine::PostProcess(std::vector<Progress>& progress) {
   int64_t wanted = 0;
-  for (const Planned& p : plan_) {
-    Sequence& seq = sequences_.at(p.id);
-    Slot& slot = slots_[seq.slot];
+  for (const Planned& p : state_.plan) {
+    Sequence& seq = state_.sequences.at(p.id);
+    Slot& slot = state_.slots[seq.slot];
     // A head, once read, is registered for the prompts that start with it.
     if (seq.head > 0 && !seq.head_shared && static_cast<int64_t>(slot.tokens.size()) >= seq.head) {
       seq.head_shared = true;
-      std::vector<int32_t> head(seq.tokens.begin(), seq.tokens.begin() + seq.head);
-      const bool known = std::any_of(shared_.begin(), shared_.end(),
-                                     [&](const Shared& s) { return s.tokens == head; });
-      if (!known) {
-        Shared s{std::move(head), {}, ++clock_};
-        for (int32_t b = 0; b < seq.head / kPage; ++b) {
-          pool_.Retain(slot.pages[b]);
-          s.pages.push_back(slot.pages[b]);
-        }
-        shared_.push_back(std::move(s));
-        while (shared_.size() > 2 * slots_.size()) {
-          auto oldest =
-              std::min_element(shared_.begin(), shared_.end(),
-                               [](const Shared& a, const Shared& b) { return a.used < b.used; });
-          for (int32_t page : oldest->pages) pool_.Release(page);
-          shared_.erase(oldest);
-        }
-      }
+      cache_.Share(std::vector<int32_t>(seq.tokens.begin(), seq.tokens.begin() + seq.head),
+                   slot.pages);
     }
     if (slot.tokens.size() != seq.tokens.size()) continue;  // a prompt piece, no logits yet
 
@@ -659,7 +303,7 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
         out.end = "length";
       }
     }
-    if (!out.end.empty()) Finish(seq);
+    if (!out.end.empty()) Finish(state_, seq);
     progress.push_back(std::move(out));
   }
 }
@@ -684,14 +328,14 @@ Status Engine::BuildRows(std::span<const int32_t> tokens, std::span<const int32_
                              "]: expected ascending rows in [0, " + std::to_string(n) + ")");
     }
   }
-  std::vector<int64_t> count(slots_.size(), 0);
+  std::vector<int64_t> count(state_.slots.size(), 0);
   for (int64_t r = 0; r < n; ++r) {
     const int32_t s = slots[r];
-    if (s < 0 || s >= static_cast<int32_t>(slots_.size())) {
+    if (s < 0 || s >= static_cast<int32_t>(state_.slots.size())) {
       return InvalidArgument("step slots[" + std::to_string(r) + "]: slot " + std::to_string(s) +
-                             " is outside [0, " + std::to_string(slots_.size()) + ")");
+                             " is outside [0, " + std::to_string(state_.slots.size()) + ")");
     }
-    if (slots_[s].seq >= 0) {
+    if (state_.slots[s].seq >= 0) {
       return InvalidArgument("step slots[" + std::to_string(r) + "]: a request runs in slot " +
                              std::to_string(s));
     }
@@ -705,23 +349,23 @@ Status Engine::BuildRows(std::span<const int32_t> tokens, std::span<const int32_
     }
     ++count[s];
   }
-  for (size_t s = 0; s < slots_.size(); ++s) {
+  for (size_t s = 0; s < state_.slots.size(); ++s) {
     if (count[s] > 0 &&
-        static_cast<int64_t>(slots_[s].tokens.size()) + count[s] > options_.context) {
+        static_cast<int64_t>(state_.slots[s].tokens.size()) + count[s] > options_.context) {
       return ResourceExhausted("step: slot " + std::to_string(s) + " would pass the context of " +
                                std::to_string(options_.context));
     }
   }
   // Pages: the slots of this call keep theirs while others' caches make room.
   int32_t need = 0;
-  for (size_t s = 0; s < slots_.size(); ++s) {
+  for (size_t s = 0; s < state_.slots.size(); ++s) {
     if (count[s] == 0) continue;
-    slots_[s].pinned = true;
-    need +=
-        PagesFor(slots_[s].tokens.size() + count[s]) - static_cast<int32_t>(slots_[s].pages.size());
+    state_.slots[s].pinned = true;
+    need += PagesFor(state_.slots[s].tokens.size() + count[s]) -
+            static_cast<int32_t>(state_.slots[s].pages.size());
   }
-  Expected<bool> room = Reclaim(need);
-  for (Slot& slot : slots_) slot.pinned = false;
+  Expected<bool> room = Reclaim(state_, need);
+  for (Slot& slot : state_.slots) slot.pinned = false;
   GZ_RETURN_IF_ERROR(room.status());
   if (!*room) {
     return ResourceExhausted("step: needs " + std::to_string(need) + " more KV pages, " +
@@ -730,20 +374,20 @@ Status Engine::BuildRows(std::span<const int32_t> tokens, std::span<const int32_
   rows_.Clear();
   std::vector<bool> is_wanted(n, false);
   for (int32_t w : wanted) is_wanted[w] = true;
-  std::vector<int64_t> next(slots_.size());
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    next[s] = static_cast<int64_t>(slots_[s].tokens.size());
+  std::vector<int64_t> next(state_.slots.size());
+  for (size_t s = 0; s < state_.slots.size(); ++s) {
+    next[s] = static_cast<int64_t>(state_.slots[s].tokens.size());
     if (count[s] == 0) continue;
     // Positions it writes must be its own pages.
-    Truncate(slots_[s], next[s]);
+    Truncate(state_, state_.slots[s], next[s]);
     const int64_t block = next[s] / kPage;
-    if (block < static_cast<int64_t>(slots_[s].pages.size()) &&
-        pool_.refs(slots_[s].pages[block]) > 1) {
+    if (block < static_cast<int64_t>(state_.slots[s].pages.size()) &&
+        pool_.refs(state_.slots[s].pages[block]) > 1) {
       return InvalidArgument("step: slot " + std::to_string(s) +
                              " would write a page a shared head holds; Reset it first");
     }
-    while (static_cast<int64_t>(slots_[s].pages.size()) < PagesFor(next[s] + count[s])) {
-      slots_[s].pages.push_back(*pool_.Allocate());
+    while (static_cast<int64_t>(state_.slots[s].pages.size()) < PagesFor(next[s] + count[s])) {
+      state_.slots[s].pages.push_back(*pool_.Allocate());
     }
   }
   for (int64_t r = 0; r < n; ++r) {
@@ -758,9 +402,9 @@ Expected<std::vector<float>> Engine::Step(std::span<const int32_t> tokens,
                                           std::span<const int32_t> wanted) {
   GZ_RETURN_IF_ERROR(BuildRows(tokens, slots, wanted));
   std::vector<float> logits(wanted.size() * vocab_);
-  const PageTables tables{tables_.data(), static_cast<int32_t>(slots_.size()), max_pages_};
+  const PageTables tables{tables_.data(), static_cast<int32_t>(state_.slots.size()), max_pages_};
   GZ_RETURN_IF_ERROR(runner_->Step(rows_, tables, logits.data()));
-  for (size_t r = 0; r < tokens.size(); ++r) slots_[slots[r]].tokens.push_back(tokens[r]);
+  for (size_t r = 0; r < tokens.size(); ++r) state_.slots[slots[r]].tokens.push_back(tokens[r]);
   ++stats_.steps;
   stats_.rows += rows_.size();
   return logits;
@@ -778,22 +422,22 @@ Expected<std::vector<float>> Engine::Hidden(std::span<const int32_t> tokens,
   }
   GZ_RETURN_IF_ERROR(BuildRows(tokens, slots, {}));
   std::vector<float> out(layers.size() * tokens.size() * runner_->arch().dim);
-  const PageTables tables{tables_.data(), static_cast<int32_t>(slots_.size()), max_pages_};
+  const PageTables tables{tables_.data(), static_cast<int32_t>(state_.slots.size()), max_pages_};
   GZ_RETURN_IF_ERROR(runner_->Hidden(rows_, tables, layers, out.data()));
-  for (size_t r = 0; r < tokens.size(); ++r) slots_[slots[r]].tokens.push_back(tokens[r]);
+  for (size_t r = 0; r < tokens.size(); ++r) state_.slots[slots[r]].tokens.push_back(tokens[r]);
   ++stats_.steps;
   stats_.rows += rows_.size();
   return out;
 }
 
 Status Engine::Warm(int32_t max_decode_shapes) {
-  for (const Slot& slot : slots_) {
+  for (const Slot& slot : state_.slots) {
     if (slot.seq >= 0 || slot.pinned) return InvalidArgument("warm: a request runs in a slot");
   }
   DropCaches();
-  const int32_t slots = static_cast<int32_t>(slots_.size());
+  const int32_t slots = static_cast<int32_t>(state_.slots.size());
   auto reset_all = [&] {
-    for (Slot& slot : slots_) Truncate(slot, 0);
+    for (Slot& slot : state_.slots) Truncate(state_, slot, 0);
   };
   // One prompt step of the most rows (in one slot, as far as its context allows) with its
   // last row wanted, then decode steps of n rows, one per slot.
@@ -827,27 +471,22 @@ Status Engine::Warm(int32_t max_decode_shapes) {
 }
 
 Status Engine::Reset(int32_t slot) {
-  if (slot < 0 || slot >= static_cast<int32_t>(slots_.size())) {
+  if (slot < 0 || slot >= static_cast<int32_t>(state_.slots.size())) {
     return InvalidArgument("reset: slot " + std::to_string(slot) + " is outside [0, " +
-                           std::to_string(slots_.size()) + ")");
+                           std::to_string(state_.slots.size()) + ")");
   }
-  if (slots_[slot].seq >= 0) {
+  if (state_.slots[slot].seq >= 0) {
     return InvalidArgument("reset: a request runs in slot " + std::to_string(slot));
   }
-  Truncate(slots_[slot], 0);
+  Truncate(state_, state_.slots[slot], 0);
   return Status::Ok();
 }
 
 void Engine::DropCaches() {
-  for (Slot& slot : slots_) {
-    if (slot.seq < 0) Truncate(slot, 0);
+  for (Slot& slot : state_.slots) {
+    if (slot.seq < 0) Truncate(state_, slot, 0);
   }
-  for (Prefix& p : prefixes_) ReleasePrefix(p);
-  prefixes_.clear();
-  for (Shared& s : shared_) {
-    for (int32_t p : s.pages) pool_.Release(p);
-  }
-  shared_.clear();
+  cache_.Clear();
 }
 
 Status Engine::CheckPages() const {
@@ -874,8 +513,8 @@ Status Engine::CheckPages() const {
     }
     return Status::Ok();
   };
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    const Slot& slot = slots_[s];
+  for (size_t s = 0; s < state_.slots.size(); ++s) {
+    const Slot& slot = state_.slots[s];
     const std::string who = "slot " + std::to_string(s);
     if (static_cast<int32_t>(slot.pages.size()) != PagesFor(slot.tokens.size())) {
       return Internal(who + ": " + std::to_string(slot.pages.size()) + " pages for " +
@@ -883,8 +522,8 @@ Status Engine::CheckPages() const {
     }
     GZ_RETURN_IF_ERROR(hold(slot.pages, slot.tokens, who));
     if (slot.seq >= 0) {
-      auto it = sequences_.find(slot.seq);
-      if (it == sequences_.end() || it->second.slot != static_cast<int32_t>(s)) {
+      auto it = state_.sequences.find(slot.seq);
+      if (it == state_.sequences.end() || it->second.slot != static_cast<int32_t>(s)) {
         return Internal(who + ": runs a request that does not run there");
       }
       if (!std::equal(slot.tokens.begin(), slot.tokens.end(), it->second.tokens.begin())) {
@@ -892,23 +531,10 @@ Status Engine::CheckPages() const {
       }
     }
   }
-  for (const Prefix& p : prefixes_) {
-    if (!p.pages.empty() && static_cast<int32_t>(p.pages.size()) != PagesFor(p.tokens.size())) {
-      return Internal("prefix: pages do not cover its tokens");
-    }
-    if (!p.host.empty() &&
-        static_cast<int64_t>(p.host.size()) != PagesFor(p.tokens.size()) * page_bytes_) {
-      return Internal("prefix: host copy does not cover its tokens");
-    }
-    GZ_RETURN_IF_ERROR(hold(p.pages, p.tokens, "prefix"));
-  }
-  for (const Shared& s : shared_) {
-    if (s.tokens.size() != s.pages.size() * kPage) return Internal("shared: not whole pages");
-    GZ_RETURN_IF_ERROR(hold(s.pages, s.tokens, "shared"));
-  }
+  GZ_RETURN_IF_ERROR(cache_.Check(hold));
   // A page a slot writes next is its own.
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    const Slot& slot = slots_[s];
+  for (size_t s = 0; s < state_.slots.size(); ++s) {
+    const Slot& slot = state_.slots[s];
     const size_t block = slot.tokens.size() / kPage;
     if (slot.seq >= 0 && block < slot.pages.size() && refs[slot.pages[block]] != 1) {
       return Internal("slot " + std::to_string(s) + " writes next into a page others hold");
@@ -928,10 +554,7 @@ Status Engine::CheckPages() const {
       return Internal("page " + std::to_string(p) + (refs[p] == 0 ? " leaked" : " free but held"));
     }
   }
-  int64_t host = 0;
-  for (const Prefix& p : prefixes_) host += static_cast<int64_t>(p.host.size());
-  if (host != host_bytes_) return Internal("host prefix bytes do not add up");
-  return Status::Ok();
+  return cache_.CheckHostBytes();
 }
 
 }  // namespace gizllm

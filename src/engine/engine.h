@@ -8,15 +8,15 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <set>
 #include <span>
 #include <vector>
 
 #include "core/status.h"
 #include "engine/page_pool.h"
+#include "engine/prefix_cache.h"
 #include "engine/request.h"
+#include "engine/scheduler.h"
 #include "model/runner.h"
 #include "sampling/sampling.h"
 
@@ -72,7 +72,7 @@ class Engine {
 
   // Drops a waiting or running request; false when `id` is unknown or already ended.
   bool Cancel(int64_t id);
-  bool Busy() const { return !sequences_.empty(); }
+  bool Busy() const { return !state_.sequences.empty(); }
 
   // Runs the requests to completion: the tokens of each, in order, without stop tokens. A request
   // that ends in an error cancels the others and returns its Status.
@@ -104,76 +104,12 @@ class Engine {
   const std::vector<int32_t>& held(int32_t slot) const;
 
  private:
-  struct Slot {
-    std::vector<int32_t>
-        pages;  // page table: pages[b] holds positions [b * kPage, (b + 1) * kPage)
-    std::vector<int32_t> tokens;  // tokens whose KV the slot holds, positions [0, size)
-    int64_t seq = -1;             // id of the request running here; -1: free
-    bool pinned = false;          // in use by a low-level Step or Hidden call
-    uint64_t used = 0;            // when it last changed hands
-  };
-
-  struct Sequence {
-    int64_t id = 0;
-    Request request;
-    std::vector<int32_t> tokens;  // prompt, then the answer so far
-    int64_t prompt = 0;           // prompt size
-    int32_t mark = -1;
-    int64_t head = 0;          // shared start, whole pages
-    bool head_shared = false;  // its head is registered in shared_
-    uint64_t seed = 0;
-    std::vector<int32_t> stop;
-    int32_t slot = -1;      // -1: waiting
-    bool admitted = false;  // admitted at least once
-    bool reported = false;  // its first Progress went out
-    int64_t cached = 0;     // prompt tokens held at first admission
-  };
-
-  // What a slot held when another request took it: pages in the pool or a host copy.
-  struct Prefix {
-    std::vector<int32_t> tokens;
-    std::vector<int32_t> pages;  // in the pool; empty when on the host
-    std::vector<uint8_t> host;   // [PagesFor(tokens), page_bytes] when on the host
-    uint64_t used = 0;
-  };
-
-  // A head many prompts share, read in place: its pages are whole and never written again.
-  struct Shared {
-    std::vector<int32_t> tokens;  // [pages.size() * kPage]
-    std::vector<int32_t> pages;
-    uint64_t used = 0;
-  };
-  struct Planned {
-    int64_t id;
-    int64_t rows;
-  };
-
   Engine(Runner* runner, const EngineOptions& options, int32_t pages, int32_t max_pages);
 
-  // The three parts of a step.
-  Status Admit();
-  Status Schedule();
+  // The parts of a step after the plan (engine/scheduler.h): run the runner, then sample.
   Status Run();
   void PostProcess(std::vector<Progress>& progress);
 
-  // Admission: the longest start of `tokens` a holder can give without a slot writing a page
-  // another holds.
-  int64_t Usable(const std::vector<int32_t>& pages, const std::vector<int32_t>& held,
-                 const std::vector<int32_t>& tokens, bool shared) const;
-  Status Stash(int32_t slot, int32_t want_free);
-  Status Install(Sequence& seq, int32_t slot, int kind, Prefix* prefix, int32_t shared,
-                 int64_t length);
-
-  // Pages: Grow gives a running sequence `need` more pages, reclaiming caches and preempting
-  // the latest request; false when the sequence itself had to wait.
-  Expected<bool> Grow(int64_t id, int32_t need);
-  Expected<bool> Reclaim(int32_t need);
-  int32_t Reclaimable() const;
-  void Preempt(int64_t id);
-  void Truncate(Slot& slot, int64_t length);
-  void Finish(Sequence& seq);
-  void ReleasePrefix(Prefix& prefix);
-  Status ToHost(Prefix& prefix);
   Status BuildRows(std::span<const int32_t> tokens, std::span<const int32_t> slots,
                    std::span<const int32_t> wanted);
   void FillTables();
@@ -184,17 +120,11 @@ class Engine {
   int32_t max_pages_;  // pages of a full context
   int64_t page_bytes_;
   PagePool pool_;
-  std::vector<Slot> slots_;
-  std::map<int64_t, Sequence> sequences_;  // waiting and running, by id (= arrival order)
-  std::set<int64_t> waiting_;              // ids, arrival order
-  std::vector<Prefix> prefixes_;
-  std::vector<Shared> shared_;
-  int64_t host_bytes_ = 0;  // bytes of host copies in prefixes_
-  int64_t next_id_ = 0;
-  uint64_t clock_ = 0;  // orders uses, for least-recently-used choices
   EngineStats stats_;
+  PrefixCache cache_;
+  EngineState state_;  // slots, requests and this step's plan
+  int64_t next_id_ = 0;
   Sampler sampler_;
-  std::vector<Planned> plan_;  // this step's sequences and their row counts
   Rows rows_;
   std::vector<int32_t> tables_;    // [slots, max_pages] page tables of this step; -1: none
   std::vector<float> logits_;      // [slots, vocab] logits of this step's wanted rows

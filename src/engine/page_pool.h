@@ -7,8 +7,14 @@
 #include <vector>
 
 #include "core/check.h"
+#include "ops/backend.h"
 
 namespace gizllm {
+
+// Pages that hold `positions` positions.
+inline int32_t PagesFor(int64_t positions) {
+  return static_cast<int32_t>((positions + kPage - 1) / kPage);
+}
 
 class PagePool {
  public:

@@ -1,0 +1,231 @@
+#include "engine/prefix_cache.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "ops/backend.h"
+
+namespace gizllm {
+namespace {
+
+int64_t CommonStart(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  const int64_t n = static_cast<int64_t>(std::min(a.size(), b.size()));
+  int64_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+}  // namespace
+
+PrefixCache::PrefixCache(PagePool* pool, Runner* runner, int64_t page_bytes,
+                         int64_t host_bytes_limit, int32_t slots, int64_t* host_copies)
+    : pool_(pool),
+      runner_(runner),
+      page_bytes_(page_bytes),
+      host_bytes_limit_(host_bytes_limit),
+      slots_(slots),
+      host_copies_(host_copies) {}
+
+int64_t PrefixCache::Usable(const std::vector<int32_t>& pages, const std::vector<int32_t>& held,
+                            const std::vector<int32_t>& tokens, bool shared) const {
+  // At least the last token is read again: its logits give the next token.
+  int64_t m = std::min<int64_t>(CommonStart(held, tokens), static_cast<int64_t>(tokens.size()) - 1);
+  if (m <= 0) return 0;
+  // The slot writes from position m on: never into a page another holder reads.
+  const int64_t block = m / kPage;
+  if (block < static_cast<int64_t>(pages.size()) && (shared || pool_->refs(pages[block]) > 1)) {
+    m = block * kPage;
+  }
+  return m;
+}
+
+int32_t PrefixCache::BestPrefix(const std::vector<int32_t>& tokens, int64_t* best) const {
+  int32_t from = -1;
+  for (int32_t i = 0; i < static_cast<int32_t>(prefixes_.size()); ++i) {
+    const Prefix& p = prefixes_[i];
+    const int64_t m = Usable(p.pages, p.tokens, tokens, /*shared=*/false);
+    if (m > *best) *best = m, from = i;
+  }
+  return from;
+}
+
+int32_t PrefixCache::BestShared(const std::vector<int32_t>& tokens, int64_t head,
+                                int64_t* best) const {
+  int32_t from = -1;
+  for (int32_t i = 0; i < static_cast<int32_t>(shared_.size()); ++i) {
+    const Shared& s = shared_[i];
+    if (static_cast<int64_t>(s.tokens.size()) > head) continue;
+    const int64_t m = Usable(s.pages, s.tokens, tokens, /*shared=*/true);
+    if (m > *best) *best = m, from = i;
+  }
+  return from;
+}
+
+PrefixCache::Prefix PrefixCache::Take(int32_t i) {
+  Prefix prefix = std::move(prefixes_[i]);
+  prefixes_.erase(prefixes_.begin() + i);
+  return prefix;
+}
+
+const PrefixCache::Shared& PrefixCache::Use(int32_t i) {
+  shared_[i].used = ++clock_;
+  return shared_[i];
+}
+
+Status PrefixCache::Stash(std::vector<int32_t> tokens, std::vector<int32_t> pages,
+                          int32_t want_free) {
+  Prefix prefix;
+  prefix.tokens = std::move(tokens);
+  prefix.pages = std::move(pages);
+  prefix.used = ++clock_;
+  // A stored prefix that is a start of this one says nothing new.
+  std::erase_if(prefixes_, [&](Prefix& p) {
+    const bool redundant =
+        CommonStart(p.tokens, prefix.tokens) == static_cast<int64_t>(p.tokens.size());
+    if (redundant) Release(p);
+    return redundant;
+  });
+  if (pool_->free() < want_free) GZ_RETURN_IF_ERROR(ToHost(prefix));
+  if (prefix.pages.empty() && prefix.host.empty()) return Status::Ok();
+  prefixes_.push_back(std::move(prefix));
+  // At most a few per slot: the least recently used go first.
+  while (prefixes_.size() > 4 * static_cast<size_t>(slots_)) {
+    auto oldest =
+        std::min_element(prefixes_.begin(), prefixes_.end(),
+                         [](const Prefix& a, const Prefix& b) { return a.used < b.used; });
+    Release(*oldest);
+    prefixes_.erase(oldest);
+  }
+  return Status::Ok();
+}
+
+Status PrefixCache::ToHost(Prefix& prefix) {
+  if (prefix.pages.empty()) return Status::Ok();
+  const int64_t bytes = static_cast<int64_t>(prefix.pages.size()) * page_bytes_;
+  // Room on the host: least recently used host copies go first.
+  while (host_bytes_ + bytes > host_bytes_limit_) {
+    auto oldest = prefixes_.end();
+    for (auto it = prefixes_.begin(); it != prefixes_.end(); ++it) {
+      if (!it->host.empty() && (oldest == prefixes_.end() || it->used < oldest->used)) oldest = it;
+    }
+    if (oldest == prefixes_.end()) break;
+    Release(*oldest);
+    prefixes_.erase(oldest);
+  }
+  if (host_bytes_ + bytes <= host_bytes_limit_) {
+    prefix.host.resize(bytes);
+    for (size_t b = 0; b < prefix.pages.size(); ++b) {
+      GZ_RETURN_IF_ERROR(runner_->CopyPageToHost(prefix.pages[b], &prefix.host[b * page_bytes_]));
+    }
+    host_bytes_ += bytes;
+    *host_copies_ += static_cast<int64_t>(prefix.pages.size());
+  } else {
+    prefix.tokens.clear();
+  }
+  for (int32_t p : prefix.pages) pool_->Release(p);
+  prefix.pages.clear();
+  return Status::Ok();
+}
+
+void PrefixCache::Release(Prefix& prefix) {
+  for (int32_t p : prefix.pages) pool_->Release(p);
+  prefix.pages.clear();
+  host_bytes_ -= static_cast<int64_t>(prefix.host.size());
+  prefix.host.clear();
+  prefix.tokens.clear();
+}
+
+void PrefixCache::Share(std::vector<int32_t> tokens, const std::vector<int32_t>& pages) {
+  const bool known = std::any_of(shared_.begin(), shared_.end(),
+                                 [&](const Shared& s) { return s.tokens == tokens; });
+  if (known) return;
+  const int32_t blocks = static_cast<int32_t>(tokens.size() / kPage);
+  Shared s{std::move(tokens), {}, ++clock_};
+  for (int32_t b = 0; b < blocks; ++b) {
+    pool_->Retain(pages[b]);
+    s.pages.push_back(pages[b]);
+  }
+  shared_.push_back(std::move(s));
+  while (shared_.size() > 2 * static_cast<size_t>(slots_)) {
+    auto oldest =
+        std::min_element(shared_.begin(), shared_.end(),
+                         [](const Shared& a, const Shared& b) { return a.used < b.used; });
+    for (int32_t page : oldest->pages) pool_->Release(page);
+    shared_.erase(oldest);
+  }
+}
+
+int32_t PrefixCache::Reclaimable() const {
+  int32_t n = 0;
+  for (const Prefix& p : prefixes_) {
+    for (int32_t page : p.pages) n += pool_->refs(page) == 1;
+  }
+  for (const Shared& s : shared_) {
+    for (int32_t page : s.pages) n += pool_->refs(page) == 1;
+  }
+  return n;
+}
+
+Expected<bool> PrefixCache::FreeOne() {
+  auto prefix = prefixes_.end();
+  for (auto it = prefixes_.begin(); it != prefixes_.end(); ++it) {
+    if (!it->pages.empty() && (prefix == prefixes_.end() || it->used < prefix->used)) prefix = it;
+  }
+  if (prefix != prefixes_.end()) {
+    Prefix moved = std::move(*prefix);
+    prefixes_.erase(prefix);
+    GZ_RETURN_IF_ERROR(ToHost(moved));
+    if (!moved.host.empty()) prefixes_.push_back(std::move(moved));
+    return true;
+  }
+  auto head = shared_.end();
+  for (auto it = shared_.begin(); it != shared_.end(); ++it) {
+    const bool unread = std::all_of(it->pages.begin(), it->pages.end(),
+                                    [&](int32_t p) { return pool_->refs(p) == 1; });
+    if (unread && (head == shared_.end() || it->used < head->used)) head = it;
+  }
+  if (head != shared_.end()) {
+    for (int32_t p : head->pages) pool_->Release(p);
+    shared_.erase(head);
+    return true;
+  }
+  return false;
+}
+
+void PrefixCache::Clear() {
+  for (Prefix& p : prefixes_) Release(p);
+  prefixes_.clear();
+  for (Shared& s : shared_) {
+    for (int32_t p : s.pages) pool_->Release(p);
+  }
+  shared_.clear();
+}
+
+Status PrefixCache::Check(const std::function<Status(const std::vector<int32_t>& pages,
+                                                     const std::vector<int32_t>& tokens,
+                                                     const std::string& who)>& hold) const {
+  for (const Prefix& p : prefixes_) {
+    if (!p.pages.empty() && static_cast<int32_t>(p.pages.size()) != PagesFor(p.tokens.size())) {
+      return Internal("prefix: pages do not cover its tokens");
+    }
+    if (!p.host.empty() &&
+        static_cast<int64_t>(p.host.size()) != PagesFor(p.tokens.size()) * page_bytes_) {
+      return Internal("prefix: host copy does not cover its tokens");
+    }
+    GZ_RETURN_IF_ERROR(hold(p.pages, p.tokens, "prefix"));
+  }
+  for (const Shared& s : shared_) {
+    if (s.tokens.size() != s.pages.size() * kPage) return Internal("shared: not whole pages");
+    GZ_RETURN_IF_ERROR(hold(s.pages, s.tokens, "shared"));
+  }
+  return Status::Ok();
+}
+
+Status PrefixCache::CheckHostBytes() const {
+  int64_t host = 0;
+  for (const Prefix& p : prefixes_) host += static_cast<int64_t>(p.host.size());
+  if (host != host_bytes_) return Internal("host prefix bytes do not add up");
+  return Status::Ok();
+}
+
+}  // namespace gizllm

@@ -1,0 +1,98 @@
+// PrefixCache: KV pages kept for prompts to come. A stored prefix is what a slot held when another
+// request took it (its pages in the pool, or a host copy when the pool is short); a shared head is
+// a start many prompts share, registered once a slot has read it, whose pages every slot whose
+// prompt starts with it reads in place. Both go least recently used first when the pool or the
+// host memory is short. The Engine owns one; the pages are counted in its PagePool.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/page_pool.h"
+#include "model/runner.h"
+
+namespace gizllm {
+
+class PrefixCache {
+ public:
+  // What a slot held when another request took it: pages in the pool or a host copy.
+  struct Prefix {
+    std::vector<int32_t> tokens;
+    std::vector<int32_t> pages;  // in the pool; empty when on the host
+    std::vector<uint8_t> host;   // [PagesFor(tokens), page_bytes] when on the host
+    uint64_t used = 0;
+  };
+
+  // A head many prompts share, read in place: its pages are whole and never written again.
+  struct Shared {
+    std::vector<int32_t> tokens;  // [pages.size() * kPage]
+    std::vector<int32_t> pages;
+    uint64_t used = 0;
+  };
+
+  // Keeps at most 4 prefixes and 2 shared heads a slot, and host copies of at most
+  // `host_bytes_limit` bytes; counts the pages it copies to the host in *host_copies.
+  PrefixCache(PagePool* pool, Runner* runner, int64_t page_bytes, int64_t host_bytes_limit,
+              int32_t slots, int64_t* host_copies);
+
+  // The longest start of `tokens` a holder of `pages` holding `held` can give without a slot
+  // writing a page another holds; `shared`: the holder's pages are a shared head's.
+  int64_t Usable(const std::vector<int32_t>& pages, const std::vector<int32_t>& held,
+                 const std::vector<int32_t>& tokens, bool shared) const;
+  // The stored prefix, then the shared head no longer than `head`, that gives more of `tokens`
+  // than *best: its index, with *best raised to what it gives; -1 when none does.
+  int32_t BestPrefix(const std::vector<int32_t>& tokens, int64_t* best) const;
+  int32_t BestShared(const std::vector<int32_t>& tokens, int64_t head, int64_t* best) const;
+
+  // Takes stored prefix `i` out of the cache; its pages and host bytes stay counted until
+  // Release.
+  Prefix Take(int32_t i);
+  // Shared head `i`, marked as just used.
+  const Shared& Use(int32_t i);
+  const Shared& shared(int32_t i) const { return shared_[i]; }
+
+  // Keeps what a slot held as a stored prefix: its pages while `want_free` pages remain free,
+  // else a host copy.
+  Status Stash(std::vector<int32_t> tokens, std::vector<int32_t> pages, int32_t want_free);
+  // Registers the first `tokens.size()` positions of `pages` (whole pages) as a shared head,
+  // unless one with the same tokens is known.
+  void Share(std::vector<int32_t> tokens, const std::vector<int32_t>& pages);
+  void Release(Prefix& prefix);
+
+  // Pages only the cache holds.
+  int32_t Reclaimable() const;
+  // Frees pages of the least recently used stored prefix in the pool (copied to the host when
+  // there is room), else of the least recently used shared head no slot reads. False when
+  // neither holds pages.
+  Expected<bool> FreeOne();
+  // Releases every stored prefix and shared head.
+  void Clear();
+
+  // Checks that every prefix's pages or host copy cover its tokens and that shared heads are
+  // whole pages, and calls `hold` with each holder's pages and tokens.
+  Status Check(const std::function<Status(const std::vector<int32_t>& pages,
+                                          const std::vector<int32_t>& tokens,
+                                          const std::string& who)>& hold) const;
+  // Checks the count of host bytes against the host copies.
+  Status CheckHostBytes() const;
+
+ private:
+  // Copies a prefix's pages to the host and releases them; drops it when host memory is spent.
+  Status ToHost(Prefix& prefix);
+
+  PagePool* pool_;
+  Runner* runner_;
+  int64_t page_bytes_;
+  int64_t host_bytes_limit_;
+  int32_t slots_;
+  int64_t* host_copies_;
+  std::vector<Prefix> prefixes_;
+  std::vector<Shared> shared_;
+  int64_t host_bytes_ = 0;  // bytes of host copies in prefixes_
+  uint64_t clock_ = 0;      // orders uses, for least-recently-used choices
+};
+
+}  // namespace gizllm

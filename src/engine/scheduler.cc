@@ -1,0 +1,241 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/check.h"
+#include "engine/engine.h"
+#include "ops/backend.h"
+
+namespace gizllm {
+namespace {
+
+enum Kind { kNone, kFromSlot, kFromPrefix, kFromShared };
+
+// Gives slot `s` the first `length` tokens of `seq` from where they are held.
+Status Install(EngineState& state, Sequence& seq, int32_t s, int kind, PrefixCache::Prefix* prefix,
+               int32_t shared, int64_t length) {
+  Slot& slot = state.slots[s];
+  slot.used = ++state.clock;
+  if (kind == kFromSlot || kind == kNone) {
+    Truncate(state, slot, kind == kNone ? 0 : length);
+    return Status::Ok();
+  }
+  DCHECK(slot.pages.empty());
+  const int32_t blocks = PagesFor(length);
+  if (kind == kFromShared) {
+    const PrefixCache::Shared& head = state.cache->shared(shared);
+    for (int32_t b = 0; b < blocks; ++b) {
+      state.pool->Retain(head.pages[b]);
+      slot.pages.push_back(head.pages[b]);
+    }
+  } else if (!prefix->pages.empty()) {
+    slot.pages = std::move(prefix->pages);
+    prefix->pages.clear();
+  } else {
+    // Back from the host, into fresh pages; without room it starts cold.
+    GZ_ASSIGN_OR_RETURN(bool room, Reclaim(state, blocks));
+    if (room) {
+      for (int32_t b = 0; b < blocks; ++b) {
+        const int32_t page = *state.pool->Allocate();
+        GZ_RETURN_IF_ERROR(
+            state.runner->CopyPageFromHost(page, &prefix->host[b * state.page_bytes]));
+        slot.pages.push_back(page);
+      }
+    } else {
+      length = 0;
+    }
+  }
+  if (kind == kFromPrefix) state.cache->Release(*prefix);
+  slot.tokens.assign(seq.tokens.begin(), seq.tokens.begin() + length);
+  Truncate(state, slot, length);
+  return Status::Ok();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Admission: free slots take waiting requests, first come first served; a request starts from
+// the longest start of its tokens that a free slot, a stored prefix or a shared head holds.
+
+Status Admit(EngineState& state) {
+  PrefixCache& cache = *state.cache;
+  int64_t running = static_cast<int64_t>(state.sequences.size() - state.waiting.size());
+  for (auto it = state.waiting.begin(); it != state.waiting.end();) {
+    const int64_t id = *it;
+    Sequence& seq = state.sequences.at(id);
+    int32_t free_slot = -1;
+    int kind = kNone;
+    int32_t from = -1;
+    int64_t best = 0;
+    for (int32_t s = 0; s < static_cast<int32_t>(state.slots.size()); ++s) {
+      const Slot& slot = state.slots[s];
+      if (slot.seq >= 0 || slot.pinned) continue;
+      // Among free slots: an empty one, else the least recently used.
+      if (free_slot < 0 || (!state.slots[free_slot].tokens.empty() &&
+                            (slot.tokens.empty() || slot.used < state.slots[free_slot].used))) {
+        free_slot = s;
+      }
+      const int64_t m = cache.Usable(slot.pages, slot.tokens, seq.tokens, /*shared=*/false);
+      if (m > best) best = m, kind = kFromSlot, from = s;
+    }
+    if (free_slot < 0) break;
+    if (const int32_t i = cache.BestPrefix(seq.tokens, &best); i >= 0) kind = kFromPrefix, from = i;
+    if (const int32_t i = cache.BestShared(seq.tokens, seq.head, &best); i >= 0) {
+      kind = kFromShared, from = i;
+    }
+    // Admit only what the pool can start: its first piece, and a page for each running
+    // sequence to grow. The earliest request always starts when nothing runs.
+    const int64_t first =
+        std::min<int64_t>(static_cast<int64_t>(seq.tokens.size()), best + state.rows);
+    const int32_t need = PagesFor(first) - best / kPage + static_cast<int32_t>(running);
+    if (running > 0 && need > state.pool->free() + Reclaimable(state)) break;
+
+    const int32_t s = kind == kFromSlot ? from : free_slot;
+    PrefixCache::Prefix prefix;
+    if (kind == kFromPrefix) prefix = cache.Take(from);
+    if (kind == kFromShared) cache.Use(from);
+    state.slots[s].seq = id;
+    seq.slot = s;
+    if (kind != kFromSlot && !state.slots[s].tokens.empty()) {
+      // What the slot held stays as a stored prefix.
+      Slot& slot = state.slots[s];
+      std::vector<int32_t> tokens = std::move(slot.tokens), pages = std::move(slot.pages);
+      slot.tokens.clear();
+      slot.pages.clear();
+      GZ_RETURN_IF_ERROR(
+          cache.Stash(std::move(tokens), std::move(pages), PagesFor(seq.tokens.size())));
+    }
+    GZ_RETURN_IF_ERROR(Install(state, seq, s, kind, &prefix, from, best));
+    if (!seq.admitted) {
+      seq.admitted = true;
+      seq.cached =
+          std::min<int64_t>(static_cast<int64_t>(state.slots[s].tokens.size()), seq.prompt);
+      state.stats->prompt_tokens += seq.prompt;
+      state.stats->cached_tokens += seq.cached;
+      state.stats->prefix_hits += seq.cached > 0;
+    }
+    ++running;
+    it = state.waiting.erase(it);
+  }
+  return Status::Ok();
+}
+
+int32_t Reclaimable(const EngineState& state) {
+  int32_t n = 0;
+  for (const Slot& s : state.slots) {
+    if (s.seq >= 0 || s.pinned) continue;
+    for (int32_t p : s.pages) n += state.pool->refs(p) == 1;
+  }
+  return n + state.cache->Reclaimable();
+}
+
+void Truncate(EngineState& state, Slot& slot, int64_t length) {
+  const int32_t blocks = PagesFor(length);
+  while (static_cast<int32_t>(slot.pages.size()) > blocks) {
+    state.pool->Release(slot.pages.back());
+    slot.pages.pop_back();
+  }
+  if (static_cast<int64_t>(slot.tokens.size()) > length) slot.tokens.resize(length);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scheduling: one row for each generating sequence, then pieces of unread prompts in the rows
+// left, first come first served; each sequence gets the pages its rows need.
+
+Status Schedule(EngineState& state) {
+  state.plan.clear();
+  int64_t rows_left = state.rows;
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool decodes = pass == 0;
+    for (auto it = state.sequences.begin(); it != state.sequences.end();) {
+      const int64_t id = it->first;
+      const Sequence& seq = it->second;
+      ++it;  // Grow may preempt (never erase) sequences
+      if (seq.slot < 0) continue;
+      const Slot& slot = state.slots[seq.slot];
+      const int64_t unread = static_cast<int64_t>(seq.tokens.size() - slot.tokens.size());
+      DCHECK(unread >= 1);
+      if ((unread == 1) != decodes) continue;
+      const int64_t n = std::min(unread, rows_left);
+      if (n == 0) break;
+      const int32_t need =
+          PagesFor(slot.tokens.size() + n) - static_cast<int32_t>(slot.pages.size());
+      GZ_ASSIGN_OR_RETURN(bool granted, Grow(state, id, need));
+      // Grow may have sent planned sequences back to waiting: their rows are free again.
+      rows_left = state.rows;
+      for (const Planned& p : state.plan) rows_left -= p.rows;
+      if (!granted) continue;
+      state.plan.push_back({id, n});
+      rows_left -= n;
+    }
+  }
+  return Status::Ok();
+}
+
+Expected<bool> Grow(EngineState& state, int64_t id, int32_t need) {
+  if (need <= 0) return true;
+  while (state.pool->free() < need) {
+    GZ_ASSIGN_OR_RETURN(bool room, Reclaim(state, need));
+    if (room) break;
+    // The request that came last waits again, from where it is.
+    int64_t victim = -1;
+    for (auto it = state.sequences.rbegin(); it != state.sequences.rend(); ++it) {
+      if (it->second.slot >= 0) {
+        victim = it->first;
+        break;
+      }
+    }
+    CHECK(victim >= 0);
+    Preempt(state, victim);
+    for (size_t i = 0; i < state.plan.size(); ++i) {
+      if (state.plan[i].id == victim) {
+        state.plan.erase(state.plan.begin() + i);
+        break;
+      }
+    }
+    if (victim == id) return false;
+  }
+  Slot& slot = state.slots[state.sequences.at(id).slot];
+  for (int32_t i = 0; i < need; ++i) slot.pages.push_back(*state.pool->Allocate());
+  return true;
+}
+
+Expected<bool> Reclaim(EngineState& state, int32_t need) {
+  while (state.pool->free() < need) {
+    int32_t idle = -1;
+    for (int32_t s = 0; s < static_cast<int32_t>(state.slots.size()); ++s) {
+      const Slot& slot = state.slots[s];
+      if (slot.seq >= 0 || slot.pinned || slot.pages.empty()) continue;
+      if (idle < 0 || slot.used < state.slots[idle].used) idle = s;
+    }
+    if (idle >= 0) {
+      Truncate(state, state.slots[idle], 0);
+      continue;
+    }
+    GZ_ASSIGN_OR_RETURN(bool freed, state.cache->FreeOne());
+    if (!freed) return false;
+  }
+  return true;
+}
+
+void Preempt(EngineState& state, int64_t id) {
+  Sequence& seq = state.sequences.at(id);
+  Slot& slot = state.slots[seq.slot];
+  Truncate(state, slot, static_cast<int64_t>(slot.tokens.size()));
+  slot.seq = -1;
+  slot.used = ++state.clock;
+  seq.slot = -1;
+  state.waiting.insert(id);
+  ++state.stats->preemptions;
+}
+
+void Finish(EngineState& state, Sequence& seq) {
+  Slot& slot = state.slots[seq.slot];
+  Truncate(state, slot, static_cast<int64_t>(slot.tokens.size()));
+  slot.seq = -1;
+  slot.used = ++state.clock;
+  state.sequences.erase(seq.id);
+}
+
+}  // namespace gizllm

@@ -1,0 +1,92 @@
+// The plan of each step, over the Engine's slots and requests: Admit gives free slots to waiting
+// requests (first come first served, each from the longest start of its prompt that a slot, a
+// stored prefix or a shared head holds); Schedule picks the step's rows (one for every generating
+// sequence, then pieces of unread prompts in the rows left) and Grow the pages they need,
+// reclaiming cached pages first and then sending the request that came last back to waiting
+// (Preempt). Free functions over EngineState, which the Engine owns.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/page_pool.h"
+#include "engine/prefix_cache.h"
+#include "engine/request.h"
+#include "model/runner.h"
+
+namespace gizllm {
+
+struct EngineStats;
+
+// A place for one sequence's KV: its page table and the tokens whose KV it holds.
+struct Slot {
+  std::vector<int32_t> pages;   // page table: pages[b] holds positions [b * kPage, (b + 1) * kPage)
+  std::vector<int32_t> tokens;  // tokens whose KV the slot holds, positions [0, size)
+  int64_t seq = -1;             // id of the request running here; -1: free
+  bool pinned = false;          // in use by a low-level Step or Hidden call
+  uint64_t used = 0;            // when it last changed hands
+};
+
+// A request, waiting (slot -1) or running in a slot.
+struct Sequence {
+  int64_t id = 0;
+  Request request;
+  std::vector<int32_t> tokens;  // prompt, then the answer so far
+  int64_t prompt = 0;           // prompt size
+  int32_t mark = -1;
+  int64_t head = 0;          // shared start, whole pages
+  bool head_shared = false;  // its head is registered in the prefix cache
+  uint64_t seed = 0;
+  std::vector<int32_t> stop;
+  int32_t slot = -1;      // -1: waiting
+  bool admitted = false;  // admitted at least once
+  bool reported = false;  // its first Progress went out
+  int64_t cached = 0;     // prompt tokens held at first admission
+};
+
+// A sequence of this step and the rows it reads.
+struct Planned {
+  int64_t id;
+  int64_t rows;
+};
+
+// The slots and requests steps are planned over, with the pages and caches they use.
+struct EngineState {
+  int64_t rows = 0;  // most rows one step reads
+  Runner* runner = nullptr;
+  int64_t page_bytes = 0;
+  PagePool* pool = nullptr;
+  PrefixCache* cache = nullptr;
+  EngineStats* stats = nullptr;
+  std::vector<Slot> slots;
+  std::map<int64_t, Sequence> sequences;  // waiting and running, by id (= arrival order)
+  std::set<int64_t> waiting;              // ids, arrival order
+  std::vector<Planned> plan;              // this step's sequences and their row counts
+  uint64_t clock = 0;                     // orders the slots' uses, for least-recently-used choices
+};
+
+// Admission: free slots take waiting requests while the pool can start them.
+Status Admit(EngineState& state);
+// Fills state.plan with this step's sequences and their rows; each gets the pages they need.
+Status Schedule(EngineState& state);
+// Gives running sequence `id` `need` more pages, reclaiming caches and preempting the latest
+// request; false when the sequence itself had to wait.
+Expected<bool> Grow(EngineState& state, int64_t id, int32_t need);
+// Sends a running request back to waiting. Its slot keeps what it wrote, so it resumes from
+// there unless the pages are reclaimed first.
+void Preempt(EngineState& state, int64_t id);
+
+// Frees pages until `need` are free: what idle slots hold, then stored prefixes (to the host),
+// then shared heads no slot reads. True when enough are free.
+Expected<bool> Reclaim(EngineState& state, int32_t need);
+// Pages that Reclaim could free.
+int32_t Reclaimable(const EngineState& state);
+// Keeps the first `length` tokens of a slot and the pages they need.
+void Truncate(EngineState& state, Slot& slot, int64_t length);
+// Ends a running request: its slot keeps what it holds, for the requests to come.
+void Finish(EngineState& state, Sequence& seq);
+
+}  // namespace gizllm
