@@ -242,7 +242,7 @@ int Chat(const ChatOptions& o) {
     // Each turn draws fresh numbers unless a seed repeats the whole chat.
     if (sampling.seed) request.sampling.seed = *sampling.seed + static_cast<uint64_t>(turn);
     const EngineStats before = engine.stats();
-    auto id = engine.Add(std::move(request), prompt->mark, std::max<int32_t>(prompt->head, 0));
+    auto id = engine.Add(std::move(request), prompt->mark, std::max<int32_t>(prompt->system_end, 0));
     if (!id.ok()) return Fail(id.status().message());
     ++turn;
 

@@ -95,7 +95,7 @@ Engine::~Engine() = default;
 
 const std::vector<int32_t>& Engine::held(int32_t slot) const { return state_.slots[slot].tokens; }
 
-Expected<int64_t> Engine::Add(Request request, int32_t mark, int32_t head) {
+Expected<int64_t> Engine::Add(Request request, int32_t mark, int32_t shared) {
   const int64_t n = static_cast<int64_t>(request.prompt.size());
   if (n == 0) return InvalidArgument("request.prompt: expected at least one token");
   if (n > options_.context) {
@@ -115,9 +115,9 @@ Expected<int64_t> Engine::Add(Request request, int32_t mark, int32_t head) {
                            std::to_string(request.limit));
   }
   GZ_RETURN_IF_ERROR(request.sampling.Check().Annotate("request"));
-  if (head < 0 || head > n) {
-    return InvalidArgument("request head: expected in [0, " + std::to_string(n) + "], got " +
-                           std::to_string(head));
+  if (shared < 0 || shared > n) {
+    return InvalidArgument("request shared start: expected in [0, " + std::to_string(n) +
+                           "], got " + std::to_string(shared));
   }
   if (mark < -1 || mark > n) {
     return InvalidArgument("request mark: expected -1 or in [0, " + std::to_string(n) + "], got " +
@@ -136,7 +136,7 @@ Expected<int64_t> Engine::Add(Request request, int32_t mark, int32_t head) {
   seq.tokens = request.prompt;
   seq.prompt = n;
   seq.mark = mark;
-  seq.head = head / kPage * kPage;
+  seq.shared = shared / kPage * kPage;
   seq.seed = request.sampling.seed.value_or(CounterHash(kDefaultSeedBase, id));
   seq.stop = std::move(stop);
   seq.request = std::move(request);
@@ -261,10 +261,11 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
   for (const Planned& p : state_.plan) {
     Sequence& seq = state_.sequences.at(p.id);
     Slot& slot = state_.slots[seq.slot];
-    // A head, once read, is registered for the prompts that start with it.
-    if (seq.head > 0 && !seq.head_shared && static_cast<int64_t>(slot.tokens.size()) >= seq.head) {
-      seq.head_shared = true;
-      cache_.Share(std::vector<int32_t>(seq.tokens.begin(), seq.tokens.begin() + seq.head),
+    // A shared start, once read, is registered for the prompts that start with it.
+    if (seq.shared > 0 && !seq.registered &&
+        static_cast<int64_t>(slot.tokens.size()) >= seq.shared) {
+      seq.registered = true;
+      cache_.Share(std::vector<int32_t>(seq.tokens.begin(), seq.tokens.begin() + seq.shared),
                    slot.pages);
     }
     if (slot.tokens.size() != seq.tokens.size()) continue;  // a prompt piece, no logits yet
@@ -384,7 +385,7 @@ Status Engine::BuildRows(std::span<const int32_t> tokens, std::span<const int32_
     if (block < static_cast<int64_t>(state_.slots[s].pages.size()) &&
         pool_.refs(state_.slots[s].pages[block]) > 1) {
       return InvalidArgument("step: slot " + std::to_string(s) +
-                             " would write a page a shared head holds; Reset it first");
+                             " would write a page a shared start holds; Reset it first");
     }
     while (static_cast<int64_t>(state_.slots[s].pages.size()) < PagesFor(next[s] + count[s])) {
       state_.slots[s].pages.push_back(*pool_.Allocate());

@@ -1,6 +1,6 @@
 // Engine: `slots` sequences of at most `context` positions, steps of at most `rows` rows, over a
 // Runner (the model). Continuous batching with chunked prefill, a paged KV cache with preemption,
-// prefix reuse (slots, stored prefixes, shared heads), and per-request sampling.
+// prefix reuse (slots, stored prefixes, shared starts), and per-request sampling.
 //
 // One Advance is one step: admit waiting requests into free slots, schedule rows (one for every
 // generating sequence, then pieces of unread prompts, first come first served), run the runner,
@@ -43,7 +43,7 @@ struct EngineStats {
   int64_t steps = 0;
   int64_t rows = 0;            // rows read, prompt pieces and decodes
   int64_t prompt_tokens = 0;   // prompt tokens of admitted requests (first admission)
-  int64_t cached_tokens = 0;   // of those, the ones a slot, prefix or shared head already held
+  int64_t cached_tokens = 0;   // of those, the ones a slot, prefix or shared start already held
   int64_t prefix_hits = 0;     // first admissions that reused held tokens
   int64_t preemptions = 0;     // sequences sent back to waiting for lack of pages
   int64_t host_copies = 0;     // pages copied to host memory for stored prefixes
@@ -56,10 +56,10 @@ class Engine {
   static Expected<std::unique_ptr<Engine>> Create(Runner* runner, const EngineOptions& options);
   ~Engine();
 
-  // Queues a request. mark: where a chat's messages end (stored for recurrent layers); head:
+  // Queues a request. mark: where a chat's messages end (stored for recurrent layers); shared:
   // prompt tokens many prompts share, cut to whole pages, whose pages slots read in place.
   // A bad request returns a Status naming its field.
-  Expected<int64_t> Add(Request request, int32_t mark = -1, int32_t head = 0);
+  Expected<int64_t> Add(Request request, int32_t mark = -1, int32_t shared = 0);
 
   // One step: new tokens of every request that made progress, and why requests ended.
   Expected<std::vector<Progress>> Advance();
@@ -90,7 +90,7 @@ class Engine {
   // Forgets what a slot holds. Call only on a slot no request runs in.
   Status Reset(int32_t slot);
 
-  // Releases stored prefixes, shared heads and what idle slots hold.
+  // Releases stored prefixes, shared starts and what idle slots hold.
   void DropCaches();
   // Recounts every page's holders and checks the pool, the free list, that no slot writes a page
   // another holds, and that a page held by several holds the same tokens for each.

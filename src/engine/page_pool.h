@@ -1,5 +1,5 @@
 // PagePool: which KV pages are in use and by how many holders (slots, stored prefixes, shared
-// heads). Pages are indices into the runner's KV pool; free pages sit on a free list.
+// starts). Pages are indices into the runner's KV pool; free pages sit on a free list.
 #pragma once
 
 #include <cstdint>

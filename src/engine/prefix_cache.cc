@@ -49,12 +49,12 @@ int32_t PrefixCache::BestPrefix(const std::vector<int32_t>& tokens, int64_t* bes
   return from;
 }
 
-int32_t PrefixCache::BestShared(const std::vector<int32_t>& tokens, int64_t head,
+int32_t PrefixCache::BestShared(const std::vector<int32_t>& tokens, int64_t longest,
                                 int64_t* best) const {
   int32_t from = -1;
   for (int32_t i = 0; i < static_cast<int32_t>(shared_.size()); ++i) {
     const Shared& s = shared_[i];
-    if (static_cast<int64_t>(s.tokens.size()) > head) continue;
+    if (static_cast<int64_t>(s.tokens.size()) > longest) continue;
     const int64_t m = Usable(s.pages, s.tokens, tokens, /*shared=*/true);
     if (m > *best) *best = m, from = i;
   }
@@ -178,15 +178,15 @@ Expected<bool> PrefixCache::FreeOne() {
     if (!moved.host.empty()) prefixes_.push_back(std::move(moved));
     return true;
   }
-  auto head = shared_.end();
+  auto start = shared_.end();
   for (auto it = shared_.begin(); it != shared_.end(); ++it) {
     const bool unread = std::all_of(it->pages.begin(), it->pages.end(),
                                     [&](int32_t p) { return pool_->refs(p) == 1; });
-    if (unread && (head == shared_.end() || it->used < head->used)) head = it;
+    if (unread && (start == shared_.end() || it->used < start->used)) start = it;
   }
-  if (head != shared_.end()) {
-    for (int32_t p : head->pages) pool_->Release(p);
-    shared_.erase(head);
+  if (start != shared_.end()) {
+    for (int32_t p : start->pages) pool_->Release(p);
+    shared_.erase(start);
     return true;
   }
   return false;

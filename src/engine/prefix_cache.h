@@ -1,5 +1,5 @@
 // PrefixCache: KV pages kept for prompts to come. A stored prefix is what a slot held when another
-// request took it (its pages in the pool, or a host copy when the pool is short); a shared head is
+// request took it (its pages in the pool, or a host copy when the pool is short); a shared start is
 // a start many prompts share, registered once a slot has read it, whose pages every slot whose
 // prompt starts with it reads in place. Both go least recently used first when the pool or the
 // host memory is short. The Engine owns one; the pages are counted in its PagePool.
@@ -26,38 +26,38 @@ class PrefixCache {
     uint64_t used = 0;
   };
 
-  // A head many prompts share, read in place: its pages are whole and never written again.
+  // A start many prompts share, read in place: its pages are whole and never written again.
   struct Shared {
     std::vector<int32_t> tokens;  // [pages.size() * kPage]
     std::vector<int32_t> pages;
     uint64_t used = 0;
   };
 
-  // Keeps at most 4 prefixes and 2 shared heads a slot, and host copies of at most
+  // Keeps at most 4 prefixes and 2 shared starts a slot, and host copies of at most
   // `host_bytes_limit` bytes; counts the pages it copies to the host in *host_copies.
   PrefixCache(PagePool* pool, Runner* runner, int64_t page_bytes, int64_t host_bytes_limit,
               int32_t slots, int64_t* host_copies);
 
   // The longest start of `tokens` a holder of `pages` holding `held` can give without a slot
-  // writing a page another holds; `shared`: the holder's pages are a shared head's.
+  // writing a page another holds; `shared`: the holder's pages are a shared start's.
   int64_t Usable(const std::vector<int32_t>& pages, const std::vector<int32_t>& held,
                  const std::vector<int32_t>& tokens, bool shared) const;
-  // The stored prefix, then the shared head no longer than `head`, that gives more of `tokens`
+  // The stored prefix, then the shared start no longer than `longest`, that gives more of `tokens`
   // than *best: its index, with *best raised to what it gives; -1 when none does.
   int32_t BestPrefix(const std::vector<int32_t>& tokens, int64_t* best) const;
-  int32_t BestShared(const std::vector<int32_t>& tokens, int64_t head, int64_t* best) const;
+  int32_t BestShared(const std::vector<int32_t>& tokens, int64_t longest, int64_t* best) const;
 
   // Takes stored prefix `i` out of the cache; its pages and host bytes stay counted until
   // Release.
   Prefix Take(int32_t i);
-  // Shared head `i`, marked as just used.
+  // Shared start `i`, marked as just used.
   const Shared& Use(int32_t i);
   const Shared& shared(int32_t i) const { return shared_[i]; }
 
   // Keeps what a slot held as a stored prefix: its pages while `want_free` pages remain free,
   // else a host copy.
   Status Stash(std::vector<int32_t> tokens, std::vector<int32_t> pages, int32_t want_free);
-  // Registers the first `tokens.size()` positions of `pages` (whole pages) as a shared head,
+  // Registers the first `tokens.size()` positions of `pages` (whole pages) as a shared start,
   // unless one with the same tokens is known.
   void Share(std::vector<int32_t> tokens, const std::vector<int32_t>& pages);
   void Release(Prefix& prefix);
@@ -65,13 +65,13 @@ class PrefixCache {
   // Pages only the cache holds.
   int32_t Reclaimable() const;
   // Frees pages of the least recently used stored prefix in the pool (copied to the host when
-  // there is room), else of the least recently used shared head no slot reads. False when
+  // there is room), else of the least recently used shared start no slot reads. False when
   // neither holds pages.
   Expected<bool> FreeOne();
-  // Releases every stored prefix and shared head.
+  // Releases every stored prefix and shared start.
   void Clear();
 
-  // Checks that every prefix's pages or host copy cover its tokens and that shared heads are
+  // Checks that every prefix's pages or host copy cover its tokens and that shared starts are
   // whole pages, and calls `hold` with each holder's pages and tokens.
   Status Check(const std::function<Status(const std::vector<int32_t>& pages,
                                           const std::vector<int32_t>& tokens,

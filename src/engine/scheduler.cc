@@ -24,10 +24,10 @@ Status Install(EngineState& state, Sequence& seq, int32_t s, int kind, PrefixCac
   DCHECK(slot.pages.empty());
   const int32_t blocks = PagesFor(length);
   if (kind == kFromShared) {
-    const PrefixCache::Shared& head = state.cache->shared(shared);
+    const PrefixCache::Shared& start = state.cache->shared(shared);
     for (int32_t b = 0; b < blocks; ++b) {
-      state.pool->Retain(head.pages[b]);
-      slot.pages.push_back(head.pages[b]);
+      state.pool->Retain(start.pages[b]);
+      slot.pages.push_back(start.pages[b]);
     }
   } else if (!prefix->pages.empty()) {
     slot.pages = std::move(prefix->pages);
@@ -56,7 +56,7 @@ Status Install(EngineState& state, Sequence& seq, int32_t s, int kind, PrefixCac
 
 // ---------------------------------------------------------------------------------------------
 // Admission: free slots take waiting requests, first come first served; a request starts from
-// the longest start of its tokens that a free slot, a stored prefix or a shared head holds.
+// the longest start of its tokens that a free slot, a stored prefix or a shared start holds.
 
 Status Admit(EngineState& state) {
   PrefixCache& cache = *state.cache;
@@ -81,7 +81,7 @@ Status Admit(EngineState& state) {
     }
     if (free_slot < 0) break;
     if (const int32_t i = cache.BestPrefix(seq.tokens, &best); i >= 0) kind = kFromPrefix, from = i;
-    if (const int32_t i = cache.BestShared(seq.tokens, seq.head, &best); i >= 0) {
+    if (const int32_t i = cache.BestShared(seq.tokens, seq.shared, &best); i >= 0) {
       kind = kFromShared, from = i;
     }
     // Admit only what the pool can start: its first piece, and a page for each running

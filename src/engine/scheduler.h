@@ -1,6 +1,6 @@
 // The plan of each step, over the Engine's slots and requests: Admit gives free slots to waiting
 // requests (first come first served, each from the longest start of its prompt that a slot, a
-// stored prefix or a shared head holds); Schedule picks the step's rows (one for every generating
+// stored prefix or a shared start holds); Schedule picks the step's rows (one for every generating
 // sequence, then pieces of unread prompts in the rows left) and Grow the pages they need,
 // reclaiming cached pages first and then sending the request that came last back to waiting
 // (Preempt). Free functions over EngineState, which the Engine owns.
@@ -37,8 +37,8 @@ struct Sequence {
   std::vector<int32_t> tokens;  // prompt, then the answer so far
   int64_t prompt = 0;           // prompt size
   int32_t mark = -1;
-  int64_t head = 0;          // shared start, whole pages
-  bool head_shared = false;  // its head is registered in the prefix cache
+  int64_t shared = 0;       // its shared start (tokens many prompts share), whole pages
+  bool registered = false;  // its shared start is registered in the prefix cache
   uint64_t seed = 0;
   std::vector<int32_t> stop;
   int32_t slot = -1;      // -1: waiting
@@ -80,7 +80,7 @@ Expected<bool> Grow(EngineState& state, int64_t id, int32_t need);
 void Preempt(EngineState& state, int64_t id);
 
 // Frees pages until `need` are free: what idle slots hold, then stored prefixes (to the host),
-// then shared heads no slot reads. True when enough are free.
+// then shared starts no slot reads. True when enough are free.
 Expected<bool> Reclaim(EngineState& state, int32_t need);
 // Pages that Reclaim could free.
 int32_t Reclaimable(const EngineState& state);

@@ -26,7 +26,7 @@ Expected<ChatPrompt> FakeTextModel::RenderChat(const ChatInput& input) const {
   std::string& text = out.text;
   if (input.tools.is_array() && !input.tools.empty()) {
     text += "<|tools|>" + input.tools.dump() + "\n";
-    out.head = static_cast<int32_t>(text.size());
+    out.system_end = static_cast<int32_t>(text.size());
   }
   for (const nlohmann::json& m : input.messages) {
     text += "<|" + m["role"].get<std::string>() + "|>";

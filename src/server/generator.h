@@ -37,7 +37,7 @@ struct GenerateRequest {
   int32_t limit = 16;           // most new tokens
   SamplingOptions sampling;
   int32_t mark = -1;        // where a chat's messages end (-1: not a chat)
-  int32_t head = -1;        // length of a start many prompts share (-1: none)
+  int32_t shared = -1;      // length of a start many prompts share (-1: none)
   bool ignore_eos = false;  // run to the limit through the model's stop tokens
 };
 
@@ -123,7 +123,7 @@ class TextModel {
   virtual Expected<std::string> Detokenize(std::span<const int32_t> tokens) const = 0;
   virtual int32_t Vocab() const = 0;
   // The chat's prompt: its text and tokens, where its messages end (`mark`) and where the system
-  // turn with the tools ends (`head`), as gizllm::ChatPrompt::Render gives them.
+  // turn with the tools ends (`system_end`), as gizllm::ChatPrompt::Render gives them.
   virtual Expected<ChatPrompt> RenderChat(const ChatInput& input) const = 0;
 };
 

@@ -574,7 +574,7 @@ Routed Session::PrepareChat(const json& body) {
   if (!prompt.ok()) return Routed::Error(FromStatus(prompt.status(), "messages"));
   job.request.prompt = std::move(prompt->tokens);
   job.request.mark = prompt->mark;
-  job.request.head = prompt->head;
+  job.request.shared = prompt->system_end;
   error = FitContext(text, chat.params, "messages", &job.request);
   if (error) return Routed::Error(*error);
   job.chat = true;

@@ -20,7 +20,7 @@ Expected<int64_t> EngineGenerator::Add(GenerateRequest request) {
   r.sampling.logprobs = s.logprobs;
   if (request.ignore_eos) r.stop = std::vector<int32_t>{};
   GZ_ASSIGN_OR_RETURN(int64_t id,
-                      engine_->Add(std::move(r), request.mark, std::max<int32_t>(request.head, 0)));
+                      engine_->Add(std::move(r), request.mark, std::max<int32_t>(request.shared, 0)));
   active_.insert(id);
   return id;
 }

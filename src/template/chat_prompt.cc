@@ -75,7 +75,7 @@ Expected<ChatPrompt> ChatPrompt::Render(const ChatTemplate& chat_template,
   ChatPrompt out;
   GZ_ASSIGN_OR_RETURN(out.tokens, Tokenize(tokenizer, rendered.prompt, offsets, &positions));
   out.text = std::move(rendered.prompt);
-  out.head = positions.back();
+  out.system_end = positions.back();
   positions.pop_back();
   out.message_ends = std::move(positions);
   if (!out.message_ends.empty()) out.mark = out.message_ends.back();

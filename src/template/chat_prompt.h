@@ -1,10 +1,10 @@
 // ChatPrompt: the model's prompt of a chat as tokens, with the token positions where its messages
 // end (the engine's `mark`: the next turn of the chat starts with these tokens and can reuse the
-// slot) and where the system turn with the tools ends (the engine's `head`: a start many chats
-// share).
+// slot) and where the system turn with the tools ends (`system_end`: the engine's `shared`, a start
+// many chats share).
 //
 //   GZ_ASSIGN_OR_RETURN(ChatPrompt prompt, ChatPrompt::Render(chat_template, tokenizer, input));
-//   engine.Add({.prompt = prompt.tokens, ...}, prompt.mark, std::max(prompt.head, 0));
+//   engine.Add({.prompt = prompt.tokens, ...}, prompt.mark, std::max(prompt.system_end, 0));
 //
 // The tokens are always Encode(Render(input)), exactly as the model reads the text. A position is
 // given only where the tokens of the text before it are Encode of that text alone (a token
@@ -30,8 +30,8 @@ struct ChatPrompt {
   // message_ends[i]: the token position where messages[0..i] end; -1 where the render of those
   // messages is not a prefix of `text`, was not asked for, or ends inside a token.
   std::vector<int32_t> message_ends;
-  int32_t mark = -1;  // where the chat's messages end (message_ends.back()); -1: unknown
-  int32_t head = -1;  // where the system turn with the tools ends; -1: unknown or no tools
+  int32_t mark = -1;        // where the chat's messages end (message_ends.back()); -1: unknown
+  int32_t system_end = -1;  // where the system turn with the tools ends; -1: unknown or no tools
 
   // Renders `input` (as ChatTemplate::Render takes it) and tokenizes it. last_messages: as in
   // ChatTemplate::RenderWithOffsets, the message ends looked for (each costs a render).

@@ -73,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     gizllm::Expected<gizllm::ChatPrompt> prompt = RenderChat(model, chat.input);
     if (prompt.ok()) {
       CHECK(prompt->mark <= static_cast<int32_t>(prompt->tokens.size()));
-      CHECK(prompt->head <= static_cast<int32_t>(prompt->tokens.size()));
+      CHECK(prompt->system_end <= static_cast<int32_t>(prompt->tokens.size()));
     }
   }
 

