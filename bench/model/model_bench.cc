@@ -121,6 +121,7 @@ int Main(int argc, char** argv) {
     device.device = "cpu";
     device.threads = threads;
     device.bf16 = bf16;
+    device.exact = !bf16;  // float32 activations unless asked (the CPU's default would round)
     auto backend = OpenBackend(device);
     CHECK(backend.ok());
     auto model = Model::Load(dir, *backend, load);

@@ -57,7 +57,10 @@ Expected<std::shared_ptr<Backend>> OpenBackend(const DeviceOptions& options) {
   if (options.device == "cuda")
     return Unimplemented("--device cuda: this build of gizllm has no CUDA backend");
 #endif
-  return OpenCpu(options.threads, options.bf16, options.int8);
+  // The CPU's fast path is the default where it has one: bf16 activations into the linears on
+  // AVX-512 BF16 (logits within about 1% of the largest against float32); --exact keeps float32.
+  const bool bf16 = options.bf16 || (!options.exact && CpuHasAvx512Bf16());
+  return OpenCpu(options.threads, bf16, options.int8);
 }
 
 std::vector<std::string> BuiltBackends() {

@@ -19,10 +19,11 @@ void ModelOptions::Add(CLI::App* app) {
                 "Float32 activations everywhere, on every device: the reference mode that golden "
                 "tests and \"equal\" claims use (logits within 1e-4 of transformers' float32 on "
                 "the CPU, 1e-3 on CUDA). Without it CUDA rounds the linears' inputs to bf16 for "
-                "steps of more than one row (fast mode); the CPU computes in float32 unless "
-                "--bf16 or --int8 asks otherwise");
+                "steps of more than one row (fast mode), and so does the CPU where it has AVX-512 "
+                "BF16 (--bf16, below)");
   app->add_flag("--bf16", device.bf16,
-                "CPU: round the activations into bf16 linears to bf16 and multiply with "
+                "CPU (the default where the CPU has AVX-512 BF16, unless --exact): round the "
+                "activations into bf16 linears to bf16 and multiply with "
                 "AVX-512 BF16 over a copy of the weights repacked at load (their size again in "
                 "memory; faster decode, prompts and batches; logits within about 1% of the "
                 "largest instead of 1e-4); a converted model's quantized linears do the same "

@@ -16,7 +16,8 @@ struct DeviceOptions {
   int threads = 0;              // CPU threads; 0: one per core
   bool exact = false;           // float32 activations on every device (CUDA's fast mode off;
                                 // contradicts bf16 and int8)
-  bool bf16 = false;            // CPU: activations into bf16 linears rounded to bf16 (AVX-512 BF16)
+  bool bf16 = false;            // CPU: activations into bf16 linears rounded to bf16 (AVX-512 BF16;
+                                // the default on such CPUs unless exact)
   bool int8 = false;            // CPU: activations into q8/q4 linears as int8 (AVX-512 VNNI)
   Status Check() const;
 };

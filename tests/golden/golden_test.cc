@@ -27,6 +27,7 @@ namespace {
 
 std::unique_ptr<Model> LoadModel(const std::string& dir, int threads = 2) {
   DeviceOptions device;
+  device.exact = true;  // float32 activations (the reference mode)
   device.device = "cpu";
   device.threads = threads;
   auto backend = OpenBackend(device);
@@ -189,6 +190,7 @@ TEST(Golden, Bf16ActivationsMatchTheRoundedReference) {
 // dir's model on a CPU backend of 2 threads with KV pages of `kv`.
 Expected<std::unique_ptr<Model>> LoadWithKv(const std::string& dir, KvFormat kv) {
   DeviceOptions device;
+  device.exact = true;  // float32 activations (the reference mode)
   device.device = "cpu";
   device.threads = 2;
   GZ_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, OpenBackend(device));

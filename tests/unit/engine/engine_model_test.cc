@@ -33,6 +33,7 @@ Model* SharedModel(KvFormat kv = KvFormat::kF32, bool bf16 = false) {
     device.device = "cpu";
     device.threads = 2;
     device.bf16 = rounded;
+    device.exact = !rounded;  // float32 activations (the reference mode) unless rounded
     auto backend = OpenBackend(device);
     EXPECT_TRUE(backend.ok()) << backend.status().message();
     if (!backend.ok()) return std::unique_ptr<Model>();
@@ -274,6 +275,7 @@ TEST(EngineModel, StoredPrefixGivesColdTokensAndReadsOnlyTheRest) {
 Model* GemmaModel() {
   static std::unique_ptr<Model> model = [] {
     DeviceOptions device;
+    device.exact = true;  // float32 activations (the reference mode)
     device.device = "cpu";
     device.threads = 2;
     auto backend = OpenBackend(device);
@@ -334,6 +336,7 @@ class PoisonedModel {
 
 std::unique_ptr<Model> LoadOnCpu(const std::string& dir, Status* status) {
   DeviceOptions device;
+  device.exact = true;  // float32 activations (the reference mode)
   device.device = "cpu";
   device.threads = 2;
   auto backend = OpenBackend(device);

@@ -47,7 +47,7 @@ TEST(CudaQuantModelTest, ConvertedTinyChatMatchesCpu) {
     SCOPED_TRACE(std::string("bits ") + bits);
     const std::string dir = (root / (std::string("q") + bits[0])).string();
     ASSERT_NO_FATAL_FAILURE(golden::Convert("models/tiny-chat", dir, bits));
-    auto cpu = LoadOn(dir, "cpu", false);
+    auto cpu = LoadOn(dir, "cpu", /*exact=*/true);  // float32 on the CPU: the reference
     ASSERT_TRUE(cpu);
     auto want = SequenceLogits(*cpu, tokens);
     ASSERT_TRUE(want.ok()) << want.status().message();
