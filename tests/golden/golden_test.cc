@@ -25,9 +25,9 @@
 namespace gizllm {
 namespace {
 
-std::unique_ptr<Model> LoadModel(const std::string& dir, int threads = 2) {
+std::unique_ptr<Model> LoadModel(const std::string& dir, int threads = 2, bool exact = true) {
   DeviceOptions device;
-  device.exact = true;  // float32 activations (the reference mode)
+  device.exact = exact;  // float32 activations (the reference mode) unless the default is tested
   device.device = "cpu";
   device.threads = threads;
   auto backend = OpenBackend(device);
@@ -129,6 +129,16 @@ TEST(Golden, Gemma2SoftCappedAttention) {
 
 TEST(Golden, TinyChatReferenceLogits) {
   CheckReferenceLogits("models/tiny-chat", "models/tiny-chat/reference.safetensors");
+}
+
+// The CPU's default (its fast path: bf16 activations on AVX-512 BF16, else float32) on the
+// shipped model: within 2% of the largest float32 reference logit, in whole prompts and steps of
+// 5 and 1 rows.
+TEST(Golden, TinyChatDefaultModeWithinTwoPercent) {
+  auto model = LoadModel("models/tiny-chat", 2, /*exact=*/false);
+  ASSERT_TRUE(model);
+  CheckLogits(*model, "tiny-chat default mode", "models/tiny-chat/reference.safetensors", 2e-2f,
+              {256, 5, 1});
 }
 
 TEST(Golden, TinyChatOneThreadMatchesToo) {
