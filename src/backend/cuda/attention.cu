@@ -117,7 +117,7 @@ constexpr int DecodeMinBlocks() {
 // group read one key's consecutive 16 x kW floats).
 template <int HD, int GB>
 __global__ void __launch_bounds__(kDecodeThreads, (DecodeMinBlocks<HD, GB>()))
-    DecodeKernel(AttentionParams p, int head_chunks, int splits,
+    DecodeKernel(AttentionParams p, ScoreCap score_cap, int head_chunks, int splits,
                  float* part_acc,   // [rows, heads, splits, HD] when splits > 1
                  float* part_ml) {  // [rows, heads, splits, 2] (max, sum) when splits > 1
   constexpr int kW = Width<HD>();
@@ -254,6 +254,7 @@ __global__ void __launch_bounds__(kDecodeThreads, (DecodeMinBlocks<HD, GB>()))
 #pragma unroll
         for (int o = kLanesPerKey / 2; o > 0; o >>= 1)
           s[kk][g] += __shfl_xor_sync(0xffffffffu, s[kk][g], o);
+        if (score_cap.cap > 0.0f) s[kk][g] = SoftcapScore(s[kk][g], score_cap);
         // Uncopied keys hold stale shared memory: select, never multiply, them away.
         if (!valid[kk]) s[kk][g] = -INFINITY;
       }
@@ -392,7 +393,7 @@ constexpr int kPad = 4;
 // 256 threads as 16 x 16: thread (ty, tx) computes scores of query vectors ty*4.. and keys
 // tx*4.., and the output of query vectors ty*4.. in dimensions tx*kW + 16*kW*u.
 template <int HD>
-__global__ void __launch_bounds__(256) TileKernel(AttentionParams p, int tile_rows) {
+__global__ void __launch_bounds__(256) TileKernel(AttentionParams p, ScoreCap score_cap, int tile_rows) {
   constexpr int kW = Width<HD>();
   constexpr int kOutVecs = HD / (16 * kW);
   extern __shared__ float shared[];
@@ -482,6 +483,12 @@ __global__ void __launch_bounds__(256) TileKernel(AttentionParams p, int tile_ro
         for (int i = 0; i < 4; ++i)
 #pragma unroll
           for (int jj = 0; jj < 4; ++jj) s[i][jj] += av[i] * bv[jj];
+      }
+      if (score_cap.cap > 0.0f) {  // the same for every thread
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj) s[i][jj] = SoftcapScore(s[i][jj], score_cap);
       }
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -591,8 +598,8 @@ void LaunchDecode(const AttentionParams& p, int sm_count, Scratch* scratch, cuda
   }
   dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.kv_heads * head_chunks),
             static_cast<unsigned>(splits));
-  LaunchDependent(DecodeKernel<HD, GB>, grid, dim3(kDecodeThreads), shared, stream, p, head_chunks,
-                  splits, part_acc, part_ml);
+  LaunchDependent(DecodeKernel<HD, GB>, grid, dim3(kDecodeThreads), shared, stream, p,
+                  ScoreCapOf(p), head_chunks, splits, part_acc, part_ml);
   if (splits > 1) {
     LaunchDependent(CombineKernel, dim3(static_cast<unsigned>(p.rows * p.heads)), dim3(HD), 0,
                     stream, p, splits, static_cast<const float*>(part_acc),
@@ -614,7 +621,7 @@ void LaunchTile(const AttentionParams& p, cudaStream_t stream) {
   (void)raised;
   dim3 grid(static_cast<unsigned>((p.rows + tile_rows - 1) / tile_rows),
             static_cast<unsigned>(p.kv_heads));
-  TileKernel<HD><<<grid, 256, shared, stream>>>(p, tile_rows);
+  TileKernel<HD><<<grid, 256, shared, stream>>>(p, ScoreCapOf(p), tile_rows);
   GZ_CUDA_LAUNCHED();
 }
 

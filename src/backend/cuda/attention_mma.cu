@@ -10,6 +10,12 @@
 // and probabilities stay in registers, the probabilities are the A operand of P V as they are).
 // A warp skips a key tile that none of its vectors can see (causal mask, window), so a causal
 // prompt costs half of the full product.
+//
+// Above head_dim 128 the O fragments alone take HD / 2 registers of a lane (128 at 256), so the
+// kernel trades registers for shared memory there: key tiles of 32 (S takes 16 registers, not 32)
+// and Q's fragments in shared memory, read by one ldmatrix per k16 step of S, instead of in
+// HD / 4 registers. The work per key and vector, and so the tensor-core rate, stays that of the
+// smaller head_dims; the price is one ldmatrix per four mma in S.
 #include <cuda_fp16.h>
 
 #include <cmath>
@@ -22,8 +28,29 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kMaxGroup = 64;  // query heads per kv head: the float32 tile kernel's limit
-constexpr int kTileK = 64;     // keys per step: eight n8 tiles of S
 constexpr int kPadHalf = 8;    // a shared key row is HD + 8 fp16: conflict-free reads
+
+// Keys per step: eight n8 tiles of S up to head_dim 128, four above it (see the top).
+template <int HD>
+constexpr int TileK() {
+  return HD > 128 ? 32 : 64;
+}
+// Whether the warps keep Q's fragments in shared memory rather than registers (see the top).
+template <int HD>
+constexpr bool QInShared() {
+  return HD > 128;
+}
+
+// Dynamic shared memory of a block: float32 staging and fp16 tiles of keys and values (98 KB
+// at head_dim 128), and above 128 the warps' fp16 queries (at 256: 130 KB with 4 warps, 163 KB
+// with 8).
+template <int HD, int kWarps>
+constexpr size_t MmaSharedBytes() {
+  constexpr size_t tile = TileK<HD>();
+  constexpr size_t row = HD + kPadHalf;
+  return 2 * tile * HD * sizeof(float) + 2 * tile * row * 2 +
+         (QInShared<HD>() ? static_cast<size_t>(kWarps) * 16 * row * 2 : 0);
+}
 
 // Fragment layouts of mma.sync.m16n8k16 .f16 (PTX ISA, "Matrix Fragments for mma.m16n8k16
 // with floating point type"). Lane l of the warp: g = l / 4 (groupID), t = l % 4
@@ -106,7 +133,8 @@ __device__ __forceinline__ bool Alone(const AttentionParams& p, int64_t r) {
 // Block (tile of rows, kv head) of kWarps warps, 16 query vectors each; tiles are numbered
 // backwards so that the causal prompt's last rows, which see the most keys, start first.
 // Registers (about 230 at head_dim 128: O, Q and S fragments) allow 8 warps per multiprocessor
-// without spilling: 2 blocks of 4 warps or 1 of 8.
+// without spilling: 2 blocks of 4 warps or 1 of 8 (above head_dim 128, shared memory holds one
+// block of 4 warps from 224 on).
 //
 // k16, v16 (or null): the step's keys and values as fp16, [rows, kv_heads, HD] in row order
 // (LaunchRopeKv). A run whose keys [kbegin, kend) were all written in this step (a prompt read
@@ -117,8 +145,11 @@ __device__ __forceinline__ bool Alone(const AttentionParams& p, int64_t r) {
 // step are consecutive rows with consecutive positions.
 template <int HD, int kWarps>
 __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
-    MmaTileKernel(AttentionParams p, int tile_rows, const __half* k16, const __half* v16) {
-  static_assert(HD % 32 == 0 && HD <= 128, "head_dim: a multiple of 32 up to 128");
+    MmaTileKernel(AttentionParams p, ScoreCap score_cap, int tile_rows, const __half* k16,
+                  const __half* v16) {
+  static_assert(HD % 32 == 0 && HD <= 256, "head_dim: a multiple of 32 up to 256");
+  constexpr int kTileK = TileK<HD>();
+  constexpr bool kQShared = QInShared<HD>();
   constexpr int kThreads = 32 * kWarps;
   constexpr int kTileQ = 16 * kWarps;  // query vectors per block: one m16 tile per warp
   constexpr int kSteps = HD / 16;      // k16 steps of S = Q K^T; also n16 pairs of O
@@ -132,6 +163,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
   float* vf = kf + kTileK * HD;  // [kTileK, HD] and values
   __half* ks = reinterpret_cast<__half*>(vf + kTileK * HD);  // [kTileK, kRow]
   __half* vs = ks + kTileK * kRow;                           // [kTileK, kRow]
+  __half* qs = vs + kTileK * kRow;  // [kWarps, 16, kRow] the warps' queries where kQShared
   __shared__ int32_t s_slot[kTileQ], s_pos[kTileQ], s_first[kTileQ];
   __shared__ bool s_mine[kTileQ];
   __shared__ int64_t s_key_row;  // the step row of a run's key kbegin; -1: not in the step
@@ -160,8 +192,10 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
     row[h] = vec[h] < vectors ? vec[h] / group_heads : -1;
   }
   // Q as A fragments, scaled for exp2 and rounded to fp16 once: qf[kk] covers dimensions
-  // 16 kk .. 16 kk + 15, register h + 2c holds half h, dimensions 16 kk + 8c + 2t, +1.
-  uint32_t qf[kSteps][4];
+  // 16 kk .. 16 kk + 15, register h + 2c holds half h, dimensions 16 kk + 8c + 2t, +1. Where
+  // kQShared, the same values go to the warp's rows of qs instead (row = fragment row).
+  uint32_t qf[kQShared ? 1 : kSteps][4];
+  __half* const q_warp = qs + warp * 16 * kRow;
   const float qscale = p.scale * kLog2e;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -176,10 +210,17 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
       for (int c = 0; c < 2; ++c) {
         float2 x = src ? *reinterpret_cast<const float2*>(src + 16 * kk + 8 * c + 2 * t)
                        : make_float2(0.0f, 0.0f);
-        qf[kk][h + 2 * c] = PackHalf(x.x * qscale, x.y * qscale);
+        const uint32_t packed = PackHalf(x.x * qscale, x.y * qscale);
+        if constexpr (kQShared) {
+          *reinterpret_cast<uint32_t*>(q_warp + (g + 8 * h) * kRow + 16 * kk + 8 * c + 2 * t) =
+              packed;
+        } else {
+          qf[kk][h + 2 * c] = packed;
+        }
       }
     }
   }
+  if constexpr (kQShared) __syncwarp();  // the warp's rows of qs are read by all its lanes
 
   float o[kOutTiles][4];  // O fragments: o[n][h * 2 + e] = O[half h][8n + 2t + e]
 #pragma unroll
@@ -195,6 +236,9 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
   // so registers 0, 1 are the B fragment of keys 0..7 and registers 2, 3 of keys 8..15.
   const int k_key = (lane / 16) * 8 + lane % 8;
   const int k_dim = (lane / 8 % 2) * 8;
+  // And of Q in qs (kQShared): matrix i holds rows 8 (i % 2) .. and dimensions 8 (i / 2) .., so
+  // register i is the A fragment's register i (not transposed: [row g][2t, 2t + 1]).
+  const __half* const q_lane = q_warp + ((lane / 8 % 2) * 8 + lane % 8) * kRow + (lane / 16) * 8;
 
   // The block's threads copy a key tile's float32 keys and values into kf, vf (cp.async: no
   // registers, the copy of tile i + 1 runs while the warps multiply tile i), and each thread
@@ -262,12 +306,26 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
         for (int n = 0; n < kTileK / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < kSteps; ++kk) {
+          uint32_t q[4];
+          if constexpr (kQShared) {
+            LdMatrixX4(q, q_lane + 16 * kk);
+          } else {
+            q[0] = qf[kk][0], q[1] = qf[kk][1], q[2] = qf[kk][2], q[3] = qf[kk][3];
+          }
 #pragma unroll
           for (int n2 = 0; n2 < kTileK / 16; ++n2) {
             uint32_t b[4];
             LdMatrixX4(b, kt_s + (16 * n2 + k_key) * kRow + 16 * kk + k_dim);
-            Mma(s[2 * n2], qf[kk], b[0], b[1]);
-            Mma(s[2 * n2 + 1], qf[kk], b[2], b[3]);
+            Mma(s[2 * n2], q, b[0], b[1]);
+            Mma(s[2 * n2 + 1], q, b[2], b[3]);
+          }
+        }
+        // Soft-capping (the same for every thread) before the mask, which leaves -inf alone.
+        if (score_cap.cap > 0.0f) {
+#pragma unroll
+          for (int n = 0; n < kTileK / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[n][e] = SoftcapScore(s[n][e], score_cap);
           }
         }
         // Mask (warp-uniform: only tiles on the edge of a vector's range), then the online
@@ -344,11 +402,15 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
       __half* const k_alt = reinterpret_cast<__half*>(kf);
       __half* const v_alt = k_alt + kTileK * kRow;
       constexpr int kPieces = HD / 8;  // 16-byte pieces of an fp16 key
-      static_assert(kTileK * kPieces % kThreads == 0, "whole pieces per thread");
+      // Pieces per thread, the last round partial where they do not divide (head_dim 160 and
+      // 224 over 8 warps).
+      constexpr int kTilePieces = kTileK * kPieces;
+      constexpr bool kWhole = kTilePieces % kThreads == 0;
       auto fetch16 = [&](int32_t k0, int b) {
 #pragma unroll
-        for (int c = 0; c < kTileK * kPieces / kThreads; ++c) {
+        for (int c = 0; c < (kTilePieces + kThreads - 1) / kThreads; ++c) {
           int i = threadIdx.x + c * kThreads;
+          if (!kWhole && i >= kTilePieces) break;
           int key = i / kPieces, piece = i % kPieces;
           int32_t j = k0 + key;
           int64_t at = ((key_row + (j - kbegin)) * p.kv_heads + kv_head) * HD + piece * 8;
@@ -379,7 +441,10 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
       // Keys and values k0 .. k0 + kTileK - 1 as fp16; those past the run's end as 0. Then the
       // copy of the next tile starts: kf, vf are free again (each thread reads only its own).
       CpAsyncWait();
-#pragma unroll
+      // Above head_dim 128 a few pieces at a time: all of them in flight at once would take
+      // registers the O fragments hold.
+      constexpr int kUnroll = kQShared ? 2 : kLoads;
+#pragma unroll kUnroll
       for (int c = 0; c < kLoads; ++c) {
         int i = threadIdx.x + c * kThreads;
         float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
@@ -424,35 +489,41 @@ template <int HD>
 void Launch(const AttentionParams& p, int sm_count, int warps, cudaStream_t stream, const void* k16,
             const void* v16) {
   int group_heads = p.heads / p.kv_heads;
-  // float32 staging and fp16 tiles of keys and values: 98 KB at head_dim 128.
-  constexpr size_t kShared = 2 * kTileK * HD * sizeof(float) + 2 * kTileK * (HD + kPadHalf) * 2;
   static bool raised = [] {
     return cudaFuncSetAttribute(MmaTileKernel<HD, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(kShared)) == cudaSuccess &&
+                                static_cast<int>(MmaSharedBytes<HD, 4>())) == cudaSuccess &&
            cudaFuncSetAttribute(MmaTileKernel<HD, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(kShared)) == cudaSuccess;
+                                static_cast<int>(MmaSharedBytes<HD, 8>())) == cudaSuccess;
   }();
   (void)raised;
-  auto launch = [&](auto kernel, int warps) {
+  auto launch = [&](auto kernel, int warps, size_t shared) {
     int tile_rows = 16 * warps / group_heads;
     dim3 grid(static_cast<unsigned>((p.rows + tile_rows - 1) / tile_rows),
               static_cast<unsigned>(p.kv_heads));
-    kernel<<<grid, 32 * warps, kShared, stream>>>(p, tile_rows, static_cast<const __half*>(k16),
-                                                  static_cast<const __half*>(v16));
+    kernel<<<grid, 32 * warps, shared, stream>>>(p, ScoreCapOf(p), tile_rows,
+                                                 static_cast<const __half*>(k16),
+                                                 static_cast<const __half*>(v16));
     GZ_CUDA_LAUNCHED();
   };
   int64_t big_tiles = (p.rows + 128 / group_heads - 1) / (128 / group_heads) * p.kv_heads;
-  if (warps == 8 || (warps == 0 && big_tiles >= sm_count)) {
-    launch(MmaTileKernel<HD, 8>, 8);
+  // Where a multiprocessor holds only one block of 4 warps (shared memory, head_dim 224 and 256;
+  // 228 KB a multiprocessor, 1 KB of it reserved per block, beside 2 KB of static arrays), 4-warp
+  // blocks only while they all run at once: past that, 8-warp blocks do the same work in half as
+  // many waves.
+  constexpr bool kTwoSmallBlocks = 2 * (MmaSharedBytes<HD, 4>() + 3 * 1024) <= 228 * 1024;
+  int64_t small_tiles = (p.rows + 64 / group_heads - 1) / (64 / group_heads) * p.kv_heads;
+  if (warps == 8 ||
+      (warps == 0 && (big_tiles >= sm_count || (!kTwoSmallBlocks && small_tiles > sm_count)))) {
+    launch(MmaTileKernel<HD, 8>, 8, MmaSharedBytes<HD, 8>());
   } else {
-    launch(MmaTileKernel<HD, 4>, 4);
+    launch(MmaTileKernel<HD, 4>, 4, MmaSharedBytes<HD, 4>());
   }
 }
 
 }  // namespace
 
 bool MmaTileSupported(int heads, int kv_heads, int head_dim) {
-  return head_dim % 32 == 0 && head_dim >= 32 && head_dim <= 128 && kv_heads > 0 &&
+  return head_dim % 32 == 0 && head_dim >= 32 && head_dim <= 256 && kv_heads > 0 &&
          heads % kv_heads == 0 && heads / kv_heads <= kMaxGroup;
 }
 
@@ -465,8 +536,16 @@ void LaunchMmaTile(const AttentionParams& p, int sm_count, cudaStream_t stream, 
       return Launch<64>(p, sm_count, warps, stream, k16, v16);
     case 96:
       return Launch<96>(p, sm_count, warps, stream, k16, v16);
-    default:
+    case 128:
       return Launch<128>(p, sm_count, warps, stream, k16, v16);
+    case 160:
+      return Launch<160>(p, sm_count, warps, stream, k16, v16);
+    case 192:
+      return Launch<192>(p, sm_count, warps, stream, k16, v16);
+    case 224:
+      return Launch<224>(p, sm_count, warps, stream, k16, v16);
+    default:
+      return Launch<256>(p, sm_count, warps, stream, k16, v16);
   }
 }
 

@@ -51,6 +51,26 @@ __device__ __forceinline__ uint32_t PackHalfSat(float lo, float hi) {
   return v;
 }
 
+// AttentionParams::softcap in the attention kernels' log2 units (their scores are scaled by
+// log2 e); cap 0: off. Computed on the host and passed as a kernel argument, so that a kernel
+// reads it from the constant bank instead of holding it in registers.
+struct ScoreCap {
+  float cap = 0.0f;
+  float inv_cap = 0.0f;  // 1 / cap
+};
+inline ScoreCap ScoreCapOf(const AttentionParams& p) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  if (!(p.softcap > 0.0f)) return {};
+  return {p.softcap * kLog2e, 1.0f / (p.softcap * kLog2e)};
+}
+
+// cap * tanh(x / cap) for a score x, with tanh(y) = 1 - 2 / (e^2y + 1) by one exp2: within a few
+// 1e-7 of tanh (absolute), exactly +-1 far out (e^2y past float's range gives 2 / inf = 0).
+__device__ __forceinline__ float SoftcapScore(float x, ScoreCap c) {
+  constexpr float k2Log2e = 2.8853900817779268f;  // 2 / ln 2
+  return c.cap * (1.0f - __fdividef(2.0f, exp2f(k2Log2e * c.inv_cap * x) + 1.0f));
+}
+
 // Launches kernel<<<grid, block, shared, stream>>>(args...) as a programmatic dependent of the
 // kernel ahead of it on the stream: its blocks may be scheduled while that one finishes, which
 // hides the launch. The kernel must call WaitForPriorGrid on every path, before it touches
@@ -176,8 +196,8 @@ void LaunchAttention(const AttentionParams& p, int sm_count, Scratch* scratch, c
                      bool tensor_cores = false, const void* k16 = nullptr,
                      const void* v16 = nullptr);
 // The tensor-core tile kernel (attention_mma.cu): runs of rows of one sequence, fp16 Q, K, V and
-// probabilities, float32 softmax and sums. Covers head_dim a multiple of 32 up to 128 with at
-// most 64 query heads per kv head.
+// probabilities, float32 softmax and sums. Covers head_dim a multiple of 32 up to 256 (every
+// shape AttentionSupported takes) with at most 64 query heads per kv head.
 bool MmaTileSupported(int heads, int kv_heads, int head_dim);
 // warps: 4 or 8 per block; 0: 8 where that still gives every multiprocessor a block. k16, v16:
 // the step's fp16 keys and values (LaunchRopeKv) or null; a run of rows whose keys were all
