@@ -5,7 +5,9 @@
 // gate/up, SwiGLU, down; final norm, gather of the wanted rows, head.
 //
 // Measured in the same run: device copy bandwidth (bytes read + written) and the cuBLASLt bf16
-// GEMM rate on random data; each figure is printed with its ratio to the limit they give.
+// GEMM rate on random data; each figure is printed with its ratio to the limit they give. The
+// prefill also times one layer's prompt attention alone, for the model's heads and for head_dim
+// 256 (8 and 16 query heads over 4 and 8 kv heads), against the GEMM rate.
 //
 // With --bits L[/H] the linears of the layers (L) and the head (H, default L) are quantized
 // (quant/layout.h: 8, 4, 2 or 1 bits, 16 for bf16): random codes and scales (q4 and q2 with zero
@@ -27,6 +29,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <tuple>
@@ -637,6 +640,90 @@ class Bench {
   int32_t max_pages_ = 0;
 };
 
+// One n-token prompt's attention (one sequence, causal, one layer) alone, for a head shape other
+// than the model's too, over float32 pages of random keys and values: the backend's Attention (in
+// the fast mode the tensor-core tile kernel wherever it covers the shape), and in the fast mode
+// LaunchMmaTile in blocks of 4 and of 8 warps, and reading fp16 keys of the step (as after
+// RopeKv). Median microseconds of 20 launches back to back and the rate for 2 n^2 heads
+// head_dim FLOP (causal: half of 4 n^2), against the GEMM rate: the figures of head_dim 128 and
+// 256 side by side.
+void ProfilePromptAttention(Backend* be, int heads, int kv_heads, int head_dim, int64_t n,
+                            double rate, bool tensor_cores) {
+  const int32_t max_pages = static_cast<int32_t>((n + kPage - 1) / kPage);
+  const size_t cache = static_cast<size_t>(max_pages) * kPage * kv_heads * head_dim;
+  const size_t queries = static_cast<size_t>(n) * heads * head_dim;
+  const size_t step = static_cast<size_t>(n) * kv_heads * head_dim;
+  std::vector<float> host(std::max(cache, queries));
+  std::mt19937 rng(static_cast<uint32_t>(head_dim));
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& x : host) x = dist(rng);
+  std::vector<int32_t> table(max_pages), slots(n, 0), positions(n);
+  std::iota(table.begin(), table.end(), 0);
+  std::iota(positions.begin(), positions.end(), 0);
+  float *keys = nullptr, *values = nullptr, *q = nullptr, *out = nullptr;
+  int32_t *d_table = nullptr, *d_slots = nullptr, *d_positions = nullptr;
+  void* kv16 = nullptr;  // [2, n, kv_heads, head_dim] fp16: the step's keys, then its values
+  BENCH_CHECK(cudaMalloc(&keys, cache * 4) == cudaSuccess);
+  BENCH_CHECK(cudaMalloc(&values, cache * 4) == cudaSuccess);
+  BENCH_CHECK(cudaMalloc(&q, queries * 4) == cudaSuccess);
+  BENCH_CHECK(cudaMalloc(&out, queries * 4) == cudaSuccess);
+  BENCH_CHECK(cudaMalloc(&d_table, table.size() * 4) == cudaSuccess);
+  BENCH_CHECK(cudaMalloc(&d_slots, slots.size() * 4) == cudaSuccess);
+  BENCH_CHECK(cudaMalloc(&d_positions, positions.size() * 4) == cudaSuccess);
+  BENCH_CHECK(cudaMalloc(&kv16, step * 4) == cudaSuccess);
+  BENCH_CHECK(cudaMemcpy(keys, host.data(), cache * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  BENCH_CHECK(cudaMemcpy(values, host.data(), cache * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  BENCH_CHECK(cudaMemcpy(q, host.data(), queries * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  BENCH_CHECK(cudaMemcpy(d_table, table.data(), table.size() * 4, cudaMemcpyHostToDevice) ==
+              cudaSuccess);
+  BENCH_CHECK(cudaMemcpy(d_slots, slots.data(), slots.size() * 4, cudaMemcpyHostToDevice) ==
+              cudaSuccess);
+  BENCH_CHECK(cudaMemcpy(d_positions, positions.data(), positions.size() * 4,
+                         cudaMemcpyHostToDevice) == cudaSuccess);
+  BENCH_CHECK(cudaMemset(kv16, 0, step * 4) == cudaSuccess);  // the time does not depend on it
+  AttentionParams att;
+  att.out = out, att.q = q, att.cache = {keys, values}, att.table = {d_table, max_pages};
+  att.slots = d_slots, att.positions = d_positions, att.rows = n;
+  att.heads = heads, att.kv_heads = kv_heads, att.head_dim = head_dim;
+  att.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  BENCH_CHECK(att.Check().ok());
+  int device = 0, sms = 0;
+  BENCH_CHECK(cudaGetDevice(&device) == cudaSuccess);
+  BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess);
+  const double flops = 2.0 * n * n * heads * head_dim;
+  auto measure = [&](const char* what, const std::function<void()>& launch) {
+    constexpr int kBackToBack = 20;
+    std::vector<double> times;
+    for (int i = 0; i < 4; ++i) {
+      double t0 = Now();
+      for (int j = 0; j < kBackToBack; ++j) launch();
+      be->Synchronize();
+      BENCH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+      if (i >= 1) times.push_back((Now() - t0) / kBackToBack);
+    }
+    std::sort(times.begin(), times.end());
+    double t = times[times.size() / 2];
+    std::printf("    %-44s %7.1f us  %4.0f TFLOP/s (%.1f%% of GEMM)\n", what, t * 1e6,
+                flops / t * 1e-12, 100.0 * flops / t / rate);
+  };
+  std::printf("  attention of a %lld-token prompt, %d query heads over %d kv heads of %d:\n",
+              static_cast<long long>(n), heads, kv_heads, head_dim);
+  measure("backend Attention", [&] { be->Attention(att); });
+  if (tensor_cores) {
+    const void* k16 = kv16;
+    const void* v16 = static_cast<const char*>(kv16) + step * 2;
+    measure("tensor-core kernel, 4 warps", [&] { cuda::LaunchMmaTile(att, sms, nullptr, 4); });
+    measure("tensor-core kernel, 8 warps", [&] { cuda::LaunchMmaTile(att, sms, nullptr, 8); });
+    measure("tensor-core kernel, fp16 keys of the step",
+            [&] { cuda::LaunchMmaTile(att, sms, nullptr, 0, k16, v16); });
+  }
+  for (void* p : {static_cast<void*>(keys), static_cast<void*>(values), static_cast<void*>(q),
+                  static_cast<void*>(out), static_cast<void*>(d_table), static_cast<void*>(d_slots),
+                  static_cast<void*>(d_positions), kv16}) {
+    BENCH_CHECK(cudaFree(p) == cudaSuccess);
+  }
+}
+
 // The quantized matmul kernels alone on the layer shapes of the model (q/k/v in one launch,
 // gate/up in one, down), against the bf16 path on the same shapes: median microseconds of 20
 // launches back to back, and the weight bytes streamed per second as a share of the copy
@@ -869,6 +956,14 @@ int Main(int argc, char** argv) {
         attention * 1e6, 2.0 * n * n * s.heads * s.head_dim / attention * 1e-12,
         100.0 * 2.0 * n * n * s.heads * s.head_dim / attention / rate);
     if (!options.exact) bench.ProfileMmaAttention(3, 2.0 * n * n * s.heads * s.head_dim, rate);
+    // The same attention alone for the model's heads and for head_dim 256 (Gemma 3 4B's and
+    // 12B's heads; the latter does the model's FLOP).
+    for (auto [heads, kv_heads, head_dim] :
+         {std::tuple{static_cast<int>(s.heads), static_cast<int>(s.kv_heads),
+                     static_cast<int>(s.head_dim)},
+          std::tuple{8, 4, 256}, std::tuple{16, 8, 256}}) {
+      ProfilePromptAttention(be, heads, kv_heads, head_dim, n, rate, !options.exact);
+    }
   }
   // The profile issues ops over their own outputs (SwiGLU 20 times over its gate grows it past
   // float range): one whole step again before the logits are checked.

@@ -8,7 +8,8 @@
 // reads each key once per tile instead of once per row. Both kernels run on every step; each
 // skips the rows that belong to the other, which lets one step mix decodes and prompt pieces.
 // In the fast mode, prompt pieces go to the tensor-core tile kernel of attention_mma.cu instead
-// (fp16 operands) wherever it covers the shape.
+// (fp16 operands), which covers every shape these kernels take. With AttentionParams::softcap,
+// every kernel caps the scores (SoftcapScore) before the mask and the softmax.
 #include <cmath>
 
 #include "backend/cuda/kernels.cuh"
@@ -393,7 +394,8 @@ constexpr int kPad = 4;
 // 256 threads as 16 x 16: thread (ty, tx) computes scores of query vectors ty*4.. and keys
 // tx*4.., and the output of query vectors ty*4.. in dimensions tx*kW + 16*kW*u.
 template <int HD>
-__global__ void __launch_bounds__(256) TileKernel(AttentionParams p, ScoreCap score_cap, int tile_rows) {
+__global__ void __launch_bounds__(256)
+    TileKernel(AttentionParams p, ScoreCap score_cap, int tile_rows) {
   constexpr int kW = Width<HD>();
   constexpr int kOutVecs = HD / (16 * kW);
   extern __shared__ float shared[];

@@ -14,8 +14,8 @@
 // Above head_dim 128 the O fragments alone take HD / 2 registers of a lane (128 at 256), so the
 // kernel trades registers for shared memory there: key tiles of 32 (S takes 16 registers, not 32)
 // and Q's fragments in shared memory, read by one ldmatrix per k16 step of S, instead of in
-// HD / 4 registers. The work per key and vector, and so the tensor-core rate, stays that of the
-// smaller head_dims; the price is one ldmatrix per four mma in S.
+// HD / 4 registers. The mma per key and vector are those of the smaller head_dims; the price is
+// one more ldmatrix per four mma in S and a rescale of O per 32 keys instead of 64.
 #include <cuda_fp16.h>
 
 #include <cmath>

@@ -64,12 +64,14 @@ inline ScoreCap ScoreCapOf(const AttentionParams& p) {
   return {p.softcap * kLog2e, 1.0f / (p.softcap * kLog2e)};
 }
 
+#ifdef __CUDACC__  // device intrinsics; host code (the bench) includes this header too
 // cap * tanh(x / cap) for a score x, with tanh(y) = 1 - 2 / (e^2y + 1) by one exp2: within a few
 // 1e-7 of tanh (absolute), exactly +-1 far out (e^2y past float's range gives 2 / inf = 0).
 __device__ __forceinline__ float SoftcapScore(float x, ScoreCap c) {
   constexpr float k2Log2e = 2.8853900817779268f;  // 2 / ln 2
   return c.cap * (1.0f - __fdividef(2.0f, exp2f(k2Log2e * c.inv_cap * x) + 1.0f));
 }
+#endif
 
 // Launches kernel<<<grid, block, shared, stream>>>(args...) as a programmatic dependent of the
 // kernel ahead of it on the stream: its blocks may be scheduled while that one finishes, which

@@ -1,7 +1,7 @@
 // Paged attention on the CUDA backend against the CPU scalar reference: decoding rows (the split
 // decode kernel), prompt pieces (the float32 tile kernel in exact mode, the fp16 tensor-core tile
-// kernel in the fast mode), steps that mix both, sliding windows, and the head shapes of the
-// supported models.
+// kernel in the fast mode), steps that mix both, sliding windows, soft-capped scores, and the
+// head shapes of the supported models.
 #include <algorithm>
 #include <numeric>
 #include <tuple>
@@ -23,13 +23,14 @@ struct Piece {
 // operands), within 1e-2. through_rope_kv: the step's own keys and values are written by RopeKv
 // (no rotary) just before, as a model does, so that the fast mode's tile kernel may read them
 // from the fp16 copy RopeKv leaves; otherwise every position is in the cache beforehand.
+// softcap: AttentionParams::softcap (0: off).
 void CheckAttentionIn(bool exact, int heads, int kv_heads, int head_dim, int32_t window,
-                      const std::vector<Piece>& pieces, uint32_t seed,
-                      bool through_rope_kv = false) {
+                      const std::vector<Piece>& pieces, uint32_t seed, bool through_rope_kv = false,
+                      float softcap = 0.0f) {
   SCOPED_TRACE(std::string(exact ? "exact" : "fast") + (through_rope_kv ? " rope-kv" : "") +
                " heads " + std::to_string(heads) + "/" + std::to_string(kv_heads) + " dim " +
-               std::to_string(head_dim) + " window " + std::to_string(window) + " seed " +
-               std::to_string(seed));
+               std::to_string(head_dim) + " window " + std::to_string(window) + " softcap " +
+               std::to_string(softcap) + " seed " + std::to_string(seed));
   auto backend = MakeBackend(exact);
   std::mt19937 rng(seed);
   int32_t slots = 0, longest = 0;
@@ -70,6 +71,7 @@ void CheckAttentionIn(bool exact, int heads, int kv_heads, int head_dim, int32_t
   p.head_dim = head_dim;
   p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   p.window = window;
+  p.softcap = softcap;
   ASSERT_TRUE(p.Check().ok());
   if (through_rope_kv) {
     const int64_t n = rows * kv_heads * head_dim;
@@ -200,8 +202,8 @@ TEST(CudaAttentionTest, FastSlidingWindow) {
   CheckFastAttention(6, 2, 64, 17, {{0, 0, 50}, {1, 3000, 1}, {2, 1000, 100}}, 231);
 }
 
-// Every head shape: head_dim 32 and 96 and groups of 1, 2, 3 and 8 query heads on the tensor
-// cores; head_dim above 128 keeps the float32 tile kernel in the fast mode.
+// Every head shape: head_dim 32, 96 and 256 and groups of 1, 2, 3 and 8 query heads on the
+// tensor cores.
 TEST(CudaAttentionTest, FastHeadShapes) {
   GZ_SKIP_WITHOUT_CUDA();
   CheckFastAttention(4, 2, 32, 0, {{0, 5, 37}, {1, 700, 1}}, 240);
@@ -239,6 +241,112 @@ TEST(CudaAttentionTest, FastPromptKeysFromTheStep) {
   }
   CheckAttentionIn(false, 32, 8, 128, 0, {{0, 0, 1500}}, 270, true);  // 8-warp blocks
   CheckAttentionIn(true, 32, 8, 128, 0, {{0, 0, 300}, {1, 5, 40}}, 271, true);
+}
+
+// head_dim 256 (Gemma 3's, Qwen3.5's) and 192 in exact mode: decoding rows (one across
+// splits), prompt pieces, a step that mixes both, and a sliding window.
+TEST(CudaAttentionTest, HeadDim256) {
+  GZ_SKIP_WITHOUT_CUDA();
+  for (auto [heads, kv_heads, head_dim] : {std::tuple{8, 4, 256}, std::tuple{16, 8, 192}}) {
+    uint32_t seed = 300 + head_dim;
+    CheckAttention(heads, kv_heads, head_dim, 0, {{0, 700, 1}, {3, 5, 1}, {1, 0, 1}}, seed);
+    CheckAttention(heads, kv_heads, head_dim, 0, {{0, 3000, 1}}, seed + 1);
+    CheckAttention(heads, kv_heads, head_dim, 0, {{1, 0, 100}, {0, 45, 17}}, seed + 2);
+    CheckAttention(heads, kv_heads, head_dim, 0, {{0, 90, 1}, {1, 10, 70}, {2, 400, 1}}, seed + 3);
+    CheckAttention(heads, kv_heads, head_dim, 100, {{0, 300, 1}, {1, 250, 90}, {2, 0, 130}},
+                   seed + 4);
+  }
+}
+
+// The tensor-core tile kernel above head_dim 128 (32-key tiles, Q in shared memory): every
+// head_dim it takes there, prompts of 1, 17, 100 and 300 rows over contexts that are not
+// multiples of 16 (nor of the 32-key tile), a mixed step and a sliding window.
+TEST(CudaAttentionTest, FastHeadDimsAbove128) {
+  GZ_SKIP_WITHOUT_CUDA();
+  for (auto [heads, kv_heads, head_dim] :
+       {std::tuple{8, 4, 256}, std::tuple{16, 8, 256}, std::tuple{6, 2, 160}, std::tuple{8, 2, 192},
+        std::tuple{4, 4, 224}}) {
+    uint32_t seed = 400 + head_dim + heads;
+    CheckFastAttention(heads, kv_heads, head_dim, 0, {{0, 0, 1}}, seed);
+    CheckFastAttention(heads, kv_heads, head_dim, 0, {{0, 45, 17}}, seed + 1);
+    CheckFastAttention(heads, kv_heads, head_dim, 0, {{1, 0, 100}}, seed + 2);
+    CheckFastAttention(heads, kv_heads, head_dim, 0, {{0, 0, 300}}, seed + 3);
+    CheckFastAttention(heads, kv_heads, head_dim, 0, {{2, 709, 100}}, seed + 4);
+    CheckFastAttention(heads, kv_heads, head_dim, 0,
+                       {{0, 90, 1}, {1, 10, 70}, {2, 400, 1}, {3, 0, 3}, {4, 33, 17}}, seed + 5);
+    CheckFastAttention(heads, kv_heads, head_dim, 100, {{0, 250, 90}, {1, 40, 1}, {2, 0, 300}},
+                       seed + 6);
+  }
+}
+
+// 8-warp blocks above head_dim 128, on an H200's 132 multiprocessors: 600 rows of 32 heads over
+// 16 (enough 8-warp tiles to fill the device), and 300 rows (at head_dim 224 and 256 a
+// multiprocessor holds one 4-warp block, so more 4-warp tiles than multiprocessors take 8
+// warps), with decodes and a window; the keys from the cache and from RopeKv's fp16 copy (whose
+// copy rounds do not divide among 256 threads at head_dim 160 and 224).
+TEST(CudaAttentionTest, FastLongPromptsAbove128) {
+  GZ_SKIP_WITHOUT_CUDA();
+  CheckFastAttention(32, 16, 256, 0, {{0, 3, 600}}, 450);
+  CheckFastAttention(32, 16, 256, 257, {{2, 100, 1}, {0, 0, 300}, {1, 33, 1}}, 451);
+  CheckFastAttention(32, 16, 224, 0, {{1, 20, 300}, {0, 50, 1}}, 452);
+  CheckAttentionIn(false, 32, 16, 160, 0, {{0, 0, 600}}, 453, true);
+  CheckAttentionIn(false, 32, 16, 224, 0, {{0, 0, 300}}, 454, true);
+  CheckAttentionIn(false, 32, 16, 256, 0, {{0, 0, 600}}, 455, true);
+}
+
+// Keys written by RopeKv in the same step above head_dim 128: prompts read whole, several side
+// by side with decodes, a piece that continues a sequence, a window.
+TEST(CudaAttentionTest, FastPromptKeysFromTheStepAbove128) {
+  GZ_SKIP_WITHOUT_CUDA();
+  for (auto [heads, kv_heads, head_dim] :
+       {std::tuple{8, 4, 256}, std::tuple{6, 2, 160}, std::tuple{4, 1, 224}}) {
+    uint32_t seed = 460 + head_dim;
+    CheckAttentionIn(false, heads, kv_heads, head_dim, 0, {{0, 0, 300}}, seed, true);
+    CheckAttentionIn(false, heads, kv_heads, head_dim, 0,
+                     {{3, 40, 1}, {0, 0, 65}, {1, 90, 1}, {2, 709, 100}}, seed + 1, true);
+    CheckAttentionIn(false, heads, kv_heads, head_dim, 100, {{0, 0, 400}, {1, 250, 90}}, seed + 2,
+                     true);
+  }
+}
+
+// Soft-capped scores (cap 3 against scores of standard deviation 2: tanh bends most of them, the
+// largest to nearly +-3) in exact mode: decoding rows, one across splits, prompt pieces of the
+// float32 tile kernel, a mixed step, a window.
+TEST(CudaAttentionTest, Softcap) {
+  GZ_SKIP_WITHOUT_CUDA();
+  for (auto [heads, kv_heads, head_dim] :
+       {std::tuple{32, 8, 128}, std::tuple{6, 2, 64}, std::tuple{8, 4, 256}}) {
+    uint32_t seed = 500 + head_dim;
+    CheckAttentionIn(true, heads, kv_heads, head_dim, 0, {{0, 700, 1}, {3, 5, 1}, {1, 0, 1}}, seed,
+                     false, /*softcap=*/3.0f);
+    CheckAttentionIn(true, heads, kv_heads, head_dim, 0, {{0, 5000, 1}}, seed + 1, false, 3.0f);
+    CheckAttentionIn(true, heads, kv_heads, head_dim, 0, {{0, 0, 100}, {1, 37, 70}}, seed + 2,
+                     false, 3.0f);
+    CheckAttentionIn(true, heads, kv_heads, head_dim, 100, {{0, 90, 1}, {1, 250, 90}}, seed + 3,
+                     false, 3.0f);
+  }
+  // A cap far below the scores: nearly all of them saturate, far out on tanh (no inf, no NaN).
+  CheckAttentionIn(true, 8, 4, 256, 0, {{0, 300, 1}, {1, 0, 40}}, 510, false, 0.2f);
+  CheckAttentionIn(false, 8, 4, 256, 0, {{0, 300, 1}, {1, 0, 40}}, 511, false, 0.2f);
+}
+
+// The same in the fast mode: decoding rows beside prompt pieces on the tensor cores at head_dim
+// 128, 64 and 256, keys from the cache and from RopeKv's copy, a window.
+TEST(CudaAttentionTest, FastSoftcap) {
+  GZ_SKIP_WITHOUT_CUDA();
+  for (auto [heads, kv_heads, head_dim] :
+       {std::tuple{32, 8, 128}, std::tuple{6, 2, 64}, std::tuple{8, 4, 256}}) {
+    uint32_t seed = 520 + head_dim;
+    CheckAttentionIn(false, heads, kv_heads, head_dim, 0, {{0, 700, 1}, {3, 5, 1}, {1, 0, 1}}, seed,
+                     false, /*softcap=*/3.0f);
+    CheckAttentionIn(false, heads, kv_heads, head_dim, 0, {{0, 0, 300}}, seed + 1, false, 3.0f);
+    CheckAttentionIn(false, heads, kv_heads, head_dim, 0, {{0, 90, 1}, {1, 10, 70}, {2, 709, 100}},
+                     seed + 2, false, 3.0f);
+    CheckAttentionIn(false, heads, kv_heads, head_dim, 0, {{0, 0, 300}, {1, 5, 1}}, seed + 3, true,
+                     3.0f);
+    CheckAttentionIn(false, heads, kv_heads, head_dim, 100, {{0, 250, 90}, {1, 40, 1}}, seed + 4,
+                     false, 3.0f);
+  }
 }
 
 TEST(CudaAttentionTest, ShapesWithoutKernelFailWithStatus) {
