@@ -171,8 +171,50 @@ def tiny_chat_greedy(path, out):
     print("tiny-chat greedy written", flush=True)
 
 
-def write_bf16_inputs(folder):
+def fp16_attention(module, query, key, value, attention_mask, scaling, dropout=0.0,
+                   softcap=None, **kwargs):
+    """Eager attention with its operands rounded as CUDA's fast-mode tensor-core kernel rounds
+    them: the rotated queries, the keys and the values to float16, scores summed in float32 (and
+    soft-capped), the softmax's probabilities to float16 before they weigh the values."""
+    groups = query.shape[1] // key.shape[1]
+    key = key.repeat_interleave(groups, dim=1)
+    value = value.repeat_interleave(groups, dim=1)
+    q, k, v = (t.to(torch.float16).to(torch.float32) for t in (query, key, value))
+    weights = torch.matmul(q, k.transpose(2, 3)) * scaling
+    if softcap is not None:
+        weights = torch.tanh(weights / softcap) * softcap
+    if attention_mask is not None:
+        mask = attention_mask[:, :, :, : k.shape[-2]]
+        if mask.dtype == torch.bool:
+            weights = weights.masked_fill(~mask, float("-inf"))
+        else:
+            weights = weights + mask
+    weights = torch.softmax(weights, dim=-1, dtype=torch.float32)
+    weights = weights.to(torch.float16).to(torch.float32)
+    out = torch.matmul(weights, v).transpose(1, 2).contiguous()
+    return out, weights
+
+
+def write_bf16_inputs(folder, fast=False):
+    """reference_bf16_inputs.safetensors: each linear's input rounded to bf16. With `fast`,
+    reference_fast.safetensors: that and attention's operands rounded as fp16_attention does (the
+    CUDA fast mode's many-row steps)."""
     from safetensors.torch import load_file
+    import importlib
+    patched = []
+    if fast:
+        for name in ["llama", "qwen2", "qwen3", "gemma2", "gemma3"]:
+            mod = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+            patched.append((mod, mod.eager_attention_forward))
+            mod.eager_attention_forward = fp16_attention
+    try:
+        _write_rounded(folder, fast, load_file)
+    finally:
+        for mod, original in patched:
+            mod.eager_attention_forward = original
+
+
+def _write_rounded(folder, fast, load_file):
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
                                                  attn_implementation="eager").eval()
     rounded = 0
@@ -190,10 +232,11 @@ def write_bf16_inputs(folder):
         tensors[f"ids{i}"] = ids.contiguous()
         tensors[f"logits{i}"] = logits.contiguous()
         full = ref[f"logits{i}"]
-        print(f"{folder} case {i}: {rounded} linears rounded; max |bf16 inputs - float32| "
-              f"{(logits - full).abs().max().item():.4g} of max |float32| "
-              f"{full.abs().max().item():.4g}", flush=True)
-    save_file(tensors, os.path.join(folder, "reference_bf16_inputs.safetensors"))
+        print(f"{folder} case {i}: {rounded} linears rounded{', fp16 attention' if fast else ''}; "
+              f"max |rounded - float32| {(logits - full).abs().max().item():.4g} of max "
+              f"|float32| {full.abs().max().item():.4g}", flush=True)
+    name = "reference_fast.safetensors" if fast else "reference_bf16_inputs.safetensors"
+    save_file(tensors, os.path.join(folder, name))
 
 
 ALL_FAMILIES = ["llama", "qwen2", "qwen3", "llama_mlp_bias", "gemma3", "gemma3_softcap",
@@ -205,13 +248,16 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--tiny-chat", default="models/tiny-chat")
     ap.add_argument("--bf16-inputs", nargs="+", metavar="DIR")
+    ap.add_argument("--fast", action="store_true",
+                    help="with --bf16-inputs: write reference_fast.safetensors instead (attention's "
+                         "operands rounded to fp16 too)")
     ap.add_argument("--families", nargs="+", choices=ALL_FAMILIES,
                     help="write only these (seeds as in the full run)")
     args = ap.parse_args()
     if args.bf16_inputs:
         torch.set_num_threads(8)
         for folder in args.bf16_inputs:
-            write_bf16_inputs(folder)
+            write_bf16_inputs(folder, fast=args.fast)
         return
     if not args.out:
         ap.error("--out is required (or --bf16-inputs DIR...)")

@@ -6,8 +6,10 @@
 // Fast mode multiplies bf16 activations in steps of more than one row (cuBLASLt) and float32
 // ones in one-row steps (the GEMV). One-row steps are held to the float32 reference. Steps of
 // more rows are held to transformers with the input of every linear rounded to bf16
-// (reference_bf16_inputs.safetensors, tools/make_golden.py --bf16-inputs) where a model has one,
-// else (tiny-chat) to the float32 reference: the golden models' initializer range (0.2)
+// (reference_bf16_inputs.safetensors, tools/make_golden.py --bf16-inputs), or with that and
+// attention's q, k, v and probabilities rounded to fp16 as the tensor-core kernel rounds them
+// (reference_fast.safetensors, --bf16-inputs --fast), where a model has one, else (tiny-chat) to
+// the float32 reference: the golden models' initializer range (0.2)
 // amplifies each rounding, so that the exactly rounded computation itself lies up to 3.5% of the
 // largest logit from the float32 one (the CPU's bf16_activations path shows the same). Every
 // fast-mode result is also within 2e-2 of the float32 reference in norm (the norm of the
@@ -61,7 +63,10 @@ void CheckReferenceLogits(const std::string& dir, bool exact) {
   ASSERT_TRUE(model);
   auto ref = SafetensorsFile::Open(dir + "/reference.safetensors");
   ASSERT_TRUE(ref.ok()) << ref.status().message();
-  const std::string rounded_path = dir + "/reference_bf16_inputs.safetensors";
+  // The fast mode's many-row steps round the linears' inputs to bf16 and attention's operands to
+  // fp16: reference_fast.safetensors rounds both as they do, reference_bf16_inputs the linears'.
+  std::string rounded_path = dir + "/reference_fast.safetensors";
+  if (!std::filesystem::exists(rounded_path)) rounded_path = dir + "/reference_bf16_inputs.safetensors";
   std::optional<SafetensorsFile> rounded;
   if (!exact && std::filesystem::exists(rounded_path)) {
     auto file = SafetensorsFile::Open(rounded_path);
@@ -88,7 +93,7 @@ void CheckReferenceLogits(const std::string& dir, bool exact) {
       } else if (many_row_steps) {
         const TensorInfo* r = rounded->Find("logits" + std::to_string(i));
         ASSERT_NE(r, nullptr) << rounded_path << ": no logits" << i;
-        ExpectClose(*ours, ReadFloats(*r), 2e-2f, what + " (bf16-input reference)");
+        ExpectClose(*ours, ReadFloats(*r), 2e-2f, what + " (" + rounded_path + ")");
       } else {
         ADD_FAILURE() << what << ": mixes one-row and many-row steps; no reference for that";
       }
