@@ -10,6 +10,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/model_options.h"
@@ -37,6 +38,10 @@ struct BenchOptions {
   float top_p = 1.0f;
   bool host_sampling = false;
   bool warm = true;
+  double rate = 0.0;             // arrivals a second (0: keep `concurrency` in flight)
+  int32_t background = 0;        // sequences decoding from the start, beside the requests
+  int64_t background_tokens = 512;
+  std::string trace;             // JSON lines, one a step
 };
 
 // Prompts from a JSONL file: each line {"prompt": "text"} (tokenized) or {"tokens": [ids]}.
@@ -120,12 +125,16 @@ int RunBench(const BenchOptions& o) {
   int64_t longest = 0;
   for (const auto& p : prompts) longest = std::max<int64_t>(longest, p.size());
 
+  if (o.rate < 0) return Fail("bench --rate: expected >= 0");
+  if (o.background < 0 || o.background_tokens < 1)
+    return Fail("bench --background, --background-tokens: expected >= 0 and >= 1");
+  constexpr int64_t kBackgroundPrompt = 16;
   EngineOptions options;
-  options.slots = o.concurrency;
-  options.context = longest + o.output_tokens;
+  options.slots = o.concurrency + o.background;
+  options.context = std::max(longest + o.output_tokens, kBackgroundPrompt + o.background_tokens);
   options.rows = std::max<int64_t>(o.rows, o.concurrency);
   // Room for every slot's full context.
-  options.kv_budget_bytes = static_cast<int64_t>(o.concurrency) *
+  options.kv_budget_bytes = static_cast<int64_t>(options.slots) *
                             ((options.context + kPage - 1) / kPage) * model.PageBytes();
   options.device_sampling = !o.host_sampling;
   auto created = Engine::Create(&model, options);
@@ -136,35 +145,73 @@ int RunBench(const BenchOptions& o) {
     if (!warm.ok()) return Fail("warm-up: " + warm.message());
   }
 
+  std::ofstream trace;
+  if (!o.trace.empty()) {
+    trace.open(o.trace);
+    if (!trace) return Fail("bench --trace: cannot write " + o.trace);
+  }
   struct Timing {
-    Clock::time_point added;
+    Clock::time_point added;  // its arrival
     Clock::time_point last;
     bool first = false;
+    bool background = false;
   };
   std::map<int64_t, Timing> timing;
-  std::vector<double> ttft, itl;  // seconds
-  int64_t next = 0, done = 0, tokens = 0;
+  std::vector<double> ttft, itl;        // seconds, the requests
+  std::vector<double> background_itl;  // seconds, the background sequences
+  int64_t next = 0, done = 0, tokens = 0, background_done = 0, background_tokens = 0;
   const auto start = Clock::now();
   auto drawn = start;
   ProgressLine bar(stderr);
-  auto add = [&]() -> Status {
+  // Arrival times (--rate): exponential gaps of mean 1/rate from the start, seeded.
+  std::mt19937_64 arrivals(o.seed ^ 0x9e3779b97f4a7c15ull);
+  std::exponential_distribution<double> gap(o.rate > 0 ? o.rate : 1.0);
+  Clock::time_point next_arrival = start;
+  auto add = [&](bool background, Clock::time_point arrived) -> Status {
     Request r;
-    r.prompt = prompts[next % prompts.size()];
-    r.limit = o.output_tokens;
+    if (background) {
+      std::mt19937_64 rng(o.seed + 1000003 * static_cast<uint64_t>(background_done + 1));
+      r.prompt.resize(kBackgroundPrompt);
+      for (int32_t& t : r.prompt) t = static_cast<int32_t>(16 + rng() % (model.arch().vocab - 16));
+      r.limit = o.background_tokens;
+    } else {
+      r.prompt = prompts[next % prompts.size()];
+      r.limit = o.output_tokens;
+      ++next;
+    }
     r.sampling.temperature = o.temperature;
     r.sampling.top_p = o.top_p;
     r.sampling.seed = static_cast<uint64_t>(next);
-    r.stop = std::vector<int32_t>{};  // every request produces exactly output_tokens
-    ++next;
+    r.stop = std::vector<int32_t>{};  // every request produces exactly its token count
     GZ_ASSIGN_OR_RETURN(int64_t id, engine.Add(std::move(r)));
-    timing[id].added = Clock::now();
+    timing[id].added = arrived;
+    timing[id].background = background;
     return Status::Ok();
   };
-  while (done < o.requests) {
-    while (next < o.requests && next - done < o.concurrency) {
-      Status s = add();
-      if (!s.ok()) return Fail(s.message());
+  for (int32_t b = 0; b < o.background; ++b) {
+    Status s = add(true, start);
+    if (!s.ok()) return Fail(s.message());
+  }
+  int64_t step = 0;
+  while (done < o.requests || background_done < o.background) {
+    if (o.rate > 0) {
+      // Every request whose arrival time has passed joins the engine's queue; with nothing to
+      // do before the next one, wait for it.
+      if (next < o.requests && timing.empty()) std::this_thread::sleep_until(next_arrival);
+      while (next < o.requests && Clock::now() >= next_arrival) {
+        Status s = add(false, next_arrival);
+        if (!s.ok()) return Fail(s.message());
+        next_arrival += std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double>(gap(arrivals)));
+      }
+    } else {
+      while (next < o.requests && next - done < o.concurrency) {
+        Status s = add(false, Clock::now());
+        if (!s.ok()) return Fail(s.message());
+      }
     }
+    if (timing.empty()) continue;  // waiting for the next arrival
+    const auto began = Clock::now();
     auto progress = engine.Advance();
     if (!progress.ok()) return Fail(progress.status().message());
     const auto now = Clock::now();
@@ -175,18 +222,36 @@ int RunBench(const BenchOptions& o) {
       if (!p.tokens.empty()) {
         if (!t.first) {
           t.first = true;
-          ttft.push_back(std::chrono::duration<double>(now - t.added).count());
+          if (!t.background) ttft.push_back(std::chrono::duration<double>(now - t.added).count());
         } else {
-          itl.push_back(std::chrono::duration<double>(now - t.last).count());
+          (t.background ? background_itl : itl)
+              .push_back(std::chrono::duration<double>(now - t.last).count());
         }
         t.last = now;
-        tokens += static_cast<int64_t>(p.tokens.size());
+        (t.background ? background_tokens : tokens) += static_cast<int64_t>(p.tokens.size());
       }
       if (!p.end.empty()) {
-        ++done;
+        ++(t.background ? background_done : done);
         timing.erase(p.id);
       }
     }
+    if (trace.is_open()) {
+      const StepTrace& st = engine.last_step();
+      nlohmann::json line = {
+          {"step", step},
+          {"t_ms", std::chrono::duration<double, std::milli>(began - start).count()},
+          {"ms", std::chrono::duration<double, std::milli>(now - began).count()},
+          {"runner_ms", st.runner_ms},
+          {"rows", st.rows},
+          {"decode_rows", st.decode_rows},
+          {"prompt_rows", st.prompt_rows},
+          {"sequences", st.sequences},
+          {"waiting", st.waiting},
+          {"free_pages", engine.free_pages()},
+          {"device_sampled", st.device_sampled}};
+      trace << line.dump() << '\n';
+    }
+    ++step;
     // The bar redraws at most ten times a second.
     if (!o.json && (now - drawn > std::chrono::milliseconds(100) || done == o.requests)) {
       drawn = now;
@@ -218,6 +283,14 @@ int RunBench(const BenchOptions& o) {
       {"steps", stats.steps},
       {"rows", stats.rows},
   };
+  if (o.rate > 0) out["rate"] = o.rate;
+  if (o.background > 0) {
+    out["background"] = {{"sequences", o.background},
+                         {"output_tokens", o.background_tokens},
+                         {"output_tokens_per_s", background_tokens / seconds},
+                         {"itl_p50_ms", 1e3 * Percentile(background_itl, 50)},
+                         {"itl_p99_ms", 1e3 * Percentile(background_itl, 99)}};
+  }
   if (o.json) {
     std::printf("%s\n", out.dump().c_str());
   } else {
@@ -232,6 +305,12 @@ int RunBench(const BenchOptions& o) {
                 1e3 * Percentile(ttft, 99));
     std::printf("between tokens   p50 %.1f ms, p99 %.1f ms\n", 1e3 * Percentile(itl, 50),
                 1e3 * Percentile(itl, 99));
+    if (o.background > 0) {
+      std::printf("background       %d sequences: %.1f tokens/s, between tokens p50 %.1f ms, "
+                  "p99 %.1f ms\n",
+                  o.background, background_tokens / seconds,
+                  1e3 * Percentile(background_itl, 50), 1e3 * Percentile(background_itl, 99));
+    }
     std::printf("prefix hits      %.1f%% of prompt tokens\n", 100 * hit_rate);
     std::printf("preemptions      %lld\n", static_cast<long long>(stats.preemptions));
   }
@@ -265,6 +344,21 @@ void AddBenchCommand(CLI::App& app, CommandContext& ctx) {
                 "Pick tokens on the host from copied logits, even where the device can");
   cmd->add_flag("!--no-warm", o->warm, "Skip Engine::Warm before the timed run");
   cmd->add_flag("--json", o->json, "One JSON object on stdout");
+  cmd->add_option("--rate", o->rate,
+                  "Requests arrive at this many a second (exponential gaps, --seed), and wait in "
+                  "the engine's queue for a slot; first-token times count from arrival "
+                  "(0: keep --concurrency requests in flight from the start)")
+      ->default_val(0.0);
+  cmd->add_option("--background", o->background,
+                  "Sequences (16-token prompts) decoding --background-tokens each from the start, "
+                  "in slots of their own beside the requests: mixed load, reported apart")
+      ->default_val(0);
+  cmd->add_option("--background-tokens", o->background_tokens,
+                  "Tokens each background sequence generates")
+      ->default_val(512);
+  cmd->add_option("--trace", o->trace,
+                  "Write one JSON line a step: start and duration (ms), the runner's time, rows "
+                  "(decode and prompt), sequences, waiting requests, free KV pages");
   cmd->callback([&ctx, o] { ctx.exit_code = RunBench(*o); });
 }
 

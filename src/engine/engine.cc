@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <string>
 #include <utility>
@@ -237,12 +238,26 @@ Status Engine::Run() {
     row.index = static_cast<uint64_t>(static_cast<int64_t>(seq.tokens.size()) - seq.prompt);
     sample_.push_back(row);
   }
+  const auto began = std::chrono::steady_clock::now();
   if (picked_) {
     picks_.resize(sample_.size());
     GZ_RETURN_IF_ERROR(runner_->StepSample(rows_, tables, sample_, picks_.data()));
     ++stats_.device_sampled;
   } else {
     GZ_RETURN_IF_ERROR(runner_->Step(rows_, tables, logits_.data()));
+  }
+  last_step_ = StepTrace{};
+  last_step_.runner_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+  last_step_.rows = rows_.size();
+  last_step_.sequences = static_cast<int32_t>(state_.plan.size());
+  last_step_.waiting = static_cast<int32_t>(state_.waiting.size());
+  last_step_.device_sampled = picked_;
+  for (const Planned& p : state_.plan) {
+    const Sequence& seq = state_.sequences.at(p.id);
+    // A generating sequence reads its one new token; anything else is a prompt piece.
+    const bool decode = p.rows == 1 && static_cast<int64_t>(seq.tokens.size()) > seq.prompt;
+    (decode ? last_step_.decode_rows : last_step_.prompt_rows) += p.rows;
   }
   for (const Planned& p : state_.plan) {
     const Sequence& seq = state_.sequences.at(p.id);

@@ -50,6 +50,17 @@ struct EngineStats {
   int64_t device_sampled = 0;  // steps whose tokens the runner picked
 };
 
+// What the last step read and how long the runner took (`bench --trace`).
+struct StepTrace {
+  int64_t rows = 0;         // rows read
+  int64_t decode_rows = 0;  // rows of generating sequences (one each)
+  int64_t prompt_rows = 0;  // rows of prompt pieces
+  int32_t sequences = 0;    // sequences in the step
+  int32_t waiting = 0;      // requests waiting for a slot after the step's admission
+  double runner_ms = 0.0;   // the runner's step, wall clock (it returns when the step is done)
+  bool device_sampled = false;
+};
+
 class Engine {
  public:
   // Allocates the KV pool and the runner's step buffers; keeps `runner`, which must outlive it.
@@ -98,6 +109,7 @@ class Engine {
 
   const EngineOptions& options() const { return options_; }
   const EngineStats& stats() const { return stats_; }
+  const StepTrace& last_step() const { return last_step_; }
   int32_t pages() const { return pool_.pages(); }
   int32_t free_pages() const { return pool_.free(); }
   // Tokens slot `slot` holds (KV written at positions [0, size)).
@@ -121,6 +133,7 @@ class Engine {
   int64_t page_bytes_;
   PagePool pool_;
   EngineStats stats_;
+  StepTrace last_step_;
   PrefixCache cache_;
   EngineState state_;  // slots, requests and this step's plan
   int64_t next_id_ = 0;

@@ -62,4 +62,25 @@ fi
 $gz run --greedy --prompt "The LORD is my shepherd;" --max-tokens 12 >"$tmp/both" 2>&1
 check run-figures-on-their-own-line grep -q "^prompt: " "$tmp/both"
 
+
+# bench with arrivals, background sequences and a step trace: every request and background
+# sequence completes, the trace has a line a step whose rows add up.
+expect_ok bench-mixed $gz bench --requests 4 --prompt-tokens 40 --output-tokens 8 --rate 50 \
+  --background 3 --background-tokens 24 --trace "$tmp/trace.jsonl" --json
+check bench-mixed-json python3 -c '
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert d["generated_tokens"] == 4 * 8 and d["rate"] == 50, d
+b = d["background"]
+assert b["sequences"] == 3 and b["output_tokens_per_s"] > 0, b
+' "$tmp/out"
+check bench-mixed-trace python3 -c '
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert len(lines) >= 24, len(lines)
+assert all(l["rows"] == l["decode_rows"] + l["prompt_rows"] and l["runner_ms"] > 0 for l in lines)
+assert sum(l["prompt_rows"] for l in lines) == 4 * 40 + 3 * 16
+assert sum(l["decode_rows"] for l in lines) == 4 * (8 - 1) + 3 * (24 - 1)
+' "$tmp/trace.jsonl"
+
 finish
