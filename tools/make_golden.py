@@ -89,6 +89,24 @@ def tiny_config(family):
             return transformers.Gemma3Config(text_config=text, vision_config=vision,
                                              mm_tokens_per_image=4)
         return transformers.Gemma3TextConfig(**text)
+    if family == "qwen3_moe":
+        # Mixture-of-experts layers (8 experts, 2 a token, their weights renormalized) around a
+        # dense one (mlp_only_layers=[1], intermediate_size 96). Qwen3MoeConfig may not declare
+        # head_dim (the attention reads it with getattr): set it after the constructor if need
+        # be; write_family checks the model's shapes and config.json.
+        moe = dict(common, num_hidden_layers=4, intermediate_size=96, tie_word_embeddings=False,
+                   attention_bias=False, num_experts=8, num_experts_per_tok=2,
+                   moe_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=1,
+                   mlp_only_layers=[1],
+                   rope_parameters=dict(rope_type="default", rope_theta=1000000.0))
+        try:
+            config = transformers.Qwen3MoeConfig(**moe)
+        except Exception:
+            moe.pop("head_dim")
+            config = transformers.Qwen3MoeConfig(**moe)
+        if getattr(config, "head_dim", None) != 32:
+            config.head_dim = 32
+        return config
     raise ValueError(family)
 
 
@@ -110,7 +128,19 @@ def write_family(family, out, seed):
                 p.copy_(torch.randn_like(p, dtype=torch.float32).mul(0.3).add(
                     1.0 if "norm" in name else 0.0).to(p.dtype))
     folder = os.path.join(out, family)
+    if family == "qwen3_moe":
+        attn = model.model.layers[0].self_attn
+        assert attn.q_proj.weight.shape == (4 * 32, 64), attn.q_proj.weight.shape
+        assert hasattr(model.model.layers[0].mlp, "experts"), "layer 0 is not a mixture"
+        assert not hasattr(model.model.layers[1].mlp, "experts"), "layer 1 is not dense"
     model.save_pretrained(folder)
+    if family == "qwen3_moe":
+        # head_dim in config.json, whether or not the configuration class declares it.
+        path = os.path.join(folder, "config.json")
+        cfg = json.load(open(path))
+        if cfg.get("head_dim") != 32:
+            cfg["head_dim"] = 32
+            json.dump(cfg, open(path, "w"), indent=2)
     if family == "qwen2":
         # The older config spelling: top-level rope_theta and rope_scaling.
         path = os.path.join(folder, "config.json")
@@ -240,7 +270,7 @@ def _write_rounded(folder, fast, load_file):
 
 
 ALL_FAMILIES = ["llama", "qwen2", "qwen3", "llama_mlp_bias", "gemma3", "gemma3_softcap",
-                "gemma3_cond", "gemma2"]
+                "gemma3_cond", "gemma2", "qwen3_moe"]
 
 
 def main():

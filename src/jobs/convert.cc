@@ -212,6 +212,10 @@ Status ConvertOptions::Check() const {
 Expected<ConvertSummary> Convert(const ConvertOptions& options) {
   GZ_RETURN_IF_ERROR(options.Check());
   GZ_ASSIGN_OR_RETURN(Arch arch, ReadArch(options.from));
+  if (HasMoe(arch)) {
+    return Unimplemented("convert: " + options.from + " is a mixture-of-experts model (" +
+                         arch.family + "); converting its experts is not supported yet");
+  }
   GZ_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(options.from));
   GZ_RETURN_IF_ERROR(ResolveTensorPrefix(
       &arch, [&](const std::string& name) { return ckpt.Find(name) != nullptr; }, options.from));

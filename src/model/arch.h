@@ -54,17 +54,35 @@ struct FeedForwardSpec {
   bool bias = false;  // biases on gate, up and down (Llama mlp_bias)
 };
 
+// A mixture-of-experts feed-forward (Qwen3-MoE): a router picks, for each row, the
+// experts_per_token experts of the largest softmax(router(x)) (float32, the lowest index first
+// among equals), their weights renormalized to sum to 1 when norm_topk_prob; the output is the
+// weighted sum of those experts' down(silu(gate(x)) * up(x)).
+struct MoeSpec {
+  int experts = 0;            // num_experts
+  int experts_per_token = 0;  // num_experts_per_tok
+  int64_t ffn = 0;            // moe_intermediate_size: each expert's width
+  bool norm_topk_prob = false;
+};
+
+// Which feed-forward a layer has.
+enum class FeedForwardKind : uint8_t { kDense, kMoe };
+
 // What one layer computes. Every layer is pre-norm: x += block(norm(x)); with post_norms
 // (Gemma's four norms a layer) x += norm(block(norm(x))).
 struct LayerSpec {
   LayerKind kind = LayerKind::kAttention;
   AttentionSpec attention;
-  FeedForwardSpec feed_forward;
+  FeedForwardKind feed_forward_kind = FeedForwardKind::kDense;
+  FeedForwardSpec feed_forward;  // kDense
+  MoeSpec moe;                   // kMoe
   bool post_norms = false;
+
+  bool IsMoe() const { return feed_forward_kind == FeedForwardKind::kMoe; }
 };
 
 struct Arch {
-  std::string family;   // "llama", "qwen2", "qwen3", "gemma3"
+  std::string family;        // "llama", "qwen2", "qwen3", "qwen3_moe", "gemma3"
   std::string architecture;  // config.json "architectures"[0]
   int64_t vocab = 0;
   int64_t dim = 0;      // hidden_size

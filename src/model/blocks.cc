@@ -38,6 +38,17 @@ void StepBuilder::AddToStream(MatmulParams m, const float* post_norm) {
   pending_ = true;
 }
 
+const float* StepBuilder::NormedRows(const float* norm) {
+  backend_.RmsNorm({h_, pending_ ? o_ : x_, pending_ ? x_ : nullptr, norm, rows_, dim_, eps_});
+  pending_ = false;
+  return h_;
+}
+
+void StepBuilder::AddOutput(const float* post_norm) {
+  if (post_norm) backend_.RmsNorm({o_, o_, nullptr, post_norm, rows_, dim_, eps_});
+  pending_ = true;
+}
+
 float* StepBuilder::Current() {
   if (pending_) {
     backend_.Add({x_, o_, rows_ * dim_});
@@ -160,6 +171,44 @@ void FeedForwardBlock::Issue(StepBuilder& step, const StepInputs& in) const {
   down.w[0] = &down_;
   down.bias[0] = down_bias_;
   step.AddToStream(down, post_norm_);
+}
+
+Status MoeFeedForwardBlock::Load(WeightLoader& w, const Arch& arch, int layer) {
+  const LayerSpec& layer_spec = arch.layer[layer];
+  spec_ = layer_spec.moe;
+  dim_ = arch.dim;
+  GZ_ASSIGN_OR_RETURN(norm_, w.Vector(TensorRole::kFfnNorm, layer));
+  if (layer_spec.post_norms) {
+    GZ_ASSIGN_OR_RETURN(post_norm_, w.Vector(TensorRole::kFfnPostNorm, layer));
+  }
+  GZ_ASSIGN_OR_RETURN(router_, w.Matrix(TensorRole::kRouter, layer));
+  gate_.resize(spec_.experts);
+  up_.resize(spec_.experts);
+  down_.resize(spec_.experts);
+  for (int e = 0; e < spec_.experts; ++e) {
+    GZ_ASSIGN_OR_RETURN(gate_[e], w.ExpertMatrix(TensorRole::kExpertGate, layer, e));
+    GZ_ASSIGN_OR_RETURN(up_[e], w.ExpertMatrix(TensorRole::kExpertUp, layer, e));
+    GZ_ASSIGN_OR_RETURN(down_[e], w.ExpertMatrix(TensorRole::kExpertDown, layer, e));
+  }
+  return Status::Ok();
+}
+
+void MoeFeedForwardBlock::Issue(StepBuilder& step, const StepInputs& in) const {
+  MoeFeedForwardParams p;
+  p.x = step.NormedRows(norm_);
+  p.out = step.output();
+  p.rows = in.rows;
+  p.dim = dim_;
+  p.ffn = spec_.ffn;
+  p.experts = spec_.experts;
+  p.top_k = spec_.experts_per_token;
+  p.norm_topk_prob = spec_.norm_topk_prob;
+  p.router = &router_;
+  p.gate = gate_.data();
+  p.up = up_.data();
+  p.down = down_.data();
+  step.backend().MoeFeedForward(p);
+  step.AddOutput(post_norm_);
 }
 
 }  // namespace gizllm

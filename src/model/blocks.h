@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "model/arch.h"
 #include "model/weights.h"
@@ -50,6 +51,13 @@ class StepBuilder {
   // Issues m (x, rows, weights and bias set; one output) as a block's last projection: x += its
   // output, or with post_norm x += norm(output).
   void AddToStream(MatmulParams m, const float* post_norm);
+  // norm(x) in a buffer of its own (an RmsNorm op, never fused), for a block whose first op is
+  // not a Matmul.
+  const float* NormedRows(const float* norm);
+  // Where a block whose last op is not a Matmul writes its output, [rows, dim]; AddOutput then
+  // adds it to x (with post_norm, norm(output)), in the next norm or in Current().
+  float* output() { return o_; }
+  void AddOutput(const float* post_norm);
   // x with every addition made, for reading the residual stream (hidden states, the head).
   float* Current();
   // Whether x lags (the head then normalizes through Normed instead of gathering rows of x).
@@ -109,6 +117,22 @@ class FeedForwardBlock {
   const float* up_bias_ = nullptr;
   const float* down_bias_ = nullptr;
   Weight gate_, up_, down_;
+};
+
+// Mixture-of-experts feed-forward with its pre-norm (and post-norm): one MoeFeedForward op over
+// norm(x) (routing and the experts), its output added into the residual stream.
+class MoeFeedForwardBlock {
+ public:
+  Status Load(WeightLoader& w, const Arch& arch, int layer);
+  void Issue(StepBuilder& step, const StepInputs& in) const;
+
+ private:
+  MoeSpec spec_;
+  int64_t dim_ = 0;
+  const float* norm_ = nullptr;
+  const float* post_norm_ = nullptr;
+  Weight router_;
+  std::vector<Weight> gate_, up_, down_;  // [experts] each
 };
 
 }  // namespace gizllm

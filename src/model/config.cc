@@ -18,9 +18,9 @@ namespace {
 
 // Every supported family; a new one adds its recipe here.
 std::span<const Family* const> Families() {
-  static const Family* const kFamilies[] = {&LlamaFamily(),      &Qwen2Family(),
-                                            &Qwen3Family(),      &Gemma2Family(),
-                                            &Gemma3TextFamily(), &Gemma3Family()};
+  static const Family* const kFamilies[] = {&LlamaFamily(),   &Qwen2Family(),      &Qwen3Family(),
+                                            &Gemma2Family(),  &Gemma3TextFamily(), &Gemma3Family(),
+                                            &Qwen3MoeFamily()};
   return kFamilies;
 }
 
@@ -273,6 +273,23 @@ std::string TensorName(const Arch& arch, TensorRole role, int layer) {
                 : HfDecoderTensorName(prefix, role, layer);
 }
 
+std::string ExpertTensorName(const Arch& arch, TensorRole role, int layer, int expert) {
+  // Expert 0's name with its index replaced: every family that has experts names them so.
+  std::string name = TensorName(arch, role, layer);
+  const std::string zero = ".experts.0.";
+  const size_t at = name.find(zero);
+  if (at == std::string::npos) return name;
+  return name.substr(0, at) + ".experts." + std::to_string(expert) + "." +
+         name.substr(at + zero.size());
+}
+
+bool HasMoe(const Arch& arch) {
+  for (const LayerSpec& spec : arch.layer) {
+    if (spec.IsMoe()) return true;
+  }
+  return false;
+}
+
 std::vector<TensorRole> LayerRoles(const Arch& arch, int layer) {
   using R = TensorRole;
   if (layer < 0) {
@@ -282,12 +299,17 @@ std::vector<TensorRole> LayerRoles(const Arch& arch, int layer) {
   }
   const LayerSpec& spec = arch.layer[layer];
   const AttentionSpec& a = spec.attention;
-  std::vector<R> roles = {R::kAttnNorm, R::kQ, R::kK, R::kV, R::kO, R::kFfnNorm,
-                          R::kGate,     R::kUp, R::kDown};
+  std::vector<R> roles = {R::kAttnNorm, R::kQ, R::kK, R::kV, R::kO, R::kFfnNorm};
+  if (spec.IsMoe()) {
+    roles.insert(roles.end(), {R::kRouter, R::kExpertGate, R::kExpertUp, R::kExpertDown});
+  } else {
+    roles.insert(roles.end(), {R::kGate, R::kUp, R::kDown});
+  }
   if (a.qk_norm) roles.insert(roles.end(), {R::kQNorm, R::kKNorm});
   if (a.qkv_bias) roles.insert(roles.end(), {R::kQBias, R::kKBias, R::kVBias});
   if (a.output_bias) roles.push_back(R::kOBias);
-  if (spec.feed_forward.bias) roles.insert(roles.end(), {R::kGateBias, R::kUpBias, R::kDownBias});
+  if (!spec.IsMoe() && spec.feed_forward.bias)
+    roles.insert(roles.end(), {R::kGateBias, R::kUpBias, R::kDownBias});
   if (spec.post_norms) roles.insert(roles.end(), {R::kAttnPostNorm, R::kFfnPostNorm});
   return roles;
 }
@@ -350,6 +372,17 @@ std::vector<int64_t> TensorShape(const Arch& arch, TensorRole role, int layer) {
     case TensorRole::kGateBias:
     case TensorRole::kUpBias:
       return {ffn};
+    case TensorRole::kRouter:
+      return {spec.moe.experts, dim};
+    case TensorRole::kExpertGate:
+    case TensorRole::kExpertUp:
+      return {spec.moe.ffn, dim};
+    case TensorRole::kExpertDown:
+      return {dim, spec.moe.ffn};
+    case TensorRole::kExpertsGateUp:
+      return {spec.moe.experts, 2 * spec.moe.ffn, dim};
+    case TensorRole::kExpertsDown:
+      return {spec.moe.experts, dim, spec.moe.ffn};
   }
   return {};
 }

@@ -51,6 +51,16 @@ enum class TensorRole {
   kGateBias,
   kUpBias,
   kDownBias,
+  // A mixture-of-experts layer (LayerSpec::IsMoe()): the router [experts, dim]; each expert's
+  // gate, up [moe ffn, dim] and down [dim, moe ffn], one tensor per expert (ExpertTensorName);
+  // or all experts' in two tensors (transformers 5's layout): gate and up stacked
+  // [experts, 2 * moe ffn, dim] (gate rows first) and down [experts, dim, moe ffn].
+  kRouter,
+  kExpertGate,
+  kExpertUp,
+  kExpertDown,
+  kExpertsGateUp,
+  kExpertsDown,
 };
 
 // The checkpoint's name of a tensor, e.g. "model.layers.3.self_attn.q_proj.weight", under the
@@ -59,7 +69,16 @@ enum class TensorRole {
 // biases, post_norms; tied_head).
 std::string TensorName(const Arch& arch, TensorRole role, int layer);
 
-// The roles of the tensors layer `layer` holds under its spec, and those outside the layers
+// The name of expert `expert`'s tensor of role kExpertGate, kExpertUp or kExpertDown in layer
+// `layer` ("model.layers.3.mlp.experts.5.gate_proj.weight"). TensorName gives expert 0's.
+std::string ExpertTensorName(const Arch& arch, TensorRole role, int layer, int expert);
+
+// Whether any layer of `arch` is a mixture of experts.
+bool HasMoe(const Arch& arch);
+
+// The roles of the tensors layer `layer` holds under its spec (a mixture-of-experts layer:
+// kRouter and the per-expert roles, each standing for every expert's tensor, or kExpertsGateUp
+// and kExpertsDown in transformers 5's layout), and those outside the layers
 // (embedding, final norm, head unless tied).
 std::vector<TensorRole> LayerRoles(const Arch& arch, int layer);
 
@@ -69,7 +88,8 @@ Status ResolveTensorPrefix(Arch* arch, const std::function<bool(const std::strin
                            const std::string& where);
 
 // The shape a tensor of `role` has in layer `layer` (-1 for kEmbed, kFinalNorm, kHead):
-// [outputs, inputs] for the embedding, the head and the linears, [n] for norms and biases.
+// [outputs, inputs] for the embedding, the head and the linears (one expert's for the expert
+// roles), [n] for norms and biases, [experts, outputs, inputs] for kExpertsGateUp, kExpertsDown.
 std::vector<int64_t> TensorShape(const Arch& arch, TensorRole role, int layer);
 
 // The one shape check of every path that reads a checkpoint (load, convert): an error naming the

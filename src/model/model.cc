@@ -16,7 +16,9 @@ namespace gizllm {
 // One decoder layer: its blocks, each with its own weights (and the attention's KV pages).
 struct Model::Layer {
   AttentionBlock attention;
-  FeedForwardBlock feed_forward;
+  FeedForwardBlock feed_forward;  // a dense layer's
+  MoeFeedForwardBlock moe;        // a mixture-of-experts layer's
+  bool is_moe = false;
 };
 
 // Step buffers, sized once by Reserve for the most rows a step may read.
@@ -95,6 +97,12 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     const AttentionSpec& a = spec.attention;
     if (Status s = backend->CheckAttentionShape(a.heads, a.kv_heads, a.head_dim); !s.ok())
       return Unimplemented(dir + "/config.json: " + s.message());
+    if (spec.IsMoe() && !backend->SupportsMoe()) {
+      return Unimplemented(dir + ": a mixture-of-experts model (" + arch.family + ", layer " +
+                           std::to_string(l) + " has " + std::to_string(spec.moe.experts) +
+                           " experts); mixture-of-experts layers do not run on " +
+                           backend->Describe() + " yet (they run on the CPU backend)");
+    }
   }
   if (!backend->SupportsKvFormat(options.kv)) {
     return Unimplemented("KV pages of format " + KvFormatName(options.kv) + ": " +
@@ -143,7 +151,12 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   for (int l = 0; l < a.layers; ++l) {
     Layer& L = impl.layers[l];
     GZ_RETURN_IF_ERROR(L.attention.Load(w, a, l, impl.rope_tables));
-    GZ_RETURN_IF_ERROR(L.feed_forward.Load(w, a, l));
+    L.is_moe = a.layer[l].IsMoe();
+    if (L.is_moe) {
+      GZ_RETURN_IF_ERROR(L.moe.Load(w, a, l));
+    } else {
+      GZ_RETURN_IF_ERROR(L.feed_forward.Load(w, a, l));
+    }
     const AttentionSpec& spec = a.layer[l].attention;
     model->caches_.push_back(
         {LayerKind::kAttention, spec.kv_heads, spec.head_dim, spec.window, options.kv});
@@ -222,7 +235,7 @@ Status Model::Reserve(int64_t rows, int32_t slots, int32_t max_pages) {
   for (const LayerSpec& spec : a.layer) {
     q_dim = std::max(q_dim, spec.attention.QDim());
     kv_dim = std::max(kv_dim, spec.attention.KvDim());
-    ffn = std::max(ffn, spec.feed_forward.ffn);
+    if (!spec.IsMoe()) ffn = std::max(ffn, spec.feed_forward.ffn);
   }
   GZ_RETURN_IF_ERROR(alloc(&b.q, rows * q_dim * f));
   GZ_RETURN_IF_ERROR(alloc(&b.k, rows * kv_dim * f));
@@ -371,7 +384,11 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   for (int l = 0; !replayed && l < a.layers; ++l) {
     const Layer& L = impl.layers[l];
     L.attention.Issue(step, in);
-    L.feed_forward.Issue(step, in);
+    if (L.is_moe) {
+      L.moe.Issue(step, in);
+    } else {
+      L.feed_forward.Issue(step, in);
+    }
     capture(l + 1);
   }
   if (!replayed && head_wanted) {

@@ -126,4 +126,55 @@ Expected<Weight> WeightLoader::Matrix(TensorRole role, int layer) {
   return w;
 }
 
+Expected<Weight> WeightLoader::ExpertMatrix(TensorRole role, int layer, int expert) {
+  if (role != TensorRole::kExpertGate && role != TensorRole::kExpertUp &&
+      role != TensorRole::kExpertDown)
+    return Internal("ExpertMatrix: not an expert role");
+  const MoeSpec& moe = arch_.layer[layer].moe;
+  const std::vector<int64_t> shape = TensorShape(arch_, role, layer);
+  const int64_t rows = shape[0], cols = shape[1];
+  const TensorRole stacked_role =
+      role == TensorRole::kExpertDown ? TensorRole::kExpertsDown : TensorRole::kExpertsGateUp;
+  const std::string stacked_name = TensorName(arch_, stacked_role, layer);
+  const TensorInfo* stacked = checkpoint_.Find(stacked_name);
+  const std::string name = stacked ? stacked_name : ExpertTensorName(arch_, role, layer, expert);
+  const TensorInfo* t = stacked ? stacked : checkpoint_.Find(name);
+  if (!t) return NotFound(dir_ + ": tensor " + name + " is missing");
+  if (converted_) {
+    return Unimplemented(dir_ + ": tensor " + name +
+                         ": experts of a converted folder are not supported yet");
+  }
+  if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32)
+    return InvalidArgument(t->file + ": tensor " + name + " has dtype " +
+                           std::string(DTypeName(t->dtype)) + ", expected BF16, F16 or F32");
+  Weight host;
+  host.format = FormatOf(t->dtype);
+  host.rows = rows;
+  host.cols = cols;
+  host.data = t->data;
+  if (stacked) {
+    GZ_RETURN_IF_ERROR(
+        CheckTensorShape(t->file, name, t->shape, TensorShape(arch_, stacked_role, layer)));
+    // Expert e's [rows, cols] block; gate is the first moe.ffn rows of its gate_up block.
+    const int64_t block_rows = stacked_role == TensorRole::kExpertsGateUp ? 2 * moe.ffn : rows;
+    int64_t first_row = static_cast<int64_t>(expert) * block_rows;
+    if (role == TensorRole::kExpertUp) first_row += moe.ffn;
+    host.data = t->data + first_row * cols * DTypeSize(t->dtype);
+  } else {
+    GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, t->shape, shape));
+  }
+  std::unique_ptr<Buffer> storage;
+  GZ_ASSIGN_OR_RETURN(Weight w, backend_.PrepareWeight(host, &storage));
+  if (storage) placed_->storage.push_back(std::move(storage));
+  placed_->parameters += rows * cols;
+  placed_->bytes += host.Bytes();
+  std::string shown = stacked ? stacked_name + "[" + std::to_string(expert) + "]" +
+                                    (role == TensorRole::kExpertGate ? " gate"
+                                     : role == TensorRole::kExpertUp ? " up"
+                                                                     : "")
+                              : name;
+  placed_->summary.push_back({shown, FormatName(host.format), {rows, cols}, host.Bytes()});
+  return w;
+}
+
 }  // namespace gizllm

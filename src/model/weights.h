@@ -42,6 +42,10 @@ class WeightLoader {
   Expected<const float*> Vector(TensorRole role, int layer);
   // A matrix (the embedding, the head, a linear) in the format it is stored in.
   Expected<Weight> Matrix(TensorRole role, int layer);
+  // Expert `expert`'s kExpertGate, kExpertUp or kExpertDown matrix of a mixture-of-experts
+  // layer: its own tensor, or its part of the layer's kExpertsGateUp or kExpertsDown tensor
+  // (transformers 5's layout) where the checkpoint holds those. Plain formats only.
+  Expected<Weight> ExpertMatrix(TensorRole role, int layer, int expert);
   // Host floats copied to the device.
   Expected<const float*> Upload(const std::vector<float>& host);
 

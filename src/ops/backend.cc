@@ -147,6 +147,24 @@ Status GatherRowsParams::Check() const {
   return Status::Ok();
 }
 
+Status MoeFeedForwardParams::Check() const {
+  const char* op = "MoeFeedForward";
+  if (rows < 0) return Bad(op, "rows", "must not be negative");
+  if (dim <= 0 || ffn <= 0) return Bad(op, "dim", "dim and ffn must be positive");
+  if (experts <= 0) return Bad(op, "experts", "must be positive");
+  if (top_k < 1 || top_k > experts) return Bad(op, "top_k", "must be in [1, experts]");
+  if (!router || !gate || !up || !down) return Bad(op, "router", "weights null");
+  if (rows > 0 && (!out || !x)) return Bad(op, "out", "null");
+  if (out == x && rows > 0) return Bad(op, "out", "must not alias x");
+  if (router->rows != experts || router->cols != dim) return Bad(op, "router", "shape");
+  for (int e = 0; e < experts; ++e) {
+    if (gate[e].rows != ffn || gate[e].cols != dim || up[e].rows != ffn || up[e].cols != dim ||
+        down[e].rows != dim || down[e].cols != ffn)
+      return Bad(op, "gate", "an expert's shape differs from [ffn, dim], [dim, ffn]");
+  }
+  return Status::Ok();
+}
+
 Status SampleParams::Check() const {
   if (rows > 0 && (!tokens || !logits || !params)) return Bad("Sample", "tokens", "null");
   if (rows < 0) return Bad("Sample", "rows", "must not be negative");

@@ -199,6 +199,29 @@ struct GatherRowsParams {
   Status Check() const;
 };
 
+// A mixture-of-experts feed-forward (model/arch.h MoeSpec), one op: per row, router logits
+// x R^T, their softmax in float32, the top_k experts of the largest probabilities (the lowest
+// index first among equals), their probabilities divided by their sum when norm_topk_prob; then
+// out = sum over the picked experts e of p_e * down_e(silu(gate_e(x)) * up_e(x)), summed in
+// the order of the expert indices (as transformers' index_add_), or out += that sum with
+// `accumulate`. The weights are plain or as PrepareWeight made them; out must not alias x.
+struct MoeFeedForwardParams {
+  float* out = nullptr;      // [rows, dim]
+  const float* x = nullptr;  // [rows, dim], the normalized input
+  int64_t rows = 0;
+  int64_t dim = 0;
+  int64_t ffn = 0;  // each expert's width
+  int experts = 0;
+  int top_k = 0;  // experts per row, in [1, experts]
+  bool norm_topk_prob = false;
+  bool accumulate = false;
+  const Weight* router = nullptr;  // [experts, dim]
+  const Weight* gate = nullptr;    // host array of `experts` weights, each [ffn, dim]
+  const Weight* up = nullptr;      // host array of `experts` weights, each [ffn, dim]
+  const Weight* down = nullptr;    // host array of `experts` weights, each [dim, ffn]
+  Status Check() const;
+};
+
 // How one row's token is picked on the device: sampling/sampling.h's steps 3 to 5 (temperature,
 // min-p, top-k, top-p, the counter-based draw), for requests without penalties or logprobs.
 struct SampleRow {
@@ -284,6 +307,11 @@ class Backend {
   // Whether Matmul runs the swiglu end, also where FusesMatmul() is false (the model then issues
   // RmsNorm and Add, and no Glu op for a SwiGLU).
   virtual bool FusesSwiGlu() const { return FusesMatmul(); }
+
+  // Whether MoeFeedForward runs; a model with mixture-of-experts layers checks it when it loads
+  // and refuses a backend without it. The default op is never reached.
+  virtual bool SupportsMoe() const { return false; }
+  virtual void MoeFeedForward(const MoeFeedForwardParams& p) { (void)p; }
 
   // Token picking on the device; a backend without it (CanSample false) leaves it to the host.
   virtual bool CanSample() const { return false; }

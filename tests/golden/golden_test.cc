@@ -127,6 +127,47 @@ TEST(Golden, Gemma2SoftCappedAttention) {
               {256, 5, 1});
 }
 
+// Qwen3-MoE: mixture-of-experts layers (8 experts, 2 a token, renormalized weights) around a
+// dense one (mlp_only_layers), read in whole prompts and in steps of 5 and 1 rows. The reference
+// is written by tools/make_golden.py on a machine with transformers; until then these skip.
+constexpr char kQwen3Moe[] = "tests/golden/models/qwen3_moe";
+
+bool HaveQwen3MoeReference() {
+  return std::filesystem::exists(std::string(kQwen3Moe) + "/reference.safetensors");
+}
+
+constexpr char kNoQwen3MoeReference[] =
+    "tests/golden/models/qwen3_moe is absent: write it with "
+    "python3 tools/make_golden.py --out tests/golden/models --families qwen3_moe";
+
+TEST(Golden, Qwen3MoeExpertsAndADenseLayer) {
+  if (!HaveQwen3MoeReference()) GTEST_SKIP() << kNoQwen3MoeReference;
+  auto model = LoadModel(kQwen3Moe);
+  ASSERT_TRUE(model);
+  ASSERT_TRUE(model->arch().layer[0].IsMoe());
+  ASSERT_FALSE(model->arch().layer[1].IsMoe());
+  CheckLogits(*model, "qwen3_moe", std::string(kQwen3Moe) + "/reference.safetensors", 1e-4f,
+              {256, 5, 1});
+}
+
+TEST(Golden, Qwen3MoeHiddenStatesBeforeFinalNorm) {
+  if (!HaveQwen3MoeReference()) GTEST_SKIP() << kNoQwen3MoeReference;
+  auto model = LoadModel(kQwen3Moe);
+  ASSERT_TRUE(model);
+  auto ref = SafetensorsFile::Open(std::string(kQwen3Moe) + "/reference.safetensors");
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  const TensorInfo* hidden = ref->Find("hidden2");
+  ASSERT_NE(hidden, nullptr);
+  ASSERT_EQ(hidden->shape.size(), 3u);
+  const int layers = static_cast<int>(hidden->shape[0]);
+  ASSERT_EQ(layers, model->arch().layers + 1);
+  std::vector<int> all(layers);
+  std::iota(all.begin(), all.end(), 0);
+  auto ours = SequenceHidden(*model, ReadIds(*ref->Find("ids2")), all);
+  ASSERT_TRUE(ours.ok()) << ours.status().message();
+  ExpectClose(*ours, ReadFloats(*hidden), "qwen3_moe hidden states");
+}
+
 TEST(Golden, TinyChatReferenceLogits) {
   CheckReferenceLogits("models/tiny-chat", "models/tiny-chat/reference.safetensors");
 }

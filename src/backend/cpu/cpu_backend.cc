@@ -946,6 +946,94 @@ void CpuBackend::GatherRows(const GatherRowsParams& p) {
   }
 }
 
+void CpuBackend::MoeFeedForward(const MoeFeedForwardParams& p) {
+  if (p.rows <= 0) return;
+  const int64_t n = p.rows, dim = p.dim, ffn = p.ffn;
+  const int experts = p.experts, k = p.top_k;
+  MoeScratch& m = moe_;
+  m.logits.resize(n * experts);
+  MatmulParams router;
+  router.x = p.x;
+  router.rows = n;
+  router.w[0] = p.router;
+  router.out[0] = m.logits.data();
+  Matmul(router);
+  // Routing, per row: softmax in float32, the top k (lowest index first among equals).
+  m.by_expert.resize(experts);
+  for (auto& rows : m.by_expert) rows.clear();
+  m.weights.resize(k);
+  m.picked.resize(k);
+  for (int64_t r = 0; r < n; ++r) {
+    float* z = m.logits.data() + r * experts;
+    float max = z[0];
+    for (int e = 1; e < experts; ++e) max = std::max(max, z[e]);
+    float total = 0.0f;
+    for (int e = 0; e < experts; ++e) {
+      z[e] = std::exp(z[e] - max);
+      total += z[e];
+    }
+    for (int e = 0; e < experts; ++e) z[e] /= total;
+    for (int j = 0; j < k; ++j) {
+      int best = -1;
+      for (int e = 0; e < experts; ++e) {
+        if (std::find(m.picked.begin(), m.picked.begin() + j, e) != m.picked.begin() + j) continue;
+        if (best < 0 || z[e] > z[best]) best = e;
+      }
+      m.picked[j] = best;
+      m.weights[j] = z[best];
+    }
+    if (p.norm_topk_prob) {
+      float sum = 0.0f;
+      for (int j = 0; j < k; ++j) sum += m.weights[j];
+      for (int j = 0; j < k; ++j) m.weights[j] /= sum;
+    }
+    for (int j = 0; j < k; ++j) {
+      m.by_expert[m.picked[j]].push_back({static_cast<int32_t>(r), m.weights[j]});
+    }
+  }
+  // Each expert's rows together, the experts in index order; sum[r] gathers row r's weighted
+  // outputs in that order.
+  m.sum.assign(n * dim, 0.0f);
+  for (int e = 0; e < experts; ++e) {
+    const auto& rows = m.by_expert[e];
+    const int64_t count = static_cast<int64_t>(rows.size());
+    if (count == 0) continue;
+    m.rows_in.resize(count * dim);
+    m.gate.resize(count * ffn);
+    m.up.resize(count * ffn);
+    m.rows_out.resize(count * dim);
+    for (int64_t i = 0; i < count; ++i) {
+      std::memcpy(m.rows_in.data() + i * dim, p.x + static_cast<int64_t>(rows[i].first) * dim,
+                  sizeof(float) * dim);
+    }
+    MatmulParams gate_up;
+    gate_up.x = m.rows_in.data();
+    gate_up.rows = count;
+    gate_up.outputs = 2;
+    gate_up.w[0] = &p.gate[e], gate_up.w[1] = &p.up[e];
+    gate_up.out[0] = m.gate.data(), gate_up.out[1] = m.up.data();
+    gate_up.swiglu = true;
+    Matmul(gate_up);
+    MatmulParams down;
+    down.x = m.gate.data();
+    down.rows = count;
+    down.w[0] = &p.down[e];
+    down.out[0] = m.rows_out.data();
+    Matmul(down);
+    for (int64_t i = 0; i < count; ++i) {
+      float* to = m.sum.data() + static_cast<int64_t>(rows[i].first) * dim;
+      const float* y = m.rows_out.data() + i * dim;
+      const float w = rows[i].second;
+      for (int64_t c = 0; c < dim; ++c) to[c] += y[c] * w;
+    }
+  }
+  if (p.accumulate) {
+    Add({p.out, m.sum.data(), n * dim});
+  } else {
+    std::memcpy(p.out, m.sum.data(), sizeof(float) * n * dim);
+  }
+}
+
 std::unique_ptr<Backend> MakeCpuBackend(ThreadPool* pool) {
   return std::make_unique<CpuBackend>(pool, CpuOptions{});
 }

@@ -79,6 +79,10 @@ class CpuBackend : public Backend {
   void GatherRows(const GatherRowsParams& p) override;
   // The swiglu end of a gate/up matmul (not the norm and accumulate ends).
   bool FusesSwiGlu() const override { return true; }
+  // Rows grouped by expert: each expert's rows through the Matmul paths (gate and up with the
+  // swiglu end, then down), the experts one after another, each matmul over the pool.
+  bool SupportsMoe() const override { return true; }
+  void MoeFeedForward(const MoeFeedForwardParams& p) override;
   void Synchronize() override {}
 
  private:
@@ -118,6 +122,14 @@ class CpuBackend : public Backend {
   Scratch attention_;       // per thread: accumulators of one kv head's query heads
   Scratch tile_attention_;  // per thread: prompt tiles' queries, keys, values and sums
   std::vector<std::pair<int64_t, int64_t>> tiles_;  // Attention: (first row, rows) a task
+  // MoeFeedForward: router logits, each row's experts and weights, an expert's rows gathered,
+  // its gate/up and down outputs, the weighted sums.
+  struct MoeScratch {
+    std::vector<float> logits, weights, rows_in, gate, up, rows_out, sum;
+    std::vector<int32_t> picked;
+    std::vector<std::vector<std::pair<int32_t, float>>> by_expert;  // (row, weight)
+  };
+  MoeScratch moe_;
 };
 
 // The CPU backend with default options.

@@ -242,3 +242,65 @@ void ReferenceGatherRows(const GatherRowsParams& p) {
 }
 
 }  // namespace gizllm
+
+namespace gizllm {
+
+void ReferenceMoeFeedForward(const MoeFeedForwardParams& p) {
+  const int64_t dim = p.dim, ffn = p.ffn;
+  std::vector<double> prob(p.experts), h(ffn), sum(dim);
+  std::vector<int> picked;
+  std::vector<double> weight;
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const float* x = p.x + r * dim;
+    double max = -std::numeric_limits<double>::infinity();
+    for (int e = 0; e < p.experts; ++e) {
+      double z = 0.0;
+      for (int64_t c = 0; c < dim; ++c)
+        z += static_cast<double>(x[c]) * ReferenceWeightAt(*p.router, e, c);
+      prob[e] = z;
+      max = std::max(max, z);
+    }
+    double total = 0.0;
+    for (int e = 0; e < p.experts; ++e) total += prob[e] = std::exp(prob[e] - max);
+    for (int e = 0; e < p.experts; ++e) prob[e] /= total;
+    picked.clear();
+    weight.clear();
+    for (int j = 0; j < p.top_k; ++j) {
+      int best = -1;
+      for (int e = 0; e < p.experts; ++e) {
+        if (std::find(picked.begin(), picked.end(), e) != picked.end()) continue;
+        if (best < 0 || prob[e] > prob[best]) best = e;
+      }
+      picked.push_back(best);
+      weight.push_back(prob[best]);
+    }
+    if (p.norm_topk_prob) {
+      double s = 0.0;
+      for (double w : weight) s += w;
+      for (double& w : weight) w /= s;
+    }
+    std::fill(sum.begin(), sum.end(), 0.0);
+    for (int j = 0; j < p.top_k; ++j) {
+      const int e = picked[j];
+      for (int64_t i = 0; i < ffn; ++i) {
+        double g = 0.0, u = 0.0;
+        for (int64_t c = 0; c < dim; ++c) {
+          g += static_cast<double>(x[c]) * ReferenceWeightAt(p.gate[e], i, c);
+          u += static_cast<double>(x[c]) * ReferenceWeightAt(p.up[e], i, c);
+        }
+        h[i] = g / (1.0 + std::exp(-g)) * u;
+      }
+      for (int64_t c = 0; c < dim; ++c) {
+        double y = 0.0;
+        for (int64_t i = 0; i < ffn; ++i) y += h[i] * ReferenceWeightAt(p.down[e], c, i);
+        sum[c] += weight[j] * y;
+      }
+    }
+    float* out = p.out + r * dim;
+    for (int64_t c = 0; c < dim; ++c) {
+      out[c] = static_cast<float>((p.accumulate ? out[c] : 0.0) + sum[c]);
+    }
+  }
+}
+
+}  // namespace gizllm

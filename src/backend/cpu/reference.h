@@ -27,5 +27,7 @@ void ReferenceGlu(const GluParams& p);
 void ReferenceSoftcap(const SoftcapParams& p);
 void ReferenceAdd(const AddParams& p);
 void ReferenceGatherRows(const GatherRowsParams& p);
+// Routing and experts in double, row by row (plain-format weights only).
+void ReferenceMoeFeedForward(const MoeFeedForwardParams& p);
 
 }  // namespace gizllm

@@ -397,6 +397,18 @@ std::string HfDecoderTensorName(const std::string& prefix, TensorRole role, int 
       return l + "mlp.up_proj.bias";
     case TensorRole::kDownBias:
       return l + "mlp.down_proj.bias";
+    case TensorRole::kRouter:
+      return l + "mlp.gate.weight";
+    case TensorRole::kExpertGate:
+      return l + "mlp.experts.0.gate_proj.weight";
+    case TensorRole::kExpertUp:
+      return l + "mlp.experts.0.up_proj.weight";
+    case TensorRole::kExpertDown:
+      return l + "mlp.experts.0.down_proj.weight";
+    case TensorRole::kExpertsGateUp:
+      return l + "mlp.experts.gate_up_proj";
+    case TensorRole::kExpertsDown:
+      return l + "mlp.experts.down_proj";
   }
   return "";
 }

@@ -95,5 +95,6 @@ const Family& Qwen3Family();
 const Family& Gemma2Family();      // gemma2, Gemma2ForCausalLM
 const Family& Gemma3TextFamily();  // gemma3_text, Gemma3ForCausalLM
 const Family& Gemma3Family();      // gemma3, Gemma3ForConditionalGeneration: its text model
+const Family& Qwen3MoeFamily();    // qwen3_moe, Qwen3MoeForCausalLM
 
 }  // namespace gizllm

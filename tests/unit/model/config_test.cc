@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -676,6 +677,156 @@ TEST(RopeTest, DefaultAndLinear) {
   rope.factor = 4.0;
   std::vector<float> linear = rope.InvFreq();
   for (int i = 0; i < 32; ++i) EXPECT_FLOAT_EQ(linear[i], inv[i] / 4.0f) << i;
+}
+
+}  // namespace
+}  // namespace gizllm
+
+namespace gizllm {
+namespace {
+
+// Qwen3-30B-A3B's config.json.
+json Qwen3MoeConfig() {
+  return json::parse(R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 6144, "max_position_embeddings": 40960, "max_window_layers": 48,
+    "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768,
+    "norm_topk_prob": true, "num_attention_heads": 32, "num_experts": 128,
+    "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+    "output_router_logits": false, "rms_norm_eps": 1e-06, "rope_scaling": null,
+    "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001, "sliding_window": null,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
+    "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})");
+}
+
+TEST(ConfigTest, Qwen3Moe30BA3B) {
+  auto arch = ParseArch(Qwen3MoeConfig(), "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->family, "qwen3_moe");
+  EXPECT_EQ(arch->architecture, "Qwen3MoeForCausalLM");
+  EXPECT_EQ(arch->layers, 48);
+  EXPECT_EQ(arch->dim, 2048);
+  EXPECT_EQ(arch->heads, 32);
+  EXPECT_EQ(arch->kv_heads, 4);
+  EXPECT_EQ(arch->head_dim, 128);
+  EXPECT_EQ(arch->vocab, 151936);
+  EXPECT_EQ(arch->context, 40960);
+  EXPECT_EQ(arch->rope.theta, 1e6);
+  EXPECT_TRUE(arch->qk_norm);
+  EXPECT_FALSE(arch->qkv_bias);
+  EXPECT_FALSE(arch->tied_head);
+  EXPECT_TRUE(HasMoe(*arch));
+  ASSERT_EQ(arch->layer.size(), 48u);
+  for (const LayerSpec& spec : arch->layer) {
+    EXPECT_TRUE(spec.IsMoe());
+    EXPECT_EQ(spec.moe.experts, 128);
+    EXPECT_EQ(spec.moe.experts_per_token, 8);
+    EXPECT_EQ(spec.moe.ffn, 768);
+    EXPECT_TRUE(spec.moe.norm_topk_prob);
+    EXPECT_TRUE(spec.attention.qk_norm);
+  }
+  EXPECT_EQ(TensorName(*arch, TensorRole::kRouter, 7), "model.layers.7.mlp.gate.weight");
+  EXPECT_EQ(ExpertTensorName(*arch, TensorRole::kExpertGate, 7, 0),
+            "model.layers.7.mlp.experts.0.gate_proj.weight");
+  EXPECT_EQ(ExpertTensorName(*arch, TensorRole::kExpertDown, 47, 127),
+            "model.layers.47.mlp.experts.127.down_proj.weight");
+  EXPECT_EQ(TensorName(*arch, TensorRole::kExpertsGateUp, 3),
+            "model.layers.3.mlp.experts.gate_up_proj");
+  EXPECT_EQ(TensorName(*arch, TensorRole::kExpertsDown, 3), "model.layers.3.mlp.experts.down_proj");
+  EXPECT_EQ(TensorShape(*arch, TensorRole::kRouter, 0), (std::vector<int64_t>{128, 2048}));
+  EXPECT_EQ(TensorShape(*arch, TensorRole::kExpertUp, 0), (std::vector<int64_t>{768, 2048}));
+  EXPECT_EQ(TensorShape(*arch, TensorRole::kExpertDown, 0), (std::vector<int64_t>{2048, 768}));
+  EXPECT_EQ(TensorShape(*arch, TensorRole::kExpertsGateUp, 0),
+            (std::vector<int64_t>{128, 1536, 2048}));
+  EXPECT_EQ(TensorShape(*arch, TensorRole::kExpertsDown, 0),
+            (std::vector<int64_t>{128, 2048, 768}));
+  const std::vector<TensorRole> roles = LayerRoles(*arch, 0);
+  EXPECT_NE(std::find(roles.begin(), roles.end(), TensorRole::kRouter), roles.end());
+  EXPECT_EQ(std::find(roles.begin(), roles.end(), TensorRole::kGate), roles.end());
+}
+
+// Dense layers: mlp_only_layers, decoder_sparse_step, num_experts 0; transformers 5's
+// num_local_experts spelling.
+TEST(ConfigTest, Qwen3MoeDenseLayers) {
+  json c = Qwen3MoeConfig();
+  c["num_hidden_layers"] = 4;
+  c["mlp_only_layers"] = {1};
+  auto arch = ParseArch(c, "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_TRUE(arch->layer[0].IsMoe());
+  EXPECT_FALSE(arch->layer[1].IsMoe());
+  EXPECT_EQ(arch->layer[1].feed_forward.ffn, 6144);
+  EXPECT_TRUE(arch->layer[2].IsMoe());
+  EXPECT_TRUE(arch->layer[3].IsMoe());
+  const std::vector<TensorRole> roles = LayerRoles(*arch, 1);
+  EXPECT_NE(std::find(roles.begin(), roles.end(), TensorRole::kGate), roles.end());
+  EXPECT_EQ(std::find(roles.begin(), roles.end(), TensorRole::kRouter), roles.end());
+
+  c["mlp_only_layers"] = json::array();
+  c["decoder_sparse_step"] = 2;  // layers 1 and 3: (l + 1) % 2 == 0
+  arch = ParseArch(c, "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_FALSE(arch->layer[0].IsMoe());
+  EXPECT_TRUE(arch->layer[1].IsMoe());
+  EXPECT_FALSE(arch->layer[2].IsMoe());
+  EXPECT_TRUE(arch->layer[3].IsMoe());
+
+  c["decoder_sparse_step"] = 1;
+  c["num_experts"] = 0;
+  arch = ParseArch(c, "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_FALSE(HasMoe(*arch));
+
+  c.erase("num_experts");
+  c["num_local_experts"] = 16;
+  c["num_experts_per_tok"] = 4;
+  c["norm_topk_prob"] = false;
+  arch = ParseArch(c, "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->layer[2].moe.experts, 16);
+  EXPECT_EQ(arch->layer[2].moe.experts_per_token, 4);
+  EXPECT_FALSE(arch->layer[2].moe.norm_topk_prob);
+
+  // Qwen3MoeConfig's defaults: 128 experts, 8 a token, 768 wide, no renormalization.
+  c.erase("num_local_experts");
+  c.erase("num_experts_per_tok");
+  c.erase("moe_intermediate_size");
+  c.erase("norm_topk_prob");
+  arch = ParseArch(c, "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->layer[0].moe.experts, 128);
+  EXPECT_EQ(arch->layer[0].moe.experts_per_token, 8);
+  EXPECT_EQ(arch->layer[0].moe.ffn, 768);
+  EXPECT_FALSE(arch->layer[0].moe.norm_topk_prob);
+}
+
+TEST(ConfigTest, Qwen3MoeRefusals) {
+  json c = Qwen3MoeConfig();
+  c["num_experts_per_tok"] = 129;
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument, {"num_experts_per_tok"});
+  c = Qwen3MoeConfig();
+  c["decoder_sparse_step"] = 0;
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument, {"decoder_sparse_step"});
+  c = Qwen3MoeConfig();
+  c["mlp_only_layers"] = "all";
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument, {"mlp_only_layers"});
+  c = Qwen3MoeConfig();
+  c["shared_expert_intermediate_size"] = 5632;
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented,
+              {"shared_expert_intermediate_size"});
+  c = Qwen3MoeConfig();
+  c["use_sliding_window"] = true;
+  c["sliding_window"] = 4096;
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented, {"use_sliding_window"});
+  c = Qwen3MoeConfig();
+  c["moe_intermediate_size"] = 0;
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument, {"moe_intermediate_size"});
+  // Other families still refuse experts.
+  c = Qwen25Config();
+  c["num_experts"] = 8;
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented, {"num_experts"});
 }
 
 }  // namespace

@@ -850,3 +850,127 @@ TEST_F(CpuBackendTest, Int8ActivationsRepackEightAndFourBitWeights) {
 
 }  // namespace
 }  // namespace gizllm
+
+namespace gizllm {
+namespace {
+
+// MoeFeedForward against the float64 reference: rows grouped by expert, one expert per row up to
+// all of them, with and without renormalization and accumulation, and a zero router (every
+// probability equal: the lowest indices win).
+TEST_F(CpuBackendTest, MoeFeedForwardMatchesReference) {
+  constexpr int kExperts = 7;
+  constexpr int64_t kDim = 37, kFfn = 21;
+  const std::vector<float> zeros(kExperts * kDim, 0.0f);
+  const Weight zero_router{
+      .format = Format::kF32, .rows = kExperts, .cols = kDim, .data = zeros.data()};
+  for (const Config& c : Configs()) {
+    ThreadPool pool(c.threads);
+    CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
+    for (Format format : {Format::kF32, Format::kBf16}) {
+      TestWeight router(format, kExperts, kDim, rng_);
+      std::vector<TestWeight> experts;
+      for (int e = 0; e < kExperts; ++e) {
+        experts.emplace_back(format, kFfn, kDim, rng_);
+        experts.emplace_back(format, kFfn, kDim, rng_);
+        experts.emplace_back(format, kDim, kFfn, rng_);
+      }
+      std::vector<Weight> gate, up, down;
+      for (int e = 0; e < kExperts; ++e) {
+        gate.push_back(experts[3 * e].w);
+        up.push_back(experts[3 * e + 1].w);
+        down.push_back(experts[3 * e + 2].w);
+      }
+      for (int64_t rows : {1, 3, 17, 40}) {
+        for (int top_k : {1, 2, kExperts}) {
+          for (int variant = 0; variant < 4; ++variant) {
+            const bool norm = variant & 1, accumulate = variant & 2;
+            const bool zero = rows == 3 && top_k == 2;
+            std::vector<float> x = Random(rows * kDim);
+            std::vector<float> got = accumulate ? Random(rows * kDim) : Poison(rows * kDim);
+            std::vector<float> want = got;
+            MoeFeedForwardParams p;
+            p.out = got.data();
+            p.x = x.data();
+            p.rows = rows;
+            p.dim = kDim;
+            p.ffn = kFfn;
+            p.experts = kExperts;
+            p.top_k = top_k;
+            p.norm_topk_prob = norm;
+            p.accumulate = accumulate;
+            p.router = zero ? &zero_router : &router.w;
+            p.gate = gate.data();
+            p.up = up.data();
+            p.down = down.data();
+            ASSERT_TRUE(p.Check().ok()) << p.Check().message();
+            MoeFeedForwardParams ref = p;
+            ref.out = want.data();
+            backend.MoeFeedForward(p);
+            ReferenceMoeFeedForward(ref);
+            double scale = 0.0;
+            for (float v : want) scale = std::max(scale, std::fabs(static_cast<double>(v)));
+            for (int64_t i = 0; i < rows * kDim; ++i) {
+              ASSERT_NEAR(got[i], want[i], 2e-5 * scale)
+                  << Name(c) << " " << FormatName(format) << " rows " << rows << " top_k " << top_k
+                  << " norm " << norm << " accumulate " << accumulate << " zero router " << zero
+                  << " at " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The reference itself: a zero router gives every expert the same probability, so the lowest
+// indices are picked, each with weight 1/experts, or 1/top_k renormalized.
+TEST_F(CpuBackendTest, MoeReferencePicksLowestIndicesOnTies) {
+  constexpr int kExperts = 4;
+  constexpr int64_t kDim = 3, kFfn = 2;
+  const std::vector<float> zeros(kExperts * kDim, 0.0f);
+  // Expert e: gate and up rows all ones, down = (e + 1) on every entry.
+  std::vector<std::vector<float>> downs;
+  const std::vector<float> ones(kFfn * kDim, 1.0f);
+  std::vector<Weight> gate, up, down;
+  for (int e = 0; e < kExperts; ++e) downs.emplace_back(kDim * kFfn, static_cast<float>(e + 1));
+  for (int e = 0; e < kExperts; ++e) {
+    gate.push_back({.format = Format::kF32, .rows = kFfn, .cols = kDim, .data = ones.data()});
+    up.push_back(gate.back());
+    down.push_back({.format = Format::kF32, .rows = kDim, .cols = kFfn, .data = downs[e].data()});
+  }
+  const Weight router{.format = Format::kF32, .rows = kExperts, .cols = kDim, .data = zeros.data()};
+  const std::vector<float> x = {1.0f, 0.0f, 0.0f};
+  // gate = up = 1 for every hidden unit: silu(1) * 1, summed over kFfn, times (e + 1).
+  const double unit = kFfn * (1.0 / (1.0 + std::exp(-1.0)));
+  for (bool norm : {false, true}) {
+    for (bool cpu : {false, true}) {
+      std::vector<float> out(kDim);
+      MoeFeedForwardParams p;
+      p.out = out.data();
+      p.x = x.data();
+      p.rows = 1;
+      p.dim = kDim;
+      p.ffn = kFfn;
+      p.experts = kExperts;
+      p.top_k = 2;
+      p.norm_topk_prob = norm;
+      p.router = &router;
+      p.gate = gate.data();
+      p.up = up.data();
+      p.down = down.data();
+      ThreadPool pool(1);
+      CpuBackend backend(&pool, CpuOptions{});
+      if (cpu) {
+        backend.MoeFeedForward(p);
+      } else {
+        ReferenceMoeFeedForward(p);
+      }
+      // Experts 0 and 1: (1 + 2) * unit * weight.
+      const double weight = norm ? 0.5 : 0.25;
+      for (float v : out) EXPECT_NEAR(v, 3.0 * unit * weight, 1e-5) << norm << cpu;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gizllm
