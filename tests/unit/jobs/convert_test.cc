@@ -361,3 +361,25 @@ TEST_F(ConvertTest, ReadLinearRejectsMismatchedDescriptions) {
 
 }  // namespace
 }  // namespace gizllm::quant
+
+namespace gizllm::quant {
+namespace {
+
+// A mixture-of-experts model is refused, naming it, instead of being converted without its
+// experts.
+TEST_F(ConvertTest, RefusesMixtureOfExperts) {
+  nlohmann::json config = nlohmann::json::parse(*ReadFile((root_ / "hf/config.json").string()));
+  config["architectures"] = {"Qwen3MoeForCausalLM"};
+  config["model_type"] = "qwen3_moe";
+  config["num_experts"] = 4;
+  config["num_experts_per_tok"] = 2;
+  config["moe_intermediate_size"] = 64;
+  WriteText(root_ / "hf/config.json", config.dump());
+  Status s = Convert(Options("4", "out")).status();
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.message();
+  EXPECT_NE(s.message().find("mixture-of-experts"), std::string::npos) << s.message();
+  EXPECT_FALSE(fs::exists(root_ / "out"));
+}
+
+}  // namespace
+}  // namespace gizllm::quant

@@ -22,6 +22,7 @@
 #include "formats/safetensors.h"
 #include "model/evaluate.h"
 #include "model/model.h"
+#include "ops/device.h"
 
 namespace gizllm {
 namespace {
@@ -369,6 +370,24 @@ TEST_F(MoeModelTest, BackendWithoutMoeRefusesAtLoad) {
   for (int l = 0; l < kLayers; ++l) AddExperts(l);
   const std::string dir = Write("moe", Config("qwen3_moe"), tensors_);
   auto model = Model::Load(dir, std::make_shared<NoMoeBackend>(&pool_, CpuOptions{}));
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(model.status().message().find("mixture-of-experts"), std::string::npos)
+      << model.status().message();
+  EXPECT_NE(model.status().message().find(dir), std::string::npos) << model.status().message();
+}
+
+// The CUDA backend has no MoeFeedForward yet: it refuses the model when it loads, naming the
+// folder. Skips where no CUDA backend can be opened.
+TEST_F(MoeModelTest, CudaRefusesAtLoad) {
+  DeviceOptions device;
+  device.device = "cuda";
+  auto backend = OpenBackend(device);
+  if (!backend.ok()) GTEST_SKIP() << "no CUDA backend: " << backend.status().message();
+  AddDecoder(0.2f);
+  for (int l = 0; l < kLayers; ++l) AddExperts(l);
+  const std::string dir = Write("moe", Config("qwen3_moe"), tensors_);
+  auto model = Model::Load(dir, *backend);
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(model.status().message().find("mixture-of-experts"), std::string::npos)
