@@ -10,8 +10,8 @@ so the references do not depend on the GPU's matmul modes. Writes:
 Usage: python3 tools/make_golden.py --out DIR [--tiny-chat models/tiny-chat]
 
 With --bf16-inputs DIR...: for each golden folder DIR (as written above), writes
-DIR/reference_bf16_inputs.safetensors: the logits of the same ids with the input of every linear
-(q/k/v/o, gate/up/down, head) rounded to bfloat16 and everything else in float32, as a backend's
+DIR/reference_bf16_inputs.safetensors: the logits of the same ids with the input of every product
+with a weight (q/k/v/o, gate/up/down, the MoE router and experts, head) rounded to bfloat16 and everything else in float32, as a backend's
 bf16-activation mode computes them (the CUDA fast mode's many-row linears, the CPU's
 bf16_activations). The references above stay the float32 truth.
 """
@@ -247,22 +247,32 @@ def write_bf16_inputs(folder, fast=False):
 def _write_rounded(folder, fast, load_file):
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
                                                  attn_implementation="eager").eval()
-    rounded = 0
-    for module in model.modules():
-        if isinstance(module, torch.nn.Linear):
-            module.register_forward_pre_hook(
-                lambda m, args: (args[0].to(torch.bfloat16).to(torch.float32),) + args[1:])
-            rounded += 1
+    # Every product with a weight goes through F.linear: nn.Linear's, and the MoE router's and
+    # experts' (transformers 5 keeps those as plain parameters), so rounding F.linear's input
+    # rounds them all, as the backends round each matmul's input.
+    linear = torch.nn.functional.linear
+    calls = [0]
+
+    def rounded_linear(x, weight, bias=None):
+        calls[0] += 1
+        return linear(x.to(torch.bfloat16).to(torch.float32), weight, bias)
+
     ref = load_file(os.path.join(folder, "reference.safetensors"))
     tensors = {}
     for i in range(len([k for k in ref if k.startswith("ids")])):
         ids = ref[f"ids{i}"]
-        with torch.no_grad():
-            logits = model(ids[None]).logits[0].float()
+        calls[0] = 0
+        torch.nn.functional.linear = rounded_linear
+        try:
+            with torch.no_grad():
+                logits = model(ids[None]).logits[0].float()
+        finally:
+            torch.nn.functional.linear = linear
+        rounded = calls[0]
         tensors[f"ids{i}"] = ids.contiguous()
         tensors[f"logits{i}"] = logits.contiguous()
         full = ref[f"logits{i}"]
-        print(f"{folder} case {i}: {rounded} linears rounded{', fp16 attention' if fast else ''}; "
+        print(f"{folder} case {i}: {rounded} products rounded{', fp16 attention' if fast else ''}; "
               f"max |rounded - float32| {(logits - full).abs().max().item():.4g} of max "
               f"|float32| {full.abs().max().item():.4g}", flush=True)
     name = "reference_fast.safetensors" if fast else "reference_bf16_inputs.safetensors"

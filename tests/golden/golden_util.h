@@ -55,6 +55,18 @@ inline void ExpectClose(const std::vector<float>& ours, const std::vector<float>
       << std::sqrt(diff2 / ref2) << ")";
 }
 
+// Logits capped as c * tanh(x / c) back to x (clamped short of +-c), so that a model with final
+// soft-capping is compared where its error arises: a cap much below the largest logit squeezes
+// the reference's range to c while a fast mode's rounding error scales with the uncapped logits.
+inline std::vector<float> Uncapped(const std::vector<float>& capped, float cap) {
+  std::vector<float> x(capped.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double u = std::clamp(static_cast<double>(capped[i]) / cap, -1 + 1e-7, 1 - 1e-7);
+    x[i] = static_cast<float>(cap * std::atanh(u));
+  }
+  return x;
+}
+
 // ||ours - ref|| / ||ref|| <= tolerance (relative error in norm); a NaN in ours fails.
 inline void ExpectCloseInNorm(const std::vector<float>& ours, const std::vector<float>& ref,
                               double tolerance, const std::string& what) {
