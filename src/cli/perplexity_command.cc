@@ -17,7 +17,7 @@ void AddPerplexityCommand(CLI::App& app, CommandContext& ctx) {
       "perplexity", "Perplexity over texts; with --base, KL divergence from a base model");
   struct Options {
     ModelOptions model;
-    std::string file, base;
+    std::string file, base, base_kv;
     quant::PerplexityOptions eval;
     int limit = 0;
   };
@@ -27,6 +27,9 @@ void AddPerplexityCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--base", o->base,
                   "Base model folder: report the mean KL divergence of the model's next-token "
                   "distributions from the base's, and how often both pick the same top token");
+  cmd->add_option("--base-kv", o->base_kv,
+                  "KV pages of the base model (--kv's values); without --base the base is the "
+                  "model itself: the KL divergence a KV format costs, e.g. --kv q8 --base-kv f32");
   cmd->add_option("--window", o->eval.window, "Tokens per window; each window starts a new context")
       ->default_val(256);
   cmd->add_option("--max-tokens", o->eval.max_tokens,
@@ -36,14 +39,19 @@ void AddPerplexityCommand(CLI::App& app, CommandContext& ctx) {
   cmd->callback([&ctx, o] {
     Status check = o->eval.Check();
     if (!check.ok()) return void(ctx.exit_code = Fail(check.message()));
+    KvFormat base_kv;
+    if (!o->base_kv.empty() && !ParseKvFormat(o->base_kv, &base_kv)) {
+      return void(ctx.exit_code = Fail("--base-kv: " + o->base_kv + " is not a KV format"));
+    }
     auto texts = quant::ReadTexts(o->file, o->limit);
     if (!texts.ok()) return void(ctx.exit_code = Fail(texts.status().message()));
     auto model = o->model.Load(true);
     if (!model.ok()) return void(ctx.exit_code = Fail(model.status().message()));
     std::unique_ptr<Model> base;
-    if (!o->base.empty()) {
+    if (!o->base.empty() || !o->base_kv.empty()) {
       ModelOptions b = o->model;
-      b.model = o->base;
+      if (!o->base.empty()) b.model = o->base;
+      if (!o->base_kv.empty()) b.kv = o->base_kv;
       auto loaded = b.Load(true);
       if (!loaded.ok()) return void(ctx.exit_code = Fail(loaded.status().message()));
       base = std::move(*loaded);
@@ -72,8 +80,10 @@ void AddPerplexityCommand(CLI::App& app, CommandContext& ctx) {
     std::printf("tokens       %lld scored in %.1f s\n", static_cast<long long>(r->tokens), seconds);
     std::printf("perplexity   %.4f\n", r->perplexity);
     if (base) {
+      if (!o->base_kv.empty()) std::printf("kv           %s, base %s\n", o->model.kv.c_str(),
+                                           o->base_kv.c_str());
       std::printf("base         %.4f\n", r->base_perplexity);
-      std::printf("kl           %.6f (mean KL(base || model) per position)\n", r->kl);
+      std::printf("kl           %.4g (mean KL(base || model) per position)\n", r->kl);
       std::printf("same top     %.2f%%\n", 100.0 * r->same_top);
     }
   });

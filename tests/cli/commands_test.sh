@@ -63,6 +63,22 @@ $gz run --greedy --prompt "The LORD is my shepherd;" --max-tokens 12 >"$tmp/both
 check run-figures-on-their-own-line grep -q "^prompt: " "$tmp/both"
 
 
+# The KL divergence a KV format costs: the same model with float32 pages as the base. Float16
+# pages stay far closer to it than 8-bit ones, and neither is zero (the rounding happens).
+head -n 8 models/tiny-chat/heldout.jsonl > "$tmp/held.jsonl"
+for kv in f16 q8; do
+  expect_ok perplexity-kv-$kv $gz perplexity --exact --kv $kv --base-kv f32 -f "$tmp/held.jsonl" \
+    --max-tokens 128
+  grep -oE "^kl +[0-9.e-]+" "$tmp/out" | awk '{print $2}' > "$tmp/kl-$kv"
+done
+check perplexity-kv-order python3 -c '
+import sys
+f16, q8 = (float(open(p).read()) for p in sys.argv[1:])
+assert 0 < f16 < q8 / 20 and q8 < 0.01, (f16, q8)
+' "$tmp/kl-f16" "$tmp/kl-q8"
+expect_fail perplexity-bad-base-kv "--base-kv: f8 is not a KV format" \
+  $gz perplexity --base-kv f8 -f "$tmp/held.jsonl"
+
 # bench with arrivals, background sequences and a step trace: every request and background
 # sequence completes, the trace has a line a step whose rows add up.
 expect_ok bench-mixed $gz bench --requests 4 --prompt-tokens 40 --output-tokens 8 --rate 50 \
