@@ -42,6 +42,7 @@ struct BenchOptions {
   int32_t background = 0;        // sequences decoding from the start, beside the requests
   int64_t background_tokens = 512;
   std::string trace;             // JSON lines, one a step
+  bool trace_ops = false;        // per-op times (Backend::SetOpTrace)
 };
 
 // Prompts from a JSONL file: each line {"prompt": "text"} (tokenized) or {"tokens": [ids]}.
@@ -144,6 +145,9 @@ int RunBench(const BenchOptions& o) {
     Status warm = engine.Warm();
     if (!warm.ok()) return Fail("warm-up: " + warm.message());
   }
+  if (o.trace_ops && !model.backend().SetOpTrace(true))
+    return Fail("bench --trace-ops: " + model.backend().Describe() + " keeps no op times");
+  std::vector<OpTime> op_totals;  // --trace-ops: the whole run's
 
   std::ofstream trace;
   if (!o.trace.empty()) {
@@ -235,6 +239,20 @@ int RunBench(const BenchOptions& o) {
         timing.erase(p.id);
       }
     }
+    std::vector<OpTime> ops;
+    if (o.trace_ops) {
+      ops = model.backend().TakeOpTrace();
+      for (const OpTime& t : ops) {
+        auto it = std::find_if(op_totals.begin(), op_totals.end(),
+                               [&](const OpTime& u) { return u.op == t.op; });
+        if (it == op_totals.end()) {
+          op_totals.push_back(t);
+        } else {
+          it->calls += t.calls;
+          it->ms += t.ms;
+        }
+      }
+    }
     if (trace.is_open()) {
       const StepTrace& st = engine.last_step();
       nlohmann::json line = {
@@ -249,6 +267,7 @@ int RunBench(const BenchOptions& o) {
           {"waiting", st.waiting},
           {"free_pages", engine.free_pages()},
           {"device_sampled", st.device_sampled}};
+      for (const OpTime& t : ops) line["ops"][t.op] = {{"calls", t.calls}, {"ms", t.ms}};
       trace << line.dump() << '\n';
     }
     ++step;
@@ -284,6 +303,10 @@ int RunBench(const BenchOptions& o) {
       {"rows", stats.rows},
   };
   if (o.rate > 0) out["rate"] = o.rate;
+  double ops_ms = 0;
+  for (const OpTime& t : op_totals) ops_ms += t.ms;
+  for (const OpTime& t : op_totals)
+    out["ops"][t.op] = {{"calls", t.calls}, {"ms", t.ms}, {"share", t.ms / ops_ms}};
   if (o.background > 0) {
     out["background"] = {{"sequences", o.background},
                          {"output_tokens", o.background_tokens},
@@ -310,6 +333,17 @@ int RunBench(const BenchOptions& o) {
                   "p99 %.1f ms\n",
                   o.background, background_tokens / seconds,
                   1e3 * Percentile(background_itl, 50), 1e3 * Percentile(background_itl, 99));
+    }
+    if (!op_totals.empty()) {
+      std::printf("ops              %.1f ms in all, each launched alone (no recorded steps):\n",
+                  ops_ms);
+      std::sort(op_totals.begin(), op_totals.end(),
+                [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; });
+      for (const OpTime& t : op_totals) {
+        std::printf("  %-14s %9.1f ms %5.1f%%  %8lld calls  %8.3f ms a call\n", t.op.c_str(),
+                    t.ms, 100 * t.ms / ops_ms, static_cast<long long>(t.calls),
+                    t.ms / t.calls);
+      }
     }
     std::printf("prefix hits      %.1f%% of prompt tokens\n", 100 * hit_rate);
     std::printf("preemptions      %lld\n", static_cast<long long>(stats.preemptions));
@@ -359,6 +393,10 @@ void AddBenchCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--trace", o->trace,
                   "Write one JSON line a step: start and duration (ms), the runner's time, rows "
                   "(decode and prompt), sequences, waiting requests, free KV pages");
+  cmd->add_flag("--trace-ops", o->trace_ops,
+                "Time every op (CUDA: events on the stream; CPU: the clock) and report the totals "
+                "per op (with --trace, each step's too). Steps are not recorded as CUDA graphs "
+                "meanwhile, so each op is launched on its own and the run is slower");
   cmd->callback([&ctx, o] { ctx.exit_code = RunBench(*o); });
 }
 

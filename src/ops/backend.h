@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "core/status.h"
+#include "ops/op_trace.h"
 #include "ops/weight.h"
 
 namespace gizllm {
@@ -319,6 +320,16 @@ class Backend {
 
   // Waits until every issued op has finished.
   virtual void Synchronize() = 0;
+
+  // Per-op times (ops/op_trace.h), for profiling. While on, each op notes when it starts (CUDA:
+  // an event on the stream; CPU: the clock) and recorded steps are neither made nor replayed, so
+  // every op is launched on its own. SetOpTrace returns false where the backend keeps none.
+  virtual bool SetOpTrace(bool on) {
+    (void)on;
+    return false;
+  }
+  // The ops issued since the last call, with their calls and milliseconds; waits for them.
+  virtual std::vector<OpTime> TakeOpTrace() { return {}; }
 
   // Recorded steps (CUDA graphs). A caller whose op issue is the same for a key (the same ops
   // with the same params: rows, wanted rows, page-table width and buffers; only the contents of

@@ -63,6 +63,19 @@ $gz run --greedy --prompt "The LORD is my shepherd;" --max-tokens 12 >"$tmp/both
 check run-figures-on-their-own-line grep -q "^prompt: " "$tmp/both"
 
 
+# Per-op times: every step of the trace names its ops, and the totals cover matmul and attention.
+expect_ok bench-trace-ops $gz bench --requests 2 --prompt-tokens 20 --output-tokens 4 \
+  --trace-ops --trace "$tmp/ops.jsonl" --json
+check bench-trace-ops-json python3 -c '
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+ops = d["ops"]
+assert ops["matmul"]["calls"] > 0 and ops["attention"]["ms"] > 0, ops
+assert abs(sum(o["share"] for o in ops.values()) - 1) < 1e-6, ops
+steps = [json.loads(l) for l in open(sys.argv[2])]
+assert all("matmul" in s["ops"] for s in steps), steps[0]
+' "$tmp/out" "$tmp/ops.jsonl"
+
 # The KL divergence a KV format costs: the same model with float32 pages as the base. Float16
 # pages stay far closer to it than 8-bit ones, and neither is zero (the rounding happens).
 head -n 8 models/tiny-chat/heldout.jsonl > "$tmp/held.jsonl"

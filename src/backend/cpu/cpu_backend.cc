@@ -590,6 +590,7 @@ static void GeluTanhGlu(float* out, const float* gate, const float* up, int64_t 
 }
 
 void CpuBackend::Embed(const EmbedParams& p) {
+  auto trace = Trace("embed");
   const Weight& t = *p.table;
   const int64_t dim = t.cols;
   // A table packed by PrepareWeight (a tied head): its row, one 32-bit lane every 128 bytes
@@ -639,6 +640,7 @@ void CpuBackend::Embed(const EmbedParams& p) {
 }
 
 void CpuBackend::RmsNorm(const RmsNormParams& p) {
+  auto trace = Trace("rms_norm");
   WithVec(isa_, [&]<class V>() {
     Split(pool_, p.rows, p.rows * p.dim,
           [&](int64_t r0, int64_t r1) { RmsNormRows<V>(p, r0, r1); });
@@ -646,6 +648,7 @@ void CpuBackend::RmsNorm(const RmsNormParams& p) {
 }
 
 void CpuBackend::Matmul(const MatmulParams& p) {
+  auto trace = Trace("matmul");
   if (p.rows <= 0) return;
   if (p.norm || p.accumulate) {
     // FusesMatmul() is false: the model issues RmsNorm and Add instead.
@@ -795,6 +798,7 @@ const float* CpuBackend::RopeTable(const RopeParams& p) {
 }
 
 void CpuBackend::Rope(const RopeParams& p) {
+  auto trace = Trace("rope");
   if (p.rows <= 0) return;
   const float* table = p.rotary_dims > 0 ? RopeTable(p) : nullptr;
   WithVec(isa_, [&]<class V>() {
@@ -804,6 +808,7 @@ void CpuBackend::Rope(const RopeParams& p) {
 }
 
 void CpuBackend::KvWrite(const KvWriteParams& p) {
+  auto trace = Trace("kv_write");
   const int64_t width = static_cast<int64_t>(p.kv_heads) * p.head_dim;
   WithVec(isa_, [&]<class V>() {
     for (int64_t r = 0; r < p.rows; ++r) {
@@ -837,6 +842,7 @@ void CpuBackend::KvWrite(const KvWriteParams& p) {
 }
 
 void CpuBackend::Attention(const AttentionParams& p) {
+  auto trace = Trace("attention");
   if (p.rows <= 0) return;
   const int group = p.heads / p.kv_heads;
   const int threads = pool_->threads();
@@ -911,6 +917,7 @@ void CpuBackend::Attention(const AttentionParams& p) {
 }
 
 void CpuBackend::Glu(const GluParams& p) {
+  auto trace = Trace("glu");
   WithVec(isa_, [&]<class V>() {
     Split(pool_, (p.n + 1023) / 1024, p.n * 8, [&](int64_t b0, int64_t b1) {
       const int64_t i0 = b0 * 1024, i1 = std::min(p.n, b1 * 1024);
@@ -924,6 +931,7 @@ void CpuBackend::Glu(const GluParams& p) {
 }
 
 void CpuBackend::Softcap(const SoftcapParams& p) {
+  auto trace = Trace("softcap");
   Split(pool_, (p.n + 1023) / 1024, p.n * 8, [&](int64_t b0, int64_t b1) {
     const int64_t i1 = std::min(p.n, b1 * 1024);
     for (int64_t i = b0 * 1024; i < i1; ++i) p.x[i] = p.cap * std::tanh(p.x[i] / p.cap);
@@ -931,6 +939,7 @@ void CpuBackend::Softcap(const SoftcapParams& p) {
 }
 
 void CpuBackend::Add(const AddParams& p) {
+  auto trace = Trace("add");
   WithVec(isa_, [&]<class V>() {
     Split(pool_, (p.n + 1023) / 1024, p.n, [&](int64_t b0, int64_t b1) {
       const int64_t i0 = b0 * 1024, i1 = std::min(p.n, b1 * 1024);
@@ -940,6 +949,7 @@ void CpuBackend::Add(const AddParams& p) {
 }
 
 void CpuBackend::GatherRows(const GatherRowsParams& p) {
+  auto trace = Trace("gather_rows");
   for (int64_t i = 0; i < p.count; ++i) {
     std::memcpy(p.out + i * p.dim, p.x + static_cast<int64_t>(p.index[i]) * p.dim,
                 sizeof(float) * p.dim);
@@ -947,6 +957,7 @@ void CpuBackend::GatherRows(const GatherRowsParams& p) {
 }
 
 void CpuBackend::MoeFeedForward(const MoeFeedForwardParams& p) {
+  auto trace = Trace("moe");
   if (p.rows <= 0) return;
   const int64_t n = p.rows, dim = p.dim, ffn = p.ffn;
   const int experts = p.experts, k = p.top_k;
@@ -1032,6 +1043,34 @@ void CpuBackend::MoeFeedForward(const MoeFeedForwardParams& p) {
   } else {
     std::memcpy(p.out, m.sum.data(), sizeof(float) * n * dim);
   }
+}
+
+OpScope CpuBackend::Trace(const char* op) {
+  if (op_trace_ && op_depth_ == 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (op_name_) {
+      op_totals_.Add(op_name_, std::chrono::duration<double, std::milli>(now - op_start_).count());
+    }
+    op_name_ = op;
+    op_start_ = now;
+  }
+  return OpScope(&op_depth_);
+}
+
+bool CpuBackend::SetOpTrace(bool on) {
+  op_trace_ = on;
+  op_name_ = nullptr;
+  op_totals_.Take();
+  return true;
+}
+
+std::vector<OpTime> CpuBackend::TakeOpTrace() {
+  if (op_name_) {
+    const auto now = std::chrono::steady_clock::now();
+    op_totals_.Add(op_name_, std::chrono::duration<double, std::milli>(now - op_start_).count());
+    op_name_ = nullptr;
+  }
+  return op_totals_.Take();
 }
 
 std::unique_ptr<Backend> MakeCpuBackend(ThreadPool* pool) {

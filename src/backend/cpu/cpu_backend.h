@@ -2,6 +2,7 @@
 // AVX-512, AVX2 or portable kernels picked once at run time.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,8 +85,13 @@ class CpuBackend : public Backend {
   bool SupportsMoe() const override { return true; }
   void MoeFeedForward(const MoeFeedForwardParams& p) override;
   void Synchronize() override {}
+  // Host clock times of each op (the ops are synchronous).
+  bool SetOpTrace(bool on) override;
+  std::vector<OpTime> TakeOpTrace() override;
 
  private:
+  // Each op's first line: notes the op's start where tracing and outermost (OpScope).
+  [[nodiscard]] OpScope Trace(const char* op);
   // A 64-byte aligned float buffer that only grows (nothing is allocated once it is large
   // enough for the engine's biggest step).
   class Scratch {
@@ -130,6 +136,12 @@ class CpuBackend : public Backend {
     std::vector<std::vector<std::pair<int32_t, float>>> by_expert;  // (row, weight)
   };
   MoeScratch moe_;
+  // SetOpTrace: the op running since op_start_ (null: none), and the totals so far.
+  bool op_trace_ = false;
+  int op_depth_ = 0;
+  const char* op_name_ = nullptr;
+  std::chrono::steady_clock::time_point op_start_;
+  OpTotals op_totals_;
 };
 
 // The CPU backend with default options.

@@ -59,6 +59,7 @@ class CudaBackend : public Backend {
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
     for (auto& [key, step] : graphs_) cudaGraphExecDestroy(step.exec);
+    for (cudaEvent_t e : op_events_) cudaEventDestroy(e);
     for (auto& [key, plan] : plans_) {
       cublasLtMatrixLayoutDestroy(plan.a);
       cublasLtMatrixLayoutDestroy(plan.b);
@@ -148,22 +149,27 @@ class CudaBackend : public Backend {
   }
 
   void Embed(const EmbedParams& p) override {
+    auto trace = Trace("embed");
     ForgetHandOffs();
     cuda::LaunchEmbed(p, stream_);
   }
   void RmsNorm(const RmsNormParams& p) override {
+    auto trace = Trace("rms_norm");
     ForgetHandOffs();
     cuda::LaunchRmsNorm(p, stream_);
   }
   void Rope(const RopeParams& p) override {
+    auto trace = Trace("rope");
     ForgetHandOffs();
     cuda::LaunchRope(p, stream_);
   }
   void KvWrite(const KvWriteParams& p) override {
+    auto trace = Trace("kv_write");
     ForgetHandOffs();
     cuda::LaunchKvWrite(p, stream_);
   }
   void Attention(const AttentionParams& p) override {
+    auto trace = Trace("attention");
     // Fast mode: prompt pieces on the tensor cores (fp16 operands), like the linears (bf16),
     // reading the fp16 copy of the keys RopeKv wrote just before for these rows where it did.
     const StepKv kv = step_kv_;
@@ -175,29 +181,35 @@ class CudaBackend : public Backend {
                           same_step ? kv.v16 : nullptr);
   }
   void Glu(const GluParams& p) override {
+    auto trace = Trace("glu");
     ForgetHandOffs();
     cuda::LaunchGlu(p, stream_);
   }
   void Softcap(const SoftcapParams& p) override {
+    auto trace = Trace("softcap");
     ForgetHandOffs();
     cuda::LaunchSoftcap(p, stream_);
   }
   void Add(const AddParams& p) override {
+    auto trace = Trace("add");
     ForgetHandOffs();
     cuda::LaunchAdd(p, stream_);
   }
   void GatherRows(const GatherRowsParams& p) override {
+    auto trace = Trace("gather_rows");
     ForgetHandOffs();
     cuda::LaunchGatherRows(p, stream_);
   }
   bool CanSample() const override { return true; }
   void Sample(const SampleParams& p) override {
+    auto trace = Trace("sample");
     ForgetHandOffs();
     cuda::LaunchSample(p, stream_);
   }
 
   bool FusesMatmul() const override { return true; }
   void RopeKv(const RopeKvParams& p) override {
+    auto trace = Trace("rope_kv");
     // A step of more than one row in fast mode: an fp16 copy of its keys and values for the
     // tensor-core attention that follows (StepKv).
     ForgetHandOffs();
@@ -211,6 +223,7 @@ class CudaBackend : public Backend {
   }
 
   void Matmul(const MatmulParams& p) override {
+    auto trace = Trace("matmul");
     const Bf16Copy copy = bf16_copy_;
     ForgetHandOffs();
     if (p.rows == 0) return;
@@ -327,9 +340,30 @@ class CudaBackend : public Backend {
 
   void Synchronize() override { GZ_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
+  bool SetOpTrace(bool on) override {
+    op_trace_ = on;
+    op_events_used_ = 0;
+    op_totals_.Take();
+    return true;
+  }
+
+  std::vector<OpTime> TakeOpTrace() override {
+    if (op_events_used_ > 0) {
+      NoteOp(nullptr);  // the end of the last op
+      GZ_CUDA_CHECK(cudaEventSynchronize(op_events_[op_events_used_ - 1]));
+      for (size_t i = 0; i + 1 < op_events_used_; ++i) {
+        float ms = 0.0f;
+        GZ_CUDA_CHECK(cudaEventElapsedTime(&ms, op_events_[i], op_events_[i + 1]));
+        op_totals_.Add(op_names_[i], ms);
+      }
+      op_events_used_ = 0;
+    }
+    return op_totals_.Take();
+  }
+
   bool ReplayStep(uint64_t key) override {
     ForgetHandOffs();
-    if (!options_.graphs || capturing_) return false;
+    if (!options_.graphs || capturing_ || op_trace_) return false;
     auto it = graphs_.find(key);
     if (it == graphs_.end()) return false;
     it->second.last_use = ++use_clock_;
@@ -339,7 +373,7 @@ class CudaBackend : public Backend {
 
   void BeginStep(uint64_t key) override {
     ForgetHandOffs();
-    if (!options_.graphs || options_.max_graphs <= 0 || capturing_) return;
+    if (!options_.graphs || options_.max_graphs <= 0 || capturing_ || op_trace_) return;
     // Relaxed: the ops may allocate scratch memory while they are recorded.
     GZ_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
     capturing_ = true;
@@ -492,6 +526,22 @@ class CudaBackend : public Backend {
     const void* data = nullptr;
   };
 
+  // Each op's first line: where tracing and outermost (OpScope), an event at the op's start.
+  [[nodiscard]] OpScope Trace(const char* op) {
+    if (op_trace_ && op_depth_ == 0) NoteOp(op);
+    return OpScope(&op_depth_);
+  }
+  void NoteOp(const char* op) {
+    if (op_events_used_ == op_events_.size()) {
+      cudaEvent_t e;
+      GZ_CUDA_CHECK(cudaEventCreate(&e));
+      op_events_.push_back(e);
+      op_names_.push_back(nullptr);
+    }
+    op_names_[op_events_used_] = op;
+    GZ_CUDA_CHECK(cudaEventRecord(op_events_[op_events_used_++], stream_));
+  }
+
   // Every op calls this first (after reading the hand-off it may take): a StepKv or Bf16Copy
   // holds only from one op to the very next.
   void ForgetHandOffs() {
@@ -532,6 +582,13 @@ class CudaBackend : public Backend {
   cuda::QuantScratch quant_scratch_;  // activations of quantized matmuls
   cuda::Scratch quant_x_bf16_;        // [rows, cols] rotated bf16 activations (QuantGemm)
   cuda::Scratch quant_w_bf16_;        // [n, cols] a quantized weight as bf16 (QuantGemm)
+  // SetOpTrace: an event at each op's start (op_names_ beside), summed in TakeOpTrace.
+  bool op_trace_ = false;
+  int op_depth_ = 0;
+  std::vector<cudaEvent_t> op_events_;
+  std::vector<const char*> op_names_;
+  size_t op_events_used_ = 0;
+  OpTotals op_totals_;
 };
 
 }  // namespace
