@@ -2,9 +2,9 @@
 // convert_hf_to_gguf.py does, for tests: its metadata keys, tensor names, 1-D tensors in F32,
 // Llama's q/k rows permuted for its rotary layout and Llama 3's rope_freqs.weight, the gpt2
 // tokenizer (tokens, token types, merges, special ids) and the chat template. The linears and the
-// embedding are written as they are stored (BF16, F16, F32), or as F32 or Q8_0 (ggml's
+// embedding are written as they are stored (BF16, F16, F32), or as F32, F16 or Q8_0 (ggml's
 // quantize_row_q8_0_ref); `dequantized_dir`, if given, receives the same model as a Hugging Face
-// folder whose weights are the Q8_0 values dequantized to F32.
+// folder whose weights are the values written (F16 as F16; the others, Q8_0 dequantized, as F32).
 #pragma once
 
 #include <cmath>
@@ -26,7 +26,7 @@
 
 namespace gizllm::testing {
 
-enum class GgufLinears { kAsStored, kF32, kQ8_0 };
+enum class GgufLinears { kAsStored, kF32, kF16, kQ8_0 };
 
 inline std::vector<float> ToF32(const TensorInfo& t) {
   std::vector<float> v(t.Elements());
@@ -236,15 +236,27 @@ inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, Gg
         (linears == GgufLinears::kQ8_0 && t->shape.back() % 32 != 0)) {
       type = GgmlType::kF32;
       bytes.assign(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+    } else if (linears == GgufLinears::kF16) {
+      type = GgmlType::kF16;
+      std::vector<uint16_t> halves(values.size());
+      for (size_t i = 0; i < values.size(); ++i) halves[i] = F32ToF16(values[i]);
+      bytes.assign(reinterpret_cast<const char*>(halves.data()), halves.size() * 2);
     } else if (linears == GgufLinears::kQ8_0) {
       type = GgmlType::kQ8_0;
       bytes = QuantizeQ8_0(values);
       DequantizeQ8_0(reinterpret_cast<const uint8_t*>(bytes.data()),
                      static_cast<int64_t>(values.size()), values.data());
     }
-    dequantized_data.push_back(values);
-    dequantized.push_back(
-        {t->name, DType::kF32, t->shape, dequantized_data.back().data(), values.size() * 4});
+    if (type == GgmlType::kF16) {  // the same halves in the folder
+      dequantized_data.emplace_back((bytes.size() + 3) / 4);
+      std::memcpy(dequantized_data.back().data(), bytes.data(), bytes.size());
+      dequantized.push_back(
+          {t->name, DType::kF16, t->shape, dequantized_data.back().data(), bytes.size()});
+    } else {
+      dequantized_data.push_back(values);
+      dequantized.push_back(
+          {t->name, DType::kF32, t->shape, dequantized_data.back().data(), values.size() * 4});
+    }
     if (arch == "llama") {
       const bool q = name.find(".attn_q.") != std::string::npos;
       const bool k = name.find(".attn_k.") != std::string::npos;

@@ -67,8 +67,8 @@ class GgufModelTest : public ::testing::Test {
     TempDir tmp;
     const std::string gguf = tmp.File("model.gguf");
     const std::string dequantized = tmp.File("dequantized");
-    // As stored: against the folder itself; F32 and Q8_0: against the same weights in an F32
-    // folder (the CPU's F32 and BF16 matmuls sum in different orders).
+    // As stored: against the folder itself; F32, F16 and Q8_0: against the same weights in a
+    // folder of that type (F32 for Q8_0; the CPU's matmuls of each type sum in their own order).
     const bool as_stored = linears == GgufLinears::kAsStored;
     ASSERT_TRUE(WriteGgufFromHf(dir, gguf, linears, "qwen2", as_stored ? "" : dequantized).ok());
     const std::string reference = as_stored ? dir : dequantized;
@@ -118,8 +118,9 @@ TEST_F(GgufModelTest, TinyChatLogitsEqualTheFolders) {
   ExpectSameLogits("models/tiny-chat", GgufLinears::kAsStored);
 }
 
-TEST_F(GgufModelTest, TinyChatF32LogitsEqualTheFolders) {
+TEST_F(GgufModelTest, TinyChatF32AndF16LogitsEqualTheFolders) {
   ExpectSameLogits("models/tiny-chat", GgufLinears::kF32);
+  ExpectSameLogits("models/tiny-chat", GgufLinears::kF16);
 }
 
 TEST_F(GgufModelTest, Q8_0LogitsEqualTheDequantizedFolders) {
