@@ -162,7 +162,7 @@ struct Held {
 
 bool IsGgufPath(const std::string& path) {
   std::error_code ec;
-  return path.ends_with(".gguf") && std::filesystem::is_regular_file(path, ec);
+  return path.ends_with(".gguf") && !std::filesystem::is_directory(path, ec);
 }
 
 Expected<Arch> ReadGgufArch(const GgufFile& f) {

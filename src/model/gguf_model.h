@@ -17,7 +17,8 @@
 
 namespace gizllm {
 
-// Whether `path` names a GGUF file (a regular file whose name ends in ".gguf").
+// Whether `path` names a GGUF file: a name that ends in ".gguf" and is not a folder (a missing
+// file is then reported as such, not as a folder without config.json).
 bool IsGgufPath(const std::string& path);
 
 // The Arch a GGUF file's metadata describes (general.architecture llama, qwen2 or qwen3), with

@@ -33,6 +33,7 @@ expect_ok perplexity $gz perplexity --model "$gguf" --base "$src" --exact -f "$s
   --limit 2 --max-tokens 128
 check perplexity-kl grep -qE "^kl +0 " "$tmp/out"
 
+expect_fail missing "no-such.gguf: cannot open" $gz run --model "$tmp/no-such.gguf" --prompt x
 head -c 100000 "$gguf" >"$tmp/cut.gguf"
 expect_fail truncated "cut.gguf" $gz logits --model "$tmp/cut.gguf" --ids 1 --out "$tmp/x.npy"
 printf 'GGUF\3\0\0\0\377\377\377\377\377\377\377\377\0\0\0\0\0\0\0\0' >"$tmp/count.gguf"
