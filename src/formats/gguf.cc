@@ -10,6 +10,8 @@ namespace gizllm {
 namespace {
 
 constexpr uint64_t kMaxDims = 4;  // ggml's GGML_MAX_DIMS
+// The most entries reserved ahead from a count the file claims (more grow as they are read).
+constexpr uint64_t kMaxReserve = uint64_t{1} << 16;
 
 std::string Quote(std::string_view s) {
   // Keys and names come from the file: show at most 200 bytes of one.
@@ -184,9 +186,10 @@ Status ReadValue(Reader& r, const std::string& path, const std::string& field, G
                     " strings, more than the " + std::to_string(r.left()) +
                     " bytes left in the file hold");
   }
-  v->strings.resize(static_cast<size_t>(v->count));
+  // Grown as strings are read, so that memory follows the bytes really there, not the count.
+  v->strings.reserve(static_cast<size_t>(std::min<uint64_t>(v->count, kMaxReserve)));
   for (uint64_t i = 0; i < v->count; ++i) {
-    GZ_RETURN_IF_ERROR(r.String(&v->strings[i], field + "[" + std::to_string(i) + "]"));
+    GZ_RETURN_IF_ERROR(r.String(&v->strings.emplace_back(), field + "[" + std::to_string(i) + "]"));
   }
   return Status::Ok();
 }
@@ -425,7 +428,7 @@ Expected<GgufFile> GgufFile::Open(const std::string& path) {
                     " is more than the file's " + std::to_string(f.file_.size()) + " bytes hold");
   }
 
-  f.metadata_.reserve(static_cast<size_t>(metadata_count));
+  f.metadata_.reserve(static_cast<size_t>(std::min(metadata_count, kMaxReserve)));
   for (uint64_t i = 0; i < metadata_count; ++i) {
     const std::string nth = "metadata entry " + std::to_string(i);
     std::string key;
@@ -451,7 +454,7 @@ Expected<GgufFile> GgufFile::Open(const std::string& path) {
   }
 
   std::vector<uint64_t> dims_innermost_first;
-  f.tensors_.reserve(static_cast<size_t>(tensor_count));
+  f.tensors_.reserve(static_cast<size_t>(std::min(tensor_count, kMaxReserve)));
   for (uint64_t i = 0; i < tensor_count; ++i) {
     GgufTensor t;
     GZ_RETURN_IF_ERROR(r.String(&t.name, "tensor info " + std::to_string(i) + "'s name"));
