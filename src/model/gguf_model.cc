@@ -18,7 +18,11 @@ namespace {
 
 using nlohmann::json;
 
-std::string Quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
+// Names and values come from the file: show at most 200 bytes of one.
+std::string Quote(std::string_view s) {
+  if (s.size() > 200) return "\"" + std::string(s.substr(0, 200)) + "...\"";
+  return "\"" + std::string(s) + "\"";
+}
 
 // The families a GGUF file may name (general.architecture), by llama.cpp's names.
 constexpr std::string_view kGgufFamilies[] = {"llama", "qwen2", "qwen3"};
@@ -43,9 +47,15 @@ constexpr GgufName kLayerNames[] = {
 // The role and layer (-1 outside the layers) of GGUF tensor `name`; false if it has none.
 bool ParseTensorName(std::string_view name, TensorRole* role, int* layer) {
   *layer = -1;
-  if (name == "token_embd.weight") return *role = TensorRole::kEmbed, true;
-  if (name == "output_norm.weight") return *role = TensorRole::kFinalNorm, true;
-  if (name == "output.weight") return *role = TensorRole::kHead, true;
+  constexpr GgufName kModelNames[] = {{"token_embd.weight", TensorRole::kEmbed},
+                                      {"output_norm.weight", TensorRole::kFinalNorm},
+                                      {"output.weight", TensorRole::kHead}};
+  for (const GgufName& g : kModelNames) {
+    if (g.suffix == name) {
+      *role = g.role;
+      return true;
+    }
+  }
   if (!name.starts_with("blk.")) return false;
   name.remove_prefix(4);
   int64_t n = 0;
