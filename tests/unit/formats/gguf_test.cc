@@ -48,6 +48,7 @@ std::string RandomBytes(size_t n, uint32_t seed) {
   return s;
 }
 
+// `bytes` (at most 8) little-endian bytes of v.
 std::string Le(uint64_t v, int bytes) {
   std::string s;
   for (int i = 0; i < bytes; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -199,12 +200,12 @@ TEST(GgufTest, RefusesBadMetadata) {
   }
   {
     GgufWriter w;  // more int32 elements than bytes, with a count that overflows count * 4
-    w.Raw("ints", 9, Le(5, 4) + Le(uint64_t{1} << 62, 8) + Le(0, 16));
+    w.Raw("ints", 9, Le(5, 4) + Le(uint64_t{1} << 62, 8) + std::string(16, '\0'));
     ExpectRefused(w.Bytes(), StatusCode::kDataLoss, {"\"ints\"", "int32 elements"});
   }
   {
     GgufWriter w;  // 2^40 strings claimed: refused before any is allocated
-    w.Raw("strs", 9, Le(8, 4) + Le(uint64_t{1} << 40, 8) + Le(0, 16));
+    w.Raw("strs", 9, Le(8, 4) + Le(uint64_t{1} << 40, 8) + std::string(16, '\0'));
     ExpectRefused(w.Bytes(), StatusCode::kDataLoss, {"\"strs\"", "strings"});
   }
   {
