@@ -11,7 +11,7 @@
 #   scripts/fuzz.sh merge NAME            adds to tests/fuzz/corpus/NAME the inputs of
 #                                         build-fuzz/corpus/NAME that reach new code (-merge=1)
 #
-# Harnesses: safetensors config tokenizer template chat_request http_request.
+# Harnesses: safetensors gguf config tokenizer template chat_request http_request.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -62,6 +62,55 @@ def safetensors_seeds():
     write("safetensors", "unsupported_dtype.safetensors", safetensors_file([("x", "F64", [1], f32[:8])]))
 
 
+# GGUF: small files of every metadata type and a few block types, written as llama.cpp's gguf-py
+# lays them out (version 3, data and tensors at general.alignment).
+def gguf_string(s):
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_file(metadata, tensors, alignment=32):
+    """metadata: [(key, type, value bytes)]; tensors: [(name, ggml type, dims innermost first, data)]."""
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(metadata))
+    for key, typ, value in metadata:
+        out += gguf_string(key) + struct.pack("<I", typ) + value
+    offset, offsets = 0, []
+    for name, typ, dims, data in tensors:
+        out += gguf_string(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)
+        out += struct.pack("<IQ", typ, offset)
+        offsets.append(offset)
+        offset += len(data) + (-len(data) % alignment)
+    out += b"\0" * (-len(out) % alignment)
+    start = len(out)
+    for (_, _, _, data), at in zip(tensors, offsets):
+        out += b"\0" * (start + at - len(out)) + data
+    return out
+
+
+def gguf_seeds():
+    u32 = lambda v: (4, struct.pack("<I", v))
+    strings = lambda items: (9, struct.pack("<IQ", 8, len(items)) + b"".join(gguf_string(x) for x in items))
+    int32s = lambda items: (9, struct.pack("<IQ", 5, len(items)) + struct.pack(f"<{len(items)}i", *items))
+    meta = [("general.architecture", 8, gguf_string("qwen3")), ("qwen3.block_count", *u32(1)),
+            ("qwen3.rope.freq_base", 6, struct.pack("<f", 10000.0)), ("flag", 7, b"\1"),
+            ("i8", 1, b"\xff"), ("u16", 2, b"\1\0"), ("i16", 3, b"\1\0"), ("i64", 11, struct.pack("<q", -3)),
+            ("u64", 10, struct.pack("<Q", 9)), ("f64", 12, struct.pack("<d", 0.5)), ("u8", 0, b"\7"),
+            ("i32", 5, struct.pack("<i", -1)),
+            ("tokenizer.ggml.tokens", *strings(["a", "b", "ab"])),
+            ("tokenizer.ggml.merges", *strings(["a b"])),
+            ("tokenizer.ggml.token_type", *int32s([1, 1, 3]))]
+    f32 = struct.pack("<8f", 1.0, -2.0, 0.5, 3.0, 0.25, 4.0, -1.0, 2.0)
+    q8_0 = struct.pack("<e", 0.125) + bytes(range(32))
+    write("gguf", "metadata.gguf", gguf_file(meta, []))
+    write("gguf", "tensors.gguf", gguf_file(meta[:3], [
+        ("token_embd.weight", 0, [4, 2], f32), ("blk.0.attn_norm.weight", 1, [4], f32[:8]),
+        ("blk.0.ffn_up.weight", 30, [2, 2], f32[:8]), ("blk.0.attn_q.weight", 8, [32, 1], q8_0),
+        ("empty", 0, [0, 3], b"")]))
+    write("gguf", "aligned64.gguf", gguf_file([("general.alignment", *u32(64))],
+                                              [("a", 0, [3], f32[:12]), ("b", 0, [5], f32[:20])], alignment=64))
+    write("gguf", "empty.gguf", gguf_file([], []))
+
+
 # config.json: the shipped and golden models' configs, and variants of rope and layer fields.
 def config_seeds():
     configs = {p.parent.name: json.loads(p.read_text())
@@ -211,6 +260,7 @@ def main():
     ap.add_argument("--node-modules", default=str(ROOT / "node_modules"))
     args = ap.parse_args()
     safetensors_seeds()
+    gguf_seeds()
     config_seeds()
     tokenizer_seeds(args.node_modules)
     template_seeds()

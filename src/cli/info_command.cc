@@ -1,20 +1,84 @@
-// gizllm info: what a model folder holds: its Arch, parameters, and each tensor's format.
+// gizllm info: what a model folder (or GGUF file) holds: its Arch, parameters, and each
+// tensor's format; for a GGUF file, its metadata too.
 #include <cstdio>
 #include <map>
 
 #include "cli/model_options.h"
+#include "formats/gguf.h"
+#include "model/gguf_model.h"
 
 namespace gizllm::cli {
+namespace {
+
+// A metadata value on one line: scalars as they are, strings cut at 60 bytes, arrays as their
+// element type and count.
+std::string ValueText(const GgufValue& v) {
+  switch (v.type) {
+    case GgufType::kString: {
+      std::string s = v.string.substr(0, 60);
+      for (char& c : s) {
+        if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+      }
+      return "\"" + s +
+             (v.string.size() > 60 ? "\"... (" + std::to_string(v.string.size()) + " bytes)"
+                                   : "\"");
+    }
+    case GgufType::kArray:
+      return "[" + std::to_string(v.count) + " " + GgufTypeName(v.element_type) + "]";
+    case GgufType::kBool:
+      return v.unsigned_integer ? "true" : "false";
+    case GgufType::kFloat32:
+    case GgufType::kFloat64: {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%g", v.real);
+      return buf;
+    }
+    default:
+      return v.IsInteger() && (v.type == GgufType::kInt8 || v.type == GgufType::kInt16 ||
+                               v.type == GgufType::kInt32 || v.type == GgufType::kInt64)
+                 ? std::to_string(v.integer)
+                 : std::to_string(v.unsigned_integer);
+  }
+}
+
+// The file's version, block types, tokenizer and template; every key with `all`.
+void PrintGguf(const GgufFile& f, bool all) {
+  std::map<std::string, int> types;
+  for (const GgufTensor& t : f.tensors()) types[GgmlTypeName(t.type)]++;
+  std::printf("gguf         version %u, %zu tensors (", f.version(), f.tensors().size());
+  bool first = true;
+  for (const auto& [type, n] : types) {
+    std::printf("%s%s %d", first ? "" : ", ", type.c_str(), n);
+    first = false;
+  }
+  std::printf("), %zu metadata keys, alignment %llu\n", f.metadata().size(),
+              static_cast<unsigned long long>(f.alignment()));
+  for (const char* key : {"general.name", "general.file_type", "tokenizer.ggml.model",
+                          "tokenizer.ggml.pre", "tokenizer.ggml.tokens"}) {
+    if (const GgufValue* v = f.Find(key)) std::printf("  %-28s %s\n", key, ValueText(*v).c_str());
+  }
+  if (const GgufValue* v = f.Find("tokenizer.chat_template")) {
+    std::printf("  %-28s %zu bytes\n", "tokenizer.chat_template", v->string.size());
+  }
+  if (!all) return;
+  for (const auto& [key, v] : f.metadata()) {
+    std::printf("  %-40s %s\n", key.c_str(), ValueText(v).c_str());
+  }
+}
+
+}  // namespace
 
 void AddInfoCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand("info", "Show a model's architecture, parameters and tensors");
   struct Options {
     ModelOptions model;
     bool tensors = false;
+    bool metadata = false;
   };
   auto o = std::make_shared<Options>();
   o->model.Add(cmd);
   cmd->add_flag("--tensors", o->tensors, "List every tensor with its format and bytes");
+  cmd->add_flag("--metadata", o->metadata, "A GGUF file: list every metadata key and its value");
   cmd->callback([&ctx, o] {
     o->model.device.device = "cpu";
     auto loaded = o->model.Load(false);
@@ -41,8 +105,8 @@ void AddInfoCommand(CLI::App& app, CommandContext& ctx) {
       if (spec.attention.window > 0) ++sliding, window = spec.attention.window;
     }
     if (sliding > 0) {
-      const Rope& local = a.ropes[a.layer[0].attention.window > 0 ? a.layer[0].attention.rope
-                                                                   : a.ropes.size() - 1];
+      const Rope& local =
+          a.ropes[a.layer[0].attention.window > 0 ? a.layer[0].attention.rope : a.ropes.size() - 1];
       std::printf("\nsliding      %d of %d layers see the last %d positions, rope theta %g",
                   sliding, a.layers, window, local.theta);
     }
@@ -53,6 +117,11 @@ void AddInfoCommand(CLI::App& app, CommandContext& ctx) {
                 static_cast<long long>(a.context), a.tied_head ? "tied to the embedding" : "own");
     for (size_t i = 0; i < a.eos.size(); ++i) std::printf("%s%d", i ? ", " : "", a.eos[i]);
     std::printf("\nparameters   %.2f M\n", m.Parameters() / 1e6);
+    if (IsGgufPath(m.dir())) {
+      auto gguf = GgufFile::Open(m.dir());
+      if (!gguf.ok()) return void(ctx.exit_code = Fail(gguf.status().message()));
+      PrintGguf(*gguf, o->metadata);
+    }
     std::map<std::string, std::pair<int64_t, int64_t>> by_format;  // tensors, bytes
     int64_t total = 0;
     for (const WeightSummary& w : m.weights()) {

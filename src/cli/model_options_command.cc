@@ -10,7 +10,7 @@
 namespace gizllm::cli {
 
 void ModelOptions::Add(CLI::App* app) {
-  app->add_option("--model,-m", model, "Model folder (Hugging Face or converted)")
+  app->add_option("--model,-m", model, "Model folder (Hugging Face or converted) or GGUF file")
       ->default_val(kDefaultModel);
   app->add_option("--device", device.device, "auto (a CUDA GPU if found, else CPU), cpu or cuda")
       ->default_val("auto");

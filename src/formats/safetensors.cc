@@ -234,6 +234,11 @@ Expected<Checkpoint> Checkpoint::Open(const std::string& dir) {
   const std::string index_path = (fs::path(dir) / "model.safetensors.index.json").string();
   const std::string single_path = (fs::path(dir) / "model.safetensors").string();
   std::vector<std::pair<std::string, std::string>> listed;  // (tensor, shard) from the index
+  if (dir.ends_with(".gguf") && fs::is_regular_file(dir, ec)) {
+    return Unimplemented(dir +
+                         ": a GGUF file; only loading a model reads GGUF files yet, not "
+                         "this command");
+  }
   if (fs::is_regular_file(dir, ec) ||
       (dir.ends_with(".safetensors") && !fs::is_directory(dir, ec))) {
     GZ_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(dir));
@@ -299,6 +304,20 @@ Expected<Checkpoint> Checkpoint::Open(const std::string& dir) {
   return c;
 }
 
+Expected<Checkpoint> Checkpoint::FromTensors(std::vector<TensorInfo> tensors,
+                                             std::shared_ptr<const void> keep,
+                                             const std::string& where) {
+  Checkpoint c;
+  c.held_ = std::move(tensors);
+  c.keep_ = std::move(keep);
+  for (const TensorInfo& t : c.held_) {
+    if (!c.index_.emplace(t.name, &t).second) {
+      return DataLoss(where + ": tensor " + Quote(t.name) + " is given twice");
+    }
+  }
+  return c;
+}
+
 const TensorInfo* Checkpoint::Find(std::string_view name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : it->second;
@@ -310,6 +329,7 @@ std::vector<const TensorInfo*> Checkpoint::All() const {
   for (const SafetensorsFile& f : files_) {
     for (const TensorInfo& t : f.tensors()) all.push_back(&t);
   }
+  for (const TensorInfo& t : held_) all.push_back(&t);
   return all;
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -64,6 +65,11 @@ class Checkpoint {
   // `dir` holds model.safetensors, or the shards listed in model.safetensors.index.json
   // ("weight_map"). `dir` may also name a single .safetensors file.
   static Expected<Checkpoint> Open(const std::string& dir);
+  // Tensors held elsewhere (a GGUF file's, under the names the families use; some converted at
+  // load): `keep` owns the memory they point into. An error names `where` and a repeated name.
+  static Expected<Checkpoint> FromTensors(std::vector<TensorInfo> tensors,
+                                          std::shared_ptr<const void> keep,
+                                          const std::string& where);
 
   const TensorInfo* Find(std::string_view name) const;         // null if absent
   std::vector<const TensorInfo*> All() const;                  // file by file, in file order
@@ -72,6 +78,8 @@ class Checkpoint {
 
  private:
   std::vector<SafetensorsFile> files_;
+  std::vector<TensorInfo> held_;      // FromTensors: tensors outside any safetensors file
+  std::shared_ptr<const void> keep_;  // what held_ points into
   std::map<std::string, const TensorInfo*, std::less<>> index_;
 };
 

@@ -9,6 +9,7 @@
 #include "core/mapped_file.h"
 #include "formats/safetensors.h"
 #include "model/families/family.h"
+#include "model/gguf_model.h"
 
 namespace gizllm {
 
@@ -225,6 +226,10 @@ Expected<Arch> ParseArch(const json& config, const std::string& file_for_errors)
 
 Expected<Arch> ReadArch(const std::string& dir) {
   namespace fs = std::filesystem;
+  if (IsGgufPath(dir)) {
+    GZ_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(dir));
+    return ReadGgufArch(file);
+  }
   const std::string config_path = (fs::path(dir) / "config.json").string();
   if (!FileExists(config_path)) {
     return NotFound(config_path + ": missing (expected a Hugging Face model folder)");

@@ -15,7 +15,7 @@
 
 namespace gizllm {
 
-// Reads dir/config.json, and generation_config.json and tokenizer_config.json when present
+// Reads dir/config.json (or, where `dir` is a .gguf file, its metadata: ReadGgufArch), and generation_config.json and tokenizer_config.json when present
 // (tokenizer.json too when a token named there must be resolved to its id).
 // Arch::eos is the union, in this order and without repeats, of config.json eos_token_id,
 // generation_config.json eos_token_id and tokenizer_config.json eos_token. Arch::bos is the first

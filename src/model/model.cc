@@ -10,6 +10,7 @@
 #include "formats/safetensors.h"
 #include "model/blocks.h"
 #include "model/config.h"
+#include "model/gguf_model.h"
 
 namespace gizllm {
 
@@ -87,7 +88,13 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
                                              std::shared_ptr<Backend> backend,
                                              const LoadOptions& options) {
   GZ_RETURN_IF_ERROR(options.Check());
-  GZ_ASSIGN_OR_RETURN(Arch arch, ReadArch(dir));
+  // A GGUF file brings its Arch and its tensors (under the family's names) at once.
+  GgufModel gguf;
+  const bool is_gguf = IsGgufPath(dir);
+  if (is_gguf) {
+    GZ_ASSIGN_OR_RETURN(gguf, OpenGgufModel(dir));
+  }
+  GZ_ASSIGN_OR_RETURN(Arch arch, is_gguf ? Expected<Arch>(gguf.arch) : ReadArch(dir));
   const int config_layers = arch.layers;
   for (int l = 0; l < arch.layers; ++l) {
     const LayerSpec& spec = arch.layer[l];
@@ -115,7 +122,11 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   model->backend_ = std::move(backend);
   model->impl_ = std::make_unique<Impl>();
   Impl& impl = *model->impl_;
-  GZ_ASSIGN_OR_RETURN(impl.checkpoint, Checkpoint::Open(dir));
+  if (is_gguf) {
+    impl.checkpoint = std::move(gguf.checkpoint);
+  } else {
+    GZ_ASSIGN_OR_RETURN(impl.checkpoint, Checkpoint::Open(dir));
+  }
   const Checkpoint& ckpt = impl.checkpoint;
   GZ_RETURN_IF_ERROR(ResolveTensorPrefix(
       &arch, [&](const std::string& name) { return ckpt.Find(name) != nullptr; }, dir));
@@ -452,8 +463,8 @@ Status Model::CopyPage(int32_t page, void* host, bool to_host) {
   for (size_t l = 0; l < impl_->layers.size(); ++l) {
     const CacheSpec& c = caches_[l];
     const KvLayer& kv = impl_->layers[l].attention.kv;
-    const int64_t part = static_cast<int64_t>(kPage) * c.kv_heads * c.head_dim *
-                         KvFormatBytes(c.format);
+    const int64_t part =
+        static_cast<int64_t>(kPage) * c.kv_heads * c.head_dim * KvFormatBytes(c.format);
     const int64_t scale = static_cast<int64_t>(kPage) * c.kv_heads * KvFormatScaleBytes(c.format);
     copy(kv.keys, part);
     copy(kv.values, part);

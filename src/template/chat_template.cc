@@ -1,6 +1,9 @@
 #include "template/chat_template.h"
 
+#include <tuple>
+
 #include "core/mapped_file.h"
+#include "formats/gguf.h"
 
 namespace gizllm {
 
@@ -44,7 +47,39 @@ Expected<ChatTemplate> ChatTemplate::FromString(std::string source, std::string 
   return t;
 }
 
+// tokenizer.chat_template (and tokenizer.chat_template.tool_use) of a GGUF file, with the texts
+// of its bos and eos tokens.
+Expected<ChatTemplate> ChatTemplate::LoadGguf(const std::string& path) {
+  GZ_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(path));
+  if (!f.Find("tokenizer.chat_template")) {
+    return NotFound(path + ": no metadata \"tokenizer.chat_template\"");
+  }
+  ChatTemplate t;
+  GZ_ASSIGN_OR_RETURN(t.source_, f.GetString("tokenizer.chat_template"));
+  t.origin_ = path + ": tokenizer.chat_template";
+  GZ_ASSIGN_OR_RETURN(t.default_, Compile(t.source_, t.origin_));
+  if (f.Find("tokenizer.chat_template.tool_use")) {
+    GZ_ASSIGN_OR_RETURN(std::string tool_use, f.GetString("tokenizer.chat_template.tool_use"));
+    GZ_ASSIGN_OR_RETURN(t.tool_use_, Compile(tool_use, t.origin_ + ".tool_use"));
+  }
+  const GgufValue* tokens = f.Find("tokenizer.ggml.tokens");
+  for (auto [key, text, has] :
+       {std::tuple{"tokenizer.ggml.bos_token_id", &t.bos_, &t.has_bos_},
+        std::tuple{"tokenizer.ggml.eos_token_id", &t.eos_, &t.has_eos_}}) {
+    if (!f.Find(key)) continue;
+    GZ_ASSIGN_OR_RETURN(uint64_t id, f.GetUint(key));
+    if (!tokens || tokens->type != GgufType::kArray || id >= tokens->strings.size()) {
+      return InvalidArgument(path + ": metadata \"" + key + "\" = " + std::to_string(id) +
+                             " is not an id of tokenizer.ggml.tokens");
+    }
+    *text = tokens->strings[id];
+    *has = true;
+  }
+  return t;
+}
+
 Expected<ChatTemplate> ChatTemplate::Load(const std::string& model_dir) {
+  if (model_dir.ends_with(".gguf") && FileExists(model_dir)) return LoadGguf(model_dir);
   ChatTemplate t;
   const std::string config_path = model_dir + "/tokenizer_config.json";
   ordered_json config = ordered_json::object();

@@ -30,7 +30,9 @@ struct RenderedChat {
 class ChatTemplate {
  public:
   // Reads tokenizer_config.json's chat_template (a string, or a list of {name, template}) or
-  // chat_template.jinja, and the bos and eos tokens. Errors name the file.
+  // chat_template.jinja, and the bos and eos tokens; or, where `model_dir` is a .gguf file, its
+  // tokenizer.chat_template and the texts of tokenizer.ggml.bos/eos_token_id. Errors name the
+  // file.
   static Expected<ChatTemplate> Load(const std::string& model_dir);
   static Expected<ChatTemplate> FromString(std::string source, std::string bos = "",
                                            std::string eos = "");
@@ -52,6 +54,7 @@ class ChatTemplate {
   const std::string& eos_token() const { return eos_; }
 
  private:
+  static Expected<ChatTemplate> LoadGguf(const std::string& path);
   // The template for a request: the "tool_use" one when tools are given and there is one.
   const jinja::Template& Pick(bool has_tools) const;
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/mapped_file.h"
+#include "formats/gguf.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/components.h"
 #include "tokenizer/json_scan.h"
@@ -197,6 +198,10 @@ Expected<Tokenizer> Tokenizer::FromJson(std::string_view json, const std::string
 }
 
 Expected<Tokenizer> Tokenizer::Load(const std::string& path) {
+  if (path.ends_with(".gguf") && FileExists(path)) {
+    GZ_ASSIGN_OR_RETURN(GgufFile gguf, GgufFile::Open(path));
+    return FromGguf(gguf);
+  }
   std::string file = path;
   if (!FileExists(file) || FileExists(file + "/tokenizer.json")) file = path + "/tokenizer.json";
   auto mapped = MappedFile::Open(file);

@@ -21,14 +21,21 @@
 
 namespace gizllm {
 
+class GgufFile;
+
 namespace tok {
 struct TokenizerData;
 }
 
 class Tokenizer {
  public:
-  // path: a tokenizer.json, or a folder that holds one. Errors name the file and the field.
+  // path: a tokenizer.json, a folder that holds one, or a .gguf file (FromGguf). Errors name the
+  // file and the field.
   static Expected<Tokenizer> Load(const std::string& path);
+  // From a GGUF file's tokenizer.ggml.* metadata: tokenizer.ggml.model gpt2 (byte-level BPE)
+  // with the pre-tokenizer tokenizer.ggml.pre names (qwen2, llama-bpe, default); control and
+  // user-defined tokens as added tokens; BOS/EOS added where add_bos_token/add_eos_token say.
+  static Expected<Tokenizer> FromGguf(const GgufFile& file);
   // The same from the text of a tokenizer.json; `name` stands for the file in messages.
   static Expected<Tokenizer> FromJson(std::string_view json, const std::string& name);
 

@@ -1,0 +1,343 @@
+#include "model/gguf_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/config.h"
+
+namespace gizllm {
+namespace {
+
+using nlohmann::json;
+
+// Names and values come from the file: show at most 200 bytes of one.
+std::string Quote(std::string_view s) {
+  if (s.size() > 200) return "\"" + std::string(s.substr(0, 200)) + "...\"";
+  return "\"" + std::string(s) + "\"";
+}
+
+// The families a GGUF file may name (general.architecture), by llama.cpp's names.
+constexpr std::string_view kGgufFamilies[] = {"llama", "qwen2", "qwen3"};
+
+// GGUF tensor names (llama.cpp's llama-arch.cpp) by role; a layer's are "blk.N." + suffix.
+struct GgufName {
+  std::string_view suffix;
+  TensorRole role;
+};
+constexpr GgufName kLayerNames[] = {
+    {"attn_norm.weight", TensorRole::kAttnNorm}, {"attn_q.weight", TensorRole::kQ},
+    {"attn_k.weight", TensorRole::kK},           {"attn_v.weight", TensorRole::kV},
+    {"attn_output.weight", TensorRole::kO},      {"attn_q.bias", TensorRole::kQBias},
+    {"attn_k.bias", TensorRole::kKBias},         {"attn_v.bias", TensorRole::kVBias},
+    {"attn_output.bias", TensorRole::kOBias},    {"attn_q_norm.weight", TensorRole::kQNorm},
+    {"attn_k_norm.weight", TensorRole::kKNorm},  {"ffn_norm.weight", TensorRole::kFfnNorm},
+    {"ffn_gate.weight", TensorRole::kGate},      {"ffn_up.weight", TensorRole::kUp},
+    {"ffn_down.weight", TensorRole::kDown},      {"ffn_gate.bias", TensorRole::kGateBias},
+    {"ffn_up.bias", TensorRole::kUpBias},        {"ffn_down.bias", TensorRole::kDownBias},
+};
+
+// The role and layer (-1 outside the layers) of GGUF tensor `name`; false if it has none.
+bool ParseTensorName(std::string_view name, TensorRole* role, int* layer) {
+  *layer = -1;
+  constexpr GgufName kModelNames[] = {{"token_embd.weight", TensorRole::kEmbed},
+                                      {"output_norm.weight", TensorRole::kFinalNorm},
+                                      {"output.weight", TensorRole::kHead}};
+  for (const GgufName& g : kModelNames) {
+    if (g.suffix == name) {
+      *role = g.role;
+      return true;
+    }
+  }
+  if (!name.starts_with("blk.")) return false;
+  name.remove_prefix(4);
+  int64_t n = 0;
+  size_t digits = 0;
+  while (digits < name.size() && digits < 7 && name[digits] >= '0' && name[digits] <= '9') {
+    n = n * 10 + (name[digits] - '0');
+    ++digits;
+  }
+  if (digits == 0 || digits >= name.size() || name[digits] != '.') return false;
+  name.remove_prefix(digits + 1);
+  for (const GgufName& g : kLayerNames) {
+    if (g.suffix == name) {
+      *role = g.role;
+      *layer = static_cast<int>(n);
+      return true;
+    }
+  }
+  return false;
+}
+
+// Hugging Face's row order of a q or k projection (or bias) from llama.cpp's: the converter
+// wrote row h * head_dim + 2 * j + i for Hugging Face's h * head_dim + i * head_dim / 2 + j
+// (i in {0, 1}: the two rotary halves). `rows` = heads * head_dim rows of `row_bytes` each.
+void UndoRotaryPermute(const uint8_t* gguf, int64_t heads, int64_t head_dim, size_t row_bytes,
+                       uint8_t* hf) {
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < 2; ++i) {
+      for (int64_t j = 0; j < half; ++j) {
+        const int64_t from = h * head_dim + 2 * j + i;
+        const int64_t to = h * head_dim + i * half + j;
+        std::memcpy(hf + to * row_bytes, gguf + from * row_bytes, row_bytes);
+      }
+    }
+  }
+}
+
+// The per-dimension divisors of the rotary frequencies that llama.cpp's converter writes for
+// Llama 3.1's "llama3" rope (LlamaModel.generate_extra_tensors), from its parameters.
+std::vector<double> Llama3Factors(double theta, int64_t head_dim, double factor, double low,
+                                  double high, double original) {
+  constexpr double kPi = 3.141592653589793;
+  std::vector<double> out;
+  for (int64_t i = 0; i < head_dim; i += 2) {
+    const float freq = 1.0f / std::pow(static_cast<float>(theta),
+                                       static_cast<float>(i) / static_cast<float>(head_dim));
+    const double wavelen = 2 * kPi / freq;
+    if (wavelen < original / high) {
+      out.push_back(1.0);
+    } else if (wavelen > original / low) {
+      out.push_back(factor);
+    } else {
+      const double smooth = (original / wavelen - low) / (high - low);
+      out.push_back(1 / ((1 - smooth) / factor + smooth));
+    }
+  }
+  return out;
+}
+
+// config.json's rope_scaling for the rope_freqs.weight tensor: the llama3 parameters whose
+// factors it holds (Llama 3's low 1 and high 4; the factor its largest value; the original
+// context solved from a factor between the two, or the usual ones), so that the frequencies are
+// transformers' own; an error if no parameters give the file's factors.
+Expected<json> Llama3Scaling(const std::string& path, const GgufTensor& t, double theta,
+                             int64_t head_dim) {
+  const std::string where = path + ": tensor \"rope_freqs.weight\"";
+  if (t.type != GgmlType::kF32 || t.shape.size() != 1 || t.shape[0] * 2 != head_dim) {
+    return DataLoss(where + " must be F32 [" + std::to_string(head_dim / 2) + "], got " +
+                    GgmlTypeName(t.type) + " " + ShapeString(t.shape));
+  }
+  std::vector<float> stored(t.shape[0]);
+  std::memcpy(stored.data(), t.data, stored.size() * sizeof(float));
+  const double factor = *std::max_element(stored.begin(), stored.end());
+  constexpr double kLow = 1.0, kHigh = 4.0;
+  std::vector<double> originals;
+  for (size_t i = 0; i < stored.size(); ++i) {
+    const double f = stored[i];
+    if (f <= 1.0 || f >= factor) continue;
+    // 1 / f = (1 - s) / factor + s, s = (original / wavelen - low) / (high - low).
+    const double s = (1 / f - 1 / factor) / (1 - 1 / factor);
+    const float freq = 1.0f / std::pow(static_cast<float>(theta),
+                                       static_cast<float>(2 * i) / static_cast<float>(head_dim));
+    originals.push_back(std::round((s * (kHigh - kLow) + kLow) * (2 * 3.141592653589793 / freq)));
+    break;
+  }
+  for (double o : {8192.0, 4096.0, 16384.0, 32768.0, 2048.0}) originals.push_back(o);
+  for (double original : originals) {
+    const std::vector<double> want = Llama3Factors(theta, head_dim, factor, kLow, kHigh, original);
+    bool same = true;
+    for (size_t i = 0; i < stored.size() && same; ++i) {
+      same = stored[i] == static_cast<float>(want[i]) ||
+             std::abs(stored[i] - want[i]) <= 1e-6 * std::abs(want[i]);
+    }
+    if (same) {
+      return json{{"rope_type", "llama3"},
+                  {"factor", factor},
+                  {"low_freq_factor", kLow},
+                  {"high_freq_factor", kHigh},
+                  {"original_max_position_embeddings", static_cast<int64_t>(original)}};
+    }
+  }
+  return Unimplemented(where +
+                       " holds rotary factors that no llama3 scaling (low_freq_factor 1, "
+                       "high_freq_factor 4) gives; such scaling is not supported");
+}
+
+// What the Checkpoint's tensors point into: the mapped file and the tensors converted at load.
+struct Held {
+  GgufFile file;
+  std::vector<std::vector<uint8_t>> copies;
+};
+
+}  // namespace
+
+bool IsGgufPath(const std::string& path) {
+  std::error_code ec;
+  return path.ends_with(".gguf") && !std::filesystem::is_directory(path, ec);
+}
+
+Expected<Arch> ReadGgufArch(const GgufFile& f) {
+  const std::string& path = f.path();
+  GZ_ASSIGN_OR_RETURN(std::string family, f.GetString("general.architecture"));
+  if (std::find(std::begin(kGgufFamilies), std::end(kGgufFamilies), family) ==
+      std::end(kGgufFamilies)) {
+    return Unimplemented(path + ": general.architecture " + Quote(family) +
+                         " is not supported (expected llama, qwen2 or qwen3)");
+  }
+  const std::string p = family + ".";
+  json c = json::object();
+  c["model_type"] = family;
+  // Required fields, then those with llama.cpp's defaults.
+  const std::pair<const char*, const char*> kRequired[] = {
+      {"embedding_length", "hidden_size"},
+      {"block_count", "num_hidden_layers"},
+      {"feed_forward_length", "intermediate_size"},
+      {"attention.head_count", "num_attention_heads"},
+      {"context_length", "max_position_embeddings"},
+  };
+  for (const auto& [key, field] : kRequired) {
+    GZ_ASSIGN_OR_RETURN(uint64_t v, f.GetUint(p + key));
+    c[field] = v;
+  }
+  GZ_ASSIGN_OR_RETURN(c["rms_norm_eps"], f.GetFloat(p + "attention.layer_norm_rms_epsilon"));
+  if (f.Find(p + "attention.head_count_kv")) {
+    GZ_ASSIGN_OR_RETURN(c["num_key_value_heads"], f.GetUint(p + "attention.head_count_kv"));
+  }
+  if (f.Find(p + "attention.key_length")) {
+    GZ_ASSIGN_OR_RETURN(uint64_t key_length, f.GetUint(p + "attention.key_length"));
+    if (f.Find(p + "attention.value_length")) {
+      GZ_ASSIGN_OR_RETURN(uint64_t value_length, f.GetUint(p + "attention.value_length"));
+      if (value_length != key_length) {
+        return Unimplemented(path + ": " + p + "attention.value_length " +
+                             std::to_string(value_length) + " differs from key_length " +
+                             std::to_string(key_length) + "; heads of two sizes are not supported");
+      }
+    }
+    c["head_dim"] = key_length;
+  }
+  if (f.Find(p + "rope.freq_base")) {
+    GZ_ASSIGN_OR_RETURN(c["rope_theta"], f.GetFloat(p + "rope.freq_base"));
+  }
+  if (f.Find(p + "rope.dimension_count")) {
+    GZ_ASSIGN_OR_RETURN(uint64_t rotary, f.GetUint(p + "rope.dimension_count"));
+    const uint64_t head_dim =
+        c.contains("head_dim")
+            ? c["head_dim"].get<uint64_t>()
+            : c["hidden_size"].get<uint64_t>() /
+                  std::max<uint64_t>(1, c["num_attention_heads"].get<uint64_t>());
+    if (rotary != head_dim) {
+      c["partial_rotary_factor"] = static_cast<double>(rotary) / static_cast<double>(head_dim);
+    }
+  }
+  if (f.Find(p + "rope.scaling.type")) {
+    GZ_ASSIGN_OR_RETURN(std::string type, f.GetString(p + "rope.scaling.type"));
+    if (type == "linear") {
+      GZ_ASSIGN_OR_RETURN(double factor, f.GetFloat(p + "rope.scaling.factor"));
+      c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", factor}};
+    } else if (type != "none") {
+      return Unimplemented(path + ": " + p + "rope.scaling.type " + Quote(type) +
+                           " is not supported (expected none or linear)");
+    }
+  }
+  if (const GgufTensor* factors = f.FindTensor("rope_freqs.weight")) {
+    const double theta = c.value("rope_theta", 10000.0);
+    const int64_t head_dim =
+        c.contains("head_dim") ? c["head_dim"].get<int64_t>()
+                               : c["hidden_size"].get<int64_t>() /
+                                     std::max<int64_t>(1, c["num_attention_heads"].get<int64_t>());
+    GZ_ASSIGN_OR_RETURN(c["rope_scaling"], Llama3Scaling(path, *factors, theta, head_dim));
+  }
+  const GgufTensor* embed = f.FindTensor("token_embd.weight");
+  if (!embed || embed->shape.size() != 2) {
+    return DataLoss(path + ": tensor \"token_embd.weight\" is missing or not a matrix");
+  }
+  c["vocab_size"] = embed->shape[0];
+  c["tie_word_embeddings"] = f.FindTensor("output.weight") == nullptr;
+  if (family != "qwen2") c["attention_bias"] = f.FindTensor("blk.0.attn_q.bias") != nullptr;
+  if (family == "llama") c["mlp_bias"] = f.FindTensor("blk.0.ffn_up.bias") != nullptr;
+  // Stop tokens: the end of text, of a turn and of a message, where the file names them.
+  json eos = json::array();
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                          "tokenizer.ggml.eom_token_id"}) {
+    if (!f.Find(key)) continue;
+    GZ_ASSIGN_OR_RETURN(uint64_t id, f.GetUint(key));
+    if (std::find(eos.begin(), eos.end(), json(id)) == eos.end()) eos.push_back(id);
+  }
+  if (!eos.empty()) c["eos_token_id"] = eos;
+  if (f.Find("tokenizer.ggml.bos_token_id")) {
+    GZ_ASSIGN_OR_RETURN(c["bos_token_id"], f.GetUint("tokenizer.ggml.bos_token_id"));
+  }
+  return ParseArch(c, path);
+}
+
+Expected<GgufModel> OpenGgufModel(const std::string& path) {
+  auto held = std::make_shared<Held>();
+  GZ_ASSIGN_OR_RETURN(held->file, GgufFile::Open(path));
+  GgufModel m;
+  GZ_ASSIGN_OR_RETURN(m.arch, ReadGgufArch(held->file));
+  const Arch& arch = m.arch;
+  std::vector<TensorInfo> tensors;
+  std::set<GgmlType> noticed;
+  for (const GgufTensor& t : held->file.tensors()) {
+    TensorRole role;
+    int layer = -1;
+    if (t.name == "rope_freqs.weight") continue;  // read into the Arch's rope
+    if (!ParseTensorName(t.name, &role, &layer)) {
+      return Unimplemented(path + ": tensor " + Quote(t.name) + " has no place in a " +
+                           arch.family + " model here");
+    }
+    if (layer >= arch.layers) {
+      return DataLoss(path + ": tensor " + Quote(t.name) + " is past the " +
+                      std::to_string(arch.layers) + " layers of " + arch.family + ".block_count");
+    }
+    TensorInfo info;
+    info.name = TensorName(arch, role, layer);
+    info.shape = t.shape;
+    info.file = path;
+    const int64_t elements = t.Elements();
+    switch (t.type) {
+      case GgmlType::kF32:
+        info.dtype = DType::kF32;
+        break;
+      case GgmlType::kF16:
+        info.dtype = DType::kF16;
+        break;
+      case GgmlType::kBF16:
+        info.dtype = DType::kBF16;
+        break;
+      case GgmlType::kQ8_0: {
+        info.dtype = DType::kF32;
+        if (noticed.insert(t.type).second) {
+          std::fprintf(stderr, "%s: %s tensors are converted to F32 at load (exactly)\n",
+                       path.c_str(), GgmlTypeName(t.type).c_str());
+        }
+        std::vector<uint8_t>& copy = held->copies.emplace_back(elements * sizeof(float));
+        DequantizeQ8_0(t.data, elements, reinterpret_cast<float*>(copy.data()));
+        break;
+      }
+      default:
+        return Unimplemented(path + ": tensor " + Quote(t.name) + " has block type " +
+                             GgmlTypeName(t.type) +
+                             ", which is not read yet (F32, F16, BF16 and Q8_0 are)");
+    }
+    const bool converted = t.type == GgmlType::kQ8_0;
+    info.data = converted ? held->copies.back().data() : t.data;
+    info.bytes = static_cast<size_t>(elements) * DTypeSize(info.dtype);
+    // Llama's q and k (and their biases) carry the converter's rotary permutation.
+    const bool q = role == TensorRole::kQ || role == TensorRole::kQBias;
+    const bool k = role == TensorRole::kK || role == TensorRole::kKBias;
+    if (arch.family == "llama" && (q || k)) {
+      const AttentionSpec& a = arch.layer[layer].attention;
+      const int64_t heads = q ? a.heads : a.kv_heads;
+      if (!info.shape.empty() && info.shape[0] == heads * a.head_dim && a.head_dim % 2 == 0) {
+        std::vector<uint8_t> hf(info.bytes);
+        UndoRotaryPermute(info.data, heads, a.head_dim, info.bytes / info.shape[0], hf.data());
+        info.data = held->copies.emplace_back(std::move(hf)).data();
+      }  // else the loader's shape check names the tensor and the shapes
+    }
+    tensors.push_back(std::move(info));
+  }
+  GZ_ASSIGN_OR_RETURN(m.checkpoint, Checkpoint::FromTensors(std::move(tensors), held, path));
+  return m;
+}
+
+}  // namespace gizllm

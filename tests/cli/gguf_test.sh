@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# A GGUF file of the shipped model (tests/cli/gguf_from_hf.py) through every command: the same
+# logits (bit for bit under --exact), text and tokens as the folder; a spoiled file gives one line.
+source "$(dirname "$0")/lib.sh"
+gz=$1
+src=models/tiny-chat
+gguf="$tmp/tiny-chat.gguf"
+python3 "$(dirname "$0")/gguf_from_hf.py" "$src" "$gguf"
+
+expect_ok info $gz info --model "$gguf" --metadata
+check info-family grep -q "family       qwen3" "$tmp/out"
+check info-gguf grep -qE "gguf +version 3, 90 tensors \(BF16 57, F32 33\)" "$tmp/out"
+check info-metadata grep -qE "tokenizer.ggml.pre +\"qwen2\"" "$tmp/out"
+
+ids=1,20,300,4000,55,6,7000,12
+expect_ok logits-folder $gz logits --model "$src" --exact --ids $ids --out "$tmp/folder.npy"
+expect_ok logits-gguf $gz logits --model "$gguf" --exact --ids $ids --out "$tmp/gguf.npy"
+check logits-equal cmp -s "$tmp/folder.npy" "$tmp/gguf.npy"
+
+prompt="In the beginning God created"
+expect_ok run-folder $gz run --model "$src" --exact --prompt "$prompt" --greedy --max-tokens 12
+mv "$tmp/out" "$tmp/run-folder"
+expect_ok run-gguf $gz run --model "$gguf" --exact --prompt "$prompt" --greedy --max-tokens 12
+check run-equal cmp -s "$tmp/run-folder" "$tmp/out"
+
+text='Hello, world! <|im_start|>user 12345 naïve café'
+echo "$text" | $gz tokenize --model "$src" --special >"$tmp/tok-folder"
+echo "$text" | $gz tokenize --model "$gguf" --special >"$tmp/tok-gguf"
+check tokenize-equal cmp -s "$tmp/tok-folder" "$tmp/tok-gguf"
+check tokenize-nonempty test -s "$tmp/tok-gguf"
+
+expect_ok perplexity $gz perplexity --model "$gguf" --base "$src" --exact -f "$src/heldout.jsonl" \
+  --limit 2 --max-tokens 128
+check perplexity-kl grep -qE "^kl +0 " "$tmp/out"
+
+expect_fail missing "no-such.gguf: cannot open" $gz run --model "$tmp/no-such.gguf" --prompt x
+head -c 100000 "$gguf" >"$tmp/cut.gguf"
+expect_fail truncated "cut.gguf" $gz logits --model "$tmp/cut.gguf" --ids 1 --out "$tmp/x.npy"
+printf 'GGUF\3\0\0\0\377\377\377\377\377\377\377\377\0\0\0\0\0\0\0\0' >"$tmp/count.gguf"
+expect_fail tensor-count "tensor count" $gz info --model "$tmp/count.gguf"
+expect_fail convert-refused "GGUF" $gz convert --from "$gguf" --to "$tmp/c"
+
+finish

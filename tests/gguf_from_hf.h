@@ -1,0 +1,303 @@
+// Writes a Hugging Face model folder (llama, qwen2, qwen3) as a GGUF file the way llama.cpp's
+// convert_hf_to_gguf.py does, for tests: its metadata keys, tensor names, 1-D tensors in F32,
+// Llama's q/k rows permuted for its rotary layout and Llama 3's rope_freqs.weight, the gpt2
+// tokenizer (tokens, token types, merges, special ids) and the chat template. The linears and the
+// embedding are written as they are stored (BF16, F16, F32), or as F32, F16 or Q8_0 (ggml's
+// quantize_row_q8_0_ref); `dequantized_dir`, if given, receives the same model as a Hugging Face
+// folder whose weights are the values written (F16 as F16; the others, Q8_0 dequantized, as F32).
+#pragma once
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/mapped_file.h"
+#include "core/status.h"
+#include "formats/gguf.h"
+#include "formats/safetensors.h"
+#include "gguf_writer.h"
+
+namespace gizllm::testing {
+
+enum class GgufLinears { kAsStored, kF32, kF16, kQ8_0 };
+
+inline std::vector<float> ToF32(const TensorInfo& t) {
+  std::vector<float> v(t.Elements());
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint16_t h;
+    switch (t.dtype) {
+      case DType::kF32:
+        std::memcpy(&v[i], t.data + 4 * i, 4);
+        break;
+      case DType::kBF16:
+        std::memcpy(&h, t.data + 2 * i, 2);
+        v[i] = Bf16ToF32(h);
+        break;
+      default:
+        std::memcpy(&h, t.data + 2 * i, 2);
+        v[i] = F16ToF32(h);
+        break;
+    }
+  }
+  return v;
+}
+
+// ggml's quantize_row_q8_0_ref: per block of 32, d = max|x| / 127, q = round(x / d).
+inline std::string QuantizeQ8_0(const std::vector<float>& x) {
+  std::string out;
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t dh = F32ToF16(d);
+    out.push_back(static_cast<char>(dh & 0xff));
+    out.push_back(static_cast<char>(dh >> 8));
+    for (int i = 0; i < 32; ++i) {
+      out.push_back(static_cast<char>(static_cast<int8_t>(std::roundf(x[b * 32 + i] * id))));
+    }
+  }
+  return out;
+}
+
+// LlamaModel.permute: HF row h * head_dim + i * half + j goes to h * head_dim + 2 * j + i.
+inline std::string PermuteRows(const std::string& bytes, int64_t heads, int64_t rows) {
+  const size_t row_bytes = bytes.size() / rows;
+  const int64_t head_dim = rows / heads, half = head_dim / 2;
+  std::string out(bytes.size(), '\0');
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < half; ++j)
+        std::memcpy(&out[(h * head_dim + 2 * j + i) * row_bytes],
+                    &bytes[(h * head_dim + i * half + j) * row_bytes], row_bytes);
+  return out;
+}
+
+// convert_hf_to_gguf.py's tensor names.
+inline std::string GgufTensorName(const std::string& hf) {
+  static const std::map<std::string, std::string> kTop = {
+      {"model.embed_tokens.weight", "token_embd.weight"},
+      {"model.norm.weight", "output_norm.weight"},
+      {"lm_head.weight", "output.weight"}};
+  if (auto it = kTop.find(hf); it != kTop.end()) return it->second;
+  static const std::map<std::string, std::string> kLayer = {
+      {"input_layernorm.weight", "attn_norm.weight"},
+      {"self_attn.q_proj.weight", "attn_q.weight"},
+      {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},
+      {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},
+      {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},
+      {"self_attn.o_proj.bias", "attn_output.bias"},
+      {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+      {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+      {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},
+      {"mlp.down_proj.weight", "ffn_down.weight"},
+      {"mlp.gate_proj.bias", "ffn_gate.bias"},
+      {"mlp.up_proj.bias", "ffn_up.bias"},
+      {"mlp.down_proj.bias", "ffn_down.bias"}};
+  const std::string prefix = "model.layers.";
+  if (hf.rfind(prefix, 0) != 0) return "";
+  const size_t dot = hf.find('.', prefix.size());
+  auto it = kLayer.find(hf.substr(dot + 1));
+  if (it == kLayer.end()) return "";
+  return "blk." + hf.substr(prefix.size(), dot - prefix.size()) + "." + it->second;
+}
+
+inline nlohmann::json ReadJsonFile(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+inline void WriteTokenizerMetadata(const std::string& dir, const std::string& pre,
+                                   const nlohmann::json& config, GgufWriter* w) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(dir + "/tokenizer.json")) return;
+  const nlohmann::json tok = ReadJsonFile(dir + "/tokenizer.json");
+  const nlohmann::json tc = fs::exists(dir + "/tokenizer_config.json")
+                                ? ReadJsonFile(dir + "/tokenizer_config.json")
+                                : nlohmann::json::object();
+  std::map<int64_t, std::string> by_id;
+  for (auto it = tok["model"]["vocab"].begin(); it != tok["model"]["vocab"].end(); ++it)
+    by_id[it.value().get<int64_t>()] = it.key();
+  std::map<int64_t, bool> added;  // id -> special
+  for (const auto& a : tok["added_tokens"]) {
+    by_id[a["id"].get<int64_t>()] = a["content"].get<std::string>();
+    added[a["id"].get<int64_t>()] = a["special"].get<bool>();
+  }
+  const int64_t vocab = config.value("vocab_size", static_cast<int64_t>(by_id.size()));
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  for (int64_t i = 0; i < vocab; ++i) {
+    auto it = by_id.find(i);
+    if (it == by_id.end()) {
+      tokens.push_back("[PAD" + std::to_string(i) + "]");
+      types.push_back(5);  // UNUSED
+    } else {
+      tokens.push_back(it->second);
+      types.push_back(added.count(i) ? (added[i] ? 3 : 4) : 1);  // CONTROL, USER_DEFINED, NORMAL
+    }
+  }
+  std::vector<std::string> merges;
+  for (const auto& m : tok["model"]["merges"]) {
+    merges.push_back(m.is_string() ? m.get<std::string>()
+                                   : m[0].get<std::string>() + " " + m[1].get<std::string>());
+  }
+  w->String("tokenizer.ggml.model", "gpt2");
+  w->String("tokenizer.ggml.pre", pre);
+  w->Strings("tokenizer.ggml.tokens", tokens);
+  w->Int32s("tokenizer.ggml.token_type", types);
+  w->Strings("tokenizer.ggml.merges", merges);
+  // SpecialVocab: ids from tokenizer_config.json's tokens, else config.json's ids.
+  auto id_of = [&](const char* token_key, const char* id_key) -> int64_t {
+    if (tc.contains(token_key) && tc[token_key].is_string()) {
+      for (const auto& [id, text] : by_id)
+        if (text == tc[token_key].get<std::string>()) return id;
+    }
+    if (config.contains(id_key) && config[id_key].is_number_integer())
+      return config[id_key].get<int64_t>();
+    return -1;
+  };
+  if (int64_t id = id_of("bos_token", "bos_token_id"); id >= 0)
+    w->Uint32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(id));
+  if (int64_t id = id_of("eos_token", "eos_token_id"); id >= 0)
+    w->Uint32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(id));
+  if (int64_t id = id_of("pad_token", "pad_token_id"); id >= 0)
+    w->Uint32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(id));
+  if (tc.contains("add_bos_token") && tc["add_bos_token"].is_boolean())
+    w->Bool("tokenizer.ggml.add_bos_token", tc["add_bos_token"].get<bool>());
+  if (tc.contains("chat_template") && tc["chat_template"].is_string())
+    w->String("tokenizer.chat_template", tc["chat_template"].get<std::string>());
+}
+
+// `pre`: the tokenizer.ggml.pre the converter would pick (it names the pre-tokenizer by a hash of
+// its output; a test says which one its tokenizer is).
+inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, GgufLinears linears,
+                              const std::string& pre = "qwen2",
+                              const std::string& dequantized_dir = "") {
+  const nlohmann::json config = ReadJsonFile(dir + "/config.json");
+  const std::string arch = config["model_type"].get<std::string>();
+  auto ckpt = Checkpoint::Open(dir);
+  if (!ckpt.ok()) return ckpt.status();
+  const std::string p = arch + ".";
+  const int64_t heads = config["num_attention_heads"].get<int64_t>();
+  const int64_t kv_heads = config.value("num_key_value_heads", heads);
+  const int64_t hidden = config["hidden_size"].get<int64_t>();
+  const int64_t head_dim = config.contains("head_dim") && config["head_dim"].is_number_integer()
+                               ? config["head_dim"].get<int64_t>()
+                               : hidden / heads;
+  nlohmann::json rope = nlohmann::json::object();
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    if (config.contains(key) && config[key].is_object()) rope = config[key];
+  }
+  const double theta = rope.value("rope_theta", config.value("rope_theta", 10000.0));
+
+  GgufWriter w;
+  w.String("general.architecture", arch);
+  w.String("general.name", std::filesystem::path(dir).filename().string());
+  w.Uint32(p + "block_count", config["num_hidden_layers"].get<uint32_t>());
+  w.Uint32(p + "context_length", config["max_position_embeddings"].get<uint32_t>());
+  w.Uint32(p + "embedding_length", static_cast<uint32_t>(hidden));
+  w.Uint32(p + "feed_forward_length", config["intermediate_size"].get<uint32_t>());
+  w.Uint32(p + "attention.head_count", static_cast<uint32_t>(heads));
+  w.Uint32(p + "attention.head_count_kv", static_cast<uint32_t>(kv_heads));
+  w.Float32(p + "rope.freq_base", static_cast<float>(theta));
+  w.Float32(p + "attention.layer_norm_rms_epsilon", config["rms_norm_eps"].get<float>());
+  if (config.contains("head_dim")) {
+    w.Uint32(p + "attention.key_length", static_cast<uint32_t>(head_dim));
+    w.Uint32(p + "attention.value_length", static_cast<uint32_t>(head_dim));
+  }
+  w.Uint32(p + "rope.dimension_count", static_cast<uint32_t>(head_dim));
+  w.Uint32("general.file_type", linears == GgufLinears::kQ8_0 ? 7 : 1);
+  WriteTokenizerMetadata(dir, pre, config, &w);
+
+  std::vector<TensorToWrite> dequantized;
+  std::vector<std::vector<float>> dequantized_data;
+  dequantized_data.reserve(ckpt->All().size());
+  for (const TensorInfo* t : ckpt->All()) {
+    const std::string name = GgufTensorName(t->name);
+    if (name.empty()) return InvalidArgument(t->name + ": no GGUF name");
+    std::string bytes(reinterpret_cast<const char*>(t->data), t->bytes);
+    GgmlType type = t->dtype == DType::kF32   ? GgmlType::kF32
+                    : t->dtype == DType::kF16 ? GgmlType::kF16
+                                              : GgmlType::kBF16;
+    std::vector<float> values = ToF32(*t);
+    if (t->shape.size() == 1 || linears == GgufLinears::kF32 ||
+        (linears == GgufLinears::kQ8_0 && t->shape.back() % 32 != 0)) {
+      type = GgmlType::kF32;
+      bytes.assign(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+    } else if (linears == GgufLinears::kF16) {
+      type = GgmlType::kF16;
+      std::vector<uint16_t> halves(values.size());
+      for (size_t i = 0; i < values.size(); ++i) halves[i] = F32ToF16(values[i]);
+      bytes.assign(reinterpret_cast<const char*>(halves.data()), halves.size() * 2);
+    } else if (linears == GgufLinears::kQ8_0) {
+      type = GgmlType::kQ8_0;
+      bytes = QuantizeQ8_0(values);
+      DequantizeQ8_0(reinterpret_cast<const uint8_t*>(bytes.data()),
+                     static_cast<int64_t>(values.size()), values.data());
+    }
+    if (type == GgmlType::kF16) {  // the same halves in the folder
+      dequantized_data.emplace_back((bytes.size() + 3) / 4);
+      std::memcpy(dequantized_data.back().data(), bytes.data(), bytes.size());
+      dequantized.push_back(
+          {t->name, DType::kF16, t->shape, dequantized_data.back().data(), bytes.size()});
+    } else {
+      dequantized_data.push_back(values);
+      dequantized.push_back(
+          {t->name, DType::kF32, t->shape, dequantized_data.back().data(), values.size() * 4});
+    }
+    if (arch == "llama") {
+      const bool q = name.find(".attn_q.") != std::string::npos;
+      const bool k = name.find(".attn_k.") != std::string::npos;
+      if (q || k) bytes = PermuteRows(bytes, q ? heads : kv_heads, t->shape[0]);
+    }
+    w.Tensor(name, type, t->shape, bytes);
+  }
+  if (rope.value("rope_type", "") == "llama3") {
+    const double factor = rope.value("factor", 8.0), low = rope.value("low_freq_factor", 1.0),
+                 high = rope.value("high_freq_factor", 4.0);
+    const double original = rope.value("original_max_position_embeddings", 8192.0);
+    std::vector<float> factors;
+    for (int64_t i = 0; i < head_dim; i += 2) {
+      const float freq = 1.0f / std::pow(static_cast<float>(theta),
+                                         static_cast<float>(i) / static_cast<float>(head_dim));
+      const double wavelen = 2 * M_PI / freq;
+      if (wavelen < original / high) {
+        factors.push_back(1.0f);
+      } else if (wavelen > original / low) {
+        factors.push_back(static_cast<float>(factor));
+      } else {
+        const double smooth = (original / wavelen - low) / (high - low);
+        factors.push_back(static_cast<float>(1 / ((1 - smooth) / factor + smooth)));
+      }
+    }
+    w.Tensor("rope_freqs.weight", GgmlType::kF32, {static_cast<int64_t>(factors.size())},
+             std::string(reinterpret_cast<const char*>(factors.data()), factors.size() * 4));
+  }
+  if (!w.Write(out)) return Internal(out + ": cannot write");
+  if (!dequantized_dir.empty()) {
+    namespace fs = std::filesystem;
+    fs::create_directories(dequantized_dir);
+    for (const char* f :
+         {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}) {
+      if (fs::exists(dir + "/" + f))
+        fs::copy_file(dir + "/" + f, dequantized_dir + "/" + f,
+                      fs::copy_options::overwrite_existing);
+    }
+    GZ_RETURN_IF_ERROR(WriteSafetensors(dequantized_dir + "/model.safetensors", dequantized, {}));
+  }
+  return Status::Ok();
+}
+
+}  // namespace gizllm::testing

@@ -1,0 +1,212 @@
+// GGUF files loaded as models: Hugging Face folders written as llama.cpp's converter writes them
+// (tests/gguf_from_hf.h), then the GGUF model's logits against the folder's, bit for bit in
+// float32 (the Llama q/k permutation undone, Llama 3's rope factors read back), and the files the
+// loader refuses.
+#include "model/gguf_model.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/thread_pool.h"
+#include "gguf_from_hf.h"
+#include "gguf_writer.h"
+#include "model/config.h"
+#include "model/evaluate.h"
+#include "model/model.h"
+
+namespace gizllm {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::GgufLinears;
+using testing::GgufWriter;
+using testing::WriteGgufFromHf;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    path_ = fs::temp_directory_path() /
+            ("gizllm_gguf_model_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+class GgufModelTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Model> Load(const std::string& path) {
+    auto model = Model::Load(path, std::make_shared<CpuBackend>(&pool_, CpuOptions{}));
+    EXPECT_TRUE(model.ok()) << model.status().message();
+    return model.ok() ? std::move(*model) : nullptr;
+  }
+
+  std::vector<float> Logits(const std::string& path, std::span<const int32_t> ids) {
+    std::unique_ptr<Model> model = Load(path);
+    if (!model) return {};
+    auto logits = SequenceLogits(*model, ids);
+    EXPECT_TRUE(logits.ok()) << logits.status().message();
+    return logits.ok() ? *logits : std::vector<float>{};
+  }
+
+  // The GGUF of `dir` (written with `linears`) gives the same float32 logits as the folder.
+  void ExpectSameLogits(const std::string& dir, GgufLinears linears) {
+    SCOPED_TRACE(dir);
+    TempDir tmp;
+    const std::string gguf = tmp.File("model.gguf");
+    const std::string dequantized = tmp.File("dequantized");
+    // As stored: against the folder itself; F32, F16 and Q8_0: against the same weights in a
+    // folder of that type (F32 for Q8_0; the CPU's matmuls of each type sum in their own order).
+    const bool as_stored = linears == GgufLinears::kAsStored;
+    ASSERT_TRUE(WriteGgufFromHf(dir, gguf, linears, "qwen2", as_stored ? "" : dequantized).ok());
+    const std::string reference = as_stored ? dir : dequantized;
+    auto arch = ReadArch(reference);
+    ASSERT_TRUE(arch.ok()) << arch.status().message();
+    std::mt19937 rng(11);
+    std::vector<int32_t> ids(37);
+    for (int32_t& id : ids) id = static_cast<int32_t>(rng() % arch->vocab);
+    const std::vector<float> want = Logits(reference, ids);
+    const std::vector<float> got = Logits(gguf, ids);
+    ASSERT_EQ(got.size(), want.size());
+    ASSERT_FALSE(want.empty());
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &want[i], 4) != 0;
+    EXPECT_EQ(differ, 0u) << "of " << got.size() << " logits";
+  }
+
+  ThreadPool pool_{2};
+};
+
+TEST_F(GgufModelTest, ArchOfTinyChat) {
+  TempDir tmp;
+  const std::string gguf = tmp.File("tiny-chat.gguf");
+  ASSERT_TRUE(WriteGgufFromHf("models/tiny-chat", gguf, GgufLinears::kAsStored).ok());
+  auto want = ReadArch("models/tiny-chat");
+  auto got = ReadArch(gguf);
+  ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
+  EXPECT_EQ(got->family, "qwen3");
+  EXPECT_EQ(got->vocab, want->vocab);
+  EXPECT_EQ(got->dim, want->dim);
+  EXPECT_EQ(got->layers, want->layers);
+  EXPECT_EQ(got->context, want->context);
+  EXPECT_EQ(got->tied_head, want->tied_head);
+  EXPECT_EQ(got->eos, want->eos);
+  EXPECT_EQ(got->bos, want->bos);
+  EXPECT_EQ(got->rope.theta, want->rope.theta);
+  const AttentionSpec& a = got->layer[0].attention;
+  const AttentionSpec& b = want->layer[0].attention;
+  EXPECT_EQ(a.heads, b.heads);
+  EXPECT_EQ(a.kv_heads, b.kv_heads);
+  EXPECT_EQ(a.head_dim, b.head_dim);
+  EXPECT_EQ(a.qk_norm, b.qk_norm);
+  EXPECT_EQ(got->layer[0].feed_forward.ffn, want->layer[0].feed_forward.ffn);
+}
+
+TEST_F(GgufModelTest, TinyChatLogitsEqualTheFolders) {
+  ExpectSameLogits("models/tiny-chat", GgufLinears::kAsStored);
+}
+
+TEST_F(GgufModelTest, TinyChatF32AndF16LogitsEqualTheFolders) {
+  ExpectSameLogits("models/tiny-chat", GgufLinears::kF32);
+  ExpectSameLogits("models/tiny-chat", GgufLinears::kF16);
+}
+
+TEST_F(GgufModelTest, Q8_0LogitsEqualTheDequantizedFolders) {
+  ExpectSameLogits("models/tiny-chat", GgufLinears::kQ8_0);
+  ExpectSameLogits("tests/golden/models/llama", GgufLinears::kQ8_0);
+}
+
+// Llama: q/k rows permuted by the converter, Llama 3's rope as rope_freqs.weight; biases.
+TEST_F(GgufModelTest, GoldenFamiliesLogitsEqualTheFolders) {
+  for (const char* m : {"llama", "llama_mlp_bias", "qwen2", "qwen3"}) {
+    ExpectSameLogits(std::string("tests/golden/models/") + m, GgufLinears::kAsStored);
+  }
+}
+
+TEST_F(GgufModelTest, ReadsLlama3RopeFactorsBack) {
+  TempDir tmp;
+  const std::string gguf = tmp.File("llama.gguf");
+  ASSERT_TRUE(WriteGgufFromHf("tests/golden/models/llama", gguf, GgufLinears::kAsStored).ok());
+  auto want = ReadArch("tests/golden/models/llama");
+  auto got = ReadArch(gguf);
+  ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
+  EXPECT_EQ(got->rope.type, "llama3");
+  EXPECT_EQ(got->rope.factor, want->rope.factor);
+  EXPECT_EQ(got->rope.original_context, want->rope.original_context);
+  EXPECT_EQ(got->rope.InvFreq(), want->rope.InvFreq());
+}
+
+// A small qwen3 file whose metadata and tensors a test changes.
+GgufWriter SmallQwen3(const std::string& architecture = "qwen3") {
+  GgufWriter w;
+  w.String("general.architecture", architecture);
+  const std::string p = architecture + ".";
+  w.Uint32(p + "block_count", 1);
+  w.Uint32(p + "context_length", 64);
+  w.Uint32(p + "embedding_length", 32);
+  w.Uint32(p + "feed_forward_length", 64);
+  w.Uint32(p + "attention.head_count", 2);
+  w.Float32(p + "attention.layer_norm_rms_epsilon", 1e-6f);
+  w.Tensor("token_embd.weight", GgmlType::kF32, {10, 32}, std::string(10 * 32 * 4, '\0'));
+  return w;
+}
+
+void ExpectLoadRefused(const GgufWriter& w, StatusCode code,
+                       const std::vector<std::string>& parts) {
+  TempDir tmp;
+  const std::string path = tmp.File("m.gguf");
+  ASSERT_TRUE(w.Write(path));
+  auto m = OpenGgufModel(path);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), code) << m.status().message();
+  EXPECT_NE(m.status().message().find(path), std::string::npos) << m.status().message();
+  for (const std::string& p : parts) {
+    EXPECT_NE(m.status().message().find(p), std::string::npos)
+        << "'" << p << "' not in: " << m.status().message();
+  }
+}
+
+TEST_F(GgufModelTest, RefusesWhatItCannotRead) {
+  ExpectLoadRefused(SmallQwen3("gemma3"), StatusCode::kUnimplemented,
+                    {"general.architecture", "\"gemma3\""});
+  {
+    GgufWriter w = SmallQwen3();
+    w.Tensor("blk.0.attn_q.weight", GgmlType::kQ4_K, {64, 256}, std::string(64 * 144, '\0'));
+    ExpectLoadRefused(w, StatusCode::kUnimplemented, {"blk.0.attn_q.weight", "Q4_K"});
+  }
+  {
+    GgufWriter w = SmallQwen3();
+    w.Tensor("blk.0.ffn_gate_exps.weight", GgmlType::kF32, {2}, std::string(8, '\0'));
+    ExpectLoadRefused(w, StatusCode::kUnimplemented, {"blk.0.ffn_gate_exps.weight"});
+  }
+  {
+    GgufWriter w = SmallQwen3();
+    w.Tensor("blk.1.attn_norm.weight", GgmlType::kF32, {32}, std::string(32 * 4, '\0'));
+    ExpectLoadRefused(w, StatusCode::kDataLoss, {"blk.1.attn_norm.weight", "1 layers"});
+  }
+  {
+    GgufWriter w;  // no block count
+    w.String("general.architecture", "llama");
+    ExpectLoadRefused(w, StatusCode::kNotFound, {"llama.embedding_length"});
+  }
+  {
+    GgufWriter w = SmallQwen3();
+    w.String("qwen3.rope.scaling.type", "yarn");
+    ExpectLoadRefused(w, StatusCode::kUnimplemented, {"rope.scaling.type", "yarn"});
+  }
+}
+
+}  // namespace
+}  // namespace gizllm
