@@ -50,10 +50,11 @@ TokenVocabulary TokenVocabulary::FromTokenizer(const Tokenizer& tokenizer, int64
   return TokenVocabulary(std::move(bytes));
 }
 
-TokenMatcher::TokenMatcher(const TokenGrammar& grammar)
+TokenMatcher::TokenMatcher(const TokenGrammar& grammar, bool cache)
     : vocabulary_(grammar.vocabulary),
       matcher_(grammar.grammar),
-      levels_(static_cast<size_t>(grammar.vocabulary->depth_) + 1) {}
+      levels_(static_cast<size_t>(grammar.vocabulary->depth_) + 1),
+      use_cache_(cache) {}
 
 void TokenMatcher::Walk(std::vector<uint64_t>* mask) {
   const std::vector<TokenVocabulary::Node>& nodes = vocabulary_->nodes_;
@@ -82,19 +83,21 @@ void TokenMatcher::FillMask(std::span<const int32_t> stop, std::vector<uint64_t>
   std::string key(reinterpret_cast<const char*>(state.stacks.data()),
                   state.stacks.size() * sizeof(int32_t));
   key.push_back(state.complete ? 1 : 0);
-  if (auto it = index_.find(key); it != index_.end()) {
+  if (auto it = index_.find(key); use_cache_ && it != index_.end()) {
     ++hits_;
     cache_.splice(cache_.begin(), cache_, it->second);
     *mask = it->second->second;
   } else {
     mask->assign(words, 0);
     if (matcher_.status().ok()) Walk(mask);
-    if (cache_.size() >= kCachedMasks) {
-      index_.erase(cache_.back().first);
-      cache_.pop_back();
+    if (use_cache_) {
+      if (cache_.size() >= kCachedMasks) {
+        index_.erase(cache_.back().first);
+        cache_.pop_back();
+      }
+      cache_.emplace_front(key, *mask);
+      index_[key] = cache_.begin();
     }
-    cache_.emplace_front(key, *mask);
-    index_[key] = cache_.begin();
   }
   for (int32_t t : stop) {
     if (t < 0 || t >= vocabulary_->size()) continue;

@@ -63,7 +63,8 @@ class TokenMatcher {
  public:
   static constexpr size_t kCachedMasks = 64;
 
-  explicit TokenMatcher(const TokenGrammar& grammar);
+  // cache: keep masks by state (off: every mask walks the trie; for measuring the walk).
+  explicit TokenMatcher(const TokenGrammar& grammar, bool cache = true);
 
   // mask: [ceil(vocab / 64)] bits, 1 where the token is allowed next. stop: the request's stop
   // tokens, allowed where the text is complete.
@@ -84,6 +85,7 @@ class TokenMatcher {
   std::list<std::pair<std::string, std::vector<uint64_t>>> cache_;
   std::unordered_map<std::string, decltype(cache_)::iterator> index_;
   int64_t hits_ = 0;
+  bool use_cache_ = true;
 };
 
 // Sets logits of tokens the mask leaves out to -inf.
