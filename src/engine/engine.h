@@ -144,6 +144,7 @@ class Engine {
   bool picked_ = false;            // this step's tokens came from the runner (picks_)
   std::vector<SampleRow> sample_;  // [wanted] how the runner picks each wanted row's token
   std::vector<int32_t> picks_;     // [wanted] tokens the runner picked
+  std::vector<uint64_t> mask_;     // [ceil(vocab / 64)] a grammar's allowed tokens, one request
 };
 
 }  // namespace gizllm
