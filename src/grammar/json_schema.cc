@@ -36,9 +36,10 @@ const std::map<std::string, std::string>& Primitives() {
       {"time", R"(("0" [0-9] | "1" [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] ("0" [0-9] | "1" [0-9] | "2" [0-3]) ":" [0-5] [0-9]))"},
       {"date-time", R"(date "T" time)"},
       {"uuid", R"(hex{8} "-" hex{4} "-" hex{4} "-" hex{4} "-" hex{12})"},
-      {"email-atom", R"([a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]+)"},
-      {"email-label", R"([a-zA-Z0-9] ([a-zA-Z0-9-]* [a-zA-Z0-9])?)"},
-      {"email", R"(email-atom ("." email-atom)* "@" (email-label ".")+ email-label)"},
+      // Bounded: at most 4 atoms of 16 characters before the @ and 4 labels of 16 after it.
+      {"email-atom", R"([a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]{1,16})"},
+      {"email-label", R"([a-zA-Z0-9] ([a-zA-Z0-9-]{0,14} [a-zA-Z0-9])?)"},
+      {"email", R"(email-atom ("." email-atom){0,3} "@" (email-label "."){1,3} email-label)"},
   };
   return *p;
 }

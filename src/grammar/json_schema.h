@@ -19,6 +19,8 @@
 //     the schema lists properties, even when it would allow more.
 //   - integers of at most 16 digits (exact in a double); numbers of at most 16 digits before the
 //     point and 15 after, exponents of at most 2 digits.
+//   - email: at most 4 dot-separated atoms of 16 characters before the @, 4 labels of 16 after;
+//     fractions of seconds in time: at most 6 digits.
 //   - strings: \u escapes of surrogates are never written (a pair would count as one character
 //     in minLength/maxLength).
 #pragma once

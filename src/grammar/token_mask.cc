@@ -56,19 +56,42 @@ TokenMatcher::TokenMatcher(const TokenGrammar& grammar, bool cache)
       levels_(static_cast<size_t>(grammar.vocabulary->depth_) + 1),
       use_cache_(cache) {}
 
+int32_t TokenMatcher::InternState(const MatchState& state) {
+  std::string key(reinterpret_cast<const char*>(state.stacks.data()),
+                  state.stacks.size() * sizeof(int32_t));
+  key.push_back(state.complete ? 1 : 0);
+  auto [it, added] = walk_index_.emplace(std::move(key), static_cast<int32_t>(walk_states_.size()));
+  if (added) {
+    walk_states_.push_back(state);
+    walk_next_.resize(walk_next_.size() + 256, kUnknown);
+  }
+  return it->second;
+}
+
 void TokenMatcher::Walk(std::vector<uint64_t>* mask) {
   const std::vector<TokenVocabulary::Node>& nodes = vocabulary_->nodes_;
   const std::vector<int32_t>& ids = vocabulary_->ids_;
   uint64_t* bits = mask->data();
-  levels_[0] = matcher_.state();
   const size_t mark = matcher_.Mark();
+  walk_states_.clear();
+  walk_index_.clear();
+  walk_next_.clear();
+  levels_[0] = InternState(matcher_.state());
   const int32_t n = static_cast<int32_t>(nodes.size());
   for (int32_t i = 0; i < n;) {
     const TokenVocabulary::Node& node = nodes[i];
-    if (!matcher_.Advance(levels_[node.depth - 1], node.byte, &levels_[node.depth])) {
+    const int32_t from = levels_[node.depth - 1];
+    int32_t to = walk_next_[static_cast<size_t>(from) * 256 + node.byte];
+    if (to == kUnknown) {
+      to = matcher_.Advance(walk_states_[from], node.byte, &scratch_) ? InternState(scratch_)
+                                                                       : kDead;
+      walk_next_[static_cast<size_t>(from) * 256 + node.byte] = to;
+    }
+    if (to == kDead) {
       i = node.end;
       continue;
     }
+    levels_[node.depth] = to;
     for (int32_t k = node.first; k < node.first + node.count; ++k) {
       bits[ids[k] >> 6] |= uint64_t{1} << (ids[k] & 63);
     }

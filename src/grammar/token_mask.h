@@ -3,7 +3,9 @@
 // TokenVocabulary holds every token's bytes (Tokenizer::TokenBytes) in a trie laid out in
 // preorder, each node a byte with the index just past its subtree. A mask walks the trie with the
 // matcher: a node's state is its parent's advanced by the node's byte, so tokens that share a
-// prefix share its work, and a byte the grammar refuses skips the whole subtree. Special and
+// prefix share its work, and a byte the grammar refuses skips the whole subtree; the states met
+// in one walk form an automaton built as it is needed, so a state and a byte seen before cost a
+// table lookup. Special and
 // control tokens have no bytes here and are never allowed, except the stop tokens, which are
 // allowed exactly where the text is complete. Byte-fallback tokens are their byte, and tokens
 // that end inside a UTF-8 character are matched as the bytes they are (the grammar is over bytes).
@@ -77,10 +79,20 @@ class TokenMatcher {
 
  private:
   void Walk(std::vector<uint64_t>* mask);
+  int32_t InternState(const MatchState& state);
 
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   Matcher matcher_;
-  std::vector<MatchState> levels_;  // [depth + 1] states along the trie walk
+  // One walk's states as a lazily built automaton: walk_next_[state * 256 + byte] is the state
+  // after the byte, kDead, or kUnknown until first needed. Inside a string most trie nodes are
+  // one lookup.
+  static constexpr int32_t kUnknown = -2;
+  static constexpr int32_t kDead = -1;
+  std::vector<int32_t> levels_;  // [depth + 1] state ids along the trie walk
+  std::vector<MatchState> walk_states_;
+  std::unordered_map<std::string, int32_t> walk_index_;
+  std::vector<int32_t> walk_next_;
+  MatchState scratch_;
   // Masks by state (key: the stacks' ids and the complete flag), least recently used last.
   std::list<std::pair<std::string, std::vector<uint64_t>>> cache_;
   std::unordered_map<std::string, decltype(cache_)::iterator> index_;
