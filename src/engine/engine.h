@@ -110,6 +110,7 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   const EngineStats& stats() const { return stats_; }
   const StepTrace& last_step() const { return last_step_; }
+  int64_t vocab() const { return vocab_; }
   int32_t pages() const { return pool_.pages(); }
   int32_t free_pages() const { return pool_.free(); }
   // Tokens slot `slot` holds (KV written at positions [0, size)).
