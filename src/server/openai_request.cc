@@ -141,7 +141,8 @@ std::optional<ApiError> CheckKnownKeys(const json& body, const std::set<std::str
 // The grammar a request's structured-output fields ask for: response_format (chat), and the
 // fields other servers take: llama.cpp's `grammar` and `json_schema`, vLLM's `guided_grammar`
 // and `guided_json`. At most one; a schema or grammar that does not compile is a 400 naming the
-// field and the place in it.
+// field and the place in it. The body's objects keep their keys in sorted order (nlohmann::json),
+// so a schema's properties come in the order of their names here, not as the client wrote them.
 std::optional<ApiError> ParseStructuredOutput(const json& body, SamplingOptions* s) {
   std::vector<std::string> given;
   for (const char* k : {"response_format", "grammar", "guided_grammar", "json_schema",
