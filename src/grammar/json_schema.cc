@@ -16,6 +16,7 @@ using Json = nlohmann::ordered_json;
 // Integers stay below 10^16 (exact in a double).
 constexpr int64_t kIntegerCap = 9999999999999999;
 constexpr int kMaxDepth = 128;  // nesting of schemas followed without a $ref
+constexpr long kMaxRegexRepeat = 1000;  // the largest count of a pattern's {m,n}
 
 // The rules every schema may use, written once on demand.
 const std::map<std::string, std::string>& Primitives() {
@@ -382,9 +383,19 @@ class RegexCompiler {
           const size_t close = p_.find('}', i_);
           if (close == std::string_view::npos) return Refuse("an unterminated {");
           const std::string inner(p_.substr(i_, close - i_));
+          const size_t comma = inner.find(',');
           if (inner.empty() || inner.find_first_not_of("0123456789,") != std::string::npos ||
-              inner[0] == ',') {
+              inner[0] == ',' || inner.find(',', comma + 1) != std::string::npos ||
+              inner.size() > 11) {
             return Refuse("the quantifier {" + inner + "}");
+          }
+          const long lo = std::stol(inner.substr(0, comma));
+          const long hi = comma == std::string::npos          ? lo
+                          : comma + 1 == inner.size()         ? lo
+                                                              : std::stol(inner.substr(comma + 1));
+          if (lo > kMaxRegexRepeat || hi > kMaxRegexRepeat || hi < lo) {
+            return Refuse("the quantifier {" + inner + "} (counts up to " +
+                          std::to_string(kMaxRegexRepeat) + ", in order)");
           }
           op = "{" + inner + "}";
           i_ = close + 1;

@@ -143,6 +143,10 @@ TEST(JsonSchemaTest, FormatsAndPatterns) {
             std::string::npos);
   EXPECT_NE(Refusal(R"j({"type":"string","pattern":"(a)\\1"})j").find("the escape \\1"),
             std::string::npos);
+  EXPECT_NE(Refusal(R"j({"type":"string","pattern":"^a{2,4111111111}$"})j").find("the quantifier"),
+            std::string::npos);
+  EXPECT_NE(Refusal(R"j({"type":"string","pattern":"^a{3,2}$"})j").find("the quantifier"),
+            std::string::npos);
 }
 
 TEST(JsonSchemaTest, AllOfMergesObjects) {
