@@ -50,11 +50,16 @@ TEST_F(TokenMaskTest, TokenBytesRebuildTheText) {
 }
 
 // The trie walk gives the same mask as trying every token on its own, along random paths.
+// Strings bounded and not (whose plain subtrees are allowed whole), numbers, enums.
 TEST_F(TokenMaskTest, MaskEqualsEveryTokenTried) {
-  Expected<std::string> gbnf = JsonSchemaToGbnf(R"({"type":"object","properties":{
+  for (const char* schema : {R"({"type":"object","properties":{
     "name":{"type":"string","maxLength":12},"age":{"type":"integer","minimum":0,"maximum":150},
     "tags":{"type":"array","items":{"enum":["a","b\u00e9"]},"maxItems":3}},
-    "required":["name","age","tags"],"additionalProperties":false})");
+    "required":["name","age","tags"],"additionalProperties":false})",
+                             R"({"type":"object","properties":{"s":{"type":"string"},
+    "t":{"type":"string","minLength":2,"maxLength":5},"p":{"type":"string","pattern":"^a[b-z ]*$"}},
+    "required":["s","t","p"],"additionalProperties":false})"}) {
+  Expected<std::string> gbnf = JsonSchemaToGbnf(schema);
   ASSERT_TRUE(gbnf.ok()) << gbnf.status().message();
   TokenGrammar tg = Make(*gbnf);
   const int32_t eos = tokenizer_->TokenId("<|im_end|>");
@@ -81,6 +86,7 @@ TEST_F(TokenMaskTest, MaskEqualsEveryTokenTried) {
       ASSERT_TRUE(reference.Accept(vocabulary_->bytes(pick)));
     }
   }
+}
 }
 
 TEST_F(TokenMaskTest, StopOnlyWhereComplete) {
