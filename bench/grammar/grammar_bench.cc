@@ -47,9 +47,10 @@ Summary Summarize(std::vector<double> v) {
 
 std::string Json(const char* name, const Summary& s) {
   char buf[256];
-  snprintf(buf, sizeof buf,
-           "\"%s\":{\"count\":%zu,\"mean_us\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"max_us\":%.1f}",
-           name, s.count, s.mean, s.p50, s.p99, s.max);
+  snprintf(
+      buf, sizeof buf,
+      "\"%s\":{\"count\":%zu,\"mean_us\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"max_us\":%.1f}",
+      name, s.count, s.mean, s.p50, s.p99, s.max);
   return buf;
 }
 
@@ -67,12 +68,17 @@ int main(int argc, char** argv) {
   uint32_t seed = 1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--tokenizer" && i + 1 < argc) tokenizer_path = argv[++i];
-    else if (a == "--schemas" && i + 1 < argc) schemas = argv[++i];
-    else if (a == "--docs" && i + 1 < argc) docs = std::stoi(argv[++i]);
-    else if (a == "--seed" && i + 1 < argc) seed = static_cast<uint32_t>(std::stoul(argv[++i]));
+    if (a == "--tokenizer" && i + 1 < argc)
+      tokenizer_path = argv[++i];
+    else if (a == "--schemas" && i + 1 < argc)
+      schemas = argv[++i];
+    else if (a == "--docs" && i + 1 < argc)
+      docs = std::stoi(argv[++i]);
+    else if (a == "--seed" && i + 1 < argc)
+      seed = static_cast<uint32_t>(std::stoul(argv[++i]));
     else {
-      fprintf(stderr, "usage: grammar_bench --tokenizer PATH [--schemas DIR] [--docs N] [--seed S]\n");
+      fprintf(stderr,
+              "usage: grammar_bench --tokenizer PATH [--schemas DIR] [--docs N] [--seed S]\n");
       return 2;
     }
   }
@@ -145,11 +151,12 @@ int main(int argc, char** argv) {
       }
     }
   }
-  printf("{\"tokenizer\":\"%s\",\"vocab\":%lld,\"vocabulary_ms\":%.1f,\"schemas\":%zu,"
-         "\"refused\":%d,%s,%s,%s}\n",
-         tokenizer_path.c_str(), static_cast<long long>(vocabulary->size()), vocabulary_ms,
-         files.size(), refused, Json("compile", Summarize(compile_us)).c_str(),
-         Json("mask", Summarize(cached_us)).c_str(),
-         Json("mask_uncached", Summarize(walk_us)).c_str());
+  printf(
+      "{\"tokenizer\":\"%s\",\"vocab\":%lld,\"vocabulary_ms\":%.1f,\"schemas\":%zu,"
+      "\"refused\":%d,%s,%s,%s}\n",
+      tokenizer_path.c_str(), static_cast<long long>(vocabulary->size()), vocabulary_ms,
+      files.size(), refused, Json("compile", Summarize(compile_us)).c_str(),
+      Json("mask", Summarize(cached_us)).c_str(),
+      Json("mask_uncached", Summarize(walk_us)).c_str());
   return 0;
 }

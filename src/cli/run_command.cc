@@ -30,8 +30,8 @@ struct RunOptions {
 
 // The grammar of --json-schema or --grammar over the model's tokens; none when neither is given.
 Expected<std::shared_ptr<const TokenGrammar>> LoadGrammar(const RunOptions& o,
-                                                         const Tokenizer& tokenizer,
-                                                         int64_t vocab) {
+                                                          const Tokenizer& tokenizer,
+                                                          int64_t vocab) {
   if (o.json_schema.empty() && o.grammar.empty()) return std::shared_ptr<const TokenGrammar>();
   if (!o.json_schema.empty() && !o.grammar.empty()) {
     return InvalidArgument("run: give --json-schema or --grammar, not both");
@@ -41,11 +41,11 @@ Expected<std::shared_ptr<const TokenGrammar>> LoadGrammar(const RunOptions& o,
   if (!in) return NotFound(path + ": cannot read");
   std::stringstream text;
   text << in.rdbuf();
-  Expected<Grammar> g = o.json_schema.empty() ? ParseGbnf(text.str(), path)
-                                              : JsonSchemaGrammar(text.str());
+  Expected<Grammar> g =
+      o.json_schema.empty() ? ParseGbnf(text.str(), path) : JsonSchemaGrammar(text.str());
   if (!g.ok()) return o.json_schema.empty() ? g.status() : g.status().Annotate(path);
-  auto vocabulary = std::make_shared<const TokenVocabulary>(
-      TokenVocabulary::FromTokenizer(tokenizer, vocab));
+  auto vocabulary =
+      std::make_shared<const TokenVocabulary>(TokenVocabulary::FromTokenizer(tokenizer, vocab));
   return std::make_shared<const TokenGrammar>(
       TokenGrammar{std::make_shared<const Grammar>(std::move(*g)), std::move(vocabulary)});
 }

@@ -138,7 +138,9 @@ Expected<int64_t> Engine::Add(Request request, int32_t mark, int32_t shared) {
   }
   const int64_t id = next_id_++;
   Sequence seq;
-  if (request.sampling.grammar) seq.matcher = std::make_unique<TokenMatcher>(*request.sampling.grammar);
+  if (request.sampling.grammar) {
+    seq.matcher = std::make_unique<TokenMatcher>(*request.sampling.grammar);
+  }
   seq.id = id;
   seq.tokens = request.prompt;
   seq.prompt = n;
@@ -300,10 +302,9 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
       std::span<const float> logits(&logits_[wanted++ * vocab_], vocab_);
       std::span<const int32_t> all(seq.tokens);
       if (seq.matcher) seq.matcher->FillMask(seq.stop, &mask_);
-      token = sampler_.Sample(logits, seq.request.sampling, seq.seed, all.first(seq.prompt),
-                              all.subspan(seq.prompt), &logprobs,
-                              seq.matcher ? std::span<const uint64_t>(mask_)
-                                          : std::span<const uint64_t>());
+      token = sampler_.Sample(
+          logits, seq.request.sampling, seq.seed, all.first(seq.prompt), all.subspan(seq.prompt),
+          &logprobs, seq.matcher ? std::span<const uint64_t>(mask_) : std::span<const uint64_t>());
     }
     Progress out;
     out.id = seq.id;
@@ -311,14 +312,14 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
       seq.reported = true;
       out.cached = seq.cached;
     }
-    if (token == kNonFiniteToken && seq.matcher && PickableRow(std::span<const float>(
-                                                        &logits_[(wanted - 1) * vocab_], vocab_))) {
+    if (token == kNonFiniteToken && seq.matcher &&
+        PickableRow(std::span<const float>(&logits_[(wanted - 1) * vocab_], vocab_))) {
       out.end = "error";
-      out.status = seq.matcher->status().ok()
-                       ? Internal("the grammar allows no token after " +
-                                  std::to_string(seq.tokens.size() - seq.prompt) +
-                                  " tokens of the answer")
-                       : seq.matcher->status();
+      out.status =
+          seq.matcher->status().ok()
+              ? Internal("the grammar allows no token after " +
+                         std::to_string(seq.tokens.size() - seq.prompt) + " tokens of the answer")
+              : seq.matcher->status();
     } else if (token == kNonFiniteToken) {
       // This request ends; the others of the step go on.
       out.end = "error";
@@ -329,8 +330,8 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
       out.end = "stop";
     } else if (seq.matcher && !seq.matcher->Accept(token)) {
       out.end = "error";
-      out.status = Internal("the grammar refused the token " + std::to_string(token) +
-                            " its mask allowed");
+      out.status =
+          Internal("the grammar refused the token " + std::to_string(token) + " its mask allowed");
     } else {
       seq.tokens.push_back(token);
       out.tokens.push_back(token);

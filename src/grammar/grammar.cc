@@ -228,12 +228,24 @@ class Parser {
       const char e = text_[pos_ + 1];
       pos_ += 2;
       switch (e) {
-        case 'n': return uint32_t{'\n'};
-        case 't': return uint32_t{'\t'};
-        case 'r': return uint32_t{'\r'};
-        case '\\': case '"': case '[': case ']': case '-': case '^': case '/': case '\'':
+        case 'n':
+          return uint32_t{'\n'};
+        case 't':
+          return uint32_t{'\t'};
+        case 'r':
+          return uint32_t{'\r'};
+        case '\\':
+        case '"':
+        case '[':
+        case ']':
+        case '-':
+        case '^':
+        case '/':
+        case '\'':
           return static_cast<uint32_t>(e);
-        case 'x': case 'u': case 'U': {
+        case 'x':
+        case 'u':
+        case 'U': {
           const int digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
           uint32_t v = 0;
           for (int i = 0; i < digits; ++i, ++pos_) {
@@ -271,14 +283,16 @@ class Parser {
   Expected<Sym> ClassSym(const std::vector<CodeRange>& ranges, size_t at) {
     if (ranges.empty()) return Error(at, "a character class that matches nothing");
     std::string key;
-    for (const CodeRange& r : ranges) key += std::to_string(r.first) + "-" + std::to_string(r.second) + ",";
+    for (const CodeRange& r : ranges)
+      key += std::to_string(r.first) + "-" + std::to_string(r.second) + ",";
     if (auto it = class_rules_.find(key); it != class_rules_.end()) return Sym{true, it->second};
     ByteSet ascii;
     bool any_ascii = false;
     std::vector<std::vector<ByteRange>> multi;
     for (const CodeRange& r : ranges) {
       if (r.first < 0x80) {
-        ascii.AddRange(static_cast<uint8_t>(r.first), static_cast<uint8_t>(std::min(r.second, 0x7Fu)));
+        ascii.AddRange(static_cast<uint8_t>(r.first),
+                       static_cast<uint8_t>(std::min(r.second, 0x7Fu)));
         any_ascii = true;
       }
       if (r.second >= 0x80) Utf8Sequences(std::max(r.first, 0x80u), r.second, &multi);
@@ -312,8 +326,8 @@ class Parser {
   Status Count(int64_t elements, size_t at) {
     elements_ += elements;
     if (elements_ > Grammar::kMaxElements) {
-      return Error(at, "the grammar expands to more than " +
-                           std::to_string(Grammar::kMaxElements) + " symbols");
+      return Error(at, "the grammar expands to more than " + std::to_string(Grammar::kMaxElements) +
+                           " symbols");
     }
     return Status::Ok();
   }
@@ -323,7 +337,8 @@ class Parser {
     int64_t v = 0;
     while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') {
       v = v * 10 + (text_[pos_++] - '0');
-      if (v > kMaxRepeat) return Error(start, "a repetition count above " + std::to_string(kMaxRepeat));
+      if (v > kMaxRepeat)
+        return Error(start, "a repetition count above " + std::to_string(kMaxRepeat));
     }
     if (pos_ == start) return Error(start, "expected a number");
     return v;

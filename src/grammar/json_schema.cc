@@ -15,7 +15,7 @@ using Json = nlohmann::ordered_json;
 
 // Integers stay below 10^16 (exact in a double).
 constexpr int64_t kIntegerCap = 9999999999999999;
-constexpr int kMaxDepth = 128;  // nesting of schemas followed without a $ref
+constexpr int kMaxDepth = 128;          // nesting of schemas followed without a $ref
 constexpr long kMaxRegexRepeat = 1000;  // the largest count of a pattern's {m,n}
 
 // The rules every schema may use, written once on demand.
@@ -24,7 +24,8 @@ const std::map<std::string, std::string>& Primitives() {
       {"sp", "\" \"?"},
       {"hex", "[0-9a-fA-F]"},
       // \u escapes of surrogates are left out: a pair counts as one character for the schema.
-      {"char", R"([^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" ([0-9a-cA-CeEfF] hex hex hex | [dD] [0-7] hex hex)))"},
+      {"char",
+       R"([^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" ([0-9a-cA-CeEfF] hex hex hex | [dD] [0-7] hex hex)))"},
       {"string", R"("\"" char* "\"")"},
       {"integer", R"("-"? ("0" | [1-9] [0-9]{0,15}))"},
       {"number", R"("-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,15})? ([eE] [-+]? [0-9]{1,2})?)"},
@@ -33,8 +34,10 @@ const std::map<std::string, std::string>& Primitives() {
       {"value", R"(object | array | string | number | boolean | null)"},
       {"object", R"("{" (string ":" sp value ("," sp string ":" sp value)*)? "}")"},
       {"array", R"("[" (value ("," sp value)*)? "]")"},
-      {"date", R"([0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | "1" [0-9] | "2" [0-8]) | [0-9]{4} "-" ("0" [13-9] | "1" [0-2]) "-" ("29" | "30") | [0-9]{4} "-" ("0" [13578] | "1" [02]) "-31")"},
-      {"time", R"(("0" [0-9] | "1" [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] ("0" [0-9] | "1" [0-9] | "2" [0-3]) ":" [0-5] [0-9]))"},
+      {"date",
+       R"([0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | "1" [0-9] | "2" [0-8]) | [0-9]{4} "-" ("0" [13-9] | "1" [0-2]) "-" ("29" | "30") | [0-9]{4} "-" ("0" [13578] | "1" [02]) "-31")"},
+      {"time",
+       R"(("0" [0-9] | "1" [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] ("0" [0-9] | "1" [0-9] | "2" [0-3]) ":" [0-5] [0-9]))"},
       {"date-time", R"(date "T" time)"},
       {"uuid", R"(hex{8} "-" hex{4} "-" hex{4} "-" hex{4} "-" hex{12})"},
       // Bounded: at most 4 atoms of 16 characters before the @ and 4 labels of 16 after it.
@@ -89,7 +92,8 @@ std::string DigitRange(const std::string& a, const std::string& b) {
   std::vector<std::string> alts;
   char lo = a[0], hi = b[0];
   if (tail_a != std::string(rest, '0')) {
-    alts.push_back(Literal(a.substr(0, 1)) + " (" + DigitRange(tail_a, std::string(rest, '9')) + ")");
+    alts.push_back(Literal(a.substr(0, 1)) + " (" + DigitRange(tail_a, std::string(rest, '9')) +
+                   ")");
     ++lo;
   }
   std::string top;
@@ -98,8 +102,9 @@ std::string DigitRange(const std::string& a, const std::string& b) {
     --hi;
   }
   if (lo <= hi) {
-    alts.push_back((lo == hi ? Literal(std::string(1, lo)) : "[" + std::string(1, lo) + "-" + hi + "]") +
-                   " [0-9]{" + std::to_string(rest) + "}");
+    alts.push_back(
+        (lo == hi ? Literal(std::string(1, lo)) : "[" + std::string(1, lo) + "-" + hi + "]") +
+        " [0-9]{" + std::to_string(rest) + "}");
   }
   if (!top.empty()) alts.push_back(top);
   std::string out;
@@ -136,17 +141,20 @@ std::string IntegerRange(int64_t lo, int64_t hi) {
 std::string PointerEscape(const std::string& key) {
   std::string out;
   for (char c : key) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
   }
   return out;
 }
 
 bool IsAnnotation(const std::string& k) {
   static const std::set<std::string> kAnnotations = {
-      "title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
-      "writeOnly", "$schema", "$id", "$anchor", "strict", "name"};
+      "title",     "description", "default", "examples", "$comment", "deprecated", "readOnly",
+      "writeOnly", "$schema",     "$id",     "$anchor",  "strict",   "name"};
   return kAnnotations.count(k) > 0;
 }
 
@@ -248,10 +256,14 @@ class RegexCompiler {
   // A class's members as GBNF class text (without brackets), from `\d`, `\w`, `\s`.
   static const char* ShortClass(char e) {
     switch (e) {
-      case 'd': return "0-9";
-      case 'w': return "a-zA-Z0-9_";
-      case 's': return " ";  // the other white space would need escapes: a subset
-      default: return nullptr;
+      case 'd':
+        return "0-9";
+      case 'w':
+        return "a-zA-Z0-9_";
+      case 's':
+        return " ";  // the other white space would need escapes: a subset
+      default:
+        return nullptr;
     }
   }
 
@@ -338,20 +350,29 @@ class RegexCompiler {
     const char e = p_[i_ + 1];
     i_ += 2;
     switch (e) {
-      case 'n': return uint32_t{'\n'};
-      case 't': return uint32_t{'\t'};
-      case 'r': return uint32_t{'\r'};
-      case 'f': return uint32_t{'\f'};
-      case 'v': return uint32_t{'\v'};
-      case '0': return uint32_t{0};
-      case 'u': case 'x': {
+      case 'n':
+        return uint32_t{'\n'};
+      case 't':
+        return uint32_t{'\t'};
+      case 'r':
+        return uint32_t{'\r'};
+      case 'f':
+        return uint32_t{'\f'};
+      case 'v':
+        return uint32_t{'\v'};
+      case '0':
+        return uint32_t{0};
+      case 'u':
+      case 'x': {
         const int n = e == 'x' ? 2 : 4;
         if (i_ + n > p_.size()) return Refuse("a short \\" + std::string(1, e));
         uint32_t v = 0;
         for (int k = 0; k < n; ++k) {
           const char h = p_[i_++];
-          const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                        : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+          const int d = h >= '0' && h <= '9'   ? h - '0'
+                        : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                        : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                               : -1;
           if (d < 0) return Refuse("a bad hex digit");
           v = v * 16 + d;
         }
@@ -390,9 +411,9 @@ class RegexCompiler {
             return Refuse("the quantifier {" + inner + "}");
           }
           const long lo = std::stol(inner.substr(0, comma));
-          const long hi = comma == std::string::npos          ? lo
-                          : comma + 1 == inner.size()         ? lo
-                                                              : std::stol(inner.substr(comma + 1));
+          const long hi = comma == std::string::npos  ? lo
+                          : comma + 1 == inner.size() ? lo
+                                                      : std::stol(inner.substr(comma + 1));
           if (lo > kMaxRegexRepeat || hi > kMaxRegexRepeat || hi < lo) {
             return Refuse("the quantifier {" + inner + "} (counts up to " +
                           std::to_string(kMaxRegexRepeat) + ", in order)");
@@ -541,11 +562,31 @@ class SchemaCompiler {
       return Refuse(path, "the schema false accepts nothing");
     }
     if (!s.is_object()) return Refuse(path, "expected a schema (an object or a boolean)");
-    static const std::set<std::string> kKnown = {
-        "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf",
-        "oneOf", "allOf", "$ref", "$defs", "definitions", "items", "prefixItems", "minItems",
-        "maxItems", "minLength", "maxLength", "format", "pattern", "minimum", "maximum",
-        "exclusiveMinimum", "exclusiveMaximum", "uniqueItems"};
+    static const std::set<std::string> kKnown = {"type",
+                                                 "properties",
+                                                 "required",
+                                                 "additionalProperties",
+                                                 "enum",
+                                                 "const",
+                                                 "anyOf",
+                                                 "oneOf",
+                                                 "allOf",
+                                                 "$ref",
+                                                 "$defs",
+                                                 "definitions",
+                                                 "items",
+                                                 "prefixItems",
+                                                 "minItems",
+                                                 "maxItems",
+                                                 "minLength",
+                                                 "maxLength",
+                                                 "format",
+                                                 "pattern",
+                                                 "minimum",
+                                                 "maximum",
+                                                 "exclusiveMinimum",
+                                                 "exclusiveMaximum",
+                                                 "uniqueItems"};
     for (auto it = s.begin(); it != s.end(); ++it) {
       if (!kKnown.count(it.key()) && !IsAnnotation(it.key())) {
         return Refuse(path + "/" + PointerEscape(it.key()), "unsupported keyword");
@@ -560,8 +601,8 @@ class SchemaCompiler {
         if (IsAnnotation(k) || k == "$defs" || k == "definitions") continue;
         if (std::find_if(allowed.begin(), allowed.end(), [&](const char* a) { return k == a; }) ==
             allowed.end()) {
-          return Refuse(path + "/" + PointerEscape(k), "not supported beside the keyword " +
-                                                           std::string(*allowed.begin()));
+          return Refuse(path + "/" + PointerEscape(k),
+                        "not supported beside the keyword " + std::string(*allowed.begin()));
         }
       }
       return Status::Ok();
@@ -609,8 +650,9 @@ class SchemaCompiler {
       }
       std::vector<std::string> alts;
       for (size_t i = 0; i < branches.size(); ++i) {
-        GZ_ASSIGN_OR_RETURN(std::string b, Visit(branches[i], path + "/" + key + "/" +
-                                                                  std::to_string(i), depth + 1));
+        GZ_ASSIGN_OR_RETURN(
+            std::string b,
+            Visit(branches[i], path + "/" + key + "/" + std::to_string(i), depth + 1));
         alts.push_back(b);
       }
       if (std::string(key) == "oneOf") {
@@ -686,8 +728,9 @@ class SchemaCompiler {
   static bool TypeAccepts(const Json& type, const Json& v) {
     auto one = [&](const std::string& t) {
       if (t == "string") return v.is_string();
-      if (t == "integer") return v.is_number_integer() || (v.is_number_float() &&
-                                                           std::floor(v.get<double>()) == v.get<double>());
+      if (t == "integer")
+        return v.is_number_integer() ||
+               (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
       if (t == "number") return v.is_number();
       if (t == "boolean") return v.is_boolean();
       if (t == "null") return v.is_null();
@@ -713,12 +756,21 @@ class SchemaCompiler {
       return t.ok() && ++kinds_depth_ < 32 ? Kinds(**t) : 0;
     }
     auto kind_of = [](const std::string& t) {
-      return t == "object" ? 1 : t == "array" ? 2 : t == "string" ? 4
-             : (t == "number" || t == "integer") ? 8 : t == "boolean" ? 16 : t == "null" ? 32 : 0;
+      return t == "object"                       ? 1
+             : t == "array"                      ? 2
+             : t == "string"                     ? 4
+             : (t == "number" || t == "integer") ? 8
+             : t == "boolean"                    ? 16
+             : t == "null"                       ? 32
+                                                 : 0;
     };
     auto value_kind = [](const Json& v) {
-      return v.is_object() ? 1 : v.is_array() ? 2 : v.is_string() ? 4 : v.is_number() ? 8
-             : v.is_boolean() ? 16 : 32;
+      return v.is_object()    ? 1
+             : v.is_array()   ? 2
+             : v.is_string()  ? 4
+             : v.is_number()  ? 8
+             : v.is_boolean() ? 16
+                              : 32;
     };
     if (s.contains("const")) return value_kind(s["const"]);
     int k = 0;
@@ -822,7 +874,8 @@ class SchemaCompiler {
         const std::string& k = it.key();
         if (IsAnnotation(k)) continue;
         if (k == "type") {
-          if (it.value() != "object") return Refuse(at + "/type", "allOf merges object schemas only");
+          if (it.value() != "object")
+            return Refuse(at + "/type", "allOf merges object schemas only");
         } else if (k == "properties") {
           if (!it.value().is_object()) return Refuse(at + "/properties", "expected an object");
           if (!it.value().empty()) ++with_properties;
@@ -838,7 +891,8 @@ class SchemaCompiler {
           for (const Json& r : it.value()) merged["required"].push_back(r);
         } else if (k == "additionalProperties") {
           if (it.value() != false) {
-            return Refuse(at + "/additionalProperties", "allOf merges only additionalProperties false");
+            return Refuse(at + "/additionalProperties",
+                          "allOf merges only additionalProperties false");
           }
           ++closed;
         } else {
@@ -848,7 +902,8 @@ class SchemaCompiler {
     }
     // A branch closed to other properties refuses those the other branches add.
     if (closed > 0 && with_properties > 1) {
-      return Refuse(path, "a branch with additionalProperties false beside others that add properties");
+      return Refuse(path,
+                    "a branch with additionalProperties false beside others that add properties");
     }
     if (closed > 0) merged["additionalProperties"] = false;
     return merged;
@@ -869,7 +924,8 @@ class SchemaCompiler {
         return Refuse(path, "format, pattern and minLength/maxLength together are not supported");
       }
       if (has_format) {
-        static const std::set<std::string> kFormats = {"date", "time", "date-time", "uuid", "email"};
+        static const std::set<std::string> kFormats = {"date", "time", "date-time", "uuid",
+                                                       "email"};
         if (!s["format"].is_string() || !kFormats.count(s["format"].get<std::string>())) {
           return Refuse(path + "/format", "unsupported format " + s["format"].dump() +
                                               " (supported: date, time, date-time, uuid, email)");
@@ -879,8 +935,9 @@ class SchemaCompiler {
       if (has_pattern) {
         if (!s["pattern"].is_string()) return Refuse(path + "/pattern", "expected a string");
         Use("char");
-        GZ_ASSIGN_OR_RETURN(std::string body,
-                            RegexCompiler(s["pattern"].get<std::string>(), path + "/pattern").Run());
+        GZ_ASSIGN_OR_RETURN(
+            std::string body,
+            RegexCompiler(s["pattern"].get<std::string>(), path + "/pattern").Run());
         return NewRule(Hint(path), body);
       }
       if (has_length) {
@@ -918,20 +975,24 @@ class SchemaCompiler {
       }
       // Numbers: whole bounds from 0 up, inclusive.
       if (s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum")) {
-        return Refuse(path + (s.contains("exclusiveMinimum") ? "/exclusiveMinimum" : "/exclusiveMaximum"),
-                      "exclusive bounds on numbers are not supported (integers take them)");
+        return Refuse(
+            path + (s.contains("exclusiveMinimum") ? "/exclusiveMinimum" : "/exclusiveMaximum"),
+            "exclusive bounds on numbers are not supported (integers take them)");
       }
       const double a = s.contains("minimum") ? lo : 0;
       if (a < 0 || std::floor(a) != a || a > kIntegerCap) {
         return Refuse(path + "/minimum", "numbers take whole minimums from 0 up only");
       }
-      if (!s.contains("minimum")) return Refuse(path + "/maximum", "numbers need a minimum of 0 or more beside a maximum");
+      if (!s.contains("minimum"))
+        return Refuse(path + "/maximum", "numbers need a minimum of 0 or more beside a maximum");
       std::string frac = "(\".\" [0-9]{1,15})?";
       if (!s.contains("maximum")) {
-        return NewRule(Hint(path), NonNegativeRange(static_cast<int64_t>(a), kIntegerCap) + " " + frac);
+        return NewRule(Hint(path),
+                       NonNegativeRange(static_cast<int64_t>(a), kIntegerCap) + " " + frac);
       }
       if (std::floor(hi) != hi || hi < a || hi > kIntegerCap) {
-        return Refuse(path + "/maximum", "numbers take whole maximums at or above the minimum only");
+        return Refuse(path + "/maximum",
+                      "numbers take whole maximums at or above the minimum only");
       }
       const auto ia = static_cast<int64_t>(a), ib = static_cast<int64_t>(hi);
       std::string body = NonNegativeRange(ib, ib) + " (\".\" \"0\"{1,15})?";
@@ -950,8 +1011,9 @@ class SchemaCompiler {
     if (s.contains("properties")) {
       if (!s["properties"].is_object()) return Refuse(path + "/properties", "expected an object");
       for (auto it = s["properties"].begin(); it != s["properties"].end(); ++it) {
-        GZ_ASSIGN_OR_RETURN(std::string v, Visit(it.value(), path + "/properties/" +
-                                                                 PointerEscape(it.key()), depth + 1));
+        GZ_ASSIGN_OR_RETURN(
+            std::string v,
+            Visit(it.value(), path + "/properties/" + PointerEscape(it.key()), depth + 1));
         names.push_back(it.key());
         values.push_back(v);
       }
@@ -972,11 +1034,12 @@ class SchemaCompiler {
     Use("sp");
     if (names.empty()) {
       // No properties: additionalProperties says what the values are (absent or true: any).
-      if (s.contains("additionalProperties") && s["additionalProperties"] == false) return std::string("\"{}\"");
+      if (s.contains("additionalProperties") && s["additionalProperties"] == false)
+        return std::string("\"{}\"");
       std::string value = Use("value");
       if (s.contains("additionalProperties") && s["additionalProperties"] != true) {
-        GZ_ASSIGN_OR_RETURN(value, Visit(s["additionalProperties"], path + "/additionalProperties",
-                                         depth + 1));
+        GZ_ASSIGN_OR_RETURN(
+            value, Visit(s["additionalProperties"], path + "/additionalProperties", depth + 1));
       }
       Use("string");
       const std::string pair = "string \":\" sp " + value;
@@ -985,7 +1048,8 @@ class SchemaCompiler {
     if (s.contains("additionalProperties") && !s["additionalProperties"].is_boolean()) {
       // Described properties beside others of a schema: only the described ones are written
       // (other keys would need to differ from every described one).
-      GZ_RETURN_IF_ERROR(Visit(s["additionalProperties"], path + "/additionalProperties", depth + 1).status());
+      GZ_RETURN_IF_ERROR(
+          Visit(s["additionalProperties"], path + "/additionalProperties", depth + 1).status());
     }
     // tail(i, first): the properties from i on; `first`: none written yet (no comma before).
     const std::string base = NewRule(Hint(path), "");
@@ -1029,8 +1093,9 @@ class SchemaCompiler {
     if (s.contains("prefixItems")) {
       if (!s["prefixItems"].is_array()) return Refuse(path + "/prefixItems", "expected an array");
       for (size_t i = 0; i < s["prefixItems"].size(); ++i) {
-        GZ_ASSIGN_OR_RETURN(std::string v, Visit(s["prefixItems"][i], path + "/prefixItems/" +
-                                                                           std::to_string(i), depth + 1));
+        GZ_ASSIGN_OR_RETURN(
+            std::string v,
+            Visit(s["prefixItems"][i], path + "/prefixItems/" + std::to_string(i), depth + 1));
         prefix.push_back(v);
       }
     }
@@ -1046,13 +1111,15 @@ class SchemaCompiler {
     } else if (p > 0) {
       // After prefixItems anything may follow; only as many as minItems needs are written.
       item = Use("value");
-      hi = hi < 0 ? std::max<double>(lo, static_cast<double>(p)) : std::min<double>(hi, std::max<double>(lo, p));
+      hi = hi < 0 ? std::max<double>(lo, static_cast<double>(p))
+                  : std::min<double>(hi, std::max<double>(lo, p));
     } else {
       item = Use("value");
     }
     const auto min = static_cast<int64_t>(lo);
     const int64_t max = hi < 0 ? -1 : static_cast<int64_t>(hi);
-    if (!more && min > p) return Refuse(path + "/minItems", "more items than prefixItems with items false");
+    if (!more && min > p)
+      return Refuse(path + "/minItems", "more items than prefixItems with items false");
     // The prefix: its first `min` items required, the rest optional in order.
     const int64_t cap = max < 0 ? p : std::min(p, max);
     std::string body = "\"[\"";
@@ -1060,14 +1127,16 @@ class SchemaCompiler {
     std::string extra;  // items after the prefix, each preceded by a comma
     if (more && (max < 0 || max > p)) {
       const int64_t need = std::max<int64_t>(0, min - p);
-      const std::string rep = max < 0 ? "{" + Digits(need) + ",}" : "{" + Digits(need) + "," + Digits(max - p) + "}";
+      const std::string rep =
+          max < 0 ? "{" + Digits(need) + ",}" : "{" + Digits(need) + "," + Digits(max - p) + "}";
       extra = "(\",\" sp " + item + ")" + rep;
     }
     if (p == 0) {
       if (!more || max == 0) return std::string("\"[]\"");
       // First item, then the others with commas.
       const int64_t need = std::max<int64_t>(0, min - 1);
-      const std::string rep = max < 0 ? "{" + Digits(need) + ",}" : "{" + Digits(need) + "," + Digits(max - 1) + "}";
+      const std::string rep =
+          max < 0 ? "{" + Digits(need) + ",}" : "{" + Digits(need) + "," + Digits(max - 1) + "}";
       std::string list = item + " (\",\" sp " + item + ")" + rep;
       if (min == 0) list = "(" + list + ")?";
       return NewRule(Hint(path), "\"[\" " + list + " \"]\"");
@@ -1109,8 +1178,8 @@ Expected<Grammar> JsonSchemaGrammar(std::string_view schema) {
 
 std::string JsonObjectGbnf() {
   std::string out = "root ::= object\n";
-  for (const char* name : {"sp", "hex", "char", "string", "number", "boolean", "null", "value",
-                           "object", "array"}) {
+  for (const char* name :
+       {"sp", "hex", "char", "string", "number", "boolean", "null", "value", "object", "array"}) {
     out += std::string(name) + " ::= " + Primitives().at(name) + "\n";
   }
   return out;

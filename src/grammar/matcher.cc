@@ -8,8 +8,8 @@ namespace gizllm {
 namespace {
 
 uint64_t HashFrame(int32_t pos, int32_t parent) {
-  uint64_t x = (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) |
-               static_cast<uint32_t>(parent);
+  uint64_t x =
+      (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) | static_cast<uint32_t>(parent);
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdull;
   x ^= x >> 33;
@@ -29,8 +29,7 @@ Matcher::Matcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(gr
     }
   }
   std::sort(state_.stacks.begin(), state_.stacks.end());
-  state_.stacks.erase(std::unique(state_.stacks.begin(), state_.stacks.end()),
-                      state_.stacks.end());
+  state_.stacks.erase(std::unique(state_.stacks.begin(), state_.stacks.end()), state_.stacks.end());
 }
 
 void Matcher::Rehash(size_t capacity) {

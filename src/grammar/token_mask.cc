@@ -84,7 +84,7 @@ void TokenMatcher::Walk(std::vector<uint64_t>* mask) {
     int32_t to = walk_next_[static_cast<size_t>(from) * 256 + node.byte];
     if (to == kUnknown) {
       to = matcher_.Advance(walk_states_[from], node.byte, &scratch_) ? InternState(scratch_)
-                                                                       : kDead;
+                                                                      : kDead;
       walk_next_[static_cast<size_t>(from) * 256 + node.byte] = to;
     }
     if (to == kDead) {

@@ -145,8 +145,8 @@ std::optional<ApiError> CheckKnownKeys(const json& body, const std::set<std::str
 // so a schema's properties come in the order of their names here, not as the client wrote them.
 std::optional<ApiError> ParseStructuredOutput(const json& body, SamplingOptions* s) {
   std::vector<std::string> given;
-  for (const char* k : {"response_format", "grammar", "guided_grammar", "json_schema",
-                        "guided_json"}) {
+  for (const char* k :
+       {"response_format", "grammar", "guided_grammar", "json_schema", "guided_json"}) {
     auto it = body.find(k);
     if (it == body.end() || it->is_null()) continue;
     if (std::string(k) == "response_format" && it->is_object() && it->contains("type") &&
@@ -157,13 +157,16 @@ std::optional<ApiError> ParseStructuredOutput(const json& body, SamplingOptions*
   }
   if (given.empty()) return std::nullopt;
   if (given.size() > 1) {
-    return BadRequest("'" + given[0] + "' and '" + given[1] + "' both constrain the answer; give one",
-                      given[1], "invalid_value");
+    return BadRequest(
+        "'" + given[0] + "' and '" + given[1] + "' both constrain the answer; give one", given[1],
+        "invalid_value");
   }
   const std::string field = given[0];
   const json& v = body[field];
-  auto compile_schema = [&](const json& schema, const std::string& param) -> std::optional<ApiError> {
-    if (!schema.is_object() && !schema.is_boolean()) return WrongType(param, "a JSON Schema", schema);
+  auto compile_schema = [&](const json& schema,
+                            const std::string& param) -> std::optional<ApiError> {
+    if (!schema.is_object() && !schema.is_boolean())
+      return WrongType(param, "a JSON Schema", schema);
     Expected<Grammar> g = JsonSchemaGrammar(schema.dump());
     if (!g.ok()) {
       return BadRequest("'" + param + "': " + g.status().message(), param, "unsupported_schema");

@@ -31,7 +31,7 @@ class EngineGenerator : public Generator {
   std::unique_ptr<Engine> engine_;
   Tokenizer tokenizer_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;  // built at the first grammar
-  std::set<int64_t> active_;    // added, not ended
+  std::set<int64_t> active_;                           // added, not ended
   std::set<int64_t> reported_;  // active requests whose first progress went out
 };
 

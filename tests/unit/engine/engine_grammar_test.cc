@@ -22,9 +22,10 @@ constexpr int32_t kEos = 1;
 // Tokens 2.. spell pieces of small JSON objects (several pieces span grammar symbols).
 std::shared_ptr<const TokenVocabulary> Vocabulary() {
   std::vector<std::string> bytes(kVocab);
-  const char* pieces[] = {"{", "}", "\"", "a", "b", ":", ",", "0", "1", "2", "7", "9", "\"a",
-                          "b\"", "\":", "ab", "ba", "{\"", "\",", ",\"", "}}", "12", "x", " ",
-                          "\xC3", "\xA9", "\xC3\xA9", "aa", "bb", "\"}", "0}", "9,"};
+  const char* pieces[] = {"{",    "}",    "\"",       "a",   "b",   ":",   ",",   "0",
+                          "1",    "2",    "7",        "9",   "\"a", "b\"", "\":", "ab",
+                          "ba",   "{\"",  "\",",      ",\"", "}}",  "12",  "x",   " ",
+                          "\xC3", "\xA9", "\xC3\xA9", "aa",  "bb",  "\"}", "0}",  "9,"};
   for (size_t i = 0; i < std::size(pieces); ++i) bytes[2 + i] = pieces[i];
   return std::make_shared<const TokenVocabulary>(std::move(bytes));
 }
@@ -60,9 +61,10 @@ std::vector<int32_t> Alone(const Request& request, uint64_t seed) {
     for (int64_t v = 0; v < kVocab; ++v) logits[v] = FakeRunner::Logit(h, v);
     if (matcher) matcher->FillMask(stop, &mask);
     std::span<const int32_t> all(tokens);
-    const int32_t t = sampler.Sample(logits, request.sampling, seed, all.first(request.prompt.size()),
-                                     all.subspan(request.prompt.size()), nullptr,
-                                     matcher ? std::span<const uint64_t>(mask) : std::span<const uint64_t>());
+    const int32_t t =
+        sampler.Sample(logits, request.sampling, seed, all.first(request.prompt.size()),
+                       all.subspan(request.prompt.size()), nullptr,
+                       matcher ? std::span<const uint64_t>(mask) : std::span<const uint64_t>());
     if (t == kEos) break;
     if (matcher) EXPECT_TRUE(matcher->Accept(t));
     out.push_back(t);
@@ -158,8 +160,8 @@ TEST(EngineGrammar, VocabularyMustCoverTheModel) {
   Request r;
   r.prompt = {3};
   r.sampling.grammar = std::make_shared<const TokenGrammar>(
-      TokenGrammar{Grammar()->grammar, std::make_shared<const TokenVocabulary>(
-                                           std::vector<std::string>(10, "a"))});
+      TokenGrammar{Grammar()->grammar,
+                   std::make_shared<const TokenVocabulary>(std::vector<std::string>(10, "a"))});
   auto id = (*engine)->Add(r);
   ASSERT_FALSE(id.ok());
   EXPECT_EQ(id.status().message(),

@@ -68,13 +68,13 @@ TEST(GbnfTest, ClassesWithRangesNegationAndEscapes) {
 TEST(GbnfTest, Utf8ByteByByte) {
   // [^a] holds every character but 'a', of every length; surrogates and bad bytes never match.
   auto g = Parse("root ::= [^a]+ | [\\u0100-\\U0001F600]");
-  EXPECT_TRUE(Matches(g, "\xE2\x82\xAC"));        // U+20AC
-  EXPECT_TRUE(Matches(g, "\xF0\x9F\x98\x80"));    // U+1F600
+  EXPECT_TRUE(Matches(g, "\xE2\x82\xAC"));               // U+20AC
+  EXPECT_TRUE(Matches(g, "\xF0\x9F\x98\x80"));           // U+1F600
   EXPECT_TRUE(Matches(g, "z\xDF\xBF\xF4\x8F\xBF\xBF"));  // U+07FF, U+10FFFF
   EXPECT_FALSE(Matches(g, "a"));
-  EXPECT_FALSE(Prefix(g, "\xED\xA0\x80"));        // a surrogate
-  EXPECT_FALSE(Prefix(g, "\xC0\x80"));            // overlong
-  EXPECT_FALSE(Prefix(g, "\xF4\x90"));            // above U+10FFFF
+  EXPECT_FALSE(Prefix(g, "\xED\xA0\x80"));  // a surrogate
+  EXPECT_FALSE(Prefix(g, "\xC0\x80"));      // overlong
+  EXPECT_FALSE(Prefix(g, "\xF4\x90"));      // above U+10FFFF
   EXPECT_FALSE(Prefix(g, "\x80"));
   Matcher m(g);
   EXPECT_TRUE(m.Accept(static_cast<uint8_t>(0xE2)));
@@ -122,7 +122,8 @@ TEST(GbnfTest, ErrorsNameLineAndColumn) {
   EXPECT_EQ(ErrorOf("root ::= \"a\" )"), "grammar:1:14: unexpected ')'");
   EXPECT_EQ(ErrorOf("root ::= \"\\q\""), "grammar:1:11: unknown escape \\q");
   EXPECT_EQ(ErrorOf("root ::= * \"a\""), "grammar:1:10: '*' follows nothing");
-  EXPECT_EQ(ErrorOf("root ::= \"a\"{3,2}"), "grammar:1:13: a repetition whose maximum is below its minimum");
+  EXPECT_EQ(ErrorOf("root ::= \"a\"{3,2}"),
+            "grammar:1:13: a repetition whose maximum is below its minimum");
   EXPECT_EQ(ErrorOf("root ::= \"a\"\nroot ::= \"b\""), "grammar:2:1: rule root is defined twice");
   EXPECT_EQ(ErrorOf("root ::= [z-a]"), "grammar:1:13: a range whose end is below its start");
 }
@@ -130,7 +131,8 @@ TEST(GbnfTest, ErrorsNameLineAndColumn) {
 TEST(GbnfTest, LeftRecursionIsRefused) {
   EXPECT_NE(ErrorOf("root ::= root \"a\" | \"b\"").find("left recursion: root -> root"),
             std::string::npos);
-  EXPECT_NE(ErrorOf("root ::= a \"x\"\na ::= b? root\nb ::= \"b\"").find("left recursion"), std::string::npos);
+  EXPECT_NE(ErrorOf("root ::= a \"x\"\na ::= b? root\nb ::= \"b\"").find("left recursion"),
+            std::string::npos);
   // A repetition of something that may be empty loops the same way.
   EXPECT_NE(ErrorOf("root ::= (\"a\"?)*").find("left recursion"), std::string::npos);
 }
@@ -141,11 +143,13 @@ TEST(GbnfTest, HostileInputsAreBounded) {
             std::string::npos);
   // Groups repeat by reference; a literal repeats by copy.
   EXPECT_EQ(ErrorOf("root ::= ((\"a\"{60000}){60000}){60000}"), "");
-  EXPECT_NE(ErrorOf("root ::= \"" + std::string(100, 'a') + "\"{60000}").find("expands to more than"),
-            std::string::npos);
+  EXPECT_NE(
+      ErrorOf("root ::= \"" + std::string(100, 'a') + "\"{60000}").find("expands to more than"),
+      std::string::npos);
   EXPECT_NE(ErrorOf("root ::= \"a\"{99999999999}").find("repetition count"), std::string::npos);
   // An ambiguous grammar stops at the bounds with an error instead of slowing down.
-  auto g = Parse("root ::= x*\nx ::= \"a\" | \"a\" \"a\" | \"a\" \"a\" \"a\" | \"a\" \"a\" \"a\" \"a\"");
+  auto g =
+      Parse("root ::= x*\nx ::= \"a\" | \"a\" \"a\" | \"a\" \"a\" \"a\" | \"a\" \"a\" \"a\" \"a\"");
   Matcher m(g);
   for (int i = 0; i < 10000 && m.Accept(static_cast<uint8_t>('a')); ++i) {
   }

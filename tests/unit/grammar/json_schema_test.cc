@@ -72,8 +72,8 @@ TEST(JsonSchemaTest, EnumConstAndUnions) {
     {"const":"b"}},"required":["kind"]}]})");
   EXPECT_TRUE(Matches(one, R"({"kind":"a","x":3})"));
   EXPECT_TRUE(Matches(one, R"({"kind":"b"})"));
-  EXPECT_NE(Refusal(R"({"oneOf":[{"type":"integer"},{"type":"number"}]})").find(
-                "#/oneOf: branches 0 and 1 may both match"),
+  EXPECT_NE(Refusal(R"({"oneOf":[{"type":"integer"},{"type":"number"}]})")
+                .find("#/oneOf: branches 0 and 1 may both match"),
             std::string::npos);
 }
 
@@ -81,9 +81,11 @@ TEST(JsonSchemaTest, RefsAndRecursion) {
   auto g = Compile(R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},
     "kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["v","kids"],
     "additionalProperties":false}},"$ref":"#/$defs/node"})");
-  EXPECT_TRUE(Matches(g, R"({"v":1,"kids":[{"v":2,"kids":[]},{"v":3,"kids":[{"v":4,"kids":[]}]}]})"));
+  EXPECT_TRUE(
+      Matches(g, R"({"v":1,"kids":[{"v":2,"kids":[]},{"v":3,"kids":[{"v":4,"kids":[]}]}]})"));
   EXPECT_FALSE(Matches(g, R"({"v":1,"kids":[{"v":2}]})"));
-  EXPECT_EQ(Refusal(R"({"$ref":"#/$defs/missing"})"), "json schema #/$ref: no such place: #/$defs/missing");
+  EXPECT_EQ(Refusal(R"({"$ref":"#/$defs/missing"})"),
+            "json schema #/$ref: no such place: #/$defs/missing");
 }
 
 TEST(JsonSchemaTest, ArraysWithBounds) {

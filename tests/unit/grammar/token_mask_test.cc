@@ -29,7 +29,9 @@ class TokenMaskTest : public ::testing::Test {
     return {std::make_shared<const Grammar>(std::move(*g)), vocabulary_};
   }
 
-  static bool Has(const std::vector<uint64_t>& mask, int32_t t) { return (mask[t >> 6] >> (t & 63)) & 1; }
+  static bool Has(const std::vector<uint64_t>& mask, int32_t t) {
+    return (mask[t >> 6] >> (t & 63)) & 1;
+  }
 
   static inline Tokenizer* tokenizer_ = nullptr;
   static inline std::shared_ptr<const TokenVocabulary> vocabulary_;
@@ -59,34 +61,34 @@ TEST_F(TokenMaskTest, MaskEqualsEveryTokenTried) {
                              R"({"type":"object","properties":{"s":{"type":"string"},
     "t":{"type":"string","minLength":2,"maxLength":5},"p":{"type":"string","pattern":"^a[b-z ]*$"}},
     "required":["s","t","p"],"additionalProperties":false})"}) {
-  Expected<std::string> gbnf = JsonSchemaToGbnf(schema);
-  ASSERT_TRUE(gbnf.ok()) << gbnf.status().message();
-  TokenGrammar tg = Make(*gbnf);
-  const int32_t eos = tokenizer_->TokenId("<|im_end|>");
-  const std::vector<int32_t> stop = {eos};
-  std::mt19937 rng(7);
-  for (int path = 0; path < 4; ++path) {
-    TokenMatcher tm(tg);
-    Matcher reference(tg.grammar);
-    for (int step = 0; step < 80; ++step) {
-      std::vector<uint64_t> mask;
-      tm.FillMask(stop, &mask);
-      std::vector<int32_t> allowed;
-      for (int32_t t = 0; t < vocabulary_->size(); ++t) {
-        Matcher m = reference;
-        const std::string& b = vocabulary_->bytes(t);
-        const bool want = t == eos ? reference.Complete() : !b.empty() && m.Accept(b);
-        ASSERT_EQ(Has(mask, t), want) << "token " << t << " at step " << step;
-        if (want) allowed.push_back(t);
+    Expected<std::string> gbnf = JsonSchemaToGbnf(schema);
+    ASSERT_TRUE(gbnf.ok()) << gbnf.status().message();
+    TokenGrammar tg = Make(*gbnf);
+    const int32_t eos = tokenizer_->TokenId("<|im_end|>");
+    const std::vector<int32_t> stop = {eos};
+    std::mt19937 rng(7);
+    for (int path = 0; path < 4; ++path) {
+      TokenMatcher tm(tg);
+      Matcher reference(tg.grammar);
+      for (int step = 0; step < 80; ++step) {
+        std::vector<uint64_t> mask;
+        tm.FillMask(stop, &mask);
+        std::vector<int32_t> allowed;
+        for (int32_t t = 0; t < vocabulary_->size(); ++t) {
+          Matcher m = reference;
+          const std::string& b = vocabulary_->bytes(t);
+          const bool want = t == eos ? reference.Complete() : !b.empty() && m.Accept(b);
+          ASSERT_EQ(Has(mask, t), want) << "token " << t << " at step " << step;
+          if (want) allowed.push_back(t);
+        }
+        ASSERT_FALSE(allowed.empty());
+        const int32_t pick = allowed[rng() % allowed.size()];
+        if (pick == eos) break;
+        ASSERT_TRUE(tm.Accept(pick));
+        ASSERT_TRUE(reference.Accept(vocabulary_->bytes(pick)));
       }
-      ASSERT_FALSE(allowed.empty());
-      const int32_t pick = allowed[rng() % allowed.size()];
-      if (pick == eos) break;
-      ASSERT_TRUE(tm.Accept(pick));
-      ASSERT_TRUE(reference.Accept(vocabulary_->bytes(pick)));
     }
   }
-}
 }
 
 TEST_F(TokenMaskTest, StopOnlyWhereComplete) {

@@ -99,9 +99,11 @@ TEST(ChatRequest, NamesTheFieldAtFault) {
       {"unknown key", {{"frobnicate", 1}}, "frobnicate"},
       {"tool_choice unknown", {{"tool_choice", "sometimes"}}, "tool_choice"},
       {"tool_choice without tools", {{"tool_choice", "required"}}, "tool_choice"},
-      {"json_schema without its object", {{"response_format", {{"type", "json_schema"}}}},
+      {"json_schema without its object",
+       {{"response_format", {{"type", "json_schema"}}}},
        "response_format.json_schema"},
-      {"response_format of another type", {{"response_format", {{"type", "yaml"}}}},
+      {"response_format of another type",
+       {{"response_format", {{"type", "yaml"}}}},
        "response_format.type"},
       {"strict schema with an unsupported keyword",
        {{"response_format",
@@ -109,10 +111,12 @@ TEST(ChatRequest, NamesTheFieldAtFault) {
           {"json_schema",
            {{"name", "x"},
             {"strict", true},
-            {"schema", {{"type", "object"}, {"properties", {{"a", {{"not", {{"type", "string"}}}}}}}}}}}}}},
+            {"schema",
+             {{"type", "object"}, {"properties", {{"a", {{"not", {{"type", "string"}}}}}}}}}}}}}},
        "response_format.json_schema.schema"},
       {"grammar that does not parse", {{"grammar", "root ::= [a"}}, "grammar"},
-      {"two grammars", {{"grammar", "root ::= \"a\""}, {"guided_json", {{"type", "string"}}}},
+      {"two grammars",
+       {{"grammar", "root ::= \"a\""}, {"guided_json", {{"type", "string"}}}},
        "guided_json"},
       {"reasoning_effort", {{"reasoning_effort", "extreme"}}, "reasoning_effort"},
       {"stream string", {{"stream", "yes"}}, "stream"},
@@ -180,7 +184,8 @@ TEST(ChatRequest, StructuredOutputFieldsCompileAGrammar) {
   const std::vector<json> patches = {
       {{"response_format", {{"type", "json_object"}}}},
       {{"response_format",
-        {{"type", "json_schema"}, {"json_schema", {{"name", "a"}, {"strict", true}, {"schema", schema}}}}}},
+        {{"type", "json_schema"},
+         {"json_schema", {{"name", "a"}, {"strict", true}, {"schema", schema}}}}}},
       {{"guided_json", schema}},
       {{"json_schema", schema.dump()}},
       {{"grammar", "root ::= \"{\\\"a\\\":1}\""}},
@@ -198,7 +203,10 @@ TEST(ChatRequest, StructuredOutputFieldsCompileAGrammar) {
   json body = Chat();
   body["response_format"] = {
       {"type", "json_schema"},
-      {"json_schema", {{"name", "a"}, {"strict", true}, {"schema", {{"properties", {{"p", {{"type", "string"}, {"format", "ipv4"}}}}}}}}}};
+      {"json_schema",
+       {{"name", "a"},
+        {"strict", true},
+        {"schema", {{"properties", {{"p", {{"type", "string"}, {"format", "ipv4"}}}}}}}}}};
   ChatRequest r;
   auto error = ParseChatRequest(body, 100, &r);
   ASSERT_TRUE(error);
