@@ -15,6 +15,7 @@ LAYERS = [
     "formats",
     "tokenizer",
     "template",
+    "grammar",
     "ops",
     "quant",
     "backend",

@@ -1,11 +1,14 @@
 // gizllm run: generate from a prompt and stream the text to stdout; timings on stderr.
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <iterator>
+#include <sstream>
 
 #include "cli/model_options.h"
 #include "engine/engine.h"
+#include "grammar/json_schema.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gizllm::cli {
@@ -21,7 +24,31 @@ struct RunOptions {
   bool seed_given = false;
   bool greedy = false;
   bool special = false;
+  std::string json_schema;  // a JSON Schema file the answer follows
+  std::string grammar;      // a GBNF file the answer follows
 };
+
+// The grammar of --json-schema or --grammar over the model's tokens; none when neither is given.
+Expected<std::shared_ptr<const TokenGrammar>> LoadGrammar(const RunOptions& o,
+                                                          const Tokenizer& tokenizer,
+                                                          int64_t vocab) {
+  if (o.json_schema.empty() && o.grammar.empty()) return std::shared_ptr<const TokenGrammar>();
+  if (!o.json_schema.empty() && !o.grammar.empty()) {
+    return InvalidArgument("run: give --json-schema or --grammar, not both");
+  }
+  const std::string& path = o.json_schema.empty() ? o.grammar : o.json_schema;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(path + ": cannot read");
+  std::stringstream text;
+  text << in.rdbuf();
+  Expected<Grammar> g =
+      o.json_schema.empty() ? ParseGbnf(text.str(), path) : JsonSchemaGrammar(text.str());
+  if (!g.ok()) return o.json_schema.empty() ? g.status() : g.status().Annotate(path);
+  auto vocabulary =
+      std::make_shared<const TokenVocabulary>(TokenVocabulary::FromTokenizer(tokenizer, vocab));
+  return std::make_shared<const TokenGrammar>(
+      TokenGrammar{std::make_shared<const Grammar>(std::move(*g)), std::move(vocabulary)});
+}
 
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) {
@@ -44,6 +71,9 @@ int Run(const RunOptions& o) {
   if (!model.ok()) return Fail(model.status().message());
   auto tokenizer = Tokenizer::Load((*model)->dir());
   if (!tokenizer.ok()) return Fail(tokenizer.status().message());
+  auto grammar = LoadGrammar(o, *tokenizer, (*model)->arch().vocab);
+  if (!grammar.ok()) return Fail(grammar.status().message());
+  sampling.grammar = *grammar;
   auto ids = tokenizer->Encode(prompt, o.special);
   if (!ids.ok()) return Fail("prompt: " + ids.status().message());
   if (ids->empty()) return Fail("prompt: no tokens");
@@ -129,6 +159,10 @@ void AddRunCommand(CLI::App& app, CommandContext& ctx) {
       ->each([o](const std::string&) { o->seed_given = true; });
   cmd->add_flag("--greedy", o->greedy, "Always pick the most likely token");
   cmd->add_flag("--special", o->special, "Add the tokenizer's special tokens (e.g. BOS)");
+  cmd->add_option("--json-schema", o->json_schema,
+                  "Answer with JSON that this JSON Schema file accepts (what is not supported "
+                  "is refused, naming the schema path)");
+  cmd->add_option("--grammar", o->grammar, "Answer with text of this GBNF grammar file");
   cmd->callback([&ctx, o] { ctx.exit_code = Run(*o); });
 }
 

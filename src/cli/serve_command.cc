@@ -71,7 +71,7 @@ int Serve(const ServeOptions& o) {
     }
   }
 
-  server::EngineGenerator generator(std::move(*engine));
+  server::EngineGenerator generator(std::move(*engine), (*text)->tokenizer());
   server::Metrics metrics;
   server::EngineLoop loop(generator, metrics, o.max_pending);
   server::HttpServer http(**text, loop, metrics, o.http);

@@ -131,8 +131,16 @@ Expected<int64_t> Engine::Add(Request request, int32_t mark, int32_t shared) {
                              " is outside the vocabulary [0, " + std::to_string(vocab_) + ")");
     }
   }
+  if (const auto& g = request.sampling.grammar; g != nullptr && g->vocabulary->size() != vocab_) {
+    return InvalidArgument("request.sampling.grammar: the tokens' bytes cover " +
+                           std::to_string(g->vocabulary->size()) + " tokens, the model has " +
+                           std::to_string(vocab_));
+  }
   const int64_t id = next_id_++;
   Sequence seq;
+  if (request.sampling.grammar) {
+    seq.matcher = std::make_unique<TokenMatcher>(*request.sampling.grammar);
+  }
   seq.id = id;
   seq.tokens = request.prompt;
   seq.prompt = n;
@@ -225,7 +233,8 @@ Status Engine::Run() {
       continue;  // a prompt piece: no token this step
     }
     const Sampling& s = seq.request.sampling;
-    if (s.presence != 0.0f || s.frequency != 0.0f || s.repetition != 1.0f || s.logprobs >= 0) {
+    if (s.presence != 0.0f || s.frequency != 0.0f || s.repetition != 1.0f || s.logprobs >= 0 ||
+        s.grammar != nullptr) {
       picked_ = false;
       break;
     }
@@ -292,8 +301,10 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
     } else {
       std::span<const float> logits(&logits_[wanted++ * vocab_], vocab_);
       std::span<const int32_t> all(seq.tokens);
-      token = sampler_.Sample(logits, seq.request.sampling, seq.seed, all.first(seq.prompt),
-                              all.subspan(seq.prompt), &logprobs);
+      if (seq.matcher) seq.matcher->FillMask(seq.stop, &mask_);
+      token = sampler_.Sample(
+          logits, seq.request.sampling, seq.seed, all.first(seq.prompt), all.subspan(seq.prompt),
+          &logprobs, seq.matcher ? std::span<const uint64_t>(mask_) : std::span<const uint64_t>());
     }
     Progress out;
     out.id = seq.id;
@@ -301,7 +312,15 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
       seq.reported = true;
       out.cached = seq.cached;
     }
-    if (token == kNonFiniteToken) {
+    if (token == kNonFiniteToken && seq.matcher &&
+        PickableRow(std::span<const float>(&logits_[(wanted - 1) * vocab_], vocab_))) {
+      out.end = "error";
+      out.status =
+          seq.matcher->status().ok()
+              ? Internal("the grammar allows no token after " +
+                         std::to_string(seq.tokens.size() - seq.prompt) + " tokens of the answer")
+              : seq.matcher->status();
+    } else if (token == kNonFiniteToken) {
       // This request ends; the others of the step go on.
       out.end = "error";
       out.status = Internal("the logits after " + std::to_string(seq.tokens.size()) +
@@ -309,6 +328,10 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
                             "values, or its activations overflow");
     } else if (std::find(seq.stop.begin(), seq.stop.end(), token) != seq.stop.end()) {
       out.end = "stop";
+    } else if (seq.matcher && !seq.matcher->Accept(token)) {
+      out.end = "error";
+      out.status =
+          Internal("the grammar refused the token " + std::to_string(token) + " its mask allowed");
     } else {
       seq.tokens.push_back(token);
       out.tokens.push_back(token);

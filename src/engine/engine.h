@@ -110,6 +110,7 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   const EngineStats& stats() const { return stats_; }
   const StepTrace& last_step() const { return last_step_; }
+  int64_t vocab() const { return vocab_; }
   int32_t pages() const { return pool_.pages(); }
   int32_t free_pages() const { return pool_.free(); }
   // Tokens slot `slot` holds (KV written at positions [0, size)).
@@ -144,6 +145,7 @@ class Engine {
   bool picked_ = false;            // this step's tokens came from the runner (picks_)
   std::vector<SampleRow> sample_;  // [wanted] how the runner picks each wanted row's token
   std::vector<int32_t> picks_;     // [wanted] tokens the runner picked
+  std::vector<uint64_t> mask_;     // [ceil(vocab / 64)] a grammar's allowed tokens, one request
 };
 
 }  // namespace gizllm

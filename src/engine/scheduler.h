@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "engine/page_pool.h"
 #include "engine/prefix_cache.h"
 #include "engine/request.h"
+#include "grammar/token_mask.h"
 #include "model/runner.h"
 
 namespace gizllm {
@@ -45,6 +47,9 @@ struct Sequence {
   bool admitted = false;  // admitted at least once
   bool reported = false;  // its first Progress went out
   int64_t cached = 0;     // prompt tokens held at first admission
+  // The grammar's state over the answer so far (request.sampling.grammar); advanced only by the
+  // tokens the request keeps, so preemption and resumption leave it right.
+  std::unique_ptr<TokenMatcher> matcher;
 };
 
 // A sequence of this step and the rows it reads.

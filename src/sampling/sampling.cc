@@ -43,6 +43,9 @@ Status Sampling::Check() const {
     return InvalidArgument("sampling.logprobs: expected -1 (off) or a count >= 0, got " +
                            std::to_string(logprobs));
   }
+  if (grammar != nullptr && (grammar->grammar == nullptr || grammar->vocabulary == nullptr)) {
+    return InvalidArgument("sampling.grammar: expected a grammar and the tokens' bytes");
+  }
   return Status::Ok();
 }
 
@@ -207,10 +210,18 @@ void Sampler::Distribution(std::span<const float> logits, const Sampling& sampli
 
 int32_t Sampler::Sample(std::span<const float> logits, const Sampling& sampling, uint64_t seed,
                         std::span<const int32_t> prompt, std::span<const int32_t> output,
-                        Logprobs* logprobs) {
+                        Logprobs* logprobs, std::span<const uint64_t> allowed) {
   if (!PickableRow(logits)) return kNonFiniteToken;
+  std::span<const float> shaped = logits;
+  if (!allowed.empty()) {
+    DCHECK(static_cast<int64_t>(allowed.size()) * 64 >= vocab_);
+    masked_.assign(logits.begin(), logits.end());
+    ApplyMask(allowed, masked_);
+    if (!PickableRow(masked_)) return kNonFiniteToken;
+    shaped = masked_;
+  }
   int32_t token = 0;
-  if (std::optional<int32_t> greedy = Shape(logits, sampling, prompt, output)) {
+  if (std::optional<int32_t> greedy = Shape(shaped, sampling, prompt, output)) {
     token = *greedy;
   } else {
     double total = 0.0;

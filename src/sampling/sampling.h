@@ -9,6 +9,8 @@
 //   4. logits / temperature, softmax, then min-p (keep p >= min_p * max p), top-k (the k most
 //      likely, ties to the lower id), top-p (in order of probability, keep a token while the mass
 //      before it is below top_p, renormalized over what min-p and top-k kept).
+//   2b. a grammar (if any): tokens it does not allow next get -inf (grammar/token_mask.h); stop
+//      tokens only where the text is complete. Logprobs stay those of step 1.
 //   5. u = CounterUniform(seed, index), index = the number of output tokens so far; the token is
 //      the first, in id order, at which the running sum of the kept probabilities (divided by
 //      their total) exceeds u. The random number depends only on (seed, index), never on what
@@ -16,12 +18,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "core/counter_random.h"
 #include "core/status.h"
+#include "grammar/token_mask.h"
 
 namespace gizllm {
 
@@ -35,6 +39,8 @@ struct Sampling {
   float frequency = 0.0f;        // OpenAI frequency_penalty, [-2, 2]
   float repetition = 1.0f;       // vLLM/HF repetition_penalty, > 0; 1: none
   int32_t logprobs = -1;         // -1: none; 0: the chosen token's; n: also the n most likely
+  // Only the tokens this grammar allows, over the model's vocabulary; none: any token.
+  std::shared_ptr<const TokenGrammar> grammar;
 
   // Names the bad field and what was expected.
   Status Check() const;
@@ -75,11 +81,12 @@ class Sampler {
                     std::span<const int32_t> prompt, std::span<const int32_t> output,
                     std::span<float> probs);
 
-  // The next token (steps 1-5), or kNonFiniteToken (ops/backend.h) when !PickableRow(logits).
-  // logprobs: filled when sampling.logprobs >= 0 and a token is picked, may be null.
+  // The next token (steps 1-5), or kNonFiniteToken (ops/backend.h) when !PickableRow(logits)
+  // or the mask leaves no token. logprobs: filled when sampling.logprobs >= 0 and a token is
+  // picked, may be null. allowed: a grammar's mask (TokenMatcher::FillMask), empty: none.
   int32_t Sample(std::span<const float> logits, const Sampling& sampling, uint64_t seed,
                  std::span<const int32_t> prompt, std::span<const int32_t> output,
-                 Logprobs* logprobs);
+                 Logprobs* logprobs, std::span<const uint64_t> allowed = {});
 
   // Step 1 alone: the chosen token's log probability and the n most likely.
   void ComputeLogprobs(std::span<const float> logits, int32_t token, int32_t n, Logprobs* out);
@@ -92,6 +99,7 @@ class Sampler {
 
   int64_t vocab_;
   std::vector<float> x_;         // [vocab] shaped logits
+  std::vector<float> masked_;    // [vocab] logits with a grammar's mask applied
   std::vector<double> probs_;    // [vocab] kept probabilities, unnormalized
   std::vector<int32_t> counts_;  // [vocab] output counts (zero between calls)
   std::vector<uint8_t> seen_;    // [vocab] prompt or output token (zero between calls)

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "grammar/grammar.h"
 #include "template/chat_prompt.h"
 
 namespace gizllm::server {
@@ -30,6 +31,8 @@ struct SamplingOptions {
   float repetition = 1.0f;       // vLLM repetition_penalty, 1: off
   std::optional<uint64_t> seed;  // none: a fresh seed per request
   int32_t logprobs = -1;         // -1: none; n >= 0: each token's logprob and the n most likely
+  // The answer follows this grammar (response_format, grammar, guided_json, ...); none: free.
+  std::shared_ptr<const Grammar> grammar;
 };
 
 struct GenerateRequest {

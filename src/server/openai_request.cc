@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/json_nesting.h"
+#include "grammar/json_schema.h"
 
 namespace gizllm::server {
 namespace {
@@ -137,6 +138,88 @@ std::optional<ApiError> CheckKnownKeys(const json& body, const std::set<std::str
 
 // Fields chat and completion requests share. `completion`: the legacy completions API, where
 // logprobs is an integer.
+// The grammar a request's structured-output fields ask for: response_format (chat), and the
+// fields other servers take: llama.cpp's `grammar` and `json_schema`, vLLM's `guided_grammar`
+// and `guided_json`. At most one; a schema or grammar that does not compile is a 400 naming the
+// field and the place in it. The body's objects keep their keys in sorted order (nlohmann::json),
+// so a schema's properties come in the order of their names here, not as the client wrote them.
+std::optional<ApiError> ParseStructuredOutput(const json& body, SamplingOptions* s) {
+  std::vector<std::string> given;
+  for (const char* k :
+       {"response_format", "grammar", "guided_grammar", "json_schema", "guided_json"}) {
+    auto it = body.find(k);
+    if (it == body.end() || it->is_null()) continue;
+    if (std::string(k) == "response_format" && it->is_object() && it->contains("type") &&
+        (*it)["type"] == "text") {
+      continue;
+    }
+    given.push_back(k);
+  }
+  if (given.empty()) return std::nullopt;
+  if (given.size() > 1) {
+    return BadRequest(
+        "'" + given[0] + "' and '" + given[1] + "' both constrain the answer; give one", given[1],
+        "invalid_value");
+  }
+  const std::string field = given[0];
+  const json& v = body[field];
+  auto compile_schema = [&](const json& schema,
+                            const std::string& param) -> std::optional<ApiError> {
+    if (!schema.is_object() && !schema.is_boolean())
+      return WrongType(param, "a JSON Schema", schema);
+    Expected<Grammar> g = JsonSchemaGrammar(schema.dump());
+    if (!g.ok()) {
+      return BadRequest("'" + param + "': " + g.status().message(), param, "unsupported_schema");
+    }
+    s->grammar = std::make_shared<const Grammar>(std::move(*g));
+    return std::nullopt;
+  };
+  if (field == "grammar" || field == "guided_grammar") {
+    if (!v.is_string()) return WrongType(field, "a GBNF grammar (a string)", v);
+    Expected<Grammar> g = ParseGbnf(v.get<std::string>(), field);
+    if (!g.ok()) return BadRequest(g.status().message(), field, "invalid_grammar");
+    s->grammar = std::make_shared<const Grammar>(std::move(*g));
+    return std::nullopt;
+  }
+  if (field == "json_schema" || field == "guided_json") {
+    if (v.is_string()) {
+      json parsed = json::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      if (parsed.is_discarded()) return BadRequest("'" + field + "' is not valid JSON", field);
+      return compile_schema(parsed, field);
+    }
+    return compile_schema(v, field);
+  }
+  // response_format
+  if (!v.is_object()) return WrongType("response_format", "an object", v);
+  auto type = v.find("type");
+  if (type == v.end() || !type->is_string()) {
+    return BadRequest("'response_format.type' must be a string", "response_format.type");
+  }
+  if (*type == "json_object") {
+    Expected<Grammar> g = ParseGbnf(JsonObjectGbnf(), "json_object");
+    if (!g.ok()) return BadRequest(g.status().message(), "response_format");
+    s->grammar = std::make_shared<const Grammar>(std::move(*g));
+    return std::nullopt;
+  }
+  if (*type == "json_schema") {
+    auto spec = v.find("json_schema");
+    if (spec == v.end() || !spec->is_object()) {
+      return BadRequest("'response_format.json_schema' must be an object with a 'schema'",
+                        "response_format.json_schema");
+    }
+    auto schema = spec->find("schema");
+    if (schema == spec->end()) {
+      return BadRequest("'response_format.json_schema.schema' is required",
+                        "response_format.json_schema.schema");
+    }
+    // Without strict a schema that does not compile is refused too, rather than followed loosely.
+    return compile_schema(*schema, "response_format.json_schema.schema");
+  }
+  return BadRequest("'response_format' of type '" + type->get<std::string>() +
+                        "' is not supported; 'text', 'json_object' and 'json_schema' are",
+                    "response_format.type", "unsupported_value");
+}
+
 std::optional<ApiError> ParseGenerationParams(const json& body, bool completion,
                                               GenerationParams* out) {
   Fields f(body);
@@ -147,6 +230,7 @@ std::optional<ApiError> ParseGenerationParams(const json& body, bool completion,
     out->max_tokens = n;
   }
   SamplingOptions& s = out->sampling;
+  if (auto e = ParseStructuredOutput(body, &s)) return e;
   f.Float("temperature", 0, 2, &s.temperature);
   f.Float("top_p", 0, 1, &s.top_p);
   if (f.Get("top_p") && s.top_p <= 0) f.Fail(OutOfRange("top_p", "a number in (0, 1]"));
@@ -474,7 +558,11 @@ std::optional<ApiError> ParseChatRequest(const json& body, int32_t vocab, ChatRe
                                                "service_tier",
                                                "logit_bias",
                                                "ignore_eos",
-                                               "chat_template_kwargs"};
+                                               "chat_template_kwargs",
+                                               "grammar",
+                                               "guided_grammar",
+                                               "json_schema",
+                                               "guided_json"};
   if (auto e = CheckKnownKeys(body, kKnown)) return e;
   if (auto e = ParseGenerationParams(body, /*completion=*/false, &out->params)) return e;
   if (auto e = ParseMessages(body, &out->input.messages)) return e;
@@ -550,18 +638,6 @@ std::optional<ApiError> ParseChatRequest(const json& body, int32_t vocab, ChatRe
     if (k.Bool("enable_thinking", &thinking)) out->input.enable_thinking = thinking;
     if (k.error()) return k.error();
   }
-  if (const json* format = f.Get("response_format")) {
-    if (!format->is_object()) return WrongType("response_format", "an object", *format);
-    auto type = format->find("type");
-    if (type == format->end() || !type->is_string()) {
-      return BadRequest("'response_format.type' must be a string", "response_format.type");
-    }
-    if (*type != "text") {
-      return BadRequest("'response_format' of type '" + type->get<std::string>() +
-                            "' is not supported; only 'text' is",
-                        "response_format.type", "unsupported_value");
-    }
-  }
   bool flag = false;
   f.Bool("parallel_tool_calls", &flag);
   f.Bool("store", &flag);
@@ -594,7 +670,11 @@ std::optional<ApiError> ParseCompletionRequest(const json& body, int32_t vocab,
                                                "user",
                                                "logit_bias",
                                                "ignore_eos",
-                                               "suffix"};
+                                               "suffix",
+                                               "grammar",
+                                               "guided_grammar",
+                                               "json_schema",
+                                               "guided_json"};
   if (auto e = CheckKnownKeys(body, kKnown)) return e;
   if (auto e = ParseGenerationParams(body, /*completion=*/true, &out->params)) return e;
   if (!out->params.max_tokens) out->params.max_tokens = 16;  // the API's default
@@ -649,7 +729,11 @@ std::optional<ApiError> ParseTokenizeRequest(const json& body, TokenizeRequest* 
                                                "tools",
                                                "add_generation_prompt",
                                                "add_special_tokens",
-                                               "chat_template_kwargs"};
+                                               "chat_template_kwargs",
+                                               "grammar",
+                                               "guided_grammar",
+                                               "json_schema",
+                                               "guided_json"};
   if (auto e = CheckKnownKeys(body, kKnown)) return e;
   Fields f(body);
   f.String("model", &out->model);

@@ -18,6 +18,13 @@ Expected<int64_t> EngineGenerator::Add(GenerateRequest request) {
   r.sampling.frequency = s.frequency;
   r.sampling.repetition = s.repetition;
   r.sampling.logprobs = s.logprobs;
+  if (s.grammar) {
+    if (!vocabulary_) {
+      vocabulary_ = std::make_shared<const TokenVocabulary>(
+          TokenVocabulary::FromTokenizer(tokenizer_, engine_->vocab()));
+    }
+    r.sampling.grammar = std::make_shared<const TokenGrammar>(TokenGrammar{s.grammar, vocabulary_});
+  }
   if (request.ignore_eos) r.stop = std::vector<int32_t>{};
   GZ_ASSIGN_OR_RETURN(int64_t id,
                       engine_->Add(std::move(r), request.mark, std::max<int32_t>(request.shared, 0)));

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "grammar/token_mask.h"
 #include "server/generator.h"
 #include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -15,7 +16,10 @@ namespace gizllm::server {
 
 class EngineGenerator : public Generator {
  public:
-  explicit EngineGenerator(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {}
+  // tokenizer: the model's, whose tokens' bytes requests with a grammar are matched on (read at
+  // the first such request).
+  EngineGenerator(std::unique_ptr<Engine> engine, Tokenizer tokenizer)
+      : engine_(std::move(engine)), tokenizer_(std::move(tokenizer)) {}
   Expected<int64_t> Add(GenerateRequest request) override;
   Expected<std::vector<GenerateProgress>> Advance() override;
   void Cancel(int64_t id) override;
@@ -25,7 +29,9 @@ class EngineGenerator : public Generator {
 
  private:
   std::unique_ptr<Engine> engine_;
-  std::set<int64_t> active_;    // added, not ended
+  Tokenizer tokenizer_;
+  std::shared_ptr<const TokenVocabulary> vocabulary_;  // built at the first grammar
+  std::set<int64_t> active_;                           // added, not ended
   std::set<int64_t> reported_;  // active requests whose first progress went out
 };
 
@@ -49,6 +55,7 @@ class ChatTextModel : public TextModel {
   Expected<std::vector<int32_t>> Tokenize(std::string_view text) const override;
   Expected<std::string> Detokenize(std::span<const int32_t> tokens) const override;
   Expected<ChatPrompt> RenderChat(const ChatInput& input) const override;
+  const Tokenizer& tokenizer() const { return tokenizer_; }
 
  private:
   std::string name_;

@@ -55,6 +55,8 @@ class Decoder {
   virtual ~Decoder() = default;
   // Rewrites the token strings; the decoded text is their concatenation.
   virtual void DecodeChain(std::vector<std::string>* tokens) const = 0;
+  // The same, but bytes stay as the tokens give them: no U+FFFD for partial or invalid UTF-8.
+  virtual void DecodeBytes(std::vector<std::string>* tokens) const { DecodeChain(tokens); }
 };
 
 // Adds special tokens around the ids of one text or a pair (TemplateProcessing, BertProcessing,

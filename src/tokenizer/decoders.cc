@@ -28,6 +28,10 @@ void ReplaceAll(std::string* s, std::string_view from, std::string_view to) {
 class ByteLevelDecoder : public Decoder {
  public:
   void DecodeChain(std::vector<std::string>* tokens) const override {
+    DecodeBytes(tokens);
+    (*tokens)[0] = Utf8Lossy((*tokens)[0]);
+  }
+  void DecodeBytes(std::vector<std::string>* tokens) const override {
     const ByteLevelAlphabet& alphabet = ByteLevelAlphabet::Get();
     std::string bytes;
     for (const std::string& t : *tokens) {
@@ -48,7 +52,7 @@ class ByteLevelDecoder : public Decoder {
         bytes += t;
       }
     }
-    tokens->assign(1, Utf8Lossy(bytes));
+    tokens->assign(1, std::move(bytes));
   }
 };
 
@@ -82,6 +86,12 @@ int FallbackByte(const std::string& t) {
 
 class ByteFallbackDecoder : public Decoder {
  public:
+  void DecodeBytes(std::vector<std::string>* tokens) const override {
+    for (std::string& t : *tokens) {
+      const int b = FallbackByte(t);
+      if (b >= 0) t = std::string(1, static_cast<char>(b));
+    }
+  }
   void DecodeChain(std::vector<std::string>* tokens) const override {
     std::vector<std::string> out;
     out.reserve(tokens->size());
@@ -240,6 +250,9 @@ class SequenceDecoder : public Decoder {
       : parts_(std::move(parts)) {}
   void DecodeChain(std::vector<std::string>* tokens) const override {
     for (const auto& p : parts_) p->DecodeChain(tokens);
+  }
+  void DecodeBytes(std::vector<std::string>* tokens) const override {
+    for (const auto& p : parts_) p->DecodeBytes(tokens);
   }
 
  private:

@@ -268,6 +268,26 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special) c
   return tok::Utf8Lossy(out);
 }
 
+std::string Tokenizer::TokenBytes(int32_t id) const {
+  if (!data_) return "";
+  if (auto it = data_->added_by_id.find(id); it != data_->added_by_id.end()) {
+    return data_->added[it->second].content;
+  }
+  auto text = data_->model->TokenText(id);
+  if (!text) return "";
+  if (!data_->decoder) return std::string(*text);
+  // Decoders may drop what starts a text (Metaspace's prepended space, Strip): the token's
+  // bytes after itself are what it adds mid-text.
+  std::vector<std::string> one{std::string(*text)}, two{std::string(*text), std::string(*text)};
+  data_->decoder->DecodeBytes(&one);
+  data_->decoder->DecodeBytes(&two);
+  std::string a, b;
+  for (const std::string& t : one) a += t;
+  for (const std::string& t : two) b += t;
+  if (b.size() >= a.size() && b.compare(0, a.size(), a) == 0) return b.substr(a.size());
+  return a;
+}
+
 int32_t Tokenizer::TokenId(std::string_view token) const {
   if (!data_) return -1;
   int32_t id = data_->added_by_text.Get(token);

@@ -52,6 +52,10 @@ class Tokenizer {
   int32_t TokenId(std::string_view token) const;  // -1 if absent
   // The token's string in the vocabulary (e.g. "Ġhello" in byte-level BPE); empty if absent.
   std::string TokenText(int32_t id) const;
+  // The bytes token `id` adds to a text it does not start (a leading space that decoding drops
+  // at the start of a text is kept; partial UTF-8 stays as it is): what a grammar reads. An
+  // added token's content; empty if absent.
+  std::string TokenBytes(int32_t id) const;
   // Highest id + 1 over the model's vocabulary and the added tokens (the embedding rows needed).
   int64_t vocab_size() const;
   bool IsSpecial(int32_t id) const;  // an added token marked special (skipped by skip_special)

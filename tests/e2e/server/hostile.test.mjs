@@ -88,9 +88,10 @@ const cases = [
   ['top_logprobs of 50', () => post('/v1/chat/completions',
                                     chat({ logprobs: true, top_logprobs: 50 })),
    400, 'invalid_value', 'top_logprobs'],
-  ['json_schema response format', () => post('/v1/chat/completions',
-                                             chat({ response_format: { type: 'json_schema' } })),
-   400, 'unsupported_value', 'response_format.type'],
+  ['json_schema response format with an unsupported keyword', () => post('/v1/chat/completions',
+    chat({ response_format: { type: 'json_schema', json_schema: { name: 'x', strict: true,
+      schema: { type: 'object', patternProperties: { '^a': {} } } } } })),
+   400, 'unsupported_schema', 'response_format.json_schema.schema'],
   ['tool_choice names no tool', () => post('/v1/chat/completions', chat({
     tools: [{ type: 'function', function: { name: 'f' } }],
     tool_choice: { type: 'function', function: { name: 'g' } },

@@ -38,7 +38,7 @@ class EngineErrorTest : public ::testing::Test {
     options.kv_budget_bytes = 64 * runner_.PageBytes();
     auto engine = Engine::Create(&runner_, options);
     ASSERT_TRUE(engine.ok()) << engine.status().message();
-    generator_ = std::make_unique<EngineGenerator>(std::move(*engine));
+    generator_ = std::make_unique<EngineGenerator>(std::move(*engine), Tokenizer());
     loop_ = std::make_unique<EngineLoop>(*generator_, metrics_, /*max_pending=*/16);
   }
   void TearDown() override {

@@ -99,7 +99,25 @@ TEST(ChatRequest, NamesTheFieldAtFault) {
       {"unknown key", {{"frobnicate", 1}}, "frobnicate"},
       {"tool_choice unknown", {{"tool_choice", "sometimes"}}, "tool_choice"},
       {"tool_choice without tools", {{"tool_choice", "required"}}, "tool_choice"},
-      {"json_schema", {{"response_format", {{"type", "json_schema"}}}}, "response_format.type"},
+      {"json_schema without its object",
+       {{"response_format", {{"type", "json_schema"}}}},
+       "response_format.json_schema"},
+      {"response_format of another type",
+       {{"response_format", {{"type", "yaml"}}}},
+       "response_format.type"},
+      {"strict schema with an unsupported keyword",
+       {{"response_format",
+         {{"type", "json_schema"},
+          {"json_schema",
+           {{"name", "x"},
+            {"strict", true},
+            {"schema",
+             {{"type", "object"}, {"properties", {{"a", {{"not", {{"type", "string"}}}}}}}}}}}}}},
+       "response_format.json_schema.schema"},
+      {"grammar that does not parse", {{"grammar", "root ::= [a"}}, "grammar"},
+      {"two grammars",
+       {{"grammar", "root ::= \"a\""}, {"guided_json", {{"type", "string"}}}},
+       "guided_json"},
       {"reasoning_effort", {{"reasoning_effort", "extreme"}}, "reasoning_effort"},
       {"stream string", {{"stream", "yes"}}, "stream"},
       {"include_usage string",
@@ -156,6 +174,47 @@ TEST(ChatRequest, NamesTheFieldAtFault) {
     EXPECT_EQ(j["error"]["type"], "invalid_request_error");
     EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
   }
+}
+
+TEST(ChatRequest, StructuredOutputFieldsCompileAGrammar) {
+  const json schema = {{"type", "object"},
+                       {"properties", {{"a", {{"type", "integer"}}}}},
+                       {"required", {"a"}},
+                       {"additionalProperties", false}};
+  const std::vector<json> patches = {
+      {{"response_format", {{"type", "json_object"}}}},
+      {{"response_format",
+        {{"type", "json_schema"},
+         {"json_schema", {{"name", "a"}, {"strict", true}, {"schema", schema}}}}}},
+      {{"guided_json", schema}},
+      {{"json_schema", schema.dump()}},
+      {{"grammar", "root ::= \"{\\\"a\\\":1}\""}},
+      {{"guided_grammar", "root ::= \"{\\\"a\\\":1}\""}},
+  };
+  for (const json& patch : patches) {
+    json body = Chat();
+    body.merge_patch(patch);
+    ChatRequest r;
+    auto error = ParseChatRequest(body, 100, &r);
+    ASSERT_FALSE(error) << patch.dump() << ": " << error->message;
+    ASSERT_NE(r.params.sampling.grammar, nullptr) << patch.dump();
+  }
+  // The refusal names the place in the schema.
+  json body = Chat();
+  body["response_format"] = {
+      {"type", "json_schema"},
+      {"json_schema",
+       {{"name", "a"},
+        {"strict", true},
+        {"schema", {{"properties", {{"p", {{"type", "string"}, {"format", "ipv4"}}}}}}}}}};
+  ChatRequest r;
+  auto error = ParseChatRequest(body, 100, &r);
+  ASSERT_TRUE(error);
+  EXPECT_NE(error->message.find("#/properties/p/format"), std::string::npos) << error->message;
+  // Text is no constraint.
+  body["response_format"] = {{"type", "text"}};
+  ASSERT_FALSE(ParseChatRequest(body, 100, &r));
+  EXPECT_EQ(r.params.sampling.grammar, nullptr);
 }
 
 TEST(ChatRequest, NamedToolChoiceMustBeATool) {

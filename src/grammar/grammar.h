@@ -1,0 +1,69 @@
+// Grammar: a context-free grammar over bytes, parsed from GBNF (llama.cpp's syntax).
+//
+//   root   ::= "{" ws pair ("," ws pair)* "}"   # comments run to the end of the line
+//   pair   ::= [a-z]+ ":" ws ( "true" | [0-9]{1,3} )
+//   ws     ::= [ \t\n]*
+//
+// Rules hold alternatives of sequences; a sequence holds literals ("..."), character classes
+// ([a-z], [^"\\], with escapes \n \t \r \\ \" \] \xHH \uHHHH \UHHHHHHHH), `.` (any character),
+// rule names, groups ( ... ), and the postfix operators ? * + {m} {m,} {m,n}. A rule ends at the
+// end of its line unless a group is open or the line ends in `|`. The start is the rule `root`.
+//
+// Characters are Unicode code points; the compiled grammar is over the bytes of their UTF-8, so
+// a class of non-ASCII characters becomes a rule of byte sequences (surrogates never match) and a
+// matcher (grammar/matcher.h) takes text byte by byte, partial characters included.
+//
+// Compilation refuses what a matcher could not run in bounded work: rules used but not defined,
+// left recursion (a rule that can reach itself before reading a byte), and grammars larger than
+// kMaxElements after repetitions are expanded. Errors name the line and the column.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace gizllm {
+
+// A set of bytes: 256 bits.
+struct ByteSet {
+  std::array<uint64_t, 4> bits{};
+  bool Has(uint8_t b) const { return (bits[b >> 6] >> (b & 63)) & 1; }
+  void Add(uint8_t b) { bits[b >> 6] |= uint64_t{1} << (b & 63); }
+  void AddRange(uint8_t lo, uint8_t hi) {
+    for (int b = lo; b <= hi; ++b) Add(static_cast<uint8_t>(b));
+  }
+  bool operator==(const ByteSet&) const = default;
+};
+
+// One symbol of a sequence.
+struct GrammarElement {
+  enum Kind : int32_t { kBytes, kRule, kEnd };
+  Kind kind = kEnd;
+  int32_t value = 0;  // kBytes: an index into sets; kRule: a rule; kEnd: unused
+};
+
+struct Grammar {
+  // Bounds on what a grammar may expand into (repetitions included).
+  static constexpr int64_t kMaxElements = 1 << 22;
+  static constexpr int kMaxNesting = 512;
+
+  // The elements of every alternative of every rule, each alternative ended by a kEnd.
+  std::vector<GrammarElement> elements;
+  // rules[r]: the offsets into `elements` where rule r's alternatives start.
+  std::vector<std::vector<int32_t>> rules;
+  std::vector<std::string> names;  // [rules] as written, or generated (name_1, ...)
+  std::vector<ByteSet> sets;       // byte sets the kBytes elements read
+  int32_t root = 0;
+
+  // The grammar as GBNF over bytes (for messages and tests).
+  std::string ToString() const;
+};
+
+// Parses GBNF. `name` stands for the text in messages ("grammar:3:14: ...").
+Expected<Grammar> ParseGbnf(std::string_view text, const std::string& name = "grammar");
+
+}  // namespace gizllm

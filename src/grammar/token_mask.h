@@ -1,0 +1,106 @@
+// Token masks: which tokens of the whole vocabulary a grammar allows next.
+//
+// TokenVocabulary holds every token's bytes (Tokenizer::TokenBytes) in a trie laid out in
+// preorder, each node a byte with the index just past its subtree. A mask walks the trie with the
+// matcher: a node's state is its parent's advanced by the node's byte, so tokens that share a
+// prefix share its work, and a byte the grammar refuses skips the whole subtree; the states met
+// in one walk form an automaton built as it is needed, so a state and a byte seen before cost a
+// table lookup. Special and
+// control tokens have no bytes here and are never allowed, except the stop tokens, which are
+// allowed exactly where the text is complete. Byte-fallback tokens are their byte, and tokens
+// that end inside a UTF-8 character are matched as the bytes they are (the grammar is over bytes).
+//
+// TokenMatcher keeps a request's matcher and caches masks by matcher state (interned stacks make
+// equal states equal), so a state met again, as every character inside a string is, costs a
+// lookup.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gizllm {
+
+class TokenVocabulary {
+ public:
+  // bytes[id]: what token id adds to the text; empty: never allowed (special, control, unused).
+  explicit TokenVocabulary(std::vector<std::string> bytes);
+  // From a tokenizer: `vocab` ids (the model's rows), special tokens left out.
+  static TokenVocabulary FromTokenizer(const Tokenizer& tokenizer, int64_t vocab);
+
+  int64_t size() const { return static_cast<int64_t>(bytes_.size()); }
+  const std::string& bytes(int32_t id) const { return bytes_[id]; }
+
+ private:
+  friend class TokenMatcher;
+  struct Node {
+    uint8_t byte;
+    int32_t depth;  // 1 for the first byte of a token
+    int32_t end;    // the node after this one's subtree
+    int32_t first;  // tokens ending here: ids_[first, first + count)
+    int32_t count;
+  };
+  std::vector<std::string> bytes_;  // [vocab]
+  std::vector<Node> nodes_;         // preorder
+  std::vector<int32_t> ids_;        // token ids in byte order
+  int32_t depth_ = 0;               // the longest token
+};
+
+// A grammar over a vocabulary: what a request's Sampling carries.
+struct TokenGrammar {
+  std::shared_ptr<const Grammar> grammar;
+  std::shared_ptr<const TokenVocabulary> vocabulary;
+};
+
+class TokenMatcher {
+ public:
+  static constexpr size_t kCachedMasks = 64;
+
+  // cache: keep masks by state (off: every mask walks the trie; for measuring the walk).
+  explicit TokenMatcher(const TokenGrammar& grammar, bool cache = true);
+
+  // mask: [ceil(vocab / 64)] bits, 1 where the token is allowed next. stop: the request's stop
+  // tokens, allowed where the text is complete.
+  void FillMask(std::span<const int32_t> stop, std::vector<uint64_t>* mask);
+  // Takes a chosen (non-stop) token; false if the grammar does not allow it here.
+  bool Accept(int32_t token);
+  bool Complete() const { return matcher_.Complete(); }
+  const Status& status() const { return matcher_.status(); }
+  int64_t cache_hits() const { return hits_; }
+
+ private:
+  void Walk(std::vector<uint64_t>* mask);
+  int32_t InternState(const MatchState& state);
+
+  std::shared_ptr<const TokenVocabulary> vocabulary_;
+  Matcher matcher_;
+  // One walk's states as a lazily built automaton: walk_next_[state * 256 + byte] is the state
+  // after the byte, kDead, or kUnknown until first needed. Inside a string most trie nodes are
+  // one lookup.
+  static constexpr int32_t kUnknown = -2;
+  static constexpr int32_t kDead = -1;
+  std::vector<int32_t> levels_;  // [depth + 1] state ids along the trie walk
+  std::vector<MatchState> walk_states_;
+  std::unordered_map<std::string, int32_t> walk_index_;
+  std::vector<int32_t> walk_next_;
+  MatchState scratch_;
+  // Masks by state (key: the stacks' ids and the complete flag), least recently used last.
+  std::list<std::pair<std::string, std::vector<uint64_t>>> cache_;
+  std::unordered_map<std::string, decltype(cache_)::iterator> index_;
+  int64_t hits_ = 0;
+  bool use_cache_ = true;
+};
+
+// Sets logits of tokens the mask leaves out to -inf.
+void ApplyMask(std::span<const uint64_t> mask, std::span<float> logits);
+
+}  // namespace gizllm

@@ -1,0 +1,158 @@
+#include "grammar/token_mask.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <string>
+
+#include "grammar/json_schema.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gizllm {
+namespace {
+
+class TokenMaskTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    Expected<Tokenizer> t = Tokenizer::Load("models/tiny-chat");
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    tokenizer_ = new Tokenizer(std::move(*t));
+    vocabulary_ = std::make_shared<const TokenVocabulary>(
+        TokenVocabulary::FromTokenizer(*tokenizer_, tokenizer_->vocab_size()));
+  }
+  static void TearDownTestSuite() { delete tokenizer_; }
+
+  static TokenGrammar Make(const std::string& gbnf) {
+    Expected<Grammar> g = ParseGbnf(gbnf);
+    EXPECT_TRUE(g.ok()) << g.status().message();
+    return {std::make_shared<const Grammar>(std::move(*g)), vocabulary_};
+  }
+
+  static bool Has(const std::vector<uint64_t>& mask, int32_t t) {
+    return (mask[t >> 6] >> (t & 63)) & 1;
+  }
+
+  static inline Tokenizer* tokenizer_ = nullptr;
+  static inline std::shared_ptr<const TokenVocabulary> vocabulary_;
+};
+
+TEST_F(TokenMaskTest, TokenBytesRebuildTheText) {
+  for (const std::string text : {"{\"name\": \"Zoë\", \"n\": 42}", "  日本語 text\n\tmore", "a"}) {
+    Expected<std::vector<int32_t>> ids = tokenizer_->Encode(text);
+    ASSERT_TRUE(ids.ok());
+    std::string bytes;
+    for (int32_t id : *ids) bytes += tokenizer_->TokenBytes(id);
+    EXPECT_EQ(bytes, text);
+  }
+  // Special tokens have no bytes in the vocabulary.
+  const int32_t end = tokenizer_->TokenId("<|im_end|>");
+  ASSERT_GE(end, 0);
+  EXPECT_TRUE(vocabulary_->bytes(end).empty());
+}
+
+// The trie walk gives the same mask as trying every token on its own, along random paths.
+// Strings bounded and not (whose plain subtrees are allowed whole), numbers, enums.
+TEST_F(TokenMaskTest, MaskEqualsEveryTokenTried) {
+  for (const char* schema : {R"({"type":"object","properties":{
+    "name":{"type":"string","maxLength":12},"age":{"type":"integer","minimum":0,"maximum":150},
+    "tags":{"type":"array","items":{"enum":["a","b\u00e9"]},"maxItems":3}},
+    "required":["name","age","tags"],"additionalProperties":false})",
+                             R"({"type":"object","properties":{"s":{"type":"string"},
+    "t":{"type":"string","minLength":2,"maxLength":5},"p":{"type":"string","pattern":"^a[b-z ]*$"}},
+    "required":["s","t","p"],"additionalProperties":false})"}) {
+    Expected<std::string> gbnf = JsonSchemaToGbnf(schema);
+    ASSERT_TRUE(gbnf.ok()) << gbnf.status().message();
+    TokenGrammar tg = Make(*gbnf);
+    const int32_t eos = tokenizer_->TokenId("<|im_end|>");
+    const std::vector<int32_t> stop = {eos};
+    std::mt19937 rng(7);
+    for (int path = 0; path < 4; ++path) {
+      TokenMatcher tm(tg);
+      Matcher reference(tg.grammar);
+      for (int step = 0; step < 80; ++step) {
+        std::vector<uint64_t> mask;
+        tm.FillMask(stop, &mask);
+        std::vector<int32_t> allowed;
+        for (int32_t t = 0; t < vocabulary_->size(); ++t) {
+          Matcher m = reference;
+          const std::string& b = vocabulary_->bytes(t);
+          const bool want = t == eos ? reference.Complete() : !b.empty() && m.Accept(b);
+          ASSERT_EQ(Has(mask, t), want) << "token " << t << " at step " << step;
+          if (want) allowed.push_back(t);
+        }
+        ASSERT_FALSE(allowed.empty());
+        const int32_t pick = allowed[rng() % allowed.size()];
+        if (pick == eos) break;
+        ASSERT_TRUE(tm.Accept(pick));
+        ASSERT_TRUE(reference.Accept(vocabulary_->bytes(pick)));
+      }
+    }
+  }
+}
+
+TEST_F(TokenMaskTest, StopOnlyWhereComplete) {
+  TokenGrammar tg = Make("root ::= \"ab\" \"c\"?");
+  const int32_t eos = tokenizer_->TokenId("<|im_end|>");
+  TokenMatcher tm(tg);
+  std::vector<uint64_t> mask;
+  tm.FillMask(std::vector<int32_t>{eos}, &mask);
+  EXPECT_FALSE(Has(mask, eos));
+  Expected<std::vector<int32_t>> ab = tokenizer_->Encode("ab");
+  ASSERT_TRUE(ab.ok());
+  for (int32_t t : *ab) ASSERT_TRUE(tm.Accept(t));
+  tm.FillMask(std::vector<int32_t>{eos}, &mask);
+  EXPECT_TRUE(Has(mask, eos));
+  EXPECT_TRUE(Has(mask, tokenizer_->TokenId("c")));
+  EXPECT_FALSE(Has(mask, tokenizer_->TokenId("a")));
+}
+
+TEST_F(TokenMaskTest, PartialUtf8Tokens) {
+  // "é" is C3 A9: the byte token for C3 alone is allowed first, and then only A9.
+  TokenGrammar tg = Make("root ::= \"\\u00e9\"");
+  int32_t c3 = -1, a9 = -1;
+  for (int32_t t = 0; t < vocabulary_->size(); ++t) {
+    if (vocabulary_->bytes(t) == "\xC3") c3 = t;
+    if (vocabulary_->bytes(t) == "\xA9") a9 = t;
+  }
+  ASSERT_GE(c3, 0);
+  ASSERT_GE(a9, 0);
+  TokenMatcher tm(tg);
+  std::vector<uint64_t> mask;
+  tm.FillMask({}, &mask);
+  EXPECT_TRUE(Has(mask, c3));
+  EXPECT_FALSE(Has(mask, a9));
+  ASSERT_TRUE(tm.Accept(c3));
+  tm.FillMask({}, &mask);
+  EXPECT_TRUE(Has(mask, a9));
+  EXPECT_FALSE(Has(mask, c3));
+  EXPECT_FALSE(tm.Complete());
+  ASSERT_TRUE(tm.Accept(a9));
+  EXPECT_TRUE(tm.Complete());
+}
+
+TEST_F(TokenMaskTest, RepeatedStatesHitTheCache) {
+  TokenGrammar tg = Make("root ::= \"\\\"\" [a-z]* \"\\\"\"");
+  TokenMatcher tm(tg);
+  std::vector<uint64_t> first, again;
+  ASSERT_TRUE(tm.Accept(tokenizer_->TokenId("\"")));
+  tm.FillMask({}, &first);
+  ASSERT_TRUE(tm.Accept(tokenizer_->TokenId("a")));
+  tm.FillMask({}, &again);
+  EXPECT_EQ(first, again);
+  EXPECT_EQ(tm.cache_hits(), 1);
+}
+
+TEST(ApplyMaskTest, LeavesAllowedLogits) {
+  std::vector<float> logits = {1, 2, 3, 4, 5};
+  std::vector<uint64_t> mask = {0b10110};
+  ApplyMask(mask, logits);
+  EXPECT_EQ(logits[0], -INFINITY);
+  EXPECT_EQ(logits[1], 2);
+  EXPECT_EQ(logits[2], 3);
+  EXPECT_EQ(logits[3], -INFINITY);
+  EXPECT_EQ(logits[4], 5);
+}
+
+}  // namespace
+}  // namespace gizllm
