@@ -32,7 +32,13 @@ class Model final : public Runner {
   const Arch& arch() const override { return arch_; }
   const std::string& dir() const { return dir_; }
   Backend& backend() { return *backend_; }
-  int64_t Parameters() const;
+  int64_t Parameters() const;  // every tensor loaded, the MTP layer's included
+  // The multi-token prediction layer's tensors (Arch::mtp_prefix), loaded, not run yet.
+  int64_t MtpTensors() const;
+  int64_t MtpParameters() const;
+  // Tensors under Arch::skipped_prefixes (a vision tower) the checkpoint holds and the model
+  // does not load.
+  int64_t SkippedTensors() const;
   int64_t WeightBytes() const;
   const std::vector<WeightSummary>& weights() const;
   std::span<const CacheSpec> caches() const override { return caches_; }
