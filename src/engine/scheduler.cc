@@ -77,12 +77,18 @@ Status Admit(EngineState& state) {
         free_slot = s;
       }
       const int64_t m = cache.Usable(slot.pages, slot.tokens, seq.tokens, /*shared=*/false);
+      // With slot states, only the slot's whole start: its state is at that position.
+      if (state.slot_states && m != static_cast<int64_t>(slot.tokens.size())) continue;
       if (m > best) best = m, kind = kFromSlot, from = s;
     }
     if (free_slot < 0) break;
-    if (const int32_t i = cache.BestPrefix(seq.tokens, &best); i >= 0) kind = kFromPrefix, from = i;
-    if (const int32_t i = cache.BestShared(seq.tokens, seq.shared, &best); i >= 0) {
-      kind = kFromShared, from = i;
+    if (!state.slot_states) {
+      if (const int32_t i = cache.BestPrefix(seq.tokens, &best); i >= 0) {
+        kind = kFromPrefix, from = i;
+      }
+      if (const int32_t i = cache.BestShared(seq.tokens, seq.shared, &best); i >= 0) {
+        kind = kFromShared, from = i;
+      }
     }
     // Admit only what the pool can start: its first piece, and a page for each running
     // sequence to grow. The earliest request always starts when nothing runs.
@@ -97,7 +103,10 @@ Status Admit(EngineState& state) {
     if (kind == kFromShared) cache.Use(from);
     state.slots[s].seq = id;
     seq.slot = s;
-    if (kind != kFromSlot && !state.slots[s].tokens.empty()) {
+    if (kind != kFromSlot && !state.slots[s].tokens.empty() && state.slot_states) {
+      // Its pages without its state could not be resumed: they are freed.
+      Truncate(state, state.slots[s], 0);
+    } else if (kind != kFromSlot && !state.slots[s].tokens.empty()) {
       // What the slot held stays as a stored prefix.
       Slot& slot = state.slots[s];
       std::vector<int32_t> tokens = std::move(slot.tokens), pages = std::move(slot.pages);

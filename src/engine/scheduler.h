@@ -66,6 +66,12 @@ struct EngineState {
   std::set<int64_t> waiting;              // ids, arrival order
   std::vector<Planned> plan;              // this step's sequences and their row counts
   uint64_t clock = 0;                     // orders the slots' uses, for least-recently-used choices
+  // The runner keeps a state per slot (recurrent layers, model/runner.h HasSlotStates): a slot's
+  // state stands for every token it holds and cannot be cut back, so a request reuses held
+  // tokens only where a slot holds a start of its tokens whole (the slot's state is then at the
+  // position it continues from); stored prefixes and shared starts (pages without a state) are
+  // neither kept nor read.
+  bool slot_states = false;
 };
 
 // Admission: free slots take waiting requests while the pool can start them.
