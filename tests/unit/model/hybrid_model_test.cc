@@ -179,9 +179,107 @@ std::vector<double> RecurrentStep(const Tensors& t, int l, const float* x, int64
   return out;
 }
 
-// With the feed-forwards zeroed, a recurrent layer adds only its block: each recurrent layer's
-// step of the residual stream matches float64 over a sequence longer than a chunk.
-TEST_F(HybridModelTest, RecurrentLayerMatchesFloat64) {
+// x + attention(norm(x)) of the gated attention layer over a whole sequence, in float64:
+// q_proj's per-head query and gate halves, (1 + w) q and k norms, partial rotary (the first
+// rotary_dims of each head, rotate-half), causal grouped-query attention, times sigmoid(gate),
+// o_proj.
+std::vector<double> AttentionStep(const Tensors& t, int l, const float* x, int64_t n,
+                                  int rotary_dims) {
+  const std::string p = "model.layers." + std::to_string(l) + ".";
+  auto v = [&](const std::string& name) { return t.at(name).values(); };
+  const auto in_norm = v(p + "input_layernorm.weight"), wq = v(p + "self_attn.q_proj.weight"),
+             wk = v(p + "self_attn.k_proj.weight"), wv = v(p + "self_attn.v_proj.weight"),
+             wo = v(p + "self_attn.o_proj.weight"), qn = v(p + "self_attn.q_norm.weight"),
+             kn = v(p + "self_attn.k_norm.weight");
+  constexpr int hd = kHeadDim;
+  std::vector<double> q(n * kHeads * hd), gate(n * kHeads * hd), k(n * kKvHeads * hd),
+      val(n * kKvHeads * hd);
+  auto head_norm = [&](double* h, const std::vector<float>& w) {
+    double ss = 0.0;
+    for (int i = 0; i < hd; ++i) ss += h[i] * h[i];
+    const double inv = 1.0 / std::sqrt(ss / hd + 1e-6);
+    for (int i = 0; i < hd; ++i) h[i] *= inv * (1.0 + w[i]);
+  };
+  auto rotate = [&](double* h, int64_t position) {
+    const int half = rotary_dims / 2;
+    for (int i = 0; i < half; ++i) {
+      // As transformers: float32 inv_freq and angle.
+      const float inv_freq =
+          1.0f / std::pow(10000.0f, static_cast<float>(2 * i) / static_cast<float>(rotary_dims));
+      const float angle = static_cast<float>(position) * inv_freq;
+      const double c = std::cos(angle), s = std::sin(angle);
+      const double a = h[i], b = h[i + half];
+      h[i] = a * c - b * s;
+      h[i + half] = b * c + a * s;
+    }
+  };
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * kDim;
+    double ss = 0.0;
+    for (int c = 0; c < kDim; ++c) ss += double(xr[c]) * xr[c];
+    const double inv = 1.0 / std::sqrt(ss / kDim + 1e-6);
+    std::vector<double> h(kDim);
+    for (int c = 0; c < kDim; ++c) h[c] = xr[c] * inv * (1.0 + in_norm[c]);
+    auto dot = [&](const std::vector<float>& w, int row) {
+      double s2 = 0.0;
+      for (int c = 0; c < kDim; ++c) s2 += h[c] * w[row * kDim + c];
+      return s2;
+    };
+    for (int head = 0; head < kHeads; ++head) {
+      for (int i = 0; i < hd; ++i) {
+        q[(r * kHeads + head) * hd + i] = dot(wq, head * 2 * hd + i);
+        gate[(r * kHeads + head) * hd + i] = dot(wq, head * 2 * hd + hd + i);
+      }
+      head_norm(&q[(r * kHeads + head) * hd], qn);
+      rotate(&q[(r * kHeads + head) * hd], r);
+    }
+    for (int head = 0; head < kKvHeads; ++head) {
+      for (int i = 0; i < hd; ++i) {
+        k[(r * kKvHeads + head) * hd + i] = dot(wk, head * hd + i);
+        val[(r * kKvHeads + head) * hd + i] = dot(wv, head * hd + i);
+      }
+      head_norm(&k[(r * kKvHeads + head) * hd], kn);
+      rotate(&k[(r * kKvHeads + head) * hd], r);
+    }
+  }
+  std::vector<double> out(x, x + n * kDim);
+  for (int64_t r = 0; r < n; ++r) {
+    std::vector<double> attn(kHeads * hd, 0.0);
+    for (int head = 0; head < kHeads; ++head) {
+      const int kvh = head / (kHeads / kKvHeads);
+      std::vector<double> score(r + 1);
+      double max = -1e300;
+      for (int64_t j = 0; j <= r; ++j) {
+        double s2 = 0.0;
+        for (int i = 0; i < hd; ++i)
+          s2 += q[(r * kHeads + head) * hd + i] * k[(j * kKvHeads + kvh) * hd + i];
+        score[j] = s2 / std::sqrt(double(hd));
+        max = std::max(max, score[j]);
+      }
+      double total = 0.0;
+      for (double& e : score) total += e = std::exp(e - max);
+      for (int64_t j = 0; j <= r; ++j) {
+        for (int i = 0; i < hd; ++i)
+          attn[head * hd + i] += score[j] / total * val[(j * kKvHeads + kvh) * hd + i];
+      }
+      for (int i = 0; i < hd; ++i) {
+        const double g = gate[(r * kHeads + head) * hd + i];
+        attn[head * hd + i] *= 1.0 / (1.0 + std::exp(-g));
+      }
+    }
+    for (int c = 0; c < kDim; ++c) {
+      double y = 0.0;
+      for (int i = 0; i < kHeads * hd; ++i) y += attn[i] * wo[c * kHeads * hd + i];
+      out[r * kDim + c] += y;
+    }
+  }
+  return out;
+}
+
+// With the feed-forwards zeroed, a layer adds only its first block: each recurrent layer's
+// and the attention layer's step of the residual stream match float64 over a sequence longer
+// than a chunk.
+TEST_F(HybridModelTest, EachLayerMatchesFloat64) {
   const Tensors t = Qwen3_5("model.", /*moe=*/false, /*mlp_scale=*/0.0f);
   auto model = Load(Write("dense", TextConfig("qwen3_5_text", false), t));
   ASSERT_TRUE(model);
@@ -204,6 +302,16 @@ TEST_F(HybridModelTest, RecurrentLayerMatchesFloat64) {
       ASSERT_NEAR(out[i], want[i], 2e-5 * scale)
           << "layer " << l << " row " << i / kDim << " column " << i % kDim;
     }
+  }
+  // The gated attention layer likewise.
+  const float* in = hidden->data() + 1 * n * kDim;
+  const float* out = hidden->data() + 2 * n * kDim;
+  const std::vector<double> want = AttentionStep(t, 1, in, n, model->arch().rope.rotary_dims);
+  double scale = 0.0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  for (int64_t i = 0; i < n * kDim; ++i) {
+    ASSERT_NEAR(out[i], want[i], 2e-5 * scale)
+        << "attention layer, row " << i / kDim << " column " << i % kDim;
   }
 }
 
