@@ -53,17 +53,18 @@ Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOpt
                            ") has no attention layer, so no KV pages; such models are not "
                            "supported");
   }
-  // The slots' recurrent states (float32, allocated by the runner's Reserve) come out of the
-  // budget first; the rest holds pages.
+  // The slots' recurrent states and their snapshots (float32, allocated by the runner's
+  // Reserve) come out of the budget first; the rest holds pages.
   int64_t state_bytes = 0;
   for (const CacheSpec& c : runner->caches()) state_bytes += c.SlotStateBytes();
-  state_bytes *= options.slots;
+  state_bytes *= 2 * static_cast<int64_t>(options.slots);
   const int32_t max_pages = PagesFor(options.context);
   const int64_t pages = std::max<int64_t>(0, options.kv_budget_bytes - state_bytes) / page_bytes;
   if (pages < max_pages) {
     return InvalidArgument(
         "engine kv_budget_bytes: " + std::to_string(options.kv_budget_bytes) + " bytes" +
-        (state_bytes > 0 ? " less " + std::to_string(state_bytes) + " bytes of recurrent states (" +
+        (state_bytes > 0 ? " less " + std::to_string(state_bytes) +
+                               " bytes of recurrent states and their snapshots (" +
                                std::to_string(options.slots) + " slots)"
                          : std::string()) +
         " hold " + std::to_string(pages) + " pages of " + std::to_string(page_bytes) +
@@ -279,6 +280,12 @@ Status Engine::Run() {
     const int64_t start = static_cast<int64_t>(slot.tokens.size());
     slot.tokens.insert(slot.tokens.end(), seq.tokens.begin() + start,
                        seq.tokens.begin() + start + p.rows);
+    // Slot states: saved where the chat's messages end, for the next turn to start from.
+    if (state_.slot_states && seq.mark > 0 &&
+        static_cast<int64_t>(slot.tokens.size()) == seq.mark) {
+      GZ_RETURN_IF_ERROR(runner_->SaveSlotState(seq.slot));
+      slot.saved = seq.mark;
+    }
   }
   ++stats_.steps;
   stats_.rows += rows_.size();

@@ -43,6 +43,7 @@ struct Model::Buffers {
   std::unique_ptr<Buffer> b;          // [rows, v_heads]
   std::unique_ptr<Buffer> a;          // [rows, v_heads]
   std::unique_ptr<Buffer> states;     // [slots, every recurrent layer's state floats]
+  std::unique_ptr<Buffer> saved;      // the states' snapshots, laid out as `states`
   std::unique_ptr<Buffer> picked;     // [rows, dim] normalized wanted rows
   std::unique_ptr<Buffer> logits;     // [rows, vocab]
   std::unique_ptr<Buffer> sample;     // [rows] SampleRow, for picking tokens on the backend
@@ -304,6 +305,8 @@ Status Model::Reserve(int64_t rows, int32_t slots, int32_t max_pages) {
     // Each layer's part: [slots, kernel - 1, conv dim] then [slots, v_heads, k_dim, v_dim].
     std::unique_ptr<Buffer> old = std::move(b.states);
     GZ_RETURN_IF_ERROR(alloc(&b.states, static_cast<size_t>(slots) * state_floats * f));
+    // Snapshots taken before are dropped: the engine that took them is gone when slots grow.
+    GZ_RETURN_IF_ERROR(alloc(&b.saved, static_cast<size_t>(slots) * state_floats * f));
     auto move = [&](float* to, const float* from, int64_t floats) {
       if (!from || floats == 0) return;
       std::vector<float> host(floats);
@@ -519,6 +522,36 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
     be.CopyToHost(tokens, b.picks->data(), rows.wanted.size() * sizeof(int32_t));
   }
   be.Synchronize();
+  return Status::Ok();
+}
+
+Status Model::SaveSlotState(int32_t slot) { return CopySlotState(slot, /*save=*/true); }
+Status Model::RestoreSlotState(int32_t slot) { return CopySlotState(slot, /*save=*/false); }
+
+Status Model::CopySlotState(int32_t slot, bool save) {
+  Buffers& b = impl_->buffers;
+  if (!b.states) return Status::Ok();  // no recurrent layers
+  if (slot < 0 || slot >= b.slots)
+    return InvalidArgument(std::string(save ? "SaveSlotState" : "RestoreSlotState") + ": slot " +
+                           std::to_string(slot) + " out of range");
+  float* live = b.states->as<float>();
+  float* saved = b.saved->as<float>();
+  std::vector<float> host;
+  // Through host memory: the backends have no device-to-device copy op.
+  auto copy = [&](float* part, int64_t floats) {
+    float* from = save ? part : saved + (part - live);
+    float* to = save ? saved + (part - live) : part;
+    host.resize(floats);
+    backend_->CopyToHost(host.data(), from + slot * floats, floats * sizeof(float));
+    backend_->CopyToDevice(to + slot * floats, host.data(), floats * sizeof(float));
+  };
+  for (const Layer& layer : impl_->layers) {
+    if (!layer.is_recurrent) continue;
+    const RecurrentSpec& r = layer.recurrent.spec();
+    copy(layer.recurrent.conv_states, static_cast<int64_t>(r.kernel - 1) * r.ConvDim());
+    copy(layer.recurrent.delta_states, static_cast<int64_t>(r.v_heads) * r.k_dim * r.v_dim);
+  }
+  backend_->Synchronize();
   return Status::Ok();
 }
 

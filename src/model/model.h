@@ -54,6 +54,8 @@ class Model final : public Runner {
                     int32_t* tokens) override;
   Status Hidden(const Rows& rows, const PageTables& tables, std::span<const int> layers,
                 float* out) override;
+  Status SaveSlotState(int32_t slot) override;
+  Status RestoreSlotState(int32_t slot) override;
   Status CopyPageToHost(int32_t page, void* host) override;
   Status CopyPageFromHost(int32_t page, const void* host) override;
 
@@ -69,6 +71,8 @@ class Model final : public Runner {
   Status UploadStepInputs(const Rows& rows, const PageTables& tables);
   // Copies one page between the pool and the host, layer by layer.
   Status CopyPage(int32_t page, void* host, bool to_host);
+  // Copies slot `slot`'s recurrent states into its snapshot (save) or back.
+  Status CopySlotState(int32_t slot, bool save);
 
   std::string dir_;
   Arch arch_;

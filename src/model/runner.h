@@ -24,7 +24,8 @@ struct PageTables {
 // of this head shape and format (a sliding-window layer reads only the last `window` positions
 // of its pages). A recurrent layer: no pages, a state per slot of `state_floats` float32 values
 // (the convolution's tail and the delta rule's matrices), which holds what the slot read up to
-// its last position only: it cannot be cut back to an earlier position.
+// its last position only: it cannot be cut back to an earlier position, only replaced by its
+// snapshot (Runner::SaveSlotState), which takes as many bytes again.
 struct CacheSpec {
   LayerKind kind = LayerKind::kAttention;
   int kv_heads = 0;
@@ -86,6 +87,18 @@ class Runner {
   // l = after layer l, as Hugging Face's hidden_states[l]): out [layers.size(), rows, dim].
   virtual Status Hidden(const Rows& rows, const PageTables& tables, std::span<const int> layers,
                         float* out) = 0;
+
+  // The per-slot states' snapshots (recurrent layers; HasSlotStates): one a slot, which
+  // SaveSlotState overwrites with the slot's states and RestoreSlotState copies back. A runner
+  // without states keeps none.
+  virtual Status SaveSlotState(int32_t slot) {
+    (void)slot;
+    return Status::Ok();
+  }
+  virtual Status RestoreSlotState(int32_t slot) {
+    (void)slot;
+    return Status::Ok();
+  }
 
   // Whether the KV pool is itself in host memory (a CPU backend). A host copy of a page then
   // holds the same bytes in the same memory twice, so the engine keeps none by default.

@@ -61,7 +61,7 @@ std::unique_ptr<Engine> MakeEngine(Model* model, int32_t slots, int64_t context,
   options.slots = slots;
   options.context = context;
   options.rows = rows;
-  options.kv_budget_bytes = pages * model->PageBytes() + slots * StateBytes(*model);
+  options.kv_budget_bytes = pages * model->PageBytes() + 2 * slots * StateBytes(*model);
   options.host_prefix_bytes = options.kv_budget_bytes;
   auto engine = Engine::Create(model, options);
   EXPECT_TRUE(engine.ok()) << engine.status().message();
@@ -248,7 +248,50 @@ TEST(EngineHybrid, PartialMatchesAndTakenSlotsReadEverything) {
   ASSERT_TRUE(engine->CheckPages().ok());
 }
 
-// The slots' states come out of kv_budget_bytes before the pages.
+// A chat's next turn whose rendering of the earlier answer differs from the tokens the slot
+// read: it shares the first turn's messages (up to `mark`) and nothing after. The slot saved its
+// states at the mark (the first prompt's pieces end there), so the turn starts from the snapshot
+// and reads only what follows the mark, and gives what a cold engine gives; twice, from the same
+// snapshot. Without a mark it reads everything.
+TEST(EngineHybrid, NextTurnStartsFromTheStatesSavedAtTheMark) {
+  Model* model = HybridModel();
+  ASSERT_NE(model, nullptr);
+  std::mt19937 rng(25);
+  Request first;
+  first.prompt = RandomPrompt(rng, 45);
+  first.limit = 6;
+  first.sampling.temperature = 0.0f;
+  first.stop = std::vector<int32_t>{};
+  const int32_t mark = 37;
+  for (bool marked : {true, false}) {
+    SCOPED_TRACE(marked ? "marked" : "no mark");
+    // Rows of 16: without the cut at the mark, no piece would end at 37.
+    auto engine = MakeEngine(model, 1, 128, 16, 16);
+    auto id = engine->Add(first, marked ? mark : -1);
+    ASSERT_TRUE(id.ok());
+    while (engine->Busy()) ASSERT_TRUE(engine->Advance().ok());
+    for (int turn = 0; turn < 2; ++turn) {
+      Request next = first;
+      next.prompt.resize(mark);
+      const auto more = RandomPrompt(rng, 12);
+      next.prompt.insert(next.prompt.end(), more.begin(), more.end());
+      const int64_t cached_before = engine->stats().cached_tokens;
+      const int64_t rows_before = engine->stats().rows;
+      auto warm = engine->Generate({next});
+      ASSERT_TRUE(warm.ok());
+      auto cold_engine = MakeEngine(model, 1, 128, 16, 16);
+      auto cold = cold_engine->Generate({next});
+      ASSERT_TRUE(cold.ok());
+      EXPECT_EQ((*warm)[0], (*cold)[0]) << "turn " << turn;
+      const int64_t reused = marked ? mark : 0;
+      EXPECT_EQ(engine->stats().cached_tokens - cached_before, reused) << "turn " << turn;
+      EXPECT_EQ(engine->stats().rows - rows_before, cold_engine->stats().rows - reused);
+      ASSERT_TRUE(engine->CheckPages().ok());
+    }
+  }
+}
+
+// The slots' states and their snapshots come out of kv_budget_bytes before the pages.
 TEST(EngineHybrid, StatesCountAgainstTheBudget) {
   Model* model = HybridModel();
   ASSERT_NE(model, nullptr);
@@ -258,7 +301,7 @@ TEST(EngineHybrid, StatesCountAgainstTheBudget) {
   options.slots = 4;
   options.context = 64;
   options.rows = 16;
-  options.kv_budget_bytes = 4 * model->PageBytes() + 4 * state;
+  options.kv_budget_bytes = 4 * model->PageBytes() + 2 * 4 * state;  // states and snapshots
   auto engine = Engine::Create(model, options);
   ASSERT_TRUE(engine.ok()) << engine.status().message();
   EXPECT_EQ((*engine)->pages(), 4);
