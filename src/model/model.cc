@@ -375,6 +375,24 @@ Status Model::UploadStepInputs(const Rows& rows, const PageTables& tables) {
   for (int32_t w : rows.wanted) {
     if (w < 0 || w >= n) return InvalidArgument("Step: wanted row out of range");
   }
+  if (HasSlotStates(caches_)) {
+    // The recurrent ops carry a slot's state from row to row: its rows adjacent, in order.
+    std::vector<char> seen(tables.slots, 0);
+    seen[rows.slots[0]] = 1;
+    for (int64_t r = 1; r < n; ++r) {
+      if (rows.slots[r] != rows.slots[r - 1]) {
+        if (seen[rows.slots[r]])
+          return InvalidArgument("Step: the rows of slot " + std::to_string(rows.slots[r]) +
+                                 " are not adjacent (a model with recurrent layers)");
+        seen[rows.slots[r]] = 1;
+      } else if (rows.positions[r] != rows.positions[r - 1] + 1) {
+        return InvalidArgument("Step: rows " + std::to_string(r - 1) + " and " + std::to_string(r) +
+                               " of slot " + std::to_string(rows.slots[r]) +
+                               " are not at consecutive positions (a model with recurrent "
+                               "layers)");
+      }
+    }
+  }
   Buffers& b = impl_->buffers;
   Backend& be = *backend_;
   be.CopyToDevice(b.tokens->data(), rows.tokens.data(), n * sizeof(int32_t));

@@ -410,6 +410,34 @@ TEST_F(HybridModelTest, ConditionalGenerationLayout) {
   EXPECT_EQ(*a, *b);
 }
 
+// The recurrent ops carry a slot's state from row to row: a step whose rows of one slot are
+// apart or skip a position is refused.
+TEST_F(HybridModelTest, RowsOfASlotMustBeAdjacentAndConsecutive) {
+  auto model = Load(Write("dense", TextConfig("qwen3_5_text", false), Qwen3_5("model.", false)));
+  ASSERT_TRUE(model);
+  ASSERT_TRUE(model->AllocatePages(4).ok());
+  const int32_t pages[] = {0, 1, 2, 3};
+  const PageTables tables{pages, 2, 2};
+  std::vector<float> logits(kVocab);
+  Rows apart;
+  apart.Push(1, 0, 0, false);
+  apart.Push(2, 1, 0, false);
+  apart.Push(3, 0, 1, true);
+  Status s = model->Step(apart, tables, logits.data());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("not adjacent"), std::string::npos) << s.message();
+  Rows skipping;
+  skipping.Push(1, 0, 0, false);
+  skipping.Push(2, 0, 2, true);
+  s = model->Step(skipping, tables, logits.data());
+  EXPECT_NE(s.message().find("consecutive"), std::string::npos) << s.message();
+  Rows fine;
+  fine.Push(1, 1, 0, false);
+  fine.Push(2, 1, 1, false);
+  fine.Push(3, 0, 0, true);
+  EXPECT_TRUE(model->Step(fine, tables, logits.data()).ok());
+}
+
 class NoRecurrentBackend : public CpuBackend {
  public:
   using CpuBackend::CpuBackend;
