@@ -7,6 +7,8 @@ so the references do not depend on the GPU's matmul modes. Writes:
       (ids<i> int64 [tokens], logits<i> float32 [tokens, vocab], and for case 0 the hidden
       states hidden0 float32 [layers + 1, tokens, dim] before the final norm)
   OUT/tiny_chat_greedy.json: greedy continuations of tiny-chat for a few prompts.
+The hybrids (qwen3_next, qwen3_5, qwen3_5_moe) write cases of 1, 7 and 100 tokens (longer than
+the delta rule's chunk of 64), hidden2 from hooks on the decoder layers.
 Usage: python3 tools/make_golden.py --out DIR [--tiny-chat models/tiny-chat]
 
 With --bf16-inputs DIR...: for each golden folder DIR (as written above), writes
@@ -107,10 +109,164 @@ def tiny_config(family):
         if getattr(config, "head_dim", None) != 32:
             config.head_dim = 32
         return config
+    if family in HYBRID_FAMILIES:
+        return hybrid_config(family, common)
     raise ValueError(family)
 
 
+# Hybrids of recurrent (gated delta net) and gated attention layers. Their prompts (case 2: 100
+# tokens) are longer than transformers' chunk of 64 in the chunked gated delta rule.
+HYBRID_FAMILIES = ["qwen3_next", "qwen3_5", "qwen3_5_moe"]
+HYBRID_LENGTHS = [1, 7, 100]
+
+
+def hybrid_config(family, common):
+    """qwen3_next: Qwen3NextForCausalLM, fused projections, mixture-of-experts layers with a gated
+    shared expert around a dense one (mlp_only_layers=[2]). qwen3_5: Qwen3_5ForCausalLM (the text
+    class), dense. qwen3_5_moe: Qwen3_5MoeForConditionalGeneration (text_config, a tiny vision
+    tower whose tensors gizllm skips), every layer a mixture of experts with the shared expert.
+    Four layers: linear, full, linear, linear attention; partial rotary 0.5 (M-RoPE sections for
+    Qwen3.5, one position in all three for text)."""
+    text = dict(common, num_hidden_layers=4, intermediate_size=96, tie_word_embeddings=False,
+                rms_norm_eps=1e-6, attention_bias=False,
+                layer_types=["linear_attention", "full_attention", "linear_attention",
+                             "linear_attention"],
+                linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                linear_value_head_dim=12, linear_conv_kernel_dim=4)
+    rope = dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5)
+    moe = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+               shared_expert_intermediate_size=48)
+    if family == "qwen3_next":
+        return transformers.Qwen3NextConfig(**text, **moe, norm_topk_prob=True,
+                                            decoder_sparse_step=1, mlp_only_layers=[2],
+                                            rope_parameters=rope)
+    rope = dict(rope, mrope_section=[2, 2, 4], mrope_interleaved=True)
+    if family == "qwen3_5":
+        return transformers.Qwen3_5TextConfig(**text, rope_parameters=rope)
+    text.pop("intermediate_size")
+    text_config = transformers.Qwen3_5MoeTextConfig(**text, **moe, rope_parameters=rope)
+    return transformers.Qwen3_5MoeConfig(text_config=text_config.to_dict(),
+                                         vision_config=tiny_vision(text["hidden_size"]),
+                                         tie_word_embeddings=False)
+
+
+def tiny_vision(out_hidden_size):
+    """A Qwen3.5-MoE vision config of one small block: its defaults with the sizes that exist in
+    this transformers' class cut down (the weights are written and never read)."""
+    config = transformers.Qwen3_5MoeVisionConfig()
+    small = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                 out_hidden_size=out_hidden_size, num_position_embeddings=16,
+                 deepstack_visual_indexes=[])
+    d = config.to_dict()
+    for key, value in small.items():
+        if key in d:
+            d[key] = value
+    return d
+
+
+def use_torch_recurrence(model):
+    """The recurrent layers' torch paths (torch_chunk_gated_delta_rule for prompts, the torch
+    causal convolution), where flash-linear-attention or causal-conv1d are installed: the
+    references run on the CPU in float32."""
+    import importlib
+    for name in ["qwen3_next", "qwen3_5", "qwen3_5_moe"]:
+        try:
+            mod = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+        except ImportError:
+            continue
+        for module in model.modules():
+            if not type(module).__name__.endswith("GatedDeltaNet"):
+                continue
+            if hasattr(mod, "torch_chunk_gated_delta_rule") and hasattr(module,
+                                                                      "chunk_gated_delta_rule"):
+                module.chunk_gated_delta_rule = mod.torch_chunk_gated_delta_rule
+                module.recurrent_gated_delta_rule = mod.torch_recurrent_gated_delta_rule
+            if hasattr(module, "causal_conv1d_fn"):
+                module.causal_conv1d_fn = None
+            if hasattr(mod, "torch_causal_conv1d_update") and hasattr(module,
+                                                                    "causal_conv1d_update"):
+                module.causal_conv1d_update = mod.torch_causal_conv1d_update
+
+
+def check_hybrid(family, folder):
+    """The saved folder holds what gizllm's recipe reads: the projections by name, the layer
+    types, and for the conditional model the text model under model.language_model."""
+    from safetensors import safe_open
+    names = set()
+    for f in os.listdir(folder):
+        if f.endswith(".safetensors"):
+            with safe_open(os.path.join(folder, f), "pt") as st:
+                names.update(st.keys())
+    prefix = "model.language_model." if family == "qwen3_5_moe" else "model."
+    proj = "in_proj_qkvz" if family == "qwen3_next" else "in_proj_qkv"
+    for name in [f"{prefix}layers.0.linear_attn.{proj}.weight",
+                 f"{prefix}layers.0.linear_attn.conv1d.weight",
+                 f"{prefix}layers.0.linear_attn.A_log",
+                 f"{prefix}layers.1.self_attn.q_proj.weight"]:
+        assert name in names, f"{family}: {name} not saved ({sorted(names)[:8]}...)"
+    if family != "qwen3_5":
+        assert any("shared_expert_gate" in n for n in names), f"{family}: no shared expert gate"
+    cfg = json.load(open(os.path.join(folder, "config.json")))
+    text = cfg.get("text_config", cfg)
+    assert text["layer_types"][1] == "full_attention", text.get("layer_types")
+
+
+def capture_hidden(model, ids):
+    """The residual stream before each decoder layer and after the last one, [layers + 1, tokens,
+    dim] (hidden_states[l] of transformers, the last before the final norm)."""
+    stack = getattr(model.model, "language_model", model.model)
+    states = []
+    hooks = [stack.layers[0].register_forward_pre_hook(
+        lambda m, a, kw: states.append(a[0] if a else kw.get("hidden_states")), with_kwargs=True)]
+    for layer in stack.layers:
+        hooks.append(layer.register_forward_hook(
+            lambda m, a, o: states.append(o[0] if isinstance(o, tuple) else o)))
+    with torch.no_grad():
+        model(ids[None])
+    for h in hooks:
+        h.remove()
+    assert states[0] is not None, "no input of layer 0 seen"
+    return torch.stack([t[0].float() for t in states]).contiguous()
+
+
+def write_hybrid(family, out, seed):
+    torch.manual_seed(seed)
+    config = tiny_config(family)
+    if family == "qwen3_5_moe":
+        model = transformers.Qwen3_5MoeForConditionalGeneration._from_config(
+            config, dtype=torch.bfloat16, attn_implementation="eager")
+    else:
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16,
+                                                 attn_implementation="eager")
+    # Norms, biases (dt_bias) random; A_log keeps its initialization (log of (0, 16]).
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.copy_(torch.randn_like(p, dtype=torch.float32).mul(0.3).add(
+                    1.0 if name.endswith("linear_attn.norm.weight") else 0.0).to(p.dtype))
+    folder = os.path.join(out, family)
+    model.save_pretrained(folder)
+    check_hybrid(family, folder)
+    model = model.float().eval()
+    use_torch_recurrence(model)
+    g = torch.Generator().manual_seed(seed + 1)
+    vocab = config.get_text_config().vocab_size
+    tensors = {}
+    for i, length in enumerate(HYBRID_LENGTHS):
+        ids = torch.randint(0, vocab, (length,), generator=g)
+        with torch.no_grad():
+            res = model(ids[None])
+        tensors[f"ids{i}"] = ids.to(torch.int64).contiguous()
+        tensors[f"logits{i}"] = res.logits[0].float().contiguous()
+        if i == 2:
+            tensors["hidden2"] = capture_hidden(model, ids)
+    save_file(tensors, os.path.join(folder, "reference.safetensors"))
+    print(family, "written", flush=True)
+
+
 def write_family(family, out, seed):
+    if family in HYBRID_FAMILIES:
+        return write_hybrid(family, out, seed)
     torch.manual_seed(seed)
     config = tiny_config(family)
     if family == "gemma3_cond":
@@ -280,7 +436,7 @@ def _write_rounded(folder, fast, load_file):
 
 
 ALL_FAMILIES = ["llama", "qwen2", "qwen3", "llama_mlp_bias", "gemma3", "gemma3_softcap",
-                "gemma3_cond", "gemma2", "qwen3_moe"]
+                "gemma3_cond", "gemma2", "qwen3_moe"] + HYBRID_FAMILIES
 
 
 def main():

@@ -110,6 +110,42 @@ void AddInfoCommand(CLI::App& app, CommandContext& ctx) {
       std::printf("\nsliding      %d of %d layers see the last %d positions, rope theta %g",
                   sliding, a.layers, window, local.theta);
     }
+    // Recurrent layers (Qwen3-Next, Qwen3.5) beside the attention ones.
+    int recurrent = 0;
+    const LayerSpec* first_recurrent = nullptr;
+    for (const LayerSpec& spec : a.layer) {
+      if (!spec.IsRecurrent()) continue;
+      ++recurrent;
+      if (!first_recurrent) first_recurrent = &spec;
+    }
+    if (first_recurrent) {
+      const RecurrentSpec& r = first_recurrent->recurrent;
+      std::printf(
+          "\nrecurrent    %d of %d layers gated delta rule: %d key heads of %d, %d value heads of "
+          "%d, convolution of %d, %.2f MB of state a sequence",
+          recurrent, a.layers, r.k_heads, r.k_dim, r.v_heads, r.v_dim, r.kernel,
+          recurrent * r.StateFloats() * 4 / 1e6);
+    }
+    for (const LayerSpec& spec : a.layer) {
+      if (spec.IsRecurrent() || !spec.attention.output_gate) continue;
+      std::printf("\ngate         attention output times sigmoid(q_proj's gate half)");
+      break;
+    }
+    for (const LayerSpec& spec : a.layer) {
+      if (!spec.IsMoe()) continue;
+      std::printf("\nexperts      %d, %d a token, width %lld", spec.moe.experts,
+                  spec.moe.experts_per_token, static_cast<long long>(spec.moe.ffn));
+      if (spec.moe.shared_ffn > 0)
+        std::printf(", a shared expert of %lld%s", static_cast<long long>(spec.moe.shared_ffn),
+                    spec.moe.shared_gate ? " (gated)" : "");
+      break;
+    }
+    if (m.MtpTensors() > 0)
+      std::printf("\nmtp          %lld tensors, %.2f M parameters, loaded (not run)",
+                  static_cast<long long>(m.MtpTensors()), m.MtpParameters() / 1e6);
+    if (m.SkippedTensors() > 0)
+      std::printf("\nskipped      %lld vision tower tensors (%s*): text only",
+                  static_cast<long long>(m.SkippedTensors()), a.skipped_prefixes[0].c_str());
     if (a.logit_softcap > 0) std::printf("\nsoftcap      logits %g", a.logit_softcap);
     if (!a.layer.empty() && a.layer[0].attention.softcap > 0)
       std::printf("\nsoftcap      attention scores %g", a.layer[0].attention.softcap);

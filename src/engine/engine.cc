@@ -48,14 +48,28 @@ Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOpt
                            std::to_string(arch.context));
   }
   const int64_t page_bytes = runner->PageBytes();
-  CHECK(page_bytes > 0);
+  if (page_bytes <= 0) {
+    return InvalidArgument("engine: the model (" + arch.family +
+                           ") has no attention layer, so no KV pages; such models are not "
+                           "supported");
+  }
+  // The slots' recurrent states and their snapshots (float32, allocated by the runner's
+  // Reserve) come out of the budget first; the rest holds pages.
+  int64_t state_bytes = 0;
+  for (const CacheSpec& c : runner->caches()) state_bytes += c.SlotStateBytes();
+  state_bytes *= 2 * static_cast<int64_t>(options.slots);
   const int32_t max_pages = PagesFor(options.context);
-  const int64_t pages = options.kv_budget_bytes / page_bytes;
+  const int64_t pages = std::max<int64_t>(0, options.kv_budget_bytes - state_bytes) / page_bytes;
   if (pages < max_pages) {
-    return InvalidArgument("engine kv_budget_bytes: " + std::to_string(options.kv_budget_bytes) +
-                           " bytes hold " + std::to_string(pages) + " pages of " +
-                           std::to_string(page_bytes) + " bytes; one sequence of context " +
-                           std::to_string(options.context) + " needs " + std::to_string(max_pages));
+    return InvalidArgument(
+        "engine kv_budget_bytes: " + std::to_string(options.kv_budget_bytes) + " bytes" +
+        (state_bytes > 0 ? " less " + std::to_string(state_bytes) +
+                               " bytes of recurrent states and their snapshots (" +
+                               std::to_string(options.slots) + " slots)"
+                         : std::string()) +
+        " hold " + std::to_string(pages) + " pages of " + std::to_string(page_bytes) +
+        " bytes; one sequence of context " + std::to_string(options.context) + " needs " +
+        std::to_string(max_pages));
   }
   if (pages > INT32_MAX) return InvalidArgument("engine kv_budget_bytes: too many pages");
   // The pool is the one allocation that grows with the context: say which context asked for it.
@@ -88,6 +102,7 @@ Engine::Engine(Runner* runner, const EngineOptions& options, int32_t pages, int3
   state_.pool = &pool_;
   state_.cache = &cache_;
   state_.stats = &stats_;
+  state_.slot_states = HasSlotStates(runner->caches());
   state_.slots.resize(options.slots);
   state_.plan.reserve(options.slots);
 }
@@ -274,6 +289,12 @@ Status Engine::Run() {
     const int64_t start = static_cast<int64_t>(slot.tokens.size());
     slot.tokens.insert(slot.tokens.end(), seq.tokens.begin() + start,
                        seq.tokens.begin() + start + p.rows);
+    // Slot states: saved where the chat's messages end, for the next turn to start from.
+    if (state_.slot_states && seq.mark > 0 &&
+        static_cast<int64_t>(slot.tokens.size()) == seq.mark) {
+      GZ_RETURN_IF_ERROR(runner_->SaveSlotState(seq.slot));
+      slot.saved = seq.mark;
+    }
   }
   ++stats_.steps;
   stats_.rows += rows_.size();
@@ -286,7 +307,7 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
     Sequence& seq = state_.sequences.at(p.id);
     Slot& slot = state_.slots[seq.slot];
     // A shared start, once read, is registered for the prompts that start with it.
-    if (seq.shared > 0 && !seq.registered &&
+    if (seq.shared > 0 && !seq.registered && !state_.slot_states &&
         static_cast<int64_t>(slot.tokens.size()) >= seq.shared) {
       seq.registered = true;
       cache_.Share(std::vector<int32_t>(seq.tokens.begin(), seq.tokens.begin() + seq.shared),

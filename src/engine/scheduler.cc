@@ -18,7 +18,12 @@ Status Install(EngineState& state, Sequence& seq, int32_t s, int kind, PrefixCac
   Slot& slot = state.slots[s];
   slot.used = ++state.clock;
   if (kind == kFromSlot || kind == kNone) {
+    // Slot states: a start shorter than what the slot holds is its snapshot's.
+    const bool restore =
+        kind == kFromSlot && state.slot_states && length < static_cast<int64_t>(slot.tokens.size());
+    DCHECK(!restore || length == slot.saved);
     Truncate(state, slot, kind == kNone ? 0 : length);
+    if (restore) GZ_RETURN_IF_ERROR(state.runner->RestoreSlotState(s));
     return Status::Ok();
   }
   DCHECK(slot.pages.empty());
@@ -76,13 +81,23 @@ Status Admit(EngineState& state) {
                             (slot.tokens.empty() || slot.used < state.slots[free_slot].used))) {
         free_slot = s;
       }
-      const int64_t m = cache.Usable(slot.pages, slot.tokens, seq.tokens, /*shared=*/false);
+      int64_t m = cache.Usable(slot.pages, slot.tokens, seq.tokens, /*shared=*/false);
+      // With slot states, only the slot's whole start (its state is at that position) or its
+      // snapshot's.
+      if (state.slot_states && m != static_cast<int64_t>(slot.tokens.size())) {
+        if (slot.saved == 0 || m < slot.saved) continue;
+        m = slot.saved;
+      }
       if (m > best) best = m, kind = kFromSlot, from = s;
     }
     if (free_slot < 0) break;
-    if (const int32_t i = cache.BestPrefix(seq.tokens, &best); i >= 0) kind = kFromPrefix, from = i;
-    if (const int32_t i = cache.BestShared(seq.tokens, seq.shared, &best); i >= 0) {
-      kind = kFromShared, from = i;
+    if (!state.slot_states) {
+      if (const int32_t i = cache.BestPrefix(seq.tokens, &best); i >= 0) {
+        kind = kFromPrefix, from = i;
+      }
+      if (const int32_t i = cache.BestShared(seq.tokens, seq.shared, &best); i >= 0) {
+        kind = kFromShared, from = i;
+      }
     }
     // Admit only what the pool can start: its first piece, and a page for each running
     // sequence to grow. The earliest request always starts when nothing runs.
@@ -97,7 +112,10 @@ Status Admit(EngineState& state) {
     if (kind == kFromShared) cache.Use(from);
     state.slots[s].seq = id;
     seq.slot = s;
-    if (kind != kFromSlot && !state.slots[s].tokens.empty()) {
+    if (kind != kFromSlot && !state.slots[s].tokens.empty() && state.slot_states) {
+      // Its pages without its state could not be resumed: they are freed.
+      Truncate(state, state.slots[s], 0);
+    } else if (kind != kFromSlot && !state.slots[s].tokens.empty()) {
       // What the slot held stays as a stored prefix.
       Slot& slot = state.slots[s];
       std::vector<int32_t> tokens = std::move(slot.tokens), pages = std::move(slot.pages);
@@ -137,6 +155,7 @@ void Truncate(EngineState& state, Slot& slot, int64_t length) {
     slot.pages.pop_back();
   }
   if (static_cast<int64_t>(slot.tokens.size()) > length) slot.tokens.resize(length);
+  if (slot.saved > length) slot.saved = 0;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -157,8 +176,11 @@ Status Schedule(EngineState& state) {
       const int64_t unread = static_cast<int64_t>(seq.tokens.size() - slot.tokens.size());
       DCHECK(unread >= 1);
       if ((unread == 1) != decodes) continue;
-      const int64_t n = std::min(unread, rows_left);
+      int64_t n = std::min(unread, rows_left);
       if (n == 0) break;
+      // Slot states: a piece ends at the request's mark, where the states are saved.
+      const int64_t held = static_cast<int64_t>(slot.tokens.size());
+      if (state.slot_states && seq.mark > held) n = std::min<int64_t>(n, seq.mark - held);
       const int32_t need =
           PagesFor(slot.tokens.size() + n) - static_cast<int32_t>(slot.pages.size());
       GZ_ASSIGN_OR_RETURN(bool granted, Grow(state, id, need));

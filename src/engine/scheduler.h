@@ -30,6 +30,9 @@ struct Slot {
   int64_t seq = -1;             // id of the request running here; -1: free
   bool pinned = false;          // in use by a low-level Step or Hidden call
   uint64_t used = 0;            // when it last changed hands
+  // Tokens the runner's snapshot of this slot's states stands for (slot states only: taken when
+  // a request's prompt reaches its mark, Runner::SaveSlotState); 0: none.
+  int64_t saved = 0;
 };
 
 // A request, waiting (slot -1) or running in a slot.
@@ -71,6 +74,13 @@ struct EngineState {
   std::set<int64_t> waiting;              // ids, arrival order
   std::vector<Planned> plan;              // this step's sequences and their row counts
   uint64_t clock = 0;                     // orders the slots' uses, for least-recently-used choices
+  // The runner keeps a state per slot (recurrent layers, model/runner.h HasSlotStates): a slot's
+  // state stands for every token it holds and cannot be cut back, so a request reuses held
+  // tokens only where a slot holds a start of its tokens whole (the slot's state is then at the
+  // position it continues from) or up to the slot's snapshot (Slot::saved: the end of a chat's
+  // messages, `mark`, which a prompt piece then ends at), restored into the slot; stored
+  // prefixes and shared starts (pages without a state) are neither kept nor read.
+  bool slot_states = false;
 };
 
 // Admission: free slots take waiting requests while the pool can start them.

@@ -216,6 +216,10 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
     return Unimplemented("convert: " + options.from + " is a mixture-of-experts model (" +
                          arch.family + "); converting its experts is not supported yet");
   }
+  if (HasRecurrent(arch)) {
+    return Unimplemented("convert: " + options.from + " has recurrent layers (" + arch.family +
+                         "); converting them is not supported yet");
+  }
   GZ_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(options.from));
   GZ_RETURN_IF_ERROR(ResolveTensorPrefix(
       &arch, [&](const std::string& name) { return ckpt.Find(name) != nullptr; }, options.from));
@@ -276,12 +280,26 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
     shapes[TensorName(arch, role, -1)] = TensorShape(arch, role, -1);
   }
   for (int l = 0; l < kept; ++l) {
-    for (TensorRole role :
-         {TensorRole::kAttnNorm, TensorRole::kQ, TensorRole::kK, TensorRole::kV, TensorRole::kO,
-          TensorRole::kQBias, TensorRole::kKBias, TensorRole::kVBias, TensorRole::kOBias,
-          TensorRole::kQNorm, TensorRole::kKNorm, TensorRole::kFfnNorm, TensorRole::kGate,
-          TensorRole::kUp, TensorRole::kDown, TensorRole::kGateBias, TensorRole::kUpBias,
-          TensorRole::kDownBias, TensorRole::kAttnPostNorm, TensorRole::kFfnPostNorm}) {
+    for (TensorRole role : {TensorRole::kAttnNorm,
+                            TensorRole::kQ,
+                            TensorRole::kK,
+                            TensorRole::kV,
+                            TensorRole::kO,
+                            TensorRole::kQBias,
+                            TensorRole::kKBias,
+                            TensorRole::kVBias,
+                            TensorRole::kOBias,
+                            TensorRole::kQNorm,
+                            TensorRole::kKNorm,
+                            TensorRole::kFfnNorm,
+                            TensorRole::kGate,
+                            TensorRole::kUp,
+                            TensorRole::kDown,
+                            TensorRole::kGateBias,
+                            TensorRole::kUpBias,
+                            TensorRole::kDownBias,
+                            TensorRole::kAttnPostNorm,
+                            TensorRole::kFfnPostNorm}) {
       shapes[TensorName(arch, role, l)] = TensorShape(arch, role, l);
     }
   }

@@ -19,7 +19,7 @@ inline constexpr int64_t kMaxContext = int64_t{1} << 24;
 struct Rope {
   std::string type = "default";  // "default", "llama3", "linear"
   double theta = 10000.0;
-  int rotary_dims = 0;           // dims of each head that rotate (head_dim * partial_rotary_factor)
+  int rotary_dims = 0;  // dims of each head that rotate (head_dim * partial_rotary_factor)
   // llama3: factor, low_freq_factor, high_freq_factor, original_max_position_embeddings.
   double factor = 1.0;
   double low_freq_factor = 1.0;
@@ -35,11 +35,14 @@ struct AttentionSpec {
   int heads = 0;
   int kv_heads = 0;
   int head_dim = 0;
-  int rope = 0;          // which of Arch::ropes rotates its queries and keys
-  int32_t window = 0;    // sliding window: the positions a row sees, itself included (0: all)
-  float scale = 0.0f;    // score = scale * q.k (1/sqrt(head_dim), Gemma: query_pre_attn_scalar^-1/2)
+  int rope = 0;        // which of Arch::ropes rotates its queries and keys
+  int32_t window = 0;  // sliding window: the positions a row sees, itself included (0: all)
+  float scale = 0.0f;  // score = scale * q.k (1/sqrt(head_dim), Gemma: query_pre_attn_scalar^-1/2)
   float softcap = 0.0f;  // score = softcap * tanh(score / softcap) (0: off)
-  bool qk_norm = false;      // per-head RMSNorm of q and k before the rotation (Qwen3, Gemma 3)
+  bool qk_norm = false;  // per-head RMSNorm of q and k before the rotation (Qwen3, Gemma 3)
+  // q_proj gives each head's query and then its gate, [heads, 2 * head_dim]; the attention's
+  // output is multiplied by sigmoid(gate) before o_proj (Qwen3-Next, Qwen3.5).
+  bool output_gate = false;
   bool qkv_bias = false;     // biases on q, k, v (Qwen2)
   bool output_bias = false;  // bias on o_proj (Llama attention_bias)
 
@@ -63,29 +66,62 @@ struct MoeSpec {
   int experts_per_token = 0;  // num_experts_per_tok
   int64_t ffn = 0;            // moe_intermediate_size: each expert's width
   bool norm_topk_prob = false;
+  // A shared expert every row goes through beside the routed ones (Qwen3-Next, Qwen3.5-MoE):
+  // its width (shared_expert_intermediate_size, 0: none), and whether its output is scaled by
+  // sigmoid(shared_expert_gate(x)).
+  int64_t shared_ffn = 0;
+  bool shared_gate = false;
+};
+
+// One recurrent layer (Qwen3-Next's and Qwen3.5's gated delta net): q, k, v (and z, b, a)
+// projections; a causal depthwise convolution of kernel taps with SiLU over q, k, v; q and k
+// L2-normalized; the gated delta rule over a state [v_heads, k_dim, v_dim] per sequence (each
+// key head shared by v_heads / k_heads value heads); the gated RMSNorm with silu(z); out_proj.
+struct RecurrentSpec {
+  int k_heads = 0;  // linear_num_key_heads
+  int v_heads = 0;  // linear_num_value_heads
+  int k_dim = 0;    // linear_key_head_dim
+  int v_dim = 0;    // linear_value_head_dim
+  int kernel = 0;   // linear_conv_kernel_dim
+  // Qwen3-Next's fused in_proj_qkvz and in_proj_ba, grouped by key head; Qwen3.5's are four
+  // linears (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a).
+  bool fused_projections = false;
+
+  int64_t KeyDim() const { return static_cast<int64_t>(k_heads) * k_dim; }
+  int64_t ValueDim() const { return static_cast<int64_t>(v_heads) * v_dim; }
+  // The convolution's channels: q, k and v of a row.
+  int64_t ConvDim() const { return 2 * KeyDim() + ValueDim(); }
+  // Floats of one sequence's state: the convolution's last kernel - 1 inputs and the delta
+  // rule's matrices.
+  int64_t StateFloats() const {
+    return (kernel - 1) * ConvDim() + static_cast<int64_t>(v_heads) * k_dim * v_dim;
+  }
 };
 
 // Which feed-forward a layer has.
 enum class FeedForwardKind : uint8_t { kDense, kMoe };
 
 // What one layer computes. Every layer is pre-norm: x += block(norm(x)); with post_norms
-// (Gemma's four norms a layer) x += norm(block(norm(x))).
+// (Gemma's four norms a layer) x += norm(block(norm(x))). The first block is attention
+// (kAttention) or recurrent (kRecurrent), the second the feed-forward.
 struct LayerSpec {
   LayerKind kind = LayerKind::kAttention;
-  AttentionSpec attention;
+  AttentionSpec attention;  // kAttention
+  RecurrentSpec recurrent;  // kRecurrent
   FeedForwardKind feed_forward_kind = FeedForwardKind::kDense;
   FeedForwardSpec feed_forward;  // kDense
   MoeSpec moe;                   // kMoe
   bool post_norms = false;
 
   bool IsMoe() const { return feed_forward_kind == FeedForwardKind::kMoe; }
+  bool IsRecurrent() const { return kind == LayerKind::kRecurrent; }
 };
 
 struct Arch {
-  std::string family;        // "llama", "qwen2", "qwen3", "qwen3_moe", "gemma3"
+  std::string family;        // "llama", "qwen2", "qwen3", "qwen3_moe", "gemma3", "qwen3_next"
   std::string architecture;  // config.json "architectures"[0]
   int64_t vocab = 0;
-  int64_t dim = 0;      // hidden_size
+  int64_t dim = 0;  // hidden_size
   int layers = 0;
   // Each layer, as its family's recipe reads config.json: the forward pass and the KV cache are
   // built from these alone.
@@ -111,10 +147,15 @@ struct Arch {
   // Where the decoder's tensors are named, first match wins: "model." ("model.layers.0...");
   // a multimodal checkpoint's text model has other prefixes (ResolveTensorPrefix picks).
   std::vector<std::string> prefixes = {"model."};
-  int64_t context = 0;         // max_position_embeddings
-  std::vector<int32_t> eos;    // stop tokens from config, generation and tokenizer configs
+  // Tensors the checkpoint holds beside the decoder that the forward pass does not run, loaded
+  // or skipped as a whole by name prefix: the multi-token prediction layer ("mtp.", loaded and
+  // shown by `info`, run by speculative decoding) and a vision tower (skipped).
+  std::string mtp_prefix;                     // "" where the family has none
+  std::vector<std::string> skipped_prefixes;  // e.g. "model.visual."
+  int64_t context = 0;                        // max_position_embeddings
+  std::vector<int32_t> eos;  // stop tokens from config, generation and tokenizer configs
   int32_t bos = -1;
-  std::string torch_dtype;     // "bfloat16" ...
+  std::string torch_dtype;  // "bfloat16" ...
 
   int64_t QDim() const { return static_cast<int64_t>(heads) * head_dim; }
   int64_t KvDim() const { return static_cast<int64_t>(kv_heads) * head_dim; }

@@ -1,9 +1,11 @@
 #include "model/blocks.h"
 
+#include <cmath>
+
 namespace gizllm {
 
-StepBuilder::StepBuilder(Backend& backend, float* x, float* h, float* o, int64_t rows,
-                         int64_t dim, float eps)
+StepBuilder::StepBuilder(Backend& backend, float* x, float* h, float* o, int64_t rows, int64_t dim,
+                         float eps)
     : backend_(backend),
       x_(x),
       h_(h),
@@ -70,7 +72,19 @@ Status AttentionBlock::Load(WeightLoader& w, const Arch& arch, int layer,
   if (layer_spec.post_norms) {
     GZ_ASSIGN_OR_RETURN(post_norm_, w.Vector(TensorRole::kAttnPostNorm, layer));
   }
-  GZ_ASSIGN_OR_RETURN(q_, w.Matrix(TensorRole::kQ, layer));
+  if (spec_.output_gate) {
+    // q_proj holds each head's query rows, then its gate rows.
+    std::vector<WeightLoader::Rows> query, gate;
+    for (int h = 0; h < spec_.heads; ++h) {
+      const int64_t first = 2 * static_cast<int64_t>(h) * spec_.head_dim;
+      query.push_back({first, spec_.head_dim});
+      gate.push_back({first + spec_.head_dim, spec_.head_dim});
+    }
+    GZ_ASSIGN_OR_RETURN(q_, w.MatrixRows(TensorRole::kQ, layer, query, "query"));
+    GZ_ASSIGN_OR_RETURN(gate_, w.MatrixRows(TensorRole::kQ, layer, gate, "gate"));
+  } else {
+    GZ_ASSIGN_OR_RETURN(q_, w.Matrix(TensorRole::kQ, layer));
+  }
   GZ_ASSIGN_OR_RETURN(k_, w.Matrix(TensorRole::kK, layer));
   GZ_ASSIGN_OR_RETURN(v_, w.Matrix(TensorRole::kV, layer));
   GZ_ASSIGN_OR_RETURN(o_, w.Matrix(TensorRole::kO, layer));
@@ -100,15 +114,23 @@ void AttentionBlock::Issue(StepBuilder& step, const StepInputs& in) const {
   qkv.out[0] = in.q, qkv.out[1] = in.k, qkv.out[2] = in.v;
   qkv.bias[0] = q_bias_, qkv.bias[1] = k_bias_, qkv.bias[2] = v_bias_;
   be.Matmul(qkv);
+  if (spec_.output_gate) {
+    MatmulParams gate = qkv;  // the same normalized input
+    gate.outputs = 1;
+    gate.w[0] = &gate_;
+    gate.out[0] = in.attn_gate;
+    gate.bias[0] = nullptr;
+    be.Matmul(gate);
+  }
   RopeKvParams rope_kv;
-  rope_kv.q = {in.q,      n,        spec_.heads, spec_.head_dim, rotary_dims_,
-               in.rotary, inv_freq_, q_norm_,    step.eps()};
+  rope_kv.q = {in.q,      n,         spec_.heads, spec_.head_dim, rotary_dims_,
+               in.rotary, inv_freq_, q_norm_,     step.eps()};
   rope_kv.k = rope_kv.q;
   rope_kv.k.x = in.k;
   rope_kv.k.heads = spec_.kv_heads;
   rope_kv.k.norm = k_norm_;
-  rope_kv.kv = {kv,           in.table, in.k, in.v, in.slots, in.positions,
-                n,            spec_.kv_heads, spec_.head_dim};
+  rope_kv.kv = {kv,           in.table, in.k,           in.v,          in.slots,
+                in.positions, n,        spec_.kv_heads, spec_.head_dim};
   be.RopeKv(rope_kv);
   AttentionParams att;
   att.out = in.attn;
@@ -125,12 +147,103 @@ void AttentionBlock::Issue(StepBuilder& step, const StepInputs& in) const {
   att.window = spec_.window;
   att.softcap = spec_.softcap;
   be.Attention(att);
+  if (spec_.output_gate) {
+    be.Glu({in.attn, in.attn_gate, in.attn, n * spec_.QDim(), Activation::kSigmoid});
+  }
   MatmulParams out;
   out.x = in.attn;
   out.rows = n;
   out.w[0] = &o_;
   out.bias[0] = o_bias_;
   step.AddToStream(out, post_norm_);
+}
+
+Status RecurrentBlock::Load(WeightLoader& w, const Arch& arch, int layer) {
+  spec_ = arch.layer[layer].recurrent;
+  eps_ = static_cast<float>(arch.norm_eps);
+  GZ_ASSIGN_OR_RETURN(norm_, w.Vector(TensorRole::kAttnNorm, layer));
+  if (spec_.fused_projections) {
+    // Qwen3-Next: in_proj_qkvz holds, for each key head g, its q and k rows, then the v rows
+    // and the z rows of its value heads; in_proj_ba the b rows, then the a rows, of those value
+    // heads. Gathered into q of every head, k of every head, v of every head (the
+    // convolution's channel order), and z, b, a.
+    const int64_t kd = spec_.k_dim, vd = spec_.v_dim;
+    const int64_t per = spec_.v_heads / spec_.k_heads;  // value heads of a key head
+    const int64_t group = 2 * kd + 2 * per * vd;
+    std::vector<WeightLoader::Rows> qkv, z, b, a;
+    for (int64_t g = 0; g < spec_.k_heads; ++g) qkv.push_back({g * group, kd});
+    for (int64_t g = 0; g < spec_.k_heads; ++g) qkv.push_back({g * group + kd, kd});
+    for (int64_t g = 0; g < spec_.k_heads; ++g) qkv.push_back({g * group + 2 * kd, per * vd});
+    for (int64_t g = 0; g < spec_.k_heads; ++g) {
+      z.push_back({g * group + 2 * kd + per * vd, per * vd});
+      b.push_back({g * 2 * per, per});
+      a.push_back({g * 2 * per + per, per});
+    }
+    GZ_ASSIGN_OR_RETURN(qkv_, w.MatrixRows(TensorRole::kRecurrentQkvz, layer, qkv, "qkv"));
+    GZ_ASSIGN_OR_RETURN(z_, w.MatrixRows(TensorRole::kRecurrentQkvz, layer, z, "z"));
+    GZ_ASSIGN_OR_RETURN(b_, w.MatrixRows(TensorRole::kRecurrentBa, layer, b, "b"));
+    GZ_ASSIGN_OR_RETURN(a_, w.MatrixRows(TensorRole::kRecurrentBa, layer, a, "a"));
+  } else {
+    GZ_ASSIGN_OR_RETURN(qkv_, w.Matrix(TensorRole::kRecurrentQkv, layer));
+    GZ_ASSIGN_OR_RETURN(z_, w.Matrix(TensorRole::kRecurrentZ, layer));
+    GZ_ASSIGN_OR_RETURN(b_, w.Matrix(TensorRole::kRecurrentB, layer));
+    GZ_ASSIGN_OR_RETURN(a_, w.Matrix(TensorRole::kRecurrentA, layer));
+  }
+  GZ_ASSIGN_OR_RETURN(conv_, w.Floats(TensorRole::kRecurrentConv, layer));
+  GZ_ASSIGN_OR_RETURN(a_log_, w.Floats(TensorRole::kRecurrentALog, layer));
+  GZ_ASSIGN_OR_RETURN(dt_bias_, w.Floats(TensorRole::kRecurrentDtBias, layer));
+  GZ_ASSIGN_OR_RETURN(out_norm_, w.Floats(TensorRole::kRecurrentNorm, layer));
+  GZ_ASSIGN_OR_RETURN(out_, w.Matrix(TensorRole::kRecurrentOut, layer));
+  return Status::Ok();
+}
+
+void RecurrentBlock::Issue(StepBuilder& step, const StepInputs& in) const {
+  Backend& be = step.backend();
+  const int64_t n = in.rows;
+  const int64_t conv_dim = spec_.ConvDim(), key_dim = spec_.KeyDim();
+  MatmulParams proj;
+  step.Normed(norm_, &proj);
+  proj.rows = n;
+  proj.outputs = 3;
+  proj.w[0] = &qkv_, proj.w[1] = &z_, proj.w[2] = &b_;
+  proj.out[0] = in.mix, proj.out[1] = in.z, proj.out[2] = in.b;
+  be.Matmul(proj);
+  MatmulParams a = proj;  // the same normalized input
+  a.outputs = 1;
+  a.w[0] = &a_;
+  a.out[0] = in.a;
+  be.Matmul(a);
+  be.CausalConv(
+      {in.mix, n, conv_dim, conv_dim, spec_.kernel, conv_, conv_states, in.slots, in.positions});
+  be.L2Norm({in.mix, n, 2 * spec_.k_heads, spec_.k_dim, conv_dim, 1e-6f});
+  GatedDeltaRuleParams rule;
+  rule.out = in.attn;
+  rule.q = in.mix;
+  rule.k = in.mix + key_dim;
+  rule.qk_stride = conv_dim;
+  rule.v = in.mix + 2 * key_dim;
+  rule.v_stride = conv_dim;
+  rule.a = in.a;
+  rule.b = in.b;
+  rule.ab_stride = spec_.v_heads;
+  rule.a_log = a_log_;
+  rule.dt_bias = dt_bias_;
+  rule.states = delta_states;
+  rule.slots = in.slots;
+  rule.positions = in.positions;
+  rule.rows = n;
+  rule.k_heads = spec_.k_heads;
+  rule.v_heads = spec_.v_heads;
+  rule.k_dim = spec_.k_dim;
+  rule.v_dim = spec_.v_dim;
+  rule.scale = 1.0f / std::sqrt(static_cast<float>(spec_.k_dim));
+  be.GatedDeltaRule(rule);
+  be.GatedRmsNorm({in.attn, in.attn, in.z, out_norm_, n * spec_.v_heads, spec_.v_dim, eps_});
+  MatmulParams out;
+  out.x = in.attn;
+  out.rows = n;
+  out.w[0] = &out_;
+  step.AddToStream(out, nullptr);
 }
 
 Status FeedForwardBlock::Load(WeightLoader& w, const Arch& arch, int layer) {
@@ -190,6 +303,14 @@ Status MoeFeedForwardBlock::Load(WeightLoader& w, const Arch& arch, int layer) {
     GZ_ASSIGN_OR_RETURN(up_[e], w.ExpertMatrix(TensorRole::kExpertUp, layer, e));
     GZ_ASSIGN_OR_RETURN(down_[e], w.ExpertMatrix(TensorRole::kExpertDown, layer, e));
   }
+  if (spec_.shared_ffn > 0) {
+    GZ_ASSIGN_OR_RETURN(shared_gate_, w.Matrix(TensorRole::kSharedGate, layer));
+    GZ_ASSIGN_OR_RETURN(shared_up_, w.Matrix(TensorRole::kSharedUp, layer));
+    GZ_ASSIGN_OR_RETURN(shared_down_, w.Matrix(TensorRole::kSharedDown, layer));
+    if (spec_.shared_gate) {
+      GZ_ASSIGN_OR_RETURN(shared_scale_, w.Matrix(TensorRole::kSharedExpertGate, layer));
+    }
+  }
   return Status::Ok();
 }
 
@@ -207,6 +328,13 @@ void MoeFeedForwardBlock::Issue(StepBuilder& step, const StepInputs& in) const {
   p.gate = gate_.data();
   p.up = up_.data();
   p.down = down_.data();
+  if (spec_.shared_ffn > 0) {
+    p.shared_ffn = spec_.shared_ffn;
+    p.shared_gate = &shared_gate_;
+    p.shared_up = &shared_up_;
+    p.shared_down = &shared_down_;
+    p.shared_scale = spec_.shared_gate ? &shared_scale_ : nullptr;
+  }
   step.backend().MoeFeedForward(p);
   step.AddOutput(post_norm_);
 }

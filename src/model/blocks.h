@@ -22,12 +22,17 @@ struct StepInputs {
   const int32_t* positions = nullptr;  // [rows] KV position
   const int32_t* rotary = nullptr;     // [rows] rotary position
   PageTable table;
-  float* q = nullptr;     // [rows, max q dim]
-  float* k = nullptr;     // [rows, max kv dim]
-  float* v = nullptr;     // [rows, max kv dim]
-  float* attn = nullptr;  // [rows, max q dim]
-  float* gate = nullptr;  // [rows, max ffn]
-  float* up = nullptr;    // [rows, max ffn]
+  float* q = nullptr;          // [rows, max q dim]
+  float* k = nullptr;          // [rows, max kv dim]
+  float* v = nullptr;          // [rows, max kv dim]
+  float* attn = nullptr;       // [rows, max q dim]
+  float* gate = nullptr;       // [rows, max ffn]
+  float* up = nullptr;         // [rows, max ffn]
+  float* attn_gate = nullptr;  // [rows, max q dim]: attention's output gate
+  float* mix = nullptr;        // [rows, max conv dim]: a recurrent layer's q, k, v
+  float* z = nullptr;          // [rows, max value dim]
+  float* b = nullptr;          // [rows, max v_heads]
+  float* a = nullptr;          // [rows, max v_heads]
 };
 
 // The residual stream x of a step and how blocks read and add to it.
@@ -39,8 +44,7 @@ struct StepInputs {
 // until Current() is asked for.
 class StepBuilder {
  public:
-  StepBuilder(Backend& backend, float* x, float* h, float* o, int64_t rows, int64_t dim,
-              float eps);
+  StepBuilder(Backend& backend, float* x, float* h, float* o, int64_t rows, int64_t dim, float eps);
 
   Backend& backend() { return backend_; }
   int64_t rows() const { return rows_; }
@@ -77,7 +81,8 @@ class StepBuilder {
 
 // Causal self-attention with its pre-norm (and post-norm): q, k, v projections (biases), per-head
 // q and k norms, the rotation, the KV write, attention over the layer's pages (window,
-// soft-capping), the output projection added into the residual stream.
+// soft-capping), the output gate (sigmoid of q_proj's gate half), the output projection added
+// into the residual stream.
 class AttentionBlock {
  public:
   // rope_tables: the device inv_freq table of each of Arch::ropes.
@@ -101,6 +106,31 @@ class AttentionBlock {
   const float* v_bias_ = nullptr;
   const float* o_bias_ = nullptr;
   Weight q_, k_, v_, o_;
+  Weight gate_;  // output_gate: q_proj's gate rows
+};
+
+// A recurrent layer (RecurrentSpec) with its pre-norm: projections, the causal convolution over
+// q, k, v with its per-slot state, L2 norms of q and k, the gated delta rule over the per-slot
+// state, the gated norm with z, out_proj added into the residual stream.
+class RecurrentBlock {
+ public:
+  Status Load(WeightLoader& w, const Arch& arch, int layer);
+  void Issue(StepBuilder& step, const StepInputs& in) const;
+
+  const RecurrentSpec& spec() const { return spec_; }
+  // This layer's states, set when they are allocated.
+  float* conv_states = nullptr;   // [slots, kernel - 1, conv dim]
+  float* delta_states = nullptr;  // [slots, v_heads, k_dim, v_dim]
+
+ private:
+  RecurrentSpec spec_;
+  float eps_ = 1e-6f;
+  const float* norm_ = nullptr;      // [dim]
+  const float* conv_ = nullptr;      // [conv dim, kernel]
+  const float* a_log_ = nullptr;     // [v_heads]
+  const float* dt_bias_ = nullptr;   // [v_heads]
+  const float* out_norm_ = nullptr;  // [v_dim]
+  Weight qkv_, z_, b_, a_, out_;
 };
 
 // Dense gated feed-forward with its pre-norm (and post-norm): down(act(gate(x)) * up(x)).
@@ -132,6 +162,7 @@ class MoeFeedForwardBlock {
   const float* norm_ = nullptr;
   const float* post_norm_ = nullptr;
   Weight router_;
+  Weight shared_gate_, shared_up_, shared_down_, shared_scale_;
   std::vector<Weight> gate_, up_, down_;  // [experts] each
 };
 

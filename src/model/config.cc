@@ -19,9 +19,10 @@ namespace {
 
 // Every supported family; a new one adds its recipe here.
 std::span<const Family* const> Families() {
-  static const Family* const kFamilies[] = {&LlamaFamily(),   &Qwen2Family(),      &Qwen3Family(),
-                                            &Gemma2Family(),  &Gemma3TextFamily(), &Gemma3Family(),
-                                            &Qwen3MoeFamily()};
+  static const Family* const kFamilies[] = {
+      &LlamaFamily(),       &Qwen2Family(),   &Qwen3Family(),          &Gemma2Family(),
+      &Gemma3TextFamily(),  &Gemma3Family(),  &Qwen3MoeFamily(),       &Qwen3NextFamily(),
+      &Qwen3_5TextFamily(), &Qwen3_5Family(), &Qwen3_5MoeTextFamily(), &Qwen3_5MoeFamily()};
   return kFamilies;
 }
 
@@ -295,6 +296,13 @@ bool HasMoe(const Arch& arch) {
   return false;
 }
 
+bool HasRecurrent(const Arch& arch) {
+  for (const LayerSpec& spec : arch.layer) {
+    if (spec.IsRecurrent()) return true;
+  }
+  return false;
+}
+
 std::vector<TensorRole> LayerRoles(const Arch& arch, int layer) {
   using R = TensorRole;
   if (layer < 0) {
@@ -304,15 +312,31 @@ std::vector<TensorRole> LayerRoles(const Arch& arch, int layer) {
   }
   const LayerSpec& spec = arch.layer[layer];
   const AttentionSpec& a = spec.attention;
-  std::vector<R> roles = {R::kAttnNorm, R::kQ, R::kK, R::kV, R::kO, R::kFfnNorm};
+  std::vector<R> roles = {R::kAttnNorm, R::kFfnNorm};
+  if (spec.IsRecurrent()) {
+    if (spec.recurrent.fused_projections) {
+      roles.insert(roles.end(), {R::kRecurrentQkvz, R::kRecurrentBa});
+    } else {
+      roles.insert(roles.end(), {R::kRecurrentQkv, R::kRecurrentZ, R::kRecurrentB, R::kRecurrentA});
+    }
+    roles.insert(roles.end(), {R::kRecurrentConv, R::kRecurrentALog, R::kRecurrentDtBias,
+                               R::kRecurrentNorm, R::kRecurrentOut});
+  } else {
+    roles.insert(roles.end(), {R::kQ, R::kK, R::kV, R::kO});
+  }
   if (spec.IsMoe()) {
     roles.insert(roles.end(), {R::kRouter, R::kExpertGate, R::kExpertUp, R::kExpertDown});
+    if (spec.moe.shared_ffn > 0)
+      roles.insert(roles.end(), {R::kSharedGate, R::kSharedUp, R::kSharedDown});
+    if (spec.moe.shared_gate) roles.push_back(R::kSharedExpertGate);
   } else {
     roles.insert(roles.end(), {R::kGate, R::kUp, R::kDown});
   }
-  if (a.qk_norm) roles.insert(roles.end(), {R::kQNorm, R::kKNorm});
-  if (a.qkv_bias) roles.insert(roles.end(), {R::kQBias, R::kKBias, R::kVBias});
-  if (a.output_bias) roles.push_back(R::kOBias);
+  if (!spec.IsRecurrent()) {
+    if (a.qk_norm) roles.insert(roles.end(), {R::kQNorm, R::kKNorm});
+    if (a.qkv_bias) roles.insert(roles.end(), {R::kQBias, R::kKBias, R::kVBias});
+    if (a.output_bias) roles.push_back(R::kOBias);
+  }
   if (!spec.IsMoe() && spec.feed_forward.bias)
     roles.insert(roles.end(), {R::kGateBias, R::kUpBias, R::kDownBias});
   if (spec.post_norms) roles.insert(roles.end(), {R::kAttnPostNorm, R::kFfnPostNorm});
@@ -355,7 +379,7 @@ std::vector<int64_t> TensorShape(const Arch& arch, TensorRole role, int layer) {
     case TensorRole::kDownBias:
       return {dim};
     case TensorRole::kQ:
-      return {qd, dim};
+      return {spec.attention.output_gate ? 2 * qd : qd, dim};
     case TensorRole::kK:
     case TensorRole::kV:
       return {kvd, dim};
@@ -388,6 +412,40 @@ std::vector<int64_t> TensorShape(const Arch& arch, TensorRole role, int layer) {
       return {spec.moe.experts, 2 * spec.moe.ffn, dim};
     case TensorRole::kExpertsDown:
       return {spec.moe.experts, dim, spec.moe.ffn};
+    case TensorRole::kSharedGate:
+    case TensorRole::kSharedUp:
+      return {spec.moe.shared_ffn, dim};
+    case TensorRole::kSharedDown:
+      return {dim, spec.moe.shared_ffn};
+    case TensorRole::kSharedExpertGate:
+      return {1, dim};
+    default:
+      break;
+  }
+  const RecurrentSpec& r = spec.recurrent;
+  switch (role) {
+    case TensorRole::kRecurrentQkv:
+      return {r.ConvDim(), dim};
+    case TensorRole::kRecurrentZ:
+      return {r.ValueDim(), dim};
+    case TensorRole::kRecurrentB:
+    case TensorRole::kRecurrentA:
+      return {r.v_heads, dim};
+    case TensorRole::kRecurrentQkvz:
+      return {2 * r.KeyDim() + 2 * r.ValueDim(), dim};
+    case TensorRole::kRecurrentBa:
+      return {2 * static_cast<int64_t>(r.v_heads), dim};
+    case TensorRole::kRecurrentConv:
+      return {r.ConvDim(), 1, r.kernel};
+    case TensorRole::kRecurrentALog:
+    case TensorRole::kRecurrentDtBias:
+      return {r.v_heads};
+    case TensorRole::kRecurrentNorm:
+      return {r.v_dim};
+    case TensorRole::kRecurrentOut:
+      return {dim, r.ValueDim()};
+    default:
+      break;
   }
   return {};
 }

@@ -61,6 +61,28 @@ enum class TensorRole {
   kExpertDown,
   kExpertsGateUp,
   kExpertsDown,
+  // A mixture-of-experts layer's shared expert (MoeSpec::shared_ffn): gate, up [shared ffn, dim],
+  // down [dim, shared ffn]; its gate [1, dim] where MoeSpec::shared_gate.
+  kSharedGate,
+  kSharedUp,
+  kSharedDown,
+  kSharedExpertGate,
+  // A recurrent layer (RecurrentSpec): Qwen3.5's in_proj_qkv [conv dim, dim], in_proj_z
+  // [value dim, dim], in_proj_b and in_proj_a [v_heads, dim]; or Qwen3-Next's fused in_proj_qkvz
+  // [2 key dim + 2 value dim, dim] and in_proj_ba [2 v_heads, dim], grouped by key head. Then
+  // conv1d [conv dim, 1, kernel], A_log and dt_bias [v_heads], the gated norm [v_dim] (its
+  // weight multiplies as it is, never + norm_offset), out_proj [dim, value dim].
+  kRecurrentQkv,
+  kRecurrentZ,
+  kRecurrentB,
+  kRecurrentA,
+  kRecurrentQkvz,
+  kRecurrentBa,
+  kRecurrentConv,
+  kRecurrentALog,
+  kRecurrentDtBias,
+  kRecurrentNorm,
+  kRecurrentOut,
 };
 
 // The checkpoint's name of a tensor, e.g. "model.layers.3.self_attn.q_proj.weight", under the
@@ -73,8 +95,9 @@ std::string TensorName(const Arch& arch, TensorRole role, int layer);
 // `layer` ("model.layers.3.mlp.experts.5.gate_proj.weight"). TensorName gives expert 0's.
 std::string ExpertTensorName(const Arch& arch, TensorRole role, int layer, int expert);
 
-// Whether any layer of `arch` is a mixture of experts.
+// Whether any layer of `arch` is a mixture of experts; recurrent.
 bool HasMoe(const Arch& arch);
+bool HasRecurrent(const Arch& arch);
 
 // The roles of the tensors layer `layer` holds under its spec (a mixture-of-experts layer:
 // kRouter and the per-expert roles, each standing for every expert's tensor, or kExpertsGateUp

@@ -16,7 +16,9 @@ namespace gizllm {
 
 // One decoder layer: its blocks, each with its own weights (and the attention's KV pages).
 struct Model::Layer {
-  AttentionBlock attention;
+  AttentionBlock attention;  // an attention layer's
+  RecurrentBlock recurrent;  // a recurrent layer's
+  bool is_recurrent = false;
   FeedForwardBlock feed_forward;  // a dense layer's
   MoeFeedForwardBlock moe;        // a mixture-of-experts layer's
   bool is_moe = false;
@@ -36,6 +38,13 @@ struct Model::Buffers {
   std::unique_ptr<Buffer> attn;       // [rows, heads * head_dim]
   std::unique_ptr<Buffer> gate;       // [rows, ffn]
   std::unique_ptr<Buffer> up;         // [rows, ffn]
+  std::unique_ptr<Buffer> attn_gate;  // [rows, heads * head_dim]
+  std::unique_ptr<Buffer> mix;        // [rows, conv dim]
+  std::unique_ptr<Buffer> z;          // [rows, value dim]
+  std::unique_ptr<Buffer> b;          // [rows, v_heads]
+  std::unique_ptr<Buffer> a;          // [rows, v_heads]
+  std::unique_ptr<Buffer> states;     // [slots, every recurrent layer's state floats]
+  std::unique_ptr<Buffer> saved;      // the states' snapshots, laid out as `states`
   std::unique_ptr<Buffer> picked;     // [rows, dim] normalized wanted rows
   std::unique_ptr<Buffer> logits;     // [rows, vocab]
   std::unique_ptr<Buffer> sample;     // [rows] SampleRow, for picking tokens on the backend
@@ -50,12 +59,15 @@ struct Model::Buffers {
 
 struct Model::Impl {
   Checkpoint checkpoint;
-  PlacedWeights placed;               // device copies of weights and vectors, what was read
-  Weight embed;                       // [vocab, dim]
-  Weight head;                        // [vocab, dim]
-  const float* final_norm = nullptr;  // [dim]
+  PlacedWeights placed;                   // device copies of weights and vectors, what was read
+  Weight embed;                           // [vocab, dim]
+  Weight head;                            // [vocab, dim]
+  const float* final_norm = nullptr;      // [dim]
   std::vector<const float*> rope_tables;  // inv_freq of each of Arch::ropes
   std::vector<Layer> layers;
+  std::vector<std::pair<std::string, Weight>> mtp;  // the MTP layer's tensors, not run yet
+  int64_t mtp_parameters = 0;
+  int64_t skipped_tensors = 0;   // under Arch::skipped_prefixes (a vision tower)
   std::unique_ptr<Buffer> pool;  // KV pages of every layer
   int32_t pages = 0;
   Buffers buffers;
@@ -81,6 +93,9 @@ uint64_t NextStepGeneration() {
 Model::~Model() = default;
 
 int64_t Model::Parameters() const { return impl_->placed.parameters; }
+int64_t Model::MtpTensors() const { return static_cast<int64_t>(impl_->mtp.size()); }
+int64_t Model::MtpParameters() const { return impl_->mtp_parameters; }
+int64_t Model::SkippedTensors() const { return impl_->skipped_tensors; }
 int64_t Model::WeightBytes() const { return impl_->placed.bytes; }
 const std::vector<WeightSummary>& Model::weights() const { return impl_->placed.summary; }
 
@@ -98,12 +113,16 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   const int config_layers = arch.layers;
   for (int l = 0; l < arch.layers; ++l) {
     const LayerSpec& spec = arch.layer[l];
-    if (spec.kind != LayerKind::kAttention)
-      return Unimplemented(dir + "/config.json: layer " + std::to_string(l) +
-                           " is recurrent; recurrent layers are not supported yet");
+    if (spec.IsRecurrent() && !backend->SupportsRecurrent()) {
+      return Unimplemented(dir + ": a model with recurrent layers (" + arch.family + ", layer " +
+                           std::to_string(l) + " is linear_attention); recurrent layers do not " +
+                           "run on " + backend->Describe() + " yet (they run on the CPU backend)");
+    }
     const AttentionSpec& a = spec.attention;
-    if (Status s = backend->CheckAttentionShape(a.heads, a.kv_heads, a.head_dim); !s.ok())
-      return Unimplemented(dir + "/config.json: " + s.message());
+    if (!spec.IsRecurrent()) {
+      if (Status s = backend->CheckAttentionShape(a.heads, a.kv_heads, a.head_dim); !s.ok())
+        return Unimplemented(dir + "/config.json: " + s.message());
+    }
     if (spec.IsMoe() && !backend->SupportsMoe()) {
       return Unimplemented(dir + ": a mixture-of-experts model (" + arch.family + ", layer " +
                            std::to_string(l) + " has " + std::to_string(spec.moe.experts) +
@@ -161,16 +180,40 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   impl.layers.resize(a.layers);
   for (int l = 0; l < a.layers; ++l) {
     Layer& L = impl.layers[l];
-    GZ_RETURN_IF_ERROR(L.attention.Load(w, a, l, impl.rope_tables));
+    L.is_recurrent = a.layer[l].IsRecurrent();
+    if (L.is_recurrent) {
+      GZ_RETURN_IF_ERROR(L.recurrent.Load(w, a, l));
+    } else {
+      GZ_RETURN_IF_ERROR(L.attention.Load(w, a, l, impl.rope_tables));
+    }
     L.is_moe = a.layer[l].IsMoe();
     if (L.is_moe) {
       GZ_RETURN_IF_ERROR(L.moe.Load(w, a, l));
     } else {
       GZ_RETURN_IF_ERROR(L.feed_forward.Load(w, a, l));
     }
-    const AttentionSpec& spec = a.layer[l].attention;
-    model->caches_.push_back(
-        {LayerKind::kAttention, spec.kv_heads, spec.head_dim, spec.window, options.kv});
+    if (L.is_recurrent) {
+      CacheSpec c;
+      c.kind = LayerKind::kRecurrent;
+      c.state_floats = a.layer[l].recurrent.StateFloats();
+      model->caches_.push_back(c);
+    } else {
+      const AttentionSpec& spec = a.layer[l].attention;
+      model->caches_.push_back(
+          {LayerKind::kAttention, spec.kv_heads, spec.head_dim, spec.window, options.kv});
+    }
+  }
+  // The MTP layer's tensors load with the model (the forward pass does not run them yet); a
+  // vision tower's are left in the file.
+  for (const TensorInfo* t : ckpt.All()) {
+    if (!a.mtp_prefix.empty() && t->name.rfind(a.mtp_prefix, 0) == 0) {
+      GZ_ASSIGN_OR_RETURN(Weight mtp, w.Named(t->name));
+      impl.mtp.push_back({t->name, mtp});
+      impl.mtp_parameters += t->Elements();
+    }
+    for (const std::string& prefix : a.skipped_prefixes) {
+      if (t->name.rfind(prefix, 0) == 0) ++impl.skipped_tensors;
+    }
   }
   // A cut model (--layers) has no final norm and head: its logits come from the embedding.
   const bool full = layers == config_layers;
@@ -207,10 +250,11 @@ Status Model::AllocatePages(int32_t pages) {
   auto* at = static_cast<uint8_t*>(impl.pool->data());
   for (size_t l = 0; l < impl.layers.size(); ++l) {
     const CacheSpec& c = caches_[l];
-    const int64_t part = static_cast<int64_t>(pages) * kPage * c.kv_heads * c.head_dim *
-                         KvFormatBytes(c.format);
-    const int64_t scales = static_cast<int64_t>(pages) * kPage * c.kv_heads *
-                           KvFormatScaleBytes(c.format);
+    if (c.kind != LayerKind::kAttention) continue;
+    const int64_t part =
+        static_cast<int64_t>(pages) * kPage * c.kv_heads * c.head_dim * KvFormatBytes(c.format);
+    const int64_t scales =
+        static_cast<int64_t>(pages) * kPage * c.kv_heads * KvFormatScaleBytes(c.format);
     KvLayer& kv = impl.layers[l].attention.kv;
     kv.format = c.format;
     kv.keys = at;
@@ -242,16 +286,59 @@ Status Model::Reserve(int64_t rows, int32_t slots, int32_t max_pages) {
   GZ_RETURN_IF_ERROR(alloc(&b.h, rows * a.dim * f));
   GZ_RETURN_IF_ERROR(alloc(&b.o, rows * a.dim * f));
   // The blocks' scratch, for the widest layer.
-  int64_t q_dim = 1, kv_dim = 1, ffn = 1;
+  int64_t q_dim = 1, kv_dim = 1, ffn = 1, gate_dim = 1, conv_dim = 1, value_dim = 1, v_heads = 1;
+  int64_t state_floats = 0;  // of one slot, every recurrent layer
   for (const LayerSpec& spec : a.layer) {
-    q_dim = std::max(q_dim, spec.attention.QDim());
-    kv_dim = std::max(kv_dim, spec.attention.KvDim());
+    if (spec.IsRecurrent()) {
+      const RecurrentSpec& r = spec.recurrent;
+      conv_dim = std::max(conv_dim, r.ConvDim());
+      value_dim = std::max(value_dim, r.ValueDim());
+      v_heads = std::max<int64_t>(v_heads, r.v_heads);
+      state_floats += r.StateFloats();
+    } else {
+      q_dim = std::max(q_dim, spec.attention.QDim());
+      kv_dim = std::max(kv_dim, spec.attention.KvDim());
+      if (spec.attention.output_gate) gate_dim = std::max(gate_dim, spec.attention.QDim());
+    }
     if (!spec.IsMoe()) ffn = std::max(ffn, spec.feed_forward.ffn);
   }
   GZ_RETURN_IF_ERROR(alloc(&b.q, rows * q_dim * f));
   GZ_RETURN_IF_ERROR(alloc(&b.k, rows * kv_dim * f));
   GZ_RETURN_IF_ERROR(alloc(&b.v, rows * kv_dim * f));
-  GZ_RETURN_IF_ERROR(alloc(&b.attn, rows * q_dim * f));
+  GZ_RETURN_IF_ERROR(alloc(&b.attn, rows * std::max(q_dim, value_dim) * f));
+  GZ_RETURN_IF_ERROR(alloc(&b.attn_gate, rows * gate_dim * f));
+  GZ_RETURN_IF_ERROR(alloc(&b.mix, rows * conv_dim * f));
+  GZ_RETURN_IF_ERROR(alloc(&b.z, rows * value_dim * f));
+  GZ_RETURN_IF_ERROR(alloc(&b.b, rows * v_heads * f));
+  GZ_RETURN_IF_ERROR(alloc(&b.a, rows * v_heads * f));
+  if (state_floats > 0 && slots > b.slots) {
+    // The recurrent layers' states, slot by slot; what the slots held carries over.
+    // Each layer's part: [slots, kernel - 1, conv dim] then [slots, v_heads, k_dim, v_dim].
+    std::unique_ptr<Buffer> old = std::move(b.states);
+    GZ_RETURN_IF_ERROR(alloc(&b.states, static_cast<size_t>(slots) * state_floats * f));
+    // Snapshots taken before are dropped: the engine that took them is gone when slots grow.
+    GZ_RETURN_IF_ERROR(alloc(&b.saved, static_cast<size_t>(slots) * state_floats * f));
+    auto move = [&](float* to, const float* from, int64_t floats) {
+      if (!from || floats == 0) return;
+      std::vector<float> host(floats);
+      backend_->CopyToHost(host.data(), from, floats * f);
+      backend_->CopyToDevice(to, host.data(), floats * f);
+    };
+    float* at = b.states->as<float>();
+    for (size_t l = 0; l < impl_->layers.size(); ++l) {
+      if (!impl_->layers[l].is_recurrent) continue;
+      RecurrentBlock& block = impl_->layers[l].recurrent;
+      const RecurrentSpec& r = block.spec();
+      const int64_t conv = static_cast<int64_t>(r.kernel - 1) * r.ConvDim();
+      const int64_t delta = static_cast<int64_t>(r.v_heads) * r.k_dim * r.v_dim;
+      if (old) move(at, block.conv_states, b.slots * conv);
+      block.conv_states = at;
+      at += slots * conv;
+      if (old) move(at, block.delta_states, b.slots * delta);
+      block.delta_states = at;
+      at += slots * delta;
+    }
+  }
   GZ_RETURN_IF_ERROR(alloc(&b.gate, rows * ffn * f));
   GZ_RETURN_IF_ERROR(alloc(&b.up, rows * ffn * f));
   GZ_RETURN_IF_ERROR(alloc(&b.picked, rows * a.dim * f));
@@ -298,6 +385,24 @@ Status Model::UploadStepInputs(const Rows& rows, const PageTables& tables) {
   }
   for (int32_t w : rows.wanted) {
     if (w < 0 || w >= n) return InvalidArgument("Step: wanted row out of range");
+  }
+  if (HasSlotStates(caches_)) {
+    // The recurrent ops carry a slot's state from row to row: its rows adjacent, in order.
+    std::vector<char> seen(tables.slots, 0);
+    seen[rows.slots[0]] = 1;
+    for (int64_t r = 1; r < n; ++r) {
+      if (rows.slots[r] != rows.slots[r - 1]) {
+        if (seen[rows.slots[r]])
+          return InvalidArgument("Step: the rows of slot " + std::to_string(rows.slots[r]) +
+                                 " are not adjacent (a model with recurrent layers)");
+        seen[rows.slots[r]] = 1;
+      } else if (rows.positions[r] != rows.positions[r - 1] + 1) {
+        return InvalidArgument("Step: rows " + std::to_string(r - 1) + " and " + std::to_string(r) +
+                               " of slot " + std::to_string(rows.slots[r]) +
+                               " are not at consecutive positions (a model with recurrent "
+                               "layers)");
+      }
+    }
   }
   Buffers& b = impl_->buffers;
   Backend& be = *backend_;
@@ -368,6 +473,11 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   in.attn = b.attn->as<float>();
   in.gate = b.gate->as<float>();
   in.up = b.up->as<float>();
+  in.attn_gate = b.attn_gate->as<float>();
+  in.mix = b.mix->as<float>();
+  in.z = b.z->as<float>();
+  in.b = b.b->as<float>();
+  in.a = b.a->as<float>();
   auto capture = [&](int layer) {
     for (size_t i = 0; i < hidden_layers.size(); ++i) {
       if (hidden_layers[i] != layer) continue;
@@ -390,11 +500,16 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
                        static_cast<uint64_t>(n);
   const bool replayed = record && be.ReplayStep(key);
   if (record && !replayed) be.BeginStep(key);
-  if (!replayed) be.Embed({b.x->as<float>(), &impl.embed, b.tokens->as<int32_t>(), n, a.embed_scale});
+  if (!replayed)
+    be.Embed({b.x->as<float>(), &impl.embed, b.tokens->as<int32_t>(), n, a.embed_scale});
   capture(0);
   for (int l = 0; !replayed && l < a.layers; ++l) {
     const Layer& L = impl.layers[l];
-    L.attention.Issue(step, in);
+    if (L.is_recurrent) {
+      L.recurrent.Issue(step, in);
+    } else {
+      L.attention.Issue(step, in);
+    }
     if (L.is_moe) {
       L.moe.Issue(step, in);
     } else {
@@ -439,6 +554,36 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   return Status::Ok();
 }
 
+Status Model::SaveSlotState(int32_t slot) { return CopySlotState(slot, /*save=*/true); }
+Status Model::RestoreSlotState(int32_t slot) { return CopySlotState(slot, /*save=*/false); }
+
+Status Model::CopySlotState(int32_t slot, bool save) {
+  Buffers& b = impl_->buffers;
+  if (!b.states) return Status::Ok();  // no recurrent layers
+  if (slot < 0 || slot >= b.slots)
+    return InvalidArgument(std::string(save ? "SaveSlotState" : "RestoreSlotState") + ": slot " +
+                           std::to_string(slot) + " out of range");
+  float* live = b.states->as<float>();
+  float* saved = b.saved->as<float>();
+  std::vector<float> host;
+  // Through host memory: the backends have no device-to-device copy op.
+  auto copy = [&](float* part, int64_t floats) {
+    float* from = save ? part : saved + (part - live);
+    float* to = save ? saved + (part - live) : part;
+    host.resize(floats);
+    backend_->CopyToHost(host.data(), from + slot * floats, floats * sizeof(float));
+    backend_->CopyToDevice(to + slot * floats, host.data(), floats * sizeof(float));
+  };
+  for (const Layer& layer : impl_->layers) {
+    if (!layer.is_recurrent) continue;
+    const RecurrentSpec& r = layer.recurrent.spec();
+    copy(layer.recurrent.conv_states, static_cast<int64_t>(r.kernel - 1) * r.ConvDim());
+    copy(layer.recurrent.delta_states, static_cast<int64_t>(r.v_heads) * r.k_dim * r.v_dim);
+  }
+  backend_->Synchronize();
+  return Status::Ok();
+}
+
 Status Model::CopyPageToHost(int32_t page, void* host) { return CopyPage(page, host, true); }
 
 Status Model::CopyPageFromHost(int32_t page, const void* host) {
@@ -462,6 +607,7 @@ Status Model::CopyPage(int32_t page, void* host, bool to_host) {
   };
   for (size_t l = 0; l < impl_->layers.size(); ++l) {
     const CacheSpec& c = caches_[l];
+    if (c.kind != LayerKind::kAttention) continue;
     const KvLayer& kv = impl_->layers[l].attention.kv;
     const int64_t part =
         static_cast<int64_t>(kPage) * c.kv_heads * c.head_dim * KvFormatBytes(c.format);

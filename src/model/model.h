@@ -32,7 +32,13 @@ class Model final : public Runner {
   const Arch& arch() const override { return arch_; }
   const std::string& dir() const { return dir_; }
   Backend& backend() { return *backend_; }
-  int64_t Parameters() const;
+  int64_t Parameters() const;  // every tensor loaded, the MTP layer's included
+  // The multi-token prediction layer's tensors (Arch::mtp_prefix), loaded, not run yet.
+  int64_t MtpTensors() const;
+  int64_t MtpParameters() const;
+  // Tensors under Arch::skipped_prefixes (a vision tower) the checkpoint holds and the model
+  // does not load.
+  int64_t SkippedTensors() const;
   int64_t WeightBytes() const;
   const std::vector<WeightSummary>& weights() const;
   std::span<const CacheSpec> caches() const override { return caches_; }
@@ -48,6 +54,8 @@ class Model final : public Runner {
                     int32_t* tokens) override;
   Status Hidden(const Rows& rows, const PageTables& tables, std::span<const int> layers,
                 float* out) override;
+  Status SaveSlotState(int32_t slot) override;
+  Status RestoreSlotState(int32_t slot) override;
   Status CopyPageToHost(int32_t page, void* host) override;
   Status CopyPageFromHost(int32_t page, const void* host) override;
 
@@ -63,6 +71,8 @@ class Model final : public Runner {
   Status UploadStepInputs(const Rows& rows, const PageTables& tables);
   // Copies one page between the pool and the host, layer by layer.
   Status CopyPage(int32_t page, void* host, bool to_host);
+  // Copies slot `slot`'s recurrent states into its snapshot (save) or back.
+  Status CopySlotState(int32_t slot, bool save);
 
   std::string dir_;
   Arch arch_;

@@ -20,20 +20,39 @@ struct PageTables {
   int32_t max_pages = 0;
 };
 
-// The cache one layer keeps for each sequence: KV pages of kPage positions, of this head shape
-// and format. A sliding-window layer reads only the last `window` positions of its pages.
+// The cache one layer keeps for each sequence. An attention layer: KV pages of kPage positions,
+// of this head shape and format (a sliding-window layer reads only the last `window` positions
+// of its pages). A recurrent layer: no pages, a state per slot of `state_floats` float32 values
+// (the convolution's tail and the delta rule's matrices), which holds what the slot read up to
+// its last position only: it cannot be cut back to an earlier position, only replaced by its
+// snapshot (Runner::SaveSlotState), which takes as many bytes again.
 struct CacheSpec {
   LayerKind kind = LayerKind::kAttention;
   int kv_heads = 0;
   int head_dim = 0;
   int32_t window = 0;  // 0: every position
   KvFormat format = KvFormat::kF32;
-  // Bytes of one page: keys and values (and their scales).
+  int64_t state_floats = 0;  // kRecurrent
+  // Bytes of one page: keys and values (and their scales); 0 for a recurrent layer.
   int64_t PageBytes() const {
+    if (kind != LayerKind::kAttention) return 0;
     return 2 * static_cast<int64_t>(kPage) * kv_heads *
            (static_cast<int64_t>(head_dim) * KvFormatBytes(format) + KvFormatScaleBytes(format));
   }
+  // Bytes of one slot's state; 0 for an attention layer.
+  int64_t SlotStateBytes() const {
+    return kind == LayerKind::kRecurrent ? state_floats * static_cast<int64_t>(sizeof(float)) : 0;
+  }
 };
+
+// Whether any of `caches` keeps a per-slot state (a recurrent layer): a slot can then continue
+// only from the last position it read, and a prefix held in pages alone cannot be resumed.
+inline bool HasSlotStates(std::span<const CacheSpec> caches) {
+  for (const CacheSpec& c : caches) {
+    if (c.kind == LayerKind::kRecurrent) return true;
+  }
+  return false;
+}
 
 class Runner {
  public:
@@ -68,6 +87,18 @@ class Runner {
   // l = after layer l, as Hugging Face's hidden_states[l]): out [layers.size(), rows, dim].
   virtual Status Hidden(const Rows& rows, const PageTables& tables, std::span<const int> layers,
                         float* out) = 0;
+
+  // The per-slot states' snapshots (recurrent layers; HasSlotStates): one a slot, which
+  // SaveSlotState overwrites with the slot's states and RestoreSlotState copies back. A runner
+  // without states keeps none.
+  virtual Status SaveSlotState(int32_t slot) {
+    (void)slot;
+    return Status::Ok();
+  }
+  virtual Status RestoreSlotState(int32_t slot) {
+    (void)slot;
+    return Status::Ok();
+  }
 
   // Whether the KV pool is itself in host memory (a CPU backend). A host copy of a page then
   // holds the same bytes in the same memory twice, so the engine keeps none by default.

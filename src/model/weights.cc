@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/dtype.h"
@@ -23,14 +24,16 @@ bool IsNorm(TensorRole role) {
   }
 }
 
-// Reads a small tensor (norm weight, bias) of shape [n] as float32 on the host. Small enough to
-// check that every value is finite at each load.
+// Reads a small tensor (norm weight, bias, convolution taps) of the expected shape as float32 on
+// the host. Small enough to check that every value is finite at each load.
 Expected<std::vector<float>> ReadVector(const Checkpoint& ckpt, const std::string& dir,
-                                        const std::string& name, int64_t n) {
+                                        const std::string& name,
+                                        std::span<const int64_t> expected) {
   const TensorInfo* t = ckpt.Find(name);
   if (!t) return NotFound(dir + ": tensor " + name + " is missing");
-  const int64_t expected[] = {n};
   GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, t->shape, expected));
+  int64_t n = 1;
+  for (int64_t d : expected) n *= d;
   if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
     return InvalidArgument(t->file + ": tensor " + name + " has dtype " +
                            std::string(DTypeName(t->dtype)) + ", expected F32, F16 or BF16");
@@ -72,8 +75,7 @@ bool WeightLoader::Has(TensorRole role, int layer) const {
 }
 
 Expected<const float*> WeightLoader::Upload(const std::vector<float>& host) {
-  GZ_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> buf,
-                      backend_.Allocate(host.size() * sizeof(float)));
+  GZ_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> buf, backend_.Allocate(host.size() * sizeof(float)));
   backend_.CopyToDevice(buf->data(), host.data(), host.size() * sizeof(float));
   const float* p = buf->as<float>();
   placed_->storage.push_back(std::move(buf));
@@ -83,7 +85,8 @@ Expected<const float*> WeightLoader::Upload(const std::vector<float>& host) {
 Expected<const float*> WeightLoader::Vector(TensorRole role, int layer) {
   const std::string name = TensorName(arch_, role, layer);
   const int64_t n = TensorShape(arch_, role, layer)[0];
-  GZ_ASSIGN_OR_RETURN(std::vector<float> host, ReadVector(checkpoint_, dir_, name, n));
+  const int64_t shape[] = {n};
+  GZ_ASSIGN_OR_RETURN(std::vector<float> host, ReadVector(checkpoint_, dir_, name, shape));
   // In float32, as transformers' (1.0 + weight.float()).
   if (IsNorm(role) && arch_.norm_offset != 0.0f) {
     for (float& v : host) v = arch_.norm_offset + v;
@@ -91,6 +94,82 @@ Expected<const float*> WeightLoader::Vector(TensorRole role, int layer) {
   placed_->parameters += n;
   placed_->summary.push_back({name, "f32", {n}, n * 4});
   return Upload(host);
+}
+
+Expected<const float*> WeightLoader::Floats(TensorRole role, int layer) {
+  const std::string name = TensorName(arch_, role, layer);
+  const std::vector<int64_t> shape = TensorShape(arch_, role, layer);
+  GZ_ASSIGN_OR_RETURN(std::vector<float> host, ReadVector(checkpoint_, dir_, name, shape));
+  const int64_t n = static_cast<int64_t>(host.size());
+  placed_->parameters += n;
+  placed_->summary.push_back({name, "f32", shape, n * 4});
+  return Upload(host);
+}
+
+Expected<Weight> WeightLoader::MatrixRows(TensorRole role, int layer, std::span<const Rows> blocks,
+                                          const std::string& part) {
+  const std::string name = TensorName(arch_, role, layer);
+  const std::vector<int64_t> shape = TensorShape(arch_, role, layer);
+  const TensorInfo* t = checkpoint_.Find(name);
+  if (!t) return NotFound(dir_ + ": tensor " + name + " is missing");
+  if (converted_) {
+    return Unimplemented(dir_ + ": tensor " + name +
+                         ": split projections of a converted folder are not supported yet");
+  }
+  GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, t->shape, shape));
+  if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32)
+    return InvalidArgument(t->file + ": tensor " + name + " has dtype " +
+                           std::string(DTypeName(t->dtype)) + ", expected BF16, F16 or F32");
+  const int64_t cols = shape[1];
+  const int64_t row_bytes = cols * static_cast<int64_t>(DTypeSize(t->dtype));
+  int64_t rows = 0;
+  for (const Rows& b : blocks) {
+    if (b.first < 0 || b.count < 0 || b.first + b.count > shape[0])
+      return Internal(name + ": rows [" + std::to_string(b.first) + ", " +
+                      std::to_string(b.first + b.count) + ") outside the tensor");
+    rows += b.count;
+  }
+  auto copy = std::make_unique<uint8_t[]>(rows * row_bytes);
+  uint8_t* at = copy.get();
+  for (const Rows& b : blocks) {
+    std::memcpy(at, t->data + b.first * row_bytes, b.count * row_bytes);
+    at += b.count * row_bytes;
+  }
+  Weight host;
+  host.format = FormatOf(t->dtype);
+  host.rows = rows;
+  host.cols = cols;
+  host.data = copy.get();
+  placed_->host.push_back(std::move(copy));
+  std::unique_ptr<Buffer> storage;
+  GZ_ASSIGN_OR_RETURN(Weight w, backend_.PrepareWeight(host, &storage));
+  if (storage) placed_->storage.push_back(std::move(storage));
+  placed_->parameters += rows * cols;
+  placed_->bytes += host.Bytes();
+  placed_->summary.push_back(
+      {name + " (" + part + ")", FormatName(host.format), {rows, cols}, host.Bytes()});
+  return w;
+}
+
+Expected<Weight> WeightLoader::Named(const std::string& name) {
+  const TensorInfo* t = checkpoint_.Find(name);
+  if (!t) return NotFound(dir_ + ": tensor " + name + " is missing");
+  if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32)
+    return InvalidArgument(t->file + ": tensor " + name + " has dtype " +
+                           std::string(DTypeName(t->dtype)) + ", expected BF16, F16 or F32");
+  if (t->shape.empty()) return InvalidArgument(t->file + ": tensor " + name + " is a scalar");
+  Weight host;
+  host.format = FormatOf(t->dtype);
+  host.cols = t->shape.back();
+  host.rows = t->Elements() / std::max<int64_t>(1, host.cols);
+  host.data = t->data;
+  std::unique_ptr<Buffer> storage;
+  GZ_ASSIGN_OR_RETURN(Weight w, backend_.PrepareWeight(host, &storage));
+  if (storage) placed_->storage.push_back(std::move(storage));
+  placed_->parameters += t->Elements();
+  placed_->bytes += host.Bytes();
+  placed_->summary.push_back({name, FormatName(host.format), t->shape, host.Bytes()});
+  return w;
 }
 
 // Matrices are not scanned for NaN at load (a full read of every weight); a non-finite logit

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ struct WeightSummary {
 // Everything a loader placed; lives as long as the model.
 struct PlacedWeights {
   std::vector<std::unique_ptr<Buffer>> storage;  // device copies of weights and vectors
+  // Host matrices made at load (rows gathered from a checkpoint tensor: MatrixRows), which the
+  // prepared weights may use in place.
+  std::vector<std::unique_ptr<uint8_t[]>> host;
   std::vector<WeightSummary> summary;
   int64_t parameters = 0;
   int64_t bytes = 0;  // of the matrices
@@ -48,6 +52,22 @@ class WeightLoader {
   Expected<Weight> ExpertMatrix(TensorRole role, int layer, int expert);
   // Host floats copied to the device.
   Expected<const float*> Upload(const std::vector<float>& host);
+  // A small tensor of any shape (a convolution's taps, per-head constants) as float32 on the
+  // device, flattened; never offset as norms are.
+  Expected<const float*> Floats(TensorRole role, int layer);
+  // The rows [first, first + count) of each block of a matrix, in that order, as one matrix
+  // (a fused projection split into its parts, or reordered). Plain formats only. `part` names
+  // it in the summary.
+  struct Rows {
+    int64_t first = 0;
+    int64_t count = 0;
+  };
+  Expected<Weight> MatrixRows(TensorRole role, int layer, std::span<const Rows> blocks,
+                              const std::string& part);
+  // Any tensor by name, as a matrix [product of all dims but the last, last dim] (a vector:
+  // [1, n]) in its stored format: for tensors the forward pass does not run yet (the MTP
+  // layer). Plain formats only.
+  Expected<Weight> Named(const std::string& name);
 
  private:
   const Checkpoint& checkpoint_;

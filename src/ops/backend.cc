@@ -125,7 +125,7 @@ Status AttentionParams::Check() const {
 
 Status GluParams::Check() const {
   if (n > 0 && (!out || !gate || !up)) return Bad("Glu", "out", "null");
-  if (act != Activation::kSilu && act != Activation::kGeluTanh)
+  if (act != Activation::kSilu && act != Activation::kGeluTanh && act != Activation::kSigmoid)
     return Bad("Glu", "act", "unknown activation");
   return Status::Ok();
 }
@@ -162,6 +162,65 @@ Status MoeFeedForwardParams::Check() const {
         down[e].rows != dim || down[e].cols != ffn)
       return Bad(op, "gate", "an expert's shape differs from [ffn, dim], [dim, ffn]");
   }
+  if (shared_ffn < 0) return Bad(op, "shared_ffn", "must not be negative");
+  if (shared_ffn > 0) {
+    if (!shared_gate || !shared_up || !shared_down) return Bad(op, "shared_gate", "null");
+    if (shared_gate->rows != shared_ffn || shared_gate->cols != dim ||
+        shared_up->rows != shared_ffn || shared_up->cols != dim || shared_down->rows != dim ||
+        shared_down->cols != shared_ffn)
+      return Bad(op, "shared_gate", "shape differs from [shared_ffn, dim], [dim, shared_ffn]");
+    if (shared_scale && (shared_scale->rows != 1 || shared_scale->cols != dim))
+      return Bad(op, "shared_scale", "shape differs from [1, dim]");
+  }
+  return Status::Ok();
+}
+
+Status CausalConvParams::Check() const {
+  const char* op = "CausalConv";
+  if (rows < 0) return Bad(op, "rows", "must not be negative");
+  if (channels <= 0) return Bad(op, "channels", "must be positive");
+  if (row_stride < channels) return Bad(op, "row_stride", "must be at least channels");
+  if (kernel < 2 || kernel > 64) return Bad(op, "kernel", "must be in [2, 64]");
+  if (rows > 0 && (!x || !weight || !states || !slots || !positions)) return Bad(op, "x", "null");
+  return Status::Ok();
+}
+
+Status L2NormParams::Check() const {
+  const char* op = "L2Norm";
+  if (rows < 0) return Bad(op, "rows", "must not be negative");
+  if (heads <= 0 || dim <= 0) return Bad(op, "heads", "heads and dim must be positive");
+  if (row_stride < static_cast<int64_t>(heads) * dim)
+    return Bad(op, "row_stride", "must be at least heads * dim");
+  if (!(eps > 0)) return Bad(op, "eps", "must be positive");
+  if (rows > 0 && !x) return Bad(op, "x", "null");
+  return Status::Ok();
+}
+
+Status GatedDeltaRuleParams::Check() const {
+  const char* op = "GatedDeltaRule";
+  if (rows < 0) return Bad(op, "rows", "must not be negative");
+  if (k_heads <= 0 || v_heads <= 0 || k_dim <= 0 || v_dim <= 0)
+    return Bad(op, "k_heads", "heads and dims must be positive");
+  if (v_heads % k_heads != 0) return Bad(op, "v_heads", "must be a multiple of k_heads");
+  if (qk_stride < static_cast<int64_t>(k_heads) * k_dim)
+    return Bad(op, "qk_stride", "must be at least k_heads * k_dim");
+  if (v_stride < static_cast<int64_t>(v_heads) * v_dim)
+    return Bad(op, "v_stride", "must be at least v_heads * v_dim");
+  if (ab_stride < v_heads) return Bad(op, "ab_stride", "must be at least v_heads");
+  if (chunk < 1) return Bad(op, "chunk", "must be positive");
+  if (!(scale > 0)) return Bad(op, "scale", "must be positive");
+  if (rows > 0 &&
+      (!out || !q || !k || !v || !a || !b || !a_log || !dt_bias || !states || !slots || !positions))
+    return Bad(op, "out", "null");
+  return Status::Ok();
+}
+
+Status GatedRmsNormParams::Check() const {
+  const char* op = "GatedRmsNorm";
+  if (groups < 0) return Bad(op, "groups", "must not be negative");
+  if (dim <= 0) return Bad(op, "dim", "must be positive");
+  if (!(eps > 0)) return Bad(op, "eps", "must be positive");
+  if (groups > 0 && (!out || !x || !z || !weight)) return Bad(op, "out", "null");
   return Status::Ok();
 }
 

@@ -162,6 +162,7 @@ struct RopeKvParams {
 enum class Activation : uint8_t {
   kSilu,      // x * sigmoid(x): SwiGLU (Llama, Qwen)
   kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): GeGLU (Gemma's gelu_pytorch_tanh)
+  kSigmoid,   // 1 / (1 + exp(-x)): an output gate (Qwen3-Next's attention), not a feed-forward's
 };
 
 // out = act(gate) * up, elementwise.
@@ -204,7 +205,9 @@ struct GatherRowsParams {
 // x R^T, their softmax in float32, the top_k experts of the largest probabilities (the lowest
 // index first among equals), their probabilities divided by their sum when norm_topk_prob; then
 // out = sum over the picked experts e of p_e * down_e(silu(gate_e(x)) * up_e(x)), summed in
-// the order of the expert indices (as transformers' index_add_), or out += that sum with
+// the order of the expert indices (as transformers' index_add_); with a shared expert (Qwen2-MoE,
+// Qwen3-Next), then + sigmoid(x G^T) * down_s(silu(gate_s(x)) * up_s(x)) (G: shared_expert_gate,
+// [1, dim]; without it, the shared expert ungated); out = that, or out += that with
 // `accumulate`. The weights are plain or as PrepareWeight made them; out must not alias x.
 struct MoeFeedForwardParams {
   float* out = nullptr;      // [rows, dim]
@@ -216,10 +219,94 @@ struct MoeFeedForwardParams {
   int top_k = 0;  // experts per row, in [1, experts]
   bool norm_topk_prob = false;
   bool accumulate = false;
-  const Weight* router = nullptr;  // [experts, dim]
-  const Weight* gate = nullptr;    // host array of `experts` weights, each [ffn, dim]
-  const Weight* up = nullptr;      // host array of `experts` weights, each [ffn, dim]
-  const Weight* down = nullptr;    // host array of `experts` weights, each [dim, ffn]
+  const Weight* router = nullptr;        // [experts, dim]
+  const Weight* gate = nullptr;          // host array of `experts` weights, each [ffn, dim]
+  const Weight* up = nullptr;            // host array of `experts` weights, each [ffn, dim]
+  const Weight* down = nullptr;          // host array of `experts` weights, each [dim, ffn]
+  int64_t shared_ffn = 0;                // the shared expert's width (0: none)
+  const Weight* shared_gate = nullptr;   // [shared_ffn, dim]
+  const Weight* shared_up = nullptr;     // [shared_ffn, dim]
+  const Weight* shared_down = nullptr;   // [dim, shared_ffn]
+  const Weight* shared_scale = nullptr;  // [1, dim] (shared_expert_gate) or null: ungated
+  Status Check() const;
+};
+
+// The recurrent (linear-attention) layers of Qwen3-Next and Qwen3.5. Their ops read a slot's
+// state, [slots, ...] in device memory, and carry it across steps: the rows of one slot must be
+// adjacent, at consecutive increasing positions, and a row at position p > 0 continues the
+// state the slot's row at p - 1 left; a row at position 0 starts from a zero state.
+
+// Causal depthwise convolution over each slot's inputs, then SiLU, in place: for channel c of
+// the row at position t, x = silu(sum over j < kernel of weight[c, j] * in[t - kernel + 1 + j])
+// where in[s] is the slot's input at position s (zero before 0). The slot's state holds its
+// last kernel - 1 inputs, oldest first, and is updated.
+struct CausalConvParams {
+  float* x = nullptr;  // row r's channels at x + r * row_stride, in place
+  int64_t rows = 0;
+  int64_t channels = 0;
+  int64_t row_stride = 0;              // floats, >= channels
+  int kernel = 0;                      // >= 2
+  const float* weight = nullptr;       // [channels, kernel]
+  float* states = nullptr;             // [slots, kernel - 1, channels]
+  const int32_t* slots = nullptr;      // [rows]
+  const int32_t* positions = nullptr;  // [rows]
+  Status Check() const;
+};
+
+// x = x / sqrt(sum(x^2) + eps) per head (flash-linear-attention's l2norm), in place.
+struct L2NormParams {
+  float* x = nullptr;  // row r's heads at x + r * row_stride, [heads, dim] each
+  int64_t rows = 0;
+  int heads = 0;
+  int dim = 0;
+  int64_t row_stride = 0;  // floats, >= heads * dim
+  float eps = 1e-6f;
+  Status Check() const;
+};
+
+// The gated delta rule, per value head h of each row, over the slot's state S [k_dim, v_dim]:
+// g = -exp(a_log[h]) * softplus(a + dt_bias[h]) (softplus(x) = x above 20), beta = sigmoid(b),
+//   S = exp(g) S;  S += k (beta (v - S^T k))^T;  out = S^T (scale q)
+// with q and k of key head h / (v_heads / k_heads) (L2-normalized by the caller). A run of a
+// slot's rows longer than one goes in chunks of `chunk` rows (flash-linear-attention's chunked
+// form: within a chunk the deltas solve a triangular system, the state is read and written once
+// a chunk); it equals the row-by-row recurrence up to float32 rounding. One row (decode) is the
+// recurrence itself.
+struct GatedDeltaRuleParams {
+  float* out = nullptr;      // [rows, v_heads, v_dim]
+  const float* q = nullptr;  // row r at q + r * qk_stride: [k_heads, k_dim]
+  const float* k = nullptr;  // row r at k + r * qk_stride: [k_heads, k_dim]
+  int64_t qk_stride = 0;
+  const float* v = nullptr;  // row r at v + r * v_stride: [v_heads, v_dim]
+  int64_t v_stride = 0;
+  const float* a = nullptr;  // row r at a + r * ab_stride: [v_heads], the decay's input
+  const float* b = nullptr;  // row r at b + r * ab_stride: [v_heads], beta's input
+  int64_t ab_stride = 0;
+  const float* a_log = nullptr;        // [v_heads]
+  const float* dt_bias = nullptr;      // [v_heads]
+  float* states = nullptr;             // [slots, v_heads, k_dim, v_dim]
+  const int32_t* slots = nullptr;      // [rows]
+  const int32_t* positions = nullptr;  // [rows]
+  int64_t rows = 0;
+  int k_heads = 0;
+  int v_heads = 0;  // a multiple of k_heads
+  int k_dim = 0;
+  int v_dim = 0;
+  float scale = 0.0f;  // of q: 1 / sqrt(k_dim)
+  int chunk = 64;      // >= 1
+  Status Check() const;
+};
+
+// out = rmsnorm(x) * weight * silu(z) per group of dim (Qwen3-Next's gated norm: the weight
+// multiplies as it is, not as 1 + weight); out may equal x.
+struct GatedRmsNormParams {
+  float* out = nullptr;           // [groups, dim]
+  const float* x = nullptr;       // [groups, dim]
+  const float* z = nullptr;       // [groups, dim]
+  const float* weight = nullptr;  // [dim]
+  int64_t groups = 0;
+  int64_t dim = 0;
+  float eps = 1e-6f;
   Status Check() const;
 };
 
@@ -313,6 +400,15 @@ class Backend {
   // and refuses a backend without it. The default op is never reached.
   virtual bool SupportsMoe() const { return false; }
   virtual void MoeFeedForward(const MoeFeedForwardParams& p) { (void)p; }
+
+  // Whether the recurrent layers' ops (CausalConv, L2Norm, GatedDeltaRule, GatedRmsNorm) run; a
+  // model with recurrent layers checks it when it loads and refuses a backend without them. The
+  // default ops are never reached.
+  virtual bool SupportsRecurrent() const { return false; }
+  virtual void CausalConv(const CausalConvParams& p) { (void)p; }
+  virtual void L2Norm(const L2NormParams& p) { (void)p; }
+  virtual void GatedDeltaRule(const GatedDeltaRuleParams& p) { (void)p; }
+  virtual void GatedRmsNorm(const GatedRmsNormParams& p) { (void)p; }
 
   // Token picking on the device; a backend without it (CanSample false) leaves it to the host.
   virtual bool CanSample() const { return false; }

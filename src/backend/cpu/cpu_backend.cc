@@ -923,6 +923,8 @@ void CpuBackend::Glu(const GluParams& p) {
       const int64_t i0 = b0 * 1024, i1 = std::min(p.n, b1 * 1024);
       if (p.act == Activation::kSilu) {
         V::SwiGlu(p.out + i0, p.gate + i0, p.up + i0, i1 - i0);
+      } else if (p.act == Activation::kSigmoid) {
+        for (int64_t i = i0; i < i1; ++i) p.out[i] = p.up[i] / (1.0f + std::exp(-p.gate[i]));
       } else {
         GeluTanhGlu(p.out + i0, p.gate + i0, p.up + i0, i1 - i0);
       }
@@ -1038,6 +1040,43 @@ void CpuBackend::MoeFeedForward(const MoeFeedForwardParams& p) {
       for (int64_t c = 0; c < dim; ++c) to[c] += y[c] * w;
     }
   }
+  if (p.shared_ffn > 0) {
+    // The shared expert over every row, gated per row by sigmoid(x G^T), after the routed sum.
+    const int64_t sf = p.shared_ffn;
+    m.gate.resize(n * sf);
+    m.up.resize(n * sf);
+    m.rows_out.resize(n * dim);
+    MatmulParams gate_up;
+    gate_up.x = p.x;
+    gate_up.rows = n;
+    gate_up.outputs = 2;
+    gate_up.w[0] = p.shared_gate, gate_up.w[1] = p.shared_up;
+    gate_up.out[0] = m.gate.data(), gate_up.out[1] = m.up.data();
+    gate_up.swiglu = true;
+    Matmul(gate_up);
+    MatmulParams down;
+    down.x = m.gate.data();
+    down.rows = n;
+    down.w[0] = p.shared_down;
+    down.out[0] = m.rows_out.data();
+    Matmul(down);
+    m.weights.assign(n, 1.0f);
+    if (p.shared_scale) {
+      MatmulParams scale;
+      scale.x = p.x;
+      scale.rows = n;
+      scale.w[0] = p.shared_scale;
+      scale.out[0] = m.weights.data();
+      Matmul(scale);
+      for (int64_t r = 0; r < n; ++r) m.weights[r] = 1.0f / (1.0f + std::exp(-m.weights[r]));
+    }
+    for (int64_t r = 0; r < n; ++r) {
+      float* to = m.sum.data() + r * dim;
+      const float* y = m.rows_out.data() + r * dim;
+      const float w = m.weights[r];
+      for (int64_t c = 0; c < dim; ++c) to[c] += w * y[c];
+    }
+  }
   if (p.accumulate) {
     Add({p.out, m.sum.data(), n * dim});
   } else {
@@ -1071,6 +1110,227 @@ std::vector<OpTime> CpuBackend::TakeOpTrace() {
     op_name_ = nullptr;
   }
   return op_totals_.Take();
+}
+
+void CpuBackend::CausalConv(const CausalConvParams& p) {
+  auto trace = Trace("causal_conv");
+  if (p.rows <= 0) return;
+  const int64_t channels = p.channels;
+  const int tail = p.kernel - 1;
+  // Channels in blocks of 64 a task; each task walks the rows in order, so a slot's state
+  // advances row by row within the task's channels.
+  constexpr int64_t kBlock = 64;
+  Split(pool_, (channels + kBlock - 1) / kBlock, p.rows * channels * p.kernel,
+        [&](int64_t b0, int64_t b1) {
+          const int64_t c0 = b0 * kBlock, c1 = std::min(channels, b1 * kBlock);
+          for (int64_t r = 0; r < p.rows; ++r) {
+            float* state = p.states + static_cast<int64_t>(p.slots[r]) * tail * channels;
+            if (p.positions[r] == 0) {
+              for (int j = 0; j < tail; ++j)
+                std::fill(state + j * channels + c0, state + j * channels + c1, 0.0f);
+            }
+            float* x = p.x + r * p.row_stride;
+            for (int64_t c = c0; c < c1; ++c) {
+              const float* w = p.weight + c * p.kernel;
+              const float now = x[c];
+              float sum = 0.0f;
+              for (int j = 0; j < tail; ++j) sum += w[j] * state[j * channels + c];
+              sum += w[tail] * now;
+              x[c] = sum / (1.0f + std::exp(-sum));
+              for (int j = 0; j + 1 < tail; ++j)
+                state[j * channels + c] = state[(j + 1) * channels + c];
+              state[(tail - 1) * channels + c] = now;
+            }
+          }
+        });
+}
+
+void CpuBackend::L2Norm(const L2NormParams& p) {
+  auto trace = Trace("l2_norm");
+  Split(pool_, p.rows, p.rows * p.heads * p.dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int h = 0; h < p.heads; ++h) {
+        float* x = p.x + r * p.row_stride + static_cast<int64_t>(h) * p.dim;
+        float ss = 0.0f;
+        for (int i = 0; i < p.dim; ++i) ss += x[i] * x[i];
+        const float inv = 1.0f / std::sqrt(ss + p.eps);
+        for (int i = 0; i < p.dim; ++i) x[i] *= inv;
+      }
+    }
+  });
+}
+
+namespace {
+
+float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+// One value head of one run of a slot's rows: rows [r0, r0 + n), state st [k_dim, v_dim].
+void DeltaRuleRun(const GatedDeltaRuleParams& p, int64_t r0, int64_t n, int h, float* st) {
+  const int64_t kd = p.k_dim, vd = p.v_dim;
+  const int group = p.v_heads / p.k_heads;
+  const int64_t kh = h / group;
+  auto q_of = [&](int64_t r) { return p.q + r * p.qk_stride + kh * kd; };
+  auto k_of = [&](int64_t r) { return p.k + r * p.qk_stride + kh * kd; };
+  auto v_of = [&](int64_t r) { return p.v + r * p.v_stride + static_cast<int64_t>(h) * vd; };
+  auto out_of = [&](int64_t r) { return p.out + (r * p.v_heads + h) * vd; };
+  auto gate = [&](int64_t r) {
+    return -std::exp(p.a_log[h]) * Softplus(p.a[r * p.ab_stride + h] + p.dt_bias[h]);
+  };
+  auto beta_of = [&](int64_t r) { return 1.0f / (1.0f + std::exp(-p.b[r * p.ab_stride + h])); };
+  if (n == 1) {
+    // The recurrence: kv = (decay S)^T k; delta = beta (v - kv); S = decay S + k delta^T;
+    // out = S^T (scale q). Two passes over S.
+    const float decay = std::exp(gate(r0)), beta = beta_of(r0);
+    const float *q = q_of(r0), *k = k_of(r0), *v = v_of(r0);
+    float* out = out_of(r0);
+    std::vector<float> delta(vd, 0.0f);
+    for (int64_t i = 0; i < kd; ++i) {
+      const float* s = st + i * vd;
+      for (int64_t j = 0; j < vd; ++j) delta[j] += s[j] * k[i];
+    }
+    for (int64_t j = 0; j < vd; ++j) delta[j] = beta * (v[j] - decay * delta[j]);
+    std::fill(out, out + vd, 0.0f);
+    for (int64_t i = 0; i < kd; ++i) {
+      float* s = st + i * vd;
+      const float ki = k[i], qi = p.scale * q[i];
+      for (int64_t j = 0; j < vd; ++j) {
+        s[j] = decay * s[j] + ki * delta[j];
+        out[j] += qi * s[j];
+      }
+    }
+    return;
+  }
+  // Chunks of c rows from state S0: with G the running sum of g within the chunk,
+  //   delta_t = beta_t (v_t - e^G_t S0^T k_t - sum_{s<t} e^(G_t - G_s) (k_s.k_t) delta_s)
+  //   out_t = e^G_t S0^T q_t + sum_{s<=t} e^(G_t - G_s) (k_s.q_t) delta_s   (q scaled)
+  //   S = e^G_last S0 + sum_s e^(G_last - G_s) k_s delta_s^T
+  // so S is read for all the chunk's rows at once and written once.
+  const int64_t chunk = std::min<int64_t>(p.chunk, n);
+  std::vector<float> g(chunk), beta(chunk), kk(chunk * chunk), kq(chunk * chunk);
+  std::vector<float> sk(chunk * vd), sq(chunk * vd), delta(chunk * vd), qs(chunk * kd);
+  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+    const int64_t c = std::min(chunk, n - c0);
+    float total = 0.0f;
+    for (int64_t t = 0; t < c; ++t) {
+      total += gate(r0 + c0 + t);
+      g[t] = total;
+      beta[t] = beta_of(r0 + c0 + t);
+      const float* q = q_of(r0 + c0 + t);
+      for (int64_t i = 0; i < kd; ++i) qs[t * kd + i] = p.scale * q[i];
+    }
+    // k_s.k_t (s < t) and k_s.q_t (s <= t).
+    for (int64_t t = 0; t < c; ++t) {
+      const float* kt = k_of(r0 + c0 + t);
+      const float* qt = qs.data() + t * kd;
+      for (int64_t s2 = 0; s2 <= t; ++s2) {
+        const float* ks = k_of(r0 + c0 + s2);
+        float dk = 0.0f, dq = 0.0f;
+        for (int64_t i = 0; i < kd; ++i) {
+          dk += ks[i] * kt[i];
+          dq += ks[i] * qt[i];
+        }
+        kk[t * chunk + s2] = dk;
+        kq[t * chunk + s2] = dq;
+      }
+    }
+    // S0^T k_t and S0^T q_t, S0's rows read once for the chunk.
+    std::fill(sk.begin(), sk.begin() + c * vd, 0.0f);
+    std::fill(sq.begin(), sq.begin() + c * vd, 0.0f);
+    for (int64_t i = 0; i < kd; ++i) {
+      const float* s = st + i * vd;
+      for (int64_t t = 0; t < c; ++t) {
+        const float ki = k_of(r0 + c0 + t)[i], qi = qs[t * kd + i];
+        float* a = sk.data() + t * vd;
+        float* b = sq.data() + t * vd;
+        for (int64_t j = 0; j < vd; ++j) {
+          a[j] += ki * s[j];
+          b[j] += qi * s[j];
+        }
+      }
+    }
+    for (int64_t t = 0; t < c; ++t) {
+      float* d = delta.data() + t * vd;
+      const float* v = v_of(r0 + c0 + t);
+      const float et = std::exp(g[t]);
+      for (int64_t j = 0; j < vd; ++j) d[j] = v[j] - et * sk[t * vd + j];
+      for (int64_t s2 = 0; s2 < t; ++s2) {
+        const float w = std::exp(g[t] - g[s2]) * kk[t * chunk + s2];
+        const float* ds = delta.data() + s2 * vd;
+        for (int64_t j = 0; j < vd; ++j) d[j] -= w * ds[j];
+      }
+      for (int64_t j = 0; j < vd; ++j) d[j] *= beta[t];
+      float* out = out_of(r0 + c0 + t);
+      for (int64_t j = 0; j < vd; ++j) out[j] = et * sq[t * vd + j];
+      for (int64_t s2 = 0; s2 <= t; ++s2) {
+        const float w = std::exp(g[t] - g[s2]) * kq[t * chunk + s2];
+        const float* ds = delta.data() + s2 * vd;
+        for (int64_t j = 0; j < vd; ++j) out[j] += w * ds[j];
+      }
+    }
+    const float last = g[c - 1];
+    const float e_last = std::exp(last);
+    for (int64_t t = 0; t < c; ++t) {
+      float* d = delta.data() + t * vd;
+      const float w = std::exp(last - g[t]);
+      for (int64_t j = 0; j < vd; ++j) d[j] *= w;
+    }
+    for (int64_t i = 0; i < kd; ++i) {
+      float* s = st + i * vd;
+      for (int64_t j = 0; j < vd; ++j) s[j] *= e_last;
+      for (int64_t t = 0; t < c; ++t) {
+        const float ki = k_of(r0 + c0 + t)[i];
+        const float* d = delta.data() + t * vd;
+        for (int64_t j = 0; j < vd; ++j) s[j] += ki * d[j];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::GatedDeltaRule(const GatedDeltaRuleParams& p) {
+  auto trace = Trace("gated_delta_rule");
+  if (p.rows <= 0) return;
+  // Runs of adjacent rows of one slot; a task is one value head of one run.
+  std::vector<std::pair<int64_t, int64_t>> runs;  // (first row, rows)
+  for (int64_t r = 0; r < p.rows; ++r) {
+    if (!runs.empty() && p.slots[r] == p.slots[runs.back().first] &&
+        p.positions[r] == p.positions[r - 1] + 1) {
+      ++runs.back().second;
+    } else {
+      runs.push_back({r, 1});
+    }
+  }
+  const int64_t head_state = static_cast<int64_t>(p.k_dim) * p.v_dim;
+  const int64_t tasks = static_cast<int64_t>(runs.size()) * p.v_heads;
+  auto run = [&](int64_t task) {
+    const auto [r0, n] = runs[task / p.v_heads];
+    const int h = static_cast<int>(task % p.v_heads);
+    float* st = p.states + (static_cast<int64_t>(p.slots[r0]) * p.v_heads + h) * head_state;
+    if (p.positions[r0] == 0) std::fill(st, st + head_state, 0.0f);
+    DeltaRuleRun(p, r0, n, h, st);
+  };
+  Split(pool_, tasks, p.rows * p.v_heads * head_state * 3, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) run(t);
+  });
+}
+
+void CpuBackend::GatedRmsNorm(const GatedRmsNormParams& p) {
+  auto trace = Trace("gated_rms_norm");
+  Split(pool_, p.groups, p.groups * p.dim, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const float* x = p.x + g * p.dim;
+      const float* z = p.z + g * p.dim;
+      float* out = p.out + g * p.dim;
+      float ss = 0.0f;
+      for (int64_t i = 0; i < p.dim; ++i) ss += x[i] * x[i];
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(p.dim) + p.eps);
+      for (int64_t i = 0; i < p.dim; ++i) {
+        const float zi = z[i];
+        out[i] = p.weight[i] * (x[i] * inv) * (zi / (1.0f + std::exp(-zi)));
+      }
+    }
+  });
 }
 
 std::unique_ptr<Backend> MakeCpuBackend(ThreadPool* pool) {

@@ -84,6 +84,13 @@ class CpuBackend : public Backend {
   // swiglu end, then down), the experts one after another, each matmul over the pool.
   bool SupportsMoe() const override { return true; }
   void MoeFeedForward(const MoeFeedForwardParams& p) override;
+  // The recurrent layers' ops. GatedDeltaRule: a task per value head of each run of a slot's
+  // adjacent rows; a run of one row is the recurrence, longer runs go in chunks.
+  bool SupportsRecurrent() const override { return true; }
+  void CausalConv(const CausalConvParams& p) override;
+  void L2Norm(const L2NormParams& p) override;
+  void GatedDeltaRule(const GatedDeltaRuleParams& p) override;
+  void GatedRmsNorm(const GatedRmsNormParams& p) override;
   void Synchronize() override {}
   // Host clock times of each op (the ops are synchronous).
   bool SetOpTrace(bool on) override;

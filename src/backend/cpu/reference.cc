@@ -218,9 +218,11 @@ void ReferenceAttention(const AttentionParams& p) {
 void ReferenceGlu(const GluParams& p) {
   for (int64_t i = 0; i < p.n; ++i) {
     double g = p.gate[i];
-    double a = p.act == Activation::kSilu
-                   ? g / (1.0 + std::exp(-g))
-                   : 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
+    double a =
+        p.act == Activation::kSilu ? g / (1.0 + std::exp(-g))
+        : p.act == Activation::kSigmoid
+            ? 1.0 / (1.0 + std::exp(-g))
+            : 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
     p.out[i] = static_cast<float>(a * p.up[i]);
   }
 }
@@ -296,9 +298,121 @@ void ReferenceMoeFeedForward(const MoeFeedForwardParams& p) {
         sum[c] += weight[j] * y;
       }
     }
+    if (p.shared_ffn > 0) {
+      double scale = 1.0;
+      if (p.shared_scale) {
+        double s = 0.0;
+        for (int64_t c = 0; c < dim; ++c)
+          s += static_cast<double>(x[c]) * ReferenceWeightAt(*p.shared_scale, 0, c);
+        scale = 1.0 / (1.0 + std::exp(-s));
+      }
+      std::vector<double> hs(p.shared_ffn);
+      for (int64_t i = 0; i < p.shared_ffn; ++i) {
+        double g = 0.0, u = 0.0;
+        for (int64_t c = 0; c < dim; ++c) {
+          g += static_cast<double>(x[c]) * ReferenceWeightAt(*p.shared_gate, i, c);
+          u += static_cast<double>(x[c]) * ReferenceWeightAt(*p.shared_up, i, c);
+        }
+        hs[i] = g / (1.0 + std::exp(-g)) * u;
+      }
+      for (int64_t c = 0; c < dim; ++c) {
+        double y = 0.0;
+        for (int64_t i = 0; i < p.shared_ffn; ++i)
+          y += hs[i] * ReferenceWeightAt(*p.shared_down, c, i);
+        sum[c] += scale * y;
+      }
+    }
     float* out = p.out + r * dim;
     for (int64_t c = 0; c < dim; ++c) {
       out[c] = static_cast<float>((p.accumulate ? out[c] : 0.0) + sum[c]);
+    }
+  }
+}
+
+namespace {
+double Silu(double x) { return x / (1.0 + std::exp(-x)); }
+double Softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
+}  // namespace
+
+void ReferenceCausalConv(const CausalConvParams& p) {
+  const int64_t c_n = p.channels;
+  const int tail = p.kernel - 1;
+  std::vector<float> in(p.x, p.x + (p.rows > 0 ? (p.rows - 1) * p.row_stride + c_n : 0));
+  for (int64_t r = 0; r < p.rows; ++r) {
+    float* state = p.states + static_cast<int64_t>(p.slots[r]) * tail * c_n;
+    if (p.positions[r] == 0) std::fill(state, state + tail * c_n, 0.0f);
+    for (int64_t c = 0; c < c_n; ++c) {
+      const float now = in[r * p.row_stride + c];
+      double sum = 0.0;
+      for (int j = 0; j < tail; ++j)
+        sum += static_cast<double>(p.weight[c * p.kernel + j]) * state[j * c_n + c];
+      sum += static_cast<double>(p.weight[c * p.kernel + tail]) * now;
+      p.x[r * p.row_stride + c] = static_cast<float>(Silu(sum));
+      for (int j = 0; j + 1 < tail; ++j) state[j * c_n + c] = state[(j + 1) * c_n + c];
+      state[(tail - 1) * c_n + c] = now;
+    }
+  }
+}
+
+void ReferenceL2Norm(const L2NormParams& p) {
+  for (int64_t r = 0; r < p.rows; ++r) {
+    for (int h = 0; h < p.heads; ++h) {
+      float* x = p.x + r * p.row_stride + static_cast<int64_t>(h) * p.dim;
+      double ss = 0.0;
+      for (int i = 0; i < p.dim; ++i) ss += static_cast<double>(x[i]) * x[i];
+      const double inv = 1.0 / std::sqrt(ss + p.eps);
+      for (int i = 0; i < p.dim; ++i) x[i] = static_cast<float>(x[i] * inv);
+    }
+  }
+}
+
+// Row by row, the recurrence itself, with the state in double between rows of a step (stored
+// back as float32 after each row, as a step's state is).
+void ReferenceGatedDeltaRule(const GatedDeltaRuleParams& p) {
+  const int group = p.v_heads / p.k_heads;
+  const int64_t kd = p.k_dim, vd = p.v_dim;
+  std::vector<double> s(kd * vd), kv(vd);
+  for (int64_t r = 0; r < p.rows; ++r) {
+    float* states = p.states + static_cast<int64_t>(p.slots[r]) * p.v_heads * kd * vd;
+    if (p.positions[r] == 0) std::fill(states, states + p.v_heads * kd * vd, 0.0f);
+    for (int h = 0; h < p.v_heads; ++h) {
+      float* st = states + static_cast<int64_t>(h) * kd * vd;
+      const float* q = p.q + r * p.qk_stride + static_cast<int64_t>(h / group) * kd;
+      const float* k = p.k + r * p.qk_stride + static_cast<int64_t>(h / group) * kd;
+      const float* v = p.v + r * p.v_stride + static_cast<int64_t>(h) * vd;
+      const double g = -std::exp(static_cast<double>(p.a_log[h])) *
+                       Softplus(static_cast<double>(p.a[r * p.ab_stride + h]) + p.dt_bias[h]);
+      const double beta = 1.0 / (1.0 + std::exp(-static_cast<double>(p.b[r * p.ab_stride + h])));
+      const double decay = std::exp(g);
+      for (int64_t i = 0; i < kd * vd; ++i) s[i] = st[i] * decay;
+      std::fill(kv.begin(), kv.end(), 0.0);
+      for (int64_t i = 0; i < kd; ++i)
+        for (int64_t j = 0; j < vd; ++j) kv[j] += s[i * vd + j] * k[i];
+      for (int64_t j = 0; j < vd; ++j) kv[j] = beta * (v[j] - kv[j]);
+      float* out = p.out + (r * p.v_heads + h) * vd;
+      for (int64_t j = 0; j < vd; ++j) {
+        double o = 0.0;
+        for (int64_t i = 0; i < kd; ++i) {
+          s[i * vd + j] += k[i] * kv[j];
+          o += s[i * vd + j] * p.scale * q[i];
+        }
+        out[j] = static_cast<float>(o);
+      }
+      for (int64_t i = 0; i < kd * vd; ++i) st[i] = static_cast<float>(s[i]);
+    }
+  }
+}
+
+void ReferenceGatedRmsNorm(const GatedRmsNormParams& p) {
+  for (int64_t g = 0; g < p.groups; ++g) {
+    const float* x = p.x + g * p.dim;
+    const float* z = p.z + g * p.dim;
+    double ss = 0.0;
+    for (int64_t i = 0; i < p.dim; ++i) ss += static_cast<double>(x[i]) * x[i];
+    const double inv = 1.0 / std::sqrt(ss / p.dim + p.eps);
+    float* out = p.out + g * p.dim;
+    for (int64_t i = 0; i < p.dim; ++i) {
+      out[i] = static_cast<float>(x[i] * inv * p.weight[i] * Silu(z[i]));
     }
   }
 }

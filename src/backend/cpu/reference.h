@@ -29,5 +29,11 @@ void ReferenceAdd(const AddParams& p);
 void ReferenceGatherRows(const GatherRowsParams& p);
 // Routing and experts in double, row by row (plain-format weights only).
 void ReferenceMoeFeedForward(const MoeFeedForwardParams& p);
+// The recurrent layers' ops in double; the gated delta rule row by row (the recurrence, never
+// chunked), its state in double within a row.
+void ReferenceCausalConv(const CausalConvParams& p);
+void ReferenceL2Norm(const L2NormParams& p);
+void ReferenceGatedDeltaRule(const GatedDeltaRuleParams& p);
+void ReferenceGatedRmsNorm(const GatedRmsNormParams& p);
 
 }  // namespace gizllm

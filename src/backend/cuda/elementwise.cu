@@ -180,6 +180,8 @@ __global__ void GluKernel(float* out, const float* gate, const float* up, int64_
   float a;
   if constexpr (kAct == Activation::kSilu) {
     a = g / (1.0f + expf(-g));
+  } else if constexpr (kAct == Activation::kSigmoid) {
+    a = 1.0f / (1.0f + expf(-g));
   } else {  // gelu_pytorch_tanh
     a = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
   }
@@ -295,8 +297,9 @@ void LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream) {
 
 void LaunchGlu(const GluParams& p, cudaStream_t stream, void* out_bf16) {
   if (p.n == 0) return;
-  auto kernel = p.act == Activation::kSilu ? GluKernel<Activation::kSilu>
-                                             : GluKernel<Activation::kGeluTanh>;
+  auto kernel = p.act == Activation::kSilu      ? GluKernel<Activation::kSilu>
+                : p.act == Activation::kSigmoid ? GluKernel<Activation::kSigmoid>
+                                                : GluKernel<Activation::kGeluTanh>;
   LaunchDependent(kernel, dim3(Blocks(p.n, 256)), dim3(256), 0, stream, p.out, p.gate, p.up, p.n,
                   static_cast<__nv_bfloat16*>(out_bf16));
   GZ_CUDA_LAUNCHED();

@@ -21,7 +21,7 @@ std::string Shown(const json& j) { return JsonExcerpt(j, /*limit=*/60); }
 }  // namespace
 
 Status ReadRope(const ConfigReader& config, double default_theta, int head_dim,
-                std::string_view layer_type, Rope* rope) {
+                std::string_view layer_type, Rope* rope, double default_partial) {
   std::optional<ConfigReader> params;
   double theta = default_theta;
   if (config.Has("rope_parameters")) {
@@ -86,7 +86,7 @@ Status ReadRope(const ConfigReader& config, double default_theta, int head_dim,
     GZ_ASSIGN_OR_RETURN(partial, params->Double("partial_rotary_factor"));
     partial_field = params->Path("partial_rotary_factor");
   } else {
-    GZ_ASSIGN_OR_RETURN(partial, config.Double("partial_rotary_factor", 1.0));
+    GZ_ASSIGN_OR_RETURN(partial, config.Double("partial_rotary_factor", default_partial));
   }
   // As transformers: int(head_dim * partial_rotary_factor).
   const int dims = static_cast<int>(head_dim * partial);
@@ -286,8 +286,8 @@ Status ReadDecoder(const ConfigReader& config, const FamilyDefaults& defaults, A
     }
     GZ_RETURN_IF_ERROR(ReadLayerKinds(config, defaults, arch));
   }
-  GZ_RETURN_IF_ERROR(
-      ReadRope(config, defaults.rope_theta, arch->head_dim, "full_attention", &arch->rope));
+  GZ_RETURN_IF_ERROR(ReadRope(config, defaults.rope_theta, arch->head_dim, "full_attention",
+                              &arch->rope, defaults.partial_rotary_factor));
 
   GZ_ASSIGN_OR_RETURN(arch->norm_eps, config.Double("rms_norm_eps", defaults.norm_eps));
   if (!(arch->norm_eps > 0 && arch->norm_eps < 1)) {
@@ -409,6 +409,36 @@ std::string HfDecoderTensorName(const std::string& prefix, TensorRole role, int 
       return l + "mlp.experts.gate_up_proj";
     case TensorRole::kExpertsDown:
       return l + "mlp.experts.down_proj";
+    case TensorRole::kSharedGate:
+      return l + "mlp.shared_expert.gate_proj.weight";
+    case TensorRole::kSharedUp:
+      return l + "mlp.shared_expert.up_proj.weight";
+    case TensorRole::kSharedDown:
+      return l + "mlp.shared_expert.down_proj.weight";
+    case TensorRole::kSharedExpertGate:
+      return l + "mlp.shared_expert_gate.weight";
+    case TensorRole::kRecurrentQkv:
+      return l + "linear_attn.in_proj_qkv.weight";
+    case TensorRole::kRecurrentZ:
+      return l + "linear_attn.in_proj_z.weight";
+    case TensorRole::kRecurrentB:
+      return l + "linear_attn.in_proj_b.weight";
+    case TensorRole::kRecurrentA:
+      return l + "linear_attn.in_proj_a.weight";
+    case TensorRole::kRecurrentQkvz:
+      return l + "linear_attn.in_proj_qkvz.weight";
+    case TensorRole::kRecurrentBa:
+      return l + "linear_attn.in_proj_ba.weight";
+    case TensorRole::kRecurrentConv:
+      return l + "linear_attn.conv1d.weight";
+    case TensorRole::kRecurrentALog:
+      return l + "linear_attn.A_log";
+    case TensorRole::kRecurrentDtBias:
+      return l + "linear_attn.dt_bias";
+    case TensorRole::kRecurrentNorm:
+      return l + "linear_attn.norm.weight";
+    case TensorRole::kRecurrentOut:
+      return l + "linear_attn.out_proj.weight";
   }
   return "";
 }

@@ -49,6 +49,7 @@ struct FamilyDefaults {
   double rope_theta = 10000.0;
   int64_t context = 2048;              // max_position_embeddings
   double norm_eps = 1e-6;              // rms_norm_eps
+  double partial_rotary_factor = 1.0;  // where config.json leaves it out (Qwen3-Next: 0.25)
   bool tied_head = false;              // tie_word_embeddings
   bool sliding_window_fields = false;  // use_sliding_window / max_window_layers (Qwen2, Qwen3)
   int64_t max_window_layers = 28;
@@ -69,7 +70,7 @@ Status ReadDecoder(const ConfigReader& config, const FamilyDefaults& defaults, A
 // Rotary frequencies from `config`'s rope fields: transformers 5's rope_parameters (flat, or the
 // entry for `layer_type` when keyed by layer type) or the older rope_theta and rope_scaling.
 Status ReadRope(const ConfigReader& config, double default_theta, int head_dim,
-                std::string_view layer_type, Rope* rope);
+                std::string_view layer_type, Rope* rope, double default_partial = 1.0);
 
 // Fields that change what a model computes. A recipe lists those it implements in `read`; any
 // other one present with a value other than its neutral one (absent, null, false, 0 or 1 as the
@@ -96,5 +97,11 @@ const Family& Gemma2Family();      // gemma2, Gemma2ForCausalLM
 const Family& Gemma3TextFamily();  // gemma3_text, Gemma3ForCausalLM
 const Family& Gemma3Family();      // gemma3, Gemma3ForConditionalGeneration: its text model
 const Family& Qwen3MoeFamily();    // qwen3_moe, Qwen3MoeForCausalLM
+// Hybrids of recurrent (gated delta net) and gated attention layers (families/qwen3_next.cc).
+const Family& Qwen3NextFamily();       // qwen3_next, Qwen3NextForCausalLM
+const Family& Qwen3_5TextFamily();     // qwen3_5_text, Qwen3_5ForCausalLM
+const Family& Qwen3_5Family();         // qwen3_5, Qwen3_5ForConditionalGeneration: its text model
+const Family& Qwen3_5MoeTextFamily();  // qwen3_5_moe_text, Qwen3_5MoeForCausalLM
+const Family& Qwen3_5MoeFamily();      // qwen3_5_moe, Qwen3_5MoeForConditionalGeneration
 
 }  // namespace gizllm

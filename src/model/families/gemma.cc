@@ -41,8 +41,8 @@ Status ReadGemma(const ConfigReader& config, Version version, Arch* arch) {
   }
   GZ_RETURN_IF_ERROR(ReadDecoder(config, defaults, arch, /*checks_layers=*/false));
   // transformers reads hidden_activation (hidden_act is Gemma 1's older spelling).
-  const std::string_view act_field = config.Has("hidden_activation") ? "hidden_activation"
-                                                                     : "hidden_act";
+  const std::string_view act_field =
+      config.Has("hidden_activation") ? "hidden_activation" : "hidden_act";
   GZ_ASSIGN_OR_RETURN(std::string act, config.String(act_field, "gelu_pytorch_tanh"));
   if (act != "gelu_pytorch_tanh" && act != "gelu_tanh") {
     return config.Error(StatusCode::kUnimplemented, act_field,
@@ -79,9 +79,9 @@ Status ReadGemma(const ConfigReader& config, Version version, Arch* arch) {
   GZ_ASSIGN_OR_RETURN(arch->logit_softcap, cap("final_logit_softcapping", gemma3 ? 0.0 : 30.0));
   GZ_ASSIGN_OR_RETURN(int64_t window, config.Int("sliding_window", 4096));
   if (window <= 0 || window > kMaxContext) {
-    return config.Error(StatusCode::kInvalidArgument, "sliding_window",
-                        "must be in [1, " + std::to_string(kMaxContext) + "], got " +
-                            std::to_string(window));
+    return config.Error(
+        StatusCode::kInvalidArgument, "sliding_window",
+        "must be in [1, " + std::to_string(kMaxContext) + "], got " + std::to_string(window));
   }
 
   // Which layers slide: layer_types, or every layer but each sliding_window_pattern-th.
@@ -143,8 +143,8 @@ Status ReadGemma(const ConfigReader& config, Version version, Arch* arch) {
       spec.attention.rope = 1;
     }
   }
-  static constexpr std::string_view kRead[] = {
-      "attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"};
+  static constexpr std::string_view kRead[] = {"attn_logit_softcapping", "final_logit_softcapping",
+                                               "query_pre_attn_scalar"};
   return RefuseUnimplemented(config, kRead);
 }
 
@@ -197,14 +197,14 @@ const Family& Gemma2Family() {
 }
 
 const Family& Gemma3TextFamily() {
-  static constexpr Family kGemma3Text{"gemma3", "gemma3_text", "Gemma3ForCausalLM",
-                                      &ReadGemma3Text, &GemmaTensorName};
+  static constexpr Family kGemma3Text{"gemma3", "gemma3_text", "Gemma3ForCausalLM", &ReadGemma3Text,
+                                      &GemmaTensorName};
   return kGemma3Text;
 }
 
 const Family& Gemma3Family() {
-  static constexpr Family kGemma3{"gemma3", "gemma3", "Gemma3ForConditionalGeneration",
-                                  &ReadGemma3, &GemmaTensorName};
+  static constexpr Family kGemma3{"gemma3", "gemma3", "Gemma3ForConditionalGeneration", &ReadGemma3,
+                                  &GemmaTensorName};
   return kGemma3;
 }
 

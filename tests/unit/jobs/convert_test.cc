@@ -381,5 +381,18 @@ TEST_F(ConvertTest, RefusesMixtureOfExperts) {
   EXPECT_FALSE(fs::exists(root_ / "out"));
 }
 
+// A model with recurrent layers (Qwen3.5) is refused, naming them.
+TEST_F(ConvertTest, RefusesRecurrentLayers) {
+  nlohmann::json config = nlohmann::json::parse(*ReadFile((root_ / "hf/config.json").string()));
+  config["architectures"] = {"Qwen3_5ForCausalLM"};
+  config["model_type"] = "qwen3_5_text";
+  config["full_attention_interval"] = 2;
+  WriteText(root_ / "hf/config.json", config.dump());
+  Status s = Convert(Options("4", "out")).status();
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.message();
+  EXPECT_NE(s.message().find("recurrent layers"), std::string::npos) << s.message();
+  EXPECT_FALSE(fs::exists(root_ / "out"));
+}
+
 }  // namespace
 }  // namespace gizllm::quant

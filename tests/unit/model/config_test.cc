@@ -472,9 +472,8 @@ TEST(ConfigTest, Gemma3TextRopeParametersAndRefusals) {
   c["num_hidden_layers"] = 3;
   c["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention"};
   c.erase("rope_scaling");
-  c["rope_parameters"] = {
-      {"full_attention", {{"rope_type", "default"}, {"rope_theta", 5e5}}},
-      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 2e4}}}};
+  c["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 5e5}}},
+                          {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 2e4}}}};
   c["final_logit_softcapping"] = 30.0;
   c["attn_logit_softcapping"] = 50.0;  // transformers' Gemma 3 does not apply it
   auto arch = ParseArch(c, "config.json");
@@ -827,6 +826,182 @@ TEST(ConfigTest, Qwen3MoeRefusals) {
   c = Qwen25Config();
   c["num_experts"] = 8;
   ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented, {"num_experts"});
+}
+
+}  // namespace
+}  // namespace gizllm
+
+namespace gizllm {
+namespace {
+
+// Qwen3-Next-80B-A3B-Instruct's config.json.
+json Qwen3NextConfig() {
+  return json::parse(R"({
+    "architectures": ["Qwen3NextForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645,
+    "full_attention_interval": 4, "head_dim": 256, "hidden_act": "silu", "hidden_size": 2048,
+    "initializer_range": 0.02, "intermediate_size": 5120, "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+    "linear_value_head_dim": 128, "max_position_embeddings": 262144, "mlp_only_layers": [],
+    "model_type": "qwen3_next", "moe_intermediate_size": 512, "norm_topk_prob": true,
+    "num_attention_heads": 16, "num_experts": 512, "num_experts_per_tok": 10,
+    "num_hidden_layers": 48, "num_key_value_heads": 2, "output_router_logits": false,
+    "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-06, "rope_scaling": null,
+    "rope_theta": 10000000, "router_aux_loss_coef": 0.001, "shared_expert_intermediate_size": 512,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
+    "use_sliding_window": false, "vocab_size": 151936})");
+}
+
+TEST(ConfigTest, Qwen3Next80BA3B) {
+  auto arch = ParseArch(Qwen3NextConfig(), "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->family, "qwen3_next");
+  EXPECT_EQ(arch->layers, 48);
+  EXPECT_EQ(arch->rope.theta, 1e7);
+  EXPECT_EQ(arch->rope.rotary_dims, 64);  // 256 * 0.25
+  EXPECT_EQ(arch->norm_offset, 1.0f);
+  EXPECT_EQ(arch->mtp_prefix, "mtp.");
+  EXPECT_TRUE(HasRecurrent(*arch));
+  for (int l = 0; l < 48; ++l) {
+    const LayerSpec& spec = arch->layer[l];
+    EXPECT_EQ(spec.IsRecurrent(), (l + 1) % 4 != 0) << l;
+    EXPECT_TRUE(spec.IsMoe());
+    EXPECT_EQ(spec.moe.experts, 512);
+    EXPECT_EQ(spec.moe.experts_per_token, 10);
+    EXPECT_EQ(spec.moe.shared_ffn, 512);
+    EXPECT_TRUE(spec.moe.shared_gate);
+    EXPECT_TRUE(spec.moe.norm_topk_prob);
+  }
+  const LayerSpec& attention = arch->layer[3];
+  EXPECT_TRUE(attention.attention.output_gate);
+  EXPECT_TRUE(attention.attention.qk_norm);
+  EXPECT_EQ(TensorShape(*arch, TensorRole::kQ, 3), (std::vector<int64_t>{2 * 16 * 256, 2048}));
+  const RecurrentSpec& r = arch->layer[0].recurrent;
+  EXPECT_TRUE(r.fused_projections);
+  EXPECT_EQ(r.k_heads, 16);
+  EXPECT_EQ(r.v_heads, 32);
+  EXPECT_EQ(r.k_dim, 128);
+  EXPECT_EQ(r.v_dim, 128);
+  EXPECT_EQ(r.kernel, 4);
+  EXPECT_EQ(r.ConvDim(), 2 * 2048 + 4096);
+  EXPECT_EQ(TensorName(*arch, TensorRole::kRecurrentQkvz, 0),
+            "model.layers.0.linear_attn.in_proj_qkvz.weight");
+  EXPECT_EQ(TensorShape(*arch, TensorRole::kRecurrentQkvz, 0),
+            (std::vector<int64_t>{2 * 2048 + 2 * 4096, 2048}));
+  EXPECT_EQ(TensorShape(*arch, TensorRole::kRecurrentBa, 0), (std::vector<int64_t>{64, 2048}));
+  EXPECT_EQ(TensorShape(*arch, TensorRole::kRecurrentConv, 0), (std::vector<int64_t>{8192, 1, 4}));
+  EXPECT_EQ(TensorName(*arch, TensorRole::kRecurrentALog, 0), "model.layers.0.linear_attn.A_log");
+  EXPECT_EQ(TensorName(*arch, TensorRole::kSharedExpertGate, 5),
+            "model.layers.5.mlp.shared_expert_gate.weight");
+  EXPECT_EQ(TensorShape(*arch, TensorRole::kSharedDown, 5), (std::vector<int64_t>{2048, 512}));
+  const std::vector<TensorRole> roles = LayerRoles(*arch, 0);
+  EXPECT_NE(std::find(roles.begin(), roles.end(), TensorRole::kRecurrentQkvz), roles.end());
+  EXPECT_EQ(std::find(roles.begin(), roles.end(), TensorRole::kQ), roles.end());
+  EXPECT_NE(std::find(roles.begin(), roles.end(), TensorRole::kSharedExpertGate), roles.end());
+
+  // layer_types instead of the interval; partial_rotary_factor's class default.
+  json c = Qwen3NextConfig();
+  c["num_hidden_layers"] = 3;
+  c["layer_types"] = {"full_attention", "linear_attention", "full_attention"};
+  c.erase("partial_rotary_factor");
+  arch = ParseArch(c, "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_FALSE(arch->layer[0].IsRecurrent());
+  EXPECT_TRUE(arch->layer[1].IsRecurrent());
+  EXPECT_FALSE(arch->layer[2].IsRecurrent());
+  EXPECT_EQ(arch->rope.rotary_dims, 64);
+}
+
+TEST(ConfigTest, Qwen3NextRefusals) {
+  json c = Qwen3NextConfig();
+  c["linear_num_value_heads"] = 24;
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument,
+              {"linear_num_value_heads", "24"});
+  c = Qwen3NextConfig();
+  c["linear_conv_kernel_dim"] = 1;
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument,
+              {"linear_conv_kernel_dim"});
+  c = Qwen3NextConfig();
+  c["num_hidden_layers"] = 2;
+  c["layer_types"] = {"linear_attention", "sliding_attention"};
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented, {"layer_types[1]"});
+  c = Qwen3NextConfig();
+  c["layer_types"] = {"linear_attention"};
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument, {"layer_types"});
+  c = Qwen3NextConfig();
+  c["hidden_act"] = "gelu";
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented, {"hidden_act"});
+}
+
+// Qwen3.5-35B-A3B's config.json (Qwen3_5MoeForConditionalGeneration), its vision_config cut.
+json Qwen3_5MoeConfig() {
+  json text = json::parse(R"({
+    "model_type": "qwen3_5_moe_text", "attention_bias": false, "attn_output_gate": true,
+    "full_attention_interval": 4, "head_dim": 256, "hidden_act": "silu", "hidden_size": 2048,
+    "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32, "linear_value_head_dim": 128,
+    "max_position_embeddings": 262144, "moe_intermediate_size": 512, "mtp_num_hidden_layers": 1,
+    "num_attention_heads": 16, "num_experts": 256, "num_experts_per_tok": 8,
+    "num_hidden_layers": 40, "num_key_value_heads": 2, "rms_norm_eps": 1e-06,
+    "rope_parameters": {"mrope_interleaved": true, "mrope_section": [11, 11, 10],
+                        "rope_type": "default", "rope_theta": 10000000,
+                        "partial_rotary_factor": 0.25},
+    "shared_expert_intermediate_size": 512, "vocab_size": 248320, "eos_token_id": 248044})");
+  json c = {{"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
+            {"model_type", "qwen3_5_moe"},
+            {"text_config", text},
+            {"vision_config", {{"depth", 27}, {"hidden_size", 1152}}},
+            {"tie_word_embeddings", false},
+            {"image_token_id", 248056}};
+  return c;
+}
+
+TEST(ConfigTest, Qwen3_5Moe35BA3B) {
+  auto arch = ParseArch(Qwen3_5MoeConfig(), "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->family, "qwen3_5_moe");
+  EXPECT_EQ(arch->architecture, "Qwen3_5MoeForConditionalGeneration");
+  EXPECT_EQ(arch->layers, 40);
+  EXPECT_EQ(arch->vocab, 248320);
+  EXPECT_EQ(arch->rope.rotary_dims, 64);
+  EXPECT_EQ(arch->prefixes[0], "model.language_model.");
+  EXPECT_EQ(arch->skipped_prefixes, std::vector<std::string>{"model.visual."});
+  EXPECT_EQ(arch->eos, std::vector<int32_t>{248044});
+  for (int l = 0; l < 40; ++l) {
+    const LayerSpec& spec = arch->layer[l];
+    EXPECT_EQ(spec.IsRecurrent(), (l + 1) % 4 != 0) << l;
+    EXPECT_TRUE(spec.IsMoe());
+    EXPECT_EQ(spec.moe.experts, 256);
+    EXPECT_EQ(spec.moe.experts_per_token, 8);
+    EXPECT_TRUE(spec.moe.norm_topk_prob);  // Qwen3.5-MoE's router always renormalizes
+    EXPECT_EQ(spec.moe.shared_ffn, 512);
+  }
+  EXPECT_FALSE(arch->layer[0].recurrent.fused_projections);
+  EXPECT_EQ(TensorName(*arch, TensorRole::kRecurrentQkv, 0),
+            "model.language_model.layers.0.linear_attn.in_proj_qkv.weight");
+  EXPECT_EQ(TensorShape(*arch, TensorRole::kRecurrentQkv, 0), (std::vector<int64_t>{8192, 2048}));
+  EXPECT_EQ(TensorShape(*arch, TensorRole::kRecurrentZ, 0), (std::vector<int64_t>{4096, 2048}));
+  EXPECT_EQ(TensorShape(*arch, TensorRole::kRecurrentOut, 0), (std::vector<int64_t>{2048, 4096}));
+  // A 60 MB state a sequence: 30 recurrent layers of (3 x 8192 + 32 x 128 x 128) floats.
+  EXPECT_EQ(arch->layer[0].recurrent.StateFloats(), 3 * 8192 + 32 * 128 * 128);
+
+  // The dense Qwen3.5 text class; mrope_section must fit the rotary frequencies.
+  json text = Qwen3_5MoeConfig()["text_config"];
+  text["model_type"] = "qwen3_5_text";
+  text.erase("num_experts");
+  text.erase("num_experts_per_tok");
+  text.erase("moe_intermediate_size");
+  text.erase("shared_expert_intermediate_size");
+  text["intermediate_size"] = 17408;
+  text["architectures"] = {"Qwen3_5ForCausalLM"};
+  arch = ParseArch(text, "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->family, "qwen3_5");
+  EXPECT_FALSE(HasMoe(*arch));
+  EXPECT_EQ(arch->layer[0].feed_forward.ffn, 17408);
+  EXPECT_EQ(arch->prefixes[0], "model.");
+  text["rope_parameters"]["mrope_section"] = {11, 11, 11};
+  ExpectError(ParseArch(text, "config.json"), StatusCode::kInvalidArgument, {"mrope_section"});
 }
 
 }  // namespace

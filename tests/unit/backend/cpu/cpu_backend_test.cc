@@ -658,11 +658,11 @@ TEST_F(CpuBackendTest, AttentionMatchesReference) {
       SCOPED_TRACE(KvFormatName(format));
       ThreadPool pool(c.threads);
       CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
-      for (AttentionShape s : {AttentionShape{6, 2, 64, 0}, AttentionShape{4, 4, 37, 0},
-                               AttentionShape{3, 1, 16, 21}, AttentionShape{8, 2, 128, 0},
-                               AttentionShape{10, 2, 24, 0}, AttentionShape{67, 1, 8, 0},
-                               AttentionShape{8, 4, 256, 0}, AttentionShape{4, 2, 32, 0, 0.5f},
-                               AttentionShape{4, 1, 64, 9, 0.2f}}) {
+      for (AttentionShape s :
+           {AttentionShape{6, 2, 64, 0}, AttentionShape{4, 4, 37, 0}, AttentionShape{3, 1, 16, 21},
+            AttentionShape{8, 2, 128, 0}, AttentionShape{10, 2, 24, 0}, AttentionShape{67, 1, 8, 0},
+            AttentionShape{8, 4, 256, 0}, AttentionShape{4, 2, 32, 0, 0.5f},
+            AttentionShape{4, 1, 64, 9, 0.2f}}) {
         // Contexts up to 19 pages: the online softmax runs over several chunks of pages.
         const int slots = 3, max_pages = 19;
         TestCache cache(s.kv_heads, s.head_dim, slots, max_pages, rng_, format);
@@ -690,10 +690,10 @@ TEST_F(CpuBackendTest, AttentionOverPromptRunsMatchesReference) {
       SCOPED_TRACE(KvFormatName(format));
       ThreadPool pool(c.threads);
       CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
-      for (AttentionShape s : {AttentionShape{6, 2, 64, 0}, AttentionShape{4, 4, 32, 0},
-                               AttentionShape{8, 2, 128, 0}, AttentionShape{16, 2, 16, 0},
-                               AttentionShape{6, 2, 48, 21}, AttentionShape{4, 1, 16, 5},
-                               AttentionShape{4, 2, 256, 40}, AttentionShape{4, 1, 16, 5, 0.3f}}) {
+      for (AttentionShape s :
+           {AttentionShape{6, 2, 64, 0}, AttentionShape{4, 4, 32, 0}, AttentionShape{8, 2, 128, 0},
+            AttentionShape{16, 2, 16, 0}, AttentionShape{6, 2, 48, 21}, AttentionShape{4, 1, 16, 5},
+            AttentionShape{4, 2, 256, 40}, AttentionShape{4, 1, 16, 5, 0.3f}}) {
         const int slots = 4, max_pages = 12;
         TestCache cache(s.kv_heads, s.head_dim, slots, max_pages, rng_, format);
         // Runs (slot, first position, rows): one row, a run shorter than a tile, runs of many
@@ -726,7 +726,10 @@ TEST_F(CpuBackendTest, ElementwiseMatchReference) {
       gate[n] = 100.0f;
       std::vector<float> got = Poison(n + 1), want = Poison(n + 1);
       for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
-        GluParams p{.out = got.data() + 1, .gate = gate.data() + 1, .up = up.data() + 1, .n = n,
+        GluParams p{.out = got.data() + 1,
+                    .gate = gate.data() + 1,
+                    .up = up.data() + 1,
+                    .n = n,
                     .act = act};
         backend.Glu(p);
         p.out = want.data() + 1;
@@ -916,6 +919,69 @@ TEST_F(CpuBackendTest, MoeFeedForwardMatchesReference) {
                   << " at " << i;
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// A shared expert (Qwen3-Next, Qwen3.5-MoE) beside the routed ones, gated by sigmoid(x G^T) or
+// ungated, against the reference.
+TEST_F(CpuBackendTest, MoeSharedExpertMatchesReference) {
+  constexpr int kExperts = 5;
+  constexpr int64_t kDim = 29, kFfn = 11, kShared = 19;
+  for (const Config& c : Configs()) {
+    ThreadPool pool(c.threads);
+    CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
+    TestWeight router(Format::kF32, kExperts, kDim, rng_);
+    std::vector<TestWeight> experts;
+    std::vector<Weight> gate, up, down;
+    for (int e = 0; e < kExperts; ++e) {
+      experts.emplace_back(Format::kBf16, kFfn, kDim, rng_);
+      experts.emplace_back(Format::kBf16, kFfn, kDim, rng_);
+      experts.emplace_back(Format::kBf16, kDim, kFfn, rng_);
+    }
+    for (int e = 0; e < kExperts; ++e) {
+      gate.push_back(experts[3 * e].w);
+      up.push_back(experts[3 * e + 1].w);
+      down.push_back(experts[3 * e + 2].w);
+    }
+    TestWeight shared_gate(Format::kBf16, kShared, kDim, rng_);
+    TestWeight shared_up(Format::kBf16, kShared, kDim, rng_);
+    TestWeight shared_down(Format::kBf16, kDim, kShared, rng_);
+    TestWeight scale(Format::kF32, 1, kDim, rng_);
+    for (int64_t rows : {1, 6, 23}) {
+      for (bool gated : {false, true}) {
+        std::vector<float> x = Random(rows * kDim);
+        std::vector<float> got = Poison(rows * kDim), want = got;
+        MoeFeedForwardParams p;
+        p.out = got.data();
+        p.x = x.data();
+        p.rows = rows;
+        p.dim = kDim;
+        p.ffn = kFfn;
+        p.experts = kExperts;
+        p.top_k = 2;
+        p.norm_topk_prob = true;
+        p.router = &router.w;
+        p.gate = gate.data();
+        p.up = up.data();
+        p.down = down.data();
+        p.shared_ffn = kShared;
+        p.shared_gate = &shared_gate.w;
+        p.shared_up = &shared_up.w;
+        p.shared_down = &shared_down.w;
+        p.shared_scale = gated ? &scale.w : nullptr;
+        ASSERT_TRUE(p.Check().ok()) << p.Check().message();
+        MoeFeedForwardParams ref = p;
+        ref.out = want.data();
+        backend.MoeFeedForward(p);
+        ReferenceMoeFeedForward(ref);
+        double top = 0.0;
+        for (float v : want) top = std::max(top, std::fabs(static_cast<double>(v)));
+        for (int64_t i = 0; i < rows * kDim; ++i) {
+          ASSERT_NEAR(got[i], want[i], 2e-5 * top)
+              << Name(c) << " rows " << rows << " gated " << gated << " at " << i;
         }
       }
     }
