@@ -105,9 +105,12 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     }
   }
   if (!backend->SupportsKvFormat(options.kv)) {
+    std::string taken;
+    for (KvFormat f : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8})
+      if (backend->SupportsKvFormat(f)) taken += (taken.empty() ? "" : ", ") + KvFormatName(f);
     return Unimplemented("KV pages of format " + KvFormatName(options.kv) + ": " +
-                         backend->Describe() + " keeps them as " + KvFormatName(KvFormat::kF32) +
-                         " only");
+                         backend->Describe() + " has no kernels for them (it takes " + taken +
+                         ")");
   }
   std::unique_ptr<Model> model(new Model());
   model->dir_ = dir;

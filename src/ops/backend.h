@@ -86,7 +86,7 @@ struct RopeParams {
 };
 
 // The element type of the KV pages: float32; float16 (half the bytes; every key and value
-// rounded to the nearest float16 as it is written); or 8-bit integers (a quarter of the bytes
+// rounded to the nearest float16 as it is written, saturated at +-65504); or 8-bit integers (a quarter of the bytes
 // and a float32 scale per position and kv head: each key or value vector x of head_dim is
 // stored as round(x * 127 / max|x|), with scale max|x| / 127).
 enum class KvFormat : uint8_t { kF32, kF16, kQ8 };

@@ -147,6 +147,16 @@ class CudaBackend : public Backend {
                          "query heads a multiple of kv heads, at most 64 per kv head)");
   }
 
+  // Float32 pages, and fp16 pages (KvFormat::kF16) which every attention kernel, RopeKv and
+  // KvWrite take as they are. fp16 rather than bf16: a key or value is within a few units of
+  // zero (q/k norms, small projections), where fp16 keeps 3 more bits of mantissa (each value
+  // off by at most 2^-11 of itself, against bf16's 2^-8), and its range (+-65504, saturated
+  // beyond) holds them; it is also the CPU's 16-bit format and the tensor-core kernel's operand
+  // type, so a prompt's keys reach the tensor cores as stored, with no conversion.
+  bool SupportsKvFormat(KvFormat f) const override {
+    return f == KvFormat::kF32 || f == KvFormat::kF16;
+  }
+
   void Embed(const EmbedParams& p) override {
     ForgetHandOffs();
     cuda::LaunchEmbed(p, stream_);
@@ -198,10 +208,12 @@ class CudaBackend : public Backend {
 
   bool FusesMatmul() const override { return true; }
   void RopeKv(const RopeKvParams& p) override {
-    // A step of more than one row in fast mode: an fp16 copy of its keys and values for the
-    // tensor-core attention that follows (StepKv).
+    // A step of more than one row in fast mode over float32 pages: an fp16 copy of its keys and
+    // values for the tensor-core attention that follows (StepKv). fp16 pages are read as they
+    // are.
     ForgetHandOffs();
-    if (!options_.exact && p.kv.rows > 1 && p.kv.head_dim % 8 == 0) {
+    if (!options_.exact && p.kv.rows > 1 && p.kv.head_dim % 8 == 0 &&
+        p.kv.cache.format == KvFormat::kF32) {
       const size_t n = static_cast<size_t>(p.kv.rows) * p.kv.kv_heads * p.kv.head_dim;
       char* base = static_cast<char*>(step_kv16_.Get(n * 4));
       step_kv_ = {p.kv.rows, p.kv.cache.keys, p.kv.slots, p.kv.positions, base, base + n * 2};
