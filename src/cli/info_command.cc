@@ -53,6 +53,11 @@ void AddInfoCommand(CLI::App& app, CommandContext& ctx) {
                 static_cast<long long>(a.context), a.tied_head ? "tied to the embedding" : "own");
     for (size_t i = 0; i < a.eos.size(); ++i) std::printf("%s%d", i ? ", " : "", a.eos[i]);
     std::printf("\nparameters   %.2f M\n", m.Parameters() / 1e6);
+    // info loads on the CPU; CUDA keeps f16 pages by default (f32 with --exact).
+    std::printf(
+        "kv pages     %s here, %lld bytes a position (by default f16 on CUDA, f32 on the "
+        "CPU and with --exact)\n",
+        KvFormatName(m.kv_format()).c_str(), static_cast<long long>(m.PageBytes() / kPage));
     std::map<std::string, std::pair<int64_t, int64_t>> by_format;  // tensors, bytes
     int64_t total = 0;
     for (const WeightSummary& w : m.weights()) {

@@ -35,12 +35,13 @@ void ModelOptions::Add(CLI::App* app) {
                 "integer dot products over a copy of the codes repacked at load (faster decode, "
                 "prompts and batches of converted models; needs avx512_vnni)");
   app->add_option("--kv", kv,
-                  "KV cache element type: f32; f16 (half the memory and bytes read per token; "
-                  "keys and values rounded to float16); or q8 (a quarter, plus a scale per "
-                  "position and kv head: each key and value vector in 8-bit steps of its "
-                  "largest magnitude / 127). CPU only")
-      ->check(CLI::IsMember({"f32", "f16", "q8"}))
-      ->default_val("f32");
+                  "KV cache element type: auto (the device's: f16 on CUDA, f32 there with "
+                  "--exact, f32 on the CPU); f32; f16 (half the memory and bytes read per "
+                  "token; keys and values rounded to float16); or q8 (CPU only: a quarter, plus "
+                  "a scale per position and kv head: each key and value vector in 8-bit steps "
+                  "of its largest magnitude / 127)")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "q8"}))
+      ->default_val("auto");
 }
 
 std::string ResolveModelDir(const std::string& model) {
@@ -64,15 +65,19 @@ Expected<std::unique_ptr<Model>> ModelOptions::Load(bool verbose) const {
   GZ_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, OpenBackend(device));
   LoadOptions options;
   options.layers = layers;
-  if (!ParseKvFormat(kv, &options.kv))
-    return InvalidArgument("--kv: " + kv + " is not f32, f16 or q8");
+  if (kv != "auto") {
+    KvFormat format;
+    if (!ParseKvFormat(kv, &format))
+      return InvalidArgument("--kv: " + kv + " is not auto, f32, f16 or q8");
+    options.kv = format;
+  }
   GZ_ASSIGN_OR_RETURN(std::unique_ptr<Model> m,
                       Model::Load(ResolveModelDir(model), backend, options));
   if (verbose) {
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::fprintf(stderr, "loaded %s (%s, %.1f M parameters) on %s in %.2f s\n", model.c_str(),
-                 m->arch().family.c_str(), m->Parameters() / 1e6, m->backend().Describe().c_str(),
-                 s);
+    std::fprintf(stderr, "loaded %s (%s, %.1f M parameters) on %s in %.2f s, %s KV pages\n",
+                 model.c_str(), m->arch().family.c_str(), m->Parameters() / 1e6,
+                 m->backend().Describe().c_str(), s, KvFormatName(m->kv_format()).c_str());
   }
   return m;
 }

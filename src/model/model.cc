@@ -104,17 +104,18 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
                            backend->Describe() + " yet (they run on the CPU backend)");
     }
   }
-  if (!backend->SupportsKvFormat(options.kv)) {
+  const KvFormat kv = options.kv.value_or(backend->DefaultKvFormat());
+  if (!backend->SupportsKvFormat(kv)) {
     std::string taken;
     for (KvFormat f : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8})
       if (backend->SupportsKvFormat(f)) taken += (taken.empty() ? "" : ", ") + KvFormatName(f);
-    return Unimplemented("KV pages of format " + KvFormatName(options.kv) + ": " +
+    return Unimplemented("KV pages of format " + KvFormatName(kv) + ": " +
                          backend->Describe() + " has no kernels for them (it takes " + taken +
                          ")");
   }
   std::unique_ptr<Model> model(new Model());
   model->dir_ = dir;
-  model->kv_format_ = options.kv;
+  model->kv_format_ = kv;
   model->backend_ = std::move(backend);
   model->impl_ = std::make_unique<Impl>();
   Impl& impl = *model->impl_;
@@ -162,7 +163,7 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     }
     const AttentionSpec& spec = a.layer[l].attention;
     model->caches_.push_back(
-        {LayerKind::kAttention, spec.kv_heads, spec.head_dim, spec.window, options.kv});
+        {LayerKind::kAttention, spec.kv_heads, spec.head_dim, spec.window, kv});
   }
   // A cut model (--layers) has no final norm and head: its logits come from the embedding.
   const bool full = layers == config_layers;

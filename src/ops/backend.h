@@ -86,9 +86,9 @@ struct RopeParams {
 };
 
 // The element type of the KV pages: float32; float16 (half the bytes; every key and value
-// rounded to the nearest float16 as it is written, saturated at +-65504); or 8-bit integers (a quarter of the bytes
-// and a float32 scale per position and kv head: each key or value vector x of head_dim is
-// stored as round(x * 127 / max|x|), with scale max|x| / 127).
+// rounded to the nearest float16 as it is written, saturated at +-65504); or 8-bit integers (a
+// quarter of the bytes and a float32 scale per position and kv head: each key or value vector x
+// of head_dim is stored as round(x * 127 / max|x|), with scale max|x| / 127).
 enum class KvFormat : uint8_t { kF32, kF16, kQ8 };
 int KvFormatBytes(KvFormat f);         // bytes of one element
 int KvFormatScaleBytes(KvFormat f);    // bytes of the scale of one position's kv head (0: none)
@@ -284,6 +284,8 @@ class Backend {
   // Whether KvWrite, RopeKv and Attention take pages of this format; a model checks it when it
   // loads.
   virtual bool SupportsKvFormat(KvFormat f) const { return f == KvFormat::kF32; }
+  // The pages a model keeps when its load options name none.
+  virtual KvFormat DefaultKvFormat() const { return KvFormat::kF32; }
 
   // Ops; each runs after the ones issued before it. Params must pass Check().
   virtual void Embed(const EmbedParams& p) = 0;

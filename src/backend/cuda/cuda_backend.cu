@@ -148,13 +148,18 @@ class CudaBackend : public Backend {
   }
 
   // Float32 pages, and fp16 pages (KvFormat::kF16) which every attention kernel, RopeKv and
-  // KvWrite take as they are. fp16 rather than bf16: a key or value is within a few units of
-  // zero (q/k norms, small projections), where fp16 keeps 3 more bits of mantissa (each value
-  // off by at most 2^-11 of itself, against bf16's 2^-8), and its range (+-65504, saturated
-  // beyond) holds them; it is also the CPU's 16-bit format and the tensor-core kernel's operand
-  // type, so a prompt's keys reach the tensor cores as stored, with no conversion.
+  // KvWrite take as they are. fp16 rather than bf16: fp16 keeps 3 more bits of mantissa (each
+  // value off by at most 2^-11 of itself, against bf16's 2^-8), and its narrower range costs
+  // nothing here: keys and values (outputs of norms and of projections of modest size) stay far
+  // inside +-65504 (beyond it a value saturates). It is also the CPU's 16-bit format and the
+  // tensor-core kernel's operand type, so a prompt's keys reach the tensor cores as stored.
   bool SupportsKvFormat(KvFormat f) const override {
     return f == KvFormat::kF32 || f == KvFormat::kF16;
+  }
+  // fp16 pages by default: half the bytes a decode step reads and twice the positions a budget
+  // holds; exact mode (float32 activations everywhere) keeps float32 pages.
+  KvFormat DefaultKvFormat() const override {
+    return options_.exact ? KvFormat::kF32 : KvFormat::kF16;
   }
 
   void Embed(const EmbedParams& p) override {

@@ -139,8 +139,8 @@ void CheckAttentionIn(bool exact, int heads, int kv_heads, int head_dim, int32_t
 
 // The same with fp16 pages.
 void CheckF16Attention(bool exact, int heads, int kv_heads, int head_dim, int32_t window,
-                       const std::vector<Piece>& pieces, uint32_t seed, bool through_rope_kv = false,
-                       float softcap = 0.0f) {
+                       const std::vector<Piece>& pieces, uint32_t seed,
+                       bool through_rope_kv = false, float softcap = 0.0f) {
   CheckAttentionIn(exact, heads, kv_heads, head_dim, window, pieces, seed, through_rope_kv, softcap,
                    KvFormat::kF16);
 }
@@ -462,6 +462,8 @@ TEST(CudaAttentionTest, PageFormats) {
   EXPECT_TRUE(backend->SupportsKvFormat(KvFormat::kF32));
   EXPECT_TRUE(backend->SupportsKvFormat(KvFormat::kF16));
   EXPECT_FALSE(backend->SupportsKvFormat(KvFormat::kQ8));
+  EXPECT_EQ(backend->DefaultKvFormat(), KvFormat::kF16);
+  EXPECT_EQ(MakeBackend(true)->DefaultKvFormat(), KvFormat::kF32);
 }
 
 TEST(CudaAttentionTest, ShapesWithoutKernelFailWithStatus) {

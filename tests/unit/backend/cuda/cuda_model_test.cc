@@ -104,6 +104,26 @@ void CheckReferenceLogits(const std::string& dir, bool exact) {
   EXPECT_GE(cases, 3);
 }
 
+// The KV pages a model keeps when its load options name none: fp16 on CUDA, float32 there in exact
+// mode and on the CPU.
+TEST(CudaModelTest, DefaultKvPages) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto fast = LoadOnCuda("models/tiny-chat", /*exact=*/false);
+  auto exact = LoadOnCuda("models/tiny-chat", /*exact=*/true);
+  ASSERT_TRUE(fast && exact);
+  EXPECT_EQ(fast->kv_format(), KvFormat::kF16);
+  EXPECT_EQ(exact->kv_format(), KvFormat::kF32);
+  EXPECT_EQ(fast->PageBytes() * 2, exact->PageBytes());
+  DeviceOptions cpu;
+  cpu.device = "cpu";
+  cpu.threads = 1;
+  auto backend = OpenBackend(cpu);
+  ASSERT_TRUE(backend.ok());
+  auto on_cpu = Model::Load("models/tiny-chat", *backend);
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status().message();
+  EXPECT_EQ((*on_cpu)->kv_format(), KvFormat::kF32);
+}
+
 // 8-bit KV pages are a CPU backend format: loading with them on CUDA fails at load time and
 // says so, instead of failing inside a step.
 TEST(CudaModelTest, Q8KvPagesAreRefusedAtLoad) {

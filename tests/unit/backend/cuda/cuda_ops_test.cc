@@ -201,8 +201,8 @@ TEST(CudaBackendTest, KvWriteF16PagesRoundLikeTheReference) {
     DeviceArray<uint16_t> keys(backend.get(), old_keys), values(backend.get(), old_values);
     std::vector<float> k_host = RandomFloats(rng, rows * kv_heads * head_dim, 4.0f);
     std::vector<float> v_host = RandomFloats(rng, rows * kv_heads * head_dim, 0.01f);
-    const float edges[] = {7e4f,     -1e6f,    65519.0f, 65520.0f, -65504.0f, 1e-6f,
-                           -3e-8f,   6e-5f,    1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048};
+    const float edges[] = {7e4f,  -1e6f,  65519.0f, 65520.0f,           -65504.0f,
+                           1e-6f, -3e-8f, 6e-5f,    1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048};
     for (size_t i = 0; i < std::size(edges); ++i) {
       k_host[7 * i] = edges[i];
       v_host[5 * i + 1] = -edges[i];
