@@ -96,7 +96,9 @@ int Main(int argc, char** argv) {
     if (a == "--bf16") {
       bf16 = true;
     } else if (a == "--kv" && has_value) {
-      CHECK(ParseKvFormat(argv[++i], &kv_format));
+      auto bits = ParseKvBits(argv[++i]);
+      CHECK(bits.ok() && KvFormatOf(*bits).has_value());
+      kv_format = *KvFormatOf(*bits);
     } else if (a == "--model" && has_value) {
       dir = argv[++i];
     } else if (a == "--prompt" && has_value) {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -18,6 +19,7 @@
 namespace gizllm {
 
 enum class DeviceKind { kCpu, kCuda };
+class Backend;
 
 // Positions a KV page holds, for every attention layer.
 inline constexpr int kPage = 16;
@@ -93,7 +95,24 @@ enum class KvFormat : uint8_t { kF32, kF16, kQ8 };
 int KvFormatBytes(KvFormat f);         // bytes of one element
 int KvFormatScaleBytes(KvFormat f);    // bytes of the scale of one position's kv head (0: none)
 std::string KvFormatName(KvFormat f);  // "f32", "f16", "q8"
-bool ParseKvFormat(std::string_view name, KvFormat* out);
+
+// What `--kv` names: the bits of each stored key and of each stored value (32, 16, 8, 4 or 2;
+// "8/4": 8-bit keys and 4-bit values; "f32" and "f16" are 32 and 16), or `q8`, the 8-bit pages of
+// KvFormat::kQ8 (codes of each vector's largest magnitude, not rotated). 8, 4 and 2 bits are the
+// rotated pages ahead; no backend has pages for them yet.
+struct KvBits {
+  int keys = 16;
+  int values = 16;
+  bool q8 = false;
+};
+// "32", "16", "8", "4", "2", "K/V" of those, "f32", "f16", "q8"; anything else is an error
+// naming the flag and what it takes.
+Expected<KvBits> ParseKvBits(std::string_view text);
+// The page format that stores `bits`, or none where no backend has one (8, 4, 2 and mixed bits).
+std::optional<KvFormat> KvFormatOf(KvBits bits);
+// The KV pages `--kv text` gives on `backend` ("auto": its DefaultKvFormat()); a format it has no
+// kernels for is an error naming the flag, the device and the formats it takes.
+Expected<KvFormat> ChooseKvFormat(std::string_view text, const Backend& backend);
 
 // The KV cache of one attention layer: pages of kPage positions.
 struct KvLayer {

@@ -464,6 +464,20 @@ TEST(CudaAttentionTest, PageFormats) {
   EXPECT_FALSE(backend->SupportsKvFormat(KvFormat::kQ8));
   EXPECT_EQ(backend->DefaultKvFormat(), KvFormat::kF16);
   EXPECT_EQ(MakeBackend(true)->DefaultKvFormat(), KvFormat::kF32);
+  // `--kv` on this backend: 16 and 32 bits; q8 and the bits not implemented yet refused, the
+  // message naming the flag and the device.
+  EXPECT_EQ(*ChooseKvFormat("auto", *backend), KvFormat::kF16);
+  EXPECT_EQ(*ChooseKvFormat("16", *backend), KvFormat::kF16);
+  EXPECT_EQ(*ChooseKvFormat("f32", *backend), KvFormat::kF32);
+  for (const char* text : {"q8", "8", "8/4", "4", "2"}) {
+    auto format = ChooseKvFormat(text, *backend);
+    ASSERT_FALSE(format.ok()) << text;
+    EXPECT_EQ(format.status().code(), StatusCode::kUnimplemented);
+    EXPECT_NE(format.status().message().find("--kv " + std::string(text) + ": "),
+              std::string::npos);
+    EXPECT_NE(format.status().message().find("cuda ("), std::string::npos)
+        << format.status().message();
+  }
 }
 
 TEST(CudaAttentionTest, ShapesWithoutKernelFailWithStatus) {
