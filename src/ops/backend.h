@@ -267,6 +267,13 @@ struct SampleParams {
   Status Check() const;
 };
 
+// The memory of the device a backend's buffers live in (host memory for the CPU), in bytes; zeros
+// where unknown.
+struct DeviceMemory {
+  int64_t free = 0;  // not taken now (CUDA: cudaMemGetInfo's free; CPU: MemAvailable)
+  int64_t total = 0;
+};
+
 // Device memory of a backend, freed by its destructor.
 class Buffer {
  public:
@@ -287,6 +294,8 @@ class Backend {
 
   // Memory. Buffers are zero-filled on allocation.
   virtual Expected<std::unique_ptr<Buffer>> Allocate(size_t bytes) = 0;
+  // The device's memory now (the KV budget is sized from what the weights left free).
+  virtual DeviceMemory Memory() const { return {}; }
   virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   // Makes a host weight (e.g. a pointer into a memory-mapped file) usable by this backend;

@@ -100,6 +100,15 @@ class CudaBackend : public Backend {
     return std::unique_ptr<Buffer>(new CudaBuffer(data, bytes));
   }
 
+  DeviceMemory Memory() const override {
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      cudaGetLastError();
+      return {};
+    }
+    return {static_cast<int64_t>(free), static_cast<int64_t>(total)};
+  }
+
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
     ForgetHandOffs();
     if (bytes == 0) return;
