@@ -65,8 +65,8 @@ __device__ __forceinline__ void LoadVec(const float* src, float* dst) {
 template <int W, bool kGlobal = false>
 __device__ __forceinline__ void LoadVec(const __half* src, float* dst) {
   if constexpr (W == 4) {
-    uint2 t = kGlobal ? __ldg(reinterpret_cast<const uint2*>(src))
-                      : *reinterpret_cast<const uint2*>(src);
+    uint2 t =
+        kGlobal ? __ldg(reinterpret_cast<const uint2*>(src)) : *reinterpret_cast<const uint2*>(src);
     float2 a = __half22float2(*reinterpret_cast<const __half2*>(&t.x));
     float2 b = __half22float2(*reinterpret_cast<const __half2*>(&t.y));
     dst[0] = a.x, dst[1] = a.y, dst[2] = b.x, dst[3] = b.y;
@@ -132,15 +132,17 @@ constexpr size_t DecodeSharedBytes() {
   return ring > combine ? ring : combine;
 }
 
-// Blocks per multiprocessor the decode kernel is compiled for. Where the query and output
-// values of a lane (GB x HD/16 each, at most 64 in all) leave room, registers are capped at 128
-// so that four blocks fit beside their four rings (as many as shared memory holds); otherwise
-// the registers decide (fewer blocks, each still with its stages in flight). GB = 8 over
-// HD = 64 would spill under the cap (8 scores and their shuffles per key).
+// Blocks per multiprocessor the decode kernel is compiled for. Where the values a lane holds
+// (GB query and GB output vectors, a key and two values, HD/16 each) leave room, registers are
+// capped at 128 so that four blocks fit beside their four rings (as many as shared memory
+// holds); otherwise the registers decide (fewer blocks, each still with its stages in flight).
+// Up to 88 such values fit under the cap without spilling (ptxas: 88 at GB 4 over HD 128 fits,
+// 98 at GB 2 over HD 224 spills, where fp16 stages leave shared memory for four blocks). GB = 8
+// over HD = 64 would spill under the cap too (8 scores and their shuffles per key).
 template <typename T, int HD, int GB>
 constexpr int DecodeMinBlocks() {
   constexpr int by_shared = 227 * 1024 / static_cast<int>(DecodeSharedBytes<T, HD, GB>() + 1024);
-  constexpr int by_registers = GB <= 4 && GB * HD <= 512 ? 4 : 1;
+  constexpr int by_registers = GB <= 4 && (2 * GB + 3) * (HD / 16) <= 88 ? 4 : 1;
   return by_shared < by_registers ? by_shared : by_registers;
 }
 
