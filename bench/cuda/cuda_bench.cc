@@ -56,11 +56,14 @@ namespace {
 struct Shape {
   int64_t dim = 4096, layers = 36, heads = 32, kv_heads = 8, head_dim = 128, ffn = 12288;
   int64_t vocab = 151936;
+  KvFormat kv = KvFormat::kF32;   // the pages' element type (--kv)
   int64_t LinearParams() const {  // per layer
     return dim * heads * head_dim + 2 * dim * kv_heads * head_dim + heads * head_dim * dim +
            3 * dim * ffn;
   }
-  int64_t KvBytesPerPosition() const { return layers * kv_heads * head_dim * 2 * 4; }  // f32
+  int64_t KvBytesPerPosition() const {
+    return layers * kv_heads * head_dim * 2 * KvFormatBytes(kv);
+  }
 };
 
 double Now() {
@@ -212,7 +215,7 @@ class Bench {
       return p;
     };
     const int64_t qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
-    const size_t page_layer = static_cast<size_t>(kPage) * kvd * 4;  // bytes of keys
+    const size_t page_layer = static_cast<size_t>(kPage) * kvd * KvFormatBytes(s.kv);  // keys
     embed_ = plain(s.vocab, s.dim);
     head_ = weight(s.vocab, s.dim, head_bits);
     if (head_bits == 16) linear_bytes_ += bytes_[head_.data];
@@ -232,10 +235,11 @@ class Bench {
       L.q_norm = floats(s.head_dim, 1.0f), L.k_norm = floats(s.head_dim, 1.0f);
       auto kv = be_.Allocate(2 * page_layer * pages);
       BENCH_CHECK(kv.ok());
-      // Keys and values: random bf16 pairs read as float32 (finite, varied).
+      // Keys and values: random bf16 values read as float32 pairs or as fp16 (finite, varied).
       random_.FillBf16((*kv)->data(), 2 * page_layer * pages / 2);
-      L.kv.keys = (*kv)->as<float>();
-      L.kv.values = (*kv)->as<float>() + page_layer / 4 * pages;
+      L.kv.keys = (*kv)->data();
+      L.kv.values = (*kv)->as<char>() + page_layer * pages;
+      L.kv.format = s.kv;
       keep_.push_back(std::move(*kv));
       layers_.push_back(L);
     }
@@ -824,6 +828,7 @@ void ProfileQuantKernels(Backend* be, const Shape& s, double bandwidth) {
 int Main(int argc, char** argv) {
   bool quick = false, decode_only = false, prefill_only = false;
   int layer_bits = 16, head_bits = 16;
+  KvFormat kv = KvFormat::kF32;
   CudaOptions options;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -839,6 +844,9 @@ int Main(int argc, char** argv) {
       prefill_only = true;
     else if (a == "--decode-only")
       decode_only = true;
+    else if (a == "--kv" && i + 1 < argc &&
+             (argv[i + 1] == std::string("f16") || argv[i + 1] == std::string("f32")))
+      kv = argv[++i] == std::string("f16") ? KvFormat::kF16 : KvFormat::kF32;
     else if (a == "--bits" && i + 1 < argc) {
       std::string v = argv[++i];
       size_t slash = v.find('/');
@@ -852,7 +860,8 @@ int Main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: cuda_bench [--quick] [--exact] [--gemv-max-rows N] [--no-graphs] "
-                   "[--bits L[/H]] [--decode-only | --prefill-only]\n"
+                   "[--bits L[/H]] [--kv f32|f16] [--decode-only | --prefill-only]\n"
+                   "  --kv: the KV pages' element type (f32 by default)\n"
                    "  --decode-only: batch-1 decode steps alone, without per-op profiles (for a "
                    "profiler's trace)\n"
                    "  --prefill-only: the 2,048-token prompt alone\n");
@@ -876,6 +885,8 @@ int Main(int argc, char** argv) {
               bandwidth * 1e-12, rate * 1e-12);
 
   Shape s;
+  s.kv = kv;
+  std::printf("KV pages: %s\n", KvFormatName(kv).c_str());
   if (!options.exact && !decode_only && !prefill_only) ProfileQuantKernels(be, s, bandwidth);
   const int64_t max_rows = 2048;
   const int32_t pages = 4700;  // 256 sequences x 18 pages, or 1 x 8193 positions

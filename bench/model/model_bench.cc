@@ -88,6 +88,7 @@ int Main(int argc, char** argv) {
   std::string dir = "models/tiny-chat";
   int prompt = 128, decode = 128, reps = 5;
   bool bf16 = false;
+  KvFormat kv_format = KvFormat::kF32;
   LoadOptions load;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -95,7 +96,9 @@ int Main(int argc, char** argv) {
     if (a == "--bf16") {
       bf16 = true;
     } else if (a == "--kv" && has_value) {
-      CHECK(ParseKvFormat(argv[++i], &load.kv));
+      auto bits = ParseKvBits(argv[++i]);
+      CHECK(bits.ok() && KvFormatOf(*bits).has_value());
+      kv_format = *KvFormatOf(*bits);
     } else if (a == "--model" && has_value) {
       dir = argv[++i];
     } else if (a == "--prompt" && has_value) {
@@ -111,9 +114,10 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
+  load.kv = kv_format;
   std::printf("model %s, prompt %d tokens, decode %d tokens, best of %d%s, %s KV pages\n",
               dir.c_str(), prompt, decode, reps, bf16 ? ", bf16 activations" : "",
-              KvFormatName(load.kv).c_str());
+              KvFormatName(kv_format).c_str());
   std::printf("%-8s %12s %14s %14s %14s %12s\n", "threads", "read GB/s", "prompt tok/s",
               "decode tok/s", "decode GB/s", "% of read");
   for (int threads : {1, 2}) {
@@ -134,7 +138,7 @@ int Main(int argc, char** argv) {
     // A decode step reads every weight once (the tied head reads the whole embedding) and the
     // keys and values of the positions so far (mean over the decoded tokens).
     const Arch& a = (*model)->arch();
-    double kv = a.layers * 2.0 * a.KvDim() * KvFormatBytes(load.kv) * (prompt + decode / 2.0);
+    double kv = a.layers * 2.0 * a.KvDim() * KvFormatBytes(kv_format) * (prompt + decode / 2.0);
     double bytes = static_cast<double>((*model)->WeightBytes()) + kv;
     double gbs = f.decode_tps * bytes / 1e9;
     std::printf("%-8d %12.1f %14.0f %14.0f %14.1f %11.0f%%\n", threads, bandwidth, f.prompt_tps,

@@ -158,6 +158,11 @@ void AddInfoCommand(CLI::App& app, CommandContext& ctx) {
       if (!gguf.ok()) return void(ctx.exit_code = Fail(gguf.status().message()));
       PrintGguf(*gguf, o->metadata);
     }
+    // info loads on the CPU; CUDA keeps f16 pages by default (f32 with --exact).
+    std::printf(
+        "kv pages     %s here, %lld bytes a position (by default f16 on CUDA, f32 on the "
+        "CPU and with --exact)\n",
+        KvFormatName(m.kv_format()).c_str(), static_cast<long long>(m.PageBytes() / kPage));
     std::map<std::string, std::pair<int64_t, int64_t>> by_format;  // tensors, bytes
     int64_t total = 0;
     for (const WeightSummary& w : m.weights()) {

@@ -1,10 +1,12 @@
 // gizllm serve: the OpenAI-compatible HTTP server on a model (src/server).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 
 #include "cli/model_options.h"
 #include "engine/engine.h"
+#include "engine/kv_sizing.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -17,10 +19,10 @@ struct ServeOptions {
   ModelOptions model;
   server::ServerOptions http;
   std::string served_name;
-  int32_t slots = 16;
-  int64_t context = 2048;
-  int64_t rows = 256;
-  int64_t kv_mib = 256;
+  int32_t slots = 0;    // 0: from the KV budget (SizeServe)
+  int64_t context = 0;  // 0: the model's, within what the budget holds
+  int64_t rows = 256;   // raised to the slots where they are more
+  int64_t kv_mib = 0;   // 0: from the device's memory (DefaultKvBudget)
   int64_t max_pending = 1024;
 };
 
@@ -30,16 +32,37 @@ int Serve(const ServeOptions& o) {
   if (!loaded.ok()) return Fail(loaded.status().message());
   std::unique_ptr<Model> model = std::move(*loaded);
   const Arch& arch = model->arch();
-  int64_t context = o.context;
-  if (arch.context > 0 && context > arch.context) {
-    return Fail("--context " + std::to_string(context) + " exceeds the model's context of " +
+  if (o.slots < 0 || o.context < 0 || o.kv_mib < 0)
+    return Fail("--slots, --context and --kv-mib: expected 0 (choose) or a positive number");
+  if (arch.context > 0 && o.context > arch.context) {
+    return Fail("--context " + std::to_string(o.context) + " exceeds the model's context of " +
                 std::to_string(arch.context));
   }
+  // Slots, context and KV budget: what was passed, the rest from the memory the weights left.
+  const DeviceMemory memory = model->backend().Memory();
+  auto size = SizeServe(model->backend().kind(), memory, model->PageBytes(), arch.context,
+                        {o.slots, o.context, o.kv_mib << 20});
+  if (!size.ok()) return Fail(size.status().message());
+  const int64_t context = size->context;
+  const bool gpu = model->backend().kind() == DeviceKind::kCuda;
+  const std::string slots_why =
+      o.slots > 0 ? ""
+                  : " (one per " + std::to_string(kTypicalChat) + " positions, at most " +
+                        std::to_string(gpu ? kMaxGpuSlots : kMaxCpuSlots) + ")";
   EngineOptions engine_options;
-  engine_options.slots = o.slots;
+  engine_options.slots = size->slots;
   engine_options.context = context;
-  engine_options.rows = o.rows;
-  engine_options.kv_budget_bytes = o.kv_mib << 20;
+  engine_options.rows = std::max<int64_t>(o.rows, size->slots);
+  engine_options.kv_budget_bytes = size->kv_budget_bytes;
+  std::fprintf(stderr,
+               "KV cache: %s pages, %.2f GiB (%s; device %.2f GiB free of %.2f after the weights, "
+               "reserve %.2f) = %lld positions; %d slots%s, context %lld%s, rows %lld\n",
+               KvFormatName(model->kv_format()).c_str(), size->kv_budget_bytes / 1073741824.0,
+               o.kv_mib > 0 ? "--kv-mib" : "default", memory.free / 1073741824.0,
+               memory.total / 1073741824.0, KvReserveBytes(memory.total) / 1073741824.0,
+               static_cast<long long>(size->positions), size->slots, slots_why.c_str(),
+               static_cast<long long>(context), o.context > 0 ? "" : " (most a slot may hold)",
+               static_cast<long long>(engine_options.rows));
   auto engine = Engine::Create(model.get(), engine_options);
   if (!engine.ok()) return Fail(engine.status().message());
 
@@ -83,7 +106,7 @@ int Serve(const ServeOptions& o) {
   }
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::fprintf(stderr, "serving %s (%d slots, context %lld) on http://%s:%d, ready in %.2f s\n",
-               name.c_str(), o.slots, static_cast<long long>(context), o.http.host.c_str(),
+               name.c_str(), size->slots, static_cast<long long>(context), o.http.host.c_str(),
                http.port(), s);
   std::fflush(stderr);
   http.Wait();
@@ -101,11 +124,21 @@ void AddServeCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--host", o->http.host, "Address to listen on")->default_val("127.0.0.1");
   cmd->add_option("--port", o->http.port, "Port to listen on (0: any free port)")
       ->default_val(8080);
-  cmd->add_option("--slots", o->slots, "Sequences the engine runs at once")->default_val(16);
-  cmd->add_option("--context", o->context, "Positions of each sequence (prompt and answer)")
-      ->default_val(2048);
-  cmd->add_option("--rows", o->rows, "Most rows one engine step reads")->default_val(256);
-  cmd->add_option("--kv-mib", o->kv_mib, "KV cache budget in MiB")->default_val(256);
+  cmd->add_option("--slots", o->slots,
+                  "Sequences the engine runs at once (0: the KV cache's positions over 2,048, "
+                  "at most 512 on a GPU and 16 on the CPU)")
+      ->default_val(0);
+  cmd->add_option("--context", o->context,
+                  "Positions of each sequence, prompt and answer (0: the model's, at most "
+                  "32,768 on a GPU and 4,096 on the CPU, and at most what the KV cache holds)")
+      ->default_val(0);
+  cmd->add_option("--rows", o->rows, "Most rows one engine step reads (at least the slots)")
+      ->default_val(256);
+  cmd->add_option("--kv-mib", o->kv_mib,
+                  "KV cache budget in MiB (0: on a GPU the memory the weights leave, less "
+                  "max(1 GiB, 5%); on the CPU a quarter of that in host memory, from 256 MiB "
+                  "to 1 GiB)")
+      ->default_val(0);
   cmd->add_option("--api-key", o->http.api_key, "Key clients must send as 'Bearer KEY'");
   cmd->add_option("--served-name", o->served_name, "Model name clients use (default: the folder)");
   cmd->add_option("--http-threads", o->http.threads, "Threads of the HTTP side")->default_val(2);

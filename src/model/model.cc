@@ -130,14 +130,18 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
                            backend->Describe() + " yet (they run on the CPU backend)");
     }
   }
-  if (!backend->SupportsKvFormat(options.kv)) {
-    return Unimplemented("KV pages of format " + KvFormatName(options.kv) + ": " +
-                         backend->Describe() + " keeps them as " + KvFormatName(KvFormat::kF32) +
-                         " only");
+  const KvFormat kv = options.kv.value_or(backend->DefaultKvFormat());
+  if (!backend->SupportsKvFormat(kv)) {
+    std::string taken;
+    for (KvFormat f : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8})
+      if (backend->SupportsKvFormat(f)) taken += (taken.empty() ? "" : ", ") + KvFormatName(f);
+    return Unimplemented("KV pages of format " + KvFormatName(kv) + ": " +
+                         backend->Describe() + " has no kernels for them (it takes " + taken +
+                         ")");
   }
   std::unique_ptr<Model> model(new Model());
   model->dir_ = dir;
-  model->kv_format_ = options.kv;
+  model->kv_format_ = kv;
   model->backend_ = std::move(backend);
   model->impl_ = std::make_unique<Impl>();
   Impl& impl = *model->impl_;
@@ -200,7 +204,7 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     } else {
       const AttentionSpec& spec = a.layer[l].attention;
       model->caches_.push_back(
-          {LayerKind::kAttention, spec.kv_heads, spec.head_dim, spec.window, options.kv});
+          {LayerKind::kAttention, spec.kv_heads, spec.head_dim, spec.window, kv});
     }
   }
   // The MTP layer's tensors load with the model (the forward pass does not run them yet); a

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,7 +18,9 @@ namespace gizllm {
 
 struct LoadOptions {
   int layers = -1;               // read only the first N layers (-1: all)
-  KvFormat kv = KvFormat::kF32;  // element type of the KV pages
+  // Element type of the KV pages; none: the backend's DefaultKvFormat() (CUDA: f16, f32 in exact
+  // mode; CPU: f32).
+  std::optional<KvFormat> kv;
   Status Check() const;
 };
 

@@ -1,6 +1,8 @@
 #include "ops/backend.h"
 
 #include <cmath>
+#include <string>
+#include <utility>
 
 namespace gizllm {
 namespace {
@@ -33,17 +35,51 @@ std::string KvFormatName(KvFormat f) {
   }
 }
 
-bool ParseKvFormat(std::string_view name, KvFormat* out) {
-  if (name == "f32") {
-    *out = KvFormat::kF32;
-  } else if (name == "f16") {
-    *out = KvFormat::kF16;
-  } else if (name == "q8") {
-    *out = KvFormat::kQ8;
-  } else {
-    return false;
+Expected<KvBits> ParseKvBits(std::string_view text) {
+  if (text == "f32") return KvBits{32, 32};
+  if (text == "f16") return KvBits{16, 16};
+  if (text == "q8") return KvBits{8, 8, /*q8=*/true};
+  auto bits = [](std::string_view part) {
+    for (int b : {32, 16, 8, 4, 2})
+      if (part == std::to_string(b)) return b;
+    return 0;
+  };
+  const size_t slash = text.find('/');
+  const int keys = bits(text.substr(0, slash));
+  const int values = slash == std::string_view::npos ? keys : bits(text.substr(slash + 1));
+  if (keys == 0 || values == 0) {
+    return InvalidArgument("--kv " + std::string(text) +
+                           ": expected auto, the bits of keys and values (32, 16, 8, 4 or 2), "
+                           "keys/values bits such as 8/4, or f32, f16 or q8");
   }
-  return true;
+  return KvBits{keys, values};
+}
+
+std::optional<KvFormat> KvFormatOf(KvBits bits) {
+  if (bits.q8) return KvFormat::kQ8;
+  if (bits.keys != bits.values) return std::nullopt;
+  if (bits.keys == 32) return KvFormat::kF32;
+  if (bits.keys == 16) return KvFormat::kF16;
+  return std::nullopt;
+}
+
+Expected<KvFormat> ChooseKvFormat(std::string_view text, const Backend& backend) {
+  if (text == "auto") return backend.DefaultKvFormat();
+  GZ_ASSIGN_OR_RETURN(KvBits bits, ParseKvBits(text));
+  const std::optional<KvFormat> format = KvFormatOf(bits);
+  if (format && backend.SupportsKvFormat(*format)) return *format;
+  std::string taken;
+  for (auto [f, name] : {std::pair{KvFormat::kF32, "32 (f32)"},
+                         std::pair{KvFormat::kF16, "16 (f16)"}, std::pair{KvFormat::kQ8, "q8"}}) {
+    if (backend.SupportsKvFormat(f)) taken += (taken.empty() ? "" : ", ") + std::string(name);
+  }
+  std::string what = bits.q8                    ? "q8 KV pages"
+                     : bits.keys == bits.values ? std::to_string(bits.keys) + "-bit KV pages"
+                                                : std::to_string(bits.keys) + "-bit keys and " +
+                                                      std::to_string(bits.values) + "-bit values";
+  if (!format) what += " (rotated codes, not implemented yet)";
+  return Unimplemented("--kv " + std::string(text) + ": " + what + " do not run on " +
+                       backend.Describe() + "; it takes --kv " + taken);
 }
 
 Status EmbedParams::Check() const {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -19,6 +20,7 @@
 namespace gizllm {
 
 enum class DeviceKind { kCpu, kCuda };
+class Backend;
 
 // Positions a KV page holds, for every attention layer.
 inline constexpr int kPage = 16;
@@ -87,14 +89,31 @@ struct RopeParams {
 };
 
 // The element type of the KV pages: float32; float16 (half the bytes; every key and value
-// rounded to the nearest float16 as it is written); or 8-bit integers (a quarter of the bytes
-// and a float32 scale per position and kv head: each key or value vector x of head_dim is
-// stored as round(x * 127 / max|x|), with scale max|x| / 127).
+// rounded to the nearest float16 as it is written, saturated at +-65504); or 8-bit integers (a
+// quarter of the bytes and a float32 scale per position and kv head: each key or value vector x
+// of head_dim is stored as round(x * 127 / max|x|), with scale max|x| / 127).
 enum class KvFormat : uint8_t { kF32, kF16, kQ8 };
 int KvFormatBytes(KvFormat f);         // bytes of one element
 int KvFormatScaleBytes(KvFormat f);    // bytes of the scale of one position's kv head (0: none)
 std::string KvFormatName(KvFormat f);  // "f32", "f16", "q8"
-bool ParseKvFormat(std::string_view name, KvFormat* out);
+
+// What `--kv` names: the bits of each stored key and of each stored value (32, 16, 8, 4 or 2;
+// "8/4": 8-bit keys and 4-bit values; "f32" and "f16" are 32 and 16), or `q8`, the 8-bit pages of
+// KvFormat::kQ8 (codes of each vector's largest magnitude, not rotated). 8, 4 and 2 bits are the
+// rotated pages ahead; no backend has pages for them yet.
+struct KvBits {
+  int keys = 16;
+  int values = 16;
+  bool q8 = false;
+};
+// "32", "16", "8", "4", "2", "K/V" of those, "f32", "f16", "q8"; anything else is an error
+// naming the flag and what it takes.
+Expected<KvBits> ParseKvBits(std::string_view text);
+// The page format that stores `bits`, or none where no backend has one (8, 4, 2 and mixed bits).
+std::optional<KvFormat> KvFormatOf(KvBits bits);
+// The KV pages `--kv text` gives on `backend` ("auto": its DefaultKvFormat()); a format it has no
+// kernels for is an error naming the flag, the device and the formats it takes.
+Expected<KvFormat> ChooseKvFormat(std::string_view text, const Backend& backend);
 
 // The KV cache of one attention layer: pages of kPage positions.
 struct KvLayer {
@@ -336,6 +355,13 @@ struct SampleParams {
   Status Check() const;
 };
 
+// The memory of the device a backend's buffers live in (host memory for the CPU), in bytes; zeros
+// where unknown.
+struct DeviceMemory {
+  int64_t free = 0;  // not taken now (CUDA: cudaMemGetInfo's free; CPU: MemAvailable)
+  int64_t total = 0;
+};
+
 // Device memory of a backend, freed by its destructor.
 class Buffer {
  public:
@@ -356,6 +382,8 @@ class Backend {
 
   // Memory. Buffers are zero-filled on allocation.
   virtual Expected<std::unique_ptr<Buffer>> Allocate(size_t bytes) = 0;
+  // The device's memory now (the KV budget is sized from what the weights left free).
+  virtual DeviceMemory Memory() const { return {}; }
   virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   // Makes a host weight (e.g. a pointer into a memory-mapped file) usable by this backend;
@@ -372,6 +400,8 @@ class Backend {
   // Whether KvWrite, RopeKv and Attention take pages of this format; a model checks it when it
   // loads.
   virtual bool SupportsKvFormat(KvFormat f) const { return f == KvFormat::kF32; }
+  // The pages a model keeps when its load options name none.
+  virtual KvFormat DefaultKvFormat() const { return KvFormat::kF32; }
 
   // Ops; each runs after the ones issued before it. Params must pass Check().
   virtual void Embed(const EmbedParams& p) = 0;

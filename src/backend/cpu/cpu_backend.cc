@@ -509,6 +509,20 @@ std::string CpuBackend::Describe() const {
   return s + ")";
 }
 
+DeviceMemory CpuBackend::Memory() const {
+  DeviceMemory m;
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return m;
+  char line[256];
+  while (std::fgets(line, sizeof(line), f)) {
+    long long kib = 0;
+    if (std::sscanf(line, "MemTotal: %lld kB", &kib) == 1) m.total = kib * 1024;
+    if (std::sscanf(line, "MemAvailable: %lld kB", &kib) == 1) m.free = kib * 1024;
+  }
+  std::fclose(f);
+  return m;
+}
+
 Expected<std::unique_ptr<Buffer>> CpuBackend::Allocate(size_t bytes) {
   size_t rounded = RoundUp(std::max<size_t>(bytes, 1), 64);
   void* data = std::aligned_alloc(64, rounded);

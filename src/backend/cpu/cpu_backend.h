@@ -54,6 +54,8 @@ class CpuBackend : public Backend {
   CpuIsa isa() const { return isa_; }
 
   Expected<std::unique_ptr<Buffer>> Allocate(size_t bytes) override;
+  // Host memory: /proc/meminfo's MemAvailable and MemTotal.
+  DeviceMemory Memory() const override;
   void CopyToDevice(void* dst, const void* src, size_t bytes) override;
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
   // Plain formats are used in place (no copy, `storage` stays null), except bf16 weights where

@@ -1,4 +1,4 @@
-// Paged grouped-query attention over float32 KV pages.
+// Paged grouped-query attention over KV pages of float32 or fp16 (KvFormat::kF16) elements.
 //
 // A row whose neighbours in the step belong to other sequences (a decoding row) goes to the
 // decode kernel: one block per (row, kv head, split of its keys), so a long context is read by
@@ -10,6 +10,12 @@
 // In the fast mode, prompt pieces go to the tensor-core tile kernel of attention_mma.cu instead
 // (fp16 operands), which covers every shape these kernels take. With AttentionParams::softcap,
 // every kernel caps the scores (SoftcapScore) before the mask and the softmax.
+//
+// Each kernel is a template over the pages' element type T (float or __half): fp16 pages are
+// copied into shared memory as they are (half the bytes) and widened to float32 as a lane reads
+// them, so the arithmetic is that of the float32 pages on the rounded keys and values.
+#include <cuda_fp16.h>
+
 #include <cmath>
 
 #include "backend/cuda/kernels.cuh"
@@ -55,6 +61,34 @@ __device__ __forceinline__ void LoadVec(const float* src, float* dst) {
   }
 }
 
+// The same from fp16 elements (shared memory or, kGlobal, global), widened to float32.
+template <int W, bool kGlobal = false>
+__device__ __forceinline__ void LoadVec(const __half* src, float* dst) {
+  if constexpr (W == 4) {
+    uint2 t =
+        kGlobal ? __ldg(reinterpret_cast<const uint2*>(src)) : *reinterpret_cast<const uint2*>(src);
+    float2 a = __half22float2(*reinterpret_cast<const __half2*>(&t.x));
+    float2 b = __half22float2(*reinterpret_cast<const __half2*>(&t.y));
+    dst[0] = a.x, dst[1] = a.y, dst[2] = b.x, dst[3] = b.y;
+  } else {
+    uint32_t t = kGlobal ? __ldg(reinterpret_cast<const unsigned int*>(src))
+                         : *reinterpret_cast<const uint32_t*>(src);
+    float2 a = __half22float2(*reinterpret_cast<const __half2*>(&t));
+    dst[0] = a.x, dst[1] = a.y;
+  }
+}
+
+// Four consecutive page elements (16-byte aligned for float, 8 for fp16) as float32.
+__device__ __forceinline__ float4 LoadKv4(const float* src) {
+  return *reinterpret_cast<const float4*>(src);
+}
+__device__ __forceinline__ float4 LoadKv4(const __half* src) {
+  uint2 t = *reinterpret_cast<const uint2*>(src);
+  float2 a = __half22float2(*reinterpret_cast<const __half2*>(&t.x));
+  float2 b = __half22float2(*reinterpret_cast<const __half2*>(&t.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
 template <int W>
 __device__ __forceinline__ void StoreVec(float* dst, const float* src) {
   if constexpr (W == 4) {
@@ -66,7 +100,7 @@ __device__ __forceinline__ void StoreVec(float* dst, const float* src) {
 
 // 16 bytes global -> shared without passing through registers (nor L1: the cache is streamed
 // once); visible to the other threads after CpAsyncWait<0-or-more> and a __syncthreads.
-__device__ __forceinline__ void CpAsync16(float* dst, const float* src) {
+__device__ __forceinline__ void CpAsync16(void* dst, const void* src) {
   uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(at), "l"(src) : "memory");
 }
@@ -80,32 +114,35 @@ __device__ __forceinline__ void CpAsyncWait() {
 }
 
 // Stages of the decode kernel's ring: one stage is one page (kPage keys and their values,
-// 128 x HD bytes). The ring takes about 48 KB, so about four blocks share a multiprocessor's
-// shared memory and each has all stages but the one being computed in flight: with HD = 128,
-// 3 stages of 16 KB, 4 blocks keep ~128 KB of loads in flight per multiprocessor, which is what
-// HBM latency under load (~1.5-2 us at ~32 GB/s per multiprocessor) wants.
-template <int HD>
+// 32 x HD elements of T). The ring takes about 48 KB, so about four blocks share a
+// multiprocessor's shared memory and each has all stages but the one being computed in flight:
+// with HD = 128, 3 stages of 16 KB (float32; 6 of 8 KB in fp16), 4 blocks keep ~128 KB of loads
+// in flight per multiprocessor, which is what HBM latency under load (~1.5-2 us at ~32 GB/s per
+// multiprocessor) wants.
+template <typename T, int HD>
 constexpr int DecodeStages() {
-  constexpr int stages = 48 * 1024 / (kPage * HD * 2 * static_cast<int>(sizeof(float)));
+  constexpr int stages = 48 * 1024 / (kPage * HD * 2 * static_cast<int>(sizeof(T)));
   return stages < 3 ? 3 : stages > 8 ? 8 : stages;
 }
 
-template <int HD, int GB>
+template <typename T, int HD, int GB>
 constexpr size_t DecodeSharedBytes() {
-  constexpr size_t ring = static_cast<size_t>(DecodeStages<HD>()) * 2 * kPage * HD;
-  constexpr size_t combine = static_cast<size_t>(kKeysAtOnce) * GB * (HD + 2);
-  return (ring > combine ? ring : combine) * sizeof(float);
+  constexpr size_t ring = static_cast<size_t>(DecodeStages<T, HD>()) * 2 * kPage * HD * sizeof(T);
+  constexpr size_t combine = static_cast<size_t>(kKeysAtOnce) * GB * (HD + 2) * sizeof(float);
+  return ring > combine ? ring : combine;
 }
 
-// Blocks per multiprocessor the decode kernel is compiled for. Where the query and output
-// values of a lane (GB x HD/16 each, at most 64 in all) leave room, registers are capped at 128
-// so that four blocks fit beside their four rings (as many as shared memory holds); otherwise
-// the registers decide (fewer blocks, each still with its stages in flight). GB = 8 over
-// HD = 64 would spill under the cap (8 scores and their shuffles per key).
-template <int HD, int GB>
+// Blocks per multiprocessor the decode kernel is compiled for. Where the values a lane holds
+// (GB query and GB output vectors, a key and two values, HD/16 each) leave room, registers are
+// capped at 128 so that four blocks fit beside their four rings (as many as shared memory
+// holds); otherwise the registers decide (fewer blocks, each still with its stages in flight).
+// Up to 88 such values fit under the cap without spilling (ptxas: 88 at GB 4 over HD 128 fits,
+// 98 at GB 2 over HD 224 spills, where fp16 stages leave shared memory for four blocks). GB = 8
+// over HD = 64 would spill under the cap too (8 scores and their shuffles per key).
+template <typename T, int HD, int GB>
 constexpr int DecodeMinBlocks() {
-  constexpr int by_shared = 227 * 1024 / static_cast<int>(DecodeSharedBytes<HD, GB>() + 1024);
-  constexpr int by_registers = GB <= 4 && GB * HD <= 512 ? 4 : 1;
+  constexpr int by_shared = 227 * 1024 / static_cast<int>(DecodeSharedBytes<T, HD, GB>() + 1024);
+  constexpr int by_registers = GB <= 4 && (2 * GB + 3) * (HD / 16) <= 88 ? 4 : 1;
   return by_shared < by_registers ? by_shared : by_registers;
 }
 
@@ -116,8 +153,8 @@ constexpr int DecodeMinBlocks() {
 // group and group + 8 of each page; a lane holds HD/16 dimensions of the GB query heads, in
 // pieces of kW floats 16 x kW floats apart (conflict-free reads of the stage: the 16 lanes of a
 // group read one key's consecutive 16 x kW floats).
-template <int HD, int GB>
-__global__ void __launch_bounds__(kDecodeThreads, (DecodeMinBlocks<HD, GB>()))
+template <typename T, int HD, int GB>
+__global__ void __launch_bounds__(kDecodeThreads, (DecodeMinBlocks<T, HD, GB>()))
     DecodeKernel(AttentionParams p, ScoreCap score_cap, int head_chunks, int splits,
                  float* part_acc,   // [rows, heads, splits, HD] when splits > 1
                  float* part_ml) {  // [rows, heads, splits, 2] (max, sum) when splits > 1
@@ -125,14 +162,17 @@ __global__ void __launch_bounds__(kDecodeThreads, (DecodeMinBlocks<HD, GB>()))
   constexpr int kStride = kLanesPerKey * kW;
   constexpr int kDims = HD / kLanesPerKey;
   constexpr int kVecs = kDims / kW;
-  constexpr int kStages = DecodeStages<HD>();
-  constexpr int kStageFloats = 2 * kPage * HD;  // keys [kPage, HD], values [kPage, HD]
-  constexpr int kChunks = kPage * HD / 4;       // 16-byte pieces of a page's keys
-  constexpr int kChunksPerThread = kChunks / kDecodeThreads;  // HD / 32
+  constexpr int kStages = DecodeStages<T, HD>();
+  constexpr int kStageElems = 2 * kPage * HD;  // keys [kPage, HD], values [kPage, HD]
+  constexpr int kPerChunk = 16 / static_cast<int>(sizeof(T));  // elements of a 16-byte piece
+  constexpr int kChunks = kPage * HD / kPerChunk;              // 16-byte pieces of a page's keys
+  // Rounds of the block's copy of a page; the last one partial where the pieces do not divide
+  // among the threads (fp16 at HD 32, 96, 160, 224).
+  constexpr int kChunkRounds = (kChunks + kDecodeThreads - 1) / kDecodeThreads;
   constexpr int kKeysPerGroup = kPage / kKeysAtOnce;
-  static_assert(kChunks % kDecodeThreads == 0 && kPage % kKeysAtOnce == 0);
+  static_assert(kPage % kKeysAtOnce == 0 && HD % kPerChunk == 0);
   extern __shared__ __align__(16) float shared[];
-  float* ring = shared;                          // [kStages, kStageFloats] while streaming
+  T* ring = reinterpret_cast<T*>(shared);        // [kStages, kStageElems] while streaming
   float* s_acc = shared;                         // [kKeysAtOnce, GB, HD] after it
   float* s_ml = shared + kKeysAtOnce * GB * HD;  // [kKeysAtOnce, GB, 2]
 
@@ -163,17 +203,18 @@ __global__ void __launch_bounds__(kDecodeThreads, (DecodeMinBlocks<HD, GB>()))
   // outside [begin, end) are not copied (the window's start, the positions after the row's);
   // the arithmetic masks them without reading them.
   auto issue = [&](int32_t u, int64_t page) {
-    float* dst = ring + (u % kStages) * kStageFloats;
+    T* dst = ring + (u % kStages) * kStageElems;
     int32_t pos0 = (page0 + u) * kPage;
 #pragma unroll
-    for (int i = 0; i < kChunksPerThread; ++i) {
+    for (int i = 0; i < kChunkRounds; ++i) {
       int c = threadIdx.x + i * kDecodeThreads;
-      int o = c / (HD / 4), piece = c % (HD / 4);
+      if (kChunks % kDecodeThreads != 0 && c >= kChunks) break;
+      int o = c / (HD / kPerChunk), piece = c % (HD / kPerChunk);
       if (pos0 + o >= begin && pos0 + o < end) {
-        int64_t at = ((page * kPage + o) * p.kv_heads + kv_head) * HD + piece * 4;
-        CpAsync16(dst + o * HD + piece * 4, static_cast<const float*>(p.cache.keys) + at);
-        CpAsync16(dst + kPage * HD + o * HD + piece * 4,
-                  static_cast<const float*>(p.cache.values) + at);
+        int64_t at = ((page * kPage + o) * p.kv_heads + kv_head) * HD + piece * kPerChunk;
+        CpAsync16(dst + o * HD + piece * kPerChunk, static_cast<const T*>(p.cache.keys) + at);
+        CpAsync16(dst + kPage * HD + o * HD + piece * kPerChunk,
+                  static_cast<const T*>(p.cache.values) + at);
       }
     }
   };
@@ -226,8 +267,8 @@ __global__ void __launch_bounds__(kDecodeThreads, (DecodeMinBlocks<HD, GB>()))
     }
     CpAsyncCommit();
 
-    const float* ks = ring + (t % kStages) * kStageFloats;
-    const float* vs = ks + kPage * HD;
+    const T* ks = ring + (t % kStages) * kStageElems;
+    const T* vs = ks + kPage * HD;
     int32_t pos0 = (page0 + t) * kPage;
     // Scores of the group's keys of the page first (independent dot products and shuffles),
     // then one rescale of the state for them all.
@@ -393,7 +434,7 @@ constexpr int kPad = 4;
 
 // 256 threads as 16 x 16: thread (ty, tx) computes scores of query vectors ty*4.. and keys
 // tx*4.., and the output of query vectors ty*4.. in dimensions tx*kW + 16*kW*u.
-template <int HD>
+template <typename T, int HD>
 __global__ void __launch_bounds__(256)
     TileKernel(AttentionParams p, ScoreCap score_cap, int tile_rows) {
   constexpr int kW = Width<HD>();
@@ -465,8 +506,8 @@ __global__ void __launch_bounds__(256)
         if (j < kend) {
           int64_t page = pages[j / kPage];
           int64_t at = ((page * kPage + j % kPage) * p.kv_heads + kv_head) * HD + d4 * 4;
-          a = *reinterpret_cast<const float4*>(static_cast<const float*>(p.cache.keys) + at);
-          b = *reinterpret_cast<const float4*>(static_cast<const float*>(p.cache.values) + at);
+          a = LoadKv4(static_cast<const T*>(p.cache.keys) + at);
+          b = LoadKv4(static_cast<const T*>(p.cache.values) + at);
         }
         kt[(d4 * 4 + 0) * (kTileK + kPad) + key] = a.x;
         kt[(d4 * 4 + 1) * (kTileK + kPad) + key] = a.y;
@@ -562,18 +603,18 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-template <int HD, int GB>
+template <typename T, int HD, int GB>
 void LaunchDecode(const AttentionParams& p, int sm_count, Scratch* scratch, cudaStream_t stream) {
   int group_heads = p.heads / p.kv_heads;
   int head_chunks = group_heads / GB;
   int per_split = static_cast<int>(p.rows) * p.kv_heads * head_chunks;
-  size_t shared = DecodeSharedBytes<HD, GB>();
+  size_t shared = DecodeSharedBytes<T, HD, GB>();
   // Blocks of this instantiation one multiprocessor holds (shared memory or registers bound it).
   static int resident = [shared] {
-    cudaFuncSetAttribute(DecodeKernel<HD, GB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(DecodeKernel<T, HD, GB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(shared));
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, DecodeKernel<HD, GB>, kDecodeThreads,
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, DecodeKernel<T, HD, GB>, kDecodeThreads,
                                                       shared) != cudaSuccess ||
         n < 1) {
       n = 2;
@@ -600,7 +641,7 @@ void LaunchDecode(const AttentionParams& p, int sm_count, Scratch* scratch, cuda
   }
   dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.kv_heads * head_chunks),
             static_cast<unsigned>(splits));
-  LaunchDependent(DecodeKernel<HD, GB>, grid, dim3(kDecodeThreads), shared, stream, p,
+  LaunchDependent(DecodeKernel<T, HD, GB>, grid, dim3(kDecodeThreads), shared, stream, p,
                   ScoreCapOf(p), head_chunks, splits, part_acc, part_ml);
   if (splits > 1) {
     LaunchDependent(CombineKernel, dim3(static_cast<unsigned>(p.rows * p.heads)), dim3(HD), 0,
@@ -609,7 +650,7 @@ void LaunchDecode(const AttentionParams& p, int sm_count, Scratch* scratch, cuda
   }
 }
 
-template <int HD>
+template <typename T, int HD>
 void LaunchTile(const AttentionParams& p, cudaStream_t stream) {
   int group_heads = p.heads / p.kv_heads;
   int tile_rows = kTileQ / group_heads;
@@ -617,39 +658,50 @@ void LaunchTile(const AttentionParams& p, cudaStream_t stream) {
       (HD * (kTileQ + kPad) + HD * (kTileK + kPad) + kTileK * HD + kTileQ * (kTileK + kPad)) *
       sizeof(float);
   static bool raised = [shared] {
-    return cudaFuncSetAttribute(TileKernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(TileKernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(shared)) == cudaSuccess;
   }();
   (void)raised;
   dim3 grid(static_cast<unsigned>((p.rows + tile_rows - 1) / tile_rows),
             static_cast<unsigned>(p.kv_heads));
-  TileKernel<HD><<<grid, 256, shared, stream>>>(p, ScoreCapOf(p), tile_rows);
+  TileKernel<T, HD><<<grid, 256, shared, stream>>>(p, ScoreCapOf(p), tile_rows);
   GZ_CUDA_LAUNCHED();
 }
 
-template <int HD>
+template <typename T, int HD>
 void LaunchFor(const AttentionParams& p, int sm_count, Scratch* scratch, cudaStream_t stream,
                bool tensor_cores, const void* k16, const void* v16) {
   int group_heads = p.heads / p.kv_heads;
   // Query heads per decode block: registers hold GB x HD/16 query and output values.
   constexpr int kMaxGb = HD > 128 ? 4 : 8;
   if (group_heads % 8 == 0 && kMaxGb >= 8) {
-    LaunchDecode<HD, (kMaxGb >= 8 ? 8 : 4)>(p, sm_count, scratch, stream);
+    LaunchDecode<T, HD, (kMaxGb >= 8 ? 8 : 4)>(p, sm_count, scratch, stream);
   } else if (group_heads % 4 == 0) {
-    LaunchDecode<HD, 4>(p, sm_count, scratch, stream);
+    LaunchDecode<T, HD, 4>(p, sm_count, scratch, stream);
   } else if (group_heads % 3 == 0) {
-    LaunchDecode<HD, 3>(p, sm_count, scratch, stream);
+    LaunchDecode<T, HD, 3>(p, sm_count, scratch, stream);
   } else if (group_heads % 2 == 0) {
-    LaunchDecode<HD, 2>(p, sm_count, scratch, stream);
+    LaunchDecode<T, HD, 2>(p, sm_count, scratch, stream);
   } else {
-    LaunchDecode<HD, 1>(p, sm_count, scratch, stream);
+    LaunchDecode<T, HD, 1>(p, sm_count, scratch, stream);
   }
   if (p.rows > 1) {
     if (tensor_cores && MmaTileSupported(p.heads, p.kv_heads, p.head_dim)) {
       LaunchMmaTile(p, sm_count, stream, 0, k16, v16);
     } else {
-      LaunchTile<HD>(p, stream);
+      LaunchTile<T, HD>(p, stream);
     }
+  }
+}
+
+// The kernels of the pages' element type.
+template <int HD>
+void LaunchForPages(const AttentionParams& p, int sm_count, Scratch* scratch, cudaStream_t stream,
+                    bool tensor_cores, const void* k16, const void* v16) {
+  if (p.cache.format == KvFormat::kF16) {
+    LaunchFor<__half, HD>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
+  } else {
+    LaunchFor<float, HD>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
   }
 }
 
@@ -669,23 +721,28 @@ void LaunchAttention(const AttentionParams& p, int sm_count, Scratch* scratch, c
                  p.head_dim, p.heads, p.kv_heads);
     std::abort();
   }
+  if (p.cache.format != KvFormat::kF32 && p.cache.format != KvFormat::kF16) {
+    std::fprintf(stderr, "cuda Attention: KV pages of format %s have no kernel\n",
+                 KvFormatName(p.cache.format).c_str());
+    std::abort();
+  }
   switch (p.head_dim) {
     case 32:
-      return LaunchFor<32>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
+      return LaunchForPages<32>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
     case 64:
-      return LaunchFor<64>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
+      return LaunchForPages<64>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
     case 96:
-      return LaunchFor<96>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
+      return LaunchForPages<96>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
     case 128:
-      return LaunchFor<128>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
+      return LaunchForPages<128>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
     case 160:
-      return LaunchFor<160>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
+      return LaunchForPages<160>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
     case 192:
-      return LaunchFor<192>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
+      return LaunchForPages<192>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
     case 224:
-      return LaunchFor<224>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
+      return LaunchForPages<224>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
     default:
-      return LaunchFor<256>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
+      return LaunchForPages<256>(p, sm_count, scratch, stream, tensor_cores, k16, v16);
   }
 }
 

@@ -5,7 +5,8 @@
 // A block holds kTileQ query vectors (rows of the step x the query heads of one kv head, as the
 // float32 tile kernel groups them) in kWarps warps of 16 vectors. It walks the keys of each run
 // of rows of one sequence kTileK at a time: the block reads the tile's float32 keys and values
-// from the KV pages, rounds them to fp16 into shared memory, and each warp multiplies its 16
+// from the KV pages, rounds them to fp16 into shared memory (fp16 pages, KvFormat::kF16: copies
+// them there as they are, cp.async straight into the fp16 tiles), and each warp multiplies its 16
 // query vectors against them and updates its online softmax (flash-attention 2 style: scores
 // and probabilities stay in registers, the probabilities are the A operand of P V as they are).
 // A warp skips a key tile that none of its vectors can see (causal mask, window), so a causal
@@ -136,14 +137,16 @@ __device__ __forceinline__ bool Alone(const AttentionParams& p, int64_t r) {
 // without spilling: 2 blocks of 4 warps or 1 of 8 (above head_dim 128, shared memory holds one
 // block of 4 warps from 224 on).
 //
-// k16, v16 (or null): the step's keys and values as fp16, [rows, kv_heads, HD] in row order
-// (LaunchRopeKv). A run whose keys [kbegin, kend) were all written in this step (a prompt read
-// whole, or the first piece of one) copies its tiles from there straight into the fp16 tiles,
-// two of them in turn (the float32 staging area holds the second), with no conversion. That a
-// run's keys are all in the step is checked at both ends (the rows holding positions kbegin and
-// kend - 1 are this slot's); in between it rests on how steps are made: a sequence's rows in a
-// step are consecutive rows with consecutive positions.
-template <int HD, int kWarps>
+// kHalfPages: the pages hold fp16 keys and values (KvFormat::kF16); every run copies its tiles
+// from them straight into the fp16 tiles, two of them in turn (the float32 staging area holds
+// the second), with no conversion.
+// Float32 pages: k16, v16 (or null): the step's keys and values as fp16, [rows, kv_heads, HD] in
+// row order (LaunchRopeKv). A run whose keys [kbegin, kend) were all written in this step (a
+// prompt read whole, or the first piece of one) copies its tiles from there in the same way.
+// That a run's keys are all in the step is checked at both ends (the rows holding positions
+// kbegin and kend - 1 are this slot's); in between it rests on how steps are made: a sequence's
+// rows in a step are consecutive rows with consecutive positions.
+template <int HD, int kWarps, bool kHalfPages>
 __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
     MmaTileKernel(AttentionParams p, ScoreCap score_cap, int tile_rows, const __half* k16,
                   const __half* v16) {
@@ -384,7 +387,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
       }
     };
 
-    if (k16) {
+    if (!kHalfPages && k16) {
       if (threadIdx.x == 0) {
         const int64_t base = r0 + seg;  // the row of position s_pos[seg]
         const int64_t lo = base - (s_pos[seg] - kbegin), hi = base + (kend - 1 - s_pos[seg]);
@@ -395,8 +398,10 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
       }
       __syncthreads();
     }
-    if (k16 && s_key_row >= 0) {
-      const int64_t key_row = s_key_row;
+    if (kHalfPages || (k16 && s_key_row >= 0)) {
+      const int64_t key_row = kHalfPages ? 0 : s_key_row;
+      const __half* const k_pages = static_cast<const __half*>(p.cache.keys);
+      const __half* const v_pages = static_cast<const __half*>(p.cache.values);
       // Buffer 0: ks, vs; buffer 1: in the float32 staging area (picked by selects, not an
       // indexed array, which would live in local memory).
       __half* const k_alt = reinterpret_cast<__half*>(kf);
@@ -413,12 +418,20 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
           if (!kWhole && i >= kTilePieces) break;
           int key = i / kPieces, piece = i % kPieces;
           int32_t j = k0 + key;
-          int64_t at = ((key_row + (j - kbegin)) * p.kv_heads + kv_head) * HD + piece * 8;
           bool in = j < kend;
-          CpAsync16Fill((b ? k_alt : ks) + key * kRow + piece * 8, in ? k16 + at : k16,
-                        in ? 16 : 0);
-          CpAsync16Fill((b ? v_alt : vs) + key * kRow + piece * 8, in ? v16 + at : v16,
-                        in ? 16 : 0);
+          // Where the key is read: its page, or its row of the step's copy (past the run's end:
+          // nothing is read, the 16 bytes are zeroed).
+          const __half *k_src, *v_src;
+          if constexpr (kHalfPages) {
+            int64_t page = in ? pages[j / kPage] : 0;
+            int64_t at = ((page * kPage + j % kPage) * p.kv_heads + kv_head) * HD + piece * 8;
+            k_src = k_pages + at, v_src = v_pages + at;
+          } else {
+            int64_t at = ((key_row + (j - kbegin)) * p.kv_heads + kv_head) * HD + piece * 8;
+            k_src = in ? k16 + at : k16, v_src = in ? v16 + at : v16;
+          }
+          CpAsync16Fill((b ? k_alt : ks) + key * kRow + piece * 8, k_src, in ? 16 : 0);
+          CpAsync16Fill((b ? v_alt : vs) + key * kRow + piece * 8, v_src, in ? 16 : 0);
         }
         CpAsyncCommit();
       };
@@ -436,6 +449,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
       continue;
     }
 
+    if constexpr (kHalfPages) continue;  // (every run took the fp16 copy above)
     fetch(kbegin, kend, pages);
     for (int32_t k0 = kbegin; k0 < kend; k0 += kTileK) {
       // Keys and values k0 .. k0 + kTileK - 1 as fp16; those past the run's end as 0. Then the
@@ -485,14 +499,16 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
 // query vectors, 4 FLOP per vector, key and dimension against 8 bytes: 64 vectors (4 warps) need
 // 2 bytes from L2 per 64 FLOP, more than L2 gives at the tensor-core rate; 128 vectors (8
 // warps) halve it. 8 warps where that still leaves a block per multiprocessor.
-template <int HD>
+template <int HD, bool kHalfPages>
 void Launch(const AttentionParams& p, int sm_count, int warps, cudaStream_t stream, const void* k16,
             const void* v16) {
   int group_heads = p.heads / p.kv_heads;
   static bool raised = [] {
-    return cudaFuncSetAttribute(MmaTileKernel<HD, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(MmaTileKernel<HD, 4, kHalfPages>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(MmaSharedBytes<HD, 4>())) == cudaSuccess &&
-           cudaFuncSetAttribute(MmaTileKernel<HD, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+           cudaFuncSetAttribute(MmaTileKernel<HD, 8, kHalfPages>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(MmaSharedBytes<HD, 8>())) == cudaSuccess;
   }();
   (void)raised;
@@ -514,9 +530,20 @@ void Launch(const AttentionParams& p, int sm_count, int warps, cudaStream_t stre
   int64_t small_tiles = (p.rows + 64 / group_heads - 1) / (64 / group_heads) * p.kv_heads;
   if (warps == 8 ||
       (warps == 0 && (big_tiles >= sm_count || (!kTwoSmallBlocks && small_tiles > sm_count)))) {
-    launch(MmaTileKernel<HD, 8>, 8, MmaSharedBytes<HD, 8>());
+    launch(MmaTileKernel<HD, 8, kHalfPages>, 8, MmaSharedBytes<HD, 8>());
   } else {
-    launch(MmaTileKernel<HD, 4>, 4, MmaSharedBytes<HD, 4>());
+    launch(MmaTileKernel<HD, 4, kHalfPages>, 4, MmaSharedBytes<HD, 4>());
+  }
+}
+
+// The kernel of the pages' element type (fp16 pages need no step copy: k16, v16 unused).
+template <int HD>
+void LaunchForPages(const AttentionParams& p, int sm_count, int warps, cudaStream_t stream,
+                    const void* k16, const void* v16) {
+  if (p.cache.format == KvFormat::kF16) {
+    Launch<HD, true>(p, sm_count, warps, stream, nullptr, nullptr);
+  } else {
+    Launch<HD, false>(p, sm_count, warps, stream, k16, v16);
   }
 }
 
@@ -531,21 +558,21 @@ void LaunchMmaTile(const AttentionParams& p, int sm_count, cudaStream_t stream, 
                    const void* k16, const void* v16) {
   switch (p.head_dim) {
     case 32:
-      return Launch<32>(p, sm_count, warps, stream, k16, v16);
+      return LaunchForPages<32>(p, sm_count, warps, stream, k16, v16);
     case 64:
-      return Launch<64>(p, sm_count, warps, stream, k16, v16);
+      return LaunchForPages<64>(p, sm_count, warps, stream, k16, v16);
     case 96:
-      return Launch<96>(p, sm_count, warps, stream, k16, v16);
+      return LaunchForPages<96>(p, sm_count, warps, stream, k16, v16);
     case 128:
-      return Launch<128>(p, sm_count, warps, stream, k16, v16);
+      return LaunchForPages<128>(p, sm_count, warps, stream, k16, v16);
     case 160:
-      return Launch<160>(p, sm_count, warps, stream, k16, v16);
+      return LaunchForPages<160>(p, sm_count, warps, stream, k16, v16);
     case 192:
-      return Launch<192>(p, sm_count, warps, stream, k16, v16);
+      return LaunchForPages<192>(p, sm_count, warps, stream, k16, v16);
     case 224:
-      return Launch<224>(p, sm_count, warps, stream, k16, v16);
+      return LaunchForPages<224>(p, sm_count, warps, stream, k16, v16);
     default:
-      return Launch<256>(p, sm_count, warps, stream, k16, v16);
+      return LaunchForPages<256>(p, sm_count, warps, stream, k16, v16);
   }
 }
 

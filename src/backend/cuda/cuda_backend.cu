@@ -101,6 +101,15 @@ class CudaBackend : public Backend {
     return std::unique_ptr<Buffer>(new CudaBuffer(data, bytes));
   }
 
+  DeviceMemory Memory() const override {
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      cudaGetLastError();
+      return {};
+    }
+    return {static_cast<int64_t>(free), static_cast<int64_t>(total)};
+  }
+
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
     ForgetHandOffs();
     if (bytes == 0) return;
@@ -146,6 +155,21 @@ class CudaBackend : public Backend {
                          std::to_string(heads) + " query heads over " + std::to_string(kv_heads) +
                          " kv heads has no kernel (head_dim must be a multiple of 32 up to 256, "
                          "query heads a multiple of kv heads, at most 64 per kv head)");
+  }
+
+  // Float32 pages, and fp16 pages (KvFormat::kF16) which every attention kernel, RopeKv and
+  // KvWrite take as they are. fp16 rather than bf16: fp16 keeps 3 more bits of mantissa (each
+  // value off by at most 2^-11 of itself, against bf16's 2^-8), and its narrower range costs
+  // nothing here: keys and values (outputs of norms and of projections of modest size) stay far
+  // inside +-65504 (beyond it a value saturates). It is also the CPU's 16-bit format and the
+  // tensor-core kernel's operand type, so a prompt's keys reach the tensor cores as stored.
+  bool SupportsKvFormat(KvFormat f) const override {
+    return f == KvFormat::kF32 || f == KvFormat::kF16;
+  }
+  // fp16 pages by default: half the bytes a decode step reads and twice the positions a budget
+  // holds; exact mode (float32 activations everywhere) keeps float32 pages.
+  KvFormat DefaultKvFormat() const override {
+    return options_.exact ? KvFormat::kF32 : KvFormat::kF16;
   }
 
   void Embed(const EmbedParams& p) override {
@@ -210,10 +234,12 @@ class CudaBackend : public Backend {
   bool FusesMatmul() const override { return true; }
   void RopeKv(const RopeKvParams& p) override {
     auto trace = Trace("rope_kv");
-    // A step of more than one row in fast mode: an fp16 copy of its keys and values for the
-    // tensor-core attention that follows (StepKv).
+    // A step of more than one row in fast mode over float32 pages: an fp16 copy of its keys and
+    // values for the tensor-core attention that follows (StepKv). fp16 pages are read as they
+    // are.
     ForgetHandOffs();
-    if (!options_.exact && p.kv.rows > 1 && p.kv.head_dim % 8 == 0) {
+    if (!options_.exact && p.kv.rows > 1 && p.kv.head_dim % 8 == 0 &&
+        p.kv.cache.format == KvFormat::kF32) {
       const size_t n = static_cast<size_t>(p.kv.rows) * p.kv.kv_heads * p.kv.head_dim;
       char* base = static_cast<char*>(step_kv16_.Get(n * 4));
       step_kv_ = {p.kv.rows, p.kv.cache.keys, p.kv.slots, p.kv.positions, base, base + n * 2};

@@ -118,7 +118,8 @@ __global__ void RopeKernel(RopeParams p) {
 }
 
 // One warp per (row, query head) and per (row, kv head); a kv head's warp writes its rotated key
-// and its value into the row's page, and with k16 as fp16 pairs into the step's copy.
+// and its value into the row's page (float32 or fp16), and with k16 as fp16 pairs into the step's
+// copy.
 __global__ void RopeKvKernel(RopeKvParams p, uint32_t* k16, uint32_t* v16) {
   Prologue();
   extern __shared__ float buf_all[];
@@ -143,8 +144,8 @@ __global__ void RopeKvKernel(RopeKvParams p, uint32_t* k16, uint32_t* v16) {
   const float* k = kv.k + item * kv.head_dim;
   const float* v = kv.v + item * kv.head_dim;
   for (int i = lane; i < kv.head_dim; i += 32) {
-    static_cast<float*>(kv.cache.keys)[at + i] = k[i];
-    static_cast<float*>(kv.cache.values)[at + i] = v[i];
+    StoreKv(kv.cache.keys, kv.cache.format, at + i, k[i]);
+    StoreKv(kv.cache.values, kv.cache.format, at + i, v[i]);
   }
   if (k16) {
     const int64_t pairs = item * (kv.head_dim / 2);
@@ -165,8 +166,8 @@ __global__ void KvWriteKernel(KvWriteParams p) {
   int32_t pos = p.positions[r];
   int64_t page = p.table.pages[static_cast<int64_t>(p.slots[r]) * p.table.max_pages + pos / kPage];
   int64_t at = (page * kPage + pos % kPage) * per_row + e;
-  static_cast<float*>(p.cache.keys)[at] = p.k[i];
-  static_cast<float*>(p.cache.values)[at] = p.v[i];
+  StoreKv(p.cache.keys, p.cache.format, at, p.k[i]);
+  StoreKv(p.cache.values, p.cache.format, at, p.v[i]);
 }
 
 // out = act(gate) * up; with out_bf16 also that rounded to bf16 there.
@@ -219,6 +220,14 @@ __global__ void AddBiasKernel(float* out, int64_t rows, int64_t n, const float* 
   Prologue();
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < rows * n) out[i] += bias[i % n];
+}
+
+// The page formats StoreKv writes; any other is a broken invariant (Model::Load refuses it).
+void CheckPageFormat(const char* op, KvFormat format) {
+  if (format == KvFormat::kF32 || format == KvFormat::kF16) return;
+  std::fprintf(stderr, "cuda %s: KV pages of format %s have no kernel\n", op,
+               KvFormatName(format).c_str());
+  std::abort();
 }
 
 unsigned Blocks(int64_t n, int threads) {
@@ -280,6 +289,7 @@ void LaunchRope(const RopeParams& p, cudaStream_t stream) {
 void LaunchRopeKv(const RopeKvParams& p, cudaStream_t stream, void* k16, void* v16) {
   int64_t items = p.q.rows * p.q.heads + p.k.rows * p.k.heads;
   if (items == 0) return;
+  CheckPageFormat("RopeKv", p.kv.cache.format);
   constexpr int kWarps = 4;
   int head_dim = p.q.head_dim > p.k.head_dim ? p.q.head_dim : p.k.head_dim;
   LaunchDependent(RopeKvKernel, dim3(Blocks(items, kWarps)), dim3(kWarps * 32),
@@ -291,6 +301,7 @@ void LaunchRopeKv(const RopeKvParams& p, cudaStream_t stream, void* k16, void* v
 void LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream) {
   int64_t n = p.rows * p.kv_heads * p.head_dim;
   if (n == 0) return;
+  CheckPageFormat("KvWrite", p.cache.format);
   LaunchDependent(KvWriteKernel, dim3(Blocks(n, 256)), dim3(256), 0, stream, p);
   GZ_CUDA_LAUNCHED();
 }

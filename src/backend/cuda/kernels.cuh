@@ -51,6 +51,16 @@ __device__ __forceinline__ uint32_t PackHalfSat(float lo, float hi) {
   return v;
 }
 
+// One element of a KV page: float32 as it is, or (KvFormat::kF16) rounded to the nearest fp16 as
+// PackHalfSat rounds it (saturated at +-65504, as the CPU's pages and the reference store it).
+__device__ __forceinline__ void StoreKv(void* pages, KvFormat format, int64_t at, float x) {
+  if (format == KvFormat::kF16) {
+    static_cast<uint16_t*>(pages)[at] = static_cast<uint16_t>(PackHalfSat(x, 0.0f) & 0xffffu);
+  } else {
+    static_cast<float*>(pages)[at] = x;
+  }
+}
+
 // AttentionParams::softcap in the attention kernels' log2 units (their scores are scaled by
 // log2 e); cap 0: off. Computed on the host and passed as a kernel argument, so that a kernel
 // reads it from the constant bank instead of holding it in registers.
@@ -127,9 +137,10 @@ void LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream);
 void LaunchRmsNormToBf16(const RmsNormParams& p, void* out, cudaStream_t stream);
 void LaunchRope(const RopeParams& p, cudaStream_t stream);
 void LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream);
-// With k16 and v16 (each [rows, kv_heads, head_dim] fp16), the step's rotated keys and its
-// values are also written there, in row order, as PackHalfSat rounds them: the tensor-core tile
-// kernel reads a prompt's keys from that copy instead of converting the float32 pages.
+// Pages of KvFormat kF32 or kF16 (StoreKv). With k16 and v16 (each [rows, kv_heads, head_dim]
+// fp16), the step's rotated keys and its values are also written there, in row order, as
+// PackHalfSat rounds them: the tensor-core tile kernel reads a prompt's keys from that copy
+// instead of converting the float32 pages (fp16 pages need no copy).
 void LaunchRopeKv(const RopeKvParams& p, cudaStream_t stream, void* k16 = nullptr,
                   void* v16 = nullptr);
 // With out_bf16 ([n] bf16), the result rounded to bf16 there too.

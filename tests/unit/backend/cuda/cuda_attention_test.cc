@@ -1,8 +1,14 @@
 // Paged attention on the CUDA backend against the CPU scalar reference: decoding rows (the split
 // decode kernel), prompt pieces (the float32 tile kernel in exact mode, the fp16 tensor-core tile
 // kernel in the fast mode), steps that mix both, sliding windows, soft-capped scores, and the
-// head shapes of the supported models.
+// head shapes of the supported models; over float32 pages and fp16 pages (KvFormat::kF16).
+//
+// fp16 pages are held to the same bounds as float32 ones: the reference reads the very fp16
+// values the device reads (the cache is made of fp16 values; keys written in the step are
+// rounded by ReferenceKvWrite as RopeKv rounds them, and must match its pages bit for bit), so
+// the only rounding left between them is the kernels' own.
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <tuple>
 
@@ -11,6 +17,20 @@
 
 namespace gizllm::testing {
 namespace {
+
+// The bytes of KV pages holding `values` in `format` (kF32, or kF16 rounded to nearest).
+std::vector<uint8_t> PageBytes(const std::vector<float>& values, KvFormat format) {
+  std::vector<uint8_t> bytes(values.size() * KvFormatBytes(format));
+  if (format == KvFormat::kF16) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      const uint16_t h = F32ToF16(values[i]);
+      std::memcpy(bytes.data() + 2 * i, &h, 2);
+    }
+  } else {
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+  }
+  return bytes;
+}
 
 // A step: per sequence (slot) its rows' positions, in the order the rows appear.
 struct Piece {
@@ -23,11 +43,12 @@ struct Piece {
 // operands), within 1e-2. through_rope_kv: the step's own keys and values are written by RopeKv
 // (no rotary) just before, as a model does, so that the fast mode's tile kernel may read them
 // from the fp16 copy RopeKv leaves; otherwise every position is in the cache beforehand.
-// softcap: AttentionParams::softcap (0: off).
+// softcap: AttentionParams::softcap (0: off). kv: the pages' format (kF32 or kF16).
 void CheckAttentionIn(bool exact, int heads, int kv_heads, int head_dim, int32_t window,
                       const std::vector<Piece>& pieces, uint32_t seed, bool through_rope_kv = false,
-                      float softcap = 0.0f) {
+                      float softcap = 0.0f, KvFormat kv = KvFormat::kF32) {
   SCOPED_TRACE(std::string(exact ? "exact" : "fast") + (through_rope_kv ? " rope-kv" : "") +
+               " pages " + KvFormatName(kv) +
                " heads " + std::to_string(heads) + "/" + std::to_string(kv_heads) + " dim " +
                std::to_string(head_dim) + " window " + std::to_string(window) + " softcap " +
                std::to_string(softcap) + " seed " + std::to_string(seed));
@@ -51,8 +72,8 @@ void CheckAttentionIn(bool exact, int heads, int kv_heads, int head_dim, int32_t
   std::shuffle(table.begin(), table.end(), rng);
   size_t cache_size = static_cast<size_t>(pages) * kPage * kv_heads * head_dim;
   // Every position of the cache holds random keys and values (those a row must not see too).
-  DeviceArray<float> keys(backend.get(), RandomFloats(rng, cache_size));
-  DeviceArray<float> values(backend.get(), RandomFloats(rng, cache_size));
+  DeviceArray<uint8_t> keys(backend.get(), PageBytes(RandomFloats(rng, cache_size), kv));
+  DeviceArray<uint8_t> values(backend.get(), PageBytes(RandomFloats(rng, cache_size), kv));
   DeviceArray<float> q(backend.get(), RandomFloats(rng, rows * heads * head_dim, 2.0f));
   DeviceArray<float> out(backend.get(), std::vector<float>(rows * heads * head_dim));
   out.Poison();
@@ -61,7 +82,7 @@ void CheckAttentionIn(bool exact, int heads, int kv_heads, int head_dim, int32_t
   AttentionParams p;
   p.out = out.device();
   p.q = q.device();
-  p.cache = {keys.device(), values.device()};
+  p.cache = {keys.device(), values.device(), kv};
   p.table = {d_table.device(), max_pages};
   p.slots = d_slots.device();
   p.positions = d_positions.device();
@@ -91,26 +112,37 @@ void CheckAttentionIn(bool exact, int heads, int kv_heads, int head_dim, int32_t
                           .head_dim = head_dim};
     ASSERT_TRUE(rk.Check().ok()) << rk.Check().message();
     backend->RopeKv(rk);
-    // The reference's cache holds the same rows.
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t page = table[row_slots[r] * max_pages + row_positions[r] / kPage];
-      const int64_t at = (page * kPage + row_positions[r] % kPage) * kv_heads * head_dim;
-      for (int64_t e = 0; e < kv_heads * head_dim; ++e) {
-        keys.host()[at + e] = k.host()[r * kv_heads * head_dim + e];
-        values.host()[at + e] = v.host()[r * kv_heads * head_dim + e];
-      }
-    }
+    // The reference's cache holds the same rows, stored as the reference stores them; RopeKv's
+    // pages hold the same bytes.
+    KvWriteParams write = rk.kv;
+    write.cache = {keys.host().data(), values.host().data(), kv};
+    write.table = {table.data(), max_pages};
+    write.k = k.host().data();
+    write.v = v.host().data();
+    write.slots = row_slots.data();
+    write.positions = row_positions.data();
+    ReferenceKvWrite(write);
+    EXPECT_TRUE(keys.Read() == keys.host()) << "RopeKv's keys differ from the reference's";
+    EXPECT_TRUE(values.Read() == values.host()) << "RopeKv's values differ from the reference's";
   }
   backend->Attention(p);
   AttentionParams ref = p;
   ref.out = out.host().data();
   ref.q = q.host().data();
-  ref.cache = {keys.host().data(), values.host().data()};
+  ref.cache = {keys.host().data(), values.host().data(), kv};
   ref.table = {table.data(), max_pages};
   ref.slots = row_slots.data();
   ref.positions = row_positions.data();
   ReferenceAttention(ref);
   EXPECT_LT(RelativeError(out.Read(), out.host()), exact ? 1e-4 : 1e-2);
+}
+
+// The same with fp16 pages.
+void CheckF16Attention(bool exact, int heads, int kv_heads, int head_dim, int32_t window,
+                       const std::vector<Piece>& pieces, uint32_t seed,
+                       bool through_rope_kv = false, float softcap = 0.0f) {
+  CheckAttentionIn(exact, heads, kv_heads, head_dim, window, pieces, seed, through_rope_kv, softcap,
+                   KvFormat::kF16);
 }
 
 void CheckAttention(int heads, int kv_heads, int head_dim, int32_t window,
@@ -346,6 +378,105 @@ TEST(CudaAttentionTest, FastSoftcap) {
                      3.0f);
     CheckAttentionIn(false, heads, kv_heads, head_dim, 100, {{0, 250, 90}, {1, 40, 1}}, seed + 4,
                      false, 3.0f);
+  }
+}
+
+// fp16 pages in exact mode (float32 arithmetic on the fp16 keys and values): the split decode
+// kernel (its ring of fp16 stages, the partial copy rounds at head_dim 32, 96, 160 and 224), the
+// float32 tile kernel, mixed steps, windows and every head_dim, held to exact mode's 1e-4.
+TEST(CudaAttentionTest, F16PagesExact) {
+  GZ_SKIP_WITHOUT_CUDA();
+  CheckF16Attention(true, 32, 8, 128, 0, {{0, 700, 1}, {3, 5, 1}, {1, 0, 1}, {2, 129, 1}}, 600);
+  CheckF16Attention(true, 32, 8, 128, 0, {{0, 5000, 1}}, 601);
+  CheckF16Attention(true, 8, 1, 64, 0, {{0, 2047, 1}}, 602);
+  CheckF16Attention(true, 32, 8, 128, 0, {{0, 0, 100}, {1, 37, 70}}, 603);
+  CheckF16Attention(true, 32, 8, 128, 0, {{0, 90, 1}, {1, 10, 70}, {2, 400, 1}, {3, 0, 3}}, 604);
+  CheckF16Attention(true, 8, 2, 128, 100, {{0, 300, 1}, {1, 250, 90}, {2, 40, 1}}, 605);
+  CheckF16Attention(true, 6, 2, 64, 17, {{0, 0, 50}, {1, 3000, 1}}, 606);
+  for (int head_dim = 32; head_dim <= 256; head_dim += 32) {
+    uint32_t seed = 610 + head_dim;
+    CheckF16Attention(true, 4, 2, head_dim, 0, {{0, 700, 1}, {1, 3, 1}}, seed);
+    CheckF16Attention(true, 4, 2, head_dim, 0, {{0, 5, 37}}, seed + 1);
+    CheckF16Attention(true, 8, 1, head_dim, 0, {{0, 40, 1}, {1, 0, 20}, {2, 90, 1}}, seed + 2);
+  }
+  // Keys written by RopeKv into fp16 pages in the same step.
+  CheckF16Attention(true, 32, 8, 128, 0, {{0, 0, 300}, {1, 5, 40}, {2, 77, 1}}, 690, true);
+}
+
+// fp16 pages in the fast mode: the tensor-core tile kernel copies its key tiles from the pages
+// as they are (no float32 staging, no step copy): prompts of 1 to 1,500 rows, pieces that
+// continue a sequence, several sequences in a step beside decodes, windows, head_dim 32 to 256
+// (4- and 8-warp blocks), keys written by RopeKv in the same step.
+TEST(CudaAttentionTest, F16PagesFast) {
+  GZ_SKIP_WITHOUT_CUDA();
+  for (auto [heads, kv_heads, head_dim] :
+       {std::tuple{32, 8, 128}, std::tuple{6, 2, 64}, std::tuple{4, 2, 32}, std::tuple{8, 1, 96},
+        std::tuple{8, 4, 256}, std::tuple{6, 2, 160}, std::tuple{8, 2, 192},
+        std::tuple{4, 4, 224}}) {
+    uint32_t seed = 700 + head_dim + heads;
+    CheckF16Attention(false, heads, kv_heads, head_dim, 0, {{0, 0, 1}}, seed);
+    CheckF16Attention(false, heads, kv_heads, head_dim, 0, {{0, 45, 17}}, seed + 1);
+    CheckF16Attention(false, heads, kv_heads, head_dim, 0, {{1, 0, 300}}, seed + 2);
+    CheckF16Attention(false, heads, kv_heads, head_dim, 0, {{2, 709, 100}}, seed + 3);
+    CheckF16Attention(false, heads, kv_heads, head_dim, 0,
+                      {{0, 90, 1}, {1, 10, 70}, {2, 400, 1}, {3, 0, 3}, {4, 33, 17}}, seed + 4);
+    CheckF16Attention(false, heads, kv_heads, head_dim, 100,
+                      {{0, 250, 90}, {1, 40, 1}, {2, 0, 300}}, seed + 5);
+    CheckF16Attention(false, heads, kv_heads, head_dim, 0, {{0, 0, 77}, {1, 0, 130}, {2, 5, 1}},
+                      seed + 6, true);
+    CheckF16Attention(false, heads, kv_heads, head_dim, 0,
+                      {{3, 40, 1}, {0, 0, 65}, {1, 90, 1}, {2, 709, 100}}, seed + 7, true);
+  }
+  CheckF16Attention(false, 32, 8, 128, 0, {{0, 0, 1500}}, 790, true);  // 8-warp blocks
+  CheckF16Attention(false, 32, 8, 128, 257, {{2, 100, 1}, {0, 0, 700}, {1, 33, 1}}, 791);
+  CheckF16Attention(false, 32, 16, 256, 0, {{0, 3, 600}}, 792);
+  CheckF16Attention(false, 32, 16, 224, 0, {{0, 0, 300}, {1, 50, 1}}, 793, true);
+}
+
+// Soft-capped scores over fp16 pages, in both modes: decodes, one across splits, prompt pieces,
+// keys from RopeKv, a window.
+TEST(CudaAttentionTest, F16PagesSoftcap) {
+  GZ_SKIP_WITHOUT_CUDA();
+  for (bool exact : {true, false}) {
+    for (auto [heads, kv_heads, head_dim] :
+         {std::tuple{32, 8, 128}, std::tuple{6, 2, 64}, std::tuple{8, 4, 256}}) {
+      uint32_t seed = 800 + head_dim + (exact ? 0 : 1000);
+      CheckF16Attention(exact, heads, kv_heads, head_dim, 0, {{0, 700, 1}, {3, 5, 1}, {1, 0, 1}},
+                        seed, false, /*softcap=*/3.0f);
+      CheckF16Attention(exact, heads, kv_heads, head_dim, 0, {{0, 5000, 1}}, seed + 1, false, 3.0f);
+      CheckF16Attention(exact, heads, kv_heads, head_dim, 0, {{0, 90, 1}, {1, 10, 70}, {2, 0, 300}},
+                        seed + 2, false, 3.0f);
+      CheckF16Attention(exact, heads, kv_heads, head_dim, 0, {{0, 0, 300}, {1, 5, 1}}, seed + 3,
+                        true, 3.0f);
+      CheckF16Attention(exact, heads, kv_heads, head_dim, 100, {{0, 250, 90}, {1, 40, 1}},
+                        seed + 4, false, 3.0f);
+    }
+  }
+}
+
+// The CUDA backend takes float32 and fp16 pages, and no other format (8-bit pages have no CUDA
+// kernel): Model::Load refuses those.
+TEST(CudaAttentionTest, PageFormats) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(false);
+  EXPECT_TRUE(backend->SupportsKvFormat(KvFormat::kF32));
+  EXPECT_TRUE(backend->SupportsKvFormat(KvFormat::kF16));
+  EXPECT_FALSE(backend->SupportsKvFormat(KvFormat::kQ8));
+  EXPECT_EQ(backend->DefaultKvFormat(), KvFormat::kF16);
+  EXPECT_EQ(MakeBackend(true)->DefaultKvFormat(), KvFormat::kF32);
+  // `--kv` on this backend: 16 and 32 bits; q8 and the bits not implemented yet refused, the
+  // message naming the flag and the device.
+  EXPECT_EQ(*ChooseKvFormat("auto", *backend), KvFormat::kF16);
+  EXPECT_EQ(*ChooseKvFormat("16", *backend), KvFormat::kF16);
+  EXPECT_EQ(*ChooseKvFormat("f32", *backend), KvFormat::kF32);
+  for (const char* text : {"q8", "8", "8/4", "4", "2"}) {
+    auto format = ChooseKvFormat(text, *backend);
+    ASSERT_FALSE(format.ok()) << text;
+    EXPECT_EQ(format.status().code(), StatusCode::kUnimplemented);
+    EXPECT_NE(format.status().message().find("--kv " + std::string(text) + ": "),
+              std::string::npos);
+    EXPECT_NE(format.status().message().find("cuda ("), std::string::npos)
+        << format.status().message();
   }
 }
 

@@ -1,9 +1,10 @@
 // The Engine on the CUDA backend with tiny-chat: tokens picked on the device equal the host
 // Sampler's picks from the same logits (seeded sampling under top-k, top-p, min-p and greedy),
-// greedy tokens equal the CPU backend's, and Warm leaves the engine as it found it. Skipped
-// without a CUDA device.
+// greedy tokens equal the CPU backend's, Warm leaves the engine as it found it, and fp16 pages
+// come back from host memory as they were. Skipped without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -21,14 +22,18 @@ namespace {
       GTEST_SKIP() << "no CUDA device was found: CUDA engine tests skipped"; \
   } while (0)
 
-std::unique_ptr<Model> Load(const std::string& device_name, bool exact) {
+// kv: the pages' format (none: the backend's default).
+std::unique_ptr<Model> Load(const std::string& device_name, bool exact,
+                            std::optional<KvFormat> kv = std::nullopt) {
   DeviceOptions device;
   device.device = device_name;
   device.exact = exact;
   auto backend = OpenBackend(device);
   EXPECT_TRUE(backend.ok()) << backend.status().message();
   if (!backend.ok()) return nullptr;
-  auto model = Model::Load("models/tiny-chat", *backend);
+  LoadOptions options;
+  options.kv = kv;
+  auto model = Model::Load("models/tiny-chat", *backend, options);
   EXPECT_TRUE(model.ok()) << model.status().message();
   return model.ok() ? std::move(*model) : nullptr;
 }
@@ -108,6 +113,64 @@ TEST(CudaEngine, GreedyEqualsCpuAndWarmChangesNothing) {
     EXPECT_EQ(cold[i], want[i]) << "request " << i;
     EXPECT_EQ(warmed[i], want[i]) << "request " << i;
   }
+}
+
+// fp16 pages pushed out of a full pool into host memory and copied back (Model::CopyPage, layer by
+// layer, at half float32's bytes): a chat continued from the stored prefix gives the tokens a
+// cold engine gives and reads only what follows the prefix. Exact mode (float32 activations), so
+// that a row's logits do not depend on how many rows its step holds.
+TEST(CudaEngine, F16PagesStoredOnTheHostComeBackAsTheyWere) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto model = Load("cuda", /*exact=*/true, KvFormat::kF16);
+  ASSERT_TRUE(model);
+  ASSERT_EQ(model->kv_format(), KvFormat::kF16);
+  auto make = [&](int32_t slots, int64_t context, int32_t pages, bool host) {
+    EngineOptions options;
+    options.slots = slots;
+    options.context = context;
+    options.rows = 64;
+    options.kv_budget_bytes = pages * model->PageBytes();
+    options.host_prefix_bytes = host ? options.kv_budget_bytes : 0;
+    auto engine = Engine::Create(model.get(), options);
+    EXPECT_TRUE(engine.ok()) << engine.status().message();
+    return engine.ok() ? std::move(*engine) : nullptr;
+  };
+  std::mt19937 rng(23);
+  std::uniform_int_distribution<int32_t> token(10, 8000);
+  auto prompt = [&](int n) {
+    std::vector<int32_t> p(n);
+    for (int32_t& t : p) t = token(rng);
+    return p;
+  };
+  Request first;
+  first.prompt = prompt(40);
+  first.limit = 10;
+  first.sampling.temperature = 0.0f;
+  first.stop = std::vector<int32_t>{};
+  auto engine = make(1, 80, 5, /*host=*/true);
+  ASSERT_NE(engine, nullptr);
+  auto a = engine->Generate({first});
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_EQ((*a)[0].size(), 10u);
+  Request other = first;
+  other.prompt = prompt(40);
+  ASSERT_TRUE(engine->Generate({other}).ok());
+  EXPECT_GT(engine->stats().host_copies, 0);
+  Request next = first;
+  next.prompt.insert(next.prompt.end(), (*a)[0].begin(), (*a)[0].end());
+  const auto more = prompt(6);
+  next.prompt.insert(next.prompt.end(), more.begin(), more.end());
+  next.limit = 12;
+  const int64_t rows_before = engine->stats().rows;
+  auto warm = engine->Generate({next});
+  ASSERT_TRUE(warm.ok()) << warm.status().message();
+  auto cold_engine = make(1, 128, 16, /*host=*/false);
+  ASSERT_NE(cold_engine, nullptr);
+  auto cold = cold_engine->Generate({next});
+  ASSERT_TRUE(cold.ok());
+  EXPECT_EQ((*warm)[0], (*cold)[0]);
+  EXPECT_EQ(engine->stats().cached_tokens, 40 + 10 - 1);
+  EXPECT_EQ(engine->stats().rows - rows_before, cold_engine->stats().rows - (40 + 10 - 1));
 }
 
 }  // namespace

@@ -13,15 +13,35 @@
 namespace gizllm::testing {
 namespace {
 
+// KV page bytes (float32 or fp16 elements) as float32 values.
+std::vector<float> PagesAsFloats(const std::vector<uint8_t>& bytes, KvFormat format) {
+  std::vector<float> out(bytes.size() / KvFormatBytes(format));
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (format == KvFormat::kF16) {
+      uint16_t h;
+      std::memcpy(&h, bytes.data() + 2 * i, 2);
+      out[i] = F16ToF32(h);
+    } else {
+      std::memcpy(&out[i], bytes.data() + 4 * i, 4);
+    }
+  }
+  return out;
+}
+
 TEST(CudaFusedTest, RopeKvEqualsRopeRopeKvWrite) {
   GZ_SKIP_WITHOUT_CUDA();
   auto backend = MakeBackend(false);
   ASSERT_TRUE(backend->FusesMatmul());
   std::mt19937 rng(21);
-  for (auto [rows, heads, kv_heads, head_dim, rotary_dims, norms] :
-       {std::tuple{1, 32, 8, 128, 128, true}, std::tuple{7, 6, 2, 64, 64, false},
-        std::tuple{5, 4, 4, 96, 64, true}}) {
-    SCOPED_TRACE("rows " + std::to_string(rows) + " head_dim " + std::to_string(head_dim));
+  for (auto [rows, heads, kv_heads, head_dim, rotary_dims, norms, format] :
+       {std::tuple{1, 32, 8, 128, 128, true, KvFormat::kF32},
+        std::tuple{7, 6, 2, 64, 64, false, KvFormat::kF32},
+        std::tuple{5, 4, 4, 96, 64, true, KvFormat::kF32},
+        std::tuple{1, 32, 8, 128, 128, true, KvFormat::kF16},
+        std::tuple{7, 6, 2, 64, 64, false, KvFormat::kF16},
+        std::tuple{40, 4, 4, 96, 64, true, KvFormat::kF16}}) {
+    SCOPED_TRACE("rows " + std::to_string(rows) + " head_dim " + std::to_string(head_dim) +
+                 " pages " + KvFormatName(format));
     const int slots = 3, max_pages = 4, pages = slots * max_pages;
     std::vector<int32_t> table(pages);
     std::iota(table.begin(), table.end(), 0);
@@ -33,8 +53,20 @@ TEST(CudaFusedTest, RopeKvEqualsRopeRopeKvWrite) {
       rotary[r] = static_cast<int32_t>(rng() % 9000);
     }
     const size_t cache_size = static_cast<size_t>(pages) * kPage * kv_heads * head_dim;
-    DeviceArray<float> keys(backend.get(), RandomFloats(rng, cache_size));
-    DeviceArray<float> values(backend.get(), RandomFloats(rng, cache_size));
+    // The pages as bytes of float32 or fp16 elements, random where nothing is written.
+    const size_t page_bytes = cache_size * KvFormatBytes(format);
+    std::vector<uint8_t> random_bytes(page_bytes);
+    const std::vector<float> random = RandomFloats(rng, cache_size);
+    for (size_t i = 0; i < cache_size; ++i) {
+      if (format == KvFormat::kF16) {
+        const uint16_t h = F32ToF16(random[i]);
+        std::memcpy(random_bytes.data() + 2 * i, &h, 2);
+      } else {
+        std::memcpy(random_bytes.data() + 4 * i, &random[i], 4);
+      }
+    }
+    DeviceArray<uint8_t> keys(backend.get(), random_bytes);
+    DeviceArray<uint8_t> values(backend.get(), random_bytes);
     DeviceArray<float> q(backend.get(), RandomFloats(rng, rows * heads * head_dim));
     DeviceArray<float> k(backend.get(), RandomFloats(rng, rows * kv_heads * head_dim));
     DeviceArray<float> v(backend.get(), RandomFloats(rng, rows * kv_heads * head_dim));
@@ -57,7 +89,7 @@ TEST(CudaFusedTest, RopeKvEqualsRopeRopeKvWrite) {
     p.k.x = k.device();
     p.k.heads = kv_heads;
     p.k.norm = norms ? k_norm.device() : nullptr;
-    p.kv = {{keys.device(), values.device()},
+    p.kv = {{keys.device(), values.device(), format},
             {d_table.device(), max_pages},
             k.device(),
             v.device(),
@@ -76,7 +108,7 @@ TEST(CudaFusedTest, RopeKvEqualsRopeRopeKvWrite) {
     ref.q.norm = norms ? q_norm.host().data() : nullptr;
     ref.k.x = k.host().data();
     ref.k.norm = norms ? k_norm.host().data() : nullptr;
-    ref.kv = {{keys.host().data(), values.host().data()},
+    ref.kv = {{keys.host().data(), values.host().data(), format},
               {table.data(), max_pages},
               k.host().data(),
               v.host().data(),
@@ -90,8 +122,12 @@ TEST(CudaFusedTest, RopeKvEqualsRopeRopeKvWrite) {
     ReferenceKvWrite(ref.kv);
     EXPECT_LT(RelativeError(q.Read(), q.host()), 1e-5);
     EXPECT_LT(RelativeError(k.Read(), k.host()), 1e-5);
-    EXPECT_LT(RelativeError(keys.Read(), keys.host()), 1e-5);
-    EXPECT_EQ(RelativeError(values.Read(), values.host()), 0.0);
+    // Keys: rotated to within 1e-5 of the reference (float32 sin and cos computed differently),
+    // so an fp16 key may round one step (2^-11 of itself) the other way where the two straddle a
+    // rounding edge: a few in a thousand elements, 1e-4 in norm at most. Values: bit for bit.
+    EXPECT_LT(RelativeError(PagesAsFloats(keys.Read(), format), PagesAsFloats(keys.host(), format)),
+              format == KvFormat::kF16 ? 1e-4 : 1e-5);
+    EXPECT_TRUE(values.Read() == values.host());
   }
 }
 

@@ -115,20 +115,94 @@ void CheckReferenceLogits(const std::string& dir, bool exact) {
   EXPECT_GE(cases, 3);
 }
 
-// Float16 KV pages are a CPU backend format: loading with them on CUDA fails at load time and
+// The KV pages a model keeps when its load options name none: fp16 on CUDA, float32 there in exact
+// mode and on the CPU.
+TEST(CudaModelTest, DefaultKvPages) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto fast = LoadOnCuda("models/tiny-chat", /*exact=*/false);
+  auto exact = LoadOnCuda("models/tiny-chat", /*exact=*/true);
+  ASSERT_TRUE(fast && exact);
+  EXPECT_EQ(fast->kv_format(), KvFormat::kF16);
+  EXPECT_EQ(exact->kv_format(), KvFormat::kF32);
+  EXPECT_EQ(fast->PageBytes() * 2, exact->PageBytes());
+  DeviceOptions cpu;
+  cpu.device = "cpu";
+  cpu.threads = 1;
+  auto backend = OpenBackend(cpu);
+  ASSERT_TRUE(backend.ok());
+  auto on_cpu = Model::Load("models/tiny-chat", *backend);
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status().message();
+  EXPECT_EQ((*on_cpu)->kv_format(), KvFormat::kF32);
+}
+
+// 8-bit KV pages are a CPU backend format: loading with them on CUDA fails at load time and
 // says so, instead of failing inside a step.
-TEST(CudaModelTest, F16KvPagesAreRefusedAtLoad) {
+TEST(CudaModelTest, Q8KvPagesAreRefusedAtLoad) {
   GZ_SKIP_WITHOUT_CUDA();
   DeviceOptions device;
   device.device = "cuda";
   auto backend = OpenBackend(device);
   ASSERT_TRUE(backend.ok()) << backend.status().message();
   LoadOptions options;
-  options.kv = KvFormat::kF16;
+  options.kv = KvFormat::kQ8;
   auto model = Model::Load("models/tiny-chat", *backend, options);
   ASSERT_FALSE(model.ok());
-  EXPECT_NE(model.status().message().find("KV pages of format f16"), std::string::npos)
+  EXPECT_NE(model.status().message().find("KV pages of format q8"), std::string::npos)
       << model.status().message();
+}
+
+// fp16 KV pages in exact mode against the CPU backend's fp16 pages in exact mode: both round
+// each key and value to the nearest fp16 as it is written (bit for bit the same rounding,
+// CudaBackendTest.KvWriteF16PagesRoundLikeTheReference) and compute in float32 after, so the two
+// are held to exact mode's bound, 1e-3 of the largest logit; for prompts read whole, in chunks of
+// 5 (tile kernel over earlier pages) and a row at a time (decode kernel), on every golden model
+// (soft-capping, sliding windows, head_dim 256). They must also differ from the float32 pages'
+// logits, so the rounding does happen.
+TEST(CudaModelTest, F16KvPagesMatchTheCpuBackendsF16Pages) {
+  GZ_SKIP_WITHOUT_CUDA();
+  for (const char* dir :
+       {"tests/golden/models/llama", "tests/golden/models/qwen2", "tests/golden/models/qwen3",
+        "tests/golden/models/gemma3", "tests/golden/models/gemma3_softcap",
+        "tests/golden/models/gemma2", "models/tiny-chat"}) {
+    SCOPED_TRACE(dir);
+    LoadOptions options;
+    options.kv = KvFormat::kF16;
+    DeviceOptions cuda_device, cpu_device;
+    cuda_device.device = "cuda";
+    cuda_device.exact = cpu_device.exact = true;
+    cpu_device.device = "cpu";
+    cpu_device.threads = 2;
+    auto cuda_backend = OpenBackend(cuda_device);
+    auto cpu_backend = OpenBackend(cpu_device);
+    ASSERT_TRUE(cuda_backend.ok() && cpu_backend.ok());
+    auto cuda = Model::Load(dir, *cuda_backend, options);
+    auto cpu = Model::Load(dir, *cpu_backend, options);
+    ASSERT_TRUE(cuda.ok()) << cuda.status().message();
+    ASSERT_TRUE(cpu.ok()) << cpu.status().message();
+    EXPECT_EQ((*cuda)->kv_format(), KvFormat::kF16);
+    auto f32 = LoadOnCuda(dir, /*exact=*/true);
+    ASSERT_TRUE(f32);
+    EXPECT_EQ((*cuda)->PageBytes() * 2, f32->PageBytes());
+    auto ref = SafetensorsFile::Open(std::string(dir) + "/reference.safetensors");
+    ASSERT_TRUE(ref.ok()) << ref.status().message();
+    for (int i = 0;; ++i) {
+      const TensorInfo* ids = ref->Find("ids" + std::to_string(i));
+      if (!ids) break;
+      auto tokens = ReadIds(*ids);
+      for (int64_t chunk : {int64_t{256}, int64_t{5}, int64_t{1}}) {
+        const std::string what = "case " + std::to_string(i) + " chunk " + std::to_string(chunk);
+        auto ours = SequenceLogits(**cuda, tokens, chunk);
+        auto want = SequenceLogits(**cpu, tokens, chunk);
+        ASSERT_TRUE(ours.ok() && want.ok()) << what;
+        ExpectClose(*ours, *want, 1e-3f, what);
+        if (tokens.size() > 1 && chunk == 256) {
+          auto full = SequenceLogits(*f32, tokens, chunk);
+          ASSERT_TRUE(full.ok());
+          EXPECT_NE(*ours, *full) << what;
+        }
+      }
+    }
+  }
 }
 
 TEST(CudaModelTest, GoldenModelsExactMode) {

@@ -1,6 +1,7 @@
 // Every elementwise, norm, rotary, KV write and matmul op of the CUDA backend against the CPU
 // scalar reference on fresh random inputs, sizes that are not tile multiples, outputs poisoned.
 #include <algorithm>
+#include <iterator>
 #include <numeric>
 #include <tuple>
 
@@ -171,6 +172,68 @@ TEST(CudaBackendTest, KvWriteScattersIntoPages) {
   ReferenceKvWrite(ref);
   EXPECT_EQ(RelativeError(keys.Read(), keys.host()), 0.0);
   EXPECT_EQ(RelativeError(values.Read(), values.host()), 0.0);
+}
+
+// fp16 pages: each key and value rounded to the nearest fp16, saturated at +-65504, as the
+// reference (and the CPU backend) store them; bit for bit, at an odd head_dim (elements written
+// one at a time), with values past fp16's range, at its rounding edges and below its normal range.
+TEST(CudaBackendTest, KvWriteF16PagesRoundLikeTheReference) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(false);
+  std::mt19937 rng(41);
+  for (int head_dim : {64, 33}) {
+    SCOPED_TRACE("head_dim " + std::to_string(head_dim));
+    const int kv_heads = 3, slots = 3, max_pages = 5, pages = slots * max_pages, rows = 11;
+    std::vector<int32_t> table(slots * max_pages);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    std::vector<int32_t> row_slots(rows), row_positions(rows);
+    for (int r = 0; r < rows; ++r) {
+      row_slots[r] = r % slots;
+      row_positions[r] = static_cast<int32_t>(r / slots * 17 + rng() % 7);
+    }
+    const size_t cache_size = static_cast<size_t>(pages) * kPage * kv_heads * head_dim;
+    std::vector<uint16_t> old_keys(cache_size), old_values(cache_size);
+    for (size_t i = 0; i < cache_size; ++i) {
+      old_keys[i] = static_cast<uint16_t>(rng());
+      old_values[i] = static_cast<uint16_t>(rng());
+    }
+    DeviceArray<uint16_t> keys(backend.get(), old_keys), values(backend.get(), old_values);
+    std::vector<float> k_host = RandomFloats(rng, rows * kv_heads * head_dim, 4.0f);
+    std::vector<float> v_host = RandomFloats(rng, rows * kv_heads * head_dim, 0.01f);
+    const float edges[] = {7e4f,  -1e6f,  65519.0f, 65520.0f,           -65504.0f,
+                           1e-6f, -3e-8f, 6e-5f,    1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048};
+    for (size_t i = 0; i < std::size(edges); ++i) {
+      k_host[7 * i] = edges[i];
+      v_host[5 * i + 1] = -edges[i];
+    }
+    DeviceArray<float> k(backend.get(), k_host), v(backend.get(), v_host);
+    DeviceArray<int32_t> d_table(backend.get(), table), d_slots(backend.get(), row_slots),
+        d_positions(backend.get(), row_positions);
+    KvWriteParams p;
+    p.cache = {keys.device(), values.device(), KvFormat::kF16};
+    p.table = {d_table.device(), max_pages};
+    p.k = k.device();
+    p.v = v.device();
+    p.slots = d_slots.device();
+    p.positions = d_positions.device();
+    p.rows = rows;
+    p.kv_heads = kv_heads;
+    p.head_dim = head_dim;
+    ASSERT_TRUE(p.Check().ok());
+    backend->KvWrite(p);
+    KvWriteParams ref = p;
+    ref.cache = {keys.host().data(), values.host().data(), KvFormat::kF16};
+    ref.table = {table.data(), max_pages};
+    ref.k = k.host().data();
+    ref.v = v.host().data();
+    ref.slots = row_slots.data();
+    ref.positions = row_positions.data();
+    ReferenceKvWrite(ref);
+    EXPECT_NE(keys.host(), old_keys);
+    EXPECT_TRUE(keys.Read() == keys.host());
+    EXPECT_TRUE(values.Read() == values.host());
+  }
 }
 
 TEST(CudaBackendTest, SwiGluAddGather) {

@@ -1,0 +1,63 @@
+#include "engine/kv_sizing.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+namespace gizllm {
+namespace {
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+std::string Gib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f GiB", static_cast<double>(bytes) / kGiB);
+  return text;
+}
+}  // namespace
+
+int64_t KvReserveBytes(int64_t total) { return std::max(kGiB, total / 20); }
+
+int64_t DefaultKvBudget(DeviceKind kind, const DeviceMemory& memory) {
+  const bool known = memory.total > 0 && memory.free > 0;
+  const int64_t left = known ? std::max<int64_t>(0, memory.free - KvReserveBytes(memory.total)) : 0;
+  if (kind == DeviceKind::kCuda) return left;
+  return std::clamp(left / 4, kCpuKvBudgetFloor, kCpuKvBudgetCap);
+}
+
+Expected<ServeSize> SizeServe(DeviceKind kind, const DeviceMemory& memory, int64_t page_bytes,
+                              int64_t model_context, const ServeAsk& ask) {
+  if (page_bytes <= 0) return InvalidArgument("SizeServe: page_bytes must be positive");
+  const bool gpu = kind == DeviceKind::kCuda;
+  ServeSize size;
+  size.kv_budget_bytes =
+      ask.kv_budget_bytes > 0 ? ask.kv_budget_bytes : DefaultKvBudget(kind, memory);
+  size.positions = size.kv_budget_bytes / page_bytes * kPage;
+  if (ask.context > 0) {
+    size.context = ask.context;
+  } else {
+    size.context = gpu ? kMaxGpuContext : kMaxCpuContext;
+    if (model_context > 0) size.context = std::min(size.context, model_context);
+    size.context = std::min(size.context, size.positions);
+  }
+  if (size.context < 2) {
+    std::string why = ask.kv_budget_bytes > 0
+                          ? "--kv-mib gives " + Gib(ask.kv_budget_bytes)
+                          : "the device has " + Gib(memory.free) + " free of " + Gib(memory.total) +
+                                ", less a reserve of " + Gib(KvReserveBytes(memory.total)) +
+                                " leaves " + Gib(size.kv_budget_bytes);
+    return ResourceExhausted("KV cache: " + why + ", which holds " +
+                             std::to_string(size.positions) + " positions at " +
+                             std::to_string(page_bytes) + " bytes a page of " +
+                             std::to_string(kPage) + "; pass --kv-mib, or a smaller --kv");
+  }
+  if (ask.slots > 0) {
+    size.slots = ask.slots;
+  } else {
+    const int64_t fit = size.positions / kTypicalChat;
+    size.slots =
+        static_cast<int32_t>(std::clamp<int64_t>(fit, 1, gpu ? kMaxGpuSlots : kMaxCpuSlots));
+  }
+  return size;
+}
+
+}  // namespace gizllm

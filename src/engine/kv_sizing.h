@@ -1,0 +1,62 @@
+// How much KV memory an engine takes by default, and how `serve` divides it into slots and
+// context: pure functions of the device's memory figures and the model's page size.
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "ops/backend.h"
+
+namespace gizllm {
+
+// Bytes left free beside the KV pool on a device of `total` bytes: max(1 GiB, 5% of total). They
+// hold what is allocated after the pool: the engine's step buffers, scratch that grows in the
+// first steps (the attention's split parts, bf16 copies of activations, dequantized weights),
+// recorded steps and the libraries' workspaces.
+int64_t KvReserveBytes(int64_t total);
+
+// The KV budget when none is given. On a GPU: the memory free once the weights are placed, less
+// KvReserveBytes (0 where the figures are unknown or leave nothing). On the CPU, whose memory the
+// pool shares with everything else (and which it touches when it is allocated): a quarter of
+// that, within [kCpuKvBudgetFloor, kCpuKvBudgetCap] (the floor also where the figures are
+// unknown).
+inline constexpr int64_t kCpuKvBudgetCap = int64_t{1} << 30;
+inline constexpr int64_t kCpuKvBudgetFloor = int64_t{256} << 20;
+int64_t DefaultKvBudget(DeviceKind kind, const DeviceMemory& memory);
+
+// What `serve` was told (0: choose).
+struct ServeAsk {
+  int32_t slots = 0;
+  int64_t context = 0;
+  int64_t kv_budget_bytes = 0;
+};
+
+// What `serve` runs with.
+struct ServeSize {
+  int32_t slots = 0;
+  int64_t context = 0;
+  int64_t kv_budget_bytes = 0;
+  int64_t positions = 0;  // the budget's whole pages, in positions
+};
+
+// Positions a chat typically holds (prompt, turns and answer): the default slots are the
+// positions the budget holds over this, so that that many chats of this size fit at once.
+inline constexpr int64_t kTypicalChat = 2048;
+// The most slots chosen by default: on a GPU (steps of that many decode rows are still fast),
+// and on the CPU (where a step's rows cost in proportion).
+inline constexpr int32_t kMaxGpuSlots = 512;
+inline constexpr int32_t kMaxCpuSlots = 16;
+// The longest context chosen by default (the model's own when shorter): on a GPU a long chat
+// takes pages only as it grows; on the CPU long contexts are slow to read.
+inline constexpr int64_t kMaxGpuContext = 32768;
+inline constexpr int64_t kMaxCpuContext = 4096;
+
+// Sizes `serve`: the budget (asked, or DefaultKvBudget), the context (asked, or the model's up
+// to the kind's cap and to what the budget holds) and the slots (asked, or the budget's
+// positions over kTypicalChat, at least 1, at most the kind's cap). model_context 0: unknown.
+// A budget that holds no context of at least 2 positions is an error that says which figures
+// made it.
+Expected<ServeSize> SizeServe(DeviceKind kind, const DeviceMemory& memory, int64_t page_bytes,
+                              int64_t model_context, const ServeAsk& ask);
+
+}  // namespace gizllm
