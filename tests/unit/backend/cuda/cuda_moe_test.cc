@@ -249,6 +249,46 @@ TEST(CudaMoeTest, MatchesReference) {
   }
 }
 
+// Routing over more experts than a warp has lanes (each lane holds several; up to the 512 the
+// kernels take) on wider rows: 128 experts of 256 over 1024, top 8 (Qwen3-30B-A3B's counts), and
+// 512 experts, top 10 (Qwen3-Next's counts), in both modes and on both paths.
+TEST(CudaMoeTest, ManyExpertsMatchReference) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto exact = MakeBackend(true);
+  auto fast = MakeBackend(false, /*gemv_max_rows=*/1);
+  std::mt19937 rng(24);
+  struct Case {
+    Shape shape;
+    int k;
+    std::vector<int64_t> rows;
+  };
+  for (const Case& c :
+       {Case{{128, 1024, 256}, 8, {1, 3, 64}}, Case{{512, 64, 32}, 10, {1, 5, 300}}}) {
+    Experts m;
+    MakeExperts(rng, Format::kBf16, c.shape.experts, c.shape.dim, c.shape.ffn, &m);
+    Experts host = m, on_exact = m, on_fast = m;
+    Place(exact.get(), false, &host);
+    Place(exact.get(), false, &on_exact);
+    Place(fast.get(), true, &on_fast);
+    for (int64_t rows : c.rows) {
+      const std::string what =
+          "experts " + std::to_string(c.shape.experts) + " rows " + std::to_string(rows);
+      std::vector<float> x = SeparatedRows(rng, m, rows, c.k);
+      std::vector<float> want(rows * m.dim);
+      ReferenceMoeFeedForward(Params(host, false, want.data(), x.data(), rows, c.k, true, false));
+      for (bool is_exact : {true, false}) {
+        Backend* be = is_exact ? exact.get() : fast.get();
+        DeviceArray<float> xd(be, x), out(be, want);
+        out.Poison();
+        be->MoeFeedForward(Params(is_exact ? on_exact : on_fast, true, out.device(), xd.device(),
+                                  rows, c.k, true, false));
+        ExpectMatches(out.Read(), want, is_exact || rows <= 1,
+                      what + (is_exact ? " exact" : " fast"));
+      }
+    }
+  }
+}
+
 // A zero router: every probability equal, the lowest indices win (weights 1/experts, or 1/k
 // renormalized), on both paths.
 TEST(CudaMoeTest, TiesGoToLowestIndices) {
