@@ -13,7 +13,8 @@ Usage: python3 tools/make_golden.py --out DIR [--tiny-chat models/tiny-chat]
 
 With --bf16-inputs DIR...: for each golden folder DIR (as written above), writes
 DIR/reference_bf16_inputs.safetensors: the logits of the same ids with the input of every product
-with a weight (q/k/v/o, gate/up/down, the MoE router and experts, head) rounded to bfloat16 and everything else in float32, as a backend's
+with a weight (q/k/v/o, gate/up/down, the MoE experts, head; not the MoE router, which runs in
+float32 in every mode) rounded to bfloat16 and everything else in float32, as a backend's
 bf16-activation mode computes them (the CUDA fast mode's many-row linears, the CPU's
 bf16_activations). The references above stay the float32 truth.
 """
@@ -389,8 +390,10 @@ def write_bf16_inputs(folder, fast=False):
     import importlib
     patched = []
     if fast:
-        for name in ["llama", "qwen2", "qwen3", "gemma2", "gemma3"]:
+        for name in ["llama", "qwen2", "qwen3", "qwen3_moe", "gemma2", "gemma3"]:
             mod = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+            if not hasattr(mod, "eager_attention_forward"):
+                continue
             patched.append((mod, mod.eager_attention_forward))
             mod.eager_attention_forward = fp16_attention
     try:
@@ -405,11 +408,16 @@ def _write_rounded(folder, fast, load_file):
                                                  attn_implementation="eager").eval()
     # Every product with a weight goes through F.linear: nn.Linear's, and the MoE router's and
     # experts' (transformers 5 keeps those as plain parameters), so rounding F.linear's input
-    # rounds them all, as the backends round each matmul's input.
+    # rounds them all, as the backends round each matmul's input; except the MoE router's
+    # (mlp.gate), which the backends run in float32 in every mode.
     linear = torch.nn.functional.linear
     calls = [0]
+    routers = {id(m.weight) for name, m in model.named_modules()
+               if name.endswith("mlp.gate") and isinstance(getattr(m, "weight", None), torch.Tensor)}
 
     def rounded_linear(x, weight, bias=None):
+        if id(weight) in routers:
+            return linear(x, weight, bias)
         calls[0] += 1
         return linear(x.to(torch.bfloat16).to(torch.float32), weight, bias)
 

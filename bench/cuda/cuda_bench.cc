@@ -15,8 +15,10 @@
 // and copied on the device for every layer. The limits then count the bytes the kernels read
 // (codes and per-group (mul, add) pairs).
 //
+// With --moe: one Qwen3-30B-A3B-shaped mixture-of-experts layer alone instead (ProfileMoe).
+//
 // Usage: cuda_bench [--quick] [--exact] [--gemv-max-rows N] [--no-graphs] [--bits L[/H]]
-//                   [--decode-only | --prefill-only]
+//                   [--decode-only | --prefill-only | --moe]
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -825,8 +827,103 @@ void ProfileQuantKernels(Backend* be, const Shape& s, double bandwidth) {
   }
 }
 
+// One mixture-of-experts layer of Qwen3-30B-A3B's shape (hidden 2048, 128 experts of 768, 8 a
+// token, renormalized), random bf16 weights, the MoeFeedForward op alone: batch-1 decode,
+// batches of 8 and 64 rows, a 2,048-token prompt. The mean of `reps` steps, issued directly
+// (launches from the host) and replayed as a recorded step (CUDA graph; not with --no-graphs).
+// Decode rows are held to the bytes they read: the router and the experts picked (batch 1: 8 of
+// 128; more rows: the expected distinct experts under uniform routing, 128 (1 - (1 - 8/128)^rows)),
+// over the copy bandwidth (read + written); the prompt to the FLOPs of its active experts over the
+// GEMM rate.
+void ProfileMoe(Backend* be, double bandwidth, double rate, int reps) {
+  constexpr int kExperts = 128, kTopK = 8;
+  constexpr int64_t kDim = 2048, kFfn = 768, kMaxRows = 2048;
+  RandomSource random(be);
+  std::vector<std::unique_ptr<Buffer>> storage;
+  auto place = [&](int64_t rows, int64_t cols) {
+    auto buffer = be->Allocate(static_cast<size_t>(rows * cols) * 2);
+    BENCH_CHECK(buffer.ok());
+    random.FillBf16((*buffer)->data(), static_cast<size_t>(rows * cols));
+    Weight w{Format::kBf16, rows, cols};
+    w.data = (*buffer)->data();
+    storage.push_back(std::move(buffer).value());
+    return w;
+  };
+  Weight router = place(kExperts, kDim);
+  std::vector<Weight> gate, up, down;
+  for (int e = 0; e < kExperts; ++e) {
+    gate.push_back(place(kFfn, kDim));
+    up.push_back(place(kFfn, kDim));
+    down.push_back(place(kDim, kFfn));
+  }
+  auto x = be->Allocate(kMaxRows * kDim * 4);
+  auto out = be->Allocate(kMaxRows * kDim * 4);
+  BENCH_CHECK(x.ok() && out.ok());
+  {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<float> host(kMaxRows * kDim);
+    for (float& v : host) v = d(rng);
+    be->CopyToDevice((*x)->data(), host.data(), host.size() * 4);
+  }
+  const double expert_bytes = 3.0 * kFfn * kDim * 2, router_bytes = kExperts * kDim * 2.0;
+  std::printf("\nmixture of experts: one layer, hidden %lld, %d experts of %lld, top %d, bf16\n",
+              static_cast<long long>(kDim), kExperts, static_cast<long long>(kFfn), kTopK);
+  std::printf("%-22s %10s %10s %12s %10s %8s %8s\n", "rows", "direct us", "graph us", "bytes read",
+              "limit us", "% limit", "TFLOP/s");
+  uint64_t key = 0x4d6f45;
+  for (int64_t rows : {int64_t{1}, int64_t{8}, int64_t{64}, kMaxRows}) {
+    MoeFeedForwardParams p;
+    p.out = static_cast<float*>((*out)->data());
+    p.x = static_cast<const float*>((*x)->data());
+    p.rows = rows;
+    p.dim = kDim;
+    p.ffn = kFfn;
+    p.experts = kExperts;
+    p.top_k = kTopK;
+    p.norm_topk_prob = true;
+    p.router = &router;
+    p.gate = gate.data();
+    p.up = up.data();
+    p.down = down.data();
+    BENCH_CHECK(p.Check().ok());
+    be->MoeFeedForward(p);  // warm: tables, scratch
+    be->Synchronize();
+    const int n = rows == kMaxRows ? std::max(reps / 2, 2) : reps * 10;
+    double t0 = Now();
+    for (int i = 0; i < n; ++i) be->MoeFeedForward(p);
+    be->Synchronize();
+    const double direct = (Now() - t0) / n;
+    be->BeginStep(++key);
+    be->MoeFeedForward(p);
+    be->EndStep();
+    be->Synchronize();
+    double graph = NAN;
+    if (be->ReplayStep(key)) {
+      be->Synchronize();
+      t0 = Now();
+      for (int i = 0; i < n; ++i) BENCH_CHECK(be->ReplayStep(key));
+      be->Synchronize();
+      graph = (Now() - t0) / n;
+    }
+    const double distinct = kExperts * (1.0 - std::pow(1.0 - double{kTopK} / kExperts, rows));
+    const double bytes = router_bytes + distinct * expert_bytes + 2.0 * rows * kDim * 4;
+    const double flops = 2.0 * rows * kTopK * 3 * kFfn * kDim;
+    const double limit = std::max(bytes / bandwidth, flops / rate);
+    const double best = std::isnan(graph) ? direct : std::min(direct, graph);
+    char name[48];
+    std::snprintf(name, sizeof(name), rows == kMaxRows ? "prompt %lld" : "decode %lld",
+                  static_cast<long long>(rows));
+    std::printf("%-22s %10.1f %10.1f %9.1f MB %10.1f %7.1f%% %8.1f\n", name, direct * 1e6,
+                graph * 1e6, bytes * 1e-6, limit * 1e6, 100.0 * limit / best, flops / best * 1e-12);
+  }
+  std::vector<float> sample(8);
+  be->CopyToHost(sample.data(), (*out)->data(), sample.size() * 4);
+  for (float v : sample) BENCH_CHECK(std::isfinite(v));
+}
+
 int Main(int argc, char** argv) {
-  bool quick = false, decode_only = false, prefill_only = false;
+  bool quick = false, decode_only = false, prefill_only = false, moe = false;
   int layer_bits = 16, head_bits = 16;
   KvFormat kv = KvFormat::kF32;
   CudaOptions options;
@@ -847,6 +944,8 @@ int Main(int argc, char** argv) {
     else if (a == "--kv" && i + 1 < argc &&
              (argv[i + 1] == std::string("f16") || argv[i + 1] == std::string("f32")))
       kv = argv[++i] == std::string("f16") ? KvFormat::kF16 : KvFormat::kF32;
+    else if (a == "--moe")
+      moe = true;
     else if (a == "--bits" && i + 1 < argc) {
       std::string v = argv[++i];
       size_t slash = v.find('/');
@@ -860,11 +959,12 @@ int Main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: cuda_bench [--quick] [--exact] [--gemv-max-rows N] [--no-graphs] "
-                   "[--bits L[/H]] [--kv f32|f16] [--decode-only | --prefill-only]\n"
+                   "[--bits L[/H]] [--kv f32|f16] [--decode-only | --prefill-only | --moe]\n"
                    "  --kv: the KV pages' element type (f32 by default)\n"
                    "  --decode-only: batch-1 decode steps alone, without per-op profiles (for a "
                    "profiler's trace)\n"
-                   "  --prefill-only: the 2,048-token prompt alone\n");
+                   "  --prefill-only: the 2,048-token prompt alone\n"
+                   "  --moe: one Qwen3-30B-A3B-shaped mixture-of-experts layer alone\n");
       return 2;
     }
   }
@@ -884,6 +984,10 @@ int Main(int argc, char** argv) {
   std::printf("ceilings: copy %.2f TB/s (read + written), cuBLASLt bf16 GEMM 8192^3 %.1f TFLOP/s\n",
               bandwidth * 1e-12, rate * 1e-12);
 
+  if (moe) {
+    ProfileMoe(be, bandwidth, rate, quick ? 3 : 10);
+    return 0;
+  }
   Shape s;
   s.kv = kv;
   std::printf("KV pages: %s\n", KvFormatName(kv).c_str());

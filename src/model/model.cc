@@ -127,7 +127,11 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
       return Unimplemented(dir + ": a mixture-of-experts model (" + arch.family + ", layer " +
                            std::to_string(l) + " has " + std::to_string(spec.moe.experts) +
                            " experts); mixture-of-experts layers do not run on " +
-                           backend->Describe() + " yet (they run on the CPU backend)");
+                           backend->Describe() + " (they run on the CPU and CUDA backends)");
+    }
+    if (spec.IsMoe()) {
+      if (Status s = backend->CheckMoeShape(spec.moe.experts, spec.moe.experts_per_token); !s.ok())
+        return Unimplemented(dir + "/config.json: " + s.message());
     }
   }
   const KvFormat kv = options.kv.value_or(backend->DefaultKvFormat());

@@ -429,6 +429,13 @@ class Backend {
   // Whether MoeFeedForward runs; a model with mixture-of-experts layers checks it when it loads
   // and refuses a backend without it. The default op is never reached.
   virtual bool SupportsMoe() const { return false; }
+  // Whether MoeFeedForward runs a mixture of `experts` experts, top_k a row (a backend whose
+  // kernels have limits refuses the rest); checked with SupportsMoe when a model loads.
+  virtual Status CheckMoeShape(int experts, int top_k) const {
+    (void)experts;
+    (void)top_k;
+    return Status::Ok();
+  }
   virtual void MoeFeedForward(const MoeFeedForwardParams& p) { (void)p; }
 
   // Whether the recurrent layers' ops (CausalConv, L2Norm, GatedDeltaRule, GatedRmsNorm) run; a

@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels.cuh"
+#include "core/check.h"
 #include "quant/layout.h"
 
 namespace gizllm {
@@ -67,6 +70,8 @@ class CudaBackend : public Backend {
       cublasLtMatmulDescDestroy(plan.desc);
     }
     if (workspace_) cudaFree(workspace_);
+    for (auto& [pointers, table] : moe_tables_) cudaFree(table);
+    if (upload_) cudaStreamDestroy(upload_);
     if (fork_) {
       for (int i = 0; i < kSides; ++i) {
         cudaStreamSynchronize(side_[i]);
@@ -229,6 +234,26 @@ class CudaBackend : public Backend {
     auto trace = Trace("sample");
     ForgetHandOffs();
     cuda::LaunchSample(p, stream_);
+  }
+
+  bool SupportsMoe() const override { return true; }
+  Status CheckMoeShape(int experts, int top_k) const override {
+    if (experts <= cuda::kMoeMaxExperts && top_k >= 1 && top_k <= experts) return Status::Ok();
+    return Unimplemented("cuda: a mixture of " + std::to_string(experts) + " experts, " +
+                         std::to_string(top_k) + " a token, has no kernel (at most " +
+                         std::to_string(cuda::kMoeMaxExperts) + " experts)");
+  }
+  void MoeFeedForward(const MoeFeedForwardParams& p) override {
+    auto trace = Trace("moe");
+    ForgetHandOffs();
+    // Only the hybrid families have a shared expert, and this backend refuses them at load.
+    CHECK(p.shared_ffn == 0);
+    if (p.rows == 0) return;
+    cuda::MoeDevice d = MoeBuffers(p);
+    // Fast mode: bf16 activations into the experts where a dense linear of as many rows would
+    // take them (more rows than the GEMV takes), float32 otherwise; the router always float32.
+    const bool bf16 = !options_.exact && p.rows > gemv_max_rows_;
+    cuda::LaunchMoe(p, d, bf16, sm_count_, stream_);
   }
 
   bool FusesMatmul() const override { return true; }
@@ -533,6 +558,63 @@ class CudaBackend : public Backend {
     return plans_.emplace(key, plan).first->second;
   }
 
+  // The device buffers of a MoeFeedForward: the table of its experts' weight pointers (uploaded
+  // the first time these weights are seen, on a stream of its own so that it may happen while a
+  // step is recorded) and the op's scratch.
+  cuda::MoeDevice MoeBuffers(const MoeFeedForwardParams& p) {
+    const int experts = p.experts;
+    if (experts > cuda::kMoeMaxExperts) {
+      std::fprintf(stderr, "cuda MoeFeedForward: %d experts, at most %d\n", experts,
+                   cuda::kMoeMaxExperts);
+      std::abort();
+    }
+    std::vector<const void*> pointers(3 * static_cast<size_t>(experts));
+    bool aligned = true;
+    for (int e = 0; e < experts; ++e) {
+      const Weight* w[3] = {&p.gate[e], &p.up[e], &p.down[e]};
+      for (int m = 0; m < 3; ++m) {
+        const Format want = m == 2 ? p.down[0].format : p.gate[0].format;
+        if (w[m]->format != want ||
+            (want != Format::kBf16 && want != Format::kF16 && want != Format::kF32)) {
+          std::fprintf(stderr,
+                       "cuda MoeFeedForward: expert %d's weights are %s (every gate and up of "
+                       "one plain format, every down of one)\n",
+                       e, FormatName(w[m]->format).c_str());
+          std::abort();
+        }
+        pointers[m * experts + e] = w[m]->data;
+        aligned = aligned && reinterpret_cast<uintptr_t>(w[m]->data) % 16 == 0;
+      }
+    }
+    auto it = moe_tables_.find(pointers);
+    if (it == moe_tables_.end()) {
+      if (!upload_) GZ_CUDA_CHECK(cudaStreamCreateWithFlags(&upload_, cudaStreamNonBlocking));
+      void* table = nullptr;
+      const size_t bytes = pointers.size() * sizeof(void*);
+      GZ_CUDA_CHECK(cudaMalloc(&table, bytes));
+      GZ_CUDA_CHECK(
+          cudaMemcpyAsync(table, pointers.data(), bytes, cudaMemcpyHostToDevice, upload_));
+      GZ_CUDA_CHECK(cudaStreamSynchronize(upload_));
+      it = moe_tables_.emplace(std::move(pointers), table).first;
+    }
+    const cuda::MoeSizes n = cuda::MoeScratchSizes(p);
+    cuda::MoeDevice d;
+    d.table = static_cast<const void* const*>(it->second);
+    d.aligned = aligned;
+    d.logits = static_cast<float*>(moe_.logits.Get(n.logits * 4));
+    d.ids = static_cast<int*>(moe_.ids.Get(n.slots * 4));
+    d.weights = static_cast<float*>(moe_.weights.Get(n.slots * 4));
+    d.hidden = static_cast<float*>(moe_.hidden.Get(n.hidden * 4));
+    if (n.outputs > 0) {
+      d.outputs = static_cast<float*>(moe_.outputs.Get(n.outputs * 4));
+      d.sorted = static_cast<int*>(moe_.sorted.Get(n.slots * 4));
+      d.slot_pos = static_cast<int*>(moe_.slot_pos.Get(n.slots * 4));
+      d.tiles = static_cast<int4*>(moe_.tiles.Get(n.tiles * sizeof(int4)));
+      d.tile_count = static_cast<int*>(moe_.tile_count.Get(4));
+    }
+    return d;
+  }
+
   // The fp16 keys and values the last RopeKv wrote, for the Attention right after it over the
   // same rows and layer (rows 0: none). Any other KV op forgets them.
   struct StepKv {
@@ -615,6 +697,14 @@ class CudaBackend : public Backend {
   std::vector<const char*> op_names_;
   size_t op_events_used_ = 0;
   OpTotals op_totals_;
+  // MoeFeedForward: each set of experts' pointer table (by the pointers), the upload stream,
+  // the op's scratch (MoeSizes).
+  std::map<std::vector<const void*>, void*> moe_tables_;
+  cudaStream_t upload_ = nullptr;
+  struct MoeScratch {
+    cuda::Scratch logits, ids, weights, hidden, outputs, sorted, slot_pos, tiles, tile_count;
+  };
+  MoeScratch moe_;
 };
 
 }  // namespace

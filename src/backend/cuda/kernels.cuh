@@ -218,6 +218,43 @@ bool MmaTileSupported(int heads, int kv_heads, int head_dim);
 void LaunchMmaTile(const AttentionParams& p, int sm_count, cudaStream_t stream, int warps = 0,
                    const void* k16 = nullptr, const void* v16 = nullptr);
 
+// The mixture-of-experts feed-forward (moe.cu). Routing runs on the device (float32 router
+// logits, softmax, top k, renormalized weights); at most kMoeDecodeRows rows stream only the
+// picked experts' weights (the weighted sum fused into the down kernel); more rows are sorted by
+// expert and go through grouped GEMMs over tiles of kMoeTile rows of one expert, then a
+// weighted gather-sum per row. bf16 (the fast mode's many-row steps): the activations into bf16
+// weights rounded to bf16 (the grouped path on the tensor cores); else float32 throughout.
+inline constexpr int kMoeMaxExperts = 512;
+inline constexpr int64_t kMoeDecodeRows = 4;
+inline constexpr int kMoeTile = 64;
+// Elements (not bytes) of each device buffer LaunchMoe needs for p (0: not used).
+struct MoeSizes {
+  int64_t logits = 0;   // float [rows, experts]
+  int64_t slots = 0;    // ids (int), weights (float), sorted and slot_pos (int): [rows * top_k]
+  int64_t hidden = 0;   // float [rows * top_k, ffn]
+  int64_t outputs = 0;  // float [rows * top_k, dim] (many rows)
+  int64_t tiles = 0;    // int4 [tiles] (many rows), an upper bound of the tiles in use
+};
+MoeSizes MoeScratchSizes(const MoeFeedForwardParams& p);
+struct MoeDevice {
+  // [gate of each expert, up of each expert, down of each expert]: the weights' device pointers
+  const void* const* table = nullptr;
+  bool aligned = false;  // every pointer of the table on 16 bytes
+  float* logits = nullptr;
+  int* ids = nullptr;
+  float* weights = nullptr;
+  float* hidden = nullptr;
+  float* outputs = nullptr;
+  int* sorted = nullptr;
+  int* slot_pos = nullptr;
+  int4* tiles = nullptr;
+  int* tile_count = nullptr;
+};
+// p's weights: plain, every gate and up of one format, every down of one format, at most
+// kMoeMaxExperts experts (the backend checks).
+void LaunchMoe(const MoeFeedForwardParams& p, const MoeDevice& d, bool bf16, int sm_count,
+               cudaStream_t stream);
+
 // tokens[r] = the token row r picks (backend.h's SampleRow; sampling/sampling.h's steps 3-5).
 void LaunchSample(const SampleParams& p, cudaStream_t stream);
 

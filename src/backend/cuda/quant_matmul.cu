@@ -31,6 +31,7 @@
 #include <string>
 
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/weight_loads.cuh"
 #include "quant/layout.h"
 
 namespace gizllm::cuda {
@@ -79,14 +80,6 @@ inline void PairPlace(int lane, int t, int* row, int* input) {
 }
 
 // ---- Device helpers ----
-
-__device__ __forceinline__ uint4 LoadStreaming(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 __device__ __forceinline__ uint32_t HalfBits(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
 

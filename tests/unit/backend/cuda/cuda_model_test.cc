@@ -228,6 +228,27 @@ TEST(CudaModelTest, GoldenModelsFastMode) {
     CheckReferenceLogits(dir, /*exact=*/false);
   }
 }
+// Qwen3-MoE (mixture-of-experts layers around a dense one): routing and experts on the device.
+// The reference is written by tools/make_golden.py (--families qwen3_moe, then --bf16-inputs
+// --fast for the fast mode's rounded reference); until then these skip.
+constexpr char kQwen3Moe[] = "tests/golden/models/qwen3_moe";
+
+bool HaveQwen3MoeReference() {
+  return std::filesystem::exists(std::string(kQwen3Moe) + "/reference.safetensors");
+}
+
+TEST(CudaModelTest, Qwen3MoeGoldenExactMode) {
+  GZ_SKIP_WITHOUT_CUDA();
+  if (!HaveQwen3MoeReference()) GTEST_SKIP() << kQwen3Moe << "/reference.safetensors is absent";
+  CheckReferenceLogits(kQwen3Moe, /*exact=*/true);
+}
+
+TEST(CudaModelTest, Qwen3MoeGoldenFastMode) {
+  GZ_SKIP_WITHOUT_CUDA();
+  if (!HaveQwen3MoeReference()) GTEST_SKIP() << kQwen3Moe << "/reference.safetensors is absent";
+  CheckReferenceLogits(kQwen3Moe, /*exact=*/false);
+}
+
 
 // Greedy decoding one token at a time against transformers' generate().
 TEST(CudaModelTest, TinyChatGreedyEqualsTransformers) {

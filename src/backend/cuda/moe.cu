@@ -1,0 +1,643 @@
+// The mixture-of-experts feed-forward (MoeFeedForward) on the device, from the router to the
+// weighted sum, with no host round-trip (the whole op records into a CUDA graph):
+//   router logits: the float32 GEMV (few rows) or the tiled float32 GEMM, in every mode;
+//   MoeRouteKernel: per row, softmax, the top k (lowest index first among equals), renormalized
+//     with norm_topk_prob, the picks then ordered by expert index (the order of the sum);
+// then, for at most kMoeDecodeRows rows (decode):
+//   MoeGateUpDecodeKernel: per (row, pick), silu(gate x) * up x, streaming only the picked
+//     experts' gate and up rows (one row reads top_k experts, never the others);
+//   MoeDownDecodeKernel: per row, the picked experts' down rows against their hidden units, the
+//     weighted sum over the picks in the same warp (fused: no per-pick output is written);
+// or, for more rows (prompts, batches):
+//   MoePlanKernel: one block counts the picks of each expert, places them sorted by expert and
+//     lists tiles of up to kMoeTile rows of one expert;
+//   a grouped GEMM over those tiles for gate/up (SwiGLU at its end) and one for down: bf16 tensor
+//     cores (fast mode, bf16 weights) or float32 (exact mode, other formats); one launch each,
+//     blocks past the tiles in use leave at once;
+//   MoeCombineKernel: each row's weighted sum of its picks' down outputs in expert order (a
+//     gather, so the sum's order is fixed and the result deterministic).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <algorithm>
+#include <cub/block/block_scan.cuh>
+
+#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/weight_loads.cuh"
+
+namespace gizllm::cuda {
+namespace {
+
+constexpr int kWarps = 8;   // warps of the decode kernels' blocks (one output each)
+constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane and matrix
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }
+
+// v, or v rounded to bf16 (the fast mode's activations).
+__device__ __forceinline__ float Activation(float v, bool bf16) {
+  return bf16 ? __bfloat162float(__float2bfloat16(v)) : v;
+}
+
+// The 8 (or 4) products of a weight pack and the activations at x (rounded to bf16 with bf16).
+template <int E>
+__device__ __forceinline__ float PackDot(const float* wf, const float* x, bool bf16) {
+  float s = 0.0f;
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+#pragma unroll
+  for (int q = 0; q < E / 4; ++q) {
+    float4 v = __ldg(x4 + q);
+    if (bf16) {
+      v.x = Activation(v.x, true), v.y = Activation(v.y, true);
+      v.z = Activation(v.z, true), v.w = Activation(v.w, true);
+    }
+    s += wf[4 * q] * v.x + wf[4 * q + 1] * v.y + wf[4 * q + 2] * v.z + wf[4 * q + 3] * v.w;
+  }
+  return s;
+}
+
+// ---- Routing ----
+
+constexpr int kRouteWarps = 8;
+constexpr int kPerLane = kMoeMaxExperts / 32;
+
+// One warp per row: softmax of the router logits, the top k, their weights (renormalized with
+// norm), written as (expert, weight) pairs in increasing expert order.
+__global__ void __launch_bounds__(kRouteWarps * 32)
+    MoeRouteKernel(const float* __restrict__ logits,  // [rows, experts]
+                   int64_t rows, int experts, int k, bool norm,
+                   int* __restrict__ ids,          // [rows, k]
+                   float* __restrict__ weights) {  // [rows, k]
+  const int lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRouteWarps + threadIdx.x / 32;
+  if (row >= rows) return;
+  const float* z = logits + row * experts;
+  float p[kPerLane];
+  float max = -INFINITY;
+#pragma unroll
+  for (int q = 0; q < kPerLane; ++q) {
+    const int e = lane + 32 * q;
+    p[q] = e < experts ? z[e] : -INFINITY;
+    max = fmaxf(max, p[q]);
+  }
+  for (int o = 16; o > 0; o >>= 1) max = fmaxf(max, __shfl_xor_sync(0xffffffffu, max, o));
+  float total = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kPerLane; ++q) {
+    const int e = lane + 32 * q;
+    p[q] = e < experts ? expf(p[q] - max) : 0.0f;
+    total += p[q];
+  }
+  total = WarpSum(total);
+#pragma unroll
+  for (int q = 0; q < kPerLane; ++q) p[q] /= total;
+  int* row_ids = ids + row * k;
+  float* row_weights = weights + row * k;
+  unsigned taken = 0;  // bit q: expert lane + 32 q is picked
+  float sum = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    // This lane's best untaken expert (its experts ascend: strict > keeps the lowest index).
+    float best = -1.0f;
+    int index = 0x7fffffff;
+#pragma unroll
+    for (int q = 0; q < kPerLane; ++q) {
+      const int e = lane + 32 * q;
+      if (e < experts && !(taken >> q & 1u) && p[q] > best) {
+        best = p[q];
+        index = e;
+      }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float b = __shfl_xor_sync(0xffffffffu, best, o);
+      const int i = __shfl_xor_sync(0xffffffffu, index, o);
+      if (b > best || (b == best && i < index)) {
+        best = b;
+        index = i;
+      }
+    }
+    if (index % 32 == lane) taken |= 1u << (index / 32);
+    if (lane == 0) {
+      row_ids[j] = index;
+      row_weights[j] = best;
+    }
+    sum += best;
+  }
+  __syncwarp();
+  if (lane != 0) return;
+  // The picks in increasing expert order (insertion sort of k pairs), renormalized by their sum
+  // in the order they were picked (as the CPU op sums them).
+  for (int j = 1; j < k; ++j) {
+    const int e = row_ids[j];
+    const float w = row_weights[j];
+    int i = j - 1;
+    for (; i >= 0 && row_ids[i] > e; --i) {
+      row_ids[i + 1] = row_ids[i];
+      row_weights[i + 1] = row_weights[i];
+    }
+    row_ids[i + 1] = e;
+    row_weights[i + 1] = w;
+  }
+  if (norm) {
+    for (int j = 0; j < k; ++j) row_weights[j] /= sum;
+  }
+}
+
+// ---- Decode: few rows, only the picked experts' weights read ----
+
+// h[slot, i] = silu(gate_e[i] . x_r) * (up_e[i] . x_r) for slot = r * k + j, e = ids[slot]; a
+// warp per hidden unit i. table: [gate of each expert, up of each expert, down of each expert].
+// bf16: x rounded to bf16 (the fast mode's many-row steps, as the grouped path's tensor cores).
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kWarps * 32)
+    MoeGateUpDecodeKernel(const float* __restrict__ x, const int* __restrict__ ids,
+                          const void* const* __restrict__ table, int experts, int k, int64_t dim,
+                          int64_t ffn, bool bf16, float* __restrict__ h) {
+  using P = Pack<T>;
+  constexpr int E = P::kCount;
+  const int lane = threadIdx.x % 32;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int slot = blockIdx.y;
+  if (i >= ffn) return;
+  const int e = ids[slot];
+  const T* __restrict__ g = static_cast<const T*>(table[e]) + i * dim;
+  const T* __restrict__ u = static_cast<const T*>(table[experts + e]) + i * dim;
+  const float* __restrict__ xr = x + static_cast<int64_t>(slot / k) * dim;
+  float ag = 0.0f, au = 0.0f;
+  if constexpr (kVec) {
+    const int packs = static_cast<int>(dim / E);
+    for (int c0 = lane; c0 < packs; c0 += 32 * kUnroll) {
+      uint4 vg[kUnroll], vu[kUnroll];
+#pragma unroll
+      for (int q = 0; q < kUnroll; ++q) {
+        const int c = c0 + 32 * q;
+        if (c < packs) {
+          vg[q] = LoadStreaming(g + c * E);
+          vu[q] = LoadStreaming(u + c * E);
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < kUnroll; ++q) {
+        const int c = c0 + 32 * q;
+        if (c < packs) {
+          float wf[E];
+          P::Unpack(vg[q], wf);
+          ag += PackDot<E>(wf, xr + c * E, bf16);
+          P::Unpack(vu[q], wf);
+          au += PackDot<E>(wf, xr + c * E, bf16);
+        }
+      }
+    }
+  } else {
+    for (int64_t c = lane; c < dim; c += 32) {
+      const float xc = Activation(xr[c], bf16);
+      ag += ToFloat(g[c]) * xc;
+      au += ToFloat(u[c]) * xc;
+    }
+  }
+  ag = WarpSum(ag);
+  au = WarpSum(au);
+  if (lane == 0) h[static_cast<int64_t>(slot) * ffn + i] = Silu(ag) * au;
+}
+
+// out[r, c] (+)= sum over the row's picks j (in expert order) of weight_j * (down_e[c] . h[slot])
+// with slot = r * k + j; a warp per output c, its lanes over every (pick, pack) so that loads of
+// several experts are in flight together. bf16: h rounded to bf16.
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kWarps * 32)
+    MoeDownDecodeKernel(const float* __restrict__ h, const int* __restrict__ ids,
+                        const float* __restrict__ weights, const void* const* __restrict__ table,
+                        int experts, int k, int64_t dim, int64_t ffn, bool bf16,
+                        float* __restrict__ out, bool accumulate) {
+  using P = Pack<T>;
+  constexpr int E = P::kCount;
+  const int lane = threadIdx.x % 32;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int64_t r = blockIdx.y;
+  if (c >= dim) return;
+  const int* row_ids = ids + r * k;
+  const float* row_weights = weights + r * k;
+  const void* const* down = table + 2 * experts;
+  float acc = 0.0f;
+  if constexpr (kVec) {
+    // 32-bit (pick, pack) indices: ffn * k is far below 2^31.
+    const int packs = static_cast<int>(ffn / E), total = packs * k;
+    for (int t0 = lane; t0 < total; t0 += 32 * kUnroll) {
+      uint4 v[kUnroll];
+#pragma unroll
+      for (int q = 0; q < kUnroll; ++q) {
+        const int t = t0 + 32 * q;
+        if (t < total) {
+          const int j = t / packs, p = t % packs;
+          v[q] = LoadStreaming(static_cast<const T*>(down[row_ids[j]]) + c * ffn + p * E);
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < kUnroll; ++q) {
+        const int t = t0 + 32 * q;
+        if (t < total) {
+          const int j = t / packs, p = t % packs;
+          float wf[E];
+          P::Unpack(v[q], wf);
+          acc += row_weights[j] * PackDot<E>(wf, h + (r * k + j) * ffn + p * E, bf16);
+        }
+      }
+    }
+  } else {
+    for (int j = 0; j < k; ++j) {
+      const T* w = static_cast<const T*>(down[row_ids[j]]) + c * ffn;
+      const float* hs = h + (r * k + j) * ffn;
+      float part = 0.0f;
+      for (int64_t i = lane; i < ffn; i += 32) part += ToFloat(w[i]) * Activation(hs[i], bf16);
+      acc += row_weights[j] * part;
+    }
+  }
+  acc = WarpSum(acc);
+  if (lane == 0) {
+    float* o = out + r * dim + c;
+    *o = accumulate ? *o + acc : acc;
+  }
+}
+
+// ---- Many rows: picks sorted by expert, grouped GEMMs over tiles of one expert ----
+
+constexpr int kPlanThreads = kMoeMaxExperts;
+
+// Counts each expert's picks, their places when sorted by expert (pos: sorted[pos] = slot,
+// slot_pos[slot] = pos; the order within an expert does not change any result) and the tiles:
+// (expert, first place, rows) for every kMoeTile places of an expert, *tile_count of them.
+__global__ void __launch_bounds__(kPlanThreads)
+    MoePlanKernel(const int* __restrict__ ids, int slots, int experts, int* __restrict__ sorted,
+                  int* __restrict__ slot_pos, int4* __restrict__ tiles,
+                  int* __restrict__ tile_count) {
+  using Scan = cub::BlockScan<int, kPlanThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ int count[kPlanThreads], cursor[kPlanThreads];
+  const int t = threadIdx.x;
+  count[t] = 0;
+  __syncthreads();
+  for (int s = t; s < slots; s += kPlanThreads) atomicAdd(&count[ids[s]], 1);
+  __syncthreads();
+  const int c = t < experts ? count[t] : 0;
+  const int n = (c + kMoeTile - 1) / kMoeTile;
+  int first = 0, first_tile = 0, tiles_total = 0;
+  Scan(scan).ExclusiveSum(c, first);
+  __syncthreads();
+  Scan(scan).ExclusiveSum(n, first_tile, tiles_total);
+  cursor[t] = first;
+  for (int i = 0; i < n; ++i)
+    tiles[first_tile + i] = make_int4(t, first + i * kMoeTile, min(kMoeTile, c - i * kMoeTile), 0);
+  if (t == 0) *tile_count = tiles_total;
+  __syncthreads();
+  for (int s = t; s < slots; s += kPlanThreads) {
+    const int pos = atomicAdd(&cursor[ids[s]], 1);
+    sorted[pos] = s;
+    slot_pos[s] = pos;
+  }
+}
+
+// The input row of place `pos` of a grouped GEMM: x's row of the pick (gate/up) or the hidden
+// units at pos (down).
+template <bool kGateUp>
+__device__ __forceinline__ const float* GroupedRow(const float* a, const int* sorted, int k,
+                                                   int64_t cols, int pos) {
+  if constexpr (kGateUp) return a + static_cast<int64_t>(sorted[pos] / k) * cols;
+  return a + static_cast<int64_t>(pos) * cols;
+}
+
+constexpr int kF32Depth = 16;
+
+// Exact grouped GEMM (float32 activations and sums, any plain weight format): a block computes a
+// kMoeTile x kMoeTile tile, rows of one tile of the plan against `n` outputs of its expert;
+// gate/up: out[pos, i] = silu(gate . x) * (up . x) (out: h [places, ffn]); down: out[pos, c] =
+// down . h[pos] (out: [places, dim]).
+template <typename T, bool kGateUp>
+__global__ void __launch_bounds__(256)
+    MoeGroupedF32Kernel(const float* __restrict__ a, const int* __restrict__ sorted,
+                        const int4* __restrict__ tiles, const int* __restrict__ tile_count,
+                        const void* const* __restrict__ table, int experts, int k, int64_t n,
+                        int64_t cols, float* __restrict__ out) {
+  constexpr int kOut = kGateUp ? 2 : 1;
+  if (static_cast<int>(blockIdx.y) >= *tile_count) return;
+  const int4 tile = tiles[blockIdx.y];
+  const int e = tile.x, start = tile.y, count = tile.z;
+  const T* w[kOut];
+  if constexpr (kGateUp) {
+    w[0] = static_cast<const T*>(table[e]);
+    w[1] = static_cast<const T*>(table[experts + e]);
+  } else {
+    w[0] = static_cast<const T*>(table[2 * experts + e]);
+  }
+  __shared__ float xs[kF32Depth][kMoeTile + 4];        // [k][row]
+  __shared__ float ws[kOut][kF32Depth][kMoeTile + 4];  // [k][output]
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kMoeTile;
+  float acc[kOut][4][4] = {};
+  for (int64_t k0 = 0; k0 < cols; k0 += kF32Depth) {
+    for (int t = threadIdx.x; t < kMoeTile * kF32Depth; t += 256) {
+      const int i = t / kF32Depth, kk = t % kF32Depth;
+      const int64_t c = k0 + kk, wr = col0 + i;
+      xs[kk][i] =
+          i < count && c < cols ? GroupedRow<kGateUp>(a, sorted, k, cols, start + i)[c] : 0.0f;
+#pragma unroll
+      for (int o = 0; o < kOut; ++o)
+        ws[o][kk][i] = wr < n && c < cols ? ToFloat(w[o][wr * cols + c]) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kF32Depth; ++kk) {
+      float av[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) av[i] = xs[kk][ty * 4 + i];
+#pragma unroll
+      for (int o = 0; o < kOut; ++o) {
+        float bv[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) bv[j] = ws[o][kk][tx * 4 + j];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[o][i][j] += av[i] * bv[j];
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int row = ty * 4 + i;
+    if (row >= count) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t c = col0 + tx * 4 + j;
+      if (c >= n) continue;
+      float v = acc[0][i][j];
+      if constexpr (kGateUp) v = Silu(v) * acc[1][i][j];
+      out[static_cast<int64_t>(start + row) * n + c] = v;
+    }
+  }
+}
+
+// The same on the tensor cores (fast mode, bf16 weights): activations rounded to bf16 as they
+// are staged, float32 sums. 4 warps, each a 32 x 32 quarter of the 64 x 64 tile, in 16 x 16 x 16
+// steps over kMmaDepth inputs at a time.
+constexpr int kMmaDepth = 32, kMmaPad = 8, kMmaLd = kMmaDepth + kMmaPad, kOutLd = kMoeTile + 4;
+
+template <bool kGateUp>
+__global__ void __launch_bounds__(128)
+    MoeGroupedMmaKernel(const float* __restrict__ a, const int* __restrict__ sorted,
+                        const int4* __restrict__ tiles, const int* __restrict__ tile_count,
+                        const void* const* __restrict__ table, int experts, int k, int64_t n,
+                        int64_t cols, float* __restrict__ out) {
+  using namespace nvcuda;
+  constexpr int kOut = kGateUp ? 2 : 1;
+  constexpr int kStageBytes = (1 + kOut) * kMoeTile * kMmaLd * 2;
+  constexpr int kEpilogueBytes = kOut * kMoeTile * kOutLd * 4;
+  __shared__ __align__(
+      128) unsigned char smem[kStageBytes > kEpilogueBytes ? kStageBytes : kEpilogueBytes];
+  if (static_cast<int>(blockIdx.y) >= *tile_count) return;
+  const int4 tile = tiles[blockIdx.y];
+  const int e = tile.x, start = tile.y, count = tile.z;
+  const __nv_bfloat16* w[kOut];
+  if constexpr (kGateUp) {
+    w[0] = static_cast<const __nv_bfloat16*>(table[e]);
+    w[1] = static_cast<const __nv_bfloat16*>(table[experts + e]);
+  } else {
+    w[0] = static_cast<const __nv_bfloat16*>(table[2 * experts + e]);
+  }
+  auto* as = reinterpret_cast<__nv_bfloat16(*)[kMmaLd]>(smem);  // [row][input]
+  auto* bs = reinterpret_cast<__nv_bfloat16(*)[kMoeTile][kMmaLd]>(
+      smem + kMoeTile * kMmaLd * 2);                              // [o][output][input]
+  auto* cs = reinterpret_cast<float(*)[kMoeTile][kOutLd]>(smem);  // [o][row][output]
+  const int tid = threadIdx.x, warp = tid / 32;
+  const int wm = warp / 2, wn = warp % 2;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kMoeTile;
+  // Staging: a thread loads 16 inputs of row tid / 2 and two 8-weight packs of each output.
+  const int a_row = tid / 2, a_col = (tid % 2) * 16;
+  const float* a_src =
+      a_row < count ? GroupedRow<kGateUp>(a, sorted, k, cols, start + a_row) : nullptr;
+  const bool vec = cols % 8 == 0;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kOut][2][2];
+#pragma unroll
+  for (int o = 0; o < kOut; ++o)
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[o][i][j], 0.0f);
+  for (int64_t k0 = 0; k0 < cols; k0 += kMmaDepth) {
+#pragma unroll
+    for (int q = 0; q < 16; q += 4) {
+      const int64_t c = k0 + a_col + q;
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (a_src) {
+        if (vec && c + 3 < cols) {
+          v = *reinterpret_cast<const float4*>(a_src + c);
+        } else {
+          v.x = c < cols ? a_src[c] : 0.0f;
+          v.y = c + 1 < cols ? a_src[c + 1] : 0.0f;
+          v.z = c + 2 < cols ? a_src[c + 2] : 0.0f;
+          v.w = c + 3 < cols ? a_src[c + 3] : 0.0f;
+        }
+      }
+      *reinterpret_cast<__nv_bfloat162*>(&as[a_row][a_col + q]) = __floats2bfloat162_rn(v.x, v.y);
+      *reinterpret_cast<__nv_bfloat162*>(&as[a_row][a_col + q + 2]) =
+          __floats2bfloat162_rn(v.z, v.w);
+    }
+#pragma unroll
+    for (int o = 0; o < kOut; ++o) {
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        const int idx = tid + 128 * s;  // 64 outputs x 4 packs
+        const int r = idx / 4, p = (idx % 4) * 8;
+        const int64_t wr = col0 + r, c = k0 + p;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (wr < n) {
+          const __nv_bfloat16* src = w[o] + wr * cols + c;
+          if (vec && c + 8 <= cols) {
+            v = LoadStreaming(src);
+          } else {
+            __align__(16) __nv_bfloat16 t[8];
+            for (int q = 0; q < 8; ++q) t[q] = c + q < cols ? src[q] : __float2bfloat16(0.0f);
+            v = *reinterpret_cast<const uint4*>(t);
+          }
+        }
+        *reinterpret_cast<uint4*>(&bs[o][r][p]) = v;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kMmaDepth; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(fa[i], &as[wm * 32 + i * 16][kk], kMmaLd);
+#pragma unroll
+      for (int o = 0; o < kOut; ++o) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+          wmma::load_matrix_sync(fb, &bs[o][wn * 32 + j * 16][kk], kMmaLd);
+#pragma unroll
+          for (int i = 0; i < 2; ++i) wmma::mma_sync(acc[o][i][j], fa[i], fb, acc[o][i][j]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int o = 0; o < kOut; ++o)
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        wmma::store_matrix_sync(&cs[o][wm * 32 + i * 16][wn * 32 + j * 16], acc[o][i][j], kOutLd,
+                                wmma::mem_row_major);
+  __syncthreads();
+  for (int idx = tid; idx < kMoeTile * kMoeTile; idx += 128) {
+    const int r = idx / kMoeTile, c = idx % kMoeTile;
+    if (r >= count || col0 + c >= n) continue;
+    float v = cs[0][r][c];
+    if constexpr (kGateUp) v = Silu(v) * cs[1][r][c];
+    out[static_cast<int64_t>(start + r) * n + col0 + c] = v;
+  }
+}
+
+// out[r, c] (+)= sum over the row's picks j (expert order) of weight_j * y[slot_pos[r k + j], c].
+__global__ void __launch_bounds__(256)
+    MoeCombineKernel(const float* __restrict__ y, const int* __restrict__ slot_pos,
+                     const float* __restrict__ weights, int k, int64_t dim, float* __restrict__ out,
+                     bool accumulate) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
+  const int64_t r = blockIdx.y;
+  if (c >= dim) return;
+  float acc = 0.0f;
+  for (int j = 0; j < k; ++j)
+    acc += weights[r * k + j] * y[static_cast<int64_t>(slot_pos[r * k + j]) * dim + c];
+  float* o = out + r * dim + c;
+  *o = accumulate ? *o + acc : acc;
+}
+
+unsigned Blocks(int64_t n, int64_t per) { return static_cast<unsigned>((n + per - 1) / per); }
+
+template <typename T>
+void GateUpDecode(const MoeFeedForwardParams& p, const MoeDevice& d, bool vec, bool bf16, float* h,
+                  cudaStream_t stream) {
+  dim3 grid(Blocks(p.ffn, kWarps), static_cast<unsigned>(p.rows * p.top_k));
+  if (vec) {
+    MoeGateUpDecodeKernel<T, true><<<grid, kWarps * 32, 0, stream>>>(
+        p.x, d.ids, d.table, p.experts, p.top_k, p.dim, p.ffn, bf16, h);
+  } else {
+    MoeGateUpDecodeKernel<T, false><<<grid, kWarps * 32, 0, stream>>>(
+        p.x, d.ids, d.table, p.experts, p.top_k, p.dim, p.ffn, bf16, h);
+  }
+  GZ_CUDA_LAUNCHED();
+}
+
+template <typename T>
+void DownDecode(const MoeFeedForwardParams& p, const MoeDevice& d, bool vec, bool bf16,
+                const float* h, cudaStream_t stream) {
+  dim3 grid(Blocks(p.dim, kWarps), static_cast<unsigned>(p.rows));
+  if (vec) {
+    MoeDownDecodeKernel<T, true><<<grid, kWarps * 32, 0, stream>>>(
+        h, d.ids, d.weights, d.table, p.experts, p.top_k, p.dim, p.ffn, bf16, p.out, p.accumulate);
+  } else {
+    MoeDownDecodeKernel<T, false><<<grid, kWarps * 32, 0, stream>>>(
+        h, d.ids, d.weights, d.table, p.experts, p.top_k, p.dim, p.ffn, bf16, p.out, p.accumulate);
+  }
+  GZ_CUDA_LAUNCHED();
+}
+
+template <bool kGateUp>
+void Grouped(const MoeFeedForwardParams& p, const MoeDevice& d, Format format, bool bf16,
+             const float* a, float* out, unsigned max_tiles, cudaStream_t stream) {
+  const int64_t n = kGateUp ? p.ffn : p.dim, cols = kGateUp ? p.dim : p.ffn;
+  dim3 grid(Blocks(n, kMoeTile), max_tiles);
+  if (bf16 && format == Format::kBf16 && d.aligned) {
+    MoeGroupedMmaKernel<kGateUp><<<grid, 128, 0, stream>>>(
+        a, d.sorted, d.tiles, d.tile_count, d.table, p.experts, p.top_k, n, cols, out);
+  } else {
+    auto kernel = format == Format::kBf16  ? MoeGroupedF32Kernel<__nv_bfloat16, kGateUp>
+                  : format == Format::kF16 ? MoeGroupedF32Kernel<__half, kGateUp>
+                                           : MoeGroupedF32Kernel<float, kGateUp>;
+    kernel<<<grid, 256, 0, stream>>>(a, d.sorted, d.tiles, d.tile_count, d.table, p.experts,
+                                     p.top_k, n, cols, out);
+  }
+  GZ_CUDA_LAUNCHED();
+}
+
+}  // namespace
+
+MoeSizes MoeScratchSizes(const MoeFeedForwardParams& p) {
+  MoeSizes s;
+  const int64_t slots = p.rows * p.top_k;
+  s.logits = p.rows * p.experts;
+  s.slots = slots;
+  s.hidden = slots * p.ffn;
+  if (p.rows > kMoeDecodeRows) {
+    s.outputs = slots * p.dim;
+    s.tiles = (slots + kMoeTile - 1) / kMoeTile + std::min<int64_t>(p.experts, slots);
+  }
+  return s;
+}
+
+void LaunchMoe(const MoeFeedForwardParams& p, const MoeDevice& d, bool bf16, int sm_count,
+               cudaStream_t stream) {
+  if (p.rows == 0) return;
+  // Router logits in float32 (every mode).
+  MatmulParams router;
+  router.x = p.x;
+  router.rows = p.rows;
+  router.w[0] = p.router;
+  router.out[0] = d.logits;
+  if (p.rows <= 8 && GemvCovers(router)) {
+    LaunchGemv(router, sm_count, stream);
+  } else {
+    LaunchGemmF32(p.x, p.rows, *p.router, nullptr, d.logits, false, stream);
+  }
+  MoeRouteKernel<<<Blocks(p.rows, kRouteWarps), kRouteWarps * 32, 0, stream>>>(
+      d.logits, p.rows, p.experts, p.top_k, p.norm_topk_prob, d.ids, d.weights);
+  GZ_CUDA_LAUNCHED();
+  const Format gate_up = p.gate[0].format, down = p.down[0].format;
+  if (p.rows <= kMoeDecodeRows) {
+    const bool vec_gu = d.aligned && p.dim % (gate_up == Format::kF32 ? 4 : 8) == 0;
+    const bool vec_d = d.aligned && p.ffn % (down == Format::kF32 ? 4 : 8) == 0;
+    // Activations rounded to bf16 only where the weights are bf16 (as the grouped path).
+    switch (gate_up) {
+      case Format::kBf16:
+        GateUpDecode<__nv_bfloat16>(p, d, vec_gu, bf16, d.hidden, stream);
+        break;
+      case Format::kF16:
+        GateUpDecode<__half>(p, d, vec_gu, false, d.hidden, stream);
+        break;
+      default:
+        GateUpDecode<float>(p, d, vec_gu, false, d.hidden, stream);
+        break;
+    }
+    switch (down) {
+      case Format::kBf16:
+        DownDecode<__nv_bfloat16>(p, d, vec_d, bf16, d.hidden, stream);
+        break;
+      case Format::kF16:
+        DownDecode<__half>(p, d, vec_d, false, d.hidden, stream);
+        break;
+      default:
+        DownDecode<float>(p, d, vec_d, false, d.hidden, stream);
+        break;
+    }
+    return;
+  }
+  const MoeSizes sizes = MoeScratchSizes(p);
+  MoePlanKernel<<<1, kPlanThreads, 0, stream>>>(d.ids, static_cast<int>(sizes.slots), p.experts,
+                                                d.sorted, d.slot_pos, d.tiles, d.tile_count);
+  GZ_CUDA_LAUNCHED();
+  const unsigned max_tiles = static_cast<unsigned>(sizes.tiles);
+  Grouped<true>(p, d, gate_up, bf16, p.x, d.hidden, max_tiles, stream);
+  Grouped<false>(p, d, down, bf16, d.hidden, d.outputs, max_tiles, stream);
+  MoeCombineKernel<<<dim3(Blocks(p.dim, 256), static_cast<unsigned>(p.rows)), 256, 0, stream>>>(
+      d.outputs, d.slot_pos, d.weights, p.top_k, p.dim, p.out, p.accumulate);
+  GZ_CUDA_LAUNCHED();
+}
+
+}  // namespace gizllm::cuda
