@@ -39,9 +39,12 @@ void AddPerplexityCommand(CLI::App& app, CommandContext& ctx) {
   cmd->callback([&ctx, o] {
     Status check = o->eval.Check();
     if (!check.ok()) return void(ctx.exit_code = Fail(check.message()));
-    KvFormat base_kv;
-    if (!o->base_kv.empty() && !ParseKvFormat(o->base_kv, &base_kv)) {
-      return void(ctx.exit_code = Fail("--base-kv: " + o->base_kv + " is not a KV format"));
+    if (!o->base_kv.empty()) {
+      auto bits = ParseKvBits(o->base_kv);
+      if (!bits.ok()) {
+        return void(ctx.exit_code = Fail("--base-kv: " + o->base_kv +
+                                         " is not a KV format (it takes --kv's values)"));
+      }
     }
     auto texts = quant::ReadTexts(o->file, o->limit);
     if (!texts.ok()) return void(ctx.exit_code = Fail(texts.status().message()));
