@@ -42,7 +42,8 @@ TEST(CudaFusedTest, RopeKvEqualsRopeRopeKvWrite) {
         std::tuple{40, 4, 4, 96, 64, true, KvFormat::kF16}}) {
     SCOPED_TRACE("rows " + std::to_string(rows) + " head_dim " + std::to_string(head_dim) +
                  " pages " + KvFormatName(format));
-    const int slots = 3, max_pages = 4, pages = slots * max_pages;
+    // Positions reach (rows / slots) * 5 + 4: 69 for 40 rows, block 4 of a slot's pages.
+    const int slots = 3, max_pages = 5, pages = slots * max_pages;
     std::vector<int32_t> table(pages);
     std::iota(table.begin(), table.end(), 0);
     std::shuffle(table.begin(), table.end(), rng);
