@@ -30,7 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kVocab = 50, kDim = 32, kHeads = 2, kKvHeads = 1, kHeadDim = 16, kLayers = 3;
+constexpr int kVocab = 50, kDim = 32, kHeads = 2, kKvHeads = 1, kHeadDim = 32, kLayers = 3;
 constexpr int kExperts = 6, kTopK = 2, kMoeFfn = 12, kFfn = 20;
 
 struct Tensor {
