@@ -380,8 +380,9 @@ TEST_F(MoeModelTest, BackendWithoutMoeRefusesAtLoad) {
 
 // The CUDA backend against the CPU backend on the same model, one tensor per expert and the
 // stacked layout, with and without norm_topk_prob: exact mode in whole prompts and one row at a
-// time, fast mode one row at a time (float32 activations there too), within 1e-4 of the largest
-// logit (float32 both, sums in other orders). (Fast mode's prompts round activations to bf16,
+// time, fast mode one row at a time (float32 activations and KV pages there too), within 1e-4
+// of the largest logit (float32 both, sums in other orders). (Fast mode's prompts round
+// activations to bf16,
 // which may move a row's router logits across a near-tie here: cuda_moe_test holds that path to
 // the op's reference, cuda_model_test to transformers rounded alike.) Skips where no CUDA
 // backend can be opened.
@@ -407,7 +408,11 @@ TEST_F(MoeModelTest, CudaMatchesCpu) {
         ASSERT_TRUE(cpu);
         auto want = SequenceLogits(*cpu, ids);
         ASSERT_TRUE(want.ok()) << want.status().message();
-        auto cuda = Model::Load(dir, *backend);
+        // Float32 KV pages on both (fast mode's default on CUDA is fp16 pages, which round
+        // keys and values; cuda_model_test holds those to the CPU's fp16 pages).
+        LoadOptions options;
+        options.kv = KvFormat::kF32;
+        auto cuda = Model::Load(dir, *backend, options);
         ASSERT_TRUE(cuda.ok()) << cuda.status().message();
         float scale = 0.0f;
         for (float v : *want) scale = std::max(scale, std::fabs(v));

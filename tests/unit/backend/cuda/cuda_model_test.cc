@@ -194,7 +194,13 @@ TEST(CudaModelTest, F16KvPagesMatchTheCpuBackendsF16Pages) {
         auto ours = SequenceLogits(**cuda, tokens, chunk);
         auto want = SequenceLogits(**cpu, tokens, chunk);
         ASSERT_TRUE(ours.ok() && want.ok()) << what;
-        ExpectClose(*ours, *want, 1e-3f, what);
+        // A final soft-cap squeezes the logits into +-cap while the two backends' sums in
+        // other orders differ in proportion to the uncapped logits: compared before the cap.
+        const float cap = (*cuda)->arch().logit_softcap;
+        if (cap > 0)
+          ExpectClose(golden::Uncapped(*ours, cap), golden::Uncapped(*want, cap), 1e-3f, what);
+        else
+          ExpectClose(*ours, *want, 1e-3f, what);
         if (tokens.size() > 1 && chunk == 256) {
           auto full = SequenceLogits(*f32, tokens, chunk);
           ASSERT_TRUE(full.ok());
