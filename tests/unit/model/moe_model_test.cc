@@ -382,10 +382,9 @@ TEST_F(MoeModelTest, BackendWithoutMoeRefusesAtLoad) {
 // stacked layout, with and without norm_topk_prob: exact mode in whole prompts and one row at a
 // time, fast mode one row at a time (float32 activations and KV pages there too), within 1e-4
 // of the largest logit (float32 both, sums in other orders). (Fast mode's prompts round
-// activations to bf16,
-// which may move a row's router logits across a near-tie here: cuda_moe_test holds that path to
-// the op's reference, cuda_model_test to transformers rounded alike.) Skips where no CUDA
-// backend can be opened.
+// activations to bf16, which may move a row's router logits across a near-tie here:
+// cuda_moe_test holds that path to the op's reference, cuda_model_test to transformers rounded
+// alike.) Skips where no CUDA backend can be opened.
 TEST_F(MoeModelTest, CudaMatchesCpu) {
   for (bool exact : {true, false}) {
     DeviceOptions device;
