@@ -106,7 +106,22 @@ void CheckReferenceLogits(const std::string& dir, bool exact) {
         ADD_FAILURE() << what << ": mixes one-row and many-row steps; no reference for that";
       }
       if (!exact) {
-        golden::ExpectCloseInNorm(uncap(*ours), uncap(ReadFloats(*logits)), 2e-2,
+        // Also near float32 in norm: within 2e-2, or, where the rounded reference itself lies
+        // further from float32 (a MoE router's near-ties flip under bf16 inputs), no further
+        // than 1.5 times its distance.
+        double bound = 2e-2;
+        if (rounded && many_row_steps) {
+          const TensorInfo* r = rounded->Find("logits" + std::to_string(i));
+          ASSERT_NE(r, nullptr);
+          auto want = uncap(ReadFloats(*logits)), rounded_logits = uncap(ReadFloats(*r));
+          double diff = 0, norm = 0;
+          for (size_t j = 0; j < want.size(); ++j) {
+            diff += (rounded_logits[j] - want[j]) * double(rounded_logits[j] - want[j]);
+            norm += want[j] * double(want[j]);
+          }
+          bound = std::max(bound, 1.5 * std::sqrt(diff / norm));
+        }
+        golden::ExpectCloseInNorm(uncap(*ours), uncap(ReadFloats(*logits)), bound,
                                   what + " (norm)" + space);
       }
     }
