@@ -16,6 +16,7 @@
 #include "cli/model_options.h"
 #include "core/progress.h"
 #include "engine/engine.h"
+#include "engine/kv_sizing.h"
 #include "ops/backend.h"
 #include "tokenizer/tokenizer.h"
 
@@ -30,7 +31,7 @@ struct BenchOptions {
   int64_t prompt_tokens = 128;
   int64_t output_tokens = 128;
   int32_t concurrency = 16;
-  int64_t rows = 256;
+  int64_t rows = 0;  // 0: StepRows' default
   std::string prompts;  // JSONL file
   bool json = false;
   uint64_t seed = 1;
@@ -133,7 +134,7 @@ int RunBench(const BenchOptions& o) {
   EngineOptions options;
   options.slots = o.concurrency + o.background;
   options.context = std::max(longest + o.output_tokens, kBackgroundPrompt + o.background_tokens);
-  options.rows = std::max<int64_t>(o.rows, o.concurrency);
+  options.rows = StepRows(model.backend().kind(), options.slots, o.rows);
   // Room for every slot's full context.
   options.kv_budget_bytes = static_cast<int64_t>(options.slots) *
                             ((options.context + kPage - 1) / kPage) * model.PageBytes();
@@ -197,6 +198,7 @@ int RunBench(const BenchOptions& o) {
     if (!s.ok()) return Fail(s.message());
   }
   int64_t step = 0;
+  Clock::time_point background_end = start;  // when the last background sequence ended
   while (done < o.requests || background_done < o.background) {
     if (o.rate > 0) {
       // Every request whose arrival time has passed joins the engine's queue; with nothing to
@@ -236,6 +238,7 @@ int RunBench(const BenchOptions& o) {
       }
       if (!p.end.empty()) {
         ++(t.background ? background_done : done);
+        if (t.background && background_done == o.background) background_end = now;
         timing.erase(p.id);
       }
     }
@@ -308,9 +311,13 @@ int RunBench(const BenchOptions& o) {
   for (const OpTime& t : op_totals)
     out["ops"][t.op] = {{"calls", t.calls}, {"ms", t.ms}, {"share", t.ms / ops_ms}};
   if (o.background > 0) {
+    // Over the background's own time: the requests may arrive for longer.
+    const double background_seconds =
+        std::chrono::duration<double>(background_end - start).count();
     out["background"] = {{"sequences", o.background},
                          {"output_tokens", o.background_tokens},
-                         {"output_tokens_per_s", background_tokens / seconds},
+                         {"seconds", background_seconds},
+                         {"output_tokens_per_s", background_tokens / background_seconds},
                          {"itl_p50_ms", 1e3 * Percentile(background_itl, 50)},
                          {"itl_p99_ms", 1e3 * Percentile(background_itl, 99)}};
   }
@@ -331,7 +338,7 @@ int RunBench(const BenchOptions& o) {
     if (o.background > 0) {
       std::printf("background       %d sequences: %.1f tokens/s, between tokens p50 %.1f ms, "
                   "p99 %.1f ms\n",
-                  o.background, background_tokens / seconds,
+                  o.background, out["background"]["output_tokens_per_s"].get<double>(),
                   1e3 * Percentile(background_itl, 50), 1e3 * Percentile(background_itl, 99));
     }
     if (!op_totals.empty()) {
@@ -364,7 +371,9 @@ void AddBenchCommand(CLI::App& app, CommandContext& ctx) {
       ->default_val(128);
   cmd->add_option("--concurrency,-c", o->concurrency, "Requests in flight (the engine's slots)")
       ->default_val(16);
-  cmd->add_option("--rows", o->rows, "Most rows one step reads")->default_val(256);
+  cmd->add_option("--rows", o->rows,
+                  "Most rows one step reads (at least the sequences; default: on a GPU one for "
+                  "each sequence and 512 for prompt pieces, on the CPU 256)");
   cmd->add_option("--prompts", o->prompts,
                   "JSONL file of prompts: {\"prompt\": text} or {\"tokens\": [ids]} per line");
   cmd->add_option("--seed", o->seed, "Seed of the random prompts")->default_val(1);

@@ -21,7 +21,7 @@ struct ServeOptions {
   std::string served_name;
   int32_t slots = 0;    // 0: from the KV budget (SizeServe)
   int64_t context = 0;  // 0: the model's, within what the budget holds
-  int64_t rows = 256;   // raised to the slots where they are more
+  int64_t rows = 0;     // 0: StepRows' default
   int64_t kv_mib = 0;   // 0: from the device's memory (DefaultKvBudget)
   int64_t max_pending = 1024;
 };
@@ -52,7 +52,7 @@ int Serve(const ServeOptions& o) {
   EngineOptions engine_options;
   engine_options.slots = size->slots;
   engine_options.context = context;
-  engine_options.rows = std::max<int64_t>(o.rows, size->slots);
+  engine_options.rows = StepRows(model->backend().kind(), size->slots, o.rows);
   engine_options.kv_budget_bytes = size->kv_budget_bytes;
   std::fprintf(stderr,
                "KV cache: %s pages, %.2f GiB (%s; device %.2f GiB free of %.2f after the weights, "
@@ -132,8 +132,9 @@ void AddServeCommand(CLI::App& app, CommandContext& ctx) {
                   "Positions of each sequence, prompt and answer (0: the model's, at most "
                   "32,768 on a GPU and 4,096 on the CPU, and at most what the KV cache holds)")
       ->default_val(0);
-  cmd->add_option("--rows", o->rows, "Most rows one engine step reads (at least the slots)")
-      ->default_val(256);
+  cmd->add_option("--rows", o->rows,
+                  "Most rows one engine step reads (at least the slots; default: on a GPU one for "
+                  "each slot and 512 for prompt pieces, on the CPU 256)");
   cmd->add_option("--kv-mib", o->kv_mib,
                   "KV cache budget in MiB (0: on a GPU the memory the weights leave, less "
                   "max(1 GiB, 5%); on the CPU a quarter of that in host memory, from 256 MiB "

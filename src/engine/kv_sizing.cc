@@ -24,6 +24,12 @@ int64_t DefaultKvBudget(DeviceKind kind, const DeviceMemory& memory) {
   return std::clamp(left / 4, kCpuKvBudgetFloor, kCpuKvBudgetCap);
 }
 
+int64_t StepRows(DeviceKind kind, int32_t slots, int64_t requested) {
+  if (requested > 0) return std::max<int64_t>(requested, slots);
+  if (kind == DeviceKind::kCuda) return slots + kGpuPromptRows;
+  return std::max<int64_t>(kCpuStepRows, slots);
+}
+
 Expected<ServeSize> SizeServe(DeviceKind kind, const DeviceMemory& memory, int64_t page_bytes,
                               int64_t model_context, const ServeAsk& ask) {
   if (page_bytes <= 0) return InvalidArgument("SizeServe: page_bytes must be positive");

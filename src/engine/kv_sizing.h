@@ -51,6 +51,17 @@ inline constexpr int32_t kMaxCpuSlots = 16;
 inline constexpr int64_t kMaxGpuContext = 32768;
 inline constexpr int64_t kMaxCpuContext = 4096;
 
+// The most rows one engine step reads (EngineOptions::rows) for `slots` sequences; `requested`
+// > 0 is what the user passed (raised to the slots). Each generating sequence takes one row of a
+// step and prompt pieces the rows left, so rows equal to the slots would admit a new prompt only
+// as fast as sequences finish. On a GPU a step holds a row for every slot plus kGpuPromptRows for
+// prompt pieces (a step of 512 prompt rows is compute-bound there, and a prompt split into such
+// pieces stalls the generating sequences a few tens of ms at a time); on the CPU, where a row
+// costs in proportion, max(kCpuStepRows, slots).
+inline constexpr int64_t kGpuPromptRows = 512;
+inline constexpr int64_t kCpuStepRows = 256;
+int64_t StepRows(DeviceKind kind, int32_t slots, int64_t requested);
+
 // Sizes `serve`: the budget (asked, or DefaultKvBudget), the context (asked, or the model's up
 // to the kind's cap and to what the budget holds) and the slots (asked, or the budget's
 // positions over kTypicalChat, at least 1, at most the kind's cap). model_context 0: unknown.

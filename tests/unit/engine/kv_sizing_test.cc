@@ -12,6 +12,17 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 // A page of Qwen3-8B (36 layers, 8 kv heads of 128) with 16-bit keys and values.
 constexpr int64_t kQwen3_8bPage = int64_t{36} * 2 * kPage * 8 * 128 * 2;
 
+TEST(KvSizingTest, StepRowsLeavePromptRowsBesideEverySlot) {
+  EXPECT_EQ(StepRows(DeviceKind::kCuda, 64, 0), 64 + kGpuPromptRows);
+  EXPECT_EQ(StepRows(DeviceKind::kCuda, 1, 0), 1 + kGpuPromptRows);
+  EXPECT_EQ(StepRows(DeviceKind::kCpu, 4, 0), kCpuStepRows);
+  EXPECT_EQ(StepRows(DeviceKind::kCpu, 300, 0), 300);
+  // What the user passed, raised to the slots.
+  EXPECT_EQ(StepRows(DeviceKind::kCuda, 64, 2048), 2048);
+  EXPECT_EQ(StepRows(DeviceKind::kCuda, 64, 16), 64);
+  EXPECT_EQ(StepRows(DeviceKind::kCpu, 8, 32), 32);
+}
+
 TEST(KvSizingTest, ReserveIsAGibOrFivePercent) {
   EXPECT_EQ(KvReserveBytes(8 * kGiB), kGiB);
   EXPECT_EQ(KvReserveBytes(20 * kGiB), kGiB);
