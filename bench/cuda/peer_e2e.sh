@@ -19,6 +19,7 @@
 #           prompt time counted                           | llama-batched-bench -npp 64 -ntg 128
 #   l64/l256  the same with 1,024-token prompts           | llama-batched-bench -npp 1024
 #   d32k    batch 1 decode after a 32,768-token prompt    | llama-bench -d 32768 tg128
+#   (ONLY="c64 mixed" runs only the workloads named.)
 #   mixed   64 sequences decoding 512 tokens while 2,048-token prompts arrive once a second, and
 #           the same 64 alone (gizllm only)
 set -euo pipefail
@@ -53,6 +54,7 @@ case "${1:-}" in
     g=$2 model=$3 out=$4; shift 4
     run() {  # name, bench arguments...
       local name=$1; shift
+      [[ -z "${ONLY:-}" || " $ONLY " == *" $name "* ]] || return 0
       timeout 240 "$g" bench --model "$model" --device cuda --json "$@" "${EXTRA[@]}" \
         > "$out/gizllm-$name.json" 2> "$out/gizllm-$name.err" || { echo "$name: failed";
         tail -3 "$out/gizllm-$name.err"; return 0; }
