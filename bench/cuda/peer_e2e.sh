@@ -19,9 +19,9 @@
 #           prompt time counted                           | llama-batched-bench -npp 64 -ntg 128
 #   l64/l256  the same with 1,024-token prompts           | llama-batched-bench -npp 1024
 #   d32k    batch 1 decode after a 32,768-token prompt    | llama-bench -d 32768 tg128
-#   (ONLY="c64 mixed" runs only the workloads named.)
 #   mixed   64 sequences decoding 512 tokens while 2,048-token prompts arrive once a second, and
 #           the same 64 alone (gizllm only)
+# ONLY="c64 mixed" runs only the gizllm workloads named.
 set -euo pipefail
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64
 LLAMA=/tmp/llama.cpp
