@@ -1,12 +1,12 @@
 // Writes the reference token ids of Hugging Face tokenizers (Rust, through @anush008/tokenizers)
 // for every line of tests/golden/tokenizer/corpus.jsonl, one JSON object per line, into
-// tests/golden/tokenizer/<name>.jsonl:
+// OUT/<name>.jsonl (the build runs it: tests/unit/tokenizer/CMakeLists.txt):
 //   {"ids": [...], "special": [...], "pair": [...], "decoded": "...", "decoded_skip": "..."}
 // ids: encode(text, add_special_tokens=false); special: encode(text, add_special_tokens=true);
 // pair: encode(text, text of the line 7 further on, add_special_tokens=true);
 // decoded / decoded_skip: decode(special, skip_special_tokens=false / true).
 // "special" is left out when it equals "ids", "decoded_skip" when it equals "decoded".
-// Run from the repository root: node tools/tokenizer_refs.mjs [name...]
+// Run from the repository root: node tools/tokenizer_refs.mjs --out OUT [name...]
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -47,7 +47,16 @@ export const tokenizers = {
 };
 
 async function main() {
-  const names = process.argv.length > 2 ? process.argv.slice(2) : Object.keys(tokenizers);
+  const args = process.argv.slice(2);
+  const at = args.indexOf("--out");
+  if (at < 0 || at + 1 >= args.length) {
+    console.error("usage: node tools/tokenizer_refs.mjs --out DIR [name...]");
+    process.exit(2);
+  }
+  const out = args[at + 1];
+  args.splice(at, 2);
+  fs.mkdirSync(out, { recursive: true });
+  const names = args.length > 0 ? args : Object.keys(tokenizers);
   const corpus = fs.readFileSync(`${golden}/corpus.jsonl`, "utf8").split("\n").filter((l) => l)
       .map((l) => JSON.parse(l));
   for (const name of names) {
@@ -70,7 +79,7 @@ async function main() {
       if (skip !== line.decoded) line.decoded_skip = skip;
       lines.push(JSON.stringify(line));
     }
-    fs.writeFileSync(`${golden}/${name}.jsonl`, lines.join("\n") + "\n");
+    fs.writeFileSync(`${out}/${name}.jsonl`, lines.join("\n") + "\n");
     console.log(`${name}: ${corpus.length} lines`);
   }
 }

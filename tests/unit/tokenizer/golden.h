@@ -11,6 +11,13 @@
 namespace gizllm::testing {
 
 inline constexpr const char* kGoldenDir = "tests/golden/tokenizer";
+// Hugging Face's ids for each corpus line, <name>.jsonl, written by the build
+// (tools/tokenizer_refs.mjs; tests/unit/tokenizer/CMakeLists.txt).
+#ifdef GZ_TOKENIZER_REFS
+inline constexpr const char* kRefsDir = GZ_TOKENIZER_REFS;
+#else
+inline constexpr const char* kRefsDir = "build/tests/unit/tokenizer/refs";
+#endif
 
 // One corpus line: Hugging Face's ids without and with special tokens, and its decode of the
 // latter with and without skipping special tokens.
@@ -37,7 +44,7 @@ inline std::vector<std::string> ReadCorpus() {
 inline std::vector<GoldenLine> ReadGolden(const std::string& name) {
   std::vector<std::string> corpus = ReadCorpus();
   std::vector<GoldenLine> out;
-  auto text = ReadFile(std::string(kGoldenDir) + "/" + name + ".jsonl");
+  auto text = ReadFile(std::string(kRefsDir) + "/" + name + ".jsonl");
   if (!text.ok()) return out;
   size_t pos = 0;
   while (pos < text->size()) {

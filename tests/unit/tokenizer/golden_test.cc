@@ -26,7 +26,8 @@ TEST_P(GoldenTest, MatchesHuggingFace) {
   auto tokenizer = testing::LoadGoldenTokenizer(name);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().message();
   std::vector<GoldenLine> golden = testing::ReadGolden(name);
-  ASSERT_GE(golden.size(), 500u) << "missing " << testing::kGoldenDir << "/" << name << ".jsonl";
+  ASSERT_GE(golden.size(), 500u) << "missing " << testing::kRefsDir << "/" << name
+                                 << ".jsonl (the build writes it: tools/tokenizer_refs.mjs)";
   int failures = 0;
   for (size_t i = 0; i < golden.size() && failures < 10; ++i) {
     const GoldenLine& g = golden[i];
