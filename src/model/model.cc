@@ -118,6 +118,12 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
                            std::to_string(l) + " is linear_attention); recurrent layers do not " +
                            "run on " + backend->Describe() + " yet (they run on the CPU backend)");
     }
+    if (spec.IsRecurrent()) {
+      const RecurrentSpec& r = spec.recurrent;
+      if (Status s = backend->CheckRecurrentShape(r.k_dim, r.v_dim, r.kernel); !s.ok())
+        return Unimplemented(dir + "/config.json: layer " + std::to_string(l) + ": " +
+                             s.message());
+    }
     const AttentionSpec& a = spec.attention;
     if (!spec.IsRecurrent()) {
       if (Status s = backend->CheckAttentionShape(a.heads, a.kv_heads, a.head_dim); !s.ok())

@@ -442,6 +442,12 @@ class Backend {
   // model with recurrent layers checks it when it loads and refuses a backend without them. The
   // default ops are never reached.
   virtual bool SupportsRecurrent() const { return false; }
+  // Whether a recurrent layer of these sizes has kernels here (key and value head, the
+  // convolution's taps); checked at load beside SupportsRecurrent.
+  virtual Status CheckRecurrentShape(int k_dim, int v_dim, int kernel) const {
+    (void)k_dim, (void)v_dim, (void)kernel;
+    return Status::Ok();
+  }
   virtual void CausalConv(const CausalConvParams& p) { (void)p; }
   virtual void L2Norm(const L2NormParams& p) { (void)p; }
   virtual void GatedDeltaRule(const GatedDeltaRuleParams& p) { (void)p; }

@@ -246,14 +246,38 @@ class CudaBackend : public Backend {
   void MoeFeedForward(const MoeFeedForwardParams& p) override {
     auto trace = Trace("moe");
     ForgetHandOffs();
-    // Only the hybrid families have a shared expert, and this backend refuses them at load.
-    CHECK(p.shared_ffn == 0);
     if (p.rows == 0) return;
     cuda::MoeDevice d = MoeBuffers(p);
     // Fast mode: bf16 activations into the experts where a dense linear of as many rows would
     // take them (more rows than the GEMV takes), float32 otherwise; the router always float32.
     const bool bf16 = !options_.exact && p.rows > gemv_max_rows_;
     cuda::LaunchMoe(p, d, bf16, sm_count_, stream_);
+    if (p.shared_ffn > 0) SharedExpert(p);
+  }
+
+  bool SupportsRecurrent() const override { return true; }
+  Status CheckRecurrentShape(int k_dim, int v_dim, int kernel) const override {
+    return cuda::CheckRecurrentShape(k_dim, v_dim, kernel);
+  }
+  void CausalConv(const CausalConvParams& p) override {
+    auto trace = Trace("causal_conv");
+    ForgetHandOffs();
+    cuda::LaunchCausalConv(p, stream_);
+  }
+  void L2Norm(const L2NormParams& p) override {
+    auto trace = Trace("l2_norm");
+    ForgetHandOffs();
+    cuda::LaunchL2Norm(p, stream_);
+  }
+  void GatedDeltaRule(const GatedDeltaRuleParams& p) override {
+    auto trace = Trace("gated_delta_rule");
+    ForgetHandOffs();
+    cuda::LaunchGatedDeltaRule(p, stream_);
+  }
+  void GatedRmsNorm(const GatedRmsNormParams& p) override {
+    auto trace = Trace("gated_rms_norm");
+    ForgetHandOffs();
+    cuda::LaunchGatedRmsNorm(p, stream_);
   }
 
   bool FusesMatmul() const override { return true; }
@@ -561,6 +585,41 @@ class CudaBackend : public Backend {
   // The device buffers of a MoeFeedForward: the table of its experts' weight pointers (uploaded
   // the first time these weights are seen, on a stream of its own so that it may happen while a
   // step is recorded) and the op's scratch.
+  // The shared expert of a mixture (Qwen3-Next, Qwen3.5-MoE) after its routed experts: this
+  // backend's matmuls (SwiGLU fused into gate/up), then out += sigmoid(x G^T) * down.
+  void SharedExpert(const MoeFeedForwardParams& p) {
+    const int64_t n = p.rows, sf = p.shared_ffn;
+    float* gate = static_cast<float*>(moe_.shared_gate.Get(n * sf * 4));
+    float* up = static_cast<float*>(moe_.shared_up.Get(n * sf * 4));
+    float* y = static_cast<float*>(moe_.shared_out.Get(n * p.dim * 4));
+    MatmulParams gate_up;
+    gate_up.x = p.x;
+    gate_up.rows = n;
+    gate_up.outputs = 2;
+    gate_up.w[0] = p.shared_gate, gate_up.w[1] = p.shared_up;
+    gate_up.out[0] = gate, gate_up.out[1] = up;
+    gate_up.swiglu = true;
+    Matmul(gate_up);
+    MatmulParams down;
+    down.x = gate;
+    down.rows = n;
+    down.w[0] = p.shared_down;
+    down.out[0] = y;
+    Matmul(down);
+    float* scale = nullptr;
+    if (p.shared_scale) {
+      scale = static_cast<float*>(moe_.shared_scale.Get(n * 4));
+      MatmulParams g;
+      g.x = p.x;
+      g.rows = n;
+      g.w[0] = p.shared_scale;
+      g.out[0] = scale;
+      Matmul(g);
+    }
+    ForgetHandOffs();
+    cuda::LaunchGatedAdd(p.out, y, scale, n, p.dim, stream_);
+  }
+
   cuda::MoeDevice MoeBuffers(const MoeFeedForwardParams& p) {
     const int experts = p.experts;
     if (experts > cuda::kMoeMaxExperts) {
@@ -703,6 +762,7 @@ class CudaBackend : public Backend {
   cudaStream_t upload_ = nullptr;
   struct MoeScratch {
     cuda::Scratch logits, ids, weights, hidden, outputs, sorted, slot_pos, tiles, tile_count;
+    cuda::Scratch shared_gate, shared_up, shared_out, shared_scale;  // SharedExpert
   };
   MoeScratch moe_;
 };

@@ -255,6 +255,17 @@ struct MoeDevice {
 void LaunchMoe(const MoeFeedForwardParams& p, const MoeDevice& d, bool bf16, int sm_count,
                cudaStream_t stream);
 
+// The recurrent layers' ops (recurrent.cu). CheckRecurrentShape: whether a layer of that key
+// head, value head and convolution has kernels; the launches refuse (abort) what it refuses.
+Status CheckRecurrentShape(int k_dim, int v_dim, int kernel);
+void LaunchCausalConv(const CausalConvParams& p, cudaStream_t stream);
+void LaunchL2Norm(const L2NormParams& p, cudaStream_t stream);
+void LaunchGatedDeltaRule(const GatedDeltaRuleParams& p, cudaStream_t stream);
+void LaunchGatedRmsNorm(const GatedRmsNormParams& p, cudaStream_t stream);
+// out[r, c] += sigmoid(scale[r]) * y[r, c] over [rows, dim]; scale null: out += y.
+void LaunchGatedAdd(float* out, const float* y, const float* scale, int64_t rows, int64_t dim,
+                    cudaStream_t stream);
+
 // tokens[r] = the token row r picks (backend.h's SampleRow; sampling/sampling.h's steps 3-5).
 void LaunchSample(const SampleParams& p, cudaStream_t stream);
 

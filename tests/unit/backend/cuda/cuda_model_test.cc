@@ -249,6 +249,17 @@ TEST(CudaModelTest, GoldenModelsFastMode) {
     CheckReferenceLogits(dir, /*exact=*/false);
   }
 }
+// The hybrids of recurrent and gated attention layers (the causal convolution, the gated delta
+// rule with its states carried across steps, the gated norm; Qwen3-Next's and Qwen3.5-MoE's
+// shared experts) against transformers, whole prompts and steps of 5 rows and of 1.
+TEST(CudaModelTest, HybridGoldenModels) {
+  GZ_SKIP_WITHOUT_CUDA();
+  for (const char* dir : {"tests/golden/models/qwen3_5", "tests/golden/models/qwen3_next",
+                          "tests/golden/models/qwen3_5_moe"}) {
+    for (bool exact : {true, false}) CheckReferenceLogits(dir, exact);
+  }
+}
+
 // Qwen3-MoE (mixture-of-experts layers around a dense one): routing and experts on the device.
 // The reference is written by tools/make_golden.py (--families qwen3_moe, then --bf16-inputs
 // --fast for the fast mode's rounded reference); until then these skip.

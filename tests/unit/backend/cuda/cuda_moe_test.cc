@@ -289,6 +289,70 @@ TEST(CudaMoeTest, ManyExpertsMatchReference) {
   }
 }
 
+// The shared expert of Qwen3-Next and Qwen3.5-MoE after the routed ones, gated per row by
+// sigmoid(x G^T) and ungated, with and without accumulation, on the decode and grouped paths.
+TEST(CudaMoeTest, SharedExpertMatchesReference) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto exact = MakeBackend(true);
+  auto fast = MakeBackend(false, /*gemv_max_rows=*/1);
+  std::mt19937 rng(25);
+  Experts m;
+  MakeExperts(rng, Format::kBf16, 8, 64, 32, &m);
+  Experts host = m, on_exact = m, on_fast = m;
+  Place(exact.get(), false, &host);
+  Place(exact.get(), false, &on_exact);
+  Place(fast.get(), true, &on_fast);
+  constexpr int64_t kSharedFfn = 48;
+  // [exact, fast]: each backend places its own copy; the host views are the exact one's.
+  PlainWeight gate[2], up[2], down[2], scale[2];
+  Backend* backends[2] = {exact.get(), fast.get()};
+  for (int b = 0; b < 2; ++b) {
+    std::mt19937 same(26);  // both backends' weights from the same draws
+    MakePlainWeight(backends[b], same, Format::kBf16, kSharedFfn, m.dim, &gate[b]);
+    MakePlainWeight(backends[b], same, Format::kBf16, kSharedFfn, m.dim, &up[b]);
+    MakePlainWeight(backends[b], same, Format::kBf16, m.dim, kSharedFfn, &down[b]);
+    MakePlainWeight(backends[b], same, Format::kBf16, 1, m.dim, &scale[b]);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  auto with_shared = [&](MoeFeedForwardParams p, int b, bool device, bool gated) {
+    p.shared_ffn = kSharedFfn;
+    p.shared_gate = device ? &gate[b].device : &gate[0].host;
+    p.shared_up = device ? &up[b].device : &up[0].host;
+    p.shared_down = device ? &down[b].device : &down[0].host;
+    p.shared_scale = gated ? (device ? &scale[b].device : &scale[0].host) : nullptr;
+    return p;
+  };
+  for (int64_t rows : {1, 3, 64}) {
+    for (bool gated : {true, false}) {
+      for (bool accumulate : {false, true}) {
+        const std::string what = "rows " + std::to_string(rows) + " gated " +
+                                 std::to_string(gated) + " accumulate " +
+                                 std::to_string(accumulate);
+        std::vector<float> x = SeparatedRows(rng, m, rows, 2);
+        std::vector<float> start =
+            accumulate ? RandomFloats(rng, rows * m.dim) : std::vector<float>(rows * m.dim);
+        std::vector<float> want = start;
+        ReferenceMoeFeedForward(with_shared(
+            Params(host, false, want.data(), x.data(), rows, 2, true, accumulate), 0, false,
+            gated));
+        for (int b = 0; b < 2; ++b) {
+          Backend* be = backends[b];
+          DeviceArray<float> xd(be, x), out(be, start);
+          if (!accumulate) out.Poison();
+          MoeFeedForwardParams p = with_shared(
+              Params(b == 0 ? on_exact : on_fast, true, out.device(), xd.device(), rows, 2, true,
+                     accumulate),
+              b, true, gated);
+          ASSERT_TRUE(p.Check().ok()) << p.Check().message();
+          be->MoeFeedForward(p);
+          ExpectMatches(out.Read(), want, b == 0 || rows <= 1, what + (b == 0 ? " exact" : " fast"));
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
 // A zero router: every probability equal, the lowest indices win (weights 1/experts, or 1/k
 // renormalized), on both paths.
 TEST(CudaMoeTest, TiesGoToLowestIndices) {

@@ -1,0 +1,215 @@
+// The recurrent layers' ops on the CUDA backend against their float64 references
+// (backend/cpu/reference.h): a step's rows in runs of three slots (one continuing a random state
+// from position 5, one starting at position 0 over a garbage state that must be ignored, one
+// single decode row), then a second step that must read the states the first left; outputs
+// NaN-poisoned. Tolerances: float32 sums in another order than the references' double, within
+// 1e-5 of the largest output for the convolution and the norms; the delta rule carries its state
+// through up to 70 rows of rank-one updates: within 1e-4 of the largest output and state.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "backend/cpu/reference.h"
+#include "cuda_test_util.h"
+
+namespace gizllm::testing {
+namespace {
+
+double MaxAbs(const std::vector<float>& v) {
+  double m = 0.0;
+  for (float f : v) m = std::max(m, std::fabs(static_cast<double>(f)));
+  return m;
+}
+
+void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, double tolerance,
+                const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const double bound = tolerance * std::max(MaxAbs(want), 1e-30);
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << " at " << i;
+    ASSERT_NEAR(got[i], want[i], bound) << what << " at " << i;
+  }
+}
+
+// The rows of one step: runs of (slot, first position, rows).
+struct Run {
+  int32_t slot;
+  int32_t position;
+  int64_t rows;
+};
+
+void RowsOf(const std::vector<Run>& runs, std::vector<int32_t>* slots,
+            std::vector<int32_t>* positions) {
+  slots->clear(), positions->clear();
+  for (const Run& run : runs) {
+    for (int64_t i = 0; i < run.rows; ++i) {
+      slots->push_back(run.slot);
+      positions->push_back(run.position + static_cast<int32_t>(i));
+    }
+  }
+}
+
+// Two steps: the first's runs, then the second's continuing them.
+std::vector<std::vector<Run>> Steps(int64_t long_run) {
+  return {{{2, 5, long_run}, {0, 0, 7}, {3, 9, 1}},
+          {{0, 7, 3}, {3, 10, 1}, {2, 5 + static_cast<int32_t>(long_run), 2}}};
+}
+
+constexpr int kSlots = 4;
+
+TEST(CudaRecurrentTest, SupportsRecurrentAndRefusesShapesWithoutKernels) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(true);
+  EXPECT_TRUE(backend->SupportsRecurrent());
+  EXPECT_TRUE(backend->CheckRecurrentShape(128, 128, 4).ok());
+  EXPECT_TRUE(backend->CheckRecurrentShape(16, 12, 4).ok());
+  EXPECT_FALSE(backend->CheckRecurrentShape(96, 128, 4).ok());
+  EXPECT_FALSE(backend->CheckRecurrentShape(128, 128, 9).ok());
+}
+
+TEST(CudaRecurrentTest, CausalConvMatchesReference) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(true);
+  std::mt19937 rng(30);
+  for (int kernel : {2, 4}) {
+    for (int64_t channels : {40, 600}) {
+      const int64_t stride = channels + 3;
+      const int tail = kernel - 1;
+      std::vector<float> weight = RandomFloats(rng, channels * kernel, 0.5f);
+      std::vector<float> states = RandomFloats(rng, kSlots * tail * channels);
+      DeviceArray<float> w(backend.get(), weight), st(backend.get(), states);
+      std::vector<float> want_states = states;
+      for (const auto& runs : Steps(70)) {
+        std::vector<int32_t> slots, positions;
+        RowsOf(runs, &slots, &positions);
+        const int64_t rows = static_cast<int64_t>(slots.size());
+        std::vector<float> x = RandomFloats(rng, rows * stride);
+        DeviceArray<float> xd(backend.get(), x);
+        DeviceArray<int32_t> sd(backend.get(), slots), pd(backend.get(), positions);
+        CausalConvParams p{xd.device(), rows,           channels,     stride,     kernel,
+                           w.device(),  st.device(),    sd.device(),  pd.device()};
+        ASSERT_TRUE(p.Check().ok()) << p.Check().message();
+        backend->CausalConv(p);
+        CausalConvParams ref{x.data(),  rows,           channels,       stride,          kernel,
+                             weight.data(), want_states.data(), slots.data(), positions.data()};
+        ReferenceCausalConv(ref);
+        const std::string what =
+            "kernel " + std::to_string(kernel) + " channels " + std::to_string(channels);
+        ExpectNear(xd.Read(), x, 1e-5, what + " out");
+        ExpectNear(st.Read(), want_states, 1e-5, what + " states");
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(CudaRecurrentTest, L2NormAndGatedRmsNormMatchReference) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(true);
+  std::mt19937 rng(31);
+  for (int dim : {16, 128, 200}) {
+    const int64_t rows = 37, heads = 6, stride = heads * dim + 5;
+    std::vector<float> x = RandomFloats(rng, rows * stride);
+    DeviceArray<float> xd(backend.get(), x);
+    L2NormParams p{xd.device(), rows, static_cast<int>(heads), dim, stride, 1e-6f};
+    ASSERT_TRUE(p.Check().ok()) << p.Check().message();
+    backend->L2Norm(p);
+    L2NormParams ref = p;
+    ref.x = x.data();
+    ReferenceL2Norm(ref);
+    ExpectNear(xd.Read(), x, 1e-5, "l2 norm dim " + std::to_string(dim));
+
+    const int64_t groups = rows * heads;
+    std::vector<float> g = RandomFloats(rng, groups * dim), z = RandomFloats(rng, groups * dim);
+    std::vector<float> weight = RandomFloats(rng, dim, 0.3f);
+    for (float& v : weight) v += 1.0f;
+    std::vector<float> want(groups * dim);
+    DeviceArray<float> gd(backend.get(), g), zd(backend.get(), z), wd(backend.get(), weight),
+        out(backend.get(), want);
+    out.Poison();
+    GatedRmsNormParams n{out.device(), gd.device(), zd.device(), wd.device(), groups, dim, 1e-6f};
+    ASSERT_TRUE(n.Check().ok()) << n.Check().message();
+    backend->GatedRmsNorm(n);
+    ReferenceGatedRmsNorm({want.data(), g.data(), z.data(), weight.data(), groups, dim, 1e-6f});
+    ExpectNear(out.Read(), want, 1e-5, "gated rms norm dim " + std::to_string(dim));
+    // In place (out = x), as the recurrent block runs it.
+    GatedRmsNormParams in_place = n;
+    in_place.out = gd.device();
+    backend->GatedRmsNorm(in_place);
+    ExpectNear(gd.Read(), want, 1e-5, "gated rms norm in place dim " + std::to_string(dim));
+  }
+}
+
+TEST(CudaRecurrentTest, GatedDeltaRuleMatchesTheRecurrence) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(true);
+  std::mt19937 rng(32);
+  struct Shape {
+    int k_heads, v_heads, k_dim, v_dim;
+  };
+  for (Shape sh : {Shape{2, 4, 16, 12}, Shape{1, 2, 128, 128}, Shape{2, 2, 64, 40}}) {
+    const int64_t qk_stride = 2 * sh.k_heads * sh.k_dim + sh.v_heads * sh.v_dim;
+    const int64_t state = static_cast<int64_t>(sh.v_heads) * sh.k_dim * sh.v_dim;
+    std::vector<float> a_log(sh.v_heads), dt_bias = RandomFloats(rng, sh.v_heads, 0.5f);
+    std::uniform_real_distribution<float> decay(0.02f, 0.25f);
+    for (float& v : a_log) v = std::log(decay(rng));
+    std::vector<float> states = RandomFloats(rng, kSlots * state, 0.3f);
+    DeviceArray<float> al(backend.get(), a_log), dt(backend.get(), dt_bias),
+        st(backend.get(), states);
+    std::vector<float> want_states = states;
+    for (const auto& runs : Steps(70)) {
+      std::vector<int32_t> slots, positions;
+      RowsOf(runs, &slots, &positions);
+      const int64_t rows = static_cast<int64_t>(slots.size());
+      // q and k L2-normalized (as the block's L2Norm leaves them), v after them in the row.
+      std::vector<float> mix = RandomFloats(rng, rows * qk_stride);
+      L2NormParams norm{mix.data(), rows, 2 * sh.k_heads, sh.k_dim, qk_stride, 1e-6f};
+      ReferenceL2Norm(norm);
+      std::vector<float> ab = RandomFloats(rng, rows * sh.v_heads * 2);
+      std::vector<float> want(rows * sh.v_heads * sh.v_dim);
+      DeviceArray<float> md(backend.get(), mix), abd(backend.get(), ab), out(backend.get(), want);
+      DeviceArray<int32_t> sd(backend.get(), slots), pd(backend.get(), positions);
+      out.Poison();
+      auto params = [&](float* o, const float* m, const float* a, float* s, const float* alog,
+                        const float* dtb, const int32_t* sl, const int32_t* po) {
+        GatedDeltaRuleParams p;
+        p.out = o;
+        p.q = m;
+        p.k = m + sh.k_heads * sh.k_dim;
+        p.qk_stride = qk_stride;
+        p.v = m + 2 * sh.k_heads * sh.k_dim;
+        p.v_stride = qk_stride;
+        p.a = a;
+        p.b = a + sh.v_heads;
+        p.ab_stride = 2 * sh.v_heads;
+        p.a_log = alog;
+        p.dt_bias = dtb;
+        p.states = s;
+        p.slots = sl;
+        p.positions = po;
+        p.rows = rows;
+        p.k_heads = sh.k_heads;
+        p.v_heads = sh.v_heads;
+        p.k_dim = sh.k_dim;
+        p.v_dim = sh.v_dim;
+        p.scale = 1.0f / std::sqrt(static_cast<float>(sh.k_dim));
+        return p;
+      };
+      GatedDeltaRuleParams p = params(out.device(), md.device(), abd.device(), st.device(),
+                                      al.device(), dt.device(), sd.device(), pd.device());
+      ASSERT_TRUE(p.Check().ok()) << p.Check().message();
+      backend->GatedDeltaRule(p);
+      ReferenceGatedDeltaRule(params(want.data(), mix.data(), ab.data(), want_states.data(),
+                                     a_log.data(), dt_bias.data(), slots.data(),
+                                     positions.data()));
+      const std::string what = "k_dim " + std::to_string(sh.k_dim) + " v_dim " +
+                               std::to_string(sh.v_dim) + " rows " + std::to_string(rows);
+      ExpectNear(out.Read(), want, 1e-4, what + " out");
+      ExpectNear(st.Read(), want_states, 1e-4, what + " states");
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gizllm::testing
