@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "engine/lookup_drafter.h"
 #include "ops/backend.h"
 
 namespace gizllm {
@@ -31,6 +32,10 @@ Status EngineOptions::Check() const {
   if (host_prefix_bytes < 0) {
     return InvalidArgument("engine host_prefix_bytes: expected >= 0, got " +
                            std::to_string(host_prefix_bytes));
+  }
+  if (drafts < 0 || drafts > kMaxDrafts) {
+    return InvalidArgument("engine drafts: expected in [0, " + std::to_string(kMaxDrafts) +
+                           "], got " + std::to_string(drafts));
   }
   if (kv_budget_bytes <= 0) {
     return InvalidArgument("engine kv_budget_bytes: expected > 0, got " +
@@ -95,7 +100,14 @@ Engine::Engine(Runner* runner, const EngineOptions& options, int32_t pages, int3
              &stats_.host_copies),
       sampler_(runner->arch().vocab),
       tables_(static_cast<size_t>(options.slots) * max_pages, -1),
-      logits_(static_cast<size_t>(options.slots) * runner->arch().vocab) {
+      // Wanted rows: one a sequence, and its drafts.
+      logits_(
+          static_cast<size_t>(std::min<int64_t>(
+              options.rows, static_cast<int64_t>(options.slots) *
+                                (1 + (options.draft == DraftMode::kNone ? 0 : options.drafts)))) *
+          runner->arch().vocab),
+      appended_(options.slots, 0),
+      pacer_(options.rows, options.drafts) {
   state_.rows = options.rows;
   state_.runner = runner;
   state_.page_bytes = page_bytes_;
@@ -172,6 +184,7 @@ Expected<int64_t> Engine::Add(Request request, int32_t mark, int32_t shared) {
 Expected<std::vector<Progress>> Engine::Advance() {
   std::vector<Progress> progress;
   GZ_RETURN_IF_ERROR(Admit(state_));
+  Draft();
   GZ_RETURN_IF_ERROR(Schedule(state_));
   if (state_.plan.empty()) return progress;
   GZ_RETURN_IF_ERROR(Run());
@@ -217,6 +230,42 @@ Expected<std::vector<std::vector<int32_t>>> Engine::Generate(std::vector<Request
 // ---------------------------------------------------------------------------------------------
 // Run and post-process.
 
+// Drafts make no sense for a request whose pick depends on more than (logits, seed, position):
+// penalties count the tokens before (a rejected draft would have counted), a grammar's matcher
+// advances per kept token. Slot states cannot go back to a row inside a step (Accept).
+void Engine::Draft() {
+  int64_t rows = 0, decodes = 0, candidates = 0;
+  for (auto& [id, seq] : state_.sequences) {
+    seq.drafts.clear();
+    if (seq.slot < 0) continue;
+    const int64_t held = static_cast<int64_t>(state_.slots[seq.slot].tokens.size());
+    const int64_t unread = static_cast<int64_t>(seq.tokens.size()) - held;
+    rows += unread;
+    if (unread != 1) continue;
+    ++decodes;
+    const Sampling& s = seq.request.sampling;
+    if (options_.draft == DraftMode::kNone || state_.slot_states || s.presence != 0.0f ||
+        s.frequency != 0.0f || s.repetition != 1.0f || s.grammar != nullptr) {
+      continue;
+    }
+    // Drafts past the request's limit or the context would never be kept: a step makes at most
+    // 1 + drafts tokens, and the last draft's row is at position tokens.size() - 1 + drafts.
+    int64_t most = std::min<int64_t>(options_.drafts, options_.context - seq.tokens.size());
+    if (seq.request.limit > 0) {
+      most = std::min<int64_t>(
+          most, seq.request.limit - 1 - (static_cast<int64_t>(seq.tokens.size()) - seq.prompt));
+    }
+    if (most <= 0) continue;
+    LookupDraft(seq.tokens, static_cast<int32_t>(most), &seq.drafts);
+    candidates += !seq.drafts.empty();
+  }
+  if (options_.draft != DraftMode::kAuto || candidates == 0) return;
+  const int32_t k = pacer_.Choose(std::min<int64_t>(rows, options_.rows), decodes, candidates);
+  for (auto& [id, seq] : state_.sequences) {
+    if (static_cast<int64_t>(seq.drafts.size()) > k) seq.drafts.resize(k);
+  }
+}
+
 void Engine::FillTables() {
   std::fill(tables_.begin(), tables_.end(), -1);
   for (size_t s = 0; s < state_.slots.size(); ++s) {
@@ -229,11 +278,16 @@ Status Engine::Run() {
   rows_.Clear();
   for (const Planned& p : state_.plan) {
     const Sequence& seq = state_.sequences.at(p.id);
+    DCHECK(static_cast<int64_t>(seq.drafts.size()) == p.drafts);
     const int64_t start = static_cast<int64_t>(state_.slots[seq.slot].tokens.size());
-    const int64_t end = start + p.rows;
+    const int64_t end = start + p.rows - p.drafts;
     for (int64_t i = start; i < end; ++i) {
       rows_.Push(seq.tokens[i], seq.slot, static_cast<int32_t>(i),
                  /*want=*/i == static_cast<int64_t>(seq.tokens.size()) - 1);
+    }
+    // Each draft's row judges the draft after it (the last row gives a token beyond them all).
+    for (int64_t j = 0; j < p.drafts; ++j) {
+      rows_.Push(seq.drafts[j], seq.slot, static_cast<int32_t>(end + j), /*want=*/true);
     }
   }
   FillTables();
@@ -243,7 +297,7 @@ Status Engine::Run() {
   sample_.clear();
   for (const Planned& p : state_.plan) {
     const Sequence& seq = state_.sequences.at(p.id);
-    if (static_cast<int64_t>(state_.slots[seq.slot].tokens.size()) + p.rows !=
+    if (static_cast<int64_t>(state_.slots[seq.slot].tokens.size()) + p.rows - p.drafts !=
         static_cast<int64_t>(seq.tokens.size())) {
       continue;  // a prompt piece: no token this step
     }
@@ -259,8 +313,11 @@ Status Engine::Run() {
     row.top_p = s.top_p;
     row.min_p = s.min_p;
     row.seed = seq.seed;
-    row.index = static_cast<uint64_t>(static_cast<int64_t>(seq.tokens.size()) - seq.prompt);
-    sample_.push_back(row);
+    // The draw of each row is the request's own at that position of its answer.
+    for (int64_t j = 0; j <= p.drafts; ++j) {
+      row.index = static_cast<uint64_t>(static_cast<int64_t>(seq.tokens.size()) - seq.prompt + j);
+      sample_.push_back(row);
+    }
   }
   const auto began = std::chrono::steady_clock::now();
   if (picked_) {
@@ -279,16 +336,21 @@ Status Engine::Run() {
   last_step_.device_sampled = picked_;
   for (const Planned& p : state_.plan) {
     const Sequence& seq = state_.sequences.at(p.id);
-    // A generating sequence reads its one new token; anything else is a prompt piece.
-    const bool decode = p.rows == 1 && static_cast<int64_t>(seq.tokens.size()) > seq.prompt;
+    // A generating sequence reads its one new token and its drafts; anything else is a prompt
+    // piece.
+    const bool decode =
+        p.rows - p.drafts == 1 && static_cast<int64_t>(seq.tokens.size()) > seq.prompt;
     (decode ? last_step_.decode_rows : last_step_.prompt_rows) += p.rows;
+    last_step_.drafted += p.drafts;
   }
+  pacer_.RecordStep(rows_.size(), last_step_.runner_ms);
   for (const Planned& p : state_.plan) {
     const Sequence& seq = state_.sequences.at(p.id);
     Slot& slot = state_.slots[seq.slot];
     const int64_t start = static_cast<int64_t>(slot.tokens.size());
     slot.tokens.insert(slot.tokens.end(), seq.tokens.begin() + start,
-                       seq.tokens.begin() + start + p.rows);
+                       seq.tokens.begin() + start + p.rows - p.drafts);
+    slot.tokens.insert(slot.tokens.end(), seq.drafts.begin(), seq.drafts.end());
     // Slot states: saved where the chat's messages end, for the next turn to start from.
     if (state_.slot_states && seq.mark > 0 &&
         static_cast<int64_t>(slot.tokens.size()) == seq.mark) {
@@ -313,59 +375,83 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
       cache_.Share(std::vector<int32_t>(seq.tokens.begin(), seq.tokens.begin() + seq.shared),
                    slot.pages);
     }
-    if (slot.tokens.size() != seq.tokens.size()) continue;  // a prompt piece, no logits yet
+    // A prompt piece, no logits yet.
+    if (slot.tokens.size() != seq.tokens.size() + p.drafts) continue;
 
-    Logprobs logprobs;
-    int32_t token;
-    if (picked_) {
-      token = picks_[wanted++];
-    } else {
-      std::span<const float> logits(&logits_[wanted++ * vocab_], vocab_);
-      std::span<const int32_t> all(seq.tokens);
-      if (seq.matcher) seq.matcher->FillMask(seq.stop, &mask_);
-      token = sampler_.Sample(
-          logits, seq.request.sampling, seq.seed, all.first(seq.prompt), all.subspan(seq.prompt),
-          &logprobs, seq.matcher ? std::span<const uint64_t>(mask_) : std::span<const uint64_t>());
-    }
     Progress out;
     out.id = seq.id;
     if (!seq.reported) {
       seq.reported = true;
       out.cached = seq.cached;
     }
-    if (token == kNonFiniteToken && seq.matcher &&
-        PickableRow(std::span<const float>(&logits_[(wanted - 1) * vocab_], vocab_))) {
-      out.end = "error";
-      out.status =
-          seq.matcher->status().ok()
-              ? Internal("the grammar allows no token after " +
-                         std::to_string(seq.tokens.size() - seq.prompt) + " tokens of the answer")
-              : seq.matcher->status();
-    } else if (token == kNonFiniteToken) {
-      // This request ends; the others of the step go on.
-      out.end = "error";
-      out.status = Internal("the logits after " + std::to_string(seq.tokens.size()) +
-                            " tokens hold NaN or infinity: the model's weights hold non-finite "
-                            "values, or its activations overflow");
-    } else if (std::find(seq.stop.begin(), seq.stop.end(), token) != seq.stop.end()) {
-      out.end = "stop";
-    } else if (seq.matcher && !seq.matcher->Accept(token)) {
-      out.end = "error";
-      out.status =
-          Internal("the grammar refused the token " + std::to_string(token) + " its mask allowed");
-    } else {
-      seq.tokens.push_back(token);
-      out.tokens.push_back(token);
-      if (seq.request.sampling.logprobs >= 0) out.logprobs.push_back(std::move(logprobs));
-      const int64_t answer = static_cast<int64_t>(seq.tokens.size()) - seq.prompt;
-      if ((seq.request.limit > 0 && answer >= seq.request.limit) ||
-          static_cast<int64_t>(seq.tokens.size()) > options_.context) {
-        out.end = "length";
+    // Row j picks the token after the j-th draft; the draft j is kept when it is that token, so
+    // the tokens are the ones the request picks without drafts, and the first refused draft's
+    // pick is the step's last token.
+    int64_t accepted = 0;
+    for (int64_t j = 0; j <= p.drafts && out.end.empty(); ++j) {
+      const int64_t w = wanted + j;
+      Logprobs logprobs;
+      int32_t token;
+      if (picked_) {
+        token = picks_[w];
+      } else {
+        std::span<const float> logits(&logits_[w * vocab_], vocab_);
+        std::span<const int32_t> all(seq.tokens);
+        if (seq.matcher) seq.matcher->FillMask(seq.stop, &mask_);
+        token = sampler_.Sample(
+            logits, seq.request.sampling, seq.seed, all.first(seq.prompt), all.subspan(seq.prompt),
+            &logprobs,
+            seq.matcher ? std::span<const uint64_t>(mask_) : std::span<const uint64_t>());
       }
+      if (token == kNonFiniteToken && seq.matcher &&
+          PickableRow(std::span<const float>(&logits_[w * vocab_], vocab_))) {
+        out.end = "error";
+        out.status =
+            seq.matcher->status().ok()
+                ? Internal("the grammar allows no token after " +
+                           std::to_string(seq.tokens.size() - seq.prompt) + " tokens of the answer")
+                : seq.matcher->status();
+      } else if (token == kNonFiniteToken) {
+        // This request ends; the others of the step go on.
+        out.end = "error";
+        out.status = Internal("the logits after " + std::to_string(seq.tokens.size()) +
+                              " tokens hold NaN or infinity: the model's weights hold non-finite "
+                              "values, or its activations overflow");
+      } else if (std::find(seq.stop.begin(), seq.stop.end(), token) != seq.stop.end()) {
+        out.end = "stop";
+      } else if (seq.matcher && !seq.matcher->Accept(token)) {
+        out.end = "error";
+        out.status = Internal("the grammar refused the token " + std::to_string(token) +
+                              " its mask allowed");
+      } else {
+        seq.tokens.push_back(token);
+        out.tokens.push_back(token);
+        if (seq.request.sampling.logprobs >= 0) out.logprobs.push_back(std::move(logprobs));
+        const int64_t answer = static_cast<int64_t>(seq.tokens.size()) - seq.prompt;
+        if ((seq.request.limit > 0 && answer >= seq.request.limit) ||
+            static_cast<int64_t>(seq.tokens.size()) > options_.context) {
+          out.end = "length";
+        }
+      }
+      if (!out.end.empty() || j == p.drafts || token != seq.drafts[j]) break;
+      ++accepted;
+    }
+    wanted += 1 + p.drafts;
+    if (p.drafts > 0) {
+      // The refused drafts' rows leave the slot: it holds the tokens whose KV is right.
+      Truncate(state_, slot, static_cast<int64_t>(slot.tokens.size()) - (p.drafts - accepted));
+      // Drafts after the first refused one were not judged.
+      const bool refused = accepted < p.drafts && out.end.empty();
+      pacer_.RecordJudged(accepted, refused ? 1 : 0);
+      stats_.lookup.drafted += p.drafts;
+      stats_.lookup.accepted += accepted;
+      last_step_.accepted += accepted;
+      seq.drafts.clear();
     }
     if (!out.end.empty()) Finish(state_, seq);
     progress.push_back(std::move(out));
   }
+  if (last_step_.drafted > 0) ++stats_.lookup.steps;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -464,7 +550,11 @@ Expected<std::vector<float>> Engine::Step(std::span<const int32_t> tokens,
   std::vector<float> logits(wanted.size() * vocab_);
   const PageTables tables{tables_.data(), static_cast<int32_t>(state_.slots.size()), max_pages_};
   GZ_RETURN_IF_ERROR(runner_->Step(rows_, tables, logits.data()));
-  for (size_t r = 0; r < tokens.size(); ++r) state_.slots[slots[r]].tokens.push_back(tokens[r]);
+  std::fill(appended_.begin(), appended_.end(), 0);
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    state_.slots[slots[r]].tokens.push_back(tokens[r]);
+    ++appended_[slots[r]];
+  }
   ++stats_.steps;
   stats_.rows += rows_.size();
   return logits;
@@ -484,7 +574,11 @@ Expected<std::vector<float>> Engine::Hidden(std::span<const int32_t> tokens,
   std::vector<float> out(layers.size() * tokens.size() * runner_->arch().dim);
   const PageTables tables{tables_.data(), static_cast<int32_t>(state_.slots.size()), max_pages_};
   GZ_RETURN_IF_ERROR(runner_->Hidden(rows_, tables, layers, out.data()));
-  for (size_t r = 0; r < tokens.size(); ++r) state_.slots[slots[r]].tokens.push_back(tokens[r]);
+  std::fill(appended_.begin(), appended_.end(), 0);
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    state_.slots[slots[r]].tokens.push_back(tokens[r]);
+    ++appended_[slots[r]];
+  }
   ++stats_.steps;
   stats_.rows += rows_.size();
   return out;
@@ -530,6 +624,30 @@ Status Engine::Warm(int32_t max_decode_shapes) {
   return Status::Ok();
 }
 
+Status Engine::Accept(int32_t slot, int64_t kept) {
+  if (slot < 0 || slot >= static_cast<int32_t>(state_.slots.size())) {
+    return InvalidArgument("accept: slot " + std::to_string(slot) + " is outside [0, " +
+                           std::to_string(state_.slots.size()) + ")");
+  }
+  if (state_.slots[slot].seq >= 0) {
+    return InvalidArgument("accept: a request runs in slot " + std::to_string(slot));
+  }
+  const int64_t appended = appended_[slot];
+  if (kept < 0 || kept > appended) {
+    return InvalidArgument("accept: kept " + std::to_string(kept) + " of the " +
+                           std::to_string(appended) + " rows the last step appended to slot " +
+                           std::to_string(slot));
+  }
+  if (kept < appended && state_.slot_states) {
+    return Unimplemented(
+        "accept: the model's recurrent states cannot go back to a row inside a step");
+  }
+  Slot& s = state_.slots[slot];
+  Truncate(state_, s, static_cast<int64_t>(s.tokens.size()) - (appended - kept));
+  appended_[slot] = kept;
+  return Status::Ok();
+}
+
 Status Engine::Reset(int32_t slot) {
   if (slot < 0 || slot >= static_cast<int32_t>(state_.slots.size())) {
     return InvalidArgument("reset: slot " + std::to_string(slot) + " is outside [0, " +
@@ -539,6 +657,7 @@ Status Engine::Reset(int32_t slot) {
     return InvalidArgument("reset: a request runs in slot " + std::to_string(slot));
   }
   Truncate(state_, state_.slots[slot], 0);
+  appended_[slot] = 0;
   return Status::Ok();
 }
 

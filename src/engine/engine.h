@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/draft_pacer.h"
 #include "engine/page_pool.h"
 #include "engine/prefix_cache.h"
 #include "engine/request.h"
@@ -21,6 +22,11 @@
 #include "sampling/sampling.h"
 
 namespace gizllm {
+
+// Where a generating sequence's drafts come from (engine/lookup_drafter.h). kLookup drafts
+// `drafts` tokens wherever a lookup finds them; kAuto drafts only where the pacer
+// (engine/draft_pacer.h) expects more tokens per second than without.
+enum class DraftMode { kNone, kLookup, kAuto };
 
 struct EngineOptions {
   int32_t slots = 16;                            // sequences at once
@@ -36,7 +42,19 @@ struct EngineOptions {
   // Pick tokens where the logits are (Runner::CanSample) for steps whose requests use no
   // penalties and no logprobs; otherwise the logits come to the host.
   bool device_sampling = true;
+  // Drafts: extra rows of a generating sequence's step, each the guess of the token after the
+  // row before it, kept while they equal the tokens the request picks (Engine::PostProcess).
+  DraftMode draft = DraftMode::kNone;
+  int32_t drafts = 3;  // most drafts a sequence carries in a step, [0, kMaxDrafts]
+  static constexpr int32_t kMaxDrafts = 16;
   Status Check() const;
+};
+
+// Drafts of one drafter: made, kept, and the steps that carried any.
+struct DraftStats {
+  int64_t drafted = 0;
+  int64_t accepted = 0;
+  int64_t steps = 0;
 };
 
 struct EngineStats {
@@ -48,6 +66,7 @@ struct EngineStats {
   int64_t preemptions = 0;     // sequences sent back to waiting for lack of pages
   int64_t host_copies = 0;     // pages copied to host memory for stored prefixes
   int64_t device_sampled = 0;  // steps whose tokens the runner picked
+  DraftStats lookup;           // lookup drafts (the only drafter so far)
 };
 
 // What the last step read and how long the runner took (`bench --trace`).
@@ -59,6 +78,8 @@ struct StepTrace {
   int32_t waiting = 0;      // requests waiting for a slot after the step's admission
   double runner_ms = 0.0;   // the runner's step, wall clock (it returns when the step is done)
   bool device_sampled = false;
+  int64_t drafted = 0;   // draft rows (part of decode_rows)
+  int64_t accepted = 0;  // drafts kept
 };
 
 class Engine {
@@ -98,6 +119,11 @@ class Engine {
   // Hugging Face's hidden_states[l]): [layers.size(), rows, dim].
   Expected<std::vector<float>> Hidden(std::span<const int32_t> tokens,
                                       std::span<const int32_t> slots, std::span<const int> layers);
+  // Keeps the first `kept` of the rows the last Step or Hidden call appended to `slot` and forgets
+  // the others (rejected drafts: their KV is dropped, the next row goes at the first dropped
+  // position). Runners with slot states (recurrent layers) cannot go back to a row inside a
+  // step: there `kept` below the rows appended is Unimplemented.
+  Status Accept(int32_t slot, int64_t kept);
   // Forgets what a slot holds. Call only on a slot no request runs in.
   Status Reset(int32_t slot);
 
@@ -122,6 +148,8 @@ class Engine {
   // The parts of a step after the plan (engine/scheduler.h): run the runner, then sample.
   Status Run();
   void PostProcess(std::vector<Progress>& progress);
+  // Proposes each generating sequence's drafts for the step (Sequence::drafts) before Schedule.
+  void Draft();
 
   Status BuildRows(std::span<const int32_t> tokens, std::span<const int32_t> slots,
                    std::span<const int32_t> wanted);
@@ -146,6 +174,8 @@ class Engine {
   std::vector<SampleRow> sample_;  // [wanted] how the runner picks each wanted row's token
   std::vector<int32_t> picks_;     // [wanted] tokens the runner picked
   std::vector<uint64_t> mask_;     // [ceil(vocab / 64)] a grammar's allowed tokens, one request
+  std::vector<int64_t> appended_;  // [slots] rows the last low-level Step or Hidden appended
+  DraftPacer pacer_;
 };
 
 }  // namespace gizllm

@@ -164,31 +164,60 @@ void Truncate(EngineState& state, Slot& slot, int64_t length) {
 
 Status Schedule(EngineState& state) {
   state.plan.clear();
+  // Generating sequences not planned yet: each keeps one row, so drafts take only the others.
+  // Pages the step's rows without drafts may take from the free list (a page each generating
+  // sequence, a prompt piece's), which drafts leave to them.
+  int64_t decodes_left = 0, reserved = 0;
+  for (const auto& [id, seq] : state.sequences) {
+    if (seq.slot < 0) continue;
+    const Slot& slot = state.slots[seq.slot];
+    const int64_t held = static_cast<int64_t>(slot.tokens.size());
+    const int64_t unread = static_cast<int64_t>(seq.tokens.size()) - held;
+    decodes_left += unread == 1;
+    reserved += std::max<int64_t>(
+        0, PagesFor(held + std::min(unread, state.rows)) - static_cast<int64_t>(slot.pages.size()));
+  }
   int64_t rows_left = state.rows;
   for (int pass = 0; pass < 2; ++pass) {
     const bool decodes = pass == 0;
     for (auto it = state.sequences.begin(); it != state.sequences.end();) {
       const int64_t id = it->first;
-      const Sequence& seq = it->second;
+      Sequence& seq = it->second;
       ++it;  // Grow may preempt (never erase) sequences
       if (seq.slot < 0) continue;
       const Slot& slot = state.slots[seq.slot];
       const int64_t unread = static_cast<int64_t>(seq.tokens.size() - slot.tokens.size());
       DCHECK(unread >= 1);
       if ((unread == 1) != decodes) continue;
+      if (decodes) --decodes_left;
       int64_t n = std::min(unread, rows_left);
       if (n == 0) break;
       // Slot states: a piece ends at the request's mark, where the states are saved.
       const int64_t held = static_cast<int64_t>(slot.tokens.size());
       if (state.slot_states && seq.mark > held) n = std::min<int64_t>(n, seq.mark - held);
+      // Drafts: in the rows the other generating sequences leave and in free pages (never
+      // preempting a request or dropping a stored prefix for a guess).
+      if (decodes && !seq.drafts.empty()) {
+        const int64_t positions = (static_cast<int64_t>(PagesFor(held + 1)) +
+                                   std::max<int64_t>(0, state.pool->free() - reserved)) *
+                                  kPage;
+        const int64_t k =
+            std::clamp<int64_t>(std::min(rows_left - 1 - decodes_left, positions - held - 1), 0,
+                                static_cast<int64_t>(seq.drafts.size()));
+        seq.drafts.resize(k);
+        n = 1 + k;
+      }
       const int32_t need =
           PagesFor(slot.tokens.size() + n) - static_cast<int32_t>(slot.pages.size());
+      // This sequence's reserve is spent now (its pages beyond it were free beyond the reserve).
+      reserved -= std::max<int64_t>(0, PagesFor(held + std::min(unread, state.rows)) -
+                                           static_cast<int64_t>(slot.pages.size()));
       GZ_ASSIGN_OR_RETURN(bool granted, Grow(state, id, need));
       // Grow may have sent planned sequences back to waiting: their rows are free again.
       rows_left = state.rows;
       for (const Planned& p : state.plan) rows_left -= p.rows;
       if (!granted) continue;
-      state.plan.push_back({id, n});
+      state.plan.push_back({id, n, decodes ? n - 1 : 0});
       rows_left -= n;
     }
   }
@@ -248,6 +277,7 @@ void Preempt(EngineState& state, int64_t id) {
   slot.seq = -1;
   slot.used = ++state.clock;
   seq.slot = -1;
+  seq.drafts.clear();
   state.waiting.insert(id);
   ++state.stats->preemptions;
 }

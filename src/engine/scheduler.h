@@ -53,12 +53,16 @@ struct Sequence {
   // The grammar's state over the answer so far (request.sampling.grammar); advanced only by the
   // tokens the request keeps, so preemption and resumption leave it right.
   std::unique_ptr<TokenMatcher> matcher;
+  // This step's drafts (generating sequences only): the guessed tokens after tokens.back(),
+  // read as extra rows; Schedule may cut them, Preempt drops them.
+  std::vector<int32_t> drafts;
 };
 
 // A sequence of this step and the rows it reads.
 struct Planned {
   int64_t id;
-  int64_t rows;
+  int64_t rows;        // rows read: a prompt piece, or a generating sequence's 1 + drafts
+  int64_t drafts = 0;  // of those, draft rows
 };
 
 // The slots and requests steps are planned over, with the pages and caches they use.

@@ -50,6 +50,13 @@ class FakeRunner : public Runner {
   int32_t poison_token = -1;
   float poison_value = std::numeric_limits<float>::quiet_NaN();
 
+  // With copy_period set, a wanted row at position p (p + 1 >= copy_period) adds copy_boost to
+  // the logit of the token at position p + 1 - copy_period of its slot: the text tends to repeat
+  // itself with that period, as a model that copies from its context does (lookup drafts are
+  // then kept).
+  int32_t copy_period = 0;
+  float copy_boost = 6.0f;
+
   Status Step(const Rows& rows, const PageTables& tables, float* logits) override {
     std::vector<uint64_t> chains;
     GZ_RETURN_IF_ERROR(Read(rows, tables, &chains));
@@ -57,6 +64,13 @@ class FakeRunner : public Runner {
       const uint64_t h = chains[rows.wanted[w]];
       for (int64_t v = 0; v < arch_.vocab; ++v) {
         logits[w * arch_.vocab + v] = Logit(h, v);
+      }
+      const int32_t from = rows.positions[rows.wanted[w]] + 1 - copy_period;
+      if (copy_period > 0 && from >= 0) {
+        Status status;
+        const Entry* e = At(tables, rows.slots[rows.wanted[w]], from, &status);
+        if (e == nullptr) return status;
+        logits[w * arch_.vocab + e->token] += copy_boost;
       }
       if (rows.tokens[rows.wanted[w]] == poison_token) {
         logits[w * arch_.vocab + h % arch_.vocab] = poison_value;

@@ -1,0 +1,81 @@
+#include "engine/draft_pacer.h"
+
+#include <algorithm>
+
+namespace gizllm {
+namespace {
+
+// Weight of the newest measurement in a step time's moving average.
+constexpr double kTimeWeight = 0.2;
+// Judged drafts fade by this factor per step that judges any, so the estimate follows the text.
+constexpr double kJudgedDecay = 0.98;
+// Prior: acceptance one half, worth two judged drafts.
+constexpr double kPriorAccepted = 1.0, kPriorJudged = 2.0;
+
+}  // namespace
+
+DraftPacer::DraftPacer(int64_t max_rows, int32_t max_drafts)
+    : max_drafts_(max_drafts), ms_(static_cast<size_t>(std::max<int64_t>(max_rows, 1)) + 1, 0.0) {}
+
+void DraftPacer::RecordStep(int64_t rows, double ms) {
+  if (rows < 1 || rows >= static_cast<int64_t>(ms_.size()) || ms <= 0.0) return;
+  double& t = ms_[rows];
+  t = t == 0.0 ? ms : (1.0 - kTimeWeight) * t + kTimeWeight * ms;
+}
+
+void DraftPacer::RecordJudged(int64_t accepted, int64_t rejected) {
+  if (accepted + rejected == 0) return;
+  accepted_ = kJudgedDecay * accepted_ + static_cast<double>(accepted);
+  judged_ = kJudgedDecay * judged_ + static_cast<double>(accepted + rejected);
+}
+
+double DraftPacer::acceptance() const {
+  return (accepted_ + kPriorAccepted) / (judged_ + kPriorJudged);
+}
+
+double DraftPacer::StepMs(int64_t rows) const {
+  const int64_t n = static_cast<int64_t>(ms_.size());
+  rows = std::clamp<int64_t>(rows, 1, n - 1);
+  if (ms_[rows] > 0.0) return ms_[rows];
+  int64_t below = rows - 1, above = rows + 1;
+  while (below >= 1 && ms_[below] == 0.0) --below;
+  while (above < n && ms_[above] == 0.0) ++above;
+  if (below >= 1 && above < n) {
+    const double f = static_cast<double>(rows - below) / static_cast<double>(above - below);
+    return ms_[below] + f * (ms_[above] - ms_[below]);
+  }
+  if (below >= 1) return ms_[below];
+  if (above < n) return ms_[above];
+  return 0.0;
+}
+
+double DraftPacer::ExpectedGain(double a, int32_t k) {
+  double gain = 0.0, p = 1.0;
+  for (int32_t i = 0; i < k; ++i) gain += (p *= a);
+  return gain;
+}
+
+int32_t DraftPacer::Choose(int64_t rows, int64_t decodes, int64_t candidates) {
+  if (candidates <= 0 || max_drafts_ <= 0) return 0;
+  const int64_t most = static_cast<int64_t>(ms_.size()) - 1;
+  const double base_ms = StepMs(rows);
+  if (base_ms == 0.0) return 0;  // nothing measured yet: this step measures `rows`
+  const double a = acceptance();
+  int32_t best = 0;
+  double best_rate = static_cast<double>(decodes) / base_ms;
+  for (int32_t k = 1; k <= max_drafts_ && rows + candidates * k <= most; ++k) {
+    const double tokens =
+        static_cast<double>(decodes) + static_cast<double>(candidates) * ExpectedGain(a, k);
+    const double rate = tokens / StepMs(rows + candidates * k);
+    if (rate > best_rate) best_rate = rate, best = k;
+  }
+  if (best > 0) {
+    idle_ = 0;
+  } else if (++idle_ >= kProbeAfter && rows + candidates <= most) {
+    idle_ = 0;
+    best = 1;
+  }
+  return best;
+}
+
+}  // namespace gizllm

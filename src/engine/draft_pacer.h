@@ -1,0 +1,48 @@
+// Pacing of drafts: a step of more rows costs more, and a draft pays only when it is kept often
+// enough to make up for its row. The pacer keeps the measured time of steps per row count and
+// the drafts' acceptance, and picks the number of drafts per sequence that maximizes the expected
+// tokens per second of the step (zero where drafting does not beat not drafting).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace gizllm {
+
+class DraftPacer {
+ public:
+  // Row counts 1 to `max_rows`; at most `max_drafts` drafts a sequence.
+  DraftPacer(int64_t max_rows, int32_t max_drafts);
+
+  // Drafts each of `candidates` sequences (those with drafts to offer) carries in a step of
+  // `rows` rows without drafts, `decodes` of them generating one token each. Where no time is
+  // measured yet for a row count, the nearest measured count below it stands for it, so each
+  // count is tried once; after `kProbeAfter` steps without drafts one draft is tried again, so
+  // a changed acceptance is seen.
+  int32_t Choose(int64_t rows, int64_t decodes, int64_t candidates);
+
+  // A step of `rows` rows took `ms` (the runner's wall clock).
+  void RecordStep(int64_t rows, double ms);
+  // Drafts judged in a step: `accepted` kept, `rejected` refused (a sequence's drafts after a
+  // refused one are not judged).
+  void RecordJudged(int64_t accepted, int64_t rejected);
+
+  // The estimated chance that a draft is kept, given the one before it was.
+  double acceptance() const;
+  // The estimated time of a step of `rows` rows; 0 when no step was measured.
+  double StepMs(int64_t rows) const;
+  // Expected tokens a sequence gains from `k` drafts kept with chance `a` each in turn, beyond
+  // its one token: a + a^2 + ... + a^k.
+  static double ExpectedGain(double a, int32_t k);
+
+  static constexpr int64_t kProbeAfter = 64;
+
+ private:
+  int32_t max_drafts_;
+  std::vector<double> ms_;  // [max_rows + 1] moving average of step time per row count; 0: none
+  double accepted_ = 0.0;   // decayed counts of judged drafts
+  double judged_ = 0.0;
+  int64_t idle_ = 0;  // steps with candidates and no drafts since the last drafts
+};
+
+}  // namespace gizllm
