@@ -314,3 +314,44 @@ TEST(EngineHybrid, StatesCountAgainstTheBudget) {
 
 }  // namespace
 }  // namespace gizllm
+
+namespace gizllm {
+namespace {
+
+// Recurrent states cannot go back to a row inside a step (no per-row snapshots yet): with
+// lookup drafts asked for, a hybrid model drafts nothing and gives the same tokens, and the
+// low-level Accept refuses to drop rows.
+TEST(EngineHybrid, DraftsNothingAndAcceptRefusesToCutBack) {
+  Model* model = HybridModel();
+  ASSERT_NE(model, nullptr);
+  std::mt19937 rng(41);
+  Request r;
+  const std::vector<int32_t> piece = RandomPrompt(rng, 6);
+  for (int i = 0; i < 30; ++i) r.prompt.push_back(piece[i % 6]);
+  r.limit = 12;
+  r.sampling.temperature = 0.0f;
+  r.stop = std::vector<int32_t>{};
+  EngineOptions options;
+  options.slots = 2;
+  options.context = 96;
+  options.rows = 64;
+  options.kv_budget_bytes = 12 * model->PageBytes() + 2 * 2 * StateBytes(*model);
+  options.draft = DraftMode::kLookup;
+  auto drafting = Engine::Create(model, options);
+  ASSERT_TRUE(drafting.ok()) << drafting.status().message();
+  auto out = (*drafting)->Generate({r});
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*drafting)->stats().lookup.drafted, 0);
+  auto plain = MakeEngine(model, 1, 96, 64, 12);
+  auto want = plain->Generate({r});
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ((*out)[0], (*want)[0]);
+
+  std::vector<int32_t> rows = {3, 4, 5};
+  ASSERT_TRUE((*drafting)->Step(rows, std::vector<int32_t>(3, 1), {}).ok());
+  EXPECT_EQ((*drafting)->Accept(1, 2).code(), StatusCode::kUnimplemented);
+  EXPECT_TRUE((*drafting)->Accept(1, 3).ok());
+}
+
+}  // namespace
+}  // namespace gizllm
