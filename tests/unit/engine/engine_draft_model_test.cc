@@ -1,0 +1,137 @@
+// Drafts on real models (CPU backend, float32 activations): requests give the same tokens with
+// and without lookup drafts, greedy and seeded sampling, under preemption, on the shipped
+// tiny-chat and the golden dense models; on a prompt that repeats itself drafts are kept.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "model/model.h"
+#include "ops/device.h"
+
+namespace gizllm {
+namespace {
+
+Model* Load(const std::string& folder) {
+  static std::map<std::string, std::unique_ptr<Model>> models;
+  auto& slot = models[folder];
+  if (!slot) {
+    DeviceOptions device;
+    device.device = "cpu";
+    device.threads = 2;
+    device.exact = true;  // float32 activations (the reference mode)
+    auto backend = OpenBackend(device);
+    EXPECT_TRUE(backend.ok()) << backend.status().message();
+    if (!backend.ok()) return nullptr;
+    auto m = Model::Load(folder, *backend);
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    if (!m.ok()) return nullptr;
+    slot = std::move(*m);
+  }
+  return slot.get();
+}
+
+struct Outcome {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::string> ends;
+  EngineStats stats;
+};
+
+// The requests, all added at once, on a fresh engine of `slots` slots and `pages` pages.
+Outcome Generate(Model* model, const std::vector<Request>& requests, DraftMode draft, int32_t slots,
+                 int32_t pages) {
+  EngineOptions options;
+  options.slots = slots;
+  options.context = 128;
+  options.rows = 48;
+  options.kv_budget_bytes = pages * model->PageBytes();
+  options.draft = draft;
+  auto engine = Engine::Create(model, options);
+  EXPECT_TRUE(engine.ok()) << engine.status().message();
+  Outcome out;
+  if (!engine.ok()) return out;
+  out.tokens.resize(requests.size());
+  out.ends.resize(requests.size());
+  std::map<int64_t, size_t> index;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto id = (*engine)->Add(requests[i]);
+    EXPECT_TRUE(id.ok()) << id.status().message();
+    index[*id] = i;
+  }
+  while ((*engine)->Busy()) {
+    auto progress = (*engine)->Advance();
+    EXPECT_TRUE(progress.ok()) << progress.status().message();
+    if (!progress.ok()) return out;
+    for (const Progress& p : *progress) {
+      const size_t i = index.at(p.id);
+      out.tokens[i].insert(out.tokens[i].end(), p.tokens.begin(), p.tokens.end());
+      if (!p.end.empty()) out.ends[i] = p.end;
+    }
+    const Status check = (*engine)->CheckPages();
+    EXPECT_TRUE(check.ok()) << check.message();
+    if (!check.ok()) return out;
+  }
+  out.stats = (*engine)->stats();
+  return out;
+}
+
+// Prompts that repeat a random piece of 5 to 9 tokens four times (a passage, then its start
+// again), and random ones; half of them sampled with a seed.
+std::vector<Request> Requests(int64_t vocab, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(10, static_cast<int32_t>(vocab) - 1);
+  std::vector<Request> requests;
+  for (int i = 0; i < n; ++i) {
+    Request r;
+    const int period = 5 + static_cast<int>(rng() % 5);
+    std::vector<int32_t> piece(period);
+    for (int32_t& t : piece) t = pick(rng);
+    for (int p = 0; p < 4 * period; ++p)
+      r.prompt.push_back(i % 3 == 2 ? pick(rng) : piece[p % period]);
+    r.limit = 24 + static_cast<int64_t>(rng() % 24);
+    r.sampling.temperature = 0.0f;
+    if (i % 2 == 1) {
+      r.sampling.temperature = 0.8f;
+      r.sampling.top_p = 0.95f;
+      r.sampling.seed = rng();
+    }
+    requests.push_back(r);
+  }
+  return requests;
+}
+
+void CheckSameTokens(const std::string& folder, int32_t slots, int32_t pages, int n) {
+  Model* model = Load(folder);
+  ASSERT_NE(model, nullptr);
+  const std::vector<Request> requests = Requests(model->arch().vocab, n, 51);
+  const Outcome plain = Generate(model, requests, DraftMode::kNone, slots, pages);
+  const Outcome lookup = Generate(model, requests, DraftMode::kLookup, slots, pages);
+  const Outcome paced = Generate(model, requests, DraftMode::kAuto, slots, pages);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(lookup.tokens[i], plain.tokens[i]) << folder << " request " << i;
+    EXPECT_EQ(lookup.ends[i], plain.ends[i]) << folder << " request " << i;
+    EXPECT_EQ(paced.tokens[i], plain.tokens[i]) << folder << " request " << i;
+  }
+  EXPECT_GT(lookup.stats.lookup.drafted, 0) << folder;
+  EXPECT_GT(lookup.stats.lookup.accepted, 0) << folder;
+  EXPECT_GT(lookup.stats.preemptions, 0) << folder;
+}
+
+// tiny-chat: 8 requests in 4 slots whose pool (12 pages) cannot hold them all: preemption.
+TEST(EngineDraftModel, TinyChatSameTokensWithAndWithoutDrafts) {
+  CheckSameTokens("models/tiny-chat", 4, 12, 8);
+}
+
+TEST(EngineDraftModel, GoldenDenseSameTokensWithAndWithoutDrafts) {
+  for (const char* family : {"llama", "qwen2", "qwen3", "gemma3"}) {
+    SCOPED_TRACE(family);
+    CheckSameTokens(std::string("tests/golden/models/") + family, 4, 12, 8);
+  }
+}
+
+}  // namespace
+}  // namespace gizllm
