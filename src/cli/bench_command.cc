@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/draft_options.h"
 #include "cli/model_options.h"
 #include "core/progress.h"
 #include "engine/engine.h"
@@ -27,6 +28,7 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchOptions {
   ModelOptions model;
+  DraftOptions draft;
   int64_t requests = 32;
   int64_t prompt_tokens = 128;
   int64_t output_tokens = 128;
@@ -39,11 +41,11 @@ struct BenchOptions {
   float top_p = 1.0f;
   bool host_sampling = false;
   bool warm = true;
-  double rate = 0.0;             // arrivals a second (0: keep `concurrency` in flight)
-  int32_t background = 0;        // sequences decoding from the start, beside the requests
+  double rate = 0.0;       // arrivals a second (0: keep `concurrency` in flight)
+  int32_t background = 0;  // sequences decoding from the start, beside the requests
   int64_t background_tokens = 512;
-  std::string trace;             // JSON lines, one a step
-  bool trace_ops = false;        // per-op times (Backend::SetOpTrace)
+  std::string trace;       // JSON lines, one a step
+  bool trace_ops = false;  // per-op times (Backend::SetOpTrace)
 };
 
 // Prompts from a JSONL file: each line {"prompt": "text"} (tokenized) or {"tokens": [ids]}.
@@ -139,6 +141,7 @@ int RunBench(const BenchOptions& o) {
   options.kv_budget_bytes = static_cast<int64_t>(options.slots) *
                             ((options.context + kPage - 1) / kPage) * model.PageBytes();
   options.device_sampling = !o.host_sampling;
+  if (Status s = o.draft.Apply(model, &options); !s.ok()) return Fail(s.message());
   auto created = Engine::Create(&model, options);
   if (!created.ok()) return Fail(created.status().message());
   Engine& engine = **created;
@@ -162,7 +165,7 @@ int RunBench(const BenchOptions& o) {
     bool background = false;
   };
   std::map<int64_t, Timing> timing;
-  std::vector<double> ttft, itl;        // seconds, the requests
+  std::vector<double> ttft, itl;       // seconds, the requests
   std::vector<double> background_itl;  // seconds, the background sequences
   int64_t next = 0, done = 0, tokens = 0, background_done = 0, background_tokens = 0;
   const auto start = Clock::now();
@@ -269,7 +272,9 @@ int RunBench(const BenchOptions& o) {
           {"sequences", st.sequences},
           {"waiting", st.waiting},
           {"free_pages", engine.free_pages()},
-          {"device_sampled", st.device_sampled}};
+          {"device_sampled", st.device_sampled},
+          {"drafted", st.drafted},
+          {"accepted", st.accepted}};
       for (const OpTime& t : ops) line["ops"][t.op] = {{"calls", t.calls}, {"ms", t.ms}};
       trace << line.dump() << '\n';
     }
@@ -306,6 +311,19 @@ int RunBench(const BenchOptions& o) {
       {"rows", stats.rows},
   };
   if (o.rate > 0) out["rate"] = o.rate;
+  // Drafts per drafter: made, kept, and kept per step (of all steps, and of those with drafts).
+  const DraftStats& lookup = stats.lookup;
+  out["draft"] = o.draft.draft;
+  out["drafts"]["lookup"] = {
+      {"drafted", lookup.drafted},
+      {"accepted", lookup.accepted},
+      {"steps", lookup.steps},
+      {"acceptance",
+       lookup.drafted > 0 ? static_cast<double>(lookup.accepted) / lookup.drafted : 0.0},
+      {"accepted_per_step",
+       stats.steps > 0 ? static_cast<double>(lookup.accepted) / stats.steps : 0.0},
+      {"accepted_per_draft_step",
+       lookup.steps > 0 ? static_cast<double>(lookup.accepted) / lookup.steps : 0.0}};
   double ops_ms = 0;
   for (const OpTime& t : op_totals) ops_ms += t.ms;
   for (const OpTime& t : op_totals)
@@ -347,11 +365,18 @@ int RunBench(const BenchOptions& o) {
       std::sort(op_totals.begin(), op_totals.end(),
                 [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; });
       for (const OpTime& t : op_totals) {
-        std::printf("  %-14s %9.1f ms %5.1f%%  %8lld calls  %8.3f ms a call\n", t.op.c_str(),
-                    t.ms, 100 * t.ms / ops_ms, static_cast<long long>(t.calls),
-                    t.ms / t.calls);
+        std::printf("  %-14s %9.1f ms %5.1f%%  %8lld calls  %8.3f ms a call\n", t.op.c_str(), t.ms,
+                    100 * t.ms / ops_ms, static_cast<long long>(t.calls), t.ms / t.calls);
       }
     }
+    std::printf(
+        "drafts           %s: lookup %lld drafted, %lld kept (%.1f%%), in %lld of %lld "
+        "steps, %.2f kept a step\n",
+        o.draft.draft.c_str(), static_cast<long long>(lookup.drafted),
+        static_cast<long long>(lookup.accepted),
+        lookup.drafted > 0 ? 100.0 * lookup.accepted / lookup.drafted : 0.0,
+        static_cast<long long>(lookup.steps), static_cast<long long>(stats.steps),
+        stats.steps > 0 ? static_cast<double>(lookup.accepted) / stats.steps : 0.0);
     std::printf("prefix hits      %.1f%% of prompt tokens\n", 100 * hit_rate);
     std::printf("preemptions      %lld\n", static_cast<long long>(stats.preemptions));
   }
@@ -364,6 +389,7 @@ void AddBenchCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand("bench", "Offline serving benchmark: throughput and latencies");
   auto o = std::make_shared<BenchOptions>();
   o->model.Add(cmd);
+  o->draft.Add(cmd);
   cmd->add_option("--requests,-n", o->requests, "Requests in all")->default_val(32);
   cmd->add_option("--prompt-tokens,-p", o->prompt_tokens, "Tokens of each random prompt")
       ->default_val(128);
@@ -399,9 +425,11 @@ void AddBenchCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--background-tokens", o->background_tokens,
                   "Tokens each background sequence generates")
       ->default_val(512);
-  cmd->add_option("--trace", o->trace,
-                  "Write one JSON line a step: start and duration (ms), the runner's time, rows "
-                  "(decode and prompt), sequences, waiting requests, free KV pages");
+  cmd->add_option(
+      "--trace", o->trace,
+      "Write one JSON line a step: start and duration (ms), the runner's time, rows "
+      "(decode and prompt), sequences, waiting requests, free KV pages, drafts made and "
+      "kept");
   cmd->add_flag("--trace-ops", o->trace_ops,
                 "Time every op (CUDA: events on the stream; CPU: the clock) and report the totals "
                 "per op (with --trace, each step's too). Steps are not recorded as CUDA graphs "

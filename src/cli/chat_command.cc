@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli/draft_options.h"
 #include "cli/model_options.h"
 #include "core/mapped_file.h"
 #include "engine/engine.h"
@@ -26,6 +27,7 @@ using nlohmann::ordered_json;
 
 struct ChatOptions {
   ModelOptions model;
+  DraftOptions draft;
   std::string system;
   int64_t max_tokens = 512;
   float temperature = 0.7f;
@@ -181,6 +183,7 @@ int Chat(const ChatOptions& o) {
   options.context = o.context;
   if (model->arch().context > 0) options.context = std::min(options.context, model->arch().context);
   options.kv_budget_bytes = ((options.context + kPage - 1) / kPage + 1) * model->PageBytes();
+  if (Status s = o.draft.Apply(*model, &options); !s.ok()) return Fail(s.message());
   auto created = Engine::Create(model.get(), options);
   if (!created.ok()) return Fail(created.status().message());
   Engine& engine = **created;
@@ -242,7 +245,8 @@ int Chat(const ChatOptions& o) {
     // Each turn draws fresh numbers unless a seed repeats the whole chat.
     if (sampling.seed) request.sampling.seed = *sampling.seed + static_cast<uint64_t>(turn);
     const EngineStats before = engine.stats();
-    auto id = engine.Add(std::move(request), prompt->mark, std::max<int32_t>(prompt->system_end, 0));
+    auto id =
+        engine.Add(std::move(request), prompt->mark, std::max<int32_t>(prompt->system_end, 0));
     if (!id.ok()) return Fail(id.status().message());
     ++turn;
 
@@ -305,6 +309,7 @@ void AddChatCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand("chat", "Chat with a model in the terminal");
   auto o = std::make_shared<ChatOptions>();
   o->model.Add(cmd);
+  o->draft.Add(cmd);
   cmd->add_option("--system", o->system, "System message that starts the conversation");
   cmd->add_option("--max-tokens,-n", o->max_tokens, "Most tokens of one reply")->default_val(512);
   cmd->add_option("--temperature", o->temperature,

@@ -6,6 +6,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "cli/draft_options.h"
 #include "cli/model_options.h"
 #include "engine/engine.h"
 #include "grammar/json_schema.h"
@@ -16,6 +17,7 @@ namespace {
 
 struct RunOptions {
   ModelOptions model;
+  DraftOptions draft;
   std::string prompt;
   bool prompt_given = false;
   int64_t max_tokens = 256;
@@ -87,6 +89,7 @@ int Run(const RunOptions& o) {
     return Fail("prompt: " + std::to_string(ids->size()) + " tokens leave no room in the " +
                 std::to_string(options.context) + "-token context");
   options.kv_budget_bytes = ((options.context + kPage - 1) / kPage + 1) * (*model)->PageBytes();
+  if (Status s = o.draft.Apply(**model, &options); !s.ok()) return Fail(s.message());
   auto engine = Engine::Create(model->get(), options);
   if (!engine.ok()) return Fail(engine.status().message());
 
@@ -146,6 +149,7 @@ void AddRunCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand("run", "Generate text from a prompt, streamed to stdout");
   auto o = std::make_shared<RunOptions>();
   o->model.Add(cmd);
+  o->draft.Add(cmd);
   cmd->add_option("--prompt,-p", o->prompt, "Prompt text (default: read stdin)")
       ->each([o](const std::string&) { o->prompt_given = true; });
   cmd->add_option("--max-tokens,-n", o->max_tokens, "Most tokens to generate")->default_val(256);

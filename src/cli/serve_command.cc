@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "cli/draft_options.h"
 #include "cli/model_options.h"
 #include "engine/engine.h"
 #include "engine/kv_sizing.h"
@@ -17,6 +18,7 @@ namespace {
 
 struct ServeOptions {
   ModelOptions model;
+  DraftOptions draft;
   server::ServerOptions http;
   std::string served_name;
   int32_t slots = 0;    // 0: from the KV budget (SizeServe)
@@ -54,6 +56,7 @@ int Serve(const ServeOptions& o) {
   engine_options.context = context;
   engine_options.rows = StepRows(model->backend().kind(), size->slots, o.rows);
   engine_options.kv_budget_bytes = size->kv_budget_bytes;
+  if (Status s = o.draft.Apply(*model, &engine_options); !s.ok()) return Fail(s.message());
   std::fprintf(stderr,
                "KV cache: %s pages, %.2f GiB (%s; device %.2f GiB free of %.2f after the weights, "
                "reserve %.2f) = %lld positions; %d slots%s, context %lld%s, rows %lld\n",
@@ -121,6 +124,7 @@ void AddServeCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
   auto o = std::make_shared<ServeOptions>();
   o->model.Add(cmd);
+  o->draft.Add(cmd);
   cmd->add_option("--host", o->http.host, "Address to listen on")->default_val("127.0.0.1");
   cmd->add_option("--port", o->http.port, "Port to listen on (0: any free port)")
       ->default_val(8080);

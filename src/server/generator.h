@@ -61,6 +61,14 @@ struct GenerateProgress {
   Status status;                       // why it ended, when `end` is "error"
 };
 
+// One drafter's drafts (engine/engine.h DraftStats).
+struct DrafterStats {
+  std::string name;      // "lookup"
+  int64_t drafted = 0;   // drafts read
+  int64_t accepted = 0;  // drafts kept
+  int64_t steps = 0;     // steps that carried any
+};
+
 // Engine-wide figures for /metrics.
 struct GeneratorStats {
   int64_t kv_pages_used = 0;
@@ -71,6 +79,8 @@ struct GeneratorStats {
   int32_t waiting = 0;  // requests added but not in a slot
   int32_t running = 0;  // requests in a slot
   int32_t slots = 0;
+  int64_t steps = 0;                   // engine steps
+  std::vector<DrafterStats> drafters;  // per drafter
 };
 
 // The engine side. Not thread safe: the server calls it from its one engine thread only.

@@ -124,6 +124,36 @@ std::string Metrics::Render(const LoopStats& loop) const {
          static_cast<double>(g.prompt_tokens_cached), &out);
   Scalar("gizllm_preemptions_total", "Requests sent back to wait for want of KV pages.", "counter",
          static_cast<double>(g.preemptions), &out);
+  Scalar("gizllm_engine_steps_total", "Steps the engine ran.", "counter",
+         static_cast<double>(g.steps), &out);
+  // Per drafter: drafts read as extra rows, drafts kept, the steps that carried any, and the
+  // drafts kept per step (of all steps): the tokens a step gains from drafting.
+  struct Family {
+    const char* name;
+    const char* help;
+    const char* type;
+    double (*value)(const DrafterStats&, int64_t steps);
+  };
+  const Family families[] = {
+      {"gizllm_drafts_total", "Drafts read as extra rows of a step.", "counter",
+       [](const DrafterStats& d, int64_t) { return static_cast<double>(d.drafted); }},
+      {"gizllm_drafts_accepted_total", "Drafts kept: tokens gained beyond one a step.", "counter",
+       [](const DrafterStats& d, int64_t) { return static_cast<double>(d.accepted); }},
+      {"gizllm_draft_steps_total", "Steps that carried drafts.", "counter",
+       [](const DrafterStats& d, int64_t) { return static_cast<double>(d.steps); }},
+      {"gizllm_drafts_accepted_per_step", "Drafts kept per engine step, since the start.", "gauge",
+       [](const DrafterStats& d, int64_t steps) {
+         return steps > 0 ? static_cast<double>(d.accepted) / steps : 0.0;
+       }},
+  };
+  for (const Family& f : families) {
+    if (g.drafters.empty()) break;
+    Header(f.name, f.help, f.type, &out);
+    for (const DrafterStats& d : g.drafters) {
+      out += std::string(f.name) + "{drafter=\"" + d.name + "\"} " + Number(f.value(d, g.steps)) +
+             "\n";
+    }
+  }
   return out;
 }
 

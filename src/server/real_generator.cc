@@ -26,8 +26,8 @@ Expected<int64_t> EngineGenerator::Add(GenerateRequest request) {
     r.sampling.grammar = std::make_shared<const TokenGrammar>(TokenGrammar{s.grammar, vocabulary_});
   }
   if (request.ignore_eos) r.stop = std::vector<int32_t>{};
-  GZ_ASSIGN_OR_RETURN(int64_t id,
-                      engine_->Add(std::move(r), request.mark, std::max<int32_t>(request.shared, 0)));
+  GZ_ASSIGN_OR_RETURN(
+      int64_t id, engine_->Add(std::move(r), request.mark, std::max<int32_t>(request.shared, 0)));
   active_.insert(id);
   return id;
 }
@@ -72,6 +72,8 @@ GeneratorStats EngineGenerator::Stats() const {
   s.prompt_tokens_read = e.prompt_tokens - e.cached_tokens;
   s.preemptions = e.preemptions;
   s.slots = engine_->options().slots;
+  s.steps = e.steps;
+  s.drafters.push_back({"lookup", e.lookup.drafted, e.lookup.accepted, e.lookup.steps});
   int32_t active = static_cast<int32_t>(active_.size());
   s.running = std::min(active, s.slots);
   s.waiting = active - s.running;

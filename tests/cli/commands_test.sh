@@ -106,10 +106,38 @@ assert b["sequences"] == 3 and b["output_tokens_per_s"] > 0, b
 check bench-mixed-trace python3 -c '
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
-assert len(lines) >= 24, len(lines)
+accepted = sum(l["accepted"] for l in lines)  # drafts kept: tokens that took no row of their own
+assert len(lines) + accepted >= 24, len(lines)
 assert all(l["rows"] == l["decode_rows"] + l["prompt_rows"] and l["runner_ms"] > 0 for l in lines)
 assert sum(l["prompt_rows"] for l in lines) == 4 * 40 + 3 * 16
-assert sum(l["decode_rows"] for l in lines) == 4 * (8 - 1) + 3 * (24 - 1)
+assert sum(l["decode_rows"] - l["drafted"] for l in lines) + accepted == 4 * (8 - 1) + 3 * (24 - 1)
+assert all(0 <= l["accepted"] <= l["drafted"] for l in lines)
 ' "$tmp/trace.jsonl"
+
+# Drafts change no text: a passage read again, continued greedily and sampled with a seed, with
+# lookup drafts, paced ones and none; bench reports the drafts made and kept.
+passage="The cat sat on the mat. The dog sat on the log. The cat sat on the mat. The dog sat on the log. The cat sat"
+for d in none lookup auto; do
+  $gz run --exact --greedy --draft $d --prompt "$passage" --max-tokens 40 >"$tmp/greedy-$d" 2>/dev/null
+  $gz run --exact --seed 5 --temperature 0.8 --draft $d --drafts 4 --prompt "$passage" \
+    --max-tokens 40 >"$tmp/sampled-$d" 2>/dev/null
+done
+check draft-lookup-greedy-same cmp -s "$tmp/greedy-none" "$tmp/greedy-lookup"
+check draft-auto-greedy-same cmp -s "$tmp/greedy-none" "$tmp/greedy-auto"
+check draft-lookup-sampled-same cmp -s "$tmp/sampled-none" "$tmp/sampled-lookup"
+check draft-auto-sampled-same cmp -s "$tmp/sampled-none" "$tmp/sampled-auto"
+printf '{"prompt": "%s"}\n' "$passage" > "$tmp/passage.jsonl"
+expect_ok bench-draft-lookup $gz bench --prompts "$tmp/passage.jsonl" --requests 2 \
+  --concurrency 1 --output-tokens 24 --draft lookup --json
+check bench-draft-json python3 -c '
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+l = d["drafts"]["lookup"]
+assert d["draft"] == "lookup" and d["generated_tokens"] == 2 * 24, d
+assert l["drafted"] > 0 and 0 <= l["accepted"] <= l["drafted"] and l["steps"] > 0, l
+' "$tmp/out"
+expect_error draft-mtp-refused "has no MTP layer" $gz run --draft mtp --prompt hi
+expect_error draft-dflash-refused "not built yet" $gz run --draft dflash --prompt hi
+expect_error drafts-out-of-range "--drafts: expected 0 to 16" $gz bench --drafts 17
 
 finish

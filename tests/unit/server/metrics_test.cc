@@ -19,7 +19,16 @@ TEST(Metrics, PrometheusText) {
   loop.generator.kv_pages_used = 5;
   loop.generator.prompt_tokens_read = 30;
   loop.generator.prompt_tokens_cached = 10;
+  loop.generator.steps = 8;
+  loop.generator.drafters.push_back({"lookup", 12, 6, 4});
   std::string text = m.Render(loop);
+  EXPECT_NE(text.find("gizllm_engine_steps_total 8\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE gizllm_drafts_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("gizllm_drafts_total{drafter=\"lookup\"} 12\n"), std::string::npos);
+  EXPECT_NE(text.find("gizllm_drafts_accepted_total{drafter=\"lookup\"} 6\n"), std::string::npos);
+  EXPECT_NE(text.find("gizllm_draft_steps_total{drafter=\"lookup\"} 4\n"), std::string::npos);
+  EXPECT_NE(text.find("gizllm_drafts_accepted_per_step{drafter=\"lookup\"} 0.75\n"),
+            std::string::npos);
   EXPECT_NE(text.find("gizllm_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2\n"),
             std::string::npos);
   EXPECT_NE(text.find("gizllm_requests_total{endpoint=\"/v1/completions\",status=\"400\"} 1\n"),

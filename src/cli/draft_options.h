@@ -1,0 +1,23 @@
+// Drafts, shared by run, chat, bench and serve: --draft and --drafts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cli/command.h"
+#include "engine/engine.h"
+#include "model/model.h"
+
+namespace gizllm::cli {
+
+struct DraftOptions {
+  std::string draft = "auto";  // auto, lookup, none; mtp and dflash are refused for now
+  int32_t drafts = 3;
+
+  void Add(CLI::App* app);
+  // Sets the engine's draft mode and count for `model`; a drafter the model has no part for or
+  // that is not built yet is refused, naming it.
+  Status Apply(const Model& model, EngineOptions* options) const;
+};
+
+}  // namespace gizllm::cli
