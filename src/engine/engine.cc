@@ -234,7 +234,8 @@ Expected<std::vector<std::vector<int32_t>>> Engine::Generate(std::vector<Request
 // penalties count the tokens before (a rejected draft would have counted), a grammar's matcher
 // advances per kept token. Slot states cannot go back to a row inside a step (Accept).
 void Engine::Draft() {
-  int64_t rows = 0, decodes = 0, candidates = 0;
+  int64_t rows = 0, decodes = 0;
+  std::vector<std::pair<Sequence*, int64_t>> eligible;  // sequence, most drafts it may keep
   for (auto& [id, seq] : state_.sequences) {
     seq.drafts.clear();
     if (seq.slot < 0) continue;
@@ -255,14 +256,18 @@ void Engine::Draft() {
       most = std::min<int64_t>(
           most, seq.request.limit - 1 - (static_cast<int64_t>(seq.tokens.size()) - seq.prompt));
     }
-    if (most <= 0) continue;
-    LookupDraft(seq.tokens, static_cast<int32_t>(most), &seq.drafts);
-    candidates += !seq.drafts.empty();
+    if (most > 0) eligible.emplace_back(&seq, most);
   }
-  if (options_.draft != DraftMode::kAuto || candidates == 0) return;
-  const int32_t k = pacer_.Choose(std::min<int64_t>(rows, options_.rows), decodes, candidates);
-  for (auto& [id, seq] : state_.sequences) {
-    if (static_cast<int64_t>(seq.drafts.size()) > k) seq.drafts.resize(k);
+  if (eligible.empty()) return;
+  // The pacer decides before any lookup, as if every eligible sequence found drafts (the most
+  // rows the step could take), so a step that will not draft costs no lookups.
+  const int32_t k = options_.draft == DraftMode::kLookup
+                        ? options_.drafts
+                        : pacer_.Choose(std::min<int64_t>(rows, options_.rows), decodes,
+                                        static_cast<int64_t>(eligible.size()));
+  if (k == 0) return;
+  for (auto& [seq, most] : eligible) {
+    LookupDraft(seq->tokens, static_cast<int32_t>(std::min<int64_t>(most, k)), &seq->drafts);
   }
 }
 

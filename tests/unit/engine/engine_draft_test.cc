@@ -171,6 +171,7 @@ TEST(EngineDraft, SameTokensWithAndWithoutDrafts) {
         EXPECT_EQ(paced.ends[i], plain.ends[i]) << "request " << i;
       }
       EXPECT_EQ(plain.stats.lookup.drafted, 0);
+      EXPECT_GT(paced.stats.lookup.drafted, 0);
       EXPECT_GT(lookup.stats.lookup.accepted, 100);
       EXPECT_LT(lookup.stats.lookup.accepted, lookup.stats.lookup.drafted);
       EXPECT_LT(lookup.stats.steps, plain.stats.steps);
