@@ -1,10 +1,11 @@
 // Engine: `slots` sequences of at most `context` positions, steps of at most `rows` rows, over a
 // Runner (the model). Continuous batching with chunked prefill, a paged KV cache with preemption,
-// prefix reuse (slots, stored prefixes, shared starts), and per-request sampling.
+// prefix reuse (slots, stored prefixes, shared starts), per-request sampling, and lookup drafts
+// (speculative decoding) paced by measured step times and acceptance.
 //
-// One Advance is one step: admit waiting requests into free slots, schedule rows (one for every
-// generating sequence, then pieces of unread prompts, first come first served), run the runner,
-// sample. Not thread safe: one thread drives an engine.
+// One Advance is one step: admit waiting requests into free slots, propose drafts, schedule rows
+// (one for every generating sequence and its drafts, then pieces of unread prompts, first come
+// first served), run the runner, sample and judge the drafts. Not thread safe: one thread drives an engine.
 #pragma once
 
 #include <cstdint>
