@@ -44,7 +44,16 @@ double DraftPacer::StepMs(int64_t rows) const {
     const double f = static_cast<double>(rows - below) / static_cast<double>(above - below);
     return ms_[below] + f * (ms_[above] - ms_[below]);
   }
-  if (below >= 1) return ms_[below];
+  if (below >= 1) {
+    // Beyond the largest measured count: the slope of the two largest, where there are two
+    // (never below flat); with one, its time (so the count is tried and measured).
+    int64_t lower = below - 1;
+    while (lower >= 1 && ms_[lower] == 0.0) --lower;
+    if (lower < 1) return ms_[below];
+    const double slope =
+        std::max(0.0, (ms_[below] - ms_[lower]) / static_cast<double>(below - lower));
+    return ms_[below] + slope * static_cast<double>(rows - below);
+  }
   if (above < n) return ms_[above];
   return 0.0;
 }

@@ -15,10 +15,11 @@ class DraftPacer {
   DraftPacer(int64_t max_rows, int32_t max_drafts);
 
   // Drafts each of `candidates` sequences (those with drafts to offer) carries in a step of
-  // `rows` rows without drafts, `decodes` of them generating one token each. Where no time is
-  // measured yet for a row count, the nearest measured count below it stands for it, so each
-  // count is tried once; after `kProbeAfter` steps without drafts one draft is tried again, so
-  // a changed acceptance is seen.
+  // `rows` rows without drafts, `decodes` of them generating one token each. A row count not
+  // measured yet takes the time interpolated between the measured counts around it, beyond the
+  // largest one extrapolated from the two largest, and with one measured count below it that
+  // count's time (so it is tried and measured); after `kProbeAfter` steps without drafts one
+  // draft is tried again, so a changed acceptance is seen.
   int32_t Choose(int64_t rows, int64_t decodes, int64_t candidates);
 
   // A step of `rows` rows took `ms` (the runner's wall clock).
@@ -29,7 +30,7 @@ class DraftPacer {
 
   // The estimated chance that a draft is kept, given the one before it was.
   double acceptance() const;
-  // The estimated time of a step of `rows` rows; 0 when no step was measured.
+  // The estimated time of a step of `rows` rows (Choose says how); 0 when no step was measured.
   double StepMs(int64_t rows) const;
   // Expected tokens a sequence gains from `k` drafts kept with chance `a` each in turn, beyond
   // its one token: a + a^2 + ... + a^k.

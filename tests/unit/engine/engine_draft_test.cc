@@ -71,8 +71,13 @@ TEST(DraftPacer, DraftsOnlyWhereTheyPay) {
   sparse.RecordStep(2, 2.0);
   sparse.RecordStep(6, 4.0);
   EXPECT_NEAR(sparse.StepMs(4), 3.0, 1e-12);
-  EXPECT_NEAR(sparse.StepMs(9), 4.0, 1e-12);
   EXPECT_NEAR(sparse.StepMs(1), 2.0, 1e-12);
+  EXPECT_NEAR(sparse.StepMs(10), 6.0, 1e-12);  // the slope of 2 and 6 rows, 0.5 ms a row
+  DraftPacer one(16, 3);
+  one.RecordStep(3, 5.0);
+  EXPECT_NEAR(one.StepMs(9), 5.0, 1e-12);  // one count measured: its time
+  one.RecordStep(5, 4.0);
+  EXPECT_NEAR(one.StepMs(9), 4.0, 1e-12);  // never below flat
 }
 
 struct Outcome {
