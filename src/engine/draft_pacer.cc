@@ -5,8 +5,10 @@
 namespace gizllm {
 namespace {
 
-// Weight of the newest measurement in a step time's moving average.
-constexpr double kTimeWeight = 0.2;
+// A step time follows its lowest measurements at once and higher ones slowly: the machine's
+// other work only adds time, and a spike measured at one row count and not at another would
+// otherwise make drafting look cheap or dear by chance.
+constexpr double kTimeRise = 0.05;
 // Judged drafts fade by this factor per step that judges any, so the estimate follows the text.
 constexpr double kJudgedDecay = 0.98;
 // Prior: acceptance one half, worth two judged drafts.
@@ -20,7 +22,7 @@ DraftPacer::DraftPacer(int64_t max_rows, int32_t max_drafts)
 void DraftPacer::RecordStep(int64_t rows, double ms) {
   if (rows < 1 || rows >= static_cast<int64_t>(ms_.size()) || ms <= 0.0) return;
   double& t = ms_[rows];
-  t = t == 0.0 ? ms : (1.0 - kTimeWeight) * t + kTimeWeight * ms;
+  t = t == 0.0 || ms < t ? ms : t + kTimeRise * (ms - t);
 }
 
 void DraftPacer::RecordJudged(int64_t accepted, int64_t rejected) {

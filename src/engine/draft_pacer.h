@@ -1,7 +1,8 @@
 // Pacing of drafts: a step of more rows costs more, and a draft pays only when it is kept often
-// enough to make up for its row. The pacer keeps the measured time of steps per row count and
-// the drafts' acceptance, and picks the number of drafts per sequence that maximizes the expected
-// tokens per second of the step (zero where drafting does not beat not drafting).
+// enough to make up for its row. The pacer keeps the measured time of steps per row count (what
+// the lowest recent measurements say) and the drafts' acceptance, and picks the number of drafts
+// per sequence that maximizes the expected tokens per second of the step (zero where drafting
+// does not beat not drafting).
 #pragma once
 
 #include <cstdint>
@@ -40,8 +41,9 @@ class DraftPacer {
 
  private:
   int32_t max_drafts_;
-  std::vector<double> ms_;  // [max_rows + 1] moving average of step time per row count; 0: none
-  double accepted_ = 0.0;   // decayed counts of judged drafts
+  // [max_rows + 1] step time per row count: the low envelope of its measurements; 0: none.
+  std::vector<double> ms_;
+  double accepted_ = 0.0;  // decayed counts of judged drafts
   double judged_ = 0.0;
   int64_t idle_ = 0;  // steps with candidates and no drafts since the last drafts
 };

@@ -73,6 +73,13 @@ TEST(DraftPacer, DraftsOnlyWhereTheyPay) {
   EXPECT_NEAR(sparse.StepMs(4), 3.0, 1e-12);
   EXPECT_NEAR(sparse.StepMs(1), 2.0, 1e-12);
   EXPECT_NEAR(sparse.StepMs(10), 6.0, 1e-12);  // the slope of 2 and 6 rows, 0.5 ms a row
+  // A step time follows a lower measurement at once and a higher one by 5%.
+  DraftPacer envelope(16, 3);
+  envelope.RecordStep(2, 10.0);
+  envelope.RecordStep(2, 30.0);
+  EXPECT_NEAR(envelope.StepMs(2), 11.0, 1e-12);
+  envelope.RecordStep(2, 8.0);
+  EXPECT_NEAR(envelope.StepMs(2), 8.0, 1e-12);
   DraftPacer one(16, 3);
   one.RecordStep(3, 5.0);
   EXPECT_NEAR(one.StepMs(9), 5.0, 1e-12);  // one count measured: its time
