@@ -1,9 +1,12 @@
 // The Engine on the CUDA backend with tiny-chat: tokens picked on the device equal the host
 // Sampler's picks from the same logits (seeded sampling under top-k, top-p, min-p and greedy),
 // greedy tokens equal the CPU backend's, Warm leaves the engine as it found it, and fp16 pages
-// come back from host memory as they were. Skipped without a CUDA device.
+// come back from host memory as they were; lookup drafts (verify steps of several rows a
+// sequence, picked on the device) change no token in exact mode. Skipped without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <map>
 #include <optional>
 #include <random>
 #include <vector>
@@ -171,6 +174,97 @@ TEST(CudaEngine, F16PagesStoredOnTheHostComeBackAsTheyWere) {
   EXPECT_EQ((*warm)[0], (*cold)[0]);
   EXPECT_EQ(engine->stats().cached_tokens, 40 + 10 - 1);
   EXPECT_EQ(engine->stats().rows - rows_before, cold_engine->stats().rows - (40 + 10 - 1));
+}
+
+// Prompts that repeat a random piece (a passage, then its start again), greedy and seeded: with
+// lookup drafts, paced drafts and none, in exact mode the tokens are the same (picked on the
+// device and on the host) and drafts are kept. In the fast mode (bf16 linears for steps of more
+// than one row) a verify step rounds differently from a decode step, so the agreement is
+// printed, and every request still ends at its limit.
+std::vector<Request> RepeatingRequests() {
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int32_t> token(10, 8000);
+  std::vector<Request> out;
+  for (int i = 0; i < 12; ++i) {
+    Request r;
+    std::vector<int32_t> piece(5 + rng() % 6);
+    for (int32_t& t : piece) t = token(rng);
+    for (size_t p = 0; p < 4 * piece.size(); ++p) r.prompt.push_back(piece[p % piece.size()]);
+    r.limit = 40;
+    r.stop = std::vector<int32_t>{};
+    r.sampling.temperature = 0.0f;
+    if (i % 2 == 1) {
+      r.sampling.temperature = 0.8f;
+      r.sampling.top_p = 0.95f;
+      r.sampling.seed = 500 + i;
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+struct Drafted {
+  std::vector<std::vector<int32_t>> tokens;
+  EngineStats stats;
+};
+
+Drafted GenerateDrafts(Model& model, const std::vector<Request>& requests, DraftMode draft,
+                       bool device_sampling) {
+  EngineOptions options;
+  options.slots = 5;
+  options.context = 256;
+  options.rows = 64;
+  options.device_sampling = device_sampling;
+  options.draft = draft;
+  auto engine = Engine::Create(&model, options);
+  EXPECT_TRUE(engine.ok()) << engine.status().message();
+  if (!engine.ok()) return {};
+  auto out = (*engine)->Generate(requests);
+  EXPECT_TRUE(out.ok()) << out.status().message();
+  return {out.ok() ? *out : std::vector<std::vector<int32_t>>{}, (*engine)->stats()};
+}
+
+TEST(CudaEngine, DraftsChangeNoTokens) {
+  GZ_SKIP_WITHOUT_CUDA();
+  const auto requests = RepeatingRequests();
+  for (bool exact : {true, false}) {
+    auto model = Load("cuda", exact);
+    ASSERT_TRUE(model);
+    for (bool device : {true, false}) {
+      SCOPED_TRACE(std::string(exact ? "exact" : "fast") + (device ? " device" : " host"));
+      const Drafted plain = GenerateDrafts(*model, requests, DraftMode::kNone, device);
+      const Drafted lookup = GenerateDrafts(*model, requests, DraftMode::kLookup, device);
+      const Drafted paced = GenerateDrafts(*model, requests, DraftMode::kAuto, device);
+      ASSERT_EQ(plain.tokens.size(), requests.size());
+      ASSERT_EQ(lookup.tokens.size(), requests.size());
+      ASSERT_EQ(paced.tokens.size(), requests.size());
+      EXPECT_GT(lookup.stats.lookup.accepted, 0);
+      if (device) {
+        EXPECT_GT(lookup.stats.device_sampled, 0);
+      }
+      int64_t same = 0, all = 0;
+      for (size_t i = 0; i < requests.size(); ++i) {
+        ASSERT_EQ(static_cast<int64_t>(lookup.tokens[i].size()), requests[i].limit);
+        ASSERT_EQ(static_cast<int64_t>(paced.tokens[i].size()), requests[i].limit);
+        if (exact) {
+          EXPECT_EQ(lookup.tokens[i], plain.tokens[i]) << "request " << i;
+          EXPECT_EQ(paced.tokens[i], plain.tokens[i]) << "request " << i;
+        }
+        // Tokens up to the first difference.
+        size_t n = 0;
+        while (n < plain.tokens[i].size() && lookup.tokens[i][n] == plain.tokens[i][n]) ++n;
+        same += static_cast<int64_t>(n);
+        all += static_cast<int64_t>(plain.tokens[i].size());
+      }
+      std::printf(
+          "%s, %s picks: lookup drafts %lld, kept %lld; tokens before the first "
+          "difference %lld of %lld\n",
+          exact ? "exact" : "fast", device ? "device" : "host",
+          static_cast<long long>(lookup.stats.lookup.drafted),
+          static_cast<long long>(lookup.stats.lookup.accepted), static_cast<long long>(same),
+          static_cast<long long>(all));
+    }
+  }
 }
 
 }  // namespace
