@@ -140,27 +140,29 @@ Expected<std::vector<GenerateProgress>> FakeGenerator::Advance() {
     p.cached = s.cached;
     s.cached = -1;
     bool greedy = s.request.sampling.temperature == 0;
-    int32_t token;
-    if (s.produced < s.answer.size()) {
-      token = static_cast<unsigned char>(s.answer[s.produced]);
-      if (!greedy) token = 'a' + static_cast<int32_t>(s.random() % 26);
-    } else {
-      token = FakeTextModel::kEnd;
-    }
-    ++s.produced;
-    if (token == FakeTextModel::kEnd) {
-      p.end = "stop";
-    } else {
-      p.tokens.push_back(token);
-      held_[s.slot].push_back(token);
-      if (s.request.sampling.logprobs >= 0) {
-        TokenLogprob lp{token, -0.25f, {}};
-        for (int32_t k = 0; k < s.request.sampling.logprobs; ++k) {
-          lp.top.emplace_back(k == 0 ? token : 'A' + k, -0.25f - k);
-        }
-        p.logprobs.push_back(std::move(lp));
+    for (int32_t n = 0; n < tokens_per_step && p.end.empty(); ++n) {
+      int32_t token;
+      if (s.produced < s.answer.size()) {
+        token = static_cast<unsigned char>(s.answer[s.produced]);
+        if (!greedy) token = 'a' + static_cast<int32_t>(s.random() % 26);
+      } else {
+        token = FakeTextModel::kEnd;
       }
-      if (static_cast<int32_t>(s.produced) >= s.request.limit) p.end = "length";
+      ++s.produced;
+      if (token == FakeTextModel::kEnd) {
+        p.end = "stop";
+      } else {
+        p.tokens.push_back(token);
+        held_[s.slot].push_back(token);
+        if (s.request.sampling.logprobs >= 0) {
+          TokenLogprob lp{token, -0.25f, {}};
+          for (int32_t k = 0; k < s.request.sampling.logprobs; ++k) {
+            lp.top.emplace_back(k == 0 ? token : 'A' + k, -0.25f - k);
+          }
+          p.logprobs.push_back(std::move(lp));
+        }
+        if (static_cast<int32_t>(s.produced) >= s.request.limit) p.end = "length";
+      }
     }
     if (!p.end.empty()) done.push_back(id);
     out.push_back(std::move(p));

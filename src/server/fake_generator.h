@@ -1,5 +1,6 @@
 // A scripted model for testing the server without weights: bytes are tokens, answers are a
-// function of the prompt, one token per request per step in at most `slots` slots.
+// function of the prompt, one token (or `tokens_per_step`) per request per step in at most `slots`
+// slots.
 //
 // Answers: a prompt that contains "CALL" gets a tool call to get_weather; "THINK" gets reasoning
 // then content; "FOREVER" never stops by itself (up to its limit); "CRASH" makes the step that
@@ -49,6 +50,8 @@ class FakeGenerator : public Generator {
   bool Busy() const override { return !waiting_.empty() || !running_.empty(); }
   GeneratorStats Stats() const override;
 
+  // Tokens a request gets in one step, as an engine's kept drafts give several.
+  int32_t tokens_per_step = 1;
   // The answer the script gives a prompt (greedy), without the end token.
   static std::string Answer(std::string_view prompt);
   int64_t steps() const { return steps_; }

@@ -412,12 +412,24 @@ net::awaitable<bool> Session::Generate(Job job, unsigned version, bool keep_aliv
         break;
       }
       if (progress.cached >= 0) usage.cached = progress.cached;
-      usage.completion += static_cast<int64_t>(progress.tokens.size());
-      Expected<OutputDelta> delta = output.Push(progress.tokens);
+      // Token by token: a step may bring several (kept drafts), and those after a stop string
+      // count as they would one step at a time: not at all.
+      Expected<OutputDelta> delta = OutputDelta{};
+      size_t used = 0;
+      for (; used < progress.tokens.size() && !output.stopped(); ++used) {
+        Expected<OutputDelta> piece =
+            output.Push(std::span<const int32_t>(&progress.tokens[used], 1));
+        if (!piece.ok()) {
+          delta = piece.status();
+          break;
+        }
+        delta->Append(std::move(*piece));
+      }
       if (!delta.ok()) {
         failure = FromStatus(delta.status());
         break;
       }
+      usage.completion += static_cast<int64_t>(used);
       if (output.stopped()) {
         finish = "stop";
       } else if (!progress.end.empty()) {
@@ -429,7 +441,8 @@ net::awaitable<bool> Session::Generate(Job job, unsigned version, bool keep_aliv
         delta->Append(std::move(*rest));
         finish = progress.end;
       }
-      std::span<const TokenLogprob> lps = progress.logprobs;
+      std::span<const TokenLogprob> lps = std::span<const TokenLogprob>(progress.logprobs)
+                                              .first(std::min(used, progress.logprobs.size()));
       if (stream) {
         events += delta_event(*delta, lps, "", !first_sent);
         first_sent = true;

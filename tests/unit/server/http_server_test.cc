@@ -34,9 +34,11 @@ struct Reply {
 class ServerTest : public ::testing::Test {
  protected:
   void Start(ServerOptions options = {}, int32_t context = 4096, int64_t max_pending = 64,
-             std::chrono::microseconds step_time = std::chrono::microseconds(0)) {
+             std::chrono::microseconds step_time = std::chrono::microseconds(0),
+             int32_t tokens_per_step = 1) {
     text_ = std::make_unique<FakeTextModel>(context);
     generator_ = std::make_unique<FakeGenerator>(/*slots=*/4, step_time);
+    generator_->tokens_per_step = tokens_per_step;
     loop_ = std::make_unique<EngineLoop>(*generator_, metrics_, max_pending);
     options.port = 0;
     server_ = std::make_unique<HttpServer>(*text_, *loop_, metrics_, options);
@@ -132,6 +134,39 @@ TEST_F(ServerTest, ChatAnswersAndCountsUsage) {
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(j["usage"]["prompt_tokens"], prompt.size());
   EXPECT_EQ(j["usage"]["completion_tokens"], FakeGenerator::Answer(prompt).size());
+}
+
+// Steps that bring several tokens (an engine's kept drafts): a stop string or the limit inside
+// them ends the answer where one token a step would, with the same text, usage and logprobs.
+TEST_F(ServerTest, StopInsideAStepsTokensAsOneAStep) {
+  std::vector<json> replies[2];
+  for (int32_t tokens_per_step : {1, 4}) {
+    Start({}, 4096, 64, std::chrono::microseconds(0), tokens_per_step);
+    std::vector<json>& got = replies[tokens_per_step == 1 ? 0 : 1];
+    json body = UserChat("abc");
+    body["stop"] = "said";
+    got.push_back(Post("/v1/chat/completions", body).Json());
+    body = UserChat("abc");
+    body["max_tokens"] = 3;
+    got.push_back(Post("/v1/chat/completions", body).Json());
+    got.push_back(Post("/v1/completions", {{"model", "fake"},
+                                           {"prompt", "abc"},
+                                           {"stop", "said"},
+                                           {"max_tokens", 40},
+                                           {"temperature", 0},
+                                           {"logprobs", 1}})
+                      .Json());
+    TearDown();
+  }
+  EXPECT_EQ(replies[1][0]["choices"][0]["message"]["content"], "Hello! You ");
+  EXPECT_EQ(replies[1][0]["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(replies[1][1]["choices"][0]["message"]["content"], "Hel");
+  EXPECT_EQ(replies[1][2]["choices"][0]["text"], "Hello! You ");
+  for (size_t i = 0; i < replies[0].size(); ++i) {
+    for (const char* part : {"choices", "usage"}) {
+      EXPECT_EQ(replies[1][i][part], replies[0][i][part]) << "reply " << i << " " << part;
+    }
+  }
 }
 
 TEST_F(ServerTest, StreamMatchesTheWholeAnswer) {
