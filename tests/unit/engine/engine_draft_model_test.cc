@@ -127,7 +127,7 @@ TEST(EngineDraftModel, TinyChatSameTokensWithAndWithoutDrafts) {
 }
 
 TEST(EngineDraftModel, GoldenDenseSameTokensWithAndWithoutDrafts) {
-  for (const char* family : {"llama", "qwen2", "qwen3", "gemma3"}) {
+  for (const char* family : {"llama", "llama_mlp_bias", "qwen2", "qwen3", "gemma2", "gemma3"}) {
     SCOPED_TRACE(family);
     CheckSameTokens(std::string("tests/golden/models/") + family, 4, 12, 8);
   }
