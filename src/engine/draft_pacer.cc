@@ -13,6 +13,9 @@ constexpr double kTimeRise = 0.05;
 constexpr double kJudgedDecay = 0.98;
 // Prior: acceptance one half, worth two judged drafts.
 constexpr double kPriorAccepted = 1.0, kPriorJudged = 2.0;
+// Drafts must promise this much more than no drafts: measured step times are noisy, and a draft
+// that would gain less than the noise costs more often than it pays.
+constexpr double kMargin = 1.05;
 
 }  // namespace
 
@@ -73,7 +76,7 @@ int32_t DraftPacer::Choose(int64_t rows, int64_t decodes, int64_t candidates) {
   if (base_ms == 0.0) return 0;  // nothing measured yet: this step measures `rows`
   const double a = acceptance();
   int32_t best = 0;
-  double best_rate = static_cast<double>(decodes) / base_ms;
+  double best_rate = kMargin * static_cast<double>(decodes) / base_ms;
   for (int32_t k = 1; k <= max_drafts_ && rows + candidates * k <= most; ++k) {
     const double tokens =
         static_cast<double>(decodes) + static_cast<double>(candidates) * ExpectedGain(a, k);

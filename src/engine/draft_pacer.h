@@ -2,7 +2,7 @@
 // enough to make up for its row. The pacer keeps the measured time of steps per row count (what
 // the lowest recent measurements say) and the drafts' acceptance, and picks the number of drafts
 // per sequence that maximizes the expected tokens per second of the step (zero where drafting
-// does not beat not drafting).
+// does not beat not drafting by 5%).
 #pragma once
 
 #include <cstdint>

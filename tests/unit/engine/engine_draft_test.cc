@@ -59,6 +59,17 @@ TEST(DraftPacer, DraftsOnlyWhereTheyPay) {
   for (int64_t i = 0; i < DraftPacer::kProbeAfter * 4; ++i) probes += flat.Choose(1, 1, 1) > 0;
   EXPECT_EQ(probes, 4);
 
+  // A gain within the noise of measured times (here 3% at no cost) is not taken; 10% is.
+  DraftPacer margin(16, 1);
+  margin.RecordStep(1, 10.0);
+  margin.RecordStep(2, 10.0);
+  margin.RecordJudged(2, 98);
+  EXPECT_NEAR(margin.acceptance(), 3.0 / 102.0, 1e-12);
+  EXPECT_EQ(margin.Choose(1, 1, 1), 0);
+  margin.RecordJudged(10, 0);
+  EXPECT_GT(margin.acceptance(), 0.1);
+  EXPECT_EQ(margin.Choose(1, 1, 1), 1);
+
   // Steps whose time grows with rows (compute bound): even well-accepted drafts cost more than
   // they give.
   DraftPacer linear(64, 3);
