@@ -11,8 +11,9 @@ namespace {
 constexpr double kTimeRise = 0.05;
 // Judged drafts fade by this factor per step that judges any, so the estimate follows the text.
 constexpr double kJudgedDecay = 0.98;
-// Prior: acceptance one half, worth two judged drafts.
-constexpr double kPriorAccepted = 1.0, kPriorJudged = 2.0;
+// Prior: acceptance 0.3, worth three judged drafts (cautious: where drafts fail, the first
+// steps learn it at a small cost; where they are kept, a few steps raise it).
+constexpr double kPriorAccepted = 0.9, kPriorJudged = 3.0;
 // Drafts must promise this much more than no drafts: measured step times are noisy, and a draft
 // that would gain less than the noise costs more often than it pays.
 constexpr double kMargin = 1.05;
@@ -85,8 +86,11 @@ int32_t DraftPacer::Choose(int64_t rows, int64_t decodes, int64_t candidates) {
   }
   if (best > 0) {
     idle_ = 0;
-  } else if (++idle_ >= kProbeAfter && rows + candidates <= most) {
+    probe_after_ = kProbeAfter;
+  } else if (++idle_ >= probe_after_ && rows + candidates <= most) {
+    // A probe; if drafting still does not pay, the next one waits twice as long.
     idle_ = 0;
+    probe_after_ = std::min(2 * probe_after_, kMaxProbeAfter);
     best = 1;
   }
   return best;

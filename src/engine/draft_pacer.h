@@ -19,8 +19,9 @@ class DraftPacer {
   // `rows` rows without drafts, `decodes` of them generating one token each. A row count not
   // measured yet takes the time interpolated between the measured counts around it, beyond the
   // largest one extrapolated from the two largest, and with one measured count below it that
-  // count's time (so it is tried and measured); after `kProbeAfter` steps without drafts one
-  // draft is tried again, so a changed acceptance is seen.
+  // count's time (so it is tried and measured). After `kProbeAfter` steps without drafts one
+  // draft is tried (a probe), so a changed acceptance is seen; each probe after which drafting
+  // still does not pay doubles the wait, up to kMaxProbeAfter.
   int32_t Choose(int64_t rows, int64_t decodes, int64_t candidates);
 
   // A step of `rows` rows took `ms` (the runner's wall clock).
@@ -38,6 +39,7 @@ class DraftPacer {
   static double ExpectedGain(double a, int32_t k);
 
   static constexpr int64_t kProbeAfter = 64;
+  static constexpr int64_t kMaxProbeAfter = 1024;
 
  private:
   int32_t max_drafts_;
@@ -46,6 +48,7 @@ class DraftPacer {
   double accepted_ = 0.0;  // decayed counts of judged drafts
   double judged_ = 0.0;
   int64_t idle_ = 0;  // steps with candidates and no drafts since the last drafts
+  int64_t probe_after_ = kProbeAfter;
 };
 
 }  // namespace gizllm

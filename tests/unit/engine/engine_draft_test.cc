@@ -54,17 +54,20 @@ TEST(DraftPacer, DraftsOnlyWhereTheyPay) {
   for (int i = 0; i < 200; ++i) flat.RecordJudged(0, 1);
   EXPECT_LT(flat.acceptance(), 0.05);
   EXPECT_EQ(flat.Choose(1, 1, 1), 0);
-  // After kProbeAfter steps without drafts one draft is tried again.
-  int probes = 0;
-  for (int64_t i = 0; i < DraftPacer::kProbeAfter * 4; ++i) probes += flat.Choose(1, 1, 1) > 0;
-  EXPECT_EQ(probes, 4);
+  // After kProbeAfter steps without drafts (the Choose above was the first) one draft is tried
+  // again, then after twice as many, up to kMaxProbeAfter.
+  std::vector<int64_t> probes;
+  for (int64_t i = 1; i <= 4096; ++i) {
+    if (flat.Choose(1, 1, 1) > 0) probes.push_back(i);
+  }
+  EXPECT_EQ(probes, (std::vector<int64_t>{63, 191, 447, 959, 1983, 3007, 4031}));
 
   // A gain within the noise of measured times (here 3% at no cost) is not taken; 10% is.
   DraftPacer margin(16, 1);
   margin.RecordStep(1, 10.0);
   margin.RecordStep(2, 10.0);
   margin.RecordJudged(2, 98);
-  EXPECT_NEAR(margin.acceptance(), 3.0 / 102.0, 1e-12);
+  EXPECT_NEAR(margin.acceptance(), 2.9 / 103.0, 1e-12);  // the prior: 0.9 of 3
   EXPECT_EQ(margin.Choose(1, 1, 1), 0);
   margin.RecordJudged(10, 0);
   EXPECT_GT(margin.acceptance(), 0.1);
