@@ -5,10 +5,12 @@
 namespace gizllm {
 namespace {
 
-// A step time follows its lowest measurements at once and higher ones slowly: the machine's
-// other work only adds time, and a spike measured at one row count and not at another would
-// otherwise make drafting look cheap or dear by chance.
-constexpr double kTimeRise = 0.05;
+// A row count's time is its lowest measurement, and every count's time grows by this factor a
+// step until a lower one is measured. The machine's other work only adds time: a count measured
+// every step (under load, always high) and one measured now and then (in a quiet moment, low)
+// would otherwise make drafting look cheap by chance; growing alike, a count not measured for
+// long looks dearer, and a sequence's growing context is followed.
+constexpr double kGrowth = 1.001;
 // Judged drafts fade by this factor per step that judges any, so the estimate follows the text.
 constexpr double kJudgedDecay = 0.98;
 // Prior: acceptance 0.3, worth three judged drafts (cautious: where drafts fail, the first
@@ -25,8 +27,13 @@ DraftPacer::DraftPacer(int64_t max_rows, int32_t max_drafts)
 
 void DraftPacer::RecordStep(int64_t rows, double ms) {
   if (rows < 1 || rows >= static_cast<int64_t>(ms_.size()) || ms <= 0.0) return;
-  double& t = ms_[rows];
-  t = t == 0.0 || ms < t ? ms : t + kTimeRise * (ms - t);
+  growth_ *= kGrowth;
+  if (growth_ > 1e100) {
+    for (double& t : ms_) t *= growth_;
+    growth_ = 1.0;
+  }
+  double& t = ms_[rows];  // in units of growth_
+  if (t == 0.0 || ms < t * growth_) t = ms / growth_;
 }
 
 void DraftPacer::RecordJudged(int64_t accepted, int64_t rejected) {
@@ -39,7 +46,9 @@ double DraftPacer::acceptance() const {
   return (accepted_ + kPriorAccepted) / (judged_ + kPriorJudged);
 }
 
-double DraftPacer::StepMs(int64_t rows) const {
+double DraftPacer::StepMs(int64_t rows) const { return growth_ * StoredMs(rows); }
+
+double DraftPacer::StoredMs(int64_t rows) const {
   const int64_t n = static_cast<int64_t>(ms_.size());
   rows = std::clamp<int64_t>(rows, 1, n - 1);
   if (ms_[rows] > 0.0) return ms_[rows];

@@ -1,8 +1,8 @@
 // Pacing of drafts: a step of more rows costs more, and a draft pays only when it is kept often
-// enough to make up for its row. The pacer keeps the measured time of steps per row count (what
-// the lowest recent measurements say) and the drafts' acceptance, and picks the number of drafts
-// per sequence that maximizes the expected tokens per second of the step (zero where drafting
-// does not beat not drafting by 5%).
+// enough to make up for its row. The pacer keeps the measured time of steps per row count (the
+// lowest measurement, grown slowly since) and the drafts' acceptance, and picks the number of
+// drafts per sequence that maximizes the expected tokens per second of the step (zero where
+// drafting does not beat not drafting by 5%).
 #pragma once
 
 #include <cstdint>
@@ -43,8 +43,13 @@ class DraftPacer {
 
  private:
   int32_t max_drafts_;
-  // [max_rows + 1] step time per row count: the low envelope of its measurements; 0: none.
+  // StepMs in units of growth_ (every count's time grows alike each step; draft_pacer.cc).
+  double StoredMs(int64_t rows) const;
+
+  // [max_rows + 1] step time per row count, in units of growth_: its lowest measurement, grown
+  // since; 0: none.
   std::vector<double> ms_;
+  double growth_ = 1.0;
   double accepted_ = 0.0;  // decayed counts of judged drafts
   double judged_ = 0.0;
   int64_t idle_ = 0;  // steps with candidates and no drafts since the last drafts
