@@ -26,8 +26,8 @@ class DraftPacer {
 
   // A step of `rows` rows took `ms` (the runner's wall clock).
   void RecordStep(int64_t rows, double ms);
-  // Drafts judged in a step: `accepted` kept, `rejected` refused (a sequence's drafts after a
-  // refused one are not judged).
+  // The drafts judged in a step, all its sequences': `accepted` kept, `rejected` refused (a
+  // sequence's drafts after a refused one are not judged). Each call is one step of the decay.
   void RecordJudged(int64_t accepted, int64_t rejected);
 
   // The estimated chance that a draft is kept, given the one before it was.

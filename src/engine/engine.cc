@@ -370,6 +370,7 @@ Status Engine::Run() {
 
 void Engine::PostProcess(std::vector<Progress>& progress) {
   int64_t wanted = 0;
+  int64_t refusals = 0;  // sequences whose drafts met a refused one this step
   for (const Planned& p : state_.plan) {
     Sequence& seq = state_.sequences.at(p.id);
     Slot& slot = state_.slots[seq.slot];
@@ -447,7 +448,7 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
       Truncate(state_, slot, static_cast<int64_t>(slot.tokens.size()) - (p.drafts - accepted));
       // Drafts after the first refused one were not judged.
       const bool refused = accepted < p.drafts && out.end.empty();
-      pacer_.RecordJudged(accepted, refused ? 1 : 0);
+      refusals += refused;
       stats_.lookup.drafted += p.drafts;
       stats_.lookup.accepted += accepted;
       last_step_.accepted += accepted;
@@ -456,7 +457,10 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
     if (!out.end.empty()) Finish(state_, seq);
     progress.push_back(std::move(out));
   }
-  if (last_step_.drafted > 0) ++stats_.lookup.steps;
+  if (last_step_.drafted > 0) {
+    ++stats_.lookup.steps;
+    pacer_.RecordJudged(last_step_.accepted, refusals);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -73,7 +73,7 @@ struct EngineStats {
 // What the last step read and how long the runner took (`bench --trace`).
 struct StepTrace {
   int64_t rows = 0;         // rows read
-  int64_t decode_rows = 0;  // rows of generating sequences (one each)
+  int64_t decode_rows = 0;  // rows of generating sequences (one each, and their drafts)
   int64_t prompt_rows = 0;  // rows of prompt pieces
   int32_t sequences = 0;    // sequences in the step
   int32_t waiting = 0;      // requests waiting for a slot after the step's admission
