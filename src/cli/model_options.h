@@ -16,7 +16,7 @@ struct ModelOptions {
   std::string model = kDefaultModel;
   DeviceOptions device;
   int layers = -1;
-  std::string kv = "auto";  // KvFormatName of the KV pages, or auto: the backend's default
+  std::string kv = "auto";  // --kv as ParseKvBits reads it, or auto: the backend's default
 
   void Add(CLI::App* app);
   // Opens the backend and loads the model; prints the load time on stderr when `verbose`.

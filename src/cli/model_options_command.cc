@@ -40,9 +40,11 @@ void ModelOptions::Add(CLI::App* app) {
                   "(16 on CUDA, 32 there with --exact, 32 on the CPU). 16 halves the memory and "
                   "the bytes read per token (keys and values rounded to float16). q8 (CPU): a "
                   "quarter, plus a scale per position and kv head (each key and value vector in "
-                  "8-bit steps of its largest magnitude / 127). 8, 4 and 2 bits (rotated codes) "
-                  "are not implemented yet: a format a device has no kernels for is refused "
-                  "at load")
+                  "8-bit steps of its largest magnitude / 127). 8, 4 and 2 bits (CPU): each "
+                  "key and value vector rotated by blocks of a Hadamard transform and stored as "
+                  "codes of 2^bits even steps between its smallest and largest element, keys and "
+                  "values each their own bits (8/4: 8-bit keys, 4-bit values). A format a "
+                  "device has no kernels for is refused at load")
       ->default_val("auto");
 }
 

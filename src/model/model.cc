@@ -143,11 +143,10 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   const KvFormat kv = options.kv.value_or(backend->DefaultKvFormat());
   if (!backend->SupportsKvFormat(kv)) {
     std::string taken;
-    for (KvFormat f : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8})
+    for (KvFormat f : AllKvFormats())
       if (backend->SupportsKvFormat(f)) taken += (taken.empty() ? "" : ", ") + KvFormatName(f);
-    return Unimplemented("KV pages of format " + KvFormatName(kv) + ": " +
-                         backend->Describe() + " has no kernels for them (it takes " + taken +
-                         ")");
+    return Unimplemented("KV pages of format " + KvFormatName(kv) + ": " + backend->Describe() +
+                         " has no kernels for them (it takes " + taken + ")");
   }
   std::unique_ptr<Model> model(new Model());
   model->dir_ = dir;
@@ -260,20 +259,22 @@ Status Model::AllocatePages(int32_t pages) {
   GZ_ASSIGN_OR_RETURN(impl.pool, backend_->Allocate(static_cast<size_t>(pages) * PageBytes()));
   impl.pages = pages;
   impl.step_generation = NextStepGeneration();
-  // Layer by layer: all pages' keys, all pages' values, then (kQ8) their scales.
+  // Layer by layer: all pages' keys, all pages' values, then (q8, rotated) their scales.
   auto* at = static_cast<uint8_t*>(impl.pool->data());
   for (size_t l = 0; l < impl.layers.size(); ++l) {
     const CacheSpec& c = caches_[l];
     if (c.kind != LayerKind::kAttention) continue;
-    const int64_t part =
-        static_cast<int64_t>(pages) * kPage * c.kv_heads * c.head_dim * KvFormatBytes(c.format);
+    const int64_t key_part =
+        static_cast<int64_t>(pages) * kPage * c.kv_heads * KvKeyBytes(c.format, c.head_dim);
+    const int64_t value_part =
+        static_cast<int64_t>(pages) * kPage * c.kv_heads * KvValueBytes(c.format, c.head_dim);
     const int64_t scales =
         static_cast<int64_t>(pages) * kPage * c.kv_heads * KvFormatScaleBytes(c.format);
     KvLayer& kv = impl.layers[l].attention.kv;
     kv.format = c.format;
     kv.keys = at;
-    kv.values = at + part;
-    at += 2 * part;
+    kv.values = at + key_part;
+    at += key_part + value_part;
     kv.key_scales = scales ? reinterpret_cast<float*>(at) : nullptr;
     kv.value_scales = scales ? reinterpret_cast<float*>(at + scales) : nullptr;
     at += 2 * scales;
@@ -604,7 +605,8 @@ Status Model::CopyPageFromHost(int32_t page, const void* host) {
   return CopyPage(page, const_cast<void*>(host), false);
 }
 
-// A page's bytes on the host: layer by layer, its keys, values and (kQ8) key and value scales.
+// A page's bytes on the host: layer by layer, its keys, values and (q8, rotated) key and value
+// scales.
 Status Model::CopyPage(int32_t page, void* host, bool to_host) {
   if (page < 0 || page >= impl_->pages)
     return InvalidArgument(std::string(to_host ? "CopyPageToHost" : "CopyPageFromHost") +
@@ -623,11 +625,9 @@ Status Model::CopyPage(int32_t page, void* host, bool to_host) {
     const CacheSpec& c = caches_[l];
     if (c.kind != LayerKind::kAttention) continue;
     const KvLayer& kv = impl_->layers[l].attention.kv;
-    const int64_t part =
-        static_cast<int64_t>(kPage) * c.kv_heads * c.head_dim * KvFormatBytes(c.format);
     const int64_t scale = static_cast<int64_t>(kPage) * c.kv_heads * KvFormatScaleBytes(c.format);
-    copy(kv.keys, part);
-    copy(kv.values, part);
+    copy(kv.keys, static_cast<int64_t>(kPage) * c.kv_heads * KvKeyBytes(c.format, c.head_dim));
+    copy(kv.values, static_cast<int64_t>(kPage) * c.kv_heads * KvValueBytes(c.format, c.head_dim));
     if (scale > 0) {
       copy(kv.key_scales, scale);
       copy(kv.value_scales, scale);

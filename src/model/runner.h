@@ -36,8 +36,9 @@ struct CacheSpec {
   // Bytes of one page: keys and values (and their scales); 0 for a recurrent layer.
   int64_t PageBytes() const {
     if (kind != LayerKind::kAttention) return 0;
-    return 2 * static_cast<int64_t>(kPage) * kv_heads *
-           (static_cast<int64_t>(head_dim) * KvFormatBytes(format) + KvFormatScaleBytes(format));
+    return static_cast<int64_t>(kPage) * kv_heads *
+           (KvKeyBytes(format, head_dim) + KvValueBytes(format, head_dim) +
+            2 * KvFormatScaleBytes(format));
   }
   // Bytes of one slot's state; 0 for an attention layer.
   int64_t SlotStateBytes() const {

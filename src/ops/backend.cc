@@ -4,6 +4,8 @@
 #include <string>
 #include <utility>
 
+#include "core/check.h"
+
 namespace gizllm {
 namespace {
 Status Bad(const char* op, const char* field, const std::string& why) {
@@ -11,20 +13,36 @@ Status Bad(const char* op, const char* field, const std::string& why) {
 }
 }  // namespace
 
-int KvFormatBytes(KvFormat f) {
-  switch (f) {
-    case KvFormat::kF16:
-      return 2;
-    case KvFormat::kQ8:
-      return 1;
-    default:
-      return 4;
-  }
+std::vector<KvFormat> AllKvFormats() {
+  std::vector<KvFormat> all = {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8};
+  for (int keys : {8, 4, 2})
+    for (int values : {8, 4, 2}) all.push_back(RotatedKv(keys, values));
+  return all;
 }
 
-int KvFormatScaleBytes(KvFormat f) { return f == KvFormat::kQ8 ? 4 : 0; }
+namespace {
+int64_t VectorBytes(int bits, int head_dim) {
+  return bits >= 8 ? static_cast<int64_t>(head_dim) * bits / 8
+                   : (static_cast<int64_t>(head_dim) * bits + 7) / 8;
+}
+}  // namespace
+
+int KvFormatBytes(KvFormat f) {
+  CHECK(!IsRotatedKv(f));
+  return f == KvFormat::kF32 ? 4 : f == KvFormat::kF16 ? 2 : 1;
+}
+
+int64_t KvKeyBytes(KvFormat f, int head_dim) { return VectorBytes(KvKeyBits(f), head_dim); }
+int64_t KvValueBytes(KvFormat f, int head_dim) { return VectorBytes(KvValueBits(f), head_dim); }
+
+int KvFormatScaleBytes(KvFormat f) { return f == KvFormat::kQ8 ? 4 : IsRotatedKv(f) ? 8 : 0; }
 
 std::string KvFormatName(KvFormat f) {
+  if (IsRotatedKv(f)) {
+    const int keys = KvKeyBits(f), values = KvValueBits(f);
+    return keys == values ? std::to_string(keys)
+                          : std::to_string(keys) + "/" + std::to_string(values);
+  }
   switch (f) {
     case KvFormat::kF16:
       return "f16";
@@ -57,27 +75,68 @@ Expected<KvBits> ParseKvBits(std::string_view text) {
 
 std::optional<KvFormat> KvFormatOf(KvBits bits) {
   if (bits.q8) return KvFormat::kQ8;
+  if (bits.keys <= 8 && bits.values <= 8) return RotatedKv(bits.keys, bits.values);
   if (bits.keys != bits.values) return std::nullopt;
   if (bits.keys == 32) return KvFormat::kF32;
   if (bits.keys == 16) return KvFormat::kF16;
   return std::nullopt;
 }
 
-Expected<KvFormat> ChooseKvFormat(std::string_view text, const Backend& backend) {
-  if (text == "auto") return backend.DefaultKvFormat();
+KvFormat AutoKvFormat(const std::vector<KvFormat>& candidates, const KvFit& fit) {
+  CHECK(!candidates.empty());
+  auto fits = [&](KvFormat f, int64_t contexts) {
+    return fit.position_bytes(f) * fit.context * contexts <= fit.budget_bytes;
+  };
+  for (KvFormat f : candidates) {
+    if (KvKeyBits(f) > 4 && KvValueBits(f) > 4 && fits(f, fit.slots)) return f;
+  }
+  for (KvFormat f : candidates) {
+    if ((KvKeyBits(f) <= 4 || KvValueBits(f) <= 4) && fits(f, 1)) return f;
+  }
+  KvFormat smallest = candidates.front();
+  for (KvFormat f : candidates) {
+    if (fit.position_bytes(f) < fit.position_bytes(smallest)) smallest = f;
+  }
+  return smallest;
+}
+
+Expected<KvFormat> ChooseKvFormat(std::string_view text, const Backend& backend, const KvFit* fit) {
+  if (text == "auto") {
+    const KvFormat standard = backend.DefaultKvFormat();
+    if (!fit) return standard;
+    // From the default down, by bits (keys first): 16, 8, 8/4, 4, 4/2, 2 (q8 is not among them:
+    // the rotated 8-bit pages take its place).
+    std::vector<KvFormat> candidates;
+    for (KvFormat f : AllKvFormats()) {
+      const bool narrower = KvKeyBits(f) < KvKeyBits(standard) ||
+                            (KvKeyBits(f) == KvKeyBits(standard) && f == standard);
+      if (f != KvFormat::kQ8 && narrower && KvValueBits(f) <= KvKeyBits(f) &&
+          backend.SupportsKvFormat(f)) {
+        candidates.push_back(f);
+      }
+    }
+    return AutoKvFormat(candidates, *fit);
+  }
   GZ_ASSIGN_OR_RETURN(KvBits bits, ParseKvBits(text));
   const std::optional<KvFormat> format = KvFormatOf(bits);
   if (format && backend.SupportsKvFormat(*format)) return *format;
   std::string taken;
-  for (auto [f, name] : {std::pair{KvFormat::kF32, "32 (f32)"},
-                         std::pair{KvFormat::kF16, "16 (f16)"}, std::pair{KvFormat::kQ8, "q8"}}) {
-    if (backend.SupportsKvFormat(f)) taken += (taken.empty() ? "" : ", ") + std::string(name);
+  for (KvFormat f : AllKvFormats()) {
+    if (!backend.SupportsKvFormat(f)) continue;
+    const std::string name = f == KvFormat::kF32   ? "32 (f32)"
+                             : f == KvFormat::kF16 ? "16 (f16)"
+                                                   : KvFormatName(f);
+    taken += (taken.empty() ? "" : ", ") + name;
   }
   std::string what = bits.q8                    ? "q8 KV pages"
                      : bits.keys == bits.values ? std::to_string(bits.keys) + "-bit KV pages"
                                                 : std::to_string(bits.keys) + "-bit keys and " +
                                                       std::to_string(bits.values) + "-bit values";
-  if (!format) what += " (rotated codes, not implemented yet)";
+  if (!format) {
+    return Unimplemented("--kv " + std::string(text) + ": " + what +
+                         " (pages do not mix floats and codes: keys and values of 16 or 32 bits "
+                         "take the same bits)");
+  }
   return Unimplemented("--kv " + std::string(text) + ": " + what + " do not run on " +
                        backend.Describe() + "; it takes --kv " + taken);
 }
@@ -136,8 +195,10 @@ Status RopeParams::Check() const {
 
 Status KvWriteParams::Check() const {
   if (!cache.keys || !cache.values) return Bad("KvWrite", "cache", "null");
-  if (cache.format == KvFormat::kQ8 && (!cache.key_scales || !cache.value_scales))
-    return Bad("KvWrite", "cache", "q8 pages without scales");
+  if (KvFormatScaleBytes(cache.format) > 0 && (!cache.key_scales || !cache.value_scales))
+    return Bad("KvWrite", "cache", "q8 or rotated pages without scales");
+  if (IsRotatedKv(cache.format) && head_dim % 8 != 0)
+    return Bad("KvWrite", "head_dim", "rotated pages need a multiple of 8");
   if (!table.pages || table.max_pages <= 0) return Bad("KvWrite", "table", "empty");
   if (rows > 0 && (!k || !v || !slots || !positions)) return Bad("KvWrite", "k/v", "null");
   if (kv_heads <= 0 || head_dim <= 0) return Bad("KvWrite", "kv_heads", "must be positive");
@@ -147,8 +208,10 @@ Status KvWriteParams::Check() const {
 Status AttentionParams::Check() const {
   if (!out || !q) return Bad("Attention", "out/q", "null");
   if (!cache.keys || !cache.values) return Bad("Attention", "cache", "null");
-  if (cache.format == KvFormat::kQ8 && (!cache.key_scales || !cache.value_scales))
-    return Bad("Attention", "cache", "q8 pages without scales");
+  if (KvFormatScaleBytes(cache.format) > 0 && (!cache.key_scales || !cache.value_scales))
+    return Bad("Attention", "cache", "q8 or rotated pages without scales");
+  if (IsRotatedKv(cache.format) && head_dim % 8 != 0)
+    return Bad("Attention", "head_dim", "rotated pages need a multiple of 8");
   if (!table.pages || table.max_pages <= 0) return Bad("Attention", "table", "empty");
   if (heads <= 0 || kv_heads <= 0 || heads % kv_heads)
     return Bad("Attention", "heads", "must be a positive multiple of kv_heads");

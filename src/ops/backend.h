@@ -8,10 +8,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 #include "ops/op_trace.h"
@@ -88,19 +90,48 @@ struct RopeParams {
   Status Check() const;
 };
 
-// The element type of the KV pages: float32; float16 (half the bytes; every key and value
-// rounded to the nearest float16 as it is written, saturated at +-65504); or 8-bit integers (a
-// quarter of the bytes and a float32 scale per position and kv head: each key or value vector x
-// of head_dim is stored as round(x * 127 / max|x|), with scale max|x| / 127).
-enum class KvFormat : uint8_t { kF32, kF16, kQ8 };
-int KvFormatBytes(KvFormat f);         // bytes of one element
-int KvFormatScaleBytes(KvFormat f);    // bytes of the scale of one position's kv head (0: none)
-std::string KvFormatName(KvFormat f);  // "f32", "f16", "q8"
+// The KV pages' format. Float32; float16 (half the bytes; every key and value rounded to the
+// nearest float16 as it is written, saturated at +-65504); q8 (8-bit integers, a quarter of the
+// bytes and a float32 scale per position and kv head: each key or value vector x of head_dim is
+// stored as round(x * 127 / max|x|), with scale max|x| / 127); or rotated codes (RotatedKv: keys
+// and values each of 8, 4 or 2 bits, ops/kv_codes.h: each vector rotated by blocks of a
+// Hadamard transform, then stored as codes of 2^bits even steps between its smallest and largest
+// element, with that step and that smallest element per position and kv head).
+//
+// The rotated formats are the enumerators RotatedKv(keys, values) makes (not named here).
+enum class KvFormat : uint8_t { kF32 = 0, kF16 = 1, kQ8 = 2 };
+inline constexpr uint8_t kRotatedKvBase = 0x40;
+// The rotated pages of `key_bits` keys and `value_bits` values, each 8, 4 or 2.
+constexpr KvFormat RotatedKv(int key_bits, int value_bits) {
+  return static_cast<KvFormat>(kRotatedKvBase + 16 * key_bits + value_bits);
+}
+constexpr bool IsRotatedKv(KvFormat f) { return static_cast<uint8_t>(f) >= kRotatedKvBase; }
+// Bits of one stored key and value: 32, 16, 8 (q8 too), 4 or 2.
+constexpr int KvKeyBits(KvFormat f) {
+  return IsRotatedKv(f)        ? (static_cast<uint8_t>(f) - kRotatedKvBase) / 16
+         : f == KvFormat::kF32 ? 32
+         : f == KvFormat::kF16 ? 16
+                               : 8;
+}
+constexpr int KvValueBits(KvFormat f) {
+  return IsRotatedKv(f) ? (static_cast<uint8_t>(f) - kRotatedKvBase) % 16 : KvKeyBits(f);
+}
+// Every format, widest first: f32, f16, q8, then the rotated ones by key bits, then value bits.
+std::vector<KvFormat> AllKvFormats();
+// Bytes of one element of the f32, f16 and q8 pages (the rotated ones pack their codes: below).
+int KvFormatBytes(KvFormat f);
+// Bytes of one position's key (or value) vector of one kv head, without its scales.
+int64_t KvKeyBytes(KvFormat f, int head_dim);
+int64_t KvValueBytes(KvFormat f, int head_dim);
+// Bytes of the scales of one position's key (or value) vector of one kv head: 4 (q8: the
+// scale), 8 (rotated: the step and the smallest element, float32 each) or 0.
+int KvFormatScaleBytes(KvFormat f);
+// "f32", "f16", "q8"; rotated: "8", "4", "2" when keys and values agree, else "8/4".
+std::string KvFormatName(KvFormat f);
 
 // What `--kv` names: the bits of each stored key and of each stored value (32, 16, 8, 4 or 2;
 // "8/4": 8-bit keys and 4-bit values; "f32" and "f16" are 32 and 16), or `q8`, the 8-bit pages of
-// KvFormat::kQ8 (codes of each vector's largest magnitude, not rotated). 8, 4 and 2 bits are the
-// rotated pages ahead; no backend has pages for them yet.
+// KvFormat::kQ8 (codes of each vector's largest magnitude, not rotated).
 struct KvBits {
   int keys = 16;
   int values = 16;
@@ -109,19 +140,39 @@ struct KvBits {
 // "32", "16", "8", "4", "2", "K/V" of those, "f32", "f16", "q8"; anything else is an error
 // naming the flag and what it takes.
 Expected<KvBits> ParseKvBits(std::string_view text);
-// The page format that stores `bits`, or none where no backend has one (8, 4, 2 and mixed bits).
+// The page format that stores `bits`, or none (keys and values of different bits where either is
+// 16 or 32: no pages mix floats and codes).
 std::optional<KvFormat> KvFormatOf(KvBits bits);
-// The KV pages `--kv text` gives on `backend` ("auto": its DefaultKvFormat()); a format it has no
-// kernels for is an error naming the flag, the device and the formats it takes.
-Expected<KvFormat> ChooseKvFormat(std::string_view text, const Backend& backend);
+
+// What the automatic choice fits the KV pages to: the budget, the slots and the context each slot
+// may fill, and the bytes one position of every attention layer takes in a format.
+struct KvFit {
+  int64_t budget_bytes = 0;
+  int32_t slots = 0;
+  int64_t context = 0;
+  std::function<int64_t(KvFormat)> position_bytes;
+};
+// The automatic choice among `candidates` (widest first; the ones a backend takes, up to its
+// default): the first of more than 4 bits (keys and values) in which every slot's whole context
+// fits in the budget; else the first of 4 bits or fewer in which one whole context fits; else the
+// smallest.
+KvFormat AutoKvFormat(const std::vector<KvFormat>& candidates, const KvFit& fit);
+
+// The KV pages `--kv text` gives on `backend`. "auto": its DefaultKvFormat(), or with `fit`,
+// AutoKvFormat over the formats it takes from its default down. A format it has no kernels for
+// is an error naming the flag, the device and the formats it takes.
+Expected<KvFormat> ChooseKvFormat(std::string_view text, const Backend& backend,
+                                  const KvFit* fit = nullptr);
 
 // The KV cache of one attention layer: pages of kPage positions.
 struct KvLayer {
-  void* keys = nullptr;    // [pages, kPage, kv_heads, head_dim] of `format`
-  void* values = nullptr;  // [pages, kPage, kv_heads, head_dim] of `format`
+  // [pages, kPage, kv_heads, head_dim] of `format` (rotated: [pages, kPage, kv_heads,
+  // KvKeyBytes(format, head_dim)] bytes of packed codes, ops/kv_codes.h).
+  void* keys = nullptr;
+  void* values = nullptr;  // as keys, of KvValueBytes
   KvFormat format = KvFormat::kF32;
-  float* key_scales = nullptr;    // kQ8: [pages, kPage, kv_heads]
-  float* value_scales = nullptr;  // kQ8: [pages, kPage, kv_heads]
+  float* key_scales = nullptr;    // kQ8: [pages, kPage, kv_heads]; rotated: [..., 2] step, min
+  float* value_scales = nullptr;  // as key_scales
   float* keys_f32() const { return static_cast<float*>(keys); }
   float* values_f32() const { return static_cast<float*>(values); }
 };
@@ -149,7 +200,9 @@ struct KvWriteParams {
 // Causal grouped-query attention over KV pages: row r attends to positions
 // [max(0, positions[r] - window + 1), positions[r]] of its slot (window 0: no limit).
 // Its own key must already be written. A score is scale * q.k, then, with softcap > 0,
-// softcap * tanh(score / softcap) (Gemma 2's attention soft-capping), then the softmax.
+// softcap * tanh(score / softcap) (Gemma 2's attention soft-capping), then the softmax. Over
+// rotated pages the op rotates each query head as the keys were (an orthogonal map, so q.k is
+// kept) and rotates the weighted sum of the values back: q and out are as over float pages.
 struct AttentionParams {
   float* out = nullptr;      // [rows, heads, head_dim]
   const float* q = nullptr;  // [rows, heads, head_dim]

@@ -8,6 +8,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "backend/cpu/attention_codes.h"
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/quant_matmul.h"
@@ -823,6 +824,12 @@ void CpuBackend::Rope(const RopeParams& p) {
 
 void CpuBackend::KvWrite(const KvWriteParams& p) {
   auto trace = Trace("kv_write");
+  if (IsRotatedKv(p.cache.format)) {
+    // (Rows write disjoint positions.)
+    Split(pool_, p.rows, p.rows * p.kv_heads * p.head_dim * 16,
+          [&](int64_t r0, int64_t r1) { RotatedKvWriteRows(p, r0, r1); });
+    return;
+  }
   const int64_t width = static_cast<int64_t>(p.kv_heads) * p.head_dim;
   WithVec(isa_, [&]<class V>() {
     for (int64_t r = 0; r < p.rows; ++r) {
@@ -858,6 +865,7 @@ void CpuBackend::KvWrite(const KvWriteParams& p) {
 void CpuBackend::Attention(const AttentionParams& p) {
   auto trace = Trace("attention");
   if (p.rows <= 0) return;
+  if (IsRotatedKv(p.cache.format)) return RotatedAttention(p, pool_);
   const int group = p.heads / p.kv_heads;
   const int threads = pool_->threads();
 #if defined(__x86_64__)

@@ -73,7 +73,7 @@ class CpuBackend : public Backend {
   void RmsNorm(const RmsNormParams& p) override;
   void Matmul(const MatmulParams& p) override;
   void Rope(const RopeParams& p) override;
-  bool SupportsKvFormat(KvFormat) const override { return true; }  // f32, f16 and q8
+  bool SupportsKvFormat(KvFormat) const override { return true; }  // every format
   void KvWrite(const KvWriteParams& p) override;
   void Attention(const AttentionParams& p) override;
   void Glu(const GluParams& p) override;

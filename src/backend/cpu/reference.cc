@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "ops/kv_codes.h"
 
 namespace gizllm {
 
@@ -150,12 +151,80 @@ void KvSet(void* data, KvFormat format, int64_t i, float v) {
     static_cast<float*>(data)[i] = v;
   }
 }
+
+// Entry (i, j) of the rotation R of ops/kv_codes.h, from its definition: block diagonal, the
+// normalized Walsh-Hadamard matrix (entry (a, b): (-1)^popcount(a & b) / sqrt(block)) times the
+// diagonal of signs.
+double RotationEntry(int i, int j, int head_dim) {
+  const int block = kv::RotationBlock(head_dim);
+  if (i / block != j / block) return 0.0;
+  const bool odd = __builtin_popcount((i % block) & (j % block)) & 1;
+  return ((odd != kv::SignFlipped(j)) ? -1.0 : 1.0) / std::sqrt(static_cast<double>(block));
+}
+
+// y = R x, or with `inverse`, y = R^T x.
+std::vector<double> RotateExact(const double* x, int n, bool inverse) {
+  std::vector<double> y(n, 0.0);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j)
+      y[i] += (inverse ? RotationEntry(j, i, n) : RotationEntry(i, j, n)) * x[j];
+  return y;
+}
+
+// Rotated pages: one kv head's vector x [n] rotated and coded at `bits` (ops/kv_codes.h), the
+// rotation and the codes in double.
+void KvSetRotated(void* data, float* scales, int64_t vector, const float* x, int n, int bits) {
+  std::vector<double> xd(x, x + n);
+  bool finite = true;
+  for (int i = 0; i < n; ++i) finite = finite && std::isfinite(x[i]);
+  const std::vector<double> y = RotateExact(xd.data(), n, /*inverse=*/false);
+  const double lo = *std::min_element(y.begin(), y.end());
+  const double hi = *std::max_element(y.begin(), y.end());
+  const int levels = (1 << bits) - 1;
+  const double step = (hi - lo) / levels;
+  const int64_t bytes = (static_cast<int64_t>(n) * bits + 7) / 8;
+  auto* codes = static_cast<uint8_t*>(data) + vector * bytes;
+  std::fill(codes, codes + bytes, uint8_t{0});
+  for (int i = 0; i < n; ++i) {
+    const int c = !finite || step == 0
+                      ? 0
+                      : std::clamp(static_cast<int>(std::nearbyint((y[i] - lo) / step)), 0, levels);
+    const int per_byte = 8 / bits;
+    codes[i / per_byte] |= static_cast<uint8_t>(c << ((i % per_byte) * bits));
+  }
+  scales[2 * vector] = finite ? static_cast<float>(step) : std::numeric_limits<float>::quiet_NaN();
+  scales[2 * vector + 1] =
+      finite ? static_cast<float>(lo) : std::numeric_limits<float>::quiet_NaN();
+}
+
+// Rotated pages: vector `vector` read back in the rotated space, [n].
+std::vector<double> KvGetRotated(const void* data, const float* scales, int64_t vector, int n,
+                                 int bits) {
+  const int64_t bytes = (static_cast<int64_t>(n) * bits + 7) / 8;
+  const auto* codes = static_cast<const uint8_t*>(data) + vector * bytes;
+  std::vector<double> y(n);
+  for (int i = 0; i < n; ++i)
+    y[i] = static_cast<double>(scales[2 * vector + 1]) +
+           static_cast<double>(scales[2 * vector]) * kv::Code(codes, i, bits);
+  return y;
+}
 }  // namespace
 
 void ReferenceKvWrite(const KvWriteParams& p) {
   const int64_t width = static_cast<int64_t>(p.kv_heads) * p.head_dim;
   for (int64_t r = 0; r < p.rows; ++r) {
     int64_t at = KvOffset(p.table, p.slots[r], p.positions[r], p.kv_heads, p.head_dim);
+    if (IsRotatedKv(p.cache.format)) {
+      for (int h = 0; h < p.kv_heads; ++h) {
+        const int64_t vector = at / p.head_dim + h;
+        const int64_t i = static_cast<int64_t>(h) * p.head_dim;
+        KvSetRotated(p.cache.keys, p.cache.key_scales, vector, p.k + r * width + i, p.head_dim,
+                     KvKeyBits(p.cache.format));
+        KvSetRotated(p.cache.values, p.cache.value_scales, vector, p.v + r * width + i, p.head_dim,
+                     KvValueBits(p.cache.format));
+      }
+      continue;
+    }
     if (p.cache.format == KvFormat::kQ8) {
       for (int h = 0; h < p.kv_heads; ++h) {
         const int64_t i = static_cast<int64_t>(h) * p.head_dim;
@@ -173,23 +242,39 @@ void ReferenceKvWrite(const KvWriteParams& p) {
 
 void ReferenceAttention(const AttentionParams& p) {
   const int group = p.heads / p.kv_heads;
+  const bool rotated = IsRotatedKv(p.cache.format);
   std::vector<double> scores;
   std::vector<double> acc(p.head_dim);
+  // Key or value vector of kv head kvh at `pos` of row r's slot, as double: over rotated pages,
+  // in the rotated space.
+  auto read = [&](bool keys, int64_t r, int32_t pos, int kvh) {
+    const int64_t at = KvOffset(p.table, p.slots[r], pos, p.kv_heads, p.head_dim) +
+                       static_cast<int64_t>(kvh) * p.head_dim;
+    const void* data = keys ? p.cache.keys : p.cache.values;
+    const float* scales = keys ? p.cache.key_scales : p.cache.value_scales;
+    if (rotated) {
+      return KvGetRotated(data, scales, at / p.head_dim, p.head_dim,
+                          keys ? KvKeyBits(p.cache.format) : KvValueBits(p.cache.format));
+    }
+    std::vector<double> x(p.head_dim);
+    for (int i = 0; i < p.head_dim; ++i)
+      x[i] = KvAt(data, scales, p.cache.format, at + i, p.head_dim);
+    return x;
+  };
   for (int64_t r = 0; r < p.rows; ++r) {
     int32_t last = p.positions[r];
     int32_t first = p.window > 0 ? std::max(0, last - p.window + 1) : 0;
     for (int h = 0; h < p.heads; ++h) {
       const int kvh = h / group;
-      const float* q = p.q + (r * p.heads + h) * p.head_dim;
+      const float* qf = p.q + (r * p.heads + h) * p.head_dim;
+      std::vector<double> q(qf, qf + p.head_dim);
+      if (rotated) q = RotateExact(q.data(), p.head_dim, /*inverse=*/false);
       scores.assign(last - first + 1, 0.0);
       double max_score = -INFINITY;
       for (int32_t pos = first; pos <= last; ++pos) {
-        const int64_t k = KvOffset(p.table, p.slots[r], pos, p.kv_heads, p.head_dim) +
-                          static_cast<int64_t>(kvh) * p.head_dim;
+        const std::vector<double> k = read(/*keys=*/true, r, pos, kvh);
         double dot = 0.0;
-        for (int i = 0; i < p.head_dim; ++i)
-          dot += static_cast<double>(q[i]) *
-                 KvAt(p.cache.keys, p.cache.key_scales, p.cache.format, k + i, p.head_dim);
+        for (int i = 0; i < p.head_dim; ++i) dot += q[i] * k[i];
         double score = dot * p.scale;
         if (p.softcap > 0) score = p.softcap * std::tanh(score / p.softcap);
         scores[pos - first] = score;
@@ -202,13 +287,11 @@ void ReferenceAttention(const AttentionParams& p) {
       }
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int32_t pos = first; pos <= last; ++pos) {
-        const int64_t v = KvOffset(p.table, p.slots[r], pos, p.kv_heads, p.head_dim) +
-                          static_cast<int64_t>(kvh) * p.head_dim;
+        const std::vector<double> v = read(/*keys=*/false, r, pos, kvh);
         double weight = scores[pos - first] / total;
-        for (int i = 0; i < p.head_dim; ++i)
-          acc[i] += weight *
-                    KvAt(p.cache.values, p.cache.value_scales, p.cache.format, v + i, p.head_dim);
+        for (int i = 0; i < p.head_dim; ++i) acc[i] += weight * v[i];
       }
+      if (rotated) acc = RotateExact(acc.data(), p.head_dim, /*inverse=*/true);
       float* out = p.out + (r * p.heads + h) * p.head_dim;
       for (int i = 0; i < p.head_dim; ++i) out[i] = static_cast<float>(acc[i]);
     }

@@ -1,10 +1,13 @@
 // `--kv` as ops/backend.h reads it: ParseKvBits (bits of keys and values, the aliases), KvFormatOf
-// (the pages that store them) and ChooseKvFormat (the backend's default, and the refusal of a
-// format a backend has no kernels for, naming the flag and the device). On the CPU backend and on
+// (the pages that store them), AutoKvFormat (the choice that fits the budget) and ChooseKvFormat
+// (the backend's default, and the refusal of a format a backend has no kernels for, naming the
+// flag and the device). On the CPU backend and on
 // a CPU backend that takes what the CUDA backend takes (32 and 16 bits, 16 by default).
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/thread_pool.h"
@@ -58,11 +61,86 @@ TEST(KvChoiceTest, FormatsThatStoreTheBits) {
   EXPECT_EQ(KvFormatOf({32, 32}), KvFormat::kF32);
   EXPECT_EQ(KvFormatOf({16, 16}), KvFormat::kF16);
   EXPECT_EQ(KvFormatOf({8, 8, true}), KvFormat::kQ8);
-  // The rotated pages are not there yet; q8 is not them.
-  for (KvBits bits :
-       {KvBits{8, 8}, KvBits{4, 4}, KvBits{2, 2}, KvBits{8, 4}, KvBits{16, 8}, KvBits{32, 16}}) {
+  // 8, 4 and 2 bits: the rotated pages, keys and values each their own bits; q8 is not them.
+  for (int keys : {8, 4, 2}) {
+    for (int values : {8, 4, 2}) {
+      const std::optional<KvFormat> f = KvFormatOf({keys, values});
+      ASSERT_TRUE(f.has_value());
+      EXPECT_TRUE(IsRotatedKv(*f));
+      EXPECT_NE(*f, KvFormat::kQ8);
+      EXPECT_EQ(KvKeyBits(*f), keys);
+      EXPECT_EQ(KvValueBits(*f), values);
+      EXPECT_EQ(KvFormatName(*f), keys == values
+                                      ? std::to_string(keys)
+                                      : std::to_string(keys) + "/" + std::to_string(values));
+      // Each vector's codes, plus a float32 step and min.
+      EXPECT_EQ(KvKeyBytes(*f, 128), 16 * keys);
+      EXPECT_EQ(KvValueBytes(*f, 128), 16 * values);
+      EXPECT_EQ(KvFormatScaleBytes(*f), 8);
+    }
+  }
+  // No pages mix floats and codes.
+  for (KvBits bits : {KvBits{16, 8}, KvBits{32, 16}, KvBits{8, 16}}) {
     EXPECT_FALSE(KvFormatOf(bits).has_value()) << bits.keys << "/" << bits.values;
   }
+  EXPECT_EQ(KvKeyBits(KvFormat::kF32), 32);
+  EXPECT_EQ(KvValueBits(KvFormat::kF16), 16);
+  EXPECT_EQ(KvKeyBits(KvFormat::kQ8), 8);
+  EXPECT_EQ(AllKvFormats().size(), 12u);
+}
+
+// Bytes a position takes in a format for a model of 4 layers of 8 kv heads of 128.
+int64_t PositionBytes(KvFormat f) {
+  return 4 * 8 * (KvKeyBytes(f, 128) + KvValueBytes(f, 128) + 2 * KvFormatScaleBytes(f));
+}
+
+// The automatic choice (the rule): the first format of more than 4 bits in which every
+// slot's whole context fits, else the first of 4 bits or fewer in which one context fits, else
+// the smallest.
+TEST(KvChoiceTest, AutoFitsEverySlotThenOneContextThenTheSmallest) {
+  const std::vector<KvFormat> candidates = {KvFormat::kF16, RotatedKv(8, 8), RotatedKv(8, 4),
+                                            RotatedKv(4, 4), RotatedKv(2, 2)};
+  KvFit fit{.budget_bytes = 0, .slots = 8, .context = 4096, .position_bytes = PositionBytes};
+  auto with_budget = [&](int64_t bytes) {
+    fit.budget_bytes = bytes;
+    return AutoKvFormat(candidates, fit);
+  };
+  const int64_t every = fit.slots * fit.context;
+  EXPECT_EQ(with_budget(every * PositionBytes(KvFormat::kF16)), KvFormat::kF16);
+  EXPECT_EQ(with_budget(every * PositionBytes(KvFormat::kF16) - 1), RotatedKv(8, 8));
+  EXPECT_EQ(with_budget(every * PositionBytes(RotatedKv(8, 8))), RotatedKv(8, 8));
+  // 8-bit does not fit every slot: one context at 4 bits or fewer, the widest of those first
+  // (8/4 has 4-bit values), even where 8/4 would fit every slot of a smaller model.
+  EXPECT_EQ(with_budget(every * PositionBytes(RotatedKv(8, 8)) - 1), RotatedKv(8, 4));
+  EXPECT_EQ(with_budget(fit.context * PositionBytes(RotatedKv(8, 4))), RotatedKv(8, 4));
+  EXPECT_EQ(with_budget(fit.context * PositionBytes(RotatedKv(8, 4)) - 1), RotatedKv(4, 4));
+  EXPECT_EQ(with_budget(fit.context * PositionBytes(RotatedKv(2, 2))), RotatedKv(2, 2));
+  // Not even one context at 2 bits: the smallest all the same.
+  EXPECT_EQ(with_budget(1), RotatedKv(2, 2));
+  EXPECT_EQ(AutoKvFormat({KvFormat::kF32, KvFormat::kF16}, fit), KvFormat::kF16);
+}
+
+// ChooseKvFormat("auto") with a fit: the backend's formats from its default down.
+TEST(KvChoiceTest, AutoWithAFitOnTheCpu) {
+  ThreadPool pool(1);
+  auto cpu = MakeCpuBackend(&pool);
+  KvFit fit{.budget_bytes = 0, .slots = 4, .context = 1024, .position_bytes = PositionBytes};
+  const int64_t every = fit.slots * fit.context;
+  fit.budget_bytes = every * PositionBytes(KvFormat::kF32);
+  EXPECT_EQ(*ChooseKvFormat("auto", *cpu, &fit), KvFormat::kF32);
+  fit.budget_bytes = every * PositionBytes(KvFormat::kF16);
+  EXPECT_EQ(*ChooseKvFormat("auto", *cpu, &fit), KvFormat::kF16);
+  fit.budget_bytes = every * PositionBytes(RotatedKv(8, 8));
+  EXPECT_EQ(*ChooseKvFormat("auto", *cpu, &fit), RotatedKv(8, 8));
+  fit.budget_bytes = fit.context * PositionBytes(RotatedKv(4, 4));
+  EXPECT_EQ(*ChooseKvFormat("auto", *cpu, &fit), RotatedKv(4, 4));
+  fit.budget_bytes = 1;
+  EXPECT_EQ(*ChooseKvFormat("auto", *cpu, &fit), RotatedKv(2, 2));
+  // An explicit --kv is taken as it is.
+  EXPECT_EQ(*ChooseKvFormat("16", *cpu, &fit), KvFormat::kF16);
+  // A backend of 16-bit pages only: 16 where nothing else runs.
+  SixteenBitBackend gpu(&pool, CpuOptions{});
+  EXPECT_EQ(*ChooseKvFormat("auto", gpu, &fit), KvFormat::kF16);
 }
 
 TEST(KvChoiceTest, ChoosesOnTheCpu) {
@@ -75,17 +153,20 @@ TEST(KvChoiceTest, ChoosesOnTheCpu) {
   EXPECT_EQ(*choose("16"), KvFormat::kF16);
   EXPECT_EQ(*choose("f16"), KvFormat::kF16);
   EXPECT_EQ(*choose("q8"), KvFormat::kQ8);
-  for (const char* text : {"8", "4", "2", "8/4", "16/8"}) {
+  EXPECT_EQ(*choose("8"), RotatedKv(8, 8));
+  EXPECT_EQ(*choose("4"), RotatedKv(4, 4));
+  EXPECT_EQ(*choose("2"), RotatedKv(2, 2));
+  EXPECT_EQ(*choose("8/4"), RotatedKv(8, 4));
+  EXPECT_EQ(*choose("4/8"), RotatedKv(4, 8));
+  for (const char* text : {"16/8", "32/16", "8/16"}) {
     auto format = choose(text);
     ASSERT_FALSE(format.ok()) << text;
     EXPECT_EQ(format.status().code(), StatusCode::kUnimplemented);
     const std::string& m = format.status().message();
     EXPECT_NE(m.find("--kv " + std::string(text) + ":"), std::string::npos) << m;
-    EXPECT_NE(m.find(cpu->Describe()), std::string::npos) << m;
-    EXPECT_NE(m.find("not implemented yet"), std::string::npos) << m;
-    EXPECT_NE(m.find("32 (f32), 16 (f16), q8"), std::string::npos) << m;
+    EXPECT_NE(m.find("do not mix floats and codes"), std::string::npos) << m;
   }
-  EXPECT_NE(choose("8/4").status().message().find("8-bit keys and 4-bit values"),
+  EXPECT_NE(choose("16/8").status().message().find("16-bit keys and 8-bit values"),
             std::string::npos);
   EXPECT_FALSE(choose("x").ok());
 }
@@ -101,11 +182,11 @@ TEST(KvChoiceTest, ChoosesOnABackendOfSixteenBitPages) {
   EXPECT_EQ(q8.status().message(),
             "--kv q8: q8 KV pages do not run on test-gpu; it takes --kv 32 "
             "(f32), 16 (f16)");
-  auto eight = ChooseKvFormat("8", gpu);
+  auto eight = ChooseKvFormat("8/4", gpu);
   ASSERT_FALSE(eight.ok());
   EXPECT_EQ(eight.status().message(),
-            "--kv 8: 8-bit KV pages (rotated codes, not implemented yet) do not run on test-gpu; "
-            "it takes --kv 32 (f32), 16 (f16)");
+            "--kv 8/4: 8-bit keys and 4-bit values do not run on test-gpu; it takes --kv 32 "
+            "(f32), 16 (f16)");
 }
 
 }  // namespace
