@@ -56,7 +56,7 @@ std::string KvFormatName(KvFormat f) {
 Expected<KvBits> ParseKvBits(std::string_view text) {
   if (text == "f32") return KvBits{32, 32};
   if (text == "f16") return KvBits{16, 16};
-  if (text == "q8") return KvBits{8, 8, /*q8=*/true};
+  if (text == "q8") return KvBits{8, 8};
   auto bits = [](std::string_view part) {
     for (int b : {32, 16, 8, 4, 2})
       if (part == std::to_string(b)) return b;
@@ -74,7 +74,6 @@ Expected<KvBits> ParseKvBits(std::string_view text) {
 }
 
 std::optional<KvFormat> KvFormatOf(KvBits bits) {
-  if (bits.q8) return KvFormat::kQ8;
   if (bits.keys <= 8 && bits.values <= 8) return RotatedKv(bits.keys, bits.values);
   if (bits.keys != bits.values) return std::nullopt;
   if (bits.keys == 32) return KvFormat::kF32;
@@ -128,10 +127,9 @@ Expected<KvFormat> ChooseKvFormat(std::string_view text, const Backend& backend,
                                                    : KvFormatName(f);
     taken += (taken.empty() ? "" : ", ") + name;
   }
-  std::string what = bits.q8                    ? "q8 KV pages"
-                     : bits.keys == bits.values ? std::to_string(bits.keys) + "-bit KV pages"
-                                                : std::to_string(bits.keys) + "-bit keys and " +
-                                                      std::to_string(bits.values) + "-bit values";
+  std::string what = bits.keys == bits.values ? std::to_string(bits.keys) + "-bit KV pages"
+                                              : std::to_string(bits.keys) + "-bit keys and " +
+                                                    std::to_string(bits.values) + "-bit values";
   if (!format) {
     return Unimplemented("--kv " + std::string(text) + ": " + what +
                          " (pages do not mix floats and codes: keys and values of 16 or 32 bits "

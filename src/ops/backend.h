@@ -130,12 +130,12 @@ int KvFormatScaleBytes(KvFormat f);
 std::string KvFormatName(KvFormat f);
 
 // What `--kv` names: the bits of each stored key and of each stored value (32, 16, 8, 4 or 2;
-// "8/4": 8-bit keys and 4-bit values; "f32" and "f16" are 32 and 16), or `q8`, the 8-bit pages of
-// KvFormat::kQ8 (codes of each vector's largest magnitude, not rotated).
+// "8/4": 8-bit keys and 4-bit values; "f32" and "f16" are 32 and 16, "q8" is 8: the rotated 8-bit
+// pages measure better than KvFormat::kQ8's unrotated codes, bench/RESULTS.md "Rotated KV pages",
+// so the name stands for them).
 struct KvBits {
   int keys = 16;
   int values = 16;
-  bool q8 = false;
 };
 // "32", "16", "8", "4", "2", "K/V" of those, "f32", "f16", "q8"; anything else is an error
 // naming the flag and what it takes.

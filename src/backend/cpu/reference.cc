@@ -178,17 +178,31 @@ void KvSetRotated(void* data, float* scales, int64_t vector, const float* x, int
   bool finite = true;
   for (int i = 0; i < n; ++i) finite = finite && std::isfinite(x[i]);
   const std::vector<double> y = RotateExact(xd.data(), n, /*inverse=*/false);
-  const double lo = *std::min_element(y.begin(), y.end());
-  const double hi = *std::max_element(y.begin(), y.end());
+  const double min = *std::min_element(y.begin(), y.end());
+  const double max = *std::max_element(y.begin(), y.end());
   const int levels = (1 << bits) - 1;
-  const double step = (hi - lo) / levels;
+  // The range of least squared error among [min, max] narrowed by kv::kShrinks factors.
+  auto code = [&](double v, double lo, double step) {
+    return step == 0 ? 0 : std::clamp(static_cast<int>(std::nearbyint((v - lo) / step)), 0, levels);
+  };
+  double best_error = 0.0, lo = min, step = (max - min) / levels;
+  for (int k = 0; k < kv::kShrinks; ++k) {
+    const double shrink = 1.0 - static_cast<double>(kv::kShrinkStep) * k;
+    const double a = 0.5 * (min + max) - shrink * 0.5 * (max - min);
+    const double s = shrink * (max - min) / levels;
+    double error = 0.0;
+    for (int i = 0; i < n; ++i) error += std::pow(a + s * code(y[i], a, s) - y[i], 2);
+    if (k == 0 || error < best_error) {
+      best_error = error;
+      lo = a;
+      step = s;
+    }
+  }
   const int64_t bytes = (static_cast<int64_t>(n) * bits + 7) / 8;
   auto* codes = static_cast<uint8_t*>(data) + vector * bytes;
   std::fill(codes, codes + bytes, uint8_t{0});
   for (int i = 0; i < n; ++i) {
-    const int c = !finite || step == 0
-                      ? 0
-                      : std::clamp(static_cast<int>(std::nearbyint((y[i] - lo) / step)), 0, levels);
+    const int c = finite ? code(y[i], lo, step) : 0;
     const int per_byte = 8 / bits;
     codes[i / per_byte] |= static_cast<uint8_t>(c << ((i % per_byte) * bits));
   }

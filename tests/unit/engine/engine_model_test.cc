@@ -24,7 +24,8 @@ namespace {
 
 constexpr const char* kModel = "models/tiny-chat";
 
-// tiny-chat on the CPU backend, loaded once for each KV page format; `bf16`: with float16 pages
+// tiny-chat on the CPU backend, loaded once for each KV page format (f32, f16, q8 and the rotated
+// 8/4: 8-bit keys, 4-bit values); `bf16`: with float16 pages
 // and bf16 activations (`--kv f16 --bf16`: the packed bf16 matmuls), null where the CPU lacks
 // AVX-512 BF16.
 Model* SharedModel(KvFormat kv = KvFormat::kF32, bool bf16 = false) {
@@ -51,6 +52,8 @@ Model* SharedModel(KvFormat kv = KvFormat::kF32, bool bf16 = false) {
   static std::unique_ptr<Model> f32 = load(KvFormat::kF32, false);
   static std::unique_ptr<Model> f16 = load(KvFormat::kF16, false);
   static std::unique_ptr<Model> q8 = load(KvFormat::kQ8, false);
+  static std::unique_ptr<Model> rotated = load(RotatedKv(8, 4), false);
+  if (kv == RotatedKv(8, 4)) return rotated.get();
   return kv == KvFormat::kF16 ? f16.get() : kv == KvFormat::kQ8 ? q8.get() : f32.get();
 }
 
@@ -141,7 +144,7 @@ void CheckMixedStep(Model* model) {
 }
 
 TEST(EngineModel, MixedStepRowsEqualSingleSequenceRows) {
-  for (KvFormat kv : {KvFormat::kF32, KvFormat::kQ8}) {
+  for (KvFormat kv : {KvFormat::kF32, KvFormat::kQ8, RotatedKv(8, 4)}) {
     SCOPED_TRACE(KvFormatName(kv));
     Model* model = SharedModel(kv);
     ASSERT_NE(model, nullptr);
@@ -204,9 +207,12 @@ void CheckConcurrentGreedy(Model* model) {
 }
 
 TEST(EngineModel, ConcurrentGreedyEqualsAloneUnderPreemption) {
-  for (int config = 0; config < 4; ++config) {
-    // f32 pages, f16 pages, f16 pages with the packed bf16 matmuls, q8 pages.
-    const KvFormat kv = config == 0 ? KvFormat::kF32 : config == 3 ? KvFormat::kQ8 : KvFormat::kF16;
+  for (int config = 0; config < 5; ++config) {
+    // f32 pages, f16 pages, f16 pages with the packed bf16 matmuls, q8 pages, rotated 8/4 pages.
+    const KvFormat kv = config == 0   ? KvFormat::kF32
+                        : config == 3 ? KvFormat::kQ8
+                        : config == 4 ? RotatedKv(8, 4)
+                                      : KvFormat::kF16;
     const bool bf16 = config == 2;
     if (bf16 && !CpuHasAvx512Bf16()) continue;
     SCOPED_TRACE(KvFormatName(kv) + (bf16 ? " bf16" : ""));
@@ -259,7 +265,7 @@ void CheckStoredPrefix(Model* model, bool host) {
 // Kept in a slot, or pushed to host memory and copied back: every page format's keys, values and
 // scales come back as they were.
 TEST(EngineModel, StoredPrefixGivesColdTokensAndReadsOnlyTheRest) {
-  for (KvFormat kv : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8}) {
+  for (KvFormat kv : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8, RotatedKv(8, 4)}) {
     for (bool host : {false, true}) {
       SCOPED_TRACE(KvFormatName(kv) + (host ? " host" : " slot"));
       Model* model = SharedModel(kv);

@@ -782,7 +782,8 @@ TEST_F(CpuBackendTest, AttentionMatchesReference) {
 
 // The attention over rotated pages that KvWrite filled against the float32 attention over the
 // keys and values as given, within a bound the codes' steps give. Each rotated element reads back
-// within step / 2, so (R orthogonal) a vector within e = sqrt(head_dim) * step / 2 in L2. A
+// within step / 2, or within what its range clipped (an element past [lo, lo + step * levels]),
+// so (R orthogonal) a vector within e = sqrt(head_dim) * that in L2. A
 // score then moves by at most d = scale * |q| * e_k, each softmax weight by a factor within
 // [exp(-2d), exp(2d)], and the output (per head, L2) by at most
 //   max_t e_v(t) + (exp(2 d_max) - 1) * max_t |v_t|.
@@ -857,11 +858,25 @@ TEST_F(CpuBackendTest, AttentionOverRotatedPagesIsWithinTheirSteps) {
                 (int64_t{codes.pages[q_slots[r] * max_pages + pos / kPage]} * kPage + pos % kPage) *
                     s.kv_heads +
                 kvh;
-            const double root = std::sqrt(static_cast<double>(s.head_dim)) / 2;
-            key_error = std::max(key_error, root * codes.key_scales[2 * vec]);
-            value_error = std::max(value_error, root * codes.value_scales[2 * vec]);
+            const int64_t row = (q_slots[r] * context + pos) * width + kvh * s.head_dim;
+            // The largest error of an element of the rotated vector x.
+            auto element_error = [&](const float* x, const float* step_min, int bits) {
+              std::vector<float> y(x, x + s.head_dim);
+              kv::Rotate(y.data(), s.head_dim);
+              const double lo = step_min[1], hi = lo + double{step_min[0]} * ((1 << bits) - 1);
+              double e = step_min[0] / 2.0;
+              for (float yi : y) e = std::max({e, lo - yi, yi - hi});
+              return e * 1.0001;  // (y rotated in float32)
+            };
+            const double root = std::sqrt(static_cast<double>(s.head_dim));
+            key_error =
+                std::max(key_error, root * element_error(k.data() + row, &codes.key_scales[2 * vec],
+                                                         KvKeyBits(format)));
+            value_error = std::max(
+                value_error, root * element_error(v.data() + row, &codes.value_scales[2 * vec],
+                                                  KvValueBits(format)));
             double norm = 0.0;
-            const float* vv = v.data() + (q_slots[r] * context + pos) * width + kvh * s.head_dim;
+            const float* vv = v.data() + row;
             for (int i = 0; i < s.head_dim; ++i) norm += double{vv[i]} * vv[i];
             value_norm = std::max(value_norm, std::sqrt(norm));
           }

@@ -31,17 +31,14 @@ TEST(KvChoiceTest, ParsesBitsAndAliases) {
   struct Case {
     const char* text;
     int keys, values;
-    bool q8;
   };
-  for (Case c : {Case{"32", 32, 32, false}, Case{"16", 16, 16, false}, Case{"8", 8, 8, false},
-                 Case{"4", 4, 4, false}, Case{"2", 2, 2, false}, Case{"8/4", 8, 4, false},
-                 Case{"16/8", 16, 8, false}, Case{"4/2", 4, 2, false}, Case{"f32", 32, 32, false},
-                 Case{"f16", 16, 16, false}, Case{"q8", 8, 8, true}}) {
+  for (Case c : {Case{"32", 32, 32}, Case{"16", 16, 16}, Case{"8", 8, 8}, Case{"4", 4, 4},
+                 Case{"2", 2, 2}, Case{"8/4", 8, 4}, Case{"16/8", 16, 8}, Case{"4/2", 4, 2},
+                 Case{"f32", 32, 32}, Case{"f16", 16, 16}, Case{"q8", 8, 8}}) {
     auto bits = ParseKvBits(c.text);
     ASSERT_TRUE(bits.ok()) << c.text << ": " << bits.status().message();
     EXPECT_EQ(bits->keys, c.keys) << c.text;
     EXPECT_EQ(bits->values, c.values) << c.text;
-    EXPECT_EQ(bits->q8, c.q8) << c.text;
   }
 }
 
@@ -60,7 +57,6 @@ TEST(KvChoiceTest, RefusesWhatIsNotBits) {
 TEST(KvChoiceTest, FormatsThatStoreTheBits) {
   EXPECT_EQ(KvFormatOf({32, 32}), KvFormat::kF32);
   EXPECT_EQ(KvFormatOf({16, 16}), KvFormat::kF16);
-  EXPECT_EQ(KvFormatOf({8, 8, true}), KvFormat::kQ8);
   // 8, 4 and 2 bits: the rotated pages, keys and values each their own bits; q8 is not them.
   for (int keys : {8, 4, 2}) {
     for (int values : {8, 4, 2}) {
@@ -152,7 +148,7 @@ TEST(KvChoiceTest, ChoosesOnTheCpu) {
   EXPECT_EQ(*choose("f32"), KvFormat::kF32);
   EXPECT_EQ(*choose("16"), KvFormat::kF16);
   EXPECT_EQ(*choose("f16"), KvFormat::kF16);
-  EXPECT_EQ(*choose("q8"), KvFormat::kQ8);
+  EXPECT_EQ(*choose("q8"), RotatedKv(8, 8));  // the alias of 8
   EXPECT_EQ(*choose("8"), RotatedKv(8, 8));
   EXPECT_EQ(*choose("4"), RotatedKv(4, 4));
   EXPECT_EQ(*choose("2"), RotatedKv(2, 2));
@@ -180,8 +176,7 @@ TEST(KvChoiceTest, ChoosesOnABackendOfSixteenBitPages) {
   auto q8 = ChooseKvFormat("q8", gpu);
   ASSERT_FALSE(q8.ok());
   EXPECT_EQ(q8.status().message(),
-            "--kv q8: q8 KV pages do not run on test-gpu; it takes --kv 32 "
-            "(f32), 16 (f16)");
+            "--kv q8: 8-bit KV pages do not run on test-gpu; it takes --kv 32 (f32), 16 (f16)");
   auto eight = ChooseKvFormat("8/4", gpu);
   ASSERT_FALSE(eight.ok());
   EXPECT_EQ(eight.status().message(),
