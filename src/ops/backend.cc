@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "ops/kv_codes.h"
 
 namespace gizllm {
 namespace {
@@ -20,20 +21,13 @@ std::vector<KvFormat> AllKvFormats() {
   return all;
 }
 
-namespace {
-int64_t VectorBytes(int bits, int head_dim) {
-  return bits >= 8 ? static_cast<int64_t>(head_dim) * bits / 8
-                   : (static_cast<int64_t>(head_dim) * bits + 7) / 8;
-}
-}  // namespace
-
 int KvFormatBytes(KvFormat f) {
   CHECK(!IsRotatedKv(f));
   return f == KvFormat::kF32 ? 4 : f == KvFormat::kF16 ? 2 : 1;
 }
 
-int64_t KvKeyBytes(KvFormat f, int head_dim) { return VectorBytes(KvKeyBits(f), head_dim); }
-int64_t KvValueBytes(KvFormat f, int head_dim) { return VectorBytes(KvValueBits(f), head_dim); }
+int64_t KvKeyBytes(KvFormat f, int head_dim) { return kv::CodeBytes(KvKeyBits(f), head_dim); }
+int64_t KvValueBytes(KvFormat f, int head_dim) { return kv::CodeBytes(KvValueBits(f), head_dim); }
 
 int KvFormatScaleBytes(KvFormat f) { return f == KvFormat::kQ8 ? 4 : IsRotatedKv(f) ? 8 : 0; }
 

@@ -88,6 +88,9 @@ GZ_KV_FN void Unrotate(float* v, int head_dim) {
   }
 }
 
+// Bytes of a vector of n codes of `bits`.
+GZ_KV_FN int64_t CodeBytes(int bits, int n) { return (static_cast<int64_t>(n) * bits + 7) / 8; }
+
 // Whether x is neither NaN nor an infinity (IEEE arithmetic, on the host and the device).
 GZ_KV_FN bool Finite(float x) { return x - x == 0.0f; }
 
@@ -129,8 +132,7 @@ GZ_KV_FN void Quantize(const float* y, int n, int bits, uint8_t* codes, float* s
     }
   }
   lo = middle - best_shrink * half;
-  const float step =
-      finite ? 2.0f * best_shrink * half / static_cast<float>(levels) : __builtin_nanf("");
+  const float step = finite ? 2.0f * best_shrink * half / static_cast<float>(levels) : nanf("");
   const float inv = finite && step > 0.0f ? 1.0f / step : 0.0f;
   const int bytes = (n * bits + 7) / 8;
   for (int j = 0; j < bytes; ++j) codes[j] = 0;
@@ -145,7 +147,7 @@ GZ_KV_FN void Quantize(const float* y, int n, int bits, uint8_t* codes, float* s
     }
   }
   step_min[0] = step;
-  step_min[1] = finite ? lo : __builtin_nanf("");
+  step_min[1] = finite ? lo : nanf("");
 }
 
 }  // namespace gizllm::kv

@@ -168,8 +168,10 @@ class CudaBackend : public Backend {
   // nothing here: keys and values (outputs of norms and of projections of modest size) stay far
   // inside +-65504 (beyond it a value saturates). It is also the CPU's 16-bit format and the
   // tensor-core kernel's operand type, so a prompt's keys reach the tensor cores as stored.
+  // Rotated pages (8, 4 and 2 bits, ops/kv_codes.h): a write kernel and an attention kernel of
+  // their own (attention_codes.cu; no tensor cores, no split of long contexts yet). q8 has none.
   bool SupportsKvFormat(KvFormat f) const override {
-    return f == KvFormat::kF32 || f == KvFormat::kF16;
+    return f == KvFormat::kF32 || f == KvFormat::kF16 || IsRotatedKv(f);
   }
   // fp16 pages by default: half the bytes a decode step reads and twice the positions a budget
   // holds; exact mode (float32 activations everywhere) keeps float32 pages.
@@ -195,6 +197,7 @@ class CudaBackend : public Backend {
   void KvWrite(const KvWriteParams& p) override {
     auto trace = Trace("kv_write");
     ForgetHandOffs();
+    if (IsRotatedKv(p.cache.format)) return cuda::LaunchRotatedKvWrite(p, stream_);
     cuda::LaunchKvWrite(p, stream_);
   }
   void Attention(const AttentionParams& p) override {
@@ -203,6 +206,7 @@ class CudaBackend : public Backend {
     // reading the fp16 copy of the keys RopeKv wrote just before for these rows where it did.
     const StepKv kv = step_kv_;
     ForgetHandOffs();
+    if (IsRotatedKv(p.cache.format)) return cuda::LaunchRotatedAttention(p, stream_);
     const bool same_step = kv.rows > 0 && kv.rows == p.rows && kv.keys == p.cache.keys &&
                            kv.slots == p.slots && kv.positions == p.positions;
     cuda::LaunchAttention(p, sm_count_, &attention_scratch_, stream_,
@@ -287,6 +291,11 @@ class CudaBackend : public Backend {
     // values for the tensor-core attention that follows (StepKv). fp16 pages are read as they
     // are.
     ForgetHandOffs();
+    if (IsRotatedKv(p.kv.cache.format)) {
+      cuda::LaunchRope(p.q, stream_);
+      cuda::LaunchRope(p.k, stream_);
+      return cuda::LaunchRotatedKvWrite(p.kv, stream_);
+    }
     if (!options_.exact && p.kv.rows > 1 && p.kv.head_dim % 8 == 0 &&
         p.kv.cache.format == KvFormat::kF32) {
       const size_t n = static_cast<size_t>(p.kv.rows) * p.kv.kv_heads * p.kv.head_dim;

@@ -143,6 +143,12 @@ void LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream);
 // instead of converting the float32 pages (fp16 pages need no copy).
 void LaunchRopeKv(const RopeKvParams& p, cudaStream_t stream, void* k16 = nullptr,
                   void* v16 = nullptr);
+// Rotated KV pages (attention_codes.cu): the write of each key and value vector as codes, and the
+// attention that reads them (every row, decode and prompt pieces alike). Supported: head_dim a
+// multiple of 8 up to 256.
+bool RotatedAttentionSupported(int heads, int kv_heads, int head_dim);
+void LaunchRotatedKvWrite(const KvWriteParams& p, cudaStream_t stream);
+void LaunchRotatedAttention(const AttentionParams& p, cudaStream_t stream);
 // With out_bf16 ([n] bf16), the result rounded to bf16 there too.
 void LaunchGlu(const GluParams& p, cudaStream_t stream, void* out_bf16 = nullptr);
 void LaunchSoftcap(const SoftcapParams& p, cudaStream_t stream);

@@ -48,10 +48,10 @@ void CheckAttentionIn(bool exact, int heads, int kv_heads, int head_dim, int32_t
                       const std::vector<Piece>& pieces, uint32_t seed, bool through_rope_kv = false,
                       float softcap = 0.0f, KvFormat kv = KvFormat::kF32) {
   SCOPED_TRACE(std::string(exact ? "exact" : "fast") + (through_rope_kv ? " rope-kv" : "") +
-               " pages " + KvFormatName(kv) +
-               " heads " + std::to_string(heads) + "/" + std::to_string(kv_heads) + " dim " +
-               std::to_string(head_dim) + " window " + std::to_string(window) + " softcap " +
-               std::to_string(softcap) + " seed " + std::to_string(seed));
+               " pages " + KvFormatName(kv) + " heads " + std::to_string(heads) + "/" +
+               std::to_string(kv_heads) + " dim " + std::to_string(head_dim) + " window " +
+               std::to_string(window) + " softcap " + std::to_string(softcap) + " seed " +
+               std::to_string(seed));
   auto backend = MakeBackend(exact);
   std::mt19937 rng(seed);
   int32_t slots = 0, longest = 0;
@@ -448,14 +448,14 @@ TEST(CudaAttentionTest, F16PagesSoftcap) {
                         seed + 2, false, 3.0f);
       CheckF16Attention(exact, heads, kv_heads, head_dim, 0, {{0, 0, 300}, {1, 5, 1}}, seed + 3,
                         true, 3.0f);
-      CheckF16Attention(exact, heads, kv_heads, head_dim, 100, {{0, 250, 90}, {1, 40, 1}},
-                        seed + 4, false, 3.0f);
+      CheckF16Attention(exact, heads, kv_heads, head_dim, 100, {{0, 250, 90}, {1, 40, 1}}, seed + 4,
+                        false, 3.0f);
     }
   }
 }
 
-// The CUDA backend takes float32 and fp16 pages, and no other format (8-bit pages have no CUDA
-// kernel): Model::Load refuses those.
+// The CUDA backend takes float32, fp16 and rotated pages (cuda_kv_codes_test.cc), not the
+// unrotated q8 ones: Model::Load refuses those.
 TEST(CudaAttentionTest, PageFormats) {
   GZ_SKIP_WITHOUT_CUDA();
   auto backend = MakeBackend(false);
@@ -464,18 +464,19 @@ TEST(CudaAttentionTest, PageFormats) {
   EXPECT_FALSE(backend->SupportsKvFormat(KvFormat::kQ8));
   EXPECT_EQ(backend->DefaultKvFormat(), KvFormat::kF16);
   EXPECT_EQ(MakeBackend(true)->DefaultKvFormat(), KvFormat::kF32);
-  // `--kv` on this backend: 16 and 32 bits; q8 and the bits not implemented yet refused, the
-  // message naming the flag and the device.
+  // `--kv` on this backend: 32, 16, 8, 4 and 2 bits; pages that mix floats and codes refused,
+  // the message naming the flag.
   EXPECT_EQ(*ChooseKvFormat("auto", *backend), KvFormat::kF16);
   EXPECT_EQ(*ChooseKvFormat("16", *backend), KvFormat::kF16);
   EXPECT_EQ(*ChooseKvFormat("f32", *backend), KvFormat::kF32);
-  for (const char* text : {"q8", "8", "8/4", "4", "2"}) {
+  EXPECT_EQ(*ChooseKvFormat("4", *backend), RotatedKv(4, 4));
+  for (const char* text : {"16/8", "32/16"}) {
     auto format = ChooseKvFormat(text, *backend);
     ASSERT_FALSE(format.ok()) << text;
     EXPECT_EQ(format.status().code(), StatusCode::kUnimplemented);
     EXPECT_NE(format.status().message().find("--kv " + std::string(text) + ": "),
               std::string::npos);
-    EXPECT_NE(format.status().message().find("cuda ("), std::string::npos)
+    EXPECT_NE(format.status().message().find("do not mix floats and codes"), std::string::npos)
         << format.status().message();
   }
 }

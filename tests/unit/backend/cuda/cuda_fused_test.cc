@@ -207,7 +207,7 @@ void CheckFused(Backend* backend, std::mt19937& rng, Format format, End end, int
   if (swiglu) {
     std::vector<float> want(products[0].size());
     ReferenceGlu(GluParams{want.data(), products[0].data(), products[1].data(),
-                                 static_cast<int64_t>(want.size())});
+                           static_cast<int64_t>(want.size())});
     EXPECT_LT(RelativeError(outs[0]->Read(), want), tolerance);
   } else if (accumulate) {
     std::vector<float> want = outs[0]->host();

@@ -180,9 +180,8 @@ TEST(CudaQuantTest, MixedQuantizedAndPlainOutputs) {
 // H200), three rows run them after the product.
 void CheckQuantEnds(Backend* backend, std::mt19937& rng, const QuantCase& qc, bool swiglu,
                     bool norm, int64_t rows, int64_t n, int64_t cols, bool bias) {
-  SCOPED_TRACE(Name(qc) + (swiglu ? " swiglu" : " accumulate") + (norm ? " norm" : "") +
-               " rows " + std::to_string(rows) + " n " + std::to_string(n) +
-               (bias ? " bias" : ""));
+  SCOPED_TRACE(Name(qc) + (swiglu ? " swiglu" : " accumulate") + (norm ? " norm" : "") + " rows " +
+               std::to_string(rows) + " n " + std::to_string(n) + (bias ? " bias" : ""));
   const int outputs = swiglu ? 2 : 1;
   DeviceArray<float> x(backend, RandomFloats(rng, rows * cols, 2.0f));
   DeviceArray<float> gamma(backend, RandomFloats(rng, cols));
@@ -241,8 +240,7 @@ void CheckQuantEnds(Backend* backend, std::mt19937& rng, const QuantCase& qc, bo
   }
   std::vector<float> want = out.host();
   if (swiglu) {
-    ReferenceGlu(
-        GluParams{want.data(), products[0].data(), products[1].data(), rows * n});
+    ReferenceGlu(GluParams{want.data(), products[0].data(), products[1].data(), rows * n});
   } else {
     ReferenceAdd(AddParams{want.data(), products[0].data(), rows * n});
   }

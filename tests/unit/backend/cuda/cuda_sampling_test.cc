@@ -48,10 +48,10 @@ TEST(CudaSample, PicksTheHostSamplersToken) {
   ASSERT_TRUE(backend);
   ASSERT_TRUE(backend->CanSample());
   const std::vector<Case> cases = {
-      {0.0f, 0, 1.0f, 0.0f},    {1.0f, 0, 1.0f, 0.0f},    {0.7f, 40, 1.0f, 0.0f},
-      {0.8f, 0, 0.9f, 0.0f},    {1.2f, 0, 1.0f, 0.05f},   {0.6f, 20, 0.95f, 0.02f},
-      {1.0f, 1, 1.0f, 0.0f},    {1.0f, 0, 0.05f, 0.0f},   {2.0f, 1000, 0.5f, 0.0f},
-      {0.3f, 3, 0.99f, 0.1f},   {1.0f, 0, 1.0f, 1.0f},    {0.9f, 100000, 0.8f, 0.0f},
+      {0.0f, 0, 1.0f, 0.0f},  {1.0f, 0, 1.0f, 0.0f},  {0.7f, 40, 1.0f, 0.0f},
+      {0.8f, 0, 0.9f, 0.0f},  {1.2f, 0, 1.0f, 0.05f}, {0.6f, 20, 0.95f, 0.02f},
+      {1.0f, 1, 1.0f, 0.0f},  {1.0f, 0, 0.05f, 0.0f}, {2.0f, 1000, 0.5f, 0.0f},
+      {0.3f, 3, 0.99f, 0.1f}, {1.0f, 0, 1.0f, 1.0f},  {0.9f, 100000, 0.8f, 0.0f},
   };
   std::mt19937 rng(20261130);
   int checked = 0, non_greedy_differs = 0;
@@ -87,13 +87,12 @@ TEST(CudaSample, PicksTheHostSamplersToken) {
           s.top_p = params[r].top_p;
           s.min_p = params[r].min_p;
           const std::vector<int32_t> output(params[r].index, 0);
-          const int32_t want =
-              sampler.Sample(std::span<const float>(&logits[r * vocab], vocab), s,
-                             params[r].seed, {}, output, nullptr);
-          EXPECT_EQ(got[r], want) << "vocab " << vocab << " ties " << ties << " masked "
-                                  << masked << " row " << r << " (temperature "
-                                  << s.temperature << ", top_k " << s.top_k << ", top_p "
-                                  << s.top_p << ", min_p " << s.min_p << ")";
+          const int32_t want = sampler.Sample(std::span<const float>(&logits[r * vocab], vocab), s,
+                                              params[r].seed, {}, output, nullptr);
+          EXPECT_EQ(got[r], want) << "vocab " << vocab << " ties " << ties << " masked " << masked
+                                  << " row " << r << " (temperature " << s.temperature << ", top_k "
+                                  << s.top_k << ", top_p " << s.top_p << ", min_p " << s.min_p
+                                  << ")";
           ++checked;
           // Guard against a sampler that always returns the argmax.
           if (s.temperature >= 1.0f && s.top_k != 1 && s.min_p < 1.0f) {

@@ -1,0 +1,221 @@
+// KV write and attention over rotated KV pages (ops/kv_codes.h) on CUDA.
+//
+// The write: a thread per key or value vector (row, kv head), which rotates and codes it with the
+// same functions as the CPU (ops/kv_codes.h), in its own registers and local memory. A decode step
+// writes a few hundred vectors; a prompt of 2,048 rows over 8 kv heads 32,768, each a few thousand
+// operations: correct and simple rather than fast.
+//
+// The attention: a block per (row, kv head), every row alike (decode and prompt pieces), reading
+// the codes where they lie. The block's query heads are rotated once into shared memory; its
+// warps take the positions in turn (warp w: first + w, first + w + kWarps, ...), a lane the
+// elements lane, lane + 32, ... of each, with an online softmax per warp and query head; the
+// warps' sums are combined at the end and rotated back. Values are summed as step-weighted
+// centered codes plus a weighted sum of the vectors' mid values (attention_codes.cc on the CPU
+// does the same). No split of a long context over blocks and no tensor cores: the prompt path
+// reads every key once per row.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "backend/cuda/kernels.cuh"
+#include "ops/kv_codes.h"
+
+namespace gizllm::cuda {
+namespace {
+
+constexpr int kMaxHeadDim = 256;
+constexpr int kWarps = 4;
+
+__device__ __forceinline__ void Prologue() {
+  AllowDependentLaunch();
+  WaitForPriorGrid();
+}
+
+// Thread i: vector i / 2 of the rows' (row, kv head) vectors, its key (i even) or value (odd).
+__global__ void RotatedKvWriteKernel(KvWriteParams p) {
+  Prologue();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= 2 * p.rows * p.kv_heads) return;
+  const bool keys = i % 2 == 0;
+  const int64_t item = i / 2;  // row * kv_heads + kv head
+  const int64_t r = item / p.kv_heads;
+  const int32_t pos = p.positions[r];
+  const int64_t page =
+      p.table.pages[static_cast<int64_t>(p.slots[r]) * p.table.max_pages + pos / kPage];
+  const int64_t vector = (page * kPage + pos % kPage) * p.kv_heads + item % p.kv_heads;
+  const int hd = p.head_dim;
+  float y[kMaxHeadDim];
+  const float* x = (keys ? p.k : p.v) + item * hd;
+  for (int e = 0; e < hd; ++e) y[e] = x[e];
+  kv::Rotate(y, hd);
+  const KvFormat f = p.cache.format;
+  const int64_t bytes = kv::CodeBytes(keys ? KvKeyBits(f) : KvValueBits(f), hd);
+  kv::Quantize(y, hd, keys ? KvKeyBits(f) : KvValueBits(f),
+               static_cast<uint8_t*>(keys ? p.cache.keys : p.cache.values) + vector * bytes,
+               (keys ? p.cache.key_scales : p.cache.value_scales) + 2 * vector);
+}
+
+// Centered code e of a vector of `bits` codes: c - 2^(bits - 1).
+__device__ __forceinline__ float CenteredCode(const uint8_t* codes, int e, int bits) {
+  return static_cast<float>(kv::Code(codes, e, bits) - (1 << (bits - 1)));
+}
+
+// Shared memory (floats): q [group, hd] (rotated, scaled; at the end the output before its
+// rotation back), q_sum [group], acc [kWarps, group, hd], and per warp and head the running max,
+// total and mid sum [kWarps, group] each.
+__global__ void RotatedAttentionKernel(AttentionParams p) {
+  Prologue();
+  extern __shared__ float shared[];
+  const int group = p.heads / p.kv_heads;
+  const int hd = p.head_dim;
+  float* q = shared;
+  float* q_sum = q + group * hd;
+  float* acc = q_sum + group;
+  float* max_score = acc + kWarps * group * hd;
+  float* total = max_score + kWarps * group;
+  float* mid_sum = total + kWarps * group;
+  const int64_t r = blockIdx.x;
+  const int kvh = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int key_bits = KvKeyBits(p.cache.format), value_bits = KvValueBits(p.cache.format);
+  const int64_t key_bytes = kv::CodeBytes(key_bits, hd);
+  const int64_t value_bytes = kv::CodeBytes(value_bits, hd);
+
+  for (int e = threadIdx.x; e < group * hd; e += blockDim.x) {
+    q[e] = p.q[(r * p.heads + kvh * group) * hd + e];
+  }
+  for (int e = threadIdx.x; e < kWarps * group * hd; e += blockDim.x) acc[e] = 0.0f;
+  for (int e = threadIdx.x; e < kWarps * group; e += blockDim.x) {
+    max_score[e] = -INFINITY;
+    total[e] = 0.0f;
+    mid_sum[e] = 0.0f;
+  }
+  __syncthreads();
+  if (threadIdx.x < group) {
+    float* qg = q + threadIdx.x * hd;
+    kv::Rotate(qg, hd);
+    float sum = 0.0f;
+    for (int e = 0; e < hd; ++e) sum += (qg[e] *= p.scale);
+    q_sum[threadIdx.x] = sum;
+  }
+  __syncthreads();
+
+  const int32_t last = p.positions[r];
+  const int32_t first = p.window > 0 ? max(0, last - p.window + 1) : 0;
+  const int32_t* pages = p.table.pages + static_cast<int64_t>(p.slots[r]) * p.table.max_pages;
+  const auto* keys = static_cast<const uint8_t*>(p.cache.keys);
+  const auto* values = static_cast<const uint8_t*>(p.cache.values);
+  float* my_acc = acc + warp * group * hd;
+  for (int32_t pos = first + warp; pos <= last; pos += kWarps) {
+    const int64_t v =
+        (static_cast<int64_t>(pages[pos / kPage]) * kPage + pos % kPage) * p.kv_heads + kvh;
+    const uint8_t* kc = keys + v * key_bytes;
+    const float key_step = p.cache.key_scales[2 * v];
+    const float key_mid = p.cache.key_scales[2 * v + 1] + key_step * (1 << (key_bits - 1));
+    const uint8_t* vc = values + v * value_bytes;
+    const float value_step = p.cache.value_scales[2 * v];
+    const float value_mid = p.cache.value_scales[2 * v + 1] + value_step * (1 << (value_bits - 1));
+    for (int g = 0; g < group; ++g) {
+      const float* qg = q + g * hd;
+      float dot = 0.0f;
+      for (int e = lane; e < hd; e += 32) dot += qg[e] * CenteredCode(kc, e, key_bits);
+      for (int o = 16; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+      float score = key_step * dot + key_mid * q_sum[g];
+      if (p.softcap > 0.0f) score = p.softcap * tanhf(score / p.softcap);
+      // Every lane holds the same score and state; lane 0 writes the state back.
+      const int s = warp * group + g;
+      const float old_max = max_score[s];
+      const float new_max = fmaxf(old_max, score);
+      const float correction = expf(old_max - new_max);  // 0 on the first position
+      const float w = expf(score - new_max);
+      float* a = my_acc + g * hd;
+      for (int e = lane; e < hd; e += 32) {
+        a[e] = a[e] * correction + w * value_step * CenteredCode(vc, e, value_bits);
+      }
+      __syncwarp();
+      if (lane == 0) {
+        max_score[s] = new_max;
+        total[s] = total[s] * correction + w;
+        mid_sum[s] = mid_sum[s] * correction + w * value_mid;
+      }
+      __syncwarp();
+    }
+  }
+  __syncthreads();
+  // The warps' parts, over the same maximum; the output (rotated) into q.
+  for (int e = threadIdx.x; e < group * hd; e += blockDim.x) {
+    const int g = e / hd;
+    float top = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) top = fmaxf(top, max_score[w * group + g]);
+    float sum = 0.0f, out = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      const int s = w * group + g;
+      if (total[s] == 0.0f) continue;  // a warp that saw no position
+      const float c = expf(max_score[s] - top);
+      sum += c * total[s];
+      out += c * (acc[w * group * hd + e] + mid_sum[s]);
+    }
+    q[e] = out / sum;
+  }
+  __syncthreads();
+  if (threadIdx.x < group) kv::Unrotate(q + threadIdx.x * hd, hd);
+  __syncthreads();
+  for (int e = threadIdx.x; e < group * hd; e += blockDim.x) {
+    p.out[(r * p.heads + kvh * group) * hd + e] = q[e];
+  }
+}
+
+size_t SharedBytes(const AttentionParams& p) {
+  const int group = p.heads / p.kv_heads;
+  return sizeof(float) *
+         (static_cast<size_t>(group) * p.head_dim * (1 + kWarps) + group + 3 * kWarps * group);
+}
+
+}  // namespace
+
+bool RotatedAttentionSupported(int heads, int kv_heads, int head_dim) {
+  if (kv_heads <= 0 || heads % kv_heads != 0 || head_dim % 8 != 0 || head_dim > kMaxHeadDim)
+    return false;
+  AttentionParams p;
+  p.heads = heads;
+  p.kv_heads = kv_heads;
+  p.head_dim = head_dim;
+  return SharedBytes(p) <= 200 * 1024;
+}
+
+void LaunchRotatedKvWrite(const KvWriteParams& p, cudaStream_t stream) {
+  const int64_t n = 2 * p.rows * p.kv_heads;
+  if (n == 0) return;
+  if (p.head_dim > kMaxHeadDim) {
+    std::fprintf(stderr, "cuda KvWrite: rotated pages of head_dim %d have no kernel\n", p.head_dim);
+    std::abort();
+  }
+  LaunchDependent(RotatedKvWriteKernel, dim3(static_cast<unsigned>((n + 127) / 128)), dim3(128), 0,
+                  stream, p);
+  GZ_CUDA_LAUNCHED();
+}
+
+void LaunchRotatedAttention(const AttentionParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  if (!RotatedAttentionSupported(p.heads, p.kv_heads, p.head_dim)) {
+    std::fprintf(stderr,
+                 "cuda Attention: rotated pages of head_dim %d with %d heads over %d kv heads "
+                 "have no kernel\n",
+                 p.head_dim, p.heads, p.kv_heads);
+    std::abort();
+  }
+  const size_t shared = SharedBytes(p);
+  if (shared > 48 * 1024) {
+    GZ_CUDA_CHECK(cudaFuncSetAttribute(RotatedAttentionKernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(shared)));
+  }
+  LaunchDependent(RotatedAttentionKernel,
+                  dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.kv_heads)),
+                  dim3(kWarps * 32), shared, stream, p);
+  GZ_CUDA_LAUNCHED();
+}
+
+}  // namespace gizllm::cuda

@@ -1,0 +1,244 @@
+// The rotated KV pages (ops/kv_codes.h) on the CUDA backend against the CPU backend, for every bit
+// width: KvWrite's and RopeKv's codes, steps and mins, and the attention over the same codes
+// (decoding rows, prompt runs, windows, soft-capped scores, the head shapes of the supported
+// models).
+//
+// Codes: both backends rotate in float32 with the same functions, in different instruction
+// orders (the device contracts products into FMAs), so a code may differ by one where a rotated
+// element lies within float32 rounding of a midpoint between two steps, and the step and min by
+// 1e-5 of the vector's largest magnitude. Attention: the same codes on both sides, float32 sums
+// in different orders, within 1e-5 relative (the exact kernels' float32 pages are held to 1e-4
+// against a double reference).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <tuple>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/thread_pool.h"
+#include "cuda_test_util.h"
+#include "ops/kv_codes.h"
+
+namespace gizllm::testing {
+namespace {
+
+const KvFormat kFormats[] = {RotatedKv(8, 8), RotatedKv(4, 4), RotatedKv(2, 2), RotatedKv(8, 4),
+                             RotatedKv(4, 2)};
+
+// Rotated pages of `pages` pages on the host: codes and {step, min} of keys and values.
+struct HostPages {
+  std::vector<uint8_t> keys, values;
+  std::vector<float> key_scales, value_scales;
+  HostPages(KvFormat f, int32_t pages, int kv_heads, int head_dim) {
+    const int64_t vectors = int64_t{pages} * kPage * kv_heads;
+    keys.assign(vectors * KvKeyBytes(f, head_dim), 0);
+    values.assign(vectors * KvValueBytes(f, head_dim), 0);
+    key_scales.assign(2 * vectors, 0.0f);
+    value_scales.assign(2 * vectors, 0.0f);
+  }
+};
+
+// The vectors of `got` and `want` (codes of `bits`, {step, min} each) agree as the header says.
+void ExpectSameCodes(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
+                     const std::vector<float>& got_scales, const std::vector<float>& want_scales,
+                     int bits, int head_dim, const char* what) {
+  const int64_t bytes = kv::CodeBytes(bits, head_dim);
+  int differ = 0;
+  for (size_t v = 0; v < want_scales.size() / 2; ++v) {
+    const float step = want_scales[2 * v], min = want_scales[2 * v + 1];
+    const float top = std::max(std::fabs(min), std::fabs(min + step * ((1 << bits) - 1)));
+    ASSERT_NEAR(got_scales[2 * v], step, 1e-5f * top) << what << " vector " << v;
+    ASSERT_NEAR(got_scales[2 * v + 1], min, 1e-5f * top) << what << " vector " << v;
+    for (int e = 0; e < head_dim; ++e) {
+      const int d =
+          kv::Code(got.data() + v * bytes, e, bits) - kv::Code(want.data() + v * bytes, e, bits);
+      ASSERT_LE(std::abs(d), 1) << what << " vector " << v << " element " << e;
+      differ += d != 0;
+    }
+  }
+  // Off by one only now and then.
+  EXPECT_LE(differ, static_cast<int>(want.size() / 1000) + 2) << what;
+}
+
+// One step of rows (pieces of slots) written by KvWrite (or RopeKv without rotary) on both
+// backends into pages that already hold other codes, compared; then the attention of those rows
+// over the pages on both backends.
+struct Piece {
+  int32_t slot, first, count;
+};
+
+void CheckRotated(KvFormat f, int heads, int kv_heads, int head_dim, int32_t window, float softcap,
+                  const std::vector<Piece>& pieces, bool rope_kv, uint32_t seed) {
+  SCOPED_TRACE("kv " + KvFormatName(f) + " heads " + std::to_string(heads) + "/" +
+               std::to_string(kv_heads) + " dim " + std::to_string(head_dim) + " window " +
+               std::to_string(window) + " softcap " + std::to_string(softcap) +
+               (rope_kv ? " rope-kv" : " kv-write"));
+  auto cuda = MakeBackend(/*exact=*/true);
+  ASSERT_NE(cuda, nullptr);
+  ASSERT_TRUE(cuda->SupportsKvFormat(f));
+  ThreadPool pool(2);
+  auto cpu = MakeCpuBackend(&pool);
+  std::mt19937 rng(seed);
+  int32_t slots = 0, longest = 0;
+  std::vector<int32_t> row_slots, row_positions;
+  for (const Piece& piece : pieces) {
+    slots = std::max(slots, piece.slot + 1);
+    longest = std::max(longest, piece.first + piece.count);
+    for (int32_t i = 0; i < piece.count; ++i) {
+      row_slots.push_back(piece.slot);
+      row_positions.push_back(piece.first + i);
+    }
+  }
+  const int64_t rows = static_cast<int64_t>(row_slots.size());
+  const int32_t max_pages = (longest + kPage - 1) / kPage + 1;
+  const int32_t pages = slots * max_pages;
+  std::vector<int32_t> table(pages);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  // Every position of every slot first holds codes of random keys (with channel offsets, as a
+  // model's keys have) and values, written by the CPU backend; then the step's rows overwrite
+  // theirs on both.
+  HostPages host(f, pages, kv_heads, head_dim);
+  {
+    std::vector<int32_t> all_slots, all_positions;
+    for (int32_t s = 0; s < slots; ++s) {
+      for (int32_t pos = 0; pos < max_pages * kPage; ++pos) {
+        all_slots.push_back(s);
+        all_positions.push_back(pos);
+      }
+    }
+    const int64_t n = static_cast<int64_t>(all_slots.size()) * kv_heads * head_dim;
+    std::vector<float> k = RandomFloats(rng, n), v = RandomFloats(rng, n);
+    for (int64_t i = 0; i < n; ++i) k[i] += (i % head_dim) % 5 == 0 ? 2.0f : 0.0f;
+    KvWriteParams fill{.cache = {host.keys.data(), host.values.data(), f, host.key_scales.data(),
+                                 host.value_scales.data()},
+                       .table = {table.data(), max_pages},
+                       .k = k.data(),
+                       .v = v.data(),
+                       .slots = all_slots.data(),
+                       .positions = all_positions.data(),
+                       .rows = static_cast<int64_t>(all_slots.size()),
+                       .kv_heads = kv_heads,
+                       .head_dim = head_dim};
+    ASSERT_TRUE(fill.Check().ok());
+    cpu->KvWrite(fill);
+  }
+  DeviceArray<uint8_t> keys(cuda.get(), host.keys), values(cuda.get(), host.values);
+  DeviceArray<float> key_scales(cuda.get(), host.key_scales),
+      value_scales(cuda.get(), host.value_scales);
+  DeviceArray<int32_t> d_table(cuda.get(), table), d_slots(cuda.get(), row_slots),
+      d_positions(cuda.get(), row_positions);
+  const int64_t n = rows * kv_heads * head_dim;
+  DeviceArray<float> k(cuda.get(), RandomFloats(rng, n, 1.5f)), v(cuda.get(), RandomFloats(rng, n));
+  DeviceArray<float> q(cuda.get(), RandomFloats(rng, rows * heads * head_dim, 2.0f));
+  KvWriteParams write{
+      .cache = {keys.device(), values.device(), f, key_scales.device(), value_scales.device()},
+      .table = {d_table.device(), max_pages},
+      .k = k.device(),
+      .v = v.device(),
+      .slots = d_slots.device(),
+      .positions = d_positions.device(),
+      .rows = rows,
+      .kv_heads = kv_heads,
+      .head_dim = head_dim};
+  ASSERT_TRUE(write.Check().ok());
+  if (rope_kv) {
+    RopeKvParams rk;
+    rk.q = RopeParams{.x = q.device(), .rows = rows, .heads = heads, .head_dim = head_dim};
+    rk.k = RopeParams{.x = k.device(), .rows = rows, .heads = kv_heads, .head_dim = head_dim};
+    rk.kv = write;
+    ASSERT_TRUE(rk.Check().ok()) << rk.Check().message();
+    cuda->RopeKv(rk);
+  } else {
+    cuda->KvWrite(write);
+  }
+  KvWriteParams host_write = write;
+  host_write.cache = {host.keys.data(), host.values.data(), f, host.key_scales.data(),
+                      host.value_scales.data()};
+  host_write.table = {table.data(), max_pages};
+  host_write.k = k.host().data();
+  host_write.v = v.host().data();
+  host_write.slots = row_slots.data();
+  host_write.positions = row_positions.data();
+  cpu->KvWrite(host_write);
+  ExpectSameCodes(keys.Read(), host.keys, key_scales.Read(), host.key_scales, KvKeyBits(f),
+                  head_dim, "keys");
+  ExpectSameCodes(values.Read(), host.values, value_scales.Read(), host.value_scales,
+                  KvValueBits(f), head_dim, "values");
+
+  // The attention over the same codes: the host's pages to the device first.
+  DeviceArray<uint8_t> same_keys(cuda.get(), host.keys), same_values(cuda.get(), host.values);
+  DeviceArray<float> same_key_scales(cuda.get(), host.key_scales),
+      same_value_scales(cuda.get(), host.value_scales);
+  DeviceArray<float> out(cuda.get(), std::vector<float>(rows * heads * head_dim, 0.0f));
+  out.Poison();
+  AttentionParams p{.out = out.device(),
+                    .q = q.device(),
+                    .cache = {same_keys.device(), same_values.device(), f, same_key_scales.device(),
+                              same_value_scales.device()},
+                    .table = {d_table.device(), max_pages},
+                    .slots = d_slots.device(),
+                    .positions = d_positions.device(),
+                    .rows = rows,
+                    .heads = heads,
+                    .kv_heads = kv_heads,
+                    .head_dim = head_dim,
+                    .scale = 1.0f / std::sqrt(static_cast<float>(head_dim)),
+                    .window = window,
+                    .softcap = softcap};
+  ASSERT_TRUE(p.Check().ok());
+  cuda->Attention(p);
+  AttentionParams h = p;
+  h.out = out.host().data();
+  h.q = q.host().data();
+  h.cache = host_write.cache;
+  h.table = host_write.table;
+  h.slots = row_slots.data();
+  h.positions = row_positions.data();
+  cpu->Attention(h);
+  EXPECT_LT(RelativeError(out.Read(), out.host()), 1e-5);
+}
+
+// Decoding rows of several slots, and a step that mixes them with prompt runs (one mid-page, one
+// from 0, one long), over every rotated format and the supported models' head shapes.
+TEST(CudaKvCodesTest, WriteAndAttentionMatchTheCpu) {
+  GZ_SKIP_WITHOUT_CUDA();
+  const std::vector<Piece> decode = {{0, 37, 1}, {1, 200, 1}, {2, 0, 1}, {3, 16, 1}};
+  const std::vector<Piece> mixed = {{0, 37, 1}, {1, 5, 7}, {2, 0, 45}, {3, 100, 60}};
+  uint32_t seed = 1;
+  for (KvFormat f : kFormats) {
+    for (auto [heads, kv_heads, head_dim] :
+         {std::tuple{32, 8, 128}, std::tuple{6, 2, 64}, std::tuple{16, 4, 96},
+          std::tuple{8, 8, 256}, std::tuple{16, 2, 128}}) {
+      CheckRotated(f, heads, kv_heads, head_dim, 0, 0.0f, decode, false, seed++);
+      CheckRotated(f, heads, kv_heads, head_dim, 0, 0.0f, mixed, true, seed++);
+    }
+  }
+}
+
+// Sliding windows (shorter than a run, across page edges) and soft-capped scores.
+TEST(CudaKvCodesTest, WindowsAndSoftcap) {
+  GZ_SKIP_WITHOUT_CUDA();
+  const std::vector<Piece> mixed = {{0, 37, 1}, {1, 5, 30}, {2, 90, 1}};
+  uint32_t seed = 100;
+  for (KvFormat f : {RotatedKv(8, 8), RotatedKv(4, 2)}) {
+    CheckRotated(f, 8, 4, 256, 9, 0.0f, mixed, false, seed++);
+    CheckRotated(f, 4, 1, 64, 21, 0.5f, mixed, true, seed++);
+    CheckRotated(f, 8, 2, 128, 0, 30.0f, mixed, false, seed++);
+  }
+}
+
+// The CUDA backend takes the rotated formats and refuses q8's unrotated codes.
+TEST(CudaKvCodesTest, PageFormats) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(false);
+  for (KvFormat f : AllKvFormats()) {
+    EXPECT_EQ(backend->SupportsKvFormat(f), f != KvFormat::kQ8) << KvFormatName(f);
+  }
+  EXPECT_EQ(*ChooseKvFormat("8/4", *backend), RotatedKv(8, 4));
+  EXPECT_EQ(*ChooseKvFormat("q8", *backend), RotatedKv(8, 8));
+}
+
+}  // namespace
+}  // namespace gizllm::testing
