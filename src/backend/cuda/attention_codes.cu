@@ -93,12 +93,12 @@ __global__ void RotatedAttentionKernel(AttentionParams p) {
     mid_sum[e] = 0.0f;
   }
   __syncthreads();
-  if (threadIdx.x < group) {
-    float* qg = q + threadIdx.x * hd;
+  for (int g = threadIdx.x; g < group; g += blockDim.x) {
+    float* qg = q + g * hd;
     kv::Rotate(qg, hd);
     float sum = 0.0f;
     for (int e = 0; e < hd; ++e) sum += (qg[e] *= p.scale);
-    q_sum[threadIdx.x] = sum;
+    q_sum[g] = sum;
   }
   __syncthreads();
 
@@ -160,7 +160,7 @@ __global__ void RotatedAttentionKernel(AttentionParams p) {
     q[e] = out / sum;
   }
   __syncthreads();
-  if (threadIdx.x < group) kv::Unrotate(q + threadIdx.x * hd, hd);
+  for (int g = threadIdx.x; g < group; g += blockDim.x) kv::Unrotate(q + g * hd, hd);
   __syncthreads();
   for (int e = threadIdx.x; e < group * hd; e += blockDim.x) {
     p.out[(r * p.heads + kvh * group) * hd + e] = q[e];
