@@ -77,18 +77,21 @@ assert all("matmul" in s["ops"] for s in steps), steps[0]
 ' "$tmp/out" "$tmp/ops.jsonl"
 
 # The KL divergence a KV format costs: the same model with float32 pages as the base. Float16
-# pages stay far closer to it than 8-bit ones, and neither is zero (the rounding happens).
+# pages stay far closer to it than 8-bit ones, each of the rotated formats costs more as it has
+# fewer bits, and none is zero (the rounding happens).
 head -n 8 models/tiny-chat/heldout.jsonl > "$tmp/held.jsonl"
-for kv in f16 q8; do
-  expect_ok perplexity-kv-$kv $gz perplexity --exact --kv $kv --base-kv f32 -f "$tmp/held.jsonl" \
-    --max-tokens 128
-  grep -oE "^kl +[0-9.e-]+" "$tmp/out" | awk '{print $2}' > "$tmp/kl-$kv"
+for kv in f16 8 8/4 4 2; do
+  name=${kv/\//-}
+  expect_ok perplexity-kv-$name $gz perplexity --exact --kv $kv --base-kv f32 \
+    -f "$tmp/held.jsonl" --max-tokens 128
+  grep -oE "^kl +[0-9.e-]+" "$tmp/out" | awk '{print $2}' > "$tmp/kl-$name"
 done
 check perplexity-kv-order python3 -c '
 import sys
-f16, q8 = (float(open(p).read()) for p in sys.argv[1:])
-assert 0 < f16 < q8 / 20 and q8 < 0.01, (f16, q8)
-' "$tmp/kl-f16" "$tmp/kl-q8"
+f16, k8, k84, k4, k2 = (float(open(p).read()) for p in sys.argv[1:])
+assert 0 < f16 < k8 / 20 and k8 < 0.01, (f16, k8)
+assert k8 < k84 < k4 < k2, (k8, k84, k4, k2)
+' "$tmp/kl-f16" "$tmp/kl-8" "$tmp/kl-8-4" "$tmp/kl-4" "$tmp/kl-2"
 expect_fail perplexity-bad-base-kv "--base-kv: f8 is not a KV format" \
   $gz perplexity --base-kv f8 -f "$tmp/held.jsonl"
 
