@@ -425,7 +425,7 @@ void DecodeAttention(Backend& b, int rows, int context, int reps, KvFormat forma
     t = BestSeconds(reps, call);
   }
   const double bytes =
-      2.0 * rows * (context + 1) * kKvHeads * (kHeadDim * bytes_per + KvFormatScaleBytes(format));
+      2.0 * rows * (context + 1) * kKvHeads * (kHeadDim * bytes_per + KvFormatScaleBytes(format, kHeadDim));
   std::printf(
       "decode attention of one layer, %d sequences at position %d, %s pages%s: %.1f us, %.2f MB "
       "of KV at %.1f GB/s\n",

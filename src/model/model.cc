@@ -269,7 +269,7 @@ Status Model::AllocatePages(int32_t pages) {
     const int64_t value_part =
         static_cast<int64_t>(pages) * kPage * c.kv_heads * KvValueBytes(c.format, c.head_dim);
     const int64_t scales =
-        static_cast<int64_t>(pages) * kPage * c.kv_heads * KvFormatScaleBytes(c.format);
+        static_cast<int64_t>(pages) * kPage * c.kv_heads * KvFormatScaleBytes(c.format, c.head_dim);
     KvLayer& kv = impl.layers[l].attention.kv;
     kv.format = c.format;
     kv.keys = at;
@@ -625,7 +625,7 @@ Status Model::CopyPage(int32_t page, void* host, bool to_host) {
     const CacheSpec& c = caches_[l];
     if (c.kind != LayerKind::kAttention) continue;
     const KvLayer& kv = impl_->layers[l].attention.kv;
-    const int64_t scale = static_cast<int64_t>(kPage) * c.kv_heads * KvFormatScaleBytes(c.format);
+    const int64_t scale = static_cast<int64_t>(kPage) * c.kv_heads * KvFormatScaleBytes(c.format, c.head_dim);
     copy(kv.keys, static_cast<int64_t>(kPage) * c.kv_heads * KvKeyBytes(c.format, c.head_dim));
     copy(kv.values, static_cast<int64_t>(kPage) * c.kv_heads * KvValueBytes(c.format, c.head_dim));
     if (scale > 0) {

@@ -38,7 +38,7 @@ struct CacheSpec {
     if (kind != LayerKind::kAttention) return 0;
     return static_cast<int64_t>(kPage) * kv_heads *
            (KvKeyBytes(format, head_dim) + KvValueBytes(format, head_dim) +
-            2 * KvFormatScaleBytes(format));
+            2 * KvFormatScaleBytes(format, head_dim));
   }
   // Bytes of one slot's state; 0 for an attention layer.
   int64_t SlotStateBytes() const {

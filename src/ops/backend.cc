@@ -29,7 +29,9 @@ int KvFormatBytes(KvFormat f) {
 int64_t KvKeyBytes(KvFormat f, int head_dim) { return kv::CodeBytes(KvKeyBits(f), head_dim); }
 int64_t KvValueBytes(KvFormat f, int head_dim) { return kv::CodeBytes(KvValueBits(f), head_dim); }
 
-int KvFormatScaleBytes(KvFormat f) { return f == KvFormat::kQ8 ? 4 : IsRotatedKv(f) ? 8 : 0; }
+int KvFormatScaleBytes(KvFormat f, int head_dim) {
+  return f == KvFormat::kQ8 ? 4 : IsRotatedKv(f) ? 8 * kv::Groups(head_dim) : 0;
+}
 
 std::string KvFormatName(KvFormat f) {
   if (IsRotatedKv(f)) {
@@ -187,7 +189,7 @@ Status RopeParams::Check() const {
 
 Status KvWriteParams::Check() const {
   if (!cache.keys || !cache.values) return Bad("KvWrite", "cache", "null");
-  if (KvFormatScaleBytes(cache.format) > 0 && (!cache.key_scales || !cache.value_scales))
+  if (KvFormatScaleBytes(cache.format, head_dim) > 0 && (!cache.key_scales || !cache.value_scales))
     return Bad("KvWrite", "cache", "q8 or rotated pages without scales");
   if (IsRotatedKv(cache.format) && head_dim % 8 != 0)
     return Bad("KvWrite", "head_dim", "rotated pages need a multiple of 8");
@@ -200,7 +202,7 @@ Status KvWriteParams::Check() const {
 Status AttentionParams::Check() const {
   if (!out || !q) return Bad("Attention", "out/q", "null");
   if (!cache.keys || !cache.values) return Bad("Attention", "cache", "null");
-  if (KvFormatScaleBytes(cache.format) > 0 && (!cache.key_scales || !cache.value_scales))
+  if (KvFormatScaleBytes(cache.format, head_dim) > 0 && (!cache.key_scales || !cache.value_scales))
     return Bad("Attention", "cache", "q8 or rotated pages without scales");
   if (IsRotatedKv(cache.format) && head_dim % 8 != 0)
     return Bad("Attention", "head_dim", "rotated pages need a multiple of 8");

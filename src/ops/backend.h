@@ -124,8 +124,9 @@ int KvFormatBytes(KvFormat f);
 int64_t KvKeyBytes(KvFormat f, int head_dim);
 int64_t KvValueBytes(KvFormat f, int head_dim);
 // Bytes of the scales of one position's key (or value) vector of one kv head: 4 (q8: the
-// scale), 8 (rotated: the step and the smallest element, float32 each) or 0.
-int KvFormatScaleBytes(KvFormat f);
+// scale), 8 per code group (rotated: the step and the range's low end, float32 each, per
+// kv::GroupSize channels) or 0.
+int KvFormatScaleBytes(KvFormat f, int head_dim);
 // "f32", "f16", "q8"; rotated: "8", "4", "2" when keys and values agree, else "8/4".
 std::string KvFormatName(KvFormat f);
 
@@ -171,7 +172,9 @@ struct KvLayer {
   void* keys = nullptr;
   void* values = nullptr;  // as keys, of KvValueBytes
   KvFormat format = KvFormat::kF32;
-  float* key_scales = nullptr;    // kQ8: [pages, kPage, kv_heads]; rotated: [..., 2] step, min
+  // kQ8: [pages, kPage, kv_heads]; rotated: [pages, kPage, kv_heads, kv::Groups(head_dim), 2]
+  // (step, min).
+  float* key_scales = nullptr;
   float* value_scales = nullptr;  // as key_scales
   float* keys_f32() const { return static_cast<float*>(keys); }
   float* values_f32() const { return static_cast<float*>(values); }

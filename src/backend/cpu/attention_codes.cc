@@ -71,24 +71,28 @@ void AttentionTask(const AttentionParams& p, int64_t r, int kvh, std::vector<flo
   const int hd = p.head_dim;
   const int64_t key_bytes = KvKeyBytes(p.cache.format, hd);
   const int64_t value_bytes = KvValueBytes(p.cache.format, hd);
-  scratch.resize(static_cast<size_t>(group) * (2 * hd + kPage + 4));
-  float* q = scratch.data();         // [group, hd]: rotated, times the scale
-  float* acc = q + group * hd;       // [group, hd]: sum of w * step * codes
-  float* s = acc + group * hd;       // [group, kPage]: a page's scores, then weights
-  float* q_sum = s + group * kPage;  // [group]
-  float* max_score = q_sum + group;  // [group]
-  float* total = max_score + group;  // [group]
-  float* mid_sum = total + group;    // [group]: sum of w * mid
+  // Code groups of a vector: `parts` of `part` channels, each with its step and min.
+  const int part = kv::GroupSize(hd), parts = kv::Groups(hd);
+  scratch.resize(static_cast<size_t>(group) * (2 * hd + kPage + 2 + 2 * parts));
+  float* q = scratch.data();                   // [group, hd]: rotated, times the scale
+  float* acc = q + group * hd;                 // [group, hd]: sum of w * step * centered codes
+  float* s = acc + group * hd;                 // [group, kPage]: a page's scores, then weights
+  float* q_sum = s + group * kPage;            // [group, parts]: sums of q over each part
+  float* mid_sum = q_sum + group * parts;      // [group, parts]: sum of w * mid
+  float* max_score = mid_sum + group * parts;  // [group]
+  float* total = max_score + group;            // [group]
   for (int g = 0; g < group; ++g) {
     float* qg = q + g * hd;
     std::memcpy(qg, p.q + (r * p.heads + kvh * group + g) * hd, sizeof(float) * hd);
     kv::Rotate(qg, hd);
-    float sum = 0.0f;
-    for (int i = 0; i < hd; ++i) sum += (qg[i] *= p.scale);
-    q_sum[g] = sum;
+    for (int c = 0; c < parts; ++c) {
+      float sum = 0.0f;
+      for (int i = c * part; i < (c + 1) * part; ++i) sum += (qg[i] *= p.scale);
+      q_sum[g * parts + c] = sum;
+      mid_sum[g * parts + c] = 0.0f;
+    }
     max_score[g] = -std::numeric_limits<float>::infinity();
     total[g] = 0.0f;
-    mid_sum[g] = 0.0f;
   }
   std::memset(acc, 0, sizeof(float) * group * hd);
   const int32_t last = p.positions[r];
@@ -104,10 +108,15 @@ void AttentionTask(const AttentionParams& p, int64_t r, int kvh, std::vector<flo
     const int64_t v0 = (static_cast<int64_t>(pages[block]) * kPage + t0) * p.kv_heads + kvh;
     for (int t = 0; t < count; ++t) {
       const int64_t v = v0 + static_cast<int64_t>(t) * p.kv_heads;
-      const float step = p.cache.key_scales[2 * v];
-      const float mid = p.cache.key_scales[2 * v + 1] + step * kCenter<KB>;
+      const float* scales = p.cache.key_scales + 2 * parts * v;  // [parts, 2]
+      const uint8_t* codes = keys + v * key_bytes;
       for (int g = 0; g < group; ++g) {
-        float score = step * DotCodes<KB>(q + g * hd, keys + v * key_bytes, hd) + mid * q_sum[g];
+        float score = 0.0f;
+        for (int c = 0; c < parts; ++c) {
+          const float step = scales[2 * c], mid = scales[2 * c + 1] + step * kCenter<KB>;
+          score += step * DotCodes<KB>(q + g * hd + c * part, codes + c * part * KB / 8, part) +
+                   mid * q_sum[g * parts + c];
+        }
         if (p.softcap > 0) score = p.softcap * std::tanh(score / p.softcap);
         s[g * kPage + t] = score;
       }
@@ -121,7 +130,7 @@ void AttentionTask(const AttentionParams& p, int64_t r, int kvh, std::vector<flo
       float sum = 0.0f;
       for (int t = 0; t < count; ++t) sum += (sg[t] = std::exp(sg[t] - new_max));
       total[g] = total[g] * correction + sum;
-      mid_sum[g] *= correction;
+      for (int c = 0; c < parts; ++c) mid_sum[g * parts + c] *= correction;
       if (correction != 1.0f) {
         for (int i = 0; i < hd; ++i) acc[g * hd + i] *= correction;
       }
@@ -129,19 +138,22 @@ void AttentionTask(const AttentionParams& p, int64_t r, int kvh, std::vector<flo
     }
     for (int t = 0; t < count; ++t) {
       const int64_t v = v0 + static_cast<int64_t>(t) * p.kv_heads;
-      const float step = p.cache.value_scales[2 * v];
-      const float mid = p.cache.value_scales[2 * v + 1] + step * kCenter<VB>;
+      const float* scales = p.cache.value_scales + 2 * parts * v;  // [parts, 2]
+      const uint8_t* codes = values + v * value_bytes;
       for (int g = 0; g < group; ++g) {
         const float w = s[g * kPage + t];
-        AddCodes<VB>(acc + g * hd, w * step, values + v * value_bytes, hd);
-        mid_sum[g] += w * mid;
+        for (int c = 0; c < parts; ++c) {
+          const float step = scales[2 * c], mid = scales[2 * c + 1] + step * kCenter<VB>;
+          AddCodes<VB>(acc + g * hd + c * part, w * step, codes + c * part * VB / 8, part);
+          mid_sum[g * parts + c] += w * mid;
+        }
       }
     }
   }
   for (int g = 0; g < group; ++g) {
     float* a = acc + g * hd;
     const float inv = 1.0f / total[g];
-    for (int i = 0; i < hd; ++i) a[i] = (a[i] + mid_sum[g]) * inv;
+    for (int i = 0; i < hd; ++i) a[i] = (a[i] + mid_sum[g * parts + i / part]) * inv;
     kv::Unrotate(a, hd);
     std::memcpy(p.out + (r * p.heads + kvh * group + g) * hd, a, sizeof(float) * hd);
   }
@@ -164,6 +176,7 @@ void RotatedKvWriteRows(const KvWriteParams& p, int64_t r0, int64_t r1) {
   const int key_bits = KvKeyBits(p.cache.format), value_bits = KvValueBits(p.cache.format);
   const int64_t key_bytes = KvKeyBytes(p.cache.format, hd);
   const int64_t value_bytes = KvValueBytes(p.cache.format, hd);
+  const int parts = kv::Groups(hd);
   std::vector<float> y(hd);
   for (int64_t r = r0; r < r1; ++r) {
     const int32_t position = p.positions[r];
@@ -176,13 +189,14 @@ void RotatedKvWriteRows(const KvWriteParams& p, int64_t r0, int64_t r1) {
       const int64_t v = v0 + h;
       std::memcpy(y.data(), p.k + r * width + h * hd, sizeof(float) * hd);
       kv::Rotate(y.data(), hd);
-      kv::Quantize(y.data(), hd, key_bits, static_cast<uint8_t*>(p.cache.keys) + v * key_bytes,
-                   p.cache.key_scales + 2 * v);
+      kv::QuantizeVector(y.data(), hd, key_bits,
+                         static_cast<uint8_t*>(p.cache.keys) + v * key_bytes,
+                         p.cache.key_scales + 2 * parts * v);
       std::memcpy(y.data(), p.v + r * width + h * hd, sizeof(float) * hd);
       kv::Rotate(y.data(), hd);
-      kv::Quantize(y.data(), hd, value_bits,
-                   static_cast<uint8_t*>(p.cache.values) + v * value_bytes,
-                   p.cache.value_scales + 2 * v);
+      kv::QuantizeVector(y.data(), hd, value_bits,
+                         static_cast<uint8_t*>(p.cache.values) + v * value_bytes,
+                         p.cache.value_scales + 2 * parts * v);
     }
   }
 }

@@ -14,7 +14,8 @@ namespace gizllm {
 void RotatedKvWriteRows(const KvWriteParams& p, int64_t r0, int64_t r1);
 
 // Attention over rotated pages: each query head rotated and scaled once, a score per position
-// step * (q'.c') + mid * sum(q') from the key's centered codes c' (attention_codes.cc), the
+// summed over the key's code groups, step * (q'.c') + mid * sum(q') from its centered codes c'
+// (attention_codes.cc), the
 // online softmax, the values summed as step-weighted centered codes plus a weighted sum of their
 // mids, and the result rotated back.
 void RotatedAttention(const AttentionParams& p, ThreadPool* pool);

@@ -165,50 +165,60 @@ double RotationEntry(int i, int j, int head_dim) {
 // y = R x, or with `inverse`, y = R^T x.
 std::vector<double> RotateExact(const double* x, int n, bool inverse) {
   std::vector<double> y(n, 0.0);
-  for (int i = 0; i < n; ++i)
-    for (int j = 0; j < n; ++j)
-      y[i] += (inverse ? RotationEntry(j, i, n) : RotationEntry(i, j, n)) * x[j];
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      const double r = inverse ? RotationEntry(j, i, n) : RotationEntry(i, j, n);
+      if (r != 0.0) y[i] += r * x[j];  // (other blocks' NaNs stay there)
+    }
+  }
   return y;
 }
 
-// Rotated pages: one kv head's vector x [n] rotated and coded at `bits` (ops/kv_codes.h), the
-// rotation and the codes in double.
+// Rotated pages: one kv head's vector x [n] rotated and coded at `bits` (ops/kv_codes.h) in
+// groups of kv::GroupSize(n), the rotation and the codes in double. (A NaN or an infinity in x
+// reaches every element of its rotation block, and no other.)
 void KvSetRotated(void* data, float* scales, int64_t vector, const float* x, int n, int bits) {
   std::vector<double> xd(x, x + n);
-  bool finite = true;
-  for (int i = 0; i < n; ++i) finite = finite && std::isfinite(x[i]);
   const std::vector<double> y = RotateExact(xd.data(), n, /*inverse=*/false);
-  const double min = *std::min_element(y.begin(), y.end());
-  const double max = *std::max_element(y.begin(), y.end());
   const int levels = (1 << bits) - 1;
-  // The range of least squared error among [min, max] narrowed by kv::kShrinks factors.
+  const int part = kv::GroupSize(n), parts = kv::Groups(n);
   auto code = [&](double v, double lo, double step) {
     return step == 0 ? 0 : std::clamp(static_cast<int>(std::nearbyint((v - lo) / step)), 0, levels);
   };
-  double best_error = 0.0, lo = min, step = (max - min) / levels;
-  for (int k = 0; k < kv::kShrinks; ++k) {
-    const double shrink = 1.0 - static_cast<double>(kv::kShrinkStep) * k;
-    const double a = 0.5 * (min + max) - shrink * 0.5 * (max - min);
-    const double s = shrink * (max - min) / levels;
-    double error = 0.0;
-    for (int i = 0; i < n; ++i) error += std::pow(a + s * code(y[i], a, s) - y[i], 2);
-    if (k == 0 || error < best_error) {
-      best_error = error;
-      lo = a;
-      step = s;
-    }
-  }
   const int64_t bytes = (static_cast<int64_t>(n) * bits + 7) / 8;
   auto* codes = static_cast<uint8_t*>(data) + vector * bytes;
   std::fill(codes, codes + bytes, uint8_t{0});
-  for (int i = 0; i < n; ++i) {
-    const int c = finite ? code(y[i], lo, step) : 0;
-    const int per_byte = 8 / bits;
-    codes[i / per_byte] |= static_cast<uint8_t>(c << ((i % per_byte) * bits));
+  for (int c = 0; c < parts; ++c) {
+    // A group is NaN where a rotation block it draws from holds a NaN or an infinity.
+    const int block = kv::RotationBlock(n);
+    bool finite = true;
+    for (int j = c * part / block * block; j < ((c + 1) * part + block - 1) / block * block; ++j)
+      finite = finite && std::isfinite(x[j]);
+    const auto begin = y.begin() + c * part, end = begin + part;
+    const double min = *std::min_element(begin, end), max = *std::max_element(begin, end);
+    // The range of least squared error among [min, max] narrowed by kv::kShrinks factors.
+    double best_error = 0.0, lo = min, step = (max - min) / levels;
+    for (int k = 0; k < kv::kShrinks; ++k) {
+      const double shrink = 1.0 - static_cast<double>(kv::kShrinkStep) * k;
+      const double a = 0.5 * (min + max) - shrink * 0.5 * (max - min);
+      const double s = shrink * (max - min) / levels;
+      double error = 0.0;
+      for (auto it = begin; it != end; ++it) error += std::pow(a + s * code(*it, a, s) - *it, 2);
+      if (k == 0 || error < best_error) {
+        best_error = error;
+        lo = a;
+        step = s;
+      }
+    }
+    for (int i = c * part; i < (c + 1) * part; ++i) {
+      const int q = finite ? code(y[i], lo, step) : 0;
+      const int per_byte = 8 / bits;
+      codes[i / per_byte] |= static_cast<uint8_t>(q << ((i % per_byte) * bits));
+    }
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    scales[2 * (vector * parts + c)] = finite ? static_cast<float>(step) : nan;
+    scales[2 * (vector * parts + c) + 1] = finite ? static_cast<float>(lo) : nan;
   }
-  scales[2 * vector] = finite ? static_cast<float>(step) : std::numeric_limits<float>::quiet_NaN();
-  scales[2 * vector + 1] =
-      finite ? static_cast<float>(lo) : std::numeric_limits<float>::quiet_NaN();
 }
 
 // Rotated pages: vector `vector` read back in the rotated space, [n].
@@ -216,10 +226,12 @@ std::vector<double> KvGetRotated(const void* data, const float* scales, int64_t 
                                  int bits) {
   const int64_t bytes = (static_cast<int64_t>(n) * bits + 7) / 8;
   const auto* codes = static_cast<const uint8_t*>(data) + vector * bytes;
+  const int part = kv::GroupSize(n), parts = kv::Groups(n);
   std::vector<double> y(n);
-  for (int i = 0; i < n; ++i)
-    y[i] = static_cast<double>(scales[2 * vector + 1]) +
-           static_cast<double>(scales[2 * vector]) * kv::Code(codes, i, bits);
+  for (int i = 0; i < n; ++i) {
+    const float* sm = scales + 2 * (vector * parts + i / part);
+    y[i] = static_cast<double>(sm[1]) + static_cast<double>(sm[0]) * kv::Code(codes, i, bits);
+  }
   return y;
 }
 }  // namespace

@@ -8,11 +8,10 @@
 // The attention: a block per (row, kv head), every row alike (decode and prompt pieces), reading
 // the codes where they lie. The block's query heads are rotated once into shared memory; its
 // warps take the positions in turn (warp w: first + w, first + w + kWarps, ...), a lane the
-// elements lane, lane + 32, ... of each, with an online softmax per warp and query head; the
-// warps' sums are combined at the end and rotated back. Values are summed as step-weighted
-// centered codes plus a weighted sum of the vectors' mid values (attention_codes.cc on the CPU
-// does the same). No split of a long context over blocks and no tensor cores: the prompt path
-// reads every key once per row.
+// elements lane, lane + 32, ... of each (read back as min + step * code of its group), with an
+// online softmax per warp and query head; the warps' sums are combined at the end and rotated
+// back. No split of a long context over blocks and no tensor cores: the prompt path reads every
+// key once per row.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -52,36 +51,38 @@ __global__ void RotatedKvWriteKernel(KvWriteParams p) {
   kv::Rotate(y, hd);
   const KvFormat f = p.cache.format;
   const int64_t bytes = kv::CodeBytes(keys ? KvKeyBits(f) : KvValueBits(f), hd);
-  kv::Quantize(y, hd, keys ? KvKeyBits(f) : KvValueBits(f),
-               static_cast<uint8_t*>(keys ? p.cache.keys : p.cache.values) + vector * bytes,
-               (keys ? p.cache.key_scales : p.cache.value_scales) + 2 * vector);
+  kv::QuantizeVector(
+      y, hd, keys ? KvKeyBits(f) : KvValueBits(f),
+      static_cast<uint8_t*>(keys ? p.cache.keys : p.cache.values) + vector * bytes,
+      (keys ? p.cache.key_scales : p.cache.value_scales) + 2 * kv::Groups(hd) * vector);
 }
 
-// Centered code e of a vector of `bits` codes: c - 2^(bits - 1).
-__device__ __forceinline__ float CenteredCode(const uint8_t* codes, int e, int bits) {
-  return static_cast<float>(kv::Code(codes, e, bits) - (1 << (bits - 1)));
+// Element e of a rotated vector read back: its group's min + step * code.
+__device__ __forceinline__ float Element(const uint8_t* codes, const float* step_mins, int e,
+                                         int bits, int part) {
+  const float* sm = step_mins + 2 * (e / part);
+  return sm[1] + sm[0] * static_cast<float>(kv::Code(codes, e, bits));
 }
 
 // Shared memory (floats): q [group, hd] (rotated, scaled; at the end the output before its
-// rotation back), q_sum [group], acc [kWarps, group, hd], and per warp and head the running max,
-// total and mid sum [kWarps, group] each.
+// rotation back), acc [kWarps, group, hd], and per warp and head the running max and total
+// [kWarps, group] each.
 __global__ void RotatedAttentionKernel(AttentionParams p) {
   Prologue();
   extern __shared__ float shared[];
   const int group = p.heads / p.kv_heads;
   const int hd = p.head_dim;
   float* q = shared;
-  float* q_sum = q + group * hd;
-  float* acc = q_sum + group;
+  float* acc = q + group * hd;
   float* max_score = acc + kWarps * group * hd;
   float* total = max_score + kWarps * group;
-  float* mid_sum = total + kWarps * group;
   const int64_t r = blockIdx.x;
   const int kvh = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int key_bits = KvKeyBits(p.cache.format), value_bits = KvValueBits(p.cache.format);
   const int64_t key_bytes = kv::CodeBytes(key_bits, hd);
   const int64_t value_bytes = kv::CodeBytes(value_bits, hd);
+  const int part = kv::GroupSize(hd), parts = kv::Groups(hd);
 
   for (int e = threadIdx.x; e < group * hd; e += blockDim.x) {
     q[e] = p.q[(r * p.heads + kvh * group) * hd + e];
@@ -90,15 +91,12 @@ __global__ void RotatedAttentionKernel(AttentionParams p) {
   for (int e = threadIdx.x; e < kWarps * group; e += blockDim.x) {
     max_score[e] = -INFINITY;
     total[e] = 0.0f;
-    mid_sum[e] = 0.0f;
   }
   __syncthreads();
   for (int g = threadIdx.x; g < group; g += blockDim.x) {
     float* qg = q + g * hd;
     kv::Rotate(qg, hd);
-    float sum = 0.0f;
-    for (int e = 0; e < hd; ++e) sum += (qg[e] *= p.scale);
-    q_sum[g] = sum;
+    for (int e = 0; e < hd; ++e) qg[e] *= p.scale;
   }
   __syncthreads();
 
@@ -112,17 +110,15 @@ __global__ void RotatedAttentionKernel(AttentionParams p) {
     const int64_t v =
         (static_cast<int64_t>(pages[pos / kPage]) * kPage + pos % kPage) * p.kv_heads + kvh;
     const uint8_t* kc = keys + v * key_bytes;
-    const float key_step = p.cache.key_scales[2 * v];
-    const float key_mid = p.cache.key_scales[2 * v + 1] + key_step * (1 << (key_bits - 1));
+    const float* ks = p.cache.key_scales + 2 * parts * v;
     const uint8_t* vc = values + v * value_bytes;
-    const float value_step = p.cache.value_scales[2 * v];
-    const float value_mid = p.cache.value_scales[2 * v + 1] + value_step * (1 << (value_bits - 1));
+    const float* vs = p.cache.value_scales + 2 * parts * v;
     for (int g = 0; g < group; ++g) {
       const float* qg = q + g * hd;
-      float dot = 0.0f;
-      for (int e = lane; e < hd; e += 32) dot += qg[e] * CenteredCode(kc, e, key_bits);
-      for (int o = 16; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-      float score = key_step * dot + key_mid * q_sum[g];
+      float score = 0.0f;
+      for (int e = lane; e < hd; e += 32) score += qg[e] * Element(kc, ks, e, key_bits, part);
+      for (int o = 16; o > 0; o /= 2) score += __shfl_xor_sync(0xffffffffu, score, o);
+      score = __shfl_sync(0xffffffffu, score, 0);  // (lanes may differ in the last bit)
       if (p.softcap > 0.0f) score = p.softcap * tanhf(score / p.softcap);
       // Every lane holds the same score and state; lane 0 writes the state back.
       const int s = warp * group + g;
@@ -132,13 +128,12 @@ __global__ void RotatedAttentionKernel(AttentionParams p) {
       const float w = expf(score - new_max);
       float* a = my_acc + g * hd;
       for (int e = lane; e < hd; e += 32) {
-        a[e] = a[e] * correction + w * value_step * CenteredCode(vc, e, value_bits);
+        a[e] = a[e] * correction + w * Element(vc, vs, e, value_bits, part);
       }
       __syncwarp();
       if (lane == 0) {
         max_score[s] = new_max;
         total[s] = total[s] * correction + w;
-        mid_sum[s] = mid_sum[s] * correction + w * value_mid;
       }
       __syncwarp();
     }
@@ -155,7 +150,7 @@ __global__ void RotatedAttentionKernel(AttentionParams p) {
       if (total[s] == 0.0f) continue;  // a warp that saw no position
       const float c = expf(max_score[s] - top);
       sum += c * total[s];
-      out += c * (acc[w * group * hd + e] + mid_sum[s]);
+      out += c * acc[w * group * hd + e];
     }
     q[e] = out / sum;
   }
@@ -170,7 +165,7 @@ __global__ void RotatedAttentionKernel(AttentionParams p) {
 size_t SharedBytes(const AttentionParams& p) {
   const int group = p.heads / p.kv_heads;
   return sizeof(float) *
-         (static_cast<size_t>(group) * p.head_dim * (1 + kWarps) + group + 3 * kWarps * group);
+         (static_cast<size_t>(group) * p.head_dim * (1 + kWarps) + 2 * kWarps * group);
 }
 
 }  // namespace

@@ -555,7 +555,7 @@ struct TestCache {
       const float key_levels = (1 << KvKeyBits(format)) - 1.0f;
       const float value_levels = (1 << KvValueBits(format)) - 1.0f;
       std::uniform_real_distribution<float> span(0.5f, 1.5f);
-      for (size_t i = 0; i < vectors; ++i) {
+      for (size_t i = 0; i < vectors * kv::Groups(head_dim); ++i) {  // a pair a code group
         const float ks = 4.0f * span(rng), vs = 2.0f * span(rng);
         key_scales.insert(key_scales.end(), {ks / key_levels, -0.5f * ks});
         value_scales.insert(value_scales.end(), {vs / value_levels, -0.5f * vs});
@@ -684,25 +684,31 @@ TEST_F(CpuBackendTest, KvWriteOfRotatedPagesMatchesReference) {
           const auto& want_codes = keys ? want.key_codes : want.value_codes;
           const auto& got_scales = keys ? cache.key_scales : cache.value_scales;
           const auto& want_scales = keys ? want.key_scales : want.value_scales;
-          int nan_vectors = 0;
-          for (size_t vec = 0; vec < got_scales.size() / 2; ++vec) {
-            const float step = want_scales[2 * vec], min = want_scales[2 * vec + 1];
+          // A {step, min} pair a code group of a vector.
+          const int part = kv::GroupSize(head_dim), parts = kv::Groups(head_dim);
+          int nan_groups = 0;
+          for (size_t j = 0; j < got_scales.size() / 2; ++j) {
+            const size_t vec = j / parts;
+            const float step = want_scales[2 * j], min = want_scales[2 * j + 1];
             if (std::isnan(step)) {
-              ++nan_vectors;
-              EXPECT_TRUE(std::isnan(got_scales[2 * vec]) && std::isnan(got_scales[2 * vec + 1]));
+              ++nan_groups;
+              EXPECT_TRUE(std::isnan(got_scales[2 * j]) && std::isnan(got_scales[2 * j + 1]));
               continue;
             }
             const float top = std::max(std::fabs(min), std::fabs(min + step * ((1 << bits) - 1)));
-            ASSERT_NEAR(got_scales[2 * vec], step, 1e-5f * top) << Name(c) << " vector " << vec;
-            ASSERT_NEAR(got_scales[2 * vec + 1], min, 1e-5f * top) << Name(c) << " vector " << vec;
-            for (int i = 0; i < head_dim; ++i) {
+            ASSERT_NEAR(got_scales[2 * j], step, 1e-5f * top) << Name(c) << " group " << j;
+            ASSERT_NEAR(got_scales[2 * j + 1], min, 1e-5f * top) << Name(c) << " group " << j;
+            for (int i = static_cast<int>(j % parts) * part;
+                 i < static_cast<int>(j % parts + 1) * part; ++i) {
               ASSERT_LE(std::abs(kv::Code(got_codes.data() + vec * bytes, i, bits) -
                                  kv::Code(want_codes.data() + vec * bytes, i, bits)),
                         1)
                   << Name(c) << (keys ? " keys" : " values") << " vector " << vec << " at " << i;
             }
           }
-          EXPECT_EQ(nan_vectors, keys ? 0 : 1);
+          // Every group of the rotation block with the NaN.
+          const int block = kv::RotationBlock(head_dim);
+          EXPECT_EQ(nan_groups, keys ? 0 : block >= part ? block / part : 1);
         }
       }
     }
@@ -859,22 +865,29 @@ TEST_F(CpuBackendTest, AttentionOverRotatedPagesIsWithinTheirSteps) {
                     s.kv_heads +
                 kvh;
             const int64_t row = (q_slots[r] * context + pos) * width + kvh * s.head_dim;
-            // The largest error of an element of the rotated vector x.
-            auto element_error = [&](const float* x, const float* step_min, int bits) {
+            // The largest error of an element of the rotated vector x, from its code group's
+            // step and range.
+            auto element_error = [&](const float* x, const float* step_mins, int bits) {
               std::vector<float> y(x, x + s.head_dim);
               kv::Rotate(y.data(), s.head_dim);
-              const double lo = step_min[1], hi = lo + double{step_min[0]} * ((1 << bits) - 1);
-              double e = step_min[0] / 2.0;
-              for (float yi : y) e = std::max({e, lo - yi, yi - hi});
+              double e = 0.0;
+              for (int i = 0; i < s.head_dim; ++i) {
+                const float* sm = step_mins + 2 * (i / kv::GroupSize(s.head_dim));
+                const double lo = sm[1], hi = lo + double{sm[0]} * ((1 << bits) - 1);
+                e = std::max({e, sm[0] / 2.0, lo - y[i], y[i] - hi});
+              }
               return e * 1.0001;  // (y rotated in float32)
             };
             const double root = std::sqrt(static_cast<double>(s.head_dim));
-            key_error =
-                std::max(key_error, root * element_error(k.data() + row, &codes.key_scales[2 * vec],
-                                                         KvKeyBits(format)));
-            value_error = std::max(
-                value_error, root * element_error(v.data() + row, &codes.value_scales[2 * vec],
-                                                  KvValueBits(format)));
+            key_error = std::max(
+                key_error, root * element_error(k.data() + row,
+                                                &codes.key_scales[2 * kv::Groups(s.head_dim) * vec],
+                                                KvKeyBits(format)));
+            value_error =
+                std::max(value_error,
+                         root * element_error(v.data() + row,
+                                              &codes.value_scales[2 * kv::Groups(s.head_dim) * vec],
+                                              KvValueBits(format)));
             double norm = 0.0;
             const float* vv = v.data() + row;
             for (int i = 0; i < s.head_dim; ++i) norm += double{vv[i]} * vv[i];

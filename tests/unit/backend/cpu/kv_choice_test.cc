@@ -69,10 +69,11 @@ TEST(KvChoiceTest, FormatsThatStoreTheBits) {
       EXPECT_EQ(KvFormatName(*f), keys == values
                                       ? std::to_string(keys)
                                       : std::to_string(keys) + "/" + std::to_string(values));
-      // Each vector's codes, plus a float32 step and min.
+      // Each vector's codes, plus a float32 step and min per 32 channels.
       EXPECT_EQ(KvKeyBytes(*f, 128), 16 * keys);
       EXPECT_EQ(KvValueBytes(*f, 128), 16 * values);
-      EXPECT_EQ(KvFormatScaleBytes(*f), 8);
+      EXPECT_EQ(KvFormatScaleBytes(*f, 128), 32);
+      EXPECT_EQ(KvFormatScaleBytes(*f, 24), 8);
     }
   }
   // No pages mix floats and codes.
@@ -87,7 +88,7 @@ TEST(KvChoiceTest, FormatsThatStoreTheBits) {
 
 // Bytes a position takes in a format for a model of 4 layers of 8 kv heads of 128.
 int64_t PositionBytes(KvFormat f) {
-  return 4 * 8 * (KvKeyBytes(f, 128) + KvValueBytes(f, 128) + 2 * KvFormatScaleBytes(f));
+  return 4 * 8 * (KvKeyBytes(f, 128) + KvValueBytes(f, 128) + 2 * KvFormatScaleBytes(f, 128));
 }
 
 // The automatic choice (the rule): the first format of more than 4 bits in which every

@@ -3,10 +3,11 @@
 // (decoding rows, prompt runs, windows, soft-capped scores, the head shapes of the supported
 // models).
 //
-// Codes: both backends rotate in float32 with the same functions, in different instruction
-// orders (the device contracts products into FMAs), so a code may differ by one where a rotated
-// element lies within float32 rounding of a midpoint between two steps, and the step and min by
-// 1e-5 of the vector's largest magnitude. Attention: the same codes on both sides, float32 sums
+// Codes: both backends rotate and code in float32 with the same functions (the device without
+// fused multiply-adds, -fmad=false), so they should agree bit for bit; the test allows what
+// float32 rounding in another order would give (a code off by one where a rotated element lies
+// at a midpoint between two steps, the step and min within 1e-5 of the group's largest
+// magnitude, now and then). Attention: the same codes on both sides, float32 sums
 // in different orders, within 1e-5 relative (the exact kernels' float32 pages are held to 1e-4
 // against a double reference).
 #include <algorithm>
@@ -34,23 +35,27 @@ struct HostPages {
     const int64_t vectors = int64_t{pages} * kPage * kv_heads;
     keys.assign(vectors * KvKeyBytes(f, head_dim), 0);
     values.assign(vectors * KvValueBytes(f, head_dim), 0);
-    key_scales.assign(2 * vectors, 0.0f);
-    value_scales.assign(2 * vectors, 0.0f);
+    key_scales.assign(2 * vectors * kv::Groups(head_dim), 0.0f);
+    value_scales.assign(2 * vectors * kv::Groups(head_dim), 0.0f);
   }
 };
 
-// The vectors of `got` and `want` (codes of `bits`, {step, min} each) agree as the header says.
+// The vectors of `got` and `want` (codes of `bits`, {step, min} a code group) agree as the
+// header says.
 void ExpectSameCodes(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
                      const std::vector<float>& got_scales, const std::vector<float>& want_scales,
                      int bits, int head_dim, const char* what) {
   const int64_t bytes = kv::CodeBytes(bits, head_dim);
+  const int part = kv::GroupSize(head_dim), parts = kv::Groups(head_dim);
   int differ = 0;
-  for (size_t v = 0; v < want_scales.size() / 2; ++v) {
-    const float step = want_scales[2 * v], min = want_scales[2 * v + 1];
+  for (size_t j = 0; j < want_scales.size() / 2; ++j) {
+    const size_t v = j / parts;
+    const float step = want_scales[2 * j], min = want_scales[2 * j + 1];
     const float top = std::max(std::fabs(min), std::fabs(min + step * ((1 << bits) - 1)));
-    ASSERT_NEAR(got_scales[2 * v], step, 1e-5f * top) << what << " vector " << v;
-    ASSERT_NEAR(got_scales[2 * v + 1], min, 1e-5f * top) << what << " vector " << v;
-    for (int e = 0; e < head_dim; ++e) {
+    ASSERT_NEAR(got_scales[2 * j], step, 1e-5f * top) << what << " group " << j;
+    ASSERT_NEAR(got_scales[2 * j + 1], min, 1e-5f * top) << what << " group " << j;
+    for (int e = static_cast<int>(j % parts) * part; e < static_cast<int>(j % parts + 1) * part;
+         ++e) {
       const int d =
           kv::Code(got.data() + v * bytes, e, bits) - kv::Code(want.data() + v * bytes, e, bits);
       ASSERT_LE(std::abs(d), 1) << what << " vector " << v << " element " << e;
