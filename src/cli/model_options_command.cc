@@ -39,9 +39,9 @@ void ModelOptions::Add(CLI::App* app) {
                   "KEYS/VALUES bits (8/4); f32 and f16 are 32 and 16, q8 is 8. auto: the "
                   "device's (16 on CUDA, 32 there with --exact, 32 on the CPU). 16 halves the "
                   "memory and the bytes read per token (keys and values rounded to float16). "
-                  "8, 4 and 2 bits (CPU): each key and value vector rotated by blocks of a "
-                  "Hadamard transform and stored as codes of 2^bits even steps over its range, "
-                  "plus a step and an offset; keys and values each their own bits (8/4: 8-bit "
+                  "8, 4 and 2 bits: each key and value vector rotated by blocks of a "
+                  "Hadamard transform and stored as codes of 2^bits even steps, with a step "
+                  "and an offset per 32 channels; keys and values each their own bits (8/4: 8-bit "
                   "keys, 4-bit values). A format a device has no kernels for is refused at load")
       ->default_val("auto");
 }
