@@ -317,6 +317,32 @@ Status GatedRmsNormParams::Check() const {
   return Status::Ok();
 }
 
+Status LayerNormParams::Check() const {
+  const char* op = "LayerNorm";
+  if (rows < 0) return Bad(op, "rows", "must not be negative");
+  if (dim <= 0) return Bad(op, "dim", "must be positive");
+  if (!(eps > 0)) return Bad(op, "eps", "must be positive");
+  if (rows > 0 && (!out || !x || !weight || !bias)) return Bad(op, "out", "null");
+  return Status::Ok();
+}
+
+Status GeluParams::Check() const {
+  if (n < 0) return Bad("Gelu", "n", "must not be negative");
+  if (n > 0 && !x) return Bad("Gelu", "x", "null");
+  return Status::Ok();
+}
+
+Status EncoderAttentionParams::Check() const {
+  const char* op = "EncoderAttention";
+  if (rows < 0) return Bad(op, "rows", "must not be negative");
+  if (sequences < 0) return Bad(op, "sequences", "must not be negative");
+  if (heads <= 0 || head_dim <= 0) return Bad(op, "heads", "must be positive");
+  if (!(scale > 0)) return Bad(op, "scale", "must be positive");
+  if (rows > 0 && (!out || !q || !k || !v || !starts)) return Bad(op, "out", "null");
+  if (rows > 0 && sequences == 0) return Bad(op, "sequences", "rows without a sequence");
+  return Status::Ok();
+}
+
 Status SampleParams::Check() const {
   if (rows > 0 && (!tokens || !logits || !params)) return Bad("Sample", "tokens", "null");
   if (rows < 0) return Bad("Sample", "rows", "must not be negative");

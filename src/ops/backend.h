@@ -385,6 +385,46 @@ struct GatedRmsNormParams {
   Status Check() const;
 };
 
+// The encoder layers' ops (BERT, RoBERTa, XLM-R: model/encoder.h), where SupportsEncoder().
+
+// out = (y - mean(y)) / sqrt(var(y) + eps) * weight + bias per row, y = x (+ residual where
+// set: a post-norm layer's residual add); out may equal x.
+struct LayerNormParams {
+  float* out = nullptr;             // [rows, dim]
+  const float* x = nullptr;         // [rows, dim]
+  const float* residual = nullptr;  // [rows, dim] or null
+  const float* weight = nullptr;    // [dim]
+  const float* bias = nullptr;      // [dim]
+  int64_t rows = 0;
+  int64_t dim = 0;
+  float eps = 1e-12f;
+  Status Check() const;
+};
+
+// x = 0.5 x (1 + erf(x / sqrt(2))), elementwise in place (BERT's "gelu").
+struct GeluParams {
+  float* x = nullptr;  // [n]
+  int64_t n = 0;
+  Status Check() const;
+};
+
+// Bidirectional multi-head attention within each sequence of a packed batch: the rows
+// [starts[s], starts[s + 1]) are sequence s, and each of its rows attends to every row of it
+// (no mask, no padding): out = softmax(scale * q k^T) v per head.
+struct EncoderAttentionParams {
+  float* out = nullptr;             // [rows, heads, head_dim]
+  const float* q = nullptr;         // [rows, heads, head_dim]
+  const float* k = nullptr;         // [rows, heads, head_dim]
+  const float* v = nullptr;         // [rows, heads, head_dim]
+  const int32_t* starts = nullptr;  // [sequences + 1], increasing, starts[0] = 0, last = rows
+  int64_t rows = 0;
+  int sequences = 0;
+  int heads = 0;
+  int head_dim = 0;
+  float scale = 0.0f;  // 1/sqrt(head_dim)
+  Status Check() const;
+};
+
 // How one row's token is picked on the device: sampling/sampling.h's steps 3 to 5 (temperature,
 // min-p, top-k, top-p, the counter-based draw), for requests without penalties or logprobs.
 struct SampleRow {
@@ -508,6 +548,13 @@ class Backend {
   virtual void L2Norm(const L2NormParams& p) { (void)p; }
   virtual void GatedDeltaRule(const GatedDeltaRuleParams& p) { (void)p; }
   virtual void GatedRmsNorm(const GatedRmsNormParams& p) { (void)p; }
+
+  // Whether the encoder ops (LayerNorm, Gelu, EncoderAttention) run; an encoder model checks it
+  // when it loads and refuses a backend without them. The default ops are never reached.
+  virtual bool SupportsEncoder() const { return false; }
+  virtual void LayerNorm(const LayerNormParams& p) { (void)p; }
+  virtual void Gelu(const GeluParams& p) { (void)p; }
+  virtual void EncoderAttention(const EncoderAttentionParams& p) { (void)p; }
 
   // Token picking on the device; a backend without it (CanSample false) leaves it to the host.
   virtual bool CanSample() const { return false; }

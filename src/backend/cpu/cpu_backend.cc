@@ -1355,6 +1355,79 @@ void CpuBackend::GatedRmsNorm(const GatedRmsNormParams& p) {
   });
 }
 
+void CpuBackend::LayerNorm(const LayerNormParams& p) {
+  auto trace = Trace("layer_norm");
+  Split(pool_, p.rows, p.rows * p.dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* x = p.x + r * p.dim;
+      const float* res = p.residual ? p.residual + r * p.dim : nullptr;
+      float* out = p.out + r * p.dim;
+      // Two passes over the row, as torch's layer_norm: the mean, then the centred squares.
+      float mean = 0.0f;
+      for (int64_t i = 0; i < p.dim; ++i) {
+        const float y = res ? x[i] + res[i] : x[i];
+        out[i] = y;
+        mean += y;
+      }
+      mean /= static_cast<float>(p.dim);
+      float var = 0.0f;
+      for (int64_t i = 0; i < p.dim; ++i) var += (out[i] - mean) * (out[i] - mean);
+      const float inv = 1.0f / std::sqrt(var / static_cast<float>(p.dim) + p.eps);
+      for (int64_t i = 0; i < p.dim; ++i) out[i] = (out[i] - mean) * inv * p.weight[i] + p.bias[i];
+    }
+  });
+}
+
+void CpuBackend::Gelu(const GeluParams& p) {
+  auto trace = Trace("gelu");
+  Split(pool_, (p.n + 1023) / 1024, p.n * 8, [&](int64_t b0, int64_t b1) {
+    const int64_t i1 = std::min(p.n, b1 * 1024);
+    for (int64_t i = b0 * 1024; i < i1; ++i) {
+      p.x[i] = 0.5f * p.x[i] * (1.0f + std::erf(p.x[i] * 0.70710678118654752f));
+    }
+  });
+}
+
+void CpuBackend::EncoderAttention(const EncoderAttentionParams& p) {
+  auto trace = Trace("encoder_attention");
+  if (p.rows <= 0) return;
+  const int64_t width = static_cast<int64_t>(p.heads) * p.head_dim;
+  int64_t longest = 0;
+  for (int s = 0; s < p.sequences; ++s)
+    longest = std::max<int64_t>(longest, p.starts[s + 1] - p.starts[s]);
+  Split(pool_, p.rows * p.heads, p.rows * longest * width, [&](int64_t t0, int64_t t1) {
+    std::vector<float> scores(longest);  // one a task range: a few a step
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t r = t / p.heads;
+      const int h = static_cast<int>(t % p.heads);
+      // The row's sequence: the last start at or before r.
+      const int s =
+          static_cast<int>(std::upper_bound(p.starts, p.starts + p.sequences + 1, r) - p.starts) -
+          1;
+      const int64_t first = p.starts[s], end = p.starts[s + 1];
+      const float* q = p.q + r * width + h * p.head_dim;
+      float max = -std::numeric_limits<float>::infinity();
+      for (int64_t j = first; j < end; ++j) {
+        const float* k = p.k + j * width + h * p.head_dim;
+        float dot = 0.0f;
+        for (int d = 0; d < p.head_dim; ++d) dot += q[d] * k[d];
+        scores[j - first] = p.scale * dot;
+        max = std::max(max, scores[j - first]);
+      }
+      float sum = 0.0f;
+      for (int64_t j = first; j < end; ++j)
+        sum += (scores[j - first] = std::exp(scores[j - first] - max));
+      float* out = p.out + r * width + h * p.head_dim;
+      std::fill(out, out + p.head_dim, 0.0f);
+      for (int64_t j = first; j < end; ++j) {
+        const float w = scores[j - first] / sum;
+        const float* v = p.v + j * width + h * p.head_dim;
+        for (int d = 0; d < p.head_dim; ++d) out[d] += w * v[d];
+      }
+    }
+  });
+}
+
 std::unique_ptr<Backend> MakeCpuBackend(ThreadPool* pool) {
   return std::make_unique<CpuBackend>(pool, CpuOptions{});
 }

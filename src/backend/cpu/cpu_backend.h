@@ -93,6 +93,11 @@ class CpuBackend : public Backend {
   void L2Norm(const L2NormParams& p) override;
   void GatedDeltaRule(const GatedDeltaRuleParams& p) override;
   void GatedRmsNorm(const GatedRmsNormParams& p) override;
+  // The encoder ops. EncoderAttention: a task per (row, head), each over its sequence's rows.
+  bool SupportsEncoder() const override { return true; }
+  void LayerNorm(const LayerNormParams& p) override;
+  void Gelu(const GeluParams& p) override;
+  void EncoderAttention(const EncoderAttentionParams& p) override;
   void Synchronize() override {}
   // Host clock times of each op (the ops are synchronous).
   bool SetOpTrace(bool on) override;

@@ -526,4 +526,58 @@ void ReferenceGatedRmsNorm(const GatedRmsNormParams& p) {
   }
 }
 
+void ReferenceLayerNorm(const LayerNormParams& p) {
+  std::vector<double> y(p.dim);
+  for (int64_t r = 0; r < p.rows; ++r) {
+    double mean = 0.0;
+    for (int64_t i = 0; i < p.dim; ++i) {
+      y[i] = static_cast<double>(p.x[r * p.dim + i]) + (p.residual ? p.residual[r * p.dim + i] : 0);
+      mean += y[i];
+    }
+    mean /= p.dim;
+    double var = 0.0;
+    for (int64_t i = 0; i < p.dim; ++i) var += (y[i] - mean) * (y[i] - mean);
+    const double inv = 1.0 / std::sqrt(var / p.dim + p.eps);
+    for (int64_t i = 0; i < p.dim; ++i) {
+      p.out[r * p.dim + i] = static_cast<float>((y[i] - mean) * inv * p.weight[i] + p.bias[i]);
+    }
+  }
+}
+
+void ReferenceGelu(const GeluParams& p) {
+  for (int64_t i = 0; i < p.n; ++i) {
+    const double x = p.x[i];
+    p.x[i] = static_cast<float>(0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))));
+  }
+}
+
+void ReferenceEncoderAttention(const EncoderAttentionParams& p) {
+  const int64_t width = static_cast<int64_t>(p.heads) * p.head_dim;
+  for (int s = 0; s < p.sequences; ++s) {
+    const int64_t first = p.starts[s], end = p.starts[s + 1];
+    std::vector<double> scores(end - first);
+    for (int64_t r = first; r < end; ++r) {
+      for (int h = 0; h < p.heads; ++h) {
+        const float* q = p.q + r * width + h * p.head_dim;
+        double max = -std::numeric_limits<double>::infinity();
+        for (int64_t j = first; j < end; ++j) {
+          const float* k = p.k + j * width + h * p.head_dim;
+          double dot = 0.0;
+          for (int d = 0; d < p.head_dim; ++d) dot += static_cast<double>(q[d]) * k[d];
+          scores[j - first] = p.scale * dot;
+          max = std::max(max, scores[j - first]);
+        }
+        double sum = 0.0;
+        for (double& e : scores) sum += (e = std::exp(e - max));
+        for (int d = 0; d < p.head_dim; ++d) {
+          double acc = 0.0;
+          for (int64_t j = first; j < end; ++j)
+            acc += scores[j - first] * p.v[j * width + h * p.head_dim + d];
+          p.out[r * width + h * p.head_dim + d] = static_cast<float>(acc / sum);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace gizllm

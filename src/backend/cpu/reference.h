@@ -35,5 +35,9 @@ void ReferenceCausalConv(const CausalConvParams& p);
 void ReferenceL2Norm(const L2NormParams& p);
 void ReferenceGatedDeltaRule(const GatedDeltaRuleParams& p);
 void ReferenceGatedRmsNorm(const GatedRmsNormParams& p);
+// The encoder ops in double.
+void ReferenceLayerNorm(const LayerNormParams& p);
+void ReferenceGelu(const GeluParams& p);
+void ReferenceEncoderAttention(const EncoderAttentionParams& p);
 
 }  // namespace gizllm
