@@ -3,7 +3,9 @@
 // OUT/<name>.jsonl (the build runs it: tests/unit/tokenizer/CMakeLists.txt):
 //   {"ids": [...], "special": [...], "pair": [...], "decoded": "...", "decoded_skip": "..."}
 // ids: encode(text, add_special_tokens=false); special: encode(text, add_special_tokens=true);
-// pair: encode(text, text of the line 7 further on, add_special_tokens=true);
+// pair: encode(text, text of the line 7 further on, add_special_tokens=true); its token types as
+// pair_zeros, the count of leading 0s when the rest are 1s (left out when all are 0), else as the
+// array pair_types;
 // decoded / decoded_skip: decode(special, skip_special_tokens=false / true).
 // "special" is left out when it equals "ids", "decoded_skip" when it equals "decoded".
 // Run from the repository root: node tools/tokenizer_refs.mjs --out OUT [name...]
@@ -74,6 +76,13 @@ async function main() {
       // Fields equal to the one before them are left out to keep the files small.
       if (JSON.stringify(ids) !== JSON.stringify(line.ids)) line.special = ids;
       line.pair = pair.getIds();
+      const types = pair.getTypeIds();
+      const zeros = types.indexOf(1);
+      if (types.every((t, i) => t === (zeros >= 0 && i >= zeros ? 1 : 0))) {
+        if (zeros >= 0) line.pair_zeros = zeros;
+      } else {
+        line.pair_types = types;
+      }
       line.decoded = await tok.decode(ids, false);
       const skip = await tok.decode(ids, true);
       if (skip !== line.decoded) line.decoded_skip = skip;

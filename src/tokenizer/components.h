@@ -61,10 +61,13 @@ class Decoder {
 
 // Adds special tokens around the ids of one text or a pair (TemplateProcessing, BertProcessing,
 // ...). `sequences` holds one or two id lists; a processor that adds tokens merges them into one.
+// `types` holds each id's token type (segment), the same shape: 0 for the first text's, 1 for the
+// second's on the way in; a processor that adds tokens sets them as its template says.
 class PostProcessor {
  public:
   virtual ~PostProcessor() = default;
-  virtual void Process(std::vector<std::vector<int32_t>>* sequences, bool add_special) const = 0;
+  virtual void Process(std::vector<std::vector<int32_t>>* sequences,
+                       std::vector<std::vector<int32_t>>* types, bool add_special) const = 0;
 };
 
 // Factories from the JSON objects of tokenizer.json. `where` names the field for messages, e.g.
@@ -78,8 +81,7 @@ Expected<std::unique_ptr<Decoder>> MakeDecoder(const Json& j, const std::string&
                                                int depth = 0);
 // `vocab_size`: ids of special tokens must be below it.
 Expected<std::unique_ptr<PostProcessor>> MakePostProcessor(const Json& j, int64_t vocab_size,
-                                                           const std::string& where,
-                                                           int depth = 0);
+                                                           const std::string& where, int depth = 0);
 // A Sequence at `depth` Sequences deep: an error past kMaxSequenceDepth. Each level is a frame of
 // the recursive factories above (and of the destructors), and a hostile file nests a million;
 // real files nest one or two.

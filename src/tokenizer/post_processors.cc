@@ -8,27 +8,33 @@ namespace {
 
 class TemplateProcessor : public PostProcessor {
  public:
-  // One template item: a sequence (0 = A, 1 = B) or the ids of a special token.
+  // One template item: a sequence (0 = A, 1 = B) or the ids of a special token, and the token
+  // type of its ids.
   struct Item {
     int sequence = -1;
     std::vector<int32_t> ids;
+    int32_t type_id = 0;
   };
   TemplateProcessor(std::vector<Item> single, std::vector<Item> pair)
       : single_(std::move(single)), pair_(std::move(pair)) {}
 
-  void Process(std::vector<std::vector<int32_t>>* sequences, bool add_special) const override {
+  void Process(std::vector<std::vector<int32_t>>* sequences,
+               std::vector<std::vector<int32_t>>* types, bool add_special) const override {
     if (!add_special) return;
     const auto& items = sequences->size() == 1 ? single_ : pair_;
-    std::vector<int32_t> out;
+    std::vector<int32_t> out, out_types;
     for (const Item& item : items) {
       if (item.sequence < 0) {
         out.insert(out.end(), item.ids.begin(), item.ids.end());
+        out_types.insert(out_types.end(), item.ids.size(), item.type_id);
       } else if (item.sequence < static_cast<int>(sequences->size())) {
         const auto& s = (*sequences)[item.sequence];
         out.insert(out.end(), s.begin(), s.end());
+        out_types.insert(out_types.end(), s.size(), item.type_id);
       }
     }
     sequences->assign(1, std::move(out));
+    types->assign(1, std::move(out_types));
   }
 
  private:
@@ -39,8 +45,9 @@ class SequenceProcessor : public PostProcessor {
  public:
   explicit SequenceProcessor(std::vector<std::unique_ptr<PostProcessor>> parts)
       : parts_(std::move(parts)) {}
-  void Process(std::vector<std::vector<int32_t>>* sequences, bool add_special) const override {
-    for (const auto& p : parts_) p->Process(sequences, add_special);
+  void Process(std::vector<std::vector<int32_t>>* sequences,
+               std::vector<std::vector<int32_t>>* types, bool add_special) const override {
+    for (const auto& p : parts_) p->Process(sequences, types, add_special);
   }
 
  private:
@@ -49,7 +56,8 @@ class SequenceProcessor : public PostProcessor {
 
 class NoOpProcessor : public PostProcessor {
  public:
-  void Process(std::vector<std::vector<int32_t>>*, bool) const override {}
+  void Process(std::vector<std::vector<int32_t>>*, std::vector<std::vector<int32_t>>*,
+               bool) const override {}
 };
 
 // A special token's id as a JSON value: an integer below `vocab_size`.
@@ -77,6 +85,15 @@ Expected<int32_t> ReadTokenPair(const Json& j, const char* key, int64_t vocab_si
                        where + "." + key + "[1]");
 }
 
+// A template item's "type_id": a small non-negative integer (absent: 0).
+Expected<int32_t> ReadTypeId(const Json& item, const std::string& where) {
+  auto it = item.find("type_id");
+  if (it == item.end() || it->is_null()) return 0;
+  if (!it->is_number_unsigned() || it->get<uint64_t>() > 255)
+    return InvalidArgument("field '" + where + ".type_id': expected an integer in [0, 255]");
+  return it->get<int32_t>();
+}
+
 Expected<std::vector<TemplateProcessor::Item>> ReadTemplate(const Json& j, const char* key,
                                                             const Json& specials,
                                                             int64_t vocab_size,
@@ -95,8 +112,10 @@ Expected<std::vector<TemplateProcessor::Item>> ReadTemplate(const Json& j, const
       std::string id = s->value("id", "");
       if (id != "A" && id != "B") return InvalidArgument("field '" + at + "': expected id A or B");
       item.sequence = id == "A" ? 0 : 1;
+      GZ_ASSIGN_OR_RETURN(item.type_id, ReadTypeId(*s, at + ".Sequence"));
     } else if (auto t = e.find("SpecialToken"); t != e.end()) {
       std::string id = t->value("id", "");
+      GZ_ASSIGN_OR_RETURN(item.type_id, ReadTypeId(*t, at + ".SpecialToken"));
       auto sp = specials.find(id);
       if (sp == specials.end() || !sp->contains("ids") || !(*sp)["ids"].is_array()) {
         return InvalidArgument("field '" + at + "': special token '" + id +
@@ -117,16 +136,20 @@ Expected<std::vector<TemplateProcessor::Item>> ReadTemplate(const Json& j, const
   return items;
 }
 
-std::vector<TemplateProcessor::Item> Items(std::initializer_list<std::vector<int32_t>> parts) {
+// `parts` in order, each with its token type; an empty part stands for the next sequence (A,
+// then B).
+std::vector<TemplateProcessor::Item> Items(
+    std::initializer_list<std::pair<std::vector<int32_t>, int32_t>> parts) {
   std::vector<TemplateProcessor::Item> items;
   int next = 0;
-  for (const auto& p : parts) {
+  for (const auto& [ids, type_id] : parts) {
     TemplateProcessor::Item item;
-    if (p.empty()) {
+    if (ids.empty()) {
       item.sequence = next++;
     } else {
-      item.ids = p;
+      item.ids = ids;
     }
+    item.type_id = type_id;
     items.push_back(std::move(item));
   }
   return items;
@@ -135,8 +158,7 @@ std::vector<TemplateProcessor::Item> Items(std::initializer_list<std::vector<int
 }  // namespace
 
 Expected<std::unique_ptr<PostProcessor>> MakePostProcessor(const Json& j, int64_t vocab_size,
-                                                           const std::string& where,
-                                                           int depth) {
+                                                           const std::string& where, int depth) {
   if (j.is_null()) return std::unique_ptr<PostProcessor>();
   std::string type = TypeOf(j);
   if (type == "ByteLevel") return std::unique_ptr<PostProcessor>(new NoOpProcessor());
@@ -153,10 +175,11 @@ Expected<std::unique_ptr<PostProcessor>> MakePostProcessor(const Json& j, int64_
   if (type == "BertProcessing" || type == "RobertaProcessing") {
     GZ_ASSIGN_OR_RETURN(int32_t sep, ReadTokenPair(j, "sep", vocab_size, where));
     GZ_ASSIGN_OR_RETURN(int32_t cls, ReadTokenPair(j, "cls", vocab_size, where));
-    // An empty part stands for the next sequence (A, then B).
-    auto single = Items({{cls}, {}, {sep}});
-    auto pair = type == "BertProcessing" ? Items({{cls}, {}, {sep}, {}, {sep}})
-                                         : Items({{cls}, {}, {sep}, {sep}, {}, {sep}});
+    // BERT's second text and its [SEP] are type 1; RoBERTa's tokens are all type 0.
+    auto single = Items({{{cls}, 0}, {{}, 0}, {{sep}, 0}});
+    auto pair = type == "BertProcessing"
+                    ? Items({{{cls}, 0}, {{}, 0}, {{sep}, 0}, {{}, 1}, {{sep}, 1}})
+                    : Items({{{cls}, 0}, {{}, 0}, {{sep}, 0}, {{sep}, 0}, {{}, 0}, {{sep}, 0}});
     return std::unique_ptr<PostProcessor>(
         new TemplateProcessor(std::move(single), std::move(pair)));
   }
@@ -168,10 +191,10 @@ Expected<std::unique_ptr<PostProcessor>> MakePostProcessor(const Json& j, int64_
     }
     std::vector<std::unique_ptr<PostProcessor>> parts;
     for (size_t i = 0; i < it->size(); ++i) {
-      GZ_ASSIGN_OR_RETURN(auto part,
-                          MakePostProcessor((*it)[i], vocab_size,
-                                            where + ".processors[" + std::to_string(i) + "]",
-                                            depth + 1));
+      GZ_ASSIGN_OR_RETURN(
+          auto part,
+          MakePostProcessor((*it)[i], vocab_size, where + ".processors[" + std::to_string(i) + "]",
+                            depth + 1));
       if (part) parts.push_back(std::move(part));
     }
     return std::unique_ptr<PostProcessor>(new SequenceProcessor(std::move(parts)));

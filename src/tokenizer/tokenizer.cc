@@ -218,9 +218,10 @@ Expected<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool add
   if (!data_) return NotLoaded();
   GZ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, data_->EncodeText(text));
   if (data_->post_processor) {
-    std::vector<std::vector<int32_t>> sequences(1);
+    std::vector<std::vector<int32_t>> sequences(1), types(1);
     sequences[0] = std::move(ids);
-    data_->post_processor->Process(&sequences, add_special);
+    types[0].assign(sequences[0].size(), 0);
+    data_->post_processor->Process(&sequences, &types, add_special);
     ids = std::move(sequences[0]);
   }
   return ids;
@@ -236,10 +237,69 @@ Expected<std::vector<int32_t>> Tokenizer::EncodePair(std::string_view a, std::st
   std::vector<std::vector<int32_t>> sequences;
   sequences.push_back(std::move(first).value());
   sequences.push_back(std::move(second).value());
-  if (data_->post_processor) data_->post_processor->Process(&sequences, add_special);
+  std::vector<std::vector<int32_t>> types = {std::vector<int32_t>(sequences[0].size(), 0),
+                                             std::vector<int32_t>(sequences[1].size(), 1)};
+  if (data_->post_processor) data_->post_processor->Process(&sequences, &types, add_special);
   std::vector<int32_t> ids;
   for (const auto& s : sequences) ids.insert(ids.end(), s.begin(), s.end());
   return ids;
+}
+
+Expected<Encoding> Tokenizer::EncodeTyped(std::string_view first,
+                                          std::optional<std::string_view> second, bool add_special,
+                                          int64_t max_tokens) const {
+  if (!data_) return NotLoaded();
+  std::vector<std::vector<int32_t>> sequences, types;
+  auto a = data_->EncodeText(first);
+  if (!a.ok()) return second ? a.status().Annotate("first text") : a.status();
+  sequences.push_back(std::move(a).value());
+  if (second) {
+    auto b = data_->EncodeText(*second);
+    if (!b.ok()) return b.status().Annotate("second text");
+    sequences.push_back(std::move(b).value());
+  }
+  if (max_tokens > 0) {
+    // The special tokens the post-processor adds: what it makes of empty texts.
+    std::vector<std::vector<int32_t>> empty(sequences.size()), empty_types(sequences.size());
+    if (data_->post_processor) data_->post_processor->Process(&empty, &empty_types, add_special);
+    int64_t specials = 0;
+    for (const auto& e : empty) specials += static_cast<int64_t>(e.size());
+    const int64_t budget = max_tokens - specials;
+    if (budget < 0) {
+      return InvalidArgument("a limit of " + std::to_string(max_tokens) + " tokens is below the " +
+                             std::to_string(specials) + " special tokens the tokenizer adds");
+    }
+    if (sequences.size() == 1) {
+      if (static_cast<int64_t>(sequences[0].size()) > budget) sequences[0].resize(budget);
+    } else {
+      // Hugging Face's longest_first: the shorter text keeps its length while it fits in half
+      // the budget; otherwise both get half (the longer, or the second of equals, the odd token).
+      int64_t n1 = static_cast<int64_t>(sequences[0].size());
+      int64_t n2 = static_cast<int64_t>(sequences[1].size());
+      if (n1 + n2 > budget) {
+        const bool swap = n1 > n2;
+        if (swap) std::swap(n1, n2);
+        n2 = n1 > budget ? n1 : std::max(n1, budget - n1);
+        if (n1 + n2 > budget) {
+          n1 = budget / 2;
+          n2 = n1 + budget % 2;
+        }
+        if (swap) std::swap(n1, n2);
+        sequences[0].resize(std::min<int64_t>(n1, static_cast<int64_t>(sequences[0].size())));
+        sequences[1].resize(std::min<int64_t>(n2, static_cast<int64_t>(sequences[1].size())));
+      }
+    }
+  }
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    types.emplace_back(sequences[i].size(), static_cast<int32_t>(i));
+  }
+  if (data_->post_processor) data_->post_processor->Process(&sequences, &types, add_special);
+  Encoding out;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    out.ids.insert(out.ids.end(), sequences[i].begin(), sequences[i].end());
+    out.types.insert(out.types.end(), types[i].begin(), types[i].end());
+  }
+  return out;
 }
 
 std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special) const {

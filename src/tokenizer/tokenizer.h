@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,6 +27,12 @@ class GgufFile;
 namespace tok {
 struct TokenizerData;
 }
+
+// A model's inputs for one text or a pair: the ids and each id's token type (BERT's segment).
+struct Encoding {
+  std::vector<int32_t> ids;
+  std::vector<int32_t> types;  // [ids.size()]
+};
 
 class Tokenizer {
  public:
@@ -45,6 +52,14 @@ class Tokenizer {
   // A pair of texts (sentence-pair models: BERT, RoBERTa), joined as the post-processor says.
   Expected<std::vector<int32_t>> EncodePair(std::string_view a, std::string_view b,
                                             bool add_special = false) const;
+  // One text, or a pair where `second` is set, with each id's token type: 0 for the first text's
+  // ids, 1 for the second's, and what the post-processor's template gives its special tokens
+  // (BERT: [CLS] A [SEP] are 0, B [SEP] 1; RoBERTa: all 0). With max_tokens > 0 the texts are cut
+  // first so that at most max_tokens ids come out, special tokens included: one text at its end,
+  // a pair as Hugging Face's longest_first truncation; a limit below the special tokens alone is
+  // an error.
+  Expected<Encoding> EncodeTyped(std::string_view first, std::optional<std::string_view> second,
+                                 bool add_special, int64_t max_tokens = 0) const;
   // Text of `ids`; ids that are not in the vocabulary are left out. Invalid UTF-8 that byte
   // tokens produce becomes U+FFFD, as Hugging Face does.
   std::string Decode(std::span<const int32_t> ids, bool skip_special = false) const;

@@ -1,6 +1,7 @@
 // The tokenizers the golden tests compare against Hugging Face, and their reference files.
 #pragma once
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@ inline constexpr const char* kRefsDir = "build/tests/unit/tokenizer/refs";
 struct GoldenLine {
   std::string text;
   std::vector<int32_t> ids, special, pair;  // pair: with the line 7 further on
+  std::vector<int32_t> pair_types;          // the pair's token types
   std::string decoded, decoded_skip;
 };
 
@@ -57,6 +59,14 @@ inline std::vector<GoldenLine> ReadGolden(const std::string& name) {
       g.ids = j["ids"].get<std::vector<int32_t>>();
       g.special = j.contains("special") ? j["special"].get<std::vector<int32_t>>() : g.ids;
       if (j.contains("pair")) g.pair = j["pair"].get<std::vector<int32_t>>();
+      if (j.contains("pair_types")) {
+        g.pair_types = j["pair_types"].get<std::vector<int32_t>>();
+      } else {
+        const size_t zeros =
+            j.contains("pair_zeros") ? j["pair_zeros"].get<size_t>() : g.pair.size();
+        g.pair_types.assign(g.pair.size(), 1);
+        std::fill(g.pair_types.begin(), g.pair_types.begin() + std::min(zeros, g.pair.size()), 0);
+      }
       g.decoded = j["decoded"].get<std::string>();
       g.decoded_skip =
           j.contains("decoded_skip") ? j["decoded_skip"].get<std::string>() : g.decoded;

@@ -45,6 +45,12 @@ TEST_P(GoldenTest, MatchesHuggingFace) {
     EXPECT_EQ(*pair, g.pair) << "line " << i + 1 << " paired with line "
                              << (i + 7) % golden.size() + 1;
     ok = ok && *pair == g.pair;
+    auto typed = tokenizer->EncodeTyped(g.text, other, /*add_special=*/true);
+    ASSERT_TRUE(typed.ok());
+    EXPECT_EQ(typed->ids, g.pair) << "line " << i + 1;
+    EXPECT_EQ(typed->types, g.pair_types)
+        << "line " << i + 1 << " paired with line " << (i + 7) % golden.size() + 1;
+    ok = ok && typed->types == g.pair_types;
     std::string decoded = tokenizer->Decode(g.special);
     std::string decoded_skip = tokenizer->Decode(g.special, /*skip_special=*/true);
     ok = ok && decoded == g.decoded && decoded_skip == g.decoded_skip;

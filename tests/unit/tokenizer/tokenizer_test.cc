@@ -299,3 +299,54 @@ TEST(TokenizerTest, LongRunsDoNotOverflowTheRegexStack) {
 
 }  // namespace
 }  // namespace gizllm
+
+namespace gizllm {
+namespace {
+
+// EncodeTyped's truncation: one text cut at its end, a pair as longest_first (the shorter keeps
+// its length while it fits in half the budget), special tokens counted.
+TEST(TokenizerTest, EncodeTypedTruncates) {
+  auto t = Tokenizer::Load("tests/golden/tokenizer/bert-uncased.json");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  const std::string a = "one two three four five six seven eight nine ten";
+  const std::string b = "red green blue";
+  auto plain_a = t->Encode(a);
+  auto plain_b = t->Encode(b);
+  ASSERT_TRUE(plain_a.ok() && plain_b.ok());
+  const int64_t na = plain_a->size(), nb = plain_b->size();
+  ASSERT_GT(na, nb + 2);
+  const int32_t cls = t->TokenId("[CLS]"), sep = t->TokenId("[SEP]");
+
+  auto whole = t->EncodeTyped(a, std::nullopt, /*add_special=*/true);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(static_cast<int64_t>(whole->ids.size()), na + 2);
+  auto cut = t->EncodeTyped(a, std::nullopt, /*add_special=*/true, /*max_tokens=*/5);
+  ASSERT_TRUE(cut.ok());
+  EXPECT_EQ(cut->ids,
+            (std::vector<int32_t>{cls, (*plain_a)[0], (*plain_a)[1], (*plain_a)[2], sep}));
+  EXPECT_EQ(cut->types, std::vector<int32_t>(5, 0));
+
+  // The budget after [CLS] A [SEP] B [SEP] is max - 3 = 2 nb + 1: the short b keeps its nb
+  // tokens, a gets the rest.
+  const int64_t max_tokens = 3 + 2 * nb + 1;
+  auto pair = t->EncodeTyped(a, b, /*add_special=*/true, max_tokens);
+  ASSERT_TRUE(pair.ok());
+  ASSERT_EQ(static_cast<int64_t>(pair->ids.size()), max_tokens);
+  EXPECT_EQ(pair->ids[nb + 2], sep);
+  EXPECT_EQ(std::vector<int32_t>(pair->ids.begin() + nb + 3, pair->ids.end() - 1), *plain_b);
+  std::vector<int32_t> want_types(nb + 3, 0);
+  want_types.resize(pair->ids.size(), 1);
+  EXPECT_EQ(pair->types, want_types);
+  // Too tight for either to keep its length: half each, the longer text the odd one.
+  auto halves = t->EncodeTyped(a, b, /*add_special=*/true, /*max_tokens=*/3 + 5);
+  ASSERT_TRUE(halves.ok());
+  EXPECT_EQ(halves->ids[4], sep);  // [CLS] + 3 of a
+  EXPECT_EQ(halves->ids.size(), 8u);
+
+  auto below = t->EncodeTyped(a, b, /*add_special=*/true, /*max_tokens=*/2);
+  ASSERT_FALSE(below.ok());
+  EXPECT_NE(below.status().message().find("special tokens"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gizllm
