@@ -8,6 +8,7 @@
 
 #include "core/mapped_file.h"
 #include "formats/safetensors.h"
+#include "model/encoder_arch.h"
 #include "model/families/family.h"
 #include "model/gguf_model.h"
 
@@ -188,6 +189,12 @@ Expected<Arch> ParseArch(const json& config, const std::string& file_for_errors)
     if (model_type.empty() ? f->architecture == architecture : f->model_type == model_type) {
       family = f;
     }
+  }
+  if (family == nullptr && IsEncoderModelType(model_type)) {
+    return reader.Error(StatusCode::kUnimplemented, "model_type",
+                        "\"" + model_type + "\" is an encoder: it embeds or scores texts " +
+                            "(gizllm embed, gizllm rerank, serve --task embed|rerank) and does " +
+                            "not generate");
   }
   if (family == nullptr) {
     if (model_type.empty() && architecture.empty()) {

@@ -172,6 +172,22 @@ Expected<Weight> WeightLoader::Named(const std::string& name) {
   return w;
 }
 
+Expected<Weight> WeightLoader::NamedMatrix(const std::string& name, int64_t rows, int64_t cols) {
+  const TensorInfo* t = checkpoint_.Find(name);
+  if (!t) return NotFound(dir_ + ": tensor " + name + " is missing");
+  const int64_t shape[] = {rows, cols};
+  GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, t->shape, shape));
+  return Named(name);
+}
+
+Expected<const float*> WeightLoader::NamedVector(const std::string& name, int64_t n) {
+  const int64_t shape[] = {n};
+  GZ_ASSIGN_OR_RETURN(std::vector<float> host, ReadVector(checkpoint_, dir_, name, shape));
+  placed_->parameters += n;
+  placed_->summary.push_back({name, "f32", {n}, n * 4});
+  return Upload(host);
+}
+
 // Matrices are not scanned for NaN at load (a full read of every weight); a non-finite logit
 // stops the request that meets one instead.
 Expected<Weight> WeightLoader::Matrix(TensorRole role, int layer) {

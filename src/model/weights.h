@@ -68,6 +68,10 @@ class WeightLoader {
   // [1, n]) in its stored format: for tensors the forward pass does not run yet (the MTP
   // layer). Plain formats only.
   Expected<Weight> Named(const std::string& name);
+  // Tensors by name with the shape they must have (families whose tensors have no TensorRole:
+  // the encoders): a matrix [rows, cols] in a plain format, or a vector [n] as float32.
+  Expected<Weight> NamedMatrix(const std::string& name, int64_t rows, int64_t cols);
+  Expected<const float*> NamedVector(const std::string& name, int64_t n);
 
  private:
   const Checkpoint& checkpoint_;

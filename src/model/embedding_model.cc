@@ -1,0 +1,122 @@
+#include "model/embedding_model.h"
+
+#include <algorithm>
+
+namespace gizllm {
+
+std::string TaskName(Task t) {
+  switch (t) {
+    case Task::kGenerate:
+      return "generate";
+    case Task::kEmbed:
+      return "embed";
+    case Task::kRerank:
+      return "rerank";
+  }
+  return "";
+}
+
+Expected<Task> ParseTask(std::string_view text) {
+  if (text == "generate") return Task::kGenerate;
+  if (text == "embed") return Task::kEmbed;
+  if (text == "rerank") return Task::kRerank;
+  return InvalidArgument("--task: \"" + std::string(text) +
+                         "\" (expected generate, embed or rerank)");
+}
+
+Expected<std::unique_ptr<EmbeddingModel>> EmbeddingModel::Load(const std::string& dir,
+                                                               std::shared_ptr<Backend> backend) {
+  std::unique_ptr<EmbeddingModel> m(new EmbeddingModel());
+  GZ_ASSIGN_OR_RETURN(m->encoder_, Encoder::Load(dir, std::move(backend)));
+  GZ_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::Load(dir));
+  GZ_ASSIGN_OR_RETURN(m->config_, ReadEmbeddingConfig(dir, m->encoder_->arch().labels));
+  return m;
+}
+
+Task EmbeddingModel::default_task() const {
+  return arch().head != EncoderHead::kNone ? Task::kRerank : Task::kEmbed;
+}
+
+int64_t EmbeddingModel::max_tokens() const {
+  const int64_t positions = arch().MaxTokens();
+  return config_.max_tokens > 0 ? std::min(config_.max_tokens, positions) : positions;
+}
+
+Expected<Encoding> EmbeddingModel::Tokenize(std::string_view text, int64_t limit) const {
+  const int64_t most = limit > 0 ? std::min(limit, max_tokens()) : max_tokens();
+  GZ_ASSIGN_OR_RETURN(Encoding e, tokenizer_.EncodeTyped(text, std::nullopt,
+                                                         /*add_special=*/true, most));
+  if (e.ids.empty()) return InvalidArgument("a text of no tokens");
+  return e;
+}
+
+Expected<Encoding> EmbeddingModel::TokenizePair(std::string_view query,
+                                                std::string_view document) const {
+  return tokenizer_.EncodeTyped(query, document, /*add_special=*/true, max_tokens());
+}
+
+std::vector<std::pair<size_t, size_t>> EmbeddingModel::Runs(std::span<const Encoding> sequences) {
+  std::vector<std::pair<size_t, size_t>> runs;
+  size_t first = 0;
+  int64_t tokens = 0;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(sequences[i].ids.size());
+    if (i > first && tokens + n > kRunTokens) {
+      runs.emplace_back(first, i);
+      first = i;
+      tokens = 0;
+    }
+    tokens += n;
+  }
+  if (first < sequences.size()) runs.emplace_back(first, sequences.size());
+  return runs;
+}
+
+Expected<std::vector<std::vector<float>>> EmbeddingModel::Embed(
+    std::span<const Encoding> sequences) {
+  std::vector<std::vector<float>> out;
+  out.reserve(sequences.size());
+  std::vector<EncoderInput> batch;
+  std::vector<float> hidden, pooled;
+  std::vector<int32_t> starts;
+  const int64_t d = dim();
+  for (const auto& [first, end] : Runs(sequences)) {
+    batch.clear();
+    starts.assign(1, 0);
+    for (size_t i = first; i < end; ++i) {
+      batch.push_back({sequences[i].ids, sequences[i].types});
+      starts.push_back(starts.back() + static_cast<int32_t>(sequences[i].ids.size()));
+    }
+    Status s = encoder_->Forward(batch, &hidden);
+    if (!s.ok()) return s;
+    pooled.resize((end - first) * d);
+    Pool(hidden, d, starts, config_.pooling, config_.normalize, pooled.data());
+    for (size_t i = 0; i < end - first; ++i) {
+      out.emplace_back(pooled.begin() + i * d, pooled.begin() + (i + 1) * d);
+    }
+  }
+  return out;
+}
+
+Expected<std::vector<float>> EmbeddingModel::Score(std::span<const Encoding> pairs) {
+  if (arch().head == EncoderHead::kNone) {
+    return InvalidArgument(encoder_->dir() + ": no sequence-classification head to score with");
+  }
+  if (arch().labels != 1) {
+    return Unimplemented(encoder_->dir() + ": a head of " + std::to_string(arch().labels) +
+                         " labels; scores come from a head of one label");
+  }
+  std::vector<float> out;
+  out.reserve(pairs.size());
+  std::vector<EncoderInput> batch;
+  std::vector<float> logits;
+  for (const auto& [first, end] : Runs(pairs)) {
+    batch.clear();
+    for (size_t i = first; i < end; ++i) batch.push_back({pairs[i].ids, pairs[i].types});
+    GZ_RETURN_IF_ERROR(encoder_->Classify(batch, &logits));
+    for (float logit : logits) out.push_back(Activate(config_.activation, logit));
+  }
+  return out;
+}
+
+}  // namespace gizllm

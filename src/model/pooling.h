@@ -1,0 +1,49 @@
+// How a model's hidden states become one vector a text (pooling, normalization), and how a
+// cross-encoder's logits become a score: read from a sentence-transformers folder
+// (modules.json, 1_Pooling/config.json, sentence_bert_config.json, config.json's
+// sentence_transformers.activation_fn).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "core/status.h"
+
+namespace gizllm {
+
+enum class Pooling : uint8_t {
+  kCls,        // the first token's hidden state
+  kMean,       // the mean over the sequence's tokens
+  kLastToken,  // the last token's (decoder embedders)
+};
+std::string PoolingName(Pooling p);  // "cls", "mean", "lasttoken"
+
+// A cross-encoder's score from its logits (sentence-transformers' activation_fn).
+enum class ScoreActivation : uint8_t { kIdentity, kSigmoid };
+
+struct EmbeddingConfig {
+  Pooling pooling = Pooling::kMean;
+  bool normalize = false;  // a Normalize module: vectors of unit L2 norm
+  int64_t max_tokens = 0;  // sentence_bert_config.json max_seq_length (0: none given)
+  ScoreActivation activation = ScoreActivation::kIdentity;
+  bool sentence_transformers = false;  // modules.json was read
+};
+
+// The folder's configuration. Without modules.json: mean pooling, not normalized (what
+// sentence-transformers builds for a plain transformers model). The score activation: config.json
+// sentence_transformers.activation_fn (or sbert_ce_default_activation_function) where given, else
+// sigmoid for a head of one label and identity otherwise. A module or pooling mode that changes
+// the vectors and is not implemented (Dense, max or weighted-mean pooling) is refused, naming
+// the file and the field.
+Expected<EmbeddingConfig> ReadEmbeddingConfig(const std::string& dir, int labels);
+
+// out[s] = the pooled hidden states of sequence s, rows [starts[s], starts[s + 1]) of hidden
+// [rows, dim]; L2-normalized where `normalize` (a zero vector stays zero).
+void Pool(std::span<const float> hidden, int64_t dim, std::span<const int32_t> starts,
+          Pooling pooling, bool normalize, float* out);
+
+// The score of a logit under `activation`.
+float Activate(ScoreActivation activation, float logit);
+
+}  // namespace gizllm
