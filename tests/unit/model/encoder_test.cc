@@ -1,0 +1,344 @@
+// Encoders on the CPU backend, on small random BERT and RoBERTa folders written here: the
+// forward pass against a plain float64 reference of BERT's computation written out in this file
+// (word + position + type embeddings, post-norm layers, the classification heads), packed
+// batches against sequences alone, and the configuration errors a user can cause.
+#include "model/encoder.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/safetensors.h"
+#include "model/config.h"
+#include "model/embedding_model.h"
+#include "ops/device.h"
+
+namespace gizllm {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int kVocab = 30, kDim = 16, kHeads = 2, kFfn = 24, kLayers = 2, kPositions = 24;
+
+struct Tiny {
+  std::string family;  // "bert" or "roberta"
+  bool head = false;   // *ForSequenceClassification, one label
+  int type_vocab = 2;
+};
+
+using Tensors = std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>;
+
+class EncoderTest : public ::testing::Test {
+ protected:
+  // float32 activations (exact), two threads.
+  std::shared_ptr<Backend> Cpu() {
+    auto be = OpenBackend(DeviceOptions{.device = "cpu", .threads = 2, .exact = true});
+    EXPECT_TRUE(be.ok()) << be.status().message();
+    return std::move(be).value();
+  }
+
+  void Add(const std::string& name, std::vector<int64_t> shape, float scale, float mean = 0.0f) {
+    std::normal_distribution<float> d(mean, scale);
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    std::vector<float> v(n);
+    for (float& f : v) f = d(rng_);
+    tensors_[name] = {std::move(shape), std::move(v)};
+  }
+
+  const std::vector<float>& T(const std::string& name) { return tensors_.at(name).second; }
+
+  // Writes the folder; the tensors stay in tensors_ for the reference.
+  std::string Write(const Tiny& tiny, const std::string& name) {
+    tensors_.clear();
+    const bool bert = tiny.family == "bert";
+    const std::string p = tiny.head ? (bert ? "bert." : "roberta.") : "";
+    Add(p + "embeddings.word_embeddings.weight", {kVocab, kDim}, 1.0f);
+    Add(p + "embeddings.position_embeddings.weight", {kPositions, kDim}, 0.5f);
+    Add(p + "embeddings.token_type_embeddings.weight", {tiny.type_vocab, kDim}, 0.5f);
+    Add(p + "embeddings.LayerNorm.weight", {kDim}, 0.2f, 1.0f);
+    Add(p + "embeddings.LayerNorm.bias", {kDim}, 0.2f);
+    for (int l = 0; l < kLayers; ++l) {
+      const std::string x = p + "encoder.layer." + std::to_string(l) + ".";
+      for (const char* lin : {"attention.self.query", "attention.self.key", "attention.self.value",
+                              "attention.output.dense"}) {
+        Add(x + lin + ".weight", {kDim, kDim}, 0.3f);
+        Add(x + lin + ".bias", {kDim}, 0.1f);
+      }
+      Add(x + "attention.output.LayerNorm.weight", {kDim}, 0.2f, 1.0f);
+      Add(x + "attention.output.LayerNorm.bias", {kDim}, 0.2f);
+      Add(x + "intermediate.dense.weight", {kFfn, kDim}, 0.3f);
+      Add(x + "intermediate.dense.bias", {kFfn}, 0.1f);
+      Add(x + "output.dense.weight", {kDim, kFfn}, 0.3f);
+      Add(x + "output.dense.bias", {kDim}, 0.1f);
+      Add(x + "output.LayerNorm.weight", {kDim}, 0.2f, 1.0f);
+      Add(x + "output.LayerNorm.bias", {kDim}, 0.2f);
+    }
+    if (tiny.head) {
+      const std::string dense = bert ? "bert.pooler.dense" : "classifier.dense";
+      const std::string out = bert ? "classifier" : "classifier.out_proj";
+      Add(dense + ".weight", {kDim, kDim}, 0.4f);
+      Add(dense + ".bias", {kDim}, 0.1f);
+      Add(out + ".weight", {1, kDim}, 0.4f);
+      Add(out + ".bias", {1}, 0.1f);
+    }
+    const std::string dir = (fs::path(::testing::TempDir()) / ("encoder_" + name)).string();
+    fs::create_directories(dir);
+    std::vector<TensorToWrite> out;
+    for (const auto& [n, t] : tensors_) {
+      out.push_back({n, DType::kF32, t.first, t.second.data(), t.second.size() * sizeof(float)});
+    }
+    EXPECT_TRUE(WriteSafetensors(dir + "/model.safetensors", out, {}).ok());
+    const std::string cls = bert ? "Bert" : "Roberta";
+    nlohmann::json config = {
+        {"model_type", tiny.family},
+        {"architectures", {cls + (tiny.head ? "ForSequenceClassification" : "Model")}},
+        {"vocab_size", kVocab},
+        {"hidden_size", kDim},
+        {"num_hidden_layers", kLayers},
+        {"num_attention_heads", kHeads},
+        {"intermediate_size", kFfn},
+        {"hidden_act", "gelu"},
+        {"max_position_embeddings", kPositions},
+        {"type_vocab_size", tiny.type_vocab},
+        {"layer_norm_eps", 1e-12},
+        {"pad_token_id", bert ? 0 : 1}};
+    if (tiny.head) config["id2label"] = {{"0", "LABEL_0"}};
+    std::ofstream(dir + "/config.json") << config.dump();
+    return dir;
+  }
+
+  // BERT in float64, one sequence: the last hidden states [n, dim] (and the head's logit).
+  std::vector<double> Reference(const Tiny& tiny, const std::vector<int32_t>& tokens,
+                                const std::vector<int32_t>& types, double* logit = nullptr) {
+    const bool bert = tiny.family == "bert";
+    const std::string p = tiny.head ? (bert ? "bert." : "roberta.") : "";
+    const int n = static_cast<int>(tokens.size());
+    const int offset = bert ? 0 : 2;
+    std::vector<double> x(n * kDim);
+    auto norm = [&](std::vector<double>& v, const std::string& w) {
+      for (int r = 0; r < n; ++r) {
+        double mean = 0, var = 0;
+        for (int i = 0; i < kDim; ++i) mean += v[r * kDim + i] / kDim;
+        for (int i = 0; i < kDim; ++i) var += std::pow(v[r * kDim + i] - mean, 2) / kDim;
+        for (int i = 0; i < kDim; ++i) {
+          v[r * kDim + i] =
+              (v[r * kDim + i] - mean) / std::sqrt(var + 1e-12) * T(w + ".weight")[i] +
+              T(w + ".bias")[i];
+        }
+      }
+    };
+    auto linear = [&](const std::vector<double>& in, int rows, int cols, const std::string& w,
+                      int outs) {
+      std::vector<double> out(rows * outs);
+      for (int r = 0; r < rows; ++r)
+        for (int o = 0; o < outs; ++o) {
+          double s = T(w + ".bias")[o];
+          for (int c = 0; c < cols; ++c) s += in[r * cols + c] * T(w + ".weight")[o * cols + c];
+          out[r * outs + o] = s;
+        }
+      return out;
+    };
+    for (int r = 0; r < n; ++r)
+      for (int i = 0; i < kDim; ++i)
+        x[r * kDim + i] = T(p + "embeddings.word_embeddings.weight")[tokens[r] * kDim + i] +
+                          T(p + "embeddings.position_embeddings.weight")[(r + offset) * kDim + i] +
+                          T(p + "embeddings.token_type_embeddings.weight")
+                              [(bert && !types.empty() ? types[r] : 0) * kDim + i];
+    norm(x, p + "embeddings.LayerNorm");
+    const int hd = kDim / kHeads;
+    for (int l = 0; l < kLayers; ++l) {
+      const std::string L = p + "encoder.layer." + std::to_string(l) + ".";
+      auto q = linear(x, n, kDim, L + "attention.self.query", kDim);
+      auto k = linear(x, n, kDim, L + "attention.self.key", kDim);
+      auto v = linear(x, n, kDim, L + "attention.self.value", kDim);
+      std::vector<double> a(n * kDim, 0.0);
+      for (int h = 0; h < kHeads; ++h)
+        for (int i = 0; i < n; ++i) {
+          std::vector<double> s(n);
+          double max = -1e300, sum = 0;
+          for (int j = 0; j < n; ++j) {
+            s[j] = 0;
+            for (int d = 0; d < hd; ++d)
+              s[j] += q[i * kDim + h * hd + d] * k[j * kDim + h * hd + d];
+            s[j] /= std::sqrt(double(hd));
+            max = std::max(max, s[j]);
+          }
+          for (double& e : s) sum += (e = std::exp(e - max));
+          for (int j = 0; j < n; ++j)
+            for (int d = 0; d < hd; ++d)
+              a[i * kDim + h * hd + d] += s[j] / sum * v[j * kDim + h * hd + d];
+        }
+      auto o = linear(a, n, kDim, L + "attention.output.dense", kDim);
+      for (int i = 0; i < n * kDim; ++i) x[i] += o[i];
+      norm(x, L + "attention.output.LayerNorm");
+      auto f = linear(x, n, kDim, L + "intermediate.dense", kFfn);
+      for (double& e : f) e = 0.5 * e * (1 + std::erf(e / std::sqrt(2.0)));
+      auto down = linear(f, n, kFfn, L + "output.dense", kDim);
+      for (int i = 0; i < n * kDim; ++i) x[i] += down[i];
+      norm(x, L + "output.LayerNorm");
+    }
+    if (logit) {
+      std::vector<double> first(x.begin(), x.begin() + kDim);
+      auto h = linear(first, 1, kDim, bert ? "bert.pooler.dense" : "classifier.dense", kDim);
+      for (double& e : h) e = std::tanh(e);
+      *logit = linear(h, 1, kDim, bert ? "classifier" : "classifier.out_proj", 1)[0];
+    }
+    return x;
+  }
+
+  std::mt19937 rng_{25};
+  Tensors tensors_;
+};
+
+TEST_F(EncoderTest, ForwardMatchesFloat64ReferenceInPackedBatches) {
+  for (const Tiny& tiny : {Tiny{"bert", false}, Tiny{"roberta", false, 1}, Tiny{"bert", true},
+                           Tiny{"roberta", true, 1}}) {
+    SCOPED_TRACE(tiny.family + (tiny.head ? " head" : ""));
+    const std::string dir = Write(tiny, tiny.family + (tiny.head ? "_head" : ""));
+    auto encoder = Encoder::Load(dir, Cpu());
+    ASSERT_TRUE(encoder.ok()) << encoder.status().message();
+    const int64_t most = tiny.family == "bert" ? kPositions : kPositions - 2;
+    EXPECT_EQ((*encoder)->arch().MaxTokens(), most);
+    // Lengths 1, 7, the most the positions allow, and 3; pair types on the second.
+    std::vector<std::vector<int32_t>> tokens, types;
+    std::uniform_int_distribution<int32_t> token(0, kVocab - 1);
+    for (int64_t n : {int64_t{1}, int64_t{7}, most, int64_t{3}}) {
+      tokens.emplace_back(n);
+      for (int32_t& t : tokens.back()) t = token(rng_);
+      types.emplace_back(n, 0);
+    }
+    for (int i = 4; i < 7; ++i) types[1][i] = 1;
+    std::vector<EncoderInput> batch;
+    for (size_t s = 0; s < tokens.size(); ++s) batch.push_back({tokens[s], types[s]});
+    std::vector<float> hidden;
+    ASSERT_TRUE((*encoder)->Forward(batch, &hidden).ok());
+    size_t row = 0;
+    for (size_t s = 0; s < tokens.size(); ++s) {
+      std::vector<double> want = Reference(tiny, tokens[s], types[s]);
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(hidden[row * kDim + i], want[i], 2e-5) << "sequence " << s << " element " << i;
+      }
+      // The sequence alone gives the same rows.
+      std::vector<float> alone;
+      const EncoderInput one[] = {batch[s]};
+      ASSERT_TRUE((*encoder)->Forward(one, &alone).ok());
+      for (size_t i = 0; i < alone.size(); ++i) {
+        ASSERT_NEAR(alone[i], hidden[row * kDim + i], 1e-6) << "sequence " << s;
+      }
+      row += tokens[s].size();
+    }
+    std::vector<float> logits;
+    Status classified = (*encoder)->Classify(batch, &logits);
+    if (!tiny.head) {
+      EXPECT_FALSE(classified.ok());
+      continue;
+    }
+    ASSERT_TRUE(classified.ok()) << classified.message();
+    ASSERT_EQ(logits.size(), tokens.size());
+    for (size_t s = 0; s < tokens.size(); ++s) {
+      double want = 0;
+      Reference(tiny, tokens[s], types[s], &want);
+      EXPECT_NEAR(logits[s], want, 2e-5) << "sequence " << s;
+    }
+  }
+}
+
+TEST_F(EncoderTest, InputsOutsideTheModelAreErrorsNamingTheSequence) {
+  const std::string dir = Write(Tiny{"bert", false}, "inputs");
+  auto encoder = Encoder::Load(dir, Cpu());
+  ASSERT_TRUE(encoder.ok());
+  std::vector<float> hidden;
+  const std::vector<int32_t> good = {1, 2}, bad_token = {1, kVocab}, bad_type = {2, 0};
+  const std::vector<int32_t> too_long(kPositions + 1, 3);
+  auto error = [&](const std::vector<int32_t>& tokens, const std::vector<int32_t>& types) {
+    const EncoderInput batch[] = {{good, {}}, {tokens, types}};
+    Status s = (*encoder)->Forward(batch, &hidden);
+    EXPECT_FALSE(s.ok());
+    return s.message();
+  };
+  EXPECT_NE(error(bad_token, {}).find("sequence 1: token 30"), std::string::npos);
+  EXPECT_NE(error(good, bad_type).find("sequence 1: token type 2"), std::string::npos);
+  EXPECT_NE(error(too_long, {}).find("more than the 24 positions"), std::string::npos);
+  EXPECT_NE(error({}, {}).find("no tokens"), std::string::npos);
+}
+
+TEST_F(EncoderTest, ConfigRefusesWhatItDoesNotCompute) {
+  const std::string dir = Write(Tiny{"bert", false}, "refused");
+  auto config = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+  for (const auto& [field, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"hidden_act", "gelu_new"},
+           {"position_embedding_type", "relative_key"},
+           {"is_decoder", true},
+           {"num_attention_heads", 3}}) {
+    nlohmann::json c = config;
+    c[field] = value;
+    auto arch = ParseEncoderArch(c, "config.json");
+    ASSERT_FALSE(arch.ok()) << field;
+    EXPECT_NE(arch.status().message().find(field), std::string::npos) << arch.status().message();
+  }
+  // The decoder path names the commands an encoder is for.
+  auto decoder = ParseArch(config, "config.json");
+  ASSERT_FALSE(decoder.ok());
+  EXPECT_NE(decoder.status().message().find("gizllm embed"), std::string::npos);
+}
+
+TEST_F(EncoderTest, SentenceTransformersConfiguration) {
+  const std::string dir = Write(Tiny{"bert", false}, "st");
+  auto plain = ReadEmbeddingConfig(dir, 0);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->pooling, Pooling::kMean);
+  EXPECT_FALSE(plain->normalize);
+  EXPECT_FALSE(plain->sentence_transformers);
+  auto write = [&](const std::string& file, const nlohmann::json& j) {
+    fs::create_directories(fs::path(dir + "/" + file).parent_path());
+    std::ofstream(dir + "/" + file) << j.dump();
+  };
+  write("modules.json", nlohmann::json::parse(R"([
+    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}
+  ])"));
+  write("1_Pooling/config.json", {{"word_embedding_dimension", kDim},
+                                  {"pooling_mode_cls_token", true},
+                                  {"pooling_mode_mean_tokens", false}});
+  write("sentence_bert_config.json", {{"max_seq_length", 8}, {"do_lower_case", false}});
+  auto st = ReadEmbeddingConfig(dir, 0);
+  ASSERT_TRUE(st.ok()) << st.status().message();
+  EXPECT_EQ(st->pooling, Pooling::kCls);
+  EXPECT_TRUE(st->normalize);
+  EXPECT_EQ(st->max_tokens, 8);
+  write("1_Pooling/config.json", {{"pooling_mode_max_tokens", true}});
+  auto max = ReadEmbeddingConfig(dir, 0);
+  ASSERT_FALSE(max.ok());
+  EXPECT_NE(max.status().message().find("pooling_mode_max_tokens"), std::string::npos);
+  // Scores: sigmoid for one label by default, as config.json's activation_fn says otherwise.
+  EXPECT_EQ(ReadEmbeddingConfig(dir + "/1_Pooling", 1)->activation, ScoreActivation::kSigmoid);
+  EXPECT_EQ(ReadEmbeddingConfig(dir + "/1_Pooling", 2)->activation, ScoreActivation::kIdentity);
+}
+
+TEST(PoolTest, ClsMeanLastTokenAndNormalize) {
+  // Two sequences of dim 2: rows {1,2},{3,4},{5,6} and {0,0}.
+  const std::vector<float> hidden = {1, 2, 3, 4, 5, 6, 0, 0};
+  const std::vector<int32_t> starts = {0, 3, 4};
+  std::vector<float> out(4);
+  Pool(hidden, 2, starts, Pooling::kCls, false, out.data());
+  EXPECT_EQ(out, (std::vector<float>{1, 2, 0, 0}));
+  Pool(hidden, 2, starts, Pooling::kMean, false, out.data());
+  EXPECT_EQ(out, (std::vector<float>{3, 4, 0, 0}));
+  Pool(hidden, 2, starts, Pooling::kLastToken, false, out.data());
+  EXPECT_EQ(out, (std::vector<float>{5, 6, 0, 0}));
+  Pool(hidden, 2, starts, Pooling::kMean, true, out.data());
+  EXPECT_FLOAT_EQ(out[0], 0.6f);
+  EXPECT_FLOAT_EQ(out[1], 0.8f);
+  EXPECT_EQ(out[2], 0.0f);  // a zero vector stays zero
+}
+
+}  // namespace
+}  // namespace gizllm
