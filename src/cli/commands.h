@@ -15,18 +15,13 @@ void AddBenchCommand(CLI::App& app, CommandContext& ctx);
 void AddTemplateCommand(CLI::App& app, CommandContext& ctx);
 void AddServeCommand(CLI::App& app, CommandContext& ctx);
 void AddChatCommand(CLI::App& app, CommandContext& ctx);
+void AddEmbedCommand(CLI::App& app, CommandContext& ctx);
+void AddRerankCommand(CLI::App& app, CommandContext& ctx);
 
 inline constexpr void (*kCommands[])(CLI::App&, CommandContext&) = {
-    AddRunCommand,
-    AddLogitsCommand,
-    AddInfoCommand,
-    AddTokenizeCommand,
-    AddConvertCommand,
-    AddPerplexityCommand,
-    AddBenchCommand,
-    AddTemplateCommand,
-    AddServeCommand,
-    AddChatCommand,
+    AddRunCommand,     AddLogitsCommand,     AddInfoCommand,  AddTokenizeCommand,
+    AddConvertCommand, AddPerplexityCommand, AddBenchCommand, AddTemplateCommand,
+    AddServeCommand,   AddChatCommand,       AddEmbedCommand, AddRerankCommand,
 };
 
 }  // namespace gizllm::cli

@@ -51,7 +51,8 @@ Status WriteNpy(const std::string& path, const std::vector<float>& data, int64_t
 }  // namespace
 
 void AddLogitsCommand(CLI::App& app, CommandContext& ctx) {
-  auto* cmd = app.add_subcommand("logits", "Write the logits of every position as .npy [tokens, vocab]");
+  auto* cmd =
+      app.add_subcommand("logits", "Write the logits of every position as .npy [tokens, vocab]");
   struct Options {
     ModelOptions model;
     std::string ids, out;
@@ -67,8 +68,7 @@ void AddLogitsCommand(CLI::App& app, CommandContext& ctx) {
     if (!m.ok()) return void(ctx.exit_code = Fail(m.status().message()));
     auto logits = SequenceLogits(**m, *tokens);
     if (!logits.ok()) return void(ctx.exit_code = Fail(logits.status().message()));
-    Status s = WriteNpy(o->out, *logits, static_cast<int64_t>(tokens->size()),
-                        (*m)->arch().vocab);
+    Status s = WriteNpy(o->out, *logits, static_cast<int64_t>(tokens->size()), (*m)->arch().vocab);
     if (!s.ok()) return void(ctx.exit_code = Fail(s.message()));
   });
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "model/embedding_model.h"
 #include "model/model.h"
 #include "ops/device.h"
 
@@ -21,6 +22,8 @@ struct ModelOptions {
   void Add(CLI::App* app);
   // Opens the backend and loads the model; prints the load time on stderr when `verbose`.
   Expected<std::unique_ptr<Model>> Load(bool verbose) const;
+  // The same for an encoder (embed, rerank, serve --task embed|rerank).
+  Expected<std::unique_ptr<EmbeddingModel>> LoadEmbedding(bool verbose) const;
 };
 
 // The model folder: --model as given, or the default model found next to the executable's

@@ -83,8 +83,8 @@ void AddPerplexityCommand(CLI::App& app, CommandContext& ctx) {
     std::printf("tokens       %lld scored in %.1f s\n", static_cast<long long>(r->tokens), seconds);
     std::printf("perplexity   %.4f\n", r->perplexity);
     if (base) {
-      if (!o->base_kv.empty()) std::printf("kv           %s, base %s\n", o->model.kv.c_str(),
-                                           o->base_kv.c_str());
+      if (!o->base_kv.empty())
+        std::printf("kv           %s, base %s\n", o->model.kv.c_str(), o->base_kv.c_str());
       std::printf("base         %.4f\n", r->base_perplexity);
       std::printf("kl           %.4g (mean KL(base || model) per position)\n", r->kl);
       std::printf("same top     %.2f%%\n", 100.0 * r->same_top);

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# embed and rerank on random tiny encoders (tests/cli/tiny_encoder.py): shapes, the
+# sentence-transformers pooling and normalization, truncation, batching, ranking, bad input.
+source "$(dirname "$0")/lib.sh"
+gz=$1
+here=$(dirname "$0")
+
+python3 "$here/tiny_encoder.py" "$tmp/bert"
+python3 "$here/tiny_encoder.py" "$tmp/st" --st
+python3 "$here/tiny_encoder.py" "$tmp/ce" --family roberta --head
+printf '"hello world"\n"The quick brown fox jumps over the lazy dog"\n\n"a"\n' >"$tmp/texts.jsonl"
+
+expect_ok embed-help $gz embed --help
+check embed-help-pooling grep -q "modules.json" "$tmp/out"
+expect_ok rerank-help $gz rerank --help
+
+# Mean pooling without modules.json: three vectors of 16 floats, not unit length.
+$gz embed -m "$tmp/bert" --exact <"$tmp/texts.jsonl" >"$tmp/mean.jsonl"
+check embed-mean python3 -c '
+import json, sys
+v = [json.loads(l) for l in open(sys.argv[1])]
+assert len(v) == 3 and all(len(x) == 16 for x in v), v
+assert abs(sum(x * x for x in v[0]) - 1) > 1e-3
+' "$tmp/mean.jsonl"
+# Batches of one give the same vectors as one batch (packed sequences do not mix).
+$gz embed -m "$tmp/bert" --exact --batch 1 <"$tmp/texts.jsonl" >"$tmp/one.jsonl"
+check embed-batch-equal python3 -c '
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert all(abs(x - y) < 1e-6 for u, w in zip(a, b) for x, y in zip(u, w)), (a, b)
+' "$tmp/mean.jsonl" "$tmp/one.jsonl"
+# sentence-transformers files: CLS pooling, unit vectors; texts cut at max_seq_length 16, so two
+# texts that share their first 14 words embed alike.
+words="one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
+printf '"%s"\n"%s fifteen"\n"%s sixteen seventeen"\n' "$words" "$words" "$words" >"$tmp/long.jsonl"
+$gz embed -m "$tmp/st" --exact <"$tmp/long.jsonl" >"$tmp/st.jsonl"
+check embed-st-normalized-truncated python3 -c '
+import json, sys
+v = [json.loads(l) for l in open(sys.argv[1])]
+assert all(abs(sum(x * x for x in u) - 1) < 1e-5 for u in v)
+assert v[0] == v[1] == v[2], "cut at 16 tokens"
+' "$tmp/st.jsonl"
+
+# Rerank: every document once, best first, scores in (0, 1) (sigmoid of one label).
+printf '"the fox"\n"hello world"\n"a dog sleeps"\n"the quick brown fox"\n' >"$tmp/docs.jsonl"
+$gz rerank -m "$tmp/ce" --exact -q "where is the fox" <"$tmp/docs.jsonl" >"$tmp/rank.jsonl"
+check rerank-order python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+assert sorted(x["index"] for x in r) == [0, 1, 2, 3], r
+s = [x["relevance_score"] for x in r]
+assert s == sorted(s, reverse=True) and all(0 < x < 1 for x in s), s
+' "$tmp/rank.jsonl"
+$gz rerank -m "$tmp/ce" --exact -q "where is the fox" --top-n 2 <"$tmp/docs.jsonl" >"$tmp/top.jsonl"
+check rerank-top-n bash -c "[ \$(wc -l <'$tmp/top.jsonl') -eq 2 ] && head -2 '$tmp/rank.jsonl' | cmp -s - '$tmp/top.jsonl'"
+
+expect_fail embed-not-json "stdin line 2: expected a JSON string" \
+  bash -c "printf '\"ok\"\nnot json\n' | $gz embed -m '$tmp/bert'"
+expect_fail embed-decoder "not an encoder" bash -c "echo '\"x\"' | $gz embed -m models/tiny-chat"
+expect_fail rerank-no-head "no sequence-classification head" \
+  bash -c "echo '\"x\"' | $gz rerank -m '$tmp/bert' -q q"
+expect_fail run-encoder "is an encoder" $gz run -m "$tmp/bert" --prompt hi
+
+finish
