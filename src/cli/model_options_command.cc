@@ -93,7 +93,7 @@ Expected<std::unique_ptr<EmbeddingModel>> ModelOptions::LoadEmbedding(bool verbo
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(stderr, "loaded %s (%s, %s pooling%s, %s) on %s in %.2f s\n", model.c_str(),
                  m->arch().family.c_str(), PoolingName(m->config().pooling).c_str(),
-                 m->config().normalize ? ", normalized" : "", TaskName(m->default_task()).c_str(),
+                 m->config().normalize ? ", normalized" : "", m->reranks() ? "scores pairs" : "embeds",
                  backend->Describe().c_str(), s);
   }
   return m;

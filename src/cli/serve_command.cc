@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "cli/draft_options.h"
 #include "cli/model_options.h"
@@ -11,6 +12,7 @@
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/real_encoder_model.h"
 #include "server/real_generator.h"
 
 namespace gizllm::cli {
@@ -26,10 +28,64 @@ struct ServeOptions {
   int64_t rows = 0;     // 0: StepRows' default
   int64_t kv_mib = 0;   // 0: from the device's memory (DefaultKvBudget)
   int64_t max_pending = 1024;
+  std::string task;  // "": from the model's config
 };
+
+// The name clients use: --served-name, else the folder's last part.
+std::string ServedName(const ServeOptions& o, const std::string& dir) {
+  if (!o.served_name.empty()) return o.served_name;
+  std::string trimmed = dir;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  return trimmed.substr(trimmed.rfind('/') + 1);
+}
+
+// The embed and rerank tasks: an encoder behind the HTTP layer, no engine.
+int ServeEncoder(const ServeOptions& o, std::optional<server::Task> asked,
+                 std::chrono::steady_clock::time_point start) {
+  auto loaded = o.model.LoadEmbedding(/*verbose=*/true);
+  if (!loaded.ok()) return Fail(loaded.status().message());
+  const server::Task own = (*loaded)->reranks() ? server::Task::kRerank : server::Task::kEmbed;
+  if (asked && *asked != own) {
+    return Fail("--task " + server::TaskName(*asked) + ": this encoder " +
+                (own == server::Task::kRerank
+                     ? "has a sequence-classification head: its task is rerank"
+                     : "has no sequence-classification head: its task is embed"));
+  }
+  const std::string name = ServedName(o, ResolveModelDir(o.model.model));
+  server::RealEncoderModel encoder(std::move(*loaded), name, own);
+  server::Metrics metrics;
+  server::HttpServer http(encoder, metrics, o.http);
+  Status started = http.Start();
+  if (!started.ok()) return Fail(started.message());
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fprintf(stderr, "serving %s (task %s, %d tokens a text) on http://%s:%d, ready in %.2f s\n",
+               name.c_str(), server::TaskName(own).c_str(), encoder.MaxTokens(),
+               o.http.host.c_str(), http.port(), s);
+  std::fflush(stderr);
+  http.Wait();
+  std::fprintf(stderr, "stopped\n");
+  return 0;
+}
 
 int Serve(const ServeOptions& o) {
   auto start = std::chrono::steady_clock::now();
+  std::optional<server::Task> asked;
+  if (!o.task.empty()) {
+    auto task = server::ParseTask(o.task);
+    if (!task.ok()) return Fail(task.status().message());
+    asked = *task;
+  }
+  // An encoder embeds or reranks (its config says which); a decoder generates.
+  const bool encoder = IsEncoderFolder(ResolveModelDir(o.model.model));
+  if (encoder && asked == server::Task::kGenerate) {
+    return Fail("--task generate: " + o.model.model + " is an encoder; it embeds or reranks");
+  }
+  if (encoder) return ServeEncoder(o, asked, start);
+  if (asked && *asked != server::Task::kGenerate) {
+    return Fail("--task " + server::TaskName(*asked) + ": " + o.model.model +
+                " is a decoder; embed and rerank run on encoders (bert, roberta, xlm-roberta) "
+                "for now");
+  }
   auto loaded = o.model.Load(/*verbose=*/true);
   if (!loaded.ok()) return Fail(loaded.status().message());
   std::unique_ptr<Model> model = std::move(*loaded);
@@ -161,6 +217,12 @@ void AddServeCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--max-generation-time", o->http.max_generation_s,
                   "Seconds a request may generate; then it ends with finish_reason 'length'")
       ->default_val(600);
+  cmd->add_option("--task", o->task,
+                  "generate (chat and completions), embed (/v1/embeddings) or rerank "
+                  "(/v1/rerank, /v1/score); default from the model: an encoder with a "
+                  "sequence-classification head reranks, one without embeds, a decoder "
+                  "generates. Routes of another task answer 400")
+      ->check(CLI::IsMember({"generate", "embed", "rerank"}));
   cmd->callback([&ctx, o] { ctx.exit_code = Serve(*o); });
 }
 

@@ -4,26 +4,6 @@
 
 namespace gizllm {
 
-std::string TaskName(Task t) {
-  switch (t) {
-    case Task::kGenerate:
-      return "generate";
-    case Task::kEmbed:
-      return "embed";
-    case Task::kRerank:
-      return "rerank";
-  }
-  return "";
-}
-
-Expected<Task> ParseTask(std::string_view text) {
-  if (text == "generate") return Task::kGenerate;
-  if (text == "embed") return Task::kEmbed;
-  if (text == "rerank") return Task::kRerank;
-  return InvalidArgument("--task: \"" + std::string(text) +
-                         "\" (expected generate, embed or rerank)");
-}
-
 Expected<std::unique_ptr<EmbeddingModel>> EmbeddingModel::Load(const std::string& dir,
                                                                std::shared_ptr<Backend> backend) {
   std::unique_ptr<EmbeddingModel> m(new EmbeddingModel());
@@ -33,17 +13,13 @@ Expected<std::unique_ptr<EmbeddingModel>> EmbeddingModel::Load(const std::string
   return m;
 }
 
-Task EmbeddingModel::default_task() const {
-  return arch().head != EncoderHead::kNone ? Task::kRerank : Task::kEmbed;
-}
-
 int64_t EmbeddingModel::max_tokens() const {
   const int64_t positions = arch().MaxTokens();
   return config_.max_tokens > 0 ? std::min(config_.max_tokens, positions) : positions;
 }
 
 Expected<Encoding> EmbeddingModel::Tokenize(std::string_view text, int64_t limit) const {
-  const int64_t most = limit > 0 ? std::min(limit, max_tokens()) : max_tokens();
+  const int64_t most = limit > 0 ? limit : max_tokens();
   GZ_ASSIGN_OR_RETURN(Encoding e, tokenizer_.EncodeTyped(text, std::nullopt,
                                                          /*add_special=*/true, most));
   if (e.ids.empty()) return InvalidArgument("a text of no tokens");

@@ -18,11 +18,6 @@
 
 namespace gizllm {
 
-// What a served model does.
-enum class Task : uint8_t { kGenerate, kEmbed, kRerank };
-std::string TaskName(Task t);                     // "generate", "embed", "rerank"
-Expected<Task> ParseTask(std::string_view text);  // error names the flag's values
-
 class EmbeddingModel {
  public:
   // The rows of one encoder run at most: batches are cut into runs of whole sequences of at most
@@ -32,8 +27,9 @@ class EmbeddingModel {
   static Expected<std::unique_ptr<EmbeddingModel>> Load(const std::string& dir,
                                                         std::shared_ptr<Backend> backend);
 
-  // kRerank for an encoder with a classification head, kEmbed otherwise.
-  Task default_task() const;
+  // Whether the encoder has a classification head: it scores pairs (a server's rerank task)
+  // rather than embeds.
+  bool reranks() const { return arch().head != EncoderHead::kNone; }
   const EncoderArch& arch() const { return encoder_->arch(); }
   const EmbeddingConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
@@ -42,8 +38,8 @@ class EmbeddingModel {
   // never more than the model's positions.
   int64_t max_tokens() const;
 
-  // A text's tokens with the tokenizer's special tokens, cut at max_tokens() (or at `limit` where
-  // smaller and positive).
+  // A text's tokens with the tokenizer's special tokens, cut at `limit` tokens (0: at
+  // max_tokens()).
   Expected<Encoding> Tokenize(std::string_view text, int64_t limit = 0) const;
   // A (query, document) pair's, cut as Hugging Face's longest_first truncation.
   Expected<Encoding> TokenizePair(std::string_view query, std::string_view document) const;

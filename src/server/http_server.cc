@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "server/api_error.h"
+#include "server/embedding_request.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/output_stream.h"
@@ -53,9 +54,10 @@ bool ConstantTimeEquals(std::string_view given, std::string_view expected) {
   return diff == 0;
 }
 
-constexpr std::array<const char*, 7> kPaths = {
+constexpr std::array<const char*, 10> kPaths = {
     "/v1/chat/completions", "/v1/completions", "/v1/models", "/tokenize",
-    "/detokenize",          "/health",         "/metrics"};
+    "/detokenize",          "/health",         "/metrics",   "/v1/embeddings",
+    "/v1/rerank",           "/v1/score"};
 
 // (Literals passed straight to a coroutine trip GCC 12; these are not arrays.)
 constexpr std::string_view kJsonType = "application/json";
@@ -136,18 +138,24 @@ struct Routed {
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(const TextModel& text, EngineLoop& loop, Metrics& metrics, ServerOptions options)
+  Impl(const TextModel* text, EngineLoop* loop, EncoderModel* encoder, Metrics& metrics,
+       ServerOptions options)
       : text(text),
         loop(loop),
+        encoder(encoder),
         metrics(metrics),
         options(std::move(options)),
         acceptor(io),
         signals(io, SIGINT, SIGTERM) {}
 
   net::awaitable<void> Accept();
+  Task task() const { return encoder ? encoder->task() : Task::kGenerate; }
 
-  const TextModel& text;
-  EngineLoop& loop;
+  // The generate task's text model and loop, or the embed and rerank tasks' encoder; the
+  // others are null.
+  const TextModel* text;
+  EngineLoop* loop;
+  EncoderModel* encoder;
   Metrics& metrics;
   ServerOptions options;
   int64_t started = UnixTime();
@@ -256,12 +264,12 @@ void Session::Monitor(std::shared_ptr<Pipe> pipe) {
 }
 
 net::awaitable<bool> Session::Generate(Job job, unsigned version, bool keep_alive) {
-  const TextModel& text = server_.text;
+  const TextModel& text = *server_.text;
   const GenerationParams& params = job.params;
   auto pipe = std::make_shared<Pipe>(socket_.get_executor());
   auto executor = socket_.get_executor();
   int64_t prompt_tokens = static_cast<int64_t>(job.request.prompt.size());
-  Expected<int64_t> ticket = server_.loop.Submit(
+  Expected<int64_t> ticket = server_.loop->Submit(
       std::move(job.request), [pipe, executor](const GenerateProgress& p, const Status& s) {
         {
           std::lock_guard lock(pipe->mutex);
@@ -460,7 +468,7 @@ net::awaitable<bool> Session::Generate(Job job, unsigned version, bool keep_aliv
   // The request ended here (a stop string, an error, a client gone, the time limit) or in the
   // engine.
   if ((finish != "length" || timed_limit) && !(finish == "stop" && !output.stopped())) {
-    server_.loop.Cancel(*ticket);
+    server_.loop->Cancel(*ticket);
   }
   pipe->finished = true;
   pipe->wake.expires_at(net::steady_timer::time_point::max());
@@ -571,7 +579,7 @@ std::optional<ApiError> CheckModel(const TextModel& text, const std::string& mod
 }
 
 Routed Session::PrepareChat(const json& body) {
-  const TextModel& text = server_.text;
+  const TextModel& text = *server_.text;
   ChatRequest chat;
   std::optional<ApiError> error = ParseChatRequest(body, text.Vocab(), &chat);
   if (!error) error = CheckModel(text, chat.params.model);
@@ -603,7 +611,7 @@ Routed Session::PrepareChat(const json& body) {
 }
 
 Routed Session::PrepareCompletion(const json& body) {
-  const TextModel& text = server_.text;
+  const TextModel& text = *server_.text;
   CompletionRequest completion;
   std::optional<ApiError> error = ParseCompletionRequest(body, text.Vocab(), &completion);
   if (!error) error = CheckModel(text, completion.params.model);
@@ -635,9 +643,11 @@ Routed Session::PrepareCompletion(const json& body) {
 }
 
 Routed Session::Route(const Request& request) {
-  const TextModel& text = server_.text;
   std::string_view target(request.target().data(), request.target().size());
   std::string path(target.substr(0, target.find('?')));
+  // vLLM's and Jina's spellings of the encoder routes.
+  if (path == "/rerank" || path == "/v2/rerank") path = "/v1/rerank";
+  if (path == "/score") path = "/v1/score";
   const bool get = request.method() == http::verb::get;
   const bool post = request.method() == http::verb::post;
 
@@ -662,7 +672,8 @@ Routed Session::Route(const Request& request) {
   }
   if (endpoint_ == "/health") return Routed::Ok(std::string(kHealthy));
   if (endpoint_ == "/metrics") {
-    return Routed::Ok(server_.metrics.Render(server_.loop.Stats()), kPrometheusType);
+    return Routed::Ok(server_.metrics.Render(server_.loop ? server_.loop->Stats() : LoopStats{}),
+                      kPrometheusType);
   }
   if (!server_.options.api_key.empty()) {
     auto auth = request.find(http::field::authorization);
@@ -686,17 +697,20 @@ Routed Session::Route(const Request& request) {
       return Routed::Error(ApiError{401, message, "invalid_request_error", "", "invalid_api_key"});
     }
   }
+  const std::string served = server_.encoder ? server_.encoder->Name() : server_.text->Name();
   if (endpoint_ == "/v1/models") {
-    json model = {{"id", text.Name()},
-                  {"object", "model"},
-                  {"created", server_.started},
-                  {"owned_by", "gizllm"},
-                  {"max_model_len", text.Context()}};
+    json model = {
+        {"id", served},
+        {"object", "model"},
+        {"created", server_.started},
+        {"owned_by", "gizllm"},
+        {"max_model_len", server_.encoder ? server_.encoder->MaxTokens() : server_.text->Context()},
+        {"task", TaskName(server_.task())}};
     if (path == "/v1/models") {
       return Routed::Ok(Dump(json{{"object", "list"}, {"data", json::array({model})}}));
     }
     std::string name = path.substr(std::string_view("/v1/models/").size());
-    if (name != text.Name()) {
+    if (name != served) {
       return Routed::Error(ApiError{404, "The model '" + name + "' does not exist.",
                                     "invalid_request_error", "model", "model_not_found"});
     }
@@ -707,6 +721,24 @@ Routed Session::Route(const Request& request) {
   if (std::optional<ApiError> error = ParseBody(request.body(), &body)) {
     return Routed::Error(*error);
   }
+  // Each route belongs to one task; another answers 400 naming the server's.
+  const Task wanted = endpoint_ == "/v1/embeddings"                           ? Task::kEmbed
+                      : endpoint_ == "/v1/rerank" || endpoint_ == "/v1/score" ? Task::kRerank
+                                                                              : Task::kGenerate;
+  if (wanted != server_.task()) {
+    return Routed::Error(BadRequest(path + " is for the " + TaskName(wanted) +
+                                        " task; this server's task is " + TaskName(server_.task()) +
+                                        " (serve --task)",
+                                    "", "wrong_task"));
+  }
+  if (server_.encoder) {
+    EncoderAnswer answer = endpoint_ == "/v1/embeddings" ? Embeddings(*server_.encoder, body)
+                           : endpoint_ == "/v1/rerank"   ? Rerank(*server_.encoder, body)
+                                                         : Score(*server_.encoder, body);
+    if (answer.error) return Routed::Error(*answer.error);
+    return Routed::Ok(Dump(answer.body));
+  }
+  const TextModel& text = *server_.text;
   if (endpoint_ == "/v1/chat/completions") return PrepareChat(body);
   if (endpoint_ == "/v1/completions") return PrepareCompletion(body);
   if (endpoint_ == "/tokenize") {
@@ -855,7 +887,10 @@ net::awaitable<void> HttpServer::Impl::Accept() {
 
 HttpServer::HttpServer(const TextModel& text, EngineLoop& loop, Metrics& metrics,
                        ServerOptions options)
-    : impl_(std::make_unique<Impl>(text, loop, metrics, std::move(options))) {}
+    : impl_(std::make_unique<Impl>(&text, &loop, nullptr, metrics, std::move(options))) {}
+
+HttpServer::HttpServer(EncoderModel& encoder, Metrics& metrics, ServerOptions options)
+    : impl_(std::make_unique<Impl>(nullptr, nullptr, &encoder, metrics, std::move(options))) {}
 
 HttpServer::~HttpServer() {
   Stop();

@@ -3,7 +3,10 @@
 // Requests go to the EngineLoop; their progress streams back as server-sent events.
 //
 // Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, POST /tokenize,
-// POST /detokenize, GET /health, GET /metrics.
+// POST /detokenize, GET /health, GET /metrics; with an encoder (the embed and rerank tasks,
+// server/embedding_request.h) POST /v1/embeddings, POST /v1/rerank (also /rerank) and
+// POST /v1/score (also /score) instead of the generation routes. A route of another task than
+// the server's answers 400 naming the server's task.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +14,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "server/encoder_model.h"
 #include "server/engine_loop.h"
 #include "server/generator.h"
 #include "server/metrics.h"
@@ -34,6 +38,8 @@ class HttpServer {
  public:
   // `text`, `loop` and `metrics` must outlive the server.
   HttpServer(const TextModel& text, EngineLoop& loop, Metrics& metrics, ServerOptions options);
+  // The embed or rerank task (encoder.task()) over an encoder, which must outlive the server.
+  HttpServer(EncoderModel& encoder, Metrics& metrics, ServerOptions options);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

@@ -1,0 +1,246 @@
+// The embed and rerank tasks' routes end to end on loopback, over a fake encoder whose vectors
+// and scores are simple functions of the tokens: shapes, usage, base64, ranking, the wrong task,
+// and hostile inputs answered 400 naming the field.
+#include <gtest/gtest.h>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cstring>
+
+#include "server/embedding_request.h"
+#include "server/http_server.h"
+
+namespace gizllm::server {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using nlohmann::json;
+
+// Tokens: one per byte of the text, plus 100 and 101 around it (a pair: 100 a 101 b 101, b's
+// tokens type 1). An embedding is [tokens, sum of ids, 1, 0]; a pair's score its tokens of b.
+class FakeEncoder : public EncoderModel {
+ public:
+  explicit FakeEncoder(Task task) : task_(task) {}
+  std::string Name() const override { return "fake-encoder"; }
+  Task task() const override { return task_; }
+  int32_t MaxTokens() const override { return 12; }
+  int32_t Vocab() const override { return 256 + 2; }
+  int64_t Dim() const override { return 4; }
+  Expected<Encoding> Tokenize(std::string_view text, int64_t limit) const override {
+    Encoding e;
+    e.ids.push_back(100);
+    for (unsigned char c : text) e.ids.push_back(c);
+    e.ids.push_back(101);
+    if (static_cast<int64_t>(e.ids.size()) > limit) e.ids.resize(limit);
+    e.types.assign(e.ids.size(), 0);
+    return e;
+  }
+  Expected<Encoding> TokenizePair(std::string_view a, std::string_view b) const override {
+    Encoding e = *Tokenize(a, 1000);
+    for (unsigned char c : b) {
+      e.ids.push_back(c);
+      e.types.push_back(1);
+    }
+    e.ids.push_back(101);
+    e.types.push_back(1);
+    return e;
+  }
+  Expected<std::vector<std::vector<float>>> Embed(std::span<const Encoding> s) override {
+    std::vector<std::vector<float>> out;
+    for (const Encoding& e : s) {
+      float sum = 0;
+      for (int32_t id : e.ids) sum += id;
+      out.push_back({static_cast<float>(e.ids.size()), sum, 1.0f, 0.0f});
+    }
+    return out;
+  }
+  Expected<std::vector<float>> Score(std::span<const Encoding> pairs) override {
+    std::vector<float> out;
+    for (const Encoding& e : pairs) {
+      float second = 0;
+      for (int32_t t : e.types) second += t;
+      out.push_back(second);
+    }
+    return out;
+  }
+
+ private:
+  Task task_;
+};
+
+class EncoderServerTest : public ::testing::Test {
+ protected:
+  void Start(Task task) {
+    encoder_ = std::make_unique<FakeEncoder>(task);
+    ServerOptions options;
+    options.port = 0;
+    server_ = std::make_unique<HttpServer>(*encoder_, metrics_, options);
+    ASSERT_TRUE(server_->Start().ok());
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+  }
+  std::pair<int, json> Send(http::verb method, const std::string& target, const std::string& body) {
+    tcp::socket socket(io_);
+    socket.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), server_->port()));
+    http::request<http::string_body> req{method, target, 11};
+    req.set(http::field::host, "localhost");
+    req.body() = body;
+    req.prepare_payload();
+    http::write(socket, req);
+    beast::flat_buffer buffer;
+    http::response<http::string_body> res;
+    beast::error_code ec;
+    http::read(socket, buffer, res, ec);
+    return {static_cast<int>(res.result_int()), json::parse(res.body(), nullptr, false)};
+  }
+  std::pair<int, json> Post(const std::string& target, const json& body) {
+    return Send(http::verb::post, target, body.dump());
+  }
+  // A 400 whose error names `param`.
+  void ExpectBad(const std::string& target, const json& body, const std::string& param) {
+    auto [status, reply] = Post(target, body);
+    EXPECT_EQ(status, 400) << body.dump() << " " << reply.dump();
+    EXPECT_EQ(reply["error"]["param"], param) << body.dump() << " " << reply.dump();
+  }
+
+  net::io_context io_;
+  Metrics metrics_;
+  std::unique_ptr<FakeEncoder> encoder_;
+  std::unique_ptr<HttpServer> server_;
+};
+
+TEST_F(EncoderServerTest, EmbeddingsInEveryInputShape) {
+  Start(Task::kEmbed);
+  auto [status, one] = Post("/v1/embeddings", {{"input", "ab"}, {"model", "fake-encoder"}});
+  ASSERT_EQ(status, 200) << one.dump();
+  EXPECT_EQ(one["object"], "list");
+  EXPECT_EQ(one["model"], "fake-encoder");
+  ASSERT_EQ(one["data"].size(), 1u);
+  EXPECT_EQ(one["data"][0]["object"], "embedding");
+  EXPECT_EQ(one["data"][0]["embedding"], json({4.0, 100 + 97 + 98 + 101, 1.0, 0.0}));
+  EXPECT_EQ(one["usage"]["prompt_tokens"], 4);
+  EXPECT_EQ(one["usage"]["total_tokens"], 4);
+
+  auto [s2, many] = Post("/v1/embeddings", {{"input", {"a", "abc"}}});
+  ASSERT_EQ(s2, 200);
+  ASSERT_EQ(many["data"].size(), 2u);
+  EXPECT_EQ(many["data"][1]["index"], 1);
+  EXPECT_EQ(many["data"][1]["embedding"][0], 5.0);
+  EXPECT_EQ(many["usage"]["total_tokens"], 8);
+
+  // Token arrays are read as given.
+  auto [s3, ids] = Post("/v1/embeddings", {{"input", {7, 8, 9}}});
+  ASSERT_EQ(s3, 200);
+  EXPECT_EQ(ids["data"][0]["embedding"], json({3.0, 24.0, 1.0, 0.0}));
+  auto [s4, id_lists] = Post("/v1/embeddings", {{"input", {{1}, {2, 3}}}});
+  ASSERT_EQ(s4, 200);
+  EXPECT_EQ(id_lists["data"].size(), 2u);
+
+  // base64: the float32 bytes, little-endian.
+  auto [s5, b64] = Post("/v1/embeddings", {{"input", {7, 8, 9}}, {"encoding_format", "base64"}});
+  ASSERT_EQ(s5, 200);
+  const std::string text = b64["data"][0]["embedding"];
+  EXPECT_EQ(text, "AABAQAAAwEEAAIA/AAAAAA==");  // 3, 24, 1, 0
+
+  // Longer than the model's 12 tokens: refused, or cut where asked.
+  const std::string long_text(20, 'x');
+  ExpectBad("/v1/embeddings", {{"input", {"ok", long_text}}}, "input[1]");
+  auto [s6, cut] = Post("/v1/embeddings", {{"input", long_text}, {"truncate_prompt_tokens", -1}});
+  ASSERT_EQ(s6, 200) << cut.dump();
+  EXPECT_EQ(cut["data"][0]["embedding"][0], 12.0);
+  EXPECT_EQ(Post("/v1/embeddings", {{"input", "ab"}, {"dimensions", 4}}).first, 200);
+}
+
+TEST_F(EncoderServerTest, HostileEmbeddingsRequestsNameTheField) {
+  Start(Task::kEmbed);
+  ExpectBad("/v1/embeddings", json::object(), "input");
+  ExpectBad("/v1/embeddings", {{"input", 5}}, "input");
+  ExpectBad("/v1/embeddings", {{"input", json::array()}}, "input");
+  ExpectBad("/v1/embeddings", {{"input", ""}}, "input");
+  ExpectBad("/v1/embeddings", {{"input", {"a", 3.5}}}, "input[1]");
+  ExpectBad("/v1/embeddings", {{"input", {"a", ""}}}, "input[1]");
+  ExpectBad("/v1/embeddings", {{"input", {1, -2}}}, "input[1]");
+  ExpectBad("/v1/embeddings", {{"input", {1, 258}}}, "input[1]");
+  ExpectBad("/v1/embeddings", {{"input", {{1}, json::array()}}}, "input[1]");
+  ExpectBad("/v1/embeddings", {{"input", "a"}, {"encoding_format", "int8"}}, "encoding_format");
+  ExpectBad("/v1/embeddings", {{"input", "a"}, {"dimensions", 2}}, "dimensions");
+  ExpectBad("/v1/embeddings", {{"input", "a"}, {"truncate_prompt_tokens", 0}},
+            "truncate_prompt_tokens");
+  ExpectBad("/v1/embeddings", {{"input", "a"}, {"color", "red"}}, "color");
+  ExpectBad("/v1/embeddings", {{"input", "a"}, {"model", 3}}, "model");
+  EXPECT_EQ(Post("/v1/embeddings", {{"input", "a"}, {"model", "other"}}).first, 404);
+  json too_many = json::array();
+  for (size_t i = 0; i <= kMaxEncoderInputs; ++i) too_many.push_back("a");
+  ExpectBad("/v1/embeddings", {{"input", too_many}}, "input");
+  EXPECT_EQ(Send(http::verb::post, "/v1/embeddings", "{not json").first, 400);
+}
+
+TEST_F(EncoderServerTest, RoutesOfAnotherTaskAnswer400NamingTheTask) {
+  Start(Task::kEmbed);
+  for (const char* route : {"/v1/rerank", "/v1/score", "/rerank", "/v1/chat/completions",
+                            "/v1/completions", "/tokenize"}) {
+    auto [status, reply] = Post(route, {{"query", "q"}});
+    EXPECT_EQ(status, 400) << route;
+    EXPECT_EQ(reply["error"]["code"], "wrong_task") << route;
+    EXPECT_NE(reply["error"]["message"].get<std::string>().find("task is embed"), std::string::npos)
+        << route;
+  }
+  auto [status, models] = Send(http::verb::get, "/v1/models", "");
+  ASSERT_EQ(status, 200);
+  EXPECT_EQ(models["data"][0]["id"], "fake-encoder");
+  EXPECT_EQ(models["data"][0]["task"], "embed");
+  EXPECT_EQ(models["data"][0]["max_model_len"], 12);
+  EXPECT_EQ(Send(http::verb::get, "/metrics", "").first, 200);
+}
+
+TEST_F(EncoderServerTest, RerankRanksAndCuts) {
+  Start(Task::kRerank);
+  // Scores are the documents' lengths + 1: "ccc" first, then "bb", then "a".
+  auto [status, r] = Post(
+      "/v1/rerank", {{"query", "q"}, {"documents", {"a", "ccc", {{"text", "bb"}}}}, {"top_n", 2}});
+  ASSERT_EQ(status, 200) << r.dump();
+  ASSERT_EQ(r["results"].size(), 2u);
+  EXPECT_EQ(r["results"][0]["index"], 1);
+  EXPECT_EQ(r["results"][0]["relevance_score"], 4.0);
+  EXPECT_EQ(r["results"][0]["document"]["text"], "ccc");
+  EXPECT_EQ(r["results"][1]["index"], 2);
+  EXPECT_EQ(r["usage"]["total_tokens"], 5 + 7 + 6);  // every pair read, not only the top_n
+  auto [s2, bare] =
+      Post("/rerank", {{"query", "q"}, {"documents", {"a"}}, {"return_documents", false}});
+  ASSERT_EQ(s2, 200);
+  EXPECT_FALSE(bare["results"][0].contains("document"));
+  ExpectBad("/v1/rerank", {{"documents", {"a"}}}, "query");
+  ExpectBad("/v1/rerank", {{"query", "q"}}, "documents");
+  ExpectBad("/v1/rerank", {{"query", "q"}, {"documents", json::array()}}, "documents");
+  ExpectBad("/v1/rerank", {{"query", "q"}, {"documents", {"a", 1}}}, "documents[1]");
+  ExpectBad("/v1/rerank", {{"query", "q"}, {"documents", {"a"}}, {"top_n", -1}}, "top_n");
+  EXPECT_EQ(Post("/v1/embeddings", {{"input", "a"}}).second["error"]["code"], "wrong_task");
+}
+
+TEST_F(EncoderServerTest, ScorePairsAsVllm) {
+  Start(Task::kRerank);
+  auto [status, one] = Post("/v1/score", {{"text_1", "q"}, {"text_2", {"a", "bbb"}}});
+  ASSERT_EQ(status, 200) << one.dump();
+  EXPECT_EQ(one["object"], "list");
+  ASSERT_EQ(one["data"].size(), 2u);
+  EXPECT_EQ(one["data"][1]["object"], "score");
+  EXPECT_EQ(one["data"][1]["index"], 1);
+  EXPECT_EQ(one["data"][1]["score"], 4.0);
+  auto [s2, pairs] = Post("/score", {{"text_1", {"x", "y"}}, {"text_2", {"a", "bb"}}});
+  ASSERT_EQ(s2, 200);
+  EXPECT_EQ(pairs["data"][0]["score"], 2.0);
+  auto [s3, single] = Post("/v1/score", {{"text_1", "x"}, {"text_2", "y"}});
+  ASSERT_EQ(s3, 200);
+  EXPECT_EQ(single["data"].size(), 1u);
+  ExpectBad("/v1/score", {{"text_1", {"x", "y"}}, {"text_2", {"a"}}}, "text_2");
+  ExpectBad("/v1/score", {{"text_2", {"a"}}}, "text_1");
+  ExpectBad("/v1/score", {{"text_1", "x"}, {"text_2", {"a", 2}}}, "text_2[1]");
+}
+
+}  // namespace
+}  // namespace gizllm::server
