@@ -33,7 +33,10 @@ Expected<std::unique_ptr<Encoder>> Encoder::Load(const std::string& dir,
   GZ_ASSIGN_OR_RETURN(EncoderArch arch, ReadEncoderArch(dir));
   if (!backend->SupportsEncoder()) {
     return Unimplemented(dir + ": an encoder (" + arch.family + "); encoders do not run on " +
-                         backend->Describe() + " yet (they run on the CPU backend: --device cpu)");
+                         backend->Describe() + " (they run on the CPU and CUDA backends)");
+  }
+  if (Status s = backend->CheckEncoderShape(arch.head_dim); !s.ok()) {
+    return Unimplemented(dir + "/config.json: " + s.message());
   }
   std::unique_ptr<Encoder> encoder(new Encoder());
   encoder->dir_ = dir;

@@ -552,6 +552,11 @@ class Backend {
   // Whether the encoder ops (LayerNorm, Gelu, EncoderAttention) run; an encoder model checks it
   // when it loads and refuses a backend without them. The default ops are never reached.
   virtual bool SupportsEncoder() const { return false; }
+  // Whether EncoderAttention has a kernel for heads of head_dim; checked with SupportsEncoder.
+  virtual Status CheckEncoderShape(int head_dim) const {
+    (void)head_dim;
+    return Status::Ok();
+  }
   virtual void LayerNorm(const LayerNormParams& p) { (void)p; }
   virtual void Gelu(const GeluParams& p) { (void)p; }
   virtual void EncoderAttention(const EncoderAttentionParams& p) { (void)p; }

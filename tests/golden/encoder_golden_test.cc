@@ -1,7 +1,8 @@
 // Encoders against sentence-transformers and transformers (tools/make_encoder_golden.py writes
 // tests/golden/encoders/ on a machine with transformers; each case skips until its folder is
 // there): the tokens equal Hugging Face tokenizers', embeddings within 1e-4 and cross-encoder
-// scores within 1e-4 with the same rank order, on the CPU with float32 activations (--exact).
+// scores within 1e-4 with the same rank order, on the CPU with float32 activations (--exact);
+// on CUDA (where a device is found) within 1e-3 with the same order.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,6 +40,15 @@ class EncoderGoldenTest : public ::testing::TestWithParam<const char*> {
     model_ = std::move(model).value();
   }
 
+  // The same folder on CUDA (exact), or null where no CUDA device is found.
+  std::unique_ptr<EmbeddingModel> OnCuda() {
+    auto backend = OpenBackend(DeviceOptions{.device = "cuda", .exact = true});
+    if (!backend.ok()) return nullptr;
+    auto model = EmbeddingModel::Load(dir_, *backend);
+    EXPECT_TRUE(model.ok()) << model.status().message();
+    return model.ok() ? std::move(model).value() : nullptr;
+  }
+
   std::string dir_;
   nlohmann::json ref_;
   std::unique_ptr<EmbeddingModel> model_;
@@ -60,17 +70,22 @@ TEST_P(EmbedderGoldenTest, TokensAndEmbeddingsMatch) {
     EXPECT_EQ(e->ids, ids[i]) << "text " << i << ": " << texts[i];
     encodings.push_back(std::move(e).value());
   }
-  auto got = model_->Embed(encodings);
-  ASSERT_TRUE(got.ok()) << got.status().message();
-  ASSERT_EQ(got->size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_EQ((*got)[i].size(), want[i].size());
-    float max_diff = 0;
-    for (size_t j = 0; j < want[i].size(); ++j) {
-      max_diff = std::max(max_diff, std::fabs((*got)[i][j] - want[i][j]));
+  auto check = [&](EmbeddingModel& model, float tolerance, const char* device) {
+    auto got = model.Embed(encodings);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    ASSERT_EQ(got->size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ((*got)[i].size(), want[i].size());
+      float max_diff = 0;
+      for (size_t j = 0; j < want[i].size(); ++j) {
+        max_diff = std::max(max_diff, std::fabs((*got)[i][j] - want[i][j]));
+      }
+      EXPECT_LE(max_diff, tolerance)
+          << device << ", text " << i << " (" << ref_["meta"]["reference"] << ")";
     }
-    EXPECT_LE(max_diff, 1e-4f) << "text " << i << " (" << ref_["meta"]["reference"] << ")";
-  }
+  };
+  check(*model_, 1e-4f, "cpu");
+  if (auto cuda = OnCuda()) check(*cuda, 1e-3f, "cuda");
 }
 
 TEST_P(CrossEncoderGoldenTest, TokensScoresAndOrderMatch) {
@@ -89,18 +104,22 @@ TEST_P(CrossEncoderGoldenTest, TokensScoresAndOrderMatch) {
     EXPECT_EQ(e->types, types[i]) << "document " << i;
     pairs.push_back(std::move(e).value());
   }
-  auto got = model_->Score(pairs);
-  ASSERT_TRUE(got.ok()) << got.status().message();
-  ASSERT_EQ(got->size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_NEAR((*got)[i], want[i], 1e-4)
-        << "document " << i << " (" << ref_["meta"]["reference"] << ")";
-  }
-  std::vector<size_t> ours(got->size());
-  std::iota(ours.begin(), ours.end(), size_t{0});
-  std::stable_sort(ours.begin(), ours.end(),
-                   [&](size_t a, size_t b) { return (*got)[a] > (*got)[b]; });
-  EXPECT_EQ(ours, order);
+  auto check = [&](EmbeddingModel& model, float tolerance, const char* device) {
+    auto got = model.Score(pairs);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    ASSERT_EQ(got->size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR((*got)[i], want[i], tolerance)
+          << device << ", document " << i << " (" << ref_["meta"]["reference"] << ")";
+    }
+    std::vector<size_t> ours(got->size());
+    std::iota(ours.begin(), ours.end(), size_t{0});
+    std::stable_sort(ours.begin(), ours.end(),
+                     [&](size_t a, size_t b) { return (*got)[a] > (*got)[b]; });
+    EXPECT_EQ(ours, order) << device;
+  };
+  check(*model_, 1e-4f, "cpu");
+  if (auto cuda = OnCuda()) check(*cuda, 1e-3f, "cuda");
 }
 
 INSTANTIATE_TEST_SUITE_P(Encoders, EmbedderGoldenTest,

@@ -233,6 +233,28 @@ class CudaBackend : public Backend {
     ForgetHandOffs();
     cuda::LaunchGatherRows(p, stream_);
   }
+  bool SupportsEncoder() const override { return true; }
+  Status CheckEncoderShape(int head_dim) const override {
+    if (cuda::EncoderAttentionCovers(head_dim)) return Status::Ok();
+    return Unimplemented("cuda: encoder attention over heads of " + std::to_string(head_dim) +
+                         " dims has no kernel (at most 256)");
+  }
+  void LayerNorm(const LayerNormParams& p) override {
+    auto trace = Trace("layer_norm");
+    ForgetHandOffs();
+    cuda::LaunchLayerNorm(p, stream_);
+  }
+  void Gelu(const GeluParams& p) override {
+    auto trace = Trace("gelu");
+    ForgetHandOffs();
+    cuda::LaunchGelu(p, stream_);
+  }
+  void EncoderAttention(const EncoderAttentionParams& p) override {
+    auto trace = Trace("encoder_attention");
+    ForgetHandOffs();
+    // Encoder::Load checked CheckEncoderShape.
+    cuda::LaunchEncoderAttention(p, stream_);
+  }
   bool CanSample() const override { return true; }
   void Sample(const SampleParams& p) override {
     auto trace = Trace("sample");

@@ -154,6 +154,11 @@ void LaunchGlu(const GluParams& p, cudaStream_t stream, void* out_bf16 = nullptr
 void LaunchSoftcap(const SoftcapParams& p, cudaStream_t stream);
 void LaunchAdd(const AddParams& p, cudaStream_t stream);
 void LaunchGatherRows(const GatherRowsParams& p, cudaStream_t stream);
+// The encoder ops (encoder.cu). EncoderAttention: head_dim up to 256 (EncoderAttentionCovers).
+void LaunchLayerNorm(const LayerNormParams& p, cudaStream_t stream);
+void LaunchGelu(const GeluParams& p, cudaStream_t stream);
+bool EncoderAttentionCovers(int head_dim);
+void LaunchEncoderAttention(const EncoderAttentionParams& p, cudaStream_t stream);
 
 // Every output of p (out_i[rows, n_i] = x W_i^T + bias_i) streaming each W once per 8 rows,
 // float32 x; the outputs of one weight format in one launch, with p's accumulate and swiglu
