@@ -7,8 +7,8 @@ export const GIZLLM = process.env.GIZLLM || path.resolve('build/gizllm');
 export const MODEL = process.env.GIZLLM_MODEL || 'models/tiny-chat';
 
 // Resolves to {url, port, model, stop(), log()} once the server says where it listens.
-export function startServer(extra = [], { timeoutMs = 120000 } = {}) {
-  const args = ['serve', '--model', MODEL, '--port', '0', '--device', 'cpu', ...extra];
+export function startServer(extra = [], { timeoutMs = 120000, model = MODEL } = {}) {
+  const args = ['serve', '--model', model, '--port', '0', '--device', 'cpu', ...extra];
   const proc = spawn(GIZLLM, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   proc.stdout.on('data', (d) => { log += d; });

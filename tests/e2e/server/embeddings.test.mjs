@@ -1,0 +1,75 @@
+// The official openai npm client's embeddings call, and the rerank and score routes, against
+// `gizllm serve` on random tiny encoders (tests/cli/tiny_encoder.py).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import OpenAI from 'openai';
+import { startServer, postJson } from './harness.mjs';
+
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gizllm-encoders-'));
+let embed;
+let rerank;
+
+before(async () => {
+  execFileSync('python3', ['tests/cli/tiny_encoder.py', path.join(dir, 'st'), '--st']);
+  execFileSync('python3', ['tests/cli/tiny_encoder.py', path.join(dir, 'ce'), '--family',
+                           'roberta', '--head']);
+  embed = await startServer(['--exact'], { model: path.join(dir, 'st') });
+  rerank = await startServer(['--exact'], { model: path.join(dir, 'ce') });
+});
+
+after(async () => {
+  assert.equal(await embed.stop(), 0);
+  assert.equal(await rerank.stop(), 0);
+  fs.rmSync(dir, { recursive: true, force: true });
+});
+
+test('openai client embeddings: floats and base64 agree, unit vectors, usage', async () => {
+  const client = new OpenAI({ baseURL: `${embed.url}/v1`, apiKey: 'none', maxRetries: 0 });
+  const input = ['hello world', 'The quick brown fox'];
+  // The client asks for base64 by default and decodes it into floats.
+  const b = await client.embeddings.create({ model: embed.model, input });
+  const f = await client.embeddings.create({ model: embed.model, input, encoding_format: 'float' });
+  assert.equal(b.object, 'list');
+  assert.equal(b.data.length, 2);
+  for (let i = 0; i < 2; i++) {
+    assert.equal(b.data[i].index, i);
+    assert.equal(b.data[i].embedding.length, 16);
+    assert.deepEqual(Array.from(b.data[i].embedding), f.data[i].embedding.map(Math.fround));
+    const norm = f.data[i].embedding.reduce((s, x) => s + x * x, 0);
+    assert.ok(Math.abs(norm - 1) < 1e-5, `unit length (${norm})`);
+  }
+  assert.ok(b.usage.prompt_tokens > 4);
+  assert.equal(b.usage.total_tokens, b.usage.prompt_tokens);
+  const one = await client.embeddings.create({ model: embed.model, input: 'hello world',
+                                               encoding_format: 'float' });
+  assert.deepEqual(one.data[0].embedding, f.data[0].embedding);
+});
+
+test('the embed server refuses rerank naming its task', async () => {
+  const r = await postJson(embed.url, '/v1/rerank', { query: 'q', documents: ['a'] });
+  assert.equal(r.status, 400);
+  assert.equal(r.json.error.code, 'wrong_task');
+  assert.match(r.json.error.message, /task is embed/);
+});
+
+test('rerank and score', async () => {
+  const docs = ['the fox', 'hello world', 'a dog sleeps'];
+  const r = await postJson(rerank.url, '/v1/rerank', { query: 'where is the fox', documents: docs });
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  assert.equal(r.json.results.length, 3);
+  const scores = r.json.results.map((x) => x.relevance_score);
+  assert.deepEqual(scores, [...scores].sort((a, b) => b - a));
+  assert.deepEqual(r.json.results.map((x) => x.index).sort(), [0, 1, 2]);
+  const s = await postJson(rerank.url, '/v1/score', { text_1: 'where is the fox', text_2: docs });
+  assert.equal(s.status, 200);
+  for (const x of r.json.results) {
+    assert.ok(Math.abs(s.json.data[x.index].score - x.relevance_score) < 1e-6);
+  }
+  const bad = await postJson(rerank.url, '/v1/embeddings', { input: 'x' });
+  assert.equal(bad.status, 400);
+  assert.match(bad.json.error.message, /task is rerank/);
+});
