@@ -13,6 +13,9 @@ RoBERTa, Metaspace + Unigram for XLM-R), each folder well under 300 KB:
   OUT/xlmr_mean     XLMRobertaModel, no modules.json
   OUT/bert_ce       BertForSequenceClassification, one label (sigmoid scores)
   OUT/xlmr_ce       XLMRobertaForSequenceClassification, one label, activation_fn Identity
+  OUT/qwen3_last    Qwen3Model (a decoder, as Qwen3-Embedding) + modules.json: last-token
+                    pooling of the final-normed hidden states, Normalize; the tokenizer appends
+                    <|endoftext|>
 
 Each holds the model folder and reference.json:
   embedders: {"meta", "texts", "ids": [[...]], "embeddings": [[...]]}
@@ -289,6 +292,66 @@ def cross_encoder(out, family, activation, seed):
     return meta
 
 
+def decoder_embedder(out, seed):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(CORPUS * 4, trainers.BpeTrainer(
+        vocab_size=360, special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    eos = tok.token_to_id("<|endoftext|>")
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A <|endoftext|>", pair="$A <|endoftext|> $B:1 <|endoftext|>:1",
+        special_tokens=[("<|endoftext|>", eos)])
+    tok.decoder = decoders.ByteLevel()
+    cfg = transformers.Qwen3Config(vocab_size=tok.get_vocab_size(), hidden_size=32,
+                                   intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                   max_position_embeddings=128, rms_norm_eps=1e-6,
+                                   tie_word_embeddings=True, eos_token_id=eos)
+    model = transformers.Qwen3Model(cfg)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_((1.0 if "embed" in name else 0.2) * torch.randn(p.shape, generator=g))
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    model.to(torch.bfloat16).save_pretrained(out)
+    tok.save(os.path.join(out, "tokenizer.json"))
+    json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 128,
+               "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>", "padding_side": "left"},
+              open(os.path.join(out, "tokenizer_config.json"), "w"), indent=2)
+    write_st_files(out, "lasttoken", True, 128, 32)
+    model = load_f32(transformers.Qwen3Model, out)
+    ids, by_hand = [], []
+    for text in TEXTS:
+        e = tok.encode(text)
+        ids.append(e.ids)
+        with torch.no_grad():
+            h = model(input_ids=torch.tensor([e.ids])).last_hidden_state[0]
+        by_hand.append(pool(h, "lasttoken", True))
+    by_hand = torch.stack(by_hand)
+    meta = {"family": "qwen3", "pooling": "lasttoken", "normalize": True, "modules_json": True,
+            "max_tokens": 128, "transformers": transformers.__version__,
+            "torch": torch.__version__, "reference": "by hand"}
+    vectors, version = by_hand, st_version()
+    if version:
+        try:
+            from sentence_transformers import SentenceTransformer
+            st = SentenceTransformer(out, device="cpu")
+            vectors = torch.tensor(st.encode(TEXTS, convert_to_numpy=True, batch_size=2))
+            meta["reference"] = "sentence-transformers " + version
+            meta["by_hand_max_diff"] = float((vectors - by_hand).abs().max())
+        except Exception as e:  # the by-hand vectors stay the reference; say why
+            vectors = by_hand
+            meta["sentence_transformers_error"] = repr(e)[:300]
+    json.dump({"meta": meta, "texts": TEXTS, "ids": ids, "embeddings": vectors.tolist()},
+              open(os.path.join(out, "reference.json"), "w"))
+    return meta
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/golden/encoders")
@@ -302,6 +365,7 @@ def main():
         ("bert_ce", lambda o: cross_encoder(o, "bert", None, 5)),
         ("xlmr_ce", lambda o: cross_encoder(o, "xlm-roberta",
                                             "torch.nn.modules.linear.Identity", 6)),
+        ("qwen3_last", lambda o: decoder_embedder(o, 7)),
     ]
     for name, make in cases:
         out = os.path.join(a.out, name)

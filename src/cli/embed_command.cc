@@ -1,5 +1,5 @@
-// gizllm embed: one vector a text, from an encoder (BERT, RoBERTa, XLM-R) pooled as its
-// sentence-transformers files say.
+// gizllm embed: one vector a text, from an encoder (BERT, RoBERTa, XLM-R) or a decoder's final
+// hidden states (Qwen3-Embedding), pooled as its sentence-transformers files say.
 //   stdin: JSON lines, each a text (a JSON string); stdout: JSON lines, each the array of its
 //   vector's floats, in the order read.
 #include <cstdio>
@@ -17,7 +17,8 @@ namespace gizllm::cli {
 void AddEmbedCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand(
       "embed",
-      "Print one embedding a text: stdin holds JSON lines of texts (JSON strings), stdout gets "
+      "Print one embedding a text from an encoder, or a decoder's final-normed hidden states "
+      "(Qwen3-Embedding): stdin holds JSON lines of texts (JSON strings), stdout gets "
       "JSON lines of float arrays. Pooling and normalization follow the model's "
       "sentence-transformers files (modules.json, 1_Pooling/config.json; without them mean "
       "pooling, not normalized); a text longer than sentence_bert_config.json's max_seq_length "

@@ -22,7 +22,8 @@ struct ModelOptions {
   void Add(CLI::App* app);
   // Opens the backend and loads the model; prints the load time on stderr when `verbose`.
   Expected<std::unique_ptr<Model>> Load(bool verbose) const;
-  // The same for an encoder (embed, rerank, serve --task embed|rerank).
+  // The same for an embedder or reranker: an encoder, or a decoder that embeds (embed, rerank,
+  // serve --task embed|rerank).
   Expected<std::unique_ptr<EmbeddingModel>> LoadEmbedding(bool verbose) const;
 };
 

@@ -83,18 +83,13 @@ Expected<std::unique_ptr<EmbeddingModel>> ModelOptions::LoadEmbedding(bool verbo
   auto start = std::chrono::steady_clock::now();
   GZ_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, OpenBackend(device));
   const std::string dir = ResolveModelDir(model);
-  if (!IsEncoderFolder(dir)) {
-    return Unimplemented(dir +
-                         ": not an encoder (config.json's model_type is not bert, roberta "
-                         "or xlm-roberta); embeddings and scores come from encoders");
-  }
   GZ_ASSIGN_OR_RETURN(std::unique_ptr<EmbeddingModel> m, EmbeddingModel::Load(dir, backend));
   if (verbose) {
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(stderr, "loaded %s (%s, %s pooling%s, %s) on %s in %.2f s\n", model.c_str(),
-                 m->arch().family.c_str(), PoolingName(m->config().pooling).c_str(),
-                 m->config().normalize ? ", normalized" : "", m->reranks() ? "scores pairs" : "embeds",
-                 backend->Describe().c_str(), s);
+                 m->family().c_str(), PoolingName(m->config().pooling).c_str(),
+                 m->config().normalize ? ", normalized" : "",
+                 m->reranks() ? "scores pairs" : "embeds", backend->Describe().c_str(), s);
   }
   return m;
 }

@@ -39,7 +39,8 @@ std::string ServedName(const ServeOptions& o, const std::string& dir) {
   return trimmed.substr(trimmed.rfind('/') + 1);
 }
 
-// The embed and rerank tasks: an encoder behind the HTTP layer, no engine.
+// The embed and rerank tasks: an encoder (or a decoder that embeds) behind the HTTP layer, no
+// engine.
 int ServeEncoder(const ServeOptions& o, std::optional<server::Task> asked,
                  std::chrono::steady_clock::time_point start) {
   auto loaded = o.model.LoadEmbedding(/*verbose=*/true);
@@ -80,11 +81,10 @@ int Serve(const ServeOptions& o) {
   if (encoder && asked == server::Task::kGenerate) {
     return Fail("--task generate: " + o.model.model + " is an encoder; it embeds or reranks");
   }
-  if (encoder) return ServeEncoder(o, asked, start);
-  if (asked && *asked != server::Task::kGenerate) {
-    return Fail("--task " + server::TaskName(*asked) + ": " + o.model.model +
-                " is a decoder; embed and rerank run on encoders (bert, roberta, xlm-roberta) "
-                "for now");
+  if (encoder || asked == server::Task::kEmbed) return ServeEncoder(o, asked, start);
+  if (asked == server::Task::kRerank) {
+    return Fail("--task rerank: " + o.model.model +
+                " is a decoder; rerank runs on encoders with a sequence-classification head");
   }
   auto loaded = o.model.Load(/*verbose=*/true);
   if (!loaded.ok()) return Fail(loaded.status().message());

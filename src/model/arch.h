@@ -144,9 +144,11 @@ struct Arch {
   float embed_scale = 1.0f;    // embeddings times this (Gemma: sqrt(hidden_size))
   float logit_softcap = 0.0f;  // logits = cap * tanh(logits / cap) (Gemma 2 style; 0: off)
   bool tied_head = false;      // head = embedding
-  // Where the decoder's tensors are named, first match wins: "model." ("model.layers.0...");
-  // a multimodal checkpoint's text model has other prefixes (ResolveTensorPrefix picks).
-  std::vector<std::string> prefixes = {"model."};
+  // Where the decoder's tensors are named, first match wins: "model." ("model.layers.0..."), or
+  // none where the checkpoint is the bare decoder (a *Model class, as sentence-transformers
+  // saves an embedder: "layers.0..."); a multimodal checkpoint's text model has other prefixes
+  // (ResolveTensorPrefix picks).
+  std::vector<std::string> prefixes = {"model.", ""};
   // Tensors the checkpoint holds beside the decoder that the forward pass does not run, loaded
   // or skipped as a whole by name prefix: the multi-token prediction layer ("mtp.", loaded and
   // shown by `info`, run by speculative decoding) and a vision tower (skipped).

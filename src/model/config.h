@@ -15,12 +15,12 @@
 
 namespace gizllm {
 
-// Reads dir/config.json (or, where `dir` is a .gguf file, its metadata: ReadGgufArch), and generation_config.json and tokenizer_config.json when present
-// (tokenizer.json too when a token named there must be resolved to its id).
-// Arch::eos is the union, in this order and without repeats, of config.json eos_token_id,
-// generation_config.json eos_token_id and tokenizer_config.json eos_token. Arch::bos is the first
-// of config.json bos_token_id, generation_config.json bos_token_id, tokenizer_config.json
-// bos_token that is set, or -1.
+// Reads dir/config.json (or, where `dir` is a .gguf file, its metadata: ReadGgufArch), and
+// generation_config.json and tokenizer_config.json when present (tokenizer.json too when a token
+// named there must be resolved to its id). Arch::eos is the union, in this order and without
+// repeats, of config.json eos_token_id, generation_config.json eos_token_id and
+// tokenizer_config.json eos_token. Arch::bos is the first of config.json bos_token_id,
+// generation_config.json bos_token_id, tokenizer_config.json bos_token that is set, or -1.
 Expected<Arch> ReadArch(const std::string& dir);
 
 // config.json alone; `file_for_errors` names it in error messages.

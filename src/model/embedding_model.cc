@@ -2,19 +2,40 @@
 
 #include <algorithm>
 
+#include "model/evaluate.h"
+
 namespace gizllm {
 
 Expected<std::unique_ptr<EmbeddingModel>> EmbeddingModel::Load(const std::string& dir,
                                                                std::shared_ptr<Backend> backend) {
   std::unique_ptr<EmbeddingModel> m(new EmbeddingModel());
-  GZ_ASSIGN_OR_RETURN(m->encoder_, Encoder::Load(dir, std::move(backend)));
+  if (IsEncoderFolder(dir)) {
+    GZ_ASSIGN_OR_RETURN(m->encoder_, Encoder::Load(dir, std::move(backend)));
+  } else {
+    GZ_ASSIGN_OR_RETURN(m->decoder_, Model::Load(dir, std::move(backend)));
+  }
   GZ_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::Load(dir));
-  GZ_ASSIGN_OR_RETURN(m->config_, ReadEmbeddingConfig(dir, m->encoder_->arch().labels));
+  GZ_ASSIGN_OR_RETURN(m->config_,
+                      ReadEmbeddingConfig(dir, m->encoder_ ? m->encoder_->arch().labels : 0));
   return m;
 }
 
+const std::string& EmbeddingModel::family() const {
+  return encoder_ ? encoder_->arch().family : decoder_->arch().family;
+}
+
+int64_t EmbeddingModel::vocab() const {
+  return encoder_ ? encoder_->arch().vocab : decoder_->arch().vocab;
+}
+
+int64_t EmbeddingModel::dim() const {
+  return encoder_ ? encoder_->arch().dim : decoder_->arch().dim;
+}
+
 int64_t EmbeddingModel::max_tokens() const {
-  const int64_t positions = arch().MaxTokens();
+  const int64_t positions =
+      encoder_ ? encoder_->arch().MaxTokens()
+               : (decoder_->arch().context > 0 ? decoder_->arch().context : kMaxContext);
   return config_.max_tokens > 0 ? std::min(config_.max_tokens, positions) : positions;
 }
 
@@ -63,8 +84,19 @@ Expected<std::vector<std::vector<float>>> EmbeddingModel::Embed(
       batch.push_back({sequences[i].ids, sequences[i].types});
       starts.push_back(starts.back() + static_cast<int32_t>(sequences[i].ids.size()));
     }
-    Status s = encoder_->Forward(batch, &hidden);
-    if (!s.ok()) return s;
+    if (encoder_) {
+      GZ_RETURN_IF_ERROR(encoder_->Forward(batch, &hidden));
+    } else {
+      // A decoder reads one sequence at a time (SequenceHidden takes the runner's KV pool), to
+      // its final-normed hidden states.
+      hidden.clear();
+      const int final_normed[] = {decoder_->arch().layers + 1};
+      for (const EncoderInput& in : batch) {
+        GZ_ASSIGN_OR_RETURN(std::vector<float> h,
+                            SequenceHidden(*decoder_, in.tokens, final_normed));
+        hidden.insert(hidden.end(), h.begin(), h.end());
+      }
+    }
     pooled.resize((end - first) * d);
     Pool(hidden, d, starts, config_.pooling, config_.normalize, pooled.data());
     for (size_t i = 0; i < end - first; ++i) {
@@ -75,11 +107,13 @@ Expected<std::vector<std::vector<float>>> EmbeddingModel::Embed(
 }
 
 Expected<std::vector<float>> EmbeddingModel::Score(std::span<const Encoding> pairs) {
-  if (arch().head == EncoderHead::kNone) {
-    return InvalidArgument(encoder_->dir() + ": no sequence-classification head to score with");
+  if (!reranks()) {
+    return InvalidArgument((encoder_ ? encoder_->dir() : decoder_->dir()) +
+                           ": no sequence-classification head to score with");
   }
-  if (arch().labels != 1) {
-    return Unimplemented(encoder_->dir() + ": a head of " + std::to_string(arch().labels) +
+  if (encoder_->arch().labels != 1) {
+    return Unimplemented(encoder_->dir() + ": a head of " +
+                         std::to_string(encoder_->arch().labels) +
                          " labels; scores come from a head of one label");
   }
   std::vector<float> out;

@@ -1,6 +1,7 @@
-// EmbeddingModel: an encoder with its tokenizer and sentence-transformers configuration, as the
-// `embed` and `rerank` commands and the server's embeddings, rerank and score routes use it:
-// texts to pooled vectors, (query, document) pairs to scores.
+// EmbeddingModel: an encoder (or a decoder run to its last hidden state, as Qwen3-Embedding)
+// with its tokenizer and sentence-transformers configuration, as the `embed` and `rerank`
+// commands and the server's embeddings, rerank and score routes use it: texts to pooled
+// vectors, (query, document) pairs to scores (encoders with a classification head).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 
 #include "core/status.h"
 #include "model/encoder.h"
+#include "model/model.h"
 #include "model/pooling.h"
 #include "tokenizer/tokenizer.h"
 
@@ -29,11 +31,12 @@ class EmbeddingModel {
 
   // Whether the encoder has a classification head: it scores pairs (a server's rerank task)
   // rather than embeds.
-  bool reranks() const { return arch().head != EncoderHead::kNone; }
-  const EncoderArch& arch() const { return encoder_->arch(); }
+  bool reranks() const { return encoder_ && encoder_->arch().head != EncoderHead::kNone; }
+  const std::string& family() const;
+  int64_t vocab() const;
   const EmbeddingConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
-  int64_t dim() const { return arch().dim; }
+  int64_t dim() const;
   // The most tokens of one text or pair: sentence_bert_config.json's max_seq_length where given,
   // never more than the model's positions.
   int64_t max_tokens() const;
@@ -54,7 +57,8 @@ class EmbeddingModel {
   // The runs of at most kRunTokens tokens: [first, end) sequence ranges.
   static std::vector<std::pair<size_t, size_t>> Runs(std::span<const Encoding> sequences);
 
-  std::unique_ptr<Encoder> encoder_;
+  std::unique_ptr<Encoder> encoder_;  // or
+  std::unique_ptr<Model> decoder_;
   Tokenizer tokenizer_;
   EmbeddingConfig config_;
 };

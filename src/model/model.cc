@@ -455,9 +455,9 @@ Status Model::StepSample(const Rows& rows, const PageTables& tables,
 Status Model::Hidden(const Rows& rows, const PageTables& tables, std::span<const int> layers,
                      float* out) {
   for (int l : layers) {
-    if (l < 0 || l > arch_.layers)
+    if (l < 0 || l > arch_.layers + 1)
       return InvalidArgument("Hidden: layer " + std::to_string(l) + " outside [0, " +
-                             std::to_string(arch_.layers) + "]");
+                             std::to_string(arch_.layers + 1) + "]");
   }
   return Forward(rows, tables, layers, out, nullptr);
 }
@@ -531,6 +531,16 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
       L.feed_forward.Issue(step, in);
     }
     capture(l + 1);
+  }
+  // layers + 1: the last layer's output after the final norm (transformers' last_hidden_state,
+  // what an embedder pools), normalized into h by an op of its own.
+  if (std::find(hidden_layers.begin(), hidden_layers.end(), a.layers + 1) != hidden_layers.end()) {
+    float* normed = b.h->as<float>();
+    be.RmsNorm({normed, step.Current(), nullptr, impl.final_norm, n, a.dim, step.eps()});
+    for (size_t i = 0; i < hidden_layers.size(); ++i) {
+      if (hidden_layers[i] != a.layers + 1) continue;
+      be.CopyToHost(hidden_out + i * n * a.dim, normed, n * a.dim * sizeof(float));
+    }
   }
   if (!replayed && head_wanted) {
     const int64_t w = static_cast<int64_t>(rows.wanted.size());

@@ -17,7 +17,7 @@
 namespace gizllm {
 
 struct LoadOptions {
-  int layers = -1;               // read only the first N layers (-1: all)
+  int layers = -1;  // read only the first N layers (-1: all)
   // Element type of the KV pages; none: the backend's DefaultKvFormat() (CUDA: f16, f32 in exact
   // mode; CPU: f32).
   std::optional<KvFormat> kv;

@@ -85,7 +85,8 @@ class Runner {
   }
 
   // Like Step, but writes the residual stream after each layer in `layers` (0 = embeddings,
-  // l = after layer l, as Hugging Face's hidden_states[l]): out [layers.size(), rows, dim].
+  // l = after layer l, as Hugging Face's hidden_states[l]; layers + 1 = the last layer's after
+  // the final norm, transformers' last_hidden_state): out [layers.size(), rows, dim].
   virtual Status Hidden(const Rows& rows, const PageTables& tables, std::span<const int> layers,
                         float* out) = 0;
 

@@ -8,7 +8,7 @@ RealEncoderModel::RealEncoderModel(std::unique_ptr<EmbeddingModel> model, std::s
 
 int32_t RealEncoderModel::MaxTokens() const { return static_cast<int32_t>(model_->max_tokens()); }
 
-int32_t RealEncoderModel::Vocab() const { return static_cast<int32_t>(model_->arch().vocab); }
+int32_t RealEncoderModel::Vocab() const { return static_cast<int32_t>(model_->vocab()); }
 
 Expected<Encoding> RealEncoderModel::Tokenize(std::string_view text, int64_t limit) const {
   return model_->Tokenize(text, limit);

@@ -57,7 +57,16 @@ check rerank-top-n bash -c "[ \$(wc -l <'$tmp/top.jsonl') -eq 2 ] && head -2 '$t
 
 expect_fail embed-not-json "stdin line 2: expected a JSON string" \
   bash -c "printf '\"ok\"\nnot json\n' | $gz embed -m '$tmp/bert'"
-expect_fail embed-decoder "not an encoder" bash -c "echo '\"x\"' | $gz embed -m models/tiny-chat"
+# A decoder embeds too (its final-normed hidden states, mean pooled without modules.json) but
+# scores nothing.
+echo '"In the beginning"' | $gz embed -m models/tiny-chat --exact >"$tmp/decoder.jsonl"
+check embed-decoder python3 -c '
+import json, sys
+v = [json.loads(l) for l in open(sys.argv[1])]
+assert len(v) == 1 and len(v[0]) == 384, len(v[0])
+' "$tmp/decoder.jsonl"
+expect_fail rerank-decoder "no sequence-classification head" \
+  bash -c "echo '\"x\"' | $gz rerank -m models/tiny-chat -q q"
 expect_fail rerank-no-head "no sequence-classification head" \
   bash -c "echo '\"x\"' | $gz rerank -m '$tmp/bert' -q q"
 expect_fail run-encoder "is an encoder" $gz run -m "$tmp/bert" --prompt hi

@@ -123,7 +123,8 @@ TEST_P(CrossEncoderGoldenTest, TokensScoresAndOrderMatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Encoders, EmbedderGoldenTest,
-                         ::testing::Values("bert_mean", "bert_st", "roberta_st", "xlmr_mean"));
+                         ::testing::Values("bert_mean", "bert_st", "roberta_st", "xlmr_mean",
+                                           "qwen3_last"));
 INSTANTIATE_TEST_SUITE_P(Encoders, CrossEncoderGoldenTest, ::testing::Values("bert_ce", "xlmr_ce"));
 
 }  // namespace

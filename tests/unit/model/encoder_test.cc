@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -15,9 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "formats/safetensors.h"
 #include "model/config.h"
 #include "model/embedding_model.h"
+#include "model/evaluate.h"
+#include "model/model.h"
 #include "ops/device.h"
 
 namespace gizllm {
@@ -89,6 +93,7 @@ class EncoderTest : public ::testing::Test {
       Add(out + ".bias", {1}, 0.1f);
     }
     const std::string dir = (fs::path(::testing::TempDir()) / ("encoder_" + name)).string();
+    fs::remove_all(dir);  // files an earlier run left (modules.json) must not count
     fs::create_directories(dir);
     std::vector<TensorToWrite> out;
     for (const auto& [n, t] : tensors_) {
@@ -321,6 +326,44 @@ TEST_F(EncoderTest, SentenceTransformersConfiguration) {
   // Scores: sigmoid for one label by default, as config.json's activation_fn says otherwise.
   EXPECT_EQ(ReadEmbeddingConfig(dir + "/1_Pooling", 1)->activation, ScoreActivation::kSigmoid);
   EXPECT_EQ(ReadEmbeddingConfig(dir + "/1_Pooling", 2)->activation, ScoreActivation::kIdentity);
+}
+
+// A decoder's last hidden state for embeddings (Runner::Hidden's layers + 1) is the one its head
+// reads: the tied head over it gives the logits.
+TEST_F(EncoderTest, DecoderFinalNormedHiddenFeedsTheHead) {
+  auto model = Model::Load("models/tiny-chat", Cpu());
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const Arch& a = (*model)->arch();
+  ASSERT_TRUE(a.tied_head);
+  const std::vector<int32_t> ids = {5, 900, 31, 4000, 77};
+  const int final_normed[] = {a.layers + 1};
+  auto hidden = SequenceHidden(**model, ids, final_normed);
+  ASSERT_TRUE(hidden.ok()) << hidden.status().message();
+  auto logits = SequenceLogits(**model, ids);
+  ASSERT_TRUE(logits.ok());
+  auto checkpoint = Checkpoint::Open("models/tiny-chat");
+  ASSERT_TRUE(checkpoint.ok());
+  const TensorInfo* table = checkpoint->Find("model.embed_tokens.weight");
+  ASSERT_NE(table, nullptr);
+  const int64_t n = static_cast<int64_t>(ids.size());
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t v : {int64_t{0}, int64_t{17}, int64_t{5000}, a.vocab - 1}) {
+      double dot = 0;
+      for (int64_t i = 0; i < a.dim; ++i) {
+        uint16_t h;
+        std::memcpy(&h, table->data + 2 * (v * a.dim + i), 2);
+        dot += static_cast<double>((*hidden)[r * a.dim + i]) * Bf16ToF32(h);
+      }
+      EXPECT_NEAR(dot, (*logits)[r * a.vocab + v], 1e-3 * (1 + std::fabs(dot))) << r << " " << v;
+    }
+  }
+  // Without the final norm (layers) the same dot products differ.
+  const int last[] = {a.layers};
+  auto raw = SequenceHidden(**model, ids, last);
+  ASSERT_TRUE(raw.ok());
+  EXPECT_NE(*raw, *hidden);
+  const int beyond[] = {a.layers + 2};
+  EXPECT_FALSE(SequenceHidden(**model, ids, beyond).ok());
 }
 
 TEST(PoolTest, ClsMeanLastTokenAndNormalize) {
