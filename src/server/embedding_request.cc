@@ -265,8 +265,7 @@ Expected<std::vector<float>> ScorePairs(EncoderModel& model, const std::vector<s
 
 EncoderAnswer Rerank(EncoderModel& model, const json& body) {
   if (auto e = Common(model, body,
-                      {"model", "query", "documents", "top_n", "return_documents",
-                       "max_chunks_per_doc", "truncate_prompt_tokens", "user"})) {
+                      {"model", "query", "documents", "top_n", "return_documents", "user"})) {
     return Fail(*e);
   }
   auto query = body.find("query");
@@ -311,8 +310,7 @@ EncoderAnswer Rerank(EncoderModel& model, const json& body) {
 }
 
 EncoderAnswer Score(EncoderModel& model, const json& body) {
-  if (auto e =
-          Common(model, body, {"model", "text_1", "text_2", "truncate_prompt_tokens", "user"})) {
+  if (auto e = Common(model, body, {"model", "text_1", "text_2", "user"})) {
     return Fail(*e);
   }
   std::vector<std::string> first, second;
