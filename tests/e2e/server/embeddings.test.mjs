@@ -22,9 +22,10 @@ before(async () => {
 });
 
 after(async () => {
-  assert.equal(await embed.stop(), 0);
-  assert.equal(await rerank.stop(), 0);
+  // Both stopped before either is judged, so that a failure leaves no server running.
+  const codes = [await embed.stop(), await rerank.stop()];
   fs.rmSync(dir, { recursive: true, force: true });
+  assert.deepEqual(codes, [0, 0], 'the servers exit cleanly on SIGTERM');
 });
 
 test('openai client embeddings: floats and base64 agree, unit vectors, usage', async () => {
