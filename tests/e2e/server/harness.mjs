@@ -21,10 +21,15 @@ export function startServer(extra = [], { timeoutMs = 120000, model = MODEL } = 
       clearTimeout(timer);
       reject(new Error(`server exited with ${code}:\n${log}`));
     });
+    let started = false;
     proc.stderr.on('data', (d) => {
       log += d;
+      // Once: what the server writes after (e.g. "stopped") must not run this again, which would
+      // drop the exit listener stop() adds.
+      if (started) return;
       const m = /serving (\S+) .* on http:\/\/([\d.]+):(\d+)/.exec(log);
       if (!m) return;
+      started = true;
       clearTimeout(timer);
       proc.removeAllListeners('exit');
       const port = Number(m[3]);
