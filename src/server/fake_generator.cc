@@ -48,9 +48,9 @@ Expected<ChatPrompt> FakeTextModel::RenderChat(const ChatInput& input) const {
 
 std::string FakeGenerator::Answer(std::string_view prompt) {
   if (prompt.find("FOREVER") != std::string_view::npos) return std::string(1 << 16, 'z');
-  if (prompt.find("\"arguments\": ") != std::string_view::npos &&
-      prompt.substr(prompt.size() - 13) == "\"arguments\": ") {
-    return "{\"city\": \"Paris\"}}\n</tool_call>";
+  // A forced call: the prompt ends with the call's tag (the grammar is not applied here).
+  if (prompt.size() >= 12 && prompt.substr(prompt.size() - 12) == "<tool_call>\n") {
+    return "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
   }
   if (prompt.find("CALL") != std::string_view::npos) {
     return "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"

@@ -585,10 +585,10 @@ Routed Session::PrepareChat(const json& body) {
   if (!error) error = CheckModel(text, chat.params.model);
   if (error) return Routed::Error(*error);
   Job job;
-  if (chat.tool_choice == "function") {
-    // A named tool: the answer starts as a call to it.
-    chat.input.answer_prefix =
-        "<tool_call>\n{\"name\": " + Dump(json(chat.forced_tool)) + ", \"arguments\": ";
+  if (chat.tool_choice == "function" || chat.tool_choice == "required") {
+    // A forced call: the answer starts with the tag, and the request's grammar (ToolCallGbnf)
+    // holds the call object that follows to the tools' names and parameters.
+    chat.input.answer_prefix = "<tool_call>\n";
     job.answer_start = chat.input.answer_prefix;
   }
   Expected<ChatPrompt> prompt = text.RenderChat(chat.input);

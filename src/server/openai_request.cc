@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -513,6 +514,72 @@ std::optional<ApiError> ParseTools(const json& body, json* out) {
 
 }  // namespace
 
+std::string RenameGbnfRule(std::string_view gbnf, std::string_view from, std::string_view to) {
+  std::string out;
+  out.reserve(gbnf.size());
+  auto ident = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '_';
+  };
+  size_t i = 0;
+  while (i < gbnf.size()) {
+    const char c = gbnf[i];
+    if (c == '"' || c == '[') {  // a literal or a class, copied as it is
+      const char end = c == '"' ? '"' : ']';
+      size_t j = i + 1;
+      while (j < gbnf.size() && gbnf[j] != end) j += gbnf[j] == '\\' ? 2 : 1;
+      j = std::min(j + 1, gbnf.size());
+      out.append(gbnf.substr(i, j - i));
+      i = j;
+    } else if (c == '#') {  // a comment, to the end of the line
+      size_t j = gbnf.find('\n', i);
+      if (j == std::string_view::npos) j = gbnf.size();
+      out.append(gbnf.substr(i, j - i));
+      i = j;
+    } else if (ident(c)) {
+      size_t j = i;
+      while (j < gbnf.size() && ident(gbnf[j])) ++j;
+      const std::string_view word = gbnf.substr(i, j - i);
+      out.append(word == from ? to : word);
+      i = j;
+    } else {
+      out.push_back(c);
+      ++i;
+    }
+  }
+  return out;
+}
+
+Expected<std::string> ToolCallGbnf(const json& tools, const std::string& forced) {
+  // The call object as Qwen's templates write it: "name" first, then "arguments" (built as text:
+  // a json object would sort its keys).
+  std::vector<std::string> branches;
+  for (const json& tool : tools) {
+    const json& function = tool["function"];
+    const std::string name = function["name"].get<std::string>();
+    if (!forced.empty() && name != forced) continue;
+    auto parameters = function.find("parameters");
+    const std::string arguments = parameters == function.end() || parameters->is_null()
+                                      ? std::string(R"({"type":"object"})")
+                                      : parameters->dump();
+    branches.push_back(R"({"type":"object","properties":{"name":{"const":)" + json(name).dump() +
+                       R"(},"arguments":)" + arguments +
+                       R"(},"required":["name","arguments"],"additionalProperties":false})");
+  }
+  if (branches.empty()) return InvalidArgument("no tool named '" + forced + "'");
+  std::string schema;
+  if (branches.size() == 1) {
+    schema = branches[0];
+  } else {
+    schema = R"({"anyOf":[)";
+    for (size_t i = 0; i < branches.size(); ++i) schema += (i ? "," : "") + branches[i];
+    schema += "]}";
+  }
+  Expected<std::string> call = JsonSchemaToGbnf(schema);
+  if (!call.ok()) return call.status();
+  return "root ::= tool-call \"\\n</tool_call>\"\n" + RenameGbnfRule(*call, "root", "tool-call");
+}
+
 std::optional<ApiError> ParseBody(std::string_view text, json* out) {
   if (JsonTooDeep(text)) {
     return BadRequest("The request body nests arrays and objects more than " +
@@ -612,11 +679,19 @@ std::optional<ApiError> ParseChatRequest(const json& body, int32_t vocab, ChatRe
     out->tool_choice = "function";
     out->forced_tool = out->tools[0]["function"]["name"];
   }
-  if (out->tool_choice == "required") {
-    return BadRequest(
-        "'tool_choice': 'required' with more than one tool is not supported; "
-        "name the function",
-        "tool_choice", "unsupported_value");
+  if (out->tool_choice == "required" || out->tool_choice == "function") {
+    if (out->params.sampling.grammar) {
+      return BadRequest("'tool_choice' forces a tool call, which a structured-output field "
+                        "would constrain too; give one",
+                        "tool_choice", "invalid_value");
+    }
+    Expected<std::string> gbnf = ToolCallGbnf(out->tools, out->forced_tool);
+    if (!gbnf.ok()) {
+      return BadRequest("'tools': " + gbnf.status().message(), "tools", "unsupported_schema");
+    }
+    Expected<Grammar> g = ParseGbnf(*gbnf, "tool call");
+    if (!g.ok()) return BadRequest(g.status().message(), "tools", "unsupported_schema");
+    out->params.sampling.grammar = std::make_shared<const Grammar>(std::move(*g));
   }
   out->input.tools = out->tool_choice == "none" ? json(nullptr) : out->tools;
 

@@ -11,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/status.h"
 #include "server/api_error.h"
 #include "server/generator.h"
 
@@ -45,6 +46,15 @@ struct ChatRequest {
   std::string tool_choice = "auto";  // "none", "auto", "required" or "function"
   std::string forced_tool;           // the function's name when tool_choice names one
 };
+
+// The GBNF of a forced tool call's text after "<tool_call>\n" in Qwen's syntax: the call
+// object ({"name": ..., "arguments": ...}, the arguments following the tool's parameters schema)
+// of the function `forced` names, or of any of `tools` when it is empty, then "\n</tool_call>".
+// A parameters schema the JSON Schema compiler refuses is an error naming its path.
+Expected<std::string> ToolCallGbnf(const nlohmann::json& tools, const std::string& forced);
+// `gbnf` with the rule name `from` written `to` wherever it stands as a name (not in literals,
+// classes or comments).
+std::string RenameGbnfRule(std::string_view gbnf, std::string_view from, std::string_view to);
 
 struct CompletionRequest {
   GenerationParams params;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/json_nesting.h"
+#include "grammar/matcher.h"
 
 namespace gizllm::server {
 namespace {
@@ -228,6 +229,69 @@ TEST(ChatRequest, NamedToolChoiceMustBeATool) {
   ASSERT_FALSE(ParseChatRequest(body, 100, &ok));
   EXPECT_EQ(ok.tool_choice, "function");
   EXPECT_EQ(ok.forced_tool, "f");
+}
+
+// A forced call (a named function, or "required" over several tools) compiles the tools'
+// parameters into the request's grammar: the call object after "<tool_call>\n", "name" first,
+// then "\n</tool_call>". The grammar accepts the calls Qwen writes and refuses others; a
+// response_format beside it is a 400, as is a parameters schema the compiler refuses.
+TEST(ChatRequest, ForcedToolCallsHaveAGrammarOverTheirParameters) {
+  json body = Chat();
+  body["tools"] = {
+      {{"type", "function"},
+       {"function",
+        {{"name", "get_weather"},
+         {"parameters",
+          {{"type", "object"},
+           {"properties", {{"city", {{"type", "string"}}}}},
+           {"required", {"city"}},
+           {"additionalProperties", false}}}}}},
+      {{"type", "function"}, {"function", {{"name", "now"}}}}};
+  auto accepts = [](const Grammar& g, const std::string& text) {
+    Matcher m(std::make_shared<const Grammar>(g));
+    return m.Accept(std::string_view(text)) && m.Complete();
+  };
+  for (const char* choice : {"required", "get_weather"}) {
+    SCOPED_TRACE(choice);
+    body["tool_choice"] = std::string(choice) == "required"
+                              ? json("required")
+                              : json{{"type", "function"}, {"function", {{"name", choice}}}};
+    ChatRequest r;
+    auto error = ParseChatRequest(body, 100, &r);
+    ASSERT_FALSE(error) << error->message;
+    ASSERT_NE(r.params.sampling.grammar, nullptr);
+    const Grammar& g = *r.params.sampling.grammar;
+    EXPECT_TRUE(accepts(g, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+                           "</tool_call>"));
+    EXPECT_FALSE(accepts(g, "{\"name\": \"get_weather\", \"arguments\": {\"town\": \"Paris\"}}\n"
+                            "</tool_call>"));
+    EXPECT_FALSE(accepts(g, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"));
+    EXPECT_FALSE(accepts(g, "{\"arguments\": {\"city\": \"Paris\"}, \"name\": \"get_weather\"}\n"
+                            "</tool_call>"));
+    // The other tool only where any tool may be called.
+    EXPECT_EQ(accepts(g, "{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"),
+              std::string(choice) == "required");
+  }
+  body["tool_choice"] = "required";
+  body["response_format"] = {{"type", "json_object"}};
+  ChatRequest both;
+  auto error = ParseChatRequest(body, 100, &both);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->param, "tool_choice");
+  body.erase("response_format");
+  body["tools"][0]["function"]["parameters"]["patternProperties"] = json::object();
+  ChatRequest bad;
+  error = ParseChatRequest(body, 100, &bad);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->param, "tools");
+  EXPECT_NE(error->message.find("patternProperties"), std::string::npos) << error->message;
+}
+
+TEST(RenameGbnfRule, RenamesNamesOnly) {
+  EXPECT_EQ(RenameGbnfRule("root ::= \"root\" [root] x-root root-x root # root\nx ::= root",
+                           "root", "call"),
+            "call ::= \"root\" [root] x-root root-x call # root\nx ::= call");
+  EXPECT_EQ(RenameGbnfRule(R"(root ::= "a\"root" root)", "root", "r2"), R"(r2 ::= "a\"root" r2)");
 }
 
 TEST(ChatRequest, TakesEverySeedAndNameOpenAiTakes) {

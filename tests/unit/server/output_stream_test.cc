@@ -127,19 +127,20 @@ TEST(ChatOutput, BrokenCallStaysText) {
   EXPECT_EQ(all.content, "<tool_call>not json</tool_call>x<tool_call>{\"na");
 }
 
-// A forced call: the prompt holds the call's opening, the model writes the arguments on.
+// A forced call: the prompt holds the call's tag, the model writes the call object on.
 TEST(ChatOutput, AssumedStartCompletesACall) {
   FakeTextModel text;
   OutputStream out(text, {}, ChatParserOptions(Tools({"get_weather"}), PromptOf("")));
-  out.Assume("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ");
-  OutputDelta all = Stream(out, "{\"city\": \"Paris\"}}\n</tool_call>");
+  out.Assume("<tool_call>\n");
+  OutputDelta all =
+      Stream(out, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
   EXPECT_EQ(all.content, "");
   EXPECT_EQ(all.reasoning, "");
   ASSERT_EQ(all.tool_calls.size(), 1u);
   EXPECT_EQ(all.tool_calls[0].name, "get_weather");
   EXPECT_EQ(all.tool_calls[0].arguments, "{\"city\":\"Paris\"}");
   // The raw text is what the model wrote.
-  EXPECT_EQ(out.text(), "{\"city\": \"Paris\"}}\n</tool_call>");
+  EXPECT_EQ(out.text(), "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
 }
 
 // Completions: no parser, the whole answer is content.
