@@ -165,6 +165,29 @@ TEST(CudaModelTest, Q8KvPagesAreRefusedAtLoad) {
       << model.status().message();
 }
 
+// `dir` loaded in exact mode with KV pages of `format` on the CUDA backend and on a CPU backend
+// of 2 threads; both hold pages of that format.
+void LoadExactOnBoth(const char* dir, KvFormat format, std::unique_ptr<Model>* cuda,
+                     std::unique_ptr<Model>* cpu) {
+  LoadOptions options;
+  options.kv = format;
+  DeviceOptions cuda_device, cpu_device;
+  cuda_device.device = "cuda";
+  cuda_device.exact = cpu_device.exact = true;
+  cpu_device.device = "cpu";
+  cpu_device.threads = 2;
+  auto cuda_backend = OpenBackend(cuda_device);
+  auto cpu_backend = OpenBackend(cpu_device);
+  ASSERT_TRUE(cuda_backend.ok() && cpu_backend.ok());
+  auto on_cuda = Model::Load(dir, *cuda_backend, options);
+  auto on_cpu = Model::Load(dir, *cpu_backend, options);
+  ASSERT_TRUE(on_cuda.ok()) << on_cuda.status().message();
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status().message();
+  EXPECT_EQ((*on_cuda)->kv_format(), format);
+  *cuda = std::move(*on_cuda);
+  *cpu = std::move(*on_cpu);
+}
+
 // fp16 KV pages in exact mode against the CPU backend's fp16 pages in exact mode: both round
 // each key and value to the nearest fp16 as it is written (bit for bit the same rounding,
 // CudaBackendTest.KvWriteF16PagesRoundLikeTheReference) and compute in float32 after, so the two
@@ -179,24 +202,12 @@ TEST(CudaModelTest, F16KvPagesMatchTheCpuBackendsF16Pages) {
         "tests/golden/models/gemma3", "tests/golden/models/gemma3_softcap",
         "tests/golden/models/gemma2", "models/tiny-chat"}) {
     SCOPED_TRACE(dir);
-    LoadOptions options;
-    options.kv = KvFormat::kF16;
-    DeviceOptions cuda_device, cpu_device;
-    cuda_device.device = "cuda";
-    cuda_device.exact = cpu_device.exact = true;
-    cpu_device.device = "cpu";
-    cpu_device.threads = 2;
-    auto cuda_backend = OpenBackend(cuda_device);
-    auto cpu_backend = OpenBackend(cpu_device);
-    ASSERT_TRUE(cuda_backend.ok() && cpu_backend.ok());
-    auto cuda = Model::Load(dir, *cuda_backend, options);
-    auto cpu = Model::Load(dir, *cpu_backend, options);
-    ASSERT_TRUE(cuda.ok()) << cuda.status().message();
-    ASSERT_TRUE(cpu.ok()) << cpu.status().message();
-    EXPECT_EQ((*cuda)->kv_format(), KvFormat::kF16);
+    std::unique_ptr<Model> cuda, cpu;
+    LoadExactOnBoth(dir, KvFormat::kF16, &cuda, &cpu);
+    if (::testing::Test::HasFatalFailure()) return;
     auto f32 = LoadOnCuda(dir, /*exact=*/true);
     ASSERT_TRUE(f32);
-    EXPECT_EQ((*cuda)->PageBytes() * 2, f32->PageBytes());
+    EXPECT_EQ(cuda->PageBytes() * 2, f32->PageBytes());
     auto ref = SafetensorsFile::Open(std::string(dir) + "/reference.safetensors");
     ASSERT_TRUE(ref.ok()) << ref.status().message();
     for (int i = 0;; ++i) {
@@ -205,12 +216,12 @@ TEST(CudaModelTest, F16KvPagesMatchTheCpuBackendsF16Pages) {
       auto tokens = ReadIds(*ids);
       for (int64_t chunk : {int64_t{256}, int64_t{5}, int64_t{1}}) {
         const std::string what = "case " + std::to_string(i) + " chunk " + std::to_string(chunk);
-        auto ours = SequenceLogits(**cuda, tokens, chunk);
-        auto want = SequenceLogits(**cpu, tokens, chunk);
+        auto ours = SequenceLogits(*cuda, tokens, chunk);
+        auto want = SequenceLogits(*cpu, tokens, chunk);
         ASSERT_TRUE(ours.ok() && want.ok()) << what;
         // A final soft-cap squeezes the logits into +-cap while the two backends' sums in
         // other orders differ in proportion to the uncapped logits: compared before the cap.
-        const float cap = (*cuda)->arch().logit_softcap;
+        const float cap = cuda->arch().logit_softcap;
         if (cap > 0)
           ExpectClose(golden::Uncapped(*ours, cap), golden::Uncapped(*want, cap), 1e-3f, what);
         else
@@ -238,21 +249,9 @@ TEST(CudaModelTest, RotatedKvPagesMatchTheCpuBackends) {
          {"tests/golden/models/llama", "tests/golden/models/qwen3", "tests/golden/models/gemma3",
           "tests/golden/models/gemma2", "models/tiny-chat"}) {
       SCOPED_TRACE(std::string(dir) + " kv " + KvFormatName(format));
-      LoadOptions options;
-      options.kv = format;
-      DeviceOptions cuda_device, cpu_device;
-      cuda_device.device = "cuda";
-      cuda_device.exact = cpu_device.exact = true;
-      cpu_device.device = "cpu";
-      cpu_device.threads = 2;
-      auto cuda_backend = OpenBackend(cuda_device);
-      auto cpu_backend = OpenBackend(cpu_device);
-      ASSERT_TRUE(cuda_backend.ok() && cpu_backend.ok());
-      auto cuda = Model::Load(dir, *cuda_backend, options);
-      auto cpu = Model::Load(dir, *cpu_backend, options);
-      ASSERT_TRUE(cuda.ok()) << cuda.status().message();
-      ASSERT_TRUE(cpu.ok()) << cpu.status().message();
-      EXPECT_EQ((*cuda)->kv_format(), format);
+      std::unique_ptr<Model> cuda, cpu;
+      LoadExactOnBoth(dir, format, &cuda, &cpu);
+      if (::testing::Test::HasFatalFailure()) return;
       auto ref = SafetensorsFile::Open(std::string(dir) + "/reference.safetensors");
       ASSERT_TRUE(ref.ok()) << ref.status().message();
       for (int i = 0;; ++i) {
@@ -261,8 +260,8 @@ TEST(CudaModelTest, RotatedKvPagesMatchTheCpuBackends) {
         auto tokens = ReadIds(*ids);
         for (int64_t chunk : {int64_t{256}, int64_t{5}, int64_t{1}}) {
           const std::string what = "case " + std::to_string(i) + " chunk " + std::to_string(chunk);
-          auto ours = SequenceLogits(**cuda, tokens, chunk);
-          auto want = SequenceLogits(**cpu, tokens, chunk);
+          auto ours = SequenceLogits(*cuda, tokens, chunk);
+          auto want = SequenceLogits(*cpu, tokens, chunk);
           ASSERT_TRUE(ours.ok() && want.ok()) << what;
           ExpectClose(*ours, *want, 1e-2f, what);
         }
