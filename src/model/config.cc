@@ -27,6 +27,17 @@ std::span<const Family* const> Families() {
   return kFamilies;
 }
 
+// The family's class, or its base model's ("Qwen3Model" for Qwen3ForCausalLM: an embedder saved
+// without its head, tensors named "layers.0...").
+bool NamesFamily(const std::string& architecture, const Family& f) {
+  if (architecture.empty()) return false;
+  if (architecture == f.architecture) return true;
+  constexpr std::string_view kCausal = "ForCausalLM";
+  const std::string_view a = f.architecture;
+  return a.ends_with(kCausal) &&
+         architecture == std::string(a.substr(0, a.size() - kCausal.size())) + "Model";
+}
+
 std::string FamilyList(std::string_view Family::*what) {
   std::string s;
   for (const Family* f : Families()) {
@@ -186,7 +197,7 @@ Expected<Arch> ParseArch(const json& config, const std::string& file_for_errors)
   }
   const Family* family = nullptr;
   for (const Family* f : Families()) {
-    if (model_type.empty() ? f->architecture == architecture : f->model_type == model_type) {
+    if (model_type.empty() ? NamesFamily(architecture, *f) : f->model_type == model_type) {
       family = f;
     }
   }
@@ -210,7 +221,7 @@ Expected<Arch> ParseArch(const json& config, const std::string& file_for_errors)
                         "\"" + model_type + "\" is not supported (expected one of " +
                             FamilyList(&Family::model_type) + ")");
   }
-  if (!architecture.empty() && architecture != family->architecture) {
+  if (!architecture.empty() && !NamesFamily(architecture, *family)) {
     return reader.Error(StatusCode::kUnimplemented, "architectures",
                         "\"" + architecture + "\" is not supported (expected " +
                             std::string(family->architecture) + ")");

@@ -356,6 +356,20 @@ TEST(ConfigTest, Unsupported) {
   ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented,
               {"architectures", "Qwen2ForSequenceClassification"});
 
+  // A base model class (an embedder saved without its head) reads as its family; another
+  // family's base class does not.
+  c = Qwen25Config();
+  c["architectures"] = {"Qwen2Model"};
+  EXPECT_TRUE(ParseArch(c, "config.json").ok());
+  c["architectures"] = {"Qwen3Model"};
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented,
+              {"architectures", "Qwen3Model"});
+  c.erase("model_type");
+  c["architectures"] = {"Qwen2Model"};
+  auto base = ParseArch(c, "config.json");
+  ASSERT_TRUE(base.ok()) << base.status().message();
+  EXPECT_EQ(base->family, "qwen2");
+
   c = Llama31Config();
   c["rope_scaling"] = {
       {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
