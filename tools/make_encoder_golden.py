@@ -171,6 +171,18 @@ def save_folder(out, model, tok, family, max_tokens):
     json.dump(config, open(os.path.join(out, "tokenizer_config.json"), "w"), indent=2)
 
 
+# The folders hold bf16 weights, which transformers 5 loads as bf16 unless told otherwise: the
+# references compute in float32 (the weights' bf16 values widened), as gizllm's --exact mode does.
+F32 = {"dtype": torch.float32}
+
+
+def float32_only(module):
+    """Raises unless every parameter of `module` is float32."""
+    kinds = {p.dtype for p in module.parameters()}
+    if kinds != {torch.float32}:
+        raise RuntimeError(f"reference model loaded as {kinds}, not float32")
+
+
 def load_f32(cls, out):
     return cls.from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
 
@@ -226,7 +238,8 @@ def embedder(out, family, pooling, normalize, st_files, seed):
     if version:
         try:
             from sentence_transformers import SentenceTransformer
-            st = SentenceTransformer(out, device="cpu")
+            st = SentenceTransformer(out, device="cpu", model_kwargs=F32)
+            float32_only(st)
             vectors = torch.tensor(st.encode(TEXTS, convert_to_numpy=True, batch_size=2))
             meta["reference"] = "sentence-transformers " + version
             meta["by_hand_max_diff"] = float((vectors - by_hand).abs().max())
@@ -278,7 +291,8 @@ def cross_encoder(out, family, activation, seed):
     if version:
         try:
             from sentence_transformers import CrossEncoder
-            ce = CrossEncoder(out, device="cpu", max_length=positions)
+            ce = CrossEncoder(out, device="cpu", max_length=positions, model_kwargs=F32)
+            float32_only(ce if isinstance(ce, torch.nn.Module) else ce.model)
             scores = torch.tensor(ce.predict([(QUERY, d) for d in DOCUMENTS], batch_size=2))
             meta["reference"] = "sentence-transformers " + version
             meta["by_hand_max_diff"] = float((scores - by_hand).abs().max())
@@ -340,7 +354,8 @@ def decoder_embedder(out, seed):
     if version:
         try:
             from sentence_transformers import SentenceTransformer
-            st = SentenceTransformer(out, device="cpu")
+            st = SentenceTransformer(out, device="cpu", model_kwargs=F32)
+            float32_only(st)
             vectors = torch.tensor(st.encode(TEXTS, convert_to_numpy=True, batch_size=2))
             meta["reference"] = "sentence-transformers " + version
             meta["by_hand_max_diff"] = float((vectors - by_hand).abs().max())
