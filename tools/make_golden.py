@@ -397,7 +397,8 @@ def write_bf16_inputs(folder, fast=False):
     import importlib
     patched = []
     if fast:
-        for name in ["llama", "qwen2", "qwen3", "qwen3_moe", "gemma2", "gemma3"]:
+        for name in ["llama", "qwen2", "qwen3", "qwen3_moe", "gemma2", "gemma3", "qwen3_next",
+                     "qwen3_5", "qwen3_5_moe"]:
             mod = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
             if not hasattr(mod, "eager_attention_forward"):
                 continue
