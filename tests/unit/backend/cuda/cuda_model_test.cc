@@ -238,10 +238,13 @@ TEST(CudaModelTest, F16KvPagesMatchTheCpuBackendsF16Pages) {
 
 // Rotated pages (8/8 and 8/4) in exact mode against the CPU backend's same pages in exact mode,
 // on the golden models and tiny-chat, prompts read whole, in chunks of 5 and a row at a time.
-// Both backends code each vector with the same functions (ops/kv_codes.h) but round in
-// different orders, so now and then a code differs by one step (cuda_kv_codes_test.cc): held to
-// 1e-2 of the largest logit (a step of 4-bit values is 1/15 of a vector's range) instead of
-// exact mode's 1e-3.
+// Both backends code each vector with the same functions (ops/kv_codes.h; on equal inputs the
+// codes are equal, cuda_kv_codes_test.cc) but their projections sum in different orders, so now
+// and then a value on a rounding boundary gets the neighbouring code. 8-bit values (a step is
+// 1/255 of a vector's range): within 1e-2 of the largest logit. 4-bit values (a step is 1/15 of
+// it; on a trained model's longest prompt a few such steps add up to 1% of the largest logit):
+// within 1e-2 in norm, and the CUDA backend no further from transformers' float32 logits than
+// 1.25 times the CPU backend's distance (plus 1e-3), so its codes are as good, not just near.
 TEST(CudaModelTest, RotatedKvPagesMatchTheCpuBackends) {
   GZ_SKIP_WITHOUT_CUDA();
   for (KvFormat format : {RotatedKv(8, 8), RotatedKv(8, 4)}) {
@@ -263,7 +266,25 @@ TEST(CudaModelTest, RotatedKvPagesMatchTheCpuBackends) {
           auto ours = SequenceLogits(*cuda, tokens, chunk);
           auto want = SequenceLogits(*cpu, tokens, chunk);
           ASSERT_TRUE(ours.ok() && want.ok()) << what;
-          ExpectClose(*ours, *want, 1e-2f, what);
+          if (KvValueBits(format) == 8) {
+            ExpectClose(*ours, *want, 1e-2f, what);
+            continue;
+          }
+          golden::ExpectCloseInNorm(*ours, *want, 1e-2, what + " (norm)");
+          const TensorInfo* logits = ref->Find("logits" + std::to_string(i));
+          ASSERT_NE(logits, nullptr);
+          const std::vector<float> truth = ReadFloats(*logits);
+          auto distance = [&truth](const std::vector<float>& v) {
+            double d2 = 0, t2 = 0;
+            for (size_t j = 0; j < truth.size(); ++j) {
+              d2 += (v[j] - truth[j]) * double(v[j] - truth[j]);
+              t2 += truth[j] * double(truth[j]);
+            }
+            return std::sqrt(d2 / t2);
+          };
+          EXPECT_LE(distance(*ours), 1.25 * distance(*want) + 1e-3)
+              << what << ": CUDA " << distance(*ours) << ", CPU " << distance(*want)
+              << " from float32 (norm of the difference over norm of the reference)";
         }
       }
     }
