@@ -34,6 +34,7 @@ struct BenchOptions {
   int64_t output_tokens = 128;
   int32_t concurrency = 16;
   int64_t rows = 0;  // 0: StepRows' default
+  int64_t kv_mib = 0;  // 0: DefaultKvBudget
   std::string prompts;  // JSONL file
   bool json = false;
   uint64_t seed = 1;
@@ -137,6 +138,12 @@ int RunBench(const BenchOptions& o) {
   options.slots = o.concurrency + o.background;
   options.context = std::max(longest + o.output_tokens, kBackgroundPrompt + o.background_tokens);
   options.rows = StepRows(model.backend().kind(), options.slots, o.rows);
+  if (o.kv_mib < 0) return Fail("bench --kv-mib: expected >= 0");
+  const int64_t budget =
+      o.kv_mib > 0 ? o.kv_mib << 20
+                   : DefaultKvBudget(model.backend().kind(), model.backend().Memory());
+  if (Status s = o.model.FitKv(&model, options.slots, options.context, budget, !o.json); !s.ok())
+    return Fail(s.message());
   // Room for every slot's full context.
   options.kv_budget_bytes = static_cast<int64_t>(options.slots) *
                             ((options.context + kPage - 1) / kPage) * model.PageBytes();
@@ -294,6 +301,7 @@ int RunBench(const BenchOptions& o) {
   nlohmann::json out = {
       {"model", model.dir()},
       {"backend", model.backend().Describe()},
+      {"kv", KvFormatName(model.kv_format())},
       {"requests", o.requests},
       {"concurrency", o.concurrency},
       {"prompt_tokens", o.prompts.empty() ? o.prompt_tokens : -1},
@@ -400,6 +408,11 @@ void AddBenchCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--rows", o->rows,
                   "Most rows one step reads (at least the sequences; default: on a GPU one for "
                   "each sequence and 512 for prompt pieces, on the CPU 256)");
+  cmd->add_option("--kv-mib", o->kv_mib,
+                  "KV memory (MiB) that --kv auto fits every sequence's whole context into, "
+                  "choosing the format (default: the device's memory left after the weights, "
+                  "less a reserve; on the CPU a quarter of it, 256 MiB to 1 GiB). The pool "
+                  "holds every sequence's whole context in the chosen format");
   cmd->add_option("--prompts", o->prompts,
                   "JSONL file of prompts: {\"prompt\": text} or {\"tokens\": [ids]} per line");
   cmd->add_option("--seed", o->seed, "Seed of the random prompts")->default_val(1);

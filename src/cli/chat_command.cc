@@ -15,6 +15,7 @@
 #include "cli/model_options.h"
 #include "core/mapped_file.h"
 #include "engine/engine.h"
+#include "engine/kv_sizing.h"
 #include "template/chat_prompt.h"
 #include "template/chat_template.h"
 #include "template/output_parser.h"
@@ -182,6 +183,9 @@ int Chat(const ChatOptions& o) {
   options.slots = 1;
   options.context = o.context;
   if (model->arch().context > 0) options.context = std::min(options.context, model->arch().context);
+  const int64_t budget = DefaultKvBudget(model->backend().kind(), model->backend().Memory());
+  if (Status s = o.model.FitKv(model.get(), 1, options.context, budget, /*verbose=*/true); !s.ok())
+    return Fail(s.message());
   options.kv_budget_bytes = ((options.context + kPage - 1) / kPage + 1) * model->PageBytes();
   if (Status s = o.draft.Apply(*model, &options); !s.ok()) return Fail(s.message());
   auto created = Engine::Create(model.get(), options);

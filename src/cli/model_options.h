@@ -22,6 +22,12 @@ struct ModelOptions {
   void Add(CLI::App* app);
   // Opens the backend and loads the model; prints the load time on stderr when `verbose`.
   Expected<std::unique_ptr<Model>> Load(bool verbose) const;
+  // With --kv auto: the KV format AutoKvFormat picks for `slots` contexts of `context` positions
+  // in `budget` bytes (from the device's default down: the first of more than 4 bits that holds
+  // them all, else the first of 4 bits or fewer that holds one, else the smallest), set on the
+  // model before its pool is allocated; a line on stderr says so when it is not the device's
+  // default. Any other --kv: nothing to do.
+  Status FitKv(Model* model, int32_t slots, int64_t context, int64_t budget, bool verbose) const;
   // The same for an embedder or reranker: an encoder, or a decoder that embeds (embed, rerank,
   // serve --task embed|rerank).
   Expected<std::unique_ptr<EmbeddingModel>> LoadEmbedding(bool verbose) const;

@@ -37,7 +37,11 @@ void ModelOptions::Add(CLI::App* app) {
   app->add_option("--kv", kv,
                   "KV cache: bits of each stored key and value, 32, 16, 8, 4 or 2, or "
                   "KEYS/VALUES bits (8/4); f32 and f16 are 32 and 16, q8 is 8. auto: the "
-                  "device's (16 on CUDA, 32 there with --exact, 32 on the CPU). 16 halves the "
+                  "device's (16 on CUDA, 32 there with --exact, 32 on the CPU), or narrower "
+                  "where the sequences a command runs (bench: all of them; run and chat: one; "
+                  "serve: the --slots asked) do not each fit a whole context in the KV memory: "
+                  "the first of more than 4 bits in which they all fit, else the first of 4 bits "
+                  "or fewer in which one fits, else the smallest. 16 halves the "
                   "memory and the bytes read per token (keys and values rounded to float16). "
                   "8, 4 and 2 bits: each key and value vector rotated by blocks of a "
                   "Hadamard transform and stored as codes of 2^bits even steps, with a step "
@@ -77,6 +81,30 @@ Expected<std::unique_ptr<Model>> ModelOptions::Load(bool verbose) const {
                  m->backend().Describe().c_str(), s, KvFormatName(m->kv_format()).c_str());
   }
   return m;
+}
+
+Status ModelOptions::FitKv(Model* model, int32_t slots, int64_t context, int64_t budget,
+                           bool verbose) const {
+  if (kv != "auto") return Status::Ok();
+  KvFit fit;
+  fit.budget_bytes = budget;
+  fit.slots = slots;
+  fit.context = context;
+  fit.position_bytes = [model](KvFormat f) { return model->PositionBytes(f); };
+  GZ_ASSIGN_OR_RETURN(KvFormat format, ChooseKvFormat(kv, model->backend(), &fit));
+  if (format == model->kv_format()) return Status::Ok();
+  GZ_RETURN_IF_ERROR(model->SetKvFormat(format));
+  if (verbose) {
+    const int64_t context_bytes = model->PositionBytes(format) * context;
+    const char* why = context_bytes * slots <= budget ? "fit at these bits, not at more"
+                      : context_bytes <= budget
+                          ? "do not fit at more than 4 bits; one context fits at these"
+                          : "do not fit in any format; this is the smallest";
+    std::fprintf(stderr, "KV pages: %s (--kv auto: %d context%s of %lld positions in %.1f MiB %s)\n",
+                 KvFormatName(format).c_str(), slots, slots == 1 ? "" : "s",
+                 static_cast<long long>(context), budget / 1048576.0, why);
+  }
+  return Status::Ok();
 }
 
 Expected<std::unique_ptr<EmbeddingModel>> ModelOptions::LoadEmbedding(bool verbose) const {

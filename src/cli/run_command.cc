@@ -9,6 +9,7 @@
 #include "cli/draft_options.h"
 #include "cli/model_options.h"
 #include "engine/engine.h"
+#include "engine/kv_sizing.h"
 #include "grammar/json_schema.h"
 #include "tokenizer/tokenizer.h"
 
@@ -88,6 +89,9 @@ int Run(const RunOptions& o) {
   if (static_cast<int64_t>(ids->size()) >= options.context)
     return Fail("prompt: " + std::to_string(ids->size()) + " tokens leave no room in the " +
                 std::to_string(options.context) + "-token context");
+  const int64_t budget = DefaultKvBudget((*model)->backend().kind(), (*model)->backend().Memory());
+  if (Status s = o.model.FitKv(model->get(), 1, options.context, budget, /*verbose=*/true); !s.ok())
+    return Fail(s.message());
   options.kv_budget_bytes = ((options.context + kPage - 1) / kPage + 1) * (*model)->PageBytes();
   if (Status s = o.draft.Apply(**model, &options); !s.ok()) return Fail(s.message());
   auto engine = Engine::Create(model->get(), options);

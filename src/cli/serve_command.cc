@@ -98,6 +98,17 @@ int Serve(const ServeOptions& o) {
   }
   // Slots, context and KV budget: what was passed, the rest from the memory the weights left.
   const DeviceMemory memory = model->backend().Memory();
+  if (o.slots > 0) {
+    // The slots asked for each hold a whole context: --kv auto picks the format they fit in.
+    const bool gpu = model->backend().kind() == DeviceKind::kCuda;
+    int64_t fit_context = gpu ? kMaxGpuContext : kMaxCpuContext;
+    if (arch.context > 0) fit_context = std::min(fit_context, arch.context);
+    if (o.context > 0) fit_context = o.context;
+    const int64_t budget =
+        o.kv_mib > 0 ? o.kv_mib << 20 : DefaultKvBudget(model->backend().kind(), memory);
+    if (Status s = o.model.FitKv(model.get(), o.slots, fit_context, budget, true); !s.ok())
+      return Fail(s.message());
+  }
   auto size = SizeServe(model->backend().kind(), memory, model->PageBytes(), arch.context,
                         {o.slots, o.context, o.kv_mib << 20});
   if (!size.ok()) return Fail(size.status().message());

@@ -252,6 +252,31 @@ int64_t Model::PageBytes() const {
   return bytes;
 }
 
+int64_t Model::PositionBytes(KvFormat format) const {
+  int64_t bytes = 0;
+  for (CacheSpec c : caches_) {
+    c.format = format;
+    bytes += c.PageBytes();
+  }
+  return bytes / kPage;
+}
+
+Status Model::SetKvFormat(KvFormat format) {
+  if (impl_->pool) {
+    return InvalidArgument("KV pages of format " + KvFormatName(format) +
+                              ": the KV pool is allocated already");
+  }
+  if (!backend_->SupportsKvFormat(format)) {
+    return Unimplemented("KV pages of format " + KvFormatName(format) + ": " +
+                         backend_->Describe() + " has no kernels for them");
+  }
+  kv_format_ = format;
+  for (CacheSpec& c : caches_) {
+    if (c.kind == LayerKind::kAttention) c.format = format;
+  }
+  return Status::Ok();
+}
+
 Status Model::AllocatePages(int32_t pages) {
   if (pages <= 0) return InvalidArgument("KV pool: pages must be positive");
   Impl& impl = *impl_;

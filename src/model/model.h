@@ -47,6 +47,11 @@ class Model final : public Runner {
   std::span<const CacheSpec> caches() const override { return caches_; }
 
   KvFormat kv_format() const { return kv_format_; }
+  // Bytes one position of every attention layer takes in pages of `format`.
+  int64_t PositionBytes(KvFormat format) const;
+  // Changes the KV pages' format before the pool is allocated (AllocatePages); refused after, or
+  // for a format the backend has no kernels for.
+  Status SetKvFormat(KvFormat format);
   int64_t PageBytes() const override;
   Status AllocatePages(int32_t pages) override;
   Status Reserve(int64_t rows, int32_t slots, int32_t max_pages) override;

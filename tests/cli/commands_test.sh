@@ -63,6 +63,20 @@ $gz run --greedy --prompt "The LORD is my shepherd;" --max-tokens 12 >"$tmp/both
 check run-figures-on-their-own-line grep -q "^prompt: " "$tmp/both"
 
 
+# --kv auto fits the sequences' whole contexts into the KV memory: the device's default where
+# they fit, else the widest format above 4 bits where all do, else the first at 4 bits or fewer
+# where one does; a format asked for stays.
+kv_of() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["kv"])' "$tmp/out"; }
+for want in "64 f32" "8 8" "3 8/4" "1 8/2"; do
+  set -- $want
+  expect_ok bench-kv-auto-$1mib $gz bench --requests 4 --concurrency 4 --prompt-tokens 64 \
+    --output-tokens 16 --kv-mib $1 --json
+  check bench-kv-auto-$1mib-is-$2 test "$(kv_of)" = "$2"
+done
+expect_ok bench-kv-asked $gz bench --requests 4 --concurrency 4 --prompt-tokens 64 \
+  --output-tokens 16 --kv-mib 1 --kv 16 --json
+check bench-kv-asked-stays test "$(kv_of)" = f16
+
 # Per-op times: every step of the trace names its ops, and the totals cover matmul and attention.
 expect_ok bench-trace-ops $gz bench --requests 2 --prompt-tokens 20 --output-tokens 4 \
   --trace-ops --trace "$tmp/ops.jsonl" --json

@@ -354,6 +354,45 @@ std::unique_ptr<Model> LoadOnCpu(const std::string& dir, Status* status) {
 
 // A NaN weight in a linear (not scanned at load) makes every logit NaN: a request ends with an
 // error, not with text, and SequenceLogits fails naming the position.
+// A format set after load (what --kv auto does once it knows the budget) is the one the pages
+// hold: the logits equal those of a model loaded with it; once the pool exists it stays.
+TEST(EngineModel, KvFormatSetAfterLoadIsThePagesFormat) {
+  DeviceOptions device;
+  device.device = "cpu";
+  device.threads = 2;
+  device.exact = true;
+  auto backend = OpenBackend(device);
+  ASSERT_TRUE(backend.ok());
+  auto loaded = Model::Load(kModel, *backend);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  Model& model = **loaded;
+  ASSERT_EQ(model.kv_format(), KvFormat::kF32);
+  EXPECT_EQ(model.PositionBytes(KvFormat::kF32) * kPage, model.PageBytes());
+  EXPECT_LT(model.PositionBytes(RotatedKv(8, 4)), model.PositionBytes(KvFormat::kF16));
+  ASSERT_TRUE(model.SetKvFormat(RotatedKv(8, 4)).ok());
+  EXPECT_EQ(model.kv_format(), RotatedKv(8, 4));
+  EXPECT_EQ(model.PositionBytes(RotatedKv(8, 4)) * kPage, model.PageBytes());
+
+  std::mt19937 rng(5);
+  const std::vector<int32_t> prompt = RandomPrompt(rng, 40);
+  std::vector<int32_t> rows(prompt.size());
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int32_t>(i);
+  auto logits = [&](Model* m) {
+    auto engine = MakeEngine(m, 1, 64, 64, 8);
+    auto out = engine->Step(prompt, std::vector<int32_t>(prompt.size(), 0), rows);
+    EXPECT_TRUE(out.ok()) << out.status().message();
+    return out.ok() ? *out : std::vector<float>();
+  };
+  const std::vector<float> set = logits(&model);
+  const std::vector<float> at_load = logits(SharedModel(RotatedKv(8, 4)));
+  EXPECT_EQ(set, at_load);
+  EXPECT_NE(set, logits(SharedModel(KvFormat::kF32)));
+  const Status again = model.SetKvFormat(KvFormat::kF16);
+  EXPECT_FALSE(again.ok());
+  EXPECT_NE(again.message().find("allocated"), std::string::npos) << again.message();
+  EXPECT_EQ(model.kv_format(), RotatedKv(8, 4));
+}
+
 TEST(EngineModel, NanWeightEndsTheRequestWithAnError) {
   PoisonedModel poisoned("model.layers.2.mlp.down_proj.weight");
   Status status;
