@@ -165,6 +165,8 @@ def save_folder(out, model, tok, family, max_tokens):
     names = (["pad_token", "unk_token", "cls_token", "sep_token", "mask_token"] if family == "bert"
              else ["bos_token", "pad_token", "eos_token", "unk_token", "mask_token"])
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_tokens}
+    if family == "bert":  # as BertTokenizer gives them: a pair's second text has token type 1
+        config["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
     config.update(dict(zip(names, special)))
     if family != "bert":
         config.update(cls_token="<s>", sep_token="</s>")
@@ -293,6 +295,14 @@ def cross_encoder(out, family, activation, seed):
             from sentence_transformers import CrossEncoder
             ce = CrossEncoder(out, device="cpu", max_length=positions, model_kwargs=F32)
             float32_only(ce if isinstance(ce, torch.nn.Module) else ce.model)
+            for doc, want_ids, want_types in zip(DOCUMENTS, ids, types):
+                got = ce.tokenizer(QUERY, doc, truncation=True, max_length=positions)
+                got_types = got.get("token_type_ids", [0] * len(got["input_ids"]))
+                if list(got["input_ids"]) != want_ids or (family == "bert" and
+                                                          list(got_types) != want_types):
+                    print(f"WARNING {out}: sentence-transformers' tokenizer gives "
+                          f"{list(got['input_ids'])} types {list(got_types)}, the tokenizer "
+                          f"{want_ids} types {want_types}", flush=True)
             scores = torch.tensor(ce.predict([(QUERY, d) for d in DOCUMENTS], batch_size=2))
             meta["reference"] = "sentence-transformers " + version
             meta["by_hand_max_diff"] = float((scores - by_hand).abs().max())
@@ -319,7 +329,7 @@ def decoder_embedder(out, seed):
     tok.decoder = decoders.ByteLevel()
     cfg = transformers.Qwen3Config(vocab_size=tok.get_vocab_size(), hidden_size=32,
                                    intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=32,
                                    max_position_embeddings=128, rms_norm_eps=1e-6,
                                    tie_word_embeddings=True, eos_token_id=eos)
     model = transformers.Qwen3Model(cfg)

@@ -414,8 +414,15 @@ def write_bf16_inputs(folder, fast=False):
 def _write_rounded(folder, fast, load_file):
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
                                                  attn_implementation="eager").eval()
-    # Every product with a weight goes through F.linear: nn.Linear's, and the MoE router's and
-    # experts' (transformers 5 keeps those as plain parameters), so rounding F.linear's input
+    # Experts the eager way: a loop over the experts through F.linear (the default backends,
+    # grouped_mm and batched_mm, multiply with torch._grouped_mm and torch.bmm, which the hook
+    # below would not round).
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is not None and hasattr(config, "_experts_implementation"):
+            config._experts_implementation = "eager"
+    # Every product with a weight then goes through F.linear: nn.Linear's, and the MoE router's
+    # and experts' (transformers 5 keeps those as plain parameters), so rounding F.linear's input
     # rounds them all, as the backends round each matmul's input; except the MoE router's
     # (mlp.gate), which the backends run in float32 in every mode.
     linear = torch.nn.functional.linear
