@@ -13,6 +13,7 @@ import sys
 LAYERS = [
     "core",
     "formats",
+    "vision",
     "tokenizer",
     "template",
     "grammar",

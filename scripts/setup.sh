@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config git
           libpcre2-dev libutf8proc-dev nlohmann-json3-dev libcli11-dev libboost-dev
+          libpng-dev libjpeg-dev libwebp-dev zlib1g-dev
           libgtest-dev libgmock-dev libbenchmark-dev python3 tmux nodejs
           clang libclang-rt-14-dev)
 missing=()

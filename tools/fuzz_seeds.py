@@ -8,9 +8,11 @@ and the merges between them, safetensors files cut to their smallest tensors).
 Files already in a corpus are kept (inputs the fuzzer found, reproducers); seeds are rewritten.
 """
 import argparse
+import base64
 import json
 import re
 import struct
+import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -255,6 +257,100 @@ def http_request_seeds():
         write("http_request", f"{name}.http", bytes([chunk]) + text.encode())
 
 
+# Pictures: PNG written here (every color type and bit depth Pillow reads differently, Adam7 left
+# to the fuzzer), and small JPEG and WebP files made with libjpeg-turbo 2.1 and libwebp 1.2
+# (baseline, progressive, gray and CMYK JPEG; lossless, alpha and lossy WebP), each also cut.
+PICTURES_B64 = {
+    "baseline.jpg": (
+        "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDABALDA4MChAODQ4SERATGCgaGBYWGDEjJR0oOjM9PDkzODdASFxOQERX"
+        "RTc4UG1RV19iZ2hnPk1xeXBkeFxlZ2P/2wBDARESEhgVGC8aGi9jQjhCY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2Nj"
+        "Y2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2P/wAARCAAIAAgDASIAAhEBAxEB/8QAHwAAAQUBAQEBAQEAAAAAAAAA"
+        "AAECAwQFBgcICQoL/8QAtRAAAgEDAwIEAwUFBAQAAAF9AQIDAAQRBRIhMUEGE1FhByJxFDKBkaEII0KxwRVS0fAk"
+        "M2JyggkKFhcYGRolJicoKSo0NTY3ODk6Q0RFRkdISUpTVFVWV1hZWmNkZWZnaGlqc3R1dnd4eXqDhIWGh4iJipKT"
+        "lJWWl5iZmqKjpKWmp6ipqrKztLW2t7i5usLDxMXGx8jJytLT1NXW19jZ2uHi4+Tl5ufo6erx8vP09fb3+Pn6/8QA"
+        "HwEAAwEBAQEBAQEBAQAAAAAAAAECAwQFBgcICQoL/8QAtREAAgECBAQDBAcFBAQAAQJ3AAECAxEEBSExBhJBUQdh"
+        "cRMiMoEIFEKRobHBCSMzUvAVYnLRChYkNOEl8RcYGRomJygpKjU2Nzg5OkNERUZHSElKU1RVVldYWVpjZGVmZ2hp"
+        "anN0dXZ3eHl6goOEhYaHiImKkpOUlZaXmJmaoqOkpaanqKmqsrO0tba3uLm6wsPExcbHyMnK0tPU1dbX2Nna4uPk"
+        "5ebn6Onq8vP09fb3+Pn6/9oADAMBAAIRAxEAPwCDT9C6fJRRRXPVxNTm3LwGLq+xWp//2Q=="
+    ),
+    "progressive.jpg": (
+        "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDABALDA4MChAODQ4SERATGCgaGBYWGDEjJR0oOjM9PDkzODdASFxOQERX"
+        "RTc4UG1RV19iZ2hnPk1xeXBkeFxlZ2P/2wBDARESEhgVGC8aGi9jQjhCY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2Nj"
+        "Y2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2P/wgARCAAIAAgDASIAAhEBAxEB/8QAFQABAQAAAAAAAAAAAAAAAAAA"
+        "AAP/xAAVAQEBAAAAAAAAAAAAAAAAAAABA//aAAwDAQACEAMQAAABmJv/xAAVEAEBAAAAAAAAAAAAAAAAAAADAP/a"
+        "AAgBAQABBQIwv//EABcRAAMBAAAAAAAAAAAAAAAAAAACAxL/2gAIAQMBAT8BhVsH/8QAFxEBAAMAAAAAAAAAAAAA"
+        "AAAAAgADEf/aAAgBAgEBPwFWLZ//xAAUEAEAAAAAAAAAAAAAAAAAAAAA/9oACAEBAAY/An//xAAVEAEBAAAAAAAA"
+        "AAAAAAAAAAAAYf/aAAgBAQABPyGD/9oADAMBAAIAAwAAABD3/8QAFhEAAwAAAAAAAAAAAAAAAAAAABEh/9oACAED"
+        "AQE/EF1P/8QAFREBAQAAAAAAAAAAAAAAAAAAAEH/2gAIAQIBAT8QuP/EABUQAQEAAAAAAAAAAAAAAAAAAAAx/9oA"
+        "CAEBAAE/EIv/2Q=="
+    ),
+    "gray.jpg": (
+        "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDABALDA4MChAODQ4SERATGCgaGBYWGDEjJR0oOjM9PDkzODdASFxOQERX"
+        "RTc4UG1RV19iZ2hnPk1xeXBkeFxlZ2P/wAALCAAIAAgBAREA/8QAHwAAAQUBAQEBAQEAAAAAAAAAAAECAwQFBgcI"
+        "CQoL/8QAtRAAAgEDAwIEAwUFBAQAAAF9AQIDAAQRBRIhMUEGE1FhByJxFDKBkaEII0KxwRVS0fAkM2JyggkKFhcY"
+        "GRolJicoKSo0NTY3ODk6Q0RFRkdISUpTVFVWV1hZWmNkZWZnaGlqc3R1dnd4eXqDhIWGh4iJipKTlJWWl5iZmqKj"
+        "pKWmp6ipqrKztLW2t7i5usLDxMXGx8jJytLT1NXW19jZ2uHi4+Tl5ufo6erx8vP09fb3+Pn6/9oACAEBAAA/AEg8"
+        "Hf8ATP8ASv/Z"
+    ),
+    "cmyk.jpg": (
+        "/9j/7gAOQWRvYmUAZAAAAAAA/9sAQwAQCwwODAoQDg0OEhEQExgoGhgWFhgxIyUdKDozPTw5Mzg3QEhcTkBEV0U3"
+        "OFBtUVdfYmdoZz5NcXlwZHhcZWdj/8AAFAgACAAIBEMRAE0RAFkRAEsRAP/EAB8AAAEFAQEBAQEBAAAAAAAAAAAB"
+        "AgMEBQYHCAkKC//EALUQAAIBAwMCBAMFBQQEAAABfQECAwAEEQUSITFBBhNRYQcicRQygZGhCCNCscEVUtHwJDNi"
+        "coIJChYXGBkaJSYnKCkqNDU2Nzg5OkNERUZHSElKU1RVVldYWVpjZGVmZ2hpanN0dXZ3eHl6g4SFhoeIiYqSk5SV"
+        "lpeYmZqio6Slpqeoqaqys7S1tre4ubrCw8TFxsfIycrS09TV1tfY2drh4uPk5ebn6Onq8fLz9PX29/j5+v/aAA4E"
+        "QwBNAFkASwAAPwBIPB3/AEz/AErz+iuOr//Z"
+    ),
+    "lossless.webp": (
+        "UklGRi4AAABXRUJQVlA4TCIAAAAvB8ABAJkyRPQ/NhHR/wBhtlFRzp9zryMYkAGMCaB6oP8A"
+    ),
+    "alpha.webp": (
+        "UklGRjgAAABXRUJQVlA4TCwAAAAvB8ABEJmM6H9sIurf/4CQgLDJ/3maAwQClKnCEINMkG0b2naJT4Abs+a+AQ=="
+    ),
+    "lossy.webp": (
+        "UklGRkQAAABXRUJQVlA4IDgAAADQAQCdASoIAAgAAsBMJbACdAD0MaxAAAD+8ad5vDCBK46si+GWLKzuoS7Rv/N9"
+        "T+hHeP9O5VwAAA=="
+    ),
+}
+
+
+def png_file(width, height, bit_depth, color_type, rows, chunks=()):
+    def chunk(kind, data):
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+    ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
+    raw = b"".join(b"\0" + row for row in rows)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + b"".join(chunk(k, d) for k, d in chunks) +
+            chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def picture_seeds():
+    w, h = 6, 4
+    def rows(bytes_per_row, f):
+        return [bytes(f(x, y) & 0xFF for x in range(bytes_per_row)) for y in range(h)]
+    pngs = {
+        "rgb": png_file(w, h, 8, 2, rows(3 * w, lambda x, y: x * 40 + y * 9)),
+        "rgba": png_file(w, h, 8, 6, rows(4 * w, lambda x, y: x * 31 + y * 7)),
+        "gray2": png_file(w, h, 2, 0, rows(2, lambda x, y: 0x1B + x + y)),
+        "gray_alpha16": png_file(w, h, 16, 4, rows(4 * w, lambda x, y: x * 13 + y)),
+        "gray16_trns": png_file(w, h, 16, 0, rows(2 * w, lambda x, y: x * 77 + y),
+                                [(b"tRNS", b"\0\7")]),
+        "rgb16": png_file(w, h, 16, 2, rows(6 * w, lambda x, y: x * 5 + y * 3)),
+        "palette_trns": png_file(w, h, 4, 3, rows(3, lambda x, y: x * 17 + y),
+                                 [(b"PLTE", bytes(range(48))), (b"tRNS", b"\0\x80\xff")]),
+        "ztxt": png_file(w, h, 8, 2, rows(3 * w, lambda x, y: x + y),
+                         [(b"zTXt", b"Comment\0\0" + zlib.compress(b"a" * 100000))]),
+        "huge": png_file(40000, 40000, 8, 2, [b""]),
+    }
+    files = dict(pngs)
+    for name, chunks in PICTURES_B64.items():
+        files[name] = base64.b64decode("".join(chunks))
+    for name, data in files.items():
+        ext = "" if "." in name else ".png"
+        write("picture", name + ext, data)
+        if name != "huge":
+            write("picture", "cut_" + name + ext, data[: len(data) * 2 // 3])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--node-modules", default=str(ROOT / "node_modules"))
@@ -266,6 +362,7 @@ def main():
     template_seeds()
     chat_request_seeds()
     http_request_seeds()
+    picture_seeds()
 
 
 if __name__ == "__main__":
