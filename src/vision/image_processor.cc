@@ -8,74 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/mapped_file.h"
+#include "vision/config_reader.h"
 
 namespace gizllm::vision {
 namespace {
-
-// What a config field holds, for errors: its JSON, cut short.
-std::string Shown(const nlohmann::json& v) {
-  std::string s = v.dump();
-  if (s.size() > 40) s = s.substr(0, 40) + "...";
-  return s;
-}
-
-class ConfigReader {
- public:
-  ConfigReader(const nlohmann::json& json, const std::string& file) : json_(json), file_(file) {}
-
-  Status Error(const std::string& field, const std::string& expected, const nlohmann::json& got) {
-    return InvalidArgument(file_ + ": " + field + ": expected " + expected + ", got " + Shown(got));
-  }
-
-  // A positive integer at `json`[key], when there is one.
-  Status PositiveInt(const nlohmann::json& json, const std::string& key, const std::string& field,
-                     int64_t max, int64_t* out) {
-    const auto it = json.find(key);
-    if (it == json.end() || it->is_null()) return Status::Ok();
-    if (!it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<int64_t>() > max) {
-      return Error(field, "a positive integer of at most " + std::to_string(max), *it);
-    }
-    *out = it->get<int64_t>();
-    return Status::Ok();
-  }
-
-  Status Int(const std::string& key, int* out) {
-    int64_t v = *out;
-    GZ_RETURN_IF_ERROR(PositiveInt(json_, key, key, 1 << 12, &v));
-    *out = static_cast<int>(v);
-    return Status::Ok();
-  }
-
-  Status Bool(const std::string& key, bool* out) {
-    const auto it = json_.find(key);
-    if (it == json_.end() || it->is_null()) return Status::Ok();
-    if (!it->is_boolean()) return Error(key, "true or false", *it);
-    *out = it->get<bool>();
-    return Status::Ok();
-  }
-
-  // One number for every channel, or three.
-  Status Channels(const std::string& key, std::array<float, 3>* out) {
-    const auto it = json_.find(key);
-    if (it == json_.end() || it->is_null()) return Status::Ok();
-    if (it->is_number()) {
-      out->fill(static_cast<float>(it->get<double>()));
-      return Status::Ok();
-    }
-    if (!it->is_array() || it->size() != 3) return Error(key, "3 numbers (R, G, B)", *it);
-    for (int c = 0; c < 3; ++c) {
-      if (!(*it)[c].is_number()) return Error(key, "3 numbers (R, G, B)", *it);
-      (*out)[c] = static_cast<float>((*it)[c].get<double>());
-    }
-    return Status::Ok();
-  }
-
-  const nlohmann::json& json() const { return json_; }
-
- private:
-  const nlohmann::json& json_;
-  std::string file_;
-};
 
 // The pixel counts a config may ask for: far above any model's (Qwen3-VL's 16,777,216).
 constexpr int64_t kMaxConfigPixels = int64_t{1} << 32;
@@ -106,12 +42,13 @@ Status ImageProcessorConfig::Check() const {
 }
 
 Expected<ImageProcessorConfig> ParseImageProcessorConfig(const std::string& text,
-                                                         const std::string& file) {
+                                                         const std::string& file,
+                                                         const ImageProcessorConfig& defaults) {
   nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) return DataLoss(file + ": not valid JSON");
   if (!json.is_object()) return InvalidArgument(file + ": expected a JSON object");
   ConfigReader r(json, file);
-  ImageProcessorConfig config;
+  ImageProcessorConfig config = defaults;
   GZ_RETURN_IF_ERROR(r.Int("patch_size", &config.patch_size));
   GZ_RETURN_IF_ERROR(r.Int("merge_size", &config.merge_size));
   GZ_RETURN_IF_ERROR(r.Int("temporal_patch_size", &config.temporal_patch_size));

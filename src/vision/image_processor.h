@@ -41,9 +41,10 @@ struct ImageProcessorConfig {
 // size.longest_edge: expected a positive integer, got \"x\"").
 Expected<ImageProcessorConfig> ReadImageProcessorConfig(const std::string& folder);
 
-// The same fields from JSON text; `file` names it in errors.
+// The same fields from JSON text; `file` names it in errors; fields it lacks keep `defaults`.
 Expected<ImageProcessorConfig> ParseImageProcessorConfig(const std::string& text,
-                                                         const std::string& file);
+                                                         const std::string& file,
+                                                         const ImageProcessorConfig& defaults = {});
 
 struct PictureSize {
   int height = 0;
