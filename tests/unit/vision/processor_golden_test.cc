@@ -16,6 +16,7 @@
 #include "core/mapped_file.h"
 #include "vision/image_processor.h"
 #include "vision/picture.h"
+#include "vision/video.h"
 
 namespace gizllm::vision {
 namespace {
@@ -101,6 +102,76 @@ TEST(ProcessorGolden, MatchesTransformers) {
     } else {
       EXPECT_LE(worst, 1) << different << " of " << codes.size() << " differ";
     }
+  }
+}
+
+// cases.json's "video": sample_frames' indices, the timestamps and their text, and the
+// patches of five frames given as one video.
+TEST(ProcessorGolden, VideoMatchesTransformers) {
+  const std::string cases_path = kRefs + "/cases.json";
+  if (!std::filesystem::exists(cases_path)) {
+    GTEST_SKIP() << kRefs << " is missing: make it with `python3 tools/make_picture_refs.py "
+                 << "--out tests/golden/pictures` where transformers is";
+  }
+  Expected<std::string> text = ReadFile(cases_path);
+  ASSERT_TRUE(text.ok());
+  const nlohmann::json refs = nlohmann::json::parse(*text);
+  ASSERT_TRUE(refs.contains("video"));
+  const nlohmann::json& video = refs["video"];
+  for (const char* part : {"sampling", "timestamps", "frames"}) {
+    EXPECT_FALSE(video[part].contains("error")) << "tools/make_picture_refs.py could not make the "
+                                                << part << " reference: " << video[part]["error"];
+  }
+
+  if (!video["sampling"].contains("error")) {
+    VideoProcessorConfig config;
+    config.fps = video["sampling"]["config"]["fps"];
+    config.min_frames = video["sampling"]["config"]["min_frames"];
+    config.max_frames = video["sampling"]["config"]["max_frames"];
+    for (const nlohmann::json& c : video["sampling"]["cases"]) {
+      std::optional<double> fps;
+      if (!c["fps"].is_null()) fps = c["fps"].get<double>();
+      Expected<std::vector<int64_t>> got = SampleFrameIndices(c["total"], fps, config);
+      ASSERT_TRUE(got.ok()) << got.status().message();
+      EXPECT_EQ(*got, c["indices"].get<std::vector<int64_t>>()) << "total " << c["total"];
+    }
+  }
+  if (!video["timestamps"].contains("error")) {
+    for (const nlohmann::json& c : video["timestamps"]["cases"]) {
+      const std::vector<double> times =
+          TemporalPatchTimes(c["indices"].get<std::vector<int64_t>>(), c["fps"], 2);
+      EXPECT_EQ(times, c["times"].get<std::vector<double>>());
+      std::vector<std::string> texts;
+      for (double t : times) texts.push_back(TimestampText(t));
+      EXPECT_EQ(texts, c["texts"].get<std::vector<std::string>>());
+    }
+  }
+  if (!video["frames"].contains("error")) {
+    const nlohmann::json& f = video["frames"];
+    Expected<VideoProcessorConfig> config =
+        ParseVideoProcessorConfig(f["config"].dump(), cases_path + " (video)");
+    ASSERT_TRUE(config.ok()) << config.status().message();
+    std::vector<Picture> frames;
+    for (const std::string file : f["files"]) {
+      Expected<std::string> bytes = ReadFile(kRefs + "/" + file);
+      ASSERT_TRUE(bytes.ok());
+      Expected<Picture> picture = DecodePicture(Bytes(*bytes));
+      ASSERT_TRUE(picture.ok()) << picture.status().message();
+      frames.push_back(std::move(picture).value());
+    }
+    Expected<PreparedVideo> got = PreprocessVideo(frames, std::nullopt, *config);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    const std::vector<int64_t> grid = f["grid_thw"];
+    EXPECT_EQ(got->pixels.grid_thw, (std::array<int64_t, 3>{grid[0], grid[1], grid[2]}));
+    ASSERT_EQ(got->pixels.patches, f["patches"].get<int64_t>());
+    ASSERT_EQ(got->pixels.patch_dim, f["patch_dim"].get<int64_t>());
+    const std::vector<uint8_t> codes =
+        Inflate(kRefs + "/video.codes.zlib", got->pixels.values.size());
+    size_t different = 0;
+    for (size_t i = 0; i < codes.size(); ++i) {
+      different += got->pixels.values[i] != (static_cast<float>(codes[i]) - 127.5f) / 127.5f;
+    }
+    EXPECT_EQ(different, 0u);
   }
 }
 
