@@ -34,7 +34,11 @@ std::optional<PictureType> SniffPictureType(std::span<const uint8_t> b) {
 }
 
 Status PictureLimits::Check() const {
-  if (max_pixels <= 0) return InvalidArgument("picture limits: max_pixels must be positive");
+  // Sizes are multiplied by up to 11 bytes a pixel in 64 bits.
+  constexpr int64_t kMost = int64_t{1} << 40;
+  if (max_pixels <= 0 || max_pixels > kMost) {
+    return InvalidArgument("picture limits: max_pixels must be in 1.." + std::to_string(kMost));
+  }
   if (max_decoded_bytes <= 0) {
     return InvalidArgument("picture limits: max_decoded_bytes must be positive");
   }

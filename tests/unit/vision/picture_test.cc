@@ -270,6 +270,13 @@ TEST(PictureHostile, DecompressionBombsAreRefused) {
   EXPECT_EQ(p.rgb, Bytes(6, 0));
 }
 
+TEST(PictureHostile, AnimatedWebpIsRefused) {
+  // RIFF, WEBP, then a VP8X header whose flags say "animation", of 16 x 16.
+  Bytes webp = {'R', 'I', 'F', 'F', 22, 0,    0, 0, 'W', 'E', 'B', 'P', 'V', 'P', '8',
+                'X', 10,  0,   0,   0,  0x02, 0, 0, 0,   15,  0,   0,   15,  0,   0};
+  EXPECT_EQ(DecodeError(webp), "animated WebP is not supported (give its frames as pictures)");
+}
+
 TEST(PictureHostile, ProgressiveScansAreBounded) {
   const Bytes rgb = testing::Pattern(16, 16, 3);
   const Bytes jpeg = testing::EncodeJpeg(16, 16, rgb, {.progressive = true});
@@ -283,7 +290,7 @@ TEST(PictureHostile, LimitsAreChecked) {
   PictureLimits limits;
   limits.max_pixels = 0;
   EXPECT_EQ(DecodeError(testing::EncodePng(2, 2, testing::Pattern(2, 2, 3), {}), limits),
-            "picture limits: max_pixels must be positive");
+            "picture limits: max_pixels must be in 1..1099511627776");
 }
 
 }  // namespace
