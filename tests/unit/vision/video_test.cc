@@ -137,6 +137,31 @@ TEST(Video, ReadsQwen3VlVideoConfig) {
   EXPECT_FALSE(ParseVideoProcessorConfig(R"({"min_frames": 9, "max_frames": 8})", "v.json").ok());
 }
 
+TEST(Video, ReadsBothConfigsFromAModelFolder) {
+  const std::string dir = ::testing::TempDir() + "/gizllm_vl_model";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  EXPECT_EQ(ReadVideoProcessorConfig(dir).status().message(),
+            dir + "/video_preprocessor_config.json: missing (a video model's folder has one)");
+  std::ofstream(dir + "/preprocessor_config.json")
+      << R"({"size": {"longest_edge": 16777216, "shortest_edge": 65536}, "patch_size": 16})";
+  std::ofstream(dir + "/video_preprocessor_config.json")
+      << R"({"size": {"longest_edge": 25165824, "shortest_edge": 4096}, "fps": 1.5})";
+  Expected<ImageProcessorConfig> image = ReadImageProcessorConfig(dir);
+  ASSERT_TRUE(image.ok()) << image.status().message();
+  EXPECT_EQ(image->max_pixels, 16777216);
+  Expected<VideoProcessorConfig> video = ReadVideoProcessorConfig(dir);
+  ASSERT_TRUE(video.ok()) << video.status().message();
+  EXPECT_EQ(video->frames.min_pixels, 4096);
+  EXPECT_EQ(video->fps, 1.5);
+  std::ofstream(dir + "/video_preprocessor_config.json") << R"({"max_frames": "many"})";
+  EXPECT_EQ(ReadVideoProcessorConfig(dir).status().message(),
+            dir +
+                "/video_preprocessor_config.json: max_frames: expected a positive integer of "
+                "at most 1048576, got \"many\"");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Video, ReadsAFolderOfFramesInNameOrder) {
   const std::string dir = ::testing::TempDir() + "/gizllm_frames";
   std::filesystem::remove_all(dir);
