@@ -1,5 +1,5 @@
 // JPEG through libjpeg(-turbo). Its errors end in error_exit, which longjmps here: the
-// functions that call into libjpeg (StartJpeg, ReadJpegRows) hold no object with a
+// functions that call into libjpeg (ReadJpegHeader, ReadJpegRows) hold no object with a
 // destructor, so a jump skips none; what they fill lives in their caller's JpegRead.
 #include <cstddef>
 #include <cstdio>
@@ -23,6 +23,8 @@ struct JpegRead {
   jpeg_progress_mgr progress;
   jpeg_decompress_struct info;
   bool created = false;
+  bool multiple_scans = false;  // progressive, or sequential in several scans
+  long max_memory = 0;          // what libjpeg's own allocations may reach
   bool truncated = false;
   int max_scans = 0;
   bool too_many_scans = false;
@@ -63,9 +65,11 @@ bool ReadJpegHeader(JpegRead* r, const uint8_t* data, size_t size) {
   if (setjmp(r->jump)) return false;
   jpeg_create_decompress(&r->info);
   r->created = true;
+  r->info.mem->max_memory_to_use = r->max_memory;
   r->info.progress = &r->progress;
   jpeg_mem_src(&r->info, data, static_cast<unsigned long>(size));
   jpeg_read_header(&r->info, TRUE);
+  r->multiple_scans = jpeg_has_multiple_scans(&r->info);
   // Pillow's modes: L stays gray, CMYK and YCCK come out as CMYK, the rest as RGB.
   switch (r->info.jpeg_color_space) {
     case JCS_GRAYSCALE:
@@ -103,7 +107,10 @@ bool ReadJpegRows(JpegRead* r) {
   while (r->info.output_scanline < r->info.output_height) {
     uint8_t* out = r->rgb + size_t{r->info.output_scanline} * width * 3;
     JSAMPROW row = r->row;
-    if (jpeg_read_scanlines(&r->info, &row, 1) != 1) continue;
+    if (jpeg_read_scanlines(&r->info, &row, 1) != 1) {  // only a suspending source stops
+      std::snprintf(r->error, sizeof(r->error), "no row at %u", r->info.output_scanline);
+      return false;
+    }
     if (components == 3) {
       std::memcpy(out, r->row, size_t{width} * 3);
     } else if (components == 1) {
@@ -149,12 +156,13 @@ Expected<Picture> DecodeJpeg(std::span<const uint8_t> bytes, const PictureLimits
   r.errors.emit_message = OnMessage;
   r.progress.progress_monitor = OnProgress;
   r.max_scans = limits.max_jpeg_scans;
+  r.max_memory = static_cast<long>(limits.max_decoded_bytes);
   JpegHandle handle{&r};
   if (!ReadJpegHeader(&r, bytes.data(), bytes.size())) return JpegError(r);
 
-  // Progressive pictures keep every coefficient (2 bytes each, up to 3 components at full
-  // resolution) until the last scan.
-  const int64_t decoder_bytes = r.info.progressive_mode ? 6 : 0;
+  // A picture in several scans keeps every coefficient (2 bytes each, up to 4 components at
+  // full resolution) until the last one.
+  const int64_t decoder_bytes = r.multiple_scans ? 8 : 0;
   GZ_RETURN_IF_ERROR(
       CheckPictureSize(r.info.image_width, r.info.image_height, decoder_bytes, limits)
           .Annotate("JPEG"));

@@ -1,4 +1,4 @@
-// PNG through libpng. libpng reports errors by longjmp to a setjmp of the caller's: the two
+// PNG through libpng. libpng reports errors by longjmp to a setjmp of the caller's: the
 // functions that call into it (ReadPngInfo, ReadPngLayout, ReadPngPixels) hold no object with a
 // destructor, so a jump skips none; what they fill lives in their caller's PngRead.
 #include <png.h>
