@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <unordered_set>
 
 #include "core/check.h"
 #include "core/dtype.h"
@@ -57,6 +58,9 @@ struct Model::Buffers {
   std::unique_ptr<Buffer> pages;      // [slots, max_pages] int32
 };
 
+// Step keys remembered as issued once (Impl::seen_once), at most.
+constexpr size_t kMaxSeenOnce = 4096;
+
 struct Model::Impl {
   Checkpoint checkpoint;
   PlacedWeights placed;                   // device copies of weights and vectors, what was read
@@ -72,6 +76,10 @@ struct Model::Impl {
   int32_t pages = 0;
   Buffers buffers;
   uint64_t step_generation = 0;  // new whenever buffers or pages move (recorded steps' key)
+  // Step keys issued once and not recorded: a step is recorded the second time its key comes.
+  // A shape met once (the last piece of a prompt beside the decode rows, a step with one more
+  // sequence) then costs its ops' launches, not a recording and its instantiation as well.
+  std::unordered_set<uint64_t> seen_once;
 };
 
 Status LoadOptions::Check() const {
@@ -539,7 +547,15 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
                        static_cast<uint64_t>(tables.max_pages) << 32 | wanted_rows << 16 |
                        static_cast<uint64_t>(n);
   const bool replayed = record && be.ReplayStep(key);
-  if (record && !replayed) be.BeginStep(key);
+  bool recording = false;
+  if (record && !replayed) {
+    if (impl.seen_once.size() >= kMaxSeenOnce) impl.seen_once.clear();
+    recording = !impl.seen_once.insert(key).second;
+    if (recording) {
+      impl.seen_once.erase(key);
+      be.BeginStep(key);
+    }
+  }
   if (!replayed)
     be.Embed({b.x->as<float>(), &impl.embed, b.tokens->as<int32_t>(), n, a.embed_scale});
   capture(0);
@@ -589,7 +605,7 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
     be.Matmul(head);
     if (a.logit_softcap > 0) be.Softcap({head.out[0], w * a.vocab, a.logit_softcap});
   }
-  if (record && !replayed) be.EndStep();
+  if (recording) be.EndStep();
   if (logits && !rows.wanted.empty() && !logits_in_place) {
     be.CopyToHost(logits, b.logits->data(), rows.wanted.size() * a.vocab * sizeof(float));
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -41,6 +42,9 @@ class CudaBuffer : public Buffer {
 };
 
 // One cuBLASLt product shape and the algorithm picked for it.
+// Products of at least this many rows take the algorithm chosen for their rows rounded up to 128.
+constexpr int64_t kRoundedPlanRows = 256;
+
 struct LtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -600,8 +604,40 @@ class CudaBackend : public Backend {
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    GZ_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.a, plan.b, plan.c, plan.c,
-                                                   pref, 1, &result, &found));
+    // Prompt-sized products: the algorithm the heuristic gives for the rows rounded up to 128
+    // (asked once for all the row counts it covers), where it also runs this shape. A prompt's
+    // last piece beside the decode rows makes a row count that comes once: it then costs no
+    // heuristic of its own.
+    if (rows >= kRoundedPlanRows && rows % 128 != 0) {
+      const int64_t padded = (rows + 127) / 128 * 128;
+      auto bucket = std::make_tuple(padded, n, cols);
+      auto known = bucket_algos_.find(bucket);
+      if (known == bucket_algos_.end()) {
+        cublasLtMatrixLayout_t b = nullptr, c = nullptr;
+        GZ_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, cols, padded, cols));
+        GZ_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, n, padded, n));
+        cublasLtMatmulHeuristicResult_t rounded;
+        int rounded_found = 0;
+        GZ_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.a, b, c, c, pref, 1,
+                                                       &rounded, &rounded_found));
+        cublasLtMatrixLayoutDestroy(b);
+        cublasLtMatrixLayoutDestroy(c);
+        known = bucket_algos_.emplace(bucket, std::optional<cublasLtMatmulAlgo_t>()).first;
+        if (rounded_found > 0) known->second = rounded.algo;
+      }
+      cublasLtMatmulHeuristicResult_t checked;
+      if (known->second &&
+          cublasLtMatmulAlgoCheck(lt_, plan.desc, plan.a, plan.b, plan.c, plan.c,
+                                  &*known->second, &checked) == CUBLAS_STATUS_SUCCESS &&
+          checked.workspaceSize <= kWorkspaceBytes) {
+        result.algo = *known->second;
+        found = 1;
+      }
+    }
+    if (found == 0) {
+      GZ_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.a, plan.b, plan.c,
+                                                     plan.c, pref, 1, &result, &found));
+    }
     cublasLtMatmulPreferenceDestroy(pref);
     if (found == 0) {
       std::fprintf(stderr, "cuBLASLt: no algorithm for %lld x %lld x %lld\n",
@@ -769,6 +805,8 @@ class CudaBackend : public Backend {
   cudaEvent_t fork_ = nullptr, join_[kSides] = {};
   void* side_workspace_[kSides] = {};
   std::map<std::tuple<int64_t, int64_t, int64_t>, LtPlan> plans_;
+  // The algorithm chosen for a rounded row count (Plan), or none where the heuristic had none.
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::optional<cublasLtMatmulAlgo_t>> bucket_algos_;
   cuda::Scratch x_bf16_;             // [rows, cols] bf16 activations of a fast-mode matmul
   cuda::Scratch normed_x_;           // [rows, cols] the normalized x of a matmul with a norm
   cuda::Scratch quant_out_;          // [rows, n] a quantized product that is then added

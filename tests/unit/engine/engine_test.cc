@@ -398,16 +398,17 @@ TEST(Engine, WarmRunsEachShapeAndLeavesNothingBehind) {
     runner.picks_tokens = picks;
     auto engine = MakeEngine(runner, 5, 64, 24, 16);
     ASSERT_TRUE(engine->Warm().ok());
-    // One prompt step of 24 rows, then decode steps of 1..5 rows.
-    EXPECT_EQ(runner.steps(), 6);
-    EXPECT_EQ(runner.rows_read(), 24 + 1 + 2 + 3 + 4 + 5);
-    EXPECT_EQ(runner.sampled_rows, picks ? 1 + 2 + 3 + 4 + 5 : 0);
+    // A prompt step of 24 rows, then decode steps of 1..5 rows, each shape twice (a runner
+    // records a shape the second time it comes).
+    EXPECT_EQ(runner.steps(), 12);
+    EXPECT_EQ(runner.rows_read(), 2 * (24 + 1 + 2 + 3 + 4 + 5));
+    EXPECT_EQ(runner.sampled_rows, picks ? 2 * (1 + 2 + 3 + 4 + 5) : 0);
     EXPECT_EQ(engine->free_pages(), engine->pages());
     for (int s = 0; s < 5; ++s) EXPECT_TRUE(engine->held(s).empty());
     EXPECT_EQ(engine->stats().steps, 0);
     // At most max_decode_shapes decode shapes.
     ASSERT_TRUE(engine->Warm(2).ok());
-    EXPECT_EQ(runner.steps(), 6 + 3);
+    EXPECT_EQ(runner.steps(), 12 + 6);
     // Afterwards requests run as on a fresh engine.
     std::mt19937 rng(3);
     Request r = Greedy(RandomPrompt(rng, 20), 30);
