@@ -36,6 +36,22 @@ std::vector<float> Rope::InvFreq() const {
   return inv;
 }
 
+int Rope::MropeAxis(int i) const {
+  if (mrope_section.size() == 3) {
+    if (i % 3 == 1 && i < 3 * mrope_section[1]) return 1;
+    if (i % 3 == 2 && i < 3 * mrope_section[2]) return 2;
+  }
+  return 0;
+}
+
+std::vector<float> Rope::MropeInvFreq(int axis) const {
+  std::vector<float> inv = InvFreq();
+  for (int i = 0; i < static_cast<int>(inv.size()); ++i) {
+    if (MropeAxis(i) != axis) inv[i] = 0.0f;
+  }
+  return inv;
+}
+
 void Arch::UniformLayers() {
   ropes = {rope};
   LayerSpec spec;

@@ -25,9 +25,21 @@ struct Rope {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_context = 8192;
+  // Interleaved M-RoPE (Qwen3-VL, Qwen3.5: rope_parameters.mrope_section): a row has three
+  // positions (time, height, width) and frequency i rotates with the height position where
+  // i % 3 == 1 and i < 3 * section[1], the width position where i % 3 == 2 and
+  // i < 3 * section[2], else the time position. Empty: one position per row. A text row's three
+  // positions are equal, so it rotates as the plain table does.
+  std::vector<int> mrope_section;
 
   // inv_freq[i] for i in [0, rotary_dims / 2), exactly as transformers computes it.
   std::vector<float> InvFreq() const;
+  // The axis (0 time, 1 height, 2 width) that rotates frequency i under mrope_section.
+  int MropeAxis(int i) const;
+  // InvFreq() with the frequencies of every other axis set to 0 (a rotation by angle 0 leaves
+  // its pair as it is, exactly): three rotations by these tables, each with its axis'
+  // positions, are the M-RoPE rotation.
+  std::vector<float> MropeInvFreq(int axis) const;
 };
 
 // One attention layer: causal grouped-query attention over the layer's KV pages.

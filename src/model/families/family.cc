@@ -312,6 +312,35 @@ Status ReadDecoder(const ConfigReader& config, const FamilyDefaults& defaults, A
   return Status::Ok();
 }
 
+Status ReadMropeSection(const ConfigReader& config, Rope* rope) {
+  const char* where = config.Has("rope_parameters") ? "rope_parameters"
+                      : config.Has("rope_scaling")  ? "rope_scaling"
+                                                    : nullptr;
+  if (where == nullptr) return Status::Ok();
+  GZ_ASSIGN_OR_RETURN(ConfigReader params, config.Object(where));
+  const json* section = params.Get("mrope_section");
+  if (section == nullptr) return Status::Ok();
+  std::vector<int> sizes;
+  int64_t sum = 0;
+  bool ok = section->is_array() && section->size() == 3;
+  if (ok) {
+    for (const json& v : *section) {
+      ok = ok && v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= 1 << 16;
+      if (!ok) break;
+      sizes.push_back(static_cast<int>(v.get<int64_t>()));
+      sum += sizes.back();
+    }
+  }
+  if (!ok || sum > rope->rotary_dims / 2) {
+    return params.Error(StatusCode::kInvalidArgument, "mrope_section",
+                        "expected three section sizes (time, height, width) summing to at most " +
+                            std::to_string(rope->rotary_dims / 2) +
+                            " (the rotary frequencies), got " + Shown(*section));
+  }
+  rope->mrope_section = sizes;
+  return Status::Ok();
+}
+
 Status RefuseUnimplemented(const ConfigReader& config, std::span<const std::string_view> read) {
   // Each field and whether a value is neutral (computes what a plain decoder computes).
   struct Field {

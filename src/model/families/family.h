@@ -72,6 +72,11 @@ Status ReadDecoder(const ConfigReader& config, const FamilyDefaults& defaults, A
 Status ReadRope(const ConfigReader& config, double default_theta, int head_dim,
                 std::string_view layer_type, Rope* rope, double default_partial = 1.0);
 
+// Interleaved M-RoPE's rope_parameters.mrope_section (or rope_scaling's, as released Qwen3-VL
+// configs write it) into rope->mrope_section when present: three section sizes (time, height,
+// width) summing to at most the rotary frequencies. Call after ReadDecoder (rotary_dims set).
+Status ReadMropeSection(const ConfigReader& config, Rope* rope);
+
 // Fields that change what a model computes. A recipe lists those it implements in `read`; any
 // other one present with a value other than its neutral one (absent, null, false, 0 or 1 as the
 // field means) is refused, naming it, rather than ignored.
@@ -103,5 +108,6 @@ const Family& Qwen3_5TextFamily();     // qwen3_5_text, Qwen3_5ForCausalLM
 const Family& Qwen3_5Family();         // qwen3_5, Qwen3_5ForConditionalGeneration: its text model
 const Family& Qwen3_5MoeTextFamily();  // qwen3_5_moe_text, Qwen3_5MoeForCausalLM
 const Family& Qwen3_5MoeFamily();      // qwen3_5_moe, Qwen3_5MoeForConditionalGeneration
+const Family& Qwen3VlFamily();         // qwen3_vl, Qwen3VLForConditionalGeneration: its text model
 
 }  // namespace gizllm

@@ -6,8 +6,8 @@
 // (RecurrentSpec). Attention layers: q_proj gives each head's query and an output gate, per-head
 // q and k norms, partial rotary (partial_rotary_factor, 0.25 by default). Every RMSNorm
 // multiplies by (1 + weight) but the recurrent layers' gated norm. Qwen3.5's M-RoPE
-// (rope_parameters.mrope_section) gives text rows one position in all three sections, so for
-// text it is the ordinary rotation over the same frequencies. Feed-forwards: Qwen3-Next's are
+// (rope_parameters.mrope_section, interleaved as Qwen3-VL's) gives text rows one position in all
+// three sections, so for text it is the ordinary rotation over the same frequencies. Feed-forwards: Qwen3-Next's are
 // mixtures of experts with a shared expert gated by sigmoid(shared_expert_gate(x)) (dense where
 // mlp_only_layers or decoder_sparse_step say); Qwen3.5's dense; Qwen3.5-MoE's every layer a
 // mixture of experts with the shared expert, top-k always renormalized. The MTP layer (mtp.*)
@@ -63,31 +63,6 @@ Expected<int64_t> Positive(const ConfigReader& config, std::string_view field, i
   return v;
 }
 
-// rope_parameters.mrope_section: three section sizes of the rotary frequencies (temporal,
-// height, width). A text row has one position in all three, so any split rotates as the plain
-// table does; the sizes must still cover the rotary frequencies.
-Status CheckMropeSection(const ConfigReader& config, const Arch& arch) {
-  if (!config.Has("rope_parameters")) return Status::Ok();
-  GZ_ASSIGN_OR_RETURN(ConfigReader params, config.Object("rope_parameters"));
-  const nlohmann::json* section = params.Get("mrope_section");
-  if (section == nullptr) return Status::Ok();
-  int64_t sum = 0;
-  bool ok = section->is_array() && !section->empty();
-  if (ok) {
-    for (const nlohmann::json& v : *section) {
-      ok = ok && v.is_number_integer() && v.get<int64_t>() >= 0;
-      if (ok) sum += v.get<int64_t>();
-    }
-  }
-  if (!ok || sum > arch.rope.rotary_dims / 2) {
-    return params.Error(StatusCode::kInvalidArgument, "mrope_section",
-                        "expected section sizes summing to at most " +
-                            std::to_string(arch.rope.rotary_dims / 2) +
-                            " (the rotary frequencies), got " + JsonExcerpt(*section, 60));
-  }
-  return Status::Ok();
-}
-
 Status ReadHybrid(const ConfigReader& config, Variant variant, Arch* arch) {
   FamilyDefaults defaults;  // Qwen3NextConfig, Qwen3_5TextConfig, Qwen3_5MoeTextConfig
   defaults.context = 32768;
@@ -105,7 +80,7 @@ Status ReadHybrid(const ConfigReader& config, Variant variant, Arch* arch) {
     return config.Error(StatusCode::kUnimplemented, "hidden_act",
                         "\"" + act + "\" is not supported (expected silu)");
   }
-  GZ_RETURN_IF_ERROR(CheckMropeSection(config, *arch));
+  GZ_RETURN_IF_ERROR(ReadMropeSection(config, &arch->rope));
   GZ_ASSIGN_OR_RETURN(bool attention_bias, config.Bool("attention_bias", false));
   arch->qkv_bias = attention_bias;
   arch->output_bias = attention_bias;

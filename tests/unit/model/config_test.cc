@@ -11,6 +11,7 @@
 #include <random>
 
 #include "formats/safetensors.h"
+#include "model/vision_arch.h"
 
 namespace gizllm {
 namespace {
@@ -1016,6 +1017,160 @@ TEST(ConfigTest, Qwen3_5Moe35BA3B) {
   EXPECT_EQ(arch->prefixes[0], "model.");
   text["rope_parameters"]["mrope_section"] = {11, 11, 11};
   ExpectError(ParseArch(text, "config.json"), StatusCode::kInvalidArgument, {"mrope_section"});
+}
+
+// Qwen3-VL-8B-Instruct's config.json (Qwen3VLForConditionalGeneration), as released: the
+// text model's M-RoPE in rope_scaling.
+json Qwen3VlConfig() {
+  return json::parse(R"({
+    "architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl",
+    "image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652,
+    "vision_end_token_id": 151653, "tie_word_embeddings": false,
+    "text_config": {
+      "attention_bias": false, "bos_token_id": 151643, "eos_token_id": 151645,
+      "head_dim": 128, "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 12288,
+      "max_position_embeddings": 262144, "model_type": "qwen3_vl_text",
+      "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8,
+      "rms_norm_eps": 1e-06,
+      "rope_scaling": {"mrope_interleaved": true, "mrope_section": [24, 20, 20],
+                       "rope_type": "default"},
+      "rope_theta": 5000000, "vocab_size": 151936},
+    "vision_config": {
+      "deepstack_visual_indexes": [8, 16, 24], "depth": 27, "hidden_act": "gelu_pytorch_tanh",
+      "hidden_size": 1152, "in_channels": 3, "initializer_range": 0.02,
+      "intermediate_size": 4304, "model_type": "qwen3_vl", "num_heads": 16,
+      "num_position_embeddings": 2304, "out_hidden_size": 4096, "patch_size": 16,
+      "spatial_merge_size": 2, "temporal_patch_size": 2}})");
+}
+
+TEST(ConfigTest, Qwen3Vl8BTextModelWithInterleavedMrope) {
+  auto arch = ParseArch(Qwen3VlConfig(), "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->family, "qwen3_vl");
+  EXPECT_EQ(arch->layers, 36);
+  EXPECT_EQ(arch->dim, 4096);
+  EXPECT_EQ(arch->kv_heads, 8);
+  EXPECT_TRUE(arch->qk_norm);
+  EXPECT_DOUBLE_EQ(arch->rope.theta, 5000000.0);
+  EXPECT_EQ(arch->rope.mrope_section, (std::vector<int>{24, 20, 20}));
+  EXPECT_EQ(arch->ropes[0].mrope_section, (std::vector<int>{24, 20, 20}));
+  EXPECT_EQ(arch->prefixes[0], "model.language_model.");
+  EXPECT_EQ(arch->skipped_prefixes, std::vector<std::string>{"model.visual."});
+  EXPECT_EQ(arch->eos, std::vector<int32_t>{151645});
+  EXPECT_EQ(TensorName(*arch, TensorRole::kQ, 0),
+            "model.language_model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(TensorName(*arch, TensorRole::kHead, -1), "lm_head.weight");
+  // Interleaved: height at i % 3 == 1 below 60, width at i % 3 == 2 below 60, else time.
+  const Rope& rope = arch->rope;
+  EXPECT_EQ(rope.MropeAxis(0), 0);
+  EXPECT_EQ(rope.MropeAxis(1), 1);
+  EXPECT_EQ(rope.MropeAxis(2), 2);
+  EXPECT_EQ(rope.MropeAxis(3), 0);
+  EXPECT_EQ(rope.MropeAxis(58), 1);
+  EXPECT_EQ(rope.MropeAxis(59), 2);
+  EXPECT_EQ(rope.MropeAxis(61), 0);
+  EXPECT_EQ(rope.MropeAxis(62), 0);
+  EXPECT_EQ(rope.MropeAxis(63), 0);
+  const std::vector<float> all = rope.InvFreq(), h = rope.MropeInvFreq(1);
+  ASSERT_EQ(h.size(), 64u);
+  EXPECT_EQ(h[4], all[4]);
+  EXPECT_EQ(h[5], 0.0f);
+  EXPECT_EQ(h[63], 0.0f);
+
+  // transformers 5's spelling (rope_parameters) and the default section.
+  json c = Qwen3VlConfig();
+  c["text_config"].erase("rope_scaling");
+  c["text_config"]["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000}};
+  arch = ParseArch(c, "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->rope.mrope_section, (std::vector<int>{24, 20, 20}));
+  c["text_config"]["rope_parameters"]["mrope_section"] = {24, 20, 21};
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument,
+              {"rope_parameters.mrope_section", "64"});
+  c["text_config"]["rope_parameters"]["mrope_section"] = {32, 32};
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument, {"mrope_section"});
+  c = Qwen3VlConfig();
+  c["text_config"]["hidden_act"] = "gelu";
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented, {"hidden_act"});
+}
+
+TEST(ConfigTest, Qwen3VlVisionTower) {
+  auto v = ParseVisionArch(Qwen3VlConfig(), "config.json");
+  ASSERT_TRUE(v.ok()) << v.status().message();
+  EXPECT_EQ(v->family, "qwen3_vl");
+  EXPECT_EQ(v->depth, 27);
+  EXPECT_EQ(v->dim, 1152);
+  EXPECT_EQ(v->ffn, 4304);
+  EXPECT_EQ(v->heads, 16);
+  EXPECT_EQ(v->head_dim, 72);
+  EXPECT_EQ(v->patch, 16);
+  EXPECT_EQ(v->merge, 2);
+  EXPECT_EQ(v->temporal_patch, 2);
+  EXPECT_EQ(v->channels, 3);
+  EXPECT_EQ(v->out_dim, 4096);
+  EXPECT_EQ(v->grid_side, 48);
+  EXPECT_EQ(v->act, VisionAct::kGeluTanh);
+  EXPECT_EQ(v->deepstack, (std::vector<int>{8, 16, 24}));
+  EXPECT_EQ(v->image_token, 151655);
+  EXPECT_EQ(v->video_token, 151656);
+  EXPECT_EQ(v->vision_start, 151652);
+  EXPECT_EQ(v->PatchFloats(), 1536);
+  EXPECT_EQ(v->MergedDim(), 4608);
+
+  auto expect_error = [](const json& c, StatusCode code, const std::string& part) {
+    auto r = ParseVisionArch(c, "config.json");
+    ASSERT_FALSE(r.ok()) << part;
+    EXPECT_EQ(r.status().code(), code) << r.status().message();
+    EXPECT_NE(r.status().message().find(part), std::string::npos) << r.status().message();
+  };
+  json c = Qwen3VlConfig();
+  c["vision_config"]["hidden_act"] = "silu";
+  expect_error(c, StatusCode::kUnimplemented, "vision_config.hidden_act");
+  c = Qwen3VlConfig();
+  c["vision_config"]["num_position_embeddings"] = 2300;
+  expect_error(c, StatusCode::kInvalidArgument, "vision_config.num_position_embeddings");
+  c = Qwen3VlConfig();
+  c["vision_config"]["deepstack_visual_indexes"] = {8, 27};
+  expect_error(c, StatusCode::kInvalidArgument, "vision_config.deepstack_visual_indexes");
+  c = Qwen3VlConfig();
+  c["vision_config"]["num_heads"] = 7;
+  expect_error(c, StatusCode::kInvalidArgument, "vision_config.num_heads");
+  c = Qwen3VlConfig();
+  c["vision_config"]["num_heads"] = 64;  // head_dim 18: no quarter for each axis' pairs
+  expect_error(c, StatusCode::kInvalidArgument, "vision_config.num_heads");
+  c = Qwen3VlConfig();
+  c["vision_config"]["patch_size"] = 0;
+  expect_error(c, StatusCode::kInvalidArgument, "vision_config.patch_size");
+  c = Qwen3VlConfig();
+  c["vision_config"]["rope_parameters"] = {{"rope_type", "yarn"}};
+  expect_error(c, StatusCode::kUnimplemented, "vision_config.rope_parameters.rope_type");
+  c = Qwen3VlConfig();
+  c.erase("vision_config");
+  expect_error(c, StatusCode::kNotFound, "vision_config");
+  c = Qwen3VlConfig();
+  c["model_type"] = "qwen3";
+  expect_error(c, StatusCode::kUnimplemented, "model_type");
+
+  // Qwen3.5's tower: the same module without deepstack, its own token ids.
+  v = ParseVisionArch(Qwen3_5MoeConfig(), "config.json");
+  ASSERT_TRUE(v.ok()) << v.status().message();
+  EXPECT_EQ(v->depth, 27);
+  EXPECT_TRUE(v->deepstack.empty());
+  EXPECT_EQ(v->image_token, 248056);
+  EXPECT_EQ(v->vision_start, 248053);
+}
+
+TEST(ConfigTest, VisionGridsMustFitTheMergeWindows) {
+  auto v = ParseVisionArch(Qwen3VlConfig(), "config.json");
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(CheckVisionGrid(*v, {1, 4, 6}, 0).ok());
+  EXPECT_TRUE(CheckVisionGrid(*v, {3, 2, 2}, 0).ok());
+  for (VisionGrid g : {VisionGrid{1, 3, 4}, VisionGrid{1, 4, 5}, VisionGrid{0, 4, 4},
+                       VisionGrid{1, 0, 2}, VisionGrid{1, -2, 2}, VisionGrid{1, 1 << 15, 2}}) {
+    Status s = CheckVisionGrid(*v, g, 2);
+    EXPECT_FALSE(s.ok()) << g.t << " " << g.h << " " << g.w;
+    EXPECT_NE(s.message().find("picture 2"), std::string::npos) << s.message();
+  }
 }
 
 }  // namespace
