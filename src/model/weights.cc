@@ -108,8 +108,27 @@ Expected<const float*> WeightLoader::Floats(TensorRole role, int layer) {
 
 Expected<Weight> WeightLoader::MatrixRows(TensorRole role, int layer, std::span<const Rows> blocks,
                                           const std::string& part) {
-  const std::string name = TensorName(arch_, role, layer);
-  const std::vector<int64_t> shape = TensorShape(arch_, role, layer);
+  return GatherRows(TensorName(arch_, role, layer), TensorShape(arch_, role, layer), blocks, part);
+}
+
+Expected<Weight> WeightLoader::NamedMatrixRows(const std::string& name,
+                                               std::span<const int64_t> shape,
+                                               std::span<const Rows> blocks,
+                                               const std::string& part) {
+  return GatherRows(name, shape, blocks, part);
+}
+
+Expected<std::vector<float>> WeightLoader::NamedHost(const std::string& name,
+                                                     std::span<const int64_t> shape) {
+  GZ_ASSIGN_OR_RETURN(std::vector<float> host, ReadVector(checkpoint_, dir_, name, shape));
+  const int64_t n = static_cast<int64_t>(host.size());
+  placed_->parameters += n;
+  placed_->summary.push_back({name, "f32 (host)", {shape.begin(), shape.end()}, n * 4});
+  return host;
+}
+
+Expected<Weight> WeightLoader::GatherRows(const std::string& name, std::span<const int64_t> shape,
+                                          std::span<const Rows> blocks, const std::string& part) {
   const TensorInfo* t = checkpoint_.Find(name);
   if (!t) return NotFound(dir_ + ": tensor " + name + " is missing");
   if (converted_) {
@@ -120,7 +139,8 @@ Expected<Weight> WeightLoader::MatrixRows(TensorRole role, int layer, std::span<
   if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32)
     return InvalidArgument(t->file + ": tensor " + name + " has dtype " +
                            std::string(DTypeName(t->dtype)) + ", expected BF16, F16 or F32");
-  const int64_t cols = shape[1];
+  int64_t cols = 1;
+  for (size_t i = 1; i < shape.size(); ++i) cols *= shape[i];
   const int64_t row_bytes = cols * static_cast<int64_t>(DTypeSize(t->dtype));
   int64_t rows = 0;
   for (const Rows& b : blocks) {

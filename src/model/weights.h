@@ -72,10 +72,20 @@ class WeightLoader {
   // the encoders): a matrix [rows, cols] in a plain format, or a vector [n] as float32.
   Expected<Weight> NamedMatrix(const std::string& name, int64_t rows, int64_t cols);
   Expected<const float*> NamedVector(const std::string& name, int64_t n);
+  // A tensor of `shape` as float32 on the host (a table the host reads: the vision tower's
+  // position table), counted as loaded.
+  Expected<std::vector<float>> NamedHost(const std::string& name, std::span<const int64_t> shape);
+  // MatrixRows by name: the tensor of `shape` read as a matrix [shape[0], the product of the
+  // other dims] (a convolution whose kernel equals its stride is a linear over its window).
+  Expected<Weight> NamedMatrixRows(const std::string& name, std::span<const int64_t> shape,
+                                   std::span<const Rows> blocks, const std::string& part);
 
  private:
   const Checkpoint& checkpoint_;
   const Arch& arch_;
+  Expected<Weight> GatherRows(const std::string& name, std::span<const int64_t> shape,
+                              std::span<const Rows> blocks, const std::string& part);
+
   Backend& backend_;
   std::string dir_;
   PlacedWeights* placed_;
