@@ -60,13 +60,15 @@ float* StepBuilder::Current() {
 }
 
 Status AttentionBlock::Load(WeightLoader& w, const Arch& arch, int layer,
-                            std::span<const float* const> rope_tables) {
+                            std::span<const float* const> rope_tables,
+                            std::span<const std::array<const float*, 3>> mrope_tables) {
   const LayerSpec& layer_spec = arch.layer[layer];
   spec_ = layer_spec.attention;
   if (spec_.rope < 0 || spec_.rope >= static_cast<int>(rope_tables.size()))
     return Internal("layer " + std::to_string(layer) + ": no rope table " +
                     std::to_string(spec_.rope));
   inv_freq_ = rope_tables[spec_.rope];
+  if (spec_.rope < static_cast<int>(mrope_tables.size())) mrope_ = mrope_tables[spec_.rope];
   rotary_dims_ = arch.ropes[spec_.rope].rotary_dims;
   GZ_ASSIGN_OR_RETURN(norm_, w.Vector(TensorRole::kAttnNorm, layer));
   if (layer_spec.post_norms) {
@@ -131,7 +133,22 @@ void AttentionBlock::Issue(StepBuilder& step, const StepInputs& in) const {
   rope_kv.k.norm = k_norm_;
   rope_kv.kv = {kv,           in.table, in.k,           in.v,          in.slots,
                 in.positions, n,        spec_.kv_heads, spec_.head_dim};
-  be.RopeKv(rope_kv);
+  if (in.rotary_h && mrope_[0]) {
+    // M-RoPE: the time, height and width frequencies rotate by their own positions; each
+    // table leaves the other axes' pairs as they are (angle 0), the q/k norms go first.
+    for (RopeParams r : {rope_kv.q, rope_kv.k}) {
+      const int32_t* positions[] = {in.rotary, in.rotary_h, in.rotary_w};
+      for (int axis = 0; axis < 3; ++axis) {
+        r.positions = positions[axis];
+        r.inv_freq = mrope_[axis];
+        be.Rope(r);
+        r.norm = nullptr;
+      }
+    }
+    be.KvWrite(rope_kv.kv);
+  } else {
+    be.RopeKv(rope_kv);
+  }
   AttentionParams att;
   att.out = in.attn;
   att.q = in.q;

@@ -4,6 +4,7 @@
 // recipe (model/families/) chooses the blocks and their specs, not the ops.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -20,7 +21,9 @@ struct StepInputs {
   int64_t rows = 0;
   const int32_t* slots = nullptr;      // [rows]
   const int32_t* positions = nullptr;  // [rows] KV position
-  const int32_t* rotary = nullptr;     // [rows] rotary position
+  const int32_t* rotary = nullptr;     // [rows] rotary position (M-RoPE: the time position)
+  const int32_t* rotary_h = nullptr;   // [rows] M-RoPE height position, or null (text rows)
+  const int32_t* rotary_w = nullptr;   // [rows] M-RoPE width position, or null
   PageTable table;
   float* q = nullptr;          // [rows, max q dim]
   float* k = nullptr;          // [rows, max kv dim]
@@ -85,9 +88,12 @@ class StepBuilder {
 // into the residual stream.
 class AttentionBlock {
  public:
-  // rope_tables: the device inv_freq table of each of Arch::ropes.
+  // rope_tables: the device inv_freq table of each of Arch::ropes; mrope_tables: for each rope
+  // with an mrope_section, its three Rope::MropeInvFreq tables (time, height, width), else
+  // null.
   Status Load(WeightLoader& w, const Arch& arch, int layer,
-              std::span<const float* const> rope_tables);
+              std::span<const float* const> rope_tables,
+              std::span<const std::array<const float*, 3>> mrope_tables);
   void Issue(StepBuilder& step, const StepInputs& in) const;
 
   const AttentionSpec& spec() const { return spec_; }
@@ -97,6 +103,9 @@ class AttentionBlock {
   AttentionSpec spec_;
   int rotary_dims_ = 0;
   const float* inv_freq_ = nullptr;
+  // M-RoPE: each axis' frequencies (the others zero), or null. Rows with height and width
+  // positions rotate by the three in turn.
+  std::array<const float*, 3> mrope_ = {};
   const float* norm_ = nullptr;       // [dim]
   const float* post_norm_ = nullptr;  // [dim] or null
   const float* q_norm_ = nullptr;     // [head_dim] or null

@@ -50,6 +50,74 @@ Expected<std::vector<float>> SequenceLogits(Runner& runner, std::span<const int3
   return logits;
 }
 
+Expected<PromptPictures> PlacePictures(const VisionArch& arch, std::span<const int32_t> ids,
+                                       MropePositions positions, const VisionOutput& tower) {
+  PromptPictures p;
+  p.positions = std::move(positions);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] == arch.image_token) p.rows.push_back(static_cast<int32_t>(i));
+  }
+  const int64_t count = static_cast<int64_t>(p.rows.size());
+  if (count != tower.rows) {
+    return InvalidArgument("the prompt holds " + std::to_string(count) +
+                           " image placeholders, the pictures give " +
+                           std::to_string(tower.rows) + " rows");
+  }
+  p.embeddings = tower.embeddings;
+  p.layers = static_cast<int>(tower.deepstack.size());
+  for (const std::vector<float>& feature : tower.deepstack) {
+    p.deepstack.insert(p.deepstack.end(), feature.begin(), feature.end());
+  }
+  return p;
+}
+
+Expected<std::vector<float>> SequenceLogits(Runner& runner, std::span<const int32_t> ids,
+                                            const PromptPictures& pictures, int64_t chunk) {
+  if (ids.empty()) return InvalidArgument("no token ids");
+  if (chunk <= 0) return InvalidArgument("chunk must be positive");
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const MropePositions& pos = pictures.positions;
+  if (static_cast<int64_t>(pos.t.size()) != n)
+    return InvalidArgument("the M-RoPE positions are not the prompt's");
+  const int64_t vocab = runner.arch().vocab;
+  const int64_t dim = runner.arch().dim;
+  const int64_t count = static_cast<int64_t>(pictures.rows.size());
+  OneSlot slot(n);
+  GZ_RETURN_IF_ERROR(runner.AllocatePages(slot.tables.max_pages));
+  GZ_RETURN_IF_ERROR(runner.Reserve(std::min(n, chunk), 1, slot.tables.max_pages));
+  std::vector<float> logits(n * vocab);
+  Rows rows;
+  int64_t next_picture_row = 0;  // index into pictures.rows
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    rows.Clear();
+    const int64_t end = std::min(n, begin + chunk);
+    for (int64_t p = begin; p < end; ++p) {
+      rows.PushMrope(ids[p], /*slot=*/0, static_cast<int32_t>(p), pos.t[p], pos.h[p], pos.w[p],
+                     /*want=*/true);
+    }
+    // This chunk's picture rows, and their deepstack features layer by layer.
+    const int64_t first = next_picture_row;
+    while (next_picture_row < count && pictures.rows[next_picture_row] < end) ++next_picture_row;
+    const int64_t taken = next_picture_row - first;
+    VisualRows& v = rows.visual;
+    for (int64_t j = first; j < next_picture_row; ++j)
+      v.rows.push_back(static_cast<int32_t>(pictures.rows[j] - begin));
+    v.embeddings.assign(pictures.embeddings.begin() + first * dim,
+                        pictures.embeddings.begin() + next_picture_row * dim);
+    v.layers = taken > 0 ? pictures.layers : 0;
+    for (int l = 0; l < v.layers; ++l) {
+      const float* feature = pictures.deepstack.data() + (l * count + first) * dim;
+      v.deepstack.insert(v.deepstack.end(), feature, feature + taken * dim);
+    }
+    GZ_RETURN_IF_ERROR(runner.Step(rows, slot.tables, logits.data() + begin * vocab));
+  }
+  if (const int64_t bad = FirstNonFinite(logits); bad >= 0) {
+    return Internal("the logits at position " + std::to_string(bad / vocab) +
+                    " hold NaN or infinity");
+  }
+  return logits;
+}
+
 Expected<std::vector<float>> SequenceHidden(Runner& runner, std::span<const int32_t> ids,
                                             std::span<const int> layers) {
   if (ids.empty()) return InvalidArgument("no token ids");

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/mrope.h"
 #include "model/runner.h"
+#include "model/vision_tower.h"
 
 namespace gizllm {
 
@@ -16,6 +18,26 @@ namespace gizllm {
 // engine drives the runner. A NaN or infinite logit is an error naming its position.
 Expected<std::vector<float>> SequenceLogits(Runner& runner, std::span<const int32_t> ids,
                                             int64_t chunk = 256);
+
+// A prompt's pictures as the language model reads them: each row's three rotary positions,
+// and for the rows that hold image placeholders (in prompt order) the tower's rows and the
+// deepstack features.
+struct PromptPictures {
+  MropePositions positions;
+  std::vector<int32_t> rows;      // [count] prompt rows holding a picture's row
+  std::vector<float> embeddings;  // [count, dim]
+  int layers = 0;
+  std::vector<float> deepstack;  // [layers, count, dim]
+};
+
+// The tower's output for the prompt's pictures placed at its image placeholders (`positions`
+// from ComputeMropePositions over the same prompt and grids).
+Expected<PromptPictures> PlacePictures(const VisionArch& arch, std::span<const int32_t> ids,
+                                       MropePositions positions, const VisionOutput& tower);
+
+// SequenceLogits of a prompt with pictures; a chunk may end inside a picture's rows.
+Expected<std::vector<float>> SequenceLogits(Runner& runner, std::span<const int32_t> ids,
+                                            const PromptPictures& pictures, int64_t chunk = 256);
 
 // The residual stream after each of `layers` for every position: [layers.size(), ids, dim].
 Expected<std::vector<float>> SequenceHidden(Runner& runner, std::span<const int32_t> ids,

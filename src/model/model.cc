@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -54,6 +55,15 @@ struct Model::Buffers {
   std::unique_ptr<Buffer> slot_of;    // [rows] int32
   std::unique_ptr<Buffer> positions;  // [rows] int32
   std::unique_ptr<Buffer> rotary;     // [rows] int32
+  std::unique_ptr<Buffer> rotary_h;   // [rows] int32: M-RoPE height positions
+  std::unique_ptr<Buffer> rotary_w;   // [rows] int32: M-RoPE width positions
+  std::unique_ptr<Buffer> iota;       // [rows] int32: 0, 1, 2, ... (row copies by GatherRows)
+  // A step's picture rows (VisualRows), grown on demand: embeddings [rows, dim] and deepstack
+  // features [layers, rows, dim].
+  std::unique_ptr<Buffer> visual;
+  std::unique_ptr<Buffer> deepstack;
+  int64_t visual_floats = 0;
+  int64_t deepstack_floats = 0;
   std::unique_ptr<Buffer> wanted;     // [rows] int32
   std::unique_ptr<Buffer> pages;      // [slots, max_pages] int32
 };
@@ -68,6 +78,8 @@ struct Model::Impl {
   Weight head;                            // [vocab, dim]
   const float* final_norm = nullptr;      // [dim]
   std::vector<const float*> rope_tables;  // inv_freq of each of Arch::ropes
+  // Each rope's M-RoPE tables (time, height, width; null without mrope_section).
+  std::vector<std::array<const float*, 3>> mrope_tables;
   std::vector<Layer> layers;
   std::vector<std::pair<std::string, Weight>> mtp;  // the MTP layer's tensors, not run yet
   int64_t mtp_parameters = 0;
@@ -196,6 +208,13 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   for (const Rope& rope : a.ropes) {
     GZ_ASSIGN_OR_RETURN(const float* table, w.Upload(rope.InvFreq()));
     impl.rope_tables.push_back(table);
+    std::array<const float*, 3> mrope = {};
+    if (!rope.mrope_section.empty()) {
+      for (int axis = 0; axis < 3; ++axis) {
+        GZ_ASSIGN_OR_RETURN(mrope[axis], w.Upload(rope.MropeInvFreq(axis)));
+      }
+    }
+    impl.mrope_tables.push_back(mrope);
   }
   GZ_ASSIGN_OR_RETURN(impl.embed, w.Matrix(TensorRole::kEmbed, -1));
   impl.layers.resize(a.layers);
@@ -205,7 +224,7 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     if (L.is_recurrent) {
       GZ_RETURN_IF_ERROR(L.recurrent.Load(w, a, l));
     } else {
-      GZ_RETURN_IF_ERROR(L.attention.Load(w, a, l, impl.rope_tables));
+      GZ_RETURN_IF_ERROR(L.attention.Load(w, a, l, impl.rope_tables, impl.mrope_tables));
     }
     L.is_moe = a.layer[l].IsMoe();
     if (L.is_moe) {
@@ -397,6 +416,14 @@ Status Model::Reserve(int64_t rows, int32_t slots, int32_t max_pages) {
   GZ_RETURN_IF_ERROR(alloc(&b.slot_of, rows * i));
   GZ_RETURN_IF_ERROR(alloc(&b.positions, rows * i));
   GZ_RETURN_IF_ERROR(alloc(&b.rotary, rows * i));
+  GZ_RETURN_IF_ERROR(alloc(&b.rotary_h, rows * i));
+  GZ_RETURN_IF_ERROR(alloc(&b.rotary_w, rows * i));
+  GZ_RETURN_IF_ERROR(alloc(&b.iota, rows * i));
+  {
+    std::vector<int32_t> iota(rows);
+    for (int64_t r = 0; r < rows; ++r) iota[r] = static_cast<int32_t>(r);
+    backend_->CopyToDevice(b.iota->data(), iota.data(), rows * i);
+  }
   GZ_RETURN_IF_ERROR(alloc(&b.wanted, rows * i));
   GZ_RETURN_IF_ERROR(alloc(&b.pages, static_cast<size_t>(slots) * max_pages * i));
   b.rows = rows;
@@ -434,6 +461,29 @@ Status Model::UploadStepInputs(const Rows& rows, const PageTables& tables) {
   for (int32_t w : rows.wanted) {
     if (w < 0 || w >= n) return InvalidArgument("Step: wanted row out of range");
   }
+  const bool mrope = !rows.rotary_h.empty();
+  if (mrope && (static_cast<int64_t>(rows.rotary_h.size()) != n ||
+                static_cast<int64_t>(rows.rotary_w.size()) != n))
+    return InvalidArgument("Step: rotary_h and rotary_w must hold one position per row");
+  if (mrope && (impl_->mrope_tables.empty() || !impl_->mrope_tables[0][0]))
+    return InvalidArgument("Step: rows with three rotary positions, but " + arch_.family +
+                           " has no M-RoPE (rope_parameters.mrope_section)");
+  const VisualRows& visual = rows.visual;
+  if (!visual.empty()) {
+    const int64_t count = visual.size();
+    for (int64_t j = 0; j < count; ++j) {
+      if (visual.rows[j] < 0 || visual.rows[j] >= n || (j > 0 && visual.rows[j] <= visual.rows[j - 1]))
+        return InvalidArgument("Step: visual rows must be ascending rows of the step");
+    }
+    if (static_cast<int64_t>(visual.embeddings.size()) != count * arch_.dim)
+      return InvalidArgument("Step: visual embeddings must be [" + std::to_string(count) + ", " +
+                             std::to_string(arch_.dim) + "]");
+    if (visual.layers < 0 || visual.layers > arch_.layers ||
+        static_cast<int64_t>(visual.deepstack.size()) != visual.layers * count * arch_.dim)
+      return InvalidArgument("Step: visual deepstack features must be [layers <= " +
+                             std::to_string(arch_.layers) + ", " + std::to_string(count) + ", " +
+                             std::to_string(arch_.dim) + "]");
+  }
   if (HasSlotStates(caches_)) {
     // The recurrent ops carry a slot's state from row to row: its rows adjacent, in order.
     std::vector<char> seen(tables.slots, 0);
@@ -458,6 +508,27 @@ Status Model::UploadStepInputs(const Rows& rows, const PageTables& tables) {
   be.CopyToDevice(b.slot_of->data(), rows.slots.data(), n * sizeof(int32_t));
   be.CopyToDevice(b.positions->data(), rows.positions.data(), n * sizeof(int32_t));
   be.CopyToDevice(b.rotary->data(), rows.rotary.data(), n * sizeof(int32_t));
+  if (mrope) {
+    be.CopyToDevice(b.rotary_h->data(), rows.rotary_h.data(), n * sizeof(int32_t));
+    be.CopyToDevice(b.rotary_w->data(), rows.rotary_w.data(), n * sizeof(int32_t));
+  }
+  if (!visual.empty()) {
+    auto grow = [&](std::unique_ptr<Buffer>* buf, int64_t* have, int64_t floats) -> Status {
+      if (floats <= *have) return Status::Ok();
+      buf->reset();
+      GZ_ASSIGN_OR_RETURN(*buf, be.Allocate(std::max<size_t>(floats * sizeof(float), 64)));
+      *have = floats;
+      return Status::Ok();
+    };
+    GZ_RETURN_IF_ERROR(grow(&b.visual, &b.visual_floats, visual.embeddings.size()));
+    be.CopyToDevice(b.visual->data(), visual.embeddings.data(),
+                    visual.embeddings.size() * sizeof(float));
+    if (!visual.deepstack.empty()) {
+      GZ_RETURN_IF_ERROR(grow(&b.deepstack, &b.deepstack_floats, visual.deepstack.size()));
+      be.CopyToDevice(b.deepstack->data(), visual.deepstack.data(),
+                      visual.deepstack.size() * sizeof(float));
+    }
+  }
   if (!rows.wanted.empty())
     be.CopyToDevice(b.wanted->data(), rows.wanted.data(), rows.wanted.size() * sizeof(int32_t));
   be.CopyToDevice(b.pages->data(), tables.pages,
@@ -514,6 +585,10 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   in.slots = b.slot_of->as<int32_t>();
   in.positions = b.positions->as<int32_t>();
   in.rotary = b.rotary->as<int32_t>();
+  if (!rows.rotary_h.empty()) {
+    in.rotary_h = b.rotary_h->as<int32_t>();
+    in.rotary_w = b.rotary_w->as<int32_t>();
+  }
   in.table = {b.pages->as<int32_t>(), tables.max_pages};
   in.q = b.q->as<float>();
   in.k = b.k->as<float>();
@@ -526,6 +601,19 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   in.z = b.z->as<float>();
   in.b = b.b->as<float>();
   in.a = b.a->as<float>();
+  // The step's picture rows as runs of adjacent rows: (first row, first visual index, count).
+  struct Run {
+    int64_t row, index, count;
+  };
+  std::vector<Run> runs;
+  const VisualRows& visual = rows.visual;
+  for (int64_t j = 0; j < visual.size(); ++j) {
+    if (!runs.empty() && runs.back().row + runs.back().count == visual.rows[j]) {
+      ++runs.back().count;
+    } else {
+      runs.push_back({visual.rows[j], j, 1});
+    }
+  }
   auto capture = [&](int layer) {
     for (size_t i = 0; i < hidden_layers.size(); ++i) {
       if (hidden_layers[i] != layer) continue;
@@ -541,7 +629,8 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   // the logits where the caller wants them: no copy of [wanted, vocab] floats a step.
   const bool logits_in_place = logits && !tokens && be.kind() == DeviceKind::kCpu;
   const uint64_t wanted_rows = head_wanted ? rows.wanted.size() : 0;
-  const bool record = hidden_layers.empty() && n < (1 << 16) && wanted_rows < (1 << 16) &&
+  const bool record = hidden_layers.empty() && visual.empty() && rows.rotary_h.empty() &&
+                      n < (1 << 16) && wanted_rows < (1 << 16) &&
                       tables.max_pages < (1 << 12);
   const uint64_t key = (impl.step_generation % (1 << 20)) << 44 |
                        static_cast<uint64_t>(tables.max_pages) << 32 | wanted_rows << 16 |
@@ -558,6 +647,12 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   }
   if (!replayed)
     be.Embed({b.x->as<float>(), &impl.embed, b.tokens->as<int32_t>(), n, a.embed_scale});
+  // Picture rows read the tower's rows instead of their placeholder's embedding (a copy of
+  // each run of rows through GatherRows with the identity index).
+  for (const Run& run : runs) {
+    be.GatherRows({b.x->as<float>() + run.row * a.dim, b.visual->as<float>() + run.index * a.dim,
+                   b.iota->as<int32_t>(), run.count, a.dim});
+  }
   capture(0);
   for (int l = 0; !replayed && l < a.layers; ++l) {
     const Layer& L = impl.layers[l];
@@ -572,6 +667,14 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
       L.feed_forward.Issue(step, in);
     }
     capture(l + 1);
+    if (l < visual.layers) {
+      // Deepstack: layer l's feature joins the picture rows' residual stream after the layer.
+      float* x = step.Current();
+      const float* feature = b.deepstack->as<float>() + l * visual.size() * a.dim;
+      for (const Run& run : runs) {
+        be.Add({x + run.row * a.dim, feature + run.index * a.dim, run.count * a.dim});
+      }
+    }
   }
   // layers + 1: the last layer's output after the final norm (transformers' last_hidden_state,
   // what an embedder pools), normalized into h by an op of its own.

@@ -1,0 +1,368 @@
+// The language model's side of Qwen3-VL on the CPU backend, on a small random model written
+// here: M-RoPE positions of prompts with pictures (hand-worked, as transformers'
+// get_rope_index), the M-RoPE rotation as three rotations of zero-masked tables against a
+// float64 interleaved M-RoPE, picture rows and deepstack features placed where they belong,
+// and a prompt with pictures read whole or in chunks that end inside a picture.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/safetensors.h"
+#include "model/evaluate.h"
+#include "model/model.h"
+#include "model/mrope.h"
+#include "ops/device.h"
+
+namespace gizllm {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int kVocab = 48, kDim = 32, kHeads = 4, kKvHeads = 2, kHeadDim = 8, kFfn = 40,
+              kLayers = 3;
+constexpr int32_t kImage = 40, kStart = 41, kVideo = 42, kEnd = 43;
+
+std::shared_ptr<Backend> Cpu() {
+  auto be = OpenBackend(DeviceOptions{.device = "cpu", .threads = 2, .exact = true});
+  EXPECT_TRUE(be.ok()) << be.status().message();
+  return std::move(be).value();
+}
+
+VisionArch TinyVision() {
+  VisionArch a;
+  a.merge = 2;
+  a.image_token = kImage;
+  a.video_token = kVideo;
+  a.vision_start = kStart;
+  return a;
+}
+
+TEST(MropePositions, TwoPicturesHandWorked) {
+  // text, text, start, 6 pads (grid [1, 4, 6]: 2 x 3 merged), end, start, 6 pads ([1, 6, 4]:
+  // 3 x 2), end, text.
+  std::vector<int32_t> ids = {1, 2, kStart};
+  ids.insert(ids.end(), 6, kImage);
+  ids.insert(ids.end(), {kEnd, kStart});
+  ids.insert(ids.end(), 6, kImage);
+  ids.insert(ids.end(), {kEnd, 5});
+  const std::vector<VisionGrid> grids = {{1, 4, 6}, {1, 6, 4}};
+  auto p = ComputeMropePositions(TinyVision(), ids, grids);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->t, (std::vector<int32_t>{0, 1, 2, 3, 3, 3, 3, 3, 3, 6, 7, 8, 8, 8, 8, 8, 8, 11,
+                                        12}));
+  EXPECT_EQ(p->h, (std::vector<int32_t>{0, 1, 2, 3, 3, 3, 4, 4, 4, 6, 7, 8, 8, 9, 9, 10, 10,
+                                        11, 12}));
+  EXPECT_EQ(p->w, (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 3, 4, 5, 6, 7, 8, 9, 8, 9, 8, 9, 11,
+                                        12}));
+  EXPECT_EQ(p->next, 13);
+  EXPECT_EQ(p->picture_rows, (std::vector<int64_t>{3, 11}));
+
+  // A two-frame grid: the frames' time positions count up from the picture's start.
+  std::vector<int32_t> video = {kStart, kImage, kImage, kEnd};
+  const std::vector<VisionGrid> two = {{2, 2, 2}};
+  p = ComputeMropePositions(TinyVision(), video, two);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->t, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(p->h, (std::vector<int32_t>{0, 1, 1, 3}));
+  EXPECT_EQ(p->next, 4);
+}
+
+TEST(MropePositions, ErrorsWhenPlaceholdersAndPicturesDisagree) {
+  const VisionArch a = TinyVision();
+  std::vector<int32_t> ids = {kStart, kImage, kImage, kImage, kEnd};
+  const std::vector<VisionGrid> one = {{1, 4, 2}};  // 2 rows; 3 placeholders
+  auto p = ComputeMropePositions(a, ids, one);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("beyond the 1 pictures"), std::string::npos)
+      << p.status().message();
+  const std::vector<VisionGrid> big = {{1, 4, 4}};  // 4 rows; 3 placeholders
+  p = ComputeMropePositions(a, ids, big);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("needs 4 image placeholders"), std::string::npos)
+      << p.status().message();
+  const std::vector<VisionGrid> extra = {{1, 2, 6}, {1, 2, 2}};
+  p = ComputeMropePositions(a, ids, extra);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("2 given"), std::string::npos) << p.status().message();
+  const std::vector<VisionGrid> odd = {{1, 3, 2}};
+  p = ComputeMropePositions(a, ids, odd);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("merge size"), std::string::npos) << p.status().message();
+  std::vector<int32_t> video = {kStart, kVideo, kEnd};
+  p = ComputeMropePositions(a, video, {});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kUnimplemented);
+}
+
+// The M-RoPE rotation as the attention block issues it (three Rope ops, each with one axis'
+// frequencies and positions, the others zero; the q/k norm in the first) against
+// transformers' interleaved M-RoPE in float64.
+TEST(MropeRotation, ThreeMaskedRotationsEqualInterleavedMrope) {
+  auto be = Cpu();
+  Rope rope;
+  rope.theta = 10000.0;
+  rope.rotary_dims = 16;  // of head_dim 20: partial rotary, as Qwen3.5
+  rope.mrope_section = {3, 3, 2};
+  const int heads = 3, head_dim = 20, rows = 5;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(rows * heads * head_dim), norm(head_dim);
+  for (float& v : x) v = d(rng);
+  for (float& v : norm) v = 1.0f + 0.3f * d(rng);
+  const std::vector<int32_t> t = {0, 3, 3, 7, 9}, h = {0, 3, 5, 4, 9}, w = {0, 8, 3, 6, 2};
+  const std::vector<int32_t>* pos[] = {&t, &h, &w};
+  std::vector<float> ours = x;
+  for (int axis = 0; axis < 3; ++axis) {
+    const std::vector<float> inv = rope.MropeInvFreq(axis);
+    be->Rope({ours.data(), rows, heads, head_dim, rope.rotary_dims, pos[axis]->data(), inv.data(),
+              axis == 0 ? norm.data() : nullptr, 1e-6f});
+  }
+  const std::vector<float> inv = rope.InvFreq();
+  const int half = rope.rotary_dims / 2;
+  double top = 0, diff = 0;
+  for (int r = 0; r < rows; ++r) {
+    for (int hd = 0; hd < heads; ++hd) {
+      const float* v = x.data() + (r * heads + hd) * head_dim;
+      double ms = 0;
+      for (int i = 0; i < head_dim; ++i) ms += double(v[i]) * v[i] / head_dim;
+      std::vector<double> n(head_dim);
+      for (int i = 0; i < head_dim; ++i) n[i] = v[i] / std::sqrt(ms + 1e-6) * norm[i];
+      std::vector<double> out = n;
+      for (int i = 0; i < half; ++i) {
+        // apply_interleaved_mrope: H at 1, 4, 7, ... below 3 * section[1]; W at 2, 5, ...
+        int axis = 0;
+        if (i % 3 == 1 && i < 3 * 3) axis = 1;
+        if (i % 3 == 2 && i < 3 * 2) axis = 2;
+        const double angle = double((*pos[axis])[r]) * inv[i];
+        out[i] = n[i] * std::cos(angle) - n[i + half] * std::sin(angle);
+        out[i + half] = n[i + half] * std::cos(angle) + n[i] * std::sin(angle);
+      }
+      for (int i = 0; i < head_dim; ++i) {
+        top = std::max(top, std::fabs(out[i]));
+        diff = std::max(diff, std::fabs(out[i] - ours[(r * heads + hd) * head_dim + i]));
+      }
+    }
+  }
+  EXPECT_LE(diff, 1e-5 * top) << "max diff " << diff;
+}
+
+class VisionModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::mt19937 rng(11);
+    std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> t;
+    auto add = [&](const std::string& name, std::vector<int64_t> shape, float scale,
+                   float mean = 0.0f) {
+      std::normal_distribution<float> d(mean, scale);
+      int64_t n = 1;
+      for (int64_t s : shape) n *= s;
+      std::vector<float> v(n);
+      for (float& f : v) f = d(rng);
+      t[name] = {std::move(shape), std::move(v)};
+    };
+    const std::string p = "model.language_model.";
+    add(p + "embed_tokens.weight", {kVocab, kDim}, 1.0f);
+    add(p + "norm.weight", {kDim}, 0.2f, 1.0f);
+    add("lm_head.weight", {kVocab, kDim}, 0.3f);
+    for (int l = 0; l < kLayers; ++l) {
+      const std::string x = p + "layers." + std::to_string(l) + ".";
+      add(x + "input_layernorm.weight", {kDim}, 0.2f, 1.0f);
+      add(x + "post_attention_layernorm.weight", {kDim}, 0.2f, 1.0f);
+      add(x + "self_attn.q_proj.weight", {kHeads * kHeadDim, kDim}, 0.3f);
+      add(x + "self_attn.k_proj.weight", {kKvHeads * kHeadDim, kDim}, 0.3f);
+      add(x + "self_attn.v_proj.weight", {kKvHeads * kHeadDim, kDim}, 0.3f);
+      add(x + "self_attn.o_proj.weight", {kDim, kHeads * kHeadDim}, 0.3f);
+      add(x + "self_attn.q_norm.weight", {kHeadDim}, 0.2f, 1.0f);
+      add(x + "self_attn.k_norm.weight", {kHeadDim}, 0.2f, 1.0f);
+      add(x + "mlp.gate_proj.weight", {kFfn, kDim}, 0.3f);
+      add(x + "mlp.up_proj.weight", {kFfn, kDim}, 0.3f);
+      add(x + "mlp.down_proj.weight", {kDim, kFfn}, 0.3f);
+    }
+    // A tower tensor the language model leaves in the file.
+    add("model.visual.pos_embed.weight", {4, 8}, 1.0f);
+    embed_ = t[p + "embed_tokens.weight"].second;
+    dir_ = (fs::path(::testing::TempDir()) / "vision_model").string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::vector<TensorToWrite> out;
+    for (const auto& [n, v] : t)
+      out.push_back({n, DType::kF32, v.first, v.second.data(), v.second.size() * sizeof(float)});
+    ASSERT_TRUE(WriteSafetensors(dir_ + "/model.safetensors", out, {}).ok());
+    nlohmann::json config = {
+        {"architectures", {"Qwen3VLForConditionalGeneration"}},
+        {"model_type", "qwen3_vl"},
+        {"image_token_id", kImage},
+        {"video_token_id", kVideo},
+        {"vision_start_token_id", kStart},
+        {"vision_end_token_id", kEnd},
+        {"tie_word_embeddings", false},
+        {"text_config",
+         {{"vocab_size", kVocab},
+          {"hidden_size", kDim},
+          {"intermediate_size", kFfn},
+          {"num_hidden_layers", kLayers},
+          {"num_attention_heads", kHeads},
+          {"num_key_value_heads", kKvHeads},
+          {"head_dim", kHeadDim},
+          {"rms_norm_eps", 1e-6},
+          {"max_position_embeddings", 256},
+          {"rope_parameters",
+           {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"mrope_section", {1, 2, 1}},
+            {"mrope_interleaved", true}}}}},
+        {"vision_config", {{"depth", 1}, {"hidden_size", 8}, {"num_heads", 2},
+                           {"out_hidden_size", kDim}, {"num_position_embeddings", 4},
+                           {"deepstack_visual_indexes", {0}}}}};
+    std::ofstream(dir_ + "/config.json") << config.dump();
+    auto model = Model::Load(dir_, Cpu());
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    model_ = std::move(*model);
+    // The prompt: text, two pictures (grids [1, 4, 6] and [1, 2, 4]), text.
+    ids_ = {1, 2, kStart};
+    ids_.insert(ids_.end(), 6, kImage);
+    ids_.insert(ids_.end(), {kEnd, 7, kStart});
+    ids_.insert(ids_.end(), 2, kImage);
+    ids_.insert(ids_.end(), {kEnd, 9, 10});
+    grids_ = {{1, 4, 6}, {1, 2, 4}};
+  }
+
+  // Picture rows: random embeddings and deepstack features of `layers` layers.
+  PromptPictures Pictures(int layers, float deepstack_scale = 0.5f) {
+    auto pos = ComputeMropePositions(TinyVision(), ids_, grids_);
+    EXPECT_TRUE(pos.ok()) << pos.status().message();
+    std::mt19937 rng(5);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    VisionOutput tower;
+    tower.rows = 8;
+    tower.embeddings.resize(8 * kDim);
+    for (float& v : tower.embeddings) v = d(rng);
+    tower.deepstack.assign(layers, std::vector<float>(8 * kDim));
+    for (auto& f : tower.deepstack)
+      for (float& v : f) v = deepstack_scale * d(rng);
+    auto placed = PlacePictures(TinyVision(), ids_, *pos, tower);
+    EXPECT_TRUE(placed.ok()) << placed.status().message();
+    return *placed;
+  }
+
+  std::vector<float> Logits(const PromptPictures& pictures, int64_t chunk) {
+    auto logits = SequenceLogits(*model_, ids_, pictures, chunk);
+    EXPECT_TRUE(logits.ok()) << logits.status().message();
+    return logits.ok() ? *logits : std::vector<float>();
+  }
+
+  std::string dir_;
+  std::unique_ptr<Model> model_;
+  std::vector<float> embed_;
+  std::vector<int32_t> ids_;
+  std::vector<VisionGrid> grids_;
+};
+
+float MaxDiff(const std::vector<float>& a, const std::vector<float>& b, int64_t from = 0,
+              int64_t to = -1) {
+  EXPECT_EQ(a.size(), b.size());
+  if (to < 0) to = static_cast<int64_t>(a.size());
+  float m = 0;
+  for (int64_t i = from; i < to; ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+TEST_F(VisionModelTest, LoadsTheTextModelAndSkipsTheTower) {
+  EXPECT_EQ(model_->arch().family, "qwen3_vl");
+  EXPECT_EQ(model_->SkippedTensors(), 1);
+  EXPECT_EQ(model_->arch().rope.mrope_section, (std::vector<int>{1, 2, 1}));
+}
+
+// Text rows given three equal positions rotate as the plain table does.
+TEST_F(VisionModelTest, EqualMropePositionsAreThePlainRotation) {
+  auto plain = SequenceLogits(*model_, ids_, 256);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  PromptPictures text;
+  for (size_t i = 0; i < ids_.size(); ++i) {
+    text.positions.t.push_back(static_cast<int32_t>(i));
+    text.positions.h.push_back(static_cast<int32_t>(i));
+    text.positions.w.push_back(static_cast<int32_t>(i));
+  }
+  EXPECT_LE(MaxDiff(Logits(text, 256), *plain), 1e-5f);
+}
+
+// Picture rows whose embeddings are their placeholder's embedding and whose deepstack features
+// are zero compute what the text alone computes (same positions); other embeddings change the
+// picture rows and those after them, never the rows before.
+TEST_F(VisionModelTest, PictureRowsReplaceTheirPlaceholders) {
+  PromptPictures same = Pictures(/*layers=*/1, /*deepstack_scale=*/0.0f);
+  for (size_t j = 0; j < same.rows.size(); ++j)
+    std::copy(embed_.begin() + kImage * kDim, embed_.begin() + (kImage + 1) * kDim,
+              same.embeddings.begin() + j * kDim);
+  PromptPictures text = same;
+  text.rows.clear();
+  text.embeddings.clear();
+  text.deepstack.clear();
+  text.layers = 0;
+  const std::vector<float> base = Logits(text, 256);
+  EXPECT_LE(MaxDiff(Logits(same, 256), base), 1e-5f);
+
+  const PromptPictures other = Pictures(/*layers=*/0);
+  const std::vector<float> changed = Logits(other, 256);
+  const int64_t first = other.rows[0];
+  EXPECT_EQ(MaxDiff(changed, base, 0, first * kVocab), 0.0f);
+  EXPECT_GT(MaxDiff(changed, base, first * kVocab, (first + 1) * kVocab), 1e-3f);
+  EXPECT_GT(MaxDiff(changed, base, 16 * kVocab, 17 * kVocab), 1e-3f);  // text after both
+}
+
+// Deepstack features join the picture rows after the first layers: zero features change
+// nothing, others change the picture rows and what follows, not the rows before.
+TEST_F(VisionModelTest, DeepstackFeaturesJoinThePictureRows) {
+  const std::vector<float> none = Logits(Pictures(0), 256);
+  EXPECT_LE(MaxDiff(Logits(Pictures(2, 0.0f), 256), none), 1e-6f);
+  const PromptPictures two = Pictures(2);
+  const std::vector<float> with = Logits(two, 256);
+  const int64_t first = two.rows[0];
+  EXPECT_EQ(MaxDiff(with, none, 0, first * kVocab), 0.0f);
+  EXPECT_GT(MaxDiff(with, none, first * kVocab, (first + 1) * kVocab), 1e-3f);
+  // One layer's feature is not two layers'.
+  EXPECT_GT(MaxDiff(Logits(Pictures(1), 256), with), 1e-4f);
+}
+
+// A prompt read in chunks (some ending inside a picture) gives the logits of one read.
+TEST_F(VisionModelTest, ChunksMayEndInsideAPicture) {
+  const PromptPictures pictures = Pictures(2);
+  const std::vector<float> whole = Logits(pictures, 256);
+  for (int64_t chunk : {5, 4, 1}) {
+    EXPECT_LE(MaxDiff(Logits(pictures, chunk), whole), 1e-5f) << chunk;
+  }
+}
+
+TEST_F(VisionModelTest, StepErrors) {
+  Rows rows;
+  rows.PushMrope(1, 0, 0, 0, 0, 0, true);
+  rows.PushMrope(kImage, 0, 1, 1, 1, 1, true);
+  rows.visual.rows = {1};
+  rows.visual.embeddings.assign(kDim - 1, 0.0f);
+  std::vector<int32_t> pages = {0};
+  PageTables tables{pages.data(), 1, 1};
+  ASSERT_TRUE(model_->AllocatePages(1).ok());
+  std::vector<float> logits(2 * kVocab);
+  Status s = model_->Step(rows, tables, logits.data());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("visual embeddings"), std::string::npos) << s.message();
+  rows.visual.embeddings.assign(kDim, 0.0f);
+  rows.visual.layers = kLayers + 1;
+  s = model_->Step(rows, tables, logits.data());
+  EXPECT_NE(s.message().find("deepstack"), std::string::npos) << s.message();
+  rows.visual.layers = 0;
+  rows.visual.rows = {2};
+  s = model_->Step(rows, tables, logits.data());
+  EXPECT_NE(s.message().find("ascending rows"), std::string::npos) << s.message();
+  rows.visual.Clear();
+  rows.rotary_h.pop_back();
+  s = model_->Step(rows, tables, logits.data());
+  EXPECT_NE(s.message().find("rotary_h"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace gizllm
