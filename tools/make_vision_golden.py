@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Writes the Qwen3-VL golden case the vision tests compare against, with Hugging Face
+transformers.
+
+Run where transformers and torch are (the GPU machine); everything runs on the CPU in float32.
+A random tiny Qwen3VLForConditionalGeneration (bf16 weights, seeded): vision tower of 3 blocks
+(hidden 16, 2 heads, patch 4, merge 2, a learned position table of 5 x 5 interpolated to each
+grid, deepstack after blocks 0 and 2), a Qwen3 text model of 3 layers (hidden 64, head_dim 16,
+interleaved M-RoPE sections [2, 3, 3]), a byte-level tokenizer whose special tokens hold the
+image, video and vision start/end ids. Two pictures of random pixel values with grids [1, 4, 6]
+and [1, 6, 4] (6 rows each for the language model) in one prompt. Writes OUT/qwen3_vl/:
+  config.json, generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json
+  reference.safetensors:
+    pixel_values float32 [48, 96]   the pictures' patches, as the image processor lays them out
+    grid_thw     int64 [2, 3]
+    ids          int64 [tokens]     the prompt
+    tower        float32 [12, 64]   the merger's rows (the language model's picture rows)
+    deepstack    float32 [2, 12, 64] the deepstack mergers' rows
+    positions    int64 [3, tokens]  get_rope_index's time, height and width positions
+    logits       float32 [tokens, vocab]
+Usage: python3 tools/make_vision_golden.py --out tests/golden/vision
+"""
+import argparse
+import inspect
+import json
+import os
+
+import torch
+from safetensors.torch import save_file
+import transformers
+
+# The tokenizer's special tokens, after the 256 byte tokens: their ids are the config's.
+SPECIALS = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+            "<|image_pad|>", "<|video_pad|>", "<|endoftext|>"]
+VOCAB = 320
+GRIDS = [[1, 4, 6], [1, 6, 4]]
+
+
+def special_id(name):
+    return 256 + SPECIALS.index(name)
+
+
+def tiny_config():
+    text = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=48, num_hidden_layers=3,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                max_position_embeddings=512, rms_norm_eps=1e-6, initializer_range=0.2,
+                tie_word_embeddings=False, attention_bias=False,
+                rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                     mrope_section=[2, 3, 3], mrope_interleaved=True))
+    vision = dict(depth=3, hidden_size=16, intermediate_size=32, num_heads=2, in_channels=3,
+                  patch_size=4, spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64,
+                  num_position_embeddings=25, deepstack_visual_indexes=[0, 2],
+                  hidden_act="gelu_pytorch_tanh", initializer_range=0.2)
+    return transformers.Qwen3VLConfig(
+        text_config=text, vision_config=vision,
+        image_token_id=special_id("<|image_pad|>"), video_token_id=special_id("<|video_pad|>"),
+        vision_start_token_id=special_id("<|vision_start|>"),
+        vision_end_token_id=special_id("<|vision_end|>"), tie_word_embeddings=False,
+        eos_token_id=special_id("<|im_end|>"))
+
+
+def write_tokenizer(folder):
+    """Byte-level BPE without merges (one token a byte, ids 0..255 in the byte-level alphabet's
+    order) and the special tokens at 256 and after."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIALS])
+    for s in SPECIALS:
+        assert tok.token_to_id(s) == special_id(s), (s, tok.token_to_id(s))
+    tok.save(os.path.join(folder, "tokenizer.json"))
+    json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 512,
+               "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+              open(os.path.join(folder, "tokenizer_config.json"), "w"), indent=2)
+    return tok
+
+
+def check_saved(folder):
+    """The saved folder holds what gizllm's recipe reads, by name."""
+    from safetensors import safe_open
+    names = set()
+    for f in os.listdir(folder):
+        if f.endswith(".safetensors"):
+            with safe_open(os.path.join(folder, f), "pt") as st:
+                names.update(st.keys())
+    for name in ["model.visual.patch_embed.proj.weight", "model.visual.pos_embed.weight",
+                 "model.visual.blocks.0.attn.qkv.weight", "model.visual.merger.linear_fc2.weight",
+                 "model.visual.deepstack_merger_list.1.norm.weight",
+                 "model.language_model.layers.0.self_attn.q_proj.weight",
+                 "model.language_model.embed_tokens.weight", "lm_head.weight"]:
+        assert name in names, f"{name} not saved ({sorted(names)[:8]}...)"
+
+
+def call_with(fn, **kwargs):
+    """fn(**kwargs) with only the arguments its signature takes (all where it takes **kwargs)."""
+    params = inspect.signature(fn).parameters
+    if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    return fn(**kwargs)
+
+
+def write(out, seed):
+    torch.manual_seed(seed)
+    config = tiny_config()
+    model = transformers.Qwen3VLForConditionalGeneration._from_config(
+        config, dtype=torch.bfloat16, attn_implementation="eager")
+    # Norm weights near 1 and biases random, so that a missing or misplaced one shows.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.copy_(torch.randn_like(p, dtype=torch.float32).mul(0.3).to(p.dtype))
+            elif "norm" in name:
+                p.copy_(torch.randn_like(p, dtype=torch.float32).mul(0.3).add(1.0).to(p.dtype))
+    folder = os.path.join(out, "qwen3_vl")
+    os.makedirs(folder, exist_ok=True)
+    model.save_pretrained(folder)
+    check_saved(folder)
+    tok = write_tokenizer(folder)
+    model = model.float().eval()
+
+    g = torch.Generator().manual_seed(seed + 1)
+    vc = config.vision_config
+    patch_floats = vc.in_channels * vc.temporal_patch_size * vc.patch_size ** 2
+    grid_thw = torch.tensor(GRIDS, dtype=torch.int64)
+    patches = int(grid_thw.prod(-1).sum())
+    pixel_values = torch.randn(patches, patch_floats, generator=g, dtype=torch.float32)
+    rows = [t * h * w // vc.spatial_merge_size ** 2 for t, h, w in GRIDS]
+    picture = lambda n: "<|vision_start|>" + "<|image_pad|>" * n + "<|vision_end|>"
+    text = f"Two: {picture(rows[0])} then {picture(rows[1])}, which?"
+    ids = torch.tensor(tok.encode(text).ids, dtype=torch.int64)
+    image = config.image_token_id
+    assert int((ids == image).sum()) == sum(rows), ids.tolist()
+    mm_token_type_ids = (ids == image).to(torch.int32)[None]
+    attention_mask = torch.ones_like(ids)[None]
+
+    with torch.no_grad():
+        vis = model.model.visual(pixel_values, grid_thw=grid_thw)
+        if isinstance(vis, tuple):
+            tower, deepstack = vis[0], vis[1]
+        else:
+            tower, deepstack = vis.pooler_output, vis.deepstack_features
+        assert tower.shape == (sum(rows), config.text_config.hidden_size), tower.shape
+        assert len(deepstack) == len(vc.deepstack_visual_indexes), len(deepstack)
+        positions, _ = call_with(model.model.get_rope_index, input_ids=ids[None],
+                                 image_grid_thw=grid_thw, video_grid_thw=None,
+                                 attention_mask=attention_mask,
+                                 mm_token_type_ids=mm_token_type_ids)
+        res = call_with(model.forward, input_ids=ids[None], pixel_values=pixel_values,
+                        image_grid_thw=grid_thw, attention_mask=attention_mask,
+                        mm_token_type_ids=mm_token_type_ids)
+    positions = positions.reshape(-1, positions.shape[-1])[-3:]  # (3, tokens); a text row first
+    tensors = {
+        "pixel_values": pixel_values.contiguous(),
+        "grid_thw": grid_thw.contiguous(),
+        "ids": ids.contiguous(),
+        "tower": tower.float().contiguous(),
+        "deepstack": torch.stack([d.float() for d in deepstack]).contiguous(),
+        "positions": positions.to(torch.int64).contiguous(),
+        "logits": res.logits[0].float().contiguous(),
+    }
+    save_file(tensors, os.path.join(folder, "reference.safetensors"))
+    total = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+    print("qwen3_vl written:", len(ids), "tokens,", total // 1024, "KiB", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    torch.set_num_threads(8)
+    write(args.out, seed=300)
+
+
+if __name__ == "__main__":
+    main()
