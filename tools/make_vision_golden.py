@@ -55,8 +55,7 @@ def tiny_config():
         text_config=text, vision_config=vision,
         image_token_id=special_id("<|image_pad|>"), video_token_id=special_id("<|video_pad|>"),
         vision_start_token_id=special_id("<|vision_start|>"),
-        vision_end_token_id=special_id("<|vision_end|>"), tie_word_embeddings=False,
-        eos_token_id=special_id("<|im_end|>"))
+        vision_end_token_id=special_id("<|vision_end|>"), tie_word_embeddings=False)
 
 
 def write_tokenizer(folder):
@@ -93,11 +92,15 @@ def check_saved(folder):
         assert name in names, f"{name} not saved ({sorted(names)[:8]}...)"
 
 
-def call_with(fn, **kwargs):
-    """fn(**kwargs) with only the arguments its signature takes (all where it takes **kwargs)."""
+def call_with(fn, args, optional, through_kwargs):
+    """fn(**args) plus those of `optional` its signature names (or, with through_kwargs, takes
+    through **kwargs: a method that hands them on to its parent class's)."""
     params = inspect.signature(fn).parameters
-    if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    var_keyword = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    kwargs = dict(args)
+    for k, v in optional.items():
+        if k in params or (through_kwargs and var_keyword):
+            kwargs[k] = v
     return fn(**kwargs)
 
 
@@ -143,13 +146,16 @@ def write(out, seed):
             tower, deepstack = vis.pooler_output, vis.deepstack_features
         assert tower.shape == (sum(rows), config.text_config.hidden_size), tower.shape
         assert len(deepstack) == len(vc.deepstack_visual_indexes), len(deepstack)
-        positions, _ = call_with(model.model.get_rope_index, input_ids=ids[None],
-                                 image_grid_thw=grid_thw, video_grid_thw=None,
-                                 attention_mask=attention_mask,
-                                 mm_token_type_ids=mm_token_type_ids)
-        res = call_with(model.forward, input_ids=ids[None], pixel_values=pixel_values,
-                        image_grid_thw=grid_thw, attention_mask=attention_mask,
-                        mm_token_type_ids=mm_token_type_ids)
+        # mm_token_type_ids (0 text, 1 image) where this transformers' version takes them.
+        positions, _ = call_with(
+            model.model.get_rope_index,
+            dict(input_ids=ids[None], image_grid_thw=grid_thw, attention_mask=attention_mask),
+            dict(mm_token_type_ids=mm_token_type_ids), through_kwargs=True)
+        res = call_with(
+            model.forward,
+            dict(input_ids=ids[None], pixel_values=pixel_values, image_grid_thw=grid_thw,
+                 attention_mask=attention_mask),
+            dict(mm_token_type_ids=mm_token_type_ids), through_kwargs=False)
     positions = positions.reshape(-1, positions.shape[-1])[-3:]  # (3, tokens); a text row first
     tensors = {
         "pixel_values": pixel_values.contiguous(),
