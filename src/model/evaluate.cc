@@ -60,8 +60,8 @@ Expected<PromptPictures> PlacePictures(const VisionArch& arch, std::span<const i
   const int64_t count = static_cast<int64_t>(p.rows.size());
   if (count != tower.rows) {
     return InvalidArgument("the prompt holds " + std::to_string(count) +
-                           " image placeholders, the pictures give " +
-                           std::to_string(tower.rows) + " rows");
+                           " image placeholders, the pictures give " + std::to_string(tower.rows) +
+                           " rows");
   }
   p.embeddings = tower.embeddings;
   p.layers = static_cast<int>(tower.deepstack.size());

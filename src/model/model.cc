@@ -472,7 +472,8 @@ Status Model::UploadStepInputs(const Rows& rows, const PageTables& tables) {
   if (!visual.empty()) {
     const int64_t count = visual.size();
     for (int64_t j = 0; j < count; ++j) {
-      if (visual.rows[j] < 0 || visual.rows[j] >= n || (j > 0 && visual.rows[j] <= visual.rows[j - 1]))
+      if (visual.rows[j] < 0 || visual.rows[j] >= n ||
+          (j > 0 && visual.rows[j] <= visual.rows[j - 1]))
         return InvalidArgument("Step: visual rows must be ascending rows of the step");
     }
     if (static_cast<int64_t>(visual.embeddings.size()) != count * arch_.dim)
@@ -480,9 +481,9 @@ Status Model::UploadStepInputs(const Rows& rows, const PageTables& tables) {
                              std::to_string(arch_.dim) + "]");
     if (visual.layers < 0 || visual.layers > arch_.layers ||
         static_cast<int64_t>(visual.deepstack.size()) != visual.layers * count * arch_.dim)
-      return InvalidArgument("Step: visual deepstack features must be [layers <= " +
-                             std::to_string(arch_.layers) + ", " + std::to_string(count) + ", " +
-                             std::to_string(arch_.dim) + "]");
+      return InvalidArgument(
+          "Step: visual deepstack features must be [layers <= " + std::to_string(arch_.layers) +
+          ", " + std::to_string(count) + ", " + std::to_string(arch_.dim) + "]");
   }
   if (HasSlotStates(caches_)) {
     // The recurrent ops carry a slot's state from row to row: its rows adjacent, in order.
@@ -630,8 +631,7 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   const bool logits_in_place = logits && !tokens && be.kind() == DeviceKind::kCpu;
   const uint64_t wanted_rows = head_wanted ? rows.wanted.size() : 0;
   const bool record = hidden_layers.empty() && visual.empty() && rows.rotary_h.empty() &&
-                      n < (1 << 16) && wanted_rows < (1 << 16) &&
-                      tables.max_pages < (1 << 12);
+                      n < (1 << 16) && wanted_rows < (1 << 16) && tables.max_pages < (1 << 12);
   const uint64_t key = (impl.step_generation % (1 << 20)) << 44 |
                        static_cast<uint64_t>(tables.max_pages) << 32 | wanted_rows << 16 |
                        static_cast<uint64_t>(n);

@@ -28,8 +28,8 @@ Expected<MropePositions> ComputeMropePositions(const VisionArch& arch,
     }
     if (picture == grids.size()) {
       return InvalidArgument("prompt token " + std::to_string(i) +
-                             " is an image placeholder beyond the " +
-                             std::to_string(grids.size()) + " pictures given");
+                             " is an image placeholder beyond the " + std::to_string(grids.size()) +
+                             " pictures given");
     }
     const VisionGrid& g = grids[picture];
     GZ_RETURN_IF_ERROR(CheckVisionGrid(arch, g, static_cast<int>(picture)));

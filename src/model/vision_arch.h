@@ -19,14 +19,14 @@ enum class VisionAct : uint8_t {
 };
 
 struct VisionArch {
-  std::string family;  // the model_type whose tower it is: "qwen3_vl", "qwen3_5", "qwen3_5_moe"
-  int depth = 0;       // blocks
-  int64_t dim = 0;     // hidden_size
-  int64_t ffn = 0;     // intermediate_size
-  int heads = 0;       // num_heads
-  int head_dim = 0;    // dim / heads
-  int patch = 0;       // patch_size: a patch is patch x patch pixels
-  int merge = 0;       // spatial_merge_size: merge x merge patches make one row of the LM
+  std::string family;      // the model_type whose tower it is: "qwen3_vl", "qwen3_5", "qwen3_5_moe"
+  int depth = 0;           // blocks
+  int64_t dim = 0;         // hidden_size
+  int64_t ffn = 0;         // intermediate_size
+  int heads = 0;           // num_heads
+  int head_dim = 0;        // dim / heads
+  int patch = 0;           // patch_size: a patch is patch x patch pixels
+  int merge = 0;           // spatial_merge_size: merge x merge patches make one row of the LM
   int temporal_patch = 0;  // temporal_patch_size: frames in one patch
   int channels = 0;        // in_channels
   int64_t out_dim = 0;     // out_hidden_size: the language model's hidden size

@@ -56,8 +56,7 @@ std::vector<float> Linspace(float end, int64_t steps) {
   const float step = end / static_cast<float>(steps - 1);
   const int64_t half = steps / 2;
   for (int64_t i = 0; i < steps; ++i) {
-    v[i] = i < half ? step * static_cast<float>(i)
-                    : end - step * static_cast<float>(steps - i - 1);
+    v[i] = i < half ? step * static_cast<float>(i) : end - step * static_cast<float>(steps - i - 1);
   }
   return v;
 }
@@ -87,8 +86,8 @@ PositionTaps VisionPositionTaps(const VisionArch& arch, std::span<const VisionGr
               const float dy = y - static_cast<float>(y0), dx = x - static_cast<float>(x0);
               taps.index.insert(taps.index.end(),
                                 {y0 * side + x0, y0 * side + x1, y1 * side + x0, y1 * side + x1});
-              taps.weight.insert(taps.weight.end(), {(1 - dy) * (1 - dx), (1 - dy) * dx,
-                                                     dy * (1 - dx), dy * dx});
+              taps.weight.insert(taps.weight.end(),
+                                 {(1 - dy) * (1 - dx), (1 - dy) * dx, dy * (1 - dx), dy * dx});
             }
           }
         }
@@ -123,7 +122,7 @@ struct VisionTower::Impl {
   Checkpoint checkpoint;
   PlacedWeights placed;
   Linear patch_embed;
-  std::vector<float> pos_table;  // [positions, dim], host
+  std::vector<float> pos_table;     // [positions, dim], host
   const float* inv_freq = nullptr;  // [head_dim / 4]
   std::vector<Block> blocks;
   Merger merger;
@@ -187,8 +186,8 @@ Expected<std::unique_ptr<VisionTower>> VisionTower::Load(const std::string& dir,
   {
     const int64_t shape[] = {a.dim, a.channels, a.temporal_patch, a.patch, a.patch};
     const WeightLoader::Rows all[] = {{0, a.dim}};
-    GZ_ASSIGN_OR_RETURN(impl.patch_embed.w, w.NamedMatrixRows(p + "patch_embed.proj.weight",
-                                                              shape, all, "patches"));
+    GZ_ASSIGN_OR_RETURN(impl.patch_embed.w,
+                        w.NamedMatrixRows(p + "patch_embed.proj.weight", shape, all, "patches"));
     GZ_ASSIGN_OR_RETURN(impl.patch_embed.bias, w.NamedVector(p + "patch_embed.proj.bias", a.dim));
   }
   {
@@ -239,8 +238,8 @@ Expected<std::unique_ptr<VisionTower>> VisionTower::Load(const std::string& dir,
     }
     GZ_ASSIGN_OR_RETURN(b.q_bias, w.Upload(q_bias));
     GZ_ASSIGN_OR_RETURN(b.k_bias, w.Upload(k_bias));
-    GZ_ASSIGN_OR_RETURN(
-        b.v_bias, w.Upload(std::vector<float>(bias.begin() + 2 * a.dim, bias.end())));
+    GZ_ASSIGN_OR_RETURN(b.v_bias,
+                        w.Upload(std::vector<float>(bias.begin() + 2 * a.dim, bias.end())));
     GZ_RETURN_IF_ERROR(linear(n + "attn.proj", a.dim, a.dim, &b.proj));
     GZ_RETURN_IF_ERROR(linear(n + "mlp.linear_fc1", a.ffn, a.dim, &b.fc1));
     GZ_RETURN_IF_ERROR(linear(n + "mlp.linear_fc2", a.dim, a.ffn, &b.fc2));
@@ -372,8 +371,8 @@ Status VisionTower::Run(std::span<const float> pixels, std::span<const VisionGri
   auto run_merger = [&](const Merger& m, float* result) {
     // Rows of merge * merge patches' hidden states are adjacent: [merged, MergedDim()].
     if (m.norm_merged) {
-      be.LayerNorm({impl.merged, impl.x, nullptr, m.norm.weight, m.norm.bias, merged,
-                    a.MergedDim(), eps});
+      be.LayerNorm(
+          {impl.merged, impl.x, nullptr, m.norm.weight, m.norm.bias, merged, a.MergedDim(), eps});
     } else {
       be.LayerNorm({impl.merged, impl.x, nullptr, m.norm.weight, m.norm.bias, n, a.dim, eps});
     }
@@ -402,8 +401,8 @@ Status VisionTower::Run(std::span<const float> pixels, std::span<const VisionGri
       be.Rope({t, n * a.heads * 2, /*heads=*/1, a.head_dim / 2, /*rotary_dims=*/a.head_dim / 2,
                impl.rotary, impl.inv_freq, /*norm=*/nullptr, eps});
     }
-    be.EncoderAttention({impl.attn, impl.q, impl.k, impl.v, impl.starts, n, frames, a.heads,
-                         a.head_dim, scale});
+    be.EncoderAttention(
+        {impl.attn, impl.q, impl.k, impl.v, impl.starts, n, frames, a.heads, a.head_dim, scale});
     b.proj.Issue(be, impl.attn, n, impl.h);
     be.Add({impl.x, impl.h, n * a.dim});
     be.LayerNorm({impl.h, impl.x, nullptr, b.norm2.weight, b.norm2.bias, n, a.dim, eps});

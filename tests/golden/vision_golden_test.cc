@@ -2,8 +2,9 @@
 // a random tiny Qwen3VLForConditionalGeneration): the vision tower's rows and deepstack
 // features within 1e-4 of the largest reference value, the M-RoPE positions of a prompt with
 // two pictures equal to get_rope_index's, and that prompt's logits within 1e-4 (read whole and
-// in chunks that end inside a picture), all on the CPU in float32 (exact mode). The reference
-// is written on a machine with transformers; until then these skip.
+// in chunks that end inside a picture), all on the CPU in float32 (exact mode); on CUDA, exact
+// mode within 1e-3 and fast mode within 2e-2. The reference is written on a machine with
+// transformers; until then these skip.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -18,6 +19,7 @@
 #include "model/vision_tower.h"
 #include "ops/device.h"
 #include "tests/golden/golden_util.h"
+#include "tests/unit/model/cuda_or_null.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gizllm {
@@ -125,6 +127,34 @@ TEST_F(VisionGolden, LogitsOfAPromptWithTwoPictures) {
     auto logits = SequenceLogits(**model, ids_, *pictures, chunk);
     ASSERT_TRUE(logits.ok()) << logits.status().message();
     golden::ExpectClose(*logits, ref, 1e-4f, "logits, chunk " + std::to_string(chunk));
+  }
+}
+
+TEST_F(VisionGolden, CudaTowerAndLogits) {
+  for (bool exact : {true, false}) {
+    std::string why;
+    std::shared_ptr<Backend> cuda = testing::CudaOrNull(exact, &why);
+    if (!cuda) GTEST_SKIP() << why;
+    const float tolerance = exact ? 1e-3f : 2e-2f;
+    const std::string mode = exact ? "cuda exact " : "cuda fast ";
+    auto tower = VisionTower::Load(kDir, cuda);
+    ASSERT_TRUE(tower.ok()) << tower.status().message();
+    VisionOutput out;
+    ASSERT_TRUE((*tower)->Run(golden::ReadFloats(*ref_.Find("pixel_values")), grids_, &out).ok());
+    golden::ExpectClose(out.embeddings, golden::ReadFloats(*ref_.Find("tower")), tolerance,
+                        mode + "tower rows");
+    auto model = Model::Load(kDir, cuda);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    auto positions = ComputeMropePositions((*tower)->arch(), ids_, grids_);
+    ASSERT_TRUE(positions.ok()) << positions.status().message();
+    auto pictures = PlacePictures((*tower)->arch(), ids_, *positions, out);
+    ASSERT_TRUE(pictures.ok()) << pictures.status().message();
+    for (int64_t chunk : {256, 7}) {
+      auto logits = SequenceLogits(**model, ids_, *pictures, chunk);
+      ASSERT_TRUE(logits.ok()) << logits.status().message();
+      golden::ExpectClose(*logits, golden::ReadFloats(*ref_.Find("logits")), tolerance,
+                          mode + "logits, chunk " + std::to_string(chunk));
+    }
   }
 }
 

@@ -7,11 +7,11 @@
 // q and k norms, partial rotary (partial_rotary_factor, 0.25 by default). Every RMSNorm
 // multiplies by (1 + weight) but the recurrent layers' gated norm. Qwen3.5's M-RoPE
 // (rope_parameters.mrope_section, interleaved as Qwen3-VL's) gives text rows one position in all
-// three sections, so for text it is the ordinary rotation over the same frequencies. Feed-forwards: Qwen3-Next's are
-// mixtures of experts with a shared expert gated by sigmoid(shared_expert_gate(x)) (dense where
-// mlp_only_layers or decoder_sparse_step say); Qwen3.5's dense; Qwen3.5-MoE's every layer a
-// mixture of experts with the shared expert, top-k always renormalized. The MTP layer (mtp.*)
-// loads with the model and is not run here.
+// three sections, so for text it is the ordinary rotation over the same frequencies. Feed-forwards:
+// Qwen3-Next's are mixtures of experts with a shared expert gated by sigmoid(shared_expert_gate(x))
+// (dense where mlp_only_layers or decoder_sparse_step say); Qwen3.5's dense; Qwen3.5-MoE's every
+// layer a mixture of experts with the shared expert, top-k always renormalized. The MTP layer
+// (mtp.*) loads with the model and is not run here.
 #include <algorithm>
 
 #include "core/json_excerpt.h"

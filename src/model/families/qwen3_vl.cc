@@ -9,8 +9,8 @@
 // deepstack mergers.
 #include <cmath>
 
-#include "core/mapped_file.h"
 #include "core/json_excerpt.h"
+#include "core/mapped_file.h"
 #include "model/families/family.h"
 #include "model/vision_arch.h"
 
@@ -110,9 +110,9 @@ Expected<VisionArch> ParseVisionArch(const nlohmann::json& config, const std::st
   v.merge = static_cast<int>(merge);
   v.temporal_patch = static_cast<int>(temporal);
   if (v.dim % v.heads != 0) {
-    return c.Error(StatusCode::kInvalidArgument, "num_heads",
-                   std::to_string(v.heads) + " does not divide hidden_size " +
-                       std::to_string(v.dim));
+    return c.Error(
+        StatusCode::kInvalidArgument, "num_heads",
+        std::to_string(v.heads) + " does not divide hidden_size " + std::to_string(v.dim));
   }
   v.head_dim = static_cast<int>(v.dim / v.heads);
   // The 2-D rotation gives each of height and width a quarter of a head's dims in pairs.
@@ -178,8 +178,7 @@ Expected<VisionArch> ParseVisionArch(const nlohmann::json& config, const std::st
   };
   GZ_RETURN_IF_ERROR(token("image_token_id", qwen3_5 ? 248056 : 151655, &v.image_token));
   GZ_RETURN_IF_ERROR(token("video_token_id", qwen3_5 ? 248057 : 151656, &v.video_token));
-  GZ_RETURN_IF_ERROR(
-      token("vision_start_token_id", qwen3_5 ? 248053 : 151652, &v.vision_start));
+  GZ_RETURN_IF_ERROR(token("vision_start_token_id", qwen3_5 ? 248053 : 151652, &v.vision_start));
   return v;
 }
 
@@ -202,8 +201,8 @@ Status CheckVisionGrid(const VisionArch& arch, const VisionGrid& grid, int index
                             std::to_string(grid.w) + "]";
   if (grid.t < 1 || grid.h < 1 || grid.w < 1 || grid.t > kMaxSide || grid.h > kMaxSide ||
       grid.w > kMaxSide) {
-    return InvalidArgument(which + ": each of t, h, w must be in [1, " +
-                           std::to_string(kMaxSide) + "]");
+    return InvalidArgument(which + ": each of t, h, w must be in [1, " + std::to_string(kMaxSide) +
+                           "]");
   }
   if (grid.h % arch.merge != 0 || grid.w % arch.merge != 0) {
     return InvalidArgument(which + ": h and w must be multiples of the merge size " +

@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "model/mrope.h"
 #include "ops/device.h"
+#include "tests/unit/model/cuda_or_null.h"
 
 namespace gizllm {
 namespace {
@@ -54,12 +55,12 @@ TEST(MropePositions, TwoPicturesHandWorked) {
   const std::vector<VisionGrid> grids = {{1, 4, 6}, {1, 6, 4}};
   auto p = ComputeMropePositions(TinyVision(), ids, grids);
   ASSERT_TRUE(p.ok()) << p.status().message();
-  EXPECT_EQ(p->t, (std::vector<int32_t>{0, 1, 2, 3, 3, 3, 3, 3, 3, 6, 7, 8, 8, 8, 8, 8, 8, 11,
-                                        12}));
-  EXPECT_EQ(p->h, (std::vector<int32_t>{0, 1, 2, 3, 3, 3, 4, 4, 4, 6, 7, 8, 8, 9, 9, 10, 10,
-                                        11, 12}));
-  EXPECT_EQ(p->w, (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 3, 4, 5, 6, 7, 8, 9, 8, 9, 8, 9, 11,
-                                        12}));
+  EXPECT_EQ(p->t,
+            (std::vector<int32_t>{0, 1, 2, 3, 3, 3, 3, 3, 3, 6, 7, 8, 8, 8, 8, 8, 8, 11, 12}));
+  EXPECT_EQ(p->h,
+            (std::vector<int32_t>{0, 1, 2, 3, 3, 3, 4, 4, 4, 6, 7, 8, 8, 9, 9, 10, 10, 11, 12}));
+  EXPECT_EQ(p->w,
+            (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 3, 4, 5, 6, 7, 8, 9, 8, 9, 8, 9, 11, 12}));
   EXPECT_EQ(p->next, 13);
   EXPECT_EQ(p->picture_rows, (std::vector<int64_t>{3, 11}));
 
@@ -194,30 +195,35 @@ class VisionModelTest : public ::testing::Test {
     for (const auto& [n, v] : t)
       out.push_back({n, DType::kF32, v.first, v.second.data(), v.second.size() * sizeof(float)});
     ASSERT_TRUE(WriteSafetensors(dir_ + "/model.safetensors", out, {}).ok());
-    nlohmann::json config = {
-        {"architectures", {"Qwen3VLForConditionalGeneration"}},
-        {"model_type", "qwen3_vl"},
-        {"image_token_id", kImage},
-        {"video_token_id", kVideo},
-        {"vision_start_token_id", kStart},
-        {"vision_end_token_id", kEnd},
-        {"tie_word_embeddings", false},
-        {"text_config",
-         {{"vocab_size", kVocab},
-          {"hidden_size", kDim},
-          {"intermediate_size", kFfn},
-          {"num_hidden_layers", kLayers},
-          {"num_attention_heads", kHeads},
-          {"num_key_value_heads", kKvHeads},
-          {"head_dim", kHeadDim},
-          {"rms_norm_eps", 1e-6},
-          {"max_position_embeddings", 256},
-          {"rope_parameters",
-           {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"mrope_section", {1, 2, 1}},
-            {"mrope_interleaved", true}}}}},
-        {"vision_config", {{"depth", 1}, {"hidden_size", 8}, {"num_heads", 2},
-                           {"out_hidden_size", kDim}, {"num_position_embeddings", 4},
-                           {"deepstack_visual_indexes", {0}}}}};
+    nlohmann::json config = {{"architectures", {"Qwen3VLForConditionalGeneration"}},
+                             {"model_type", "qwen3_vl"},
+                             {"image_token_id", kImage},
+                             {"video_token_id", kVideo},
+                             {"vision_start_token_id", kStart},
+                             {"vision_end_token_id", kEnd},
+                             {"tie_word_embeddings", false},
+                             {"text_config",
+                              {{"vocab_size", kVocab},
+                               {"hidden_size", kDim},
+                               {"intermediate_size", kFfn},
+                               {"num_hidden_layers", kLayers},
+                               {"num_attention_heads", kHeads},
+                               {"num_key_value_heads", kKvHeads},
+                               {"head_dim", kHeadDim},
+                               {"rms_norm_eps", 1e-6},
+                               {"max_position_embeddings", 256},
+                               {"rope_parameters",
+                                {{"rope_type", "default"},
+                                 {"rope_theta", 10000.0},
+                                 {"mrope_section", {1, 2, 1}},
+                                 {"mrope_interleaved", true}}}}},
+                             {"vision_config",
+                              {{"depth", 1},
+                               {"hidden_size", 8},
+                               {"num_heads", 2},
+                               {"out_hidden_size", kDim},
+                               {"num_position_embeddings", 4},
+                               {"deepstack_visual_indexes", {0}}}}};
     std::ofstream(dir_ + "/config.json") << config.dump();
     auto model = Model::Load(dir_, Cpu());
     ASSERT_TRUE(model.ok()) << model.status().message();
@@ -334,6 +340,29 @@ TEST_F(VisionModelTest, ChunksMayEndInsideAPicture) {
   const std::vector<float> whole = Logits(pictures, 256);
   for (int64_t chunk : {5, 4, 1}) {
     EXPECT_LE(MaxDiff(Logits(pictures, chunk), whole), 1e-5f) << chunk;
+  }
+}
+
+// The same prompt on the CUDA backend (M-RoPE through three Rope ops and a KvWrite, picture
+// rows, deepstack): exact mode within 1e-3 of the CPU's largest logit, fast mode within 2e-2.
+// Skips without a CUDA device.
+TEST_F(VisionModelTest, CudaMatchesTheCpu) {
+  const PromptPictures pictures = Pictures(2);
+  const std::vector<float> cpu = Logits(pictures, 256);
+  float top = 0;
+  for (float v : cpu) top = std::max(top, std::fabs(v));
+  for (bool exact : {true, false}) {
+    std::string why;
+    std::shared_ptr<Backend> cuda = testing::CudaOrNull(exact, &why);
+    if (!cuda) GTEST_SKIP() << why;
+    auto model = Model::Load(dir_, cuda);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    for (int64_t chunk : {256, 5}) {
+      auto logits = SequenceLogits(**model, ids_, pictures, chunk);
+      ASSERT_TRUE(logits.ok()) << logits.status().message();
+      EXPECT_LE(MaxDiff(*logits, cpu), (exact ? 1e-3f : 2e-2f) * top)
+          << (exact ? "exact" : "fast") << " chunk " << chunk;
+    }
   }
 }
 

@@ -20,6 +20,7 @@
 
 #include "formats/safetensors.h"
 #include "ops/device.h"
+#include "tests/unit/model/cuda_or_null.h"
 
 namespace gizllm {
 namespace {
@@ -28,8 +29,8 @@ namespace fs = std::filesystem;
 constexpr int kDepth = 3, kDim = 16, kHeads = 2, kFfn = 24, kPatch = 2, kTemporal = 2,
               kChannels = 3, kMerge = 2, kSide = 3, kOut = 12;
 constexpr int kPatchFloats = kChannels * kTemporal * kPatch * kPatch;  // 24
-constexpr int kHeadDim = kDim / kHeads;                                 // 8
-constexpr int kMerged = kDim * kMerge * kMerge;                         // 64
+constexpr int kHeadDim = kDim / kHeads;                                // 8
+constexpr int kMerged = kDim * kMerge * kMerge;                        // 64
 const std::vector<int> kDeepstack = {0, 2};
 
 using Tensors = std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>;
@@ -92,25 +93,24 @@ class VisionTowerTest : public ::testing::Test {
     for (const auto& [n, t] : tensors_)
       out.push_back({n, DType::kF32, t.first, t.second.data(), t.second.size() * sizeof(float)});
     EXPECT_TRUE(WriteSafetensors(dir + "/model.safetensors", out, {}).ok());
-    nlohmann::json config = {
-        {"architectures", {"Qwen3VLForConditionalGeneration"}},
-        {"model_type", "qwen3_vl"},
-        {"image_token_id", 40},
-        {"vision_start_token_id", 41},
-        {"video_token_id", 42},
-        {"vision_config",
-         {{"depth", kDepth},
-          {"hidden_size", kDim},
-          {"intermediate_size", kFfn},
-          {"num_heads", kHeads},
-          {"in_channels", kChannels},
-          {"patch_size", kPatch},
-          {"temporal_patch_size", kTemporal},
-          {"spatial_merge_size", kMerge},
-          {"out_hidden_size", kOut},
-          {"num_position_embeddings", kSide * kSide},
-          {"deepstack_visual_indexes", kDeepstack},
-          {"hidden_act", act}}}};
+    nlohmann::json config = {{"architectures", {"Qwen3VLForConditionalGeneration"}},
+                             {"model_type", "qwen3_vl"},
+                             {"image_token_id", 40},
+                             {"vision_start_token_id", 41},
+                             {"video_token_id", 42},
+                             {"vision_config",
+                              {{"depth", kDepth},
+                               {"hidden_size", kDim},
+                               {"intermediate_size", kFfn},
+                               {"num_heads", kHeads},
+                               {"in_channels", kChannels},
+                               {"patch_size", kPatch},
+                               {"temporal_patch_size", kTemporal},
+                               {"spatial_merge_size", kMerge},
+                               {"out_hidden_size", kOut},
+                               {"num_position_embeddings", kSide * kSide},
+                               {"deepstack_visual_indexes", kDeepstack},
+                               {"hidden_act", act}}}};
     std::ofstream(dir + "/config.json") << config.dump();
     return dir;
   }
@@ -149,9 +149,9 @@ class VisionTowerTest : public ::testing::Test {
         for (int64_t i = 0; i < width; ++i) mean += v[r * width + i] / width;
         for (int64_t i = 0; i < width; ++i) var += std::pow(v[r * width + i] - mean, 2) / width;
         for (int64_t i = 0; i < width; ++i)
-          v[r * width + i] = (v[r * width + i] - mean) / std::sqrt(var + 1e-6) *
-                                 T(name + ".weight")[i] +
-                             T(name + ".bias")[i];
+          v[r * width + i] =
+              (v[r * width + i] - mean) / std::sqrt(var + 1e-6) * T(name + ".weight")[i] +
+              T(name + ".bias")[i];
       }
       return v;
     };
@@ -174,7 +174,8 @@ class VisionTowerTest : public ::testing::Test {
           const double wt[4] = {(1 - dy) * (1 - dx), (1 - dy) * dx, dy * (1 - dx), dy * dx};
           for (int j = 0; j < 4; ++j)
             for (int c = 0; c < kDim; ++c)
-              grid[(y * g.w + xx) * kDim + c] += wt[j] * T(p + "pos_embed.weight")[idx[j] * kDim + c];
+              grid[(y * g.w + xx) * kDim + c] +=
+                  wt[j] * T(p + "pos_embed.weight")[idx[j] * kDim + c];
         }
       }
       for (int64_t t = 0; t < g.t; ++t)
@@ -213,8 +214,8 @@ class VisionTowerTest : public ::testing::Test {
       for (int64_t t = 0; t < g.t; ++t) starts.push_back(starts.back() + g.h * g.w);
     const int64_t merged = n / (kMerge * kMerge);
     auto run_merger = [&](const std::string& m, bool norm_merged) {
-      std::vector<double> h = norm_merged ? layer_norm(x, kMerged, m + "norm")
-                                          : layer_norm(x, kDim, m + "norm");
+      std::vector<double> h =
+          norm_merged ? layer_norm(x, kMerged, m + "norm") : layer_norm(x, kDim, m + "norm");
       std::vector<double> f = linear(h, merged, kMerged, m + "linear_fc1", kMerged);
       for (double& v : f) v = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
       return linear(f, merged, kMerged, m + "linear_fc2", kOut);
@@ -260,8 +261,7 @@ class VisionTowerTest : public ::testing::Test {
       h = layer_norm(x, kDim, b + "norm2");
       std::vector<double> f = linear(h, n, kDim, b + "mlp.linear_fc1", kFfn);
       for (double& e : f) {
-        e = gelu_tanh ? 0.5 * e *
-                            (1 + std::tanh(std::sqrt(2 / M_PI) * (e + 0.044715 * e * e * e)))
+        e = gelu_tanh ? 0.5 * e * (1 + std::tanh(std::sqrt(2 / M_PI) * (e + 0.044715 * e * e * e)))
                       : 0.5 * e * (1 + std::erf(e / std::sqrt(2.0)));
       }
       o = linear(f, n, kFfn, b + "mlp.linear_fc2", kDim);
@@ -314,6 +314,31 @@ TEST_F(VisionTowerTest, MatchesTheFloat64Reference) {
   }
 }
 
+// The same on the CUDA backend: exact mode (float32) within 1e-3 of the largest value, fast mode
+// within 2e-2. Skips without a CUDA device.
+TEST_F(VisionTowerTest, CudaMatchesTheFloat64Reference) {
+  for (bool exact : {true, false}) {
+    std::string why;
+    std::shared_ptr<Backend> cuda = testing::CudaOrNull(exact, &why);
+    if (!cuda) GTEST_SKIP() << why;
+    auto tower = VisionTower::Load(Write(), cuda);
+    ASSERT_TRUE(tower.ok()) << tower.status().message();
+    const std::vector<VisionGrid> grids = {{1, 4, 6}, {2, 2, 4}, {1, 6, 2}};
+    const std::vector<float> pixels = Pixels(24 + 16 + 12);
+    VisionOutput out;
+    ASSERT_TRUE((*tower)->Run(pixels, grids, &out).ok());
+    std::vector<double> rows;
+    std::vector<std::vector<double>> deepstack;
+    Reference(pixels, grids, /*gelu_tanh=*/true, &rows, &deepstack);
+    const double tolerance = exact ? 1e-3 : 2e-2;
+    const std::string mode = exact ? "exact" : "fast";
+    ExpectNear(out.embeddings, rows, tolerance, mode + " rows");
+    ASSERT_EQ(out.deepstack.size(), 2u);
+    for (int i = 0; i < 2; ++i)
+      ExpectNear(out.deepstack[i], deepstack[i], tolerance, mode + " deepstack");
+  }
+}
+
 TEST_F(VisionTowerTest, PicturesTogetherEqualEachAlone) {
   auto tower = VisionTower::Load(Write(), Cpu());
   ASSERT_TRUE(tower.ok()) << tower.status().message();
@@ -329,8 +354,8 @@ TEST_F(VisionTowerTest, PicturesTogetherEqualEachAlone) {
   std::vector<double> ref(joined.begin(), joined.end());
   ExpectNear(both.embeddings, ref, 1e-6, "rows");
   // The second picture alone differs from the first: the pictures do not share rows.
-  EXPECT_NE(first.embeddings, std::vector<float>(second.embeddings.begin(),
-                                                 second.embeddings.end()));
+  EXPECT_NE(first.embeddings,
+            std::vector<float>(second.embeddings.begin(), second.embeddings.end()));
 }
 
 TEST_F(VisionTowerTest, ErrorsNameTheProblem) {
