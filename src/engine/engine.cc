@@ -123,6 +123,70 @@ Engine::~Engine() = default;
 
 const std::vector<int32_t>& Engine::held(int32_t slot) const { return state_.slots[slot].tokens; }
 
+namespace {
+
+// The key that stands for picture row j of `p` in a sequence's tokens: a hash of what the
+// language model reads there (the row, its deepstack features, its three positions), as a
+// negative number (no token of any vocabulary).
+int32_t PictureRowKey(const PromptPictures& p, int64_t j, int64_t dim) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a, 64-bit
+  auto mix = [&](const void* data, size_t bytes) {
+    const auto* b = static_cast<const uint8_t*>(data);
+    for (size_t i = 0; i < bytes; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  const int64_t count = static_cast<int64_t>(p.rows.size());
+  mix(p.embeddings.data() + j * dim, dim * sizeof(float));
+  for (int l = 0; l < p.layers; ++l)
+    mix(p.deepstack.data() + (l * count + j) * dim, dim * sizeof(float));
+  const int64_t r = p.rows[j];
+  const int32_t pos[3] = {p.positions.t[r], p.positions.h[r], p.positions.w[r]};
+  mix(pos, sizeof(pos));
+  return -2 - static_cast<int32_t>(h % (uint64_t{1} << 30));
+}
+
+}  // namespace
+
+Status Engine::CheckPictures(const Request& request) const {
+  const PromptPictures& p = *request.pictures;
+  const int64_t n = static_cast<int64_t>(request.prompt.size());
+  const int64_t dim = runner_->arch().dim;
+  const int64_t count = static_cast<int64_t>(p.rows.size());
+  const MropePositions& pos = p.positions;
+  if (static_cast<int64_t>(pos.t.size()) != n || static_cast<int64_t>(pos.h.size()) != n ||
+      static_cast<int64_t>(pos.w.size()) != n) {
+    return InvalidArgument("request.pictures: expected three rotary positions for each of the " +
+                           std::to_string(n) + " prompt tokens");
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t most = std::max({pos.t[i], pos.h[i], pos.w[i]});
+    if (std::min({pos.t[i], pos.h[i], pos.w[i]}) < 0 || most >= pos.next) {
+      return InvalidArgument("request.pictures: the positions of prompt token " +
+                             std::to_string(i) + " are outside [0, next " +
+                             std::to_string(pos.next) + ")");
+    }
+  }
+  if (pos.next > options_.context) {
+    return InvalidArgument("request.pictures: the prompt's rotary positions reach " +
+                           std::to_string(pos.next) + ", past the engine's context");
+  }
+  for (int64_t j = 0; j < count; ++j) {
+    if (p.rows[j] < 0 || p.rows[j] >= n || (j > 0 && p.rows[j] <= p.rows[j - 1])) {
+      return InvalidArgument("request.pictures: rows must be ascending prompt rows");
+    }
+  }
+  if (static_cast<int64_t>(p.embeddings.size()) != count * dim) {
+    return InvalidArgument("request.pictures: expected embeddings [" + std::to_string(count) +
+                           ", " + std::to_string(dim) + "]");
+  }
+  if (p.layers < 0 || p.layers > runner_->arch().layers ||
+      static_cast<int64_t>(p.deepstack.size()) != p.layers * count * dim) {
+    return InvalidArgument("request.pictures: expected deepstack features [layers <= " +
+                           std::to_string(runner_->arch().layers) + ", " + std::to_string(count) +
+                           ", " + std::to_string(dim) + "]");
+  }
+  return Status::Ok();
+}
+
 Expected<int64_t> Engine::Add(Request request, int32_t mark, int32_t shared) {
   const int64_t n = static_cast<int64_t>(request.prompt.size());
   if (n == 0) return InvalidArgument("request.prompt: expected at least one token");
@@ -163,6 +227,7 @@ Expected<int64_t> Engine::Add(Request request, int32_t mark, int32_t shared) {
                            std::to_string(g->vocabulary->size()) + " tokens, the model has " +
                            std::to_string(vocab_));
   }
+  if (request.pictures) GZ_RETURN_IF_ERROR(CheckPictures(request));
   const int64_t id = next_id_++;
   Sequence seq;
   if (request.sampling.grammar) {
@@ -171,6 +236,13 @@ Expected<int64_t> Engine::Add(Request request, int32_t mark, int32_t shared) {
   seq.id = id;
   seq.tokens = request.prompt;
   seq.prompt = n;
+  if (const PromptPictures* p = request.pictures.get()) {
+    seq.picture_row.assign(n, -1);
+    for (size_t j = 0; j < p->rows.size(); ++j) {
+      seq.picture_row[p->rows[j]] = static_cast<int32_t>(j);
+      seq.tokens[p->rows[j]] = PictureRowKey(*p, static_cast<int64_t>(j), runner_->arch().dim);
+    }
+  }
   seq.mark = mark;
   seq.shared = shared / kPage * kPage;
   seq.seed = request.sampling.seed.value_or(CounterHash(kDefaultSeedBase, id));
@@ -245,8 +317,8 @@ void Engine::Draft() {
     if (unread != 1) continue;
     ++decodes;
     const Sampling& s = seq.request.sampling;
-    if (options_.draft == DraftMode::kNone || state_.slot_states || s.presence != 0.0f ||
-        s.frequency != 0.0f || s.repetition != 1.0f || s.grammar != nullptr) {
+    if (options_.draft == DraftMode::kNone || state_.slot_states || seq.request.pictures ||
+        s.presence != 0.0f || s.frequency != 0.0f || s.repetition != 1.0f || s.grammar != nullptr) {
       continue;
     }
     // Drafts past the request's limit or the context would never be kept: a step makes at most
@@ -281,18 +353,61 @@ void Engine::FillTables() {
 
 Status Engine::Run() {
   rows_.Clear();
+  // Picture rows of the step: (row, the sequence's pictures, index among its picture rows).
+  struct PictureRow {
+    int32_t row;
+    const PromptPictures* pictures;
+    int32_t index;
+  };
+  std::vector<PictureRow> picture_rows;
   for (const Planned& p : state_.plan) {
     const Sequence& seq = state_.sequences.at(p.id);
     DCHECK(static_cast<int64_t>(seq.drafts.size()) == p.drafts);
     const int64_t start = static_cast<int64_t>(state_.slots[seq.slot].tokens.size());
     const int64_t end = start + p.rows - p.drafts;
+    const PromptPictures* pictures = seq.request.pictures.get();
+    // A row of the sequence: with pictures, its three rotary positions (the prompt's from the
+    // request; after the prompt, all three count on from the prompt's `next`).
+    auto push = [&](int32_t token, int64_t i, bool want) {
+      if (!pictures) return rows_.Push(token, seq.slot, static_cast<int32_t>(i), want);
+      const MropePositions& pos = pictures->positions;
+      if (i < seq.prompt) {
+        if (seq.picture_row[i] >= 0)
+          picture_rows.push_back(
+              {static_cast<int32_t>(rows_.size()), pictures, seq.picture_row[i]});
+        return rows_.PushMrope(token, seq.slot, static_cast<int32_t>(i), pos.t[i], pos.h[i],
+                               pos.w[i], want);
+      }
+      const int32_t r = static_cast<int32_t>(pos.next + (i - seq.prompt));
+      rows_.PushMrope(token, seq.slot, static_cast<int32_t>(i), r, r, r, want);
+    };
     for (int64_t i = start; i < end; ++i) {
-      rows_.Push(seq.tokens[i], seq.slot, static_cast<int32_t>(i),
-                 /*want=*/i == static_cast<int64_t>(seq.tokens.size()) - 1);
+      // A picture row reads its placeholder's id (its embedding is replaced below).
+      push(i < seq.prompt ? seq.request.prompt[i] : seq.tokens[i], i,
+           /*want=*/i == static_cast<int64_t>(seq.tokens.size()) - 1);
     }
     // Each draft's row judges the draft after it (the last row gives a token beyond them all).
-    for (int64_t j = 0; j < p.drafts; ++j) {
-      rows_.Push(seq.drafts[j], seq.slot, static_cast<int32_t>(end + j), /*want=*/true);
+    for (int64_t j = 0; j < p.drafts; ++j) push(seq.drafts[j], end + j, /*want=*/true);
+  }
+  if (!picture_rows.empty()) {
+    // The rows' embeddings, and their deepstack features layer by layer (zero past a request's
+    // own layers).
+    const int64_t dim = runner_->arch().dim;
+    const int64_t count = static_cast<int64_t>(picture_rows.size());
+    VisualRows& v = rows_.visual;
+    for (const PictureRow& r : picture_rows) v.layers = std::max(v.layers, r.pictures->layers);
+    v.embeddings.resize(count * dim);
+    v.deepstack.assign(v.layers * count * dim, 0.0f);
+    for (int64_t k = 0; k < count; ++k) {
+      const PictureRow& r = picture_rows[k];
+      const PromptPictures& p = *r.pictures;
+      const int64_t pictures_count = static_cast<int64_t>(p.rows.size());
+      v.rows.push_back(r.row);
+      std::copy_n(p.embeddings.begin() + r.index * dim, dim, v.embeddings.begin() + k * dim);
+      for (int l = 0; l < p.layers; ++l) {
+        std::copy_n(p.deepstack.begin() + (l * pictures_count + r.index) * dim, dim,
+                    v.deepstack.begin() + (l * count + k) * dim);
+      }
     }
   }
   FillTables();
@@ -404,8 +519,9 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
         std::span<const float> logits(&logits_[w * vocab_], vocab_);
         std::span<const int32_t> all(seq.tokens);
         if (seq.matcher) seq.matcher->FillMask(seq.stop, &mask_);
+        // The prompt as the request gave it (a picture row's placeholder, not its key).
         token = sampler_.Sample(
-            logits, seq.request.sampling, seq.seed, all.first(seq.prompt), all.subspan(seq.prompt),
+            logits, seq.request.sampling, seq.seed, seq.request.prompt, all.subspan(seq.prompt),
             &logprobs,
             seq.matcher ? std::span<const uint64_t>(mask_) : std::span<const uint64_t>());
       }

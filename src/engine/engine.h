@@ -146,6 +146,8 @@ class Engine {
  private:
   Engine(Runner* runner, const EngineOptions& options, int32_t pages, int32_t max_pages);
 
+  // Request::pictures against the prompt and the model: sizes, rows, positions.
+  Status CheckPictures(const Request& request) const;
   // The parts of a step after the plan (engine/scheduler.h): run the runner, then sample.
   Status Run();
   void PostProcess(std::vector<Progress>& progress);

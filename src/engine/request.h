@@ -2,11 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "model/mrope.h"
 #include "sampling/sampling.h"
 
 namespace gizllm {
@@ -16,6 +18,11 @@ struct Request {
   int64_t limit = -1;           // most new tokens; -1: until the context is full
   Sampling sampling;
   std::optional<std::vector<int32_t>> stop;  // stop tokens; none: the model's eos ids
+  // The prompt's pictures (Qwen3-VL): every prompt row's three rotary positions, the rows that
+  // read a picture's row instead of their placeholder's embedding, and the deepstack features.
+  // Prefix reuse keys those rows by their inputs (the picture's rows and positions), so a held
+  // prefix with another picture is never read. Requests with pictures draft nothing.
+  std::shared_ptr<const PromptPictures> pictures;
 };
 
 // What one request produced in one Advance.

@@ -39,8 +39,13 @@ struct Slot {
 struct Sequence {
   int64_t id = 0;
   Request request;
-  std::vector<int32_t> tokens;  // prompt, then the answer so far
-  int64_t prompt = 0;           // prompt size
+  // Prompt, then the answer so far. A picture row's token is a key of its inputs instead of its
+  // placeholder (negative: no token of the vocabulary), so that prefixes match only the same
+  // pictures; the prompt's tokens are request.prompt.
+  std::vector<int32_t> tokens;
+  int64_t prompt = 0;  // prompt size
+  // With pictures: for each prompt row, its index among the picture rows, or -1.
+  std::vector<int32_t> picture_row;
   int32_t mark = -1;
   int64_t shared = 0;       // its shared start (tokens many prompts share), whole pages
   bool registered = false;  // its shared start is registered in the prefix cache

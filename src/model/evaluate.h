@@ -19,17 +19,6 @@ namespace gizllm {
 Expected<std::vector<float>> SequenceLogits(Runner& runner, std::span<const int32_t> ids,
                                             int64_t chunk = 256);
 
-// A prompt's pictures as the language model reads them: each row's three rotary positions,
-// and for the rows that hold image placeholders (in prompt order) the tower's rows and the
-// deepstack features.
-struct PromptPictures {
-  MropePositions positions;
-  std::vector<int32_t> rows;      // [count] prompt rows holding a picture's row
-  std::vector<float> embeddings;  // [count, dim]
-  int layers = 0;
-  std::vector<float> deepstack;  // [layers, count, dim]
-};
-
 // The tower's output for the prompt's pictures placed at its image placeholders (`positions`
 // from ComputeMropePositions over the same prompt and grids).
 Expected<PromptPictures> PlacePictures(const VisionArch& arch, std::span<const int32_t> ids,

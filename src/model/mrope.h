@@ -25,6 +25,17 @@ struct MropePositions {
   std::vector<int64_t> picture_rows;
 };
 
+// A prompt's pictures as the language model reads them: each row's three rotary positions,
+// and for the rows that hold image placeholders (in prompt order) the tower's rows and the
+// deepstack features.
+struct PromptPictures {
+  MropePositions positions;
+  std::vector<int32_t> rows;      // [count] prompt rows holding a picture's row
+  std::vector<float> embeddings;  // [count, dim]
+  int layers = 0;
+  std::vector<float> deepstack;  // [layers, count, dim]
+};
+
 // `grids` are the prompt's pictures in order. An error when the image placeholders do not
 // match them (a picture with too few placeholders, placeholders left over, grids left over),
 // or when the prompt holds video placeholders (not read yet).

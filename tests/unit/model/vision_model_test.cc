@@ -20,14 +20,19 @@
 #include "model/mrope.h"
 #include "ops/device.h"
 #include "tests/unit/model/cuda_or_null.h"
+#include "tests/unit/model/tiny_vl.h"
 
 namespace gizllm {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr int kVocab = 48, kDim = 32, kHeads = 4, kKvHeads = 2, kHeadDim = 8, kFfn = 40,
-              kLayers = 3;
-constexpr int32_t kImage = 40, kStart = 41, kVideo = 42, kEnd = 43;
+using tiny_vl::kDim;
+using tiny_vl::kEnd;
+using tiny_vl::kImage;
+using tiny_vl::kLayers;
+using tiny_vl::kStart;
+using tiny_vl::kVideo;
+using tiny_vl::kVocab;
 
 std::shared_ptr<Backend> Cpu() {
   auto be = OpenBackend(DeviceOptions{.device = "cpu", .threads = 2, .exact = true});
@@ -35,14 +40,7 @@ std::shared_ptr<Backend> Cpu() {
   return std::move(be).value();
 }
 
-VisionArch TinyVision() {
-  VisionArch a;
-  a.merge = 2;
-  a.image_token = kImage;
-  a.video_token = kVideo;
-  a.vision_start = kStart;
-  return a;
-}
+VisionArch TinyVision() { return tiny_vl::Vision(); }
 
 TEST(MropePositions, TwoPicturesHandWorked) {
   // text, text, start, 6 pads (grid [1, 4, 6]: 2 x 3 merged), end, start, 6 pads ([1, 6, 4]:
@@ -156,103 +154,16 @@ TEST(MropeRotation, ThreeMaskedRotationsEqualInterleavedMrope) {
 class VisionModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::mt19937 rng(11);
-    std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> t;
-    auto add = [&](const std::string& name, std::vector<int64_t> shape, float scale,
-                   float mean = 0.0f) {
-      std::normal_distribution<float> d(mean, scale);
-      int64_t n = 1;
-      for (int64_t s : shape) n *= s;
-      std::vector<float> v(n);
-      for (float& f : v) f = d(rng);
-      t[name] = {std::move(shape), std::move(v)};
-    };
-    const std::string p = "model.language_model.";
-    add(p + "embed_tokens.weight", {kVocab, kDim}, 1.0f);
-    add(p + "norm.weight", {kDim}, 0.2f, 1.0f);
-    add("lm_head.weight", {kVocab, kDim}, 0.3f);
-    for (int l = 0; l < kLayers; ++l) {
-      const std::string x = p + "layers." + std::to_string(l) + ".";
-      add(x + "input_layernorm.weight", {kDim}, 0.2f, 1.0f);
-      add(x + "post_attention_layernorm.weight", {kDim}, 0.2f, 1.0f);
-      add(x + "self_attn.q_proj.weight", {kHeads * kHeadDim, kDim}, 0.3f);
-      add(x + "self_attn.k_proj.weight", {kKvHeads * kHeadDim, kDim}, 0.3f);
-      add(x + "self_attn.v_proj.weight", {kKvHeads * kHeadDim, kDim}, 0.3f);
-      add(x + "self_attn.o_proj.weight", {kDim, kHeads * kHeadDim}, 0.3f);
-      add(x + "self_attn.q_norm.weight", {kHeadDim}, 0.2f, 1.0f);
-      add(x + "self_attn.k_norm.weight", {kHeadDim}, 0.2f, 1.0f);
-      add(x + "mlp.gate_proj.weight", {kFfn, kDim}, 0.3f);
-      add(x + "mlp.up_proj.weight", {kFfn, kDim}, 0.3f);
-      add(x + "mlp.down_proj.weight", {kDim, kFfn}, 0.3f);
-    }
-    // A tower tensor the language model leaves in the file.
-    add("model.visual.pos_embed.weight", {4, 8}, 1.0f);
-    embed_ = t[p + "embed_tokens.weight"].second;
     dir_ = (fs::path(::testing::TempDir()) / "vision_model").string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    std::vector<TensorToWrite> out;
-    for (const auto& [n, v] : t)
-      out.push_back({n, DType::kF32, v.first, v.second.data(), v.second.size() * sizeof(float)});
-    ASSERT_TRUE(WriteSafetensors(dir_ + "/model.safetensors", out, {}).ok());
-    nlohmann::json config = {{"architectures", {"Qwen3VLForConditionalGeneration"}},
-                             {"model_type", "qwen3_vl"},
-                             {"image_token_id", kImage},
-                             {"video_token_id", kVideo},
-                             {"vision_start_token_id", kStart},
-                             {"vision_end_token_id", kEnd},
-                             {"tie_word_embeddings", false},
-                             {"text_config",
-                              {{"vocab_size", kVocab},
-                               {"hidden_size", kDim},
-                               {"intermediate_size", kFfn},
-                               {"num_hidden_layers", kLayers},
-                               {"num_attention_heads", kHeads},
-                               {"num_key_value_heads", kKvHeads},
-                               {"head_dim", kHeadDim},
-                               {"rms_norm_eps", 1e-6},
-                               {"max_position_embeddings", 256},
-                               {"rope_parameters",
-                                {{"rope_type", "default"},
-                                 {"rope_theta", 10000.0},
-                                 {"mrope_section", {1, 2, 1}},
-                                 {"mrope_interleaved", true}}}}},
-                             {"vision_config",
-                              {{"depth", 1},
-                               {"hidden_size", 8},
-                               {"num_heads", 2},
-                               {"out_hidden_size", kDim},
-                               {"num_position_embeddings", 4},
-                               {"deepstack_visual_indexes", {0}}}}};
-    std::ofstream(dir_ + "/config.json") << config.dump();
+    embed_ = tiny_vl::Write(dir_);
     auto model = Model::Load(dir_, Cpu());
     ASSERT_TRUE(model.ok()) << model.status().message();
     model_ = std::move(*model);
-    // The prompt: text, two pictures (grids [1, 4, 6] and [1, 2, 4]), text.
-    ids_ = {1, 2, kStart};
-    ids_.insert(ids_.end(), 6, kImage);
-    ids_.insert(ids_.end(), {kEnd, 7, kStart});
-    ids_.insert(ids_.end(), 2, kImage);
-    ids_.insert(ids_.end(), {kEnd, 9, 10});
-    grids_ = {{1, 4, 6}, {1, 2, 4}};
+    ids_ = tiny_vl::Prompt();
   }
 
-  // Picture rows: random embeddings and deepstack features of `layers` layers.
   PromptPictures Pictures(int layers, float deepstack_scale = 0.5f) {
-    auto pos = ComputeMropePositions(TinyVision(), ids_, grids_);
-    EXPECT_TRUE(pos.ok()) << pos.status().message();
-    std::mt19937 rng(5);
-    std::normal_distribution<float> d(0.0f, 1.0f);
-    VisionOutput tower;
-    tower.rows = 8;
-    tower.embeddings.resize(8 * kDim);
-    for (float& v : tower.embeddings) v = d(rng);
-    tower.deepstack.assign(layers, std::vector<float>(8 * kDim));
-    for (auto& f : tower.deepstack)
-      for (float& v : f) v = deepstack_scale * d(rng);
-    auto placed = PlacePictures(TinyVision(), ids_, *pos, tower);
-    EXPECT_TRUE(placed.ok()) << placed.status().message();
-    return *placed;
+    return tiny_vl::Pictures(layers, deepstack_scale);
   }
 
   std::vector<float> Logits(const PromptPictures& pictures, int64_t chunk) {
@@ -265,7 +176,6 @@ class VisionModelTest : public ::testing::Test {
   std::unique_ptr<Model> model_;
   std::vector<float> embed_;
   std::vector<int32_t> ids_;
-  std::vector<VisionGrid> grids_;
 };
 
 float MaxDiff(const std::vector<float>& a, const std::vector<float>& b, int64_t from = 0,

@@ -1,0 +1,177 @@
+// The engine with pictures on a tiny random Qwen3-VL (CPU backend, float32 activations): greedy
+// tokens equal the argmax of the model's logits over the prompt and the answer so far (the
+// answer's rotary positions counting on from the prompt's `next`); steps of few rows (prompt
+// pieces ending inside a picture) and concurrent requests under preemption give the same
+// tokens; a held prefix is reused for the same pictures and never past the first picture row
+// for other pictures behind the same placeholder tokens.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+
+#include "../model/tiny_vl.h"
+#include "engine/engine.h"
+#include "model/evaluate.h"
+#include "model/model.h"
+#include "ops/device.h"
+
+namespace gizllm {
+namespace {
+
+namespace fs = std::filesystem;
+
+Model* VlModel() {
+  static std::unique_ptr<Model> model = [] {
+    const fs::path dir =
+        fs::temp_directory_path() / ("gizllm_engine_vision_" + std::to_string(::getpid()));
+    tiny_vl::Write(dir.string());
+    DeviceOptions device;
+    device.exact = true;
+    device.device = "cpu";
+    device.threads = 2;
+    auto backend = OpenBackend(device);
+    EXPECT_TRUE(backend.ok()) << backend.status().message();
+    auto m = Model::Load(dir.string(), *backend);
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    fs::remove_all(dir);
+    return m.ok() ? std::move(*m) : nullptr;
+  }();
+  return model.get();
+}
+
+std::unique_ptr<Engine> MakeEngine(int32_t slots, int64_t rows, int32_t pages) {
+  EngineOptions options;
+  options.slots = slots;
+  options.context = 64;
+  options.rows = rows;
+  options.kv_budget_bytes = pages * VlModel()->PageBytes();
+  auto engine = Engine::Create(VlModel(), options);
+  EXPECT_TRUE(engine.ok()) << engine.status().message();
+  return engine.ok() ? std::move(*engine) : nullptr;
+}
+
+Request WithPictures(std::shared_ptr<const PromptPictures> pictures, int64_t limit) {
+  Request r;
+  r.prompt = tiny_vl::Prompt();
+  r.limit = limit;
+  r.sampling.temperature = 0.0f;
+  r.stop = std::vector<int32_t>{};
+  r.pictures = std::move(pictures);
+  return r;
+}
+
+// Greedy tokens from the model's logits alone: the prompt and the answer so far read whole,
+// the answer's rows at rotary positions next, next + 1, ...
+std::vector<int32_t> ManualGreedy(const PromptPictures& pictures, int count) {
+  std::vector<int32_t> ids = tiny_vl::Prompt();
+  PromptPictures p = pictures;
+  std::vector<int32_t> out;
+  for (int k = 0; k < count; ++k) {
+    auto logits = SequenceLogits(*VlModel(), ids, p);
+    EXPECT_TRUE(logits.ok()) << logits.status().message();
+    if (!logits.ok()) return out;
+    const int64_t vocab = VlModel()->arch().vocab;
+    const float* last = logits->data() + (ids.size() - 1) * vocab;
+    const int32_t token = static_cast<int32_t>(std::max_element(last, last + vocab) - last);
+    out.push_back(token);
+    ids.push_back(token);
+    const int32_t r = p.positions.next + k;
+    p.positions.t.push_back(r);
+    p.positions.h.push_back(r);
+    p.positions.w.push_back(r);
+  }
+  return out;
+}
+
+TEST(EngineVision, GreedyEqualsTheModelsArgmax) {
+  ASSERT_NE(VlModel(), nullptr);
+  auto pictures = std::make_shared<PromptPictures>(tiny_vl::Pictures(/*layers=*/1));
+  const std::vector<int32_t> expected = ManualGreedy(*pictures, 6);
+  for (int64_t rows : {256, 5, 1}) {
+    auto engine = MakeEngine(1, rows, 8);
+    ASSERT_NE(engine, nullptr);
+    auto out = engine->Generate({WithPictures(pictures, 6)});
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    ASSERT_EQ(expected.size(), 6u);
+    EXPECT_EQ((*out)[0], expected) << "rows " << rows;
+  }
+}
+
+TEST(EngineVision, ConcurrentRequestsWithAndWithoutPicturesEqualAlone) {
+  ASSERT_NE(VlModel(), nullptr);
+  std::vector<Request> requests;
+  for (uint32_t seed : {5u, 6u, 7u}) {
+    requests.push_back(
+        WithPictures(std::make_shared<PromptPictures>(tiny_vl::Pictures(1, 0.5f, seed)), 8 + seed));
+  }
+  Request text = WithPictures(nullptr, 9);
+  text.prompt = {3, 4, 5, 6, 7, 8, 9, 11, 12, 13};
+  requests.push_back(text);
+  // Few pages: requests wait and are preempted; steps of 7 rows mix prompt pieces and decodes.
+  auto engine = MakeEngine(4, 7, 5);
+  ASSERT_NE(engine, nullptr);
+  auto together = engine->Generate(requests);
+  ASSERT_TRUE(together.ok()) << together.status().message();
+  EXPECT_GT(engine->stats().preemptions, 0);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(static_cast<int64_t>((*together)[i].size()), requests[i].limit) << i;
+    auto alone = MakeEngine(1, 64, 8)->Generate({requests[i]});
+    ASSERT_TRUE(alone.ok()) << alone.status().message();
+    EXPECT_EQ((*together)[i], (*alone)[0]) << "request " << i;
+  }
+}
+
+TEST(EngineVision, PrefixReuseKeysPicturesByTheirRows) {
+  ASSERT_NE(VlModel(), nullptr);
+  auto same = std::make_shared<PromptPictures>(tiny_vl::Pictures(1, 0.5f, 5));
+  auto other = std::make_shared<PromptPictures>(tiny_vl::Pictures(1, 0.5f, 9));
+  auto engine = MakeEngine(1, 64, 8);
+  ASSERT_NE(engine, nullptr);
+  auto first = engine->Generate({WithPictures(same, 4)});
+  ASSERT_TRUE(first.ok());
+  // The same pictures: the slot's tokens are reused past the pictures.
+  int64_t before = engine->stats().cached_tokens;
+  auto again = engine->Generate({WithPictures(same, 4)});
+  ASSERT_TRUE(again.ok());
+  const int64_t n = static_cast<int64_t>(tiny_vl::Prompt().size());
+  EXPECT_EQ(engine->stats().cached_tokens - before, n - 1);
+  EXPECT_EQ(*again, *first);
+  // Other pictures behind the same placeholders: nothing from the first picture row on.
+  before = engine->stats().cached_tokens;
+  auto changed = engine->Generate({WithPictures(other, 4)});
+  ASSERT_TRUE(changed.ok());
+  EXPECT_EQ(engine->stats().cached_tokens - before, other->rows[0]);
+  auto cold = MakeEngine(1, 64, 8)->Generate({WithPictures(other, 4)});
+  ASSERT_TRUE(cold.ok());
+  EXPECT_EQ(*changed, *cold);
+}
+
+TEST(EngineVision, BadPicturesAreRefused) {
+  ASSERT_NE(VlModel(), nullptr);
+  auto engine = MakeEngine(1, 64, 8);
+  ASSERT_NE(engine, nullptr);
+  PromptPictures p = tiny_vl::Pictures(1);
+  p.positions.t.pop_back();
+  auto id = engine->Add(WithPictures(std::make_shared<PromptPictures>(p), 4));
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("three rotary positions"), std::string::npos);
+  p = tiny_vl::Pictures(1);
+  p.embeddings.pop_back();
+  id = engine->Add(WithPictures(std::make_shared<PromptPictures>(p), 4));
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("embeddings"), std::string::npos);
+  p = tiny_vl::Pictures(tiny_vl::kLayers + 1);
+  id = engine->Add(WithPictures(std::make_shared<PromptPictures>(p), 4));
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("deepstack"), std::string::npos);
+  p = tiny_vl::Pictures(1);
+  std::swap(p.rows[0], p.rows[1]);
+  id = engine->Add(WithPictures(std::make_shared<PromptPictures>(p), 4));
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("ascending"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gizllm

@@ -1,0 +1,139 @@
+// A small random Qwen3-VL language model (Qwen3VLForConditionalGeneration, float32 tensors:
+// the text model and one tower tensor it leaves in the file) written to a folder, and picture
+// inputs for a prompt with two pictures, for the model and engine tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/safetensors.h"
+#include "model/mrope.h"
+#include "model/vision_arch.h"
+
+namespace gizllm::tiny_vl {
+
+constexpr int kVocab = 48, kDim = 32, kHeads = 4, kKvHeads = 2, kHeadDim = 8, kFfn = 40,
+              kLayers = 3;
+constexpr int32_t kImage = 40, kStart = 41, kVideo = 42, kEnd = 43;
+
+// The tower's side as the language model sees it: merge 2 and the token ids above.
+inline VisionArch Vision() {
+  VisionArch a;
+  a.merge = 2;
+  a.image_token = kImage;
+  a.video_token = kVideo;
+  a.vision_start = kStart;
+  return a;
+}
+
+// Writes the folder; returns the embedding table [kVocab, kDim].
+inline std::vector<float> Write(const std::string& dir) {
+  std::mt19937 rng(11);
+  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> t;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, float scale,
+                 float mean = 0.0f) {
+    std::normal_distribution<float> d(mean, scale);
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    std::vector<float> v(n);
+    for (float& f : v) f = d(rng);
+    t[name] = {std::move(shape), std::move(v)};
+  };
+  const std::string p = "model.language_model.";
+  add(p + "embed_tokens.weight", {kVocab, kDim}, 1.0f);
+  add(p + "norm.weight", {kDim}, 0.2f, 1.0f);
+  add("lm_head.weight", {kVocab, kDim}, 0.3f);
+  for (int l = 0; l < kLayers; ++l) {
+    const std::string x = p + "layers." + std::to_string(l) + ".";
+    add(x + "input_layernorm.weight", {kDim}, 0.2f, 1.0f);
+    add(x + "post_attention_layernorm.weight", {kDim}, 0.2f, 1.0f);
+    add(x + "self_attn.q_proj.weight", {kHeads * kHeadDim, kDim}, 0.3f);
+    add(x + "self_attn.k_proj.weight", {kKvHeads * kHeadDim, kDim}, 0.3f);
+    add(x + "self_attn.v_proj.weight", {kKvHeads * kHeadDim, kDim}, 0.3f);
+    add(x + "self_attn.o_proj.weight", {kDim, kHeads * kHeadDim}, 0.3f);
+    add(x + "self_attn.q_norm.weight", {kHeadDim}, 0.2f, 1.0f);
+    add(x + "self_attn.k_norm.weight", {kHeadDim}, 0.2f, 1.0f);
+    add(x + "mlp.gate_proj.weight", {kFfn, kDim}, 0.3f);
+    add(x + "mlp.up_proj.weight", {kFfn, kDim}, 0.3f);
+    add(x + "mlp.down_proj.weight", {kDim, kFfn}, 0.3f);
+  }
+  // A tower tensor the language model leaves in the file.
+  add("model.visual.pos_embed.weight", {4, 8}, 1.0f);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::vector<TensorToWrite> out;
+  for (const auto& [n, v] : t)
+    out.push_back({n, DType::kF32, v.first, v.second.data(), v.second.size() * sizeof(float)});
+  EXPECT_TRUE(WriteSafetensors(dir + "/model.safetensors", out, {}).ok());
+  nlohmann::json config = {{"architectures", {"Qwen3VLForConditionalGeneration"}},
+                           {"model_type", "qwen3_vl"},
+                           {"image_token_id", kImage},
+                           {"video_token_id", kVideo},
+                           {"vision_start_token_id", kStart},
+                           {"vision_end_token_id", kEnd},
+                           {"tie_word_embeddings", false},
+                           {"text_config",
+                            {{"vocab_size", kVocab},
+                             {"hidden_size", kDim},
+                             {"intermediate_size", kFfn},
+                             {"num_hidden_layers", kLayers},
+                             {"num_attention_heads", kHeads},
+                             {"num_key_value_heads", kKvHeads},
+                             {"head_dim", kHeadDim},
+                             {"rms_norm_eps", 1e-6},
+                             {"max_position_embeddings", 256},
+                             {"rope_parameters",
+                              {{"rope_type", "default"},
+                               {"rope_theta", 10000.0},
+                               {"mrope_section", {1, 2, 1}},
+                               {"mrope_interleaved", true}}}}},
+                           {"vision_config",
+                            {{"depth", 1},
+                             {"hidden_size", 8},
+                             {"num_heads", 2},
+                             {"out_hidden_size", kDim},
+                             {"num_position_embeddings", 4},
+                             {"deepstack_visual_indexes", {0}}}}};
+  std::ofstream(dir + "/config.json") << config.dump();
+  return t[p + "embed_tokens.weight"].second;
+}
+
+// The prompt: text, two pictures (grids [1, 4, 6] and [1, 2, 4]: 6 and 2 rows), text.
+inline std::vector<int32_t> Prompt() {
+  std::vector<int32_t> ids = {1, 2, kStart};
+  ids.insert(ids.end(), 6, kImage);
+  ids.insert(ids.end(), {kEnd, 7, kStart});
+  ids.insert(ids.end(), 2, kImage);
+  ids.insert(ids.end(), {kEnd, 9, 10});
+  return ids;
+}
+inline std::vector<VisionGrid> Grids() { return {{1, 4, 6}, {1, 2, 4}}; }
+
+// The prompt's pictures: random rows (seeded) and deepstack features of `layers` layers.
+inline PromptPictures Pictures(int layers, float deepstack_scale = 0.5f, uint32_t seed = 5) {
+  PromptPictures p;
+  auto pos = ComputeMropePositions(Vision(), Prompt(), Grids());
+  EXPECT_TRUE(pos.ok()) << pos.status().message();
+  p.positions = *pos;
+  const std::vector<int32_t> ids = Prompt();
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] == kImage) p.rows.push_back(static_cast<int32_t>(i));
+  const int64_t count = static_cast<int64_t>(p.rows.size());
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  p.embeddings.resize(count * kDim);
+  for (float& v : p.embeddings) v = d(rng);
+  p.layers = layers;
+  p.deepstack.resize(layers * count * kDim);
+  for (float& v : p.deepstack) v = deepstack_scale * d(rng);
+  return p;
+}
+
+}  // namespace gizllm::tiny_vl
