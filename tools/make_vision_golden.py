@@ -1,29 +1,33 @@
 #!/usr/bin/env python3
-"""Writes the Qwen3-VL golden case the vision tests compare against, with Hugging Face
-transformers.
+"""Writes the Qwen3-VL and Qwen3.5 golden cases the vision tests compare against, with Hugging
+Face transformers.
 
 Run where transformers and torch are (the GPU machine); everything runs on the CPU in float32.
-A random tiny Qwen3VLForConditionalGeneration (bf16 weights, seeded): vision tower of 3 blocks
-(hidden 16, 2 heads, patch 4, merge 2, a learned position table of 5 x 5 interpolated to each
-grid, deepstack after blocks 0 and 2), a Qwen3 text model of 3 layers (hidden 64, head_dim 16,
-interleaved M-RoPE sections [2, 3, 3]), a byte-level tokenizer whose special tokens hold the
-image, video and vision start/end ids. Two pictures of random pixel values with grids [1, 4, 6]
-and [1, 6, 4] (6 rows each for the language model) in one prompt. Writes OUT/qwen3_vl/:
+Random tiny models (bf16 weights, seeded), each with a tower of 3 blocks (hidden 16, 2 heads,
+patch 4, merge 2, a learned position table of 5 x 5 interpolated to each grid) and a byte-level
+tokenizer whose special tokens hold the image, video and vision start/end ids:
+  qwen3_vl: Qwen3VLForConditionalGeneration, deepstack after blocks 0 and 2, a Qwen3 text model
+      of 3 layers (hidden 64, head_dim 16, interleaved M-RoPE sections [2, 3, 3]);
+  qwen3_5: Qwen3_5ForConditionalGeneration (no deepstack), a hybrid text model of 4 layers
+      (linear, full, linear, full attention; partial rotary 0.5, M-RoPE sections [1, 1, 2]).
+Two pictures of random pixel values with grids [1, 4, 6] and [1, 6, 4] (6 rows each for the
+language model) in one prompt. Writes OUT/<family>/:
   config.json, generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json
   reference.safetensors:
     pixel_values float32 [48, 96]   the pictures' patches, as the image processor lays them out
     grid_thw     int64 [2, 3]
     ids          int64 [tokens]     the prompt
     tower        float32 [12, 64]   the merger's rows (the language model's picture rows)
-    deepstack    float32 [2, 12, 64] the deepstack mergers' rows
+    deepstack    float32 [2, 12, 64] the deepstack mergers' rows (qwen3_vl only)
     positions    int64 [3, tokens]  get_rope_index's time, height and width positions
     logits       float32 [tokens, vocab]
-Usage: python3 tools/make_vision_golden.py --out tests/golden/vision
+Usage: python3 tools/make_vision_golden.py --out tests/golden/vision [--families qwen3_vl qwen3_5]
 """
 import argparse
 import inspect
 import json
 import os
+import sys
 
 import torch
 from safetensors.torch import save_file
@@ -40,22 +44,49 @@ def special_id(name):
     return 256 + SPECIALS.index(name)
 
 
-def tiny_config():
+FAMILIES = ["qwen3_vl", "qwen3_5"]
+
+
+def tiny_vision(family):
+    vision = dict(depth=3, hidden_size=16, intermediate_size=32, num_heads=2, in_channels=3,
+                  patch_size=4, spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64,
+                  num_position_embeddings=25, hidden_act="gelu_pytorch_tanh",
+                  initializer_range=0.2)
+    if family == "qwen3_vl":
+        vision["deepstack_visual_indexes"] = [0, 2]
+    return vision
+
+
+def token_ids():
+    return dict(image_token_id=special_id("<|image_pad|>"),
+                video_token_id=special_id("<|video_pad|>"),
+                vision_start_token_id=special_id("<|vision_start|>"),
+                vision_end_token_id=special_id("<|vision_end|>"))
+
+
+def tiny_config(family):
+    if family == "qwen3_5":
+        text = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=48, num_hidden_layers=4,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    max_position_embeddings=512, rms_norm_eps=1e-6, initializer_range=0.2,
+                    tie_word_embeddings=False, attention_bias=False,
+                    layer_types=["linear_attention", "full_attention", "linear_attention",
+                                 "full_attention"],
+                    linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                    linear_value_head_dim=12, linear_conv_kernel_dim=4,
+                    rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                         partial_rotary_factor=0.5, mrope_section=[1, 1, 2],
+                                         mrope_interleaved=True))
+        return transformers.Qwen3_5Config(text_config=text, vision_config=tiny_vision(family),
+                                          tie_word_embeddings=False, **token_ids())
     text = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=48, num_hidden_layers=3,
                 num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                 max_position_embeddings=512, rms_norm_eps=1e-6, initializer_range=0.2,
                 tie_word_embeddings=False, attention_bias=False,
                 rope_parameters=dict(rope_type="default", rope_theta=10000.0,
                                      mrope_section=[2, 3, 3], mrope_interleaved=True))
-    vision = dict(depth=3, hidden_size=16, intermediate_size=32, num_heads=2, in_channels=3,
-                  patch_size=4, spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64,
-                  num_position_embeddings=25, deepstack_visual_indexes=[0, 2],
-                  hidden_act="gelu_pytorch_tanh", initializer_range=0.2)
-    return transformers.Qwen3VLConfig(
-        text_config=text, vision_config=vision,
-        image_token_id=special_id("<|image_pad|>"), video_token_id=special_id("<|video_pad|>"),
-        vision_start_token_id=special_id("<|vision_start|>"),
-        vision_end_token_id=special_id("<|vision_end|>"), tie_word_embeddings=False)
+    return transformers.Qwen3VLConfig(text_config=text, vision_config=tiny_vision(family),
+                                      tie_word_embeddings=False, **token_ids())
 
 
 def write_tokenizer(folder):
@@ -76,7 +107,7 @@ def write_tokenizer(folder):
     return tok
 
 
-def check_saved(folder):
+def check_saved(family, folder):
     """The saved folder holds what gizllm's recipe reads, by name."""
     from safetensors import safe_open
     names = set()
@@ -84,11 +115,15 @@ def check_saved(folder):
         if f.endswith(".safetensors"):
             with safe_open(os.path.join(folder, f), "pt") as st:
                 names.update(st.keys())
-    for name in ["model.visual.patch_embed.proj.weight", "model.visual.pos_embed.weight",
-                 "model.visual.blocks.0.attn.qkv.weight", "model.visual.merger.linear_fc2.weight",
-                 "model.visual.deepstack_merger_list.1.norm.weight",
-                 "model.language_model.layers.0.self_attn.q_proj.weight",
-                 "model.language_model.embed_tokens.weight", "lm_head.weight"]:
+    expected = ["model.visual.patch_embed.proj.weight", "model.visual.pos_embed.weight",
+                "model.visual.blocks.0.attn.qkv.weight", "model.visual.merger.linear_fc2.weight",
+                "model.language_model.layers.1.self_attn.q_proj.weight",
+                "model.language_model.embed_tokens.weight", "lm_head.weight"]
+    if family == "qwen3_vl":
+        expected.append("model.visual.deepstack_merger_list.1.norm.weight")
+    else:
+        expected.append("model.language_model.layers.0.linear_attn.in_proj_qkv.weight")
+    for name in expected:
         assert name in names, f"{name} not saved ({sorted(names)[:8]}...)"
 
 
@@ -104,24 +139,39 @@ def call_with(fn, args, optional, through_kwargs):
     return fn(**kwargs)
 
 
-def write(out, seed):
+def write(out, family, seed):
     torch.manual_seed(seed)
-    config = tiny_config()
-    model = transformers.Qwen3VLForConditionalGeneration._from_config(
-        config, dtype=torch.bfloat16, attn_implementation="eager")
-    # Norm weights near 1 and biases random, so that a missing or misplaced one shows.
+    config = tiny_config(family)
+    cls = (transformers.Qwen3VLForConditionalGeneration if family == "qwen3_vl"
+           else transformers.Qwen3_5ForConditionalGeneration)
+    model = cls._from_config(config, dtype=torch.bfloat16, attn_implementation="eager")
+    # Norm weights random around what they multiply by (1 for the tower's LayerNorms and
+    # Qwen3-VL's RMSNorms, 0 for Qwen3.5's (1 + weight) RMSNorms, 1 for its gated norm) and
+    # biases random, so that a missing or misplaced one shows. Qwen3.5's A_log from the log of
+    # [0.02, 0.25], as tools/make_golden.py does (a slow decay, the recurrence carried on).
     with torch.no_grad():
         for name, p in model.named_parameters():
+            one = (name.startswith("model.visual.") or family == "qwen3_vl"
+                   or name.endswith("linear_attn.norm.weight"))
             if name.endswith("bias"):
                 p.copy_(torch.randn_like(p, dtype=torch.float32).mul(0.3).to(p.dtype))
             elif "norm" in name:
-                p.copy_(torch.randn_like(p, dtype=torch.float32).mul(0.3).add(1.0).to(p.dtype))
-    folder = os.path.join(out, "qwen3_vl")
+                p.copy_(torch.randn_like(p, dtype=torch.float32).mul(0.3)
+                        .add(1.0 if one else 0.0).to(p.dtype))
+            if name.endswith("linear_attn.A_log"):
+                p.copy_(torch.empty_like(p, dtype=torch.float32).uniform_(0.02, 0.25).log()
+                        .to(p.dtype))
+    folder = os.path.join(out, family)
     os.makedirs(folder, exist_ok=True)
     model.save_pretrained(folder)
-    check_saved(folder)
+    check_saved(family, folder)
     tok = write_tokenizer(folder)
     model = model.float().eval()
+    if family == "qwen3_5":
+        # The recurrent layers' torch paths (no flash-linear-attention or causal-conv1d kernels).
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from make_golden import use_torch_recurrence
+        use_torch_recurrence(model)
 
     g = torch.Generator().manual_seed(seed + 1)
     vc = config.vision_config
@@ -141,11 +191,14 @@ def write(out, seed):
     with torch.no_grad():
         vis = model.model.visual(pixel_values, grid_thw=grid_thw)
         if isinstance(vis, tuple):
-            tower, deepstack = vis[0], vis[1]
+            tower, deepstack = vis[0], (vis[1] if len(vis) > 1 else [])
+        elif isinstance(vis, torch.Tensor):
+            tower, deepstack = vis, []
         else:
-            tower, deepstack = vis.pooler_output, vis.deepstack_features
+            tower, deepstack = vis.pooler_output, getattr(vis, "deepstack_features", None) or []
         assert tower.shape == (sum(rows), config.text_config.hidden_size), tower.shape
-        assert len(deepstack) == len(vc.deepstack_visual_indexes), len(deepstack)
+        expected = vc.deepstack_visual_indexes if family == "qwen3_vl" else []
+        assert len(deepstack) == len(expected), len(deepstack)
         # mm_token_type_ids (0 text, 1 image) where this transformers' version takes them.
         positions, _ = call_with(
             model.model.get_rope_index,
@@ -162,21 +215,27 @@ def write(out, seed):
         "grid_thw": grid_thw.contiguous(),
         "ids": ids.contiguous(),
         "tower": tower.float().contiguous(),
-        "deepstack": torch.stack([d.float() for d in deepstack]).contiguous(),
         "positions": positions.to(torch.int64).contiguous(),
         "logits": res.logits[0].float().contiguous(),
     }
+    if deepstack:
+        tensors["deepstack"] = torch.stack([d.float() for d in deepstack]).contiguous()
     save_file(tensors, os.path.join(folder, "reference.safetensors"))
     total = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
-    print("qwen3_vl written:", len(ids), "tokens,", total // 1024, "KiB", flush=True)
+    print(family, "written:", len(ids), "tokens,", total // 1024, "KiB", flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--families", nargs="+", choices=FAMILIES, default=FAMILIES)
     args = ap.parse_args()
     torch.set_num_threads(8)
-    write(args.out, seed=300)
+    for family in args.families:
+        try:
+            write(args.out, family, seed=300 + FAMILIES.index(family))
+        except Exception as e:  # the others are still written
+            print(f"{family}: FAILED: {type(e).__name__}: {e}", flush=True)
 
 
 if __name__ == "__main__":
