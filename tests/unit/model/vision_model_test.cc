@@ -2,7 +2,8 @@
 // here: M-RoPE positions of prompts with pictures (hand-worked, as transformers'
 // get_rope_index), the M-RoPE rotation as three rotations of zero-masked tables against a
 // float64 interleaved M-RoPE, picture rows and deepstack features placed where they belong,
-// and a prompt with pictures read whole or in chunks that end inside a picture.
+// and a prompt with pictures read whole or in chunks that end inside a picture (Qwen3-VL, and
+// Qwen3.5's hybrid with partial rotary M-RoPE).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "model/mrope.h"
 #include "ops/device.h"
 #include "tests/unit/model/cuda_or_null.h"
+#include "tests/unit/model/tiny_hybrid.h"
 #include "tests/unit/model/tiny_vl.h"
 
 namespace gizllm {
@@ -273,6 +275,55 @@ TEST_F(VisionModelTest, CudaMatchesTheCpu) {
       EXPECT_LE(MaxDiff(*logits, cpu), (exact ? 1e-3f : 2e-2f) * top)
           << (exact ? "exact" : "fast") << " chunk " << chunk;
     }
+  }
+}
+
+// Qwen3.5's hybrid (recurrent layers carry a slot's state, attention layers with partial rotary
+// M-RoPE) with picture rows: read in chunks that end inside a picture, and one row at a time,
+// it gives the logits of one read.
+TEST(VisionHybrid, PicturesInChunksEqualOneRead) {
+  using namespace tiny_hybrid;
+  const fs::path dir = fs::path(::testing::TempDir()) / "vision_hybrid";
+  fs::remove_all(dir);
+  Builder builder(5);
+  ASSERT_FALSE(Builder::Write(dir, Builder::TextConfig("qwen3_5_text", /*moe=*/false),
+                              builder.Qwen3_5("model.", /*moe=*/false))
+                   .empty());
+  auto model = Model::Load(dir.string(), Cpu());
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  ASSERT_EQ((*model)->arch().rope.mrope_section, (std::vector<int>{1, 1, 0}));
+  VisionArch vision;
+  vision.merge = 2;
+  vision.image_token = 30;
+  vision.vision_start = 31;
+  vision.video_token = 39;
+  std::vector<int32_t> ids = {1, 2, 31};
+  ids.insert(ids.end(), 6, 30);
+  ids.insert(ids.end(), {32, 5, 31});
+  ids.insert(ids.end(), 2, 30);
+  ids.insert(ids.end(), {32, 9, 10});
+  const std::vector<VisionGrid> grids = {{1, 4, 6}, {1, 2, 4}};
+  auto positions = ComputeMropePositions(vision, ids, grids);
+  ASSERT_TRUE(positions.ok()) << positions.status().message();
+  VisionOutput tower;
+  tower.rows = 8;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  tower.embeddings.resize(8 * kDim);
+  for (float& v : tower.embeddings) v = d(rng);
+  auto pictures = PlacePictures(vision, ids, *positions, tower);
+  ASSERT_TRUE(pictures.ok()) << pictures.status().message();
+  auto whole = SequenceLogits(**model, ids, *pictures, 256);
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  float top = 0;
+  for (float v : *whole) top = std::max(top, std::fabs(v));
+  auto text = SequenceLogits(**model, ids, 256);
+  ASSERT_TRUE(text.ok());
+  EXPECT_GT(MaxDiff(*whole, *text), 1e-3f);  // the pictures count
+  for (int64_t chunk : {5, 1}) {
+    auto chunked = SequenceLogits(**model, ids, *pictures, chunk);
+    ASSERT_TRUE(chunked.ok()) << chunked.status().message();
+    EXPECT_LE(MaxDiff(*chunked, *whole), 1e-4f * top) << chunk;
   }
 }
 
