@@ -7,9 +7,11 @@ Random tiny models (bf16 weights, seeded), each with a tower of 3 blocks (hidden
 patch 4, merge 2, a learned position table of 5 x 5 interpolated to each grid) and a byte-level
 tokenizer whose special tokens hold the image, video and vision start/end ids:
   qwen3_vl: Qwen3VLForConditionalGeneration, deepstack after blocks 0 and 2, a Qwen3 text model
-      of 3 layers (hidden 64, head_dim 16, interleaved M-RoPE sections [2, 3, 3]);
+      of 3 layers (hidden 64, 2 heads of 32 over 1 kv head, the head_dim the CUDA attention
+      takes; interleaved M-RoPE sections [4, 6, 6]);
   qwen3_5: Qwen3_5ForConditionalGeneration (no deepstack), a hybrid text model of 4 layers
-      (linear, full, linear, full attention; partial rotary 0.5, M-RoPE sections [1, 1, 2]).
+      (linear, full, linear, full attention; head_dim 32, partial rotary 0.5, M-RoPE sections
+      [2, 2, 4]).
 Two pictures of random pixel values with grids [1, 4, 6] and [1, 6, 4] (6 rows each for the
 language model) in one prompt. Writes OUT/<family>/:
   config.json, generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json
@@ -67,7 +69,7 @@ def token_ids():
 def tiny_config(family):
     if family == "qwen3_5":
         text = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=48, num_hidden_layers=4,
-                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    num_attention_heads=2, num_key_value_heads=1, head_dim=32,
                     max_position_embeddings=512, rms_norm_eps=1e-6, initializer_range=0.2,
                     tie_word_embeddings=False, attention_bias=False,
                     layer_types=["linear_attention", "full_attention", "linear_attention",
@@ -75,16 +77,16 @@ def tiny_config(family):
                     linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
                     linear_value_head_dim=12, linear_conv_kernel_dim=4,
                     rope_parameters=dict(rope_type="default", rope_theta=10000.0,
-                                         partial_rotary_factor=0.5, mrope_section=[1, 1, 2],
+                                         partial_rotary_factor=0.5, mrope_section=[2, 2, 4],
                                          mrope_interleaved=True))
         return transformers.Qwen3_5Config(text_config=text, vision_config=tiny_vision(family),
                                           tie_word_embeddings=False, **token_ids())
     text = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=48, num_hidden_layers=3,
-                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                num_attention_heads=2, num_key_value_heads=1, head_dim=32,
                 max_position_embeddings=512, rms_norm_eps=1e-6, initializer_range=0.2,
                 tie_word_embeddings=False, attention_bias=False,
                 rope_parameters=dict(rope_type="default", rope_theta=10000.0,
-                                     mrope_section=[2, 3, 3], mrope_interleaved=True))
+                                     mrope_section=[4, 6, 6], mrope_interleaved=True))
     return transformers.Qwen3VLConfig(text_config=text, vision_config=tiny_vision(family),
                                       tie_word_embeddings=False, **token_ids())
 

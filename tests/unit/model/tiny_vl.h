@@ -1,6 +1,7 @@
-// A small random Qwen3-VL language model (Qwen3VLForConditionalGeneration, float32 tensors:
-// the text model and one tower tensor it leaves in the file) written to a folder, and picture
-// inputs for a prompt with two pictures, for the model and engine tests.
+// A small random Qwen3-VL language model (head_dim 32, which the CUDA attention takes)
+// (Qwen3VLForConditionalGeneration, float32 tensors: the text model and one tower tensor it leaves
+// in the file) written to a folder, and picture inputs for a prompt with two pictures, for the
+// model and engine tests.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -19,7 +20,7 @@
 
 namespace gizllm::tiny_vl {
 
-constexpr int kVocab = 48, kDim = 32, kHeads = 4, kKvHeads = 2, kHeadDim = 8, kFfn = 40,
+constexpr int kVocab = 48, kDim = 32, kHeads = 2, kKvHeads = 1, kHeadDim = 32, kFfn = 40,
               kLayers = 3;
 constexpr int32_t kImage = 40, kStart = 41, kVideo = 42, kEnd = 43;
 
@@ -92,7 +93,7 @@ inline std::vector<float> Write(const std::string& dir) {
                              {"rope_parameters",
                               {{"rope_type", "default"},
                                {"rope_theta", 10000.0},
-                               {"mrope_section", {1, 2, 1}},
+                               {"mrope_section", {4, 6, 6}},
                                {"mrope_interleaved", true}}}}},
                            {"vision_config",
                             {{"depth", 1},

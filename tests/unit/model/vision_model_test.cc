@@ -192,7 +192,7 @@ float MaxDiff(const std::vector<float>& a, const std::vector<float>& b, int64_t 
 TEST_F(VisionModelTest, LoadsTheTextModelAndSkipsTheTower) {
   EXPECT_EQ(model_->arch().family, "qwen3_vl");
   EXPECT_EQ(model_->SkippedTensors(), 1);
-  EXPECT_EQ(model_->arch().rope.mrope_section, (std::vector<int>{1, 2, 1}));
+  EXPECT_EQ(model_->arch().rope.mrope_section, (std::vector<int>{4, 6, 6}));
 }
 
 // Text rows given three equal positions rotate as the plain table does.
