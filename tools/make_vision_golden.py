@@ -38,7 +38,7 @@ import transformers
 # The tokenizer's special tokens, after the 256 byte tokens: their ids are the config's.
 SPECIALS = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
             "<|image_pad|>", "<|video_pad|>", "<|endoftext|>"]
-VOCAB = 320
+VOCAB = 264  # the 256 byte tokens and the special ones
 GRIDS = [[1, 4, 6], [1, 6, 4]]
 
 
