@@ -20,6 +20,7 @@
 #include "core/dtype.h"
 #include "core/mapped_file.h"
 #include "core/status.h"
+#include "formats/ggml_blocks.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "gguf_writer.h"
@@ -244,8 +245,9 @@ inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, Gg
     } else if (linears == GgufLinears::kQ8_0) {
       type = GgmlType::kQ8_0;
       bytes = QuantizeQ8_0(values);
-      DequantizeQ8_0(reinterpret_cast<const uint8_t*>(bytes.data()),
-                     static_cast<int64_t>(values.size()), values.data());
+      GZ_RETURN_IF_ERROR(DequantizeBlocks(type, reinterpret_cast<const uint8_t*>(bytes.data()),
+                                          bytes.size(), static_cast<int64_t>(values.size()),
+                                          values.data(), name));
     }
     if (type == GgmlType::kF16) {  // the same halves in the folder
       dequantized_data.emplace_back((bytes.size() + 3) / 4);

@@ -634,14 +634,4 @@ Expected<std::vector<int64_t>> GgufFile::GetInts(std::string_view key) const {
   return out;
 }
 
-void DequantizeQ8_0(const uint8_t* blocks, int64_t elements, float* out) {
-  for (int64_t b = 0; b < elements / 32; ++b) {
-    const uint8_t* block = blocks + b * 34;  // f16 d, int8 q[32]
-    const float d = F16ToF32(static_cast<uint16_t>(block[0] | (block[1] << 8)));
-    for (int i = 0; i < 32; ++i) {
-      out[b * 32 + i] = d * static_cast<float>(static_cast<int8_t>(block[2 + i]));
-    }
-  }
-}
-
 }  // namespace gizllm

@@ -155,8 +155,4 @@ class GgufFile {
   std::map<std::string, size_t, std::less<>> tensor_index_;
 };
 
-// Q8_0 blocks (an f16 scale d and 32 int8 codes q: x = d * q) as float32, exactly: `elements`
-// must be a multiple of 32; reads elements / 32 * 34 bytes.
-void DequantizeQ8_0(const uint8_t* blocks, int64_t elements, float* out);
-
 }  // namespace gizllm

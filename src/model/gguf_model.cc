@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "formats/ggml_blocks.h"
 #include "model/config.h"
 
 namespace gizllm {
@@ -311,7 +312,9 @@ Expected<GgufModel> OpenGgufModel(const std::string& path) {
                        path.c_str(), GgmlTypeName(t.type).c_str());
         }
         std::vector<uint8_t>& copy = held->copies.emplace_back(elements * sizeof(float));
-        DequantizeQ8_0(t.data, elements, reinterpret_cast<float*>(copy.data()));
+        GZ_RETURN_IF_ERROR(DequantizeBlocks(t.type, t.data, t.bytes, elements,
+                                            reinterpret_cast<float*>(copy.data()),
+                                            path + ": tensor " + Quote(t.name)));
         break;
       }
       default:

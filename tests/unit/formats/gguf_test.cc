@@ -138,15 +138,6 @@ TEST(GgufTest, HonoursAlignment) {
             RandomBytes(6, 5));
 }
 
-TEST(GgufTest, DequantizesQ8_0Exactly) {
-  std::string block = Le(F32ToF16(0.013f), 2);
-  for (int i = 0; i < 32; ++i) block.push_back(static_cast<char>(i * 8 - 128));
-  std::vector<float> out(32);
-  DequantizeQ8_0(reinterpret_cast<const uint8_t*>(block.data()), 32, out.data());
-  const float d = F16ToF32(F32ToF16(0.013f));
-  for (int i = 0; i < 32; ++i) EXPECT_EQ(out[i], d * static_cast<float>(i * 8 - 128)) << i;
-}
-
 void ExpectRefused(const std::string& bytes, StatusCode code,
                    const std::vector<std::string>& parts) {
   TempFile file;
