@@ -5,6 +5,9 @@
 // embedding are written as they are stored (BF16, F16, F32), or as F32, F16 or Q8_0 (ggml's
 // quantize_row_q8_0_ref); `dequantized_dir`, if given, receives the same model as a Hugging Face
 // folder whose weights are the values written (F16 as F16; the others, Q8_0 dequantized, as F32).
+// With kBlocks the matrices (the embedding too) are written as blocks of `blocks` with random codes
+// (RandomBlocks); a matrix whose rows are not whole blocks falls back to Q8_0, else F32, as
+// llama.cpp's quantizer does.
 #pragma once
 
 #include <cmath>
@@ -13,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -27,7 +31,7 @@
 
 namespace gizllm::testing {
 
-enum class GgufLinears { kAsStored, kF32, kF16, kQ8_0 };
+enum class GgufLinears { kAsStored, kF32, kF16, kQ8_0, kBlocks };
 
 inline std::vector<float> ToF32(const TensorInfo& t) {
   std::vector<float> v(t.Elements());
@@ -64,6 +68,89 @@ inline std::string QuantizeQ8_0(const std::vector<float>& x) {
     for (int i = 0; i < 32; ++i) {
       out.push_back(static_cast<char>(static_cast<int8_t>(std::roundf(x[b * 32 + i] * id))));
     }
+  }
+  return out;
+}
+
+// Byte offsets of the f16 scale fields of a block type (ggml-common.h's structs), and the size of
+// the codes' largest value, by which a block's largest weight is divided to give its scales.
+inline bool BlockScales(GgmlType type, std::vector<int>* offsets, float* range) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+      *offsets = {0}, *range = 8;
+      return true;
+    case GgmlType::kQ4_1:
+      *offsets = {0, 2}, *range = 15;
+      return true;
+    case GgmlType::kQ5_0:
+      *offsets = {0}, *range = 16;
+      return true;
+    case GgmlType::kQ5_1:
+      *offsets = {0, 2}, *range = 31;
+      return true;
+    case GgmlType::kQ8_0:
+      *offsets = {0}, *range = 127;
+      return true;
+    case GgmlType::kQ2_K:
+      *offsets = {80, 82}, *range = 3 * 15;
+      return true;
+    case GgmlType::kQ3_K:
+      *offsets = {108}, *range = 4 * 32;
+      return true;
+    case GgmlType::kQ4_K:
+      *offsets = {0, 2}, *range = 15 * 63;
+      return true;
+    case GgmlType::kQ5_K:
+      *offsets = {0, 2}, *range = 31 * 63;
+      return true;
+    case GgmlType::kQ6_K:
+      *offsets = {208}, *range = 32 * 127;
+      return true;
+    case GgmlType::kIQ4_NL:
+      *offsets = {0}, *range = 127;
+      return true;
+    case GgmlType::kIQ4_XS:
+      *offsets = {0}, *range = 127 * 32;
+      return true;
+    case GgmlType::kTQ1_0:
+      *offsets = {52}, *range = 1;
+      return true;
+    case GgmlType::kTQ2_0:
+      *offsets = {64}, *range = 2;
+      return true;
+    case GgmlType::kQ1_0:
+      *offsets = {0}, *range = 1;
+      return true;
+    case GgmlType::kQ2_0:
+      *offsets = {0}, *range = 2;
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Blocks of `type` for `x` (whole blocks): random codes, and scale fields of the block's largest
+// |x| / range with a random sign, so that the values are of the weights' size (not a
+// quantization of them: the tests need a file's values, whatever they are).
+inline std::string RandomBlocks(GgmlType type, const std::vector<float>& x, uint32_t seed) {
+  GgmlBlock block;
+  std::vector<int> offsets;
+  float range = 1;
+  if (!GgmlBlockOf(type, &block) || !BlockScales(type, &offsets, &range)) return "";
+  std::mt19937 rng(seed);
+  std::string out;
+  for (size_t b = 0; b < x.size() / block.elements; ++b) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < block.elements; ++i)
+      amax = std::max(amax, std::fabs(x[b * block.elements + i]));
+    std::string bytes(block.bytes, '\0');
+    for (char& c : bytes) c = static_cast<char>(rng() & 0xff);
+    for (int off : offsets) {
+      const uint16_t h = F32ToF16((rng() & 1 ? 1.0f : -1.0f) * amax / range);
+      bytes[off] = static_cast<char>(h & 0xff);
+      bytes[off + 1] = static_cast<char>(h >> 8);
+    }
+    out += bytes;
   }
   return out;
 }
@@ -185,7 +272,8 @@ inline void WriteTokenizerMetadata(const std::string& dir, const std::string& pr
 // its output; a test says which one its tokenizer is).
 inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, GgufLinears linears,
                               const std::string& pre = "qwen2",
-                              const std::string& dequantized_dir = "") {
+                              const std::string& dequantized_dir = "",
+                              GgmlType blocks = GgmlType::kQ8_0) {
   const nlohmann::json config = ReadJsonFile(dir + "/config.json");
   const std::string arch = config["model_type"].get<std::string>();
   auto ckpt = Checkpoint::Open(dir);
@@ -220,6 +308,10 @@ inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, Gg
   }
   w.Uint32(p + "rope.dimension_count", static_cast<uint32_t>(head_dim));
   w.Uint32("general.file_type", linears == GgufLinears::kQ8_0 ? 7 : 1);
+  GgmlBlock block;
+  if (linears == GgufLinears::kBlocks && !GgmlBlockOf(blocks, &block)) {
+    return InvalidArgument("no block type " + GgmlTypeName(blocks));
+  }
   WriteTokenizerMetadata(dir, pre, config, &w);
 
   std::vector<TensorToWrite> dequantized;
@@ -233,8 +325,16 @@ inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, Gg
                     : t->dtype == DType::kF16 ? GgmlType::kF16
                                               : GgmlType::kBF16;
     std::vector<float> values = ToF32(*t);
-    if (t->shape.size() == 1 || linears == GgufLinears::kF32 ||
-        (linears == GgufLinears::kQ8_0 && t->shape.back() % 32 != 0)) {
+    if (linears == GgufLinears::kBlocks && t->shape.size() == 2 &&
+        t->shape.back() % block.elements == 0) {
+      type = blocks;
+      bytes = RandomBlocks(type, values, static_cast<uint32_t>(dequantized_data.size()));
+      if (bytes.empty()) return InvalidArgument("no random blocks of " + GgmlTypeName(type));
+      GZ_RETURN_IF_ERROR(DequantizeBlocks(type, reinterpret_cast<const uint8_t*>(bytes.data()),
+                                          bytes.size(), static_cast<int64_t>(values.size()),
+                                          values.data(), name));
+    } else if (t->shape.size() == 1 || linears == GgufLinears::kF32 ||
+               (linears != GgufLinears::kF16 && t->shape.back() % 32 != 0)) {
       type = GgmlType::kF32;
       bytes.assign(reinterpret_cast<const char*>(values.data()), values.size() * 4);
     } else if (linears == GgufLinears::kF16) {
@@ -242,7 +342,7 @@ inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, Gg
       std::vector<uint16_t> halves(values.size());
       for (size_t i = 0; i < values.size(); ++i) halves[i] = F32ToF16(values[i]);
       bytes.assign(reinterpret_cast<const char*>(halves.data()), halves.size() * 2);
-    } else if (linears == GgufLinears::kQ8_0) {
+    } else if (linears == GgufLinears::kQ8_0 || linears == GgufLinears::kBlocks) {
       type = GgmlType::kQ8_0;
       bytes = QuantizeQ8_0(values);
       GZ_RETURN_IF_ERROR(DequantizeBlocks(type, reinterpret_cast<const uint8_t*>(bytes.data()),

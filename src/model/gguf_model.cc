@@ -305,7 +305,15 @@ Expected<GgufModel> OpenGgufModel(const std::string& path) {
       case GgmlType::kBF16:
         info.dtype = DType::kBF16;
         break;
-      case GgmlType::kQ8_0: {
+      default: {
+        if (!CanDequantize(t.type)) {
+          return Unimplemented(path + ": tensor " + Quote(t.name) + " has block type " +
+                               GgmlTypeName(t.type) +
+                               ", which is not read (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, "
+                               "Q8_0, Q2_K to Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, Q1_0 and Q2_0 "
+                               "are)");
+        }
+        // No kernel reads ggml's blocks as they are yet: float32 holds each value exactly.
         info.dtype = DType::kF32;
         if (noticed.insert(t.type).second) {
           std::fprintf(stderr, "%s: %s tensors are converted to F32 at load (exactly)\n",
@@ -317,12 +325,9 @@ Expected<GgufModel> OpenGgufModel(const std::string& path) {
                                             path + ": tensor " + Quote(t.name)));
         break;
       }
-      default:
-        return Unimplemented(path + ": tensor " + Quote(t.name) + " has block type " +
-                             GgmlTypeName(t.type) +
-                             ", which is not read yet (F32, F16, BF16 and Q8_0 are)");
     }
-    const bool converted = t.type == GgmlType::kQ8_0;
+    const bool converted =
+        t.type != GgmlType::kF32 && t.type != GgmlType::kF16 && t.type != GgmlType::kBF16;
     info.data = converted ? held->copies.back().data() : t.data;
     info.bytes = static_cast<size_t>(elements) * DTypeSize(info.dtype);
     // Llama's q and k (and their biases) carry the converter's rotary permutation.

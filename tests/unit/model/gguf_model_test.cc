@@ -7,12 +7,17 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "backend/cpu/cpu_backend.h"
+#include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "formats/safetensors.h"
 #include "gguf_from_hf.h"
 #include "gguf_writer.h"
 #include "model/config.h"
@@ -62,15 +67,18 @@ class GgufModelTest : public ::testing::Test {
   }
 
   // The GGUF of `dir` (written with `linears`) gives the same float32 logits as the folder.
-  void ExpectSameLogits(const std::string& dir, GgufLinears linears) {
-    SCOPED_TRACE(dir);
+  void ExpectSameLogits(const std::string& dir, GgufLinears linears,
+                        GgmlType blocks = GgmlType::kQ8_0) {
+    SCOPED_TRACE(dir + (linears == GgufLinears::kBlocks ? " " + GgmlTypeName(blocks) : ""));
     TempDir tmp;
     const std::string gguf = tmp.File("model.gguf");
     const std::string dequantized = tmp.File("dequantized");
     // As stored: against the folder itself; F32, F16 and Q8_0: against the same weights in a
     // folder of that type (F32 for Q8_0; the CPU's matmuls of each type sum in their own order).
     const bool as_stored = linears == GgufLinears::kAsStored;
-    ASSERT_TRUE(WriteGgufFromHf(dir, gguf, linears, "qwen2", as_stored ? "" : dequantized).ok());
+    const Status written =
+        WriteGgufFromHf(dir, gguf, linears, "qwen2", as_stored ? "" : dequantized, blocks);
+    ASSERT_TRUE(written.ok()) << written.message();
     const std::string reference = as_stored ? dir : dequantized;
     auto arch = ReadArch(reference);
     ASSERT_TRUE(arch.ok()) << arch.status().message();
@@ -81,8 +89,12 @@ class GgufModelTest : public ::testing::Test {
     const std::vector<float> got = Logits(gguf, ids);
     ASSERT_EQ(got.size(), want.size());
     ASSERT_FALSE(want.empty());
-    size_t differ = 0;
-    for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &want[i], 4) != 0;
+    size_t differ = 0, finite = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      differ += std::memcmp(&got[i], &want[i], 4) != 0;
+      finite += std::isfinite(want[i]);
+    }
+    EXPECT_EQ(finite, want.size());
     EXPECT_EQ(differ, 0u) << "of " << got.size() << " logits";
   }
 
@@ -126,6 +138,84 @@ TEST_F(GgufModelTest, TinyChatF32AndF16LogitsEqualTheFolders) {
 TEST_F(GgufModelTest, Q8_0LogitsEqualTheDequantizedFolders) {
   ExpectSameLogits("models/tiny-chat", GgufLinears::kQ8_0);
   ExpectSameLogits("tests/golden/models/llama", GgufLinears::kQ8_0);
+}
+
+// Every block type whose blocks tiny-chat's rows (384 and 1,152 inputs) hold: the file's values,
+// converted to F32 at load, give the logits of the same values in a float32 folder.
+TEST_F(GgufModelTest, TinyChatInBlockTypesLogitsEqualTheDequantizedFolders) {
+  for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                     GgmlType::kIQ4_NL, GgmlType::kQ1_0, GgmlType::kQ2_0}) {
+    ExpectSameLogits("models/tiny-chat", GgufLinears::kBlocks, t);
+  }
+}
+
+// A random Hugging Face folder of `family` (qwen3 or llama) whose linears take 256 inputs or a
+// multiple, for the 256-element block types: hidden 256, 2 heads of 128, 1 kv head, ffn 512.
+void WriteWide(const std::string& dir, const std::string& family) {
+  fs::create_directories(dir);
+  nlohmann::json c = {{"model_type", family},
+                      {"hidden_size", 256},
+                      {"intermediate_size", 512},
+                      {"num_hidden_layers", 2},
+                      {"num_attention_heads", 2},
+                      {"num_key_value_heads", 1},
+                      {"head_dim", 128},
+                      {"vocab_size", 96},
+                      {"max_position_embeddings", 128},
+                      {"rms_norm_eps", 1e-6},
+                      {"rope_theta", 10000.0},
+                      {"tie_word_embeddings", family == "qwen3"},
+                      {"eos_token_id", 2}};
+  std::ofstream(dir + "/config.json") << c.dump();
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
+      {"model.embed_tokens.weight", {96, 256}}, {"model.norm.weight", {256}}};
+  if (family == "llama") shapes.push_back({"lm_head.weight", {96, 256}});
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (const auto& [name, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+             {"input_layernorm.weight", {256}},
+             {"post_attention_layernorm.weight", {256}},
+             {"self_attn.q_proj.weight", {256, 256}},
+             {"self_attn.k_proj.weight", {128, 256}},
+             {"self_attn.v_proj.weight", {128, 256}},
+             {"self_attn.o_proj.weight", {256, 256}},
+             {"mlp.gate_proj.weight", {512, 256}},
+             {"mlp.up_proj.weight", {512, 256}},
+             {"mlp.down_proj.weight", {256, 512}}}) {
+      shapes.push_back({p + name, shape});
+    }
+    if (family == "qwen3") {
+      shapes.push_back({p + "self_attn.q_norm.weight", {128}});
+      shapes.push_back({p + "self_attn.k_norm.weight", {128}});
+    }
+  }
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  std::vector<std::vector<uint16_t>> data;
+  data.reserve(shapes.size());
+  std::vector<TensorToWrite> tensors;
+  for (const auto& [name, shape] : shapes) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<uint16_t>& v = data.emplace_back(n);
+    for (uint16_t& h : v) h = F32ToBf16(shape.size() == 1 ? 1.0f + normal(rng) : normal(rng));
+    tensors.push_back({name, DType::kBF16, shape, v.data(), v.size() * 2});
+  }
+  ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", tensors, {}).ok());
+}
+
+// The 256-element block types, in a Qwen3 (tied head, q/k norms) and a Llama (q/k rows permuted
+// by the converter, its own head).
+TEST_F(GgufModelTest, WideModelsInKBlockTypesLogitsEqualTheDequantizedFolders) {
+  TempDir tmp;
+  for (const char* family : {"qwen3", "llama"}) {
+    const std::string dir = tmp.File(family);
+    WriteWide(dir, family);
+    for (GgmlType t : {GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                       GgmlType::kQ6_K, GgmlType::kIQ4_XS, GgmlType::kTQ1_0, GgmlType::kTQ2_0}) {
+      ExpectSameLogits(dir, GgufLinears::kBlocks, t);
+    }
+  }
 }
 
 // Llama: q/k rows permuted by the converter, Llama 3's rope as rope_freqs.weight; biases.
@@ -183,8 +273,8 @@ TEST_F(GgufModelTest, RefusesWhatItCannotRead) {
                     {"general.architecture", "\"gemma3\""});
   {
     GgufWriter w = SmallQwen3();
-    w.Tensor("blk.0.attn_q.weight", GgmlType::kQ4_K, {64, 256}, std::string(64 * 144, '\0'));
-    ExpectLoadRefused(w, StatusCode::kUnimplemented, {"blk.0.attn_q.weight", "Q4_K"});
+    w.Tensor("blk.0.attn_q.weight", GgmlType::kIQ2_XXS, {64, 256}, std::string(64 * 66, '\0'));
+    ExpectLoadRefused(w, StatusCode::kUnimplemented, {"blk.0.attn_q.weight", "IQ2_XXS"});
   }
   {
     GgufWriter w = SmallQwen3();
