@@ -3,11 +3,11 @@
 // Llama's q/k rows permuted for its rotary layout and Llama 3's rope_freqs.weight, the gpt2
 // tokenizer (tokens, token types, merges, special ids) and the chat template. The linears and the
 // embedding are written as they are stored (BF16, F16, F32), or as F32, F16 or Q8_0 (ggml's
-// quantize_row_q8_0_ref); `dequantized_dir`, if given, receives the same model as a Hugging Face
-// folder whose weights are the values written (F16 as F16; the others, Q8_0 dequantized, as F32).
-// With kBlocks the matrices (the embedding too) are written as blocks of `blocks` with random codes
-// (RandomBlocks); a matrix whose rows are not whole blocks falls back to Q8_0, else F32, as
-// llama.cpp's quantizer does.
+// quantize_row_q8_0_ref), Q4_0 (quantize_row_q4_0_ref); `dequantized_dir`, if given, receives the
+// same model as a Hugging Face folder whose weights are the values written (F16 as F16; the others,
+// Q8_0 dequantized, as F32). With kBlocks the matrices (the embedding too) are written as blocks of
+// `blocks` with random codes (RandomBlocks); a matrix whose rows are not whole blocks falls back to
+// Q8_0, else F32, as llama.cpp's quantizer does.
 #pragma once
 
 #include <cmath>
@@ -31,7 +31,7 @@
 
 namespace gizllm::testing {
 
-enum class GgufLinears { kAsStored, kF32, kF16, kQ8_0, kBlocks };
+enum class GgufLinears { kAsStored, kF32, kF16, kQ8_0, kQ4_0, kBlocks };
 
 inline std::vector<float> ToF32(const TensorInfo& t) {
   std::vector<float> v(t.Elements());
@@ -151,6 +151,33 @@ inline std::string RandomBlocks(GgmlType type, const std::vector<float>& x, uint
       bytes[off + 1] = static_cast<char>(h >> 8);
     }
     out += bytes;
+  }
+  return out;
+}
+
+// ggml's quantize_row_q4_0_ref: per block of 32, d = (the value of largest magnitude) / -8,
+// q = min(15, trunc(x / d + 8.5)), low nibbles the first 16.
+inline std::string QuantizeQ4_0(const std::vector<float>& x) {
+  std::string out;
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    const float* v = &x[b * 32];
+    float amax = 0.0f, max = 0.0f;
+    for (int i = 0; i < 32; ++i) {
+      if (amax < std::fabs(v[i])) {
+        amax = std::fabs(v[i]);
+        max = v[i];
+      }
+    }
+    const float d = max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t dh = F32ToF16(d);
+    out.push_back(static_cast<char>(dh & 0xff));
+    out.push_back(static_cast<char>(dh >> 8));
+    for (int i = 0; i < 16; ++i) {
+      const int lo = std::min(15, static_cast<int>(static_cast<int8_t>(v[i] * id + 8.5f)));
+      const int hi = std::min(15, static_cast<int>(static_cast<int8_t>(v[16 + i] * id + 8.5f)));
+      out.push_back(static_cast<char>(lo | hi << 4));
+    }
   }
   return out;
 }
@@ -342,6 +369,12 @@ inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, Gg
       std::vector<uint16_t> halves(values.size());
       for (size_t i = 0; i < values.size(); ++i) halves[i] = F32ToF16(values[i]);
       bytes.assign(reinterpret_cast<const char*>(halves.data()), halves.size() * 2);
+    } else if (linears == GgufLinears::kQ4_0) {
+      type = GgmlType::kQ4_0;
+      bytes = QuantizeQ4_0(values);
+      GZ_RETURN_IF_ERROR(DequantizeBlocks(type, reinterpret_cast<const uint8_t*>(bytes.data()),
+                                          bytes.size(), static_cast<int64_t>(values.size()),
+                                          values.data(), name));
     } else if (linears == GgufLinears::kQ8_0 || linears == GgufLinears::kBlocks) {
       type = GgmlType::kQ8_0;
       bytes = QuantizeQ8_0(values);

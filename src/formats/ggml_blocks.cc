@@ -238,9 +238,9 @@ void F32(const uint8_t* b, float* y) { std::memcpy(y, b, 4); }
 void F16(const uint8_t* b, float* y) { *y = Half(b); }
 void Bf16(const uint8_t* b, float* y) { *y = Bf16ToF32(static_cast<uint16_t>(b[0] | b[1] << 8)); }
 
-using BlockFn = void (*)(const uint8_t*, float*);
+}  // namespace
 
-BlockFn BlockFnOf(GgmlType type) {
+GgmlBlockFn GgmlBlockDecoder(GgmlType type) {
   switch (type) {
     case GgmlType::kF32:
       return F32;
@@ -285,13 +285,11 @@ BlockFn BlockFnOf(GgmlType type) {
   }
 }
 
-}  // namespace
-
-bool CanDequantize(GgmlType type) { return BlockFnOf(type) != nullptr; }
+bool CanDequantize(GgmlType type) { return GgmlBlockDecoder(type) != nullptr; }
 
 Status DequantizeBlocks(GgmlType type, const uint8_t* blocks, size_t bytes, int64_t elements,
                         float* out, const std::string& what) {
-  const BlockFn fn = BlockFnOf(type);
+  const GgmlBlockFn fn = GgmlBlockDecoder(type);
   GgmlBlock block;
   if (fn == nullptr || !GgmlBlockOf(type, &block)) {
     return Unimplemented(what + " has block type " + GgmlTypeName(type) +

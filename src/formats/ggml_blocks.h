@@ -39,6 +39,11 @@ inline constexpr int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35, -22,
 // True for the block types DequantizeBlocks reads.
 bool CanDequantize(GgmlType type);
 
+// The values of one block of a type: reads GgmlBlockOf(type).bytes at `block`, writes its
+// .elements values to `out`. No checks: for kernels that walk blocks they have checked.
+using GgmlBlockFn = void (*)(const uint8_t* block, float* out);
+GgmlBlockFn GgmlBlockDecoder(GgmlType type);  // null where CanDequantize is false
+
 // `elements` values of `type` from `bytes` bytes at `blocks` into `out` [elements]. An error
 // naming `what` (a tensor, "file: tensor \"name\"") if the type is not read here, if `elements`
 // is not whole blocks or if `bytes` is not exactly the bytes of those blocks; nothing is read

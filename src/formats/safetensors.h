@@ -26,8 +26,11 @@ struct TensorInfo {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;  // [bytes] into the memory-mapped file; not aligned in general
-  size_t bytes = 0;               // = elements * DTypeSize(dtype)
+  size_t bytes = 0;               // = elements * DTypeSize(dtype), or the blocks' bytes
   std::string file;               // path of the file that holds it
+  // A GGUF matrix kept in ggml's blocks: its GgmlType (formats/gguf.h), with dtype kU8 and
+  // `bytes` the blocks' (rows of whole blocks); -1 for every other tensor.
+  int32_t ggml_type = -1;
 
   int64_t Elements() const;
 };

@@ -270,7 +270,8 @@ Expected<Arch> ReadGgufArch(const GgufFile& f) {
   return ParseArch(c, path);
 }
 
-Expected<GgufModel> OpenGgufModel(const std::string& path) {
+Expected<GgufModel> OpenGgufModel(const std::string& path,
+                                  const std::function<bool(GgmlType)>& keep) {
   auto held = std::make_shared<Held>();
   GZ_ASSIGN_OR_RETURN(held->file, GgufFile::Open(path));
   GgufModel m;
@@ -295,41 +296,53 @@ Expected<GgufModel> OpenGgufModel(const std::string& path) {
     info.shape = t.shape;
     info.file = path;
     const int64_t elements = t.Elements();
-    switch (t.type) {
-      case GgmlType::kF32:
-        info.dtype = DType::kF32;
-        break;
-      case GgmlType::kF16:
-        info.dtype = DType::kF16;
-        break;
-      case GgmlType::kBF16:
-        info.dtype = DType::kBF16;
-        break;
-      default: {
-        if (!CanDequantize(t.type)) {
-          return Unimplemented(path + ": tensor " + Quote(t.name) + " has block type " +
-                               GgmlTypeName(t.type) +
-                               ", which is not read (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, "
-                               "Q8_0, Q2_K to Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, Q1_0 and Q2_0 "
-                               "are)");
+    constexpr TensorRole kMatrices[] = {TensorRole::kEmbed, TensorRole::kQ,    TensorRole::kK,
+                                        TensorRole::kV,     TensorRole::kO,    TensorRole::kGate,
+                                        TensorRole::kUp,    TensorRole::kDown, TensorRole::kHead};
+    const bool matrix = t.shape.size() == 2 && std::find(std::begin(kMatrices), std::end(kMatrices),
+                                                         role) != std::end(kMatrices);
+    const bool kept = matrix && keep && CanDequantize(t.type) && t.type != GgmlType::kF32 &&
+                      t.type != GgmlType::kF16 && t.type != GgmlType::kBF16 && keep(t.type);
+    if (kept) {  // read as it is by the backend's kernels
+      info.dtype = DType::kU8;
+      info.ggml_type = static_cast<int32_t>(t.type);
+    } else {
+      switch (t.type) {
+        case GgmlType::kF32:
+          info.dtype = DType::kF32;
+          break;
+        case GgmlType::kF16:
+          info.dtype = DType::kF16;
+          break;
+        case GgmlType::kBF16:
+          info.dtype = DType::kBF16;
+          break;
+        default: {
+          if (!CanDequantize(t.type)) {
+            return Unimplemented(path + ": tensor " + Quote(t.name) + " has block type " +
+                                 GgmlTypeName(t.type) +
+                                 ", which is not read (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, "
+                                 "Q8_0, Q2_K to Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, Q1_0 and Q2_0 "
+                                 "are)");
+          }
+          // A type the backend does not read as it is: float32 holds each value exactly.
+          info.dtype = DType::kF32;
+          if (noticed.insert(t.type).second) {
+            std::fprintf(stderr, "%s: %s tensors are converted to F32 at load (exactly)\n",
+                         path.c_str(), GgmlTypeName(t.type).c_str());
+          }
+          std::vector<uint8_t>& copy = held->copies.emplace_back(elements * sizeof(float));
+          GZ_RETURN_IF_ERROR(DequantizeBlocks(t.type, t.data, t.bytes, elements,
+                                              reinterpret_cast<float*>(copy.data()),
+                                              path + ": tensor " + Quote(t.name)));
+          break;
         }
-        // No kernel reads ggml's blocks as they are yet: float32 holds each value exactly.
-        info.dtype = DType::kF32;
-        if (noticed.insert(t.type).second) {
-          std::fprintf(stderr, "%s: %s tensors are converted to F32 at load (exactly)\n",
-                       path.c_str(), GgmlTypeName(t.type).c_str());
-        }
-        std::vector<uint8_t>& copy = held->copies.emplace_back(elements * sizeof(float));
-        GZ_RETURN_IF_ERROR(DequantizeBlocks(t.type, t.data, t.bytes, elements,
-                                            reinterpret_cast<float*>(copy.data()),
-                                            path + ": tensor " + Quote(t.name)));
-        break;
       }
     }
     const bool converted =
-        t.type != GgmlType::kF32 && t.type != GgmlType::kF16 && t.type != GgmlType::kBF16;
+        !kept && t.type != GgmlType::kF32 && t.type != GgmlType::kF16 && t.type != GgmlType::kBF16;
     info.data = converted ? held->copies.back().data() : t.data;
-    info.bytes = static_cast<size_t>(elements) * DTypeSize(info.dtype);
+    info.bytes = kept ? t.bytes : static_cast<size_t>(elements) * DTypeSize(info.dtype);
     // Llama's q and k (and their biases) carry the converter's rotary permutation.
     const bool q = role == TensorRole::kQ || role == TensorRole::kQBias;
     const bool k = role == TensorRole::kK || role == TensorRole::kKBias;

@@ -2,12 +2,15 @@
 // family's recipe reads the fields config.json would hold) and a Checkpoint of its tensors under
 // the family's names, so that everything after the load is the same for both.
 //
-// Tensors in F32, F16 and BF16 are read in place. Q8_0 tensors are dequantized to F32 at load
-// (exact; a one-line notice says so); other block types are refused, naming the tensor and type.
+// Tensors in F32, F16 and BF16 are read in place. Matrices (the embedding, the linears, the head)
+// in a block type the backend reads (`keep`) stay in their blocks (TensorInfo::ggml_type); the
+// other block types of formats/ggml_blocks.h are dequantized to F32 at load (exact; a one-line
+// notice a type says so); the rest are refused, naming the tensor and type.
 // llama.cpp's converter interleaves the two rotary halves of each Llama q and k head
 // (LlamaModel.permute); the loader puts the rows back in Hugging Face's order.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "core/status.h"
@@ -30,7 +33,9 @@ struct GgufModel {
   Checkpoint checkpoint;  // tensors under TensorName(arch, role, layer)
 };
 
-// Opens `path` and maps its tensors to the family's names.
-Expected<GgufModel> OpenGgufModel(const std::string& path);
+// Opens `path` and maps its tensors to the family's names; `keep` (may be empty: none) says which
+// block types stay as they are.
+Expected<GgufModel> OpenGgufModel(const std::string& path,
+                                  const std::function<bool(GgmlType)>& keep = {});
 
 }  // namespace gizllm

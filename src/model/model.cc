@@ -127,7 +127,9 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   GgufModel gguf;
   const bool is_gguf = IsGgufPath(dir);
   if (is_gguf) {
-    GZ_ASSIGN_OR_RETURN(gguf, OpenGgufModel(dir));
+    GZ_ASSIGN_OR_RETURN(gguf, OpenGgufModel(dir, [&](GgmlType t) {
+                          return backend->ReadsGgml(static_cast<uint32_t>(t));
+                        }));
   }
   GZ_ASSIGN_OR_RETURN(Arch arch, is_gguf ? Expected<Arch>(gguf.arch) : ReadArch(dir));
   const int config_layers = arch.layers;
@@ -141,8 +143,7 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     if (spec.IsRecurrent()) {
       const RecurrentSpec& r = spec.recurrent;
       if (Status s = backend->CheckRecurrentShape(r.k_dim, r.v_dim, r.kernel); !s.ok())
-        return Unimplemented(dir + "/config.json: layer " + std::to_string(l) + ": " +
-                             s.message());
+        return Unimplemented(dir + "/config.json: layer " + std::to_string(l) + ": " + s.message());
     }
     const AttentionSpec& a = spec.attention;
     if (!spec.IsRecurrent()) {
@@ -779,7 +780,8 @@ Status Model::CopyPage(int32_t page, void* host, bool to_host) {
     const CacheSpec& c = caches_[l];
     if (c.kind != LayerKind::kAttention) continue;
     const KvLayer& kv = impl_->layers[l].attention.kv;
-    const int64_t scale = static_cast<int64_t>(kPage) * c.kv_heads * KvFormatScaleBytes(c.format, c.head_dim);
+    const int64_t scale =
+        static_cast<int64_t>(kPage) * c.kv_heads * KvFormatScaleBytes(c.format, c.head_dim);
     copy(kv.keys, static_cast<int64_t>(kPage) * c.kv_heads * KvKeyBytes(c.format, c.head_dim));
     copy(kv.values, static_cast<int64_t>(kPage) * c.kv_heads * KvValueBytes(c.format, c.head_dim));
     if (scale > 0) {

@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "formats/gguf.h"
+#include "formats/gguf.h"
 #include "quant/linear_io.h"
 
 namespace gizllm {
@@ -222,6 +224,14 @@ Expected<Weight> WeightLoader::Matrix(TensorRole role, int layer) {
     GZ_ASSIGN_OR_RETURN(host, quant::ReadLinear(checkpoint_, name));
     const int64_t stored[] = {host.rows, host.cols};
     GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, stored, shape));
+  } else if (t->ggml_type >= 0) {
+    // A GGUF matrix kept in ggml's blocks, which the backend reads as they are.
+    GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, t->shape, shape));
+    host.format = Format::kGgml;
+    host.ggml_type = static_cast<uint32_t>(t->ggml_type);
+    host.rows = rows;
+    host.cols = cols;
+    host.data = t->data;
   } else {
     GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, t->shape, shape));
     if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32)
@@ -237,7 +247,10 @@ Expected<Weight> WeightLoader::Matrix(TensorRole role, int layer) {
   if (storage) placed_->storage.push_back(std::move(storage));
   placed_->parameters += rows * cols;
   placed_->bytes += host.Bytes();
-  placed_->summary.push_back({name, FormatName(host.format), {rows, cols}, host.Bytes()});
+  const std::string format = host.format == Format::kGgml
+                                 ? GgmlTypeName(static_cast<GgmlType>(host.ggml_type))
+                                 : FormatName(host.format);
+  placed_->summary.push_back({name, format, {rows, cols}, host.Bytes()});
   return w;
 }
 

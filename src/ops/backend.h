@@ -515,6 +515,13 @@ class Backend {
     Rope(p.k);
     KvWrite(p.kv);
   }
+  // Whether Matmul and Embed read weights of Format::kGgml in block type `ggml_type` (a
+  // GgmlType) as they are; a GGUF model keeps such tensors in their blocks and has the others
+  // converted to float32 at load.
+  virtual bool ReadsGgml(uint32_t ggml_type) const {
+    (void)ggml_type;
+    return false;
+  }
   // Whether Matmul runs MatmulParams' fused ends (norm, accumulate, swiglu; swiglu is the
   // kSilu gate only: a GeGLU is a Matmul and a Glu op).
   virtual bool FusesMatmul() const { return false; }

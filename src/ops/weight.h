@@ -17,11 +17,12 @@ enum class Format : uint8_t {
   kQ4,    // 4-bit codes, one scale (and optional zero) per group
   kQ2,    // 2-bit codes, one scale (and zero) per group
   kQ1,    // signs, one scale per group
+  kGgml,  // ggml's blocks as a GGUF file holds them (formats/ggml_blocks.h), row by row
 };
 
 std::string FormatName(Format f);
 Format FormatOf(DType plain);  // F32/F16/BF16 -> kF32/kF16/kBf16
-int FormatBits(Format f);
+int FormatBits(Format f);      // 0 for kGgml (its bits depend on the block type)
 
 // A linear's matrix on some device. Plain formats use `data` alone; quantized formats also
 // use `scales` (and `zeros`), laid out as the quantized kernels define.
@@ -38,6 +39,8 @@ struct Weight {
   // How the backend that prepared this weight arranged data, scales and zeros: 0 as described
   // above (and in quant/layout.h); other values are that backend's own (kCpuVnniLayout).
   uint8_t layout = 0;
+  // kGgml: the block type (a GgmlType, formats/gguf.h); data holds each row's blocks in turn.
+  uint32_t ggml_type = 0;
 
   bool empty() const { return data == nullptr; }
   int64_t Bytes() const;  // bytes of data + scales + zeros

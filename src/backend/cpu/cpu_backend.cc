@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "backend/cpu/attention_codes.h"
+#include "backend/cpu/ggml_matmul.h"
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/quant_matmul.h"
@@ -585,6 +586,12 @@ Expected<Weight> CpuBackend::PrepareWeight(const Weight& host, std::unique_ptr<B
       w.layout = kCpuVnniLayout;
       return w;
     }
+    case Format::kGgml: {
+      // ggml's blocks are read in place (ggml_matmul.h).
+      Status s = CheckGgmlWeight(host);
+      if (!s.ok()) return s.Annotate("cpu");
+      return host;
+    }
     default:
       break;
   }
@@ -604,6 +611,8 @@ static void GeluTanhGlu(float* out, const float* gate, const float* up, int64_t 
   }
 }
 
+bool CpuBackend::ReadsGgml(uint32_t ggml_type) const { return GgmlMatmulReads(ggml_type); }
+
 void CpuBackend::Embed(const EmbedParams& p) {
   auto trace = Trace("embed");
   const Weight& t = *p.table;
@@ -614,7 +623,8 @@ void CpuBackend::Embed(const EmbedParams& p) {
   if (t.format == Format::kBf16) {
     if (const auto packed = packed_.find(t.data); packed != packed_.end()) data = packed->second;
   }
-  const int64_t row_bytes = dim * FormatBits(t.format) / 8;
+  const int64_t row_bytes =
+      t.format == Format::kGgml ? t.Bytes() / t.rows : dim * FormatBits(t.format) / 8;
   // The rows of a step's tokens are in no cache: each is fetched 16 rows before it is read, so
   // that their misses overlap (tiny-chat's bf16 table, cold, 2 threads: 16 rows 13-14 -> 5-8
   // us, 256 rows 148-181 -> 115-145 us).
@@ -644,8 +654,11 @@ void CpuBackend::Embed(const EmbedParams& p) {
           for (int64_t i = 0; i < dim; ++i) out[i] = Bf16ToF32(row[i]);
           break;
         }
+        case Format::kGgml:  // the token's row decoded from its blocks
+          GgmlRow(t, token, out);
+          break;
         default:
-          CHECK(false && "Embed: the table's format is not plain");
+          CHECK(false && "Embed: the table's format is not plain or ggml");
       }
       if (p.scale != 1.0f) {
         for (int64_t i = 0; i < dim; ++i) out[i] *= p.scale;
@@ -672,6 +685,7 @@ void CpuBackend::Matmul(const MatmulParams& p) {
   }
   // Quantized outputs run on their own kernels (quant_matmul.h); the plain ones below.
   if (HasQuantizedOutput(p)) QuantMatmul(p, pool_, isa_, options_.bf16_activations);
+  if (HasGgmlOutput(p)) GgmlMatmul(p, pool_, isa_);
   const int64_t cols = p.w[0]->cols;
   // Each plain output's kernels, and the activations in the order they read, prepared once
   // per distinct order: [0] bf16 activations for bf16 weights not packed (bf16_activations, steps

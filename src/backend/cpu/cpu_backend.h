@@ -82,6 +82,7 @@ class CpuBackend : public Backend {
   void GatherRows(const GatherRowsParams& p) override;
   // The swiglu end of a gate/up matmul (not the norm and accumulate ends).
   bool FusesSwiGlu() const override { return true; }
+  bool ReadsGgml(uint32_t ggml_type) const override;
   // Rows grouped by expert: each expert's rows through the Matmul paths (gate and up with the
   // swiglu end, then down), the experts one after another, each matmul over the pool.
   bool SupportsMoe() const override { return true; }

@@ -50,6 +50,13 @@ class TempDir {
   fs::path path_;
 };
 
+// The block type of the linears a GgufLinears writes (F32 for the float ones).
+GgmlType GgufBlockType(GgufLinears linears, GgmlType blocks) {
+  if (linears == GgufLinears::kBlocks) return blocks;
+  if (linears == GgufLinears::kQ4_0) return GgmlType::kQ4_0;
+  return linears == GgufLinears::kQ8_0 ? GgmlType::kQ8_0 : GgmlType::kF32;
+}
+
 class GgufModelTest : public ::testing::Test {
  protected:
   std::unique_ptr<Model> Load(const std::string& path) {
@@ -90,12 +97,24 @@ class GgufModelTest : public ::testing::Test {
     ASSERT_EQ(got.size(), want.size());
     ASSERT_FALSE(want.empty());
     size_t differ = 0, finite = 0;
+    float most = 0.0f, largest = 0.0f;
     for (size_t i = 0; i < got.size(); ++i) {
       differ += std::memcmp(&got[i], &want[i], 4) != 0;
       finite += std::isfinite(want[i]);
+      most = std::max(most, std::fabs(got[i] - want[i]));
+      largest = std::max(largest, std::fabs(want[i]));
     }
     EXPECT_EQ(finite, want.size());
-    EXPECT_EQ(differ, 0u) << "of " << got.size() << " logits";
+    const bool native = linears != GgufLinears::kAsStored &&
+                        CpuBackend(&pool_, CpuOptions{})
+                            .ReadsGgml(static_cast<uint32_t>(GgufBlockType(linears, blocks)));
+    if (native) {
+      // Kept in its blocks: the CPU's ggml kernels multiply the same values, summed in another
+      // order than the float32 matmuls.
+      EXPECT_LE(most, 1e-4f) << "largest logit " << largest;
+    } else {
+      EXPECT_EQ(differ, 0u) << "of " << got.size() << " logits";
+    }
   }
 
   ThreadPool pool_{2};
@@ -135,16 +154,20 @@ TEST_F(GgufModelTest, TinyChatF32AndF16LogitsEqualTheFolders) {
   ExpectSameLogits("models/tiny-chat", GgufLinears::kF16);
 }
 
-TEST_F(GgufModelTest, Q8_0LogitsEqualTheDequantizedFolders) {
-  ExpectSameLogits("models/tiny-chat", GgufLinears::kQ8_0);
-  ExpectSameLogits("tests/golden/models/llama", GgufLinears::kQ8_0);
+// Quantized as llama.cpp quantizes (the embedding too), read in their blocks by the CPU's ggml
+// kernels: within 1e-4 of the dequantized folders' logits.
+TEST_F(GgufModelTest, Q8_0AndQ4_0LogitsMatchTheDequantizedFolders) {
+  for (GgufLinears linears : {GgufLinears::kQ8_0, GgufLinears::kQ4_0}) {
+    ExpectSameLogits("models/tiny-chat", linears);
+    ExpectSameLogits("tests/golden/models/llama", linears);
+  }
 }
 
-// Every block type whose blocks tiny-chat's rows (384 and 1,152 inputs) hold: the file's values,
-// converted to F32 at load, give the logits of the same values in a float32 folder.
+// Every other block type whose blocks tiny-chat's rows (384 and 1,152 inputs) hold: the file's
+// values, converted to F32 at load, give the logits of the same values in a float32 folder.
 TEST_F(GgufModelTest, TinyChatInBlockTypesLogitsEqualTheDequantizedFolders) {
-  for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
-                     GgmlType::kIQ4_NL, GgmlType::kQ1_0, GgmlType::kQ2_0}) {
+  for (GgmlType t : {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kIQ4_NL,
+                     GgmlType::kQ1_0, GgmlType::kQ2_0}) {
     ExpectSameLogits("models/tiny-chat", GgufLinears::kBlocks, t);
   }
 }
@@ -204,17 +227,44 @@ void WriteWide(const std::string& dir, const std::string& family) {
   ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", tensors, {}).ok());
 }
 
-// The 256-element block types, in a Qwen3 (tied head, q/k norms) and a Llama (q/k rows permuted
-// by the converter, its own head).
+// The 256-element block types (and Q8_0 and Q4_0 with random codes), in a Qwen3 (tied head, q/k
+// norms) and a Llama (q/k rows permuted by the converter, its own head): bit for bit where they
+// are converted to F32, within 1e-4 where the CPU reads them as they are.
 TEST_F(GgufModelTest, WideModelsInKBlockTypesLogitsEqualTheDequantizedFolders) {
   TempDir tmp;
   for (const char* family : {"qwen3", "llama"}) {
     const std::string dir = tmp.File(family);
     WriteWide(dir, family);
     for (GgmlType t : {GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
-                       GgmlType::kQ6_K, GgmlType::kIQ4_XS, GgmlType::kTQ1_0, GgmlType::kTQ2_0}) {
+                       GgmlType::kQ6_K, GgmlType::kIQ4_XS, GgmlType::kTQ1_0, GgmlType::kTQ2_0,
+                       GgmlType::kQ8_0, GgmlType::kQ4_0}) {
       ExpectSameLogits(dir, GgufLinears::kBlocks, t);
     }
+  }
+}
+
+// On the CPU, Q8_0, Q4_0, Q4_K and Q6_K matrices (the embedding too) stay in their blocks; other
+// types become F32; the norms stay F32.
+TEST_F(GgufModelTest, CpuKeepsTheBlockTypesItReads) {
+  TempDir tmp;
+  const std::string dir = tmp.File("qwen3");
+  WriteWide(dir, "qwen3");
+  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K}) {
+    const std::string gguf = tmp.File(GgmlTypeName(t) + ".gguf");
+    ASSERT_TRUE(WriteGgufFromHf(dir, gguf, GgufLinears::kBlocks, "qwen2", "", t).ok());
+    std::unique_ptr<Model> model = Load(gguf);
+    ASSERT_NE(model, nullptr);
+    const bool kept = t == GgmlType::kQ4_K;
+    int matrices = 0;
+    for (const WeightSummary& w : model->weights()) {
+      if (w.shape.size() != 2) continue;
+      ++matrices;
+      EXPECT_EQ(w.format, kept ? "Q4_K" : "f32") << w.name;
+      // 144 bytes a block of 256, or 4 bytes a weight.
+      EXPECT_EQ(w.bytes, kept ? w.shape[0] * w.shape[1] / 256 * 144 : w.shape[0] * w.shape[1] * 4)
+          << w.name;
+    }
+    EXPECT_EQ(matrices, 1 + 2 * 7) << "the embedding (the tied head) and 7 linears a layer";
   }
 }
 
