@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels.cuh"
 #include "core/check.h"
+#include "formats/gguf.h"
 #include "quant/layout.h"
 
 namespace gizllm {
@@ -143,8 +144,20 @@ class CudaBackend : public Backend {
       *storage = std::move(buffer);
       return w;
     }
-    if (host.format != Format::kBf16 && host.format != Format::kF16 &&
-        host.format != Format::kF32) {
+    if (host.format == Format::kGgml) {
+      // ggml's blocks as the file holds them (ggml_matmul.cu).
+      GgmlBlock block;
+      if (!cuda::GgmlReads(host.ggml_type) ||
+          !GgmlBlockOf(static_cast<GgmlType>(host.ggml_type), &block)) {
+        return Unimplemented("cuda: ggml block type " +
+                             GgmlTypeName(static_cast<GgmlType>(host.ggml_type)) +
+                             " has no kernel (Q8_0, Q4_0, Q4_K and Q6_K do)");
+      }
+      if (host.empty() || host.rows <= 0 || host.cols <= 0 || host.cols % block.elements != 0) {
+        return InvalidArgument("cuda: ggml weight without data or with rows of partial blocks");
+      }
+    } else if (host.format != Format::kBf16 && host.format != Format::kF16 &&
+               host.format != Format::kF32) {
       return Unimplemented("cuda: weight format " + FormatName(host.format) +
                            " has no CUDA kernel yet (plain bf16, f16 and f32 do)");
     }
@@ -186,8 +199,11 @@ class CudaBackend : public Backend {
   void Embed(const EmbedParams& p) override {
     auto trace = Trace("embed");
     ForgetHandOffs();
+    if (p.table->format == Format::kGgml) return cuda::LaunchGgmlEmbed(p, stream_);
     cuda::LaunchEmbed(p, stream_);
   }
+
+  bool ReadsGgml(uint32_t ggml_type) const override { return cuda::GgmlReads(ggml_type); }
   void RmsNorm(const RmsNormParams& p) override {
     auto trace = Trace("rms_norm");
     ForgetHandOffs();
@@ -356,6 +372,26 @@ class CudaBackend : public Backend {
       plain.x = xn;
       plain.norm = nullptr;
       return Matmul(plain);
+    }
+    if (cuda::HasGgml(p)) {
+      // Each output on its own kernel (a plain one beside a ggml one through Matmul alone), then
+      // the SwiGLU end.
+      for (int i = 0; i < p.outputs; ++i) {
+        if (p.w[i]->format == Format::kGgml) {
+          cuda::LaunchGgmlMatmul(p.x, p.rows, *p.w[i], p.bias[i], p.out[i], p.accumulate, stream_);
+          continue;
+        }
+        MatmulParams one;
+        one.x = p.x;
+        one.rows = p.rows;
+        one.w[0] = p.w[i];
+        one.out[0] = p.out[i];
+        one.bias[0] = p.bias[i];
+        one.accumulate = p.accumulate;
+        Matmul(one);
+      }
+      if (p.swiglu) cuda::LaunchGlu({p.out[0], p.out[0], p.out[1], p.rows * p.w[0]->rows}, stream_);
+      return;
     }
     if (cuda::HasQuantized(p)) {
       if ((p.accumulate || p.swiglu) && !cuda::QuantFusesEnds(p, options_.exact))

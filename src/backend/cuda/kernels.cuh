@@ -185,6 +185,15 @@ void PackQuantWeight(const Weight& host, uint8_t* out);
 Weight QuantDeviceWeight(const Weight& host, void* device);
 // Whether any output of p has a quantized weight.
 bool HasQuantized(const MatmulParams& p);
+// Weights in ggml's blocks (Format::kGgml) as a GGUF file holds them (ggml_matmul.cu): whether
+// the kernels read block type `ggml_type` (Q8_0, Q4_0, Q4_K, Q6_K); whether any output of p has
+// such a weight; out [rows, w.rows] = x [rows, w.cols] W^T (+ bias), added into out with
+// `accumulate`; Embed's rows decoded from the table's blocks.
+bool GgmlReads(uint32_t ggml_type);
+bool HasGgml(const MatmulParams& p);
+void LaunchGgmlMatmul(const float* x, int64_t rows, const Weight& w, const float* bias, float* out,
+                      bool accumulate, cudaStream_t stream);
+void LaunchGgmlEmbed(const EmbedParams& p, cudaStream_t stream);
 // Activations of quantized matmuls: rotated float16 copies and group sums (fast), rotated
 // float32 (exact).
 struct QuantScratch {

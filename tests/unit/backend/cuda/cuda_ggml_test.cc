@@ -1,0 +1,297 @@
+// The CUDA backend over weights in ggml's blocks (Q8_0, Q4_0, Q4_K, Q6_K): Matmul against the
+// same weights dequantized (formats/ggml_blocks.h, checked against llama.cpp) and multiplied in
+// float64, with bias, accumulate, SwiGLU and a plain output beside a ggml one; Embed bit for bit;
+// and GGUF models whose matrices stay in their blocks against the same values as float32
+// weights, both on CUDA in exact mode. Skipped without a CUDA device.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "formats/ggml_blocks.h"
+#include "gguf_from_hf.h"
+#include "model/evaluate.h"
+#include "model/model.h"
+#include "ops/device.h"
+
+namespace gizllm {
+namespace {
+
+#define GZ_SKIP_WITHOUT_CUDA()                                             \
+  do {                                                                     \
+    if (CudaDeviceCount() == 0)                                            \
+      GTEST_SKIP() << "no CUDA device was found: CUDA ggml tests skipped"; \
+  } while (0)
+
+std::shared_ptr<Backend> Cuda(bool exact) {
+  DeviceOptions device;
+  device.device = "cuda";
+  device.exact = exact;
+  auto backend = OpenBackend(device);
+  EXPECT_TRUE(backend.ok()) << backend.status().message();
+  return backend.ok() ? *backend : nullptr;
+}
+
+// A device buffer of `n` floats holding `v` (or NaN where v is empty).
+struct DeviceFloats {
+  std::unique_ptr<Buffer> buffer;
+  float* data = nullptr;
+};
+DeviceFloats Upload(Backend& b, const std::vector<float>& v, size_t n) {
+  DeviceFloats d;
+  auto buffer = b.Allocate(n * 4);
+  EXPECT_TRUE(buffer.ok());
+  d.buffer = std::move(*buffer);
+  d.data = static_cast<float*>(d.buffer->data());
+  std::vector<float> host = v.empty() ? std::vector<float>(n, std::nanf("")) : v;
+  b.CopyToDevice(d.data, host.data(), n * 4);
+  return d;
+}
+std::vector<float> Download(Backend& b, const float* d, size_t n) {
+  std::vector<float> v(n);
+  b.CopyToHost(v.data(), d, n * 4);
+  return v;
+}
+
+struct Matrix {
+  int64_t rows = 0, cols = 0;
+  std::string blocks;
+  std::vector<float> values;  // [rows, cols], dequantized
+  Weight host, device;
+  std::unique_ptr<Buffer> storage;
+};
+
+void MakeMatrix(Backend& b, GgmlType type, int64_t rows, int64_t cols, uint32_t seed, Matrix* m) {
+  m->rows = rows;
+  m->cols = cols;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.1f);
+  std::vector<float> like(rows * cols);
+  for (float& v : like) v = normal(rng);
+  m->blocks = testing::RandomBlocks(type, like, seed);
+  m->values.resize(rows * cols);
+  ASSERT_TRUE(DequantizeBlocks(type, reinterpret_cast<const uint8_t*>(m->blocks.data()),
+                               m->blocks.size(), rows * cols, m->values.data(), "m")
+                  .ok());
+  m->host = Weight{.format = Format::kGgml, .rows = rows, .cols = cols, .data = m->blocks.data()};
+  m->host.ggml_type = static_cast<uint32_t>(type);
+  auto w = b.PrepareWeight(m->host, &m->storage);
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  m->device = *w;
+}
+
+// out[r, n] against base[r, n] + sum_c W[n, c] x[r, c] + bias[n] in float64: a float32 sum in any
+// order lies within about cols * 2^-24 * sum |terms|.
+void ExpectProducts(const Matrix& m, const std::vector<float>& x, int64_t rows,
+                    const std::vector<float>& bias, const std::vector<float>& base,
+                    const std::vector<float>& out, const std::string& what) {
+  int64_t bad = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t n = 0; n < m.rows; ++n) {
+      double exact = 0, magnitude = 0;
+      auto add = [&](double t) {
+        exact += t;
+        magnitude += std::fabs(t);
+      };
+      if (!bias.empty()) add(bias[n]);
+      if (!base.empty()) add(base[r * m.rows + n]);
+      for (int64_t c = 0; c < m.cols; ++c)
+        add(double{m.values[n * m.cols + c]} * x[r * m.cols + c]);
+      const double bound = (m.cols + 3) * std::ldexp(1.0, -24) * magnitude;
+      const float got = out[r * m.rows + n];
+      if (!(std::fabs(got - exact) <= bound) && bad++ < 5) {
+        ADD_FAILURE() << what << " row " << r << " output " << n << ": " << got << " vs " << exact
+                      << " (bound " << bound << ")";
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+constexpr GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K};
+
+TEST(CudaGgmlTest, MatmulMatchesTheDequantizedProducts) {
+  GZ_SKIP_WITHOUT_CUDA();
+  for (bool exact : {true, false}) {
+    std::shared_ptr<Backend> b = Cuda(exact);
+    ASSERT_NE(b, nullptr);
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    uint32_t seed = 1;
+    for (GgmlType type : kTypes) {
+      ASSERT_TRUE(b->ReadsGgml(static_cast<uint32_t>(type)));
+      for (int64_t cols : {256, 768}) {
+        for (int64_t rows : {1, 5, 19}) {
+          for (bool accumulate : {false, true}) {
+            const std::string what = GgmlTypeName(type) + (exact ? " exact" : " fast") + " cols " +
+                                     std::to_string(cols) + " rows " + std::to_string(rows) +
+                                     (accumulate ? " accumulate" : "");
+            Matrix a, c;
+            MakeMatrix(*b, type, 37, cols, seed++, &a);  // not a multiple of a block's warps
+            MakeMatrix(*b, type, 5, cols, seed++, &c);
+            std::vector<float> x(rows * cols), bias(a.rows), base_a(rows * a.rows),
+                base_c(rows * c.rows);
+            for (float& v : x) v = uniform(rng);
+            for (float& v : bias) v = uniform(rng);
+            for (float& v : base_a) v = uniform(rng);
+            for (float& v : base_c) v = uniform(rng);
+            DeviceFloats dx = Upload(*b, x, x.size()), dbias = Upload(*b, bias, bias.size());
+            DeviceFloats da =
+                accumulate ? Upload(*b, base_a, base_a.size()) : Upload(*b, {}, base_a.size());
+            DeviceFloats dc =
+                accumulate ? Upload(*b, base_c, base_c.size()) : Upload(*b, {}, base_c.size());
+            MatmulParams p;
+            p.x = dx.data;
+            p.rows = rows;
+            p.outputs = 2;
+            p.w[0] = &a.device;
+            p.w[1] = &c.device;
+            p.out[0] = da.data;
+            p.out[1] = dc.data;
+            p.bias[0] = dbias.data;
+            p.accumulate = accumulate;
+            ASSERT_TRUE(p.Check().ok()) << what;
+            b->Matmul(p);
+            ExpectProducts(a, x, rows, bias, accumulate ? base_a : std::vector<float>{},
+                           Download(*b, da.data, base_a.size()), what + " output 0");
+            ExpectProducts(c, x, rows, {}, accumulate ? base_c : std::vector<float>{},
+                           Download(*b, dc.data, base_c.size()), what + " output 1");
+          }
+        }
+      }
+    }
+  }
+}
+
+// gate and up in blocks with the SwiGLU end: silu(gate) * up of the products.
+TEST(CudaGgmlTest, SwiGluEnd) {
+  GZ_SKIP_WITHOUT_CUDA();
+  std::shared_ptr<Backend> b = Cuda(/*exact=*/true);
+  ASSERT_NE(b, nullptr);
+  if (!b->FusesSwiGlu()) GTEST_SKIP() << "the backend leaves SwiGLU to the Glu op";
+  Matrix gate, up;
+  MakeMatrix(*b, GgmlType::kQ4_K, 40, 512, 5, &gate);
+  MakeMatrix(*b, GgmlType::kQ4_K, 40, 512, 6, &up);
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  const int64_t rows = 3;
+  std::vector<float> x(rows * 512);
+  for (float& v : x) v = uniform(rng);
+  DeviceFloats dx = Upload(*b, x, x.size()), dg = Upload(*b, {}, rows * 40),
+               du = Upload(*b, {}, rows * 40);
+  MatmulParams p;
+  p.x = dx.data;
+  p.rows = rows;
+  p.outputs = 2;
+  p.w[0] = &gate.device;
+  p.w[1] = &up.device;
+  p.out[0] = dg.data;
+  p.out[1] = du.data;
+  p.swiglu = true;
+  b->Matmul(p);
+  const std::vector<float> got = Download(*b, dg.data, rows * 40);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t n = 0; n < 40; ++n) {
+      double g = 0, u = 0;
+      for (int64_t c = 0; c < 512; ++c) {
+        g += double{gate.values[n * 512 + c]} * x[r * 512 + c];
+        u += double{up.values[n * 512 + c]} * x[r * 512 + c];
+      }
+      const double want = g / (1 + std::exp(-g)) * u;
+      EXPECT_NEAR(got[r * 40 + n], want, 1e-5 * (1 + std::fabs(want))) << r << " " << n;
+    }
+  }
+}
+
+// Embed decodes the looked-up rows: exactly the dequantized values times the scale.
+TEST(CudaGgmlTest, EmbedReadsRowsFromBlocks) {
+  GZ_SKIP_WITHOUT_CUDA();
+  std::shared_ptr<Backend> b = Cuda(/*exact=*/false);
+  ASSERT_NE(b, nullptr);
+  for (GgmlType type : kTypes) {
+    Matrix table;
+    MakeMatrix(*b, type, 50, 768, 9, &table);
+    const std::vector<int32_t> tokens = {49, 0, 7, 7, 23, 1, 48};
+    auto tb = b->Allocate(tokens.size() * 4);
+    ASSERT_TRUE(tb.ok());
+    b->CopyToDevice((*tb)->data(), tokens.data(), tokens.size() * 4);
+    for (float scale : {1.0f, 1.5f}) {
+      DeviceFloats out = Upload(*b, {}, tokens.size() * 768);
+      b->Embed({.out = out.data,
+                .table = &table.device,
+                .tokens = static_cast<const int32_t*>((*tb)->data()),
+                .rows = static_cast<int64_t>(tokens.size()),
+                .scale = scale});
+      const std::vector<float> got = Download(*b, out.data, tokens.size() * 768);
+      for (size_t r = 0; r < tokens.size(); ++r) {
+        for (int64_t c = 0; c < 768; ++c) {
+          const float v = table.values[tokens[r] * 768 + c];
+          ASSERT_EQ(got[r * 768 + c], scale != 1.0f ? v * scale : v)
+              << GgmlTypeName(type) << " row " << r << " col " << c;
+        }
+      }
+    }
+  }
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    path_ = std::filesystem::temp_directory_path() /
+            ("gizllm_cuda_ggml_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+std::vector<float> Logits(const std::string& path, std::span<const int32_t> ids) {
+  std::shared_ptr<Backend> b = Cuda(/*exact=*/true);
+  if (!b) return {};
+  auto model = Model::Load(path, b);
+  EXPECT_TRUE(model.ok()) << model.status().message();
+  if (!model.ok()) return {};
+  auto logits = SequenceLogits(**model, ids);
+  EXPECT_TRUE(logits.ok()) << logits.status().message();
+  return logits.ok() ? *logits : std::vector<float>{};
+}
+
+// tiny-chat quantized as llama.cpp quantizes to Q8_0 and Q4_0 (embedding and linears kept in
+// their blocks on CUDA) against a float32 folder of the same values, exact mode: within 1e-4.
+TEST(CudaGgmlTest, GgufLogitsMatchTheDequantizedFolders) {
+  GZ_SKIP_WITHOUT_CUDA();
+  for (testing::GgufLinears linears : {testing::GgufLinears::kQ8_0, testing::GgufLinears::kQ4_0}) {
+    TempDir tmp;
+    const std::string gguf = tmp.File("m.gguf"), folder = tmp.File("dequantized");
+    ASSERT_TRUE(testing::WriteGgufFromHf("models/tiny-chat", gguf, linears, "qwen2", folder).ok());
+    std::mt19937 rng(11);
+    std::vector<int32_t> ids(37);
+    for (int32_t& id : ids) id = static_cast<int32_t>(rng() % 8192);
+    const std::vector<float> want = Logits(folder, ids);
+    const std::vector<float> got = Logits(gguf, ids);
+    ASSERT_EQ(got.size(), want.size());
+    ASSERT_FALSE(want.empty());
+    float most = 0.0f;
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(got[i])) << i;
+      most = std::max(most, std::fabs(got[i] - want[i]));
+    }
+    EXPECT_LE(most, 1e-4f) << (linears == testing::GgufLinears::kQ8_0 ? "Q8_0" : "Q4_0");
+  }
+}
+
+}  // namespace
+}  // namespace gizllm
