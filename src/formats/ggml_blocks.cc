@@ -151,15 +151,22 @@ void Q5_K(const uint8_t* b, float* y) {
 // nibble of ql[64 h + 32 (k % 2) + l], high 2 bits bits 2k of qh[32 h + l]; minus 32. Its
 // group of 16 is e / 16, each with an int8 scale; x = (d * scale) * q.
 void Q6_K(const uint8_t* b, float* y) {
-  const uint8_t* ql = b;
-  const uint8_t* qh = b + 128;
   const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
   const float d = Half(b + 208);
-  for (int e = 0; e < kK; ++e) {
-    const int h = e / 128, k = (e / 32) % 4, l = e % 32;
-    const int low = (ql[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 0xF;
-    const int high = (qh[32 * h + l] >> (2 * k)) & 3;
-    y[e] = d * static_cast<float>(scales[e / 16]) * static_cast<float>((low | high << 4) - 32);
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* ql = b + 64 * h;
+    const uint8_t* qh = b + 128 + 32 * h;
+    for (int k = 0; k < 4; ++k) {
+      const uint8_t* q = ql + 32 * (k % 2);
+      const int shift = 4 * (k / 2);
+      float* out = y + 128 * h + 32 * k;
+      const float dl0 = d * static_cast<float>(scales[8 * h + 2 * k]);
+      const float dl1 = d * static_cast<float>(scales[8 * h + 2 * k + 1]);
+      for (int l = 0; l < 32; ++l) {
+        const int v = (((q[l] >> shift) & 0xF) | ((qh[l] >> (2 * k)) & 3) << 4) - 32;
+        out[l] = (l < 16 ? dl0 : dl1) * static_cast<float>(v);
+      }
+    }
   }
 }
 

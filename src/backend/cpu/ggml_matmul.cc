@@ -1,8 +1,10 @@
 #include "backend/cpu/ggml_matmul.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
+#include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/vec_math.h"
 #include "formats/ggml_blocks.h"
 #include "formats/gguf.h"
@@ -32,6 +34,44 @@ void Slice(const MatmulParams& p, int o, int64_t n0, int64_t n1, float* row) {
   }
 }
 
+// Inputs a panel holds: a multiple of every block size (32, 256).
+constexpr int64_t kPanelInputs = 2048;
+// From this many activation rows (AVX-512), kAvx512PanelRows weight rows are decoded at a time
+// into a float32 panel that the float32 panel product uses for every row.
+constexpr int64_t kPanelMinRows = 4;
+
+// Elements [k0, k0 + len) of weight row `row` (block-aligned) as float32: out [len].
+void DecodeRange(const Weight& w, int64_t row, int64_t k0, int64_t len, float* out) {
+  const GgmlType type = static_cast<GgmlType>(w.ggml_type);
+  GgmlBlock block;
+  GgmlBlockOf(type, &block);
+  const GgmlBlockFn decode = GgmlBlockDecoder(type);
+  const uint8_t* data =
+      static_cast<const uint8_t*>(w.data) + row * RowBytes(w) + k0 / block.elements * block.bytes;
+  for (int64_t b = 0; b < len / block.elements; ++b) {
+    decode(data + b * block.bytes, out + b * block.elements);
+  }
+}
+
+// Output rows [n0, n1) of one weight by float32 panels (AVX-512, many activation rows).
+void SlicePanels(const MatmulParams& p, int o, int64_t n0, int64_t n1) {
+  const Weight& w = *p.w[o];
+  alignas(64) float panel[kAvx512PanelRows * kPanelInputs];  // [4, len], aligned loads
+  const MatmulSlice slice{
+      .w = &w, .x = p.x, .x_stride = w.cols, .rows = p.rows, .out = p.out[o], .bias = p.bias[o]};
+  for (int64_t n = n0; n < n1; n += kAvx512PanelRows) {
+    const int valid = static_cast<int>(std::min<int64_t>(kAvx512PanelRows, n1 - n));
+    for (int64_t k0 = 0; k0 < w.cols; k0 += kPanelInputs) {
+      const int64_t len = std::min(kPanelInputs, w.cols - k0);
+      for (int j = 0; j < kAvx512PanelRows; ++j) {
+        // Rows past n1 repeat the last one; their sums are dropped (valid).
+        DecodeRange(w, std::min<int64_t>(n + j, n1 - 1), k0, len, panel + j * len);
+      }
+      Avx512PanelRows(slice, panel, k0, len, 0, p.rows, n, valid);
+    }
+  }
+}
+
 template <class V>
 void Run(const MatmulParams& p, ThreadPool* pool) {
   // Tasks of up to 16 output rows over every kGgml output, taken as threads finish.
@@ -42,15 +82,21 @@ void Run(const MatmulParams& p, ThreadPool* pool) {
     first_task[o + 1] = first_task[o] + (n + kChunk - 1) / kChunk;
   }
   const int64_t tasks = first_task[p.outputs];
-  int64_t cols = p.w[0]->cols;
+  const int64_t cols = p.w[0]->cols;
+  const bool panels = std::is_same_v<V, vec::Avx512> && p.rows >= kPanelMinRows;
   auto run = [&](int64_t t0, int64_t t1, int) {
     thread_local std::vector<float> row;
-    if (row.size() < static_cast<size_t>(cols)) row.resize(cols);
+    if (!panels && row.size() < static_cast<size_t>(cols)) row.resize(cols);
     for (int64_t task = t0; task < t1; ++task) {
       int o = 0;
       while (task >= first_task[o + 1]) ++o;
       const int64_t n0 = (task - first_task[o]) * kChunk;
-      Slice<V>(p, o, n0, std::min(p.w[o]->rows, n0 + kChunk), row.data());
+      const int64_t n1 = std::min(p.w[o]->rows, n0 + kChunk);
+      if (panels) {
+        SlicePanels(p, o, n0, n1);
+      } else {
+        Slice<V>(p, o, n0, n1, row.data());
+      }
     }
   };
   if (!pool || pool->threads() == 1) {
