@@ -655,7 +655,7 @@ void CpuBackend::Embed(const EmbedParams& p) {
           break;
         }
         case Format::kGgml:  // the token's row decoded from its blocks
-          GgmlRow(t, token, out);
+          GgmlRow(t, token, out, isa_);
           break;
         default:
           CHECK(false && "Embed: the table's format is not plain or ggml");

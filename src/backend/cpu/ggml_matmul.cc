@@ -1,11 +1,11 @@
 #include "backend/cpu/ggml_matmul.h"
 
 #include <algorithm>
-#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/vec_math.h"
+#include "core/dtype.h"
 #include "formats/ggml_blocks.h"
 #include "formats/gguf.h"
 
@@ -19,14 +19,70 @@ int64_t RowBytes(const Weight& w) {
   return w.cols / block.elements * block.bytes;
 }
 
+#if defined(__x86_64__)
+// `elements` values of Q8_0 or Q4_0 blocks at `data` on AVX-512: 16 codes at a time widened to
+// float32 and multiplied by the block's scale, the one rounding of formats/ggml_blocks.cc (the
+// same values); false for the other types.
+GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t elements,
+                                   float* out) {
+  auto scale = [](const uint8_t* b) GZ_TARGET_AVX512 {
+    return _mm512_set1_ps(F16ToF32(static_cast<uint16_t>(b[0] | (b[1] << 8))));
+  };
+  if (type == GgmlType::kQ8_0) {
+    for (int64_t i = 0; i < elements / 32; ++i) {
+      const uint8_t* b = data + i * 34;
+      const __m512 d = scale(b);
+      for (int h = 0; h < 2; ++h) {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + 16 * h));
+        const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+        _mm512_storeu_ps(out + 32 * i + 16 * h, _mm512_mul_ps(v, d));
+      }
+    }
+    return true;
+  }
+  if (type == GgmlType::kQ4_0) {
+    const __m128i low = _mm_set1_epi8(0x0F);
+    const __m512i eight = _mm512_set1_epi32(8);
+    for (int64_t i = 0; i < elements / 32; ++i) {
+      const uint8_t* b = data + i * 18;
+      const __m512 d = scale(b);
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+      const __m128i nibbles[2] = {_mm_and_si128(q, low), _mm_and_si128(_mm_srli_epi16(q, 4), low)};
+      for (int h = 0; h < 2; ++h) {
+        const __m512i c = _mm512_sub_epi32(_mm512_cvtepu8_epi32(nibbles[h]), eight);
+        _mm512_storeu_ps(out + 32 * i + 16 * h, _mm512_mul_ps(_mm512_cvtepi32_ps(c), d));
+      }
+    }
+    return true;
+  }
+  return false;
+}
+#endif
+
+// Elements [k0, k0 + len) of weight row `row` (block-aligned) as float32: out [len].
+void DecodeRange(const Weight& w, int64_t row, int64_t k0, int64_t len, float* out, CpuIsa isa) {
+  const GgmlType type = static_cast<GgmlType>(w.ggml_type);
+  GgmlBlock block;
+  GgmlBlockOf(type, &block);
+  const uint8_t* data =
+      static_cast<const uint8_t*>(w.data) + row * RowBytes(w) + k0 / block.elements * block.bytes;
+#if defined(__x86_64__)
+  if (isa == CpuIsa::kAvx512 && DecodeAvx512(type, data, len, out)) return;
+#endif
+  const GgmlBlockFn decode = GgmlBlockDecoder(type);
+  for (int64_t b = 0; b < len / block.elements; ++b) {
+    decode(data + b * block.bytes, out + b * block.elements);
+  }
+}
+
 // Output rows [n0, n1) of one weight for every activation row: out[r, n] = dot(W[n], x[r]) (+
 // bias[n]). `row` is the thread's float32 row [w.cols].
 template <class V>
-void Slice(const MatmulParams& p, int o, int64_t n0, int64_t n1, float* row) {
+void Slice(const MatmulParams& p, int o, int64_t n0, int64_t n1, float* row, CpuIsa isa) {
   const Weight& w = *p.w[o];
   const int64_t cols = w.cols, n_all = w.rows;
   for (int64_t n = n0; n < n1; ++n) {
-    GgmlRow(w, n, row);
+    GgmlRow(w, n, row, isa);
     const float b = p.bias[o] ? p.bias[o][n] : 0.0f;
     for (int64_t r = 0; r < p.rows; ++r) {
       p.out[o][r * n_all + n] = V::Dot(row, p.x + r * cols, cols) + b;
@@ -40,19 +96,6 @@ constexpr int64_t kPanelInputs = 2048;
 // into a float32 panel that the float32 panel product uses for every row.
 constexpr int64_t kPanelMinRows = 4;
 
-// Elements [k0, k0 + len) of weight row `row` (block-aligned) as float32: out [len].
-void DecodeRange(const Weight& w, int64_t row, int64_t k0, int64_t len, float* out) {
-  const GgmlType type = static_cast<GgmlType>(w.ggml_type);
-  GgmlBlock block;
-  GgmlBlockOf(type, &block);
-  const GgmlBlockFn decode = GgmlBlockDecoder(type);
-  const uint8_t* data =
-      static_cast<const uint8_t*>(w.data) + row * RowBytes(w) + k0 / block.elements * block.bytes;
-  for (int64_t b = 0; b < len / block.elements; ++b) {
-    decode(data + b * block.bytes, out + b * block.elements);
-  }
-}
-
 // Output rows [n0, n1) of one weight by float32 panels (AVX-512, many activation rows).
 void SlicePanels(const MatmulParams& p, int o, int64_t n0, int64_t n1) {
   const Weight& w = *p.w[o];
@@ -65,7 +108,7 @@ void SlicePanels(const MatmulParams& p, int o, int64_t n0, int64_t n1) {
       const int64_t len = std::min(kPanelInputs, w.cols - k0);
       for (int j = 0; j < kAvx512PanelRows; ++j) {
         // Rows past n1 repeat the last one; their sums are dropped (valid).
-        DecodeRange(w, std::min<int64_t>(n + j, n1 - 1), k0, len, panel + j * len);
+        DecodeRange(w, std::min<int64_t>(n + j, n1 - 1), k0, len, panel + j * len, CpuIsa::kAvx512);
       }
       Avx512PanelRows(slice, panel, k0, len, 0, p.rows, n, valid);
     }
@@ -73,7 +116,7 @@ void SlicePanels(const MatmulParams& p, int o, int64_t n0, int64_t n1) {
 }
 
 template <class V>
-void Run(const MatmulParams& p, ThreadPool* pool) {
+void Run(const MatmulParams& p, ThreadPool* pool, CpuIsa isa) {
   // Tasks of up to 16 output rows over every kGgml output, taken as threads finish.
   constexpr int64_t kChunk = 16;
   int64_t first_task[MatmulParams::kMaxOutputs + 1] = {0};
@@ -83,7 +126,7 @@ void Run(const MatmulParams& p, ThreadPool* pool) {
   }
   const int64_t tasks = first_task[p.outputs];
   const int64_t cols = p.w[0]->cols;
-  const bool panels = std::is_same_v<V, vec::Avx512> && p.rows >= kPanelMinRows;
+  const bool panels = isa == CpuIsa::kAvx512 && p.rows >= kPanelMinRows;
   auto run = [&](int64_t t0, int64_t t1, int) {
     thread_local std::vector<float> row;
     if (!panels && row.size() < static_cast<size_t>(cols)) row.resize(cols);
@@ -95,7 +138,7 @@ void Run(const MatmulParams& p, ThreadPool* pool) {
       if (panels) {
         SlicePanels(p, o, n0, n1);
       } else {
-        Slice<V>(p, o, n0, n1, row.data());
+        Slice<V>(p, o, n0, n1, row.data(), isa);
       }
     }
   };
@@ -145,23 +188,16 @@ bool HasGgmlOutput(const MatmulParams& p) {
   return false;
 }
 
-void GgmlRow(const Weight& w, int64_t row, float* out) {
-  const GgmlType type = static_cast<GgmlType>(w.ggml_type);
-  GgmlBlock block;
-  GgmlBlockOf(type, &block);
-  const GgmlBlockFn decode = GgmlBlockDecoder(type);
-  const uint8_t* data = static_cast<const uint8_t*>(w.data) + row * RowBytes(w);
-  for (int64_t b = 0; b < w.cols / block.elements; ++b) {
-    decode(data + b * block.bytes, out + b * block.elements);
-  }
+void GgmlRow(const Weight& w, int64_t row, float* out, CpuIsa isa) {
+  DecodeRange(w, row, 0, w.cols, out, isa);
 }
 
 void GgmlMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa) {
 #if defined(__x86_64__)
-  if (isa == CpuIsa::kAvx512) return Run<vec::Avx512>(p, pool);
-  if (isa == CpuIsa::kAvx2) return Run<vec::Avx2>(p, pool);
+  if (isa == CpuIsa::kAvx512) return Run<vec::Avx512>(p, pool, isa);
+  if (isa == CpuIsa::kAvx2) return Run<vec::Avx2>(p, pool, isa);
 #endif
-  Run<vec::Scalar>(p, pool);
+  Run<vec::Scalar>(p, pool, isa);
 }
 
 }  // namespace gizllm

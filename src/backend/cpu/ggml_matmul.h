@@ -3,9 +3,10 @@
 //
 // Each weight row is decoded once into float32 (exactly the values llama.cpp dequantizes,
 // formats/ggml_blocks.h) in a per-thread row that stays in L1, then multiplied with every
-// activation row (vec Dot, float32 sums). The weights stay in their blocks in memory (4.5 to 8.5
-// bits a weight instead of 32); the products are those of the float32 matmul over the same
-// values, summed in another order.
+// activation row (vec Dot, float32 sums); on AVX-512 from 4 activation rows, 4 weight rows at a
+// time are decoded into a panel for the float32 panel product (matmul_kernels.h). The weights stay
+// in their blocks in memory (4.5 to 8.5 bits a weight instead of 32); the products are those of the
+// float32 matmul over the same values, summed in another order.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +32,8 @@ bool HasGgmlOutput(const MatmulParams& p);
 // left to the caller. Each weight must pass CheckGgmlWeight. Runs on `pool` when given.
 void GgmlMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa);
 
-// Row `row` of a kGgml weight as float32: out [w.cols].
-void GgmlRow(const Weight& w, int64_t row, float* out);
+// Row `row` of a kGgml weight as float32 (exactly formats/ggml_blocks.h's values): out [w.cols].
+// On AVX-512, Q8_0 and Q4_0 are widened 16 codes at a time.
+void GgmlRow(const Weight& w, int64_t row, float* out, CpuIsa isa);
 
 }  // namespace gizllm
