@@ -20,9 +20,10 @@ int64_t RowBytes(const Weight& w) {
 }
 
 #if defined(__x86_64__)
-// `elements` values of Q8_0 or Q4_0 blocks at `data` on AVX-512: 16 codes at a time widened to
-// float32 and multiplied by the block's scale, the one rounding of formats/ggml_blocks.cc (the
-// same values); false for the other types.
+// `elements` values of Q8_0, Q4_0, Q4_K or Q6_K blocks at `data` on AVX-512: 16 codes at a time
+// widened to float32, multiplied by their group's scale (and the min subtracted), rounded as
+// formats/ggml_blocks.cc rounds them (this file is compiled without contraction into fused
+// multiply-adds), so the same values; false for the other types.
 GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t elements,
                                    float* out) {
   auto scale = [](const uint8_t* b) GZ_TARGET_AVX512 {
@@ -51,6 +52,56 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
       for (int h = 0; h < 2; ++h) {
         const __m512i c = _mm512_sub_epi32(_mm512_cvtepu8_epi32(nibbles[h]), eight);
         _mm512_storeu_ps(out + 32 * i + 16 * h, _mm512_mul_ps(_mm512_cvtepi32_ps(c), d));
+      }
+    }
+    return true;
+  }
+  if (type == GgmlType::kQ4_K) {
+    for (int64_t i = 0; i < elements / 256; ++i) {
+      const uint8_t* b = data + i * 144;
+      const float d = F16ToF32(static_cast<uint16_t>(b[0] | (b[1] << 8)));
+      const float dmin = F16ToF32(static_cast<uint16_t>(b[2] | (b[3] << 8)));
+      const uint8_t* s = b + 4;
+      for (int g = 0; g < 8; ++g) {
+        const int sc = g < 4 ? s[g] & 63 : (s[g + 4] & 0xF) | (s[g - 4] >> 6) << 4;
+        const int m = g < 4 ? s[g + 4] & 63 : (s[g + 4] >> 4) | (s[g] >> 6) << 4;
+        const __m512 dl = _mm512_set1_ps(d * static_cast<float>(sc));
+        const __m512 ml = _mm512_set1_ps(dmin * static_cast<float>(m));
+        for (int h = 0; h < 2; ++h) {
+          __m128i q =
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 + 32 * (g / 2) + 16 * h));
+          if (g % 2) q = _mm_srli_epi16(q, 4);
+          const __m512 v =
+              _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(q, _mm_set1_epi8(0x0F))));
+          _mm512_storeu_ps(out + 256 * i + 32 * g + 16 * h,
+                           _mm512_sub_ps(_mm512_mul_ps(dl, v), ml));
+        }
+      }
+    }
+    return true;
+  }
+  if (type == GgmlType::kQ6_K) {
+    for (int64_t i = 0; i < elements / 256; ++i) {
+      const uint8_t* b = data + i * 210;
+      const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
+      const float d = F16ToF32(static_cast<uint16_t>(b[208] | (b[209] << 8)));
+      for (int h = 0; h < 2; ++h) {
+        for (int k = 0; k < 4; ++k) {
+          for (int half = 0; half < 2; ++half) {
+            const int l = 16 * half;
+            __m128i low =
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 64 * h + 32 * (k % 2) + l));
+            if (k / 2) low = _mm_srli_epi16(low, 4);
+            low = _mm_and_si128(low, _mm_set1_epi8(0x0F));
+            __m128i high = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 128 + 32 * h + l));
+            high = _mm_and_si128(_mm_srli_epi16(high, 2 * k), _mm_set1_epi8(3));
+            const __m128i code = _mm_or_si128(low, _mm_slli_epi16(high, 4));
+            const __m512i v = _mm512_sub_epi32(_mm512_cvtepu8_epi32(code), _mm512_set1_epi32(32));
+            const __m512 dl = _mm512_set1_ps(d * static_cast<float>(scales[8 * h + 2 * k + half]));
+            _mm512_storeu_ps(out + 256 * i + 128 * h + 32 * k + l,
+                             _mm512_mul_ps(dl, _mm512_cvtepi32_ps(v)));
+          }
+        }
       }
     }
     return true;

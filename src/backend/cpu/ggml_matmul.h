@@ -33,7 +33,7 @@ bool HasGgmlOutput(const MatmulParams& p);
 void GgmlMatmul(const MatmulParams& p, ThreadPool* pool, CpuIsa isa);
 
 // Row `row` of a kGgml weight as float32 (exactly formats/ggml_blocks.h's values): out [w.cols].
-// On AVX-512, Q8_0 and Q4_0 are widened 16 codes at a time.
+// On AVX-512 the codes are widened 16 at a time.
 void GgmlRow(const Weight& w, int64_t row, float* out, CpuIsa isa);
 
 }  // namespace gizllm
