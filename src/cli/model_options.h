@@ -26,7 +26,8 @@ struct ModelOptions {
   // in `budget` bytes (from the device's default down: the first of more than 4 bits that holds
   // them all, else the first of 4 bits or fewer that holds one, else the smallest), set on the
   // model before its pool is allocated; a line on stderr says so when it is not the device's
-  // default. Any other --kv: nothing to do.
+  // default. An error where not even one context fits at the narrowest format. Any other --kv:
+  // nothing to do.
   Status FitKv(Model* model, int32_t slots, int64_t context, int64_t budget, bool verbose) const;
   // The same for an embedder or reranker: an encoder, or a decoder that embeds (embed, rerank,
   // serve --task embed|rerank).

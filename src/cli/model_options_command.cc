@@ -92,14 +92,21 @@ Status ModelOptions::FitKv(Model* model, int32_t slots, int64_t context, int64_t
   fit.context = context;
   fit.position_bytes = [model](KvFormat f) { return model->PositionBytes(f); };
   GZ_ASSIGN_OR_RETURN(KvFormat format, ChooseKvFormat(kv, model->backend(), &fit));
+  const int64_t one_context = model->PositionBytes(format) * context;
+  if (one_context > budget) {
+    return ResourceExhausted(
+        "KV pages for a context of " + std::to_string(context) + " positions take " +
+        std::to_string(one_context >> 20) + " MiB even as " + KvFormatName(format) +
+        " pages, more than the " + std::to_string(budget >> 20) +
+        " MiB of KV memory (a shorter context, or --kv BITS to allocate them regardless)");
+  }
   if (format == model->kv_format()) return Status::Ok();
   GZ_RETURN_IF_ERROR(model->SetKvFormat(format));
   if (verbose) {
     const int64_t context_bytes = model->PositionBytes(format) * context;
-    const char* why = context_bytes * slots <= budget ? "fit at these bits, not at more"
-                      : context_bytes <= budget
-                          ? "do not fit at more than 4 bits; one context fits at these"
-                          : "do not fit in any format; this is the smallest";
+    const char* why = context_bytes * slots <= budget
+                          ? "fit at these bits, not at more"
+                          : "do not fit at more than 4 bits; one context fits at these";
     std::fprintf(stderr, "KV pages: %s (--kv auto: %d context%s of %lld positions in %.1f MiB %s)\n",
                  KvFormatName(format).c_str(), slots, slots == 1 ? "" : "s",
                  static_cast<long long>(context), budget / 1048576.0, why);
