@@ -1,7 +1,8 @@
 // A small random Qwen3-VL language model (head_dim 32, which the CUDA attention takes)
 // (Qwen3VLForConditionalGeneration, float32 tensors: the text model and one tower tensor it leaves
-// in the file) written to a folder, and picture inputs for a prompt with two pictures, for the
-// model and engine tests.
+// in the file, or with `tower` a whole small tower and its preprocessor_config.json: patch 2,
+// merge 2, so a picture of 4 x 4 pixels per row of the language model) written to a folder, and
+// picture inputs for a prompt with two pictures, for the model and engine tests.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -35,7 +36,7 @@ inline VisionArch Vision() {
 }
 
 // Writes the folder; returns the embedding table [kVocab, kDim].
-inline std::vector<float> Write(const std::string& dir) {
+inline std::vector<float> Write(const std::string& dir, bool tower = false) {
   std::mt19937 rng(11);
   std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> t;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, float scale,
@@ -65,8 +66,39 @@ inline std::vector<float> Write(const std::string& dir) {
     add(x + "mlp.up_proj.weight", {kFfn, kDim}, 0.3f);
     add(x + "mlp.down_proj.weight", {kDim, kFfn}, 0.3f);
   }
-  // A tower tensor the language model leaves in the file.
-  add("model.visual.pos_embed.weight", {4, 8}, 1.0f);
+  // The tower: its tensors are left in the file by the language model.
+  constexpr int kTowerDim = 16, kTowerFfn = 24, kMerged = kTowerDim * 4, kPatchFloats = 24;
+  const std::string v = "model.visual.";
+  if (!tower) {
+    add(v + "pos_embed.weight", {4, 8}, 1.0f);
+  } else {
+    add(v + "patch_embed.proj.weight", {kTowerDim, 3, 2, 2, 2}, 0.3f);
+    add(v + "patch_embed.proj.bias", {kTowerDim}, 0.2f);
+    add(v + "pos_embed.weight", {9, kTowerDim}, 0.5f);
+    const std::string b = v + "blocks.0.";
+    for (const char* n : {"norm1", "norm2"}) {
+      add(b + n + ".weight", {kTowerDim}, 0.2f, 1.0f);
+      add(b + n + ".bias", {kTowerDim}, 0.2f);
+    }
+    add(b + "attn.qkv.weight", {3 * kTowerDim, kTowerDim}, 0.4f);
+    add(b + "attn.qkv.bias", {3 * kTowerDim}, 0.2f);
+    add(b + "attn.proj.weight", {kTowerDim, kTowerDim}, 0.3f);
+    add(b + "attn.proj.bias", {kTowerDim}, 0.2f);
+    add(b + "mlp.linear_fc1.weight", {kTowerFfn, kTowerDim}, 0.3f);
+    add(b + "mlp.linear_fc1.bias", {kTowerFfn}, 0.2f);
+    add(b + "mlp.linear_fc2.weight", {kTowerDim, kTowerFfn}, 0.3f);
+    add(b + "mlp.linear_fc2.bias", {kTowerDim}, 0.2f);
+    for (const std::string& m : {v + "merger.", v + "deepstack_merger_list.0."}) {
+      const int64_t norm = m == v + "merger." ? kTowerDim : kMerged;
+      add(m + "norm.weight", {norm}, 0.2f, 1.0f);
+      add(m + "norm.bias", {norm}, 0.2f);
+      add(m + "linear_fc1.weight", {kMerged, kMerged}, 0.2f);
+      add(m + "linear_fc1.bias", {kMerged}, 0.2f);
+      add(m + "linear_fc2.weight", {kDim, kMerged}, 0.2f);
+      add(m + "linear_fc2.bias", {kDim}, 0.2f);
+    }
+    static_assert(kPatchFloats == 3 * 2 * 2 * 2);
+  }
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::vector<TensorToWrite> out;
@@ -102,6 +134,26 @@ inline std::vector<float> Write(const std::string& dir) {
                              {"out_hidden_size", kDim},
                              {"num_position_embeddings", 4},
                              {"deepstack_visual_indexes", {0}}}}};
+  if (tower) {
+    config["vision_config"] = {{"depth", 1},
+                               {"hidden_size", kTowerDim},
+                               {"intermediate_size", kTowerFfn},
+                               {"num_heads", 2},
+                               {"in_channels", 3},
+                               {"patch_size", 2},
+                               {"temporal_patch_size", 2},
+                               {"spatial_merge_size", 2},
+                               {"out_hidden_size", kDim},
+                               {"num_position_embeddings", 9},
+                               {"deepstack_visual_indexes", {0}}};
+    nlohmann::json processor = {{"patch_size", 2},
+                                {"merge_size", 2},
+                                {"temporal_patch_size", 2},
+                                {"size", {{"shortest_edge", 16}, {"longest_edge", 4096}}},
+                                {"image_mean", {0.5, 0.5, 0.5}},
+                                {"image_std", {0.5, 0.5, 0.5}}};
+    std::ofstream(dir + "/preprocessor_config.json") << processor.dump();
+  }
   std::ofstream(dir + "/config.json") << config.dump();
   return t[p + "embed_tokens.weight"].second;
 }
