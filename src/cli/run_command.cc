@@ -1,4 +1,6 @@
-// gizllm run: generate from a prompt and stream the text to stdout; timings on stderr.
+// gizllm run: generate from a prompt and stream the text to stdout; timings on stderr. With
+// --image, the prompt and the pictures are a user message of the model's chat template and
+// the pictures go through its vision tower (model/picture_prompt.h).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -8,6 +10,7 @@
 
 #include "cli/draft_options.h"
 #include "cli/model_options.h"
+#include "cli/pictures.h"
 #include "engine/engine.h"
 #include "engine/kv_sizing.h"
 #include "grammar/json_schema.h"
@@ -29,6 +32,7 @@ struct RunOptions {
   bool special = false;
   std::string json_schema;  // a JSON Schema file the answer follows
   std::string grammar;      // a GBNF file the answer follows
+  std::vector<std::string> images;  // picture files, in the order the prompt shows them
 };
 
 // The grammar of --json-schema or --grammar over the model's tokens; none when neither is given.
@@ -77,8 +81,17 @@ int Run(const RunOptions& o) {
   auto grammar = LoadGrammar(o, *tokenizer, (*model)->arch().vocab);
   if (!grammar.ok()) return Fail(grammar.status().message());
   sampling.grammar = *grammar;
-  auto ids = tokenizer->Encode(prompt, o.special);
-  if (!ids.ok()) return Fail("prompt: " + ids.status().message());
+  Expected<std::vector<int32_t>> ids = std::vector<int32_t>();
+  std::shared_ptr<const PromptPictures> pictures;
+  if (o.images.empty()) {
+    ids = tokenizer->Encode(prompt, o.special);
+    if (!ids.ok()) return Fail("prompt: " + ids.status().message());
+  } else {
+    auto read = PicturePromptTokens(**model, *tokenizer, prompt, o.images);
+    if (!read.ok()) return Fail("run: " + read.status().message());
+    *ids = std::move(read->tokens);
+    pictures = std::make_shared<const PromptPictures>(std::move(read->pictures));
+  }
   if (ids->empty()) return Fail("prompt: no tokens");
 
   EngineOptions options;
@@ -101,6 +114,7 @@ int Run(const RunOptions& o) {
   request.prompt = *ids;
   request.limit = o.max_tokens;
   request.sampling = sampling;
+  request.pictures = std::move(pictures);
   auto id = (*engine)->Add(std::move(request));
   if (!id.ok()) return Fail(id.status().message());
 
@@ -150,7 +164,11 @@ int Run(const RunOptions& o) {
 }  // namespace
 
 void AddRunCommand(CLI::App& app, CommandContext& ctx) {
-  auto* cmd = app.add_subcommand("run", "Generate text from a prompt, streamed to stdout");
+  auto* cmd = app.add_subcommand(
+      "run",
+      "Generate text from a prompt, streamed to stdout. With --image, the prompt and the "
+      "pictures are one user message of the model's chat template (the pictures first) and the "
+      "answer is the assistant's");
   auto o = std::make_shared<RunOptions>();
   o->model.Add(cmd);
   o->draft.Add(cmd);
@@ -171,6 +189,12 @@ void AddRunCommand(CLI::App& app, CommandContext& ctx) {
                   "Answer with JSON that this JSON Schema file accepts (what is not supported "
                   "is refused, naming the schema path)");
   cmd->add_option("--grammar", o->grammar, "Answer with text of this GBNF grammar file");
+  cmd->add_option("--image", o->images,
+                  "A picture (PNG, JPEG or WebP) the model sees before the prompt; repeat for "
+                  "more. Needs a model with a vision tower (Qwen3-VL, Qwen3.5) and its "
+                  "preprocessor_config.json; the prompt goes through the chat template")
+      ->expected(1)
+      ->take_all();
   cmd->callback([&ctx, o] { ctx.exit_code = Run(*o); });
 }
 

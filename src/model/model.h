@@ -35,6 +35,8 @@ class Model final : public Runner {
   const Arch& arch() const override { return arch_; }
   const std::string& dir() const { return dir_; }
   Backend& backend() { return *backend_; }
+  // The backend, for what runs beside the model on it (a vision tower).
+  std::shared_ptr<Backend> shared_backend() const { return backend_; }
   int64_t Parameters() const;  // every tensor loaded, the MTP layer's included
   // The multi-token prediction layer's tensors (Arch::mtp_prefix), loaded, not run yet.
   int64_t MtpTensors() const;

@@ -1,0 +1,32 @@
+// Pictures given on the command line (run --image, chat /image): the files read and put
+// before the text of a user message, as Qwen3-VL's and Qwen3.5's chat templates show image
+// content parts, and the prompt's placeholders expanded by the model's vision tower.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/model.h"
+#include "model/picture_prompt.h"
+#include "template/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gizllm::cli {
+
+// A user message's content: one {"type": "image"} part per picture, then the text.
+nlohmann::ordered_json PictureContent(size_t pictures, const std::string& text);
+
+// The files' bytes; an error names the file that cannot be read.
+Expected<std::vector<std::vector<uint8_t>>> ReadPictureFiles(const std::vector<std::string>& files);
+
+// `prompt` with the pictures in `files` as one user message of the model's chat template (with
+// the generation prompt), tokenized, the placeholders expanded and the pictures read by the
+// tower. Errors: a model without a vision tower, a file that cannot be read, a bad picture
+// ("picture 2: PNG truncated"), a template that does not show every picture.
+Expected<PicturePrompt> PicturePromptTokens(const Model& model, const Tokenizer& tokenizer,
+                                            const std::string& prompt,
+                                            const std::vector<std::string>& files);
+
+}  // namespace gizllm::cli
