@@ -1,5 +1,4 @@
 #include "cli/pictures.h"
-
 #include "core/mapped_file.h"
 #include "template/chat_prompt.h"
 

@@ -30,8 +30,8 @@ struct RunOptions {
   bool seed_given = false;
   bool greedy = false;
   bool special = false;
-  std::string json_schema;  // a JSON Schema file the answer follows
-  std::string grammar;      // a GBNF file the answer follows
+  std::string json_schema;          // a JSON Schema file the answer follows
+  std::string grammar;              // a GBNF file the answer follows
   std::vector<std::string> images;  // picture files, in the order the prompt shows them
 };
 

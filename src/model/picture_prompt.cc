@@ -19,8 +19,8 @@ Expected<std::unique_ptr<PictureReader>> PictureReader::Load(const std::string& 
   auto same = [&](const char* field, int processor, int tower, const char* tower_field) -> Status {
     if (processor == tower) return Status::Ok();
     return InvalidArgument(dir + "/preprocessor_config.json: " + field + ": " +
-                           std::to_string(processor) + " is not the tower's " + tower_field +
-                           " " + std::to_string(tower) + " (config.json vision_config)");
+                           std::to_string(processor) + " is not the tower's " + tower_field + " " +
+                           std::to_string(tower) + " (config.json vision_config)");
   };
   GZ_RETURN_IF_ERROR(same("patch_size", p.patch_size, a.patch, "patch_size"));
   GZ_RETURN_IF_ERROR(same("merge_size", p.merge_size, a.merge, "spatial_merge_size"));

@@ -1,10 +1,10 @@
 // Writes a small random Qwen3-VL folder with its tower (tests/unit/model/tiny_vl.h), a
 // character tokenizer (ids 0..39 the characters below, 40.. Qwen's special tokens at tiny_vl's
 // ids) and the Qwen2-VL chat template (image parts as <|vision_start|><|image_pad|><|vision_end|>),
-// a picture, a truncated copy of it, another picture of its size, and the answer the engine gives for the prompt with that
-// picture: the prompt's ids are built here by hand (not by the template or the tokenizer), the
-// picture read by PictureReader, greedy tokens from Engine::Generate, decoded as `run` streams
-// them and ended with the newline `run` adds.
+// a picture, a truncated copy of it, another picture of its size, and the answer the engine gives
+// for the prompt with that picture: the prompt's ids are built here by hand (not by the template or
+// the tokenizer), the picture read by PictureReader, greedy tokens from Engine::Generate, decoded
+// as `run` streams them and ended with the newline `run` adds.
 //
 //   tiny_vl_folder DIR PROMPT TOKENS
 //   -> DIR/model/, DIR/picture.png, DIR/cut.png, DIR/other.png, DIR/expected.txt
@@ -53,9 +53,8 @@ void WriteTokenizer(const std::string& dir) {
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
   for (size_t i = 0; i < kChars.size(); ++i) vocab[std::string(1, kChars[i])] = i;
   nlohmann::ordered_json added = nlohmann::ordered_json::array();
-  const char* specials[] = {"<|image_pad|>", "<|vision_start|>", "<|video_pad|>",
-                            "<|vision_end|>", "<|im_start|>",    "<|im_end|>",
-                            "<|endoftext|>", "<|box_start|>"};
+  const char* specials[] = {"<|image_pad|>", "<|vision_start|>", "<|video_pad|>", "<|vision_end|>",
+                            "<|im_start|>",  "<|im_end|>",       "<|endoftext|>", "<|box_start|>"};
   for (int i = 0; i < 8; ++i) {
     vocab[specials[i]] = 40 + i;
     added.push_back({{"id", 40 + i},
@@ -66,25 +65,24 @@ void WriteTokenizer(const std::string& dir) {
                      {"normalized", false},
                      {"special", true}});
   }
-  nlohmann::ordered_json tokenizer = {
-      {"version", "1.0"},
-      {"truncation", nullptr},
-      {"padding", nullptr},
-      {"added_tokens", added},
-      {"normalizer", nullptr},
-      {"pre_tokenizer", nullptr},
-      {"post_processor", nullptr},
-      {"decoder", {{"type", "Fuse"}}},
-      {"model",
-       {{"type", "BPE"},
-        {"dropout", nullptr},
-        {"unk_token", nullptr},
-        {"continuing_subword_prefix", nullptr},
-        {"end_of_word_suffix", nullptr},
-        {"fuse_unk", false},
-        {"byte_fallback", false},
-        {"vocab", vocab},
-        {"merges", nlohmann::ordered_json::array()}}}};
+  nlohmann::ordered_json tokenizer = {{"version", "1.0"},
+                                      {"truncation", nullptr},
+                                      {"padding", nullptr},
+                                      {"added_tokens", added},
+                                      {"normalizer", nullptr},
+                                      {"pre_tokenizer", nullptr},
+                                      {"post_processor", nullptr},
+                                      {"decoder", {{"type", "Fuse"}}},
+                                      {"model",
+                                       {{"type", "BPE"},
+                                        {"dropout", nullptr},
+                                        {"unk_token", nullptr},
+                                        {"continuing_subword_prefix", nullptr},
+                                        {"end_of_word_suffix", nullptr},
+                                        {"fuse_unk", false},
+                                        {"byte_fallback", false},
+                                        {"vocab", vocab},
+                                        {"merges", nlohmann::ordered_json::array()}}}};
   std::ofstream(dir + "/tokenizer.json") << tokenizer.dump();
   nlohmann::ordered_json config = {{"chat_template", kTemplate}, {"eos_token", "<|im_end|>"}};
   std::ofstream(dir + "/tokenizer_config.json") << config.dump();

@@ -152,8 +152,7 @@ TEST_F(PicturePromptTest, TheProcessorMustBeTheTowers) {
   std::ofstream(dir_ + "/preprocessor_config.json") << R"({"patch_size": 14, "merge_size": 2})";
   auto reader = PictureReader::Load(dir_, Cpu());
   ASSERT_FALSE(reader.ok());
-  EXPECT_NE(reader.status().message().find("patch_size: 14 is not the tower's"),
-            std::string::npos)
+  EXPECT_NE(reader.status().message().find("patch_size: 14 is not the tower's"), std::string::npos)
       << reader.status().message();
   fs::remove(dir_ + "/preprocessor_config.json");
   reader = PictureReader::Load(dir_, Cpu());
