@@ -1,6 +1,7 @@
 // gizllm chat: an interactive chat in the terminal. Each line is a user turn; the reply streams
 // as it is generated, reasoning dimmed and apart from the answer. The conversation stays in one
-// engine slot, so each turn reads only what is new; statistics go to stderr.
+// engine slot, so each turn reads only what is new; statistics go to stderr. `/image FILE`
+// attaches a picture to the next user message (a model with a vision tower reads it).
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 
 #include "cli/draft_options.h"
 #include "cli/model_options.h"
+#include "cli/pictures.h"
 #include "core/mapped_file.h"
 #include "engine/engine.h"
 #include "engine/kv_sizing.h"
@@ -196,13 +198,19 @@ int Chat(const ChatOptions& o) {
   const bool ansi = interactive && isatty(STDOUT_FILENO);
   if (interactive) {
     std::fprintf(stderr,
-                 "chat with %s (context %lld, temperature %g); /reset clears, /exit quits\n",
+                 "chat with %s (context %lld, temperature %g); /image FILE attaches a picture to "
+                 "the next message, /reset clears, /exit quits\n",
                  dir.c_str(), static_cast<long long>(options.context), sampling.temperature);
   }
 
   ordered_json messages = ordered_json::array();
+  // The pictures of the conversation's messages in order, and those for the next message.
+  std::vector<std::vector<uint8_t>> pictures, attached;
+  std::unique_ptr<PictureReader> reader;  // loaded at the first /image
   auto reset = [&] {
     messages = ordered_json::array();
+    pictures.clear();
+    attached.clear();
     if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
   };
   reset();
@@ -227,23 +235,61 @@ int Chat(const ChatOptions& o) {
       continue;
     }
 
-    messages.push_back({{"role", "user"}, {"content", text}});
+    if (text.rfind("/image", 0) == 0 && (text.size() == 6 || text[6] == ' ')) {
+      const std::string file = Trim(text.substr(6));
+      if (Status s = AttachPicture(*model, file, &reader, &attached); !s.ok()) {
+        std::fprintf(stderr, "%s\n", s.message().c_str());
+      } else {
+        std::fprintf(stderr, "(%s attached to the next message)\n", file.c_str());
+      }
+      continue;
+    }
+
+    const size_t pictures_before = pictures.size();
+    if (attached.empty()) {
+      messages.push_back({{"role", "user"}, {"content", text}});
+    } else {
+      messages.push_back({{"role", "user"}, {"content", PictureContent(attached.size(), text)}});
+      for (std::vector<uint8_t>& bytes : attached) pictures.push_back(std::move(bytes));
+      attached.clear();
+    }
+    auto drop_message = [&] {
+      messages.erase(messages.size() - 1);
+      pictures.resize(pictures_before);
+    };
     ordered_json input = {{"messages", messages}, {"add_generation_prompt", true}};
     if (o.no_think) input["enable_thinking"] = false;
     auto prompt = ChatPrompt::Render(*chat_template, *tokenizer, input, /*last_messages=*/1);
     if (!prompt.ok()) return Fail(prompt.status().message());
+    std::shared_ptr<const PromptPictures> prompt_pictures;
+    if (!pictures.empty()) {
+      // The placeholders expanded to the pictures' rows: the marks move with them.
+      auto expanded = reader->Expand(prompt->tokens, pictures);
+      if (!expanded.ok()) {
+        std::fprintf(stderr, "%s\n", expanded.status().message().c_str());
+        drop_message();
+        continue;
+      }
+      prompt->mark = ExpandedPosition(prompt->tokens, expanded->tokens, reader->arch().image_token,
+                                      prompt->mark);
+      prompt->system_end = ExpandedPosition(prompt->tokens, expanded->tokens,
+                                            reader->arch().image_token, prompt->system_end);
+      prompt->tokens = std::move(expanded->tokens);
+      prompt_pictures = std::make_shared<const PromptPictures>(std::move(expanded->pictures));
+    }
     const int64_t size = static_cast<int64_t>(prompt->tokens.size());
     if (size >= options.context) {
       std::fprintf(stderr,
                    "the conversation (%lld tokens) fills the %lld-token context; /reset to start "
                    "over\n",
                    static_cast<long long>(size), static_cast<long long>(options.context));
-      messages.erase(messages.size() - 1);
+      drop_message();
       continue;
     }
 
     Request request;
     request.prompt = prompt->tokens;
+    request.pictures = std::move(prompt_pictures);
     request.limit = std::min(o.max_tokens, options.context - size);
     request.sampling = sampling;
     // Each turn draws fresh numbers unless a seed repeats the whole chat.

@@ -29,4 +29,16 @@ Expected<PicturePrompt> PicturePromptTokens(const Model& model, const Tokenizer&
                                             const std::string& prompt,
                                             const std::vector<std::string>& files);
 
+// chat's /image FILE: reads the file and decodes it (so a bad picture is refused now, naming
+// the file), loads the model's tower into `reader` the first time, and adds the bytes to
+// `attached`.
+Status AttachPicture(const Model& model, const std::string& file,
+                     std::unique_ptr<PictureReader>* reader,
+                     std::vector<std::vector<uint8_t>>* attached);
+
+// Where token position `position` of `tokens` (one image placeholder per picture) lies in
+// `expanded` (each placeholder repeated to its picture's rows); -1 stays -1.
+int32_t ExpandedPosition(const std::vector<int32_t>& tokens, const std::vector<int32_t>& expanded,
+                         int32_t image_token, int32_t position);
+
 }  // namespace gizllm::cli

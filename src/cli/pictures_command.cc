@@ -36,4 +36,34 @@ Expected<PicturePrompt> PicturePromptTokens(const Model& model, const Tokenizer&
   return (*reader)->Expand(chat.tokens, bytes);
 }
 
+Status AttachPicture(const Model& model, const std::string& file,
+                     std::unique_ptr<PictureReader>* reader,
+                     std::vector<std::vector<uint8_t>>* attached) {
+  if (file.empty()) return InvalidArgument("/image: give a picture file");
+  if (!*reader) {
+    auto loaded = PictureReader::Load(model.dir(), model.shared_backend());
+    if (!loaded.ok()) return loaded.status().Annotate("pictures need a vision tower");
+    *reader = std::move(*loaded);
+  }
+  GZ_ASSIGN_OR_RETURN(std::vector<std::vector<uint8_t>> bytes, ReadPictureFiles({file}));
+  auto picture = vision::DecodePicture(bytes[0]);
+  if (!picture.ok()) return picture.status().Annotate(file);
+  attached->push_back(std::move(bytes[0]));
+  return Status::Ok();
+}
+
+int32_t ExpandedPosition(const std::vector<int32_t>& tokens, const std::vector<int32_t>& expanded,
+                         int32_t image_token, int32_t position) {
+  if (position < 0) return position;
+  size_t j = 0;
+  for (size_t i = 0; i < tokens.size() && i < static_cast<size_t>(position); ++i) {
+    if (tokens[i] != image_token) {
+      ++j;
+      continue;
+    }
+    while (j < expanded.size() && expanded[j] == image_token) ++j;
+  }
+  return static_cast<int32_t>(j);
+}
+
 }  // namespace gizllm::cli

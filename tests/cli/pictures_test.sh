@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# run --image on a small random Qwen3-VL (tests/cli/tiny_vl_folder.cc): the greedy answer equals
-# a direct Engine call's on the same picture; bad pictures, placeholders and models fail with one
-# line that says what is wrong.
+# run --image and chat's /image on a small random Qwen3-VL (tests/cli/tiny_vl_folder.cc): the
+# greedy answer equals a direct Engine call's on the same picture; bad pictures and models without
+# a tower fail with a line that says what is wrong.
 source "$(dirname "$0")/lib.sh"
 gz=$1
 folder=$2
@@ -37,5 +37,20 @@ expect_error run-image-missing "$tmp/missing.png" \
 # A model without a vision tower.
 expect_error run-image-no-tower "no vision tower" \
   $gz run "${flags[@]}" --image "$tmp/picture.png" --prompt "what is this?"
+
+# chat: /image attaches a picture to the next message; the first reply is run's (the same
+# prompt); the next turn reuses the first turn's tokens, picture rows included; a bad picture or
+# a model without a tower is refused with a line on stderr and the chat goes on.
+chat=(--device cpu --exact --threads 2 --temperature 0 --max-tokens 8)
+printf '/image %s\nwhat is this?\n/image %s\n/image %s\nand this?\n' "$tmp/picture.png" \
+  "$tmp/cut.png" "$tmp/other.png" | $gz chat -m "$m" "${chat[@]}" >"$tmp/chat" 2>"$tmp/chat.err"
+check chat-image-exit-0 test $? -eq 0
+check chat-image-equals-run test "$(head -n 1 "$tmp/chat")" = "$(head -n 1 "$tmp/expected.txt")"
+check chat-image-two-replies test "$(grep -c "answer: 8 tokens" "$tmp/chat.err")" -eq 2
+check chat-image-bad-picture grep -q "cut.png: PNG truncated" "$tmp/chat.err"
+reused=$(grep -o "[0-9]* reused" "$tmp/chat.err" | sed -n 2p | cut -d' ' -f1)
+check chat-image-reuses-the-first-turn test "${reused:-0}" -ge 40
+printf '/image %s\nhello\n' "$tmp/picture.png" | $gz chat "${chat[@]}" >/dev/null 2>"$tmp/chat.err"
+check chat-image-no-tower grep -q "pictures need a vision tower" "$tmp/chat.err"
 
 finish
