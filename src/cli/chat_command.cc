@@ -356,7 +356,10 @@ int Chat(const ChatOptions& o) {
 }  // namespace
 
 void AddChatCommand(CLI::App& app, CommandContext& ctx) {
-  auto* cmd = app.add_subcommand("chat", "Chat with a model in the terminal");
+  auto* cmd = app.add_subcommand(
+      "chat",
+      "Chat with a model in the terminal; /image FILE attaches a picture (PNG, JPEG, WebP) to the "
+      "next message for a model with a vision tower, /reset clears, /exit quits");
   auto o = std::make_shared<ChatOptions>();
   o->model.Add(cmd);
   o->draft.Add(cmd);

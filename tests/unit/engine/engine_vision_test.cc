@@ -3,7 +3,8 @@
 // answer's rotary positions counting on from the prompt's `next`); steps of few rows (prompt
 // pieces ending inside a picture) and concurrent requests under preemption give the same
 // tokens; a held prefix is reused for the same pictures and never past the first picture row
-// for other pictures behind the same placeholder tokens.
+// for other pictures behind the same placeholder tokens; pictures given as PNG bytes
+// (PictureReader: decoded, preprocessed, through the tower) give the model's argmax too.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,9 +13,11 @@
 #include <memory>
 
 #include "../model/tiny_vl.h"
+#include "../vision/picture_encoders.h"
 #include "engine/engine.h"
 #include "model/evaluate.h"
 #include "model/model.h"
+#include "model/picture_prompt.h"
 #include "ops/device.h"
 
 namespace gizllm {
@@ -64,15 +67,16 @@ Request WithPictures(std::shared_ptr<const PromptPictures> pictures, int64_t lim
 
 // Greedy tokens from the model's logits alone: the prompt and the answer so far read whole,
 // the answer's rows at rotary positions next, next + 1, ...
-std::vector<int32_t> ManualGreedy(const PromptPictures& pictures, int count) {
-  std::vector<int32_t> ids = tiny_vl::Prompt();
+std::vector<int32_t> ManualGreedy(const PromptPictures& pictures, int count,
+                                  Model* model = VlModel(),
+                                  std::vector<int32_t> ids = tiny_vl::Prompt()) {
   PromptPictures p = pictures;
   std::vector<int32_t> out;
   for (int k = 0; k < count; ++k) {
-    auto logits = SequenceLogits(*VlModel(), ids, p);
+    auto logits = SequenceLogits(*model, ids, p);
     EXPECT_TRUE(logits.ok()) << logits.status().message();
     if (!logits.ok()) return out;
-    const int64_t vocab = VlModel()->arch().vocab;
+    const int64_t vocab = model->arch().vocab;
     const float* last = logits->data() + (ids.size() - 1) * vocab;
     const int32_t token = static_cast<int32_t>(std::max_element(last, last + vocab) - last);
     out.push_back(token);
@@ -95,6 +99,57 @@ TEST(EngineVision, GreedyEqualsTheModelsArgmax) {
     auto out = engine->Generate({WithPictures(pictures, 6)});
     ASSERT_TRUE(out.ok()) << out.status().message();
     ASSERT_EQ(expected.size(), 6u);
+    EXPECT_EQ((*out)[0], expected) << "rows " << rows;
+  }
+}
+
+// Two PNG pictures behind one placeholder each, read by PictureReader on a model with its tower:
+// the engine's greedy tokens are the model's argmax over the expanded prompt.
+TEST(EngineVision, PicturesFromBytesGiveTheModelsArgmax) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("gizllm_engine_pictures_" + std::to_string(::getpid()));
+  tiny_vl::Write(dir.string(), /*tower=*/true);
+  auto backend = OpenBackend(DeviceOptions{.device = "cpu", .threads = 2, .exact = true});
+  ASSERT_TRUE(backend.ok()) << backend.status().message();
+  auto model = Model::Load(dir.string(), *backend);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  auto reader = PictureReader::Load(dir.string(), *backend);
+  ASSERT_TRUE(reader.ok()) << reader.status().message();
+  fs::remove_all(dir);
+  using vision::testing::EncodePng;
+  using vision::testing::Pattern;
+  const std::vector<std::vector<uint8_t>> pngs = {EncodePng(12, 8, Pattern(12, 8, 3, 1), {}),
+                                                  EncodePng(8, 4, Pattern(8, 4, 3, 2), {})};
+  const std::vector<int32_t> ids = {1,
+                                    2,
+                                    tiny_vl::kStart,
+                                    tiny_vl::kImage,
+                                    tiny_vl::kEnd,
+                                    7,
+                                    tiny_vl::kStart,
+                                    tiny_vl::kImage,
+                                    tiny_vl::kEnd,
+                                    9,
+                                    10};
+  auto expanded = (*reader)->Expand(ids, pngs);
+  ASSERT_TRUE(expanded.ok()) << expanded.status().message();
+  ASSERT_EQ(expanded->tokens, tiny_vl::Prompt());
+  const std::vector<int32_t> expected =
+      ManualGreedy(expanded->pictures, 6, model->get(), expanded->tokens);
+  ASSERT_EQ(expected.size(), 6u);
+  // Rows 256: the whole prompt in one step; 5: pieces that end inside the pictures.
+  for (int64_t rows : {256, 5}) {
+    EngineOptions options;
+    options.slots = 1;
+    options.context = 64;
+    options.rows = rows;
+    options.kv_budget_bytes = 8 * (*model)->PageBytes();
+    auto engine = Engine::Create(model->get(), options);
+    ASSERT_TRUE(engine.ok()) << engine.status().message();
+    Request r = WithPictures(std::make_shared<const PromptPictures>(expanded->pictures), 6);
+    r.prompt = expanded->tokens;
+    auto out = (*engine)->Generate({r});
+    ASSERT_TRUE(out.ok()) << out.status().message();
     EXPECT_EQ((*out)[0], expected) << "rows " << rows;
   }
 }
