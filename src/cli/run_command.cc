@@ -73,6 +73,8 @@ int Run(const RunOptions& o) {
   if (o.seed_given) sampling.seed = o.seed;
   if (Status s = sampling.Check(); !s.ok()) return Fail(s.message());
   if (o.max_tokens <= 0) return Fail("--max-tokens: must be positive");
+  if (o.special && !o.images.empty())
+    return Fail("--special: not with --image (the chat template writes the prompt)");
 
   auto model = o.model.Load(/*verbose=*/true);
   if (!model.ok()) return Fail(model.status().message());

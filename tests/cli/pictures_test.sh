@@ -34,6 +34,8 @@ expect_error run-image-not-a-picture "picture 1: " \
   $gz run -m "$m" "${flags[@]}" --image "$tmp/text.png" --prompt "what?"
 expect_error run-image-missing "$tmp/missing.png" \
   $gz run -m "$m" "${flags[@]}" --image "$tmp/missing.png" --prompt "what?"
+expect_fail run-image-special "--special: not with --image" \
+  $gz run -m "$m" "${flags[@]}" --image "$tmp/picture.png" --special --prompt "what?"
 # A model without a vision tower.
 expect_error run-image-no-tower "no vision tower" \
   $gz run "${flags[@]}" --image "$tmp/picture.png" --prompt "what is this?"
