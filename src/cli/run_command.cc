@@ -83,26 +83,27 @@ int Run(const RunOptions& o) {
   auto grammar = LoadGrammar(o, *tokenizer, (*model)->arch().vocab);
   if (!grammar.ok()) return Fail(grammar.status().message());
   sampling.grammar = *grammar;
-  Expected<std::vector<int32_t>> ids = std::vector<int32_t>();
+  std::vector<int32_t> ids;
   std::shared_ptr<const PromptPictures> pictures;
   if (o.images.empty()) {
-    ids = tokenizer->Encode(prompt, o.special);
-    if (!ids.ok()) return Fail("prompt: " + ids.status().message());
+    auto encoded = tokenizer->Encode(prompt, o.special);
+    if (!encoded.ok()) return Fail("prompt: " + encoded.status().message());
+    ids = std::move(*encoded);
   } else {
     auto read = PicturePromptTokens(**model, *tokenizer, prompt, o.images);
     if (!read.ok()) return Fail("run: " + read.status().message());
-    *ids = std::move(read->tokens);
+    ids = std::move(read->tokens);
     pictures = std::make_shared<const PromptPictures>(std::move(read->pictures));
   }
-  if (ids->empty()) return Fail("prompt: no tokens");
+  if (ids.empty()) return Fail("prompt: no tokens");
 
   EngineOptions options;
   options.slots = 1;
-  options.context = static_cast<int64_t>(ids->size()) + o.max_tokens;
+  options.context = static_cast<int64_t>(ids.size()) + o.max_tokens;
   if ((*model)->arch().context > 0 && options.context > (*model)->arch().context)
     options.context = (*model)->arch().context;
-  if (static_cast<int64_t>(ids->size()) >= options.context)
-    return Fail("prompt: " + std::to_string(ids->size()) + " tokens leave no room in the " +
+  if (static_cast<int64_t>(ids.size()) >= options.context)
+    return Fail("prompt: " + std::to_string(ids.size()) + " tokens leave no room in the " +
                 std::to_string(options.context) + "-token context");
   const int64_t budget = DefaultKvBudget((*model)->backend().kind(), (*model)->backend().Memory());
   if (Status s = o.model.FitKv(model->get(), 1, options.context, budget, /*verbose=*/true); !s.ok())
@@ -113,7 +114,7 @@ int Run(const RunOptions& o) {
   if (!engine.ok()) return Fail(engine.status().message());
 
   Request request;
-  request.prompt = *ids;
+  request.prompt = ids;
   request.limit = o.max_tokens;
   request.sampling = sampling;
   request.pictures = std::move(pictures);
@@ -154,8 +155,8 @@ int Run(const RunOptions& o) {
   auto done = Clock::now();
   if (generated == 0) first = done;
   double prompt_s = Seconds(start, first), decode_s = Seconds(first, done);
-  std::fprintf(stderr, "prompt: %zu tokens, %.1f tokens/s\n", ids->size(),
-               prompt_s > 0 ? ids->size() / prompt_s : 0.0);
+  std::fprintf(stderr, "prompt: %zu tokens, %.1f tokens/s\n", ids.size(),
+               prompt_s > 0 ? ids.size() / prompt_s : 0.0);
   std::fprintf(stderr, "decode: %lld tokens, %.1f tokens/s (ended: %s)\n",
                static_cast<long long>(generated),
                decode_s > 0 && generated > 1 ? (generated - 1) / decode_s : 0.0,
