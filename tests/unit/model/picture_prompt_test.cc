@@ -7,6 +7,7 @@
 #include "model/picture_prompt.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -40,7 +41,8 @@ Bytes Png(int width, int height, int seed) {
 class PicturePromptTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = (fs::path(::testing::TempDir()) / "picture_prompt").string();
+    dir_ = (fs::path(::testing::TempDir()) / ("picture_prompt_" + std::to_string(::getpid())))
+               .string();
     tiny_vl::Write(dir_, /*tower=*/true);
     auto reader = PictureReader::Load(dir_, Cpu());
     ASSERT_TRUE(reader.ok()) << reader.status().message();

@@ -5,6 +5,7 @@
 // and a prompt with pictures read whole or in chunks that end inside a picture (Qwen3-VL, and
 // Qwen3.5's hybrid with partial rotary M-RoPE).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -156,7 +157,8 @@ TEST(MropeRotation, ThreeMaskedRotationsEqualInterleavedMrope) {
 class VisionModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = (fs::path(::testing::TempDir()) / "vision_model").string();
+    dir_ =
+        (fs::path(::testing::TempDir()) / ("vision_model_" + std::to_string(::getpid()))).string();
     embed_ = tiny_vl::Write(dir_);
     auto model = Model::Load(dir_, Cpu());
     ASSERT_TRUE(model.ok()) << model.status().message();
@@ -283,7 +285,8 @@ TEST_F(VisionModelTest, CudaMatchesTheCpu) {
 // it gives the logits of one read.
 TEST(VisionHybrid, PicturesInChunksEqualOneRead) {
   using namespace tiny_hybrid;
-  const fs::path dir = fs::path(::testing::TempDir()) / "vision_hybrid";
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("vision_hybrid_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   Builder builder(5);
   ASSERT_FALSE(Builder::Write(dir, Builder::TextConfig("qwen3_5_text", /*moe=*/false),

@@ -7,6 +7,7 @@
 #include "model/vision_tower.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -86,7 +87,8 @@ class VisionTowerTest : public ::testing::Test {
     merger(p + "merger.", kDim);
     for (size_t i = 0; i < kDeepstack.size(); ++i)
       merger(p + "deepstack_merger_list." + std::to_string(i) + ".", kMerged);
-    const std::string dir = (fs::path(::testing::TempDir()) / "vision_tower").string();
+    const std::string dir =
+        (fs::path(::testing::TempDir()) / ("vision_tower_" + std::to_string(::getpid()))).string();
     fs::remove_all(dir);
     fs::create_directories(dir);
     std::vector<TensorToWrite> out;
