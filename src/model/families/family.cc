@@ -312,6 +312,20 @@ Status ReadDecoder(const ConfigReader& config, const FamilyDefaults& defaults, A
   return Status::Ok();
 }
 
+Status ReadConditionalTop(const ConfigReader& config, const ConfigReader& text, Arch* arch) {
+  if (!text.Has("tie_word_embeddings")) {
+    GZ_ASSIGN_OR_RETURN(arch->tied_head, config.Bool("tie_word_embeddings", arch->tied_head));
+  }
+  GZ_RETURN_IF_ERROR(ReadTokenIds(config, "eos_token_id", &arch->eos));
+  if (arch->bos < 0) {
+    std::vector<int32_t> bos;
+    GZ_RETURN_IF_ERROR(ReadTokenIds(config, "bos_token_id", &bos));
+    if (!bos.empty()) arch->bos = bos.front();
+  }
+  arch->prefixes = {"model.language_model.", "language_model.model."};
+  return Status::Ok();
+}
+
 Status ReadMropeSection(const ConfigReader& config, Rope* rope) {
   const char* where = config.Has("rope_parameters") ? "rope_parameters"
                       : config.Has("rope_scaling")  ? "rope_scaling"

@@ -77,6 +77,11 @@ Status ReadRope(const ConfigReader& config, double default_theta, int head_dim,
 // width) summing to at most the rotary frequencies. Call after ReadDecoder (rotary_dims set).
 Status ReadMropeSection(const ConfigReader& config, Rope* rope);
 
+// What a conditional-generation checkpoint (text_config inside config.json) keeps at the top:
+// tie_word_embeddings where `text` leaves it out, the eos and bos ids; and its text tensors'
+// prefixes (model.language_model., language_model.model.).
+Status ReadConditionalTop(const ConfigReader& config, const ConfigReader& text, Arch* arch);
+
 // Fields that change what a model computes. A recipe lists those it implements in `read`; any
 // other one present with a value other than its neutral one (absent, null, false, 0 or 1 as the
 // field means) is refused, naming it, rather than ignored.

@@ -186,16 +186,7 @@ Status ReadQwen3_5MoeText(const ConfigReader& config, Arch* arch) {
 Status ReadConditional(const ConfigReader& config, Variant variant, Arch* arch) {
   GZ_ASSIGN_OR_RETURN(ConfigReader text, config.Object("text_config"));
   GZ_RETURN_IF_ERROR(ReadHybrid(text, variant, arch));
-  if (!text.Has("tie_word_embeddings")) {
-    GZ_ASSIGN_OR_RETURN(arch->tied_head, config.Bool("tie_word_embeddings", arch->tied_head));
-  }
-  GZ_RETURN_IF_ERROR(ReadTokenIds(config, "eos_token_id", &arch->eos));
-  if (arch->bos < 0) {
-    std::vector<int32_t> bos;
-    GZ_RETURN_IF_ERROR(ReadTokenIds(config, "bos_token_id", &bos));
-    if (!bos.empty()) arch->bos = bos.front();
-  }
-  arch->prefixes = {"model.language_model.", "language_model.model."};
+  GZ_RETURN_IF_ERROR(ReadConditionalTop(config, text, arch));
   return Status::Ok();
 }
 

@@ -39,16 +39,7 @@ Status ReadQwen3Vl(const ConfigReader& config, Arch* arch) {
   arch->rope.mrope_section = {24, 20, 20};
   GZ_RETURN_IF_ERROR(ReadMropeSection(text, &arch->rope));
   arch->UniformLayers();
-  if (!text.Has("tie_word_embeddings")) {
-    GZ_ASSIGN_OR_RETURN(arch->tied_head, config.Bool("tie_word_embeddings", arch->tied_head));
-  }
-  GZ_RETURN_IF_ERROR(ReadTokenIds(config, "eos_token_id", &arch->eos));
-  if (arch->bos < 0) {
-    std::vector<int32_t> bos;
-    GZ_RETURN_IF_ERROR(ReadTokenIds(config, "bos_token_id", &bos));
-    if (!bos.empty()) arch->bos = bos.front();
-  }
-  arch->prefixes = {"model.language_model.", "language_model.model."};
+  GZ_RETURN_IF_ERROR(ReadConditionalTop(config, text, arch));
   arch->skipped_prefixes = {"model.visual."};
   return RefuseUnimplemented(text, {});
 }
