@@ -730,6 +730,117 @@ void ProfilePromptAttention(Backend* be, int heads, int kv_heads, int head_dim, 
   }
 }
 
+// Decoding rows' attention alone (one layer, Qwen3-8B's heads: 32 over 8 kv heads of 128) over
+// fp16 pages: the float32 decode kernel (LaunchAttention without tensor cores: the exact mode's
+// kernel over these pages) against the tensor-core decode kernel (the fast mode's), for steps of
+// `rows` sequences at context `context` (and a step of many short rows with one long one), and
+// a step of a 512-row prompt piece continuing 512 earlier keys beside 64 decoding rows. Median
+// microseconds of 20 launches back to back; for decoding, the keys and values read per second
+// against the copy bandwidth (read + written).
+void ProfileDecodeAttention(double bandwidth) {
+  constexpr int heads = 32, kv_heads = 8, head_dim = 128;
+  int device = 0, sms = 0;
+  BENCH_CHECK(cudaGetDevice(&device) == cudaSuccess);
+  BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess);
+  struct Case {
+    const char* name;
+    std::vector<std::pair<int32_t, int32_t>> runs;  // (first position, rows) per sequence
+  };
+  auto decodes = [](int n, int32_t context) {
+    return std::vector<std::pair<int32_t, int32_t>>(n, {context, 1});
+  };
+  std::vector<Case> cases = {{"1 row at 32,768", decodes(1, 32768)},
+                             {"1 row at 4,096", decodes(1, 4096)},
+                             {"64 rows at 128", decodes(64, 128)},
+                             {"64 rows at 1,100", decodes(64, 1100)},
+                             {"64 rows at 4,096", decodes(64, 4096)},
+                             {"256 rows at 200", decodes(256, 200)},
+                             {"64 rows at 300 + 1 at 2,048", decodes(64, 300)}};
+  cases.back().runs.push_back({2048, 1});
+  cases.push_back({"64 rows at 1,100 + 512-row piece at 512", decodes(64, 1100)});
+  cases.back().runs.push_back({512, 512});
+  std::printf("\ndecoding rows' attention, one layer, %d heads over %d kv heads of %d, fp16 pages:\n",
+              heads, kv_heads, head_dim);
+  std::printf("  %-40s %14s %14s %12s %8s\n", "step", "float32 us", "tensor-core us", "GB/s (tc)",
+              "% copy");
+  cuda::Scratch scratch;
+  for (const Case& c : cases) {
+    int32_t max_pages = 0;
+    int64_t rows = 0;
+    double bytes = 0;
+    for (auto [first, n] : c.runs) {
+      max_pages = std::max(max_pages, (first + n + kPage - 1) / kPage);
+      rows += n;
+      if (n == 1) bytes += 2.0 * (first + 1) * kv_heads * head_dim * 2;
+    }
+    const int32_t seqs = static_cast<int32_t>(c.runs.size());
+    const size_t cache = static_cast<size_t>(seqs) * max_pages * kPage * kv_heads * head_dim;
+    std::vector<uint16_t> host(cache);
+    std::mt19937 rng(7);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (uint16_t& h : host) h = F32ToF16(dist(rng));
+    std::vector<int32_t> table(static_cast<size_t>(seqs) * max_pages), slots, positions;
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    for (int32_t i = 0; i < seqs; ++i) {
+      for (int32_t j = 0; j < c.runs[i].second; ++j) {
+        slots.push_back(i);
+        positions.push_back(c.runs[i].first + j);
+      }
+    }
+    std::vector<float> q(static_cast<size_t>(rows) * heads * head_dim);
+    for (float& x : q) x = dist(rng);
+    void *keys = nullptr, *values = nullptr;
+    float *d_q = nullptr, *out = nullptr;
+    int32_t *d_table = nullptr, *d_slots = nullptr, *d_positions = nullptr;
+    BENCH_CHECK(cudaMalloc(&keys, cache * 2) == cudaSuccess);
+    BENCH_CHECK(cudaMalloc(&values, cache * 2) == cudaSuccess);
+    BENCH_CHECK(cudaMalloc(&d_q, q.size() * 4) == cudaSuccess);
+    BENCH_CHECK(cudaMalloc(&out, q.size() * 4) == cudaSuccess);
+    BENCH_CHECK(cudaMalloc(&d_table, table.size() * 4) == cudaSuccess);
+    BENCH_CHECK(cudaMalloc(&d_slots, slots.size() * 4) == cudaSuccess);
+    BENCH_CHECK(cudaMalloc(&d_positions, positions.size() * 4) == cudaSuccess);
+    BENCH_CHECK(cudaMemcpy(keys, host.data(), cache * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+    BENCH_CHECK(cudaMemcpy(values, host.data(), cache * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+    BENCH_CHECK(cudaMemcpy(d_q, q.data(), q.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+    BENCH_CHECK(cudaMemcpy(d_table, table.data(), table.size() * 4, cudaMemcpyHostToDevice) ==
+                cudaSuccess);
+    BENCH_CHECK(cudaMemcpy(d_slots, slots.data(), slots.size() * 4, cudaMemcpyHostToDevice) ==
+                cudaSuccess);
+    BENCH_CHECK(cudaMemcpy(d_positions, positions.data(), positions.size() * 4,
+                           cudaMemcpyHostToDevice) == cudaSuccess);
+    AttentionParams att;
+    att.out = out, att.q = d_q, att.cache = {keys, values, KvFormat::kF16};
+    att.table = {d_table, max_pages};
+    att.slots = d_slots, att.positions = d_positions, att.rows = rows;
+    att.heads = heads, att.kv_heads = kv_heads, att.head_dim = head_dim;
+    att.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    BENCH_CHECK(att.Check().ok());
+    auto measure = [&](bool tensor_cores) {
+      constexpr int kBackToBack = 20;
+      std::vector<double> times;
+      for (int i = 0; i < 4; ++i) {
+        double t0 = Now();
+        for (int j = 0; j < kBackToBack; ++j) {
+          cuda::LaunchAttention(att, sms, &scratch, nullptr, tensor_cores);
+        }
+        BENCH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+        if (i >= 1) times.push_back((Now() - t0) / kBackToBack);
+      }
+      std::sort(times.begin(), times.end());
+      return times[times.size() / 2];
+    };
+    const double plain = measure(false), tc = measure(true);
+    std::printf("  %-40s %14.1f %14.1f %12.0f %7.1f%%\n", c.name, plain * 1e6, tc * 1e6,
+                bytes / tc * 1e-9, 100.0 * bytes / tc / bandwidth);
+    for (void* p : {keys, values, static_cast<void*>(d_q), static_cast<void*>(out),
+                    static_cast<void*>(d_table), static_cast<void*>(d_slots),
+                    static_cast<void*>(d_positions)}) {
+      BENCH_CHECK(cudaFree(p) == cudaSuccess);
+    }
+  }
+}
+
 // The quantized matmul kernels alone on the layer shapes of the model (q/k/v in one launch,
 // gate/up in one, down), against the bf16 path on the same shapes: median microseconds of 20
 // launches back to back, and the weight bytes streamed per second as a share of the copy
@@ -923,7 +1034,7 @@ void ProfileMoe(Backend* be, double bandwidth, double rate, int reps) {
 }
 
 int Main(int argc, char** argv) {
-  bool quick = false, decode_only = false, prefill_only = false, moe = false;
+  bool quick = false, decode_only = false, prefill_only = false, moe = false, attention = false;
   int layer_bits = 16, head_bits = 16;
   KvFormat kv = KvFormat::kF32;
   CudaOptions options;
@@ -946,6 +1057,8 @@ int Main(int argc, char** argv) {
       kv = argv[++i] == std::string("f16") ? KvFormat::kF16 : KvFormat::kF32;
     else if (a == "--moe")
       moe = true;
+    else if (a == "--attention")
+      attention = true;
     else if (a == "--bits" && i + 1 < argc) {
       std::string v = argv[++i];
       size_t slash = v.find('/');
@@ -959,12 +1072,15 @@ int Main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: cuda_bench [--quick] [--exact] [--gemv-max-rows N] [--no-graphs] "
-                   "[--bits L[/H]] [--kv f32|f16] [--decode-only | --prefill-only | --moe]\n"
+                   "[--bits L[/H]] [--kv f32|f16] [--decode-only | --prefill-only | --moe | "
+                   "--attention]\n"
                    "  --kv: the KV pages' element type (f32 by default)\n"
                    "  --decode-only: batch-1 decode steps alone, without per-op profiles (for a "
                    "profiler's trace)\n"
                    "  --prefill-only: the 2,048-token prompt alone\n"
-                   "  --moe: one Qwen3-30B-A3B-shaped mixture-of-experts layer alone\n");
+                   "  --moe: one Qwen3-30B-A3B-shaped mixture-of-experts layer alone\n"
+                   "  --attention: decoding rows' attention alone, the float32 and the "
+                   "tensor-core decode kernels over fp16 pages\n");
       return 2;
     }
   }
@@ -986,6 +1102,10 @@ int Main(int argc, char** argv) {
 
   if (moe) {
     ProfileMoe(be, bandwidth, rate, quick ? 3 : 10);
+    return 0;
+  }
+  if (attention) {
+    ProfileDecodeAttention(bandwidth);
     return 0;
   }
   Shape s;

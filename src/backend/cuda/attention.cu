@@ -650,6 +650,30 @@ void LaunchDecode(const AttentionParams& p, int sm_count, Scratch* scratch, cuda
   }
 }
 
+// Decoding rows through the tensor-core decode kernel, split as LaunchDecode splits them.
+void LaunchDecodeMma(const AttentionParams& p, int sm_count, Scratch* scratch,
+                     cudaStream_t stream) {
+  const int per_split = static_cast<int>(p.rows) * p.kv_heads;
+  const int slots = LaunchMmaDecode(p, 0, nullptr, nullptr, stream) * sm_count;
+  int splits = std::max(1, slots / per_split);
+  if (per_split < slots && splits * per_split < slots * 3 / 4) ++splits;
+  splits = std::max(1, std::min(std::min(splits, kMaxSplits), static_cast<int>(p.table.max_pages)));
+  float* part_acc = nullptr;
+  float* part_ml = nullptr;
+  if (splits > 1) {
+    size_t parts = static_cast<size_t>(p.rows) * p.heads * splits;
+    float* base = static_cast<float*>(scratch->Get(parts * (p.head_dim + 2) * sizeof(float)));
+    part_acc = base;
+    part_ml = base + parts * p.head_dim;
+  }
+  LaunchMmaDecode(p, splits, part_acc, part_ml, stream);
+  if (splits > 1) {
+    LaunchDependent(CombineKernel, dim3(static_cast<unsigned>(p.rows * p.heads)),
+                    dim3(p.head_dim), 0, stream, p, splits, static_cast<const float*>(part_acc),
+                    static_cast<const float*>(part_ml));
+  }
+}
+
 template <typename T, int HD>
 void LaunchTile(const AttentionParams& p, cudaStream_t stream) {
   int group_heads = p.heads / p.kv_heads;
@@ -674,7 +698,9 @@ void LaunchFor(const AttentionParams& p, int sm_count, Scratch* scratch, cudaStr
   int group_heads = p.heads / p.kv_heads;
   // Query heads per decode block: registers hold GB x HD/16 query and output values.
   constexpr int kMaxGb = HD > 128 ? 4 : 8;
-  if (group_heads % 8 == 0 && kMaxGb >= 8) {
+  if (tensor_cores && MmaDecodeSupported(p)) {
+    LaunchDecodeMma(p, sm_count, scratch, stream);
+  } else if (group_heads % 8 == 0 && kMaxGb >= 8) {
     LaunchDecode<T, HD, (kMaxGb >= 8 ? 8 : 4)>(p, sm_count, scratch, stream);
   } else if (group_heads % 4 == 0) {
     LaunchDecode<T, HD, 4>(p, sm_count, scratch, stream);

@@ -112,6 +112,11 @@ __device__ __forceinline__ void CpAsyncCommit() {
 __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
+// Waits until at most kPending of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
 
 // Two values rounded to fp16 (PackHalfSat). fp16 rather than bf16 for its 3 more bits of
 // mantissa: bf16 scores of sharp attention (tens in size) lose about 2^-9 of themselves, which
@@ -547,6 +552,283 @@ void LaunchForPages(const AttentionParams& p, int sm_count, int warps, cudaStrea
   }
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-core decode kernel (fast mode, fp16 pages): rows alone in their sequence, one block per
+// (row, kv head, split of its keys) as the float32 decode kernel, whose parts it writes in the
+// same layout for the same combine kernel.
+//
+// The products are transposed so that the page fills the tensor core's M side: S^T = K Q^T
+// (m16n8k16: the page's 16 keys x 8 query heads, k over head_dim) and O^T += V^T P^T (head_dim
+// in m16 tiles x 8 heads, k over the page's 16 keys). The query heads of one kv head (up to 8
+// per n8 tile, two tiles up to 16) take the N side; a lane holds HD/16 x 2 registers of Q^T and
+// HD/4 floats of O^T per n8 tile, half of what the m16 layout of the tile kernel would take for
+// a group of 8 heads or fewer. P^T leaves S^T's C fragments packed to fp16, transposed by
+// movmatrix into the B fragments of the second product.
+//
+// Each warp streams its own pages (page w, w + kWarps, ... of the split) through its own ring
+// of kStages padded page stages (cp.async, zero-filled outside the row's range so that a masked
+// probability never multiplies a stale value), with its own online softmax; the warps' states
+// are merged in shared memory at the end. Per page a warp issues HD/8 mma and HD/8 ldmatrix
+// against the float32 kernel's 64 FMA, 32 shuffles and 8 exponentials per lane for 2 keys.
+
+// Transposes an 8 x 8 fp16 matrix across the warp: lane l gives row l / 4, columns 2 (l % 4)
+// and + 1, and receives row l / 4 of the transpose (column l / 4 of the original, rows 2 (l % 4)
+// and + 1).
+__device__ __forceinline__ uint32_t MovMatrixTrans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+constexpr int kDecodeWarps = 4;
+
+template <int HD>
+constexpr int DecodeMmaStages() {
+  return HD > 128 ? 2 : 3;
+}
+
+template <int HD, int GN>
+constexpr size_t DecodeMmaSharedBytes() {
+  constexpr size_t ring = static_cast<size_t>(kDecodeWarps) * DecodeMmaStages<HD>() * 2 * kPage *
+                          (HD + kPadHalf) * sizeof(__half);
+  constexpr size_t merge = static_cast<size_t>(kDecodeWarps) * 8 * GN * (HD + 2) * sizeof(float);
+  return ring > merge ? ring : merge;
+}
+
+template <int HD, int GN>
+__global__ void __launch_bounds__(32 * kDecodeWarps)
+    MmaDecodeKernel(AttentionParams p, ScoreCap score_cap, int splits,
+                    float* part_acc,   // [rows, heads, splits, HD] when splits > 1
+                    float* part_ml) {  // [rows, heads, splits, 2] (max, sum) when splits > 1
+  constexpr int kStages = DecodeMmaStages<HD>();
+  constexpr int kRow = HD + kPadHalf;
+  constexpr int kSteps = HD / 16;                // k16 steps of S^T; m16 tiles of O^T
+  constexpr int kPieces = HD / 8;                // 16-byte pieces of a key
+  constexpr int kPagePieces = kPage * kPieces;   // of a page's keys (and of its values)
+  static_assert(kPagePieces % 32 == 0, "whole rounds of a warp's copy");
+  constexpr int kStageHalves = 2 * kPage * kRow;  // keys, then values
+  extern __shared__ __align__(16) float shared[];
+
+  AllowDependentLaunch();
+  WaitForPriorGrid();
+  const int64_t r = blockIdx.x;
+  if (!Alone(p, r)) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int group_heads = p.heads / p.kv_heads;
+  const int kv_head = blockIdx.y;
+  const int head0 = kv_head * group_heads;
+  const int split = blockIdx.z;
+  const int32_t slot = p.slots[r];
+  const int32_t position = p.positions[r];
+  const int32_t first = p.window > 0 ? max(0, position - p.window + 1) : 0;
+  const int32_t first_page = first / kPage;
+  const int32_t row_pages = position / kPage - first_page + 1;
+  const int32_t split_pages = (row_pages + splits - 1) / splits;
+  const int32_t page0 = first_page + split * split_pages;
+  const int32_t stages = max(0, min(split_pages, row_pages - split * split_pages));
+  const int32_t begin = max(first, page0 * kPage);
+  const int32_t end = min(position + 1, (page0 + stages) * kPage);
+  const int32_t* pages = p.table.pages + static_cast<int64_t>(slot) * p.table.max_pages;
+  // This warp's pages of the split: u = warp, warp + kDecodeWarps, ...
+  const int32_t mine = stages > warp ? (stages - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
+
+  __half* const ring = reinterpret_cast<__half*>(shared) + warp * kStages * kStageHalves;
+  const __half* const k_pages = static_cast<const __half*>(p.cache.keys);
+  const __half* const v_pages = static_cast<const __half*>(p.cache.values);
+  // The warp's i-th page into stage i % kStages; keys outside [begin, end) zero-filled.
+  auto issue = [&](int32_t i) {
+    if (i < mine) {
+      const int32_t pn = page0 + warp + i * kDecodeWarps;
+      const int64_t page = __ldg(pages + pn);
+      __half* dst = ring + (i % kStages) * kStageHalves;
+#pragma unroll
+      for (int c = 0; c < kPagePieces / 32; ++c) {
+        const int piece = lane + 32 * c;
+        const int o = piece / kPieces, d = piece % kPieces * 8;
+        const int32_t j = pn * kPage + o;
+        const bool in = j >= begin && j < end;
+        const int64_t at = in ? ((page * kPage + o) * p.kv_heads + kv_head) * HD + d : 0;
+        CpAsync16Fill(dst + o * kRow + d, k_pages + at, in ? 16 : 0);
+        CpAsync16Fill(dst + kPage * kRow + o * kRow + d, v_pages + at, in ? 16 : 0);
+      }
+    }
+    CpAsyncCommit();  // every lane, every call: the group count stays uniform
+  };
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) issue(i);
+
+  // Q^T as B fragments (scaled for exp2, rounded to fp16): qb[n][kk][0] = Q[head 8n + g][16 kk
+  // + 2t, + 1], qb[n][kk][1] = the same 8 dimensions on.
+  uint32_t qb[GN][kSteps][2];
+  const float qscale = p.scale * kLog2e;
+#pragma unroll
+  for (int n = 0; n < GN; ++n) {
+    const int h = 8 * n + g;
+    const float* src = h < group_heads ? p.q + (r * p.heads + head0 + h) * HD : nullptr;
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        float2 x = src ? *reinterpret_cast<const float2*>(src + 16 * kk + 8 * c + 2 * t)
+                       : make_float2(0.0f, 0.0f);
+        qb[n][kk][c] = PackHalf(x.x * qscale, x.y * qscale);
+      }
+    }
+  }
+  // O^T fragments: o[n][d][0..1] = O[heads 8n + 2t, + 1][dim 16 d + g], [2..3] dim + 8.
+  float o[GN][kSteps][4];
+#pragma unroll
+  for (int n = 0; n < GN; ++n)
+#pragma unroll
+    for (int d = 0; d < kSteps; ++d) o[n][d][0] = o[n][d][1] = o[n][d][2] = o[n][d][3] = 0.0f;
+  float m[GN][2], l[GN][2];  // per head 8n + 2t + e: running max (log2 units), lane's sum
+#pragma unroll
+  for (int n = 0; n < GN; ++n) m[n][0] = m[n][1] = -INFINITY, l[n][0] = l[n][1] = 0.0f;
+
+  // ldmatrix addresses: K (A of S^T, not transposed): matrix i = lane / 8 holds keys 8 (i % 2)
+  // .. and dimensions 8 (i / 2) ..; V (A of O^T = V^T, transposed): matrix i holds dimensions
+  // 8 (i % 2) .. and keys 8 (i / 2) .., read as rows of keys.
+  const int k_key = (lane / 8 % 2) * 8 + lane % 8, k_dim = (lane / 16) * 8;
+  const int v_key = (lane / 16) * 8 + lane % 8, v_dim = (lane / 8 % 2) * 8;
+
+  for (int32_t i = 0; i < mine; ++i) {
+    CpAsyncWait<kStages - 2>();
+    __syncwarp();  // every lane's copies of page i are visible; page i - 1's stage is free
+    issue(i + kStages - 1);
+    const __half* ks = ring + (i % kStages) * kStageHalves;
+    const __half* vs = ks + kPage * kRow;
+    const int32_t pos0 = (page0 + warp + i * kDecodeWarps) * kPage;
+    // S^T = K Q^T: s[n][0..1] = S[heads 8n + 2t, + 1][key g], s[n][2..3] the same for key g + 8.
+    float s[GN][4];
+#pragma unroll
+    for (int n = 0; n < GN; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+      uint32_t a[4];
+      LdMatrixX4(a, ks + k_key * kRow + 16 * kk + k_dim);
+#pragma unroll
+      for (int n = 0; n < GN; ++n) Mma(s[n], a, qb[n][kk][0], qb[n][kk][1]);
+    }
+    const bool in0 = pos0 + g >= begin && pos0 + g < end;
+    const bool in1 = pos0 + g + 8 >= begin && pos0 + g + 8 < end;
+    uint32_t pb[GN][2];  // P^T as B fragments of O^T's product
+#pragma unroll
+    for (int n = 0; n < GN; ++n) {
+      float pr[4];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float x0 = s[n][e], x1 = s[n][2 + e];
+        if (score_cap.cap > 0.0f) x0 = SoftcapScore(x0, score_cap), x1 = SoftcapScore(x1, score_cap);
+        x0 = in0 ? x0 : -INFINITY;
+        x1 = in1 ? x1 : -INFINITY;
+        float mx = fmaxf(x0, x1);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        const float m_new = fmaxf(m[n][e], mx);
+        // A head that has seen nothing visible yet keeps m = -inf, l = 0, o = 0.
+        const float corr = m_new == -INFINITY ? 1.0f : exp2f(m[n][e] - m_new);
+        const float p0 = m_new == -INFINITY ? 0.0f : exp2f(x0 - m_new);
+        const float p1 = m_new == -INFINITY ? 0.0f : exp2f(x1 - m_new);
+        l[n][e] = l[n][e] * corr + p0 + p1;
+        m[n][e] = m_new;
+        pr[e] = p0, pr[2 + e] = p1;
+#pragma unroll
+        for (int d = 0; d < kSteps; ++d) o[n][d][e] *= corr, o[n][d][2 + e] *= corr;
+      }
+      pb[n][0] = MovMatrixTrans(PackHalfInRange(pr[0], pr[1]));  // keys 0..7
+      pb[n][1] = MovMatrixTrans(PackHalfInRange(pr[2], pr[3]));  // keys 8..15
+    }
+    // O^T += V^T P^T over the page's 16 keys.
+#pragma unroll
+    for (int d = 0; d < kSteps; ++d) {
+      uint32_t a[4];
+      LdMatrixX4Trans(a, vs + v_key * kRow + 16 * d + v_dim);
+#pragma unroll
+      for (int n = 0; n < GN; ++n) Mma(o[n][d], a, pb[n][0], pb[n][1]);
+    }
+  }
+  // Merge the warps: the rings become [warp][head][HD + 2] (O, then max and sum).
+  CpAsyncWait<0>();
+  __syncthreads();
+  float* merge = shared;
+  constexpr int kHeads = 8 * GN;
+#pragma unroll
+  for (int n = 0; n < GN; ++n) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float sum = l[n][e];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 8);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 16);
+      float* at = merge + (warp * kHeads + 8 * n + 2 * t + e) * (HD + 2);
+#pragma unroll
+      for (int d = 0; d < kSteps; ++d) at[16 * d + g] = o[n][d][e], at[16 * d + g + 8] = o[n][d][2 + e];
+      if (g == 0) at[HD] = m[n][e], at[HD + 1] = sum;
+    }
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < group_heads * HD; x += 32 * kDecodeWarps) {
+    const int h = x / HD, d = x % HD;
+    float mm = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) mm = fmaxf(mm, merge[(w * kHeads + h) * (HD + 2) + HD]);
+    float ll = 0.0f, a = 0.0f;
+    if (mm != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kDecodeWarps; ++w) {
+        const float* at = merge + (w * kHeads + h) * (HD + 2);
+        const float wt = exp2f(at[HD] - mm);
+        ll += wt * at[HD + 1];
+        a += wt * at[d];
+      }
+    }
+    const int64_t head = head0 + h;
+    if (splits == 1) {
+      p.out[(r * p.heads + head) * HD + d] = a / ll;
+    } else {
+      const int64_t at = (r * p.heads + head) * splits + split;
+      part_acc[at * HD + d] = a;
+      if (d == 0) part_ml[at * 2] = mm, part_ml[at * 2 + 1] = ll;
+    }
+  }
+}
+
+template <int HD, int GN>
+int LaunchMmaDecodeFor(const AttentionParams& p, int splits, float* part_acc, float* part_ml,
+                       cudaStream_t stream) {
+  constexpr size_t shared = DecodeMmaSharedBytes<HD, GN>();
+  static int resident = [] {
+    cudaFuncSetAttribute(MmaDecodeKernel<HD, GN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(shared));
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, MmaDecodeKernel<HD, GN>,
+                                                      32 * kDecodeWarps, shared) != cudaSuccess ||
+        n < 1) {
+      n = 1;
+    }
+    return n;
+  }();
+  if (splits == 0) return resident;  // asked for the count only
+  dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.kv_heads),
+            static_cast<unsigned>(splits));
+  LaunchDependent(MmaDecodeKernel<HD, GN>, grid, dim3(32 * kDecodeWarps), shared, stream, p,
+                  ScoreCapOf(p), splits, part_acc, part_ml);
+  return resident;
+}
+
+template <int HD>
+int LaunchMmaDecodeHd(const AttentionParams& p, int splits, float* part_acc, float* part_ml,
+                      cudaStream_t stream) {
+  // Two n8 tiles of heads only up to head_dim 128 (above it, their O^T would spill).
+  if constexpr (HD <= 128) {
+    if (p.heads / p.kv_heads > 8) return LaunchMmaDecodeFor<HD, 2>(p, splits, part_acc, part_ml, stream);
+  }
+  return LaunchMmaDecodeFor<HD, 1>(p, splits, part_acc, part_ml, stream);
+}
+
 }  // namespace
 
 bool MmaTileSupported(int heads, int kv_heads, int head_dim) {
@@ -573,6 +855,34 @@ void LaunchMmaTile(const AttentionParams& p, int sm_count, cudaStream_t stream, 
       return LaunchForPages<224>(p, sm_count, warps, stream, k16, v16);
     default:
       return LaunchForPages<256>(p, sm_count, warps, stream, k16, v16);
+  }
+}
+
+bool MmaDecodeSupported(const AttentionParams& p) {
+  return p.cache.format == KvFormat::kF16 && p.head_dim % 32 == 0 && p.head_dim >= 32 &&
+         p.head_dim <= 256 && p.kv_heads > 0 && p.heads % p.kv_heads == 0 &&
+         p.heads / p.kv_heads <= (p.head_dim <= 128 ? 16 : 8);
+}
+
+int LaunchMmaDecode(const AttentionParams& p, int splits, float* part_acc, float* part_ml,
+                    cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 32:
+      return LaunchMmaDecodeHd<32>(p, splits, part_acc, part_ml, stream);
+    case 64:
+      return LaunchMmaDecodeHd<64>(p, splits, part_acc, part_ml, stream);
+    case 96:
+      return LaunchMmaDecodeHd<96>(p, splits, part_acc, part_ml, stream);
+    case 128:
+      return LaunchMmaDecodeHd<128>(p, splits, part_acc, part_ml, stream);
+    case 160:
+      return LaunchMmaDecodeHd<160>(p, splits, part_acc, part_ml, stream);
+    case 192:
+      return LaunchMmaDecodeHd<192>(p, splits, part_acc, part_ml, stream);
+    case 224:
+      return LaunchMmaDecodeHd<224>(p, splits, part_acc, part_ml, stream);
+    default:
+      return LaunchMmaDecodeHd<256>(p, splits, part_acc, part_ml, stream);
   }
 }
 

@@ -222,8 +222,8 @@ void LaunchRotateToBf16(const float* x, int64_t rows, const Weight& w, void* out
 // Whether the attention kernels cover this shape (head_dim a multiple of 32 up to 256, at most
 // 64 query heads per kv head). LaunchAttention stops the program on any other shape.
 bool AttentionSupported(int heads, int kv_heads, int head_dim);
-// tensor_cores (the fast mode): prompt pieces through the bf16 tensor-core tile kernel where it
-// covers the shape; decoding rows keep the float32 decode kernel.
+// tensor_cores (the fast mode): prompt pieces through the fp16 tensor-core tile kernel where it
+// covers the shape, and decoding rows over fp16 pages through the tensor-core decode kernel.
 // k16, v16: the step's fp16 keys and values as LaunchRopeKv writes them for p's rows (or null).
 void LaunchAttention(const AttentionParams& p, int sm_count, Scratch* scratch, cudaStream_t stream,
                      bool tensor_cores = false, const void* k16 = nullptr,
@@ -237,6 +237,15 @@ bool MmaTileSupported(int heads, int kv_heads, int head_dim);
 // written in this step reads them there.
 void LaunchMmaTile(const AttentionParams& p, int sm_count, cudaStream_t stream, int warps = 0,
                    const void* k16 = nullptr, const void* v16 = nullptr);
+// The tensor-core decode kernel (attention_mma.cu): rows alone in their sequence over fp16
+// pages, fp16 Q, K, V and probabilities, float32 softmax and sums; up to 16 query heads per kv
+// head (8 above head_dim 128). One block per (row, kv head, split); with splits > 1 it writes
+// the parts LaunchAttention's combine kernel reads ([rows, heads, splits, head_dim] and
+// [rows, heads, splits, 2]). splits 0: launches nothing. Returns the blocks a multiprocessor
+// holds.
+bool MmaDecodeSupported(const AttentionParams& p);
+int LaunchMmaDecode(const AttentionParams& p, int splits, float* part_acc, float* part_ml,
+                    cudaStream_t stream);
 
 // The mixture-of-experts feed-forward (moe.cu). Routing runs on the device (float32 router
 // logits, softmax, top k, renormalized weights); at most kMoeDecodeRows rows stream only the

@@ -456,6 +456,34 @@ TEST(CudaAttentionTest, F16PagesSoftcap) {
 
 // The CUDA backend takes float32, fp16 and rotated pages (cuda_kv_codes_test.cc), not the
 // unrotated q8 ones: Model::Load refuses those.
+// The tensor-core decode kernel (fast mode, fp16 pages): rows alone in their sequence at
+// positions on and off page edges, a long context across splits, 200 rows (no split), windows,
+// soft-capped scores, groups of 1 to 16 query heads per kv head (two n8 tiles above 8) and every
+// head_dim, beside prompt pieces in the same step.
+TEST(CudaAttentionTest, F16PagesFastDecode) {
+  GZ_SKIP_WITHOUT_CUDA();
+  for (auto [heads, kv_heads, head_dim] :
+       {std::tuple{32, 8, 128}, std::tuple{28, 4, 128}, std::tuple{16, 16, 128},
+        std::tuple{16, 2, 128}, std::tuple{24, 2, 64}, std::tuple{12, 6, 32},
+        std::tuple{16, 2, 96}, std::tuple{8, 1, 256}, std::tuple{8, 4, 160},
+        std::tuple{8, 2, 224}, std::tuple{32, 2, 128}}) {
+    uint32_t seed = 900 + head_dim + heads;
+    CheckF16Attention(false, heads, kv_heads, head_dim, 0,
+                      {{0, 0, 1}, {1, 15, 1}, {2, 16, 1}, {3, 17, 1}, {4, 700, 1}, {5, 63, 1}},
+                      seed);
+    CheckF16Attention(false, heads, kv_heads, head_dim, 0, {{0, 5000, 1}}, seed + 1);
+    CheckF16Attention(false, heads, kv_heads, head_dim, 100, {{0, 250, 1}, {1, 40, 1}, {2, 116, 1}},
+                      seed + 2);
+    CheckF16Attention(false, heads, kv_heads, head_dim, 0, {{0, 3000, 1}, {1, 9, 1}}, seed + 3,
+                      false, 3.0f);
+    CheckF16Attention(false, heads, kv_heads, head_dim, 0,
+                      {{0, 90, 1}, {1, 10, 70}, {2, 400, 1}, {3, 33, 1}}, seed + 4, true);
+  }
+  std::vector<Piece> many;
+  for (int32_t i = 0; i < 200; ++i) many.push_back({i, (i * 37) % 1100, 1});
+  CheckF16Attention(false, 32, 8, 128, 0, many, 990);
+}
+
 TEST(CudaAttentionTest, PageFormats) {
   GZ_SKIP_WITHOUT_CUDA();
   auto backend = MakeBackend(false);
