@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <map>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "core/check.h"
@@ -19,6 +21,10 @@ constexpr uint64_t kDefaultSeedBase = 0x67697a6c6c6d5eedull;
 }  // namespace
 
 Status EngineOptions::Check() const {
+  if (mask_threads < 0) {
+    return InvalidArgument("engine mask threads: expected >= 0, got " +
+                           std::to_string(mask_threads));
+  }
   if (slots < 1)
     return InvalidArgument("engine slots: expected >= 1, got " + std::to_string(slots));
   if (context < 2) {
@@ -439,6 +445,38 @@ Status Engine::Run() {
       sample_.push_back(row);
     }
   }
+  // The masks of this step's constrained sequences that pick a token, computed on other threads
+  // while the runner steps (they depend only on the tokens kept so far; requests with a grammar
+  // make no drafts).
+  masked_.clear();
+  for (const Planned& p : state_.plan) {
+    Sequence& seq = state_.sequences.at(p.id);
+    seq.mask_ready = false;
+    if (seq.matcher && p.drafts == 0 &&
+        static_cast<int64_t>(state_.slots[seq.slot].tokens.size()) + p.rows ==
+            static_cast<int64_t>(seq.tokens.size())) {
+      masked_.push_back(&seq);
+    }
+  }
+  std::future<void> masks;
+  if (!masked_.empty()) {
+    if (!mask_pool_) {
+      const int threads = options_.mask_threads > 0
+                              ? options_.mask_threads
+                              : static_cast<int>(std::thread::hardware_concurrency()) / 2;
+      mask_pool_ = std::make_unique<ThreadPool>(std::clamp(threads, 1, 8));
+    }
+    masks = std::async(std::launch::async, [this] {
+      mask_pool_->ParallelFor(static_cast<int64_t>(masked_.size()), 1,
+                              [this](int64_t begin, int64_t end, int) {
+                                for (int64_t i = begin; i < end; ++i) {
+                                  Sequence& seq = *masked_[i];
+                                  seq.matcher->FillMask(seq.stop, &seq.mask);
+                                  seq.mask_ready = true;
+                                }
+                              });
+    });
+  }
   const auto began = std::chrono::steady_clock::now();
   if (picked_) {
     picks_.resize(sample_.size());
@@ -446,6 +484,10 @@ Status Engine::Run() {
     ++stats_.device_sampled;
   } else {
     GZ_RETURN_IF_ERROR(runner_->Step(rows_, tables, logits_.data()));
+  }
+  if (masks.valid()) {
+    masks.get();
+    stats_.masks_beside_step += static_cast<int64_t>(masked_.size());
   }
   last_step_ = StepTrace{};
   last_step_.runner_ms =
@@ -518,12 +560,13 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
       } else {
         std::span<const float> logits(&logits_[w * vocab_], vocab_);
         std::span<const int32_t> all(seq.tokens);
-        if (seq.matcher) seq.matcher->FillMask(seq.stop, &mask_);
+        if (seq.matcher && !(seq.mask_ready && j == 0)) seq.matcher->FillMask(seq.stop, &seq.mask);
+        seq.mask_ready = false;
         // The prompt as the request gave it (a picture row's placeholder, not its key).
         token = sampler_.Sample(
             logits, seq.request.sampling, seq.seed, seq.request.prompt, all.subspan(seq.prompt),
             &logprobs,
-            seq.matcher ? std::span<const uint64_t>(mask_) : std::span<const uint64_t>());
+            seq.matcher ? std::span<const uint64_t>(seq.mask) : std::span<const uint64_t>());
       }
       if (token == kNonFiniteToken && seq.matcher &&
           PickableRow(std::span<const float>(&logits_[w * vocab_], vocab_))) {

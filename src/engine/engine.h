@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/thread_pool.h"
 #include "engine/draft_pacer.h"
 #include "engine/page_pool.h"
 #include "engine/prefix_cache.h"
@@ -43,6 +44,8 @@ struct EngineOptions {
   // Pick tokens where the logits are (Runner::CanSample) for steps whose requests use no
   // penalties and no logprobs; otherwise the logits come to the host.
   bool device_sampling = true;
+  // Threads that compute grammar masks while the runner steps; 0: half the cores, at most 8.
+  int32_t mask_threads = 0;
   // Drafts: extra rows of a generating sequence's step, each the guess of the token after the
   // row before it, kept while they equal the tokens the request picks (Engine::PostProcess).
   DraftMode draft = DraftMode::kNone;
@@ -67,6 +70,7 @@ struct EngineStats {
   int64_t preemptions = 0;     // sequences sent back to waiting for lack of pages
   int64_t host_copies = 0;     // pages copied to host memory for stored prefixes
   int64_t device_sampled = 0;  // steps whose tokens the runner picked
+  int64_t masks_beside_step = 0;  // grammar masks computed while the runner stepped
   DraftStats lookup;           // lookup drafts (the only drafter so far)
 };
 
@@ -176,7 +180,10 @@ class Engine {
   bool picked_ = false;            // this step's tokens came from the runner (picks_)
   std::vector<SampleRow> sample_;  // [wanted] how the runner picks each wanted row's token
   std::vector<int32_t> picks_;     // [wanted] tokens the runner picked
-  std::vector<uint64_t> mask_;     // [ceil(vocab / 64)] a grammar's allowed tokens, one request
+  // Threads that compute this step's grammar masks while the runner steps (made at the first
+  // constrained step), and the sequences whose masks they compute.
+  std::unique_ptr<ThreadPool> mask_pool_;
+  std::vector<Sequence*> masked_;
   std::vector<int64_t> appended_;  // [slots] rows the last low-level Step or Hidden appended
   DraftPacer pacer_;
 };

@@ -58,6 +58,10 @@ struct Sequence {
   // The grammar's state over the answer so far (request.sampling.grammar); advanced only by the
   // tokens the request keeps, so preemption and resumption leave it right.
   std::unique_ptr<TokenMatcher> matcher;
+  // The grammar's mask for this step's token, computed while the runner steps (mask_ready), or
+  // by PostProcess where it was not.
+  std::vector<uint64_t> mask;
+  bool mask_ready = false;
   // This step's drafts (generating sequences only): the guessed tokens after tokens.back(),
   // read as extra rows; Schedule may cut them, Preempt drops them.
   std::vector<int32_t> drafts;

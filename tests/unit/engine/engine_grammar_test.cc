@@ -82,6 +82,7 @@ TEST(EngineGrammar, MixedBatchesUnderPreemptionAndCancellation) {
   options.context = 160;
   options.rows = 40;
   options.kv_budget_bytes = 14 * runner.PageBytes();
+  options.mask_threads = 3;  // the masks of a step on several threads while the runner steps
   auto engine = Engine::Create(&runner, options);
   ASSERT_TRUE(engine.ok()) << engine.status().message();
   auto grammar = Grammar();
@@ -127,6 +128,7 @@ TEST(EngineGrammar, MixedBatchesUnderPreemptionAndCancellation) {
     }
   }
   EXPECT_GT((*engine)->stats().preemptions, 0);
+  EXPECT_GT((*engine)->stats().masks_beside_step, 100);
   int complete = 0;
   for (auto& [id, i] : index) {
     const Request& r = pending[i].request;
