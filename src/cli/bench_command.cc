@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/draft_options.h"
+#include "cli/grammar_file.h"
 #include "cli/model_options.h"
 #include "core/progress.h"
 #include "engine/engine.h"
@@ -47,6 +48,8 @@ struct BenchOptions {
   int64_t background_tokens = 512;
   std::string trace;       // JSON lines, one a step
   bool trace_ops = false;  // per-op times (Backend::SetOpTrace)
+  std::string json_schema;  // every request's answer follows this JSON Schema file
+  std::string grammar;      // or this GBNF file
 };
 
 // Prompts from a JSONL file: each line {"prompt": "text"} (tokenized) or {"tokens": [ids]}.
@@ -129,6 +132,14 @@ int RunBench(const BenchOptions& o) {
   }
   int64_t longest = 0;
   for (const auto& p : prompts) longest = std::max<int64_t>(longest, p.size());
+  std::shared_ptr<const TokenGrammar> grammar;
+  if (!o.json_schema.empty() || !o.grammar.empty()) {
+    auto tokenizer = Tokenizer::Load(ResolveModelDir(o.model.model));
+    if (!tokenizer.ok()) return Fail("bench: a grammar needs the model's tokenizer: " + tokenizer.status().message());
+    auto g = LoadGrammarFile("bench", o.json_schema, o.grammar, *tokenizer, model.arch().vocab);
+    if (!g.ok()) return Fail(g.status().message());
+    grammar = *g;
+  }
 
   if (o.rate < 0) return Fail("bench --rate: expected >= 0");
   if (o.background < 0 || o.background_tokens < 1)
@@ -197,7 +208,12 @@ int RunBench(const BenchOptions& o) {
     r.sampling.temperature = o.temperature;
     r.sampling.top_p = o.top_p;
     r.sampling.seed = static_cast<uint64_t>(next);
-    r.stop = std::vector<int32_t>{};  // every request produces exactly its token count
+    if (grammar && !background) {
+      // The model's stop tokens end an answer where the grammar's text is complete.
+      r.sampling.grammar = grammar;
+    } else {
+      r.stop = std::vector<int32_t>{};  // every request produces exactly its token count
+    }
     GZ_ASSIGN_OR_RETURN(int64_t id, engine.Add(std::move(r)));
     timing[id].added = arrived;
     timing[id].background = background;
@@ -315,6 +331,7 @@ int RunBench(const BenchOptions& o) {
       {"itl_p99_ms", 1e3 * Percentile(itl, 99)},
       {"prefix_hit_rate", hit_rate},
       {"preemptions", stats.preemptions},
+      {"grammar_masks_beside_step", stats.masks_beside_step},
       {"steps", stats.steps},
       {"rows", stats.rows},
   };
@@ -422,6 +439,10 @@ void AddBenchCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass")
       ->default_val(1.0f)
       ->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_option("--json-schema", o->json_schema,
+                  "Every request's answer follows this JSON Schema file (a token mask a step; "
+                  "the model's stop tokens end an answer where its JSON is complete)");
+  cmd->add_option("--grammar", o->grammar, "Every request's answer follows this GBNF file");
   cmd->add_flag("--host-sampling", o->host_sampling,
                 "Pick tokens on the host from copied logits, even where the device can");
   cmd->add_flag("!--no-warm", o->warm, "Skip Engine::Warm before the timed run");

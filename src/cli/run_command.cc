@@ -9,11 +9,11 @@
 #include <sstream>
 
 #include "cli/draft_options.h"
+#include "cli/grammar_file.h"
 #include "cli/model_options.h"
 #include "cli/pictures.h"
 #include "engine/engine.h"
 #include "engine/kv_sizing.h"
-#include "grammar/json_schema.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gizllm::cli {
@@ -34,28 +34,6 @@ struct RunOptions {
   std::string grammar;              // a GBNF file the answer follows
   std::vector<std::string> images;  // picture files, in the order the prompt shows them
 };
-
-// The grammar of --json-schema or --grammar over the model's tokens; none when neither is given.
-Expected<std::shared_ptr<const TokenGrammar>> LoadGrammar(const RunOptions& o,
-                                                          const Tokenizer& tokenizer,
-                                                          int64_t vocab) {
-  if (o.json_schema.empty() && o.grammar.empty()) return std::shared_ptr<const TokenGrammar>();
-  if (!o.json_schema.empty() && !o.grammar.empty()) {
-    return InvalidArgument("run: give --json-schema or --grammar, not both");
-  }
-  const std::string& path = o.json_schema.empty() ? o.grammar : o.json_schema;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(path + ": cannot read");
-  std::stringstream text;
-  text << in.rdbuf();
-  Expected<Grammar> g =
-      o.json_schema.empty() ? ParseGbnf(text.str(), path) : JsonSchemaGrammar(text.str());
-  if (!g.ok()) return o.json_schema.empty() ? g.status() : g.status().Annotate(path);
-  auto vocabulary =
-      std::make_shared<const TokenVocabulary>(TokenVocabulary::FromTokenizer(tokenizer, vocab));
-  return std::make_shared<const TokenGrammar>(
-      TokenGrammar{std::make_shared<const Grammar>(std::move(*g)), std::move(vocabulary)});
-}
 
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) {
@@ -80,7 +58,7 @@ int Run(const RunOptions& o) {
   if (!model.ok()) return Fail(model.status().message());
   auto tokenizer = Tokenizer::Load((*model)->dir());
   if (!tokenizer.ok()) return Fail(tokenizer.status().message());
-  auto grammar = LoadGrammar(o, *tokenizer, (*model)->arch().vocab);
+  auto grammar = LoadGrammarFile("run", o.json_schema, o.grammar, *tokenizer, (*model)->arch().vocab);
   if (!grammar.ok()) return Fail(grammar.status().message());
   sampling.grammar = *grammar;
   std::vector<int32_t> ids;

@@ -90,6 +90,23 @@ steps = [json.loads(l) for l in open(sys.argv[2])]
 assert all("matmul" in s["ops"] for s in steps), steps[0]
 ' "$tmp/out" "$tmp/ops.jsonl"
 
+# Constrained requests: every answer follows the schema (its masks computed beside the steps),
+# ends where its JSON is complete or at the token limit; a bad schema names the file.
+cat > "$tmp/schema.json" <<'SCHEMA'
+{"type": "object", "properties": {"n": {"type": "integer"}, "tag": {"enum": ["a", "b"]}},
+ "required": ["n", "tag"]}
+SCHEMA
+expect_ok bench-json-schema $gz bench --requests 6 --concurrency 3 --prompt-tokens 12 \
+  --output-tokens 40 --json-schema "$tmp/schema.json" --json
+check bench-json-schema-masks python3 -c '
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert d["grammar_masks_beside_step"] >= d["generated_tokens"] > 0, d
+' "$tmp/out"
+echo '{"type": "object", "patternProperties": {"a": {}}}' > "$tmp/bad_schema.json"
+expect_fail bench-json-schema-bad "bad_schema.json" $gz bench --requests 1 --prompt-tokens 4 \
+  --output-tokens 2 --json-schema "$tmp/bad_schema.json" --json
+
 # The KL divergence a KV format costs: the same model with float32 pages as the base. Float16
 # pages stay far closer to it than 8-bit ones, each of the rotated formats costs more as it has
 # fewer bits, and none is zero (the rounding happens).
