@@ -52,26 +52,30 @@ Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOpt
                            " exceeds the model's max_position_embeddings " +
                            std::to_string(arch.context));
   }
-  // Window paging wherever the model allows it: its window layers keep only their window.
-  const KvPaging paging = KvPagingOf(runner->caches());
+  // Window paging wherever the model allows it (its window layers keep only their window) and
+  // the budget holds one sequence of the whole context under it.
+  KvPaging paging = KvPagingOf(runner->caches());
+  const int32_t max_pages = PagesFor(options.context);
+  // The slots' recurrent states and their snapshots (float32, allocated by the runner's
+  // Reserve) come out of the budget first; the rest holds pages.
+  int64_t state_bytes = 0;
+  for (const CacheSpec& c : runner->caches()) state_bytes += c.SlotStateBytes();
+  state_bytes *= 2 * static_cast<int64_t>(options.slots);
+  const int64_t page_budget = std::max<int64_t>(0, options.kv_budget_bytes - state_bytes);
+  // One sequence of the whole context: its blocks, and the window layers' pages it holds at once.
+  auto sequence_pages = [&] {
+    return max_pages +
+           paging.window_groups * std::min(max_pages, WindowBlocks(paging.window, options.rows));
+  };
+  if (paging.enabled() && page_budget / paging.page_bytes < sequence_pages()) paging = {};
   const int64_t page_bytes = paging.enabled() ? paging.page_bytes : runner->PageBytes();
   if (page_bytes <= 0) {
     return InvalidArgument("engine: the model (" + arch.family +
                            ") has no attention layer, so no KV pages; such models are not "
                            "supported");
   }
-  // The slots' recurrent states and their snapshots (float32, allocated by the runner's
-  // Reserve) come out of the budget first; the rest holds pages.
-  int64_t state_bytes = 0;
-  for (const CacheSpec& c : runner->caches()) state_bytes += c.SlotStateBytes();
-  state_bytes *= 2 * static_cast<int64_t>(options.slots);
-  const int32_t max_pages = PagesFor(options.context);
-  // One sequence of the whole context: its blocks, and the window layers' pages it holds at once.
-  const int32_t sequence_pages =
-      max_pages +
-      paging.window_groups * std::min(max_pages, WindowBlocks(paging.window, options.rows));
-  const int64_t pages = std::max<int64_t>(0, options.kv_budget_bytes - state_bytes) / page_bytes;
-  if (pages < sequence_pages) {
+  const int64_t pages = page_budget / page_bytes;
+  if (pages < sequence_pages()) {
     return InvalidArgument(
         "engine kv_budget_bytes: " + std::to_string(options.kv_budget_bytes) + " bytes" +
         (state_bytes > 0 ? " less " + std::to_string(state_bytes) +
@@ -80,7 +84,7 @@ Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOpt
                          : std::string()) +
         " hold " + std::to_string(pages) + " pages of " + std::to_string(page_bytes) +
         " bytes; one sequence of context " + std::to_string(options.context) + " needs " +
-        std::to_string(sequence_pages));
+        std::to_string(sequence_pages()));
   }
   if (pages > INT32_MAX) return InvalidArgument("engine kv_budget_bytes: too many pages");
   // The pool is the one allocation that grows with the context: say which context asked for it.
@@ -92,15 +96,16 @@ Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOpt
   }
   GZ_RETURN_IF_ERROR(runner->Reserve(options.rows, options.slots, max_pages));
   return std::unique_ptr<Engine>(
-      new Engine(runner, options, static_cast<int32_t>(pages), max_pages));
+      new Engine(runner, options, paging, static_cast<int32_t>(pages), max_pages));
 }
 
-Engine::Engine(Runner* runner, const EngineOptions& options, int32_t pages, int32_t max_pages)
+Engine::Engine(Runner* runner, const EngineOptions& options, KvPaging paging, int32_t pages,
+               int32_t max_pages)
     : runner_(runner),
       options_(options),
       vocab_(runner->arch().vocab),
       max_pages_(max_pages),
-      paging_(KvPagingOf(runner->caches())),
+      paging_(paging),
       page_bytes_(paging_.enabled() ? paging_.page_bytes : runner->PageBytes()),
       pool_(pages),
       cache_(&pool_, runner, page_bytes_, paging_, options.host_prefix_bytes, options.slots,

@@ -145,7 +145,8 @@ class Engine {
   const std::vector<int32_t>& held(int32_t slot) const;
 
  private:
-  Engine(Runner* runner, const EngineOptions& options, int32_t pages, int32_t max_pages);
+  Engine(Runner* runner, const EngineOptions& options, KvPaging paging, int32_t pages,
+         int32_t max_pages);
 
   // Request::pictures against the prompt and the model: sizes, rows, positions.
   Status CheckPictures(const Request& request) const;
@@ -165,7 +166,7 @@ class Engine {
   EngineOptions options_;
   int64_t vocab_;
   int32_t max_pages_;  // pages of a full context
-  KvPaging paging_;    // window paging, where the model allows it
+  KvPaging paging_;    // window paging, where the model allows it and the budget holds a context
   int64_t page_bytes_;
   PagePool pool_;
   EngineStats stats_;

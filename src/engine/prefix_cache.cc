@@ -94,10 +94,13 @@ Status PrefixCache::Stash(std::vector<int32_t> tokens, std::vector<int32_t> page
                                                  prefix.tokens.size(), paging_.window)) *
                                                  paging_.window_groups);
   }
-  // A stored prefix that is a start of this one says nothing new.
+  // A stored prefix that is a start of this one says nothing new (unless this one's window pages
+  // no longer hold what the row after it sees).
+  const int32_t window_first = FirstHeldBlock(prefix.window_pages, paging_.window_groups);
   std::erase_if(prefixes_, [&](Prefix& p) {
-    const bool redundant =
-        CommonStart(p.tokens, prefix.tokens) == static_cast<int64_t>(p.tokens.size());
+    const int64_t n = static_cast<int64_t>(p.tokens.size());
+    const bool redundant = CommonStart(p.tokens, prefix.tokens) == n &&
+                           (!paging_.enabled() || WindowCovers(window_first, n, paging_.window));
     if (redundant) Release(p);
     return redundant;
   });

@@ -492,7 +492,7 @@ Status Model::UploadStepInputs(const Rows& rows, const PageTables& tables) {
   if (!impl_->pool) return InvalidArgument("Step: AllocatePages was not called");
   GZ_RETURN_IF_ERROR(Reserve(n, std::max(1, tables.slots), std::max(1, tables.max_pages)));
   const int64_t capacity = static_cast<int64_t>(tables.max_pages) * kPage;
-  const KvPaging paging = KvPagingOf(caches_);
+  const int32_t window_groups = impl_->window_paging ? KvPagingOf(caches_).window_groups : 0;
   const int64_t table_size = static_cast<int64_t>(tables.slots) * tables.max_pages;
   if (impl_->window_paging && tables.window_pages == nullptr)
     return InvalidArgument("Step: the pool pages window layers apart, and no window page tables");
@@ -511,7 +511,7 @@ Status Model::UploadStepInputs(const Rows& rows, const PageTables& tables) {
     if (page < 0 || page >= impl_->pages)
       return InvalidArgument("Step: row " + std::to_string(r) + " maps to page " +
                              std::to_string(page) + ", not in the pool");
-    for (int32_t g = 0; impl_->window_paging && g < paging.window_groups; ++g) {
+    for (int32_t g = 0; g < window_groups; ++g) {
       page = tables.window_pages[g * table_size + block];
       if (page < 0 || page >= impl_->pages)
         return InvalidArgument("Step: row " + std::to_string(r) + " maps to page " +
@@ -596,7 +596,7 @@ Status Model::UploadStepInputs(const Rows& rows, const PageTables& tables) {
   be.CopyToDevice(b.pages->data(), tables.pages, table_size * sizeof(int32_t));
   // Window group g's table at b.pages + (1 + g) * [the buffer's slots, max_pages], so that the
   // tables' places depend on the buffers alone (as a recorded step's pointers must).
-  for (int32_t g = 0; impl_->window_paging && g < paging.window_groups; ++g) {
+  for (int32_t g = 0; g < window_groups; ++g) {
     be.CopyToDevice(b.pages->as<int32_t>() + (1 + g) * static_cast<int64_t>(b.slots) * b.max_pages,
                     tables.window_pages + g * table_size, table_size * sizeof(int32_t));
   }

@@ -783,6 +783,23 @@ TEST(Engine, WindowPagingRefusesStartsBeforeTheKeptWindow) {
   EXPECT_EQ(engine->free_pages(), engine->pages());
 }
 
+// A budget that holds a whole context only with every layer's pages a block (not with the
+// window layers' pages beside) runs without window paging, as before it.
+TEST(Engine, WindowPagingNeedsABudgetForOneContext) {
+  for (int32_t pages : {4, 12}) {
+    FakeRunner runner;
+    runner.SetWindow(20, 2);
+    // 4 blocks of context; under window paging 4 + 2 * 4 pages.
+    auto engine = MakeEngine(runner, 1, 64, 64, pages);
+    ASSERT_NE(engine, nullptr);
+    EXPECT_EQ(runner.window_paging(), pages == 12);
+    std::mt19937 rng(15);
+    Request r = Greedy(RandomPrompt(rng, 40), 20);
+    r.stop = std::vector<int32_t>{};
+    EXPECT_EQ(RunOne(*engine, runner, r).tokens, Alone(r, 0, 64));
+  }
+}
+
 // Low-level steps under window paging: Accept drops rows of the last step (their window pages
 // with them) and the slot goes on from the kept rows.
 TEST(Engine, LowLevelAcceptUnderWindowPaging) {
