@@ -955,7 +955,7 @@ TEST_F(CpuBackendTest, AttentionOverPromptRunsMatchesReference) {
 // a page and across pages; runs starting mid-page; single rows.
 TEST_F(CpuBackendTest, AttentionReadsNoBlockBeforeTheWindow) {
   for (const Config& c : Configs()) {
-    for (KvFormat format : {KvFormat::kF32, KvFormat::kF16}) {
+    for (KvFormat format : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8, RotatedKv(4, 2)}) {
       SCOPED_TRACE(KvFormatName(format));
       ThreadPool pool(c.threads);
       CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
@@ -989,6 +989,14 @@ TEST_F(CpuBackendTest, AttentionReadsNoBlockBeforeTheWindow) {
             cache.keys[i] = cache.values[i] = std::nanf("");
           }
         }
+        // Codes: the page's scales (one a vector, or a step and a min a code group).
+        const size_t vector_scales = format == KvFormat::kQ8 ? 1
+                                     : IsRotatedKv(format)   ? 2 * kv::Groups(s.head_dim)
+                                                             : 0;
+        const size_t page_scales = page_elements / s.head_dim * vector_scales;
+        for (size_t i = spare * page_scales; i < (spare + 1) * page_scales; ++i) {
+          cache.key_scales[i] = cache.value_scales[i] = std::nanf("");
+        }
         std::vector<int32_t> holes = cache.pages;
         int dropped = 0;
         for (int32_t slot = 0; slot < slots; ++slot) {
@@ -1019,8 +1027,9 @@ TEST_F(CpuBackendTest, AttentionReadsNoBlockBeforeTheWindow) {
         p.out = want.data();
         p.table = cache.table();
         ReferenceAttention(p);
+        const double tolerance = IsRotatedKv(format) ? 4e-6 : 2e-6;
         for (size_t i = 0; i < got.size(); ++i) {
-          ASSERT_NEAR(got[i], want[i], 2e-6)
+          ASSERT_NEAR(got[i], want[i], tolerance)
               << Name(c) << " head_dim " << s.head_dim << " window " << s.window << " at " << i;
         }
       }
