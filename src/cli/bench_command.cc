@@ -156,8 +156,8 @@ int RunBench(const BenchOptions& o) {
   if (Status s = o.model.FitKv(&model, options.slots, options.context, budget, !o.json); !s.ok())
     return Fail(s.message());
   // Room for every slot's full context.
-  options.kv_budget_bytes = static_cast<int64_t>(options.slots) *
-                            ((options.context + kPage - 1) / kPage) * model.PageBytes();
+  options.kv_budget_bytes = KvBudgetFor(model.caches(), model.PageBytes(), options.slots,
+                                        PagesFor(options.context), options.rows);
   options.device_sampling = !o.host_sampling;
   if (Status s = o.draft.Apply(model, &options); !s.ok()) return Fail(s.message());
   auto created = Engine::Create(&model, options);

@@ -188,7 +188,8 @@ int Chat(const ChatOptions& o) {
   const int64_t budget = DefaultKvBudget(model->backend().kind(), model->backend().Memory());
   if (Status s = o.model.FitKv(model.get(), 1, options.context, budget, /*verbose=*/true); !s.ok())
     return Fail(s.message());
-  options.kv_budget_bytes = ((options.context + kPage - 1) / kPage + 1) * model->PageBytes();
+  options.kv_budget_bytes = KvBudgetFor(model->caches(), model->PageBytes(), 1,
+                                        PagesFor(options.context) + 1, options.rows);
   if (Status s = o.draft.Apply(*model, &options); !s.ok()) return Fail(s.message());
   auto created = Engine::Create(model.get(), options);
   if (!created.ok()) return Fail(created.status().message());

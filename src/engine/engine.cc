@@ -58,20 +58,30 @@ Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOpt
                            " exceeds the model's max_position_embeddings " +
                            std::to_string(arch.context));
   }
-  const int64_t page_bytes = runner->PageBytes();
-  if (page_bytes <= 0) {
-    return InvalidArgument("engine: the model (" + arch.family +
-                           ") has no attention layer, so no KV pages; such models are not "
-                           "supported");
-  }
+  // Window paging wherever the model allows it (its window layers keep only their window) and
+  // the budget holds one sequence of the whole context under it.
+  KvPaging paging = KvPagingOf(runner->caches());
+  const int32_t max_pages = PagesFor(options.context);
   // The slots' recurrent states and their snapshots (float32, allocated by the runner's
   // Reserve) come out of the budget first; the rest holds pages.
   int64_t state_bytes = 0;
   for (const CacheSpec& c : runner->caches()) state_bytes += c.SlotStateBytes();
   state_bytes *= 2 * static_cast<int64_t>(options.slots);
-  const int32_t max_pages = PagesFor(options.context);
-  const int64_t pages = std::max<int64_t>(0, options.kv_budget_bytes - state_bytes) / page_bytes;
-  if (pages < max_pages) {
+  const int64_t page_budget = std::max<int64_t>(0, options.kv_budget_bytes - state_bytes);
+  // One sequence of the whole context: its blocks, and the window layers' pages it holds at once.
+  auto sequence_pages = [&] {
+    return max_pages +
+           paging.window_groups * std::min(max_pages, WindowBlocks(paging.window, options.rows));
+  };
+  if (paging.enabled() && page_budget / paging.page_bytes < sequence_pages()) paging = {};
+  const int64_t page_bytes = paging.enabled() ? paging.page_bytes : runner->PageBytes();
+  if (page_bytes <= 0) {
+    return InvalidArgument("engine: the model (" + arch.family +
+                           ") has no attention layer, so no KV pages; such models are not "
+                           "supported");
+  }
+  const int64_t pages = page_budget / page_bytes;
+  if (pages < sequence_pages()) {
     return InvalidArgument(
         "engine kv_budget_bytes: " + std::to_string(options.kv_budget_bytes) + " bytes" +
         (state_bytes > 0 ? " less " + std::to_string(state_bytes) +
@@ -80,11 +90,11 @@ Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOpt
                          : std::string()) +
         " hold " + std::to_string(pages) + " pages of " + std::to_string(page_bytes) +
         " bytes; one sequence of context " + std::to_string(options.context) + " needs " +
-        std::to_string(max_pages));
+        std::to_string(sequence_pages()));
   }
   if (pages > INT32_MAX) return InvalidArgument("engine kv_budget_bytes: too many pages");
   // The pool is the one allocation that grows with the context: say which context asked for it.
-  if (Status s = runner->AllocatePages(static_cast<int32_t>(pages)); !s.ok()) {
+  if (Status s = runner->AllocatePages(static_cast<int32_t>(pages), paging.enabled()); !s.ok()) {
     return s.Annotate("KV pages for a context of " + std::to_string(options.context) +
                       " positions (" + std::to_string(pages) + " pages, " +
                       std::to_string(pages * page_bytes) +
@@ -92,20 +102,23 @@ Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOpt
   }
   GZ_RETURN_IF_ERROR(runner->Reserve(options.rows, options.slots, max_pages));
   return std::unique_ptr<Engine>(
-      new Engine(runner, options, static_cast<int32_t>(pages), max_pages));
+      new Engine(runner, options, paging, static_cast<int32_t>(pages), max_pages));
 }
 
-Engine::Engine(Runner* runner, const EngineOptions& options, int32_t pages, int32_t max_pages)
+Engine::Engine(Runner* runner, const EngineOptions& options, KvPaging paging, int32_t pages,
+               int32_t max_pages)
     : runner_(runner),
       options_(options),
       vocab_(runner->arch().vocab),
       max_pages_(max_pages),
-      page_bytes_(runner->PageBytes()),
+      paging_(paging),
+      page_bytes_(paging_.enabled() ? paging_.page_bytes : runner->PageBytes()),
       pool_(pages),
-      cache_(&pool_, runner, runner->PageBytes(), options.host_prefix_bytes, options.slots,
+      cache_(&pool_, runner, page_bytes_, paging_, options.host_prefix_bytes, options.slots,
              &stats_.host_copies),
       sampler_(runner->arch().vocab),
       tables_(static_cast<size_t>(options.slots) * max_pages, -1),
+      window_tables_(static_cast<size_t>(paging_.window_groups) * options.slots * max_pages, -1),
       // Wanted rows: one a sequence, and its drafts.
       logits_(
           static_cast<size_t>(std::min<int64_t>(
@@ -117,6 +130,8 @@ Engine::Engine(Runner* runner, const EngineOptions& options, int32_t pages, int3
   state_.rows = options.rows;
   state_.runner = runner;
   state_.page_bytes = page_bytes_;
+  state_.paging = paging_;
+  state_.window_blocks = std::min(max_pages, WindowBlocks(paging_.window, options.rows));
   state_.pool = &pool_;
   state_.cache = &cache_;
   state_.stats = &stats_;
@@ -351,10 +366,21 @@ void Engine::Draft() {
 
 void Engine::FillTables() {
   std::fill(tables_.begin(), tables_.end(), -1);
+  std::fill(window_tables_.begin(), window_tables_.end(), -1);
+  const int32_t groups = paging_.window_groups;
+  const size_t table = state_.slots.size() * max_pages_;
   for (size_t s = 0; s < state_.slots.size(); ++s) {
-    std::copy(state_.slots[s].pages.begin(), state_.slots[s].pages.end(),
-              tables_.begin() + s * max_pages_);
+    const Slot& slot = state_.slots[s];
+    std::copy(slot.pages.begin(), slot.pages.end(), tables_.begin() + s * max_pages_);
+    for (size_t e = 0; e < slot.window_pages.size(); ++e) {
+      window_tables_[(e % groups) * table + s * max_pages_ + e / groups] = slot.window_pages[e];
+    }
   }
+}
+
+PageTables Engine::Tables() const {
+  return {tables_.data(), static_cast<int32_t>(state_.slots.size()), max_pages_,
+          paging_.enabled() ? window_tables_.data() : nullptr};
 }
 
 Status Engine::Run() {
@@ -417,7 +443,7 @@ Status Engine::Run() {
     }
   }
   FillTables();
-  const PageTables tables{tables_.data(), static_cast<int32_t>(state_.slots.size()), max_pages_};
+  const PageTables tables = Tables();
   // The runner picks the tokens when every wanted row needs only steps 3-5 of sampling.
   picked_ = options_.device_sampling && runner_->CanSample();
   sample_.clear();
@@ -536,7 +562,7 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
         static_cast<int64_t>(slot.tokens.size()) >= seq.shared) {
       seq.registered = true;
       cache_.Share(std::vector<int32_t>(seq.tokens.begin(), seq.tokens.begin() + seq.shared),
-                   slot.pages);
+                   slot.pages, slot.window_pages);
     }
     // A prompt piece, no logits yet.
     if (slot.tokens.size() != seq.tokens.size() + p.drafts) continue;
@@ -675,8 +701,9 @@ Status Engine::BuildRows(std::span<const int32_t> tokens, std::span<const int32_
   for (size_t s = 0; s < state_.slots.size(); ++s) {
     if (count[s] == 0) continue;
     state_.slots[s].pinned = true;
-    need += PagesFor(state_.slots[s].tokens.size() + count[s]) -
-            static_cast<int32_t>(state_.slots[s].pages.size());
+    TrimWindow(state_, state_.slots[s]);
+    need += BlockPages(state_, PagesFor(state_.slots[s].tokens.size() + count[s]) -
+                                   static_cast<int32_t>(state_.slots[s].pages.size()));
   }
   Expected<bool> room = Reclaim(state_, need);
   for (Slot& slot : state_.slots) slot.pinned = false;
@@ -700,9 +727,8 @@ Status Engine::BuildRows(std::span<const int32_t> tokens, std::span<const int32_
       return InvalidArgument("step: slot " + std::to_string(s) +
                              " would write a page a shared start holds; Reset it first");
     }
-    while (static_cast<int64_t>(state_.slots[s].pages.size()) < PagesFor(next[s] + count[s])) {
-      state_.slots[s].pages.push_back(*pool_.Allocate());
-    }
+    AddBlocks(state_, state_.slots[s],
+              PagesFor(next[s] + count[s]) - static_cast<int32_t>(state_.slots[s].pages.size()));
   }
   for (int64_t r = 0; r < n; ++r) {
     rows_.Push(tokens[r], slots[r], static_cast<int32_t>(next[slots[r]]++), is_wanted[r]);
@@ -716,8 +742,7 @@ Expected<std::vector<float>> Engine::Step(std::span<const int32_t> tokens,
                                           std::span<const int32_t> wanted) {
   GZ_RETURN_IF_ERROR(BuildRows(tokens, slots, wanted));
   std::vector<float> logits(wanted.size() * vocab_);
-  const PageTables tables{tables_.data(), static_cast<int32_t>(state_.slots.size()), max_pages_};
-  GZ_RETURN_IF_ERROR(runner_->Step(rows_, tables, logits.data()));
+  GZ_RETURN_IF_ERROR(runner_->Step(rows_, Tables(), logits.data()));
   std::fill(appended_.begin(), appended_.end(), 0);
   for (size_t r = 0; r < tokens.size(); ++r) {
     state_.slots[slots[r]].tokens.push_back(tokens[r]);
@@ -740,8 +765,7 @@ Expected<std::vector<float>> Engine::Hidden(std::span<const int32_t> tokens,
   }
   GZ_RETURN_IF_ERROR(BuildRows(tokens, slots, {}));
   std::vector<float> out(layers.size() * tokens.size() * runner_->arch().dim);
-  const PageTables tables{tables_.data(), static_cast<int32_t>(state_.slots.size()), max_pages_};
-  GZ_RETURN_IF_ERROR(runner_->Hidden(rows_, tables, layers, out.data()));
+  GZ_RETURN_IF_ERROR(runner_->Hidden(rows_, Tables(), layers, out.data()));
   std::fill(appended_.begin(), appended_.end(), 0);
   for (size_t r = 0; r < tokens.size(); ++r) {
     state_.slots[slots[r]].tokens.push_back(tokens[r]);
@@ -770,8 +794,7 @@ Status Engine::Warm(int32_t max_decode_shapes) {
   // Each shape twice: a runner records a step the second time its shape comes (Model::Forward).
   for (int round = 0; round < 2; ++round) {
     GZ_RETURN_IF_ERROR(BuildRows(tokens, slot_of, std::span<const int32_t>(&last, 1)));
-    const PageTables tables{tables_.data(), slots, max_pages_};
-    GZ_RETURN_IF_ERROR(runner_->Step(rows_, tables, logits_.data()));
+    GZ_RETURN_IF_ERROR(runner_->Step(rows_, Tables(), logits_.data()));
     reset_all();
   }
   // Both ways of ending a step: logits to the host, and tokens picked by the runner.
@@ -781,7 +804,7 @@ Status Engine::Warm(int32_t max_decode_shapes) {
     std::vector<int32_t> t(n), s(n), w(n);
     for (int32_t r = 0; r < n; ++r) t[r] = r % vocab_, s[r] = r, w[r] = r;
     GZ_RETURN_IF_ERROR(BuildRows(t, s, w));
-    const PageTables tab{tables_.data(), slots, max_pages_};
+    const PageTables tab = Tables();
     if (options_.device_sampling && runner_->CanSample()) {
       std::vector<SampleRow> params(n);
       for (int32_t r = 0; r < n; ++r) params[r].temperature = r % 2 ? 0.7f : 0.0f;
@@ -845,22 +868,44 @@ Status Engine::CheckPages() const {
   // Tokens each page holds, from the first holder seen; every other holder must agree.
   std::vector<const int32_t*> content(pool_.pages(), nullptr);
   std::vector<int32_t> filled(pool_.pages(), 0);
-  auto hold = [&](const std::vector<int32_t>& pages, const std::vector<int32_t>& tokens,
-                  const std::string& who) -> Status {
-    for (size_t b = 0; b < pages.size(); ++b) {
-      const int32_t p = pages[b];
-      if (p < 0 || p >= pool_.pages()) return Internal(who + ": page " + std::to_string(p));
-      ++refs[p];
-      const int64_t begin = static_cast<int64_t>(b) * kPage;
-      const int32_t n = static_cast<int32_t>(
-          std::clamp<int64_t>(static_cast<int64_t>(tokens.size()) - begin, 0, kPage));
-      if (content[p] != nullptr) {
-        const int32_t common = std::min(n, filled[p]);
-        if (!std::equal(content[p], content[p] + common, tokens.data() + begin)) {
-          return Internal(who + ": page " + std::to_string(p) + " holds other tokens elsewhere");
-        }
+  // Page p holds block b of `tokens` (its positions [b * kPage, (b + 1) * kPage)).
+  auto hold_page = [&](int32_t p, int64_t b, const std::vector<int32_t>& tokens,
+                       const std::string& who) -> Status {
+    if (p < 0 || p >= pool_.pages()) return Internal(who + ": page " + std::to_string(p));
+    ++refs[p];
+    const int64_t begin = b * kPage;
+    const int32_t n = static_cast<int32_t>(
+        std::clamp<int64_t>(static_cast<int64_t>(tokens.size()) - begin, 0, kPage));
+    if (content[p] != nullptr) {
+      const int32_t common = std::min(n, filled[p]);
+      if (!std::equal(content[p], content[p] + common, tokens.data() + begin)) {
+        return Internal(who + ": page " + std::to_string(p) + " holds other tokens elsewhere");
       }
-      if (n > filled[p]) content[p] = tokens.data() + begin, filled[p] = n;
+    }
+    if (n > filled[p]) content[p] = tokens.data() + begin, filled[p] = n;
+    return Status::Ok();
+  };
+  // A holder's pages, and its window pages: a page a block from the first block its next row's
+  // window needs (holes before it only).
+  const int32_t groups = paging_.window_groups;
+  auto hold = [&](const std::vector<int32_t>& pages, const std::vector<int32_t>& window_pages,
+                  const std::vector<int32_t>& tokens, const std::string& who) -> Status {
+    for (size_t b = 0; b < pages.size(); ++b) {
+      GZ_RETURN_IF_ERROR(hold_page(pages[b], static_cast<int64_t>(b), tokens, who));
+    }
+    if (window_pages.size() != pages.size() * groups) {
+      return Internal(who + ": " + std::to_string(window_pages.size()) + " window pages for " +
+                      std::to_string(pages.size()) + " blocks");
+    }
+    const int32_t first = groups > 0 ? FirstHeldBlock(window_pages, groups) : 0;
+    if (!pages.empty() && groups > 0 &&
+        !WindowCovers(first, static_cast<int64_t>(tokens.size()), paging_.window)) {
+      return Internal(who + ": window pages from block " + std::to_string(first) + " for " +
+                      std::to_string(tokens.size()) + " tokens");
+    }
+    for (size_t e = static_cast<size_t>(first) * groups; e < window_pages.size(); ++e) {
+      GZ_RETURN_IF_ERROR(
+          hold_page(window_pages[e], static_cast<int64_t>(e / groups), tokens, who + " window"));
     }
     return Status::Ok();
   };
@@ -871,7 +916,7 @@ Status Engine::CheckPages() const {
       return Internal(who + ": " + std::to_string(slot.pages.size()) + " pages for " +
                       std::to_string(slot.tokens.size()) + " tokens");
     }
-    GZ_RETURN_IF_ERROR(hold(slot.pages, slot.tokens, who));
+    GZ_RETURN_IF_ERROR(hold(slot.pages, slot.window_pages, slot.tokens, who));
     if (slot.seq >= 0) {
       auto it = state_.sequences.find(slot.seq);
       if (it == state_.sequences.end() || it->second.slot != static_cast<int32_t>(s)) {
@@ -889,6 +934,13 @@ Status Engine::CheckPages() const {
     const size_t block = slot.tokens.size() / kPage;
     if (slot.seq >= 0 && block < slot.pages.size() && refs[slot.pages[block]] != 1) {
       return Internal("slot " + std::to_string(s) + " writes next into a page others hold");
+    }
+    for (int32_t g = 0; slot.seq >= 0 && block < slot.pages.size() && g < groups; ++g) {
+      const int32_t page = slot.window_pages[block * groups + g];
+      if (page < 0 || refs[page] != 1) {
+        return Internal("slot " + std::to_string(s) +
+                        " writes next into a window page others hold");
+      }
     }
   }
   std::vector<bool> on_list(pool_.pages(), false);

@@ -5,7 +5,8 @@
 //
 // One Advance is one step: admit waiting requests into free slots, propose drafts, schedule rows
 // (one for every generating sequence and its drafts, then pieces of unread prompts, first come
-// first served), run the runner, sample and judge the drafts. Not thread safe: one thread drives an engine.
+// first served), run the runner, sample and judge the drafts. Not thread safe: one thread drives an
+// engine.
 #pragma once
 
 #include <cstdint>
@@ -148,7 +149,8 @@ class Engine {
   const std::vector<int32_t>& held(int32_t slot) const;
 
  private:
-  Engine(Runner* runner, const EngineOptions& options, int32_t pages, int32_t max_pages);
+  Engine(Runner* runner, const EngineOptions& options, KvPaging paging, int32_t pages,
+         int32_t max_pages);
 
   // Request::pictures against the prompt and the model: sizes, rows, positions.
   Status CheckPictures(const Request& request) const;
@@ -161,11 +163,14 @@ class Engine {
   Status BuildRows(std::span<const int32_t> tokens, std::span<const int32_t> slots,
                    std::span<const int32_t> wanted);
   void FillTables();
+  // This step's page tables (FillTables).
+  PageTables Tables() const;
 
   Runner* runner_;
   EngineOptions options_;
   int64_t vocab_;
   int32_t max_pages_;  // pages of a full context
+  KvPaging paging_;    // window paging, where the model allows it and the budget holds a context
   int64_t page_bytes_;
   PagePool pool_;
   EngineStats stats_;
@@ -175,11 +180,12 @@ class Engine {
   int64_t next_id_ = 0;
   Sampler sampler_;
   Rows rows_;
-  std::vector<int32_t> tables_;    // [slots, max_pages] page tables of this step; -1: none
-  std::vector<float> logits_;      // [slots, vocab] logits of this step's wanted rows
-  bool picked_ = false;            // this step's tokens came from the runner (picks_)
-  std::vector<SampleRow> sample_;  // [wanted] how the runner picks each wanted row's token
-  std::vector<int32_t> picks_;     // [wanted] tokens the runner picked
+  std::vector<int32_t> tables_;         // [slots, max_pages] page tables of this step; -1: none
+  std::vector<int32_t> window_tables_;  // [window groups, slots, max_pages] likewise; -1: none
+  std::vector<float> logits_;           // [slots, vocab] logits of this step's wanted rows
+  bool picked_ = false;                 // this step's tokens came from the runner (picks_)
+  std::vector<SampleRow> sample_;       // [wanted] how the runner picks each wanted row's token
+  std::vector<int32_t> picks_;          // [wanted] tokens the runner picked
   // Threads that compute this step's grammar masks while the runner steps (made at the first
   // constrained step), and the sequences whose masks they compute.
   std::unique_ptr<ThreadPool> mask_pool_;

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <string>
 
+#include "engine/page_pool.h"
+
 namespace gizllm {
 namespace {
 constexpr int64_t kGiB = int64_t{1} << 30;
@@ -22,6 +24,14 @@ int64_t DefaultKvBudget(DeviceKind kind, const DeviceMemory& memory) {
   const int64_t left = known ? std::max<int64_t>(0, memory.free - KvReserveBytes(memory.total)) : 0;
   if (kind == DeviceKind::kCuda) return left;
   return std::clamp(left / 4, kCpuKvBudgetFloor, kCpuKvBudgetCap);
+}
+
+int64_t KvBudgetFor(std::span<const CacheSpec> caches, int64_t page_bytes, int32_t slots,
+                    int64_t blocks, int64_t rows) {
+  const KvPaging paging = KvPagingOf(caches);
+  if (!paging.enabled()) return slots * blocks * page_bytes;
+  const int64_t window_blocks = std::min<int64_t>(blocks, WindowBlocks(paging.window, rows));
+  return slots * (blocks + paging.window_groups * window_blocks) * paging.page_bytes;
 }
 
 int64_t StepRows(DeviceKind kind, int32_t slots, int64_t requested) {

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/status.h"
+#include "model/runner.h"
 #include "ops/backend.h"
 
 namespace gizllm {
@@ -23,6 +25,13 @@ int64_t KvReserveBytes(int64_t total);
 inline constexpr int64_t kCpuKvBudgetCap = int64_t{1} << 30;
 inline constexpr int64_t kCpuKvBudgetFloor = int64_t{256} << 20;
 int64_t DefaultKvBudget(DeviceKind kind, const DeviceMemory& memory);
+
+// The KV budget (EngineOptions::kv_budget_bytes) in which `slots` sequences hold `blocks` blocks
+// of kPage positions each while reading up to `rows` rows a step: a page of every attention layer
+// (`page_bytes`, Runner::PageBytes) a block, or under window paging (KvPagingOf(caches)) a pool
+// page a block and the window layers' pages of the blocks their window still reads.
+int64_t KvBudgetFor(std::span<const CacheSpec> caches, int64_t page_bytes, int32_t slots,
+                    int64_t blocks, int64_t rows);
 
 // What `serve` was told (0: choose).
 struct ServeAsk {

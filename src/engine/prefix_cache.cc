@@ -17,17 +17,19 @@ int64_t CommonStart(const std::vector<int32_t>& a, const std::vector<int32_t>& b
 
 }  // namespace
 
-PrefixCache::PrefixCache(PagePool* pool, Runner* runner, int64_t page_bytes,
+PrefixCache::PrefixCache(PagePool* pool, Runner* runner, int64_t page_bytes, KvPaging paging,
                          int64_t host_bytes_limit, int32_t slots, int64_t* host_copies)
     : pool_(pool),
       runner_(runner),
       page_bytes_(page_bytes),
+      paging_(paging),
       host_bytes_limit_(host_bytes_limit),
       slots_(slots),
       host_copies_(host_copies) {}
 
-int64_t PrefixCache::Usable(const std::vector<int32_t>& pages, const std::vector<int32_t>& held,
-                            const std::vector<int32_t>& tokens, bool shared) const {
+int64_t PrefixCache::Usable(const std::vector<int32_t>& pages, int32_t window_first,
+                            const std::vector<int32_t>& held, const std::vector<int32_t>& tokens,
+                            bool shared) const {
   // At least the last token is read again: its logits give the next token.
   int64_t m = std::min<int64_t>(CommonStart(held, tokens), static_cast<int64_t>(tokens.size()) - 1);
   if (m <= 0) return 0;
@@ -36,6 +38,10 @@ int64_t PrefixCache::Usable(const std::vector<int32_t>& pages, const std::vector
   if (block < static_cast<int64_t>(pages.size()) && (shared || pool_->refs(pages[block]) > 1)) {
     m = block * kPage;
   }
+  // Window paging: the row at m sees the window before it, which the holder must still hold.
+  if (paging_.enabled() && m > 0 && !WindowCovers(window_first, m, paging_.window)) {
+    return 0;
+  }
   return m;
 }
 
@@ -43,7 +49,9 @@ int32_t PrefixCache::BestPrefix(const std::vector<int32_t>& tokens, int64_t* bes
   int32_t from = -1;
   for (int32_t i = 0; i < static_cast<int32_t>(prefixes_.size()); ++i) {
     const Prefix& p = prefixes_[i];
-    const int64_t m = Usable(p.pages, p.tokens, tokens, /*shared=*/false);
+    const int32_t first =
+        p.pages.empty() ? p.window_first : FirstHeldBlock(p.window_pages, paging_.window_groups);
+    const int64_t m = Usable(p.pages, first, p.tokens, tokens, /*shared=*/false);
     if (m > *best) *best = m, from = i;
   }
   return from;
@@ -55,7 +63,8 @@ int32_t PrefixCache::BestShared(const std::vector<int32_t>& tokens, int64_t long
   for (int32_t i = 0; i < static_cast<int32_t>(shared_.size()); ++i) {
     const Shared& s = shared_[i];
     if (static_cast<int64_t>(s.tokens.size()) > longest) continue;
-    const int64_t m = Usable(s.pages, s.tokens, tokens, /*shared=*/true);
+    const int64_t m = Usable(s.pages, FirstHeldBlock(s.window_pages, paging_.window_groups),
+                             s.tokens, tokens, /*shared=*/true);
     if (m > *best) *best = m, from = i;
   }
   return from;
@@ -73,15 +82,25 @@ const PrefixCache::Shared& PrefixCache::Use(int32_t i) {
 }
 
 Status PrefixCache::Stash(std::vector<int32_t> tokens, std::vector<int32_t> pages,
-                          int32_t want_free) {
+                          std::vector<int32_t> window_pages, int32_t want_free) {
   Prefix prefix;
   prefix.tokens = std::move(tokens);
   prefix.pages = std::move(pages);
+  prefix.window_pages = std::move(window_pages);
   prefix.used = ++clock_;
-  // A stored prefix that is a start of this one says nothing new.
+  // Of the window pages, only those its next row sees.
+  if (paging_.enabled()) {
+    pool_->ReleaseFront(prefix.window_pages, static_cast<size_t>(WindowFirstBlock(
+                                                 prefix.tokens.size(), paging_.window)) *
+                                                 paging_.window_groups);
+  }
+  // A stored prefix that is a start of this one says nothing new (unless this one's window pages
+  // no longer hold what the row after it sees).
+  const int32_t window_first = FirstHeldBlock(prefix.window_pages, paging_.window_groups);
   std::erase_if(prefixes_, [&](Prefix& p) {
-    const bool redundant =
-        CommonStart(p.tokens, prefix.tokens) == static_cast<int64_t>(p.tokens.size());
+    const int64_t n = static_cast<int64_t>(p.tokens.size());
+    const bool redundant = CommonStart(p.tokens, prefix.tokens) == n &&
+                           (!paging_.enabled() || WindowCovers(window_first, n, paging_.window));
     if (redundant) Release(p);
     return redundant;
   });
@@ -101,7 +120,12 @@ Status PrefixCache::Stash(std::vector<int32_t> tokens, std::vector<int32_t> page
 
 Status PrefixCache::ToHost(Prefix& prefix) {
   if (prefix.pages.empty()) return Status::Ok();
-  const int64_t bytes = static_cast<int64_t>(prefix.pages.size()) * page_bytes_;
+  const int32_t first =
+      paging_.enabled() ? FirstHeldBlock(prefix.window_pages, paging_.window_groups) : 0;
+  const int64_t window_at = static_cast<int64_t>(first) * paging_.window_groups;
+  const int64_t count =
+      static_cast<int64_t>(prefix.pages.size() + prefix.window_pages.size()) - window_at;
+  const int64_t bytes = count * page_bytes_;
   // Room on the host: least recently used host copies go first.
   while (host_bytes_ + bytes > host_bytes_limit_) {
     auto oldest = prefixes_.end();
@@ -114,55 +138,71 @@ Status PrefixCache::ToHost(Prefix& prefix) {
   }
   if (host_bytes_ + bytes <= host_bytes_limit_) {
     prefix.host.resize(bytes);
-    for (size_t b = 0; b < prefix.pages.size(); ++b) {
-      GZ_RETURN_IF_ERROR(runner_->CopyPageToHost(prefix.pages[b], &prefix.host[b * page_bytes_]));
+    // Its blocks' pages, then the window pages it holds (PrefixCache::Prefix::host).
+    int64_t at = 0;
+    for (int32_t page : prefix.pages) {
+      GZ_RETURN_IF_ERROR(runner_->CopyPageToHost(page, &prefix.host[at++ * page_bytes_]));
     }
+    for (size_t e = window_at; e < prefix.window_pages.size(); ++e) {
+      GZ_RETURN_IF_ERROR(
+          runner_->CopyPageToHost(prefix.window_pages[e], &prefix.host[at++ * page_bytes_]));
+    }
+    prefix.window_first = first;
     host_bytes_ += bytes;
-    *host_copies_ += static_cast<int64_t>(prefix.pages.size());
+    *host_copies_ += count;
   } else {
     prefix.tokens.clear();
   }
-  for (int32_t p : prefix.pages) pool_->Release(p);
-  prefix.pages.clear();
+  pool_->ReleaseAll(prefix.pages);
+  pool_->ReleaseAll(prefix.window_pages);
   return Status::Ok();
 }
 
 void PrefixCache::Release(Prefix& prefix) {
-  for (int32_t p : prefix.pages) pool_->Release(p);
-  prefix.pages.clear();
+  pool_->ReleaseAll(prefix.pages);
+  pool_->ReleaseAll(prefix.window_pages);
   host_bytes_ -= static_cast<int64_t>(prefix.host.size());
   prefix.host.clear();
   prefix.tokens.clear();
 }
 
-void PrefixCache::Share(std::vector<int32_t> tokens, const std::vector<int32_t>& pages) {
+void PrefixCache::Share(std::vector<int32_t> tokens, const std::vector<int32_t>& pages,
+                        const std::vector<int32_t>& window_pages) {
   const bool known = std::any_of(shared_.begin(), shared_.end(),
                                  [&](const Shared& s) { return s.tokens == tokens; });
-  if (known) return;
+  // Window paging: a slot that took a longer start may hold no window pages of this one's end.
+  const bool covered =
+      !paging_.enabled() || WindowCovers(FirstHeldBlock(window_pages, paging_.window_groups),
+                                         static_cast<int64_t>(tokens.size()), paging_.window);
+  if (known || !covered) return;
   const int32_t blocks = static_cast<int32_t>(tokens.size() / kPage);
-  Shared s{std::move(tokens), {}, ++clock_};
+  Shared s{std::move(tokens), {}, {}, ++clock_};
   for (int32_t b = 0; b < blocks; ++b) {
     pool_->Retain(pages[b]);
     s.pages.push_back(pages[b]);
+  }
+  for (int32_t e = 0; e < blocks * paging_.window_groups; ++e) {
+    if (window_pages[e] >= 0) pool_->Retain(window_pages[e]);
+    s.window_pages.push_back(window_pages[e]);
   }
   shared_.push_back(std::move(s));
   while (shared_.size() > 2 * static_cast<size_t>(slots_)) {
     auto oldest =
         std::min_element(shared_.begin(), shared_.end(),
                          [](const Shared& a, const Shared& b) { return a.used < b.used; });
-    for (int32_t page : oldest->pages) pool_->Release(page);
+    pool_->ReleaseAll(oldest->pages);
+    pool_->ReleaseAll(oldest->window_pages);
     shared_.erase(oldest);
   }
 }
 
 int32_t PrefixCache::Reclaimable() const {
   int32_t n = 0;
-  for (const Prefix& p : prefixes_) {
-    for (int32_t page : p.pages) n += pool_->refs(page) == 1;
-  }
-  for (const Shared& s : shared_) {
-    for (int32_t page : s.pages) n += pool_->refs(page) == 1;
-  }
+  auto only_here = [&](const std::vector<int32_t>& pages) {
+    for (int32_t page : pages) n += page >= 0 && pool_->refs(page) == 1;
+  };
+  for (const Prefix& p : prefixes_) only_here(p.pages), only_here(p.window_pages);
+  for (const Shared& s : shared_) only_here(s.pages), only_here(s.window_pages);
   return n;
 }
 
@@ -180,12 +220,16 @@ Expected<bool> PrefixCache::FreeOne() {
   }
   auto start = shared_.end();
   for (auto it = shared_.begin(); it != shared_.end(); ++it) {
-    const bool unread = std::all_of(it->pages.begin(), it->pages.end(),
-                                    [&](int32_t p) { return pool_->refs(p) == 1; });
+    auto unread_pages = [&](const std::vector<int32_t>& pages) {
+      return std::all_of(pages.begin(), pages.end(),
+                         [&](int32_t p) { return p < 0 || pool_->refs(p) == 1; });
+    };
+    const bool unread = unread_pages(it->pages) && unread_pages(it->window_pages);
     if (unread && (start == shared_.end() || it->used < start->used)) start = it;
   }
   if (start != shared_.end()) {
-    for (int32_t p : start->pages) pool_->Release(p);
+    pool_->ReleaseAll(start->pages);
+    pool_->ReleaseAll(start->window_pages);
     shared_.erase(start);
     return true;
   }
@@ -196,27 +240,35 @@ void PrefixCache::Clear() {
   for (Prefix& p : prefixes_) Release(p);
   prefixes_.clear();
   for (Shared& s : shared_) {
-    for (int32_t p : s.pages) pool_->Release(p);
+    pool_->ReleaseAll(s.pages);
+    pool_->ReleaseAll(s.window_pages);
   }
   shared_.clear();
 }
 
-Status PrefixCache::Check(const std::function<Status(const std::vector<int32_t>& pages,
-                                                     const std::vector<int32_t>& tokens,
-                                                     const std::string& who)>& hold) const {
+Status PrefixCache::Check(
+    const std::function<
+        Status(const std::vector<int32_t>& pages, const std::vector<int32_t>& window_pages,
+               const std::vector<int32_t>& tokens, const std::string& who)>& hold) const {
   for (const Prefix& p : prefixes_) {
     if (!p.pages.empty() && static_cast<int32_t>(p.pages.size()) != PagesFor(p.tokens.size())) {
       return Internal("prefix: pages do not cover its tokens");
     }
+    const int64_t blocks = PagesFor(p.tokens.size());
     if (!p.host.empty() &&
-        static_cast<int64_t>(p.host.size()) != PagesFor(p.tokens.size()) * page_bytes_) {
+        static_cast<int64_t>(p.host.size()) !=
+            (blocks + (blocks - p.window_first) * paging_.window_groups) * page_bytes_) {
       return Internal("prefix: host copy does not cover its tokens");
     }
-    GZ_RETURN_IF_ERROR(hold(p.pages, p.tokens, "prefix"));
+    if (!p.host.empty() && paging_.enabled() &&
+        !WindowCovers(p.window_first, static_cast<int64_t>(p.tokens.size()), paging_.window)) {
+      return Internal("prefix: host copy misses window pages its next row sees");
+    }
+    GZ_RETURN_IF_ERROR(hold(p.pages, p.window_pages, p.tokens, "prefix"));
   }
   for (const Shared& s : shared_) {
     if (s.tokens.size() != s.pages.size() * kPage) return Internal("shared: not whole pages");
-    GZ_RETURN_IF_ERROR(hold(s.pages, s.tokens, "shared"));
+    GZ_RETURN_IF_ERROR(hold(s.pages, s.window_pages, s.tokens, "shared"));
   }
   return Status::Ok();
 }

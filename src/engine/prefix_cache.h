@@ -22,7 +22,12 @@ class PrefixCache {
   struct Prefix {
     std::vector<int32_t> tokens;
     std::vector<int32_t> pages;  // in the pool; empty when on the host
-    std::vector<uint8_t> host;   // [PagesFor(tokens), page_bytes] when on the host
+    // Window paging: [pages.size(), window groups] as Slot::window_pages; empty on the host.
+    std::vector<int32_t> window_pages;
+    // [PagesFor(tokens) + (PagesFor(tokens) - window_first) * window groups, page_bytes] when on
+    // the host: its blocks' pages, then the window pages of blocks window_first on.
+    std::vector<uint8_t> host;
+    int32_t window_first = 0;
     uint64_t used = 0;
   };
 
@@ -30,18 +35,21 @@ class PrefixCache {
   struct Shared {
     std::vector<int32_t> tokens;  // [pages.size() * kPage]
     std::vector<int32_t> pages;
+    std::vector<int32_t> window_pages;  // as Slot::window_pages
     uint64_t used = 0;
   };
 
   // Keeps at most 4 prefixes and 2 shared starts a slot, and host copies of at most
   // `host_bytes_limit` bytes; counts the pages it copies to the host in *host_copies.
-  PrefixCache(PagePool* pool, Runner* runner, int64_t page_bytes, int64_t host_bytes_limit,
-              int32_t slots, int64_t* host_copies);
+  PrefixCache(PagePool* pool, Runner* runner, int64_t page_bytes, KvPaging paging,
+              int64_t host_bytes_limit, int32_t slots, int64_t* host_copies);
 
   // The longest start of `tokens` a holder of `pages` holding `held` can give without a slot
-  // writing a page another holds; `shared`: the holder's pages are a shared start's.
-  int64_t Usable(const std::vector<int32_t>& pages, const std::vector<int32_t>& held,
-                 const std::vector<int32_t>& tokens, bool shared) const;
+  // writing a page another holds, and whose window pages (from block `window_first` on) hold
+  // what the next row sees; `shared`: the holder's pages are a shared start's.
+  int64_t Usable(const std::vector<int32_t>& pages, int32_t window_first,
+                 const std::vector<int32_t>& held, const std::vector<int32_t>& tokens,
+                 bool shared) const;
   // The stored prefix, then the shared start no longer than `longest`, that gives more of `tokens`
   // than *best: its index, with *best raised to what it gives; -1 when none does.
   int32_t BestPrefix(const std::vector<int32_t>& tokens, int64_t* best) const;
@@ -56,10 +64,13 @@ class PrefixCache {
 
   // Keeps what a slot held as a stored prefix: its pages while `want_free` pages remain free,
   // else a host copy.
-  Status Stash(std::vector<int32_t> tokens, std::vector<int32_t> pages, int32_t want_free);
-  // Registers the first `tokens.size()` positions of `pages` (whole pages) as a shared start,
-  // unless one with the same tokens is known.
-  void Share(std::vector<int32_t> tokens, const std::vector<int32_t>& pages);
+  Status Stash(std::vector<int32_t> tokens, std::vector<int32_t> pages,
+               std::vector<int32_t> window_pages, int32_t want_free);
+  // Registers the first `tokens.size()` positions of `pages` and `window_pages` (whole pages) as
+  // a shared start, unless one with the same tokens is known or the window pages miss what its
+  // next row sees.
+  void Share(std::vector<int32_t> tokens, const std::vector<int32_t>& pages,
+             const std::vector<int32_t>& window_pages);
   void Release(Prefix& prefix);
 
   // Pages only the cache holds.
@@ -72,10 +83,10 @@ class PrefixCache {
   void Clear();
 
   // Checks that every prefix's pages or host copy cover its tokens and that shared starts are
-  // whole pages, and calls `hold` with each holder's pages and tokens.
-  Status Check(const std::function<Status(const std::vector<int32_t>& pages,
-                                          const std::vector<int32_t>& tokens,
-                                          const std::string& who)>& hold) const;
+  // whole pages, and calls `hold` with each holder's pages, window pages and tokens.
+  Status Check(const std::function<
+               Status(const std::vector<int32_t>& pages, const std::vector<int32_t>& window_pages,
+                      const std::vector<int32_t>& tokens, const std::string& who)>& hold) const;
   // Checks the count of host bytes against the host copies.
   Status CheckHostBytes() const;
 
@@ -86,6 +97,7 @@ class PrefixCache {
   PagePool* pool_;
   Runner* runner_;
   int64_t page_bytes_;
+  KvPaging paging_;
   int64_t host_bytes_limit_;
   int32_t slots_;
   int64_t* host_copies_;

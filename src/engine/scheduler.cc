@@ -26,26 +26,48 @@ Status Install(EngineState& state, Sequence& seq, int32_t s, int kind, PrefixCac
     if (restore) GZ_RETURN_IF_ERROR(state.runner->RestoreSlotState(s));
     return Status::Ok();
   }
-  DCHECK(slot.pages.empty());
+  DCHECK(slot.pages.empty() && slot.window_pages.empty());
   const int32_t blocks = PagesFor(length);
+  const int32_t groups = state.paging.window_groups;
   if (kind == kFromShared) {
     const PrefixCache::Shared& start = state.cache->shared(shared);
     for (int32_t b = 0; b < blocks; ++b) {
       state.pool->Retain(start.pages[b]);
       slot.pages.push_back(start.pages[b]);
     }
+    for (int32_t e = 0; e < blocks * groups; ++e) {
+      if (start.window_pages[e] >= 0) state.pool->Retain(start.window_pages[e]);
+      slot.window_pages.push_back(start.window_pages[e]);
+    }
   } else if (!prefix->pages.empty()) {
     slot.pages = std::move(prefix->pages);
+    slot.window_pages = std::move(prefix->window_pages);
     prefix->pages.clear();
+    prefix->window_pages.clear();
   } else {
-    // Back from the host, into fresh pages; without room it starts cold.
-    GZ_ASSIGN_OR_RETURN(bool room, Reclaim(state, blocks));
+    // Back from the host, into fresh pages; without room it starts cold. The host copy holds
+    // the prefix's blocks, then its window pages from block window_first on.
+    const int32_t first = std::min(prefix->window_first, blocks);
+    GZ_ASSIGN_OR_RETURN(bool room, Reclaim(state, blocks + (blocks - first) * groups));
     if (room) {
-      for (int32_t b = 0; b < blocks; ++b) {
+      const int64_t window_at = PagesFor(prefix->tokens.size());
+      auto restore = [&](int64_t host_page) -> Expected<int32_t> {
         const int32_t page = *state.pool->Allocate();
         GZ_RETURN_IF_ERROR(
-            state.runner->CopyPageFromHost(page, &prefix->host[b * state.page_bytes]));
+            state.runner->CopyPageFromHost(page, &prefix->host[host_page * state.page_bytes]));
+        return page;
+      };
+      for (int32_t b = 0; b < blocks; ++b) {
+        GZ_ASSIGN_OR_RETURN(int32_t page, restore(b));
         slot.pages.push_back(page);
+      }
+      slot.window_pages.assign(static_cast<size_t>(first) * groups, -1);
+      for (int32_t b = first; b < blocks; ++b) {
+        for (int32_t g = 0; g < groups; ++g) {
+          GZ_ASSIGN_OR_RETURN(
+              int32_t page, restore(window_at + (b - prefix->window_first) * int64_t{groups} + g));
+          slot.window_pages.push_back(page);
+        }
       }
     } else {
       length = 0;
@@ -81,7 +103,9 @@ Status Admit(EngineState& state) {
                             (slot.tokens.empty() || slot.used < state.slots[free_slot].used))) {
         free_slot = s;
       }
-      int64_t m = cache.Usable(slot.pages, slot.tokens, seq.tokens, /*shared=*/false);
+      int64_t m =
+          cache.Usable(slot.pages, FirstHeldBlock(slot.window_pages, state.paging.window_groups),
+                       slot.tokens, seq.tokens, /*shared=*/false);
       // With slot states, only the slot's whole start (its state is at that position) or its
       // snapshot's.
       if (state.slot_states && m != static_cast<int64_t>(slot.tokens.size())) {
@@ -103,7 +127,7 @@ Status Admit(EngineState& state) {
     // sequence to grow. The earliest request always starts when nothing runs.
     const int64_t first =
         std::min<int64_t>(static_cast<int64_t>(seq.tokens.size()), best + state.rows);
-    const int32_t need = PagesFor(first) - best / kPage + static_cast<int32_t>(running);
+    const int32_t need = BlockPages(state, PagesFor(first) - best / kPage + running);
     if (running > 0 && need > state.pool->free() + Reclaimable(state)) break;
 
     const int32_t s = kind == kFromSlot ? from : free_slot;
@@ -118,11 +142,13 @@ Status Admit(EngineState& state) {
     } else if (kind != kFromSlot && !state.slots[s].tokens.empty()) {
       // What the slot held stays as a stored prefix.
       Slot& slot = state.slots[s];
-      std::vector<int32_t> tokens = std::move(slot.tokens), pages = std::move(slot.pages);
+      std::vector<int32_t> tokens = std::move(slot.tokens), pages = std::move(slot.pages),
+                           window_pages = std::move(slot.window_pages);
       slot.tokens.clear();
       slot.pages.clear();
-      GZ_RETURN_IF_ERROR(
-          cache.Stash(std::move(tokens), std::move(pages), PagesFor(seq.tokens.size())));
+      slot.window_pages.clear();
+      GZ_RETURN_IF_ERROR(cache.Stash(std::move(tokens), std::move(pages), std::move(window_pages),
+                                     PoolPages(state, seq.tokens.size())));
     }
     GZ_RETURN_IF_ERROR(Install(state, seq, s, kind, &prefix, from, best));
     if (!seq.admitted) {
@@ -144,6 +170,7 @@ int32_t Reclaimable(const EngineState& state) {
   for (const Slot& s : state.slots) {
     if (s.seq >= 0 || s.pinned) continue;
     for (int32_t p : s.pages) n += state.pool->refs(p) == 1;
+    for (int32_t p : s.window_pages) n += p >= 0 && state.pool->refs(p) == 1;
   }
   return n + state.cache->Reclaimable();
 }
@@ -154,8 +181,38 @@ void Truncate(EngineState& state, Slot& slot, int64_t length) {
     state.pool->Release(slot.pages.back());
     slot.pages.pop_back();
   }
+  const size_t entries = static_cast<size_t>(blocks) * state.paging.window_groups;
+  while (slot.window_pages.size() > entries) {
+    if (slot.window_pages.back() >= 0) state.pool->Release(slot.window_pages.back());
+    slot.window_pages.pop_back();
+  }
   if (static_cast<int64_t>(slot.tokens.size()) > length) slot.tokens.resize(length);
   if (slot.saved > length) slot.saved = 0;
+}
+
+int32_t BlockPages(const EngineState& state, int64_t blocks) {
+  return static_cast<int32_t>(blocks * (1 + state.paging.window_groups));
+}
+
+int32_t PoolPages(const EngineState& state, int64_t positions) {
+  const int32_t blocks = PagesFor(positions);
+  return blocks + state.paging.window_groups * std::min(blocks, state.window_blocks);
+}
+
+void TrimWindow(EngineState& state, Slot& slot) {
+  if (!state.paging.enabled()) return;
+  state.pool->ReleaseFront(slot.window_pages, static_cast<size_t>(WindowFirstBlock(
+                                                  slot.tokens.size(), state.paging.window)) *
+                                                  state.paging.window_groups);
+}
+
+void AddBlocks(EngineState& state, Slot& slot, int32_t blocks) {
+  for (int32_t i = 0; i < blocks; ++i) {
+    slot.pages.push_back(*state.pool->Allocate());
+    for (int32_t g = 0; g < state.paging.window_groups; ++g) {
+      slot.window_pages.push_back(*state.pool->Allocate());
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -164,6 +221,10 @@ void Truncate(EngineState& state, Slot& slot, int64_t length) {
 
 Status Schedule(EngineState& state) {
   state.plan.clear();
+  // Window pages no row of the step sees go back to the pool first.
+  for (const auto& [id, seq] : state.sequences) {
+    if (seq.slot >= 0) TrimWindow(state, state.slots[seq.slot]);
+  }
   // Generating sequences not planned yet: each keeps one row, so drafts take only the others.
   // Pages the step's rows without drafts may take from the free list (a page each generating
   // sequence, a prompt piece's), which drafts leave to them.
@@ -174,8 +235,9 @@ Status Schedule(EngineState& state) {
     const int64_t held = static_cast<int64_t>(slot.tokens.size());
     const int64_t unread = static_cast<int64_t>(seq.tokens.size()) - held;
     decodes_left += unread == 1;
-    reserved += std::max<int64_t>(
-        0, PagesFor(held + std::min(unread, state.rows)) - static_cast<int64_t>(slot.pages.size()));
+    reserved +=
+        BlockPages(state, std::max<int64_t>(0, PagesFor(held + std::min(unread, state.rows)) -
+                                                   static_cast<int64_t>(slot.pages.size())));
   }
   int64_t rows_left = state.rows;
   for (int pass = 0; pass < 2; ++pass) {
@@ -198,21 +260,23 @@ Status Schedule(EngineState& state) {
       // Drafts: in the rows the other generating sequences leave and in free pages (never
       // preempting a request or dropping a stored prefix for a guess).
       if (decodes && !seq.drafts.empty()) {
-        const int64_t positions = (static_cast<int64_t>(PagesFor(held + 1)) +
-                                   std::max<int64_t>(0, state.pool->free() - reserved)) *
-                                  kPage;
+        const int64_t positions =
+            (static_cast<int64_t>(PagesFor(held + 1)) +
+             std::max<int64_t>(0, state.pool->free() - reserved) / BlockPages(state, 1)) *
+            kPage;
         const int64_t k =
             std::clamp<int64_t>(std::min(rows_left - 1 - decodes_left, positions - held - 1), 0,
                                 static_cast<int64_t>(seq.drafts.size()));
         seq.drafts.resize(k);
         n = 1 + k;
       }
-      const int32_t need =
+      const int32_t blocks =
           PagesFor(slot.tokens.size() + n) - static_cast<int32_t>(slot.pages.size());
       // This sequence's reserve is spent now (its pages beyond it were free beyond the reserve).
-      reserved -= std::max<int64_t>(0, PagesFor(held + std::min(unread, state.rows)) -
-                                           static_cast<int64_t>(slot.pages.size()));
-      GZ_ASSIGN_OR_RETURN(bool granted, Grow(state, id, need));
+      reserved -=
+          BlockPages(state, std::max<int64_t>(0, PagesFor(held + std::min(unread, state.rows)) -
+                                                     static_cast<int64_t>(slot.pages.size())));
+      GZ_ASSIGN_OR_RETURN(bool granted, Grow(state, id, blocks));
       // Grow may have sent planned sequences back to waiting: their rows are free again.
       rows_left = state.rows;
       for (const Planned& p : state.plan) rows_left -= p.rows;
@@ -224,8 +288,9 @@ Status Schedule(EngineState& state) {
   return Status::Ok();
 }
 
-Expected<bool> Grow(EngineState& state, int64_t id, int32_t need) {
-  if (need <= 0) return true;
+Expected<bool> Grow(EngineState& state, int64_t id, int32_t blocks) {
+  if (blocks <= 0) return true;
+  const int32_t need = BlockPages(state, blocks);
   while (state.pool->free() < need) {
     GZ_ASSIGN_OR_RETURN(bool room, Reclaim(state, need));
     if (room) break;
@@ -247,8 +312,7 @@ Expected<bool> Grow(EngineState& state, int64_t id, int32_t need) {
     }
     if (victim == id) return false;
   }
-  Slot& slot = state.slots[state.sequences.at(id).slot];
-  for (int32_t i = 0; i < need; ++i) slot.pages.push_back(*state.pool->Allocate());
+  AddBlocks(state, state.slots[state.sequences.at(id).slot], blocks);
   return true;
 }
 
@@ -274,6 +338,7 @@ void Preempt(EngineState& state, int64_t id) {
   Sequence& seq = state.sequences.at(id);
   Slot& slot = state.slots[seq.slot];
   Truncate(state, slot, static_cast<int64_t>(slot.tokens.size()));
+  TrimWindow(state, slot);
   slot.seq = -1;
   slot.used = ++state.clock;
   seq.slot = -1;
@@ -285,6 +350,7 @@ void Preempt(EngineState& state, int64_t id) {
 void Finish(EngineState& state, Sequence& seq) {
   Slot& slot = state.slots[seq.slot];
   Truncate(state, slot, static_cast<int64_t>(slot.tokens.size()));
+  TrimWindow(state, slot);
   slot.seq = -1;
   slot.used = ++state.clock;
   state.sequences.erase(seq.id);

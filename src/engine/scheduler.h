@@ -25,7 +25,10 @@ struct EngineStats;
 
 // A place for one sequence's KV: its page table and the tokens whose KV it holds.
 struct Slot {
-  std::vector<int32_t> pages;   // page table: pages[b] holds positions [b * kPage, (b + 1) * kPage)
+  std::vector<int32_t> pages;  // page table: pages[b] holds positions [b * kPage, (b + 1) * kPage)
+  // Window paging: the window layers' pages, [pages.size(), window groups]; the blocks before
+  // WindowFirstBlock of the tokens it held when it last read rows are holes (-1).
+  std::vector<int32_t> window_pages;
   std::vector<int32_t> tokens;  // tokens whose KV the slot holds, positions [0, size)
   int64_t seq = -1;             // id of the request running here; -1: free
   bool pinned = false;          // in use by a low-level Step or Hidden call
@@ -79,6 +82,11 @@ struct EngineState {
   int64_t rows = 0;  // most rows one step reads
   Runner* runner = nullptr;
   int64_t page_bytes = 0;
+  // Window paging (KvPaging::enabled): a block takes 1 + paging.window_groups pages while the
+  // window layers need it.
+  KvPaging paging;
+  int32_t window_blocks =
+      0;  // WindowBlocks(paging.window, rows): window pages a slot holds at most
   PagePool* pool = nullptr;
   PrefixCache* cache = nullptr;
   EngineStats* stats = nullptr;
@@ -100,9 +108,9 @@ struct EngineState {
 Status Admit(EngineState& state);
 // Fills state.plan with this step's sequences and their rows; each gets the pages they need.
 Status Schedule(EngineState& state);
-// Gives running sequence `id` `need` more pages, reclaiming caches and preempting the latest
-// request; false when the sequence itself had to wait.
-Expected<bool> Grow(EngineState& state, int64_t id, int32_t need);
+// Gives running sequence `id` `blocks` more blocks (their pages), reclaiming caches and preempting
+// the latest request; false when the sequence itself had to wait.
+Expected<bool> Grow(EngineState& state, int64_t id, int32_t blocks);
 // Sends a running request back to waiting. Its slot keeps what it wrote, so it resumes from
 // there unless the pages are reclaimed first.
 void Preempt(EngineState& state, int64_t id);
@@ -114,6 +122,17 @@ Expected<bool> Reclaim(EngineState& state, int32_t need);
 int32_t Reclaimable(const EngineState& state);
 // Keeps the first `length` tokens of a slot and the pages they need.
 void Truncate(EngineState& state, Slot& slot, int64_t length);
+// Pool pages for `blocks` more blocks of a slot: one each, and under window paging the window
+// groups' pages.
+int32_t BlockPages(const EngineState& state, int64_t blocks);
+// Pool pages a slot of `positions` positions holds at most.
+int32_t PoolPages(const EngineState& state, int64_t positions);
+// Window paging: releases the window pages of a slot before the window of its next row
+// (WindowFirstBlock); a no-op otherwise. Call before the slot reads rows: no row after its
+// last position (nor a start Usable gives) sees them.
+void TrimWindow(EngineState& state, Slot& slot);
+// Appends `blocks` blocks of fresh pages to a slot. Call only with the pages free.
+void AddBlocks(EngineState& state, Slot& slot, int32_t blocks);
 // Ends a running request: its slot keeps what it holds, for the requests to come.
 void Finish(EngineState& state, Sequence& seq);
 

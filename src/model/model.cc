@@ -24,6 +24,8 @@ struct Model::Layer {
   FeedForwardBlock feed_forward;  // a dense layer's
   MoeFeedForwardBlock moe;        // a mixture-of-experts layer's
   bool is_moe = false;
+  // The page table its attention reads: 0 PageTables::pages, 1 + g window group g's.
+  int32_t table = 0;
 };
 
 // Step buffers, sized once by Reserve for the most rows a step may read.
@@ -64,8 +66,9 @@ struct Model::Buffers {
   std::unique_ptr<Buffer> deepstack;
   int64_t visual_floats = 0;
   int64_t deepstack_floats = 0;
-  std::unique_ptr<Buffer> wanted;     // [rows] int32
-  std::unique_ptr<Buffer> pages;      // [slots, max_pages] int32
+  std::unique_ptr<Buffer> wanted;  // [rows] int32
+  // [1 + window groups, slots, max_pages] int32: PageTables::pages, then the window groups'
+  std::unique_ptr<Buffer> pages;
 };
 
 // Step keys remembered as issued once (Impl::seen_once), at most.
@@ -86,6 +89,16 @@ struct Model::Impl {
   int64_t skipped_tensors = 0;   // under Arch::skipped_prefixes (a vision tower)
   std::unique_ptr<Buffer> pool;  // KV pages of every layer
   int32_t pages = 0;
+  bool window_paging = false;  // the pool is laid out as KvPagingOf(caches_) says
+  // The pool's regions, [pages] pages each: a layer's, or under window paging the layers' that
+  // share it. Where a page's bytes lie, for host copies.
+  struct Region {
+    KvLayer kv;
+    int64_t key_bytes = 0;    // of one page
+    int64_t value_bytes = 0;  // of one page
+    int64_t scale_bytes = 0;  // of one page's key scales (and as many of value scales)
+  };
+  std::vector<Region> regions;
   Buffers buffers;
   uint64_t step_generation = 0;  // new whenever buffers or pages move (recorded steps' key)
   // Step keys issued once and not recorded: a step is recorded the second time its key comes.
@@ -292,7 +305,7 @@ int64_t Model::PositionBytes(KvFormat format) const {
 Status Model::SetKvFormat(KvFormat format) {
   if (impl_->pool) {
     return InvalidArgument("KV pages of format " + KvFormatName(format) +
-                              ": the KV pool is allocated already");
+                           ": the KV pool is allocated already");
   }
   if (!backend_->SupportsKvFormat(format)) {
     return Unimplemented("KV pages of format " + KvFormatName(format) + ": " +
@@ -305,25 +318,46 @@ Status Model::SetKvFormat(KvFormat format) {
   return Status::Ok();
 }
 
-Status Model::AllocatePages(int32_t pages) {
+Status Model::AllocatePages(int32_t pages, bool window_paging) {
   if (pages <= 0) return InvalidArgument("KV pool: pages must be positive");
   Impl& impl = *impl_;
+  const KvPaging paging = KvPagingOf(caches_);
+  if (window_paging && !paging.enabled()) {
+    return InvalidArgument(
+        "KV pool: window paging needs layers with and without a window, of "
+        "one page size");
+  }
   impl.pool.reset();
-  GZ_ASSIGN_OR_RETURN(impl.pool, backend_->Allocate(static_cast<size_t>(pages) * PageBytes()));
+  impl.regions.clear();
+  const int64_t page_bytes = window_paging ? paging.page_bytes : PageBytes();
+  GZ_ASSIGN_OR_RETURN(impl.pool, backend_->Allocate(static_cast<size_t>(pages) * page_bytes));
   impl.pages = pages;
+  impl.window_paging = window_paging;
   impl.step_generation = NextStepGeneration();
-  // Layer by layer: all pages' keys, all pages' values, then (q8, rotated) their scales.
+  // Region by region: all pages' keys, all pages' values, then (q8, rotated) their scales. A
+  // region is a layer's, or under window paging a layer without a window's and the window
+  // layers' that reuse it (window layer i: region i % regions, table 1 + i / regions).
   auto* at = static_cast<uint8_t*>(impl.pool->data());
+  int32_t full = 0, windowed = 0;
   for (size_t l = 0; l < impl.layers.size(); ++l) {
     const CacheSpec& c = caches_[l];
     if (c.kind != LayerKind::kAttention) continue;
-    const int64_t key_part =
-        static_cast<int64_t>(pages) * kPage * c.kv_heads * KvKeyBytes(c.format, c.head_dim);
-    const int64_t value_part =
-        static_cast<int64_t>(pages) * kPage * c.kv_heads * KvValueBytes(c.format, c.head_dim);
-    const int64_t scales =
-        static_cast<int64_t>(pages) * kPage * c.kv_heads * KvFormatScaleBytes(c.format, c.head_dim);
-    KvLayer& kv = impl.layers[l].attention.kv;
+    Layer& layer = impl.layers[l];
+    layer.table = 0;
+    if (window_paging && c.window > 0) {
+      layer.table = 1 + windowed++ / paging.regions;
+      continue;  // its region is set below, once every region exists
+    }
+    Impl::Region region;
+    region.key_bytes = static_cast<int64_t>(kPage) * c.kv_heads * KvKeyBytes(c.format, c.head_dim);
+    region.value_bytes =
+        static_cast<int64_t>(kPage) * c.kv_heads * KvValueBytes(c.format, c.head_dim);
+    region.scale_bytes =
+        static_cast<int64_t>(kPage) * c.kv_heads * KvFormatScaleBytes(c.format, c.head_dim);
+    const int64_t key_part = pages * region.key_bytes;
+    const int64_t value_part = pages * region.value_bytes;
+    const int64_t scales = pages * region.scale_bytes;
+    KvLayer& kv = region.kv;
     kv.format = c.format;
     kv.keys = at;
     kv.values = at + key_part;
@@ -331,7 +365,20 @@ Status Model::AllocatePages(int32_t pages) {
     kv.key_scales = scales ? reinterpret_cast<float*>(at) : nullptr;
     kv.value_scales = scales ? reinterpret_cast<float*>(at + scales) : nullptr;
     at += 2 * scales;
+    layer.attention.kv = kv;
+    impl.regions.push_back(region);
+    ++full;
   }
+  if (window_paging) {
+    windowed = 0;
+    for (size_t l = 0; l < impl.layers.size(); ++l) {
+      const CacheSpec& c = caches_[l];
+      if (c.kind != LayerKind::kAttention || c.window == 0) continue;
+      impl.layers[l].attention.kv = impl.regions[windowed % paging.regions].kv;
+      ++windowed;
+    }
+  }
+  DCHECK(!window_paging || full == paging.regions);
   return Status::Ok();
 }
 
@@ -426,7 +473,8 @@ Status Model::Reserve(int64_t rows, int32_t slots, int32_t max_pages) {
     backend_->CopyToDevice(b.iota->data(), iota.data(), rows * i);
   }
   GZ_RETURN_IF_ERROR(alloc(&b.wanted, rows * i));
-  GZ_RETURN_IF_ERROR(alloc(&b.pages, static_cast<size_t>(slots) * max_pages * i));
+  const int32_t tables = 1 + KvPagingOf(caches_).window_groups;
+  GZ_RETURN_IF_ERROR(alloc(&b.pages, static_cast<size_t>(tables) * slots * max_pages * i));
   b.rows = rows;
   b.slots = slots;
   b.max_pages = max_pages;
@@ -444,6 +492,10 @@ Status Model::UploadStepInputs(const Rows& rows, const PageTables& tables) {
   if (!impl_->pool) return InvalidArgument("Step: AllocatePages was not called");
   GZ_RETURN_IF_ERROR(Reserve(n, std::max(1, tables.slots), std::max(1, tables.max_pages)));
   const int64_t capacity = static_cast<int64_t>(tables.max_pages) * kPage;
+  const int32_t window_groups = impl_->window_paging ? KvPagingOf(caches_).window_groups : 0;
+  const int64_t table_size = static_cast<int64_t>(tables.slots) * tables.max_pages;
+  if (impl_->window_paging && tables.window_pages == nullptr)
+    return InvalidArgument("Step: the pool pages window layers apart, and no window page tables");
   for (int64_t r = 0; r < n; ++r) {
     if (rows.tokens[r] < 0 || rows.tokens[r] >= arch_.vocab)
       return InvalidArgument("Step: token " + std::to_string(rows.tokens[r]) + " of row " +
@@ -454,10 +506,18 @@ Status Model::UploadStepInputs(const Rows& rows, const PageTables& tables) {
     if (rows.positions[r] < 0 || rows.positions[r] >= capacity)
       return InvalidArgument("Step: position " + std::to_string(rows.positions[r]) + " of row " +
                              std::to_string(r) + " exceeds the page table");
-    int32_t page = tables.pages[rows.slots[r] * tables.max_pages + rows.positions[r] / kPage];
+    const int64_t block = rows.slots[r] * tables.max_pages + rows.positions[r] / kPage;
+    int32_t page = tables.pages[block];
     if (page < 0 || page >= impl_->pages)
       return InvalidArgument("Step: row " + std::to_string(r) + " maps to page " +
                              std::to_string(page) + ", not in the pool");
+    for (int32_t g = 0; g < window_groups; ++g) {
+      page = tables.window_pages[g * table_size + block];
+      if (page < 0 || page >= impl_->pages)
+        return InvalidArgument("Step: row " + std::to_string(r) + " maps to page " +
+                               std::to_string(page) + " of window group " + std::to_string(g) +
+                               ", not in the pool");
+    }
   }
   for (int32_t w : rows.wanted) {
     if (w < 0 || w >= n) return InvalidArgument("Step: wanted row out of range");
@@ -533,8 +593,13 @@ Status Model::UploadStepInputs(const Rows& rows, const PageTables& tables) {
   }
   if (!rows.wanted.empty())
     be.CopyToDevice(b.wanted->data(), rows.wanted.data(), rows.wanted.size() * sizeof(int32_t));
-  be.CopyToDevice(b.pages->data(), tables.pages,
-                  static_cast<size_t>(tables.slots) * tables.max_pages * sizeof(int32_t));
+  be.CopyToDevice(b.pages->data(), tables.pages, table_size * sizeof(int32_t));
+  // Window group g's table at b.pages + (1 + g) * [the buffer's slots, max_pages], so that the
+  // tables' places depend on the buffers alone (as a recorded step's pointers must).
+  for (int32_t g = 0; g < window_groups; ++g) {
+    be.CopyToDevice(b.pages->as<int32_t>() + (1 + g) * static_cast<int64_t>(b.slots) * b.max_pages,
+                    tables.window_pages + g * table_size, table_size * sizeof(int32_t));
+  }
   return Status::Ok();
 }
 
@@ -659,8 +724,13 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
     const Layer& L = impl.layers[l];
     if (L.is_recurrent) {
       L.recurrent.Issue(step, in);
-    } else {
+    } else if (L.table == 0) {
       L.attention.Issue(step, in);
+    } else {
+      StepInputs window_in = in;
+      window_in.table.pages =
+          b.pages->as<int32_t>() + L.table * static_cast<int64_t>(b.slots) * b.max_pages;
+      L.attention.Issue(step, window_in);
     }
     if (L.is_moe) {
       L.moe.Issue(step, in);
@@ -760,7 +830,7 @@ Status Model::CopyPageFromHost(int32_t page, const void* host) {
   return CopyPage(page, const_cast<void*>(host), false);
 }
 
-// A page's bytes on the host: layer by layer, its keys, values and (q8, rotated) key and value
+// A page's bytes on the host: region by region, its keys, values and (q8, rotated) key and value
 // scales.
 Status Model::CopyPage(int32_t page, void* host, bool to_host) {
   if (page < 0 || page >= impl_->pages)
@@ -776,17 +846,12 @@ Status Model::CopyPage(int32_t page, void* host, bool to_host) {
     }
     h += bytes;
   };
-  for (size_t l = 0; l < impl_->layers.size(); ++l) {
-    const CacheSpec& c = caches_[l];
-    if (c.kind != LayerKind::kAttention) continue;
-    const KvLayer& kv = impl_->layers[l].attention.kv;
-    const int64_t scale =
-        static_cast<int64_t>(kPage) * c.kv_heads * KvFormatScaleBytes(c.format, c.head_dim);
-    copy(kv.keys, static_cast<int64_t>(kPage) * c.kv_heads * KvKeyBytes(c.format, c.head_dim));
-    copy(kv.values, static_cast<int64_t>(kPage) * c.kv_heads * KvValueBytes(c.format, c.head_dim));
-    if (scale > 0) {
-      copy(kv.key_scales, scale);
-      copy(kv.value_scales, scale);
+  for (const Impl::Region& region : impl_->regions) {
+    copy(region.kv.keys, region.key_bytes);
+    copy(region.kv.values, region.value_bytes);
+    if (region.scale_bytes > 0) {
+      copy(region.kv.key_scales, region.scale_bytes);
+      copy(region.kv.value_scales, region.scale_bytes);
     }
   }
   backend_->Synchronize();

@@ -55,7 +55,8 @@ class Model final : public Runner {
   // for a format the backend has no kernels for.
   Status SetKvFormat(KvFormat format);
   int64_t PageBytes() const override;
-  Status AllocatePages(int32_t pages) override;
+  using Runner::AllocatePages;
+  Status AllocatePages(int32_t pages, bool window_paging) override;
   Status Reserve(int64_t rows, int32_t slots, int32_t max_pages) override;
   Status Step(const Rows& rows, const PageTables& tables, float* logits) override;
   bool CanSample() const override;
@@ -79,7 +80,8 @@ class Model final : public Runner {
                  float* hidden_out, float* logits, std::span<const SampleRow> sample = {},
                  int32_t* tokens = nullptr);
   Status UploadStepInputs(const Rows& rows, const PageTables& tables);
-  // Copies one page between the pool and the host, layer by layer.
+  // Copies one page between the pool and the host, region by region (a layer's, or under window
+  // paging the layers that share it).
   Status CopyPage(int32_t page, void* host, bool to_host);
   // Copies slot `slot`'s recurrent states into its snapshot (save) or back.
   Status CopySlotState(int32_t slot, bool save);

@@ -3,6 +3,7 @@
 // backend.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 
@@ -18,6 +19,10 @@ struct PageTables {
   const int32_t* pages = nullptr;  // [slots, max_pages]: page index of block p of slot s
   int32_t slots = 0;
   int32_t max_pages = 0;
+  // With window paging (Runner::AllocatePages): the window layers' tables, one per window group
+  // (KvPaging), [window_groups, slots, max_pages]. A block wholly before the window of every row
+  // the slot reads next may be a hole (-1): no op reads it.
+  const int32_t* window_pages = nullptr;
 };
 
 // The cache one layer keeps for each sequence. An attention layer: KV pages of kPage positions,
@@ -55,6 +60,40 @@ inline bool HasSlotStates(std::span<const CacheSpec> caches) {
   return false;
 }
 
+// How a pool page is shared among the attention layers under window paging, where the layers
+// with a window keep only the pages their window still needs. A pool page holds kPage positions of
+// `regions` layers, one region each: each layer without a window has a region of its own and
+// reads PageTables::pages (every position); the layers with a window, taken in order, fill the
+// regions again `regions` at a time, each such group reading a table of its own
+// (PageTables::window_pages, only the last `window` positions held). A slot then holds 1 +
+// window_groups pages a block while its window layers need it, and 1 after. It applies where a
+// model has layers with and without a window, all of one page size (kv heads, head dim, format).
+struct KvPaging {
+  int32_t window = 0;         // the widest window of a window layer
+  int32_t regions = 0;        // layers a pool page holds: those without a window
+  int32_t window_groups = 0;  // page tables of the window layers; 0: no window paging
+  int64_t page_bytes = 0;     // bytes of one pool page: regions layers' pages
+  bool enabled() const { return window_groups > 0; }
+};
+
+inline KvPaging KvPagingOf(std::span<const CacheSpec> caches) {
+  int32_t full = 0, windowed = 0, window = 0;
+  int64_t bytes = -1;
+  for (const CacheSpec& c : caches) {
+    if (c.kind != LayerKind::kAttention) continue;
+    if (bytes >= 0 && c.PageBytes() != bytes) return {};
+    bytes = c.PageBytes();
+    if (c.window > 0) {
+      ++windowed;
+      window = std::max(window, c.window);
+    } else {
+      ++full;
+    }
+  }
+  if (full == 0 || windowed == 0) return {};
+  return {window, full, (windowed + full - 1) / full, full * bytes};
+}
+
 class Runner {
  public:
   virtual ~Runner() = default;
@@ -64,8 +103,12 @@ class Runner {
 
   // Bytes one KV page (kPage positions of every attention layer, keys and values) takes.
   virtual int64_t PageBytes() const = 0;
-  // (Re)creates the KV pool with `pages` pages; earlier contents are lost.
-  virtual Status AllocatePages(int32_t pages) = 0;
+  // (Re)creates the KV pool with `pages` pages; earlier contents are lost. A page holds every
+  // attention layer (PageBytes), or with `window_paging` (where KvPagingOf(caches()) is enabled)
+  // KvPaging::page_bytes, and Step then reads the window layers' pages from
+  // PageTables::window_pages.
+  virtual Status AllocatePages(int32_t pages, bool window_paging) = 0;
+  Status AllocatePages(int32_t pages) { return AllocatePages(pages, /*window_paging=*/false); }
   // The most rows one Step may read; buffers are sized for it once, not per step.
   virtual Status Reserve(int64_t rows, int32_t slots, int32_t max_pages) = 0;
 
@@ -105,8 +148,8 @@ class Runner {
   // Whether the KV pool is itself in host memory (a CPU backend). A host copy of a page then
   // holds the same bytes in the same memory twice, so the engine keeps none by default.
   virtual bool PagesInHostMemory() const { return false; }
-  // Copies one page between the KV pool and host memory (PageBytes() bytes), for prefixes kept
-  // on the host when the pool is full.
+  // Copies one page between the KV pool and host memory (PageBytes() bytes, or with window
+  // paging KvPaging::page_bytes), for prefixes kept on the host when the pool is full.
   virtual Status CopyPageToHost(int32_t page, void* host) = 0;
   virtual Status CopyPageFromHost(int32_t page, const void* host) = 0;
 };

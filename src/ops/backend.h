@@ -180,7 +180,10 @@ struct KvLayer {
   float* values_f32() const { return static_cast<float*>(values); }
 };
 
-// Which page holds each position of each slot.
+// Which page holds each position of each slot. A window layer's table (window paging,
+// model/runner.h KvPaging) holds -1 for the blocks wholly before the window of the slot's
+// earliest row in the step: attention reads a slot's keys from that window's start on, and a
+// row's key and value are written into its own block, so no op reads such a hole.
 struct PageTable {
   const int32_t* pages = nullptr;  // [slots, max_pages]: page index of block p of a slot
   int32_t max_pages = 0;           // columns of `pages`

@@ -213,6 +213,29 @@ TEST(EngineDraft, SameTokensWithAndWithoutDrafts) {
   }
 }
 
+// Under window paging (window layers of 12 positions, two groups): refused drafts drop their
+// rows' window pages and the tokens are those without drafts.
+TEST(EngineDraft, SameTokensWithDraftsUnderWindowPaging) {
+  std::mt19937 rng(33);
+  const std::vector<Request> requests = RepeatingRequests(rng, 24, 7, /*sampled=*/true);
+  FakeRunner plain_runner, lookup_runner;
+  for (FakeRunner* r : {&plain_runner, &lookup_runner}) {
+    r->copy_period = 7;
+    r->SetWindow(12, 2);
+  }
+  // 6 slots and 42 pages of 16 positions (a block takes 3 while the window layers read it).
+  const Outcome plain = Generate(plain_runner, requests, DraftMode::kNone, 6, 42);
+  const Outcome lookup = Generate(lookup_runner, requests, DraftMode::kLookup, 6, 42);
+  ASSERT_TRUE(lookup_runner.window_paging());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(lookup.tokens[i], plain.tokens[i]) << "request " << i;
+    EXPECT_EQ(lookup.ends[i], plain.ends[i]) << "request " << i;
+  }
+  EXPECT_GT(lookup.stats.lookup.accepted, 100);
+  EXPECT_LT(lookup.stats.lookup.accepted, lookup.stats.lookup.drafted);
+  EXPECT_GT(lookup.stats.preemptions, 0);
+}
+
 // A stop token or the limit reached inside kept drafts ends the request there.
 TEST(EngineDraft, StopAndLimitInsideKeptDrafts) {
   // The prompt repeats 5 9 20 12 13 and the fake copies with period 5 (a boost no other logit

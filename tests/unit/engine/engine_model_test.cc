@@ -352,6 +352,82 @@ std::unique_ptr<Model> LoadOnCpu(const std::string& dir, Status* status) {
   return m.ok() ? std::move(*m) : nullptr;
 }
 
+// The golden Gemma models (sliding windows of 8 or 5 positions: Gemma 3's three window layers
+// beside one global one, three window groups of one region; Gemma 2's alternating ones, one group
+// of two regions) under window paging, against the pool laid out as before it (every layer a page
+// of every position, SequenceLogits): prompt pieces of 24 rows crossing the windows' and pages'
+// edges give the same logits bit for bit; a greedy answer several windows long gives the tokens
+// of those logits' argmax, while the window layers' pages of its slot stay within the window's
+// blocks; every page is free at the end.
+TEST(EngineModel, GemmaWindowPagingEqualsEveryPositionPages) {
+  for (const char* name : {"gemma3", "gemma3_softcap", "gemma2"}) {
+    SCOPED_TRACE(name);
+    Status status;
+    std::unique_ptr<Model> model = LoadOnCpu(std::string("tests/golden/models/") + name, &status);
+    ASSERT_NE(model, nullptr) << status.message();
+    const KvPaging paging = KvPagingOf(model->caches());
+    ASSERT_TRUE(paging.enabled());
+    ASSERT_LE(paging.window, 8);  // prompts and answers many windows long
+    const int64_t vocab = model->arch().vocab;
+    std::mt19937 rng(24);
+    const std::vector<int32_t> prompt = RandomPrompt(rng, 200, vocab);
+    auto reference = SequenceLogits(*model, prompt, /*chunk=*/24);
+    ASSERT_TRUE(reference.ok()) << reference.status().message();
+
+    const int32_t pages = 40;  // of every layer: 40 * (layers / regions) pool pages
+    auto engine = MakeEngine(model.get(), 2, 400, 24, pages);
+    ASSERT_NE(engine, nullptr);
+    EXPECT_EQ(engine->pages(), pages * model->PageBytes() / paging.page_bytes);
+    std::vector<float> logits;
+    for (size_t begin = 0; begin < prompt.size(); begin += 24) {
+      const size_t end = std::min(prompt.size(), begin + 24);
+      std::vector<int32_t> piece(prompt.begin() + begin, prompt.begin() + end), wanted;
+      for (size_t r = 0; r < piece.size(); ++r) wanted.push_back(static_cast<int32_t>(r));
+      auto out = engine->Step(piece, std::vector<int32_t>(piece.size(), 1), wanted);
+      ASSERT_TRUE(out.ok()) << out.status().message();
+      logits.insert(logits.end(), out->begin(), out->end());
+      Status check = engine->CheckPages();
+      ASSERT_TRUE(check.ok()) << check.message();
+    }
+    EXPECT_EQ(logits, *reference);
+    ASSERT_TRUE(engine->Reset(1).ok());
+
+    Request r;
+    r.prompt = std::vector<int32_t>(prompt.begin(), prompt.begin() + 30);
+    r.limit = 120;
+    r.sampling.temperature = 0.0f;
+    r.stop = std::vector<int32_t>{};
+    ASSERT_TRUE(engine->Add(r).ok());
+    std::vector<int32_t> answer;
+    while (engine->Busy()) {
+      auto progress = engine->Advance();
+      ASSERT_TRUE(progress.ok()) << progress.status().message();
+      for (const Progress& p : *progress) {
+        answer.insert(answer.end(), p.tokens.begin(), p.tokens.end());
+      }
+      Status check = engine->CheckPages();
+      ASSERT_TRUE(check.ok()) << check.message();
+      const int64_t held = static_cast<int64_t>(engine->held(0).size());
+      if (held > 30) {
+        EXPECT_LE(engine->pages() - engine->free_pages() - PagesFor(held),
+                  paging.window_groups * (PagesFor(paging.window) + 2))
+            << "at " << held;
+      }
+    }
+    ASSERT_EQ(answer.size(), 120u);
+    std::vector<int32_t> all = r.prompt;
+    all.insert(all.end(), answer.begin(), answer.end());
+    auto full = SequenceLogits(*model, all);
+    ASSERT_TRUE(full.ok()) << full.status().message();
+    for (size_t i = 0; i < answer.size(); ++i) {
+      const float* row = full->data() + (r.prompt.size() - 1 + i) * vocab;
+      EXPECT_EQ(answer[i], std::max_element(row, row + vocab) - row) << "answer token " << i;
+    }
+    engine->DropCaches();
+    EXPECT_EQ(engine->free_pages(), engine->pages());
+  }
+}
+
 // A NaN weight in a linear (not scanned at load) makes every logit NaN: a request ends with an
 // error, not with text, and SequenceLogits fails naming the position.
 // A format set after load (what --kv auto does once it knows the budget) is the one the pages

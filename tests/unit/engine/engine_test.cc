@@ -216,11 +216,18 @@ TEST(Engine, ContextEndsWithLength) {
 
 // 32 requests with random prompt lengths, limits, arrival times and cancellations, on a pool
 // that holds a fraction of what they need: each gets the tokens it gets alone.
+// Also under window paging (layers with a window of 20 positions in two window groups): pages of
+// every block, and of the last blocks for the window layers.
 TEST(Engine, ConcurrentRequestsEqualAloneUnderPreemption) {
-  for (bool sampled : {false, true}) {
+  for (int config = 0; config < 4; ++config) {
+    const bool sampled = config % 2 == 1;
+    const int32_t window = config >= 2 ? 20 : 0;
+    SCOPED_TRACE(std::string(sampled ? "sampled" : "greedy") + " window " + std::to_string(window));
     FakeRunner runner;
+    if (window > 0) runner.SetWindow(window, 2);
     const int64_t context = 160;
-    auto engine = MakeEngine(runner, 8, context, 40, 16);
+    auto engine = MakeEngine(runner, 8, context, 40, window > 0 ? 32 : 16);
+    EXPECT_EQ(runner.window_paging(), window > 0);
     std::mt19937 rng(sampled ? 5 : 4);
     struct Pending {
       Request request;
@@ -586,11 +593,14 @@ TEST(Engine, SharedStartIsReadInPlaceBySlots) {
 
 // 10,000 random adds, steps, cancels and cache drops on a small pool: every request's tokens
 // equal its tokens alone, the page books balance after every step, nothing leaks at the end.
-TEST(Engine, PageManagerProperty) {
+void CheckPageManager(int32_t window) {
   std::mt19937 rng(10);
   FakeRunner runner;
+  if (window > 0) runner.SetWindow(window, 3);
   const int64_t context = 96;
-  auto engine = MakeEngine(runner, 6, context, 24, 14);
+  // Under window paging a block takes 4 pages while the window layers read it.
+  auto engine = MakeEngine(runner, 6, context, 24, window > 0 ? 34 : 14);
+  ASSERT_EQ(runner.window_paging(), window > 0);
   std::vector<std::vector<int32_t>> bases;
   for (int i = 0; i < 4; ++i) bases.push_back(RandomPrompt(rng, 64));
   std::map<int64_t, Request> requests;
@@ -648,12 +658,12 @@ TEST(Engine, PageManagerProperty) {
       ASSERT_TRUE(check.ok()) << check.message();
     } else {
       advance();
-      if (HasFatalFailure()) return;
+      if (::testing::Test::HasFatalFailure()) return;
     }
   }
   while (engine->Busy()) {
     advance();
-    if (HasFatalFailure()) return;
+    if (::testing::Test::HasFatalFailure()) return;
   }
   int64_t cancelled = 0;
   for (auto& [id, request] : requests) {
@@ -674,6 +684,144 @@ TEST(Engine, PageManagerProperty) {
   EXPECT_EQ(runner.rows_read(), engine->stats().rows);
   engine->DropCaches();
   ASSERT_TRUE(engine->CheckPages().ok());
+  EXPECT_EQ(engine->free_pages(), engine->pages());
+}
+
+TEST(Engine, PageManagerProperty) { CheckPageManager(/*window=*/0); }
+
+// Window layers of 6 positions (shorter than a page) in three groups: prefixes, shared starts,
+// host copies and preemption with the blocks before each window released.
+TEST(Engine, PageManagerPropertyUnderWindowPaging) { CheckPageManager(/*window=*/6); }
+
+// Window paging on a sequence many windows long: the window layers' pages its slot holds stay
+// within the window's blocks (PagesFor(window) + 2 a group while it decodes, WindowBlocks while
+// it reads prompt pieces) where every block's would be 25 a group at the end; the tokens are the
+// definition's; a prefix of 399 positions (the window is 24), kept in its slot or copied to the
+// host and back, is continued reading only the rest; nothing leaks.
+TEST(Engine, WindowPagesStayBoundedAndLongPrefixesResume) {
+  const int32_t window = 24, groups = 2;
+  const int64_t context = 512, rows = 32;
+  for (bool host : {false, true}) {
+    SCOPED_TRACE(host ? "host" : "slot");
+    std::mt19937 rng(12);
+    FakeRunner runner;
+    runner.SetWindow(window, groups);
+    // host: one slot and a pool of one sequence, so that the next request pushes the prefix out.
+    const int32_t one = PagesFor(context) + groups * WindowBlocks(window, rows);
+    auto engine = host ? MakeEngine(runner, 1, context, rows, one)
+                       : MakeEngine(runner, 2, context, rows, 3 * one);
+    ASSERT_TRUE(runner.window_paging());
+    Request first = Greedy(RandomPrompt(rng, 100), 300);
+    first.stop = std::vector<int32_t>{};
+    ASSERT_TRUE(engine->Add(first).ok());
+    std::vector<int32_t> got;
+    int32_t most = 0;
+    while (engine->Busy()) {
+      auto progress = engine->Advance();
+      ASSERT_TRUE(progress.ok()) << progress.status().message();
+      for (const Progress& p : *progress) got.insert(got.end(), p.tokens.begin(), p.tokens.end());
+      Status check = engine->CheckPages();
+      ASSERT_TRUE(check.ok()) << check.message();
+      const int64_t held = static_cast<int64_t>(engine->held(0).size());
+      const int32_t window_pages = engine->pages() - engine->free_pages() - PagesFor(held);
+      if (held > static_cast<int64_t>(first.prompt.size())) {
+        ASSERT_LE(window_pages, groups * (PagesFor(window) + 2)) << "at " << held;
+      } else {
+        ASSERT_LE(window_pages, groups * WindowBlocks(window, rows)) << "at " << held;
+      }
+      most = std::max(most, window_pages);
+    }
+    EXPECT_EQ(got, Alone(first, 0, context));
+    ASSERT_EQ(engine->held(0).size(), 399u);
+    EXPECT_GT(most, 0);
+    EXPECT_LE(engine->pages() - engine->free_pages() - PagesFor(399),
+              groups * (PagesFor(window) + 2));
+    if (host) {
+      Request other = Greedy(RandomPrompt(rng, 100), 20);
+      other.prompt[0] = first.prompt[0] == 2 ? 3 : 2;
+      RunOne(*engine, runner, other);
+      EXPECT_GT(engine->stats().host_copies, 0);
+    }
+    Request next = Greedy(first.prompt, 40);
+    next.prompt.insert(next.prompt.end(), got.begin(), got.end());
+    const std::vector<int32_t> more = RandomPrompt(rng, 7);
+    next.prompt.insert(next.prompt.end(), more.begin(), more.end());
+    Outcome warm = RunOne(*engine, runner, next);
+    Outcome cold = Cold(next, context);
+    EXPECT_EQ(warm.tokens, cold.tokens);
+    EXPECT_EQ(warm.cached, 100 + 300 - 1);
+    EXPECT_EQ(warm.rows, cold.rows - warm.cached);
+    engine->DropCaches();
+    ASSERT_TRUE(engine->CheckPages().ok());
+    EXPECT_EQ(engine->free_pages(), engine->pages());
+  }
+}
+
+// A start shorter than the window pages a holder kept is not taken from it: it reads from the
+// start (or a longer start another holds) and gives the definition's tokens.
+TEST(Engine, WindowPagingRefusesStartsBeforeTheKeptWindow) {
+  std::mt19937 rng(13);
+  FakeRunner runner;
+  runner.SetWindow(8, 1);
+  const int64_t context = 256;
+  auto engine = MakeEngine(runner, 2, context, 64, 80);
+  Request first = Greedy(RandomPrompt(rng, 150), 4);
+  first.stop = std::vector<int32_t>{};
+  Outcome a = RunOne(*engine, runner, first);
+  // The first 40 tokens of that prompt: its slot keeps window pages from block 7 on only.
+  Request early = Greedy(std::vector<int32_t>(first.prompt.begin(), first.prompt.begin() + 41), 6);
+  Outcome b = RunOne(*engine, runner, early);
+  EXPECT_EQ(b.cached, 0);
+  EXPECT_EQ(b.tokens, Cold(early, context).tokens);
+  // The whole first turn and more: taken from the slot.
+  Request next = Greedy(first.prompt, 6);
+  next.prompt.insert(next.prompt.end(), a.tokens.begin(), a.tokens.end());
+  Outcome c = RunOne(*engine, runner, next);
+  EXPECT_EQ(c.cached, 150 + 4 - 1);
+  EXPECT_EQ(c.tokens, Cold(next, context).tokens);
+  engine->DropCaches();
+  EXPECT_EQ(engine->free_pages(), engine->pages());
+}
+
+// A budget that holds a whole context only with every layer's pages a block (not with the
+// window layers' pages beside) runs without window paging, as before it.
+TEST(Engine, WindowPagingNeedsABudgetForOneContext) {
+  for (int32_t pages : {4, 12}) {
+    FakeRunner runner;
+    runner.SetWindow(20, 2);
+    // 4 blocks of context; under window paging 4 + 2 * 4 pages.
+    auto engine = MakeEngine(runner, 1, 64, 64, pages);
+    ASSERT_NE(engine, nullptr);
+    EXPECT_EQ(runner.window_paging(), pages == 12);
+    std::mt19937 rng(15);
+    Request r = Greedy(RandomPrompt(rng, 40), 20);
+    r.stop = std::vector<int32_t>{};
+    EXPECT_EQ(RunOne(*engine, runner, r).tokens, Alone(r, 0, 64));
+  }
+}
+
+// Low-level steps under window paging: Accept drops rows of the last step (their window pages
+// with them) and the slot goes on from the kept rows.
+TEST(Engine, LowLevelAcceptUnderWindowPaging) {
+  FakeRunner runner;
+  runner.SetWindow(10, 2);
+  auto engine = MakeEngine(runner, 1, 256, 40, 80);
+  std::mt19937 rng(14);
+  std::vector<int32_t> history;
+  for (int round = 0; round < 12; ++round) {
+    const std::vector<int32_t> piece = RandomPrompt(rng, 1 + rng() % 40);
+    const int32_t last = static_cast<int32_t>(piece.size()) - 1;
+    auto logits = engine->Step(piece, std::vector<int32_t>(piece.size(), 0),
+                               std::span<const int32_t>(&last, 1));
+    ASSERT_TRUE(logits.ok()) << logits.status().message();
+    const int64_t kept = rng() % (piece.size() + 1);
+    ASSERT_TRUE(engine->Accept(0, kept).ok());
+    history.insert(history.end(), piece.begin(), piece.begin() + kept);
+    ASSERT_EQ(engine->held(0), history);
+    Status check = engine->CheckPages();
+    ASSERT_TRUE(check.ok()) << check.message();
+  }
+  ASSERT_TRUE(engine->Reset(0).ok());
   EXPECT_EQ(engine->free_pages(), engine->pages());
 }
 

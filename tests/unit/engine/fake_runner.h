@@ -4,6 +4,7 @@
 // changes the tokens (or fails the step when the chain does not add up).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -30,16 +31,33 @@ class FakeRunner : public Runner {
 
   const Arch& arch() const override { return arch_; }
   int64_t PageBytes() const override { return kPage * sizeof(Entry); }
+
+  // Makes the fake a model with one layer without a window and `groups` layers with a window of
+  // `window` positions (model/runner.h KvPaging): under window paging every row's entry is also
+  // written through each window table, and every row reads the window positions it sees back
+  // through them (a hole there, or another history's entry, fails the step).
+  void SetWindow(int32_t window, int32_t groups) {
+    window_ = window;
+    caches_.assign(1, CacheSpec{LayerKind::kAttention, 1, kEntryDims, 0, KvFormat::kF32});
+    for (int32_t g = 0; g < groups; ++g) {
+      caches_.push_back({LayerKind::kAttention, 1, kEntryDims, window, KvFormat::kF32});
+    }
+  }
+  std::span<const CacheSpec> caches() const override { return caches_; }
+
   // More pages than this fail to allocate, as a pool beyond the device's memory would.
   int64_t max_pool_pages = int64_t{1} << 24;
-  Status AllocatePages(int32_t pages) override {
+  Status AllocatePages(int32_t pages, bool window_paging) override {
     if (pages > max_pool_pages) {
       return ResourceExhausted("fake: cannot allocate " + std::to_string(pages) + " pages");
     }
+    if (window_paging && !KvPagingOf(caches_).enabled()) return Internal("fake: no window layers");
     pool_.assign(static_cast<size_t>(pages) * kPage, Entry{});
     pages_ = pages;
+    window_paging_ = window_paging;
     return Status::Ok();
   }
+  bool window_paging() const { return window_paging_; }
   Status Reserve(int64_t rows, int32_t slots, int32_t max_pages) override {
     rows_limit_ = rows;
     return Status::Ok();
@@ -150,6 +168,9 @@ class FakeRunner : public Runner {
     int32_t token = -1;
     uint64_t chain = 0;  // 0: never written
   };
+  // A CacheSpec of this head dim (one kv head, float32) takes as many bytes a page as the fake.
+  static constexpr int kEntryDims = sizeof(Entry) / (2 * sizeof(float));
+  static_assert(kEntryDims * 2 * sizeof(float) == sizeof(Entry));
 
   static uint64_t Mix(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -157,14 +178,20 @@ class FakeRunner : public Runner {
     return z ^ (z >> 31);
   }
 
-  Entry* At(const PageTables& tables, int32_t slot, int32_t position, Status* status) {
+  // Position `position` of `slot` through PageTables::pages, or with group >= 0 through that
+  // window group's table.
+  Entry* At(const PageTables& tables, int32_t slot, int32_t position, Status* status,
+            int32_t group = -1) {
     const int32_t block = position / kPage;
     if (slot < 0 || slot >= tables.slots || block >= tables.max_pages) {
       *status = Internal("fake: slot " + std::to_string(slot) + " position " +
                          std::to_string(position) + " outside the page tables");
       return nullptr;
     }
-    const int32_t page = tables.pages[slot * tables.max_pages + block];
+    const int32_t* table = group < 0 ? tables.pages
+                                     : tables.window_pages + static_cast<int64_t>(group) *
+                                                                 tables.slots * tables.max_pages;
+    const int32_t page = table[slot * tables.max_pages + block];
     if (page < 0 || page >= pages_) {
       *status = Internal("fake: slot " + std::to_string(slot) + " position " +
                          std::to_string(position) + " has no page (" + std::to_string(page) + ")");
@@ -176,6 +203,9 @@ class FakeRunner : public Runner {
   // Writes every row's entry, then checks every wanted row's whole history.
   Status Read(const Rows& rows, const PageTables& tables, std::vector<uint64_t>* chains) {
     if (rows.size() == 0 || rows.size() > rows_limit_) return Internal("fake: bad row count");
+    if (window_paging_ && tables.window_pages == nullptr) {
+      return Internal("fake: window paging without window page tables");
+    }
     ++steps_;
     rows_read_ += rows.size();
     chains->resize(rows.size());
@@ -195,6 +225,28 @@ class FakeRunner : public Runner {
       e->token = rows.tokens[r];
       e->chain = Chain(before, rows.tokens[r], position);
       (*chains)[r] = e->chain;
+      for (int32_t g = 0; g < WindowGroups(tables); ++g) {
+        Entry* w = At(tables, slot, position, &status, g);
+        if (w == nullptr) return status;
+        *w = *e;
+      }
+    }
+    // Each row's window, through each window table, holds what the page table holds.
+    for (int64_t r = 0; r < rows.size(); ++r) {
+      for (int32_t g = 0; g < WindowGroups(tables); ++g) {
+        for (int32_t p = std::max(0, rows.positions[r] - window_ + 1); p <= rows.positions[r];
+             ++p) {
+          const Entry* w = At(tables, rows.slots[r], p, &status, g);
+          if (w == nullptr) return status;
+          const Entry* e = At(tables, rows.slots[r], p, &status);
+          if (e == nullptr) return status;
+          if (w->chain == 0 || w->token != e->token || w->chain != e->chain) {
+            return Internal("fake: slot " + std::to_string(rows.slots[r]) + " position " +
+                            std::to_string(p) + " of window group " + std::to_string(g) +
+                            " holds KV of another history");
+          }
+        }
+      }
     }
     // The history a row attends to must be the one that wrote it, position by position.
     for (int32_t w : rows.wanted) {
@@ -212,7 +264,14 @@ class FakeRunner : public Runner {
     return Status::Ok();
   }
 
+  int32_t WindowGroups(const PageTables& tables) const {
+    return window_paging_ && tables.window_pages != nullptr ? KvPagingOf(caches_).window_groups : 0;
+  }
+
   Arch arch_;
+  std::vector<CacheSpec> caches_;
+  int32_t window_ = 0;
+  bool window_paging_ = false;
   std::vector<Entry> pool_;  // [pages, kPage]
   int32_t pages_ = 0;
   int64_t rows_limit_ = 0;

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace gizllm {
 namespace {
 
@@ -11,6 +13,29 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 
 // A page of Qwen3-8B (36 layers, 8 kv heads of 128) with 16-bit keys and values.
 constexpr int64_t kQwen3_8bPage = int64_t{36} * 2 * kPage * 8 * 128 * 2;
+
+// Gemma 3's layout (five window layers a global one, one shape): a pool page holds the global
+// layer, and a block takes five more while its window (1,024 positions) is read; without a
+// window layer, every layer's page a block as before.
+TEST(KvSizingTest, BudgetForWindowPagingHoldsTheWindowOnly) {
+  const CacheSpec global{LayerKind::kAttention, 8, 256, 0, KvFormat::kF16};
+  CacheSpec local = global;
+  local.window = 1024;
+  const int64_t layer = global.PageBytes();
+  std::vector<CacheSpec> gemma = {local, local, local, local, local, global};
+  const int64_t blocks = 8192 / kPage;
+  // WindowBlocks(1024, 512): PagesFor(1536) + 2 = 98 blocks of each of the five groups.
+  EXPECT_EQ(KvBudgetFor(gemma, 6 * layer, 3, blocks, 512), 3 * (blocks + 5 * 98) * layer);
+  // A context shorter than the window: every block in every group.
+  EXPECT_EQ(KvBudgetFor(gemma, 6 * layer, 1, 40, 512), 6 * 40 * layer);
+  std::vector<CacheSpec> dense(6, global);
+  EXPECT_EQ(KvBudgetFor(dense, 6 * layer, 3, blocks, 512), 3 * blocks * 6 * layer);
+  // Window layers of another shape than the others: no window paging.
+  local.head_dim = 128;
+  std::vector<CacheSpec> mixed = {local, global};
+  EXPECT_FALSE(KvPagingOf(mixed).enabled());
+  EXPECT_EQ(KvBudgetFor(mixed, 7, 2, 10, 64), 2 * 10 * 7);
+}
 
 TEST(KvSizingTest, StepRowsLeavePromptRowsBesideEverySlot) {
   EXPECT_EQ(StepRows(DeviceKind::kCuda, 64, 0), 64 + kGpuPromptRows);

@@ -948,6 +948,95 @@ TEST_F(CpuBackendTest, AttentionOverPromptRunsMatchesReference) {
   }
 }
 
+// Window paging (model/runner.h KvPaging) leaves a window layer's page table without pages for
+// the blocks before the window of the slot's earliest row in the step. Here those blocks point
+// at the one page no table holds, made NaN: a kernel that read one (a row, a chunk of pages, a
+// tile of 16 keys starting before the window) would put NaN in the output. Windows shorter than
+// a page and across pages; runs starting mid-page; single rows.
+TEST_F(CpuBackendTest, AttentionReadsNoBlockBeforeTheWindow) {
+  for (const Config& c : Configs()) {
+    for (KvFormat format : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8, RotatedKv(4, 2)}) {
+      SCOPED_TRACE(KvFormatName(format));
+      ThreadPool pool(c.threads);
+      CpuBackend backend(&pool, CpuOptions{.isa = c.isa});
+      for (AttentionShape s :
+           {AttentionShape{4, 2, 32, 8}, AttentionShape{6, 2, 64, 37}, AttentionShape{4, 1, 16, 5},
+            AttentionShape{4, 2, 256, 40}, AttentionShape{4, 1, 16, 21, 0.3f}}) {
+        const int slots = 4, max_pages = 12;
+        TestCache cache(s.kv_heads, s.head_dim, slots, max_pages, rng_, format);
+        const struct {
+          int slot, first, rows;
+        } runs[] = {{0, 137, 1}, {1, 50, 7}, {2, 64, 45}, {3, 100, 60}, {0, 138, 1}};
+        std::vector<int32_t> row_slots, positions;
+        std::vector<int32_t> first(slots, INT32_MAX);
+        for (const auto& run : runs) {
+          for (int i = 0; i < run.rows; ++i) {
+            row_slots.push_back(run.slot);
+            positions.push_back(run.first + i);
+            first[run.slot] = std::min(first[run.slot], std::max(0, run.first + i - s.window + 1));
+          }
+        }
+        // The page no table holds, NaN in every element.
+        std::vector<bool> held(slots * max_pages + 1, false);
+        for (int32_t page : cache.pages) held[page] = true;
+        const int32_t spare =
+            static_cast<int32_t>(std::find(held.begin(), held.end(), false) - held.begin());
+        const size_t page_elements = static_cast<size_t>(kPage) * s.kv_heads * s.head_dim;
+        for (size_t i = spare * page_elements; i < (spare + 1) * page_elements; ++i) {
+          if (format == KvFormat::kF16) {
+            cache.keys16[i] = cache.values16[i] = F32ToF16(std::nanf(""));
+          } else {
+            cache.keys[i] = cache.values[i] = std::nanf("");
+          }
+        }
+        // Codes: the page's scales (one a vector, or a step and a min a code group).
+        const size_t vector_scales = format == KvFormat::kQ8 ? 1
+                                     : IsRotatedKv(format)   ? 2 * kv::Groups(s.head_dim)
+                                                             : 0;
+        const size_t page_scales = page_elements / s.head_dim * vector_scales;
+        for (size_t i = spare * page_scales; i < (spare + 1) * page_scales; ++i) {
+          cache.key_scales[i] = cache.value_scales[i] = std::nanf("");
+        }
+        std::vector<int32_t> holes = cache.pages;
+        int dropped = 0;
+        for (int32_t slot = 0; slot < slots; ++slot) {
+          for (int32_t b = 0; first[slot] != INT32_MAX && b < first[slot] / kPage; ++b) {
+            holes[slot * max_pages + b] = spare;
+            ++dropped;
+          }
+        }
+        ASSERT_GT(dropped, 0);
+        const int64_t rows = static_cast<int64_t>(row_slots.size());
+        const std::vector<float> q = Random(rows * s.heads * s.head_dim);
+        std::vector<float> got(q.size(), std::nanf("")), want(q.size(), std::nanf(""));
+        AttentionParams p{.out = got.data(),
+                          .q = q.data(),
+                          .cache = cache.layer(),
+                          .table = {holes.data(), max_pages},
+                          .slots = row_slots.data(),
+                          .positions = positions.data(),
+                          .rows = rows,
+                          .heads = s.heads,
+                          .kv_heads = s.kv_heads,
+                          .head_dim = s.head_dim,
+                          .scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim)),
+                          .window = s.window,
+                          .softcap = s.softcap};
+        ASSERT_TRUE(p.Check().ok());
+        backend.Attention(p);
+        p.out = want.data();
+        p.table = cache.table();
+        ReferenceAttention(p);
+        const double tolerance = IsRotatedKv(format) ? 4e-6 : 2e-6;
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_NEAR(got[i], want[i], tolerance)
+              << Name(c) << " head_dim " << s.head_dim << " window " << s.window << " at " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(CpuBackendTest, ElementwiseMatchReference) {
   for (const Config& c : Configs()) {
     ThreadPool pool(c.threads);

@@ -9,6 +9,7 @@
 // the only rounding left between them is the kernels' own.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <tuple>
 
@@ -43,15 +44,18 @@ struct Piece {
 // operands), within 1e-2. through_rope_kv: the step's own keys and values are written by RopeKv
 // (no rotary) just before, as a model does, so that the fast mode's tile kernel may read them
 // from the fp16 copy RopeKv leaves; otherwise every position is in the cache beforehand.
-// softcap: AttentionParams::softcap (0: off). kv: the pages' format (kF32 or kF16).
+// softcap: AttentionParams::softcap (0: off). kv: the pages' format (kF32 or kF16). holes: the
+// device's page table holds -1 for every block wholly before the window of its slot's earliest
+// row (as window paging leaves it, model/runner.h), and page -1 is a page of NaN keys and values
+// just before the pool: a kernel that read a hole would put NaN in the output.
 void CheckAttentionIn(bool exact, int heads, int kv_heads, int head_dim, int32_t window,
                       const std::vector<Piece>& pieces, uint32_t seed, bool through_rope_kv = false,
-                      float softcap = 0.0f, KvFormat kv = KvFormat::kF32) {
+                      float softcap = 0.0f, KvFormat kv = KvFormat::kF32, bool holes = false) {
   SCOPED_TRACE(std::string(exact ? "exact" : "fast") + (through_rope_kv ? " rope-kv" : "") +
-               " pages " + KvFormatName(kv) + " heads " + std::to_string(heads) + "/" +
-               std::to_string(kv_heads) + " dim " + std::to_string(head_dim) + " window " +
-               std::to_string(window) + " softcap " + std::to_string(softcap) + " seed " +
-               std::to_string(seed));
+               (holes ? " holes" : "") + " pages " + KvFormatName(kv) + " heads " +
+               std::to_string(heads) + "/" + std::to_string(kv_heads) + " dim " +
+               std::to_string(head_dim) + " window " + std::to_string(window) + " softcap " +
+               std::to_string(softcap) + " seed " + std::to_string(seed));
   auto backend = MakeBackend(exact);
   std::mt19937 rng(seed);
   int32_t slots = 0, longest = 0;
@@ -71,18 +75,42 @@ void CheckAttentionIn(bool exact, int heads, int kv_heads, int head_dim, int32_t
   std::iota(table.begin(), table.end(), 0);
   std::shuffle(table.begin(), table.end(), rng);
   size_t cache_size = static_cast<size_t>(pages) * kPage * kv_heads * head_dim;
-  // Every position of the cache holds random keys and values (those a row must not see too).
-  DeviceArray<uint8_t> keys(backend.get(), PageBytes(RandomFloats(rng, cache_size), kv));
-  DeviceArray<uint8_t> values(backend.get(), PageBytes(RandomFloats(rng, cache_size), kv));
+  // The device's table: with holes, -1 for the blocks before each slot's earliest window.
+  std::vector<int32_t> device_table = table;
+  if (holes) {
+    ASSERT_GT(window, 0);
+    std::vector<int32_t> first(slots, INT32_MAX);
+    for (int64_t r = 0; r < static_cast<int64_t>(row_slots.size()); ++r) {
+      first[row_slots[r]] =
+          std::min(first[row_slots[r]], std::max(0, row_positions[r] - window + 1));
+    }
+    int32_t dropped = 0;
+    for (int32_t s = 0; s < slots; ++s) {
+      for (int32_t b = 0; first[s] != INT32_MAX && b < first[s] / kPage; ++b, ++dropped) {
+        device_table[s * max_pages + b] = -1;
+      }
+    }
+    ASSERT_GT(dropped, 0);
+  }
+  // Every position of the cache holds random keys and values (those a row must not see too),
+  // after one page of NaN (page -1).
+  const size_t guard = static_cast<size_t>(kPage) * kv_heads * head_dim;
+  auto with_guard = [&](std::vector<float> cache) {
+    cache.insert(cache.begin(), guard, std::numeric_limits<float>::quiet_NaN());
+    return PageBytes(cache, kv);
+  };
+  DeviceArray<uint8_t> keys(backend.get(), with_guard(RandomFloats(rng, cache_size)));
+  DeviceArray<uint8_t> values(backend.get(), with_guard(RandomFloats(rng, cache_size)));
+  const size_t guard_bytes = guard * KvFormatBytes(kv);
   DeviceArray<float> q(backend.get(), RandomFloats(rng, rows * heads * head_dim, 2.0f));
   DeviceArray<float> out(backend.get(), std::vector<float>(rows * heads * head_dim));
   out.Poison();
-  DeviceArray<int32_t> d_table(backend.get(), table), d_slots(backend.get(), row_slots),
+  DeviceArray<int32_t> d_table(backend.get(), device_table), d_slots(backend.get(), row_slots),
       d_positions(backend.get(), row_positions);
   AttentionParams p;
   p.out = out.device();
   p.q = q.device();
-  p.cache = {keys.device(), values.device(), kv};
+  p.cache = {keys.device() + guard_bytes, values.device() + guard_bytes, kv};
   p.table = {d_table.device(), max_pages};
   p.slots = d_slots.device();
   p.positions = d_positions.device();
@@ -115,7 +143,7 @@ void CheckAttentionIn(bool exact, int heads, int kv_heads, int head_dim, int32_t
     // The reference's cache holds the same rows, stored as the reference stores them; RopeKv's
     // pages hold the same bytes.
     KvWriteParams write = rk.kv;
-    write.cache = {keys.host().data(), values.host().data(), kv};
+    write.cache = {keys.host().data() + guard_bytes, values.host().data() + guard_bytes, kv};
     write.table = {table.data(), max_pages};
     write.k = k.host().data();
     write.v = v.host().data();
@@ -129,7 +157,7 @@ void CheckAttentionIn(bool exact, int heads, int kv_heads, int head_dim, int32_t
   AttentionParams ref = p;
   ref.out = out.host().data();
   ref.q = q.host().data();
-  ref.cache = {keys.host().data(), values.host().data(), kv};
+  ref.cache = {keys.host().data() + guard_bytes, values.host().data() + guard_bytes, kv};
   ref.table = {table.data(), max_pages};
   ref.slots = row_slots.data();
   ref.positions = row_positions.data();
@@ -273,6 +301,32 @@ TEST(CudaAttentionTest, FastPromptKeysFromTheStep) {
   }
   CheckAttentionIn(false, 32, 8, 128, 0, {{0, 0, 1500}}, 270, true);  // 8-warp blocks
   CheckAttentionIn(true, 32, 8, 128, 0, {{0, 0, 300}, {1, 5, 40}}, 271, true);
+}
+
+// Window paging (model/runner.h KvPaging) leaves holes (-1) in a window layer's page table for
+// the blocks before the window of the slot's earliest row in the step: every kernel (the split
+// decode, the float32 tile, the fp16 tensor-core tile, with keys from the cache or RopeKv's copy)
+// starts at that window and never reads one. Windows shorter than a page, across pages, and
+// longer than a step's piece; decodes beside prompt pieces that start mid-page.
+TEST(CudaAttentionTest, PageTableHolesBeforeTheWindow) {
+  GZ_SKIP_WITHOUT_CUDA();
+  uint32_t seed = 500;
+  for (bool exact : {true, false}) {
+    for (KvFormat kv : {KvFormat::kF32, KvFormat::kF16}) {
+      for (auto [heads, kv_heads, head_dim] :
+           {std::tuple{4, 2, 32}, std::tuple{8, 4, 128}, std::tuple{8, 4, 256}}) {
+        for (int32_t window : {8, 37, 100}) {
+          for (bool rope_kv : {false, true}) {
+            CheckAttentionIn(exact, heads, kv_heads, head_dim, window,
+                             {{0, 300, 1}, {1, 517, 1}, {2, 201, 60}, {3, 133, 7}, {4, 40, 1}},
+                             seed++, rope_kv, /*softcap=*/0.0f, kv, /*holes=*/true);
+          }
+        }
+        CheckAttentionIn(exact, heads, kv_heads, head_dim, 8, {{0, 250, 1}, {1, 90, 30}}, seed++,
+                         false, /*softcap=*/30.0f, kv, /*holes=*/true);
+      }
+    }
+  }
 }
 
 // head_dim 256 (Gemma 3's, Qwen3.5's) and 192 in exact mode: decoding rows (one across
