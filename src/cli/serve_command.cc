@@ -228,6 +228,11 @@ void AddServeCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--max-generation-time", o->http.max_generation_s,
                   "Seconds a request may generate; then it ends with finish_reason 'length'")
       ->default_val(600);
+  cmd->add_option("--max-batch-tokens", o->http.batch_tokens,
+                  "The embed and rerank tasks: most tokens of one encoder batch. Requests that "
+                  "wait while a batch runs share the next one, up to this many tokens (a longer "
+                  "text runs alone)")
+      ->default_val(16384);
   cmd->add_option("--task", o->task,
                   "generate (chat and completions), embed (/v1/embeddings) or rerank "
                   "(/v1/rerank, /v1/score); default from the model: an encoder with a "

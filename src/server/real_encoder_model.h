@@ -1,6 +1,6 @@
-// EncoderModel over an EmbeddingModel (model/embedding_model.h). The encoder runs on the HTTP
-// thread of the request that calls it, one request at a time (a mutex): requests are not yet
-// batched together.
+// EncoderModel over an EmbeddingModel (model/embedding_model.h). The server calls it from its
+// batcher's thread (server/encoder_batcher.h), with the sequences of many requests at once; the
+// mutex keeps any other caller to one run at a time.
 #pragma once
 
 #include <memory>

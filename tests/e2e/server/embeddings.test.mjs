@@ -74,3 +74,26 @@ test('rerank and score', async () => {
   assert.equal(bad.status, 400);
   assert.match(bad.json.error.message, /task is rerank/);
 });
+
+test('concurrent embeddings and scores, batched together, equal the answers alone', async () => {
+  const texts = Array.from({ length: 24 }, (_, i) => `text number ${i} about ${'fox '.repeat(i % 5)}`);
+  const alone = [];
+  for (const t of texts) {
+    const r = await postJson(embed.url, '/v1/embeddings', { input: [t, 'hello'] });
+    assert.equal(r.status, 200);
+    alone.push(r.json.data);
+  }
+  const together = await Promise.all(
+    texts.map((t) => postJson(embed.url, '/v1/embeddings', { input: [t, 'hello'] })));
+  together.forEach((r, i) => assert.deepEqual(r.json.data, alone[i], `request ${i}`));
+  const docs = texts.slice(0, 8);
+  const scoresAlone = [];
+  for (const d of docs) {
+    scoresAlone.push((await postJson(rerank.url, '/v1/score', { text_1: 'fox', text_2: d })).json.data);
+  }
+  const scores = await Promise.all(
+    docs.map((d) => postJson(rerank.url, '/v1/score', { text_1: 'fox', text_2: d })));
+  scores.forEach((r, i) => assert.deepEqual(r.json.data, scoresAlone[i], `score ${i}`));
+  const metrics = await (await fetch(`${embed.url}/metrics`)).text();
+  assert.match(metrics, /gizllm_encoder_batches_total \d+/);
+});
