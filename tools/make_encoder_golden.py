@@ -13,12 +13,17 @@ RoBERTa, Metaspace + Unigram for XLM-R), each folder well under 300 KB:
   OUT/xlmr_mean     XLMRobertaModel, no modules.json
   OUT/bert_ce       BertForSequenceClassification, one label (sigmoid scores)
   OUT/xlmr_ce       XLMRobertaForSequenceClassification, one label, activation_fn Identity
+  OUT/bert_prompt   BertModel + modules.json (mean pooling, Normalize) +
+                    config_sentence_transformers.json: prompts "query" ("query: ", the
+                    default_prompt_name) and "document" (""); the reference is encode() of the
+                    texts, which puts the default prompt before each
   OUT/qwen3_last    Qwen3Model (a decoder, as Qwen3-Embedding) + modules.json: last-token
                     pooling of the final-normed hidden states, Normalize; the tokenizer appends
                     <|endoftext|>
 
 Each holds the model folder and reference.json:
-  embedders: {"meta", "texts", "ids": [[...]], "embeddings": [[...]]}
+  embedders: {"meta", "texts", "ids": [[...]], "embeddings": [[...]]}, and with prompts
+             "prompt_name" (null: the default) and "prompt" (the text put before each)
   cross-encoders: {"meta", "query", "documents", "ids": [[...]], "types": [[...]],
                    "scores": [...], "order": [...]}
 meta.reference says where the vectors and scores come from: "sentence-transformers <version>"
@@ -202,7 +207,10 @@ def st_version():
         return None
 
 
-def embedder(out, family, pooling, normalize, st_files, seed):
+PROMPTS = {"query": "query: ", "document": ""}
+
+
+def embedder(out, family, pooling, normalize, st_files, seed, prompts=None, default_prompt=None):
     tok = {"bert": wordpiece_tokenizer, "roberta": bpe_tokenizer, "xlm-roberta": unigram_tokenizer}[family]()
     common = dict(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
                   num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
@@ -222,11 +230,17 @@ def embedder(out, family, pooling, normalize, st_files, seed):
     save_folder(out, model, tok, family, positions)
     if st_files:
         write_st_files(out, pooling, normalize, max_seq, 32)
+    prompt = ""
+    if prompts:
+        json.dump({"prompts": prompts, "default_prompt_name": default_prompt,
+                   "similarity_fn_name": "cosine"},
+                  open(os.path.join(out, "config_sentence_transformers.json"), "w"), indent=2)
+        prompt = prompts[default_prompt] if default_prompt else ""
     model = load_f32(type(model), out)
     ids, by_hand = [], []
     tok.enable_truncation(max_length=max_seq)
     for text in TEXTS:
-        e = tok.encode(text)
+        e = tok.encode(prompt + text)
         ids.append(e.ids)
         with torch.no_grad():
             h = model(input_ids=torch.tensor([e.ids])).last_hidden_state[0]
@@ -235,6 +249,8 @@ def embedder(out, family, pooling, normalize, st_files, seed):
     meta = {"family": family, "pooling": pooling, "normalize": normalize,
             "modules_json": st_files, "max_tokens": max_seq,
             "transformers": transformers.__version__, "torch": torch.__version__}
+    if prompts:
+        meta["prompts"] = prompts
     vectors, version = by_hand, st_version()
     meta["reference"] = "by hand"
     if version:
@@ -248,8 +264,10 @@ def embedder(out, family, pooling, normalize, st_files, seed):
         except Exception as e:  # the by-hand vectors stay the reference; say why
             vectors = by_hand
             meta["sentence_transformers_error"] = repr(e)[:300]
-    json.dump({"meta": meta, "texts": TEXTS, "ids": ids, "embeddings": vectors.tolist()},
-              open(os.path.join(out, "reference.json"), "w"))
+    reference = {"meta": meta, "texts": TEXTS, "ids": ids, "embeddings": vectors.tolist()}
+    if prompts:
+        reference.update(prompt_name=None, prompt=prompt)
+    json.dump(reference, open(os.path.join(out, "reference.json"), "w"))
     return meta
 
 
@@ -387,6 +405,7 @@ def main():
         ("bert_st", lambda o: embedder(o, "bert", "cls", True, True, 2)),
         ("roberta_st", lambda o: embedder(o, "roberta", "mean", True, True, 3)),
         ("xlmr_mean", lambda o: embedder(o, "xlm-roberta", "mean", False, False, 4)),
+        ("bert_prompt", lambda o: embedder(o, "bert", "mean", True, True, 8, PROMPTS, "query")),
         ("bert_ce", lambda o: cross_encoder(o, "bert", None, 5)),
         ("xlmr_ce", lambda o: cross_encoder(o, "xlm-roberta",
                                             "torch.nn.modules.linear.Identity", 6)),

@@ -42,6 +42,17 @@ assert all(abs(sum(x * x for x in u) - 1) < 1e-5 for u in v)
 assert v[0] == v[1] == v[2], "cut at 16 tokens"
 ' "$tmp/st.jsonl"
 
+# Prompts: the default prompt ("query: ") goes before every text, as its text written out does;
+# --prompt-name picks another; an unknown name fails naming the known ones.
+python3 "$here/tiny_encoder.py" "$tmp/prompts" --st --prompts
+echo '"the fox"' | $gz embed -m "$tmp/prompts" --exact >"$tmp/p-default.jsonl"
+echo '"query: the fox"' | $gz embed -m "$tmp/prompts" --exact --prompt-name none >"$tmp/p-written.jsonl"
+echo '"the fox"' | $gz embed -m "$tmp/prompts" --exact --prompt-name none >"$tmp/p-none.jsonl"
+check embed-default-prompt cmp -s "$tmp/p-default.jsonl" "$tmp/p-written.jsonl"
+check embed-prompt-none bash -c "! cmp -s '$tmp/p-default.jsonl' '$tmp/p-none.jsonl'"
+expect_fail embed-unknown-prompt "none, query" \
+  bash -c "echo '\"x\"' | $gz embed -m '$tmp/prompts' --prompt-name passage"
+
 # Rerank: every document once, best first, scores in (0, 1) (sigmoid of one label).
 printf '"the fox"\n"hello world"\n"a dog sleeps"\n"the quick brown fox"\n' >"$tmp/docs.jsonl"
 $gz rerank -m "$tmp/ce" --exact -q "where is the fox" <"$tmp/docs.jsonl" >"$tmp/rank.jsonl"

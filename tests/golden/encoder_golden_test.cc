@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,9 +64,17 @@ TEST_P(EmbedderGoldenTest, TokensAndEmbeddingsMatch) {
   const auto want = ref_["embeddings"].get<std::vector<std::vector<float>>>();
   EXPECT_EQ(model_->config().sentence_transformers, ref_["meta"]["modules_json"].get<bool>());
   EXPECT_EQ(model_->max_tokens(), ref_["meta"]["max_tokens"].get<int64_t>());
+  // A case with prompts: the one named (null: the default) goes before every text.
+  std::optional<std::string> prompt_name;
+  if (ref_.contains("prompt_name") && !ref_["prompt_name"].is_null()) {
+    prompt_name = ref_["prompt_name"].get<std::string>();
+  }
+  auto prompt = PromptText(model_->config(), prompt_name);
+  ASSERT_TRUE(prompt.ok()) << prompt.status().message();
+  EXPECT_EQ(*prompt, ref_.value("prompt", std::string()));
   std::vector<Encoding> encodings;
   for (size_t i = 0; i < texts.size(); ++i) {
-    auto e = model_->Tokenize(texts[i]);
+    auto e = model_->Tokenize(*prompt + texts[i]);
     ASSERT_TRUE(e.ok()) << e.status().message();
     EXPECT_EQ(e->ids, ids[i]) << "text " << i << ": " << texts[i];
     encodings.push_back(std::move(e).value());
@@ -124,7 +133,7 @@ TEST_P(CrossEncoderGoldenTest, TokensScoresAndOrderMatch) {
 
 INSTANTIATE_TEST_SUITE_P(Encoders, EmbedderGoldenTest,
                          ::testing::Values("bert_mean", "bert_st", "roberta_st", "xlmr_mean",
-                                           "qwen3_last"));
+                                           "bert_prompt", "qwen3_last"));
 INSTANTIATE_TEST_SUITE_P(Encoders, CrossEncoderGoldenTest, ::testing::Values("bert_ce", "xlmr_ce"));
 
 }  // namespace

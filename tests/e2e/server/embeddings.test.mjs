@@ -12,6 +12,7 @@ import { startServer, postJson } from './harness.mjs';
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gizllm-encoders-'));
 let embed;
 let rerank;
+let prompted;
 
 before(async () => {
   execFileSync('python3', ['tests/cli/tiny_encoder.py', path.join(dir, 'st'), '--st']);
@@ -19,13 +20,16 @@ before(async () => {
                            'roberta', '--head']);
   embed = await startServer(['--exact'], { model: path.join(dir, 'st') });
   rerank = await startServer(['--exact'], { model: path.join(dir, 'ce') });
+  execFileSync('python3', ['tests/cli/tiny_encoder.py', path.join(dir, 'pm'), '--st', '--prompts',
+                           '--matryoshka']);
+  prompted = await startServer(['--exact'], { model: path.join(dir, 'pm') });
 });
 
 after(async () => {
   // Both stopped before either is judged, so that a failure leaves no server running.
-  const codes = [await embed.stop(), await rerank.stop()];
+  const codes = [await embed.stop(), await rerank.stop(), await prompted.stop()];
   fs.rmSync(dir, { recursive: true, force: true });
-  assert.deepEqual(codes, [0, 0], 'the servers exit cleanly on SIGTERM');
+  assert.deepEqual(codes, [0, 0, 0], 'the servers exit cleanly on SIGTERM');
 });
 
 test('openai client embeddings: floats and base64 agree, unit vectors, usage', async () => {
@@ -96,4 +100,30 @@ test('concurrent embeddings and scores, batched together, equal the answers alon
   scores.forEach((r, i) => assert.deepEqual(r.json.data, scoresAlone[i], `score ${i}`));
   const metrics = await (await fetch(`${embed.url}/metrics`)).text();
   assert.match(metrics, /gizllm_encoder_batches_total \d+/);
+});
+
+test('prompt_name and Matryoshka dimensions from the model folder', async () => {
+  const embedding = async (body) => {
+    const r = await postJson(prompted.url, '/v1/embeddings', body);
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    return r.json.data[0].embedding;
+  };
+  // The default prompt "query: " is the text written out with the empty prompt "none".
+  const byDefault = await embedding({ input: 'the fox' });
+  assert.deepEqual(await embedding({ input: 'query: the fox', prompt_name: 'none' }), byDefault);
+  assert.notDeepEqual(await embedding({ input: 'the fox', prompt_name: 'none' }), byDefault);
+  const unknown = await postJson(prompted.url, '/v1/embeddings', { input: 'x', prompt_name: 'p' });
+  assert.equal(unknown.status, 400);
+  assert.equal(unknown.json.error.param, 'prompt_name');
+  // matryoshka_dimensions [16, 8, 4]: the first 8 floats, normalized again.
+  const cut = await embedding({ input: 'the fox', dimensions: 8 });
+  assert.equal(cut.length, 8);
+  const norm = Math.sqrt(byDefault.slice(0, 8).reduce((s, x) => s + x * x, 0));
+  cut.forEach((x, i) => assert.ok(Math.abs(x - byDefault[i] / norm) < 1e-6, `${i}: ${x}`));
+  const odd = await postJson(prompted.url, '/v1/embeddings', { input: 'x', dimensions: 5 });
+  assert.equal(odd.status, 400);
+  assert.equal(odd.json.error.param, 'dimensions');
+  const plain = await postJson(embed.url, '/v1/embeddings', { input: 'x', dimensions: 8 });
+  assert.equal(plain.status, 400);
+  assert.match(plain.json.error.message, /dimensions/);
 });

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/mapped_file.h"
 #include "formats/safetensors.h"
 #include "model/config.h"
 #include "model/embedding_model.h"
@@ -326,6 +327,74 @@ TEST_F(EncoderTest, SentenceTransformersConfiguration) {
   // Scores: sigmoid for one label by default, as config.json's activation_fn says otherwise.
   EXPECT_EQ(ReadEmbeddingConfig(dir + "/1_Pooling", 1)->activation, ScoreActivation::kSigmoid);
   EXPECT_EQ(ReadEmbeddingConfig(dir + "/1_Pooling", 2)->activation, ScoreActivation::kIdentity);
+}
+
+// Prompts (config_sentence_transformers.json, read beside modules.json) and Matryoshka sizes
+// (config.json).
+TEST_F(EncoderTest, PromptsAndMatryoshkaConfiguration) {
+  const std::string dir = Write(Tiny{"bert", false}, "prompts");
+  auto write = [&](const std::string& file, const nlohmann::json& j) {
+    fs::create_directories(fs::path(dir + "/" + file).parent_path());
+    std::ofstream(dir + "/" + file) << j.dump();
+  };
+  const nlohmann::json prompts = {
+      {"prompts", {{"query", "Instruct: find\nQuery:"}, {"document", ""}}},
+      {"default_prompt_name", "query"}};
+  write("config_sentence_transformers.json", prompts);
+  // Without modules.json the folder is not a sentence-transformers model: no prompts.
+  auto plain = ReadEmbeddingConfig(dir, 0);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->prompts.empty());
+  EXPECT_EQ(*PromptText(*plain, std::nullopt), "");
+  EXPECT_FALSE(PromptText(*plain, "query").ok());
+  EXPECT_FALSE(plain->matryoshka);
+  Status refused = CheckDimensions(*plain, 16, 8);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("is_matryoshka"), std::string::npos);
+  EXPECT_TRUE(CheckDimensions(*plain, 16, 16).ok());
+
+  write("modules.json", nlohmann::json::parse(R"([
+    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
+  ])"));
+  write("1_Pooling/config.json", {{"pooling_mode_mean_tokens", true}});
+  auto st = ReadEmbeddingConfig(dir, 0);
+  ASSERT_TRUE(st.ok()) << st.status().message();
+  EXPECT_EQ(*PromptText(*st, std::nullopt), "Instruct: find\nQuery:");
+  EXPECT_EQ(*PromptText(*st, "document"), "");
+  auto unknown = PromptText(*st, "passage");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("document, query"), std::string::npos);
+  write("config_sentence_transformers.json",
+        {{"prompts", {{"query", "q: "}}}, {"default_prompt_name", nullptr}});
+  EXPECT_EQ(*PromptText(*ReadEmbeddingConfig(dir, 0), std::nullopt), "");
+  write("config_sentence_transformers.json",
+        {{"prompts", {{"query", "q: "}}}, {"default_prompt_name", "passage"}});
+  auto bad = ReadEmbeddingConfig(dir, 0);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("default_prompt_name"), std::string::npos);
+  write("config_sentence_transformers.json", prompts);
+
+  // Matryoshka: is_matryoshka allows any size, matryoshka_dimensions those listed.
+  auto config = nlohmann::json::parse(*ReadFile(dir + "/config.json"));
+  config["is_matryoshka"] = true;
+  write("config.json", config);
+  auto any = ReadEmbeddingConfig(dir, 0);
+  ASSERT_TRUE(any.ok()) << any.status().message();
+  EXPECT_TRUE(CheckDimensions(*any, 16, 3).ok());
+  EXPECT_FALSE(CheckDimensions(*any, 16, 0).ok());
+  EXPECT_FALSE(CheckDimensions(*any, 16, 17).ok());
+  config["matryoshka_dimensions"] = {16, 8, 4};
+  write("config.json", config);
+  auto listed = ReadEmbeddingConfig(dir, 0);
+  ASSERT_TRUE(listed.ok());
+  EXPECT_TRUE(CheckDimensions(*listed, 16, 8).ok());
+  Status three = CheckDimensions(*listed, 16, 3);
+  ASSERT_FALSE(three.ok());
+  EXPECT_NE(three.message().find("16, 8, 4"), std::string::npos);
+  config["matryoshka_dimensions"] = "8";
+  write("config.json", config);
+  EXPECT_FALSE(ReadEmbeddingConfig(dir, 0).ok());
 }
 
 // A decoder's last hidden state for embeddings (Runner::Hidden's layers + 1) is the one its head

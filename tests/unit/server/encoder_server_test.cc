@@ -7,6 +7,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -30,6 +31,23 @@ using nlohmann::json;
 // sequences is kept.
 class FakeEncoder : public EncoderModel {
  public:
+  // With prompts: "query" ("q:", the default) and "none" (""); with Matryoshka sizes: 2 and 3
+  // of 4, vectors normalized again once cut.
+  bool prompts = false;
+  bool matryoshka = false;
+  bool Normalizes() const override { return matryoshka; }
+  Status CheckDimensions(int64_t dimensions) const override {
+    if (dimensions == 4 || (matryoshka && (dimensions == 2 || dimensions == 3))) {
+      return Status::Ok();
+    }
+    return EncoderModel::CheckDimensions(dimensions);
+  }
+  Expected<std::string> Prompt(const std::optional<std::string>& name) const override {
+    if (!prompts) return EncoderModel::Prompt(name);
+    if (!name || *name == "query") return std::string("q:");
+    if (*name == "none") return std::string();
+    return InvalidArgument("no prompt named \"" + *name + "\"");
+  }
   void Hold() {
     std::lock_guard lock(mutex_);
     hold_ = true;
@@ -306,6 +324,51 @@ TEST_F(EncoderServerTest, ScorePairsAsVllm) {
   ExpectBad("/v1/score", {{"text_1", {"x", "y"}}, {"text_2", {"a"}}}, "text_2");
   ExpectBad("/v1/score", {{"text_2", {"a"}}}, "text_1");
   ExpectBad("/v1/score", {{"text_1", "x"}, {"text_2", {"a", 2}}}, "text_2[1]");
+}
+
+TEST_F(EncoderServerTest, PromptNamePutsThePromptBeforeTexts) {
+  Start(Task::kEmbed);
+  // A model without prompts: none is put, and naming one is refused.
+  EXPECT_EQ(Post("/v1/embeddings", {{"input", "ab"}}).second["data"][0]["embedding"][0], 4.0);
+  ExpectBad("/v1/embeddings", {{"input", "ab"}, {"prompt_name", "query"}}, "prompt_name");
+  encoder_->prompts = true;
+  // The default prompt "q:" before the text: 100 q : a b 101.
+  auto [s1, with] = Post("/v1/embeddings", {{"input", {"ab", "c"}}});
+  ASSERT_EQ(s1, 200) << with.dump();
+  EXPECT_EQ(with["data"][0]["embedding"], json({6.0, 100 + 'q' + ':' + 'a' + 'b' + 101, 1.0, 0.0}));
+  EXPECT_EQ(with["usage"]["prompt_tokens"], 6 + 5);
+  auto [s2, named] = Post("/v1/embeddings", {{"input", "ab"}, {"prompt_name", "query"}});
+  ASSERT_EQ(s2, 200);
+  EXPECT_EQ(named["data"][0]["embedding"], with["data"][0]["embedding"]);
+  auto [s3, none] = Post("/v1/embeddings", {{"input", "ab"}, {"prompt_name", "none"}});
+  ASSERT_EQ(s3, 200);
+  EXPECT_EQ(none["data"][0]["embedding"][0], 4.0);
+  // Token arrays get no prompt.
+  EXPECT_EQ(Post("/v1/embeddings", {{"input", {7, 8}}}).second["data"][0]["embedding"][0], 2.0);
+  ExpectBad("/v1/embeddings", {{"input", "ab"}, {"prompt_name", "passage"}}, "prompt_name");
+  ExpectBad("/v1/embeddings", {{"input", "ab"}, {"prompt_name", 3}}, "prompt_name");
+}
+
+TEST_F(EncoderServerTest, DimensionsCutAndNormalizeOnlyForMatryoshkaModels) {
+  Start(Task::kEmbed);
+  ExpectBad("/v1/embeddings", {{"input", "ab"}, {"dimensions", 2}}, "dimensions");
+  auto [s0, refused] = Post("/v1/embeddings", {{"input", "ab"}, {"dimensions", 2}});
+  EXPECT_NE(refused["error"]["message"].get<std::string>().find("dimensions"), std::string::npos);
+  encoder_->matryoshka = true;
+  // [4, 396, 1, 0] cut to [4, 396] and normalized again (truncate, then L2-normalize).
+  auto [s1, two] = Post("/v1/embeddings", {{"input", "ab"}, {"dimensions", 2}});
+  ASSERT_EQ(s1, 200) << two.dump();
+  const double norm = std::sqrt(4.0 * 4.0 + 396.0 * 396.0);
+  ASSERT_EQ(two["data"][0]["embedding"].size(), 2u);
+  EXPECT_FLOAT_EQ(two["data"][0]["embedding"][0].get<float>(), static_cast<float>(4.0 / norm));
+  EXPECT_FLOAT_EQ(two["data"][0]["embedding"][1].get<float>(), static_cast<float>(396.0 / norm));
+  auto [s2, b64] =
+      Post("/v1/embeddings", {{"input", "ab"}, {"dimensions", 3}, {"encoding_format", "base64"}});
+  ASSERT_EQ(s2, 200);
+  EXPECT_EQ(b64["data"][0]["embedding"].get<std::string>().size(), 16u);  // 12 bytes
+  EXPECT_EQ(Post("/v1/embeddings", {{"input", "ab"}, {"dimensions", 4}}).first, 200);
+  ExpectBad("/v1/embeddings", {{"input", "ab"}, {"dimensions", 1}}, "dimensions");
+  ExpectBad("/v1/embeddings", {{"input", "ab"}, {"dimensions", "2"}}, "dimensions");
 }
 
 // Requests that arrive while a batch runs share the next batch; each answer is the one the
