@@ -88,7 +88,8 @@ Status ReadActivation(const std::string& dir, int labels, EmbeddingConfig* confi
   return Status::Ok();
 }
 
-// config.json's Matryoshka fields (is_matryoshka, matryoshka_dimensions).
+// config.json's Matryoshka fields (is_matryoshka, matryoshka_dimensions) and a decoder
+// reranker's tokens (classifier_from_token).
 Status ReadMatryoshka(const std::string& dir, EmbeddingConfig* config) {
   const std::string path = (fs::path(dir) / "config.json").string();
   GZ_ASSIGN_OR_RETURN(json j, ReadOptionalJson(path));
@@ -105,6 +106,13 @@ Status ReadMatryoshka(const std::string& dir, EmbeddingConfig* config) {
       config->matryoshka_dimensions.push_back(d.get<int64_t>());
     }
     config->matryoshka = true;
+  }
+  if (auto it = j.find("classifier_from_token"); it != j.end() && !it->is_null()) {
+    if (!it->is_array() || it->size() != 2 || !(*it)[0].is_string() || !(*it)[1].is_string()) {
+      return Field(path, "classifier_from_token",
+                   "expected two token strings, the \"no\" and the \"yes\" answers");
+    }
+    config->score_tokens = it->get<std::vector<std::string>>();
   }
   return Status::Ok();
 }

@@ -39,6 +39,9 @@ struct EmbeddingConfig {
   // for them: matryoshka_dimensions (those sizes) or is_matryoshka (any size), as vLLM reads it.
   bool matryoshka = false;
   std::vector<int64_t> matryoshka_dimensions;  // empty: any from 1 to the model's
+  // config.json's classifier_from_token (vLLM's field for Qwen3-Reranker): a decoder that
+  // scores pairs with these two tokens' logits, [no, yes]; empty: not given.
+  std::vector<std::string> score_tokens;
 };
 
 // The text put before every text: the prompt `name`, or the default prompt where `name` is

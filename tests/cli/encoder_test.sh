@@ -76,8 +76,28 @@ import json, sys
 v = [json.loads(l) for l in open(sys.argv[1])]
 assert len(v) == 1 and len(v[0]) == 384, len(v[0])
 ' "$tmp/decoder.jsonl"
-expect_fail rerank-decoder "no sequence-classification head" \
+# A decoder reranks as Qwen3-Reranker with its "yes" and "no" tokens: tiny-chat has no "yes"; with
+# config.json's classifier_from_token naming two it has, it scores.
+expect_fail rerank-decoder-no-yes 'no token "yes"' \
   bash -c "echo '\"x\"' | $gz rerank -m models/tiny-chat -q q"
+mkdir -p "$tmp/yes-no"
+for f in model.safetensors tokenizer.json tokenizer_config.json generation_config.json; do
+  ln -s "$PWD/models/tiny-chat/$f" "$tmp/yes-no/$f"
+done
+python3 -c '
+import json, sys
+c = json.load(open("models/tiny-chat/config.json"))
+c["classifier_from_token"] = ["no", "Yes"]
+json.dump(c, open(sys.argv[1], "w"))
+' "$tmp/yes-no/config.json"
+$gz rerank -m "$tmp/yes-no" --exact -q "Recite John 3:16." <"$tmp/docs.jsonl" >"$tmp/yes-no.jsonl"
+check rerank-decoder-yes-no python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+assert sorted(x["index"] for x in r) == [0, 1, 2, 3], r
+s = [x["relevance_score"] for x in r]
+assert s == sorted(s, reverse=True) and all(0 < x < 1 for x in s) and len(set(s)) > 1, s
+' "$tmp/yes-no.jsonl"
 expect_fail rerank-no-head "no sequence-classification head" \
   bash -c "echo '\"x\"' | $gz rerank -m '$tmp/bert' -q q"
 expect_fail run-encoder "is an encoder" $gz run -m "$tmp/bert" --prompt hi

@@ -104,6 +104,14 @@ TEST_P(CrossEncoderGoldenTest, TokensScoresAndOrderMatch) {
   const auto types = ref_["types"].get<std::vector<std::vector<int32_t>>>();
   const auto want = ref_["scores"].get<std::vector<float>>();
   const auto order = ref_["order"].get<std::vector<size_t>>();
+  // A decoder reranker (Qwen3-Reranker) scores when asked, as `serve --task rerank` asks.
+  auto ask = [&](EmbeddingModel& model) {
+    if (model.is_decoder()) {
+      Status s = model.RerankByYesNo(ref_["meta"].value("instruction", std::string()));
+      EXPECT_TRUE(s.ok()) << s.message();
+    }
+  };
+  ask(*model_);
   EXPECT_TRUE(model_->reranks());
   std::vector<Encoding> pairs;
   for (size_t i = 0; i < documents.size(); ++i) {
@@ -114,6 +122,7 @@ TEST_P(CrossEncoderGoldenTest, TokensScoresAndOrderMatch) {
     pairs.push_back(std::move(e).value());
   }
   auto check = [&](EmbeddingModel& model, float tolerance, const char* device) {
+    ask(model);
     auto got = model.Score(pairs);
     ASSERT_TRUE(got.ok()) << got.status().message();
     ASSERT_EQ(got->size(), want.size());
@@ -134,7 +143,8 @@ TEST_P(CrossEncoderGoldenTest, TokensScoresAndOrderMatch) {
 INSTANTIATE_TEST_SUITE_P(Encoders, EmbedderGoldenTest,
                          ::testing::Values("bert_mean", "bert_st", "roberta_st", "xlmr_mean",
                                            "bert_prompt", "qwen3_last"));
-INSTANTIATE_TEST_SUITE_P(Encoders, CrossEncoderGoldenTest, ::testing::Values("bert_ce", "xlmr_ce"));
+INSTANTIATE_TEST_SUITE_P(Encoders, CrossEncoderGoldenTest,
+                         ::testing::Values("bert_ce", "xlmr_ce", "qwen3_reranker"));
 
 }  // namespace
 }  // namespace gizllm

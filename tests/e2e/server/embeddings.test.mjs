@@ -127,3 +127,30 @@ test('prompt_name and Matryoshka dimensions from the model folder', async () => 
   assert.equal(plain.status, 400);
   assert.match(plain.json.error.message, /dimensions/);
 });
+
+test('a decoder whose config names its yes/no tokens serves the rerank task', async () => {
+  const yesNo = path.join(dir, 'yes-no');
+  fs.mkdirSync(yesNo);
+  for (const f of ['model.safetensors', 'tokenizer.json', 'tokenizer_config.json']) {
+    fs.symlinkSync(path.resolve('models/tiny-chat', f), path.join(yesNo, f));
+  }
+  const config = JSON.parse(fs.readFileSync('models/tiny-chat/config.json', 'utf8'));
+  config.classifier_from_token = ['no', 'Yes'];
+  fs.writeFileSync(path.join(yesNo, 'config.json'), JSON.stringify(config));
+  const server = await startServer(['--exact'], { model: yesNo });
+  try {
+    const models = await (await fetch(`${server.url}/v1/models`)).json();
+    assert.equal(models.data[0].task, 'rerank');
+    const docs = ['In the beginning God created the heaven and the earth.', 'import os'];
+    const r = await postJson(server.url, '/v1/rerank', { query: 'Recite Genesis 1:1.', documents: docs });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    assert.equal(r.json.results.length, 2);
+    for (const x of r.json.results) assert.ok(x.relevance_score > 0 && x.relevance_score < 1);
+    const s = await postJson(server.url, '/v1/score', { text_1: 'Recite Genesis 1:1.', text_2: docs });
+    for (const x of r.json.results) {
+      assert.ok(Math.abs(s.json.data[x.index].score - x.relevance_score) < 1e-6);
+    }
+  } finally {
+    assert.equal(await server.stop(), 0);
+  }
+});
