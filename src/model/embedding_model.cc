@@ -66,6 +66,10 @@ const std::string& EmbeddingModel::family() const {
   return encoder_ ? encoder_->arch().family : decoder_->arch().family;
 }
 
+std::string EmbeddingModel::device() const {
+  return encoder_ ? encoder_->backend().Describe() : decoder_->backend().Describe();
+}
+
 int64_t EmbeddingModel::vocab() const {
   return encoder_ ? encoder_->arch().vocab : decoder_->arch().vocab;
 }

@@ -51,6 +51,7 @@ class EmbeddingModel {
   // the tokenizer lacks. Load does this itself where classifier_from_token is given.
   Status RerankByYesNo(std::string instruction = kRerankInstruction);
   const std::string& family() const;
+  std::string device() const;  // the backend's description
   int64_t vocab() const;
   const EmbeddingConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }

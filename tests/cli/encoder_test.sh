@@ -66,6 +66,22 @@ assert s == sorted(s, reverse=True) and all(0 < x < 1 for x in s), s
 $gz rerank -m "$tmp/ce" --exact -q "where is the fox" --top-n 2 <"$tmp/docs.jsonl" >"$tmp/top.jsonl"
 check rerank-top-n bash -c "[ \$(wc -l <'$tmp/top.jsonl') -eq 2 ] && head -2 '$tmp/rank.jsonl' | cmp -s - '$tmp/top.jsonl'"
 
+# embed --bench: one JSON line per (tokens, batch), tokens_per_s = sequences_per_s x tokens.
+$gz embed -m "$tmp/bert" --bench --bench-tokens 8,40 --bench-batch 3,5 --bench-seconds 0.05 \
+  >"$tmp/bench.jsonl" </dev/null
+check embed-bench python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+assert [(x["tokens"], x["batch"]) for x in r] == [(8, 3), (8, 5), (40, 3), (40, 5)], r
+for x in r:
+    assert x["bench"] == "embed" and x["family"] == "bert" and x["dim"] == 16, x
+    assert x["calls"] >= 2 and x["seconds"] >= 0.05 and x["sequences_per_s"] > 0, x
+    assert abs(x["sequences_per_s"] - x["calls"] * x["batch"] / x["seconds"]) < 1e-6 * x["sequences_per_s"], x
+    assert abs(x["tokens_per_s"] - x["sequences_per_s"] * x["tokens"]) < 1e-6 * x["tokens_per_s"], x
+' "$tmp/bench.jsonl"
+expect_fail embed-bench-too-long "expected 1 to the model's 40" \
+  $gz embed -m "$tmp/bert" --bench --bench-tokens 41
+
 expect_fail embed-not-json "stdin line 2: expected a JSON string" \
   bash -c "printf '\"ok\"\nnot json\n' | $gz embed -m '$tmp/bert'"
 # A decoder embeds too (its final-normed hidden states, mean pooled without modules.json) but
