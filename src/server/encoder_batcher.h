@@ -7,7 +7,8 @@
 // others: while a batch runs, the requests that arrive queue, and the next batch takes them (in
 // the order they came, whole sequences, as many as the budget holds; a request may span
 // batches). Packed batches (model/encoder.h) compute each sequence as it would be alone, so an
-// answer does not depend on its neighbours.
+// answer does not depend on its neighbours (bit for bit on the CPU; on CUDA the matmul library
+// may pick another algorithm for another row count).
 #pragma once
 
 #include <condition_variable>
