@@ -387,11 +387,4 @@ Expected<EncoderResults> RunEncoder(EncoderModel& model, std::span<const Encodin
   return results;
 }
 
-EncoderAnswer AnswerAlone(EncoderModel& model, PreparedEncoderRequest prepared) {
-  if (prepared.error) return {json(), std::move(prepared.error)};
-  Expected<EncoderResults> results = RunEncoder(model, prepared.job.sequences);
-  if (!results.ok()) return {json(), FromStatus(results.status())};
-  return prepared.job.answer(std::move(results).value());
-}
-
 }  // namespace gizllm::server

@@ -65,7 +65,4 @@ PreparedEncoderRequest PrepareScore(EncoderModel& model, const nlohmann::json& b
 // Runs sequences on the model in one call, as its task asks (Embed or Score).
 Expected<EncoderResults> RunEncoder(EncoderModel& model, std::span<const Encoding> sequences);
 
-// A prepared request run alone and answered: what a server without a batcher does.
-EncoderAnswer AnswerAlone(EncoderModel& model, PreparedEncoderRequest prepared);
-
 }  // namespace gizllm::server
