@@ -93,6 +93,9 @@ class FakeEncoder : public EncoderModel {
   }
   Expected<std::vector<std::vector<float>>> Embed(std::span<const Encoding> s) override {
     Enter(s.size());
+    for (const Encoding& e : s) {
+      if (e.ids[0] == 255) return InvalidArgument("the fake refuses token 255 first");
+    }
     std::vector<std::vector<float>> out;
     for (const Encoding& e : s) {
       float sum = 0;
@@ -410,6 +413,34 @@ TEST_F(EncoderServerTest, ConcurrentRequestsShareABatchWithAnswersAsAlone) {
   ASSERT_GE(calls.size(), 2u);
   EXPECT_EQ(calls[calls.size() - 2], 2u);
   EXPECT_EQ(calls.back(), 4u);
+}
+
+// A batch that fails runs each of its requests alone: only the one at fault hears the error.
+TEST_F(EncoderServerTest, OneRequestsErrorInASharedBatchStaysItsOwn) {
+  Start(Task::kEmbed);
+  auto [s0, good_alone] = Post("/v1/embeddings", {{"input", {{5, 6}}}});
+  ASSERT_EQ(s0, 200);
+  encoder_->Hold();
+  json first, good, bad, other;
+  int bad_status = 0;
+  std::thread a([&] { first = Post("/v1/embeddings", {{"input", "x"}}).second; });
+  encoder_->WaitInside();
+  std::thread b([&] { good = Post("/v1/embeddings", {{"input", {{5, 6}}}}).second; });
+  WaitQueued(1);
+  std::thread c([&] {
+    std::tie(bad_status, bad) = Post("/v1/embeddings", {{"input", {{255, 1}}}});
+  });
+  WaitQueued(2);
+  std::thread d([&] { other = Post("/v1/embeddings", {{"input", "yz"}}).second; });
+  WaitQueued(3);
+  encoder_->Release();
+  for (std::thread* t : {&a, &b, &c, &d}) t->join();
+  EXPECT_EQ(Stable(good), Stable(good_alone));
+  EXPECT_EQ(bad_status, 400) << bad.dump();
+  EXPECT_NE(bad["error"]["message"].get<std::string>().find("token 255"), std::string::npos);
+  EXPECT_EQ(other["data"][0]["embedding"][0], 4.0);
+  // The held batch, the shared one that failed, then each of its three alone.
+  EXPECT_EQ(encoder_->calls(), (std::vector<size_t>{1, 1, 3, 1, 1, 1}));
 }
 
 // Rerank and score requests share batches too, and a batch holds at most the token budget: a
