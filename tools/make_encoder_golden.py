@@ -38,7 +38,7 @@ model run on each text alone, pooling, normalization and the activation computed
 sentence-transformers defines them); with sentence-transformers both are computed and
 meta.by_hand_max_diff holds the largest difference.
 
-Usage: python3 tools/make_encoder_golden.py --out tests/golden/encoders
+Usage: python3 tools/make_encoder_golden.py --out tests/golden/encoders [--cases NAME,...]
 """
 import argparse
 import json
@@ -473,6 +473,7 @@ def decoder_reranker(out, seed):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/golden/encoders")
+    ap.add_argument("--cases", default="", help="comma-separated case names (default: all)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     cases = [
@@ -487,7 +488,13 @@ def main():
         ("qwen3_last", lambda o: decoder_embedder(o, 7)),
         ("qwen3_reranker", lambda o: decoder_reranker(o, 9)),
     ]
+    wanted = set(filter(None, a.cases.split(",")))
+    unknown = wanted - {name for name, _ in cases}
+    if unknown:
+        raise SystemExit(f"unknown cases: {sorted(unknown)}")
     for name, make in cases:
+        if wanted and name not in wanted:
+            continue
         out = os.path.join(a.out, name)
         meta = make(out)
         size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)
