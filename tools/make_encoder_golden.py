@@ -427,12 +427,14 @@ def decoder_reranker(out, seed):
                                    tie_word_embeddings=True, eos_token_id=tok.token_to_id("<|im_end|>"))
     model = transformers.Qwen3ForCausalLM(cfg)
     g = torch.Generator().manual_seed(seed)
+    # Embeddings of std 0.5 (the tied head too): yes - no logit margins of a few units, so no
+    # score rounds to 0 or 1 and the order has no ties.
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g))
             else:
-                p.copy_((1.0 if "embed" in name else 0.2) * torch.randn(p.shape, generator=g))
+                p.copy_((0.5 if "embed" in name else 0.2) * torch.randn(p.shape, generator=g))
     if os.path.exists(out):
         shutil.rmtree(out)
     model.to(torch.bfloat16).save_pretrained(out)
@@ -460,6 +462,7 @@ def decoder_reranker(out, seed):
         pair = torch.stack([last[no], last[yes]]).log_softmax(dim=0)
         scores.append(float(pair[1].exp()))
     order = sorted(range(len(DOCUMENTS)), key=lambda i: -scores[i])
+    assert len(set(scores)) == len(scores) and all(0 < x < 1 for x in scores), scores
     meta = {"family": "qwen3", "yes_no": True, "instruction": RERANK_INSTRUCTION,
             "max_tokens": positions, "transformers": transformers.__version__,
             "torch": torch.__version__,
