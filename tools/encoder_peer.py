@@ -115,7 +115,8 @@ def st(folder):
         try:
             model = SentenceTransformer(folder, device="cuda",
                                         model_kwargs={key: torch.bfloat16})
-        except TypeError:
+        except Exception as e:  # a name this transformers does not take
+            print(f"model_kwargs {key}: {e!r}", file=sys.stderr)
             continue
         how = f"model_kwargs {key}=bfloat16"
         if {p.dtype for p in model.parameters()} == {torch.bfloat16}:
@@ -130,14 +131,17 @@ def st(folder):
     common = {"kind": "sentence-transformers", "version": sentence_transformers.__version__,
               "torch": torch.__version__, "device": torch.cuda.get_device_name(), "dtype": how,
               "attention": attention}
+    # Tokenization: preprocess in newer sentence-transformers, tokenize before.
+    tokenize = getattr(model, "preprocess", None) or model.tokenize
     rng = random.Random(1)
     for length in LENGTHS:
         pool = texts(length, max(BATCHES), rng)
-        check = model.tokenize(pool[:2])["input_ids"]
+        check = tokenize(pool[:2])["input_ids"]
         assert check.shape[1] == length, f"texts of {check.shape[1]} tokens, not {length}"
         for batch in BATCHES:
             chunk = pool[:batch]
-            features = {k: v.to("cuda") for k, v in model.tokenize(chunk).items()}
+            features = {k: v.to("cuda") if hasattr(v, "to") else v
+                        for k, v in tokenize(chunk).items()}
             for mode in ("encode", "forward"):
                 try:
                     if mode == "encode":
