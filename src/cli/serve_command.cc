@@ -80,6 +80,8 @@ int ServeEncoder(const ServeOptions& o, std::optional<server::Task> asked,
 
 int Serve(const ServeOptions& o) {
   auto start = std::chrono::steady_clock::now();
+  // The server's options are checked before the model loads, which may take long.
+  if (Status s = o.http.Check(); !s.ok()) return Fail(s.message());
   std::optional<server::Task> asked;
   if (!o.task.empty()) {
     auto task = server::ParseTask(o.task);

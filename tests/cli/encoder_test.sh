@@ -81,6 +81,9 @@ for x in r:
 ' "$tmp/bench.jsonl"
 expect_fail embed-bench-too-long "expected 1 to the model's 40" \
   $gz embed -m "$tmp/bert" --bench --bench-tokens 41
+expect_fail serve-batch-tokens "max-batch-tokens must be at least 1" \
+  $gz serve -m "$tmp/bert" --port 0 --max-batch-tokens 0
+check serve-help-batch-tokens bash -c "$gz serve --help | grep -q -- --max-batch-tokens"
 
 expect_fail embed-not-json "stdin line 2: expected a JSON string" \
   bash -c "printf '\"ok\"\nnot json\n' | $gz embed -m '$tmp/bert'"
