@@ -13,21 +13,32 @@ RoBERTa, Metaspace + Unigram for XLM-R), each folder well under 300 KB:
   OUT/xlmr_mean     XLMRobertaModel, no modules.json
   OUT/bert_ce       BertForSequenceClassification, one label (sigmoid scores)
   OUT/xlmr_ce       XLMRobertaForSequenceClassification, one label, activation_fn Identity
+  OUT/bert_prompt   BertModel + modules.json (mean pooling, Normalize) +
+                    config_sentence_transformers.json: prompts "query" ("query: ", the
+                    default_prompt_name) and "document" (""); the reference is encode() of the
+                    texts, which puts the default prompt before each
   OUT/qwen3_last    Qwen3Model (a decoder, as Qwen3-Embedding) + modules.json: last-token
                     pooling of the final-normed hidden states, Normalize; the tokenizer appends
                     <|endoftext|>
+  OUT/qwen3_reranker  Qwen3ForCausalLM scoring pairs as Qwen3-Reranker (gizllm: a decoder asked
+                    to rerank): the pair in the model card's prompt, score = softmax over the
+                    last position's ["no", "yes"] logits, computed with transformers exactly as
+                    the model card's code does (each pair alone, no padding); the tokenizer has
+                    the chat tokens and single "yes" and "no" tokens
 
 Each holds the model folder and reference.json:
-  embedders: {"meta", "texts", "ids": [[...]], "embeddings": [[...]]}
+  embedders: {"meta", "texts", "ids": [[...]], "embeddings": [[...]]}, and with prompts
+             "prompt_name" (null: the default) and "prompt" (the text put before each)
   cross-encoders: {"meta", "query", "documents", "ids": [[...]], "types": [[...]],
                    "scores": [...], "order": [...]}
+  qwen3_reranker: as cross-encoders, with meta.instruction and types all 0
 meta.reference says where the vectors and scores come from: "sentence-transformers <version>"
 (SentenceTransformer.encode, CrossEncoder.predict) where it is importable, else "by hand" (the
 model run on each text alone, pooling, normalization and the activation computed here as
 sentence-transformers defines them); with sentence-transformers both are computed and
 meta.by_hand_max_diff holds the largest difference.
 
-Usage: python3 tools/make_encoder_golden.py --out tests/golden/encoders
+Usage: python3 tools/make_encoder_golden.py --out tests/golden/encoders [--cases NAME,...]
 """
 import argparse
 import json
@@ -202,7 +213,10 @@ def st_version():
         return None
 
 
-def embedder(out, family, pooling, normalize, st_files, seed):
+PROMPTS = {"query": "query: ", "document": ""}
+
+
+def embedder(out, family, pooling, normalize, st_files, seed, prompts=None, default_prompt=None):
     tok = {"bert": wordpiece_tokenizer, "roberta": bpe_tokenizer, "xlm-roberta": unigram_tokenizer}[family]()
     common = dict(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
                   num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
@@ -222,11 +236,17 @@ def embedder(out, family, pooling, normalize, st_files, seed):
     save_folder(out, model, tok, family, positions)
     if st_files:
         write_st_files(out, pooling, normalize, max_seq, 32)
+    prompt = ""
+    if prompts:
+        json.dump({"prompts": prompts, "default_prompt_name": default_prompt,
+                   "similarity_fn_name": "cosine"},
+                  open(os.path.join(out, "config_sentence_transformers.json"), "w"), indent=2)
+        prompt = prompts[default_prompt] if default_prompt else ""
     model = load_f32(type(model), out)
     ids, by_hand = [], []
     tok.enable_truncation(max_length=max_seq)
     for text in TEXTS:
-        e = tok.encode(text)
+        e = tok.encode(prompt + text)
         ids.append(e.ids)
         with torch.no_grad():
             h = model(input_ids=torch.tensor([e.ids])).last_hidden_state[0]
@@ -235,6 +255,8 @@ def embedder(out, family, pooling, normalize, st_files, seed):
     meta = {"family": family, "pooling": pooling, "normalize": normalize,
             "modules_json": st_files, "max_tokens": max_seq,
             "transformers": transformers.__version__, "torch": torch.__version__}
+    if prompts:
+        meta["prompts"] = prompts
     vectors, version = by_hand, st_version()
     meta["reference"] = "by hand"
     if version:
@@ -248,8 +270,10 @@ def embedder(out, family, pooling, normalize, st_files, seed):
         except Exception as e:  # the by-hand vectors stay the reference; say why
             vectors = by_hand
             meta["sentence_transformers_error"] = repr(e)[:300]
-    json.dump({"meta": meta, "texts": TEXTS, "ids": ids, "embeddings": vectors.tolist()},
-              open(os.path.join(out, "reference.json"), "w"))
+    reference = {"meta": meta, "texts": TEXTS, "ids": ids, "embeddings": vectors.tolist()}
+    if prompts:
+        reference.update(prompt_name=None, prompt=prompt)
+    json.dump(reference, open(os.path.join(out, "reference.json"), "w"))
     return meta
 
 
@@ -377,9 +401,82 @@ def decoder_embedder(out, seed):
     return meta
 
 
+RERANK_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requirements based on "
+                 "the Query and the Instruct provided. Note that the answer can only be \"yes\" "
+                 "or \"no\".<|im_end|>\n<|im_start|>user\n")
+RERANK_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+RERANK_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
+
+
+def decoder_reranker(out, seed):
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # "yes" and "no" on lines of their own, often: BPE learns them as single tokens.
+    tok.train_from_iterator(CORPUS * 4 + ["yes", "no"] * 200, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.decoder = decoders.ByteLevel()
+    no, yes = tok.token_to_id("no"), tok.token_to_id("yes")
+    assert no is not None and yes is not None, "the tokenizer lacks single yes and no tokens"
+    positions = 512
+    cfg = transformers.Qwen3Config(vocab_size=tok.get_vocab_size(), hidden_size=32,
+                                   intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                   max_position_embeddings=positions, rms_norm_eps=1e-6,
+                                   tie_word_embeddings=True, eos_token_id=tok.token_to_id("<|im_end|>"))
+    model = transformers.Qwen3ForCausalLM(cfg)
+    g = torch.Generator().manual_seed(seed)
+    # Embeddings of std 0.5 (the tied head too): yes - no logit margins of a few units, so no
+    # score rounds to 0 or 1 and the order has no ties.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_((0.5 if "embed" in name else 0.2) * torch.randn(p.shape, generator=g))
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    model.to(torch.bfloat16).save_pretrained(out)
+    tok.save(os.path.join(out, "tokenizer.json"))
+    json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": positions,
+               "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "padding_side": "left"},
+              open(os.path.join(out, "tokenizer_config.json"), "w"), indent=2)
+    # The model card's code (Qwen/Qwen3-Reranker-0.6B), each pair alone.
+    hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+    assert hf_tok.convert_tokens_to_ids("no") == no and hf_tok.convert_tokens_to_ids("yes") == yes
+    prefix = hf_tok.encode(RERANK_PREFIX, add_special_tokens=False)
+    suffix = hf_tok.encode(RERANK_SUFFIX, add_special_tokens=False)
+    texts = [f"<Instruct>: {RERANK_INSTRUCTION}\n<Query>: {QUERY}\n<Document>: {doc}"
+             for doc in DOCUMENTS]
+    bodies = hf_tok(texts, padding=False, truncation="longest_first",
+                    return_attention_mask=False,
+                    max_length=positions - len(prefix) - len(suffix))["input_ids"]
+    ids = [prefix + list(b) + suffix for b in bodies]
+    model = load_f32(transformers.Qwen3ForCausalLM, out)
+    float32_only(model)
+    scores = []
+    for x in ids:
+        with torch.no_grad():
+            last = model(input_ids=torch.tensor([x])).logits[0, -1, :]
+        pair = torch.stack([last[no], last[yes]]).log_softmax(dim=0)
+        scores.append(float(pair[1].exp()))
+    order = sorted(range(len(DOCUMENTS)), key=lambda i: -scores[i])
+    assert len(set(scores)) == len(scores) and all(0 < x < 1 for x in scores), scores
+    meta = {"family": "qwen3", "yes_no": True, "instruction": RERANK_INSTRUCTION,
+            "max_tokens": positions, "transformers": transformers.__version__,
+            "torch": torch.__version__,
+            "reference": "transformers " + transformers.__version__ + " (Qwen3-Reranker's code)"}
+    json.dump({"meta": meta, "query": QUERY, "documents": DOCUMENTS, "ids": ids,
+               "types": [[0] * len(x) for x in ids], "scores": scores, "order": order},
+              open(os.path.join(out, "reference.json"), "w"))
+    return meta
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/golden/encoders")
+    ap.add_argument("--cases", default="", help="comma-separated case names (default: all)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     cases = [
@@ -387,12 +484,20 @@ def main():
         ("bert_st", lambda o: embedder(o, "bert", "cls", True, True, 2)),
         ("roberta_st", lambda o: embedder(o, "roberta", "mean", True, True, 3)),
         ("xlmr_mean", lambda o: embedder(o, "xlm-roberta", "mean", False, False, 4)),
+        ("bert_prompt", lambda o: embedder(o, "bert", "mean", True, True, 8, PROMPTS, "query")),
         ("bert_ce", lambda o: cross_encoder(o, "bert", None, 5)),
         ("xlmr_ce", lambda o: cross_encoder(o, "xlm-roberta",
                                             "torch.nn.modules.linear.Identity", 6)),
         ("qwen3_last", lambda o: decoder_embedder(o, 7)),
+        ("qwen3_reranker", lambda o: decoder_reranker(o, 9)),
     ]
+    wanted = set(filter(None, a.cases.split(",")))
+    unknown = wanted - {name for name, _ in cases}
+    if unknown:
+        raise SystemExit(f"unknown cases: {sorted(unknown)}")
     for name, make in cases:
+        if wanted and name not in wanted:
+            continue
         out = os.path.join(a.out, name)
         meta = make(out)
         size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)

@@ -9,6 +9,7 @@
 #include "cli/model_options.h"
 #include "engine/engine.h"
 #include "engine/kv_sizing.h"
+#include "model/pooling.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -39,18 +40,27 @@ std::string ServedName(const ServeOptions& o, const std::string& dir) {
   return trimmed.substr(trimmed.rfind('/') + 1);
 }
 
-// The embed and rerank tasks: an encoder (or a decoder that embeds) behind the HTTP layer, no
-// engine.
+// The embed and rerank tasks: an encoder (or a decoder that embeds, or reranks with its yes/no
+// logits) behind the HTTP layer, no engine.
 int ServeEncoder(const ServeOptions& o, std::optional<server::Task> asked,
                  std::chrono::steady_clock::time_point start) {
   auto loaded = o.model.LoadEmbedding(/*verbose=*/true);
   if (!loaded.ok()) return Fail(loaded.status().message());
+  if (asked == server::Task::kRerank && (*loaded)->is_decoder() && !(*loaded)->reranks()) {
+    if (Status s = (*loaded)->RerankByYesNo(); !s.ok())
+      return Fail("--task rerank: " + s.message());
+  }
   const server::Task own = (*loaded)->reranks() ? server::Task::kRerank : server::Task::kEmbed;
   if (asked && *asked != own) {
-    return Fail("--task " + server::TaskName(*asked) + ": this encoder " +
-                (own == server::Task::kRerank
-                     ? "has a sequence-classification head: its task is rerank"
-                     : "has no sequence-classification head: its task is embed"));
+    return Fail("--task " + server::TaskName(*asked) + ": this " +
+                ((*loaded)->is_decoder()
+                     ? std::string("decoder's config.json names its yes/no tokens "
+                                   "(classifier_from_token): its task is rerank")
+                     : std::string(own == server::Task::kRerank
+                                       ? "encoder has a sequence-classification head: its task "
+                                         "is rerank"
+                                       : "encoder has no sequence-classification head: its task "
+                                         "is embed")));
   }
   const std::string name = ServedName(o, ResolveModelDir(o.model.model));
   server::RealEncoderModel encoder(std::move(*loaded), name, own);
@@ -70,6 +80,8 @@ int ServeEncoder(const ServeOptions& o, std::optional<server::Task> asked,
 
 int Serve(const ServeOptions& o) {
   auto start = std::chrono::steady_clock::now();
+  // The server's options are checked before the model loads, which may take long.
+  if (Status s = o.http.Check(); !s.ok()) return Fail(s.message());
   std::optional<server::Task> asked;
   if (!o.task.empty()) {
     auto task = server::ParseTask(o.task);
@@ -81,10 +93,15 @@ int Serve(const ServeOptions& o) {
   if (encoder && asked == server::Task::kGenerate) {
     return Fail("--task generate: " + o.model.model + " is an encoder; it embeds or reranks");
   }
-  if (encoder || asked == server::Task::kEmbed) return ServeEncoder(o, asked, start);
-  if (asked == server::Task::kRerank) {
-    return Fail("--task rerank: " + o.model.model +
-                " is a decoder; rerank runs on encoders with a sequence-classification head");
+  // A decoder reranks (Qwen3-Reranker) when asked, or when config.json names its yes/no
+  // tokens (classifier_from_token).
+  bool yes_no = false;
+  if (!encoder && !asked) {
+    auto config = ReadEmbeddingConfig(ResolveModelDir(o.model.model), 0);
+    yes_no = config.ok() && !config->score_tokens.empty();
+  }
+  if (encoder || yes_no || asked == server::Task::kEmbed || asked == server::Task::kRerank) {
+    return ServeEncoder(o, asked, start);
   }
   auto loaded = o.model.Load(/*verbose=*/true);
   if (!loaded.ok()) return Fail(loaded.status().message());
@@ -228,11 +245,19 @@ void AddServeCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--max-generation-time", o->http.max_generation_s,
                   "Seconds a request may generate; then it ends with finish_reason 'length'")
       ->default_val(600);
+  cmd->add_option("--max-batch-tokens", o->http.batch_tokens,
+                  "The embed and rerank tasks: most tokens of one encoder batch. Requests that "
+                  "wait while a batch runs share the next one, up to this many tokens (a longer "
+                  "text runs alone)")
+      ->default_val(16384);
   cmd->add_option("--task", o->task,
                   "generate (chat and completions), embed (/v1/embeddings) or rerank "
                   "(/v1/rerank, /v1/score); default from the model: an encoder with a "
                   "sequence-classification head reranks, one without embeds, a decoder "
-                  "generates. Routes of another task answer 400")
+                  "generates (reranks where config.json's classifier_from_token names its "
+                  "yes/no tokens). A decoder asked to rerank scores as Qwen3-Reranker: its "
+                  "prompt, then softmax over the \"no\" and \"yes\" logits. Routes of another "
+                  "task answer 400")
       ->check(CLI::IsMember({"generate", "embed", "rerank"}));
   cmd->callback([&ctx, o] { ctx.exit_code = Serve(*o); });
 }

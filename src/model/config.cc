@@ -206,7 +206,7 @@ Expected<Arch> ParseArch(const json& config, const std::string& file_for_errors)
     return reader.Error(StatusCode::kUnimplemented, "model_type",
                         "\"" + model_type + "\" is an encoder: it embeds or scores texts " +
                             "(gizllm embed, gizllm rerank, serve --task embed|rerank) and does " +
-                            "not generate");
+                            "not generate (its throughput: gizllm embed --bench)");
   }
   if (family == nullptr) {
     if (model_type.empty() && architecture.empty()) {

@@ -50,6 +50,32 @@ Expected<std::vector<float>> SequenceLogits(Runner& runner, std::span<const int3
   return logits;
 }
 
+Expected<std::vector<float>> LastLogits(Runner& runner, std::span<const int32_t> ids,
+                                        int64_t chunk) {
+  if (ids.empty()) return InvalidArgument("no token ids");
+  if (chunk <= 0) return InvalidArgument("chunk must be positive");
+  const int64_t n = static_cast<int64_t>(ids.size());
+  OneSlot slot(n);
+  GZ_RETURN_IF_ERROR(runner.AllocatePages(slot.tables.max_pages));
+  GZ_RETURN_IF_ERROR(runner.Reserve(std::min(n, chunk), 1, slot.tables.max_pages));
+  std::vector<float> logits(runner.arch().vocab);
+  Rows rows;
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    rows.Clear();
+    const int64_t end = std::min(n, begin + chunk);
+    for (int64_t p = begin; p < end; ++p) {
+      rows.Push(ids[p], /*slot=*/0, static_cast<int32_t>(p), /*want=*/p == n - 1);
+    }
+    GZ_RETURN_IF_ERROR(runner.Step(rows, slot.tables, end == n ? logits.data() : nullptr));
+  }
+  if (FirstNonFinite(logits) >= 0) {
+    return Internal(
+        "the last position's logits hold NaN or infinity: the model's weights hold "
+        "non-finite values, or its activations overflow");
+  }
+  return logits;
+}
+
 Expected<PromptPictures> PlacePictures(const VisionArch& arch, std::span<const int32_t> ids,
                                        MropePositions positions, const VisionOutput& tower) {
   PromptPictures p;

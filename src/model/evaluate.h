@@ -19,6 +19,12 @@ namespace gizllm {
 Expected<std::vector<float>> SequenceLogits(Runner& runner, std::span<const int32_t> ids,
                                             int64_t chunk = 256);
 
+// Logits [vocab] of the last position of one sequence only (a reranker's yes/no scores): the
+// others are read in chunks of at most `chunk` rows without their logits. Same preconditions
+// as SequenceLogits.
+Expected<std::vector<float>> LastLogits(Runner& runner, std::span<const int32_t> ids,
+                                        int64_t chunk = 256);
+
 // The tower's output for the prompt's pictures placed at its image placeholders (`positions`
 // from ComputeMropePositions over the same prompt and grids).
 Expected<PromptPictures> PlacePictures(const VisionArch& arch, std::span<const int32_t> ids,

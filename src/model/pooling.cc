@@ -1,5 +1,6 @@
 #include "model/pooling.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -87,7 +88,92 @@ Status ReadActivation(const std::string& dir, int labels, EmbeddingConfig* confi
   return Status::Ok();
 }
 
+// config.json's Matryoshka fields (is_matryoshka, matryoshka_dimensions) and a decoder
+// reranker's tokens (classifier_from_token).
+Status ReadMatryoshka(const std::string& dir, EmbeddingConfig* config) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  GZ_ASSIGN_OR_RETURN(json j, ReadOptionalJson(path));
+  if (!j.is_object()) return Status::Ok();
+  config->matryoshka = True(j, "is_matryoshka");
+  if (auto it = j.find("matryoshka_dimensions"); it != j.end() && !it->is_null()) {
+    if (!it->is_array() || it->empty()) {
+      return Field(path, "matryoshka_dimensions", "expected a list of positive integers");
+    }
+    for (const json& d : *it) {
+      if (!d.is_number_unsigned() || d.get<uint64_t>() == 0 || d.get<uint64_t>() > (1u << 20)) {
+        return Field(path, "matryoshka_dimensions", "expected a list of positive integers");
+      }
+      config->matryoshka_dimensions.push_back(d.get<int64_t>());
+    }
+    config->matryoshka = true;
+  }
+  if (auto it = j.find("classifier_from_token"); it != j.end() && !it->is_null()) {
+    if (!it->is_array() || it->size() != 2 || !(*it)[0].is_string() || !(*it)[1].is_string()) {
+      return Field(path, "classifier_from_token",
+                   "expected two token strings, the \"no\" and the \"yes\" answers");
+    }
+    config->score_tokens = it->get<std::vector<std::string>>();
+  }
+  return Status::Ok();
+}
+
+// config_sentence_transformers.json's prompts and default_prompt_name.
+Status ReadPrompts(const std::string& dir, EmbeddingConfig* config) {
+  const std::string path = (fs::path(dir) / "config_sentence_transformers.json").string();
+  GZ_ASSIGN_OR_RETURN(json j, ReadOptionalJson(path));
+  if (!j.is_object()) return Status::Ok();
+  if (auto it = j.find("prompts"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) return Field(path, "prompts", "expected an object of strings");
+    for (auto p = it->begin(); p != it->end(); ++p) {
+      if (!p->is_string()) return Field(path, "prompts." + p.key(), "expected a string");
+      config->prompts[p.key()] = p->get<std::string>();
+    }
+  }
+  if (auto it = j.find("default_prompt_name"); it != j.end() && !it->is_null()) {
+    if (!it->is_string() || !config->prompts.count(it->get<std::string>())) {
+      return Field(path, "default_prompt_name", "expected the name of one of its prompts");
+    }
+    config->default_prompt = it->get<std::string>();
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+Expected<std::string> PromptText(const EmbeddingConfig& config,
+                                 const std::optional<std::string>& name) {
+  const std::string& wanted = name ? *name : config.default_prompt;
+  if (wanted.empty() && !name) return std::string();
+  auto it = config.prompts.find(wanted);
+  if (it != config.prompts.end()) return it->second;
+  std::string known;
+  for (const auto& [n, text] : config.prompts) known += (known.empty() ? "" : ", ") + n;
+  return InvalidArgument("no prompt named \"" + wanted + "\" (" +
+                         (known.empty() ? "the model has no prompts"
+                                        : "config_sentence_transformers.json has " + known) +
+                         ")");
+}
+
+Status CheckDimensions(const EmbeddingConfig& config, int64_t dim, int64_t dimensions) {
+  if (dimensions == dim) return Status::Ok();
+  if (!config.matryoshka) {
+    return InvalidArgument("must be " + std::to_string(dim) +
+                           ": this model's config.json does not say it was trained for shorter "
+                           "(Matryoshka) embeddings (is_matryoshka, matryoshka_dimensions)");
+  }
+  const auto& allowed = config.matryoshka_dimensions;
+  if (allowed.empty()) {
+    if (dimensions >= 1 && dimensions < dim) return Status::Ok();
+    return InvalidArgument("must be from 1 to " + std::to_string(dim));
+  }
+  if (std::find(allowed.begin(), allowed.end(), dimensions) != allowed.end() && dimensions <= dim) {
+    return Status::Ok();
+  }
+  std::string list;
+  for (int64_t d : allowed) list += (list.empty() ? "" : ", ") + std::to_string(d);
+  return InvalidArgument("must be one of the model's Matryoshka dimensions (" + list + ") or " +
+                         std::to_string(dim));
+}
 
 std::string PoolingName(Pooling p) {
   switch (p) {
@@ -104,6 +190,7 @@ std::string PoolingName(Pooling p) {
 Expected<EmbeddingConfig> ReadEmbeddingConfig(const std::string& dir, int labels) {
   EmbeddingConfig config;
   GZ_RETURN_IF_ERROR(ReadActivation(dir, labels, &config));
+  GZ_RETURN_IF_ERROR(ReadMatryoshka(dir, &config));
   const std::string modules_path = (fs::path(dir) / "modules.json").string();
   GZ_ASSIGN_OR_RETURN(json modules, ReadOptionalJson(modules_path));
   if (modules.is_null()) return config;
@@ -138,6 +225,7 @@ Expected<EmbeddingConfig> ReadEmbeddingConfig(const std::string& dir, int labels
   if (!pooled) {
     return Unimplemented(modules_path + ": no Pooling module (token embeddings are not served)");
   }
+  GZ_RETURN_IF_ERROR(ReadPrompts(dir, &config));
   const std::string bert_path = (fs::path(dir) / "sentence_bert_config.json").string();
   GZ_ASSIGN_OR_RETURN(json bert, ReadOptionalJson(bert_path));
   if (bert.is_object()) {

@@ -5,8 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -28,7 +31,27 @@ struct EmbeddingConfig {
   int64_t max_tokens = 0;  // sentence_bert_config.json max_seq_length (0: none given)
   ScoreActivation activation = ScoreActivation::kIdentity;
   bool sentence_transformers = false;  // modules.json was read
+  // config_sentence_transformers.json (read beside modules.json): prompts by name, put before a
+  // text as sentence-transformers does, and the name used when none is asked ("": none).
+  std::map<std::string, std::string> prompts;
+  std::string default_prompt;
+  // Vectors cut to fewer dimensions (Matryoshka), where config.json says the model was trained
+  // for them: matryoshka_dimensions (those sizes) or is_matryoshka (any size), as vLLM reads it.
+  bool matryoshka = false;
+  std::vector<int64_t> matryoshka_dimensions;  // empty: any from 1 to the model's
+  // config.json's classifier_from_token (vLLM's field for Qwen3-Reranker): a decoder that
+  // scores pairs with these two tokens' logits, [no, yes]; empty: not given.
+  std::vector<std::string> score_tokens;
 };
+
+// The text put before every text: the prompt `name`, or the default prompt where `name` is
+// nullopt ("" where there is none); an unknown name is an error listing the known ones.
+Expected<std::string> PromptText(const EmbeddingConfig& config,
+                                 const std::optional<std::string>& name);
+
+// Ok where vectors of `dimensions` floats may be asked of a model of `dim`: dim, or fewer as
+// config.matryoshka allows; else an error saying what may be asked.
+Status CheckDimensions(const EmbeddingConfig& config, int64_t dim, int64_t dimensions);
 
 // The folder's configuration. Without modules.json: mean pooling, not normalized (what
 // sentence-transformers builds for a plain transformers model). The score activation: config.json

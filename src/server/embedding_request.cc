@@ -1,6 +1,7 @@
 #include "server/embedding_request.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <numeric>
@@ -31,12 +32,6 @@ Expected<Task> ParseTask(std::string_view text) {
 }
 
 namespace {
-
-EncoderAnswer Fail(ApiError e) { return {json(), std::move(e)}; }
-EncoderAnswer Fail(const std::string& message, const std::string& param,
-                   const std::string& code = "invalid_value") {
-  return Fail(BadRequest(message, param, code));
-}
 
 // Fields outside `known` are refused, naming the first.
 std::optional<ApiError> Unknown(const json& body, const std::set<std::string>& known) {
@@ -123,40 +118,65 @@ std::optional<ApiError> Texts(const json& body, const std::string& field,
   return std::nullopt;
 }
 
+PreparedEncoderRequest Refuse(ApiError e) { return {EncoderJob{}, std::move(e)}; }
+PreparedEncoderRequest Refuse(const std::string& message, const std::string& param) {
+  return Refuse(BadRequest(message, param, "invalid_value"));
+}
+
+// Cuts a vector to its first `dimensions` floats, normalized again where the model normalizes
+// (sentence-transformers' truncate_dim with normalize_embeddings, vLLM's dimensions).
+void Cut(int64_t dimensions, bool normalize, std::vector<float>* v) {
+  if (dimensions <= 0 || dimensions >= static_cast<int64_t>(v->size())) return;
+  v->resize(dimensions);
+  if (!normalize) return;
+  double ss = 0.0;
+  for (float x : *v) ss += static_cast<double>(x) * x;
+  const double norm = std::max(std::sqrt(ss), 1e-12);
+  for (float& x : *v) x = static_cast<float>(x / norm);
+}
+
 }  // namespace
 
-EncoderAnswer Embeddings(EncoderModel& model, const json& body) {
-  if (auto e = Common(
-          model, body,
-          {"model", "input", "encoding_format", "dimensions", "user", "truncate_prompt_tokens"})) {
-    return Fail(*e);
+PreparedEncoderRequest PrepareEmbeddings(EncoderModel& model, const json& body) {
+  if (auto e = Common(model, body,
+                      {"model", "input", "encoding_format", "dimensions", "user",
+                       "truncate_prompt_tokens", "prompt_name"})) {
+    return Refuse(*e);
   }
   bool base64 = false;
   if (auto it = body.find("encoding_format"); it != body.end() && !it->is_null()) {
     if (!it->is_string() || (*it != "float" && *it != "base64")) {
-      return Fail("'encoding_format' must be \"float\" or \"base64\"", "encoding_format");
+      return Refuse("'encoding_format' must be \"float\" or \"base64\"", "encoding_format");
     }
     base64 = *it == "base64";
   }
+  int64_t dimensions = 0;  // 0: the model's
   if (auto it = body.find("dimensions"); it != body.end() && !it->is_null()) {
-    if (!it->is_number_integer() || it->get<int64_t>() != model.Dim()) {
-      return Fail("'dimensions' must be " + std::to_string(model.Dim()) +
-                      ": this model was not trained for shorter (Matryoshka) embeddings",
-                  "dimensions");
+    if (!it->is_number_integer()) return Refuse("'dimensions' must be an integer", "dimensions");
+    if (Status s = model.CheckDimensions(it->get<int64_t>()); !s.ok()) {
+      return Refuse("'dimensions' " + s.message(), "dimensions");
     }
+    dimensions = it->get<int64_t>();
   }
+  std::optional<std::string> prompt_name;
+  if (auto it = body.find("prompt_name"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) return Refuse("'prompt_name' must be a string", "prompt_name");
+    prompt_name = it->get<std::string>();
+  }
+  Expected<std::string> prompt = model.Prompt(prompt_name);
+  if (!prompt.ok()) return Refuse("'prompt_name': " + prompt.status().message(), "prompt_name");
   int64_t limit = 0;  // 0: refuse texts longer than the model's positions
   if (auto it = body.find("truncate_prompt_tokens"); it != body.end() && !it->is_null()) {
     if (!it->is_number_integer() || it->get<int64_t>() == 0 || it->get<int64_t>() < -1) {
-      return Fail("'truncate_prompt_tokens' must be -1 (the model's positions) or positive",
-                  "truncate_prompt_tokens");
+      return Refuse("'truncate_prompt_tokens' must be -1 (the model's positions) or positive",
+                    "truncate_prompt_tokens");
     }
     limit = std::min<int64_t>(it->get<int64_t>() == -1 ? model.MaxTokens() : it->get<int64_t>(),
                               model.MaxTokens());
   }
   auto input = body.find("input");
   if (input == body.end() || input->is_null()) {
-    return Fail("'input' is required", "input", "missing_field");
+    return Refuse(BadRequest("'input' is required", "input", "missing_field"));
   }
   std::vector<Encoding> sequences;
   auto tokens = [&](const json& a, const std::string& at) -> std::optional<ApiError> {
@@ -185,7 +205,7 @@ EncoderAnswer Embeddings(EncoderModel& model, const json& body) {
   };
   auto text = [&](const std::string& s, const std::string& at) -> std::optional<ApiError> {
     if (s.empty()) return BadRequest("'" + at + "' must not be empty", at);
-    Expected<Encoding> e = model.Tokenize(s, limit > 0 ? limit : model.MaxTokens() + 1);
+    Expected<Encoding> e = model.Tokenize(*prompt + s, limit > 0 ? limit : model.MaxTokens() + 1);
     if (!e.ok()) return FromStatus(e.status(), at);
     if (static_cast<int64_t>(e->ids.size()) > model.MaxTokens()) {
       return BadRequest("'" + at + "' is longer than the model's " +
@@ -202,10 +222,10 @@ EncoderAnswer Embeddings(EncoderModel& model, const json& body) {
   } else if (input->is_array() && !input->empty() && (*input)[0].is_number()) {
     error = tokens(*input, "input");
   } else if (input->is_array()) {
-    if (input->empty()) return Fail("'input' must not be empty", "input");
+    if (input->empty()) return Refuse("'input' must not be empty", "input");
     if (input->size() > kMaxEncoderInputs) {
-      return Fail("'input' holds more than " + std::to_string(kMaxEncoderInputs) + " inputs",
-                  "input");
+      return Refuse("'input' holds more than " + std::to_string(kMaxEncoderInputs) + " inputs",
+                    "input");
     }
     for (size_t i = 0; i < input->size() && !error; ++i) {
       const json& e = (*input)[i];
@@ -223,121 +243,148 @@ EncoderAnswer Embeddings(EncoderModel& model, const json& body) {
     error = BadRequest("'input' must be a string, an array of strings or token ids", "input",
                        "invalid_type");
   }
-  if (error) return Fail(*error);
-  Expected<std::vector<std::vector<float>>> vectors = model.Embed(sequences);
-  if (!vectors.ok()) return Fail(FromStatus(vectors.status(), "input"));
+  if (error) return Refuse(*error);
   int64_t used = 0;
   for (const Encoding& e : sequences) used += static_cast<int64_t>(e.ids.size());
-  json data = json::array();
-  for (size_t i = 0; i < vectors->size(); ++i) {
-    json item = {{"object", "embedding"}, {"index", i}};
-    if (base64) {
-      item["embedding"] = Base64((*vectors)[i]);
-    } else {
-      item["embedding"] = (*vectors)[i];
+  PreparedEncoderRequest prepared;
+  prepared.job.sequences = std::move(sequences);
+  prepared.job.answer = [name = model.Name(), normalize = model.Normalizes(), base64, dimensions,
+                         used](EncoderResults results) -> EncoderAnswer {
+    json data = json::array();
+    for (size_t i = 0; i < results.vectors.size(); ++i) {
+      Cut(dimensions, normalize, &results.vectors[i]);
+      json item = {{"object", "embedding"}, {"index", i}};
+      if (base64) {
+        item["embedding"] = Base64(results.vectors[i]);
+      } else {
+        item["embedding"] = results.vectors[i];
+      }
+      data.push_back(std::move(item));
     }
-    data.push_back(std::move(item));
-  }
-  return {json{{"object", "list"},
-               {"data", std::move(data)},
-               {"model", model.Name()},
-               {"usage", Usage(used)}},
-          std::nullopt};
+    return {
+        json{
+            {"object", "list"}, {"data", std::move(data)}, {"model", name}, {"usage", Usage(used)}},
+        std::nullopt};
+  };
+  return prepared;
 }
 
 namespace {
 
-// The scores of (first[i or 0], second[i]) pairs and the tokens they read.
-Expected<std::vector<float>> ScorePairs(EncoderModel& model, const std::vector<std::string>& first,
-                                        const std::vector<std::string>& second,
-                                        const std::string& second_field, int64_t* used) {
-  std::vector<Encoding> pairs;
+// The (first[i or 0], second[i]) pairs tokenized, and the tokens they read.
+std::optional<ApiError> Pairs(EncoderModel& model, const std::vector<std::string>& first,
+                              const std::vector<std::string>& second,
+                              const std::string& second_field, std::vector<Encoding>* pairs,
+                              int64_t* used) {
   for (size_t i = 0; i < second.size(); ++i) {
     Expected<Encoding> e = model.TokenizePair(first[first.size() == 1 ? 0 : i], second[i]);
-    if (!e.ok()) return e.status().Annotate(second_field + "[" + std::to_string(i) + "]");
+    const std::string at = second_field + "[" + std::to_string(i) + "]";
+    if (!e.ok()) return FromStatus(e.status().Annotate(at), at);
     *used += static_cast<int64_t>(e->ids.size());
-    pairs.push_back(std::move(e).value());
+    pairs->push_back(std::move(e).value());
   }
-  return model.Score(pairs);
+  return std::nullopt;
 }
 
 }  // namespace
 
-EncoderAnswer Rerank(EncoderModel& model, const json& body) {
+PreparedEncoderRequest PrepareRerank(EncoderModel& model, const json& body) {
   if (auto e = Common(model, body,
                       {"model", "query", "documents", "top_n", "return_documents", "user"})) {
-    return Fail(*e);
+    return Refuse(*e);
   }
   auto query = body.find("query");
   if (query == body.end() || !query->is_string()) {
-    return Fail(BadRequest("'query' must be a string", "query",
-                           query == body.end() ? "missing_field" : "invalid_type"));
+    return Refuse(BadRequest("'query' must be a string", "query",
+                             query == body.end() ? "missing_field" : "invalid_type"));
   }
   std::vector<std::string> documents;
-  if (auto e = Texts(body, "documents", &documents)) return Fail(*e);
+  if (auto e = Texts(body, "documents", &documents)) return Refuse(*e);
   size_t top_n = documents.size();
   if (auto it = body.find("top_n"); it != body.end() && !it->is_null()) {
     if (!it->is_number_integer() || it->get<int64_t>() < 0) {
-      return Fail("'top_n' must be a non-negative integer", "top_n");
+      return Refuse("'top_n' must be a non-negative integer", "top_n");
     }
     if (it->get<int64_t>() > 0) top_n = std::min<size_t>(top_n, it->get<uint64_t>());
   }
   bool return_documents = true;
   if (auto it = body.find("return_documents"); it != body.end() && !it->is_null()) {
-    if (!it->is_boolean()) return Fail("'return_documents' must be a boolean", "return_documents");
+    if (!it->is_boolean()) {
+      return Refuse("'return_documents' must be a boolean", "return_documents");
+    }
     return_documents = it->get<bool>();
   }
   int64_t used = 0;
+  PreparedEncoderRequest prepared;
   const std::vector<std::string> queries = {query->get<std::string>()};
-  Expected<std::vector<float>> scores = ScorePairs(model, queries, documents, "documents", &used);
-  if (!scores.ok()) return Fail(FromStatus(scores.status(), "documents"));
-  std::vector<size_t> order(scores->size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return (*scores)[a] > (*scores)[b]; });
-  order.resize(top_n);
-  json results = json::array();
-  for (size_t i : order) {
-    json r = {{"index", i}, {"relevance_score", (*scores)[i]}};
-    if (return_documents) r["document"] = {{"text", documents[i]}};
-    results.push_back(std::move(r));
+  if (auto e = Pairs(model, queries, documents, "documents", &prepared.job.sequences, &used)) {
+    return Refuse(*e);
   }
-  return {json{{"id", "rerank-" + std::to_string(std::time(nullptr))},
-               {"model", model.Name()},
-               {"results", std::move(results)},
-               {"usage", Usage(used)}},
-          std::nullopt};
+  prepared.job.answer = [name = model.Name(), documents = std::move(documents), top_n,
+                         return_documents, used](EncoderResults results) -> EncoderAnswer {
+    const std::vector<float>& scores = results.scores;
+    std::vector<size_t> order(scores.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return scores[a] > scores[b]; });
+    order.resize(std::min(top_n, order.size()));
+    json out = json::array();
+    for (size_t i : order) {
+      json r = {{"index", i}, {"relevance_score", scores[i]}};
+      if (return_documents) r["document"] = {{"text", documents[i]}};
+      out.push_back(std::move(r));
+    }
+    return {json{{"id", "rerank-" + std::to_string(std::time(nullptr))},
+                 {"model", name},
+                 {"results", std::move(out)},
+                 {"usage", Usage(used)}},
+            std::nullopt};
+  };
+  return prepared;
 }
 
-EncoderAnswer Score(EncoderModel& model, const json& body) {
-  if (auto e = Common(model, body, {"model", "text_1", "text_2", "user"})) {
-    return Fail(*e);
-  }
+PreparedEncoderRequest PrepareScore(EncoderModel& model, const json& body) {
+  if (auto e = Common(model, body, {"model", "text_1", "text_2", "user"})) return Refuse(*e);
   std::vector<std::string> first, second;
   bool first_single = false;
-  if (auto e = Texts(body, "text_1", &first, &first_single)) return Fail(*e);
-  if (auto e = Texts(body, "text_2", &second)) return Fail(*e);
+  if (auto e = Texts(body, "text_1", &first, &first_single)) return Refuse(*e);
+  if (auto e = Texts(body, "text_2", &second)) return Refuse(*e);
   if (!first_single && first.size() != second.size()) {
-    return Fail("'text_1' holds " + std::to_string(first.size()) + " texts and 'text_2' " +
-                    std::to_string(second.size()) + ": one text_1, or as many as text_2",
-                "text_2");
+    return Refuse("'text_1' holds " + std::to_string(first.size()) + " texts and 'text_2' " +
+                      std::to_string(second.size()) + ": one text_1, or as many as text_2",
+                  "text_2");
   }
   if (first.size() > 1 && first_single) first.resize(1);
   int64_t used = 0;
-  Expected<std::vector<float>> scores = ScorePairs(model, first, second, "text_2", &used);
-  if (!scores.ok()) return Fail(FromStatus(scores.status(), "text_2"));
-  json data = json::array();
-  for (size_t i = 0; i < scores->size(); ++i) {
-    data.push_back({{"index", i}, {"object", "score"}, {"score", (*scores)[i]}});
+  PreparedEncoderRequest prepared;
+  if (auto e = Pairs(model, first, second, "text_2", &prepared.job.sequences, &used)) {
+    return Refuse(*e);
   }
-  const int64_t now = static_cast<int64_t>(std::time(nullptr));
-  return {json{{"id", "score-" + std::to_string(now)},
-               {"object", "list"},
-               {"created", now},
-               {"model", model.Name()},
-               {"data", std::move(data)},
-               {"usage", Usage(used)}},
-          std::nullopt};
+  prepared.job.answer = [name = model.Name(), used](EncoderResults results) -> EncoderAnswer {
+    json data = json::array();
+    for (size_t i = 0; i < results.scores.size(); ++i) {
+      data.push_back({{"index", i}, {"object", "score"}, {"score", results.scores[i]}});
+    }
+    const int64_t now = static_cast<int64_t>(std::time(nullptr));
+    return {json{{"id", "score-" + std::to_string(now)},
+                 {"object", "list"},
+                 {"created", now},
+                 {"model", name},
+                 {"data", std::move(data)},
+                 {"usage", Usage(used)}},
+            std::nullopt};
+  };
+  return prepared;
+}
+
+Expected<EncoderResults> RunEncoder(EncoderModel& model, std::span<const Encoding> sequences) {
+  EncoderResults results;
+  if (model.task() == Task::kRerank) {
+    GZ_ASSIGN_OR_RETURN(results.scores, model.Score(sequences));
+  } else {
+    GZ_ASSIGN_OR_RETURN(results.vectors, model.Embed(sequences));
+  }
+  return results;
 }
 
 }  // namespace gizllm::server

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,6 +35,23 @@ class EncoderModel {
   // A pair's, cut at MaxTokens() as Hugging Face's longest_first truncation.
   virtual Expected<Encoding> TokenizePair(std::string_view first,
                                           std::string_view second) const = 0;
+  // Whether vectors have unit L2 norm (a Normalize module): cut to fewer dimensions, they are
+  // normalized again.
+  virtual bool Normalizes() const { return false; }
+  // Ok where vectors of `dimensions` floats may be asked for: Dim(), or fewer where the model's
+  // config says it was trained for them (Matryoshka); else an error saying which are allowed.
+  virtual Status CheckDimensions(int64_t dimensions) const {
+    if (dimensions == Dim()) return Status::Ok();
+    return InvalidArgument("must be " + std::to_string(Dim()) +
+                           ": this model was not trained for shorter (Matryoshka) embeddings");
+  }
+  // The text put before every text of a request: the prompt named `name`, or the default
+  // prompt where `name` is nullopt ("" where the model has none). An unknown name is an error
+  // listing the known ones.
+  virtual Expected<std::string> Prompt(const std::optional<std::string>& name) const {
+    if (!name) return std::string();
+    return InvalidArgument("this model has no prompts (config_sentence_transformers.json)");
+  }
   // One pooled vector of Dim() floats a sequence (kEmbed).
   virtual Expected<std::vector<std::vector<float>>> Embed(std::span<const Encoding> sequences) = 0;
   // One score a pair (kRerank).

@@ -19,6 +19,7 @@
 
 #include "server/api_error.h"
 #include "server/embedding_request.h"
+#include "server/encoder_batcher.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/output_stream.h"
@@ -39,6 +40,7 @@ Status ServerOptions::Check() const {
   if (!(read_timeout_s > 0) || !(write_timeout_s > 0) || !(max_generation_s > 0)) {
     return InvalidArgument("timeouts must be positive");
   }
+  if (batch_tokens < 1) return InvalidArgument("--max-batch-tokens must be at least 1");
   return Status::Ok();
 }
 
@@ -120,6 +122,7 @@ struct Routed {
   std::string body;
   std::string_view content_type = kJsonType;
   std::optional<Job> job;
+  std::optional<EncoderJob> encoder_job;  // the embed and rerank tasks' requests
 
   static Routed Ok(std::string body, std::string_view content_type = kJsonType) {
     Routed r;
@@ -146,7 +149,11 @@ struct HttpServer::Impl {
         metrics(metrics),
         options(std::move(options)),
         acceptor(io),
-        signals(io, SIGINT, SIGTERM) {}
+        signals(io, SIGINT, SIGTERM) {
+    if (encoder) {
+      batcher = std::make_unique<EncoderBatcher>(*encoder, metrics, this->options.batch_tokens);
+    }
+  }
 
   net::awaitable<void> Accept();
   Task task() const { return encoder ? encoder->task() : Task::kGenerate; }
@@ -164,6 +171,9 @@ struct HttpServer::Impl {
   net::signal_set signals;
   std::vector<std::thread> threads;
   std::atomic<bool> stopped{false};
+  // The encoder's requests run here, off the HTTP threads (null for the generate task).
+  // Declared after io: it is stopped (and its last answers posted) before io goes.
+  std::unique_ptr<EncoderBatcher> batcher;
 };
 
 namespace {
@@ -207,6 +217,8 @@ class Session : public std::enable_shared_from_this<Session> {
   Routed PrepareChat(const json& body);
   Routed PrepareCompletion(const json& body);
   net::awaitable<bool> Generate(Job job, unsigned version, bool keep_alive);
+  // Runs an encoder job in the server's batches and writes its answer.
+  net::awaitable<bool> Encode(EncoderJob job, unsigned version, bool keep_alive);
   void Monitor(std::shared_ptr<Pipe> pipe);
 
   HttpServer::Impl& server_;
@@ -732,11 +744,14 @@ Routed Session::Route(const Request& request) {
                                     "", "wrong_task"));
   }
   if (server_.encoder) {
-    EncoderAnswer answer = endpoint_ == "/v1/embeddings" ? Embeddings(*server_.encoder, body)
-                           : endpoint_ == "/v1/rerank"   ? Rerank(*server_.encoder, body)
-                                                         : Score(*server_.encoder, body);
-    if (answer.error) return Routed::Error(*answer.error);
-    return Routed::Ok(Dump(answer.body));
+    PreparedEncoderRequest prepared =
+        endpoint_ == "/v1/embeddings" ? PrepareEmbeddings(*server_.encoder, body)
+        : endpoint_ == "/v1/rerank"   ? PrepareRerank(*server_.encoder, body)
+                                      : PrepareScore(*server_.encoder, body);
+    if (prepared.error) return Routed::Error(*prepared.error);
+    Routed r;
+    r.encoder_job = std::move(prepared.job);
+    return r;
   }
   const TextModel& text = *server_.text;
   if (endpoint_ == "/v1/chat/completions") return PrepareChat(body);
@@ -793,8 +808,50 @@ net::awaitable<bool> Session::Handle(Request& request) {
     }
     co_return go_on;
   }
+  if (routed.encoder_job) {
+    co_return co_await Encode(std::move(*routed.encoder_job), version, keep_alive);
+  }
   co_await WriteResponse(routed.status, std::move(routed.body), routed.content_type, keep_alive,
                          version);
+  co_return keep_alive;
+}
+
+net::awaitable<bool> Session::Encode(EncoderJob job, unsigned version, bool keep_alive) {
+  // The batcher's thread hands the results to this session's strand, where the coroutine
+  // checks for them before each wait: no wake-up is lost.
+  struct Waiter {
+    explicit Waiter(net::any_io_executor executor)
+        : wake(executor, net::steady_timer::time_point::max()) {}
+    net::steady_timer wake;
+    std::optional<Expected<EncoderResults>> results;
+  };
+  auto waiter = std::make_shared<Waiter>(socket_.get_executor());
+  server_.batcher->Submit(std::move(job.sequences), [waiter](Expected<EncoderResults> results) {
+    net::post(waiter->wake.get_executor(), [waiter, results = std::move(results)]() mutable {
+      waiter->results = std::move(results);
+      waiter->wake.cancel();
+    });
+  });
+  while (!waiter->results) {
+    error_code ec;
+    co_await waiter->wake.async_wait(net::redirect_error(net::use_awaitable, ec));
+  }
+  EncoderAnswer answer;
+  if (!waiter->results->ok()) {
+    answer.error = FromStatus(waiter->results->status());
+  } else {
+    try {
+      answer = job.answer(std::move(*waiter->results).value());
+    } catch (const std::exception& e) {
+      answer.error = ApiError{500, std::string("The server failed: ") + e.what(), "server_error",
+                              "", "internal_error"};
+    }
+  }
+  if (answer.error) {
+    co_await WriteError(*answer.error, keep_alive, version, endpoint_);
+  } else {
+    co_await WriteResponse(http::status::ok, Dump(answer.body), kJsonType, keep_alive, version);
+  }
   co_return keep_alive;
 }
 
@@ -916,6 +973,7 @@ Status HttpServer::Start() {
     if (!ec) Stop();
   });
   net::co_spawn(impl_->io, impl_->Accept(), net::detached);
+  if (impl_->batcher) impl_->batcher->Start();
   for (int i = 0; i < impl_->options.threads; ++i) {
     impl_->threads.emplace_back([this] { impl_->io.run(); });
   }
@@ -931,6 +989,7 @@ void HttpServer::Wait() {
   for (std::thread& t : impl_->threads) {
     if (t.joinable()) t.join();
   }
+  if (impl_->stopped && impl_->batcher) impl_->batcher->Stop();
 }
 
 void HttpServer::Stop() {

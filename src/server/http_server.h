@@ -30,6 +30,9 @@ struct ServerOptions {
   double read_timeout_s = 30;        // a request must arrive within; idle connections close
   double write_timeout_s = 60;       // a client must take each piece of a response within
   double max_generation_s = 600;     // a generation running longer ends, finish_reason "length"
+  // The embed and rerank tasks: most tokens of one encoder batch, which gathers the sequences
+  // of every waiting request (server/encoder_batcher.h).
+  int64_t batch_tokens = 16384;
 
   Status Check() const;
 };

@@ -76,6 +76,13 @@ void Metrics::CountFinish(const std::string& reason) {
   ++finishes_[reason];
 }
 
+void Metrics::CountEncoderBatch(int64_t requests, int64_t sequences, int64_t tokens) {
+  ++encoder_batches_;
+  encoder_batch_requests_ += requests;
+  encoder_batch_sequences_ += sequences;
+  encoder_batch_tokens_ += tokens;
+}
+
 std::string Metrics::Render(const LoopStats& loop) const {
   std::string out;
   Header("gizllm_requests_total", "HTTP requests by endpoint and status.", "counter", &out);
@@ -98,6 +105,18 @@ std::string Metrics::Render(const LoopStats& loop) const {
          cached_tokens_, &out);
   Scalar("gizllm_generation_tokens_total", "Tokens generated.", "counter", completion_tokens_,
          &out);
+  Scalar("gizllm_encoder_batches_total", "Encoder batches run (embed and rerank tasks).", "counter",
+         static_cast<double>(encoder_batches_), &out);
+  Scalar("gizllm_encoder_batch_requests_total",
+         "Requests in encoder batches, summed over batches (a request that spans batches counts "
+         "in each).",
+         "counter", static_cast<double>(encoder_batch_requests_), &out);
+  Scalar("gizllm_encoder_batch_sequences_total", "Texts or pairs in encoder batches.", "counter",
+         static_cast<double>(encoder_batch_sequences_), &out);
+  Scalar("gizllm_encoder_batch_tokens_total", "Tokens in encoder batches.", "counter",
+         static_cast<double>(encoder_batch_tokens_), &out);
+  Scalar("gizllm_encoder_queue_length", "Encoder requests waiting for a batch.", "gauge",
+         static_cast<double>(encoder_queued_), &out);
   time_to_first_token_.Write("gizllm_time_to_first_token_seconds",
                              "Time from a request's arrival to its first token.", &out);
   inter_token_latency_.Write("gizllm_inter_token_latency_seconds",

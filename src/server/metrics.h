@@ -43,6 +43,10 @@ class Metrics {
   void CountRequest(const std::string& endpoint, int status);
   void AddTokens(int64_t prompt, int64_t cached, int64_t completion);
   void CountFinish(const std::string& reason);
+  // The embed and rerank tasks (server/encoder_batcher.h): one encoder batch of the sequences of
+  // `requests` requests, and the requests waiting for a batch.
+  void CountEncoderBatch(int64_t requests, int64_t sequences, int64_t tokens);
+  void SetEncoderQueued(int64_t requests) { encoder_queued_ = requests; }
 
   Histogram& time_to_first_token() { return time_to_first_token_; }
   Histogram& inter_token_latency() { return inter_token_latency_; }
@@ -57,6 +61,11 @@ class Metrics {
   std::atomic<int64_t> prompt_tokens_{0};
   std::atomic<int64_t> cached_tokens_{0};
   std::atomic<int64_t> completion_tokens_{0};
+  std::atomic<int64_t> encoder_batches_{0};
+  std::atomic<int64_t> encoder_batch_requests_{0};
+  std::atomic<int64_t> encoder_batch_sequences_{0};
+  std::atomic<int64_t> encoder_batch_tokens_{0};
+  std::atomic<int64_t> encoder_queued_{0};
   Histogram time_to_first_token_;
   Histogram inter_token_latency_;
   Histogram request_latency_;

@@ -1,6 +1,6 @@
-// EncoderModel over an EmbeddingModel (model/embedding_model.h). The encoder runs on the HTTP
-// thread of the request that calls it, one request at a time (a mutex): requests are not yet
-// batched together.
+// EncoderModel over an EmbeddingModel (model/embedding_model.h). The server calls it from its
+// batcher's thread (server/encoder_batcher.h), with the sequences of many requests at once; the
+// mutex keeps any other caller to one run at a time.
 #pragma once
 
 #include <memory>
@@ -21,6 +21,13 @@ class RealEncoderModel final : public EncoderModel {
   int32_t MaxTokens() const override;
   int32_t Vocab() const override;
   int64_t Dim() const override { return model_->dim(); }
+  bool Normalizes() const override { return model_->config().normalize; }
+  Status CheckDimensions(int64_t dimensions) const override {
+    return gizllm::CheckDimensions(model_->config(), model_->dim(), dimensions);
+  }
+  Expected<std::string> Prompt(const std::optional<std::string>& name) const override {
+    return PromptText(model_->config(), name);
+  }
   Expected<Encoding> Tokenize(std::string_view text, int64_t limit) const override;
   Expected<Encoding> TokenizePair(std::string_view first, std::string_view second) const override;
   Expected<std::vector<std::vector<float>>> Embed(std::span<const Encoding> sequences) override;

@@ -1,9 +1,11 @@
 """Writes a random tiny BERT-style encoder folder for the CLI and server tests, in pure Python
 (no numpy, torch or transformers): config.json, model.safetensors (float32), the golden
 bert-uncased tokenizer, and with --st the sentence-transformers files (CLS pooling, Normalize,
-max_seq_length 16).
+max_seq_length 16), with --prompts also config_sentence_transformers.json (prompts "query",
+the default, and "none"), with --matryoshka config.json's matryoshka_dimensions [16, 8, 4].
 
-  python3 tests/cli/tiny_encoder.py DIR [--family bert|roberta] [--head] [--st]
+  python3 tests/cli/tiny_encoder.py DIR [--family bert|roberta] [--head] [--st] [--prompts]
+                                        [--matryoshka]
 """
 import argparse
 import json
@@ -35,6 +37,8 @@ def main():
     ap.add_argument("--family", default="bert", choices=["bert", "roberta"])
     ap.add_argument("--head", action="store_true")
     ap.add_argument("--st", action="store_true")
+    ap.add_argument("--prompts", action="store_true")
+    ap.add_argument("--matryoshka", action="store_true")
     a = ap.parse_args()
     rng = random.Random(25)
     os.makedirs(a.dir, exist_ok=True)
@@ -84,6 +88,8 @@ def main():
               "layer_norm_eps": 1e-12, "pad_token_id": 0 if bert else 1}
     if a.head:
         config["id2label"] = {"0": "LABEL_0"}
+    if a.matryoshka:
+        config["matryoshka_dimensions"] = [DIM, DIM // 2, DIM // 4]
     json.dump(config, open(os.path.join(a.dir, "config.json"), "w"))
     shutil.copy(TOKENIZER, os.path.join(a.dir, "tokenizer.json"))
     if a.st:
@@ -97,6 +103,10 @@ def main():
                   open(os.path.join(a.dir, "1_Pooling", "config.json"), "w"))
         json.dump({"max_seq_length": 16, "do_lower_case": False},
                   open(os.path.join(a.dir, "sentence_bert_config.json"), "w"))
+    if a.prompts:
+        json.dump({"prompts": {"query": "query: ", "none": ""}, "default_prompt_name": "query",
+                   "similarity_fn_name": "cosine"},
+                  open(os.path.join(a.dir, "config_sentence_transformers.json"), "w"))
 
 
 if __name__ == "__main__":

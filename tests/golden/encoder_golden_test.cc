@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,9 +64,17 @@ TEST_P(EmbedderGoldenTest, TokensAndEmbeddingsMatch) {
   const auto want = ref_["embeddings"].get<std::vector<std::vector<float>>>();
   EXPECT_EQ(model_->config().sentence_transformers, ref_["meta"]["modules_json"].get<bool>());
   EXPECT_EQ(model_->max_tokens(), ref_["meta"]["max_tokens"].get<int64_t>());
+  // A case with prompts: the one named (null: the default) goes before every text.
+  std::optional<std::string> prompt_name;
+  if (ref_.contains("prompt_name") && !ref_["prompt_name"].is_null()) {
+    prompt_name = ref_["prompt_name"].get<std::string>();
+  }
+  auto prompt = PromptText(model_->config(), prompt_name);
+  ASSERT_TRUE(prompt.ok()) << prompt.status().message();
+  EXPECT_EQ(*prompt, ref_.value("prompt", std::string()));
   std::vector<Encoding> encodings;
   for (size_t i = 0; i < texts.size(); ++i) {
-    auto e = model_->Tokenize(texts[i]);
+    auto e = model_->Tokenize(*prompt + texts[i]);
     ASSERT_TRUE(e.ok()) << e.status().message();
     EXPECT_EQ(e->ids, ids[i]) << "text " << i << ": " << texts[i];
     encodings.push_back(std::move(e).value());
@@ -95,6 +104,14 @@ TEST_P(CrossEncoderGoldenTest, TokensScoresAndOrderMatch) {
   const auto types = ref_["types"].get<std::vector<std::vector<int32_t>>>();
   const auto want = ref_["scores"].get<std::vector<float>>();
   const auto order = ref_["order"].get<std::vector<size_t>>();
+  // A decoder reranker (Qwen3-Reranker) scores when asked, as `serve --task rerank` asks.
+  auto ask = [&](EmbeddingModel& model) {
+    if (model.is_decoder()) {
+      Status s = model.RerankByYesNo(ref_["meta"].value("instruction", std::string()));
+      EXPECT_TRUE(s.ok()) << s.message();
+    }
+  };
+  ask(*model_);
   EXPECT_TRUE(model_->reranks());
   std::vector<Encoding> pairs;
   for (size_t i = 0; i < documents.size(); ++i) {
@@ -105,6 +122,7 @@ TEST_P(CrossEncoderGoldenTest, TokensScoresAndOrderMatch) {
     pairs.push_back(std::move(e).value());
   }
   auto check = [&](EmbeddingModel& model, float tolerance, const char* device) {
+    ask(model);
     auto got = model.Score(pairs);
     ASSERT_TRUE(got.ok()) << got.status().message();
     ASSERT_EQ(got->size(), want.size());
@@ -124,8 +142,9 @@ TEST_P(CrossEncoderGoldenTest, TokensScoresAndOrderMatch) {
 
 INSTANTIATE_TEST_SUITE_P(Encoders, EmbedderGoldenTest,
                          ::testing::Values("bert_mean", "bert_st", "roberta_st", "xlmr_mean",
-                                           "qwen3_last"));
-INSTANTIATE_TEST_SUITE_P(Encoders, CrossEncoderGoldenTest, ::testing::Values("bert_ce", "xlmr_ce"));
+                                           "bert_prompt", "qwen3_last"));
+INSTANTIATE_TEST_SUITE_P(Encoders, CrossEncoderGoldenTest,
+                         ::testing::Values("bert_ce", "xlmr_ce", "qwen3_reranker"));
 
 }  // namespace
 }  // namespace gizllm

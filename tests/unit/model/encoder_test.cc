@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/mapped_file.h"
 #include "formats/safetensors.h"
 #include "model/config.h"
 #include "model/embedding_model.h"
@@ -328,6 +329,74 @@ TEST_F(EncoderTest, SentenceTransformersConfiguration) {
   EXPECT_EQ(ReadEmbeddingConfig(dir + "/1_Pooling", 2)->activation, ScoreActivation::kIdentity);
 }
 
+// Prompts (config_sentence_transformers.json, read beside modules.json) and Matryoshka sizes
+// (config.json).
+TEST_F(EncoderTest, PromptsAndMatryoshkaConfiguration) {
+  const std::string dir = Write(Tiny{"bert", false}, "prompts");
+  auto write = [&](const std::string& file, const nlohmann::json& j) {
+    fs::create_directories(fs::path(dir + "/" + file).parent_path());
+    std::ofstream(dir + "/" + file) << j.dump();
+  };
+  const nlohmann::json prompts = {
+      {"prompts", {{"query", "Instruct: find\nQuery:"}, {"document", ""}}},
+      {"default_prompt_name", "query"}};
+  write("config_sentence_transformers.json", prompts);
+  // Without modules.json the folder is not a sentence-transformers model: no prompts.
+  auto plain = ReadEmbeddingConfig(dir, 0);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->prompts.empty());
+  EXPECT_EQ(*PromptText(*plain, std::nullopt), "");
+  EXPECT_FALSE(PromptText(*plain, "query").ok());
+  EXPECT_FALSE(plain->matryoshka);
+  Status refused = CheckDimensions(*plain, 16, 8);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("is_matryoshka"), std::string::npos);
+  EXPECT_TRUE(CheckDimensions(*plain, 16, 16).ok());
+
+  write("modules.json", nlohmann::json::parse(R"([
+    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
+  ])"));
+  write("1_Pooling/config.json", {{"pooling_mode_mean_tokens", true}});
+  auto st = ReadEmbeddingConfig(dir, 0);
+  ASSERT_TRUE(st.ok()) << st.status().message();
+  EXPECT_EQ(*PromptText(*st, std::nullopt), "Instruct: find\nQuery:");
+  EXPECT_EQ(*PromptText(*st, "document"), "");
+  auto unknown = PromptText(*st, "passage");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("document, query"), std::string::npos);
+  write("config_sentence_transformers.json",
+        {{"prompts", {{"query", "q: "}}}, {"default_prompt_name", nullptr}});
+  EXPECT_EQ(*PromptText(*ReadEmbeddingConfig(dir, 0), std::nullopt), "");
+  write("config_sentence_transformers.json",
+        {{"prompts", {{"query", "q: "}}}, {"default_prompt_name", "passage"}});
+  auto bad = ReadEmbeddingConfig(dir, 0);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("default_prompt_name"), std::string::npos);
+  write("config_sentence_transformers.json", prompts);
+
+  // Matryoshka: is_matryoshka allows any size, matryoshka_dimensions those listed.
+  auto config = nlohmann::json::parse(*ReadFile(dir + "/config.json"));
+  config["is_matryoshka"] = true;
+  write("config.json", config);
+  auto any = ReadEmbeddingConfig(dir, 0);
+  ASSERT_TRUE(any.ok()) << any.status().message();
+  EXPECT_TRUE(CheckDimensions(*any, 16, 3).ok());
+  EXPECT_FALSE(CheckDimensions(*any, 16, 0).ok());
+  EXPECT_FALSE(CheckDimensions(*any, 16, 17).ok());
+  config["matryoshka_dimensions"] = {16, 8, 4};
+  write("config.json", config);
+  auto listed = ReadEmbeddingConfig(dir, 0);
+  ASSERT_TRUE(listed.ok());
+  EXPECT_TRUE(CheckDimensions(*listed, 16, 8).ok());
+  Status three = CheckDimensions(*listed, 16, 3);
+  ASSERT_FALSE(three.ok());
+  EXPECT_NE(three.message().find("16, 8, 4"), std::string::npos);
+  config["matryoshka_dimensions"] = "8";
+  write("config.json", config);
+  EXPECT_FALSE(ReadEmbeddingConfig(dir, 0).ok());
+}
+
 // A decoder's last hidden state for embeddings (Runner::Hidden's layers + 1) is the one its head
 // reads: the tied head over it gives the logits.
 TEST_F(EncoderTest, DecoderFinalNormedHiddenFeedsTheHead) {
@@ -364,6 +433,91 @@ TEST_F(EncoderTest, DecoderFinalNormedHiddenFeedsTheHead) {
   EXPECT_NE(*raw, *hidden);
   const int beyond[] = {a.layers + 2};
   EXPECT_FALSE(SequenceHidden(**model, ids, beyond).ok());
+}
+
+// A decoder reranker (Qwen3-Reranker): the pair in its prompt, then softmax over the last
+// position's [no, yes] logits, against the same logits from SequenceLogits by hand. The model:
+// the random tiny Qwen3 of tests/golden/encoders/qwen3_last, whose vocabulary has no "yes" and
+// "no": config.json's classifier_from_token names two of its tokens instead.
+TEST_F(EncoderTest, DecoderRerankerScoresWithItsYesNoLogits) {
+  const std::string from = "tests/golden/encoders/qwen3_last";
+  const std::string dir = (fs::path(::testing::TempDir()) / "decoder_reranker").string();
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* f : {"model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {
+    fs::copy_file(from + "/" + f, dir + "/" + f);
+  }
+  // Its tokenizer has no chat tokens: the prompt takes 184 tokens, so more positions.
+  auto config = nlohmann::json::parse(*ReadFile(from + "/config.json"));
+  config["max_position_embeddings"] = 512;
+  std::ofstream(dir + "/config.json") << config.dump();
+  {
+    // Without classifier_from_token: embeds, and cannot rerank without "yes" and "no".
+    auto plain = EmbeddingModel::Load(dir, Cpu());
+    ASSERT_TRUE(plain.ok()) << plain.status().message();
+    EXPECT_FALSE((*plain)->reranks());
+    Status s = (*plain)->RerankByYesNo();
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("no token \"no\""), std::string::npos) << s.message();
+  }
+  config["classifier_from_token"] = {"Ġthe", "Ġand"};
+  std::ofstream(dir + "/config.json") << config.dump();
+  auto model = EmbeddingModel::Load(dir, Cpu());
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  ASSERT_TRUE((*model)->reranks());
+  auto decoder = Model::Load(dir, Cpu());
+  ASSERT_TRUE(decoder.ok());
+  const Tokenizer& tok = (*model)->tokenizer();
+  const int32_t no = tok.TokenId("Ġthe"), yes = tok.TokenId("Ġand");
+  ASSERT_GE(no, 0);
+  ASSERT_GE(yes, 0);
+  const std::string query = "Where is the capital of France?";
+  const std::vector<std::string> documents = {"Paris is the capital of France.",
+                                              "The quick brown fox.", "a"};
+  // The prompt, as Qwen3-Reranker's model card builds it.
+  auto prefix = tok.Encode(
+      "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query "
+      "and the Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>"
+      "\n<|im_start|>user\n");
+  auto suffix = tok.Encode("<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  ASSERT_TRUE(prefix.ok() && suffix.ok());
+  std::vector<Encoding> pairs;
+  std::vector<float> want;
+  for (const std::string& d : documents) {
+    auto body = tok.Encode("<Instruct>: " + std::string(EmbeddingModel::kRerankInstruction) +
+                               "\n<Query>: " + query + "\n<Document>: " + d,
+                           /*add_special=*/true);
+    ASSERT_TRUE(body.ok());
+    std::vector<int32_t> ids = *prefix;
+    ids.insert(ids.end(), body->begin(), body->end());
+    ids.insert(ids.end(), suffix->begin(), suffix->end());
+    auto e = (*model)->TokenizePair(query, d);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    EXPECT_EQ(e->ids, ids) << d;
+    EXPECT_EQ(e->types, std::vector<int32_t>(ids.size(), 0));
+    pairs.push_back(std::move(e).value());
+    // By hand: every position's logits, the last row's [no, yes] under a softmax.
+    auto logits = SequenceLogits(**decoder, ids);
+    ASSERT_TRUE(logits.ok());
+    const float* last = logits->data() + (ids.size() - 1) * (*decoder)->arch().vocab;
+    const double e_no = std::exp(static_cast<double>(last[no]));
+    const double e_yes = std::exp(static_cast<double>(last[yes]));
+    want.push_back(static_cast<float>(e_yes / (e_no + e_yes)));
+  }
+  auto got = (*model)->Score(pairs);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ASSERT_EQ(got->size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR((*got)[i], want[i], 1e-6) << i;
+  EXPECT_NE((*got)[0], (*got)[1]);
+  // A document longer than the model's 512 positions is cut at its end; the prompt's end stays.
+  std::string long_document;
+  for (int i = 0; i < 200; ++i) long_document += " the capital of France";
+  auto cut = (*model)->TokenizePair(query, long_document);
+  ASSERT_TRUE(cut.ok());
+  EXPECT_EQ(static_cast<int64_t>(cut->ids.size()), (*model)->max_tokens());
+  EXPECT_TRUE(std::equal(suffix->rbegin(), suffix->rend(), cut->ids.rbegin()));
+  auto long_score = (*model)->Score(std::span<const Encoding>(&*cut, 1));
+  ASSERT_TRUE(long_score.ok()) << long_score.status().message();
 }
 
 TEST(PoolTest, ClsMeanLastTokenAndNormalize) {
