@@ -17,6 +17,7 @@
 #include "server/encoder_model.h"
 #include "server/engine_loop.h"
 #include "server/generator.h"
+#include "server/media.h"
 #include "server/metrics.h"
 
 namespace gizllm::server {
@@ -30,6 +31,7 @@ struct ServerOptions {
   double read_timeout_s = 30;        // a request must arrive within; idle connections close
   double write_timeout_s = 60;       // a client must take each piece of a response within
   double max_generation_s = 600;     // a generation running longer ends, finish_reason "length"
+  MediaOptions media;                // chats' pictures and videos: local files, limits
 
   Status Check() const;
 };

@@ -28,73 +28,10 @@
 namespace gizllm {
 namespace {
 
-const std::string kChars = "abcdefghijklmnopqrstuvwxyz \n.,!?:'012345";  // ids 0..39
-constexpr int32_t kImStart = 44, kImEnd = 45;
-
-const char* kTemplate =
-    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n{% else %}"
-    "{% for content in message['content'] %}"
-    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
-    "{% set image_count.value = image_count.value + 1 %}"
-    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
-    "<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif content['type'] == 'video' or 'video' in content %}"
-    "{% set video_count.value = video_count.value + 1 %}"
-    "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
-    "<|vision_start|><|video_pad|><|vision_end|>"
-    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
-    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
-
-void WriteTokenizer(const std::string& dir) {
-  static_assert(tiny_vl::kImage == 40 && tiny_vl::kStart == 41 && tiny_vl::kVideo == 42 &&
-                tiny_vl::kEnd == 43);
-  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
-  for (size_t i = 0; i < kChars.size(); ++i) vocab[std::string(1, kChars[i])] = i;
-  nlohmann::ordered_json added = nlohmann::ordered_json::array();
-  const char* specials[] = {"<|image_pad|>", "<|vision_start|>", "<|video_pad|>", "<|vision_end|>",
-                            "<|im_start|>",  "<|im_end|>",       "<|endoftext|>", "<|box_start|>"};
-  for (int i = 0; i < 8; ++i) {
-    vocab[specials[i]] = 40 + i;
-    added.push_back({{"id", 40 + i},
-                     {"content", specials[i]},
-                     {"single_word", false},
-                     {"lstrip", false},
-                     {"rstrip", false},
-                     {"normalized", false},
-                     {"special", true}});
-  }
-  nlohmann::ordered_json tokenizer = {{"version", "1.0"},
-                                      {"truncation", nullptr},
-                                      {"padding", nullptr},
-                                      {"added_tokens", added},
-                                      {"normalizer", nullptr},
-                                      {"pre_tokenizer", nullptr},
-                                      {"post_processor", nullptr},
-                                      {"decoder", {{"type", "Fuse"}}},
-                                      {"model",
-                                       {{"type", "BPE"},
-                                        {"dropout", nullptr},
-                                        {"unk_token", nullptr},
-                                        {"continuing_subword_prefix", nullptr},
-                                        {"end_of_word_suffix", nullptr},
-                                        {"fuse_unk", false},
-                                        {"byte_fallback", false},
-                                        {"vocab", vocab},
-                                        {"merges", nlohmann::ordered_json::array()}}}};
-  std::ofstream(dir + "/tokenizer.json") << tokenizer.dump();
-  nlohmann::ordered_json config = {{"chat_template", kTemplate}, {"eos_token", "<|im_end|>"}};
-  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
-}
-
-void Append(std::vector<int32_t>* ids, const std::string& text) {
-  for (char c : text) {
-    const size_t id = kChars.find(c);
-    CHECK(id != std::string::npos);
-    ids->push_back(static_cast<int32_t>(id));
-  }
-}
+using tiny_vl::Append;
+using tiny_vl::kImEnd;
+using tiny_vl::kImStart;
+using tiny_vl::WriteTokenizer;
 
 int Main(int argc, char** argv) {
   if (argc != 4) {

@@ -128,7 +128,7 @@ TEST_F(PicturePromptTest, PlaceholdersAndPicturesMustPairUp) {
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.status().message().find("holds 2 image placeholders"), std::string::npos)
       << out.status().message();
-  EXPECT_NE(out.status().message().find("1 pictures are given"), std::string::npos);
+  EXPECT_NE(out.status().message().find("1 pictures and 0 videos are given"), std::string::npos);
   out = reader_->Expand(std::vector<int32_t>{1, 2, 3},
                         std::vector<Bytes>{Png(12, 8, 1), Png(8, 4, 2)});
   ASSERT_FALSE(out.ok());
