@@ -325,6 +325,61 @@ TEST_F(ServerVisionTest, BadPicturesAre400sNamingThePart) {
   EXPECT_FALSE(reply["choices"][0]["message"]["content"].get<std::string>().empty());
 }
 
+// Five 8 x 8 frames taken at 1 frame a second (three timestamped pairs in the prompt).
+TEST_F(ServerVisionTest, AVideoUrlAnswersAsTheEngineDoes) {
+  std::vector<vision::Picture> frames;
+  std::vector<std::string> urls;
+  for (int i = 0; i < 5; ++i) {
+    const Bytes pattern = vision::testing::Pattern(8, 8, 3, 20 + i);
+    const Bytes png = vision::testing::EncodePng(8, 8, pattern, {});
+    WriteFile(*root_ / "media" / "clip" / ("frame_" + std::to_string(i) + ".png"), png);
+    frames.push_back(vision::Picture{8, 8, pattern});
+    urls.push_back(DataUrl(png));
+  }
+  auto reader = PictureReader::Load((*root_ / "model").string(), *backend_);
+  ASSERT_TRUE(reader.ok());
+  const auto [expected, prompt_tokens] =
+      Direct({tiny_vl::kVideo}, {(*reader)->PrepareVideo(frames, 1.0).value()}, "what is this?");
+  ASSERT_FALSE(expected.empty());
+  EXPECT_EQ(prompt_tokens, 89u);  // 32 tokens of the template, 3 pairs of 19
+  ServerOptions options;
+  options.media.max_frames = 6;
+  Start(options);
+  const json text = {{"type", "text"}, {"text", "what is this?"}};
+  const std::string param = "messages[0].content[0].video_url";
+  for (const json& video :
+       {json{{"url", "clip"}, {"fps", 1}},
+        json{{"url", "file://" + (*root_ / "media" / "clip").string()}, {"fps", 1}},
+        json{{"frames", urls}, {"fps", 1}}}) {
+    auto [status, reply] = Chat({{{"type", "video_url"}, {"video_url", video}}, text});
+    ASSERT_EQ(status, 200) << reply.dump();
+    EXPECT_EQ(reply["choices"][0]["message"]["content"], expected) << video.dump().substr(0, 80);
+    EXPECT_EQ(reply["usage"]["prompt_tokens"], prompt_tokens);
+  }
+  // Frames over the request's limit (6: the folder's 5 and 2 more), a frame that is not a
+  // picture, a folder outside the allowed one, a data: URL as a video.
+  ExpectBadRequest(Chat({{{"type", "video_url"}, {"video_url", {{"url", "clip"}}}},
+                         {{"type", "video_url"}, {"video_url", {{"frames", {urls[0], urls[1]}}}}},
+                         text}),
+                   "messages[0].content[1].video_url", "at most 6 frames");
+  ExpectBadRequest(Chat({{{"type", "video_url"},
+                          {"video_url", {{"frames", {urls[0], "data:image/png;base64,AAAA"}}}}},
+                         text}),
+                   param + ".frames[1]", "");
+  ExpectBadRequest(Chat({{{"type", "video_url"}, {"video_url", {{"url", "../outside"}}}}, text}),
+                   param, "not a file or folder under the allowed media path");
+  ExpectBadRequest(Chat({{{"type", "video_url"}, {"video_url", {{"url", urls[0]}}}}, text}), param,
+                   "a folder of frame pictures");
+  WriteFile(*root_ / "media" / "clip" / "frame_9.png", Png(12, 8, 1));
+  ExpectBadRequest(Chat({{{"type", "video_url"}, {"video_url", {{"url", "clip"}}}}, text}), param,
+                   "differ in size");
+  fs::remove(*root_ / "media" / "clip" / "frame_9.png");
+  auto [status, reply] =
+      Chat({{{"type", "video_url"}, {"video_url", {{"url", "clip"}, {"fps", 1}}}}, text});
+  EXPECT_EQ(status, 200) << reply.dump();
+  EXPECT_EQ(reply["choices"][0]["message"]["content"], expected);
+}
+
 TEST_F(ServerVisionTest, LocalFilesNeedTheAllowedFolder) {
   Start(ServerOptions{}, /*allow_files=*/false);
   WriteFile(*root_ / "media" / "picture.png", Png(12, 8, 7));
