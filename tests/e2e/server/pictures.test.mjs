@@ -1,7 +1,7 @@
 // The official openai npm client sends pictures to `gizllm serve` on a small random Qwen3-VL
-// that tests/cli/tiny_vl_folder.cc writes, with the greedy answer of a direct Engine call on the
-// same picture: an image_url part (a data: URL, or a file under --allowed-media-path) gets that
-// answer; bad pictures are 400s (BadRequestError) that name the part; the server goes on.
+// that tests/cli/tiny_vl_folder.cc writes, with the greedy answers of a direct Engine call on the
+// same picture and video: an image_url part (a data: URL, or a file under --allowed-media-path)
+// and a video_url part (a folder of frames there) get those answers; bad pictures are 400s (BadRequestError) that name the part; the server goes on.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -85,6 +85,22 @@ for (const [name, url, words] of [
     });
   });
 }
+
+test('a video_url folder of frames gets the engine\'s answer', async () => {
+  const expectedVideo = fs.readFileSync(path.join(dir, 'expected_video.txt'), 'utf8');
+  const r = await client.chat.completions.create({
+    model: server.model,
+    messages: [{ role: 'user', content: [
+      { type: 'video_url', video_url: { url: path.join(dir, 'video'), fps: 1 } },
+      { type: 'text', text: PROMPT }] }],
+    max_tokens: 8,
+    temperature: 0,
+  });
+  const content = r.choices[0].message.content;
+  assert.ok(content === expectedVideo || content + '\n' === expectedVideo,
+            `${JSON.stringify(content)} is not ${JSON.stringify(expectedVideo)}`);
+  assert.equal(r.usage.prompt_tokens, 89);
+});
 
 test('the server still answers after the bad pictures', async () => {
   sameAnswer((await ask(dataUrl('picture.png'))).choices[0].message.content);
