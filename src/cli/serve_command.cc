@@ -72,6 +72,7 @@ int ServeEncoder(const ServeOptions& o, std::optional<server::Task> asked,
 
 int Serve(const ServeOptions& o) {
   auto start = std::chrono::steady_clock::now();
+  if (Status s = o.http.Check(); !s.ok()) return Fail(s.message());
   std::optional<server::Task> asked;
   if (!o.task.empty()) {
     auto task = server::ParseTask(o.task);
@@ -150,7 +151,6 @@ int Serve(const ServeOptions& o) {
   if (!text.ok()) return Fail(text.status().message());
   // A model with a vision tower reads chats' pictures and videos.
   std::shared_ptr<PictureReader> pictures;
-  if (Status s = o.http.media.Check(); !s.ok()) return Fail(s.message());
   if (ReadVisionArch(dir).ok()) {
     auto reader = PictureReader::Load(dir, model->shared_backend(), o.http.media.picture);
     if (!reader.ok()) return Fail(reader.status().message());

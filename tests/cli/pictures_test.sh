@@ -65,6 +65,13 @@ expect_error run-video-missing "video 1: " \
 expect_fail run-video-fps-alone "--video-fps: give --video too" \
   $gz run -m "$m" "${flags[@]}" --video-fps 2 --prompt "what?"
 
+# serve: the media flags, and an allowed folder that is not one.
+expect_ok serve-help $gz serve --help
+check serve-help-media grep -q -- "--allowed-media-path" "$tmp/out"
+check serve-help-limits grep -q -- "--max-video-frames" "$tmp/out"
+expect_fail serve-media-path-not-a-folder "--allowed-media-path $tmp/none: not a folder" \
+  $gz serve -m "$m" --device cpu --port 0 --allowed-media-path "$tmp/none"
+
 # chat: /image attaches a picture to the next message; the first reply is run's (the same
 # prompt); the next turn reuses the first turn's tokens, picture rows included; a bad picture or
 # a model without a tower is refused with a line on stderr and the chat goes on.
