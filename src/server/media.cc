@@ -242,6 +242,16 @@ std::optional<ApiError> PrepareMedia(const std::vector<MediaPart>& parts,
       if (!fs::is_directory(*folder, error)) {
         return fail(part, "'" + part.url + "' is not a folder of frames", "invalid_video_url");
       }
+      // The frames too must lie in the allowed folder (a symlink among them may point out).
+      for (const auto& entry : fs::directory_iterator(*folder, error)) {
+        Expected<std::string> frame = AllowedLocalPath(entry.path().string(), options);
+        if (!frame.ok()) {
+          return fail(part,
+                      "'" + part.url + "' holds " + entry.path().filename().string() +
+                          ", which is not under the allowed media path",
+                      "invalid_video_url");
+        }
+      }
       Expected<std::vector<vision::Picture>> read =
           vision::ReadFrameFolder(*folder, left, reader.limits());
       if (!read.ok()) {

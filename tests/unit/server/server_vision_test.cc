@@ -370,6 +370,12 @@ TEST_F(ServerVisionTest, AVideoUrlAnswersAsTheEngineDoes) {
                    param, "not a file or folder under the allowed media path");
   ExpectBadRequest(Chat({{{"type", "video_url"}, {"video_url", {{"url", urls[0]}}}}, text}), param,
                    "a folder of frame pictures");
+  // A frame that links outside the allowed folder.
+  WriteFile(*root_ / "outside" / "frame.png", Png(8, 8, 1));
+  fs::create_symlink(*root_ / "outside" / "frame.png", *root_ / "media" / "clip" / "frame_8.png");
+  ExpectBadRequest(Chat({{{"type", "video_url"}, {"video_url", {{"url", "clip"}}}}, text}), param,
+                   "frame_8.png, which is not under the allowed media path");
+  fs::remove(*root_ / "media" / "clip" / "frame_8.png");
   WriteFile(*root_ / "media" / "clip" / "frame_9.png", Png(12, 8, 1));
   ExpectBadRequest(Chat({{{"type", "video_url"}, {"video_url", {{"url", "clip"}}}}, text}), param,
                    "differ in size");
