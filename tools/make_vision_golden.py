@@ -37,6 +37,8 @@ language model) in one prompt. Writes OUT/<family>/:
     tower, deepstack, positions, logits   as above, for the video
 Usage: python3 tools/make_vision_golden.py --out tests/golden/vision [--families qwen3_vl qwen3_5]
 
+With --video DIR...: for each folder DIR written above (its model as saved), writes the video
+case alone (the processor configs, video/ and reference_video.safetensors).
 With --fast DIR...: for each folder DIR written above, writes DIR/reference_fast.safetensors: the
 picture case computed as the CUDA fast mode computes it (tools/make_golden.py's --bf16-inputs
 --fast rules): the input of every product with a weight rounded to bf16 (the tower's patch
@@ -372,6 +374,26 @@ def write_video(folder, family, config, model, seed):
           [f"{s:.1f}" for s in times], flush=True)
 
 
+def load_folder(folder):
+    """A folder written above, loaded in float32 as write() runs it: (family, config, model)."""
+    config = transformers.AutoConfig.from_pretrained(folder)
+    family = config.model_type
+    cls = (transformers.Qwen3VLForConditionalGeneration if family == "qwen3_vl"
+           else transformers.Qwen3_5ForConditionalGeneration)
+    model = cls.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
+    if family == "qwen3_5":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from make_golden import use_torch_recurrence
+        use_torch_recurrence(model)
+    return family, config, model
+
+
+def write_video_for(folder):
+    """The video case of a folder written before (its model as saved)."""
+    family, config, model = load_folder(folder)
+    write_video(folder, family, config, model, seed=300 + FAMILIES.index(family))
+
+
 def vision_attention_aware(fp16_attention, original):
     """The attention function with the language model's attention rounded as fp16_attention
     rounds it and the tower's (a module whose class says Vision) left in float32."""
@@ -386,15 +408,9 @@ def write_fast(folder):
     """reference_fast.safetensors for the picture case of `folder` (see the module's doc)."""
     import importlib
     from safetensors.torch import load_file
+    family, config, model = load_folder(folder)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from make_golden import fp16_attention, use_torch_recurrence
-    config = transformers.AutoConfig.from_pretrained(folder)
-    family = config.model_type
-    cls = (transformers.Qwen3VLForConditionalGeneration if family == "qwen3_vl"
-           else transformers.Qwen3_5ForConditionalGeneration)
-    model = cls.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
-    if family == "qwen3_5":
-        use_torch_recurrence(model)
+    from make_golden import fp16_attention
     ref = load_file(os.path.join(folder, "reference.safetensors"))
     ids, grid_thw = ref["ids"], ref["grid_thw"]
     # The patch embedding (a Conv3d, a product with a weight) reads pixel_values rounded.
@@ -453,17 +469,25 @@ def main():
     ap.add_argument("--families", nargs="+", choices=FAMILIES, default=FAMILIES)
     ap.add_argument("--fast", nargs="+", metavar="DIR",
                     help="write DIR/reference_fast.safetensors for each folder written before")
+    ap.add_argument("--video", nargs="+", metavar="DIR",
+                    help="write the video case (frames, processor configs, "
+                         "reference_video.safetensors) of each folder written before")
     args = ap.parse_args()
     torch.set_num_threads(8)
-    if args.fast:
-        for folder in args.fast:
+    if args.fast or args.video:
+        for folder in args.video or []:
+            try:
+                write_video_for(folder)
+            except Exception as e:
+                print(f"{folder} video: FAILED: {type(e).__name__}: {e}", flush=True)
+        for folder in args.fast or []:
             try:
                 write_fast(folder)
             except Exception as e:
                 print(f"{folder}: FAILED: {type(e).__name__}: {e}", flush=True)
         return
     if not args.out:
-        ap.error("--out is required (or --fast DIR...)")
+        ap.error("--out is required (or --video DIR... / --fast DIR...)")
     for family in args.families:
         try:
             write(args.out, family, seed=300 + FAMILIES.index(family))
