@@ -325,6 +325,48 @@ TEST_F(ServerVisionTest, BadPicturesAre400sNamingThePart) {
   EXPECT_FALSE(reply["choices"][0]["message"]["content"].get<std::string>().empty());
 }
 
+// A second turn reads the first turn's rows again from the cache, picture rows included (the
+// chat's marks moved by the rows the picture added); another picture at the same place is not
+// taken for it.
+TEST_F(ServerVisionTest, TheNextTurnReusesThePictureRows) {
+  Start();
+  const Bytes picture = Png(12, 8, 7), other = Png(12, 8, 8);
+  const json first = {ImagePart(DataUrl(picture)), {{"type", "text"}, {"text", "what is this?"}}};
+  auto [status, reply] = Chat(first);
+  ASSERT_EQ(status, 200) << reply.dump();
+  const std::string answer = reply["choices"][0]["message"]["content"];
+  auto turn = [&](const json& content) {
+    json body = {{"messages",
+                  {{{"role", "user"}, {"content", content}},
+                   {{"role", "assistant"}, {"content", answer}},
+                   {{"role", "user"}, {"content", "and now?"}}}},
+                 {"max_tokens", kTokens},
+                 {"temperature", 0}};
+    net::io_context io;
+    tcp::socket socket(io);
+    socket.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), server_->port()));
+    http::request<http::string_body> req{http::verb::post, "/v1/chat/completions", 11};
+    req.set(http::field::host, "localhost");
+    req.set(http::field::content_type, "application/json");
+    req.body() = body.dump();
+    req.prepare_payload();
+    http::write(socket, req);
+    beast::flat_buffer buffer;
+    http::response<http::string_body> res;
+    http::read(socket, buffer, res);
+    EXPECT_EQ(res.result_int(), 200u) << res.body();
+    return json::parse(res.body())["usage"];
+  };
+  // The first turn's prompt (40 tokens: the picture's 6 rows at 7..12) is held whole.
+  json usage = turn(first);
+  EXPECT_GE(usage["prompt_tokens_details"]["cached_tokens"].get<int>(), 40) << usage.dump();
+  // Another picture of the same size: its placeholders look alike, the rows differ; the cache
+  // gives back no more than the text before it (7 tokens).
+  const json changed = {ImagePart(DataUrl(other)), {{"type", "text"}, {"text", "what is this?"}}};
+  usage = turn(changed);
+  EXPECT_LE(usage["prompt_tokens_details"]["cached_tokens"].get<int>(), 7) << usage.dump();
+}
+
 // Five 8 x 8 frames taken at 1 frame a second (three timestamped pairs in the prompt).
 TEST_F(ServerVisionTest, AVideoUrlAnswersAsTheEngineDoes) {
   std::vector<vision::Picture> frames;
