@@ -23,7 +23,33 @@ language model) in one prompt. Writes OUT/<family>/:
     deepstack    float32 [2, 12, 64] the deepstack mergers' rows (qwen3_vl only)
     positions    int64 [3, tokens]  get_rope_index's time, height and width positions
     logits       float32 [tokens, vocab]
+  preprocessor_config.json, video_preprocessor_config.json  the tiny processors (patch 4,
+      merge 2, temporal patch 2; videos sampled at 2 frames a second, 4 to 16 frames)
+  video/frame_0.png .. frame_7.png  a short video: 8 random 40 x 24 frames taken at 4 frames a
+      second, which the video processor samples to frames 0, 2, 5 and 7 (two temporal patches)
+  reference_video.safetensors: a chat with that video, the same decoded frames fed to
+      transformers' processor and model:
+    pixel_values float32 [120, 96]  the sampled frames' patches (grid [2, 6, 10])
+    grid_thw     int64 [1, 3]
+    ids          int64 [tokens]     the chat's prompt, each temporal patch after its timestamp
+                                    ("<0.2 seconds>"), as Qwen3VLProcessor expands the video
+    processor_ids int64 [tokens]    the same from Qwen3VLProcessor itself, where it runs
+    tower, deepstack, positions, logits   as above, for the video
 Usage: python3 tools/make_vision_golden.py --out tests/golden/vision [--families qwen3_vl qwen3_5]
+
+With --video DIR...: for each folder DIR written above (its model as saved), writes the video
+case alone (the processor configs, video/ and reference_video.safetensors).
+With --fast DIR...: for each folder DIR written above, writes DIR/reference_fast.safetensors: the
+picture case computed as the CUDA fast mode computes it (tools/make_golden.py's --bf16-inputs
+--fast rules): the input of every product with a weight rounded to bf16 (the tower's patch
+embedding, q/k/v, projections and MLPs, the mergers, the language model's linears and head),
+the language model's attention operands rounded to fp16 as the tensor-core kernel rounds them
+(the tower's attention stays float32, as the CUDA encoder attention computes it), everything
+else float32:
+    tower     float32 [12, 64]
+    deepstack float32 [2, 12, 64]  (qwen3_vl only)
+    logits    float32 [tokens, vocab]
+The float32 references stay the truth.
 """
 import argparse
 import inspect
@@ -225,14 +251,243 @@ def write(out, family, seed):
     save_file(tensors, os.path.join(folder, "reference.safetensors"))
     total = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
     print(family, "written:", len(ids), "tokens,", total // 1024, "KiB", flush=True)
+    try:
+        write_video(folder, family, config, model, seed)
+    except Exception as e:  # the pictures' reference is written
+        print(f"{family} video: FAILED: {type(e).__name__}: {e}", flush=True)
+
+
+VIDEO_FRAMES, VIDEO_FPS, VIDEO_HEIGHT, VIDEO_WIDTH = 8, 4.0, 24, 40
+PROCESSOR = dict(patch_size=4, merge_size=2, temporal_patch_size=2, image_mean=[0.5, 0.5, 0.5],
+                 image_std=[0.5, 0.5, 0.5])
+VIDEO_PROCESSOR = dict(PROCESSOR, size={"shortest_edge": 1024, "longest_edge": 65536}, fps=2,
+                       min_frames=4, max_frames=16, do_sample_frames=True)
+
+
+def write_video(folder, family, config, model, seed):
+    """reference_video.safetensors: a chat with a short video, its frames saved as PNG (lossless:
+    the C++ test decodes the same frames) and sampled, resized and cut by transformers' video
+    processor, its prompt expanded as Qwen3VLProcessor expands it."""
+    import numpy as np
+    from PIL import Image
+    from transformers.video_utils import VideoMetadata
+    from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
+
+    json.dump(dict(PROCESSOR, size={"shortest_edge": 64, "longest_edge": 65536}),
+              open(os.path.join(folder, "preprocessor_config.json"), "w"), indent=2)
+    json.dump(VIDEO_PROCESSOR, open(os.path.join(folder, "video_preprocessor_config.json"), "w"),
+              indent=2)
+    g = torch.Generator().manual_seed(seed + 2)
+    os.makedirs(os.path.join(folder, "video"), exist_ok=True)
+    frames = []
+    for i in range(VIDEO_FRAMES):
+        pixels = torch.randint(0, 256, (VIDEO_HEIGHT, VIDEO_WIDTH, 3), generator=g,
+                               dtype=torch.uint8).numpy()
+        path = os.path.join(folder, "video", f"frame_{i}.png")
+        Image.fromarray(pixels).save(path)
+        frames.append(np.asarray(Image.open(path).convert("RGB")))
+    frames = np.stack(frames)
+
+    kwargs = {k: v for k, v in VIDEO_PROCESSOR.items() if k != "do_sample_frames"}
+    vp = transformers.Qwen3VLVideoProcessor(**kwargs)
+    indices = [int(i) for i in vp.sample_frames(VideoMetadata(total_num_frames=VIDEO_FRAMES,
+                                                              fps=VIDEO_FPS))]
+    assert indices == [0, 2, 5, 7], indices
+    try:
+        out_v = vp([frames[indices]], do_sample_frames=False, cap_pixels_per_frame=False,
+                   return_tensors="pt")
+    except (TypeError, ValueError):  # a transformers without cap_pixels_per_frame
+        out_v = vp([frames[indices]], do_sample_frames=False, return_tensors="pt")
+    pixel_values = out_v["pixel_values_videos"]
+    if pixel_values.ndim == 3:  # [videos, patches, dim]
+        pixel_values = pixel_values[0]
+    pixel_values = pixel_values.float().contiguous()
+    grid_thw = out_v["video_grid_thw"].reshape(-1, 3).to(torch.int64)
+    t, h, w = (int(v) for v in grid_thw[0])
+    times = Qwen3VLProcessor._calculate_timestamps(None, list(indices), VIDEO_FPS,
+                                                   VIDEO_PROCESSOR["temporal_patch_size"])
+    rows = h * w // config.vision_config.spatial_merge_size ** 2
+    video = "".join(f"<{s:.1f} seconds><|vision_start|>" + "<|video_pad|>" * rows +
+                    "<|vision_end|>" for s in times)
+    chat = ("<|im_start|>user\n{}What happens?<|im_end|>\n<|im_start|>assistant\n")
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    ids = torch.tensor(tok(chat.format(video), add_special_tokens=False)["input_ids"],
+                       dtype=torch.int64)
+    video_token = config.video_token_id
+    assert int((ids == video_token).sum()) == t * rows, ids.tolist()
+
+    tensors = {}
+    mm_token_type_ids = ((ids == config.image_token_id).to(torch.int32) +
+                         2 * (ids == video_token).to(torch.int32))[None]
+    try:  # the processor itself, from all the frames and their rate
+        proc = Qwen3VLProcessor(
+            image_processor=transformers.Qwen2VLImageProcessor(**PROCESSOR), tokenizer=tok,
+            video_processor=vp)
+        chat_text = chat.format("<|vision_start|><|video_pad|><|vision_end|>")
+        got = call_with(proc, dict(text=[chat_text], videos=[frames],
+                                   video_metadata=[VideoMetadata(total_num_frames=VIDEO_FRAMES,
+                                                                 fps=VIDEO_FPS)],
+                                   do_sample_frames=True, return_tensors="pt"),
+                        dict(cap_pixels_per_frame=False), through_kwargs=True)
+        tensors["processor_ids"] = got["input_ids"][0].to(torch.int64).contiguous()
+        if not torch.equal(tensors["processor_ids"], ids):
+            print(f"{family} video: Qwen3VLProcessor's ids differ from the script's expansion",
+                  flush=True)
+        got_pixels = got["pixel_values_videos"].reshape(pixel_values.shape)
+        assert torch.equal(got_pixels.float(), pixel_values), "processor pixel values differ"
+        if "mm_token_type_ids" in got:
+            mm_token_type_ids = got["mm_token_type_ids"].to(torch.int32)
+    except Exception as e:  # the script's expansion stands; the C++ test compares to it
+        print(f"{family} video: Qwen3VLProcessor did not run ({type(e).__name__}: {e})",
+              flush=True)
+    attention_mask = torch.ones_like(ids)[None]
+    with torch.no_grad():
+        vis = model.model.visual(pixel_values, grid_thw=grid_thw)
+        if isinstance(vis, tuple):
+            tower, deepstack = vis[0], (vis[1] if len(vis) > 1 else [])
+        elif isinstance(vis, torch.Tensor):
+            tower, deepstack = vis, []
+        else:
+            tower, deepstack = vis.pooler_output, getattr(vis, "deepstack_features", None) or []
+        positions, _ = call_with(
+            model.model.get_rope_index,
+            dict(input_ids=ids[None], video_grid_thw=grid_thw, attention_mask=attention_mask),
+            dict(mm_token_type_ids=mm_token_type_ids), through_kwargs=True)
+        res = call_with(
+            model.forward,
+            dict(input_ids=ids[None], pixel_values_videos=pixel_values, video_grid_thw=grid_thw,
+                 attention_mask=attention_mask),
+            dict(mm_token_type_ids=mm_token_type_ids), through_kwargs=False)
+    positions = positions.reshape(-1, positions.shape[-1])[-3:]
+    tensors.update({
+        "pixel_values": pixel_values,
+        "grid_thw": grid_thw.contiguous(),
+        "ids": ids.contiguous(),
+        "tower": tower.float().contiguous(),
+        "positions": positions.to(torch.int64).contiguous(),
+        "logits": res.logits[0].float().contiguous(),
+    })
+    if deepstack:
+        tensors["deepstack"] = torch.stack([d.float() for d in deepstack]).contiguous()
+    save_file(tensors, os.path.join(folder, "reference_video.safetensors"))
+    print(family, "video written:", len(ids), "tokens, grid", [t, h, w], "times",
+          [f"{s:.1f}" for s in times], flush=True)
+
+
+def load_folder(folder):
+    """A folder written above, loaded in float32 as write() runs it: (family, config, model)."""
+    config = transformers.AutoConfig.from_pretrained(folder)
+    family = config.model_type
+    cls = (transformers.Qwen3VLForConditionalGeneration if family == "qwen3_vl"
+           else transformers.Qwen3_5ForConditionalGeneration)
+    model = cls.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
+    if family == "qwen3_5":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from make_golden import use_torch_recurrence
+        use_torch_recurrence(model)
+    return family, config, model
+
+
+def write_video_for(folder):
+    """The video case of a folder written before (its model as saved)."""
+    family, config, model = load_folder(folder)
+    write_video(folder, family, config, model, seed=300 + FAMILIES.index(family))
+
+
+def vision_attention_aware(fp16_attention, original):
+    """The attention function with the language model's attention rounded as fp16_attention
+    rounds it and the tower's (a module whose class says Vision) left in float32."""
+    def attention(module, *args, **kwargs):
+        if "Vision" in type(module).__name__:
+            return original(module, *args, **kwargs)
+        return fp16_attention(module, *args, **kwargs)
+    return attention
+
+
+def write_fast(folder):
+    """reference_fast.safetensors for the picture case of `folder` (see the module's doc)."""
+    import importlib
+    from safetensors.torch import load_file
+    family, config, model = load_folder(folder)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from make_golden import fp16_attention
+    ref = load_file(os.path.join(folder, "reference.safetensors"))
+    ids, grid_thw = ref["ids"], ref["grid_thw"]
+    # The patch embedding (a Conv3d, a product with a weight) reads pixel_values rounded.
+    pixel_values = ref["pixel_values"].to(torch.bfloat16).to(torch.float32)
+    image = config.image_token_id
+    mm_token_type_ids = (ids == image).to(torch.int32)[None]
+    attention_mask = torch.ones_like(ids)[None]
+
+    patched = []
+    mod = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    if hasattr(mod, "eager_attention_forward"):
+        patched.append((mod, mod.eager_attention_forward))
+        mod.eager_attention_forward = vision_attention_aware(fp16_attention,
+                                                             mod.eager_attention_forward)
+    linear = torch.nn.functional.linear
+    calls = [0]
+
+    def rounded_linear(x, weight, bias=None):
+        calls[0] += 1
+        return linear(x.to(torch.bfloat16).to(torch.float32), weight, bias)
+
+    torch.nn.functional.linear = rounded_linear
+    try:
+        with torch.no_grad():
+            vis = model.model.visual(pixel_values, grid_thw=grid_thw)
+            if isinstance(vis, tuple):
+                tower, deepstack = vis[0], (vis[1] if len(vis) > 1 else [])
+            elif isinstance(vis, torch.Tensor):
+                tower, deepstack = vis, []
+            else:
+                tower = vis.pooler_output
+                deepstack = getattr(vis, "deepstack_features", None) or []
+            res = call_with(
+                model.forward,
+                dict(input_ids=ids[None], pixel_values=pixel_values, image_grid_thw=grid_thw,
+                     attention_mask=attention_mask),
+                dict(mm_token_type_ids=mm_token_type_ids), through_kwargs=False)
+    finally:
+        torch.nn.functional.linear = linear
+        for m, original in patched:
+            m.eager_attention_forward = original
+    logits = res.logits[0].float().contiguous()
+    tensors = {"tower": tower.float().contiguous(), "logits": logits}
+    if deepstack:
+        tensors["deepstack"] = torch.stack([d.float() for d in deepstack]).contiguous()
+    save_file(tensors, os.path.join(folder, "reference_fast.safetensors"))
+    full = ref["logits"]
+    print(f"{folder}: {calls[0]} products rounded, fp16 attention in the language model; "
+          f"max |rounded - float32| {(logits - full).abs().max().item():.4g} of max "
+          f"|float32| {full.abs().max().item():.4g}", flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
     ap.add_argument("--families", nargs="+", choices=FAMILIES, default=FAMILIES)
+    ap.add_argument("--fast", nargs="+", metavar="DIR",
+                    help="write DIR/reference_fast.safetensors for each folder written before")
+    ap.add_argument("--video", nargs="+", metavar="DIR",
+                    help="write the video case (frames, processor configs, "
+                         "reference_video.safetensors) of each folder written before")
     args = ap.parse_args()
     torch.set_num_threads(8)
+    if args.fast or args.video:
+        for folder in args.video or []:
+            try:
+                write_video_for(folder)
+            except Exception as e:
+                print(f"{folder} video: FAILED: {type(e).__name__}: {e}", flush=True)
+        for folder in args.fast or []:
+            try:
+                write_fast(folder)
+            except Exception as e:
+                print(f"{folder}: FAILED: {type(e).__name__}: {e}", flush=True)
+        return
+    if not args.out:
+        ap.error("--out is required (or --video DIR... / --fast DIR...)")
     for family in args.families:
         try:
             write(args.out, family, seed=300 + FAMILIES.index(family))

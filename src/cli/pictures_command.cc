@@ -1,12 +1,14 @@
 #include "cli/pictures.h"
 #include "core/mapped_file.h"
 #include "template/chat_prompt.h"
+#include "vision/video.h"
 
 namespace gizllm::cli {
 
-nlohmann::ordered_json PictureContent(size_t pictures, const std::string& text) {
+nlohmann::ordered_json PictureContent(size_t pictures, const std::string& text, size_t videos) {
   nlohmann::ordered_json content = nlohmann::ordered_json::array();
   for (size_t i = 0; i < pictures; ++i) content.push_back({{"type", "image"}});
+  for (size_t i = 0; i < videos; ++i) content.push_back({{"type", "video"}});
   content.push_back({{"type", "text"}, {"text", text}});
   return content;
 }
@@ -24,16 +26,37 @@ Expected<std::vector<std::vector<uint8_t>>> ReadPictureFiles(
 
 Expected<PicturePrompt> PicturePromptTokens(const Model& model, const Tokenizer& tokenizer,
                                             const std::string& prompt,
-                                            const std::vector<std::string>& files) {
+                                            const std::vector<std::string>& files,
+                                            const std::vector<VideoFolder>& videos) {
   auto reader = PictureReader::Load(model.dir(), model.shared_backend());
   if (!reader.ok()) return reader.status().Annotate("pictures need a vision tower");
   GZ_ASSIGN_OR_RETURN(std::vector<std::vector<uint8_t>> bytes, ReadPictureFiles(files));
+  std::vector<VisionInput> inputs;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    auto in = (*reader)->PreparePicture(bytes[i]);
+    if (!in.ok()) return in.status().Annotate("picture " + std::to_string(i + 1));
+    inputs.push_back(std::move(in).value());
+  }
+  for (size_t i = 0; i < videos.size(); ++i) {
+    const std::string which = "video " + std::to_string(i + 1);
+    auto frames =
+        vision::ReadFrameFolder(videos[i].folder, kMaxVideoFolderFrames, (*reader)->limits());
+    if (!frames.ok()) return frames.status().Annotate(which);
+    auto in = (*reader)->PrepareVideo(*frames, videos[i].fps);
+    if (!in.ok()) return in.status().Annotate(which);
+    inputs.push_back(std::move(in).value());
+  }
   GZ_ASSIGN_OR_RETURN(ChatTemplate chat_template, ChatTemplate::Load(model.dir()));
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  messages.push_back({{"role", "user"}, {"content", PictureContent(files.size(), prompt)}});
+  messages.push_back(
+      {{"role", "user"}, {"content", PictureContent(files.size(), prompt, videos.size())}});
   const nlohmann::ordered_json input = {{"messages", messages}, {"add_generation_prompt", true}};
   GZ_ASSIGN_OR_RETURN(ChatPrompt chat, ChatPrompt::Render(chat_template, tokenizer, input, 0));
-  return (*reader)->Expand(chat.tokens, bytes);
+  GZ_ASSIGN_OR_RETURN(PlacedPrompt placed,
+                      (*reader)->Place(chat.tokens, std::move(inputs), [&](const std::string& t) {
+                        return tokenizer.Encode(t, /*add_special=*/false);
+                      }));
+  return (*reader)->Read(std::move(placed));
 }
 
 Status AttachPicture(const Model& model, const std::string& file,

@@ -33,6 +33,8 @@ struct RunOptions {
   std::string json_schema;          // a JSON Schema file the answer follows
   std::string grammar;              // a GBNF file the answer follows
   std::vector<std::string> images;  // picture files, in the order the prompt shows them
+  std::vector<std::string> videos;  // folders of video frames, shown after the pictures
+  double video_fps = 0;             // the rate the videos' frames were taken at; 0: unknown
 };
 
 using Clock = std::chrono::steady_clock;
@@ -51,8 +53,11 @@ int Run(const RunOptions& o) {
   if (o.seed_given) sampling.seed = o.seed;
   if (Status s = sampling.Check(); !s.ok()) return Fail(s.message());
   if (o.max_tokens <= 0) return Fail("--max-tokens: must be positive");
-  if (o.special && !o.images.empty())
-    return Fail("--special: not with --image (the chat template writes the prompt)");
+  const bool media = !o.images.empty() || !o.videos.empty();
+  if (o.special && media)
+    return Fail("--special: not with --image or --video (the chat template writes the prompt)");
+  if (o.video_fps < 0) return Fail("--video-fps: must be positive");
+  if (o.video_fps > 0 && o.videos.empty()) return Fail("--video-fps: give --video too");
 
   auto model = o.model.Load(/*verbose=*/true);
   if (!model.ok()) return Fail(model.status().message());
@@ -63,12 +68,17 @@ int Run(const RunOptions& o) {
   sampling.grammar = *grammar;
   std::vector<int32_t> ids;
   std::shared_ptr<const PromptPictures> pictures;
-  if (o.images.empty()) {
+  if (!media) {
     auto encoded = tokenizer->Encode(prompt, o.special);
     if (!encoded.ok()) return Fail("prompt: " + encoded.status().message());
     ids = std::move(*encoded);
   } else {
-    auto read = PicturePromptTokens(**model, *tokenizer, prompt, o.images);
+    std::vector<VideoFolder> videos;
+    for (const std::string& folder : o.videos) {
+      videos.push_back(
+          {folder, o.video_fps > 0 ? std::optional<double>(o.video_fps) : std::nullopt});
+    }
+    auto read = PicturePromptTokens(**model, *tokenizer, prompt, o.images, videos);
     if (!read.ok()) return Fail("run: " + read.status().message());
     ids = std::move(read->tokens);
     pictures = std::make_shared<const PromptPictures>(std::move(read->pictures));
@@ -148,9 +158,9 @@ int Run(const RunOptions& o) {
 void AddRunCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand(
       "run",
-      "Generate text from a prompt, streamed to stdout. With --image, the prompt and the "
-      "pictures are one user message of the model's chat template (the pictures first) and the "
-      "answer is the assistant's");
+      "Generate text from a prompt, streamed to stdout. With --image or --video, the prompt, "
+      "the pictures and the videos are one user message of the model's chat template (the "
+      "pictures first, then the videos) and the answer is the assistant's");
   auto o = std::make_shared<RunOptions>();
   o->model.Add(cmd);
   o->draft.Add(cmd);
@@ -177,6 +187,16 @@ void AddRunCommand(CLI::App& app, CommandContext& ctx) {
                   "preprocessor_config.json; the prompt goes through the chat template")
       ->expected(1)
       ->take_all();
+  cmd->add_option("--video", o->videos,
+                  "A video the model sees before the prompt (after the pictures), given as a "
+                  "folder of its frames (PNG, JPEG or WebP files, in name order); repeat for "
+                  "more. Frames are sampled as the model's video_preprocessor_config.json says "
+                  "(its fps, min and max frames) and each pair's time is written before it")
+      ->expected(1)
+      ->take_all();
+  cmd->add_option("--video-fps", o->video_fps,
+                  "The rate the --video frames were taken at, in frames a second (default: "
+                  "unknown, 24 assumed as transformers does)");
   cmd->callback([&ctx, o] { ctx.exit_code = Run(*o); });
 }
 

@@ -10,6 +10,8 @@
 #include "engine/engine.h"
 #include "engine/kv_sizing.h"
 #include "model/pooling.h"
+#include "model/picture_prompt.h"
+#include "model/vision_arch.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -163,6 +165,20 @@ int Serve(const ServeOptions& o) {
   auto text = server::ChatTextModel::Load(dir, name, static_cast<int32_t>(context),
                                           static_cast<int32_t>(arch.vocab));
   if (!text.ok()) return Fail(text.status().message());
+  // A model with a vision tower reads chats' pictures and videos.
+  std::shared_ptr<PictureReader> pictures;
+  if (ReadVisionArch(dir).ok()) {
+    auto reader = PictureReader::Load(dir, model->shared_backend(), o.http.media.picture);
+    if (!reader.ok()) return Fail(reader.status().message());
+    pictures = std::move(*reader);
+    (*text)->SetPictures(pictures);
+    std::fprintf(stderr, "pictures%s: at most %d a request, %lld pixels each%s\n",
+                 pictures->reads_videos() ? " and videos" : "", o.http.media.max_pictures,
+                 static_cast<long long>(o.http.media.picture.max_pixels),
+                 o.http.media.allowed_path.empty()
+                     ? "; data: URLs only"
+                     : ("; local files under " + o.http.media.allowed_path).c_str());
+  }
 
   // Warm up: one step of each shape a server meets first (recorded steps on a GPU, first
   // kernel launches), then one short generation through the whole path.
@@ -182,6 +198,7 @@ int Serve(const ServeOptions& o) {
   }
 
   server::EngineGenerator generator(std::move(*engine), (*text)->tokenizer());
+  generator.SetPictures(pictures);
   server::Metrics metrics;
   server::EngineLoop loop(generator, metrics, o.max_pending);
   server::HttpServer http(**text, loop, metrics, o.http);
@@ -250,6 +267,23 @@ void AddServeCommand(CLI::App& app, CommandContext& ctx) {
                   "wait while a batch runs share the next one, up to this many tokens (a longer "
                   "text runs alone)")
       ->default_val(16384);
+  cmd->add_option("--allowed-media-path", o->http.media.allowed_path,
+                  "Folder whose files chats may name as pictures and videos (image_url and "
+                  "video_url parts with a file:// URL or a path); without it only data: URLs "
+                  "are read. Paths are resolved (symlinks, '..') and must stay inside");
+  cmd->add_option("--max-pictures", o->http.media.max_pictures,
+                  "Most pictures (image_url parts) one chat request may hold")
+      ->default_val(16);
+  cmd->add_option("--max-video-frames", o->http.media.max_frames,
+                  "Most video frames one chat request may hold, all its videos together")
+      ->default_val(256);
+  cmd->add_option("--max-picture-pixels", o->http.media.picture.max_pixels,
+                  "Most pixels (width x height) of one picture or video frame as its file "
+                  "declares it, checked before it is decoded")
+      ->default_val(o->http.media.picture.max_pixels);
+  cmd->add_option("--max-picture-bytes", o->http.media.picture.max_decoded_bytes,
+                  "Most bytes one picture or frame may take while it is decoded")
+      ->default_val(o->http.media.picture.max_decoded_bytes);
   cmd->add_option("--task", o->task,
                   "generate (chat and completions), embed (/v1/embeddings) or rerank "
                   "(/v1/rerank, /v1/score); default from the model: an encoder with a "

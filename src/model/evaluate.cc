@@ -81,13 +81,15 @@ Expected<PromptPictures> PlacePictures(const VisionArch& arch, std::span<const i
   PromptPictures p;
   p.positions = std::move(positions);
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] == arch.image_token) p.rows.push_back(static_cast<int32_t>(i));
+    if (ids[i] == arch.image_token || ids[i] == arch.video_token) {
+      p.rows.push_back(static_cast<int32_t>(i));
+    }
   }
   const int64_t count = static_cast<int64_t>(p.rows.size());
   if (count != tower.rows) {
     return InvalidArgument("the prompt holds " + std::to_string(count) +
-                           " image placeholders, the pictures give " + std::to_string(tower.rows) +
-                           " rows");
+                           " image and video placeholders, the pictures and videos give " +
+                           std::to_string(tower.rows) + " rows");
   }
   p.embeddings = tower.embeddings;
   p.layers = static_cast<int>(tower.deepstack.size());

@@ -1,8 +1,11 @@
-// The three rotary positions (time, height, width) of a prompt with pictures, as transformers'
-// Qwen3-VL get_rope_index gives them: text rows count on from the position after the row
-// before them (all three equal); a picture's rows, t x (h / merge) x (w / merge) image
+// The three rotary positions (time, height, width) of a prompt with pictures and videos, as
+// transformers' Qwen3-VL get_rope_index gives them: text rows count on from the position after
+// the row before them (all three equal); a picture's rows, t x (h / merge) x (w / merge) image
 // placeholders, take the position after the text before them plus their (frame, row, column)
-// in the merged grid; the text after a picture counts on from one past its largest position.
+// in the merged grid; the text after a picture counts on from one past its largest position. A
+// video's temporal patches are each a run of (h / merge) x (w / merge) video placeholders
+// placed as a picture of one frame (get_rope_index splits video_grid_thw per frame: the
+// timestamp text between them counts as text).
 #pragma once
 
 #include <cstdint>
@@ -21,7 +24,8 @@ struct MropePositions {
   // The rotary position of the token after the prompt (one past the largest); a generated
   // token k places (all three) at next + k.
   int32_t next = 0;
-  // Where each picture's rows start in the prompt, in order.
+  // Where each run of placeholders starts in the prompt (a picture, a video's temporal
+  // patch), in order.
   std::vector<int64_t> picture_rows;
 };
 
@@ -30,15 +34,15 @@ struct MropePositions {
 // deepstack features.
 struct PromptPictures {
   MropePositions positions;
-  std::vector<int32_t> rows;      // [count] prompt rows holding a picture's row
+  std::vector<int32_t> rows;      // [count] prompt rows holding a picture's or video's row
   std::vector<float> embeddings;  // [count, dim]
   int layers = 0;
   std::vector<float> deepstack;  // [layers, count, dim]
 };
 
-// `grids` are the prompt's pictures in order. An error when the image placeholders do not
-// match them (a picture with too few placeholders, placeholders left over, grids left over),
-// or when the prompt holds video placeholders (not read yet).
+// `grids` are the prompt's pictures and videos in order (VisionGrid::video). An error when the
+// placeholders do not match them (a picture or a video frame with too few placeholders,
+// placeholders left over, grids left over, a video's placeholders where a picture's are due).
 Expected<MropePositions> ComputeMropePositions(const VisionArch& arch,
                                                std::span<const int32_t> tokens,
                                                std::span<const VisionGrid> grids);

@@ -1,9 +1,20 @@
-// A prompt's pictures from their bytes to what the language model reads: each picture decoded
-// (vision/picture.h), preprocessed as the folder's preprocessor_config.json says
-// (vision/image_processor.h), run through the tower, and its one image placeholder in the
-// prompt (Qwen3-VL's chat template writes <|vision_start|><|image_pad|><|vision_end|>)
-// repeated to t * h * w / merge^2 placeholders, as transformers' Qwen3VLProcessor expands it;
-// then the M-RoPE positions and the picture rows (PromptPictures) for Request::pictures.
+// A prompt's pictures and videos from their bytes (or decoded frames) to what the language model
+// reads: each picture decoded (vision/picture.h) and preprocessed as the folder's
+// preprocessor_config.json says (vision/image_processor.h), each video's frames sampled and
+// preprocessed as video_preprocessor_config.json says (vision/video.h); the prompt's
+// placeholders expanded as transformers' Qwen3VLProcessor expands them, with the M-RoPE
+// positions; then the tower run and its rows placed (PromptPictures) for Request::pictures.
+//
+// Placeholders: the chat template writes <|vision_start|><|image_pad|><|vision_end|> for a
+// picture, repeated here to t * h * w / merge^2 image placeholders; and
+// <|vision_start|><|video_pad|><|vision_end|> for a video, which becomes, per temporal patch,
+// its timestamp text ("<0.5 seconds>", tokenized alone: the same tokens as the processor's
+// whole-text tokenization where a special token or a newline comes before it, as the templates
+// write it), <|vision_start|>, h * w / merge^2 video placeholders, <|vision_end|>.
+//
+// Two halves, so that a server can prepare pictures on its request threads and run the tower
+// on its engine thread: Prepare* and Place are const and thread safe (no backend); Read runs
+// the tower.
 //
 //   GZ_ASSIGN_OR_RETURN(auto reader, PictureReader::Load(model.dir(), backend));
 //   GZ_ASSIGN_OR_RETURN(PicturePrompt p, reader->Expand(ids, {bytes_1, bytes_2}));
@@ -12,9 +23,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -23,29 +37,75 @@
 #include "ops/backend.h"
 #include "vision/image_processor.h"
 #include "vision/picture.h"
+#include "vision/video.h"
 
 namespace gizllm {
+
+// One picture or video, preprocessed, before the tower.
+struct VisionInput {
+  VisionGrid grid;            // t temporal patches (1 for a picture), h x w patches; video set
+  std::vector<float> pixels;  // [grid.Patches(), PatchFloats()]
+  std::vector<double> times;  // a video's: [grid.t] seconds of each temporal patch
+};
+
+// A prompt with its pictures and videos placed, the tower not run yet.
+struct PlacedPrompt {
+  std::vector<int32_t> tokens;    // the placeholders expanded
+  MropePositions positions;       // of `tokens`
+  std::vector<VisionGrid> grids;  // the tower's inputs, in prompt order
+  std::vector<float> pixels;      // [patches, PatchFloats()], the grids' patches in order
+  // Per placeholder of the prompt given to Place, in order: its index there and the tokens it
+  // added.
+  std::vector<std::pair<int64_t, int64_t>> expansions;
+
+  // Where position `position` of the prompt given to Place lies in `tokens`; -1 stays -1.
+  int32_t ExpandedPosition(int32_t position) const;
+};
 
 struct PicturePrompt {
   std::vector<int32_t> tokens;  // the prompt with each picture's placeholders expanded
   PromptPictures pictures;      // their positions, rows and deepstack features
 };
 
+// The text a video's timestamp is tokenized from ("<0.5 seconds>") to its token ids.
+using TimestampTokenizer = std::function<Expected<std::vector<int32_t>>(const std::string& text)>;
+
 class PictureReader {
  public:
-  // Reads dir's vision tower (config.json's vision_config, model.visual.* tensors) and its
-  // preprocessor_config.json. Errors: a model without a tower ("<dir>: the model has no vision
-  // tower"), a processor whose patch, merge or temporal patch size is not the tower's.
+  // Reads dir's vision tower (config.json's vision_config, model.visual.* tensors), its
+  // preprocessor_config.json and, where the folder has one, its video_preprocessor_config.json.
+  // Errors: a model without a tower ("<dir>: the model has no vision tower"), a processor whose
+  // patch, merge or temporal patch size is not the tower's. `limits` bound each picture and
+  // video frame decoded.
   static Expected<std::unique_ptr<PictureReader>> Load(const std::string& dir,
                                                        std::shared_ptr<Backend> backend,
                                                        const vision::PictureLimits& limits = {});
 
   const VisionArch& arch() const { return tower_->arch(); }
   const vision::ImageProcessorConfig& processor() const { return processor_; }
+  const vision::PictureLimits& limits() const { return limits_; }
+  // Whether the folder has a video processor (video_preprocessor_config.json).
+  bool reads_videos() const { return video_.has_value(); }
 
-  // `tokens` holds one image placeholder per picture, in the pictures' order. Errors name the
-  // picture, counting from 1 ("picture 2: PNG truncated"), or the count of placeholders and
-  // pictures when they differ.
+  // A picture's bytes decoded and preprocessed. Errors name the fault ("PNG truncated"); the
+  // caller says which picture.
+  Expected<VisionInput> PreparePicture(std::span<const uint8_t> bytes) const;
+  // A video's decoded frames (in order, taken at `fps` frames a second; nullopt: unknown,
+  // vision::kUnknownVideoFps assumed) sampled and preprocessed.
+  Expected<VisionInput> PrepareVideo(const std::vector<vision::Picture>& frames,
+                                     std::optional<double> fps) const;
+
+  // `tokens` holds one placeholder per input, in the inputs' order: an image placeholder for a
+  // picture, a video placeholder (between vision_start and vision_end) for a video. Errors give
+  // the counts when they differ, or the input whose kind is not its placeholder's.
+  Expected<PlacedPrompt> Place(std::span<const int32_t> tokens, std::vector<VisionInput> inputs,
+                               const TimestampTokenizer& tokenize = nullptr) const;
+
+  // Runs the tower on a placed prompt's pictures and videos and places its rows.
+  Expected<PicturePrompt> Read(PlacedPrompt placed);
+
+  // PreparePicture, Place and Read for a prompt with pictures only. Errors name the picture,
+  // counting from 1 ("picture 2: PNG truncated").
   Expected<PicturePrompt> Expand(std::span<const int32_t> tokens,
                                  std::span<const std::vector<uint8_t>> pictures);
 
@@ -54,6 +114,7 @@ class PictureReader {
 
   std::unique_ptr<VisionTower> tower_;
   vision::ImageProcessorConfig processor_;
+  std::optional<vision::VideoProcessorConfig> video_;
   vision::PictureLimits limits_;
 };
 

@@ -38,10 +38,11 @@ struct VisionArch {
   // the picture rows after the language model's layer i.
   std::vector<int> deepstack;
   // Prompt tokens: each picture's rows are image_token (video_token for a video) placeholders,
-  // after a vision_start token.
+  // between a vision_start and a vision_end token.
   int32_t image_token = -1;
   int32_t video_token = -1;
   int32_t vision_start = -1;
+  int32_t vision_end = -1;
   std::string prefix = "model.visual.";  // where its tensors are named
 
   // Floats of one patch: channels * temporal_patch * patch * patch (a row of pixel_values).
@@ -58,6 +59,9 @@ struct VisionGrid {
   int64_t t = 0;
   int64_t h = 0;
   int64_t w = 0;
+  // A video's grid: in the prompt each temporal patch is a run of video placeholders of its
+  // own (after its timestamp text), placed as a picture of one frame.
+  bool video = false;
   int64_t Patches() const { return t * h * w; }
 };
 

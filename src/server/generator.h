@@ -16,6 +16,7 @@
 
 #include "core/status.h"
 #include "grammar/grammar.h"
+#include "model/picture_prompt.h"
 #include "template/chat_prompt.h"
 
 namespace gizllm::server {
@@ -42,6 +43,9 @@ struct GenerateRequest {
   int32_t mark = -1;        // where a chat's messages end (-1: not a chat)
   int32_t shared = -1;      // length of a start many prompts share (-1: none)
   bool ignore_eos = false;  // run to the limit through the model's stop tokens
+  // The prompt's pictures and videos, placed in `prompt` (which holds their placeholders
+  // expanded); the generator runs the tower on them. Null: none.
+  std::shared_ptr<const PlacedPrompt> media;
 };
 
 struct TokenLogprob {
@@ -138,6 +142,9 @@ class TextModel {
   // The chat's prompt: its text and tokens, where its messages end (`mark`) and where the system
   // turn with the tools ends (`system_end`), as gizllm::ChatPrompt::Render gives them.
   virtual Expected<ChatPrompt> RenderChat(const ChatInput& input) const = 0;
+  // What reads the model's pictures and videos (its Prepare* and Place, which are thread safe;
+  // the generator runs the tower), or null for a model without a vision tower.
+  virtual const PictureReader* Pictures() const { return nullptr; }
 };
 
 }  // namespace gizllm::server

@@ -41,7 +41,7 @@ Status ServerOptions::Check() const {
     return InvalidArgument("timeouts must be positive");
   }
   if (batch_tokens < 1) return InvalidArgument("--max-batch-tokens must be at least 1");
-  return Status::Ok();
+  return media.Check();
 }
 
 namespace {
@@ -603,11 +603,35 @@ Routed Session::PrepareChat(const json& body) {
     chat.input.answer_prefix = "<tool_call>\n";
     job.answer_start = chat.input.answer_prefix;
   }
+  // Pictures and videos are read and preprocessed here, on the request's thread; the tower runs
+  // on the engine's (EngineGenerator::Add).
+  std::vector<VisionInput> media;
+  if (!chat.media.empty()) {
+    const PictureReader* pictures = text.Pictures();
+    if (!pictures) {
+      const std::string& param = chat.media[0].param;
+      return Routed::Error(BadRequest("'" + param + "': the model " + text.Name() +
+                                          " reads no pictures or videos (it has no vision tower)",
+                                      param, "unsupported_content"));
+    }
+    error = PrepareMedia(chat.media, server_.options.media, *pictures, &media);
+    if (error) return Routed::Error(*error);
+  }
   Expected<ChatPrompt> prompt = text.RenderChat(chat.input);
   if (!prompt.ok()) return Routed::Error(FromStatus(prompt.status(), "messages"));
   job.request.prompt = std::move(prompt->tokens);
   job.request.mark = prompt->mark;
   job.request.shared = prompt->system_end;
+  if (!chat.media.empty()) {
+    Expected<PlacedPrompt> placed =
+        text.Pictures()->Place(job.request.prompt, std::move(media),
+                               [&text](const std::string& t) { return text.Tokenize(t); });
+    if (!placed.ok()) return Routed::Error(FromStatus(placed.status(), "messages"));
+    job.request.mark = placed->ExpandedPosition(job.request.mark);
+    job.request.shared = placed->ExpandedPosition(job.request.shared);
+    job.request.prompt = placed->tokens;
+    job.request.media = std::make_shared<const PlacedPrompt>(std::move(placed).value());
+  }
   error = FitContext(text, chat.params, "messages", &job.request);
   if (error) return Routed::Error(*error);
   job.chat = true;

@@ -17,6 +17,7 @@
 #include "server/encoder_model.h"
 #include "server/engine_loop.h"
 #include "server/generator.h"
+#include "server/media.h"
 #include "server/metrics.h"
 
 namespace gizllm::server {
@@ -33,6 +34,7 @@ struct ServerOptions {
   // The embed and rerank tasks: most tokens of one encoder batch, which gathers the sequences
   // of every waiting request (server/encoder_batcher.h).
   int64_t batch_tokens = 16384;
+  MediaOptions media;                // chats' pictures and videos: local files, limits
 
   Status Check() const;
 };

@@ -321,14 +321,75 @@ std::optional<ApiError> ParseGenerationParams(const json& body, bool completion,
   return f.error();
 }
 
+// An image_url or video_url content part (`p` names it) as a MediaPart.
+std::optional<ApiError> ParseMediaPart(const json& part, const std::string& p, bool video,
+                                       MediaPart* out) {
+  const std::string key = video ? "video_url" : "image_url";
+  const std::string param = p + "." + key;
+  out->kind = video ? MediaKind::kVideo : MediaKind::kPicture;
+  out->param = param;
+  auto object = part.find(key);
+  if (object == part.end() || !object->is_object()) {
+    return BadRequest(
+        "'" + param + "' must be an object with a 'url'" + (video ? " or 'frames'" : ""), param,
+        "invalid_type");
+  }
+  Fields f(*object, param + ".");
+  std::string detail;
+  f.String("detail", &detail);  // OpenAI's hint of the resolution: the processor decides here
+  const bool has_url = f.String("url", &out->url);
+  if (f.error()) return f.error();
+  if (video) {
+    if (const json* frames = f.Get("frames")) {
+      if (!frames->is_array() || frames->empty()) {
+        return WrongType(param + ".frames", "a non-empty array of picture URLs", *frames);
+      }
+      for (const json& frame : *frames) {
+        if (!frame.is_string()) {
+          return WrongType(param + ".frames", "a non-empty array of picture URLs", frame);
+        }
+        out->frames.push_back(frame.get<std::string>());
+      }
+      if (has_url) {
+        return BadRequest("'" + param + "' holds both 'url' and 'frames'; give one", param,
+                          "invalid_value");
+      }
+    }
+    float fps = 0;
+    if (f.Float("fps", 0, 1000, &fps)) {
+      if (fps <= 0) return OutOfRange(param + ".fps", "a number in (0, 1000]");
+      out->fps = fps;
+    }
+    if (f.error()) return f.error();
+    if (!has_url && out->frames.empty()) {
+      return BadRequest("'" + param + "' must hold a 'url' (a folder of frames) or 'frames'",
+                        param + ".url", "missing_required_parameter");
+    }
+    return std::nullopt;
+  }
+  if (!has_url) {
+    return BadRequest("'" + param + ".url' must be a string", param + ".url",
+                      "missing_required_parameter");
+  }
+  return std::nullopt;
+}
+
+// A message's content: a string, or parts. Text parts alone are joined into a string; with
+// pictures or videos (`media` not null) the parts stay a list for the chat template, each
+// picture {"type": "image"} and each video {"type": "video"}, and the media go to `media` in
+// order. `no_media`: why this content may hold none (when `media` is null).
 std::optional<ApiError> ParseContent(const json& content, const std::string& param,
-                                     std::string* text) {
+                                     std::vector<MediaPart>* media, const std::string& no_media,
+                                     json* out) {
   if (content.is_string()) {
-    *text = content.get<std::string>();
+    *out = content.get<std::string>();
     return std::nullopt;
   }
   if (!content.is_array())
     return WrongType(param, "a string or an array of content parts", content);
+  std::string text;
+  json parts = json::array();
+  bool has_media = false;
   for (size_t i = 0; i < content.size(); ++i) {
     const json& part = content[i];
     std::string p = param + "[" + std::to_string(i) + "]";
@@ -337,16 +398,34 @@ std::optional<ApiError> ParseContent(const json& content, const std::string& par
     if (type == part.end() || !type->is_string()) {
       return BadRequest("'" + p + ".type' must be a string", p + ".type");
     }
+    if (*type == "image_url" || *type == "video_url") {
+      if (!media) {
+        return BadRequest("'" + p + "': " + no_media, p + ".type", "unsupported_value");
+      }
+      const bool video = *type == "video_url";
+      MediaPart m;
+      if (auto e = ParseMediaPart(part, p, video, &m)) return e;
+      media->push_back(std::move(m));
+      parts.push_back({{"type", video ? "video" : "image"}});
+      has_media = true;
+      continue;
+    }
     if (*type != "text") {
       return BadRequest("content parts of type '" + type->get<std::string>() +
-                            "' are not supported; only 'text' is",
+                            "' are not supported; 'text', 'image_url' and 'video_url' are",
                         p + ".type", "unsupported_value");
     }
     auto t = part.find("text");
     if (t == part.end() || !t->is_string()) {
       return BadRequest("'" + p + ".text' must be a string", p + ".text");
     }
-    *text += t->get<std::string>();
+    text += t->get<std::string>();
+    parts.push_back({{"type", "text"}, {"text", t->get<std::string>()}});
+  }
+  if (has_media) {
+    *out = std::move(parts);
+  } else {
+    *out = std::move(text);
   }
   return std::nullopt;
 }
@@ -394,7 +473,8 @@ std::optional<ApiError> ParseToolCalls(const json& calls, const std::string& par
   return std::nullopt;
 }
 
-std::optional<ApiError> ParseMessages(const json& body, json* out) {
+// `media`: where a chat's pictures and videos go; null where none may be given (/tokenize).
+std::optional<ApiError> ParseMessages(const json& body, json* out, std::vector<MediaPart>* media) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) {
     return BadRequest("'messages' is a required property", "messages",
@@ -439,9 +519,16 @@ std::optional<ApiError> ParseMessages(const json& body, json* out) {
       // Templates add the content to text: an absent one is empty.
       message["content"] = "";
     } else {
-      std::string text;
-      if (auto e = ParseContent(*content, p + ".content", &text)) return e;
-      message["content"] = text;
+      const bool user = role == "user";
+      const std::string no_media = !media
+                                       ? "pictures and videos are read by /v1/chat/completions only"
+                                       : "pictures and videos go in user messages";
+      json parsed;
+      if (auto e =
+              ParseContent(*content, p + ".content", user ? media : nullptr, no_media, &parsed)) {
+        return e;
+      }
+      message["content"] = std::move(parsed);
     }
     if (has_calls) {
       if (role != "assistant") {
@@ -518,8 +605,8 @@ std::string RenameGbnfRule(std::string_view gbnf, std::string_view from, std::st
   std::string out;
   out.reserve(gbnf.size());
   auto ident = [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
   };
   size_t i = 0;
   while (i < gbnf.size()) {
@@ -632,7 +719,7 @@ std::optional<ApiError> ParseChatRequest(const json& body, int32_t vocab, ChatRe
                                                "guided_json"};
   if (auto e = CheckKnownKeys(body, kKnown)) return e;
   if (auto e = ParseGenerationParams(body, /*completion=*/false, &out->params)) return e;
-  if (auto e = ParseMessages(body, &out->input.messages)) return e;
+  if (auto e = ParseMessages(body, &out->input.messages, &out->media)) return e;
   if (auto e = ParseTools(body, &out->tools)) return e;
 
   Fields f(body);
@@ -681,9 +768,10 @@ std::optional<ApiError> ParseChatRequest(const json& body, int32_t vocab, ChatRe
   }
   if (out->tool_choice == "required" || out->tool_choice == "function") {
     if (out->params.sampling.grammar) {
-      return BadRequest("'tool_choice' forces a tool call, which a structured-output field "
-                        "would constrain too; give one",
-                        "tool_choice", "invalid_value");
+      return BadRequest(
+          "'tool_choice' forces a tool call, which a structured-output field "
+          "would constrain too; give one",
+          "tool_choice", "invalid_value");
     }
     Expected<std::string> gbnf = ToolCallGbnf(out->tools, out->forced_tool);
     if (!gbnf.ok()) {
@@ -818,7 +906,7 @@ std::optional<ApiError> ParseTokenizeRequest(const json& body, TokenizeRequest* 
   if (f.error()) return f.error();
   if (f.Get("messages")) {
     ChatInput chat;
-    if (auto e = ParseMessages(body, &chat.messages)) return e;
+    if (auto e = ParseMessages(body, &chat.messages, nullptr)) return e;
     if (auto e = ParseTools(body, &chat.tools)) return e;
     if (const json* kwargs = f.Get("chat_template_kwargs")) {
       if (!kwargs->is_object()) return WrongType("chat_template_kwargs", "an object", *kwargs);

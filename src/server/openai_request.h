@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "server/api_error.h"
 #include "server/generator.h"
+#include "server/media.h"
 
 namespace gizllm::server {
 
@@ -45,6 +46,9 @@ struct ChatRequest {
   nlohmann::json tools;              // the request's tools (array) or null
   std::string tool_choice = "auto";  // "none", "auto", "required" or "function"
   std::string forced_tool;           // the function's name when tool_choice names one
+  // The image_url and video_url parts of the user messages, in prompt order; their messages'
+  // content is then a list of parts ({"type": "image"}, {"type": "video"}, text).
+  std::vector<MediaPart> media;
 };
 
 // The GBNF of a forced tool call's text after "<tool_call>\n" in Qwen's syntax: the call

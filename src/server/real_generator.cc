@@ -7,6 +7,12 @@ namespace gizllm::server {
 Expected<int64_t> EngineGenerator::Add(GenerateRequest request) {
   Request r;
   r.prompt = std::move(request.prompt);
+  if (request.media) {
+    if (!pictures_) return InvalidArgument("this model reads no pictures or videos");
+    GZ_ASSIGN_OR_RETURN(PicturePrompt read, pictures_->Read(*request.media));
+    r.prompt = std::move(read.tokens);
+    r.pictures = std::make_shared<const PromptPictures>(std::move(read.pictures));
+  }
   r.limit = request.limit;
   const SamplingOptions& s = request.sampling;
   r.sampling.temperature = s.temperature;

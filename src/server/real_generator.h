@@ -24,6 +24,9 @@ class EngineGenerator : public Generator {
   Expected<std::vector<GenerateProgress>> Advance() override;
   void Cancel(int64_t id) override;
   bool Busy() const override { return engine_->Busy(); }
+  // Where requests with pictures or videos have the tower run (the one the text side prepares
+  // them with).
+  void SetPictures(std::shared_ptr<PictureReader> pictures) { pictures_ = std::move(pictures); }
   GeneratorStats Stats() const override;
   Engine& engine() { return *engine_; }
 
@@ -31,6 +34,7 @@ class EngineGenerator : public Generator {
   std::unique_ptr<Engine> engine_;
   Tokenizer tokenizer_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;  // built at the first grammar
+  std::shared_ptr<PictureReader> pictures_;            // null: the model has no tower
   std::set<int64_t> active_;                           // added, not ended
   std::set<int64_t> reported_;  // active requests whose first progress went out
 };
@@ -56,6 +60,8 @@ class ChatTextModel : public TextModel {
   Expected<std::string> Detokenize(std::span<const int32_t> tokens) const override;
   Expected<ChatPrompt> RenderChat(const ChatInput& input) const override;
   const Tokenizer& tokenizer() const { return tokenizer_; }
+  const PictureReader* Pictures() const override { return pictures_.get(); }
+  void SetPictures(std::shared_ptr<PictureReader> pictures) { pictures_ = std::move(pictures); }
 
  private:
   std::string name_;
@@ -63,6 +69,7 @@ class ChatTextModel : public TextModel {
   Tokenizer tokenizer_;
   ChatTemplate template_;
   int32_t vocab_;
+  std::shared_ptr<PictureReader> pictures_;
 };
 
 }  // namespace gizllm::server

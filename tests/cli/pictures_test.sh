@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# run --image and chat's /image on a small random Qwen3-VL (tests/cli/tiny_vl_folder.cc): the
-# greedy answer equals a direct Engine call's on the same picture; bad pictures and models without
+# run --image, run --video and chat's /image on a small random Qwen3-VL
+# (tests/cli/tiny_vl_folder.cc): the greedy answer equals a direct Engine call's on the same
+# picture or frames; bad pictures and models without
 # a tower fail with a line that says what is wrong.
 source "$(dirname "$0")/lib.sh"
 gz=$1
@@ -39,6 +40,37 @@ expect_fail run-image-special "--special: not with --image" \
 # A model without a vision tower.
 expect_error run-image-no-tower "no vision tower" \
   $gz run "${flags[@]}" --image "$tmp/picture.png" --prompt "what is this?"
+
+# run --video: a folder of frames taken at 1 frame a second; the answer equals a direct Engine
+# call on the same frames placed as Qwen3VLProcessor writes them (three timestamped pairs).
+expect_ok run-help-video $gz run --help
+check run-help-video-flag grep -q -- "--video-fps" "$tmp/out"
+expect_ok run-video $gz run -m "$m" "${flags[@]}" --video "$tmp/video" --video-fps 1 \
+  --prompt "what is this?"
+check run-video-equals-engine cmp "$tmp/out" "$tmp/expected_video.txt"
+check run-video-answer-not-empty test "$(wc -c <"$tmp/expected_video.txt")" -gt 4
+# 35 tokens of the template, its three of the video (vision start, placeholder, vision end)
+# replaced per pair by its timestamp ("<0.5 seconds>": 13 characters), vision start, 4 rows,
+# vision end: 32 + 3 x 19.
+check run-video-prompt-tokens grep -q "^prompt: 89 tokens" "$tmp/err"
+# Taken at 10 frames a second: half a second of video, 4 frames sampled (the processor's
+# least; frames 0, 1, 3, 4), two pairs: 32 + 2 x 19 tokens.
+$gz run -m "$m" "${flags[@]}" --video "$tmp/video" --video-fps 10 --prompt "what is this?" \
+  >"$tmp/other" 2>"$tmp/other.err"
+check run-video-sampled-at-the-rate grep -q '^prompt: 70 tokens' "$tmp/other.err"
+expect_error run-video-mixed-sizes "video 1: video frames differ in size" \
+  $gz run -m "$m" "${flags[@]}" --video "$tmp/mixed" --prompt "what?"
+expect_error run-video-missing "video 1: " \
+  $gz run -m "$m" "${flags[@]}" --video "$tmp/none" --prompt "what?"
+expect_fail run-video-fps-alone "--video-fps: give --video too" \
+  $gz run -m "$m" "${flags[@]}" --video-fps 2 --prompt "what?"
+
+# serve: the media flags, and an allowed folder that is not one.
+expect_ok serve-help $gz serve --help
+check serve-help-media grep -q -- "--allowed-media-path" "$tmp/out"
+check serve-help-limits grep -q -- "--max-video-frames" "$tmp/out"
+expect_fail serve-media-path-not-a-folder "--allowed-media-path $tmp/none: not a folder" \
+  $gz serve -m "$m" --device cpu --port 0 --allowed-media-path "$tmp/none"
 
 # chat: /image attaches a picture to the next message; the first reply is run's (the same
 # prompt); the next turn reuses the first turn's tokens, picture rows included; a bad picture or

@@ -1,13 +1,14 @@
-// Writes a small random Qwen3-VL folder with its tower (tests/unit/model/tiny_vl.h), a
-// character tokenizer (ids 0..39 the characters below, 40.. Qwen's special tokens at tiny_vl's
-// ids) and the Qwen2-VL chat template (image parts as <|vision_start|><|image_pad|><|vision_end|>),
-// a picture, a truncated copy of it, another picture of its size, and the answer the engine gives
-// for the prompt with that picture: the prompt's ids are built here by hand (not by the template or
-// the tokenizer), the picture read by PictureReader, greedy tokens from Engine::Generate, decoded
-// as `run` streams them and ended with the newline `run` adds.
+// Writes a small random Qwen3-VL folder with its tower (tests/unit/model/tiny_vl.h), its
+// character tokenizer and the Qwen2-VL chat template (tiny_vl::WriteTokenizer), a picture, a
+// truncated copy of it, another picture of its size, a video (a folder of five frames, taken at
+// 1 frame a second), a folder of frames of two sizes, and the answers the engine gives for the
+// prompt with that picture and with that video: the prompt's ids are built here by hand (not by
+// the template or the tokenizer), the picture and video read by PictureReader, greedy tokens
+// from Engine::Generate, decoded as `run` streams them and ended with the newline `run` adds.
 //
 //   tiny_vl_folder DIR PROMPT TOKENS
-//   -> DIR/model/, DIR/picture.png, DIR/cut.png, DIR/other.png, DIR/expected.txt
+//   -> DIR/model/, DIR/picture.png, DIR/cut.png, DIR/other.png, DIR/video/, DIR/mixed/,
+//      DIR/expected.txt, DIR/expected_video.txt
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -28,73 +29,10 @@
 namespace gizllm {
 namespace {
 
-const std::string kChars = "abcdefghijklmnopqrstuvwxyz \n.,!?:'012345";  // ids 0..39
-constexpr int32_t kImStart = 44, kImEnd = 45;
-
-const char* kTemplate =
-    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n{% else %}"
-    "{% for content in message['content'] %}"
-    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
-    "{% set image_count.value = image_count.value + 1 %}"
-    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
-    "<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif content['type'] == 'video' or 'video' in content %}"
-    "{% set video_count.value = video_count.value + 1 %}"
-    "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
-    "<|vision_start|><|video_pad|><|vision_end|>"
-    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
-    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
-
-void WriteTokenizer(const std::string& dir) {
-  static_assert(tiny_vl::kImage == 40 && tiny_vl::kStart == 41 && tiny_vl::kVideo == 42 &&
-                tiny_vl::kEnd == 43);
-  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
-  for (size_t i = 0; i < kChars.size(); ++i) vocab[std::string(1, kChars[i])] = i;
-  nlohmann::ordered_json added = nlohmann::ordered_json::array();
-  const char* specials[] = {"<|image_pad|>", "<|vision_start|>", "<|video_pad|>", "<|vision_end|>",
-                            "<|im_start|>",  "<|im_end|>",       "<|endoftext|>", "<|box_start|>"};
-  for (int i = 0; i < 8; ++i) {
-    vocab[specials[i]] = 40 + i;
-    added.push_back({{"id", 40 + i},
-                     {"content", specials[i]},
-                     {"single_word", false},
-                     {"lstrip", false},
-                     {"rstrip", false},
-                     {"normalized", false},
-                     {"special", true}});
-  }
-  nlohmann::ordered_json tokenizer = {{"version", "1.0"},
-                                      {"truncation", nullptr},
-                                      {"padding", nullptr},
-                                      {"added_tokens", added},
-                                      {"normalizer", nullptr},
-                                      {"pre_tokenizer", nullptr},
-                                      {"post_processor", nullptr},
-                                      {"decoder", {{"type", "Fuse"}}},
-                                      {"model",
-                                       {{"type", "BPE"},
-                                        {"dropout", nullptr},
-                                        {"unk_token", nullptr},
-                                        {"continuing_subword_prefix", nullptr},
-                                        {"end_of_word_suffix", nullptr},
-                                        {"fuse_unk", false},
-                                        {"byte_fallback", false},
-                                        {"vocab", vocab},
-                                        {"merges", nlohmann::ordered_json::array()}}}};
-  std::ofstream(dir + "/tokenizer.json") << tokenizer.dump();
-  nlohmann::ordered_json config = {{"chat_template", kTemplate}, {"eos_token", "<|im_end|>"}};
-  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
-}
-
-void Append(std::vector<int32_t>* ids, const std::string& text) {
-  for (char c : text) {
-    const size_t id = kChars.find(c);
-    CHECK(id != std::string::npos);
-    ids->push_back(static_cast<int32_t>(id));
-  }
-}
+using tiny_vl::Append;
+using tiny_vl::kImEnd;
+using tiny_vl::kImStart;
+using tiny_vl::WriteTokenizer;
 
 int Main(int argc, char** argv) {
   if (argc != 4) {
@@ -116,16 +54,21 @@ int Main(int argc, char** argv) {
   std::ofstream(dir + "/other.png", std::ios::binary)
       .write(reinterpret_cast<const char*>(other.data()), other.size());
 
-  // <|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>PROMPT<|im_end|>\n
-  // <|im_start|>assistant\n
-  std::vector<int32_t> ids = {kImStart};
-  Append(&ids, "user\n");
-  ids.insert(ids.end(), {tiny_vl::kStart, tiny_vl::kImage, tiny_vl::kEnd});
-  Append(&ids, prompt);
-  ids.push_back(kImEnd);
-  Append(&ids, "\n");
-  ids.push_back(kImStart);
-  Append(&ids, "assistant\n");
+  // Five 8 x 8 frames of a video (the pictures' files in name order), taken at 1 frame a
+  // second, and a frame of another size.
+  std::filesystem::create_directories(dir + "/video");
+  std::vector<vision::Picture> frames;
+  for (int i = 0; i < 5; ++i) {
+    const vision::testing::Bytes pattern = vision::testing::Pattern(8, 8, 3, 20 + i);
+    const vision::testing::Bytes frame = vision::testing::EncodePng(8, 8, pattern, {});
+    std::ofstream(dir + "/video/frame_" + std::to_string(i) + ".png", std::ios::binary)
+        .write(reinterpret_cast<const char*>(frame.data()), frame.size());
+    frames.push_back(vision::Picture{8, 8, pattern});
+  }
+  std::filesystem::create_directories(dir + "/mixed");
+  std::filesystem::copy(dir + "/video", dir + "/mixed", std::filesystem::copy_options::recursive);
+  std::ofstream(dir + "/mixed/frame_9.png", std::ios::binary)
+      .write(reinterpret_cast<const char*>(png.data()), png.size());
 
   auto backend = OpenBackend(DeviceOptions{.device = "cpu", .threads = 2, .exact = true});
   auto fail = [](const Status& s) {
@@ -137,31 +80,61 @@ int Main(int argc, char** argv) {
   if (!model.ok()) return fail(model.status());
   auto reader = PictureReader::Load(model_dir, *backend);
   if (!reader.ok()) return fail(reader.status());
-  auto expanded = (*reader)->Expand(ids, std::vector<std::vector<uint8_t>>{png});
-  if (!expanded.ok()) return fail(expanded.status());
-  EngineOptions options;
-  options.slots = 1;
-  options.context = static_cast<int64_t>(expanded->tokens.size()) + limit;
-  options.kv_budget_bytes = (options.context / kPage + 2) * (*model)->PageBytes();
-  auto engine = Engine::Create(model->get(), options);
-  if (!engine.ok()) return fail(engine.status());
-  Request request;
-  request.prompt = expanded->tokens;
-  request.limit = limit;
-  request.sampling.temperature = 0.0f;
-  request.pictures = std::make_shared<const PromptPictures>(std::move(expanded->pictures));
-  auto out = (*engine)->Generate({request});
-  if (!out.ok()) return fail(out.status());
   auto tokenizer = Tokenizer::Load(model_dir);
   if (!tokenizer.ok()) return fail(tokenizer.status());
-  StreamDecoder decoder(*tokenizer);
-  std::string text;
-  for (int32_t t : (*out)[0]) text += decoder.Push(t);
-  text += decoder.Flush();
-  if (text.empty() || text.back() != '\n') text += '\n';
-  std::ofstream(dir + "/expected.txt", std::ios::binary) << text;
-  std::fprintf(stderr, "tiny_vl_folder: %zu prompt tokens, %zu answer tokens\n",
-               expanded->tokens.size(), (*out)[0].size());
+
+  // The greedy answer to <|im_start|>user\n<|vision_start|>PLACEHOLDER<|vision_end|>PROMPT
+  // <|im_end|>\n<|im_start|>assistant\n with `input` placed (the timestamps' characters by
+  // hand), written to `file` as `run` prints it.
+  auto answer = [&](int32_t placeholder, VisionInput input, const std::string& file) -> Status {
+    std::vector<int32_t> ids = {kImStart};
+    Append(&ids, "user\n");
+    ids.insert(ids.end(), {tiny_vl::kStart, placeholder, tiny_vl::kEnd});
+    Append(&ids, prompt);
+    ids.push_back(kImEnd);
+    Append(&ids, "\n");
+    ids.push_back(kImStart);
+    Append(&ids, "assistant\n");
+    GZ_ASSIGN_OR_RETURN(
+        PlacedPrompt placed,
+        (*reader)->Place(ids, {std::move(input)},
+                         [](const std::string& t) -> Expected<std::vector<int32_t>> {
+                           std::vector<int32_t> chars;
+                           Append(&chars, t);
+                           return chars;
+                         }));
+    GZ_ASSIGN_OR_RETURN(PicturePrompt expanded, (*reader)->Read(std::move(placed)));
+    EngineOptions options;
+    options.slots = 1;
+    options.context = static_cast<int64_t>(expanded.tokens.size()) + limit;
+    options.kv_budget_bytes = (options.context / kPage + 2) * (*model)->PageBytes();
+    GZ_ASSIGN_OR_RETURN(auto engine, Engine::Create(model->get(), options));
+    Request request;
+    request.prompt = expanded.tokens;
+    request.limit = limit;
+    request.sampling.temperature = 0.0f;
+    request.pictures = std::make_shared<const PromptPictures>(std::move(expanded.pictures));
+    GZ_ASSIGN_OR_RETURN(auto out, engine->Generate({request}));
+    StreamDecoder decoder(*tokenizer);
+    std::string text;
+    for (int32_t t : out[0]) text += decoder.Push(t);
+    text += decoder.Flush();
+    if (text.empty() || text.back() != '\n') text += '\n';
+    std::ofstream(dir + "/" + file, std::ios::binary) << text;
+    std::fprintf(stderr, "tiny_vl_folder: %s: %zu prompt tokens, %zu answer tokens\n", file.c_str(),
+                 request.prompt.size(), out[0].size());
+    return Status::Ok();
+  };
+  auto picture = (*reader)->PreparePicture(png);
+  if (!picture.ok()) return fail(picture.status());
+  if (Status s = answer(tiny_vl::kImage, std::move(*picture), "expected.txt"); !s.ok()) {
+    return fail(s);
+  }
+  auto video = (*reader)->PrepareVideo(frames, /*fps=*/1.0);
+  if (!video.ok()) return fail(video.status());
+  if (Status s = answer(tiny_vl::kVideo, std::move(*video), "expected_video.txt"); !s.ok()) {
+    return fail(s);
+  }
   return 0;
 }
 

@@ -170,6 +170,7 @@ Expected<VisionArch> ParseVisionArch(const nlohmann::json& config, const std::st
   GZ_RETURN_IF_ERROR(token("image_token_id", qwen3_5 ? 248056 : 151655, &v.image_token));
   GZ_RETURN_IF_ERROR(token("video_token_id", qwen3_5 ? 248057 : 151656, &v.video_token));
   GZ_RETURN_IF_ERROR(token("vision_start_token_id", qwen3_5 ? 248053 : 151652, &v.vision_start));
+  GZ_RETURN_IF_ERROR(token("vision_end_token_id", qwen3_5 ? 248054 : 151653, &v.vision_end));
   return v;
 }
 

@@ -47,7 +47,7 @@ const cases = [
    400, 'invalid_type', 'messages[0].content'],
   ['image content', () => post('/v1/chat/completions', chat({
     messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }],
-  })), 400, 'unsupported_value', 'messages[0].content[0].type'],
+  })), 400, 'unsupported_content', 'messages[0].content[0].image_url'],
   ['tool turn without id', () => post('/v1/chat/completions',
                                       chat({ messages: [{ role: 'tool', content: 'x' }] })),
    400, 'missing_required_parameter', 'messages[0].tool_call_id'],

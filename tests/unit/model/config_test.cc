@@ -1114,6 +1114,7 @@ TEST(ConfigTest, Qwen3VlVisionTower) {
   EXPECT_EQ(v->image_token, 151655);
   EXPECT_EQ(v->video_token, 151656);
   EXPECT_EQ(v->vision_start, 151652);
+  EXPECT_EQ(v->vision_end, 151653);
   EXPECT_EQ(v->PatchFloats(), 1536);
   EXPECT_EQ(v->MergedDim(), 4608);
 
@@ -1158,6 +1159,7 @@ TEST(ConfigTest, Qwen3VlVisionTower) {
   EXPECT_TRUE(v->deepstack.empty());
   EXPECT_EQ(v->image_token, 248056);
   EXPECT_EQ(v->vision_start, 248053);
+  EXPECT_EQ(v->vision_end, 248054);  // Qwen3_5Config's default
 }
 
 TEST(ConfigTest, VisionGridsMustFitTheMergeWindows) {

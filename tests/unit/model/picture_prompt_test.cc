@@ -128,7 +128,7 @@ TEST_F(PicturePromptTest, PlaceholdersAndPicturesMustPairUp) {
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.status().message().find("holds 2 image placeholders"), std::string::npos)
       << out.status().message();
-  EXPECT_NE(out.status().message().find("1 pictures are given"), std::string::npos);
+  EXPECT_NE(out.status().message().find("1 pictures and 0 videos are given"), std::string::npos);
   out = reader_->Expand(std::vector<int32_t>{1, 2, 3},
                         std::vector<Bytes>{Png(12, 8, 1), Png(8, 4, 2)});
   ASSERT_FALSE(out.ok());
@@ -138,6 +138,95 @@ TEST_F(PicturePromptTest, PlaceholdersAndPicturesMustPairUp) {
   ASSERT_TRUE(out.ok()) << out.status().message();
   EXPECT_EQ(out->tokens, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(out->pictures.positions.next, 3);
+}
+
+// Five 8 x 8 frames taken at 1 frame a second: the tiny processor (2 frames sampled a second,
+// at least 4, at most all) keeps all five, pads them to three pairs, and resizes nothing (4 x 8
+// x 8 pixels lie within its bounds): a grid of [3, 4, 4], 4 rows a pair. Qwen3VLProcessor writes
+// each pair as "<t seconds>" (the mean of its first and last frame's times: 0.5, 2.5, 4.0)
+// then <|vision_start|>, its rows, <|vision_end|>; get_rope_index places each pair as a picture
+// of one frame, the timestamps' tokens counting as text.
+TEST_F(PicturePromptTest, AVideoBecomesTimestampedPairsOfFrames) {
+  std::vector<vision::Picture> frames;
+  for (int i = 0; i < 5; ++i) {
+    vision::Picture f{8, 8, vision::testing::Pattern(8, 8, 3, 20 + i)};
+    frames.push_back(f);
+  }
+  ASSERT_TRUE(reader_->reads_videos());
+  auto video = reader_->PrepareVideo(frames, /*fps=*/1.0);
+  ASSERT_TRUE(video.ok()) << video.status().message();
+  EXPECT_TRUE(video->grid.video);
+  EXPECT_EQ(video->grid.t, 3);
+  EXPECT_EQ(video->grid.h, 4);
+  EXPECT_EQ(video->grid.w, 4);
+  EXPECT_EQ(video->times, (std::vector<double>{0.5, 2.5, 4.0}));
+  auto chars = [](const std::string& text) -> Expected<std::vector<int32_t>> {
+    std::vector<int32_t> ids;
+    tiny_vl::Append(&ids, text);
+    return ids;
+  };
+  const std::vector<int32_t> prompt = {1, kStart, tiny_vl::kVideo, kEnd, 9};
+  auto placed = reader_->Place(prompt, {*video}, chars);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  std::vector<int32_t> expected = {1};
+  std::vector<int32_t> t = {0}, h = {0}, w = {0};
+  int32_t next = 1;
+  for (const char* time : {"<0.5 seconds>", "<2.5 seconds>", "<4.0 seconds>"}) {
+    const size_t before = expected.size();
+    tiny_vl::Append(&expected, time);
+    expected.push_back(kStart);
+    for (size_t i = before; i < expected.size(); ++i, ++next) {
+      t.push_back(next);
+      h.push_back(next);
+      w.push_back(next);
+    }
+    for (int y = 0; y < 2; ++y) {
+      for (int x = 0; x < 2; ++x) {
+        expected.push_back(tiny_vl::kVideo);
+        t.push_back(next);
+        h.push_back(next + y);
+        w.push_back(next + x);
+      }
+    }
+    next += 2;
+    expected.push_back(kEnd);
+    t.push_back(next);
+    h.push_back(next);
+    w.push_back(next);
+    ++next;
+  }
+  expected.push_back(9);
+  t.push_back(next);
+  h.push_back(next);
+  w.push_back(next);
+  EXPECT_EQ(placed->tokens, expected);
+  EXPECT_EQ(placed->positions.t, t);
+  EXPECT_EQ(placed->positions.h, h);
+  EXPECT_EQ(placed->positions.w, w);
+  EXPECT_EQ(placed->positions.next, next + 1);
+  // The text after the video moves by what it added; the text before it stays.
+  EXPECT_EQ(placed->ExpandedPosition(1), 1);
+  EXPECT_EQ(placed->ExpandedPosition(4), static_cast<int32_t>(expected.size()) - 1);
+  auto read = reader_->Read(*placed);
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_EQ(read->pictures.rows.size(), 12u);
+  EXPECT_EQ(read->pictures.embeddings.size(), 12u * tiny_vl::kDim);
+
+  // A picture where the video's placeholder stands, and no tokenizer for the timestamps.
+  auto picture = reader_->PreparePicture(Png(8, 4, 2));
+  ASSERT_TRUE(picture.ok());
+  auto wrong = reader_->Place(prompt, {*picture}, chars);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("0 image placeholders"), std::string::npos)
+      << wrong.status().message();
+  auto untokenized = reader_->Place(prompt, {*video});
+  ASSERT_FALSE(untokenized.ok());
+  EXPECT_NE(untokenized.status().message().find("no tokenizer"), std::string::npos);
+  // Frames of two sizes.
+  frames[3] = vision::Picture{12, 8, vision::testing::Pattern(12, 8, 3, 9)};
+  auto mixed = reader_->PrepareVideo(frames, 1.0);
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_NE(mixed.status().message().find("differ in size"), std::string::npos);
 }
 
 TEST_F(PicturePromptTest, AModelWithoutATowerIsRefused) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "formats/safetensors.h"
 #include "model/mrope.h"
 #include "model/vision_arch.h"
@@ -153,6 +154,14 @@ inline std::vector<float> Write(const std::string& dir, bool tower = false) {
                                 {"image_mean", {0.5, 0.5, 0.5}},
                                 {"image_std", {0.5, 0.5, 0.5}}};
     std::ofstream(dir + "/preprocessor_config.json") << processor.dump();
+    // Videos: Qwen3-VL's sampling (2 frames a second, at least 4), the pixels of all sampled
+    // frames together within the size.
+    nlohmann::json video = processor;
+    video["size"] = {{"shortest_edge", 64}, {"longest_edge", 16384}};
+    video["fps"] = 2;
+    video["min_frames"] = 4;
+    video["max_frames"] = 16;
+    std::ofstream(dir + "/video_preprocessor_config.json") << video.dump();
   }
   std::ofstream(dir + "/config.json") << config.dump();
   return t[p + "embed_tokens.weight"].second;
@@ -187,6 +196,78 @@ inline PromptPictures Pictures(int layers, float deepstack_scale = 0.5f, uint32_
   p.deepstack.resize(layers * count * kDim);
   for (float& v : p.deepstack) v = deepstack_scale * d(rng);
   return p;
+}
+
+// A character tokenizer for the folder (ids 0..39 the characters of kChars, enough for the
+// prompts and for timestamps such as "<2.5 seconds>"; 40.. Qwen's special
+// tokens at the ids above) and the Qwen2-VL chat template (image parts as
+// <|vision_start|><|image_pad|><|vision_end|>, video parts with <|video_pad|>).
+inline const std::string kChars = "abcdefghijklmnopqrstuvwxyz \n.,<?:>012345";  // ids 0..39
+constexpr int32_t kImStart = 44, kImEnd = 45;
+
+inline const char* kTemplate =
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n{% else %}"
+    "{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}"
+    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}"
+    "{% set video_count.value = video_count.value + 1 %}"
+    "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
+    "<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+inline void WriteTokenizer(const std::string& dir) {
+  static_assert(tiny_vl::kImage == 40 && tiny_vl::kStart == 41 && tiny_vl::kVideo == 42 &&
+                tiny_vl::kEnd == 43);
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  for (size_t i = 0; i < kChars.size(); ++i) vocab[std::string(1, kChars[i])] = i;
+  nlohmann::ordered_json added = nlohmann::ordered_json::array();
+  const char* specials[] = {"<|image_pad|>", "<|vision_start|>", "<|video_pad|>", "<|vision_end|>",
+                            "<|im_start|>",  "<|im_end|>",       "<|endoftext|>", "<|box_start|>"};
+  for (int i = 0; i < 8; ++i) {
+    vocab[specials[i]] = 40 + i;
+    added.push_back({{"id", 40 + i},
+                     {"content", specials[i]},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+  }
+  nlohmann::ordered_json tokenizer = {{"version", "1.0"},
+                                      {"truncation", nullptr},
+                                      {"padding", nullptr},
+                                      {"added_tokens", added},
+                                      {"normalizer", nullptr},
+                                      {"pre_tokenizer", nullptr},
+                                      {"post_processor", nullptr},
+                                      {"decoder", {{"type", "Fuse"}}},
+                                      {"model",
+                                       {{"type", "BPE"},
+                                        {"dropout", nullptr},
+                                        {"unk_token", nullptr},
+                                        {"continuing_subword_prefix", nullptr},
+                                        {"end_of_word_suffix", nullptr},
+                                        {"fuse_unk", false},
+                                        {"byte_fallback", false},
+                                        {"vocab", vocab},
+                                        {"merges", nlohmann::ordered_json::array()}}}};
+  std::ofstream(dir + "/tokenizer.json") << tokenizer.dump();
+  nlohmann::ordered_json config = {{"chat_template", kTemplate}, {"eos_token", "<|im_end|>"}};
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
+}
+
+inline void Append(std::vector<int32_t>* ids, const std::string& text) {
+  for (char c : text) {
+    const size_t id = kChars.find(c);
+    CHECK(id != std::string::npos);
+    ids->push_back(static_cast<int32_t>(id));
+  }
 }
 
 }  // namespace gizllm::tiny_vl

@@ -99,7 +99,20 @@ TEST(MropePositions, ErrorsWhenPlaceholdersAndPicturesDisagree) {
   std::vector<int32_t> video = {kStart, kVideo, kEnd};
   p = ComputeMropePositions(a, video, {});
   ASSERT_FALSE(p.ok());
-  EXPECT_EQ(p.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(p.status().message().find("video placeholder beyond the 0"), std::string::npos)
+      << p.status().message();
+  // A picture's grid where the prompt holds a video's placeholders, and the other way round.
+  p = ComputeMropePositions(a, video, std::vector<VisionGrid>{{1, 2, 2}});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("a video placeholder where picture 1 is due"),
+            std::string::npos)
+      << p.status().message();
+  p = ComputeMropePositions(a, std::vector<int32_t>{kStart, kImage, kEnd},
+                            std::vector<VisionGrid>{{2, 2, 2, /*video=*/true}});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("an image placeholder where video 1 is due"),
+            std::string::npos)
+      << p.status().message();
 }
 
 // The M-RoPE rotation as the attention block issues it (three Rope ops, each with one axis'

@@ -273,6 +273,25 @@ TEST_F(ServerTest, NextTurnReadsOnlyTheNewPart) {
   EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], held.size());
 }
 
+TEST_F(ServerTest, AModelWithoutATowerRefusesPictures) {
+  Start();
+  json body = UserChat("x");
+  body["messages"][0]["content"] = {
+      {{"type", "text"}, {"text", "what is it?"}},
+      {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64,AAAA"}}}}};
+  Reply r = Post("/v1/chat/completions", body);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.Json()["error"]["param"], "messages[0].content[1].image_url");
+  EXPECT_NE(r.Json()["error"]["message"].get<std::string>().find("reads no pictures"),
+            std::string::npos)
+      << r.body;
+  body["messages"][0]["content"][1] = {{"type", "video_url"}, {"video_url", {{"url", "clip"}}}};
+  r = Post("/v1/chat/completions", body);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.Json()["error"]["param"], "messages[0].content[1].video_url");
+  EXPECT_EQ(Post("/v1/chat/completions", UserChat("x")).status, 200);
+}
+
 TEST_F(ServerTest, ErrorsKeepTheServerUp) {
   ServerOptions options;
   options.api_key = "sekret";

@@ -77,8 +77,42 @@ TEST(ChatRequest, NamesTheFieldAtFault) {
       {"content number",
        {{"messages", {{{"role", "user"}, {"content", 3}}}}},
        "messages[0].content"},
-      {"image part",
+      {"image part without image_url",
        {{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}},
+       "messages[0].content[0].image_url"},
+      {"image_url without url",
+       {{"messages",
+         {{{"role", "user"},
+           {"content", {{{"type", "image_url"}, {"image_url", {{"detail", "low"}}}}}}}}}},
+       "messages[0].content[0].image_url.url"},
+      {"image_url url a number",
+       {{"messages",
+         {{{"role", "user"},
+           {"content", {{{"type", "image_url"}, {"image_url", {{"url", 5}}}}}}}}}},
+       "messages[0].content[0].image_url.url"},
+      {"image in a system message",
+       {{"messages",
+         {{{"role", "system"},
+           {"content", {{{"type", "image_url"}, {"image_url", {{"url", "data:"}}}}}}}}}},
+       "messages[0].content[0].type"},
+      {"video_url with url and frames",
+       {{"messages",
+         {{{"role", "user"},
+           {"content",
+            {{{"type", "video_url"}, {"video_url", {{"url", "a"}, {"frames", {"b"}}}}}}}}}}},
+       "messages[0].content[0].video_url"},
+      {"video_url fps zero",
+       {{"messages",
+         {{{"role", "user"},
+           {"content", {{{"type", "video_url"}, {"video_url", {{"url", "a"}, {"fps", 0}}}}}}}}}},
+       "messages[0].content[0].video_url.fps"},
+      {"video_url frames empty",
+       {{"messages",
+         {{{"role", "user"},
+           {"content", {{{"type", "video_url"}, {"video_url", {{"frames", json::array()}}}}}}}}}},
+       "messages[0].content[0].video_url.frames"},
+      {"audio part",
+       {{"messages", {{{"role", "user"}, {"content", {{{"type", "input_audio"}}}}}}}},
        "messages[0].content[0].type"},
       {"tool without id",
        {{"messages", {{{"role", "tool"}, {"content", "x"}}}}},
@@ -177,6 +211,42 @@ TEST(ChatRequest, NamesTheFieldAtFault) {
   }
 }
 
+TEST(ChatRequest, PicturesAndVideosBecomeMediaAndTemplateParts) {
+  json body = Chat();
+  body["messages"] = {
+      {{"role", "system"},
+       {"content", {{{"type", "text"}, {"text", "be "}}, {{"type", "text"}, {"text", "brief"}}}}},
+      {{"role", "user"},
+       {"content",
+        {{{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64,AA=="}}}},
+         {{"type", "text"}, {"text", "and"}},
+         {{"type", "video_url"}, {"video_url", {{"url", "clip"}, {"fps", 4}}}},
+         {{"type", "video_url"}, {"video_url", {{"frames", {"f0.png", "f1.png"}}}}}}}}};
+  ChatRequest r;
+  auto error = ParseChatRequest(body, 100, &r);
+  ASSERT_FALSE(error) << error->message;
+  // Text alone stays a string; with media the parts stay a list for the template.
+  EXPECT_EQ(r.input.messages[0]["content"], "be brief");
+  EXPECT_EQ(r.input.messages[1]["content"],
+            json::parse(R"([{"type":"image"},{"type":"text","text":"and"},{"type":"video"},)"
+                        R"({"type":"video"}])"));
+  ASSERT_EQ(r.media.size(), 3u);
+  EXPECT_EQ(r.media[0].kind, MediaKind::kPicture);
+  EXPECT_EQ(r.media[0].param, "messages[1].content[0].image_url");
+  EXPECT_EQ(r.media[0].url, "data:image/png;base64,AA==");
+  EXPECT_EQ(r.media[1].kind, MediaKind::kVideo);
+  EXPECT_EQ(r.media[1].param, "messages[1].content[2].video_url");
+  EXPECT_EQ(r.media[1].url, "clip");
+  EXPECT_EQ(r.media[1].fps, 4.0);
+  EXPECT_EQ(r.media[2].frames, (std::vector<std::string>{"f0.png", "f1.png"}));
+  EXPECT_FALSE(r.media[2].fps);
+  // /tokenize takes no media.
+  TokenizeRequest t;
+  error = ParseTokenizeRequest(body, &t);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->param, "messages[1].content[0].type");
+}
+
 TEST(ChatRequest, StructuredOutputFieldsCompileAGrammar) {
   const json schema = {{"type", "object"},
                        {"properties", {{"a", {{"type", "integer"}}}}},
@@ -237,16 +307,15 @@ TEST(ChatRequest, NamedToolChoiceMustBeATool) {
 // response_format beside it is a 400, as is a parameters schema the compiler refuses.
 TEST(ChatRequest, ForcedToolCallsHaveAGrammarOverTheirParameters) {
   json body = Chat();
-  body["tools"] = {
-      {{"type", "function"},
-       {"function",
-        {{"name", "get_weather"},
-         {"parameters",
-          {{"type", "object"},
-           {"properties", {{"city", {{"type", "string"}}}}},
-           {"required", {"city"}},
-           {"additionalProperties", false}}}}}},
-      {{"type", "function"}, {"function", {{"name", "now"}}}}};
+  body["tools"] = {{{"type", "function"},
+                    {"function",
+                     {{"name", "get_weather"},
+                      {"parameters",
+                       {{"type", "object"},
+                        {"properties", {{"city", {{"type", "string"}}}}},
+                        {"required", {"city"}},
+                        {"additionalProperties", false}}}}}},
+                   {{"type", "function"}, {"function", {{"name", "now"}}}}};
   auto accepts = [](const Grammar& g, const std::string& text) {
     Matcher m(std::make_shared<const Grammar>(g));
     return m.Accept(std::string_view(text)) && m.Complete();
@@ -261,13 +330,16 @@ TEST(ChatRequest, ForcedToolCallsHaveAGrammarOverTheirParameters) {
     ASSERT_FALSE(error) << error->message;
     ASSERT_NE(r.params.sampling.grammar, nullptr);
     const Grammar& g = *r.params.sampling.grammar;
-    EXPECT_TRUE(accepts(g, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
-                           "</tool_call>"));
-    EXPECT_FALSE(accepts(g, "{\"name\": \"get_weather\", \"arguments\": {\"town\": \"Paris\"}}\n"
-                            "</tool_call>"));
+    EXPECT_TRUE(accepts(g,
+                        "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+                        "</tool_call>"));
+    EXPECT_FALSE(accepts(g,
+                         "{\"name\": \"get_weather\", \"arguments\": {\"town\": \"Paris\"}}\n"
+                         "</tool_call>"));
     EXPECT_FALSE(accepts(g, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"));
-    EXPECT_FALSE(accepts(g, "{\"arguments\": {\"city\": \"Paris\"}, \"name\": \"get_weather\"}\n"
-                            "</tool_call>"));
+    EXPECT_FALSE(accepts(g,
+                         "{\"arguments\": {\"city\": \"Paris\"}, \"name\": \"get_weather\"}\n"
+                         "</tool_call>"));
     // The other tool only where any tool may be called.
     EXPECT_EQ(accepts(g, "{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"),
               std::string(choice) == "required");
@@ -288,8 +360,8 @@ TEST(ChatRequest, ForcedToolCallsHaveAGrammarOverTheirParameters) {
 }
 
 TEST(RenameGbnfRule, RenamesNamesOnly) {
-  EXPECT_EQ(RenameGbnfRule("root ::= \"root\" [root] x-root root-x root # root\nx ::= root",
-                           "root", "call"),
+  EXPECT_EQ(RenameGbnfRule("root ::= \"root\" [root] x-root root-x root # root\nx ::= root", "root",
+                           "call"),
             "call ::= \"root\" [root] x-root root-x call # root\nx ::= call");
   EXPECT_EQ(RenameGbnfRule(R"(root ::= "a\"root" root)", "root", "r2"), R"(r2 ::= "a\"root" r2)");
 }
