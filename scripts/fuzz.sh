@@ -8,7 +8,7 @@
 #                                         fuzzes harness NAME (default 600 s) from its corpus;
 #                                         new inputs go to build-fuzz/corpus/NAME, crashes to
 #                                         build-fuzz/artifacts/NAME/
-#   scripts/fuzz.sh merge NAME            adds to tests/fuzz/corpus/NAME the inputs of
+#   scripts/fuzz.sh merge NAME            adds to tests/fuzz/corpus/NAME.tar.gz the inputs of
 #                                         build-fuzz/corpus/NAME that reach new code (-merge=1)
 #
 # Harnesses: safetensors gguf config tokenizer template chat_request http_request.
@@ -24,16 +24,10 @@ max_len() {
   esac
 }
 
-# Copies the corpus of tests/fuzz/corpus/$1 into $2, but for the reproducers of open bugs
-# (crash-*, timeout-*, oom-*, slow-unit-*), which stay out of fuzzing as out of the replay.
+# Copies the corpus of tests/fuzz/corpus/$1.tar.gz into $2, but for the reproducers of open
+# bugs (crash-*, timeout-*, oom-*, slow-unit-*), which stay out of fuzzing as out of the replay.
 copy_seeds() {
-  mkdir -p "$2"
-  for f in "tests/fuzz/corpus/$1"/*; do
-    case "$(basename "$f")" in
-      crash-* | timeout-* | oom-* | slow-unit-*) ;;
-      *) cp -n "$f" "$2/" ;;
-    esac
-  done
+  tests/fuzz/corpus.sh unpack "$1" "$2" --seeds
 }
 
 build() {
@@ -72,7 +66,7 @@ case "$command" in
     copy_seeds "$name" "build-fuzz/merge/$name"
     "build-fuzz/tests/fuzz/${name}_fuzz" -merge=1 -use_counters=0 -timeout=10 -rss_limit_mb=2048 \
       -max_len="$(max_len "$name")" "build-fuzz/merge/$name" "build-fuzz/corpus/$name"
-    cp -n "build-fuzz/merge/$name"/* "tests/fuzz/corpus/$name/"
+    tests/fuzz/corpus.sh add "$name" "build-fuzz/merge/$name"/*
     ;;
   *)
     echo "usage: scripts/fuzz.sh build | test | run NAME [SECONDS] [flags] | merge NAME" >&2

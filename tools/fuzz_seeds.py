@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the seed corpora of the fuzz harnesses (tests/fuzz/corpus/<harness>/) from the
+"""Writes the seed corpora of the fuzz harnesses (tests/fuzz/corpus/<harness>.tar.gz) from the
 repository's test files: small enough to commit (tokenizer.json files cut to a few hundred tokens
 and the merges between them, safetensors files cut to their smallest tensors).
 
@@ -10,8 +10,11 @@ Files already in a corpus are kept (inputs the fuzzer found, reproducers); seeds
 import argparse
 import base64
 import json
+import gzip
+import io
 import re
 import struct
+import tarfile
 import zlib
 from pathlib import Path
 
@@ -19,10 +22,34 @@ ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests/fuzz/corpus"
 
 
+# Each harness's files: those of its archive, then the seeds written over them.
+corpora = {}
+
+
 def write(harness, name, data):
-    d = CORPUS / harness
-    d.mkdir(parents=True, exist_ok=True)
-    (d / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+    if harness not in corpora:
+        corpora[harness] = {}
+        archive = CORPUS / (harness + ".tar.gz")
+        if archive.exists():
+            with tarfile.open(archive, "r:gz") as t:
+                for m in t.getmembers():
+                    if m.isfile():
+                        corpora[harness][Path(m.name).name] = t.extractfile(m).read()
+    corpora[harness][name] = data if isinstance(data, bytes) else data.encode()
+
+
+def save():
+    """Each archive written alike from alike files: sorted names, no times or owners."""
+    for harness, files in corpora.items():
+        raw = io.BytesIO()
+        with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as t:
+            for name in sorted(files):
+                info = tarfile.TarInfo("./" + name)
+                info.size, info.mode, info.mtime = len(files[name]), 0o644, 0
+                t.addfile(info, io.BytesIO(files[name]))
+        with open(CORPUS / (harness + ".tar.gz"), "wb") as f:
+            with gzip.GzipFile(fileobj=f, mode="wb", compresslevel=9, mtime=0) as z:
+                z.write(raw.getvalue())
 
 
 def compact(j):
@@ -363,6 +390,7 @@ def main():
     chat_request_seeds()
     http_request_seeds()
     picture_seeds()
+    save()
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ void assertion_failed_msg(char const* expr, char const* msg, char const* functio
   // Boost 1.74's parse_chunk_header asserts that 5 bytes follow a chunk whose header it has
   // seen, but a last chunk read a byte at a time ("0\r\n", "\r", "\n") reaches it with 3 or 4;
   // the code after the assertion asks for more bytes, as it should. Beast fixed the assertion
-  // in 2024 (boostorg/beast#2861). corpus/http_request/beast_last_chunk_bytewise.http
+  // in 2024 (boostorg/beast#2861). beast_last_chunk_bytewise.http (corpus/http_request.tar.gz)
   if (std::string_view(expr) == "n >= 5" &&
       std::string_view(function).find("parse_chunk_header") != std::string_view::npos) {
     return;
