@@ -90,6 +90,17 @@ void SchemaTypes(const ordered_json& schema, bool& has_type, bool& allows_string
   }
 }
 
+// Whether a schema's "type" (a name or a list) names `type`.
+bool AllowsType(const ordered_json& schema, std::string_view type) {
+  if (!schema.is_object() || !schema.contains("type")) return false;
+  const ordered_json& t = schema["type"];
+  if (t.is_string()) return t.get<std::string>() == type;
+  if (!t.is_array()) return false;
+  return std::any_of(t.begin(), t.end(), [&](const ordered_json& e) {
+    return e.is_string() && e.get<std::string>() == type;
+  });
+}
+
 // The XML form: <function=NAME><parameter=KEY>VALUE</parameter>...</function>. Values are text;
 // one newline after the opening tag and one before the closing tag belong to the tags.
 bool ParseXmlCall(std::string_view body, std::string& name, ordered_json& arguments) {
@@ -128,7 +139,8 @@ bool ParseXmlCall(std::string_view body, std::string& name, ordered_json& argume
 }
 
 // Types the XML form's text values by the tool's schema: text stays text (ArgumentIsText),
-// anything else is read as JSON; false when such a value does not parse.
+// anything else is read as JSON (True and False as booleans); false when such a value does not
+// parse.
 bool TypeXmlArguments(const ordered_json& tools, const std::string& name, ordered_json& arguments) {
   const ordered_json* props = FindParameters(tools, name);
   if (props == nullptr) return true;
@@ -138,6 +150,11 @@ bool TypeXmlArguments(const ordered_json& tools, const std::string& name, ordere
     const std::string& text = value.get_ref<const std::string&>();
     if (JsonTooDeep(text)) return false;
     ordered_json parsed = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+    // Python's spelling of a boolean, which Qwen3-Coder's template writes for one (`| string`).
+    if (parsed.is_discarded() && (text == "True" || text == "False") &&
+        AllowsType(*schema, "boolean")) {
+      parsed = text == "True";
+    }
     if (parsed.is_discarded()) return false;
     value = std::move(parsed);
   }

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "template/chat_template.h"
+
 namespace gizllm {
 namespace {
 
@@ -222,7 +224,7 @@ TEST(OutputParser, XmlToolCallsWithBadValuesStayContent) {
   options.tools = Tools();
   for (const char* bad :
        {"<parameter=days>\nseven\n</parameter>\n", "<parameter=detail>\n{\"a\": \n</parameter>\n",
-        "<parameter=metric>\nTrue\n</parameter>\n"}) {
+        "<parameter=metric>\nyes\n</parameter>\n"}) {
     SCOPED_TRACE(bad);
     const std::string call =
         "<tool_call>\n<function=get_weather>\n" + std::string(bad) + "</function>\n</tool_call>";
@@ -230,6 +232,13 @@ TEST(OutputParser, XmlToolCallsWithBadValuesStayContent) {
     EXPECT_TRUE(p.calls.empty());
     EXPECT_EQ(p.content, "A" + call + "B");
   }
+  // Python's booleans, as Qwen3-Coder's template writes them, are booleans.
+  Parsed python =
+      RunAllSplits(options,
+                   "<tool_call>\n<function=get_weather>\n<parameter=metric>\nTrue\n</parameter>\n"
+                   "</function>\n</tool_call>");
+  ASSERT_EQ(python.calls.size(), 1u);
+  EXPECT_EQ(python.calls[0].arguments, R"({"metric":true})");
   Parsed other = RunAllSplits(
       options,
       "<tool_call>\n<function=get_time>\n<parameter=zone>\n+2\n</parameter>\n</function>\n"
@@ -284,6 +293,52 @@ TEST(OutputParser, ToolCallSyntaxFollowsTheTemplate) {
   EXPECT_FALSE(ArgumentIsText(ordered_json::parse(R"({"type": ["integer", "null"]})")));
   EXPECT_FALSE(ArgumentIsText(ordered_json::parse(R"({"enum": [1, 2]})")));
   EXPECT_FALSE(ArgumentIsText(ordered_json::parse(R"({"type": "array"})")));
+}
+
+// A chat template of the XML form (the tool-call lines of Qwen3-Coder's) is told apart from the
+// JSON form's, and the calls it renders into an assistant turn parse back into the arguments
+// it was given, typed by the tools.
+TEST(OutputParser, XmlCallsATemplateWritesParseBack) {
+  const std::string source = R"({%- for m in messages %}<|im_start|>{{ m.role }}
+{%- for tool_call in m.tool_calls %}
+{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}
+{{- '\n<tool_call>\n<function=' + tool_call.name + '>\n' }}
+{%- for args_name, args_value in tool_call.arguments|items %}
+{{- '<parameter=' + args_name + '>\n' }}
+{%- set args_value = args_value | tojson | safe if args_value is mapping or (args_value is sequence and args_value is not string) else args_value | string %}
+{{- args_value }}
+{{- '\n</parameter>\n' }}
+{%- endfor %}
+{{- '</function>\n</tool_call>' }}
+{%- endfor %}<|im_end|>
+{% endfor %})";
+  Expected<ChatTemplate> chat_template = ChatTemplate::FromString(source);
+  ASSERT_TRUE(chat_template.ok()) << chat_template.status().message();
+  EXPECT_EQ(ToolCallSyntaxOf(chat_template->source()), ToolCallSyntax::kXml);
+  const ordered_json arguments = ordered_json::parse(
+      R"({"city": "Paris\nFrance", "days": 3, "detail": {"a": [1, 2]}, "metric": true,
+          "note": "x < y"})");
+  const ordered_json other = ordered_json::parse(R"({"query": "cats", "limit": 2.5})");
+  ordered_json input;
+  input["messages"] = ordered_json::array();
+  input["messages"].push_back(
+      {{"role", "assistant"},
+       {"content", ""},
+       {"tool_calls",
+        {{{"function", {{"name", "get_weather"}, {"arguments", arguments}}}},
+         {{"function", {{"name", "search"}, {"arguments", other}}}}}}});
+  Expected<std::string> text = chat_template->Render(input);
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  const std::string open = "<|im_start|>assistant";
+  ASSERT_EQ(text->rfind(open, 0), 0u) << *text;
+  const std::string answer = text->substr(open.size(), text->find("<|im_end|>") - open.size());
+  OutputParserOptions options;
+  options.tools = Tools();
+  Parsed p = RunAllSplits(options, answer);
+  ASSERT_EQ(p.calls.size(), 2u) << answer;
+  EXPECT_EQ(ordered_json::parse(p.calls[0].arguments), arguments) << answer;
+  EXPECT_EQ(ordered_json::parse(p.calls[1].arguments), other) << answer;
+  EXPECT_EQ(p.content, "");
 }
 
 TEST(OutputParser, UnreadableCallsStayContent) {
