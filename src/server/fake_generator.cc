@@ -4,6 +4,8 @@
 #include <cmath>
 #include <thread>
 
+#include "grammar/matcher.h"
+
 namespace gizllm::server {
 
 Expected<std::vector<int32_t>> FakeTextModel::Tokenize(std::string_view text) const {
@@ -25,7 +27,8 @@ Expected<ChatPrompt> FakeTextModel::RenderChat(const ChatInput& input) const {
   ChatPrompt out;
   std::string& text = out.text;
   if (input.tools.is_array() && !input.tools.empty()) {
-    text += "<|tools|>" + input.tools.dump() + "\n";
+    text += (syntax_ == ToolCallSyntax::kXml ? "<|tools:xml|>" : "<|tools|>") + input.tools.dump() +
+            "\n";
     out.system_end = static_cast<int32_t>(text.size());
   }
   for (const nlohmann::json& m : input.messages) {
@@ -48,14 +51,14 @@ Expected<ChatPrompt> FakeTextModel::RenderChat(const ChatInput& input) const {
 
 std::string FakeGenerator::Answer(std::string_view prompt) {
   if (prompt.find("FOREVER") != std::string_view::npos) return std::string(1 << 16, 'z');
-  // A forced call: the prompt ends with the call's tag (the grammar is not applied here).
-  if (prompt.size() >= 12 && prompt.substr(prompt.size() - 12) == "<tool_call>\n") {
-    return "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
-  }
-  if (prompt.find("CALL") != std::string_view::npos) {
-    return "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
-           "</tool_call>";
-  }
+  const bool xml = prompt.find("<|tools:xml|>") != std::string_view::npos;
+  const std::string call =
+      xml ? "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+            "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"
+          : "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  // A forced call: the prompt ends with the call's tag.
+  if (prompt.size() >= 12 && prompt.substr(prompt.size() - 12) == "<tool_call>\n") return call;
+  if (prompt.find("CALL") != std::string_view::npos) return "<tool_call>\n" + call;
   if (prompt.find("THINK") != std::string_view::npos) {
     return "<think>\nLet me see.\n</think>\n\nIt is 42.";
   }
@@ -71,6 +74,14 @@ Expected<int64_t> FakeGenerator::Add(GenerateRequest request) {
   std::string prompt;
   for (int32_t t : request.prompt) prompt += static_cast<char>(t & 0xFF);
   s.answer = Answer(prompt);
+  if (request.sampling.grammar) {
+    Matcher matcher(request.sampling.grammar);
+    size_t allowed = 0;
+    while (allowed < s.answer.size() && matcher.Accept(static_cast<uint8_t>(s.answer[allowed]))) {
+      ++allowed;
+    }
+    s.answer.resize(allowed);
+  }
   s.crash = prompt.find("CRASH") != std::string::npos;
   s.random.seed(request.sampling.seed.value_or(std::random_device{}()));
   s.request = std::move(request);

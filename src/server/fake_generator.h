@@ -2,11 +2,14 @@
 // function of the prompt, one token (or `tokens_per_step`) per request per step in at most `slots`
 // slots.
 //
-// Answers: a prompt that contains "CALL" gets a tool call to get_weather; "THINK" gets reasoning
-// then content; "FOREVER" never stops by itself (up to its limit); "CRASH" makes the step that
-// runs it fail (as a broken device would), failing every request in flight; any other prompt gets
-// "Hello! You said <the prompt's last 8 bytes>." With temperature > 0, the bytes of the answer
-// are drawn from the seed (a fresh one when none is given).
+// Answers: a prompt that contains "CALL" gets a tool call to get_weather (in the XML form when
+// the prompt's tools line is "<|tools:xml|>", as FakeTextModel of that syntax writes it); "THINK"
+// gets reasoning then content; "FOREVER" never stops by itself (up to its limit); "CRASH" makes the
+// step that runs it fail (as a broken device would), failing every request in flight; any other
+// prompt gets "Hello! You said <the prompt's last 8 bytes>." With temperature > 0, the bytes of the
+// answer are drawn from the seed (a fresh one when none is given). A request with a grammar gets
+// the scripted answer up to the first byte the grammar refuses, as a constrained model could write
+// no more of it.
 #pragma once
 
 #include <chrono>
@@ -23,19 +26,22 @@ class FakeTextModel : public TextModel {
  public:
   static constexpr int32_t kEnd = 256;  // the end-of-turn token; vocab is 257
 
-  explicit FakeTextModel(int32_t context = 4096) : context_(context) {}
+  explicit FakeTextModel(int32_t context = 4096, ToolCallSyntax syntax = ToolCallSyntax::kJson)
+      : context_(context), syntax_(syntax) {}
   std::string Name() const override { return "fake"; }
   int32_t Context() const override { return context_; }
   int32_t Vocab() const override { return 257; }
   Expected<std::vector<int32_t>> Tokenize(std::string_view text) const override;
   Expected<std::string> Detokenize(std::span<const int32_t> tokens) const override;
-  // "<|tools|>TOOLS\n" when there are tools, "<|role|>content\n" per message, then (with the
-  // generation prompt) "<|assistant|>", "<think>\n" when enable_thinking is true, and the
-  // answer's prefix.
+  // "<|tools|>TOOLS\n" ("<|tools:xml|>" for the XML syntax) when there are tools,
+  // "<|role|>content\n" per message, then (with the generation prompt) "<|assistant|>", "<think>\n"
+  // when enable_thinking is true, and the answer's prefix.
   Expected<ChatPrompt> RenderChat(const ChatInput& input) const override;
+  ToolCallSyntax ToolSyntax() const override { return syntax_; }
 
  private:
   int32_t context_;
+  ToolCallSyntax syntax_;
 };
 
 class FakeGenerator : public Generator {

@@ -18,6 +18,7 @@
 #include "grammar/grammar.h"
 #include "model/picture_prompt.h"
 #include "template/chat_prompt.h"
+#include "template/output_parser.h"
 
 namespace gizllm::server {
 
@@ -142,6 +143,8 @@ class TextModel {
   // The chat's prompt: its text and tokens, where its messages end (`mark`) and where the system
   // turn with the tools ends (`system_end`), as gizllm::ChatPrompt::Render gives them.
   virtual Expected<ChatPrompt> RenderChat(const ChatInput& input) const = 0;
+  // How the chat template writes tool calls (a forced call's grammar follows it).
+  virtual ToolCallSyntax ToolSyntax() const { return ToolCallSyntax::kJson; }
   // What reads the model's pictures and videos (its Prepare* and Place, which are thread safe;
   // the generator runs the tower), or null for a model without a vision tower.
   virtual const PictureReader* Pictures() const { return nullptr; }

@@ -593,13 +593,14 @@ std::optional<ApiError> CheckModel(const TextModel& text, const std::string& mod
 Routed Session::PrepareChat(const json& body) {
   const TextModel& text = *server_.text;
   ChatRequest chat;
-  std::optional<ApiError> error = ParseChatRequest(body, text.Vocab(), &chat);
+  std::optional<ApiError> error = ParseChatRequest(body, text.Vocab(), &chat, text.ToolSyntax());
   if (!error) error = CheckModel(text, chat.params.model);
   if (error) return Routed::Error(*error);
   Job job;
   if (chat.tool_choice == "function" || chat.tool_choice == "required") {
-    // A forced call: the answer starts with the tag, and the request's grammar (ToolCallGbnf)
-    // holds the call object that follows to the tools' names and parameters.
+    // A forced call: the answer starts with the tag, and the request's grammar (ToolCallGbnf,
+    // or ToolCallXmlGbnf for a model of the XML form) holds the call that follows to the tools'
+    // names and parameters.
     chat.input.answer_prefix = "<tool_call>\n";
     job.answer_start = chat.input.answer_prefix;
   }

@@ -7,6 +7,7 @@
 
 #include "core/json_nesting.h"
 #include "grammar/json_schema.h"
+#include "template/output_parser.h"
 
 namespace gizllm::server {
 namespace {
@@ -601,7 +602,12 @@ std::optional<ApiError> ParseTools(const json& body, json* out) {
 
 }  // namespace
 
-std::string RenameGbnfRule(std::string_view gbnf, std::string_view from, std::string_view to) {
+namespace {
+
+// `gbnf` with every rule name passed through `rename` (literals, classes and comments copied
+// as they are).
+template <typename Rename>
+std::string MapGbnfNames(std::string_view gbnf, Rename rename) {
   std::string out;
   out.reserve(gbnf.size());
   auto ident = [](char c) {
@@ -611,8 +617,8 @@ std::string RenameGbnfRule(std::string_view gbnf, std::string_view from, std::st
   size_t i = 0;
   while (i < gbnf.size()) {
     const char c = gbnf[i];
-    if (c == '"' || c == '[') {  // a literal or a class, copied as it is
-      const char end = c == '"' ? '"' : ']';
+    if (c == '"' || c == '[' || c == '{') {  // a literal, a class or a count, copied as it is
+      const char end = c == '"' ? '"' : c == '[' ? ']' : '}';
       size_t j = i + 1;
       while (j < gbnf.size() && gbnf[j] != end) j += gbnf[j] == '\\' ? 2 : 1;
       j = std::min(j + 1, gbnf.size());
@@ -626,8 +632,7 @@ std::string RenameGbnfRule(std::string_view gbnf, std::string_view from, std::st
     } else if (ident(c)) {
       size_t j = i;
       while (j < gbnf.size() && ident(gbnf[j])) ++j;
-      const std::string_view word = gbnf.substr(i, j - i);
-      out.append(word == from ? to : word);
+      out.append(rename(gbnf.substr(i, j - i)));
       i = j;
     } else {
       out.push_back(c);
@@ -635,6 +640,152 @@ std::string RenameGbnfRule(std::string_view gbnf, std::string_view from, std::st
     }
   }
   return out;
+}
+
+// `text` as a GBNF literal.
+std::string GbnfLiteral(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// Text without "</parameter>" (an XML-form string value). A '<' starts a piece that holds no
+// other '<' and does not go on with "/parameter>": at each character of the tag the piece either
+// ends, leaves the tag with another character, or follows it one character further.
+std::string XmlTextGbnf() {
+  constexpr std::string_view kTag = "/parameter>";
+  std::string piece;
+  for (size_t i = kTag.size(); i-- > 0;) {
+    const std::string leave = std::string("[^") + kTag[i] + "<] [^<]*";
+    piece = i + 1 == kTag.size()
+                ? "(" + leave + ")?"
+                : "(" + leave + " | " + GbnfLiteral(kTag.substr(i, 1)) + " " + piece + ")?";
+  }
+  return "xml-text ::= [^<]* (\"<\" " + piece + ")*\n";
+}
+
+}  // namespace
+
+std::string RenameGbnfRule(std::string_view gbnf, std::string_view from, std::string_view to) {
+  return MapGbnfNames(gbnf, [&](std::string_view word) { return word == from ? to : word; });
+}
+
+std::string PrefixGbnfRules(std::string_view gbnf, std::string_view prefix) {
+  return MapGbnfNames(gbnf, [&](std::string_view word) { return std::string(prefix) += word; });
+}
+
+Expected<std::string> ToolCallXmlGbnf(const json& tools, const std::string& forced) {
+  std::string rules;  // the rules of the calls and their values
+  std::vector<std::string> calls;
+  bool uses_text = false;
+  for (const json& tool : tools) {
+    const json& function = tool["function"];
+    const std::string name = function["name"].get<std::string>();
+    if (!forced.empty() && name != forced) continue;
+    const std::string call = "call" + std::to_string(calls.size());
+    calls.push_back(call);
+    auto found = function.find("parameters");
+    const json parameters = found == function.end() || found->is_null() ? json::object() : *found;
+    // The whole schema compiles, as in the JSON form: what the compiler refuses is refused here.
+    Expected<std::string> whole = JsonSchemaToGbnf(parameters.dump());
+    if (!whole.ok()) return whole.status();
+    std::string body = GbnfLiteral("<function=" + name + ">\n");
+    auto properties = parameters.find("properties");
+    const bool listed =
+        properties != parameters.end() && properties->is_object() && !properties->empty();
+    if (!listed) {
+      // No parameters listed: any names with text values, unless the schema allows none.
+      auto additional = parameters.find("additionalProperties");
+      if (additional == parameters.end() || *additional != false) {
+        body += " (\"<parameter=\" [^<>\\n]+ \">\\n\" xml-text \"\\n</parameter>\\n\")*";
+        uses_text = true;
+      }
+    } else {
+      std::set<std::string> required;
+      auto r = parameters.find("required");
+      if (r != parameters.end() && r->is_array()) {
+        for (const json& key : *r) {
+          if (key.is_string()) required.insert(key.get<std::string>());
+        }
+      }
+      int index = 0;
+      // Parameters in the order of the request's properties (sorted by name, as the JSON
+      // form's and the prompt's), each at most once, the required ones always: a fixed order
+      // keeps the grammar linear in the parameters where any order would be exponential.
+      for (const auto& [key, schema] : properties->items()) {
+        if (key.empty() || key.find_first_of("<>\n") != std::string::npos) {
+          return InvalidArgument("parameter '" + key + "' of '" + name +
+                                 "' cannot be written in the XML tool-call form");
+        }
+        const std::string value = call + "-p" + std::to_string(index++);
+        const nlohmann::ordered_json typed = nlohmann::ordered_json::parse(schema.dump());
+        if (ArgumentIsText(typed)) {
+          std::vector<std::string> words;  // a string enum or const: only its words
+          if (schema.is_object() && schema.contains("enum") && schema["enum"].is_array()) {
+            for (const json& e : schema["enum"])
+              words.push_back(e.is_string() ? e.get<std::string>() : "");
+            if (std::any_of(schema["enum"].begin(), schema["enum"].end(),
+                            [](const json& e) { return !e.is_string(); })) {
+              words.clear();
+            }
+          } else if (schema.is_object() && schema.contains("const") &&
+                     schema["const"].is_string()) {
+            words.push_back(schema["const"].get<std::string>());
+          }
+          if (words.empty()) {
+            rules += value + " ::= xml-text\n";
+            uses_text = true;
+          } else {
+            rules += value + " ::= ";
+            for (size_t i = 0; i < words.size(); ++i)
+              rules += (i ? " | " : "") + GbnfLiteral(words[i]);
+            rules += "\n";
+          }
+        } else {
+          // A JSON value: the property's schema compiled alone, the parameters' $defs beside it.
+          json alone = schema;
+          for (const char* defs : {"$defs", "definitions"}) {
+            if (parameters.contains(defs) && alone.is_object() && !alone.contains(defs)) {
+              alone[defs] = parameters[defs];
+            }
+          }
+          Expected<std::string> json_value = JsonSchemaToGbnf(alone.dump());
+          if (!json_value.ok()) return json_value.status();
+          rules += PrefixGbnfRules(*json_value, value + "-");
+          rules += value + " ::= " + value + "-root\n";
+        }
+        std::string part = "(" + GbnfLiteral("<parameter=" + key + ">\n") + " " + value + " " +
+                           GbnfLiteral("\n</parameter>\n") + ")";
+        body += " " + part + (required.count(key) ? "" : "?");
+      }
+    }
+    rules += call + " ::= " + body + " \"</function>\"\n";
+  }
+  if (calls.empty()) return InvalidArgument("no tool named '" + forced + "'");
+  std::string root = "root ::= (";
+  for (size_t i = 0; i < calls.size(); ++i) root += (i ? " | " : "") + calls[i];
+  root += ") \"\\n</tool_call>\"\n";
+  return root + rules + (uses_text ? XmlTextGbnf() : "");
 }
 
 Expected<std::string> ToolCallGbnf(const json& tools, const std::string& forced) {
@@ -681,7 +832,8 @@ std::optional<ApiError> ParseBody(std::string_view text, json* out) {
   return std::nullopt;
 }
 
-std::optional<ApiError> ParseChatRequest(const json& body, int32_t vocab, ChatRequest* out) {
+std::optional<ApiError> ParseChatRequest(const json& body, int32_t vocab, ChatRequest* out,
+                                         ToolCallSyntax syntax) {
   if (!body.is_object()) return BadRequest("the request body must be a JSON object");
   static const std::set<std::string> kKnown = {"model",
                                                "messages",
@@ -773,7 +925,9 @@ std::optional<ApiError> ParseChatRequest(const json& body, int32_t vocab, ChatRe
           "would constrain too; give one",
           "tool_choice", "invalid_value");
     }
-    Expected<std::string> gbnf = ToolCallGbnf(out->tools, out->forced_tool);
+    Expected<std::string> gbnf = syntax == ToolCallSyntax::kXml
+                                     ? ToolCallXmlGbnf(out->tools, out->forced_tool)
+                                     : ToolCallGbnf(out->tools, out->forced_tool);
     if (!gbnf.ok()) {
       return BadRequest("'tools': " + gbnf.status().message(), "tools", "unsupported_schema");
     }

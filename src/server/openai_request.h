@@ -15,6 +15,7 @@
 #include "server/api_error.h"
 #include "server/generator.h"
 #include "server/media.h"
+#include "template/output_parser.h"
 
 namespace gizllm::server {
 
@@ -56,9 +57,19 @@ struct ChatRequest {
 // of the function `forced` names, or of any of `tools` when it is empty, then "\n</tool_call>".
 // A parameters schema the JSON Schema compiler refuses is an error naming its path.
 Expected<std::string> ToolCallGbnf(const nlohmann::json& tools, const std::string& forced);
+// The same in the XML form (ToolCallSyntax::kXml), after "<tool_call>\n":
+//   <function=NAME>\n(<parameter=KEY>\nVALUE\n</parameter>\n)*</function>\n</tool_call>
+// NAME the forced function's or any tool's; the parameters those its schema lists, in the
+// order of the request's properties (by name, as the prompt shows them), each at most once and
+// the required ones always (a schema that lists none:
+// any names). A value the output parser keeps as text (ArgumentIsText) is any text without
+// "</parameter>", or one of a string enum's words; any other is a JSON value of its schema.
+Expected<std::string> ToolCallXmlGbnf(const nlohmann::json& tools, const std::string& forced);
 // `gbnf` with the rule name `from` written `to` wherever it stands as a name (not in literals,
 // classes or comments).
 std::string RenameGbnfRule(std::string_view gbnf, std::string_view from, std::string_view to);
+// `gbnf` with every rule name prefixed by `prefix`.
+std::string PrefixGbnfRules(std::string_view gbnf, std::string_view prefix);
 
 struct CompletionRequest {
   GenerationParams params;
@@ -81,8 +92,11 @@ struct DetokenizeRequest {
 };
 
 // Each returns the error that the request's first bad field makes, or nothing.
+// `syntax`: how the model writes tool calls (TextModel::ToolSyntax), which a forced call's
+// grammar follows.
 std::optional<ApiError> ParseChatRequest(const nlohmann::json& body, int32_t vocab,
-                                         ChatRequest* out);
+                                         ChatRequest* out,
+                                         ToolCallSyntax syntax = ToolCallSyntax::kJson);
 std::optional<ApiError> ParseCompletionRequest(const nlohmann::json& body, int32_t vocab,
                                                CompletionRequest* out);
 std::optional<ApiError> ParseTokenizeRequest(const nlohmann::json& body, TokenizeRequest* out);

@@ -48,7 +48,8 @@ class ChatTextModel : public TextModel {
         context_(context),
         tokenizer_(std::move(tokenizer)),
         template_(std::move(chat)),
-        vocab_(vocab) {}
+        vocab_(vocab),
+        syntax_(ToolCallSyntaxOf(template_.source())) {}
   // Reads the tokenizer and chat template of a model folder.
   static Expected<std::unique_ptr<ChatTextModel>> Load(const std::string& dir, std::string name,
                                                        int32_t context, int32_t vocab);
@@ -59,6 +60,7 @@ class ChatTextModel : public TextModel {
   Expected<std::vector<int32_t>> Tokenize(std::string_view text) const override;
   Expected<std::string> Detokenize(std::span<const int32_t> tokens) const override;
   Expected<ChatPrompt> RenderChat(const ChatInput& input) const override;
+  ToolCallSyntax ToolSyntax() const override { return syntax_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   const PictureReader* Pictures() const override { return pictures_.get(); }
   void SetPictures(std::shared_ptr<PictureReader> pictures) { pictures_ = std::move(pictures); }
@@ -69,6 +71,7 @@ class ChatTextModel : public TextModel {
   Tokenizer tokenizer_;
   ChatTemplate template_;
   int32_t vocab_;
+  ToolCallSyntax syntax_;  // from the template's text
   std::shared_ptr<PictureReader> pictures_;
 };
 

@@ -90,14 +90,30 @@ void SchemaTypes(const ordered_json& schema, bool& has_type, bool& allows_string
   }
 }
 
-// The XML form: <function=NAME><parameter=KEY>VALUE</parameter>...</function>. Values are text.
+// Whether a schema's "type" (a name or a list) names `type`.
+bool AllowsType(const ordered_json& schema, std::string_view type) {
+  if (!schema.is_object() || !schema.contains("type")) return false;
+  const ordered_json& t = schema["type"];
+  if (t.is_string()) return t.get<std::string>() == type;
+  if (!t.is_array()) return false;
+  return std::any_of(t.begin(), t.end(), [&](const ordered_json& e) {
+    return e.is_string() && e.get<std::string>() == type;
+  });
+}
+
+// The XML form: <function=NAME><parameter=KEY>VALUE</parameter>...</function>. Values are text;
+// one newline after the opening tag and one before the closing tag belong to the tags.
 bool ParseXmlCall(std::string_view body, std::string& name, ordered_json& arguments) {
   constexpr std::string_view kFunction = "<function=";
   if (body.substr(0, kFunction.size()) != kFunction) return false;
   size_t close = body.find('>');
   if (close == std::string_view::npos) return false;
+  // A name or key holds no tag and no line break: a '>' missing from its tag is no call.
+  auto bad_name = [](std::string_view n) {
+    return n.empty() || n.find_first_of("<\n") != std::string_view::npos;
+  };
   name = std::string(Trim(body.substr(kFunction.size(), close - kFunction.size())));
-  if (name.empty()) return false;
+  if (bad_name(name)) return false;
   arguments = ordered_json::object();
   std::string_view rest = body.substr(close + 1);
   constexpr std::string_view kParam = "<parameter=";
@@ -108,6 +124,7 @@ bool ParseXmlCall(std::string_view body, std::string& name, ordered_json& argume
     size_t key_end = rest.find('>');
     if (key_end == std::string_view::npos) return false;
     std::string key(Trim(rest.substr(kParam.size(), key_end - kParam.size())));
+    if (bad_name(key)) return false;
     rest = rest.substr(key_end + 1);
     size_t value_end = rest.find(kParamEnd);
     if (value_end == std::string_view::npos) return false;
@@ -119,6 +136,29 @@ bool ParseXmlCall(std::string_view body, std::string& name, ordered_json& argume
   }
   rest = Trim(rest);
   return rest.empty() || rest == "</function>";
+}
+
+// Types the XML form's text values by the tool's schema: text stays text (ArgumentIsText),
+// anything else is read as JSON (True and False as booleans); false when such a value does not
+// parse.
+bool TypeXmlArguments(const ordered_json& tools, const std::string& name, ordered_json& arguments) {
+  const ordered_json* props = FindParameters(tools, name);
+  if (props == nullptr) return true;
+  for (auto& [key, value] : arguments.items()) {
+    auto schema = props->find(key);
+    if (schema == props->end() || ArgumentIsText(*schema)) continue;
+    const std::string& text = value.get_ref<const std::string&>();
+    if (JsonTooDeep(text)) return false;
+    ordered_json parsed = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+    // Python's spelling of a boolean, which Qwen3-Coder's template writes for one (`| string`).
+    if (parsed.is_discarded() && (text == "True" || text == "False") &&
+        AllowsType(*schema, "boolean")) {
+      parsed = text == "True";
+    }
+    if (parsed.is_discarded()) return false;
+    value = std::move(parsed);
+  }
+  return true;
 }
 
 bool ParseJsonCall(std::string_view body, std::string& name, ordered_json& arguments) {
@@ -146,6 +186,18 @@ bool ParseJsonCall(std::string_view body, std::string& name, ordered_json& argum
 }
 
 }  // namespace
+
+ToolCallSyntax ToolCallSyntaxOf(std::string_view chat_template) {
+  bool xml = chat_template.find("<function=") != std::string_view::npos ||
+             chat_template.find("<parameter=") != std::string_view::npos;
+  return xml ? ToolCallSyntax::kXml : ToolCallSyntax::kJson;
+}
+
+bool ArgumentIsText(const ordered_json& schema) {
+  bool has_type, allows_string;
+  SchemaTypes(schema, has_type, allows_string);
+  return !has_type || allows_string;
+}
 
 bool PromptOpensReasoning(std::string_view prompt) {
   size_t open = prompt.rfind(kThinkOpen);
@@ -204,19 +256,26 @@ void OutputParser::Emit(OutputEvent::Kind kind, std::string_view text,
   }
 }
 
-void OutputParser::CloseToolCall(std::vector<OutputEvent>& out) {
+bool OutputParser::ReadCall(std::string& name, ordered_json& arguments) const {
   std::string_view body = Trim(call_body_);
+  if (ParseXmlCall(body, name, arguments)) {
+    return TypeXmlArguments(options_.tools, name, arguments);
+  }
+  if (!ParseJsonCall(body, name, arguments)) return false;
+  arguments = TypeArguments(options_.tools, name, std::move(arguments));
+  return true;
+}
+
+void OutputParser::CloseToolCall(std::vector<OutputEvent>& out) {
   std::string name;
   ordered_json arguments;
-  bool ok = ParseXmlCall(body, name, arguments) || ParseJsonCall(body, name, arguments);
-  if (!ok) {
+  if (!ReadCall(name, arguments)) {
     // Not a call the parser can read: the text goes on as content, as it was written.
     Emit(OutputEvent::Kind::kContent, std::string(kCallOpen) + call_body_ + std::string(kCallClose),
          out);
     call_body_.clear();
     return;
   }
-  arguments = TypeArguments(options_.tools, name, std::move(arguments));
   OutputEvent e{OutputEvent::Kind::kToolCall, "", name, arguments.dump(),
                 options_.id_prefix + std::to_string(calls_)};
   ++calls_;
@@ -308,10 +367,9 @@ std::vector<OutputEvent> OutputParser::Finish() {
   if (state_ == State::kToolCall) {
     // The answer stopped inside a call (some models end on the stop token without the closing
     // tag): a complete body is still a call; anything else is content.
-    std::string_view body = Trim(call_body_);
     std::string name;
     ordered_json arguments;
-    if (ParseXmlCall(body, name, arguments) || ParseJsonCall(body, name, arguments)) {
+    if (ReadCall(name, arguments)) {
       CloseToolCall(out);
     } else {
       Emit(OutputEvent::Kind::kContent, std::string(kCallOpen) + call_body_, out);

@@ -33,6 +33,20 @@ struct OutputParserOptions {
   std::string id_prefix = "call_";
 };
 
+// How a model writes its tool calls inside <tool_call>...</tool_call>: Qwen3's JSON object
+// {"name": ..., "arguments": {...}}, or the XML form of Qwen3-Coder and Qwen3.5:
+//   <function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n...</function>
+// (a string value as raw text, any other as JSON).
+enum class ToolCallSyntax { kJson, kXml };
+
+// The syntax a chat template teaches its model: XML when the template writes "<function=" or
+// "<parameter=" tags, JSON otherwise.
+ToolCallSyntax ToolCallSyntaxOf(std::string_view chat_template);
+
+// Whether an argument of this parameter schema is written as raw text in the XML form and kept
+// as a string: its type (or enum) allows a string, or it names no type. Other values are JSON.
+bool ArgumentIsText(const nlohmann::ordered_json& schema);
+
 // True when `prompt` ends inside an open <think> block (the answer continues the reasoning).
 bool PromptOpensReasoning(std::string_view prompt);
 
@@ -51,7 +65,8 @@ class OutputParser {
   std::vector<OutputEvent> Feed(std::string_view piece);
 
   // The answer ended: flushes held text. An unclosed tool call, or one whose body does not
-  // parse, comes back as content, as it was written.
+  // parse, comes back as content, as it was written. In the XML form a value that is not text
+  // (ArgumentIsText) and does not parse as JSON makes the call one that does not parse.
   std::vector<OutputEvent> Finish();
 
   int tool_calls() const { return calls_; }
@@ -62,6 +77,8 @@ class OutputParser {
   void Emit(OutputEvent::Kind kind, std::string_view text, std::vector<OutputEvent>& out);
   void Process(bool final, std::vector<OutputEvent>& out);
   void CloseToolCall(std::vector<OutputEvent>& out);
+  // Reads call_body_ in either syntax, its arguments typed by the tools; false: not a call.
+  bool ReadCall(std::string& name, nlohmann::ordered_json& arguments) const;
 
   OutputParserOptions options_;
   State state_;

@@ -77,6 +77,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
 
+  // The same request for a model of the XML tool-call form: its forced call's grammar
+  // (ToolCallXmlGbnf) is built from the same hostile tools.
+  server::ChatRequest xml_chat;
+  (void)server::ParseChatRequest(body, vocab, &xml_chat, gizllm::ToolCallSyntax::kXml);
+
   server::CompletionRequest completion;
   if (!server::ParseCompletionRequest(body, vocab, &completion) && !completion.prompt_is_tokens) {
     (void)model.tokenizer.Encode(completion.prompt_text);

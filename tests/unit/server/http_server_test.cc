@@ -35,8 +35,8 @@ class ServerTest : public ::testing::Test {
  protected:
   void Start(ServerOptions options = {}, int32_t context = 4096, int64_t max_pending = 64,
              std::chrono::microseconds step_time = std::chrono::microseconds(0),
-             int32_t tokens_per_step = 1) {
-    text_ = std::make_unique<FakeTextModel>(context);
+             int32_t tokens_per_step = 1, ToolCallSyntax syntax = ToolCallSyntax::kJson) {
+    text_ = std::make_unique<FakeTextModel>(context, syntax);
     generator_ = std::make_unique<FakeGenerator>(/*slots=*/4, step_time);
     generator_->tokens_per_step = tokens_per_step;
     loop_ = std::make_unique<EngineLoop>(*generator_, metrics_, max_pending);
@@ -167,6 +167,79 @@ TEST_F(ServerTest, StopInsideAStepsTokensAsOneAStep) {
       EXPECT_EQ(replies[1][i][part], replies[0][i][part]) << "reply " << i << " " << part;
     }
   }
+}
+
+// A model whose template writes tool calls in the XML form: a forced call's grammar is the XML
+// one (the fake model's answer passes it byte by byte), and the answer comes back as
+// tool_calls, typed by the parameters' schema, whole and streamed. A parameter the tool does not
+// list is refused by the grammar: the answer stops there and no call comes back.
+TEST_F(ServerTest, ForcedXmlToolCallsComeBackAsToolCalls) {
+  Start({}, 4096, 64, std::chrono::microseconds(0), 1, ToolCallSyntax::kXml);
+  json body = UserChat("weather?");
+  body["tools"] = {
+      {{"type", "function"},
+       {"function",
+        {{"name", "get_weather"},
+         {"parameters",
+          {{"type", "object"},
+           {"properties", {{"city", {{"type", "string"}}}, {"days", {{"type", "integer"}}}}},
+           {"required", {"city"}}}}}}},
+      {{"type", "function"}, {"function", {{"name", "now"}}}}};
+  for (json choice :
+       {json("required"), json{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}) {
+    SCOPED_TRACE(choice.dump());
+    body["tool_choice"] = choice;
+    body["stream"] = false;
+    json j = Post("/v1/chat/completions", body).Json();
+    ASSERT_TRUE(j["choices"][0]["message"].contains("tool_calls")) << j.dump();
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+    EXPECT_EQ(j["choices"][0]["message"]["content"], nullptr);
+    const json& call = j["choices"][0]["message"]["tool_calls"][0];
+    EXPECT_EQ(call["function"]["name"], "get_weather");
+    EXPECT_EQ(call["function"]["arguments"], "{\"city\":\"Paris\",\"days\":3}");
+
+    body["stream"] = true;
+    Reply r = Post("/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200);
+    bool done = false;
+    std::vector<json> events = Events(r.body, &done);
+    EXPECT_TRUE(done);
+    json calls = json::array();
+    std::string content;
+    for (const json& e : events) {
+      if (e["choices"].empty()) continue;
+      const json& delta = e["choices"][0]["delta"];
+      content += delta.value("content", "");
+      if (delta.contains("tool_calls")) {
+        for (const json& c : delta["tool_calls"]) calls.push_back(c);
+      }
+    }
+    EXPECT_EQ(content, "");
+    ASSERT_EQ(calls.size(), 1u) << r.body;
+    EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+    EXPECT_EQ(calls[0]["function"]["arguments"], "{\"city\":\"Paris\",\"days\":3}");
+    EXPECT_EQ(events[events.size() - 1]["choices"][0]["finish_reason"], "tool_calls");
+  }
+  // Unforced, the XML call the model writes is read too.
+  body["tool_choice"] = "auto";
+  body["stream"] = false;
+  body["messages"][0]["content"] = "CALL please";
+  json j = Post("/v1/chat/completions", body).Json();
+  ASSERT_TRUE(j["choices"][0]["message"].contains("tool_calls")) << j.dump();
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
+            "{\"city\":\"Paris\",\"days\":3}");
+  // "days" is no parameter of this tool: after city only "</function>" may come, so the grammar
+  // stops the answer at the 'p' of "<parameter=days>".
+  body["messages"][0]["content"] = "weather?";
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  body["tools"][0]["function"]["parameters"]["properties"].erase("days");
+  body["tools"][0]["function"]["parameters"]["additionalProperties"] = false;
+  j = Post("/v1/chat/completions", body).Json();
+  EXPECT_FALSE(j["choices"][0]["message"].contains("tool_calls")) << j.dump();
+  EXPECT_EQ(j["choices"][0]["message"]["content"],
+            std::string("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+                        "</parameter>\n<"))
+      << j.dump();
 }
 
 TEST_F(ServerTest, StreamMatchesTheWholeAnswer) {

@@ -359,6 +359,130 @@ TEST(ChatRequest, ForcedToolCallsHaveAGrammarOverTheirParameters) {
   EXPECT_NE(error->message.find("patternProperties"), std::string::npos) << error->message;
 }
 
+// The forced call in the XML form (a model whose template writes <function=...>): only the
+// tool's name, its listed parameters in the order of the request's tools (by name), each at most
+// once and the required ones always; strings any text without "</parameter>", enums their words,
+// other types JSON.
+TEST(ChatRequest, ForcedXmlToolCallsHaveAGrammarOverTheirParameters) {
+  json body = Chat();
+  body["tools"] = {{{"type", "function"},
+                    {"function",
+                     {{"name", "get_weather"},
+                      {"parameters",
+                       {{"type", "object"},
+                        {"properties",
+                         {{"city", {{"type", "string"}}},
+                          {"days", {{"type", "integer"}, {"minimum", 1}, {"maximum", 16}}},
+                          {"unit", {{"enum", {"celsius", "fahrenheit"}}}},
+                          {"detail",
+                           {{"type", "object"},
+                            {"properties", {{"hourly", {{"$ref", "#/$defs/flag"}}}}},
+                            {"additionalProperties", false}}},
+                          {"metric", {{"type", "boolean"}}}}},
+                        {"$defs", {{"flag", {{"type", "boolean"}}}}},
+                        {"required", {"city", "days"}}}}}}},
+                   {{"type", "function"}, {"function", {{"name", "now"}}}}};
+  auto accepts = [](const Grammar& g, const std::string& text) {
+    Matcher m(std::make_shared<const Grammar>(g));
+    return m.Accept(std::string_view(text)) && m.Complete();
+  };
+  auto param = [](const std::string& key, const std::string& value) {
+    return "<parameter=" + key + ">\n" + value + "\n</parameter>\n";
+  };
+  auto call = [](const std::string& name, const std::string& params) {
+    return "<function=" + name + ">\n" + params + "</function>\n</tool_call>";
+  };
+  const std::string city = param("city", "New York");
+  const std::string days = param("days", "7");
+  for (const char* choice : {"required", "get_weather"}) {
+    SCOPED_TRACE(choice);
+    body["tool_choice"] = std::string(choice) == "required"
+                              ? json("required")
+                              : json{{"type", "function"}, {"function", {{"name", choice}}}};
+    ChatRequest r;
+    auto error = ParseChatRequest(body, 100, &r, ToolCallSyntax::kXml);
+    ASSERT_FALSE(error) << error->message;
+    ASSERT_NE(r.params.sampling.grammar, nullptr);
+    const Grammar& g = *r.params.sampling.grammar;
+    // Valid calls: required only, every parameter, text with tags and newlines in it.
+    EXPECT_TRUE(accepts(g, call("get_weather", city + days)));
+    EXPECT_TRUE(
+        accepts(g, call("get_weather", city + days + param("detail", "{\"hourly\": true}") +
+                                           param("metric", "false") + param("unit", "celsius"))));
+    EXPECT_TRUE(accepts(g, call("get_weather", param("city", "a <b> </param>\n</parameter\nc") +
+                                                   days + param("metric", "true"))));
+    EXPECT_TRUE(accepts(g, call("get_weather", param("city", "") + param("days", "16"))));
+    // Wrong function or parameter names, missing required ones, duplicates, order.
+    EXPECT_FALSE(accepts(g, call("get_weathers", city + days)));
+    EXPECT_FALSE(accepts(g, call("get_weather", city + days + param("town", "Paris"))));
+    EXPECT_FALSE(accepts(g, call("get_weather", param("town", "Paris") + days)));
+    EXPECT_FALSE(accepts(g, call("get_weather", city)));
+    EXPECT_FALSE(accepts(g, call("get_weather", days)));
+    EXPECT_FALSE(accepts(g, call("get_weather", city + city + days)));
+    EXPECT_FALSE(accepts(g, call("get_weather", city + days + days)));
+    EXPECT_FALSE(accepts(g, call("get_weather", days + city)));
+    // Values of the wrong type or out of the schema's bounds or words.
+    EXPECT_FALSE(accepts(g, call("get_weather", city + param("days", "seven"))));
+    EXPECT_FALSE(accepts(g, call("get_weather", city + param("days", "17"))));
+    EXPECT_FALSE(accepts(g, call("get_weather", city + days + param("unit", "kelvin"))));
+    EXPECT_FALSE(accepts(g, call("get_weather", city + days + param("metric", "True"))));
+    EXPECT_FALSE(accepts(g, call("get_weather", city + days + param("detail", "{\"a\": 1}"))));
+    // A string value ends at the first "</parameter>".
+    EXPECT_FALSE(accepts(g, call("get_weather", param("city", "a</parameter>b") + days)));
+    // The closing tags.
+    EXPECT_FALSE(accepts(g, "<function=get_weather>\n" + city + days + "</function>"));
+    EXPECT_FALSE(accepts(g, "<function=get_weather>\n" + city + days + "\n</tool_call>"));
+    EXPECT_FALSE(accepts(g, "<function=get_weather>\n<parameter=city>\nParis</parameter>\n" + days +
+                                "</function>\n</tool_call>"));
+    // The tool without parameters: only where any tool may be called; any parameters of text.
+    EXPECT_EQ(accepts(g, call("now", "")), std::string(choice) == "required");
+    EXPECT_EQ(accepts(g, call("now", param("zone", "UTC+2"))), std::string(choice) == "required");
+    // The JSON form is not this grammar.
+    EXPECT_FALSE(accepts(g,
+                         "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+                         "\"days\": 2}}\n</tool_call>"));
+  }
+  // A schema the compiler refuses is refused here too, naming its path.
+  body["tool_choice"] = "required";
+  body["tools"][0]["function"]["parameters"]["properties"]["days"]["multipleOf"] = 2;
+  ChatRequest bad;
+  auto error = ParseChatRequest(body, 100, &bad, ToolCallSyntax::kXml);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->param, "tools");
+  EXPECT_NE(error->message.find("multipleOf"), std::string::npos) << error->message;
+}
+
+// What the grammar allows the output parser reads back as the arguments it stands for.
+TEST(ToolCallXmlGbnf, CallsItAllowsParseBackIntoTheirArguments) {
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "f", "parameters":
+      {"type": "object", "properties": {"s": {"type": "string"}, "n": {"type": "number"},
+       "list": {"type": "array", "items": {"type": "integer"}}, "any": {}},
+       "required": ["s", "n", "list", "any"]}}}])");
+  Expected<std::string> gbnf = ToolCallXmlGbnf(tools, "f");
+  ASSERT_TRUE(gbnf.ok()) << gbnf.status().message();
+  Expected<Grammar> g = ParseGbnf(*gbnf);
+  ASSERT_TRUE(g.ok()) << g.status().message() << "\n" << *gbnf;
+  const std::string text =
+      "<function=f>\n<parameter=any>\n[x]\n</parameter>\n<parameter=list>\n[1, 2]\n</parameter>\n"
+      "<parameter=n>\n-1.5\n</parameter>\n<parameter=s>\n 12 \n</parameter>\n"
+      "</function>\n</tool_call>";
+  Matcher m(std::make_shared<const Grammar>(std::move(*g)));
+  ASSERT_TRUE(m.Accept(std::string_view(text)));
+  EXPECT_TRUE(m.Complete());
+  OutputParserOptions options;
+  options.tools = nlohmann::ordered_json::parse(tools.dump());
+  OutputParser parser(options);
+  std::vector<OutputEvent> events = parser.Feed("<tool_call>\n" + text);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, OutputEvent::Kind::kToolCall);
+  EXPECT_EQ(events[0].arguments, R"({"any":"[x]","list":[1,2],"n":-1.5,"s":" 12 "})");
+}
+
+TEST(PrefixGbnfRules, PrefixesNamesOnly) {
+  EXPECT_EQ(PrefixGbnfRules("root ::= \"root\" [a-z] x{1,2} # y\nx ::= root", "p-"),
+            "p-root ::= \"root\" [a-z] p-x{1,2} # y\np-x ::= p-root");
+}
+
 TEST(RenameGbnfRule, RenamesNamesOnly) {
   EXPECT_EQ(RenameGbnfRule("root ::= \"root\" [root] x-root root-x root # root\nx ::= root", "root",
                            "call"),

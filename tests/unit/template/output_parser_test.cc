@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "template/chat_template.h"
+
 namespace gizllm {
 namespace {
 
@@ -187,6 +189,156 @@ TEST(OutputParser, XmlToolCallsKeepStringsAsText) {
   EXPECT_EQ(p.calls[0].name, "get_weather");
   EXPECT_EQ(p.calls[0].arguments, R"({"city":"New York","days":7,"note":"{\"not\": \"json\"}"})");
   EXPECT_EQ(p.content, "After the call.");
+}
+
+// Each type of value in the XML form, several calls, streamed in every split: strings stay text
+// (a newline inside kept, one at each end dropped), other types are read as JSON.
+TEST(OutputParser, XmlToolCallsTypeEachValue) {
+  OutputParserOptions options;
+  options.tools = Tools();
+  const std::string text =
+      "Checking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSão Paulo\nBrazil\n"
+      "</parameter>\n<parameter=days>\n-3\n</parameter>\n<parameter=detail>\n{\"a\": [1, true]}\n"
+      "</parameter>\n<parameter=metric>\nfalse\n</parameter>\n<parameter=note>\n42\n</parameter>\n"
+      "</function>\n</tool_call>\n<tool_call>\n<function=search>\n<parameter=query>\n"
+      "a < b </param>\n</parameter>\n<parameter=limit>\n2.5e1\n</parameter>\n</function>\n"
+      "</tool_call>";
+  Parsed p = RunAllSplits(options, text);
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(p.calls[0].name, "get_weather");
+  EXPECT_EQ(p.calls[0].arguments,
+            R"({"city":"São Paulo\nBrazil","days":-3,"detail":{"a":[1,true]},"metric":false,)"
+            R"("note":"42"})");
+  EXPECT_EQ(p.calls[0].id, "call_0");
+  EXPECT_EQ(p.calls[1].name, "search");
+  EXPECT_EQ(p.calls[1].arguments, R"({"query":"a < b </param>","limit":25.0})");
+  EXPECT_EQ(p.calls[1].id, "call_1");
+  EXPECT_EQ(p.content, "Checking.");
+}
+
+// A value of a non-string type that is not JSON makes the call unreadable: it stays content, as
+// a JSON-form call that does not parse does. Parameters and functions the tools do not name
+// are not typed (their values stay text).
+TEST(OutputParser, XmlToolCallsWithBadValuesStayContent) {
+  OutputParserOptions options;
+  options.tools = Tools();
+  for (const char* bad :
+       {"<parameter=days>\nseven\n</parameter>\n", "<parameter=detail>\n{\"a\": \n</parameter>\n",
+        "<parameter=metric>\nyes\n</parameter>\n"}) {
+    SCOPED_TRACE(bad);
+    const std::string call =
+        "<tool_call>\n<function=get_weather>\n" + std::string(bad) + "</function>\n</tool_call>";
+    Parsed p = RunAllSplits(options, "A" + call + "B");
+    EXPECT_TRUE(p.calls.empty());
+    EXPECT_EQ(p.content, "A" + call + "B");
+  }
+  // Python's booleans, as Qwen3-Coder's template writes them, are booleans.
+  Parsed python =
+      RunAllSplits(options,
+                   "<tool_call>\n<function=get_weather>\n<parameter=metric>\nTrue\n</parameter>\n"
+                   "</function>\n</tool_call>");
+  ASSERT_EQ(python.calls.size(), 1u);
+  EXPECT_EQ(python.calls[0].arguments, R"({"metric":true})");
+  Parsed other = RunAllSplits(
+      options,
+      "<tool_call>\n<function=get_time>\n<parameter=zone>\n+2\n</parameter>\n</function>\n"
+      "</tool_call><tool_call>\n<function=search>\n<parameter=page>\n7\n</parameter>\n"
+      "</function>\n</tool_call>");
+  ASSERT_EQ(other.calls.size(), 2u);
+  EXPECT_EQ(other.calls[0].name, "get_time");
+  EXPECT_EQ(other.calls[0].arguments, R"({"zone":"+2"})");
+  EXPECT_EQ(other.calls[1].arguments, R"({"page":"7"})");
+}
+
+// Tags that are not whole: a parameter without its closing tag, a function tag without '>' or
+// a name, a stray text between parameters, or a call cut before its end.
+TEST(OutputParser, XmlToolCallsWithBrokenTagsStayContent) {
+  OutputParserOptions options;
+  options.tools = Tools();
+  for (const char* body :
+       {"<function=search>\n<parameter=query>\ncats\n</function>\n",
+        "<function=search\n<parameter=query>\ncats\n</parameter>\n</function>\n",
+        "<function=>\n<parameter=query>\ncats\n</parameter>\n</function>\n",
+        "<function=search>\n<parameter=query\ncats\n</parameter>\n</function>\n",
+        "<function=search>\nhello<parameter=query>\ncats\n</parameter>\n</function>\n",
+        "<function=search>\n<parameter=query>\ncats\n</parameter>\n</function>\nmore\n"}) {
+    SCOPED_TRACE(body);
+    const std::string call = "<tool_call>\n" + std::string(body) + "</tool_call>";
+    Parsed p = RunAllSplits(options, call);
+    EXPECT_TRUE(p.calls.empty());
+    EXPECT_EQ(p.content, call);
+  }
+  // Cut inside a value: content as written.
+  const std::string cut = "<tool_call>\n<function=search>\n<parameter=query>\nca";
+  Parsed p = RunAllSplits(options, cut);
+  EXPECT_TRUE(p.calls.empty());
+  EXPECT_EQ(p.content, cut);
+  // Cut after the last parameter (no </function>, no </tool_call>): the body is whole.
+  Parsed whole =
+      RunAllSplits(options, "<tool_call>\n<function=search>\n<parameter=limit>\n3\n</parameter>\n");
+  ASSERT_EQ(whole.calls.size(), 1u);
+  EXPECT_EQ(whole.calls[0].arguments, R"({"limit":3})");
+}
+
+TEST(OutputParser, ToolCallSyntaxFollowsTheTemplate) {
+  EXPECT_EQ(ToolCallSyntaxOf("{{- '<tool_call>\\n{\"name\": ' + name }}"), ToolCallSyntax::kJson);
+  EXPECT_EQ(ToolCallSyntaxOf("{{- '\\n<tool_call>\\n<function=' + tool_call.name + '>\\n' }}"),
+            ToolCallSyntax::kXml);
+  EXPECT_EQ(ToolCallSyntaxOf("{{- '<parameter=' + args_name + '>\\n' }}"), ToolCallSyntax::kXml);
+  EXPECT_EQ(ToolCallSyntaxOf(""), ToolCallSyntax::kJson);
+  EXPECT_TRUE(ArgumentIsText(ordered_json::parse(R"({"type": "string"})")));
+  EXPECT_TRUE(ArgumentIsText(ordered_json::parse(R"({"type": ["integer", "string"]})")));
+  EXPECT_TRUE(ArgumentIsText(ordered_json::parse(R"({"enum": ["a", 1]})")));
+  EXPECT_TRUE(ArgumentIsText(ordered_json::parse(R"({"description": "anything"})")));
+  EXPECT_FALSE(ArgumentIsText(ordered_json::parse(R"({"type": ["integer", "null"]})")));
+  EXPECT_FALSE(ArgumentIsText(ordered_json::parse(R"({"enum": [1, 2]})")));
+  EXPECT_FALSE(ArgumentIsText(ordered_json::parse(R"({"type": "array"})")));
+}
+
+// A chat template of the XML form (the tool-call lines of Qwen3-Coder's) is told apart from the
+// JSON form's, and the calls it renders into an assistant turn parse back into the arguments
+// it was given, typed by the tools.
+TEST(OutputParser, XmlCallsATemplateWritesParseBack) {
+  const std::string source = R"({%- for m in messages %}<|im_start|>{{ m.role }}
+{%- for tool_call in m.tool_calls %}
+{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}
+{{- '\n<tool_call>\n<function=' + tool_call.name + '>\n' }}
+{%- for args_name, args_value in tool_call.arguments|items %}
+{{- '<parameter=' + args_name + '>\n' }}
+{%- set args_value = args_value | tojson | safe if args_value is mapping or (args_value is sequence and args_value is not string) else args_value | string %}
+{{- args_value }}
+{{- '\n</parameter>\n' }}
+{%- endfor %}
+{{- '</function>\n</tool_call>' }}
+{%- endfor %}<|im_end|>
+{% endfor %})";
+  Expected<ChatTemplate> chat_template = ChatTemplate::FromString(source);
+  ASSERT_TRUE(chat_template.ok()) << chat_template.status().message();
+  EXPECT_EQ(ToolCallSyntaxOf(chat_template->source()), ToolCallSyntax::kXml);
+  const ordered_json arguments = ordered_json::parse(
+      R"({"city": "Paris\nFrance", "days": 3, "detail": {"a": [1, 2]}, "metric": true,
+          "note": "x < y"})");
+  const ordered_json other = ordered_json::parse(R"({"query": "cats", "limit": 2.5})");
+  ordered_json input;
+  input["messages"] = ordered_json::array();
+  input["messages"].push_back(
+      {{"role", "assistant"},
+       {"content", ""},
+       {"tool_calls",
+        {{{"function", {{"name", "get_weather"}, {"arguments", arguments}}}},
+         {{"function", {{"name", "search"}, {"arguments", other}}}}}}});
+  Expected<std::string> text = chat_template->Render(input);
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  const std::string open = "<|im_start|>assistant";
+  ASSERT_EQ(text->rfind(open, 0), 0u) << *text;
+  const std::string answer = text->substr(open.size(), text->find("<|im_end|>") - open.size());
+  OutputParserOptions options;
+  options.tools = Tools();
+  Parsed p = RunAllSplits(options, answer);
+  ASSERT_EQ(p.calls.size(), 2u) << answer;
+  EXPECT_EQ(ordered_json::parse(p.calls[0].arguments), arguments) << answer;
+  EXPECT_EQ(ordered_json::parse(p.calls[1].arguments), other) << answer;
+  EXPECT_EQ(p.content, "");
 }
 
 TEST(OutputParser, UnreadableCallsStayContent) {
