@@ -4,6 +4,7 @@
 #include <chrono>
 #include <future>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -493,14 +494,24 @@ Status Engine::Run() {
       mask_pool_ = std::make_unique<ThreadPool>(std::clamp(threads, 1, 8));
     }
     masks = std::async(std::launch::async, [this] {
-      mask_pool_->ParallelFor(static_cast<int64_t>(masked_.size()), 1,
-                              [this](int64_t begin, int64_t end, int) {
-                                for (int64_t i = begin; i < end; ++i) {
-                                  Sequence& seq = *masked_[i];
-                                  seq.matcher->FillMask(seq.stop, &seq.mask);
-                                  seq.mask_ready = true;
-                                }
-                              });
+      // Sequences of one grammar in the same parse state share a mask (SharedMasks): the first
+      // of each state walks the trie, on the pool; the others then find its mask.
+      std::vector<Sequence*> first, rest;
+      std::set<std::pair<const void*, std::string>> seen;
+      for (Sequence* seq : masked_) {
+        const void* grammar = seq->request.sampling.grammar->masks.get();
+        (seen.emplace(grammar, seq->matcher->StateKey()).second ? first : rest).push_back(seq);
+      }
+      for (std::vector<Sequence*>* group : {&first, &rest}) {
+        mask_pool_->ParallelFor(static_cast<int64_t>(group->size()), 1,
+                                [group](int64_t begin, int64_t end, int) {
+                                  for (int64_t i = begin; i < end; ++i) {
+                                    Sequence& seq = *(*group)[i];
+                                    seq.matcher->FillMask(seq.stop, &seq.mask);
+                                    seq.mask_ready = true;
+                                  }
+                                });
+      }
     });
   }
   const auto began = std::chrono::steady_clock::now();

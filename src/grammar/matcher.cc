@@ -59,6 +59,24 @@ int32_t Matcher::Intern(int32_t pos, int32_t parent) {
   return id;
 }
 
+std::string Matcher::Key(const MatchState& state) const {
+  std::vector<std::vector<int32_t>> stacks;
+  stacks.reserve(state.stacks.size());
+  for (int32_t id : state.stacks) {
+    std::vector<int32_t>& positions = stacks.emplace_back();
+    for (int32_t f = id; f >= 0; f = frames_[f].parent) positions.push_back(frames_[f].pos);
+  }
+  std::sort(stacks.begin(), stacks.end());
+  std::string key;
+  for (const std::vector<int32_t>& positions : stacks) {
+    key.append(reinterpret_cast<const char*>(positions.data()), positions.size() * sizeof(int32_t));
+    const int32_t end = -1;  // positions are >= 0
+    key.append(reinterpret_cast<const char*>(&end), sizeof(end));
+  }
+  key.push_back(state.complete ? 1 : 0);
+  return key;
+}
+
 void Matcher::Rollback(size_t mark) {
   DCHECK(mark <= frames_.size());
   // Removing the newest entries first leaves linear probing exact: every entry that probed past

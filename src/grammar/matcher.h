@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -58,6 +59,9 @@ class Matcher {
   bool Advance(const MatchState& from, uint8_t byte, MatchState* to);
   bool overflowed() const { return overflow_; }
   size_t Mark() const { return frames_.size(); }
+  // A key of `state` (this matcher's) equal across matchers of the same grammar: each stack's
+  // grammar positions from top to bottom, the stacks sorted, and the complete flag.
+  std::string Key(const MatchState& state) const;
   void Rollback(size_t mark);
   // Frames interned (grows with the text; Rollback gives back what walks added).
   size_t frames() const { return frames_.size(); }

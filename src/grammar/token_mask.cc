@@ -50,8 +50,30 @@ TokenVocabulary TokenVocabulary::FromTokenizer(const Tokenizer& tokenizer, int64
   return TokenVocabulary(std::move(bytes));
 }
 
+bool SharedMasks::Get(const std::string& key, std::vector<uint64_t>* mask) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return false;
+  masks_.splice(masks_.begin(), masks_, it->second);
+  *mask = it->second->second;
+  ++hits_;
+  return true;
+}
+
+void SharedMasks::Put(const std::string& key, const std::vector<uint64_t>& mask) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (index_.count(key)) return;
+  if (masks_.size() >= kMasks) {
+    index_.erase(masks_.back().first);
+    masks_.pop_back();
+  }
+  masks_.emplace_front(key, mask);
+  index_[key] = masks_.begin();
+}
+
 TokenMatcher::TokenMatcher(const TokenGrammar& grammar, bool cache)
     : vocabulary_(grammar.vocabulary),
+      shared_(cache ? grammar.masks : nullptr),
       matcher_(grammar.grammar),
       levels_(static_cast<size_t>(grammar.vocabulary->depth_) + 1),
       use_cache_(cache) {}
@@ -111,8 +133,13 @@ void TokenMatcher::FillMask(std::span<const int32_t> stop, std::vector<uint64_t>
     cache_.splice(cache_.begin(), cache_, it->second);
     *mask = it->second->second;
   } else {
-    mask->assign(words, 0);
-    if (matcher_.status().ok()) Walk(mask);
+    // Another request of the grammar may have walked this state already.
+    const std::string shared_key = shared_ ? matcher_.Key(state) : std::string();
+    if (!shared_ || !matcher_.status().ok() || !shared_->Get(shared_key, mask)) {
+      mask->assign(words, 0);
+      if (matcher_.status().ok()) Walk(mask);
+      if (shared_ && matcher_.status().ok()) shared_->Put(shared_key, *mask);
+    }
     if (use_cache_) {
       if (cache_.size() >= kCachedMasks) {
         index_.erase(cache_.back().first);

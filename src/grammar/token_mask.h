@@ -15,9 +15,11 @@
 // lookup.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -55,10 +57,31 @@ class TokenVocabulary {
   int32_t depth_ = 0;               // the longest token
 };
 
-// A grammar over a vocabulary: what a request's Sampling carries.
+// Masks of one grammar over one vocabulary by parse state (Matcher::Key), shared by every
+// request of that grammar: requests that reach the same state (the same place in a JSON
+// structure, the same length into a bounded string) walk the trie once. Thread-safe; the least
+// recently used mask goes first.
+class SharedMasks {
+ public:
+  static constexpr size_t kMasks = 256;
+  // The mask of `key` into *mask; false if none is held.
+  bool Get(const std::string& key, std::vector<uint64_t>* mask);
+  void Put(const std::string& key, const std::vector<uint64_t>& mask);
+  int64_t hits() const { return hits_; }
+
+ private:
+  std::mutex mu_;
+  std::list<std::pair<std::string, std::vector<uint64_t>>> masks_;
+  std::unordered_map<std::string, decltype(masks_)::iterator> index_;
+  std::atomic<int64_t> hits_{0};
+};
+
+// A grammar over a vocabulary: what a request's Sampling carries. Requests that share one
+// TokenGrammar share its masks.
 struct TokenGrammar {
   std::shared_ptr<const Grammar> grammar;
   std::shared_ptr<const TokenVocabulary> vocabulary;
+  std::shared_ptr<SharedMasks> masks = std::make_shared<SharedMasks>();
 };
 
 class TokenMatcher {
@@ -71,6 +94,8 @@ class TokenMatcher {
   // mask: [ceil(vocab / 64)] bits, 1 where the token is allowed next. stop: the request's stop
   // tokens, allowed where the text is complete.
   void FillMask(std::span<const int32_t> stop, std::vector<uint64_t>* mask);
+  // The key of the matcher's state across requests of the grammar (Matcher::Key).
+  std::string StateKey() const { return matcher_.Key(matcher_.state()); }
   // Takes a chosen (non-stop) token; false if the grammar does not allow it here.
   bool Accept(int32_t token);
   bool Complete() const { return matcher_.Complete(); }
@@ -82,6 +107,7 @@ class TokenMatcher {
   int32_t InternState(const MatchState& state);
 
   std::shared_ptr<const TokenVocabulary> vocabulary_;
+  std::shared_ptr<SharedMasks> shared_;  // the grammar's masks (null: none shared)
   Matcher matcher_;
   // One walk's states as a lazily built automaton: walk_next_[state * 256 + byte] is the state
   // after the byte, kDead, or kUnknown until first needed. Inside a string most trie nodes are

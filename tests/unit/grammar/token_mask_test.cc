@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <random>
 #include <string>
@@ -141,6 +142,56 @@ TEST_F(TokenMaskTest, RepeatedStatesHitTheCache) {
   tm.FillMask({}, &again);
   EXPECT_EQ(first, again);
   EXPECT_EQ(tm.cache_hits(), 1);
+}
+
+// Requests of one grammar share masks by parse state: matchers on random paths of their own
+// (each interning its own frames) always get the mask a matcher that shares nothing walks, and
+// states reached by several of them are walked once.
+TEST_F(TokenMaskTest, RequestsOfOneGrammarShareMasksByState) {
+  Expected<std::string> gbnf = JsonSchemaToGbnf(R"({"type":"object","properties":{
+    "name":{"type":"string","maxLength":6},"n":{"type":"integer","minimum":0,"maximum":99}},
+    "required":["name","n"],"additionalProperties":false})");
+  ASSERT_TRUE(gbnf.ok()) << gbnf.status().message();
+  TokenGrammar tg = Make(*gbnf);
+  const int32_t eos = tokenizer_->TokenId("<|im_end|>");
+  const std::vector<int32_t> stop = {eos};
+  std::mt19937 rng(3);
+  for (int path = 0; path < 6; ++path) {
+    TokenMatcher shared(tg), alone(tg, /*cache=*/false);
+    for (int step = 0; step < 40; ++step) {
+      std::vector<uint64_t> got, want;
+      shared.FillMask(stop, &got);
+      alone.FillMask(stop, &want);
+      ASSERT_EQ(got, want) << "path " << path << " step " << step;
+      std::vector<int32_t> allowed;
+      for (int32_t t = 0; t < vocabulary_->size(); ++t) {
+        if (Has(want, t)) allowed.push_back(t);
+      }
+      ASSERT_FALSE(allowed.empty());
+      // Short tokens first, so that paths meet in the same states.
+      std::shuffle(allowed.begin(), allowed.end(), rng);
+      std::stable_sort(allowed.begin(), allowed.end(), [&](int32_t a, int32_t b) {
+        return vocabulary_->bytes(a).size() < vocabulary_->bytes(b).size();
+      });
+      const int32_t pick = allowed[rng() % std::min<size_t>(allowed.size(), 3)];
+      if (pick == eos) break;
+      ASSERT_TRUE(shared.Accept(pick));
+      ASSERT_TRUE(alone.Accept(pick));
+    }
+  }
+  EXPECT_GT(tg.masks->hits(), 10);
+  // The same text in other tokens: the same state key, whatever frames each matcher interned.
+  TokenMatcher one(tg), two(tg);
+  Expected<std::vector<int32_t>> ids = tokenizer_->Encode("{\"name\":\"ab");
+  ASSERT_TRUE(ids.ok());
+  ASSERT_LT(ids->size(), 11u);  // some token holds several characters
+  for (int32_t t : *ids) ASSERT_TRUE(one.Accept(t));
+  for (char c : std::string("{\"name\":\"ab")) {
+    ASSERT_TRUE(two.Accept(tokenizer_->TokenId(std::string(1, c)))) << c;
+  }
+  EXPECT_EQ(one.StateKey(), two.StateKey());
+  ASSERT_TRUE(two.Accept(tokenizer_->TokenId("c")));
+  EXPECT_NE(one.StateKey(), two.StateKey());
 }
 
 TEST(ApplyMaskTest, LeavesAllowedLogits) {
