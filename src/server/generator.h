@@ -85,6 +85,7 @@ struct GeneratorStats {
   int32_t running = 0;  // requests in a slot
   int32_t slots = 0;
   int64_t steps = 0;                   // engine steps
+  int64_t grammar_masks_shared = 0;    // masks a request took from another of its grammar
   std::vector<DrafterStats> drafters;  // per drafter
 };
 

@@ -145,6 +145,10 @@ std::string Metrics::Render(const LoopStats& loop) const {
          static_cast<double>(g.preemptions), &out);
   Scalar("gizllm_engine_steps_total", "Steps the engine ran.", "counter",
          static_cast<double>(g.steps), &out);
+  Scalar("gizllm_grammar_masks_shared_total",
+         "Token masks a constrained request took from another request of the same grammar in "
+         "the same parse state instead of computing them.",
+         "counter", static_cast<double>(g.grammar_masks_shared), &out);
   // Per drafter: drafts read as extra rows, drafts kept, the steps that carried any, and the
   // drafts kept per step (of all steps): the tokens a step gains from drafting.
   struct Family {

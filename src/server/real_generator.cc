@@ -29,7 +29,20 @@ Expected<int64_t> EngineGenerator::Add(GenerateRequest request) {
       vocabulary_ = std::make_shared<const TokenVocabulary>(
           TokenVocabulary::FromTokenizer(tokenizer_, engine_->vocab()));
     }
-    r.sampling.grammar = std::make_shared<const TokenGrammar>(TokenGrammar{s.grammar, vocabulary_});
+    std::string text = s.grammar->ToString();
+    auto it = std::find_if(grammars_.begin(), grammars_.end(),
+                           [&](const auto& g) { return g.first == text; });
+    if (it == grammars_.end()) {
+      if (grammars_.size() >= kGrammars) {
+        shared_masks_gone_ += grammars_.front().second->masks->hits();
+        grammars_.pop_front();
+      }
+      grammars_.emplace_back(std::move(text), std::make_shared<const TokenGrammar>(
+                                                  TokenGrammar{s.grammar, vocabulary_}));
+    } else {
+      grammars_.splice(grammars_.end(), grammars_, it);
+    }
+    r.sampling.grammar = grammars_.back().second;
   }
   if (request.ignore_eos) r.stop = std::vector<int32_t>{};
   GZ_ASSIGN_OR_RETURN(
@@ -79,6 +92,8 @@ GeneratorStats EngineGenerator::Stats() const {
   s.preemptions = e.preemptions;
   s.slots = engine_->options().slots;
   s.steps = e.steps;
+  s.grammar_masks_shared = shared_masks_gone_;
+  for (const auto& g : grammars_) s.grammar_masks_shared += g.second->masks->hits();
   s.drafters.push_back({"lookup", e.lookup.drafted, e.lookup.accepted, e.lookup.steps});
   int32_t active = static_cast<int32_t>(active_.size());
   s.running = std::min(active, s.slots);

@@ -2,6 +2,7 @@
 // is a Tokenizer and a ChatTemplate (prompts through gizllm::ChatPrompt).
 #pragma once
 
+#include <list>
 #include <memory>
 #include <set>
 #include <string>
@@ -34,6 +35,11 @@ class EngineGenerator : public Generator {
   std::unique_ptr<Engine> engine_;
   Tokenizer tokenizer_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;  // built at the first grammar
+  // The grammars of recent requests by their text (Grammar::ToString), most recent last:
+  // requests with the same schema or grammar share one TokenGrammar and so its masks.
+  std::list<std::pair<std::string, std::shared_ptr<const TokenGrammar>>> grammars_;
+  static constexpr size_t kGrammars = 32;
+  int64_t shared_masks_gone_ = 0;  // SharedMasks::hits of the grammars dropped from grammars_
   std::shared_ptr<PictureReader> pictures_;            // null: the model has no tower
   std::set<int64_t> active_;                           // added, not ended
   std::set<int64_t> reported_;  // active requests whose first progress went out

@@ -62,6 +62,21 @@ test('every schema, at once beside free requests, gives valid documents', async 
   }
 });
 
+test('requests of one schema share their masks', async () => {
+  const metric = async () => {
+    const text = await (await fetch(`${server.url}/metrics`)).text();
+    return Number(/^gizllm_grammar_masks_shared_total (\S+)$/m.exec(text)[1]);
+  };
+  const before = await metric();
+  const schema = JSON.parse(readFileSync(join(dir, '001_person.json'), 'utf8'));
+  const answers = await Promise.all([0, 1, 2, 3].map((i) => ask({ temperature: 0,
+    response_format: { type: 'json_schema', json_schema: { name: 'p', strict: true, schema } } },
+  i)));
+  for (const r of answers) JSON.parse(r.choices[0].message.content);
+  // Greedy answers of one prompt walk the same states: the first request's masks serve the rest.
+  assert.ok(await metric() > before, 'no mask was shared');
+});
+
 test('json_object and the other servers\' fields', async () => {
   const schema = { type: 'object', properties: { n: { type: 'integer', minimum: 1, maximum: 9 } },
                    required: ['n'], additionalProperties: false };
