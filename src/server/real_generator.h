@@ -61,6 +61,8 @@ class ChatTextModel : public TextModel {
   Expected<ChatPrompt> RenderChat(const ChatInput& input) const override;
   const Tokenizer& tokenizer() const { return tokenizer_; }
   const PictureReader* Pictures() const override { return pictures_.get(); }
+  Expected<ChatPrompt> WriteVideos(const ChatPrompt& prompt,
+                                   const std::vector<VisionInput>& media) const override;
   void SetPictures(std::shared_ptr<PictureReader> pictures) { pictures_ = std::move(pictures); }
 
  private:
