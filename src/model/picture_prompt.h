@@ -15,8 +15,8 @@
 // Place then repeats each placeholder to its picture's or frame's rows.
 //
 // Two halves, so that a server can prepare pictures on its request threads and run the tower
-// on its engine thread: Prepare* and Place are const and thread safe (no backend); Read runs
-// the tower.
+// on its engine thread: Prepare*, WriteVideos and Place are const and thread safe (no backend);
+// Read runs the tower.
 //
 //   GZ_ASSIGN_OR_RETURN(auto reader, PictureReader::Load(model.dir(), backend));
 //   GZ_ASSIGN_OR_RETURN(PicturePrompt p, reader->Expand(ids, {bytes_1, bytes_2}));
