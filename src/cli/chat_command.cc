@@ -1,13 +1,15 @@
 // gizllm chat: an interactive chat in the terminal. Each line is a user turn; the reply streams
 // as it is generated, reasoning dimmed and apart from the answer. The conversation stays in one
 // engine slot, so each turn reads only what is new; statistics go to stderr. `/image FILE`
-// attaches a picture to the next user message (a model with a vision tower reads it).
+// attaches a picture and `/video FOLDER [FPS]` a video (a folder of frames) to the next user
+// message (a model with a vision tower reads them).
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -199,19 +201,21 @@ int Chat(const ChatOptions& o) {
   const bool ansi = interactive && isatty(STDOUT_FILENO);
   if (interactive) {
     std::fprintf(stderr,
-                 "chat with %s (context %lld, temperature %g); /image FILE attaches a picture to "
-                 "the next message, /reset clears, /exit quits\n",
+                 "chat with %s (context %lld, temperature %g); /image FILE attaches a picture and "
+                 "/video FOLDER [FPS] a video to the next message, /reset clears, /exit quits\n",
                  dir.c_str(), static_cast<long long>(options.context), sampling.temperature);
   }
 
   ordered_json messages = ordered_json::array();
-  // The pictures of the conversation's messages in order, and those for the next message.
-  std::vector<std::vector<uint8_t>> pictures, attached;
-  std::unique_ptr<PictureReader> reader;  // loaded at the first /image
+  // The pictures and videos of the conversation's messages in prompt order (preprocessed), and
+  // those for the next message (its pictures come first, as PictureContent puts them).
+  std::vector<VisionInput> media, attached_pictures, attached_videos;
+  std::unique_ptr<PictureReader> reader;  // loaded at the first /image or /video
   auto reset = [&] {
     messages = ordered_json::array();
-    pictures.clear();
-    attached.clear();
+    media.clear();
+    attached_pictures.clear();
+    attached_videos.clear();
     if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
   };
   reset();
@@ -236,45 +240,60 @@ int Chat(const ChatOptions& o) {
       continue;
     }
 
-    if (text.rfind("/image", 0) == 0 && (text.size() == 6 || text[6] == ' ')) {
-      const std::string file = Trim(text.substr(6));
-      if (Status s = AttachPicture(*model, file, &reader, &attached); !s.ok()) {
+    auto command = [&](const char* name) {
+      const size_t n = std::strlen(name);
+      return text.rfind(name, 0) == 0 && (text.size() == n || text[n] == ' ');
+    };
+    if (command("/image") || command("/video")) {
+      const bool video = command("/video");
+      const std::string words = Trim(text.substr(6));
+      Status s = video ? AttachVideo(*model, words, &reader, &attached_videos)
+                       : AttachPicture(*model, words, &reader, &attached_pictures);
+      if (!s.ok()) {
         std::fprintf(stderr, "%s\n", s.message().c_str());
       } else {
-        std::fprintf(stderr, "(%s attached to the next message)\n", file.c_str());
+        std::fprintf(stderr, "(%s attached to the next message)\n", words.c_str());
       }
       continue;
     }
 
-    const size_t pictures_before = pictures.size();
-    if (attached.empty()) {
+    const size_t media_before = media.size();
+    if (attached_pictures.empty() && attached_videos.empty()) {
       messages.push_back({{"role", "user"}, {"content", text}});
     } else {
-      messages.push_back({{"role", "user"}, {"content", PictureContent(attached.size(), text)}});
-      for (std::vector<uint8_t>& bytes : attached) pictures.push_back(std::move(bytes));
-      attached.clear();
+      messages.push_back(
+          {{"role", "user"},
+           {"content", PictureContent(attached_pictures.size(), text, attached_videos.size())}});
+      for (auto* attached : {&attached_pictures, &attached_videos}) {
+        for (VisionInput& in : *attached) media.push_back(std::move(in));
+        attached->clear();
+      }
     }
     auto drop_message = [&] {
       messages.erase(messages.size() - 1);
-      pictures.resize(pictures_before);
+      media.resize(media_before);
     };
     ordered_json input = {{"messages", messages}, {"add_generation_prompt", true}};
     if (o.no_think) input["enable_thinking"] = false;
     auto prompt = ChatPrompt::Render(*chat_template, *tokenizer, input, /*last_messages=*/1);
     if (!prompt.ok()) return Fail(prompt.status().message());
     std::shared_ptr<const PromptPictures> prompt_pictures;
-    if (!pictures.empty()) {
-      // The placeholders expanded to the pictures' rows: the marks move with them.
-      auto expanded = reader->Expand(prompt->tokens, pictures);
+    if (!media.empty()) {
+      // The videos' timestamps written into the text, the placeholders expanded to the rows of
+      // the pictures and frames (the tower reads them again each turn): the marks move with
+      // them.
+      auto expanded = [&]() -> Expected<PicturePrompt> {
+        GZ_ASSIGN_OR_RETURN(*prompt, reader->WriteVideos(*tokenizer, *prompt, media));
+        GZ_ASSIGN_OR_RETURN(PlacedPrompt placed, reader->Place(prompt->tokens, media));
+        prompt->mark = placed.ExpandedPosition(prompt->mark);
+        prompt->system_end = placed.ExpandedPosition(prompt->system_end);
+        return reader->Read(std::move(placed));
+      }();
       if (!expanded.ok()) {
         std::fprintf(stderr, "%s\n", expanded.status().message().c_str());
         drop_message();
         continue;
       }
-      prompt->mark = ExpandedPosition(prompt->tokens, expanded->tokens, reader->arch().image_token,
-                                      prompt->mark);
-      prompt->system_end = ExpandedPosition(prompt->tokens, expanded->tokens,
-                                            reader->arch().image_token, prompt->system_end);
       prompt->tokens = std::move(expanded->tokens);
       prompt_pictures = std::make_shared<const PromptPictures>(std::move(expanded->pictures));
     }
@@ -359,8 +378,10 @@ int Chat(const ChatOptions& o) {
 void AddChatCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand(
       "chat",
-      "Chat with a model in the terminal; /image FILE attaches a picture (PNG, JPEG, WebP) to the "
-      "next message for a model with a vision tower, /reset clears, /exit quits");
+      "Chat with a model in the terminal; /image FILE attaches a picture (PNG, JPEG, WebP) and "
+      "/video FOLDER [FPS] a video (a folder of its frames, in name order, taken at FPS frames a "
+      "second; default 24) to the next message for a model with a vision tower, /reset clears, "
+      "/exit quits");
   auto o = std::make_shared<ChatOptions>();
   o->model.Add(cmd);
   o->draft.Add(cmd);

@@ -1,6 +1,7 @@
-// Pictures and videos given on the command line (run --image and --video, chat /image): the
-// files read and put before the text of a user message, as Qwen3-VL's and Qwen3.5's chat templates
-// show image content parts, and the prompt's placeholders expanded by the model's vision tower.
+// Pictures and videos given on the command line (run --image and --video, chat /image and /video):
+// the files read and put before the text of a user message, as Qwen3-VL's and Qwen3.5's chat
+// templates show image content parts, and the prompt's placeholders expanded by the model's vision
+// tower.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -44,16 +45,16 @@ Expected<PicturePrompt> PicturePromptTokens(const Model& model, const Tokenizer&
                                             const std::vector<std::string>& files,
                                             const std::vector<VideoFolder>& videos = {});
 
-// chat's /image FILE: reads the file and decodes it (so a bad picture is refused now, naming
-// the file), loads the model's tower into `reader` the first time, and adds the bytes to
-// `attached`.
+// chat's /image FILE: reads the file, decodes and preprocesses it (so a bad picture is refused
+// now, naming the file), loads the model's tower into `reader` the first time, and adds the
+// picture to `attached`.
 Status AttachPicture(const Model& model, const std::string& file,
-                     std::unique_ptr<PictureReader>* reader,
-                     std::vector<std::vector<uint8_t>>* attached);
+                     std::unique_ptr<PictureReader>* reader, std::vector<VisionInput>* attached);
 
-// Where token position `position` of `tokens` (one image placeholder per picture) lies in
-// `expanded` (each placeholder repeated to its picture's rows); -1 stays -1.
-int32_t ExpandedPosition(const std::vector<int32_t>& tokens, const std::vector<int32_t>& expanded,
-                         int32_t image_token, int32_t position);
+// chat's /video FOLDER [FPS]: the folder's frames (taken at FPS frames a second; without it,
+// transformers' 24 assumed) read, sampled and preprocessed as the model's
+// video_preprocessor_config.json says, added to `attached`; errors name the folder.
+Status AttachVideo(const Model& model, const std::string& words,
+                   std::unique_ptr<PictureReader>* reader, std::vector<VisionInput>* attached);
 
 }  // namespace gizllm::cli

@@ -1,3 +1,7 @@
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
 #include "cli/pictures.h"
 #include "core/mapped_file.h"
 #include "template/chat_prompt.h"
@@ -52,41 +56,60 @@ Expected<PicturePrompt> PicturePromptTokens(const Model& model, const Tokenizer&
       {{"role", "user"}, {"content", PictureContent(files.size(), prompt, videos.size())}});
   const nlohmann::ordered_json input = {{"messages", messages}, {"add_generation_prompt", true}};
   GZ_ASSIGN_OR_RETURN(ChatPrompt chat, ChatPrompt::Render(chat_template, tokenizer, input, 0));
-  GZ_ASSIGN_OR_RETURN(PlacedPrompt placed,
-                      (*reader)->Place(chat.tokens, std::move(inputs), [&](const std::string& t) {
-                        return tokenizer.Encode(t, /*add_special=*/false);
-                      }));
+  GZ_ASSIGN_OR_RETURN(chat, (*reader)->WriteVideos(tokenizer, chat, inputs));
+  GZ_ASSIGN_OR_RETURN(PlacedPrompt placed, (*reader)->Place(chat.tokens, std::move(inputs)));
   return (*reader)->Read(std::move(placed));
 }
 
-Status AttachPicture(const Model& model, const std::string& file,
-                     std::unique_ptr<PictureReader>* reader,
-                     std::vector<std::vector<uint8_t>>* attached) {
-  if (file.empty()) return InvalidArgument("/image: give a picture file");
-  if (!*reader) {
-    auto loaded = PictureReader::Load(model.dir(), model.shared_backend());
-    if (!loaded.ok()) return loaded.status().Annotate("pictures need a vision tower");
-    *reader = std::move(*loaded);
-  }
-  GZ_ASSIGN_OR_RETURN(std::vector<std::vector<uint8_t>> bytes, ReadPictureFiles({file}));
-  auto picture = vision::DecodePicture(bytes[0]);
-  if (!picture.ok()) return picture.status().Annotate(file);
-  attached->push_back(std::move(bytes[0]));
+namespace {
+
+// The model's tower, loaded into `reader` the first time.
+Status LoadReader(const Model& model, std::unique_ptr<PictureReader>* reader) {
+  if (*reader) return Status::Ok();
+  auto loaded = PictureReader::Load(model.dir(), model.shared_backend());
+  if (!loaded.ok()) return loaded.status().Annotate("pictures need a vision tower");
+  *reader = std::move(*loaded);
   return Status::Ok();
 }
 
-int32_t ExpandedPosition(const std::vector<int32_t>& tokens, const std::vector<int32_t>& expanded,
-                         int32_t image_token, int32_t position) {
-  if (position < 0) return position;
-  size_t j = 0;
-  for (size_t i = 0; i < tokens.size() && i < static_cast<size_t>(position); ++i) {
-    if (tokens[i] != image_token) {
-      ++j;
-      continue;
-    }
-    while (j < expanded.size() && expanded[j] == image_token) ++j;
+}  // namespace
+
+Status AttachPicture(const Model& model, const std::string& file,
+                     std::unique_ptr<PictureReader>* reader, std::vector<VisionInput>* attached) {
+  if (file.empty()) return InvalidArgument("/image: give a picture file");
+  GZ_RETURN_IF_ERROR(LoadReader(model, reader));
+  GZ_ASSIGN_OR_RETURN(std::vector<std::vector<uint8_t>> bytes, ReadPictureFiles({file}));
+  auto picture = (*reader)->PreparePicture(bytes[0]);
+  if (!picture.ok()) return picture.status().Annotate(file);
+  attached->push_back(std::move(picture).value());
+  return Status::Ok();
+}
+
+Status AttachVideo(const Model& model, const std::string& words,
+                   std::unique_ptr<PictureReader>* reader, std::vector<VisionInput>* attached) {
+  std::istringstream in(words);
+  std::string folder, rate, rest;
+  in >> folder >> rate >> rest;
+  if (folder.empty() || !rest.empty()) {
+    return InvalidArgument("/video: give a folder of frames and, optionally, their rate");
   }
-  return static_cast<int32_t>(j);
+  std::optional<double> fps;
+  if (!rate.empty()) {
+    char* end = nullptr;
+    const double value = std::strtod(rate.c_str(), &end);
+    if (end != rate.c_str() + rate.size() || !(value > 0) || !std::isfinite(value)) {
+      return InvalidArgument("/video: the rate " + rate +
+                             " is not a positive number of frames a second");
+    }
+    fps = value;
+  }
+  GZ_RETURN_IF_ERROR(LoadReader(model, reader));
+  auto frames = vision::ReadFrameFolder(folder, kMaxVideoFolderFrames, (*reader)->limits());
+  if (!frames.ok()) return frames.status().Annotate(folder);
+  auto video = (*reader)->PrepareVideo(*frames, fps);
+  if (!video.ok()) return video.status().Annotate(folder);
+  attached->push_back(std::move(video).value());
+  return Status::Ok();
 }
 
 }  // namespace gizllm::cli

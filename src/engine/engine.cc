@@ -168,9 +168,8 @@ int32_t PictureRowKey(const PromptPictures& p, int64_t j, int64_t dim) {
 
 }  // namespace
 
-Status Engine::CheckPictures(const Request& request) const {
-  const PromptPictures& p = *request.pictures;
-  const int64_t n = static_cast<int64_t>(request.prompt.size());
+Status Engine::CheckPictures(std::span<const int32_t> prompt, const PromptPictures& p) const {
+  const int64_t n = static_cast<int64_t>(prompt.size());
   const int64_t dim = runner_->arch().dim;
   const int64_t count = static_cast<int64_t>(p.rows.size());
   const MropePositions& pos = p.positions;
@@ -249,7 +248,7 @@ Expected<int64_t> Engine::Add(Request request, int32_t mark, int32_t shared) {
                            std::to_string(g->vocabulary->size()) + " tokens, the model has " +
                            std::to_string(vocab_));
   }
-  if (request.pictures) GZ_RETURN_IF_ERROR(CheckPictures(request));
+  if (request.pictures) GZ_RETURN_IF_ERROR(CheckPictures(request.prompt, *request.pictures));
   const int64_t id = next_id_++;
   Sequence seq;
   if (request.sampling.grammar) {
@@ -764,9 +763,7 @@ Expected<std::vector<float>> Engine::Step(std::span<const int32_t> tokens,
   return logits;
 }
 
-Expected<std::vector<float>> Engine::Hidden(std::span<const int32_t> tokens,
-                                            std::span<const int32_t> slots,
-                                            std::span<const int> layers) {
+Status Engine::CheckLayers(std::span<const int> layers) const {
   for (size_t i = 0; i < layers.size(); ++i) {
     if (layers[i] < 0 || layers[i] > runner_->arch().layers) {
       return InvalidArgument("hidden layers[" + std::to_string(i) + "]: expected in [0, " +
@@ -774,6 +771,13 @@ Expected<std::vector<float>> Engine::Hidden(std::span<const int32_t> tokens,
                              std::to_string(layers[i]));
     }
   }
+  return Status::Ok();
+}
+
+Expected<std::vector<float>> Engine::Hidden(std::span<const int32_t> tokens,
+                                            std::span<const int32_t> slots,
+                                            std::span<const int> layers) {
+  GZ_RETURN_IF_ERROR(CheckLayers(layers));
   GZ_RETURN_IF_ERROR(BuildRows(tokens, slots, {}));
   std::vector<float> out(layers.size() * tokens.size() * runner_->arch().dim);
   GZ_RETURN_IF_ERROR(runner_->Hidden(rows_, Tables(), layers, out.data()));
@@ -782,6 +786,43 @@ Expected<std::vector<float>> Engine::Hidden(std::span<const int32_t> tokens,
     state_.slots[slots[r]].tokens.push_back(tokens[r]);
     ++appended_[slots[r]];
   }
+  ++stats_.steps;
+  stats_.rows += rows_.size();
+  return out;
+}
+
+Expected<std::vector<float>> Engine::Hidden(std::span<const int32_t> tokens, int32_t slot,
+                                            const PromptPictures& pictures,
+                                            std::span<const int> layers) {
+  GZ_RETURN_IF_ERROR(CheckLayers(layers));
+  if (slot < 0 || slot >= static_cast<int32_t>(state_.slots.size()) ||
+      !state_.slots[slot].tokens.empty()) {
+    return InvalidArgument("hidden with pictures: slot " + std::to_string(slot) +
+                           " must be one of the engine's and hold nothing (Reset it first)");
+  }
+  GZ_RETURN_IF_ERROR(CheckPictures(tokens, pictures));
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const std::vector<int32_t> slots(n, slot);
+  GZ_RETURN_IF_ERROR(BuildRows(tokens, slots, {}));
+  // The slot held nothing: row i is prompt position i, with the prompt's rotary positions.
+  const MropePositions& pos = pictures.positions;
+  rows_.rotary = pos.t;
+  rows_.rotary_h = pos.h;
+  rows_.rotary_w = pos.w;
+  VisualRows& v = rows_.visual;
+  v.rows = pictures.rows;
+  v.embeddings = pictures.embeddings;
+  v.layers = pictures.layers;
+  v.deepstack = pictures.deepstack;
+  std::vector<float> out(layers.size() * n * runner_->arch().dim);
+  GZ_RETURN_IF_ERROR(runner_->Hidden(rows_, Tables(), layers, out.data()));
+  std::fill(appended_.begin(), appended_.end(), 0);
+  std::vector<int32_t>& held = state_.slots[slot].tokens;
+  held.assign(tokens.begin(), tokens.end());
+  for (size_t j = 0; j < pictures.rows.size(); ++j) {
+    held[pictures.rows[j]] = PictureRowKey(pictures, static_cast<int64_t>(j), runner_->arch().dim);
+  }
+  appended_[slot] = n;
   ++stats_.steps;
   stats_.rows += rows_.size();
   return out;

@@ -125,6 +125,13 @@ class Engine {
   // Hugging Face's hidden_states[l]): [layers.size(), rows, dim].
   Expected<std::vector<float>> Hidden(std::span<const int32_t> tokens,
                                       std::span<const int32_t> slots, std::span<const int> layers);
+  // Hidden of a prompt with pictures (PictureReader's expansion: `pictures` as a Request
+  // carries them) read whole into `slot`, which must hold nothing: each picture row reads its
+  // picture's embedding (and deepstack features), every row its three rotary positions.
+  // [layers.size(), tokens.size(), dim]. The slot then holds the prompt, its picture rows
+  // keyed by their pictures as a request's are.
+  Expected<std::vector<float>> Hidden(std::span<const int32_t> tokens, int32_t slot,
+                                      const PromptPictures& pictures, std::span<const int> layers);
   // Keeps the first `kept` of the rows the last Step or Hidden call appended to `slot` and forgets
   // the others (rejected drafts: their KV is dropped, the next row goes at the first dropped
   // position). Runners with slot states (recurrent layers) cannot go back to a row inside a
@@ -153,7 +160,9 @@ class Engine {
          int32_t max_pages);
 
   // Request::pictures against the prompt and the model: sizes, rows, positions.
-  Status CheckPictures(const Request& request) const;
+  Status CheckPictures(std::span<const int32_t> prompt, const PromptPictures& p) const;
+  // Hidden's layers: each in [0, layers].
+  Status CheckLayers(std::span<const int> layers) const;
   // The parts of a step after the plan (engine/scheduler.h): run the runner, then sample.
   Status Run();
   void PostProcess(std::vector<Progress>& progress);

@@ -159,4 +159,29 @@ Expected<std::vector<float>> SequenceHidden(Runner& runner, std::span<const int3
   return out;
 }
 
+Expected<std::vector<float>> SequenceHidden(Runner& runner, std::span<const int32_t> ids,
+                                            const PromptPictures& pictures,
+                                            std::span<const int> layers) {
+  if (ids.empty()) return InvalidArgument("no token ids");
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const MropePositions& pos = pictures.positions;
+  if (static_cast<int64_t>(pos.t.size()) != n)
+    return InvalidArgument("the M-RoPE positions are not the prompt's");
+  OneSlot slot(n);
+  GZ_RETURN_IF_ERROR(runner.AllocatePages(slot.tables.max_pages));
+  Rows rows;
+  for (int64_t p = 0; p < n; ++p) {
+    rows.PushMrope(ids[p], /*slot=*/0, static_cast<int32_t>(p), pos.t[p], pos.h[p], pos.w[p],
+                   /*want=*/false);
+  }
+  VisualRows& v = rows.visual;
+  v.rows = pictures.rows;
+  v.embeddings = pictures.embeddings;
+  v.layers = pictures.layers;
+  v.deepstack = pictures.deepstack;
+  std::vector<float> out(layers.size() * n * runner.arch().dim);
+  GZ_RETURN_IF_ERROR(runner.Hidden(rows, slot.tables, layers, out.data()));
+  return out;
+}
+
 }  // namespace gizllm

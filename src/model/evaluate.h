@@ -38,4 +38,9 @@ Expected<std::vector<float>> SequenceLogits(Runner& runner, std::span<const int3
 Expected<std::vector<float>> SequenceHidden(Runner& runner, std::span<const int32_t> ids,
                                             std::span<const int> layers);
 
+// SequenceHidden of a prompt with pictures, read in one step.
+Expected<std::vector<float>> SequenceHidden(Runner& runner, std::span<const int32_t> ids,
+                                            const PromptPictures& pictures,
+                                            std::span<const int> layers);
+
 }  // namespace gizllm

@@ -74,29 +74,84 @@ Expected<VisionInput> PictureReader::PrepareVideo(const std::vector<vision::Pict
   return in;
 }
 
+Expected<ChatPrompt> PictureReader::WriteVideos(const Tokenizer& tokenizer,
+                                                const ChatPrompt& prompt,
+                                                const std::vector<VisionInput>& inputs) const {
+  const VisionArch& a = arch();
+  const std::string start = tokenizer.TokenText(a.vision_start);
+  const std::string video = tokenizer.TokenText(a.video_token);
+  const std::string end = tokenizer.TokenText(a.vision_end);
+  std::vector<const VisionInput*> videos;
+  for (const VisionInput& in : inputs) {
+    if (in.grid.video) videos.push_back(&in);
+  }
+  if (videos.empty()) return prompt;
+  if (video.empty() || start.empty() || end.empty()) {
+    return InvalidArgument("the tokenizer has no text for the video tokens " +
+                           std::to_string(a.vision_start) + ", " + std::to_string(a.video_token) +
+                           " and " + std::to_string(a.vision_end));
+  }
+  const std::string_view text = prompt.text;
+  std::vector<size_t> found;  // byte offsets of the video placeholders
+  for (size_t at = text.find(video); at != std::string_view::npos;
+       at = text.find(video, at + video.size())) {
+    found.push_back(at);
+  }
+  if (found.size() != videos.size()) {
+    return InvalidArgument("the prompt holds " + std::to_string(found.size()) +
+                           " video placeholders (" + video + "), one per video, and " +
+                           std::to_string(videos.size()) + " videos are given");
+  }
+  std::vector<TextEdit> edits;
+  for (size_t i = 0; i < videos.size(); ++i) {
+    const VisionInput& in = *videos[i];
+    if (static_cast<int64_t>(in.times.size()) != in.grid.t) {
+      return InvalidArgument("video " + std::to_string(i + 1) + ": " +
+                             std::to_string(in.times.size()) + " timestamps for " +
+                             std::to_string(in.grid.t) + " temporal patches");
+    }
+    // <|vision_start|><|video_pad|><|vision_end|> becomes the frames' text; a bare placeholder
+    // too.
+    const size_t at = found[i];
+    TextEdit e{static_cast<long>(at), static_cast<long>(video.size()),
+               vision::VideoPromptText(in.times, /*tokens_per_frame=*/1, start, video, end)};
+    if (at >= start.size() && text.substr(at - start.size(), start.size()) == start &&
+        text.substr(at + video.size(), end.size()) == end) {
+      e.at -= static_cast<long>(start.size());
+      e.size += static_cast<long>(start.size() + end.size());
+    }
+    edits.push_back(std::move(e));
+  }
+  return prompt.Edit(tokenizer, edits);
+}
+
 Expected<PlacedPrompt> PictureReader::Place(std::span<const int32_t> tokens,
-                                            std::vector<VisionInput> inputs,
-                                            const TimestampTokenizer& tokenize) const {
+                                            std::vector<VisionInput> inputs) const {
   const VisionArch& a = arch();
   int64_t images = 0, videos = 0;
   for (int32_t t : tokens) {
     images += t == a.image_token;
     videos += t == a.video_token;
   }
-  int64_t given_videos = 0;
-  for (const VisionInput& in : inputs) given_videos += in.grid.video;
+  int64_t given_videos = 0, given_patches = 0;
+  for (const VisionInput& in : inputs) {
+    given_videos += in.grid.video;
+    if (in.grid.video) given_patches += in.grid.t;
+  }
   const int64_t given_pictures = static_cast<int64_t>(inputs.size()) - given_videos;
-  if (images != given_pictures || videos != given_videos) {
-    return InvalidArgument("the prompt holds " + std::to_string(images) +
-                           " image placeholders (token " + std::to_string(a.image_token) +
-                           ") and " + std::to_string(videos) + " video placeholders (token " +
-                           std::to_string(a.video_token) + "), one per picture and video, and " +
-                           std::to_string(given_pictures) + " pictures and " +
-                           std::to_string(given_videos) + " videos are given");
+  if (images != given_pictures || videos != given_patches) {
+    return InvalidArgument(
+        "the prompt holds " + std::to_string(images) + " image placeholders (token " +
+        std::to_string(a.image_token) + ") and " + std::to_string(videos) +
+        " video placeholders (token " + std::to_string(a.video_token) +
+        "), one per picture and one per temporal patch of each video, and " +
+        std::to_string(given_pictures) + " pictures and " + std::to_string(given_videos) +
+        " videos of " + std::to_string(given_patches) + " temporal patches are given");
   }
   PlacedPrompt out;
   out.tokens.reserve(tokens.size());
-  size_t next = 0;
+  size_t next = 0;    // the input placed now
+  int64_t frame = 0;  // of the video placed now, the temporal patches placed
   const int64_t n = static_cast<int64_t>(tokens.size());
   for (int64_t i = 0; i < n; ++i) {
     const int32_t t = tokens[i];
@@ -105,45 +160,21 @@ Expected<PlacedPrompt> PictureReader::Place(std::span<const int32_t> tokens,
       continue;
     }
     VisionInput& in = inputs[next];
-    const std::string which = (in.grid.video ? "video " : "picture ") + std::to_string(next + 1);
     if (in.grid.video != (t == a.video_token)) {
-      return InvalidArgument(which + " stands where the prompt holds " +
+      return InvalidArgument((in.grid.video ? "video " : "picture ") + std::to_string(next + 1) +
+                             " stands where the prompt holds " +
                              (in.grid.video ? "an image" : "a video") + " placeholder");
     }
-    // The prompt's tokens from `at` on, `replaced` of them, become the ones added from here.
-    int64_t at = i, replaced = 1;
-    if (!in.grid.video) {
-      out.tokens.insert(out.tokens.end(), VisionTokens(a, in.grid), a.image_token);
-      out.expansions.emplace_back(at, VisionTokens(a, in.grid) - replaced);
-    } else {
-      // <|vision_start|><|video_pad|><|vision_end|> becomes the frames' text; a bare video
-      // placeholder too (the processor's rule for prompts written without the template).
-      if (!tokenize) return InvalidArgument(which + ": no tokenizer for its timestamps");
-      if (static_cast<int64_t>(in.times.size()) != in.grid.t) {
-        return InvalidArgument(which + ": " + std::to_string(in.times.size()) + " timestamps for " +
-                               std::to_string(in.grid.t) + " temporal patches");
-      }
-      if (i > 0 && tokens[i - 1] == a.vision_start && i + 1 < n && tokens[i + 1] == a.vision_end) {
-        out.tokens.pop_back();
-        at = i - 1;
-        replaced = 3;
-        ++i;  // the vision_end the frames' text replaces
-      }
-      const size_t before = out.tokens.size();
-      const VisionGrid frame{1, in.grid.h, in.grid.w};
-      for (double seconds : in.times) {
-        auto text = tokenize(vision::TimestampText(seconds));
-        if (!text.ok()) return text.status().Annotate(which);
-        out.tokens.insert(out.tokens.end(), text->begin(), text->end());
-        out.tokens.push_back(a.vision_start);
-        out.tokens.insert(out.tokens.end(), VisionTokens(a, frame), a.video_token);
-        out.tokens.push_back(a.vision_end);
-      }
-      out.expansions.emplace_back(at, static_cast<int64_t>(out.tokens.size() - before) - replaced);
+    // A picture's placeholder becomes its rows; a video's, one per temporal patch, the frame's.
+    const VisionGrid rows = in.grid.video ? VisionGrid{1, in.grid.h, in.grid.w} : in.grid;
+    out.tokens.insert(out.tokens.end(), VisionTokens(a, rows), t);
+    out.expansions.emplace_back(i, VisionTokens(a, rows) - 1);
+    if (!in.grid.video || ++frame == in.grid.t) {
+      out.grids.push_back(in.grid);
+      out.pixels.insert(out.pixels.end(), in.pixels.begin(), in.pixels.end());
+      ++next;
+      frame = 0;
     }
-    out.grids.push_back(in.grid);
-    out.pixels.insert(out.pixels.end(), in.pixels.begin(), in.pixels.end());
-    ++next;
   }
   GZ_ASSIGN_OR_RETURN(out.positions, ComputeMropePositions(a, out.tokens, out.grids));
   return out;

@@ -8,22 +8,27 @@
 // Placeholders: the chat template writes <|vision_start|><|image_pad|><|vision_end|> for a
 // picture, repeated here to t * h * w / merge^2 image placeholders; and
 // <|vision_start|><|video_pad|><|vision_end|> for a video, which becomes, per temporal patch,
-// its timestamp text ("<0.5 seconds>", tokenized alone: the same tokens as the processor's
-// whole-text tokenization where a special token or a newline comes before it, as the templates
-// write it), <|vision_start|>, h * w / merge^2 video placeholders, <|vision_end|>.
+// its timestamp text ("<0.5 seconds>"), <|vision_start|>, h * w / merge^2 video placeholders,
+// <|vision_end|>. The timestamps are text: WriteVideos puts them into the rendered prompt, one
+// video placeholder per temporal patch, and tokenizes it whole again (so the text before a
+// video tokenizes with its first timestamp as the processor's whole-text tokenization does);
+// Place then repeats each placeholder to its picture's or frame's rows.
 //
 // Two halves, so that a server can prepare pictures on its request threads and run the tower
-// on its engine thread: Prepare* and Place are const and thread safe (no backend); Read runs
-// the tower.
+// on its engine thread: Prepare*, WriteVideos and Place are const and thread safe (no backend);
+// Read runs the tower.
 //
 //   GZ_ASSIGN_OR_RETURN(auto reader, PictureReader::Load(model.dir(), backend));
 //   GZ_ASSIGN_OR_RETURN(PicturePrompt p, reader->Expand(ids, {bytes_1, bytes_2}));
+// or, with videos:
+//   GZ_ASSIGN_OR_RETURN(ChatPrompt written, reader->WriteVideos(tokenizer, chat, inputs));
+//   GZ_ASSIGN_OR_RETURN(PlacedPrompt placed, reader->Place(written.tokens, inputs));
+//   GZ_ASSIGN_OR_RETURN(PicturePrompt p, reader->Read(std::move(placed)));
 //   request.prompt = p.tokens;
 //   request.pictures = std::make_shared<const PromptPictures>(std::move(p.pictures));
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -35,6 +40,8 @@
 #include "model/mrope.h"
 #include "model/vision_tower.h"
 #include "ops/backend.h"
+#include "template/chat_prompt.h"
+#include "tokenizer/tokenizer.h"
 #include "vision/image_processor.h"
 #include "vision/picture.h"
 #include "vision/video.h"
@@ -67,9 +74,6 @@ struct PicturePrompt {
   PromptPictures pictures;      // their positions, rows and deepstack features
 };
 
-// The text a video's timestamp is tokenized from ("<0.5 seconds>") to its token ids.
-using TimestampTokenizer = std::function<Expected<std::vector<int32_t>>(const std::string& text)>;
-
 class PictureReader {
  public:
   // Reads dir's vision tower (config.json's vision_config, model.visual.* tensors), its
@@ -95,11 +99,20 @@ class PictureReader {
   Expected<VisionInput> PrepareVideo(const std::vector<vision::Picture>& frames,
                                      std::optional<double> fps) const;
 
-  // `tokens` holds one placeholder per input, in the inputs' order: an image placeholder for a
-  // picture, a video placeholder (between vision_start and vision_end) for a video. Errors give
-  // the counts when they differ, or the input whose kind is not its placeholder's.
-  Expected<PlacedPrompt> Place(std::span<const int32_t> tokens, std::vector<VisionInput> inputs,
-                               const TimestampTokenizer& tokenize = nullptr) const;
+  // `prompt` (rendered with one placeholder per input, in the inputs' order) with each video's
+  // placeholder (<|vision_start|><|video_pad|><|vision_end|>, or a bare <|video_pad|>, the
+  // processor's rule for prompts written without the template) written out as
+  // Qwen3VLProcessor writes it, one video placeholder per temporal patch, and tokenized whole
+  // again (ChatPrompt::Edit: its marks move with the text). The prompt as it was without videos.
+  // Errors: placeholders and videos that do not pair up.
+  Expected<ChatPrompt> WriteVideos(const Tokenizer& tokenizer, const ChatPrompt& prompt,
+                                   const std::vector<VisionInput>& inputs) const;
+
+  // `tokens` holds, in the inputs' order, an image placeholder per picture and, per video (as
+  // WriteVideos writes it), a video placeholder per temporal patch. Errors give the counts when
+  // they differ, or the input whose kind is not its placeholder's.
+  Expected<PlacedPrompt> Place(std::span<const int32_t> tokens,
+                               std::vector<VisionInput> inputs) const;
 
   // Runs the tower on a placed prompt's pictures and videos and places its rows.
   Expected<PicturePrompt> Read(PlacedPrompt placed);

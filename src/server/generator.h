@@ -149,6 +149,15 @@ class TextModel {
   // What reads the model's pictures and videos (its Prepare* and Place, which are thread safe;
   // the generator runs the tower), or null for a model without a vision tower.
   virtual const PictureReader* Pictures() const { return nullptr; }
+  // `prompt` with its videos written out in its text and tokenized again
+  // (PictureReader::WriteVideos with the model's tokenizer). Called only where Pictures() is not
+  // null.
+  virtual Expected<ChatPrompt> WriteVideos(const ChatPrompt& prompt,
+                                           const std::vector<VisionInput>& media) const {
+    (void)media;
+    if (!Pictures()) return InvalidArgument("the model reads no pictures or videos");
+    return prompt;
+  }
 };
 
 }  // namespace gizllm::server

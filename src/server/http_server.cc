@@ -619,14 +619,14 @@ Routed Session::PrepareChat(const json& body) {
     if (error) return Routed::Error(*error);
   }
   Expected<ChatPrompt> prompt = text.RenderChat(chat.input);
+  // A video's timestamps are text: written into the prompt's text, which is tokenized again.
+  if (prompt.ok() && !media.empty()) prompt = text.WriteVideos(*prompt, media);
   if (!prompt.ok()) return Routed::Error(FromStatus(prompt.status(), "messages"));
   job.request.prompt = std::move(prompt->tokens);
   job.request.mark = prompt->mark;
   job.request.shared = prompt->system_end;
   if (!chat.media.empty()) {
-    Expected<PlacedPrompt> placed =
-        text.Pictures()->Place(job.request.prompt, std::move(media),
-                               [&text](const std::string& t) { return text.Tokenize(t); });
+    Expected<PlacedPrompt> placed = text.Pictures()->Place(job.request.prompt, std::move(media));
     if (!placed.ok()) return Routed::Error(FromStatus(placed.status(), "messages"));
     job.request.mark = placed->ExpandedPosition(job.request.mark);
     job.request.shared = placed->ExpandedPosition(job.request.shared);

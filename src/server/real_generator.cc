@@ -131,4 +131,10 @@ Expected<ChatPrompt> ChatTextModel::RenderChat(const ChatInput& input) const {
                             input.answer_prefix);
 }
 
+Expected<ChatPrompt> ChatTextModel::WriteVideos(const ChatPrompt& prompt,
+                                                const std::vector<VisionInput>& media) const {
+  if (!pictures_) return InvalidArgument("the model reads no pictures or videos");
+  return pictures_->WriteVideos(tokenizer_, prompt, media);
+}
+
 }  // namespace gizllm::server

@@ -69,6 +69,8 @@ class ChatTextModel : public TextModel {
   ToolCallSyntax ToolSyntax() const override { return syntax_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   const PictureReader* Pictures() const override { return pictures_.get(); }
+  Expected<ChatPrompt> WriteVideos(const ChatPrompt& prompt,
+                                   const std::vector<VisionInput>& media) const override;
   void SetPictures(std::shared_ptr<PictureReader> pictures) { pictures_ = std::move(pictures); }
 
  private:

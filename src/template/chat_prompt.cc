@@ -75,6 +75,55 @@ Expected<ChatPrompt> ChatPrompt::Render(const ChatTemplate& chat_template,
   ChatPrompt out;
   GZ_ASSIGN_OR_RETURN(out.tokens, Tokenize(tokenizer, rendered.prompt, offsets, &positions));
   out.text = std::move(rendered.prompt);
+  out.message_offsets = rendered.message_ends;
+  out.system_offset = rendered.shared_end;
+  out.system_end = positions.back();
+  positions.pop_back();
+  out.message_ends = std::move(positions);
+  if (!out.message_ends.empty()) out.mark = out.message_ends.back();
+  return out;
+}
+
+Expected<ChatPrompt> ChatPrompt::Edit(const Tokenizer& tokenizer,
+                                      std::span<const TextEdit> edits) const {
+  const long size = static_cast<long>(text.size());
+  long end = 0;  // of the edit before
+  for (size_t i = 0; i < edits.size(); ++i) {
+    const TextEdit& e = edits[i];
+    if (e.at < end || e.size < 0 || e.at + e.size > size) {
+      return InvalidArgument("prompt edit " + std::to_string(i) + ": bytes [" +
+                             std::to_string(e.at) + ", " + std::to_string(e.at + e.size) +
+                             ") are not after the edit before and within the " +
+                             std::to_string(size) + " bytes of the prompt");
+    }
+    end = e.at + e.size;
+  }
+  ChatPrompt out;
+  long from = 0;
+  for (const TextEdit& e : edits) {
+    out.text.append(text, from, e.at - from);
+    out.text += e.text;
+    from = e.at + e.size;
+  }
+  out.text.append(text, from, std::string::npos);
+  // An offset at an edit's start stays before its text; one after it moves by what the edits
+  // before it added.
+  auto move = [&](long offset) -> long {
+    if (offset < 0) return offset;
+    long moved = offset;
+    for (const TextEdit& e : edits) {
+      if (offset <= e.at) break;
+      if (offset < e.at + e.size) return -1;
+      moved += static_cast<long>(e.text.size()) - e.size;
+    }
+    return moved;
+  };
+  for (long o : message_offsets) out.message_offsets.push_back(move(o));
+  out.system_offset = move(system_offset);
+  std::vector<long> offsets = out.message_offsets;
+  offsets.push_back(out.system_offset);
+  std::vector<int32_t> positions;
+  GZ_ASSIGN_OR_RETURN(out.tokens, Tokenize(tokenizer, out.text, offsets, &positions));
   out.system_end = positions.back();
   positions.pop_back();
   out.message_ends = std::move(positions);

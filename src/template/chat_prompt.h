@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +25,13 @@
 
 namespace gizllm {
 
+// A piece of a text replaced: the `size` bytes from byte `at` become `text`.
+struct TextEdit {
+  long at = 0;
+  long size = 0;
+  std::string text;
+};
+
 struct ChatPrompt {
   std::string text;             // the rendered prompt
   std::vector<int32_t> tokens;  // Encode(text) without added special tokens
@@ -32,6 +40,10 @@ struct ChatPrompt {
   std::vector<int32_t> message_ends;
   int32_t mark = -1;        // where the chat's messages end (message_ends.back()); -1: unknown
   int32_t system_end = -1;  // where the system turn with the tools ends; -1: unknown or no tools
+  // The byte offsets in `text` that message_ends and system_end were looked for at (-1: none), so
+  // that Edit can move them.
+  std::vector<long> message_offsets;
+  long system_offset = -1;
 
   // Renders `input` (as ChatTemplate::Render takes it) and tokenizes it. last_messages: as in
   // ChatTemplate::RenderWithOffsets, the message ends looked for (each costs a render).
@@ -41,6 +53,12 @@ struct ChatPrompt {
                                      const nlohmann::ordered_json& input,
                                      size_t last_messages = SIZE_MAX,
                                      std::string_view answer_start = {});
+
+  // The prompt with `edits` (in order, apart, within `text`) made to its text, which is tokenized
+  // whole again; the positions move with the text (one inside an edited piece becomes -1). The
+  // model reads text put into a rendered chat this way (a video's timestamps) exactly as the
+  // whole text would tokenize, where the piece before it ends included.
+  Expected<ChatPrompt> Edit(const Tokenizer& tokenizer, std::span<const TextEdit> edits) const;
 
   // The tokens of `text` and the token position of each byte offset in `offsets` (-1 where no
   // token boundary falls there, or the offset is outside [0, text.size()]).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run --image, run --video and chat's /image on a small random Qwen3-VL
+# run --image, run --video and chat's /image and /video on a small random Qwen3-VL
 # (tests/cli/tiny_vl_folder.cc): the greedy answer equals a direct Engine call's on the same
 # picture or frames; bad pictures and models without
 # a tower fail with a line that says what is wrong.
@@ -84,6 +84,19 @@ check chat-image-two-replies test "$(grep -c "answer: 8 tokens" "$tmp/chat.err")
 check chat-image-bad-picture grep -q "cut.png: PNG truncated" "$tmp/chat.err"
 reused=$(grep -o "[0-9]* reused" "$tmp/chat.err" | sed -n 2p | cut -d' ' -f1)
 check chat-image-reuses-the-first-turn test "${reused:-0}" -ge 40
+# chat: /video FOLDER FPS attaches a video; the reply is run --video's (the same prompt); a
+# folder of frames of two sizes and a rate that is not one are refused and the chat goes on.
+expect_ok chat-help $gz chat --help
+check chat-help-video grep -q -- "/video FOLDER" "$tmp/out"
+printf '/video %s 1\nwhat is this?\n/video %s\n/video %s fast\nand this?\n' "$tmp/video" \
+  "$tmp/mixed" "$tmp/video" | $gz chat -m "$m" "${chat[@]}" >"$tmp/chat" 2>"$tmp/chat.err"
+check chat-video-exit-0 test $? -eq 0
+check chat-video-equals-run test "$(head -n 1 "$tmp/chat")" = "$(head -n 1 "$tmp/expected_video.txt")"
+check chat-video-two-replies test "$(grep -c "| answer: " "$tmp/chat.err")" -eq 2
+check chat-video-mixed-sizes grep -q "mixed: video frames differ in size" "$tmp/chat.err"
+check chat-video-bad-rate grep -q "the rate fast is not a positive number" "$tmp/chat.err"
+reused=$(grep -o "[0-9]* reused" "$tmp/chat.err" | sed -n 2p | cut -d' ' -f1)
+check chat-video-reuses-the-first-turn test "${reused:-0}" -ge 89
 printf '/image %s\nhello\n' "$tmp/picture.png" | $gz chat "${chat[@]}" >/dev/null 2>"$tmp/chat.err"
 check chat-image-no-tower grep -q "pictures need a vision tower" "$tmp/chat.err"
 

@@ -25,6 +25,7 @@
 #include "tests/unit/model/tiny_vl.h"
 #include "tests/unit/vision/picture_encoders.h"
 #include "tokenizer/tokenizer.h"
+#include "vision/video.h"
 
 namespace gizllm {
 namespace {
@@ -84,25 +85,29 @@ int Main(int argc, char** argv) {
   if (!tokenizer.ok()) return fail(tokenizer.status());
 
   // The greedy answer to <|im_start|>user\n<|vision_start|>PLACEHOLDER<|vision_end|>PROMPT
-  // <|im_end|>\n<|im_start|>assistant\n with `input` placed (the timestamps' characters by
-  // hand), written to `file` as `run` prints it.
+  // <|im_end|>\n<|im_start|>assistant\n with `input` placed (a video's timestamps' characters
+  // by hand), written to `file` as `run` prints it.
   auto answer = [&](int32_t placeholder, VisionInput input, const std::string& file) -> Status {
     std::vector<int32_t> ids = {kImStart};
     Append(&ids, "user\n");
-    ids.insert(ids.end(), {tiny_vl::kStart, placeholder, tiny_vl::kEnd});
+    if (placeholder == tiny_vl::kImage) {
+      ids.insert(ids.end(), {tiny_vl::kStart, placeholder, tiny_vl::kEnd});
+    } else {
+      // As Qwen3VLProcessor writes a video: per pair of frames its timestamp, then its
+      // placeholder (repeated by Place to the frame's rows).
+      for (double seconds : input.times) {
+        Append(&ids, vision::TimestampText(seconds));
+        ids.insert(ids.end(), {tiny_vl::kStart, placeholder, tiny_vl::kEnd});
+      }
+    }
     Append(&ids, prompt);
     ids.push_back(kImEnd);
     Append(&ids, "\n");
     ids.push_back(kImStart);
     Append(&ids, "assistant\n");
-    GZ_ASSIGN_OR_RETURN(
-        PlacedPrompt placed,
-        (*reader)->Place(ids, {std::move(input)},
-                         [](const std::string& t) -> Expected<std::vector<int32_t>> {
-                           std::vector<int32_t> chars;
-                           Append(&chars, t);
-                           return chars;
-                         }));
+    std::vector<VisionInput> inputs;
+    inputs.push_back(std::move(input));
+    GZ_ASSIGN_OR_RETURN(PlacedPrompt placed, (*reader)->Place(ids, std::move(inputs)));
     GZ_ASSIGN_OR_RETURN(PicturePrompt expanded, (*reader)->Read(std::move(placed)));
     EngineOptions options;
     options.slots = 1;

@@ -245,13 +245,14 @@ class VisionGoldenVideo : public ::testing::TestWithParam<const char*> {
 
   // The chat as the template writes it, the video placed.
   PlacedPrompt Placed() {
-    auto ids = tokenizer_->Encode(
+    ChatPrompt chat;
+    chat.text =
         "<|im_start|>user\n<|vision_start|><|video_pad|><|vision_end|>What happens?<|im_end|>\n"
-        "<|im_start|>assistant\n");
-    EXPECT_TRUE(ids.ok()) << ids.status().message();
-    auto placed = reader_->Place(*ids, {video_}, [&](const std::string& t) {
-      return tokenizer_->Encode(t, /*add_special=*/false);
-    });
+        "<|im_start|>assistant\n";
+    chat.tokens = tokenizer_->Encode(chat.text).value();
+    auto written = reader_->WriteVideos(*tokenizer_, chat, {video_});
+    EXPECT_TRUE(written.ok()) << written.status().message();
+    auto placed = reader_->Place(written->tokens, {video_});
     EXPECT_TRUE(placed.ok()) << placed.status().message();
     return std::move(placed).value();
   }

@@ -203,6 +203,61 @@ TEST(EngineVision, PrefixReuseKeysPicturesByTheirRows) {
   EXPECT_EQ(*changed, *cold);
 }
 
+// Engine::Hidden on a prompt with pictures: the residual stream of every row (picture rows
+// included) equals the model's own forward pass over the same prompt and pictures; at layer 0
+// a picture row is its picture's embedding; without the pictures the picture rows differ. The
+// slot then holds the prompt with its picture rows keyed, as a request's.
+TEST(EngineVision, HiddenOfPictureRowsEqualsTheModelsForward) {
+  ASSERT_NE(VlModel(), nullptr);
+  const PromptPictures pictures = tiny_vl::Pictures(/*layers=*/1);
+  const std::vector<int32_t> prompt = tiny_vl::Prompt();
+  const std::vector<int> layers = {0, 1, 2, tiny_vl::kLayers};
+  auto direct = SequenceHidden(*VlModel(), prompt, pictures, layers);
+  ASSERT_TRUE(direct.ok()) << direct.status().message();
+  auto engine = MakeEngine(2, 64, 8);
+  ASSERT_NE(engine, nullptr);
+  auto hidden = engine->Hidden(prompt, /*slot=*/1, pictures, layers);
+  ASSERT_TRUE(hidden.ok()) << hidden.status().message();
+  ASSERT_EQ(hidden->size(), direct->size());
+  EXPECT_EQ(*hidden, *direct);
+  const int64_t n = static_cast<int64_t>(prompt.size()), dim = tiny_vl::kDim;
+  for (size_t j = 0; j < pictures.rows.size(); ++j) {
+    const float* row = hidden->data() + pictures.rows[j] * dim;  // layer 0
+    EXPECT_TRUE(std::equal(row, row + dim, pictures.embeddings.begin() + j * dim)) << "row " << j;
+  }
+  // The same tokens as text (each picture row its placeholder's embedding, text positions).
+  auto text = engine->Hidden(prompt, std::vector<int32_t>(n, 0), layers);
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  const int64_t last = (layers.size() - 1) * n * dim;
+  for (int32_t r : pictures.rows) {
+    EXPECT_FALSE(std::equal(text->begin() + last + r * dim, text->begin() + last + (r + 1) * dim,
+                            hidden->begin() + last + r * dim))
+        << "row " << r;
+  }
+  const std::vector<int32_t>& held = engine->held(1);
+  ASSERT_EQ(static_cast<int64_t>(held.size()), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const bool picture =
+        std::find(pictures.rows.begin(), pictures.rows.end(), i) != pictures.rows.end();
+    if (picture) {
+      EXPECT_LT(held[i], 0) << i;
+    } else {
+      EXPECT_EQ(held[i], prompt[i]) << i;
+    }
+  }
+  // A slot that holds something, and pictures that are not the prompt's.
+  auto again = engine->Hidden(prompt, 1, pictures, layers);
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("hold nothing"), std::string::npos);
+  ASSERT_TRUE(engine->Reset(1).ok());
+  PromptPictures bad = pictures;
+  bad.embeddings.pop_back();
+  again = engine->Hidden(prompt, 1, bad, layers);
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("embeddings"), std::string::npos);
+  ASSERT_TRUE(engine->Hidden(prompt, 1, pictures, layers).ok());
+}
+
 TEST(EngineVision, BadPicturesAreRefused) {
   ASSERT_NE(VlModel(), nullptr);
   auto engine = MakeEngine(1, 64, 8);

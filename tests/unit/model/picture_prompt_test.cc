@@ -1,9 +1,10 @@
 // PictureReader on a small random Qwen3-VL with its tower (CPU backend, float32 activations):
 // a prompt's placeholders expanded as transformers' Qwen3VLProcessor expands them (t * h * w /
 // merge^2 per picture), its M-RoPE positions, and the tower's rows of each picture (run alone)
-// in prompt order; and the errors a user can cause: a bad picture named by its number,
-// placeholders and pictures that do not pair up, a model without a tower, a processor that is
-// not the tower's.
+// in prompt order; a video's timestamps written into the text and tokenized with it, as the
+// processor's whole-text tokenization does; and the errors a user can cause: a bad picture named by
+// its number, placeholders and pictures that do not pair up, a model without a tower, a processor
+// that is not the tower's.
 #include "model/picture_prompt.h"
 
 #include <gtest/gtest.h>
@@ -14,8 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "ops/device.h"
+#include "template/chat_template.h"
 #include "tests/unit/model/tiny_vl.h"
 #include "tests/unit/vision/picture_encoders.h"
+#include "tokenizer/tokenizer.h"
 
 namespace gizllm {
 namespace {
@@ -44,6 +47,12 @@ class PicturePromptTest : public ::testing::Test {
     dir_ = (fs::path(::testing::TempDir()) / ("picture_prompt_" + std::to_string(::getpid())))
                .string();
     tiny_vl::Write(dir_, /*tower=*/true);
+    // The character tokenizer, and ":" and "<" merged (as a byte-level BPE may merge the end
+    // of a text with the timestamp after it).
+    tiny_vl::WriteTokenizer(dir_, {": <"});
+    auto tokenizer = Tokenizer::Load(dir_);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().message();
+    tokenizer_ = std::move(*tokenizer);
     auto reader = PictureReader::Load(dir_, Cpu());
     ASSERT_TRUE(reader.ok()) << reader.status().message();
     reader_ = std::move(*reader);
@@ -54,7 +63,28 @@ class PicturePromptTest : public ::testing::Test {
     return {1, 2, kStart, kImage, kEnd, 7, kStart, kImage, kEnd, 9, 10};
   }
 
+  // `text` as a prompt whose messages end at byte offsets `ends`.
+  ChatPrompt Text(const std::string& text, std::vector<long> ends = {}) const {
+    ChatPrompt p;
+    p.text = text;
+    p.tokens = tokenizer_.Encode(text).value();
+    p.message_offsets = std::move(ends);
+    return p;
+  }
+
+  // Five 8 x 8 frames taken at 1 frame a second, preprocessed: a grid of [3, 4, 4].
+  VisionInput Video() const {
+    std::vector<vision::Picture> frames;
+    for (int i = 0; i < 5; ++i) {
+      frames.push_back(vision::Picture{8, 8, vision::testing::Pattern(8, 8, 3, 20 + i)});
+    }
+    auto video = reader_->PrepareVideo(frames, /*fps=*/1.0);
+    EXPECT_TRUE(video.ok()) << video.status().message();
+    return std::move(video).value();
+  }
+
   std::string dir_;
+  Tokenizer tokenizer_;
   std::unique_ptr<PictureReader> reader_;
 };
 
@@ -128,7 +158,8 @@ TEST_F(PicturePromptTest, PlaceholdersAndPicturesMustPairUp) {
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.status().message().find("holds 2 image placeholders"), std::string::npos)
       << out.status().message();
-  EXPECT_NE(out.status().message().find("1 pictures and 0 videos are given"), std::string::npos);
+  EXPECT_NE(out.status().message().find("1 pictures and 0 videos of 0 temporal patches are given"),
+            std::string::npos);
   out = reader_->Expand(std::vector<int32_t>{1, 2, 3},
                         std::vector<Bytes>{Png(12, 8, 1), Png(8, 4, 2)});
   ASSERT_FALSE(out.ok());
@@ -160,13 +191,16 @@ TEST_F(PicturePromptTest, AVideoBecomesTimestampedPairsOfFrames) {
   EXPECT_EQ(video->grid.h, 4);
   EXPECT_EQ(video->grid.w, 4);
   EXPECT_EQ(video->times, (std::vector<double>{0.5, 2.5, 4.0}));
-  auto chars = [](const std::string& text) -> Expected<std::vector<int32_t>> {
-    std::vector<int32_t> ids;
-    tiny_vl::Append(&ids, text);
-    return ids;
-  };
-  const std::vector<int32_t> prompt = {1, kStart, tiny_vl::kVideo, kEnd, 9};
-  auto placed = reader_->Place(prompt, {*video}, chars);
+  // b<|vision_start|><|video_pad|><|vision_end|>j: its messages end after b and before j.
+  const ChatPrompt prompt = Text("b<|vision_start|><|video_pad|><|vision_end|>j", {1, 44});
+  ASSERT_EQ(prompt.tokens, (std::vector<int32_t>{1, kStart, tiny_vl::kVideo, kEnd, 9}));
+  auto written = reader_->WriteVideos(tokenizer_, prompt, {*video});
+  ASSERT_TRUE(written.ok()) << written.status().message();
+  EXPECT_EQ(written->text,
+            "b<0.5 seconds><|vision_start|><|video_pad|><|vision_end|><2.5 seconds>"
+            "<|vision_start|><|video_pad|><|vision_end|><4.0 seconds><|vision_start|>"
+            "<|video_pad|><|vision_end|>j");
+  auto placed = reader_->Place(written->tokens, {*video});
   ASSERT_TRUE(placed.ok()) << placed.status().message();
   std::vector<int32_t> expected = {1};
   std::vector<int32_t> t = {0}, h = {0}, w = {0};
@@ -205,28 +239,110 @@ TEST_F(PicturePromptTest, AVideoBecomesTimestampedPairsOfFrames) {
   EXPECT_EQ(placed->positions.w, w);
   EXPECT_EQ(placed->positions.next, next + 1);
   // The text after the video moves by what it added; the text before it stays.
-  EXPECT_EQ(placed->ExpandedPosition(1), 1);
-  EXPECT_EQ(placed->ExpandedPosition(4), static_cast<int32_t>(expected.size()) - 1);
+  ASSERT_EQ(written->message_ends.size(), 2u);
+  EXPECT_EQ(placed->ExpandedPosition(written->message_ends[0]), 1);
+  EXPECT_EQ(placed->ExpandedPosition(written->mark), static_cast<int32_t>(expected.size()) - 1);
   auto read = reader_->Read(*placed);
   ASSERT_TRUE(read.ok()) << read.status().message();
   EXPECT_EQ(read->pictures.rows.size(), 12u);
   EXPECT_EQ(read->pictures.embeddings.size(), 12u * tiny_vl::kDim);
 
-  // A picture where the video's placeholder stands, and no tokenizer for the timestamps.
+  // A picture where the video's placeholder stands; the video's placeholder not written out
+  // (one for three temporal patches); two videos for one placeholder.
   auto picture = reader_->PreparePicture(Png(8, 4, 2));
   ASSERT_TRUE(picture.ok());
-  auto wrong = reader_->Place(prompt, {*picture}, chars);
+  auto wrong = reader_->Place(prompt.tokens, {*picture});
   ASSERT_FALSE(wrong.ok());
   EXPECT_NE(wrong.status().message().find("0 image placeholders"), std::string::npos)
       << wrong.status().message();
-  auto untokenized = reader_->Place(prompt, {*video});
-  ASSERT_FALSE(untokenized.ok());
-  EXPECT_NE(untokenized.status().message().find("no tokenizer"), std::string::npos);
+  auto unwritten = reader_->Place(prompt.tokens, {*video});
+  ASSERT_FALSE(unwritten.ok());
+  EXPECT_NE(unwritten.status().message().find("1 video placeholders"), std::string::npos)
+      << unwritten.status().message();
+  EXPECT_NE(unwritten.status().message().find("1 videos of 3 temporal patches"), std::string::npos)
+      << unwritten.status().message();
+  auto two = reader_->WriteVideos(tokenizer_, prompt, {*video, *video});
+  ASSERT_FALSE(two.ok());
+  EXPECT_NE(two.status().message().find("holds 1 video placeholders"), std::string::npos)
+      << two.status().message();
   // Frames of two sizes.
   frames[3] = vision::Picture{12, 8, vision::testing::Pattern(12, 8, 3, 9)};
   auto mixed = reader_->PrepareVideo(frames, 1.0);
   ASSERT_FALSE(mixed.ok());
   EXPECT_NE(mixed.status().message().find("differ in size"), std::string::npos);
+}
+
+// Text right before a video in its message ("look:" then the video): Qwen3VLProcessor writes
+// the timestamps into the text and tokenizes it whole, so the text's last characters may merge
+// with the first timestamp (":<" here). The placed prompt's tokens are the whole text's, the
+// video placeholder repeated to each frame's rows; the chat's mark moves with the text.
+TEST_F(PicturePromptTest, TextBeforeAVideoTokenizesWithItsTimestamps) {
+  auto chat_template = ChatTemplate::Load(dir_);
+  ASSERT_TRUE(chat_template.ok()) << chat_template.status().message();
+  nlohmann::ordered_json input = {{"messages",
+                                   {{{"role", "user"},
+                                     {"content",
+                                      {{{"type", "text"}, {"text", "look:"}},
+                                       {{"type", "video"}},
+                                       {{"type", "text"}, {"text", "what is it?"}}}}}}},
+                                  {"add_generation_prompt", true}};
+  auto chat = ChatPrompt::Render(*chat_template, tokenizer_, input);
+  ASSERT_TRUE(chat.ok()) << chat.status().message();
+  const VisionInput video = Video();
+  auto written = reader_->WriteVideos(tokenizer_, *chat, {video});
+  ASSERT_TRUE(written.ok()) << written.status().message();
+  auto placed = reader_->Place(written->tokens, {video});
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+
+  // The processor's text: each pair's timestamp, then its 2 x 2 rows between vision start
+  // and end, tokenized whole.
+  std::string frames;
+  for (const char* time : {"<0.5 seconds>", "<2.5 seconds>", "<4.0 seconds>"}) {
+    frames += std::string(time) + "<|vision_start|>";
+    for (int i = 0; i < 4; ++i) frames += "<|video_pad|>";
+    frames += "<|vision_end|>";
+  }
+  const std::string head = "<|im_start|>user\nlook:" + frames + "what is it?<|im_end|>\n";
+  const std::string text = head + "<|im_start|>assistant\n";
+  auto expected = tokenizer_.Encode(text);
+  ASSERT_TRUE(expected.ok());
+  EXPECT_EQ(placed->tokens, *expected);
+  // The merge is there: the text and the first timestamp tokenized apart differ.
+  const std::vector<int32_t> merged = tokenizer_.Encode("look:<0.5").value();
+  EXPECT_EQ(merged, (std::vector<int32_t>{11, 14, 14, 10, 48, 34, 28, 39}));
+  // Where the messages end: the whole text's tokens of its messages.
+  EXPECT_EQ(placed->ExpandedPosition(written->mark),
+            static_cast<int32_t>(tokenizer_.Encode(head).value().size()));
+  EXPECT_EQ(placed->positions.t.size(), expected->size());
+
+  // The same video with the text before it apart from it (a newline there: no merge) has
+  // its first timestamp's characters unmerged.
+  input["messages"][0]["content"][0]["text"] = "look:\n";
+  chat = ChatPrompt::Render(*chat_template, tokenizer_, input);
+  ASSERT_TRUE(chat.ok());
+  written = reader_->WriteVideos(tokenizer_, *chat, {video});
+  ASSERT_TRUE(written.ok());
+  placed = reader_->Place(written->tokens, {video});
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->tokens, tokenizer_
+                                .Encode("<|im_start|>user\nlook:\n" + frames +
+                                        "what is it?<|im_end|>\n<|im_start|>assistant\n")
+                                .value());
+}
+
+// A bare <|video_pad|> (a prompt written without the template) becomes the frames' text too.
+TEST_F(PicturePromptTest, ABareVideoPlaceholderIsWrittenOut) {
+  const VisionInput video = Video();
+  auto written = reader_->WriteVideos(tokenizer_, Text("ab<|video_pad|>c"), {video});
+  ASSERT_TRUE(written.ok()) << written.status().message();
+  EXPECT_EQ(written->text,
+            "ab<0.5 seconds><|vision_start|><|video_pad|><|vision_end|><2.5 seconds>"
+            "<|vision_start|><|video_pad|><|vision_end|><4.0 seconds><|vision_start|>"
+            "<|video_pad|><|vision_end|>c");
+  // Without videos the prompt is as it was.
+  auto same = reader_->WriteVideos(tokenizer_, Text("ab"), {});
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->text, "ab");
 }
 
 TEST_F(PicturePromptTest, AModelWithoutATowerIsRefused) {

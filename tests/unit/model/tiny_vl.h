@@ -221,7 +221,9 @@ inline const char* kTemplate =
     "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
-inline void WriteTokenizer(const std::string& dir) {
+// `merges` ("a b", BPE's form) add the merged tokens at ids 48 on (beyond the model's vocab: for
+// tests that only tokenize).
+inline void WriteTokenizer(const std::string& dir, const std::vector<std::string>& merges = {}) {
   static_assert(tiny_vl::kImage == 40 && tiny_vl::kStart == 41 && tiny_vl::kVideo == 42 &&
                 tiny_vl::kEnd == 43);
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
@@ -238,6 +240,11 @@ inline void WriteTokenizer(const std::string& dir) {
                      {"rstrip", false},
                      {"normalized", false},
                      {"special", true}});
+  }
+  for (size_t i = 0; i < merges.size(); ++i) {
+    std::string merged = merges[i];
+    merged.erase(merged.find(' '), 1);
+    vocab[merged] = 48 + i;
   }
   nlohmann::ordered_json tokenizer = {{"version", "1.0"},
                                       {"truncation", nullptr},
@@ -256,7 +263,7 @@ inline void WriteTokenizer(const std::string& dir) {
                                         {"fuse_unk", false},
                                         {"byte_fallback", false},
                                         {"vocab", vocab},
-                                        {"merges", nlohmann::ordered_json::array()}}}};
+                                        {"merges", merges}}}};
   std::ofstream(dir + "/tokenizer.json") << tokenizer.dump();
   nlohmann::ordered_json config = {{"chat_template", kTemplate}, {"eos_token", "<|im_end|>"}};
   std::ofstream(dir + "/tokenizer_config.json") << config.dump();

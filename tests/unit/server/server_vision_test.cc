@@ -164,21 +164,21 @@ class ServerVisionTest : public ::testing::Test {
                                                std::vector<VisionInput> inputs,
                                                const std::string& prompt) {
     const std::string dir = (*root_ / "model").string();
-    std::vector<int32_t> ids = {tiny_vl::kImStart};
-    tiny_vl::Append(&ids, "user\n");
-    for (int32_t p : placeholders) ids.insert(ids.end(), {tiny_vl::kStart, p, tiny_vl::kEnd});
-    tiny_vl::Append(&ids, prompt);
-    ids.push_back(tiny_vl::kImEnd);
-    tiny_vl::Append(&ids, "\n");
-    ids.push_back(tiny_vl::kImStart);
-    tiny_vl::Append(&ids, "assistant\n");
+    ChatPrompt chat;
+    chat.text = "<|im_start|>user\n";
+    for (int32_t p : placeholders) {
+      chat.text += p == tiny_vl::kVideo ? "<|vision_start|><|video_pad|><|vision_end|>"
+                                        : "<|vision_start|><|image_pad|><|vision_end|>";
+    }
+    chat.text += prompt + "<|im_end|>\n<|im_start|>assistant\n";
     auto reader = PictureReader::Load(dir, *backend_);
     EXPECT_TRUE(reader.ok()) << reader.status().message();
     auto tokenizer = Tokenizer::Load(dir);
     EXPECT_TRUE(tokenizer.ok());
-    auto placed = (*reader)->Place(ids, std::move(inputs), [&](const std::string& t) {
-      return tokenizer->Encode(t, /*add_special=*/false);
-    });
+    chat.tokens = tokenizer->Encode(chat.text).value();
+    auto written = (*reader)->WriteVideos(*tokenizer, chat, inputs);
+    EXPECT_TRUE(written.ok()) << written.status().message();
+    auto placed = (*reader)->Place(written->tokens, std::move(inputs));
     EXPECT_TRUE(placed.ok()) << placed.status().message();
     auto read = (*reader)->Read(std::move(*placed));
     EXPECT_TRUE(read.ok()) << read.status().message();

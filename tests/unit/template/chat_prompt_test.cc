@@ -125,6 +125,54 @@ TEST(ChatPrompt, TinyChatTurns) {
   EXPECT_EQ(next->message_ends[3], prompt->mark);
 }
 
+// Edit: the edited text is tokenized whole (text put at the end of a piece joins its tokens), and
+// the positions move with the text: after an edit by what it added, inside one to -1.
+TEST(ChatPrompt, EditTokenizesTheWholeTextAndMovesThePositions) {
+  Loaded m = Load("models/tiny-chat");
+  ordered_json input = Chat(
+      {Message("user", "Hel"), Message("assistant", "Hi."), Message("user", "Tell me a fortune.")});
+  Expected<ChatPrompt> prompt = ChatPrompt::Render(m.chat_template, m.tokenizer, input);
+  ASSERT_TRUE(prompt.ok()) << prompt.status().message();
+  ASSERT_EQ(prompt->message_ends.size(), 3u);
+  const long look = static_cast<long>(prompt->text.find("Hel")) + 3;
+  const long hi = static_cast<long>(prompt->text.find("Hi."));
+  const std::vector<TextEdit> edits = {{look, 0, "lo, look at th"}, {hi, 3, "Hello there."}};
+  Expected<ChatPrompt> edited = prompt->Edit(m.tokenizer, edits);
+  ASSERT_TRUE(edited.ok()) << edited.status().message();
+  std::string text = prompt->text;
+  text.replace(hi, 3, "Hello there.");
+  text.insert(look, "lo, look at th");
+  EXPECT_EQ(edited->text, text);
+  EXPECT_EQ(edited->tokens, m.tokenizer.Encode(text).value());
+  // "Hello" is not "Hel" then "lo": the edit joined the piece before it.
+  const std::vector<int32_t> before = m.tokenizer.Encode(prompt->text.substr(0, look)).value();
+  EXPECT_NE(Slice(edited->tokens, static_cast<int32_t>(before.size())), before);
+  ASSERT_EQ(edited->message_ends.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const long offset = static_cast<long>(prompt->message_offsets[i]);
+    const long moved = offset + 14 + 9;
+    EXPECT_EQ(edited->message_offsets[i], i == 0 ? offset + 14 : moved);
+    const std::string start = text.substr(0, edited->message_offsets[i]);
+    EXPECT_EQ(edited->message_ends[i],
+              static_cast<int32_t>(m.tokenizer.Encode(start).value().size()));
+  }
+  EXPECT_EQ(edited->mark, edited->message_ends.back());
+  // An edit over a message's end: that position is unknown.
+  const long end = prompt->message_offsets[0];
+  edited = prompt->Edit(m.tokenizer, std::vector<TextEdit>{{end - 2, 4, "xy"}});
+  ASSERT_TRUE(edited.ok());
+  EXPECT_EQ(edited->message_ends[0], -1);
+  EXPECT_EQ(edited->message_offsets[0], -1);
+  EXPECT_GE(edited->message_ends[1], 0);
+  // Edits out of order or past the text.
+  auto bad = prompt->Edit(m.tokenizer, std::vector<TextEdit>{{hi, 3, "a"}, {look, 0, "b"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("prompt edit 1"), std::string::npos);
+  bad = prompt->Edit(m.tokenizer,
+                     std::vector<TextEdit>{{static_cast<long>(prompt->text.size()), 1, "a"}});
+  ASSERT_FALSE(bad.ok());
+}
+
 TEST(ChatPrompt, LastMessagesOnly) {
   Loaded m = Load("models/tiny-chat");
   ordered_json input = Chat({Message("user", "Hello."), Message("assistant", "Hi."),
