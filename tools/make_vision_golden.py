@@ -330,11 +330,18 @@ def write_video(folder, family, config, model, seed):
                                    do_sample_frames=True, return_tensors="pt"),
                         dict(cap_pixels_per_frame=False), through_kwargs=True)
         tensors["processor_ids"] = got["input_ids"][0].to(torch.int64).contiguous()
-        if not torch.equal(tensors["processor_ids"], ids):
-            print(f"{family} video: Qwen3VLProcessor's ids differ from the script's expansion",
-                  flush=True)
         got_pixels = got["pixel_values_videos"].reshape(pixel_values.shape)
         assert torch.equal(got_pixels.float(), pixel_values), "processor pixel values differ"
+        if not torch.equal(tensors["processor_ids"], ids):
+            # The processor is the reference: its ids stand (the C++ test then compares to them),
+            # and both texts are printed to show where the script's expansion differs.
+            print(f"{family} video: Qwen3VLProcessor's ids differ from the script's expansion;"
+                  " the processor's are used", flush=True)
+            print("  script:   ", repr(tok.decode(ids.tolist())), flush=True)
+            print("  processor:", repr(tok.decode(tensors["processor_ids"].tolist())), flush=True)
+            ids = tensors["processor_ids"].clone()
+            mm_token_type_ids = ((ids == config.image_token_id).to(torch.int32) +
+                                 2 * (ids == video_token).to(torch.int32))[None]
         if "mm_token_type_ids" in got:
             mm_token_type_ids = got["mm_token_type_ids"].to(torch.int32)
     except Exception as e:  # the script's expansion stands; the C++ test compares to it
