@@ -145,6 +145,17 @@ def randomize(model, seed):
                 p.copy_(0.2 * torch.randn(p.shape, generator=g))
 
 
+def randomize_decoder(model, seed, embed_std):
+    """The same for a Qwen3 decoder: RMSNorms near 1, embeddings of std embed_std."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_((embed_std if "embed" in name else 0.2) * torch.randn(p.shape, generator=g))
+
+
 def write_st_files(out, pooling, normalize, max_seq_length, dim):
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
@@ -357,13 +368,7 @@ def decoder_embedder(out, seed):
                                    max_position_embeddings=128, rms_norm_eps=1e-6,
                                    tie_word_embeddings=True, eos_token_id=eos)
     model = transformers.Qwen3Model(cfg)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_((1.0 if "embed" in name else 0.2) * torch.randn(p.shape, generator=g))
+    randomize_decoder(model, seed, embed_std=1.0)
     if os.path.exists(out):
         shutil.rmtree(out)
     model.to(torch.bfloat16).save_pretrained(out)
@@ -426,15 +431,9 @@ def decoder_reranker(out, seed):
                                    max_position_embeddings=positions, rms_norm_eps=1e-6,
                                    tie_word_embeddings=True, eos_token_id=tok.token_to_id("<|im_end|>"))
     model = transformers.Qwen3ForCausalLM(cfg)
-    g = torch.Generator().manual_seed(seed)
     # Embeddings of std 0.5 (the tied head too): yes - no logit margins of a few units, so no
     # score rounds to 0 or 1 and the order has no ties.
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_((0.5 if "embed" in name else 0.2) * torch.randn(p.shape, generator=g))
+    randomize_decoder(model, seed, embed_std=0.5)
     if os.path.exists(out):
         shutil.rmtree(out)
     model.to(torch.bfloat16).save_pretrained(out)

@@ -217,13 +217,7 @@ def write(out, family, seed):
     attention_mask = torch.ones_like(ids)[None]
 
     with torch.no_grad():
-        vis = model.model.visual(pixel_values, grid_thw=grid_thw)
-        if isinstance(vis, tuple):
-            tower, deepstack = vis[0], (vis[1] if len(vis) > 1 else [])
-        elif isinstance(vis, torch.Tensor):
-            tower, deepstack = vis, []
-        else:
-            tower, deepstack = vis.pooler_output, getattr(vis, "deepstack_features", None) or []
+        tower, deepstack = run_tower(model, pixel_values, grid_thw)
         assert tower.shape == (sum(rows), config.text_config.hidden_size), tower.shape
         expected = vc.deepstack_visual_indexes if family == "qwen3_vl" else []
         assert len(deepstack) == len(expected), len(deepstack)
@@ -262,6 +256,16 @@ PROCESSOR = dict(patch_size=4, merge_size=2, temporal_patch_size=2, image_mean=[
                  image_std=[0.5, 0.5, 0.5])
 VIDEO_PROCESSOR = dict(PROCESSOR, size={"shortest_edge": 1024, "longest_edge": 65536}, fps=2,
                        min_frames=4, max_frames=16, do_sample_frames=True)
+
+
+def run_tower(model, pixel_values, grid_thw):
+    """The vision tower's rows and deepstack features, whatever shape this transformers returns."""
+    vis = model.model.visual(pixel_values, grid_thw=grid_thw)
+    if isinstance(vis, tuple):
+        return vis[0], (vis[1] if len(vis) > 1 else [])
+    if isinstance(vis, torch.Tensor):
+        return vis, []
+    return vis.pooler_output, getattr(vis, "deepstack_features", None) or []
 
 
 def write_video(folder, family, config, model, seed):
@@ -349,13 +353,7 @@ def write_video(folder, family, config, model, seed):
               flush=True)
     attention_mask = torch.ones_like(ids)[None]
     with torch.no_grad():
-        vis = model.model.visual(pixel_values, grid_thw=grid_thw)
-        if isinstance(vis, tuple):
-            tower, deepstack = vis[0], (vis[1] if len(vis) > 1 else [])
-        elif isinstance(vis, torch.Tensor):
-            tower, deepstack = vis, []
-        else:
-            tower, deepstack = vis.pooler_output, getattr(vis, "deepstack_features", None) or []
+        tower, deepstack = run_tower(model, pixel_values, grid_thw)
         positions, _ = call_with(
             model.model.get_rope_index,
             dict(input_ids=ids[None], video_grid_thw=grid_thw, attention_mask=attention_mask),

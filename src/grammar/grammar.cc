@@ -611,6 +611,23 @@ std::string Grammar::ToString() const {
   return out;
 }
 
+std::string GbnfLiteral(std::string_view bytes) {
+  std::string out = "\"";
+  for (char c : bytes) {
+    const auto b = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (b < 0x20) {
+      static const char* kHex = "0123456789ABCDEF";
+      out += std::string("\\x") + kHex[b >> 4] + kHex[b & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
 Expected<Grammar> ParseGbnf(std::string_view text, const std::string& name) {
   return Parser(text, name).Run();
 }

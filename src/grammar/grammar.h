@@ -63,6 +63,9 @@ struct Grammar {
   std::string ToString() const;
 };
 
+// `bytes` as a GBNF string literal (quote and backslash escaped, control bytes as \xHH).
+std::string GbnfLiteral(std::string_view bytes);
+
 // Parses GBNF. `name` stands for the text in messages ("grammar:3:14: ...").
 Expected<Grammar> ParseGbnf(std::string_view text, const std::string& name = "grammar");
 

@@ -63,47 +63,29 @@ const std::map<std::string, std::vector<std::string>>& Uses() {
   return *u;
 }
 
-// A GBNF string literal of `bytes`.
-std::string Literal(std::string_view bytes) {
-  std::string out = "\"";
-  for (char c : bytes) {
-    const auto b = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (b < 0x20) {
-      static const char* kHex = "0123456789ABCDEF";
-      out += std::string("\\x") + kHex[b >> 4] + kHex[b & 15];
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
 std::string Digits(int64_t v) { return std::to_string(v); }
 
 // Digit strings a..b of equal length, a <= b.
 std::string DigitRange(const std::string& a, const std::string& b) {
-  if (a.size() == 1) return a == b ? Literal(a) : "[" + a + "-" + b + "]";
-  if (a[0] == b[0]) return Literal(a.substr(0, 1)) + " " + DigitRange(a.substr(1), b.substr(1));
+  if (a.size() == 1) return a == b ? GbnfLiteral(a) : "[" + a + "-" + b + "]";
+  if (a[0] == b[0]) return GbnfLiteral(a.substr(0, 1)) + " " + DigitRange(a.substr(1), b.substr(1));
   const size_t rest = a.size() - 1;
   const std::string tail_a = a.substr(1), tail_b = b.substr(1);
   std::vector<std::string> alts;
   char lo = a[0], hi = b[0];
   if (tail_a != std::string(rest, '0')) {
-    alts.push_back(Literal(a.substr(0, 1)) + " (" + DigitRange(tail_a, std::string(rest, '9')) +
+    alts.push_back(GbnfLiteral(a.substr(0, 1)) + " (" + DigitRange(tail_a, std::string(rest, '9')) +
                    ")");
     ++lo;
   }
   std::string top;
   if (tail_b != std::string(rest, '9')) {
-    top = Literal(b.substr(0, 1)) + " (" + DigitRange(std::string(rest, '0'), tail_b) + ")";
+    top = GbnfLiteral(b.substr(0, 1)) + " (" + DigitRange(std::string(rest, '0'), tail_b) + ")";
     --hi;
   }
   if (lo <= hi) {
     alts.push_back(
-        (lo == hi ? Literal(std::string(1, lo)) : "[" + std::string(1, lo) + "-" + hi + "]") +
+        (lo == hi ? GbnfLiteral(std::string(1, lo)) : "[" + std::string(1, lo) + "-" + hi + "]") +
         " [0-9]{" + std::to_string(rest) + "}");
   }
   if (!top.empty()) alts.push_back(top);
@@ -234,7 +216,7 @@ class RegexCompiler {
       bytes += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
       bytes += static_cast<char>(0x80 | (cp & 0x3F));
     }
-    return Literal(bytes);
+    return GbnfLiteral(bytes);
   }
 
   static std::string ClassChar(uint32_t cp) {
@@ -636,7 +618,7 @@ class SchemaCompiler {
       std::vector<std::string> alts;
       for (const Json& v : values) {
         if (s.contains("type") && !TypeAccepts(s["type"], v)) continue;
-        alts.push_back(Literal(v.dump()));
+        alts.push_back(GbnfLiteral(v.dump()));
       }
       if (alts.empty()) return Refuse(path, "no value of enum/const has the schema's type");
       return Join(alts);
@@ -1055,7 +1037,7 @@ class SchemaCompiler {
     const std::string base = NewRule(Hint(path), "");
     std::vector<std::string> tails(2 * names.size() + 2);
     auto pair_of = [&](size_t i) {
-      return Literal(Json(names[i]).dump()) + " \":\" sp " + values[i];
+      return GbnfLiteral(Json(names[i]).dump()) + " \":\" sp " + values[i];
     };
     std::string after_first = "\"\"", after_rest = "\"\"";
     for (size_t k = names.size(); k-- > 0;) {

@@ -642,33 +642,6 @@ std::string MapGbnfNames(std::string_view gbnf, Rename rename) {
   return out;
 }
 
-// `text` as a GBNF literal.
-std::string GbnfLiteral(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out + "\"";
-}
-
 // Text without "</parameter>" (an XML-form string value). A '<' starts a piece that holds no
 // other '<' and does not go on with "/parameter>": at each character of the tag the piece either
 // ends, leaves the tag with another character, or follows it one character further.
