@@ -311,8 +311,11 @@ def write_video(folder, family, config, model, seed):
     times = Qwen3VLProcessor._calculate_timestamps(None, list(indices), VIDEO_FPS,
                                                    VIDEO_PROCESSOR["temporal_patch_size"])
     rows = h * w // config.vision_config.spatial_merge_size ** 2
-    video = "".join(f"<{s:.1f} seconds><|vision_start|>" + "<|video_pad|>" * rows +
-                    "<|vision_end|>" for s in times)
+    # The template's <|vision_start|><|video_pad|><|vision_end|>: the processor replaces the
+    # placeholder only, so the pair stays around the frames.
+    video = "<|vision_start|>" + "".join(f"<{s:.1f} seconds><|vision_start|>" +
+                                         "<|video_pad|>" * rows + "<|vision_end|>"
+                                         for s in times) + "<|vision_end|>"
     chat = ("<|im_start|>user\n{}What happens?<|im_end|>\n<|im_start|>assistant\n")
     tok = transformers.AutoTokenizer.from_pretrained(folder)
     ids = torch.tensor(tok(chat.format(video), add_special_tokens=False)["input_ids"],

@@ -110,16 +110,11 @@ Expected<ChatPrompt> PictureReader::WriteVideos(const Tokenizer& tokenizer,
                              std::to_string(in.times.size()) + " timestamps for " +
                              std::to_string(in.grid.t) + " temporal patches");
     }
-    // <|vision_start|><|video_pad|><|vision_end|> becomes the frames' text; a bare placeholder
-    // too.
-    const size_t at = found[i];
-    TextEdit e{static_cast<long>(at), static_cast<long>(video.size()),
+    // The placeholder becomes the frames' text (each frame's timestamp, vision start, pads and
+    // vision end); the template's own <|vision_start|> and <|vision_end|> around it stay, as
+    // Qwen3VLProcessor leaves them.
+    TextEdit e{static_cast<long>(found[i]), static_cast<long>(video.size()),
                vision::VideoPromptText(in.times, /*tokens_per_frame=*/1, start, video, end)};
-    if (at >= start.size() && text.substr(at - start.size(), start.size()) == start &&
-        text.substr(at + video.size(), end.size()) == end) {
-      e.at -= static_cast<long>(start.size());
-      e.size += static_cast<long>(start.size() + end.size());
-    }
     edits.push_back(std::move(e));
   }
   return prompt.Edit(tokenizer, edits);

@@ -52,12 +52,12 @@ check run-video-answer-not-empty test "$(wc -c <"$tmp/expected_video.txt")" -gt 
 # 35 tokens of the template, its three of the video (vision start, placeholder, vision end)
 # replaced per pair by its timestamp ("<0.5 seconds>": 13 characters), vision start, 4 rows,
 # vision end: 32 + 3 x 19.
-check run-video-prompt-tokens grep -q "^prompt: 89 tokens" "$tmp/err"
+check run-video-prompt-tokens grep -q "^prompt: 91 tokens" "$tmp/err"
 # Taken at 10 frames a second: half a second of video, 4 frames sampled (the processor's
-# least; frames 0, 1, 3, 4), two pairs: 32 + 2 x 19 tokens.
+# least; frames 0, 1, 3, 4), two pairs: 34 + 2 x 19 tokens.
 $gz run -m "$m" "${flags[@]}" --video "$tmp/video" --video-fps 10 --prompt "what is this?" \
   >"$tmp/other" 2>"$tmp/other.err"
-check run-video-sampled-at-the-rate grep -q '^prompt: 70 tokens' "$tmp/other.err"
+check run-video-sampled-at-the-rate grep -q '^prompt: 72 tokens' "$tmp/other.err"
 expect_error run-video-mixed-sizes "video 1: video frames differ in size" \
   $gz run -m "$m" "${flags[@]}" --video "$tmp/mixed" --prompt "what?"
 expect_error run-video-missing "video 1: " \
@@ -96,7 +96,7 @@ check chat-video-two-replies test "$(grep -c "| answer: " "$tmp/chat.err")" -eq 
 check chat-video-mixed-sizes grep -q "mixed: video frames differ in size" "$tmp/chat.err"
 check chat-video-bad-rate grep -q "the rate fast is not a positive number" "$tmp/chat.err"
 reused=$(grep -o "[0-9]* reused" "$tmp/chat.err" | sed -n 2p | cut -d' ' -f1)
-check chat-video-reuses-the-first-turn test "${reused:-0}" -ge 89
+check chat-video-reuses-the-first-turn test "${reused:-0}" -ge 91
 printf '/image %s\nhello\n' "$tmp/picture.png" | $gz chat "${chat[@]}" >/dev/null 2>"$tmp/chat.err"
 check chat-image-no-tower grep -q "pictures need a vision tower" "$tmp/chat.err"
 

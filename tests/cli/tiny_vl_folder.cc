@@ -93,12 +93,15 @@ int Main(int argc, char** argv) {
     if (placeholder == tiny_vl::kImage) {
       ids.insert(ids.end(), {tiny_vl::kStart, placeholder, tiny_vl::kEnd});
     } else {
-      // As Qwen3VLProcessor writes a video: per pair of frames its timestamp, then its
-      // placeholder (repeated by Place to the frame's rows).
+      // As Qwen3VLProcessor writes a video: inside the template's vision start and end, per
+      // pair of frames its timestamp, then its placeholder (repeated by Place to the frame's
+      // rows).
+      ids.push_back(tiny_vl::kStart);
       for (double seconds : input.times) {
         Append(&ids, vision::TimestampText(seconds));
         ids.insert(ids.end(), {tiny_vl::kStart, placeholder, tiny_vl::kEnd});
       }
+      ids.push_back(tiny_vl::kEnd);
     }
     Append(&ids, prompt);
     ids.push_back(kImEnd);

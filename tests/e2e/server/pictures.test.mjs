@@ -99,7 +99,7 @@ test('a video_url folder of frames gets the engine\'s answer', async () => {
   const content = r.choices[0].message.content;
   assert.ok(content === expectedVideo || content + '\n' === expectedVideo,
             `${JSON.stringify(content)} is not ${JSON.stringify(expectedVideo)}`);
-  assert.equal(r.usage.prompt_tokens, 89);
+  assert.equal(r.usage.prompt_tokens, 91);
 });
 
 test('the server still answers after the bad pictures', async () => {

@@ -383,7 +383,7 @@ TEST_F(ServerVisionTest, AVideoUrlAnswersAsTheEngineDoes) {
   const auto [expected, prompt_tokens] =
       Direct({tiny_vl::kVideo}, {(*reader)->PrepareVideo(frames, 1.0).value()}, "what is this?");
   ASSERT_FALSE(expected.empty());
-  EXPECT_EQ(prompt_tokens, 89u);  // 32 tokens of the template, 3 pairs of 19
+  EXPECT_EQ(prompt_tokens, 91u);  // 34 tokens of the template, 3 pairs of 19
   ServerOptions options;
   options.media.max_frames = 6;
   Start(options);
