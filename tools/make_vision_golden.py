@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the Qwen3-VL and Qwen3.5 golden cases the vision tests compare against, with Hugging
+"""Writes the Qwen3-VL, Qwen3-VL-MoE and Qwen3.5 golden cases the vision tests compare against, with Hugging
 Face transformers.
 
 Run where transformers and torch are (the GPU machine); everything runs on the CPU in float32.
@@ -9,6 +9,11 @@ tokenizer whose special tokens hold the image, video and vision start/end ids:
   qwen3_vl: Qwen3VLForConditionalGeneration, deepstack after blocks 0 and 2, a Qwen3 text model
       of 3 layers (hidden 64, 2 heads of 32 over 1 kv head, the head_dim the CUDA attention
       takes; interleaved M-RoPE sections [4, 6, 6]);
+  qwen3_vl_moe: Qwen3VLMoeForConditionalGeneration, the same tower and text model with mixtures
+      of experts (4 experts of width 48, 2 a token) on layers 0 and 2 and a dense layer 1
+      (mlp_only_layers); its stacked experts are stored transposed, as the released checkpoints
+      store them (gate_up_proj [experts, hidden, 2 * 48], down_proj [experts, 48, hidden]), once
+      transformers is seen to read them back so;
   qwen3_5: Qwen3_5ForConditionalGeneration (no deepstack), a hybrid text model of 4 layers
       (linear, full, linear, full attention; head_dim 32, partial rotary 0.5, M-RoPE sections
       [2, 2, 4]).
@@ -20,7 +25,7 @@ language model) in one prompt. Writes OUT/<family>/:
     grid_thw     int64 [2, 3]
     ids          int64 [tokens]     the prompt
     tower        float32 [12, 64]   the merger's rows (the language model's picture rows)
-    deepstack    float32 [2, 12, 64] the deepstack mergers' rows (qwen3_vl only)
+    deepstack    float32 [2, 12, 64] the deepstack mergers' rows (qwen3_vl, qwen3_vl_moe)
     positions    int64 [3, tokens]  get_rope_index's time, height and width positions
     logits       float32 [tokens, vocab]
   preprocessor_config.json, video_preprocessor_config.json  the tiny processors (patch 4,
@@ -35,7 +40,8 @@ language model) in one prompt. Writes OUT/<family>/:
                                     ("<0.2 seconds>"), as Qwen3VLProcessor expands the video
     processor_ids int64 [tokens]    the same from Qwen3VLProcessor itself, where it runs
     tower, deepstack, positions, logits   as above, for the video
-Usage: python3 tools/make_vision_golden.py --out tests/golden/vision [--families qwen3_vl qwen3_5]
+Usage: python3 tools/make_vision_golden.py --out tests/golden/vision
+    [--families qwen3_vl qwen3_vl_moe qwen3_5]
 
 With --video DIR...: for each folder DIR written above (its model as saved), writes the video
 case alone (the processor configs, video/ and reference_video.safetensors).
@@ -47,7 +53,7 @@ the language model's attention operands rounded to fp16 as the tensor-core kerne
 (the tower's attention stays float32, as the CUDA encoder attention computes it), everything
 else float32:
     tower     float32 [12, 64]
-    deepstack float32 [2, 12, 64]  (qwen3_vl only)
+    deepstack float32 [2, 12, 64]  (qwen3_vl, qwen3_vl_moe)
     logits    float32 [tokens, vocab]
 The float32 references stay the truth.
 """
@@ -72,7 +78,23 @@ def special_id(name):
     return 256 + SPECIALS.index(name)
 
 
-FAMILIES = ["qwen3_vl", "qwen3_5"]
+FAMILIES = ["qwen3_vl", "qwen3_5", "qwen3_vl_moe"]
+DEEPSTACK = ("qwen3_vl", "qwen3_vl_moe")  # the families whose tower has deepstack mergers
+
+
+def model_class(family):
+    return {"qwen3_vl": transformers.Qwen3VLForConditionalGeneration,
+            "qwen3_vl_moe": transformers.Qwen3VLMoeForConditionalGeneration,
+            "qwen3_5": transformers.Qwen3_5ForConditionalGeneration}[family]
+
+
+def eager_experts(model):
+    """Experts the eager way: a loop over the experts through F.linear (the default backends,
+    grouped_mm and batched_mm, multiply otherwise, and --fast's rounding hook would miss them)."""
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is not None and hasattr(config, "_experts_implementation"):
+            config._experts_implementation = "eager"
 
 
 def tiny_vision(family):
@@ -80,7 +102,7 @@ def tiny_vision(family):
                   patch_size=4, spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64,
                   num_position_embeddings=25, hidden_act="gelu_pytorch_tanh",
                   initializer_range=0.2)
-    if family == "qwen3_vl":
+    if family in DEEPSTACK:
         vision["deepstack_visual_indexes"] = [0, 2]
     return vision
 
@@ -113,6 +135,12 @@ def tiny_config(family):
                 tie_word_embeddings=False, attention_bias=False,
                 rope_parameters=dict(rope_type="default", rope_theta=10000.0,
                                      mrope_section=[4, 6, 6], mrope_interleaved=True))
+    if family == "qwen3_vl_moe":
+        # hidden 64 and expert width 48: neither stacked tensor's shape reads both ways.
+        text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
+                    decoder_sparse_step=1, mlp_only_layers=[1])
+        return transformers.Qwen3VLMoeConfig(text_config=text, vision_config=tiny_vision(family),
+                                             tie_word_embeddings=False, **token_ids())
     return transformers.Qwen3VLConfig(text_config=text, vision_config=tiny_vision(family),
                                       tie_word_embeddings=False, **token_ids())
 
@@ -147,12 +175,50 @@ def check_saved(family, folder):
                 "model.visual.blocks.0.attn.qkv.weight", "model.visual.merger.linear_fc2.weight",
                 "model.language_model.layers.1.self_attn.q_proj.weight",
                 "model.language_model.embed_tokens.weight", "lm_head.weight"]
-    if family == "qwen3_vl":
+    if family in DEEPSTACK:
         expected.append("model.visual.deepstack_merger_list.1.norm.weight")
+    if family == "qwen3_vl_moe":
+        expected += ["model.language_model.layers.0.mlp.gate.weight",
+                     "model.language_model.layers.0.mlp.experts.gate_up_proj",
+                     "model.language_model.layers.2.mlp.experts.down_proj",
+                     "model.language_model.layers.1.mlp.gate_proj.weight"]
     else:
         expected.append("model.language_model.layers.0.linear_attn.in_proj_qkv.weight")
     for name in expected:
         assert name in names, f"{name} not saved ({sorted(names)[:8]}...)"
+
+
+def store_experts_transposed(folder, model):
+    """Rewrites the saved stacked experts as Qwen3-VL-MoE's released checkpoints hold them
+    (gate_up_proj [experts, hidden, 2 * ffn], down_proj [experts, ffn, hidden]) and checks that
+    transformers reads them back as the model's own; where it does not, the folder keeps the
+    layout save_pretrained wrote (and says so)."""
+    from safetensors.torch import load_file
+    path = os.path.join(folder, "model.safetensors")
+    saved = load_file(path)
+    params = dict(model.named_parameters())
+    stored = dict(saved)
+    for name, t in saved.items():
+        if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+            own = params[name].shape
+            if t.shape == own:  # as transformers 5 holds it
+                stored[name] = t.transpose(1, 2).contiguous()
+            else:  # already as the released checkpoints hold it
+                assert t.shape == (own[0], own[2], own[1]), (name, t.shape, own)
+    save_file(stored, path, metadata={"format": "pt"})
+    try:
+        back = model_class("qwen3_vl_moe").from_pretrained(folder, dtype=torch.bfloat16)
+        ok = all(torch.equal(p, params[n]) for n, p in back.named_parameters())
+    except Exception as e:
+        print(f"qwen3_vl_moe: reading the transposed experts failed: {type(e).__name__}: {e}",
+              flush=True)
+        ok = False
+    if not ok:
+        save_file(saved, path, metadata={"format": "pt"})
+        print("qwen3_vl_moe: transformers does not read the transposed experts back; the folder "
+              "keeps the layout save_pretrained wrote", flush=True)
+    else:
+        print("qwen3_vl_moe: experts stored transposed, read back equal", flush=True)
 
 
 def call_with(fn, args, optional, through_kwargs):
@@ -170,16 +236,15 @@ def call_with(fn, args, optional, through_kwargs):
 def write(out, family, seed):
     torch.manual_seed(seed)
     config = tiny_config(family)
-    cls = (transformers.Qwen3VLForConditionalGeneration if family == "qwen3_vl"
-           else transformers.Qwen3_5ForConditionalGeneration)
-    model = cls._from_config(config, dtype=torch.bfloat16, attn_implementation="eager")
+    model = model_class(family)._from_config(config, dtype=torch.bfloat16,
+                                             attn_implementation="eager")
     # Norm weights random around what they multiply by (1 for the tower's LayerNorms and
     # Qwen3-VL's RMSNorms, 0 for Qwen3.5's (1 + weight) RMSNorms, 1 for its gated norm) and
     # biases random, so that a missing or misplaced one shows. Qwen3.5's A_log from the log of
     # [0.02, 0.25], as tools/make_golden.py does (a slow decay, the recurrence carried on).
     with torch.no_grad():
         for name, p in model.named_parameters():
-            one = (name.startswith("model.visual.") or family == "qwen3_vl"
+            one = (name.startswith("model.visual.") or family in DEEPSTACK
                    or name.endswith("linear_attn.norm.weight"))
             if name.endswith("bias"):
                 p.copy_(torch.randn_like(p, dtype=torch.float32).mul(0.3).to(p.dtype))
@@ -193,8 +258,11 @@ def write(out, family, seed):
     os.makedirs(folder, exist_ok=True)
     model.save_pretrained(folder)
     check_saved(family, folder)
+    if family == "qwen3_vl_moe":
+        store_experts_transposed(folder, model)
     tok = write_tokenizer(folder)
     model = model.float().eval()
+    eager_experts(model)
     if family == "qwen3_5":
         # The recurrent layers' torch paths (no flash-linear-attention or causal-conv1d kernels).
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -219,7 +287,7 @@ def write(out, family, seed):
     with torch.no_grad():
         tower, deepstack = run_tower(model, pixel_values, grid_thw)
         assert tower.shape == (sum(rows), config.text_config.hidden_size), tower.shape
-        expected = vc.deepstack_visual_indexes if family == "qwen3_vl" else []
+        expected = vc.deepstack_visual_indexes if family in DEEPSTACK else []
         assert len(deepstack) == len(expected), len(deepstack)
         # mm_token_type_ids (0 text, 1 image) where this transformers' version takes them.
         positions, _ = call_with(
@@ -386,9 +454,9 @@ def load_folder(folder):
     """A folder written above, loaded in float32 as write() runs it: (family, config, model)."""
     config = transformers.AutoConfig.from_pretrained(folder)
     family = config.model_type
-    cls = (transformers.Qwen3VLForConditionalGeneration if family == "qwen3_vl"
-           else transformers.Qwen3_5ForConditionalGeneration)
-    model = cls.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
+    model = model_class(family).from_pretrained(folder, dtype=torch.float32,
+                                                attn_implementation="eager").eval()
+    eager_experts(model)
     if family == "qwen3_5":
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from make_golden import use_torch_recurrence
@@ -435,8 +503,13 @@ def write_fast(folder):
                                                              mod.eager_attention_forward)
     linear = torch.nn.functional.linear
     calls = [0]
+    # The MoE router (mlp.gate) runs in float32 in every mode, as the backends run it.
+    routers = {id(m.weight) for name, m in model.named_modules()
+               if name.endswith("mlp.gate") and isinstance(getattr(m, "weight", None), torch.Tensor)}
 
     def rounded_linear(x, weight, bias=None):
+        if id(weight) in routers:
+            return linear(x, weight, bias)
         calls[0] += 1
         return linear(x.to(torch.bfloat16).to(torch.float32), weight, bias)
 

@@ -83,6 +83,11 @@ struct MoeSpec {
   // sigmoid(shared_expert_gate(x)).
   int64_t shared_ffn = 0;
   bool shared_gate = false;
+  // The stacked experts (kExpertsGateUp, kExpertsDown) may also be stored transposed, as
+  // Qwen3-VL-MoE's released checkpoints hold them: gate_up_proj [experts, dim, 2 * ffn] and
+  // down_proj [experts, ffn, dim]. A tensor of transformers 5's shape reads as it is, one of the
+  // transposed shape transposed (transformers' own rule, so a shape both could be reads as is).
+  bool transposed_stacks = false;
 };
 
 // One recurrent layer (Qwen3-Next's and Qwen3.5's gated delta net): q, k, v (and z, b, a)

@@ -21,10 +21,10 @@ namespace {
 // Every supported family; a new one adds its recipe here.
 std::span<const Family* const> Families() {
   static const Family* const kFamilies[] = {
-      &LlamaFamily(),       &Qwen2Family(),   &Qwen3Family(),          &Gemma2Family(),
-      &Gemma3TextFamily(),  &Gemma3Family(),  &Qwen3MoeFamily(),       &Qwen3NextFamily(),
-      &Qwen3_5TextFamily(), &Qwen3_5Family(), &Qwen3_5MoeTextFamily(), &Qwen3_5MoeFamily(),
-      &Qwen3VlFamily()};
+      &LlamaFamily(),       &Qwen2Family(),     &Qwen3Family(),          &Gemma2Family(),
+      &Gemma3TextFamily(),  &Gemma3Family(),    &Qwen3MoeFamily(),       &Qwen3NextFamily(),
+      &Qwen3_5TextFamily(), &Qwen3_5Family(),   &Qwen3_5MoeTextFamily(), &Qwen3_5MoeFamily(),
+      &Qwen3VlFamily(),     &Qwen3VlMoeFamily()};
   return kFamilies;
 }
 

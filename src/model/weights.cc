@@ -5,7 +5,6 @@
 
 #include "core/dtype.h"
 #include "formats/gguf.h"
-#include "formats/gguf.h"
 #include "quant/linear_io.h"
 
 namespace gizllm {
@@ -280,13 +279,29 @@ Expected<Weight> WeightLoader::ExpertMatrix(TensorRole role, int layer, int expe
   host.rows = rows;
   host.cols = cols;
   host.data = t->data;
-  if (stacked) {
-    GZ_RETURN_IF_ERROR(
-        CheckTensorShape(t->file, name, t->shape, TensorShape(arch_, stacked_role, layer)));
+  const std::vector<int64_t> stacked_shape = TensorShape(arch_, stacked_role, layer);
+  // Gate and up take their rows of the block [2 * ffn, dim]: gate's first.
+  const int64_t first = role == TensorRole::kExpertUp ? moe.ffn : 0;
+  if (stacked && moe.transposed_stacks && t->shape != stacked_shape &&
+      t->shape == std::vector<int64_t>{stacked_shape[0], stacked_shape[2], stacked_shape[1]}) {
+    // Expert e's block transposed ([dim, 2 * ffn] or [ffn, dim]): a host copy of its matrix.
+    const size_t size = DTypeSize(t->dtype);
+    const int64_t block_cols = stacked_shape[1];  // the stored block's row length
+    const uint8_t* block = t->data + static_cast<int64_t>(expert) * block_cols * cols * size;
+    auto copy = std::make_unique<uint8_t[]>(rows * cols * size);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        std::memcpy(copy.get() + (r * cols + c) * size, block + (c * block_cols + first + r) * size,
+                    size);
+      }
+    }
+    host.data = copy.get();
+    placed_->host.push_back(std::move(copy));
+  } else if (stacked) {
+    GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, t->shape, stacked_shape));
     // Expert e's [rows, cols] block; gate is the first moe.ffn rows of its gate_up block.
-    const int64_t block_rows = stacked_role == TensorRole::kExpertsGateUp ? 2 * moe.ffn : rows;
-    int64_t first_row = static_cast<int64_t>(expert) * block_rows;
-    if (role == TensorRole::kExpertUp) first_row += moe.ffn;
+    const int64_t block_rows = stacked_shape[1];
+    const int64_t first_row = static_cast<int64_t>(expert) * block_rows + first;
     host.data = t->data + first_row * cols * DTypeSize(t->dtype);
   } else {
     GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, t->shape, shape));

@@ -87,6 +87,19 @@ Status ReadConditionalTop(const ConfigReader& config, const ConfigReader& text, 
 // field means) is refused, naming it, rather than ignored.
 Status RefuseUnimplemented(const ConfigReader& config, std::span<const std::string_view> read);
 
+// What a configuration class of Qwen's mixtures of experts gives to fields config.json leaves out
+// (num_experts, num_experts_per_tok, moe_intermediate_size), and what its recipe fixes.
+struct MoeDefaults {
+  int64_t experts = 0, experts_per_token = 0, ffn = 0;
+  bool always_normalizes = false;  // the router renormalizes the top k (no norm_topk_prob)
+  bool transposed_stacks = false;  // MoeSpec::transposed_stacks
+};
+
+// Qwen3-MoE's feed-forwards: a layer l is a mixture of experts when l is not in mlp_only_layers,
+// num_experts (or num_local_experts) > 0 and (l + 1) % decoder_sparse_step == 0; the others stay
+// dense. Call after UniformLayers().
+Status ReadSparseFeedForwards(const ConfigReader& config, const MoeDefaults& defaults, Arch* arch);
+
 // Names of Hugging Face's Llama-style checkpoints ("model.layers.N.self_attn.q_proj.weight",
 // `prefix` "model.").
 std::string HfDecoderTensorName(const std::string& prefix, TensorRole role, int layer);
@@ -114,5 +127,6 @@ const Family& Qwen3_5Family();         // qwen3_5, Qwen3_5ForConditionalGenerati
 const Family& Qwen3_5MoeTextFamily();  // qwen3_5_moe_text, Qwen3_5MoeForCausalLM
 const Family& Qwen3_5MoeFamily();      // qwen3_5_moe, Qwen3_5MoeForConditionalGeneration
 const Family& Qwen3VlFamily();         // qwen3_vl, Qwen3VLForConditionalGeneration: its text model
+const Family& Qwen3VlMoeFamily();      // qwen3_vl_moe, Qwen3VLMoeForConditionalGeneration
 
 }  // namespace gizllm

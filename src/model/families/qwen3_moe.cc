@@ -8,39 +8,20 @@
 #include "model/families/family.h"
 
 namespace gizllm {
-namespace {
 
-Status ReadQwen3Moe(const ConfigReader& config, Arch* arch) {
-  FamilyDefaults defaults;  // Qwen3MoeConfig
-  defaults.context = 32768;
-  defaults.vocab = 151936;
-  defaults.dim = 2048;
-  defaults.ffn = 6144;
-  defaults.layers = 24;
-  defaults.heads = 32;
-  defaults.kv_heads = 4;
-  // Qwen3MoeConfig has no max_window_layers: use_sliding_window makes every layer slide.
-  GZ_ASSIGN_OR_RETURN(bool sliding, config.Bool("use_sliding_window", false));
-  if (sliding && config.Has("sliding_window")) {
-    return config.Error(StatusCode::kUnimplemented, "use_sliding_window",
-                        "sliding window attention is not supported");
-  }
-  GZ_RETURN_IF_ERROR(ReadDecoder(config, defaults, arch));
-  GZ_ASSIGN_OR_RETURN(bool attention_bias, config.Bool("attention_bias", false));
-  arch->qkv_bias = attention_bias;
-  arch->output_bias = attention_bias;
-  arch->mlp_bias = false;
-  arch->qk_norm = true;
-  arch->UniformLayers();
-
+Status ReadSparseFeedForwards(const ConfigReader& config, const MoeDefaults& defaults, Arch* arch) {
   // transformers 5 may write num_experts as num_local_experts (its attribute map).
   const std::string_view experts_field =
       config.Has("num_experts") || !config.Has("num_local_experts") ? "num_experts"
                                                                     : "num_local_experts";
-  GZ_ASSIGN_OR_RETURN(int64_t experts, config.Int(experts_field, 128));
-  GZ_ASSIGN_OR_RETURN(int64_t per_token, config.Int("num_experts_per_tok", 8));
-  GZ_ASSIGN_OR_RETURN(int64_t moe_ffn, config.Int("moe_intermediate_size", 768));
-  GZ_ASSIGN_OR_RETURN(bool norm_topk_prob, config.Bool("norm_topk_prob", false));
+  GZ_ASSIGN_OR_RETURN(int64_t experts, config.Int(experts_field, defaults.experts));
+  GZ_ASSIGN_OR_RETURN(int64_t per_token,
+                      config.Int("num_experts_per_tok", defaults.experts_per_token));
+  GZ_ASSIGN_OR_RETURN(int64_t moe_ffn, config.Int("moe_intermediate_size", defaults.ffn));
+  bool norm_topk_prob = true;
+  if (!defaults.always_normalizes) {
+    GZ_ASSIGN_OR_RETURN(norm_topk_prob, config.Bool("norm_topk_prob", false));
+  }
   GZ_ASSIGN_OR_RETURN(int64_t sparse_step, config.Int("decoder_sparse_step", 1));
   if (experts < 0 || experts > 65536) {
     return config.Error(StatusCode::kInvalidArgument, experts_field,
@@ -82,7 +63,41 @@ Status ReadQwen3Moe(const ConfigReader& config, Arch* arch) {
     spec.moe.experts_per_token = static_cast<int>(per_token);
     spec.moe.ffn = moe_ffn;
     spec.moe.norm_topk_prob = norm_topk_prob;
+    spec.moe.transposed_stacks = defaults.transposed_stacks;
   }
+  return Status::Ok();
+}
+
+namespace {
+
+Status ReadQwen3Moe(const ConfigReader& config, Arch* arch) {
+  FamilyDefaults defaults;  // Qwen3MoeConfig
+  defaults.context = 32768;
+  defaults.vocab = 151936;
+  defaults.dim = 2048;
+  defaults.ffn = 6144;
+  defaults.layers = 24;
+  defaults.heads = 32;
+  defaults.kv_heads = 4;
+  // Qwen3MoeConfig has no max_window_layers: use_sliding_window makes every layer slide.
+  GZ_ASSIGN_OR_RETURN(bool sliding, config.Bool("use_sliding_window", false));
+  if (sliding && config.Has("sliding_window")) {
+    return config.Error(StatusCode::kUnimplemented, "use_sliding_window",
+                        "sliding window attention is not supported");
+  }
+  GZ_RETURN_IF_ERROR(ReadDecoder(config, defaults, arch));
+  GZ_ASSIGN_OR_RETURN(bool attention_bias, config.Bool("attention_bias", false));
+  arch->qkv_bias = attention_bias;
+  arch->output_bias = attention_bias;
+  arch->mlp_bias = false;
+  arch->qk_norm = true;
+  arch->UniformLayers();
+
+  MoeDefaults moe;  // Qwen3MoeConfig
+  moe.experts = 128;
+  moe.experts_per_token = 8;
+  moe.ffn = 768;
+  GZ_RETURN_IF_ERROR(ReadSparseFeedForwards(config, moe, arch));
   // Qwen2-MoE's shared expert is not part of Qwen3-MoE; a config that asks for one is refused.
   for (std::string_view field : {"shared_expert_intermediate_size"}) {
     GZ_ASSIGN_OR_RETURN(int64_t shared, config.Int(field, 0));

@@ -5,6 +5,13 @@
 // image placeholders and whose deepstack features join the picture rows after the first
 // layers. Tensors: model.language_model.*, lm_head.*.
 //
+// Qwen3-VL-MoE (Qwen3VLMoeForConditionalGeneration, qwen3_vl_moe; text_config qwen3_vl_moe_text):
+// the same tower and M-RoPE, its text model's feed-forwards mixtures of experts as Qwen3-MoE's
+// (mlp.gate, the router; no shared expert), the top k always renormalized, the experts stacked
+// as mlp.experts.gate_up_proj and mlp.experts.down_proj, stored [experts, dim, 2 * ffn] and
+// [experts, ffn, dim] in released checkpoints (transformers transposes them at load) or in
+// transformers 5's own layout.
+//
 // Also the towers of Qwen3.5 and Qwen3.5-MoE (qwen3_5, qwen3_5_moe), the same module without
 // deepstack mergers.
 #include <cmath>
@@ -17,18 +24,20 @@
 namespace gizllm {
 namespace {
 
-Status ReadQwen3Vl(const ConfigReader& config, Arch* arch) {
+// The text model of text_config: Qwen3VLTextConfig's defaults, or Qwen3VLMoeTextConfig's
+// with its mixtures of experts.
+Status ReadQwen3VlText(const ConfigReader& config, bool moe, Arch* arch) {
   GZ_ASSIGN_OR_RETURN(ConfigReader text, config.Object("text_config"));
-  FamilyDefaults defaults;  // Qwen3VLTextConfig
+  FamilyDefaults defaults;  // Qwen3VLTextConfig, Qwen3VLMoeTextConfig
   defaults.context = 128000;
   defaults.rope_theta = 500000.0;
   defaults.vocab = 151936;
-  defaults.dim = 4096;
-  defaults.ffn = 22016;
-  defaults.layers = 32;
-  defaults.heads = 32;
-  defaults.kv_heads = 32;
-  defaults.head_dim = 128;
+  defaults.dim = moe ? 2048 : 4096;
+  defaults.ffn = moe ? 5632 : 22016;
+  defaults.layers = moe ? 24 : 32;
+  defaults.heads = moe ? 16 : 32;
+  defaults.kv_heads = moe ? 16 : 32;
+  defaults.head_dim = moe ? 0 : 128;  // Qwen3VLMoeTextConfig: hidden_size / heads
   GZ_RETURN_IF_ERROR(ReadDecoder(text, defaults, arch));
   GZ_ASSIGN_OR_RETURN(bool attention_bias, text.Bool("attention_bias", false));
   arch->qkv_bias = attention_bias;
@@ -39,9 +48,31 @@ Status ReadQwen3Vl(const ConfigReader& config, Arch* arch) {
   arch->rope.mrope_section = {24, 20, 20};
   GZ_RETURN_IF_ERROR(ReadMropeSection(text, &arch->rope));
   arch->UniformLayers();
+  if (moe) {
+    // Qwen3VLMoeTextSparseMoeBlock: no shared expert; its router always renormalizes the top k
+    // (a norm_topk_prob in the config changes nothing); released checkpoints store the stacked
+    // experts transposed.
+    MoeDefaults experts;
+    experts.experts = 60;
+    experts.experts_per_token = 4;
+    experts.ffn = 1408;
+    experts.always_normalizes = true;
+    experts.transposed_stacks = true;
+    GZ_RETURN_IF_ERROR(ReadSparseFeedForwards(text, experts, arch));
+  }
   GZ_RETURN_IF_ERROR(ReadConditionalTop(config, text, arch));
   arch->skipped_prefixes = {"model.visual."};
-  return RefuseUnimplemented(text, {});
+  static constexpr std::string_view kMoeRead[] = {"num_experts", "num_local_experts",
+                                                  "moe_intermediate_size"};
+  return RefuseUnimplemented(text, moe ? std::span<const std::string_view>(kMoeRead)
+                                       : std::span<const std::string_view>());
+}
+
+Status ReadQwen3Vl(const ConfigReader& config, Arch* arch) {
+  return ReadQwen3VlText(config, /*moe=*/false, arch);
+}
+Status ReadQwen3VlMoe(const ConfigReader& config, Arch* arch) {
+  return ReadQwen3VlText(config, /*moe=*/true, arch);
 }
 
 // An int field of vision_config in [lo, hi].
@@ -64,6 +95,13 @@ const Family& Qwen3VlFamily() {
   return kFamily;
 }
 
+const Family& Qwen3VlMoeFamily() {
+  static constexpr Family kFamily{"qwen3_vl_moe", "qwen3_vl_moe",
+                                  "Qwen3VLMoeForConditionalGeneration", &ReadQwen3VlMoe,
+                                  &HfDecoderTensorName};
+  return kFamily;
+}
+
 Expected<VisionArch> ParseVisionArch(const nlohmann::json& config, const std::string& file) {
   if (!config.is_object()) return InvalidArgument(file + ": expected a JSON object");
   ConfigReader top(config, file);
@@ -71,11 +109,11 @@ Expected<VisionArch> ParseVisionArch(const nlohmann::json& config, const std::st
   VisionArch v;
   v.family = model_type;
   const bool qwen3_5 = model_type == "qwen3_5" || model_type == "qwen3_5_moe";
-  if (model_type != "qwen3_vl" && !qwen3_5) {
+  if (model_type != "qwen3_vl" && model_type != "qwen3_vl_moe" && !qwen3_5) {
     return top.Error(StatusCode::kUnimplemented, "model_type",
                      "\"" + model_type +
-                         "\" has no vision tower gizllm runs (expected qwen3_vl, qwen3_5 or "
-                         "qwen3_5_moe)");
+                         "\" has no vision tower gizllm runs (expected qwen3_vl, qwen3_vl_moe, "
+                         "qwen3_5 or qwen3_5_moe)");
   }
   if (!top.Has("vision_config")) {
     return top.Error(StatusCode::kNotFound, "vision_config",

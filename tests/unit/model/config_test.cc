@@ -1162,6 +1162,88 @@ TEST(ConfigTest, Qwen3VlVisionTower) {
   EXPECT_EQ(v->vision_end, 248054);  // Qwen3_5Config's default
 }
 
+// Qwen3-VL-30B-A3B-Instruct's config.json (the parts that matter): Qwen3-VL's tower and
+// M-RoPE, a text model of mixtures of experts.
+json Qwen3VlMoeConfig() {
+  return json::parse(R"({
+    "architectures": ["Qwen3VLMoeForConditionalGeneration"], "model_type": "qwen3_vl_moe",
+    "image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652,
+    "vision_end_token_id": 151653, "tie_word_embeddings": false,
+    "text_config": {
+      "model_type": "qwen3_vl_moe_text", "vocab_size": 151936, "hidden_size": 2048,
+      "intermediate_size": 6144, "num_hidden_layers": 48, "num_attention_heads": 32,
+      "num_key_value_heads": 4, "head_dim": 128, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+      "max_position_embeddings": 262144, "attention_bias": false, "bos_token_id": 151643,
+      "eos_token_id": 151645, "num_experts": 128, "num_experts_per_tok": 8,
+      "moe_intermediate_size": 768, "decoder_sparse_step": 1, "mlp_only_layers": [],
+      "norm_topk_prob": true, "router_aux_loss_coef": 0.001, "rope_theta": 5000000,
+      "rope_scaling": {"mrope_interleaved": true, "mrope_section": [24, 20, 20],
+                       "rope_type": "default"}
+    },
+    "vision_config": {
+      "model_type": "qwen3_vl_moe", "depth": 27, "hidden_size": 1152, "intermediate_size": 4304,
+      "num_heads": 16, "in_channels": 3, "patch_size": 16, "spatial_merge_size": 2,
+      "temporal_patch_size": 2, "out_hidden_size": 2048, "num_position_embeddings": 2304,
+      "deepstack_visual_indexes": [8, 16, 24], "hidden_act": "gelu_pytorch_tanh"
+    }
+  })");
+}
+
+TEST(ConfigTest, Qwen3VlMoe30BA3B) {
+  auto arch = ParseArch(Qwen3VlMoeConfig(), "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_EQ(arch->family, "qwen3_vl_moe");
+  EXPECT_EQ(arch->layers, 48);
+  EXPECT_EQ(arch->dim, 2048);
+  EXPECT_EQ(arch->kv_heads, 4);
+  EXPECT_TRUE(arch->qk_norm);
+  EXPECT_FALSE(arch->tied_head);
+  EXPECT_EQ(arch->rope.mrope_section, (std::vector<int>{24, 20, 20}));
+  EXPECT_EQ(arch->prefixes[0], "model.language_model.");
+  EXPECT_EQ(arch->skipped_prefixes, std::vector<std::string>{"model.visual."});
+  for (const LayerSpec& spec : arch->layer) {
+    ASSERT_TRUE(spec.IsMoe());
+    EXPECT_EQ(spec.moe.experts, 128);
+    EXPECT_EQ(spec.moe.experts_per_token, 8);
+    EXPECT_EQ(spec.moe.ffn, 768);
+    EXPECT_TRUE(spec.moe.norm_topk_prob);
+    EXPECT_TRUE(spec.moe.transposed_stacks);
+    EXPECT_EQ(spec.moe.shared_ffn, 0);
+  }
+  EXPECT_EQ(TensorName(*arch, TensorRole::kRouter, 3),
+            "model.language_model.layers.3.mlp.gate.weight");
+  EXPECT_EQ(TensorName(*arch, TensorRole::kExpertsGateUp, 3),
+            "model.language_model.layers.3.mlp.experts.gate_up_proj");
+  EXPECT_EQ(TensorName(*arch, TensorRole::kExpertsDown, 3),
+            "model.language_model.layers.3.mlp.experts.down_proj");
+  auto v = ParseVisionArch(Qwen3VlMoeConfig(), "config.json");
+  ASSERT_TRUE(v.ok()) << v.status().message();
+  EXPECT_EQ(v->family, "qwen3_vl_moe");
+  EXPECT_EQ(v->deepstack, (std::vector<int>{8, 16, 24}));
+  EXPECT_EQ(v->out_dim, 2048);
+  EXPECT_EQ(v->image_token, 151655);
+
+  // The router renormalizes whatever norm_topk_prob says; mlp_only_layers and
+  // decoder_sparse_step pick dense layers as in Qwen3-MoE.
+  json c = Qwen3VlMoeConfig();
+  c["text_config"]["norm_topk_prob"] = false;
+  c["text_config"]["mlp_only_layers"] = {0};
+  c["text_config"]["decoder_sparse_step"] = 2;
+  arch = ParseArch(c, "config.json");
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  EXPECT_FALSE(arch->layer[0].IsMoe());
+  EXPECT_TRUE(arch->layer[1].IsMoe());
+  EXPECT_FALSE(arch->layer[2].IsMoe());
+  EXPECT_TRUE(arch->layer[1].moe.norm_topk_prob);
+  c = Qwen3VlMoeConfig();
+  c["text_config"]["num_experts_per_tok"] = 129;
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kInvalidArgument, {"num_experts_per_tok"});
+  // Qwen3-VL's text model has no experts: a dense qwen3_vl config that asks for them is refused.
+  c = Qwen3VlConfig();
+  c["text_config"]["num_experts"] = 8;
+  ExpectError(ParseArch(c, "config.json"), StatusCode::kUnimplemented, {"num_experts"});
+}
+
 TEST(ConfigTest, VisionGridsMustFitTheMergeWindows) {
   auto v = ParseVisionArch(Qwen3VlConfig(), "config.json");
   ASSERT_TRUE(v.ok());

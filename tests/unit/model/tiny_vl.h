@@ -1,4 +1,5 @@
-// A small random Qwen3-VL language model (head_dim 32, which the CUDA attention takes)
+// A small random Qwen3-VL language model (head_dim 32, which the CUDA attention takes; or
+// Qwen3-VL-MoE's, the same with mixtures of experts)
 // (Qwen3VLForConditionalGeneration, float32 tensors: the text model and one tower tensor it leaves
 // in the file, or with `tower` a whole small tower and its preprocessor_config.json: patch 2,
 // merge 2, so a picture of 4 x 4 pixels per row of the language model) written to a folder, and
@@ -36,8 +37,18 @@ inline VisionArch Vision() {
   return a;
 }
 
+// Qwen3-VL-MoE (qwen3_vl_moe): every layer's feed-forward a mixture of kExperts experts of width
+// kFfn, kTopK a token. kIdentical: every expert is the dense model's MLP (the logits are then
+// the dense folder's, up to rounding); the other layouts hold expert 0 as that MLP and the
+// others random, stacked as released checkpoints store them (gate_up_proj [experts, dim,
+// 2 * ffn], down_proj [experts, ffn, dim]), as transformers 5 holds them ([experts, 2 * ffn,
+// dim], [experts, dim, ffn]) or one tensor per expert.
+enum class Experts { kNone, kIdentical, kTransposed, kStacked, kPerExpert };
+constexpr int kExperts = 4, kTopK = 2;
+
 // Writes the folder; returns the embedding table [kVocab, kDim].
-inline std::vector<float> Write(const std::string& dir, bool tower = false) {
+inline std::vector<float> Write(const std::string& dir, bool tower = false,
+                                Experts experts = Experts::kNone) {
   std::mt19937 rng(11);
   std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> t;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, float scale,
@@ -99,6 +110,61 @@ inline std::vector<float> Write(const std::string& dir, bool tower = false) {
       add(m + "linear_fc2.bias", {kDim}, 0.2f);
     }
     static_assert(kPatchFloats == 3 * 2 * 2 * 2);
+  }
+  if (experts != Experts::kNone) {
+    std::mt19937 expert_rng(13);
+    std::normal_distribution<float> d(0.0f, 0.3f);
+    for (int l = 0; l < kLayers; ++l) {
+      const std::string x = p + "layers." + std::to_string(l) + ".mlp.";
+      std::vector<float> dense[3];  // gate, up [kFfn, kDim]; down [kDim, kFfn]
+      const char* parts[] = {"gate_proj.weight", "up_proj.weight", "down_proj.weight"};
+      for (int i = 0; i < 3; ++i) {
+        dense[i] = t[x + parts[i]].second;
+        t.erase(x + parts[i]);
+      }
+      add(x + "gate.weight", {kExperts, kDim}, 1.0f);
+      // Expert e's gate, up and down as the dense ones are laid out.
+      std::vector<std::vector<float>> each[3];
+      for (int e = 0; e < kExperts; ++e) {
+        for (int i = 0; i < 3; ++i) {
+          std::vector<float> w = dense[i];
+          if (e > 0 && experts != Experts::kIdentical)
+            for (float& v : w) v = d(expert_rng);
+          each[i].push_back(std::move(w));
+        }
+      }
+      if (experts == Experts::kPerExpert) {
+        for (int e = 0; e < kExperts; ++e) {
+          const std::string n = x + "experts." + std::to_string(e) + ".";
+          t[n + parts[0]] = {{kFfn, kDim}, each[0][e]};
+          t[n + parts[1]] = {{kFfn, kDim}, each[1][e]};
+          t[n + parts[2]] = {{kDim, kFfn}, each[2][e]};
+        }
+        continue;
+      }
+      const bool transposed = experts != Experts::kStacked;
+      std::vector<float> gate_up(kExperts * 2 * kFfn * kDim), down(kExperts * kDim * kFfn);
+      for (int e = 0; e < kExperts; ++e) {
+        for (int r = 0; r < kFfn; ++r) {
+          for (int c = 0; c < kDim; ++c) {
+            for (int half = 0; half < 2; ++half) {
+              const float v = each[half][e][r * kDim + c];
+              const int64_t at = transposed ? (e * kDim + c) * 2 * kFfn + half * kFfn + r
+                                            : (e * 2 * kFfn + half * kFfn + r) * kDim + c;
+              gate_up[at] = v;
+            }
+            const float v = each[2][e][c * kFfn + r];
+            down[transposed ? (e * kFfn + r) * kDim + c : (e * kDim + c) * kFfn + r] = v;
+          }
+        }
+      }
+      t[x + "experts.gate_up_proj"] = {transposed ? std::vector<int64_t>{kExperts, kDim, 2 * kFfn}
+                                                  : std::vector<int64_t>{kExperts, 2 * kFfn, kDim},
+                                       gate_up};
+      t[x + "experts.down_proj"] = {transposed ? std::vector<int64_t>{kExperts, kFfn, kDim}
+                                               : std::vector<int64_t>{kExperts, kDim, kFfn},
+                                    down};
+    }
   }
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
@@ -162,6 +228,13 @@ inline std::vector<float> Write(const std::string& dir, bool tower = false) {
     video["min_frames"] = 4;
     video["max_frames"] = 16;
     std::ofstream(dir + "/video_preprocessor_config.json") << video.dump();
+  }
+  if (experts != Experts::kNone) {
+    config["architectures"] = {"Qwen3VLMoeForConditionalGeneration"};
+    config["model_type"] = "qwen3_vl_moe";
+    config["text_config"]["num_experts"] = kExperts;
+    config["text_config"]["num_experts_per_tok"] = kTopK;
+    config["text_config"]["moe_intermediate_size"] = kFfn;
   }
   std::ofstream(dir + "/config.json") << config.dump();
   return t[p + "embed_tokens.weight"].second;

@@ -20,6 +20,7 @@
 #include "model/evaluate.h"
 #include "model/model.h"
 #include "model/mrope.h"
+#include "model/vision_tower.h"
 #include "ops/device.h"
 #include "tests/unit/model/cuda_or_null.h"
 #include "tests/unit/model/tiny_hybrid.h"
@@ -341,6 +342,102 @@ TEST(VisionHybrid, PicturesInChunksEqualOneRead) {
     ASSERT_TRUE(chunked.ok()) << chunked.status().message();
     EXPECT_LE(MaxDiff(*chunked, *whole), 1e-4f * top) << chunk;
   }
+}
+
+// Qwen3-VL-MoE (tiny_vl::Experts): the family, its tower, and its mixtures of experts. Experts
+// that all equal the dense MLP give the dense folder's logits (the renormalized top-k weights sum
+// to 1), so the stacked tensors are read as the right matrices whichever way they are stored;
+// the three layouts of distinct experts give the same logits bit for bit; distinct experts are
+// not the dense model.
+class VisionMoeTest : public ::testing::Test {
+ protected:
+  std::string Folder(tiny_vl::Experts experts, const std::string& name) {
+    const std::string dir =
+        (fs::path(::testing::TempDir()) / ("vision_moe_" + name + "_" + std::to_string(::getpid())))
+            .string();
+    tiny_vl::Write(dir, /*tower=*/true, experts);
+    dirs_.push_back(dir);
+    return dir;
+  }
+  void TearDown() override {
+    for (const std::string& dir : dirs_) fs::remove_all(dir);
+  }
+  std::vector<float> Logits(const std::string& dir) {
+    auto model = Model::Load(dir, Cpu());
+    EXPECT_TRUE(model.ok()) << model.status().message();
+    if (!model.ok()) return {};
+    auto logits = SequenceLogits(**model, tiny_vl::Prompt(), tiny_vl::Pictures(/*layers=*/1), 5);
+    EXPECT_TRUE(logits.ok()) << logits.status().message();
+    return logits.ok() ? *logits : std::vector<float>();
+  }
+  std::vector<std::string> dirs_;
+};
+
+TEST_F(VisionMoeTest, LoadsTheFamilyAndItsTower) {
+  const std::string dir = Folder(tiny_vl::Experts::kTransposed, "family");
+  auto model = Model::Load(dir, Cpu());
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const Arch& a = (*model)->arch();
+  EXPECT_EQ(a.family, "qwen3_vl_moe");
+  for (const LayerSpec& spec : a.layer) {
+    ASSERT_TRUE(spec.IsMoe());
+    EXPECT_EQ(spec.moe.experts, tiny_vl::kExperts);
+    EXPECT_EQ(spec.moe.experts_per_token, tiny_vl::kTopK);
+    EXPECT_TRUE(spec.moe.norm_topk_prob);
+  }
+  EXPECT_GT((*model)->SkippedTensors(), 10);  // the tower's, left to the VisionTower
+  auto tower = VisionTower::Load(dir, Cpu());
+  ASSERT_TRUE(tower.ok()) << tower.status().message();
+  EXPECT_EQ((*tower)->arch().family, "qwen3_vl_moe");
+  EXPECT_EQ((*tower)->arch().deepstack, std::vector<int>{0});
+  const std::vector<VisionGrid> grids = {{1, 2, 4}};
+  std::vector<float> pixels(8 * 24);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = std::sin(0.37f * i);
+  VisionOutput out;
+  ASSERT_TRUE((*tower)->Run(pixels, grids, &out).ok());
+  EXPECT_EQ(out.rows, 2);
+  EXPECT_EQ(out.deepstack.size(), 1u);
+}
+
+TEST_F(VisionMoeTest, IdenticalExpertsAreTheDenseModel) {
+  const std::vector<float> dense = Logits(Folder(tiny_vl::Experts::kNone, "dense"));
+  const std::vector<float> moe = Logits(Folder(tiny_vl::Experts::kIdentical, "identical"));
+  ASSERT_FALSE(dense.empty());
+  float top = 0;
+  for (float v : dense) top = std::max(top, std::fabs(v));
+  EXPECT_LE(MaxDiff(moe, dense), 1e-5f * top);
+}
+
+TEST_F(VisionMoeTest, EveryExpertLayoutReadsTheSame) {
+  const std::vector<float> transposed = Logits(Folder(tiny_vl::Experts::kTransposed, "t"));
+  ASSERT_FALSE(transposed.empty());
+  EXPECT_EQ(Logits(Folder(tiny_vl::Experts::kStacked, "s")), transposed);
+  EXPECT_EQ(Logits(Folder(tiny_vl::Experts::kPerExpert, "p")), transposed);
+  float top = 0;
+  const std::vector<float> dense = Logits(Folder(tiny_vl::Experts::kNone, "d"));
+  for (float v : dense) top = std::max(top, std::fabs(v));
+  EXPECT_GT(MaxDiff(transposed, dense), 1e-2f * top);  // the other experts were picked
+}
+
+// A stack of neither shape is a shape error naming the tensor.
+TEST_F(VisionMoeTest, AStackOfNeitherShapeIsRefused) {
+  const std::string dir = Folder(tiny_vl::Experts::kTransposed, "bad");
+  const std::string name = "model.language_model.layers.0.mlp.experts.down_proj";
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok());
+  std::vector<TensorToWrite> out;
+  std::vector<std::vector<uint8_t>> keep;
+  keep.reserve(ckpt->All().size());
+  for (const TensorInfo* t : ckpt->All()) {
+    std::vector<int64_t> shape = t->shape;
+    if (t->name == name) shape = {tiny_vl::kExperts, 8, tiny_vl::kFfn * kDim / 8};
+    keep.emplace_back(t->data, t->data + t->bytes);
+    out.push_back({t->name, t->dtype, shape, keep.back().data(), t->bytes});
+  }
+  ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", out, {}).ok());
+  auto model = Model::Load(dir, Cpu());
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find(name), std::string::npos) << model.status().message();
 }
 
 TEST_F(VisionModelTest, StepErrors) {
