@@ -10,6 +10,7 @@
 #include "cli/command.h"
 #include "core/progress.h"
 #include "jobs/convert.h"
+#include "model/vision_arch.h"
 
 namespace gizllm::cli {
 namespace {
@@ -101,6 +102,10 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
                  static_cast<long long>(summary->tensors),
                  static_cast<long long>(summary->quantized), quant::BitsString(*bits).c_str(),
                  options.rotate ? ", rotated" : "", gptq.c_str(), lora.c_str(), seconds);
+    if (summary->tower_tensors) {
+      std::fprintf(stderr, "vision tower: %lld tensors as the source holds them, in %s\n",
+                   static_cast<long long>(summary->tower_tensors), kVisionTowerFile);
+    }
     if (summary->kept_bf16) {
       std::fprintf(stderr, "note: %lld linears kept bf16 (columns not a multiple of 128)\n",
                    static_cast<long long>(summary->kept_bf16));

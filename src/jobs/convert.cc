@@ -13,6 +13,7 @@
 #include "formats/safetensors.h"
 #include "jobs/lora.h"
 #include "model/config.h"
+#include "model/vision_arch.h"
 #include "quant/layout.h"
 #include "quant/linear_io.h"
 #include "quant/quantize.h"
@@ -33,10 +34,12 @@ constexpr const char* kSideFiles[] = {"config.json",
                                       "chat_template.json",
                                       "tokenizer.model",
                                       "vocab.json",
-                                      "merges.txt"};
+                                      "merges.txt",
+                                      "preprocessor_config.json",
+                                      "video_preprocessor_config.json"};
 
-// What convert does with one source tensor.
-enum class Action { kDrop, kCopy, kFloat32, kLinear };
+// What convert does with one source tensor: kTower copies it as it is into the tower's file.
+enum class Action { kDrop, kCopy, kFloat32, kLinear, kTower };
 
 struct Plan {
   Action action = Action::kCopy;
@@ -256,6 +259,11 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
   if (!cut && !arch.tied_head) linears[head_name] = BitsFormat(options.bits.head);
 
   auto plan = [&](const TensorInfo& t) -> Plan {
+    // A vision tower's tensors (Arch::skipped_prefixes) go to kVisionTowerFile unchanged: the
+    // tower runs in float32 on what the checkpoint holds.
+    for (const std::string& prefix : arch.skipped_prefixes) {
+      if (t.name.rfind(prefix, 0) == 0) return {Action::kTower};
+    }
     int layer = LayerOf(t.name, prefixes);
     if (layer >= kept) return {Action::kDrop};
     if (cut && (t.name == final_norm_name || t.name == head_name)) return {Action::kDrop};
@@ -327,7 +335,7 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
                                               untie, cut ? kept : -1));
     summary.calibrated = static_cast<int64_t>(calibrated.size());
   }
-  Output out;
+  Output out, tower;
   std::map<std::string, std::string> metadata = {{kFormatVersionKey, kFormatVersion},
                                                  {kBitsKey, BitsString(options.bits)}};
   if (options.rotate) metadata[kRotationSeedKey] = std::to_string(options.seed);
@@ -386,6 +394,9 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
       case Action::kCopy:
         out.AddInPlace(*t);
         break;
+      case Action::kTower:
+        tower.AddInPlace(*t);
+        break;
       case Action::kFloat32: {
         GZ_ASSIGN_OR_RETURN(std::vector<float> v, ReadFloats(*t));
         out.AddVector(t->name, DType::kF32, t->shape, v);
@@ -401,7 +412,8 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
     GZ_RETURN_IF_ERROR(add_linear(*embed, head_name, BitsFormat(options.bits.head)));
     step(head_name);
   }
-  summary.tensors = static_cast<int64_t>(out.tensors().size());
+  summary.tensors = static_cast<int64_t>(out.tensors().size() + tower.tensors().size());
+  summary.tower_tensors = static_cast<int64_t>(tower.tensors().size());
 
   // Write everything into the partial folder, then rename it.
   const std::string partial = options.to + ".partial";
@@ -410,6 +422,10 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
   fs::create_directories(partial, ec);
   if (ec) return InvalidArgument("convert: cannot create " + partial + ": " + ec.message());
   GZ_RETURN_IF_ERROR(WriteSafetensors(partial + "/model.safetensors", out.tensors(), metadata));
+  if (!tower.tensors().empty()) {
+    GZ_RETURN_IF_ERROR(
+        WriteSafetensors(partial + "/" + kVisionTowerFile, tower.tensors(), /*metadata=*/{}));
+  }
   for (const char* file : kSideFiles) {
     const std::string src = options.from + "/" + file;
     if (!FileExists(src)) continue;

@@ -1,7 +1,9 @@
 // convert: a Hugging Face model folder into this project's format, once. Every linear is stored
 // in the format its bits name (quant/layout.h; 16 bits: bf16, unrotated), the norms and other
-// vectors as f32, the embedding as its source holds it; the source's config, tokenizer, template
-// and generation files are copied beside it.
+// vectors as f32, the embedding as its source holds it; the source's config, tokenizer, template,
+// generation and image/video processor files are copied beside it. A vision tower's tensors
+// (Arch::skipped_prefixes) are written unchanged to their own file, kVisionTowerFile
+// (model/vision_arch.h), which VisionTower::Load reads.
 #pragma once
 
 #include <cstdint>
@@ -54,13 +56,14 @@ struct ConvertOptions {
 };
 
 struct ConvertSummary {
-  int64_t tensors = 0;      // tensors written
-  int64_t quantized = 0;    // linears stored quantized
-  int64_t kept_bf16 = 0;    // linears meant for fewer bits kept bf16 (columns not a multiple
-                            // of 128)
-  int64_t lora_merged = 0;  // linears an adapter changed
-  int64_t calibrated = 0;   // linears quantized by GPTQ on calibration
-  int64_t bytes = 0;        // bytes of every file written
+  int64_t tensors = 0;        // tensors written
+  int64_t tower_tensors = 0;  // of them, a vision tower's, in kVisionTowerFile
+  int64_t quantized = 0;      // linears stored quantized
+  int64_t kept_bf16 = 0;      // linears meant for fewer bits kept bf16 (columns not a multiple
+                              // of 128)
+  int64_t lora_merged = 0;    // linears an adapter changed
+  int64_t calibrated = 0;     // linears quantized by GPTQ on calibration
+  int64_t bytes = 0;          // bytes of every file written
 };
 
 // Writes options.to + ".partial" and renames it to options.to when complete, so that a stopped

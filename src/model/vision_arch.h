@@ -1,6 +1,6 @@
-// VisionArch: a Qwen3-VL-style vision tower (Qwen3-VL, and the towers inside Qwen3.5 and
-// Qwen3.5-MoE conditional-generation checkpoints), as config.json's vision_config describes it,
-// with the token ids that place its rows in a prompt.
+// VisionArch: a Qwen3-VL-style vision tower (Qwen3-VL and Qwen3-VL-MoE, and the towers inside
+// Qwen3.5 and Qwen3.5-MoE conditional-generation checkpoints), as config.json's vision_config
+// describes it, with the token ids that place its rows in a prompt.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,11 @@
 
 namespace gizllm {
 
+// A converted folder's tower (`gizllm convert`): the tensors as the source holds them, apart from
+// the quantized language model's model.safetensors. A Hugging Face folder has none: its tower
+// is in its checkpoint.
+inline constexpr const char* kVisionTowerFile = "vision.safetensors";
+
 // The tower's MLP activation (vision_config.hidden_act).
 enum class VisionAct : uint8_t {
   kGeluTanh,  // gelu_pytorch_tanh (Qwen3-VL, Qwen3.5)
@@ -19,7 +24,8 @@ enum class VisionAct : uint8_t {
 };
 
 struct VisionArch {
-  std::string family;      // the model_type whose tower it is: "qwen3_vl", "qwen3_5", "qwen3_5_moe"
+  std::string family;      // the model_type whose tower it is: "qwen3_vl", "qwen3_vl_moe",
+                           // "qwen3_5", "qwen3_5_moe"
   int depth = 0;           // blocks
   int64_t dim = 0;         // hidden_size
   int64_t ffn = 0;         // intermediate_size

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/mapped_file.h"
 #include "formats/safetensors.h"
 
 namespace gizllm {
@@ -166,7 +167,9 @@ Expected<std::unique_ptr<VisionTower>> VisionTower::Load(const std::string& dir,
   tower->backend_ = std::move(backend);
   tower->impl_ = std::make_unique<Impl>();
   Impl& impl = *tower->impl_;
-  GZ_ASSIGN_OR_RETURN(impl.checkpoint, Checkpoint::Open(dir));
+  // A converted folder keeps the tower in a file of its own.
+  const std::string tower_file = dir + "/" + kVisionTowerFile;
+  GZ_ASSIGN_OR_RETURN(impl.checkpoint, Checkpoint::Open(FileExists(tower_file) ? tower_file : dir));
   const VisionArch& a = tower->arch_;
   Arch names;  // the loader's role names are not used: the tower loads by name
   names.family = a.family;

@@ -61,7 +61,8 @@ int64_t VisionTokens(const VisionArch& arch, const VisionGrid& grid);
 
 class VisionTower {
  public:
-  // Reads dir's config.json vision_config and its model.visual.* tensors onto `backend`.
+  // Reads dir's config.json vision_config and its model.visual.* tensors onto `backend`: from
+  // the checkpoint, or from kVisionTowerFile where the folder has one (a converted folder).
   static Expected<std::unique_ptr<VisionTower>> Load(const std::string& dir,
                                                      std::shared_ptr<Backend> backend);
   ~VisionTower();

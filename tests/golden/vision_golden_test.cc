@@ -1,14 +1,17 @@
-// Qwen3-VL and Qwen3.5 with pictures against Hugging Face transformers' float32 references
-// (tools/make_vision_golden.py: random tiny Qwen3VLForConditionalGeneration and
-// Qwen3_5ForConditionalGeneration, the latter a hybrid without deepstack): the vision tower's
+// Qwen3-VL, Qwen3-VL-MoE and Qwen3.5 with pictures against Hugging Face transformers' float32
+// references (tools/make_vision_golden.py: random tiny Qwen3VLForConditionalGeneration,
+// Qwen3VLMoeForConditionalGeneration and Qwen3_5ForConditionalGeneration, the last a hybrid
+// without deepstack): the vision tower's
 // rows and deepstack
 // features within 1e-4 of the largest reference value, the M-RoPE positions of a prompt with
 // two pictures equal to get_rope_index's, and that prompt's logits within 1e-4 (read whole and
 // in chunks that end inside a picture), all on the CPU in float32 (exact mode); on CUDA, exact
 // mode within 1e-3 and fast mode within 2e-2 (of the rounded reference where there is one); and
 // a chat with a short video (frames, tokens, positions, tower, logits). The references are
-// written on a machine with transformers; until then these skip.
+// written on a machine with transformers; until then these skip. And a converted Qwen3-VL
+// folder (`gizllm convert`): its tower in a file of its own, read as the source's.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -17,7 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "core/mapped_file.h"
 #include "formats/safetensors.h"
+#include "jobs/convert.h"
 #include "model/evaluate.h"
 #include "model/model.h"
 #include "model/mrope.h"
@@ -84,7 +89,7 @@ TEST_P(VisionGolden, TowerRowsAndDeepstackFeatures) {
   const VisionArch& a = tower_->arch();
   EXPECT_EQ(a.depth, 3);
   const std::vector<int> deepstack_blocks =
-      family_ == "qwen3_vl" ? std::vector<int>{0, 2} : std::vector<int>{};
+      family_ == "qwen3_5" ? std::vector<int>{} : std::vector<int>{0, 2};
   EXPECT_EQ(a.deepstack, deepstack_blocks);
   ASSERT_EQ(grids_.size(), 2u);
   golden::ExpectClose(out_.embeddings, golden::ReadFloats(*ref_.Find("tower")), 1e-4f,
@@ -208,7 +213,8 @@ TEST_P(VisionGolden, CudaTowerAndLogits) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, VisionGolden, ::testing::Values("qwen3_vl", "qwen3_5"));
+INSTANTIATE_TEST_SUITE_P(Families, VisionGolden,
+                         ::testing::Values("qwen3_vl", "qwen3_5", "qwen3_vl_moe"));
 
 // A chat with a short video (reference_video.safetensors): the frames the script saved, read
 // from their PNG files, sampled and preprocessed by PictureReader equal the video processor's
@@ -327,7 +333,104 @@ TEST_P(VisionGoldenVideo, CudaExactTowerAndLogits) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, VisionGoldenVideo, ::testing::Values("qwen3_vl", "qwen3_5"));
+INSTANTIATE_TEST_SUITE_P(Families, VisionGoldenVideo,
+                         ::testing::Values("qwen3_vl", "qwen3_5", "qwen3_vl_moe"));
+
+// The golden Qwen3-VL converted to 8 bits: the tower's tensors go, as the source holds them, to
+// vision.safetensors (none stay in model.safetensors), the processors' configs are copied, and
+// the converted folder's tower gives the source's rows and deepstack features bit for bit (the
+// same float32 weights). Every linear of this tiny model has fewer than 128 inputs, so convert
+// keeps each one bf16 (its values unchanged): the converted language model computes what the
+// source's does, and its logits of the prompt with two pictures are the source's exactly (and
+// within 1e-4 of transformers', as the source's).
+TEST(VisionGoldenConvert, TheTowerKeepsAFileOfItsOwn) {
+  namespace fs = std::filesystem;
+  const std::string from = Dir("qwen3_vl");
+  if (!fs::exists(from + "/reference.safetensors")) {
+    GTEST_SKIP() << from << "/reference.safetensors is absent";
+  }
+  const fs::path root =
+      fs::temp_directory_path() / ("gizllm_vision_convert_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  const std::string to = (root / "q8").string();
+  quant::ConvertOptions options;
+  options.from = from;
+  options.to = to;
+  options.bits = quant::Bits{8, 8};
+  auto summary = quant::Convert(options);
+  ASSERT_TRUE(summary.ok()) << summary.status().message();
+  EXPECT_EQ(summary->quantized, 0);
+  EXPECT_EQ(summary->kept_bf16, 3 * 7 + 1);  // q, k, v, o, gate, up, down a layer; the head
+
+  // The tower's tensors, bit for bit, in their own file.
+  auto source = Checkpoint::Open(from);
+  ASSERT_TRUE(source.ok()) << source.status().message();
+  ASSERT_TRUE(fs::exists(to + "/" + kVisionTowerFile));
+  auto tower_file = SafetensorsFile::Open(to + "/" + kVisionTowerFile);
+  ASSERT_TRUE(tower_file.ok()) << tower_file.status().message();
+  auto converted = Checkpoint::Open(to);
+  ASSERT_TRUE(converted.ok()) << converted.status().message();
+  int64_t tower_tensors = 0;
+  for (const TensorInfo* t : source->All()) {
+    if (t->name.rfind("model.visual.", 0) != 0) continue;
+    ++tower_tensors;
+    const TensorInfo* c = tower_file->Find(t->name);
+    ASSERT_NE(c, nullptr) << t->name;
+    EXPECT_EQ(c->dtype, t->dtype) << t->name;
+    EXPECT_EQ(c->shape, t->shape) << t->name;
+    ASSERT_EQ(c->bytes, t->bytes) << t->name;
+    EXPECT_EQ(std::memcmp(c->data, t->data, t->bytes), 0) << t->name;
+    EXPECT_EQ(converted->Find(t->name), nullptr) << t->name << " is in model.safetensors too";
+  }
+  EXPECT_GT(tower_tensors, 30);
+  EXPECT_EQ(static_cast<int64_t>(tower_file->tensors().size()), tower_tensors);
+  EXPECT_EQ(summary->tower_tensors, tower_tensors);
+  for (const char* file : {"preprocessor_config.json", "video_preprocessor_config.json"}) {
+    EXPECT_EQ(ReadFile(to + "/" + file).value(), ReadFile(from + "/" + file).value()) << file;
+  }
+
+  // The tower of the converted folder (through PictureReader too, as `run --image` loads it).
+  auto ref = SafetensorsFile::Open(from + "/reference.safetensors");
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  const std::vector<int32_t> thw = golden::ReadIds(*ref->Find("grid_thw"));
+  std::vector<VisionGrid> grids;
+  for (size_t i = 0; i + 2 < thw.size(); i += 3) grids.push_back({thw[i], thw[i + 1], thw[i + 2]});
+  const std::vector<float> pixels = golden::ReadFloats(*ref->Find("pixel_values"));
+  VisionOutput want, got;
+  auto tower = VisionTower::Load(from, Cpu());
+  ASSERT_TRUE(tower.ok()) << tower.status().message();
+  ASSERT_TRUE((*tower)->Run(pixels, grids, &want).ok());
+  auto converted_tower = VisionTower::Load(to, Cpu());
+  ASSERT_TRUE(converted_tower.ok()) << converted_tower.status().message();
+  ASSERT_TRUE((*converted_tower)->Run(pixels, grids, &got).ok());
+  EXPECT_EQ(got.embeddings, want.embeddings);
+  EXPECT_EQ(got.deepstack, want.deepstack);
+  EXPECT_EQ((*converted_tower)->Parameters(), (*tower)->Parameters());
+  auto reader = PictureReader::Load(to, Cpu());
+  ASSERT_TRUE(reader.ok()) << reader.status().message();
+
+  // The prompt with two pictures through the converted language model.
+  const std::vector<int32_t> ids = golden::ReadIds(*ref->Find("ids"));
+  auto positions = ComputeMropePositions((*converted_tower)->arch(), ids, grids);
+  ASSERT_TRUE(positions.ok()) << positions.status().message();
+  auto pictures = PlacePictures((*converted_tower)->arch(), ids, *positions, got);
+  ASSERT_TRUE(pictures.ok()) << pictures.status().message();
+  auto source_model = Model::Load(from, Cpu());
+  ASSERT_TRUE(source_model.ok()) << source_model.status().message();
+  auto model = Model::Load(to, Cpu());
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  for (int64_t chunk : {256, 7}) {
+    auto logits = SequenceLogits(**model, ids, *pictures, chunk);
+    ASSERT_TRUE(logits.ok()) << logits.status().message();
+    auto source_logits = SequenceLogits(**source_model, ids, *pictures, chunk);
+    ASSERT_TRUE(source_logits.ok()) << source_logits.status().message();
+    EXPECT_EQ(*logits, *source_logits) << "chunk " << chunk;
+    golden::ExpectClose(*logits, golden::ReadFloats(*ref->Find("logits")), 1e-4f,
+                        "converted logits, chunk " + std::to_string(chunk));
+  }
+  fs::remove_all(root);
+}
 
 }  // namespace
 }  // namespace gizllm
