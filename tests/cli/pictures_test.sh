@@ -37,6 +37,15 @@ expect_error run-image-missing "$tmp/missing.png" \
   $gz run -m "$m" "${flags[@]}" --image "$tmp/missing.png" --prompt "what?"
 expect_fail run-image-special "--special: not with --image" \
   $gz run -m "$m" "${flags[@]}" --image "$tmp/picture.png" --special --prompt "what?"
+# A converted folder: convert writes the tower, unquantized, to vision.safetensors (with the
+# processors' configs) and run --image reads it from there.
+expect_ok convert-vl $gz convert --from "$m" --to "$tmp/converted" --bits 8 --threads 2
+check convert-vl-tower-file test -f "$tmp/converted/vision.safetensors"
+check convert-vl-tower-line grep -q "vision tower: .* tensors as the source holds them" "$tmp/err"
+expect_ok run-image-converted $gz run -m "$tmp/converted" "${flags[@]}" --image "$tmp/picture.png" \
+  --prompt "what is this?"
+check run-image-converted-prompt-tokens grep -q "^prompt: 40 tokens" "$tmp/err"
+check run-image-converted-answer-not-empty test "$(wc -c <"$tmp/out")" -gt 4
 # A model without a vision tower.
 expect_error run-image-no-tower "no vision tower" \
   $gz run "${flags[@]}" --image "$tmp/picture.png" --prompt "what is this?"
