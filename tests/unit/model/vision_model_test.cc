@@ -419,6 +419,30 @@ TEST_F(VisionMoeTest, EveryExpertLayoutReadsTheSame) {
   EXPECT_GT(MaxDiff(transposed, dense), 1e-2f * top);  // the other experts were picked
 }
 
+// On the CUDA backend (the transposed experts' host copies placed there): exact mode within 1e-3
+// of the CPU's largest logit, fast mode within 2e-2. Skips without a CUDA device.
+TEST_F(VisionMoeTest, CudaMatchesTheCpu) {
+  const std::string dir = Folder(tiny_vl::Experts::kTransposed, "cuda");
+  const std::vector<float> cpu = Logits(dir);
+  ASSERT_FALSE(cpu.empty());
+  float top = 0;
+  for (float v : cpu) top = std::max(top, std::fabs(v));
+  for (bool exact : {true, false}) {
+    std::string why;
+    std::shared_ptr<Backend> cuda = testing::CudaOrNull(exact, &why);
+    if (!cuda) GTEST_SKIP() << why;
+    auto model = Model::Load(dir, cuda);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    for (int64_t chunk : {256, 5}) {
+      auto logits =
+          SequenceLogits(**model, tiny_vl::Prompt(), tiny_vl::Pictures(/*layers=*/1), chunk);
+      ASSERT_TRUE(logits.ok()) << logits.status().message();
+      EXPECT_LE(MaxDiff(*logits, cpu), (exact ? 1e-3f : 2e-2f) * top)
+          << (exact ? "exact" : "fast") << " chunk " << chunk;
+    }
+  }
+}
+
 // A stack of neither shape is a shape error naming the tensor.
 TEST_F(VisionMoeTest, AStackOfNeitherShapeIsRefused) {
   const std::string dir = Folder(tiny_vl::Experts::kTransposed, "bad");
