@@ -64,10 +64,18 @@ Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOpt
   KvPaging paging = KvPagingOf(runner->caches());
   const int32_t max_pages = PagesFor(options.context);
   // The slots' recurrent states and their snapshots (float32, allocated by the runner's
-  // Reserve) come out of the budget first; the rest holds pages.
-  int64_t state_bytes = 0;
-  for (const CacheSpec& c : runner->caches()) state_bytes += c.SlotStateBytes();
-  state_bytes *= 2 * static_cast<int64_t>(options.slots);
+  // Reserve) come out of the budget first; the rest holds pages. An engine that reads drafts
+  // keeps a second snapshot a slot (the states before a step with drafts) and each row's inputs
+  // to the state updates (Runner::ReserveDrafts).
+  const bool drafts = options.draft != DraftMode::kNone && options.drafts > 0;
+  int64_t slot_state_bytes = 0, row_input_bytes = 0;
+  for (const CacheSpec& c : runner->caches()) {
+    slot_state_bytes += c.SlotStateBytes();
+    row_input_bytes += c.RowInputBytes();
+  }
+  const int64_t state_bytes =
+      slot_state_bytes * (drafts ? 3 : 2) * static_cast<int64_t>(options.slots) +
+      (drafts ? row_input_bytes * options.rows : 0);
   const int64_t page_budget = std::max<int64_t>(0, options.kv_budget_bytes - state_bytes);
   // One sequence of the whole context: its blocks, and the window layers' pages it holds at once.
   auto sequence_pages = [&] {
@@ -86,7 +94,7 @@ Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOpt
     return InvalidArgument(
         "engine kv_budget_bytes: " + std::to_string(options.kv_budget_bytes) + " bytes" +
         (state_bytes > 0 ? " less " + std::to_string(state_bytes) +
-                               " bytes of recurrent states and their snapshots (" +
+                               " bytes of recurrent states, their snapshots and draft inputs (" +
                                std::to_string(options.slots) + " slots)"
                          : std::string()) +
         " hold " + std::to_string(pages) + " pages of " + std::to_string(page_bytes) +
@@ -101,6 +109,7 @@ Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOpt
                       std::to_string(pages * page_bytes) +
                       " bytes; a shorter context needs fewer)");
   }
+  if (drafts) GZ_RETURN_IF_ERROR(runner->ReserveDrafts());
   GZ_RETURN_IF_ERROR(runner->Reserve(options.rows, options.slots, max_pages));
   return std::unique_ptr<Engine>(
       new Engine(runner, options, paging, static_cast<int32_t>(pages), max_pages));
@@ -127,6 +136,7 @@ Engine::Engine(Runner* runner, const EngineOptions& options, KvPaging paging, in
                                 (1 + (options.draft == DraftMode::kNone ? 0 : options.drafts)))) *
           runner->arch().vocab),
       appended_(options.slots, 0),
+      drafted_(options.slots, 0),
       pacer_(options.rows, options.drafts) {
   state_.rows = options.rows;
   state_.runner = runner;
@@ -325,7 +335,8 @@ Expected<std::vector<std::vector<int32_t>>> Engine::Generate(std::vector<Request
 
 // Drafts make no sense for a request whose pick depends on more than (logits, seed, position):
 // penalties count the tokens before (a rejected draft would have counted), a grammar's matcher
-// advances per kept token. Slot states cannot go back to a row inside a step (Accept).
+// advances per kept token. Slot states go back to the last kept row by a snapshot before the
+// step and a replay of the kept rows (Runner::KeepDraftRows).
 void Engine::Draft() {
   int64_t rows = 0, decodes = 0;
   std::vector<std::pair<Sequence*, int64_t>> eligible;  // sequence, most drafts it may keep
@@ -338,8 +349,8 @@ void Engine::Draft() {
     if (unread != 1) continue;
     ++decodes;
     const Sampling& s = seq.request.sampling;
-    if (options_.draft == DraftMode::kNone || state_.slot_states || seq.request.pictures ||
-        s.presence != 0.0f || s.frequency != 0.0f || s.repetition != 1.0f || s.grammar != nullptr) {
+    if (options_.draft == DraftMode::kNone || seq.request.pictures || s.presence != 0.0f ||
+        s.frequency != 0.0f || s.repetition != 1.0f || s.grammar != nullptr) {
       continue;
     }
     // Drafts past the request's limit or the context would never be kept: a step makes at most
@@ -514,6 +525,14 @@ Status Engine::Run() {
     });
   }
   const auto began = std::chrono::steady_clock::now();
+  // Slot states: a snapshot of each slot that reads drafts, for the rows kept (PostProcess);
+  // part of the step's time, which the pacer weighs drafts by.
+  if (state_.slot_states) {
+    for (const Planned& p : state_.plan) {
+      if (p.drafts > 0)
+        GZ_RETURN_IF_ERROR(runner_->SnapshotDraftState(state_.sequences.at(p.id).slot));
+    }
+  }
   if (picked_) {
     picks_.resize(sample_.size());
     GZ_RETURN_IF_ERROR(runner_->StepSample(rows_, tables, sample_, picks_.data()));
@@ -639,8 +658,18 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
     }
     wanted += 1 + p.drafts;
     if (p.drafts > 0) {
-      // The refused drafts' rows leave the slot: it holds the tokens whose KV is right.
+      // The refused drafts' rows leave the slot: it holds the tokens whose KV is right, and
+      // its states (slot states) those after its last kept row.
       Truncate(state_, slot, static_cast<int64_t>(slot.tokens.size()) - (p.drafts - accepted));
+      if (state_.slot_states && accepted < p.drafts) {
+        if (Status kept = runner_->KeepDraftRows(seq.slot, p.rows - (p.drafts - accepted));
+            !kept.ok()) {
+          // The states match no row: the slot holds nothing to continue from.
+          Truncate(state_, slot, 0);
+          out.end = "error";
+          out.status = kept;
+        }
+      }
       // Drafts after the first refused one were not judged.
       const bool refused = accepted < p.drafts && out.end.empty();
       refusals += refused;
@@ -749,8 +778,34 @@ Status Engine::BuildRows(std::span<const int32_t> tokens, std::span<const int32_
 
 Expected<std::vector<float>> Engine::Step(std::span<const int32_t> tokens,
                                           std::span<const int32_t> slots,
-                                          std::span<const int32_t> wanted) {
+                                          std::span<const int32_t> wanted,
+                                          std::span<const int32_t> drafts) {
+  if (!drafts.empty() && drafts.size() != state_.slots.size()) {
+    return InvalidArgument("step drafts: expected none or one count a slot (" +
+                           std::to_string(state_.slots.size()) + "), got " +
+                           std::to_string(drafts.size()));
+  }
   GZ_RETURN_IF_ERROR(BuildRows(tokens, slots, wanted));
+  for (size_t s = 0; s < drafts.size(); ++s) {
+    const int64_t rows = std::count(slots.begin(), slots.end(), static_cast<int32_t>(s));
+    if (drafts[s] < 0 || drafts[s] > rows) {
+      return InvalidArgument("step drafts[" + std::to_string(s) + "]: expected in [0, " +
+                             std::to_string(rows) + "] (the slot's rows), got " +
+                             std::to_string(drafts[s]));
+    }
+    if (drafts[s] > 0 && state_.slot_states &&
+        (options_.draft == DraftMode::kNone || options_.drafts == 0)) {
+      return InvalidArgument(
+          "step drafts: an engine made without drafts keeps no snapshot of the model's "
+          "recurrent states (EngineOptions::draft)");
+    }
+  }
+  std::fill(drafted_.begin(), drafted_.end(), 0);
+  for (size_t s = 0; s < drafts.size(); ++s) {
+    drafted_[s] = drafts[s];
+    if (drafts[s] > 0 && state_.slot_states)
+      GZ_RETURN_IF_ERROR(runner_->SnapshotDraftState(static_cast<int32_t>(s)));
+  }
   std::vector<float> logits(wanted.size() * vocab_);
   GZ_RETURN_IF_ERROR(runner_->Step(rows_, Tables(), logits.data()));
   std::fill(appended_.begin(), appended_.end(), 0);
@@ -782,6 +837,7 @@ Expected<std::vector<float>> Engine::Hidden(std::span<const int32_t> tokens,
   std::vector<float> out(layers.size() * tokens.size() * runner_->arch().dim);
   GZ_RETURN_IF_ERROR(runner_->Hidden(rows_, Tables(), layers, out.data()));
   std::fill(appended_.begin(), appended_.end(), 0);
+  std::fill(drafted_.begin(), drafted_.end(), 0);
   for (size_t r = 0; r < tokens.size(); ++r) {
     state_.slots[slots[r]].tokens.push_back(tokens[r]);
     ++appended_[slots[r]];
@@ -817,6 +873,7 @@ Expected<std::vector<float>> Engine::Hidden(std::span<const int32_t> tokens, int
   std::vector<float> out(layers.size() * n * runner_->arch().dim);
   GZ_RETURN_IF_ERROR(runner_->Hidden(rows_, Tables(), layers, out.data()));
   std::fill(appended_.begin(), appended_.end(), 0);
+  std::fill(drafted_.begin(), drafted_.end(), 0);
   std::vector<int32_t>& held = state_.slots[slot].tokens;
   held.assign(tokens.begin(), tokens.end());
   for (size_t j = 0; j < pictures.rows.size(); ++j) {
@@ -886,12 +943,19 @@ Status Engine::Accept(int32_t slot, int64_t kept) {
                            std::to_string(slot));
   }
   if (kept < appended && state_.slot_states) {
-    return Unimplemented(
-        "accept: the model's recurrent states cannot go back to a row inside a step");
+    // The recurrent states go back only as far as the step's drafts (its snapshot).
+    if (appended - kept > drafted_[slot]) {
+      return InvalidArgument("accept: kept " + std::to_string(kept) + " of the " +
+                             std::to_string(appended) + " rows the last step appended to slot " +
+                             std::to_string(slot) + ", of which " + std::to_string(drafted_[slot]) +
+                             " were drafts: the model's recurrent states go back no further");
+    }
+    GZ_RETURN_IF_ERROR(runner_->KeepDraftRows(slot, kept));
   }
   Slot& s = state_.slots[slot];
   Truncate(state_, s, static_cast<int64_t>(s.tokens.size()) - (appended - kept));
   appended_[slot] = kept;
+  drafted_[slot] = 0;
   return Status::Ok();
 }
 
@@ -905,6 +969,7 @@ Status Engine::Reset(int32_t slot) {
   }
   Truncate(state_, state_.slots[slot], 0);
   appended_[slot] = 0;
+  drafted_[slot] = 0;
   return Status::Ok();
 }
 

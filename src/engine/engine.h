@@ -118,9 +118,13 @@ class Engine {
 
   // Low level, on slots no request runs in: appends each row's token to its slot at the slot's
   // next position (rows of a slot consecutive) and returns the logits of the wanted rows
-  // [wanted.size(), vocab]. Out of pages or context is ResourceExhausted here.
+  // [wanted.size(), vocab]. Out of pages or context is ResourceExhausted here. `drafts` (none,
+  // or a count a slot): the last drafts[s] rows of slot s are drafts, which Accept may drop; on
+  // a model with recurrent layers only drafts can be dropped, and only on an engine made with
+  // drafts (EngineOptions::draft), which keeps the states from before the step.
   Expected<std::vector<float>> Step(std::span<const int32_t> tokens, std::span<const int32_t> slots,
-                                    std::span<const int32_t> wanted);
+                                    std::span<const int32_t> wanted,
+                                    std::span<const int32_t> drafts = {});
   // Like Step, but returns the residual stream after each of `layers` (0: embeddings;
   // Hugging Face's hidden_states[l]): [layers.size(), rows, dim].
   Expected<std::vector<float>> Hidden(std::span<const int32_t> tokens,
@@ -134,8 +138,8 @@ class Engine {
                                       const PromptPictures& pictures, std::span<const int> layers);
   // Keeps the first `kept` of the rows the last Step or Hidden call appended to `slot` and forgets
   // the others (rejected drafts: their KV is dropped, the next row goes at the first dropped
-  // position). Runners with slot states (recurrent layers) cannot go back to a row inside a
-  // step: there `kept` below the rows appended is Unimplemented.
+  // position). On a model with recurrent layers the slot's states become those after its last
+  // kept row (Runner::KeepDraftRows); there only rows the Step called drafts can be dropped.
   Status Accept(int32_t slot, int64_t kept);
   // Forgets what a slot holds. Call only on a slot no request runs in.
   Status Reset(int32_t slot);
@@ -200,6 +204,7 @@ class Engine {
   std::unique_ptr<ThreadPool> mask_pool_;
   std::vector<Sequence*> masked_;
   std::vector<int64_t> appended_;  // [slots] rows the last low-level Step or Hidden appended
+  std::vector<int64_t> drafted_;   // [slots] of them, the drafts (Step's `drafts`)
   DraftPacer pacer_;
 };
 

@@ -77,6 +77,9 @@ class Calibrator::Recorder : public Backend {
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
     inner_->CopyToHost(dst, src, bytes);
   }
+  void CopyOnDevice(void* dst, const void* src, size_t bytes) override {
+    inner_->CopyOnDevice(dst, src, bytes);
+  }
   Expected<Weight> PrepareWeight(const Weight& host, std::unique_ptr<Buffer>* storage) override {
     GZ_ASSIGN_OR_RETURN(Weight w, inner_->PrepareWeight(host, storage));
     prepared_.push_back(w.data);

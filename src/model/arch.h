@@ -113,6 +113,8 @@ struct RecurrentSpec {
   int64_t StateFloats() const {
     return (kernel - 1) * ConvDim() + static_cast<int64_t>(v_heads) * k_dim * v_dim;
   }
+  // Floats of one row's inputs to the state update: the convolution's input, b and a.
+  int64_t RowInputFloats() const { return ConvDim() + 2 * static_cast<int64_t>(v_heads); }
 };
 
 // Which feed-forward a layer has.

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/check.h"
+
 namespace gizllm {
 
 StepBuilder::StepBuilder(Backend& backend, float* x, float* h, float* o, int64_t rows, int64_t dim,
@@ -217,50 +219,70 @@ Status RecurrentBlock::Load(WeightLoader& w, const Arch& arch, int layer) {
 void RecurrentBlock::Issue(StepBuilder& step, const StepInputs& in) const {
   Backend& be = step.backend();
   const int64_t n = in.rows;
-  const int64_t conv_dim = spec_.ConvDim(), key_dim = spec_.KeyDim();
+  const int64_t conv_dim = spec_.ConvDim();
+  // Where the engine reads drafts, b and a are written where Replay finds them, and the
+  // convolution's input (overwritten by the convolution) is copied there first.
+  float* b = row_b ? row_b : in.b;
+  float* a_in = row_a ? row_a : in.a;
   MatmulParams proj;
   step.Normed(norm_, &proj);
   proj.rows = n;
   proj.outputs = 3;
   proj.w[0] = &qkv_, proj.w[1] = &z_, proj.w[2] = &b_;
-  proj.out[0] = in.mix, proj.out[1] = in.z, proj.out[2] = in.b;
+  proj.out[0] = in.mix, proj.out[1] = in.z, proj.out[2] = b;
   be.Matmul(proj);
   MatmulParams a = proj;  // the same normalized input
   a.outputs = 1;
   a.w[0] = &a_;
-  a.out[0] = in.a;
+  a.out[0] = a_in;
   be.Matmul(a);
-  be.CausalConv(
-      {in.mix, n, conv_dim, conv_dim, spec_.kernel, conv_, conv_states, in.slots, in.positions});
-  be.L2Norm({in.mix, n, 2 * spec_.k_heads, spec_.k_dim, conv_dim, 1e-6f});
-  GatedDeltaRuleParams rule;
-  rule.out = in.attn;
-  rule.q = in.mix;
-  rule.k = in.mix + key_dim;
-  rule.qk_stride = conv_dim;
-  rule.v = in.mix + 2 * key_dim;
-  rule.v_stride = conv_dim;
-  rule.a = in.a;
-  rule.b = in.b;
-  rule.ab_stride = spec_.v_heads;
-  rule.a_log = a_log_;
-  rule.dt_bias = dt_bias_;
-  rule.states = delta_states;
-  rule.slots = in.slots;
-  rule.positions = in.positions;
-  rule.rows = n;
-  rule.k_heads = spec_.k_heads;
-  rule.v_heads = spec_.v_heads;
-  rule.k_dim = spec_.k_dim;
-  rule.v_dim = spec_.v_dim;
-  rule.scale = 1.0f / std::sqrt(static_cast<float>(spec_.k_dim));
-  be.GatedDeltaRule(rule);
+  if (row_mix) be.GatherRows({row_mix, in.mix, in.iota, n, conv_dim});
+  UpdateStates(be, in.mix, b, a_in, in.slots, in.positions, n, in.attn);
   be.GatedRmsNorm({in.attn, in.attn, in.z, out_norm_, n * spec_.v_heads, spec_.v_dim, eps_});
   MatmulParams out;
   out.x = in.attn;
   out.rows = n;
   out.w[0] = &out_;
   step.AddToStream(out, nullptr);
+}
+
+void RecurrentBlock::Replay(Backend& be, const StepInputs& in, int64_t first, int64_t rows) const {
+  DCHECK(row_mix != nullptr && rows > 0);
+  const int64_t conv_dim = spec_.ConvDim();
+  be.GatherRows({in.mix, row_mix + first * conv_dim, in.iota, rows, conv_dim});
+  UpdateStates(be, in.mix, row_b + first * spec_.v_heads, row_a + first * spec_.v_heads,
+               in.slots + first, in.positions + first, rows, in.attn);
+}
+
+void RecurrentBlock::UpdateStates(Backend& be, float* mix, const float* b, const float* a,
+                                  const int32_t* slots, const int32_t* positions, int64_t rows,
+                                  float* out) const {
+  const int64_t conv_dim = spec_.ConvDim(), key_dim = spec_.KeyDim();
+  be.CausalConv(
+      {mix, rows, conv_dim, conv_dim, spec_.kernel, conv_, conv_states, slots, positions});
+  be.L2Norm({mix, rows, 2 * spec_.k_heads, spec_.k_dim, conv_dim, 1e-6f});
+  GatedDeltaRuleParams rule;
+  rule.out = out;
+  rule.q = mix;
+  rule.k = mix + key_dim;
+  rule.qk_stride = conv_dim;
+  rule.v = mix + 2 * key_dim;
+  rule.v_stride = conv_dim;
+  rule.a = a;
+  rule.b = b;
+  rule.ab_stride = spec_.v_heads;
+  rule.a_log = a_log_;
+  rule.dt_bias = dt_bias_;
+  rule.states = delta_states;
+  rule.slots = slots;
+  rule.positions = positions;
+  rule.rows = rows;
+  rule.k_heads = spec_.k_heads;
+  rule.v_heads = spec_.v_heads;
+  rule.k_dim = spec_.k_dim;
+  rule.v_dim = spec_.v_dim;
+  rule.scale = 1.0f / std::sqrt(static_cast<float>(spec_.k_dim));
+  be.GatedDeltaRule(rule);
 }
 
 Status FeedForwardBlock::Load(WeightLoader& w, const Arch& arch, int layer) {

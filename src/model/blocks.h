@@ -24,6 +24,7 @@ struct StepInputs {
   const int32_t* rotary = nullptr;     // [rows] rotary position (M-RoPE: the time position)
   const int32_t* rotary_h = nullptr;   // [rows] M-RoPE height position, or null (text rows)
   const int32_t* rotary_w = nullptr;   // [rows] M-RoPE width position, or null
+  const int32_t* iota = nullptr;       // [rows] 0, 1, 2, ...: row copies by GatherRows
   PageTable table;
   float* q = nullptr;          // [rows, max q dim]
   float* k = nullptr;          // [rows, max kv dim]
@@ -125,13 +126,28 @@ class RecurrentBlock {
  public:
   Status Load(WeightLoader& w, const Arch& arch, int layer);
   void Issue(StepBuilder& step, const StepInputs& in) const;
+  // The state updates of the step's rows [first, first + rows) (one slot's, in order) again,
+  // from their inputs the step kept (row_mix, row_b, row_a): the slot's states move on from
+  // what they hold as the step moved them. Outputs go to scratch (in.mix, in.attn).
+  void Replay(Backend& be, const StepInputs& in, int64_t first, int64_t rows) const;
 
   const RecurrentSpec& spec() const { return spec_; }
   // This layer's states, set when they are allocated.
   float* conv_states = nullptr;   // [slots, kernel - 1, conv dim]
   float* delta_states = nullptr;  // [slots, v_heads, k_dim, v_dim]
+  // Each row's inputs to the state update that the last step read, kept for Replay where the
+  // engine reads drafts (Runner::ReserveDrafts); null: not kept.
+  float* row_mix = nullptr;  // [rows, conv dim]: the convolution's input (q, k, v)
+  float* row_b = nullptr;    // [rows, v_heads]
+  float* row_a = nullptr;    // [rows, v_heads]
 
  private:
+  // The convolution (its state), q and k normalized, and the delta rule (its state) over
+  // `rows` rows of `mix` (the convolution's input, overwritten) with their b and a; the rule's
+  // output to `out` [rows, v_heads, v_dim].
+  void UpdateStates(Backend& be, float* mix, const float* b, const float* a, const int32_t* slots,
+                    const int32_t* positions, int64_t rows, float* out) const;
+
   RecurrentSpec spec_;
   float eps_ = 1e-6f;
   const float* norm_ = nullptr;      // [dim]

@@ -48,7 +48,12 @@ struct Model::Buffers {
   std::unique_ptr<Buffer> b;          // [rows, v_heads]
   std::unique_ptr<Buffer> a;          // [rows, v_heads]
   std::unique_ptr<Buffer> states;     // [slots, every recurrent layer's state floats]
-  std::unique_ptr<Buffer> saved;      // the states' snapshots, laid out as `states`
+  std::unique_ptr<Buffer> saved;      // the states' snapshots at marks, laid out as `states`
+  // Where the engine reads drafts (ReserveDrafts): the states' snapshots before a step with
+  // drafts, laid out as `states`, and each row's inputs to the state updates, per recurrent
+  // layer [rows, conv dim] then [rows, v_heads] twice (b, a).
+  std::unique_ptr<Buffer> draft_saved;
+  std::unique_ptr<Buffer> row_inputs;
   std::unique_ptr<Buffer> picked;     // [rows, dim] normalized wanted rows
   std::unique_ptr<Buffer> logits;     // [rows, vocab]
   std::unique_ptr<Buffer> sample;     // [rows] SampleRow, for picking tokens on the backend
@@ -105,6 +110,12 @@ struct Model::Impl {
   // A shape met once (the last piece of a prompt beside the decode rows, a step with one more
   // sequence) then costs its ops' launches, not a recording and its instantiation as well.
   std::unordered_set<uint64_t> seen_once;
+  // Drafts (ReserveDrafts): whether steps keep their rows' inputs, and per slot the rows of the
+  // last step (first row, count), whether its draft snapshot was taken for the next step
+  // (pending) and whether it holds the states from before the last step (valid).
+  bool keeps_row_inputs = false;
+  std::vector<int64_t> step_first, step_count;
+  std::vector<uint8_t> snapshot_pending, snapshot_valid;
 };
 
 Status LoadOptions::Check() const {
@@ -250,6 +261,7 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
       CacheSpec c;
       c.kind = LayerKind::kRecurrent;
       c.state_floats = a.layer[l].recurrent.StateFloats();
+      c.row_input_floats = a.layer[l].recurrent.RowInputFloats();
       model->caches_.push_back(c);
     } else {
       const AttentionSpec& spec = a.layer[l].attention;
@@ -426,6 +438,31 @@ Status Model::Reserve(int64_t rows, int32_t slots, int32_t max_pages) {
   GZ_RETURN_IF_ERROR(alloc(&b.z, rows * value_dim * f));
   GZ_RETURN_IF_ERROR(alloc(&b.b, rows * v_heads * f));
   GZ_RETURN_IF_ERROR(alloc(&b.a, rows * v_heads * f));
+  if (state_floats > 0 && impl_->keeps_row_inputs) {
+    // The rows' inputs, for the most rows a step reads.
+    int64_t row_floats = 0;
+    for (const LayerSpec& spec : a.layer) {
+      if (spec.IsRecurrent()) row_floats += spec.recurrent.RowInputFloats();
+    }
+    GZ_RETURN_IF_ERROR(alloc(&b.row_inputs, static_cast<size_t>(rows) * row_floats * f));
+    float* at = b.row_inputs->as<float>();
+    for (Layer& layer : impl_->layers) {
+      if (!layer.is_recurrent) continue;
+      RecurrentBlock& block = layer.recurrent;
+      const RecurrentSpec& r = block.spec();
+      block.row_mix = at;
+      block.row_b = at + rows * r.ConvDim();
+      block.row_a = block.row_b + rows * r.v_heads;
+      at += rows * r.RowInputFloats();
+    }
+  }
+  if (state_floats > 0 && impl_->keeps_row_inputs && (slots > b.slots || !b.draft_saved)) {
+    GZ_RETURN_IF_ERROR(alloc(&b.draft_saved, static_cast<size_t>(slots) * state_floats * f));
+  }
+  impl_->step_first.resize(slots, 0);
+  impl_->step_count.resize(slots, 0);
+  impl_->snapshot_pending.resize(slots, 0);
+  impl_->snapshot_valid.resize(slots, 0);
   if (state_floats > 0 && slots > b.slots) {
     // The recurrent layers' states, slot by slot; what the slots held carries over.
     // Each layer's part: [slots, kernel - 1, conv dim] then [slots, v_heads, k_dim, v_dim].
@@ -668,6 +705,16 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   in.z = b.z->as<float>();
   in.b = b.b->as<float>();
   in.a = b.a->as<float>();
+  in.iota = b.iota->as<int32_t>();
+  if (impl.keeps_row_inputs) {
+    // Which rows each slot read in this step, and whether its draft snapshot came before it.
+    std::fill(impl.step_count.begin(), impl.step_count.end(), 0);
+    for (int64_t r = 0; r < n; ++r) {
+      if (impl.step_count[rows.slots[r]]++ == 0) impl.step_first[rows.slots[r]] = r;
+    }
+    impl.snapshot_valid = impl.snapshot_pending;
+    std::fill(impl.snapshot_pending.begin(), impl.snapshot_pending.end(), 0);
+  }
   // The step's picture rows as runs of adjacent rows: (first row, first visual index, count).
   struct Run {
     int64_t row, index, count;
@@ -794,25 +841,86 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   return Status::Ok();
 }
 
-Status Model::SaveSlotState(int32_t slot) { return CopySlotState(slot, /*save=*/true); }
-Status Model::RestoreSlotState(int32_t slot) { return CopySlotState(slot, /*save=*/false); }
-
-Status Model::CopySlotState(int32_t slot, bool save) {
+Status Model::SaveSlotState(int32_t slot) {
   Buffers& b = impl_->buffers;
   if (!b.states) return Status::Ok();  // no recurrent layers
+  return CopySlotState(slot, b.states->as<float>(), b.saved->as<float>(), "SaveSlotState");
+}
+
+Status Model::RestoreSlotState(int32_t slot) {
+  Buffers& b = impl_->buffers;
+  if (!b.states) return Status::Ok();
+  return CopySlotState(slot, b.saved->as<float>(), b.states->as<float>(), "RestoreSlotState");
+}
+
+Status Model::ReserveDrafts() {
+  if (!HasSlotStates(caches_) || impl_->keeps_row_inputs) return Status::Ok();
+  impl_->keeps_row_inputs = true;
+  Buffers& b = impl_->buffers;
+  if (b.rows == 0) return Status::Ok();  // Reserve allocates them
+  // Reallocated at the sizes reserved so far (Reserve returns early when nothing grows).
+  const int64_t rows = b.rows;
+  b.rows = 0;
+  return Reserve(rows, b.slots, b.max_pages);
+}
+
+Status Model::SnapshotDraftState(int32_t slot) {
+  Impl& impl = *impl_;
+  Buffers& b = impl.buffers;
+  if (!b.states) return Status::Ok();
+  if (!impl.keeps_row_inputs)
+    return InvalidArgument("SnapshotDraftState: ReserveDrafts was not called");
+  GZ_RETURN_IF_ERROR(
+      CopySlotState(slot, b.states->as<float>(), b.draft_saved->as<float>(), "SnapshotDraftState"));
+  impl.snapshot_pending[slot] = 1;
+  return Status::Ok();
+}
+
+// Why the snapshot and a replay rather than a snapshot a row: a slot's states (tens of MB on a
+// large model) are copied once a step, and only the kept rows' updates run again.
+Status Model::KeepDraftRows(int32_t slot, int64_t rows) {
+  Impl& impl = *impl_;
+  Buffers& b = impl.buffers;
+  if (!b.states) return Status::Ok();
   if (slot < 0 || slot >= b.slots)
-    return InvalidArgument(std::string(save ? "SaveSlotState" : "RestoreSlotState") + ": slot " +
-                           std::to_string(slot) + " out of range");
+    return InvalidArgument("KeepDraftRows: slot " + std::to_string(slot) + " out of range");
+  const int64_t count = impl.keeps_row_inputs ? impl.step_count[slot] : 0;
+  if (rows < 0 || rows > count)
+    return InvalidArgument("KeepDraftRows: " + std::to_string(rows) + " rows of the " +
+                           std::to_string(count) + " slot " + std::to_string(slot) +
+                           " read in the last step");
+  if (rows == count) return Status::Ok();
+  if (!impl.snapshot_valid[slot])
+    return InvalidArgument("KeepDraftRows: no draft snapshot of slot " + std::to_string(slot) +
+                           " was taken before the last step");
+  impl.snapshot_valid[slot] = 0;  // the snapshot is read once
+  GZ_RETURN_IF_ERROR(
+      CopySlotState(slot, b.draft_saved->as<float>(), b.states->as<float>(), "KeepDraftRows"));
+  if (rows == 0) return Status::Ok();
+  // The step's slots and positions are still in their buffers (UploadStepInputs).
+  StepInputs in;
+  in.slots = b.slot_of->as<int32_t>();
+  in.positions = b.positions->as<int32_t>();
+  in.mix = b.mix->as<float>();
+  in.attn = b.attn->as<float>();
+  in.iota = b.iota->as<int32_t>();
+  const int64_t first = impl.step_first[slot];
+  for (const Layer& layer : impl.layers) {
+    if (layer.is_recurrent) layer.recurrent.Replay(*backend_, in, first, rows);
+  }
+  backend_->Synchronize();
+  return Status::Ok();
+}
+
+Status Model::CopySlotState(int32_t slot, float* from, float* to, const char* who) {
+  Buffers& b = impl_->buffers;
+  if (slot < 0 || slot >= b.slots)
+    return InvalidArgument(std::string(who) + ": slot " + std::to_string(slot) + " out of range");
   float* live = b.states->as<float>();
-  float* saved = b.saved->as<float>();
-  std::vector<float> host;
-  // Through host memory: the backends have no device-to-device copy op.
+  // Each layer's parts, at the same offsets in every buffer laid out as the states.
   auto copy = [&](float* part, int64_t floats) {
-    float* from = save ? part : saved + (part - live);
-    float* to = save ? saved + (part - live) : part;
-    host.resize(floats);
-    backend_->CopyToHost(host.data(), from + slot * floats, floats * sizeof(float));
-    backend_->CopyToDevice(to + slot * floats, host.data(), floats * sizeof(float));
+    const int64_t at = (part - live) + slot * floats;
+    backend_->CopyOnDevice(to + at, from + at, floats * sizeof(float));
   };
   for (const Layer& layer : impl_->layers) {
     if (!layer.is_recurrent) continue;

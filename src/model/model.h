@@ -67,6 +67,9 @@ class Model final : public Runner {
                 float* out) override;
   Status SaveSlotState(int32_t slot) override;
   Status RestoreSlotState(int32_t slot) override;
+  Status ReserveDrafts() override;
+  Status SnapshotDraftState(int32_t slot) override;
+  Status KeepDraftRows(int32_t slot, int64_t rows) override;
   Status CopyPageToHost(int32_t page, void* host) override;
   Status CopyPageFromHost(int32_t page, const void* host) override;
 
@@ -83,8 +86,9 @@ class Model final : public Runner {
   // Copies one page between the pool and the host, region by region (a layer's, or under window
   // paging the layers that share it).
   Status CopyPage(int32_t page, void* host, bool to_host);
-  // Copies slot `slot`'s recurrent states into its snapshot (save) or back.
-  Status CopySlotState(int32_t slot, bool save);
+  // Copies slot `slot`'s recurrent states from the buffer `from` to `to` (each laid out as the
+  // states: the live ones, the mark's snapshot or the drafts').
+  Status CopySlotState(int32_t slot, float* from, float* to, const char* who);
 
   std::string dir_;
   Arch arch_;

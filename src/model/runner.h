@@ -38,6 +38,9 @@ struct CacheSpec {
   int32_t window = 0;  // 0: every position
   KvFormat format = KvFormat::kF32;
   int64_t state_floats = 0;  // kRecurrent
+  // kRecurrent: floats of one row's inputs to the state update, which a runner that reads drafts
+  // keeps for every row of a step (Runner::ReserveDrafts).
+  int64_t row_input_floats = 0;
   // Bytes of one page: keys and values (and their scales); 0 for a recurrent layer.
   int64_t PageBytes() const {
     if (kind != LayerKind::kAttention) return 0;
@@ -48,6 +51,11 @@ struct CacheSpec {
   // Bytes of one slot's state; 0 for an attention layer.
   int64_t SlotStateBytes() const {
     return kind == LayerKind::kRecurrent ? state_floats * static_cast<int64_t>(sizeof(float)) : 0;
+  }
+  // Bytes of one row's kept inputs (drafts); 0 for an attention layer.
+  int64_t RowInputBytes() const {
+    return kind == LayerKind::kRecurrent ? row_input_floats * static_cast<int64_t>(sizeof(float))
+                                         : 0;
   }
 };
 
@@ -142,6 +150,24 @@ class Runner {
   }
   virtual Status RestoreSlotState(int32_t slot) {
     (void)slot;
+    return Status::Ok();
+  }
+
+  // Draft rows on a runner with slot states, which cannot go back to a row inside a step. Once
+  // ReserveDrafts is called (before the steps, beside Reserve), every step keeps each row's
+  // inputs to the recurrent layers' state updates, and a second snapshot a slot holds the
+  // states from before a step whose last rows of the slot are drafts (SnapshotDraftState,
+  // called before that step; apart from SaveSlotState's). After the step, KeepDraftRows(slot,
+  // rows) makes the slot's states those after its first `rows` rows of the step: the snapshot
+  // back, then the state updates of those rows again from their kept inputs (no projections,
+  // no attention, no KV written). Runners without states keep none.
+  virtual Status ReserveDrafts() { return Status::Ok(); }
+  virtual Status SnapshotDraftState(int32_t slot) {
+    (void)slot;
+    return Status::Ok();
+  }
+  virtual Status KeepDraftRows(int32_t slot, int64_t rows) {
+    (void)slot, (void)rows;
     return Status::Ok();
   }
 

@@ -485,6 +485,8 @@ class Backend {
   virtual DeviceMemory Memory() const { return {}; }
   virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+  // Copies within the device's memory (both pointers the backend's), in order with the ops.
+  virtual void CopyOnDevice(void* dst, const void* src, size_t bytes) = 0;
   // Makes a host weight (e.g. a pointer into a memory-mapped file) usable by this backend;
   // `storage` receives whatever must stay alive (null where the host memory is used in place).
   virtual Expected<Weight> PrepareWeight(const Weight& host, std::unique_ptr<Buffer>* storage) = 0;

@@ -541,6 +541,10 @@ void CpuBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
 }
 
+void CpuBackend::CopyOnDevice(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+
 Expected<Weight> CpuBackend::PrepareWeight(const Weight& host, std::unique_ptr<Buffer>* storage) {
   if (storage) storage->reset();
   switch (host.format) {

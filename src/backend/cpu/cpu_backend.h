@@ -58,6 +58,7 @@ class CpuBackend : public Backend {
   DeviceMemory Memory() const override;
   void CopyToDevice(void* dst, const void* src, size_t bytes) override;
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
+  void CopyOnDevice(void* dst, const void* src, size_t bytes) override;
   // Plain formats are used in place (no copy, `storage` stays null), except bf16 weights where
   // PacksBf16(): packed once into panels of 32 outputs (matmul_kernels.h) that the vdpbf16ps
   // kernels (bf16_activations) read for any number of rows, and the float32 kernels from

@@ -133,6 +133,13 @@ class CudaBackend : public Backend {
     GZ_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
+  // On the stream, without waiting: the ops after it see the copy.
+  void CopyOnDevice(void* dst, const void* src, size_t bytes) override {
+    ForgetHandOffs();
+    if (bytes == 0) return;
+    GZ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+
   Expected<Weight> PrepareWeight(const Weight& host, std::unique_ptr<Buffer>* storage) override {
     if (quant::IsQuantized(host.format)) {
       GZ_RETURN_IF_ERROR(cuda::CheckQuantWeight(host));

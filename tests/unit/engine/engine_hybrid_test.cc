@@ -3,7 +3,9 @@
 // piece; concurrent greedy requests under preemption equal each alone; a chat's second turn
 // reads only its new tokens from the slot's state and equals reading it whole; a slot's tokens
 // taken by another request are not kept as a prefix (pages without a state cannot resume) and
-// the next turn reads everything again; the states come out of the memory budget.
+// the next turn reads everything again; the states come out of the memory budget; drafts
+// dropped by Accept leave the states of the last kept row, and lookup drafts give the same
+// tokens.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -318,39 +320,139 @@ TEST(EngineHybrid, StatesCountAgainstTheBudget) {
 namespace gizllm {
 namespace {
 
-// Recurrent states cannot go back to a row inside a step (no per-row snapshots yet): with
-// lookup drafts asked for, a hybrid model drafts nothing and gives the same tokens, and the
-// low-level Accept refuses to drop rows.
-TEST(EngineHybrid, DraftsNothingAndAcceptRefusesToCutBack) {
+// An engine that reads drafts on the hybrid: the budget holds a second snapshot a slot and the
+// rows' kept inputs beside the states and their snapshots.
+std::unique_ptr<Engine> MakeDraftingEngine(Model* model, int32_t slots, int64_t context,
+                                           int64_t rows, int32_t pages) {
+  int64_t row_inputs = 0;
+  for (const CacheSpec& c : model->caches()) row_inputs += c.RowInputBytes();
+  EXPECT_GT(row_inputs, 0);
+  EngineOptions options;
+  options.slots = slots;
+  options.context = context;
+  options.rows = rows;
+  options.draft = DraftMode::kLookup;
+  options.kv_budget_bytes =
+      pages * model->PageBytes() + 3 * slots * StateBytes(*model) + rows * row_inputs;
+  auto engine = Engine::Create(model, options);
+  EXPECT_TRUE(engine.ok()) << engine.status().message();
+  if (engine.ok()) {
+    EXPECT_EQ((*engine)->pages(), pages);
+  }
+  options.kv_budget_bytes -= pages * model->PageBytes() - 1;  // the states fit, no page does
+  EXPECT_FALSE(Engine::Create(model, options).ok());
+  return engine.ok() ? std::move(*engine) : nullptr;
+}
+
+// Low level: a step of a token and three drafts, of which Accept keeps `kept` (0 to 3): the
+// slot's states go back to its last kept row (the snapshot before the step and a replay of the
+// kept rows), so the next step's logits equal those of an engine that never read the drafts.
+TEST(EngineHybrid, AcceptRestoresTheStatesOfTheLastKeptRow) {
+  Model* model = HybridModel();
+  ASSERT_NE(model, nullptr);
+  std::mt19937 rng(43);
+  const std::vector<int32_t> prompt = RandomPrompt(rng, 70);  // past the rule's chunk of 64
+  const std::vector<int32_t> step = RandomPrompt(rng, 4);     // a token, then three drafts
+  const int32_t next = 17;
+  const int n = static_cast<int>(prompt.size());
+  auto drafting = MakeDraftingEngine(model, 2, 128, 80, 8);
+  auto plain = MakeEngine(model, 2, 128, 80, 8);
+  ASSERT_NE(drafting, nullptr);
+  ASSERT_NE(plain, nullptr);
+  const std::vector<int32_t> one_slot(n, 1), wanted_last{n - 1};
+  for (int kept = 0; kept <= 3; ++kept) {
+    SCOPED_TRACE("kept " + std::to_string(kept));
+    ASSERT_TRUE(drafting->Reset(1).ok());
+    ASSERT_TRUE(plain->Reset(1).ok());
+    ASSERT_TRUE(drafting->Step(prompt, one_slot, wanted_last).ok());
+    // Slot 1's last three rows are drafts; slot 0 reads a row beside them.
+    const std::vector<int32_t> tokens = {5, step[0], step[1], step[2], step[3]};
+    const std::vector<int32_t> slots = {0, 1, 1, 1, 1};
+    const std::vector<int32_t> drafts = {0, 3};
+    auto verify = drafting->Step(tokens, slots, std::vector<int32_t>{1, 2, 3, 4}, drafts);
+    ASSERT_TRUE(verify.ok()) << verify.status().message();
+    ASSERT_TRUE(drafting->Accept(1, 1 + kept).ok());
+    ASSERT_EQ(drafting->held(1).size(), static_cast<size_t>(n + 1 + kept));
+    auto after = drafting->Step(std::vector<int32_t>{next}, std::vector<int32_t>{1},
+                                std::vector<int32_t>{0});
+    ASSERT_TRUE(after.ok()) << after.status().message();
+
+    std::vector<int32_t> read = prompt;
+    read.insert(read.end(), step.begin(), step.begin() + 1 + kept);
+    const int m = static_cast<int>(read.size());
+    auto want_verify = plain->Step(read, std::vector<int32_t>(m, 1), std::vector<int32_t>{m - 1});
+    ASSERT_TRUE(want_verify.ok());
+    // The kept rows' own logits are the plain run's too.
+    ExpectClose(
+        std::span<const float>(*verify).subspan(kept * tiny_hybrid::kVocab, tiny_hybrid::kVocab),
+        *want_verify, "the last kept row");
+    auto want =
+        plain->Step(std::vector<int32_t>{next}, std::vector<int32_t>{1}, std::vector<int32_t>{0});
+    ASSERT_TRUE(want.ok());
+    ExpectClose(*after, *want, "the step after Accept");
+    ASSERT_TRUE(drafting->Reset(0).ok());
+  }
+}
+
+// Accept drops no more rows than the step called drafts, and an engine made without drafts
+// takes none on a hybrid (it keeps no snapshot for them).
+TEST(EngineHybrid, AcceptDropsOnlyDrafts) {
+  Model* model = HybridModel();
+  ASSERT_NE(model, nullptr);
+  auto drafting = MakeDraftingEngine(model, 2, 64, 16, 4);
+  ASSERT_NE(drafting, nullptr);
+  const std::vector<int32_t> rows = {3, 4, 5};
+  ASSERT_TRUE(drafting->Step(rows, std::vector<int32_t>(3, 1), {}).ok());
+  EXPECT_EQ(drafting->Accept(1, 2).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(drafting->Accept(1, 3).ok());
+  ASSERT_TRUE(
+      drafting->Step(rows, std::vector<int32_t>(3, 1), {}, std::vector<int32_t>{0, 1}).ok());
+  EXPECT_EQ(drafting->Accept(1, 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(drafting->Accept(1, 2).ok());
+  EXPECT_EQ(drafting->held(1).size(), 5u);
+  EXPECT_FALSE(drafting->Step(rows, std::vector<int32_t>(3, 1), {}, std::vector<int32_t>{4}).ok());
+
+  auto plain = MakeEngine(model, 2, 64, 16, 4);
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(
+      plain->Step(rows, std::vector<int32_t>(3, 1), {}, std::vector<int32_t>{0, 1}).status().code(),
+      StatusCode::kInvalidArgument);
+}
+
+// Requests on prompts that repeat themselves, greedy and seeded, 3 slots sharing 7 pages
+// (preemption): lookup drafts give the same tokens as none, some drafts kept and some refused.
+TEST(EngineHybrid, LookupDraftsGiveTheSameTokens) {
   Model* model = HybridModel();
   ASSERT_NE(model, nullptr);
   std::mt19937 rng(41);
-  Request r;
-  const std::vector<int32_t> piece = RandomPrompt(rng, 6);
-  for (int i = 0; i < 30; ++i) r.prompt.push_back(piece[i % 6]);
-  r.limit = 12;
-  r.sampling.temperature = 0.0f;
-  r.stop = std::vector<int32_t>{};
-  EngineOptions options;
-  options.slots = 2;
-  options.context = 96;
-  options.rows = 64;
-  options.kv_budget_bytes = 12 * model->PageBytes() + 2 * 2 * StateBytes(*model);
-  options.draft = DraftMode::kLookup;
-  auto drafting = Engine::Create(model, options);
-  ASSERT_TRUE(drafting.ok()) << drafting.status().message();
-  auto out = (*drafting)->Generate({r});
-  ASSERT_TRUE(out.ok());
-  EXPECT_EQ((*drafting)->stats().lookup.drafted, 0);
-  auto plain = MakeEngine(model, 1, 96, 64, 12);
-  auto want = plain->Generate({r});
-  ASSERT_TRUE(want.ok());
-  EXPECT_EQ((*out)[0], (*want)[0]);
-
-  std::vector<int32_t> rows = {3, 4, 5};
-  ASSERT_TRUE((*drafting)->Step(rows, std::vector<int32_t>(3, 1), {}).ok());
-  EXPECT_EQ((*drafting)->Accept(1, 2).code(), StatusCode::kUnimplemented);
-  EXPECT_TRUE((*drafting)->Accept(1, 3).ok());
+  std::vector<Request> requests;
+  for (int i = 0; i < 6; ++i) {
+    Request r;
+    const std::vector<int32_t> piece = RandomPrompt(rng, 5 + i % 3);
+    for (int j = 0; j < 30; ++j) r.prompt.push_back(piece[j % piece.size()]);
+    r.limit = 16 + i;
+    r.sampling.temperature = 0.0f;
+    if (i % 2 == 1) {
+      r.sampling.temperature = 0.8f;
+      r.sampling.seed = rng();
+    }
+    r.stop = std::vector<int32_t>{};
+    requests.push_back(r);
+  }
+  auto drafting = MakeDraftingEngine(model, 3, 96, 48, 7);
+  auto plain = MakeEngine(model, 3, 96, 48, 7);
+  ASSERT_NE(drafting, nullptr);
+  ASSERT_NE(plain, nullptr);
+  auto out = drafting->Generate(requests);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  auto want = plain->Generate(requests);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ((*out)[i], (*want)[i]) << "request " << i;
+  const DraftStats& lookup = drafting->stats().lookup;
+  EXPECT_GT(lookup.accepted, 0);
+  EXPECT_GT(lookup.drafted, lookup.accepted);
+  EXPECT_GT(drafting->stats().preemptions, 0);
+  EXPECT_TRUE(drafting->CheckPages().ok());
 }
 
 }  // namespace

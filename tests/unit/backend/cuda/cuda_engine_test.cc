@@ -2,7 +2,9 @@
 // Sampler's picks from the same logits (seeded sampling under top-k, top-p, min-p and greedy),
 // greedy tokens equal the CPU backend's, Warm leaves the engine as it found it, and fp16 pages
 // come back from host memory as they were; lookup drafts (verify steps of several rows a
-// sequence, picked on the device) change no token in exact mode. Skipped without a CUDA device.
+// sequence, picked on the device) change no token in exact mode, on the golden hybrids too,
+// where Accept brings the recurrent states back to the last kept row. Skipped without a CUDA
+// device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +13,8 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -267,6 +271,167 @@ TEST(CudaEngine, DraftsChangeNoTokens) {
           static_cast<long long>(lookup.stats.lookup.drafted),
           static_cast<long long>(lookup.stats.lookup.accepted), static_cast<long long>(same),
           static_cast<long long>(all));
+    }
+  }
+}
+
+// The golden hybrids (recurrent layers with per-slot states): prompts that repeat a piece,
+// greedy and seeded, 4 slots sharing 12 pages (preemption). With lookup drafts the states are
+// snapshotted before each step with drafts and brought back to the last kept row by a replay
+// of the kept rows: in exact mode the tokens equal those without drafts (picked on the device
+// and on the host), with drafts both kept and refused. In the fast mode the agreement is printed.
+TEST(CudaEngine, HybridDraftsChangeNoTokens) {
+  GZ_SKIP_WITHOUT_CUDA();
+  for (const char* name : {"qwen3_next", "qwen3_5", "qwen3_5_moe"}) {
+    const std::string dir = std::string("tests/golden/models/") + name;
+    for (bool exact : {true, false}) {
+      auto model = Load("cuda", exact, std::nullopt, dir);
+      ASSERT_TRUE(model);
+      const int64_t vocab = model->arch().vocab;
+      // As the CPU engine's draft test (engine_draft_model_test.cc): a piece of 5 to 9 tokens
+      // four times, or random tokens; every other request sampled with a seed.
+      std::mt19937 rng(51);
+      std::uniform_int_distribution<int32_t> token(10, static_cast<int32_t>(vocab) - 1);
+      std::vector<Request> requests;
+      for (int i = 0; i < 8; ++i) {
+        Request r;
+        const int period = 5 + static_cast<int>(rng() % 5);
+        std::vector<int32_t> piece(period);
+        for (int32_t& t : piece) t = token(rng);
+        for (int p = 0; p < 4 * period; ++p)
+          r.prompt.push_back(i % 3 == 2 ? token(rng) : piece[p % period]);
+        r.limit = 24 + static_cast<int64_t>(rng() % 24);
+        r.stop = std::vector<int32_t>{};
+        r.sampling.temperature = 0.0f;
+        if (i % 2 == 1) {
+          r.sampling.temperature = 0.8f;
+          r.sampling.top_p = 0.95f;
+          r.sampling.seed = rng();
+        }
+        requests.push_back(r);
+      }
+      for (bool device : {true, false}) {
+        SCOPED_TRACE(std::string(name) + (exact ? " exact" : " fast") +
+                     (device ? " device" : " host"));
+        auto run = [&](DraftMode draft) {
+          EngineOptions options;
+          options.slots = 4;
+          options.context = 128;
+          options.rows = 48;
+          options.device_sampling = device;
+          options.draft = draft;
+          int64_t states = 0;
+          for (const CacheSpec& c : model->caches()) {
+            states += (draft != DraftMode::kNone ? 3 : 2) * options.slots * c.SlotStateBytes() +
+                      (draft != DraftMode::kNone ? options.rows * c.RowInputBytes() : 0);
+          }
+          options.kv_budget_bytes = 12 * model->PageBytes() + states;
+          auto engine = Engine::Create(model.get(), options);
+          EXPECT_TRUE(engine.ok()) << engine.status().message();
+          if (!engine.ok()) return Drafted{};
+          auto out = (*engine)->Generate(requests);
+          EXPECT_TRUE(out.ok()) << out.status().message();
+          EXPECT_TRUE((*engine)->CheckPages().ok());
+          return Drafted{out.ok() ? *out : std::vector<std::vector<int32_t>>{}, (*engine)->stats()};
+        };
+        const Drafted plain = run(DraftMode::kNone);
+        const Drafted lookup = run(DraftMode::kLookup);
+        ASSERT_EQ(plain.tokens.size(), requests.size());
+        ASSERT_EQ(lookup.tokens.size(), requests.size());
+        EXPECT_GT(lookup.stats.lookup.accepted, 0);
+        EXPECT_GT(lookup.stats.lookup.drafted, lookup.stats.lookup.accepted);
+        EXPECT_GT(lookup.stats.preemptions, 0);
+        if (device) {
+          EXPECT_GT(lookup.stats.device_sampled, 0);
+        }
+        int64_t same = 0, all = 0;
+        for (size_t i = 0; i < requests.size(); ++i) {
+          ASSERT_EQ(static_cast<int64_t>(lookup.tokens[i].size()), requests[i].limit);
+          if (exact) {
+            EXPECT_EQ(lookup.tokens[i], plain.tokens[i]) << "request " << i;
+          }
+          size_t n = 0;
+          while (n < plain.tokens[i].size() && lookup.tokens[i][n] == plain.tokens[i][n]) ++n;
+          same += static_cast<int64_t>(n);
+          all += static_cast<int64_t>(plain.tokens[i].size());
+        }
+        std::printf(
+            "%s %s, %s picks: lookup drafts %lld, kept %lld; tokens before the first "
+            "difference %lld of %lld\n",
+            name, exact ? "exact" : "fast", device ? "device" : "host",
+            static_cast<long long>(lookup.stats.lookup.drafted),
+            static_cast<long long>(lookup.stats.lookup.accepted), static_cast<long long>(same),
+            static_cast<long long>(all));
+      }
+    }
+  }
+}
+
+// Low level on the golden hybrids in exact mode: a step of a token and three drafts (beside
+// another slot's row), of which Accept keeps 0 to 3; the next step's logits equal those of an
+// engine that never read the drafts, within 1e-4 of the largest (the kept rows' updates run
+// again from their kept inputs, in a step of other rows than the reference's).
+TEST(CudaEngine, HybridAcceptRestoresTheStatesOfTheLastKeptRow) {
+  GZ_SKIP_WITHOUT_CUDA();
+  for (const char* name : {"qwen3_next", "qwen3_5", "qwen3_5_moe"}) {
+    SCOPED_TRACE(name);
+    auto model =
+        Load("cuda", /*exact=*/true, std::nullopt, std::string("tests/golden/models/") + name);
+    ASSERT_TRUE(model);
+    const int64_t vocab = model->arch().vocab;
+    auto make = [&](DraftMode draft) {
+      EngineOptions options;
+      options.slots = 2;
+      options.context = 128;
+      options.rows = 80;
+      options.draft = draft;
+      auto engine = Engine::Create(model.get(), options);
+      EXPECT_TRUE(engine.ok()) << engine.status().message();
+      return engine.ok() ? std::move(*engine) : nullptr;
+    };
+    auto drafting = make(DraftMode::kLookup);
+    auto plain = make(DraftMode::kNone);
+    ASSERT_TRUE(drafting && plain);
+    std::mt19937 rng(43);
+    std::uniform_int_distribution<int32_t> token(3, static_cast<int32_t>(vocab) - 1);
+    std::vector<int32_t> prompt(70), step(4);  // past the delta rule's chunk of 64
+    for (int32_t& t : prompt) t = token(rng);
+    for (int32_t& t : step) t = token(rng);
+    const int n = static_cast<int>(prompt.size());
+    auto close = [](std::span<const float> ours, std::span<const float> ref,
+                    const std::string& what) {
+      ASSERT_EQ(ours.size(), ref.size());
+      float max_ref = 0, max_diff = 0;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        max_ref = std::max(max_ref, std::fabs(ref[i]));
+        const float d = std::fabs(ours[i] - ref[i]);
+        if (!(d <= max_diff)) max_diff = std::isnan(d) ? INFINITY : d;
+      }
+      EXPECT_GT(max_ref, 0.0f) << what;
+      EXPECT_LE(max_diff, 1e-4f * max_ref) << what << ": max diff " << max_diff;
+    };
+    for (int kept = 0; kept <= 3; ++kept) {
+      SCOPED_TRACE("kept " + std::to_string(kept));
+      ASSERT_TRUE(drafting->Reset(0).ok() && drafting->Reset(1).ok() && plain->Reset(1).ok());
+      ASSERT_TRUE(
+          drafting->Step(prompt, std::vector<int32_t>(n, 1), std::vector<int32_t>{n - 1}).ok());
+      const std::vector<int32_t> tokens = {5, step[0], step[1], step[2], step[3]};
+      const std::vector<int32_t> slots = {0, 1, 1, 1, 1};
+      auto verify = drafting->Step(tokens, slots, std::vector<int32_t>{1, 2, 3, 4},
+                                   std::vector<int32_t>{0, 3});
+      ASSERT_TRUE(verify.ok()) << verify.status().message();
+      ASSERT_TRUE(drafting->Accept(1, 1 + kept).ok());
+      auto after = drafting->Step(std::vector<int32_t>{17}, std::vector<int32_t>{1},
+                                  std::vector<int32_t>{0});
+      ASSERT_TRUE(after.ok()) << after.status().message();
+      std::vector<int32_t> read = prompt;
+      read.insert(read.end(), step.begin(), step.begin() + 1 + kept);
+      const int m = static_cast<int>(read.size());
+      ASSERT_TRUE(plain->Step(read, std::vector<int32_t>(m, 1), std::vector<int32_t>{m - 1}).ok());
+      auto want =
+          plain->Step(std::vector<int32_t>{17}, std::vector<int32_t>{1}, std::vector<int32_t>{0});
+      ASSERT_TRUE(want.ok());
+      close(*after, *want, "the step after Accept");
     }
   }
 }
