@@ -160,6 +160,8 @@ int RunBench(const BenchOptions& o) {
                                         PagesFor(options.context), options.rows);
   options.device_sampling = !o.host_sampling;
   if (Status s = o.draft.Apply(model, &options); !s.ok()) return Fail(s.message());
+  // Recurrent layers' states come out of the budget before the pages.
+  options.kv_budget_bytes += Engine::StateBytes(model.caches(), options);
   auto created = Engine::Create(&model, options);
   if (!created.ok()) return Fail(created.status().message());
   Engine& engine = **created;

@@ -193,6 +193,8 @@ int Chat(const ChatOptions& o) {
   options.kv_budget_bytes = KvBudgetFor(model->caches(), model->PageBytes(), 1,
                                         PagesFor(options.context) + 1, options.rows);
   if (Status s = o.draft.Apply(*model, &options); !s.ok()) return Fail(s.message());
+  // Recurrent layers' states come out of the budget before the pages.
+  options.kv_budget_bytes += Engine::StateBytes(model->caches(), options);
   auto created = Engine::Create(model.get(), options);
   if (!created.ok()) return Fail(created.status().message());
   Engine& engine = **created;

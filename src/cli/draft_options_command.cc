@@ -10,8 +10,9 @@ void DraftOptions::Add(CLI::App* app) {
                   "without them): auto (lookup drafts where the measured step times and "
                   "acceptance say they pay), lookup (always, where the sequence's latest tokens "
                   "occurred before in its prompt or answer), none. mtp and dflash are not "
-                  "built yet. Requests with penalties or a grammar, and models with recurrent "
-                  "layers, make no drafts")
+                  "built yet. Requests with penalties or a grammar make no drafts; on models "
+                  "with recurrent layers a step with drafts also copies each drafting "
+                  "sequence's recurrent states once")
       ->default_val("auto");
   app->add_option("--drafts", drafts, "Most drafts a sequence carries in a step (0 to 16)")
       ->default_val(3);

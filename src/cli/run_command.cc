@@ -99,6 +99,8 @@ int Run(const RunOptions& o) {
   options.kv_budget_bytes = KvBudgetFor((*model)->caches(), (*model)->PageBytes(), 1,
                                         PagesFor(options.context) + 1, options.rows);
   if (Status s = o.draft.Apply(**model, &options); !s.ok()) return Fail(s.message());
+  // Recurrent layers' states come out of the budget before the pages.
+  options.kv_budget_bytes += Engine::StateBytes((*model)->caches(), options);
   auto engine = Engine::Create(model->get(), options);
   if (!engine.ok()) return Fail(engine.status().message());
 

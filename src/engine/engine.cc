@@ -51,6 +51,19 @@ Status EngineOptions::Check() const {
   return Status::Ok();
 }
 
+int64_t Engine::StateBytes(std::span<const CacheSpec> caches, const EngineOptions& options) {
+  // An engine that reads drafts keeps a second snapshot a slot (the states before a step with
+  // drafts) and each row's inputs to the state updates (Runner::ReserveDrafts).
+  const bool drafts = options.draft != DraftMode::kNone && options.drafts > 0;
+  int64_t slot_state_bytes = 0, row_input_bytes = 0;
+  for (const CacheSpec& c : caches) {
+    slot_state_bytes += c.SlotStateBytes();
+    row_input_bytes += c.RowInputBytes();
+  }
+  return slot_state_bytes * (drafts ? 3 : 2) * static_cast<int64_t>(options.slots) +
+         (drafts ? row_input_bytes * options.rows : 0);
+}
+
 Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOptions& options) {
   GZ_RETURN_IF_ERROR(options.Check());
   const Arch& arch = runner->arch();
@@ -64,18 +77,9 @@ Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOpt
   KvPaging paging = KvPagingOf(runner->caches());
   const int32_t max_pages = PagesFor(options.context);
   // The slots' recurrent states and their snapshots (float32, allocated by the runner's
-  // Reserve) come out of the budget first; the rest holds pages. An engine that reads drafts
-  // keeps a second snapshot a slot (the states before a step with drafts) and each row's inputs
-  // to the state updates (Runner::ReserveDrafts).
+  // Reserve) come out of the budget first; the rest holds pages.
   const bool drafts = options.draft != DraftMode::kNone && options.drafts > 0;
-  int64_t slot_state_bytes = 0, row_input_bytes = 0;
-  for (const CacheSpec& c : runner->caches()) {
-    slot_state_bytes += c.SlotStateBytes();
-    row_input_bytes += c.RowInputBytes();
-  }
-  const int64_t state_bytes =
-      slot_state_bytes * (drafts ? 3 : 2) * static_cast<int64_t>(options.slots) +
-      (drafts ? row_input_bytes * options.rows : 0);
+  const int64_t state_bytes = StateBytes(runner->caches(), options);
   const int64_t page_budget = std::max<int64_t>(0, options.kv_budget_bytes - state_bytes);
   // One sequence of the whole context: its blocks, and the window layers' pages it holds at once.
   auto sequence_pages = [&] {

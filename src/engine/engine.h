@@ -92,6 +92,10 @@ class Engine {
  public:
   // Allocates the KV pool and the runner's step buffers; keeps `runner`, which must outlive it.
   static Expected<std::unique_ptr<Engine>> Create(Runner* runner, const EngineOptions& options);
+  // Bytes of `kv_budget_bytes` that an engine of `options` gives the recurrent layers' states
+  // before any page (0 without recurrent layers): each slot's states and their snapshot at a
+  // mark, and with drafts a second snapshot and each row's inputs to the state updates.
+  static int64_t StateBytes(std::span<const CacheSpec> caches, const EngineOptions& options);
   ~Engine();
 
   // Queues a request. mark: where a chat's messages end (stored for recurrent layers); shared:
