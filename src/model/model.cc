@@ -905,10 +905,10 @@ Status Model::KeepDraftRows(int32_t slot, int64_t rows) {
   in.attn = b.attn->as<float>();
   in.iota = b.iota->as<int32_t>();
   const int64_t first = impl.step_first[slot];
+  // In order with the next step's ops on the backend: nothing to wait for here.
   for (const Layer& layer : impl.layers) {
     if (layer.is_recurrent) layer.recurrent.Replay(*backend_, in, first, rows);
   }
-  backend_->Synchronize();
   return Status::Ok();
 }
 
@@ -917,7 +917,8 @@ Status Model::CopySlotState(int32_t slot, float* from, float* to, const char* wh
   if (slot < 0 || slot >= b.slots)
     return InvalidArgument(std::string(who) + ": slot " + std::to_string(slot) + " out of range");
   float* live = b.states->as<float>();
-  // Each layer's parts, at the same offsets in every buffer laid out as the states.
+  // Each layer's parts, at the same offsets in every buffer laid out as the states; copied in
+  // order with the backend's ops (the next step sees them), so nothing waits here.
   auto copy = [&](float* part, int64_t floats) {
     const int64_t at = (part - live) + slot * floats;
     backend_->CopyOnDevice(to + at, from + at, floats * sizeof(float));
@@ -928,7 +929,6 @@ Status Model::CopySlotState(int32_t slot, float* from, float* to, const char* wh
     copy(layer.recurrent.conv_states, static_cast<int64_t>(r.kernel - 1) * r.ConvDim());
     copy(layer.recurrent.delta_states, static_cast<int64_t>(r.v_heads) * r.k_dim * r.v_dim);
   }
-  backend_->Synchronize();
   return Status::Ok();
 }
 
