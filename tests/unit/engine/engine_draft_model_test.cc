@@ -49,16 +49,11 @@ Outcome Generate(Model* model, const std::vector<Request>& requests, DraftMode d
   options.slots = slots;
   options.context = 128;
   options.rows = 48;
-  // Pages, and on a hybrid its recurrent states: the live ones and the snapshots at marks, and
-  // with drafts the snapshots before a step with drafts and the rows' kept inputs.
-  const bool drafts = draft != DraftMode::kNone;
-  int64_t states = 0;
-  for (const CacheSpec& c : model->caches()) {
-    states += (drafts ? 3 : 2) * slots * c.SlotStateBytes() +
-              (drafts ? options.rows * c.RowInputBytes() : 0);
-  }
-  options.kv_budget_bytes = pages * model->PageBytes() + states;
   options.draft = draft;
+  // Pages, and on a hybrid its recurrent states (with drafts, their second snapshot and the
+  // rows' kept inputs too).
+  options.kv_budget_bytes =
+      pages * model->PageBytes() + Engine::StateBytes(model->caches(), options);
   auto engine = Engine::Create(model, options);
   EXPECT_TRUE(engine.ok()) << engine.status().message();
   Outcome out;

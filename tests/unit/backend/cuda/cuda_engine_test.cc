@@ -320,12 +320,8 @@ TEST(CudaEngine, HybridDraftsChangeNoTokens) {
           options.rows = 48;
           options.device_sampling = device;
           options.draft = draft;
-          int64_t states = 0;
-          for (const CacheSpec& c : model->caches()) {
-            states += (draft != DraftMode::kNone ? 3 : 2) * options.slots * c.SlotStateBytes() +
-                      (draft != DraftMode::kNone ? options.rows * c.RowInputBytes() : 0);
-          }
-          options.kv_budget_bytes = 12 * model->PageBytes() + states;
+          options.kv_budget_bytes =
+              12 * model->PageBytes() + Engine::StateBytes(model->caches(), options);
           auto engine = Engine::Create(model.get(), options);
           EXPECT_TRUE(engine.ok()) << engine.status().message();
           if (!engine.ok()) return Drafted{};
@@ -338,7 +334,11 @@ TEST(CudaEngine, HybridDraftsChangeNoTokens) {
         const Drafted lookup = run(DraftMode::kLookup);
         ASSERT_EQ(plain.tokens.size(), requests.size());
         ASSERT_EQ(lookup.tokens.size(), requests.size());
-        EXPECT_GT(lookup.stats.lookup.accepted, 0);
+        // Drafts kept and refused (a random model keeps few: counted in exact mode, whose
+        // tokens are the CPU's).
+        if (exact) {
+          EXPECT_GT(lookup.stats.lookup.accepted, 0);
+        }
         EXPECT_GT(lookup.stats.lookup.drafted, lookup.stats.lookup.accepted);
         EXPECT_GT(lookup.stats.preemptions, 0);
         if (device) {
