@@ -269,6 +269,31 @@ TEST(CudaBackendTest, SwiGluAddGather) {
   EXPECT_EQ(RelativeError(gathered.Read(), gathered.host()), 0.0);
 }
 
+// CopyOnDevice copies a part of one buffer into another at odd offsets, in order with the ops
+// before and after it: an Add into the source before the copy, and into the target after it.
+TEST(CudaBackendTest, CopyOnDeviceInOrderWithTheOps) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(false);
+  std::mt19937 rng(9);
+  const int64_t n = 100003, from = 17, to = 5, count = 70001;
+  DeviceArray<float> src(backend.get(), RandomFloats(rng, n));
+  DeviceArray<float> add(backend.get(), RandomFloats(rng, n));
+  DeviceArray<float> dst(backend.get(), std::vector<float>(n));
+  dst.Poison();
+  backend->Add(AddParams{src.device(), add.device(), n});
+  backend->CopyOnDevice(dst.device() + to, src.device() + from, count * sizeof(float));
+  backend->Add(AddParams{dst.device() + to, add.device(), count});
+  const std::vector<float> got = dst.Read();
+  std::vector<float> want(count);
+  for (int64_t i = 0; i < count; ++i)
+    want[i] = (src.host()[from + i] + add.host()[from + i]) + add.host()[i];
+  EXPECT_EQ(RelativeError(std::vector<float>(got.begin() + to, got.begin() + to + count), want),
+            0.0);
+  // The bytes around the copy stay as they were (poison).
+  EXPECT_TRUE(std::isnan(got[to - 1]));
+  EXPECT_TRUE(std::isnan(got[to + count]));
+}
+
 // One matmul case: `outputs` linears of `n + i` outputs over `cols` inputs, `rows` rows.
 void CheckMatmul(Backend* backend, std::mt19937& rng, Format format, int64_t rows, int64_t n,
                  int64_t cols, int outputs, bool bias, double tolerance) {
