@@ -279,7 +279,16 @@ class CudaBackend : public Backend {
   void EncoderAttention(const EncoderAttentionParams& p) override {
     auto trace = Trace("encoder_attention");
     ForgetHandOffs();
-    // Encoder::Load checked CheckEncoderShape.
+    // Fast mode: the tensor-core kernel (fp16 operands) where it covers the shape, leaving a
+    // bf16 copy of its output for the output projection (Bf16Copy); exact mode and the other
+    // shapes the float32 kernel. Encoder::Load checked CheckEncoderShape.
+    if (!options_.exact && cuda::EncoderAttentionMmaCovers(p)) {
+      const int64_t n = p.rows * p.heads * p.head_dim;
+      void* ob = attention_bf16_.Get(static_cast<size_t>(n) * 2);
+      cuda::LaunchEncoderAttentionMma(p, ob, stream_);
+      bf16_copy_ = {p.out, n, ob};
+      return;
+    }
     cuda::LaunchEncoderAttention(p, stream_);
   }
   bool CanSample() const override { return true; }
@@ -670,16 +679,16 @@ class CudaBackend : public Backend {
       }
       cublasLtMatmulHeuristicResult_t checked;
       if (known->second &&
-          cublasLtMatmulAlgoCheck(lt_, plan.desc, plan.a, plan.b, plan.c, plan.c,
-                                  &*known->second, &checked) == CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatmulAlgoCheck(lt_, plan.desc, plan.a, plan.b, plan.c, plan.c, &*known->second,
+                                  &checked) == CUBLAS_STATUS_SUCCESS &&
           checked.workspaceSize <= kWorkspaceBytes) {
         result.algo = *known->second;
         found = 1;
       }
     }
     if (found == 0) {
-      GZ_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.a, plan.b, plan.c,
-                                                     plan.c, pref, 1, &result, &found));
+      GZ_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.a, plan.b, plan.c, plan.c,
+                                                     pref, 1, &result, &found));
     }
     cublasLtMatmulPreferenceDestroy(pref);
     if (found == 0) {
@@ -849,14 +858,16 @@ class CudaBackend : public Backend {
   void* side_workspace_[kSides] = {};
   std::map<std::tuple<int64_t, int64_t, int64_t>, LtPlan> plans_;
   // The algorithm chosen for a rounded row count (Plan), or none where the heuristic had none.
-  std::map<std::tuple<int64_t, int64_t, int64_t>, std::optional<cublasLtMatmulAlgo_t>> bucket_algos_;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::optional<cublasLtMatmulAlgo_t>>
+      bucket_algos_;
   cuda::Scratch x_bf16_;             // [rows, cols] bf16 activations of a fast-mode matmul
   cuda::Scratch normed_x_;           // [rows, cols] the normalized x of a matmul with a norm
   cuda::Scratch quant_out_;          // [rows, n] a quantized product that is then added
   cuda::Scratch attention_scratch_;  // the decode kernel's split parts
   cuda::Scratch step_kv16_;          // StepKv's k16 and v16
   StepKv step_kv_;
-  cuda::Scratch ffn_bf16_;  // Bf16Copy's data after a SwiGLU
+  cuda::Scratch ffn_bf16_;        // Bf16Copy's data after a SwiGLU
+  cuda::Scratch attention_bf16_;  // Bf16Copy's data after an EncoderAttention
   Bf16Copy bf16_copy_;
   cuda::QuantScratch quant_scratch_;  // activations of quantized matmuls
   cuda::Scratch quant_x_bf16_;        // [rows, cols] rotated bf16 activations (QuantGemm)

@@ -159,6 +159,11 @@ void LaunchLayerNorm(const LayerNormParams& p, cudaStream_t stream);
 void LaunchGelu(const GeluParams& p, cudaStream_t stream);
 bool EncoderAttentionCovers(int head_dim);
 void LaunchEncoderAttention(const EncoderAttentionParams& p, cudaStream_t stream);
+// The fast mode's tensor-core encoder attention (encoder_mma.cu; fp16 operands): where it covers
+// p (head_dim a multiple of 4 up to 128, q, k, v and out 16-byte aligned). out16: where not null,
+// [rows, heads, head_dim] bf16, out rounded for the output projection.
+bool EncoderAttentionMmaCovers(const EncoderAttentionParams& p);
+void LaunchEncoderAttentionMma(const EncoderAttentionParams& p, void* out16, cudaStream_t stream);
 
 // Every output of p (out_i[rows, n_i] = x W_i^T + bias_i) streaming each W once per 8 rows,
 // float32 x; the outputs of one weight format in one launch, with p's accumulate and swiglu

@@ -1,7 +1,10 @@
 // The encoder ops of the CUDA backend (LayerNorm, Gelu, EncoderAttention) against the CPU
 // scalar references: fresh random inputs, sizes that are not multiples of a block or a warp,
 // packed batches of sequences of different lengths, outputs poisoned.
+#include <cuda_runtime.h>
+
 #include "backend/cpu/reference.h"
+#include "backend/cuda/kernels.cuh"
 #include "cuda_test_util.h"
 
 namespace gizllm::testing {
@@ -69,6 +72,118 @@ TEST(CudaEncoderTest, AttentionWithinEachSequence) {
   }
   EXPECT_FALSE(backend->CheckEncoderShape(257).ok());
   EXPECT_TRUE(backend->CheckEncoderShape(64).ok());
+}
+
+// The starts of a packed batch of sequences of these lengths.
+std::vector<int32_t> Starts(const std::vector<int32_t>& lengths) {
+  std::vector<int32_t> starts = {0};
+  for (int32_t n : lengths) starts.push_back(starts.back() + n);
+  return starts;
+}
+
+// The fast mode's tensor-core attention (fp16 queries, keys, values and probabilities, float32
+// sums) against the float64 reference: within 3e-3 of the output's norm (fp16 keeps 11 bits, a
+// rounding of at most 2^-11 of each operand; the sums of many keys average the roundings out).
+// Lengths that are not multiples of the 64-row and 64-key tiles, alone and packed together in
+// mixed orders (tiles of rows that hold the end of one sequence and the start of the next),
+// head_dims of each instantiation and one padded (72 as 96), queries of random size.
+TEST(CudaEncoderTest, FastAttentionOnTensorCores) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(/*exact=*/false);
+  std::mt19937 rng(28);
+  const std::vector<std::vector<int32_t>> batches = {
+      {1}, {7}, {64}, {130}, {513}, {1, 7, 64, 130, 513}, {130, 1, 513, 7, 64, 64, 3}};
+  for (int head_dim : {32, 64, 72, 96, 128}) {
+    for (const std::vector<int32_t>& lengths : batches) {
+      const int heads = 3;
+      const std::vector<int32_t> starts = Starts(lengths);
+      const int sequences = static_cast<int>(lengths.size());
+      const int64_t rows = starts.back(), width = heads * head_dim;
+      DeviceArray<float> q(backend.get(), RandomFloats(rng, rows * width, 2.0f));
+      DeviceArray<float> k(backend.get(), RandomFloats(rng, rows * width));
+      DeviceArray<float> v(backend.get(), RandomFloats(rng, rows * width));
+      DeviceArray<int32_t> d_starts(backend.get(), starts);
+      DeviceArray<float> out(backend.get(), std::vector<float>(rows * width));
+      out.Poison();
+      const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      EncoderAttentionParams p{out.device(), q.device(), k.device(), v.device(), d_starts.device(),
+                               rows,         sequences,  heads,      head_dim,   scale};
+      ASSERT_TRUE(p.Check().ok());
+      ASSERT_TRUE(cuda::EncoderAttentionMmaCovers(p)) << head_dim;
+      backend->EncoderAttention(p);
+      ReferenceEncoderAttention({out.host().data(), q.host().data(), k.host().data(),
+                                 v.host().data(), starts.data(), rows, sequences, heads, head_dim,
+                                 scale});
+      const std::vector<float> got = out.Read();
+      const double error = RelativeError(got, out.host());
+      EXPECT_LT(error, 3e-3) << head_dim << ", " << sequences << " sequences of " << rows;
+      // Not the float32 kernel: fp16 operands leave a trace.
+      EXPECT_GT(error, 1e-6) << head_dim << ", " << sequences << " sequences of " << rows;
+      // Each sequence alone in its rows: a row's output is its own sequence's, whatever else
+      // shares its tile (a wrong bound would mix a neighbour's keys in, far past the bound).
+      for (int s = 0; s < sequences; ++s) {
+        std::vector<float> a(got.begin() + starts[s] * width, got.begin() + starts[s + 1] * width);
+        std::vector<float> b(out.host().begin() + starts[s] * width,
+                             out.host().begin() + starts[s + 1] * width);
+        EXPECT_LT(RelativeError(a, b), 3e-3) << head_dim << ", sequence " << s;
+      }
+    }
+  }
+}
+
+// The kernel's bf16 copy of its output (for the output projection) is the output rounded to the
+// nearest bf16, element for element.
+TEST(CudaEncoderTest, FastAttentionBf16CopyOfItsOutput) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(/*exact=*/false);
+  std::mt19937 rng(29);
+  const std::vector<int32_t> starts = Starts({5, 70, 1, 129});
+  const int heads = 2, head_dim = 64, sequences = 4;
+  const int64_t rows = starts.back(), width = heads * head_dim;
+  DeviceArray<float> q(backend.get(), RandomFloats(rng, rows * width));
+  DeviceArray<float> k(backend.get(), RandomFloats(rng, rows * width));
+  DeviceArray<float> v(backend.get(), RandomFloats(rng, rows * width));
+  DeviceArray<int32_t> d_starts(backend.get(), starts);
+  DeviceArray<float> out(backend.get(), std::vector<float>(rows * width));
+  DeviceArray<uint16_t> out16(backend.get(), std::vector<uint16_t>(rows * width));
+  out.Poison();
+  out16.Poison();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  EncoderAttentionParams p{out.device(), q.device(), k.device(), v.device(), d_starts.device(),
+                           rows,         sequences,  heads,      head_dim,   scale};
+  ASSERT_TRUE(cuda::EncoderAttentionMmaCovers(p));
+  cuda::LaunchEncoderAttentionMma(p, out16.device(), /*stream=*/nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(out16.Read(), ToBf16(out.Read()));
+}
+
+// Fast mode on shapes the tensor-core kernel does not cover (head_dim not a multiple of 4, or
+// past 128; q not 16-byte aligned): the float32 kernel, as exact as in exact mode.
+TEST(CudaEncoderTest, FastAttentionElsewhereFloat32) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(/*exact=*/false);
+  std::mt19937 rng(30);
+  const std::vector<int32_t> starts = Starts({1, 17, 66});
+  for (auto [head_dim, offset] : {std::pair{33, 0}, std::pair{256, 0}, std::pair{64, 1}}) {
+    const int heads = 2, sequences = 3;
+    const int64_t rows = starts.back(), width = heads * head_dim;
+    DeviceArray<float> q(backend.get(), RandomFloats(rng, rows * width + offset));
+    DeviceArray<float> k(backend.get(), RandomFloats(rng, rows * width));
+    DeviceArray<float> v(backend.get(), RandomFloats(rng, rows * width));
+    DeviceArray<int32_t> d_starts(backend.get(), starts);
+    DeviceArray<float> out(backend.get(), std::vector<float>(rows * width));
+    out.Poison();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    EncoderAttentionParams p{
+        out.device(), q.device() + offset, k.device(), v.device(), d_starts.device(),
+        rows,         sequences,           heads,      head_dim,   scale};
+    EXPECT_FALSE(cuda::EncoderAttentionMmaCovers(p)) << head_dim << " " << offset;
+    backend->EncoderAttention(p);
+    ReferenceEncoderAttention({out.host().data(), q.host().data() + offset, k.host().data(),
+                               v.host().data(), starts.data(), rows, sequences, heads, head_dim,
+                               scale});
+    EXPECT_LT(RelativeError(out.Read(), out.host()), 1e-5) << head_dim << " " << offset;
+  }
 }
 
 }  // namespace
