@@ -15,10 +15,11 @@
 // and copied on the device for every layer. The limits then count the bytes the kernels read
 // (codes and per-group (mul, add) pairs).
 //
-// With --moe: one Qwen3-30B-A3B-shaped mixture-of-experts layer alone instead (ProfileMoe).
+// With --moe: one Qwen3-30B-A3B-shaped mixture-of-experts layer alone instead (ProfileMoe); with
+// --encoder-attention the encoder attention alone (ProfileEncoderAttention).
 //
 // Usage: cuda_bench [--quick] [--exact] [--gemv-max-rows N] [--no-graphs] [--bits L[/H]]
-//                   [--decode-only | --prefill-only | --moe]
+//                   [--decode-only | --prefill-only | --moe | --attention | --encoder-attention]
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -730,6 +731,69 @@ void ProfilePromptAttention(Backend* be, int heads, int kv_heads, int head_dim, 
   }
 }
 
+// The encoder attention alone (one layer, bidirectional within each sequence of a packed batch):
+// batches of 64 sequences of 128 tokens and 16 of 512 (8,192 rows each), BERT-base's heads (12 of
+// 64) and 16 of 128, over random float32 queries, keys and values: the backend's
+// EncoderAttention (fast mode: the tensor-core kernel, encoder_mma.cu; exact mode: the float32
+// kernel), the tensor-core kernel without its bf16 copy, and the float32 kernel (encoder.cu).
+// Median microseconds of 10 launches back to back and the rate for 4 L^2 heads head_dim FLOP a
+// sequence of L tokens, against the GEMM rate.
+void ProfileEncoderAttention(Backend* be, double rate, bool tensor_cores) {
+  for (auto [batch, tokens] : {std::pair<int, int>{64, 128}, std::pair<int, int>{16, 512}}) {
+    for (auto [heads, head_dim] : {std::pair<int, int>{12, 64}, std::pair<int, int>{16, 128}}) {
+      const int64_t rows = static_cast<int64_t>(batch) * tokens;
+      const size_t n = static_cast<size_t>(rows) * heads * head_dim;
+      std::vector<float> host(n);
+      std::mt19937 rng(static_cast<uint32_t>(head_dim + tokens));
+      std::normal_distribution<float> dist(0.0f, 1.0f);
+      for (float& x : host) x = dist(rng);
+      std::vector<int32_t> starts(batch + 1);
+      for (int s = 0; s <= batch; ++s) starts[s] = s * tokens;
+      float *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr;
+      int32_t* d_starts = nullptr;
+      for (float** p : {&q, &k, &v, &out}) {
+        BENCH_CHECK(cudaMalloc(p, n * 4) == cudaSuccess);
+        BENCH_CHECK(cudaMemcpy(*p, host.data(), n * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+      }
+      BENCH_CHECK(cudaMalloc(&d_starts, starts.size() * 4) == cudaSuccess);
+      BENCH_CHECK(cudaMemcpy(d_starts, starts.data(), starts.size() * 4, cudaMemcpyHostToDevice) ==
+                  cudaSuccess);
+      const EncoderAttentionParams p{
+          out,  q,     k,     v,        d_starts,
+          rows, batch, heads, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
+      BENCH_CHECK(p.Check().ok());
+      const double flops = 4.0 * batch * tokens * tokens * heads * head_dim;
+      auto measure = [&](const char* what, const std::function<void()>& launch) {
+        constexpr int kBackToBack = 10;
+        std::vector<double> times;
+        for (int i = 0; i < 4; ++i) {
+          double t0 = Now();
+          for (int j = 0; j < kBackToBack; ++j) launch();
+          be->Synchronize();
+          BENCH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+          if (i >= 1) times.push_back((Now() - t0) / kBackToBack);
+        }
+        std::sort(times.begin(), times.end());
+        double t = times[times.size() / 2];
+        std::printf("    %-44s %9.1f us  %5.1f TFLOP/s (%.1f%% of GEMM)\n", what, t * 1e6,
+                    flops / t * 1e-12, 100.0 * flops / t / rate);
+      };
+      std::printf("  encoder attention, %d sequences of %d tokens, %d heads of %d:\n", batch,
+                  tokens, heads, head_dim);
+      measure("backend EncoderAttention", [&] { be->EncoderAttention(p); });
+      if (tensor_cores) {
+        measure("tensor-core kernel, no bf16 copy",
+                [&] { cuda::LaunchEncoderAttentionMma(p, nullptr, nullptr); });
+      }
+      measure("float32 kernel", [&] { cuda::LaunchEncoderAttention(p, nullptr); });
+      for (void* ptr : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v),
+                        static_cast<void*>(out), static_cast<void*>(d_starts)}) {
+        BENCH_CHECK(cudaFree(ptr) == cudaSuccess);
+      }
+    }
+  }
+}
+
 // Decoding rows' attention alone (one layer, Qwen3-8B's heads: 32 over 8 kv heads of 128) over
 // fp16 pages: the float32 decode kernel (LaunchAttention without tensor cores: the exact mode's
 // kernel over these pages) against the tensor-core decode kernel (the fast mode's), for steps of
@@ -759,8 +823,9 @@ void ProfileDecodeAttention(double bandwidth) {
   cases.back().runs.push_back({2048, 1});
   cases.push_back({"64 rows at 1,100 + 512-row piece at 512", decodes(64, 1100)});
   cases.back().runs.push_back({512, 512});
-  std::printf("\ndecoding rows' attention, one layer, %d heads over %d kv heads of %d, fp16 pages:\n",
-              heads, kv_heads, head_dim);
+  std::printf(
+      "\ndecoding rows' attention, one layer, %d heads over %d kv heads of %d, fp16 pages:\n",
+      heads, kv_heads, head_dim);
   std::printf("  %-40s %14s %14s %12s %8s\n", "step", "float32 us", "tensor-core us", "GB/s (tc)",
               "% copy");
   cuda::Scratch scratch;
@@ -1034,7 +1099,8 @@ void ProfileMoe(Backend* be, double bandwidth, double rate, int reps) {
 }
 
 int Main(int argc, char** argv) {
-  bool quick = false, decode_only = false, prefill_only = false, moe = false, attention = false;
+  bool quick = false, decode_only = false, prefill_only = false, moe = false, attention = false,
+       encoder_attention = false;
   int layer_bits = 16, head_bits = 16;
   KvFormat kv = KvFormat::kF32;
   CudaOptions options;
@@ -1059,6 +1125,8 @@ int Main(int argc, char** argv) {
       moe = true;
     else if (a == "--attention")
       attention = true;
+    else if (a == "--encoder-attention")
+      encoder_attention = true;
     else if (a == "--bits" && i + 1 < argc) {
       std::string v = argv[++i];
       size_t slash = v.find('/');
@@ -1073,14 +1141,16 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: cuda_bench [--quick] [--exact] [--gemv-max-rows N] [--no-graphs] "
                    "[--bits L[/H]] [--kv f32|f16] [--decode-only | --prefill-only | --moe | "
-                   "--attention]\n"
+                   "--attention | --encoder-attention]\n"
                    "  --kv: the KV pages' element type (f32 by default)\n"
                    "  --decode-only: batch-1 decode steps alone, without per-op profiles (for a "
                    "profiler's trace)\n"
                    "  --prefill-only: the 2,048-token prompt alone\n"
                    "  --moe: one Qwen3-30B-A3B-shaped mixture-of-experts layer alone\n"
                    "  --attention: decoding rows' attention alone, the float32 and the "
-                   "tensor-core decode kernels over fp16 pages\n");
+                   "tensor-core decode kernels over fp16 pages\n"
+                   "  --encoder-attention: the encoder attention alone (bidirectional, packed "
+                   "sequences of 128 and 512 tokens), the tensor-core and the float32 kernels\n");
       return 2;
     }
   }
@@ -1106,6 +1176,10 @@ int Main(int argc, char** argv) {
   }
   if (attention) {
     ProfileDecodeAttention(bandwidth);
+    return 0;
+  }
+  if (encoder_attention) {
+    ProfileEncoderAttention(be, rate, !options.exact);
     return 0;
   }
   Shape s;
