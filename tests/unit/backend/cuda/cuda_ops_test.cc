@@ -294,9 +294,10 @@ TEST(CudaBackendTest, CopyOnDeviceInOrderWithTheOps) {
   EXPECT_TRUE(std::isnan(got[to + count]));
 }
 
-// One matmul case: `outputs` linears of `n + i` outputs over `cols` inputs, `rows` rows.
+// One matmul case: `outputs` linears of `n + i` outputs over `cols` inputs, `rows` rows; the
+// biases `bias_offset` floats into their buffers (1: not 16-byte aligned).
 void CheckMatmul(Backend* backend, std::mt19937& rng, Format format, int64_t rows, int64_t n,
-                 int64_t cols, int outputs, bool bias, double tolerance) {
+                 int64_t cols, int outputs, bool bias, double tolerance, int bias_offset = 0) {
   SCOPED_TRACE(FormatName(format) + " rows " + std::to_string(rows) + " n " + std::to_string(n) +
                " cols " + std::to_string(cols));
   DeviceArray<float> x(backend, RandomFloats(rng, rows * cols));
@@ -313,13 +314,14 @@ void CheckMatmul(Backend* backend, std::mt19937& rng, Format format, int64_t row
     if (::testing::Test::HasFatalFailure()) return;
     outs.push_back(std::make_unique<DeviceArray<float>>(backend, std::vector<float>(rows * ni)));
     outs.back()->Poison();
-    biases.push_back(std::make_unique<DeviceArray<float>>(backend, RandomFloats(rng, ni)));
+    biases.push_back(
+        std::make_unique<DeviceArray<float>>(backend, RandomFloats(rng, ni + bias_offset)));
     p.w[i] = &weights[i].device;
     ref.w[i] = &weights[i].host;
     p.out[i] = outs[i]->device();
     ref.out[i] = outs[i]->host().data();
-    p.bias[i] = bias ? biases[i]->device() : nullptr;
-    ref.bias[i] = bias ? biases[i]->host().data() : nullptr;
+    p.bias[i] = bias ? biases[i]->device() + bias_offset : nullptr;
+    ref.bias[i] = bias ? biases[i]->host().data() + bias_offset : nullptr;
   }
   ASSERT_TRUE(p.Check().ok());
   backend->Matmul(p);
@@ -362,6 +364,9 @@ TEST(CudaBackendTest, MatmulFastModeManyRowsBf16) {
   CheckMatmul(backend.get(), rng, Format::kBf16, 9, 67, 1000, 1, true, 1e-2);
   CheckMatmul(backend.get(), rng, Format::kBf16, 130, 1030, 4096, 3, false, 1e-2);
   CheckMatmul(backend.get(), rng, Format::kBf16, 517, 300, 264, 2, true, 1e-2);
+  // Biases in cuBLASLt's epilogue where 16-byte aligned, added after it where not.
+  CheckMatmul(backend.get(), rng, Format::kBf16, 300, 64, 128, 3, true, 1e-2, /*bias_offset=*/1);
+  CheckMatmul(backend.get(), rng, Format::kBf16, 1000, 768, 768, 1, true, 1e-2);
   // Other plain formats take the float32 kernel in fast mode too.
   CheckMatmul(backend.get(), rng, Format::kF32, 70, 33, 100, 1, false, 1e-4);
 }
