@@ -49,8 +49,8 @@ With --fast DIR...: for each folder DIR written above, writes DIR/reference_fast
 picture case computed as the CUDA fast mode computes it (tools/make_golden.py's --bf16-inputs
 --fast rules): the input of every product with a weight rounded to bf16 (the tower's patch
 embedding, q/k/v, projections and MLPs, the mergers, the language model's linears and head),
-the language model's attention operands rounded to fp16 as the tensor-core kernel rounds them
-(the tower's attention stays float32, as the CUDA encoder attention computes it), everything
+the attention operands of the language model and of the tower rounded to fp16 as the
+tensor-core kernels round them (the decoder's tile kernel, the encoder attention's), everything
 else float32:
     tower     float32 [12, 64]
     deepstack float32 [2, 12, 64]  (qwen3_vl, qwen3_vl_moe)
@@ -470,16 +470,6 @@ def write_video_for(folder):
     write_video(folder, family, config, model, seed=300 + FAMILIES.index(family))
 
 
-def vision_attention_aware(fp16_attention, original):
-    """The attention function with the language model's attention rounded as fp16_attention
-    rounds it and the tower's (a module whose class says Vision) left in float32."""
-    def attention(module, *args, **kwargs):
-        if "Vision" in type(module).__name__:
-            return original(module, *args, **kwargs)
-        return fp16_attention(module, *args, **kwargs)
-    return attention
-
-
 def write_fast(folder):
     """reference_fast.safetensors for the picture case of `folder` (see the module's doc)."""
     import importlib
@@ -499,8 +489,7 @@ def write_fast(folder):
     mod = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
     if hasattr(mod, "eager_attention_forward"):
         patched.append((mod, mod.eager_attention_forward))
-        mod.eager_attention_forward = vision_attention_aware(fp16_attention,
-                                                             mod.eager_attention_forward)
+        mod.eager_attention_forward = fp16_attention
     linear = torch.nn.functional.linear
     calls = [0]
     # The MoE router (mlp.gate) runs in float32 in every mode, as the backends run it.

@@ -145,8 +145,13 @@ Expected<std::vector<std::vector<float>>> EmbeddingModel::Embed(
       batch.push_back({sequences[i].ids, sequences[i].types});
       starts.push_back(starts.back() + static_cast<int32_t>(sequences[i].ids.size()));
     }
+    pooled.resize((end - first) * d);
     if (encoder_) {
-      GZ_RETURN_IF_ERROR(encoder_->Forward(batch, &hidden));
+      // Pooled on the device; normalized here as Pool does.
+      GZ_RETURN_IF_ERROR(encoder_->Pool(batch, config_.pooling, &pooled));
+      if (config_.normalize) {
+        for (size_t i = 0; i < end - first; ++i) Normalize(pooled.data() + i * d, d);
+      }
     } else {
       // A decoder reads one sequence at a time (SequenceHidden takes the runner's KV pool), to
       // its final-normed hidden states.
@@ -157,9 +162,8 @@ Expected<std::vector<std::vector<float>>> EmbeddingModel::Embed(
                             SequenceHidden(*decoder_, in.tokens, final_normed));
         hidden.insert(hidden.end(), h.begin(), h.end());
       }
+      Pool(hidden, d, starts, config_.pooling, config_.normalize, pooled.data());
     }
-    pooled.resize((end - first) * d);
-    Pool(hidden, d, starts, config_.pooling, config_.normalize, pooled.data());
     for (size_t i = 0; i < end - first; ++i) {
       out.emplace_back(pooled.begin() + i * d, pooled.begin() + (i + 1) * d);
     }

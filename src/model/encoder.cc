@@ -20,8 +20,9 @@ struct Encoder::Impl {
   int64_t row_capacity = 0;
   int sequence_capacity = 0;
   std::unique_ptr<Buffer> first_rows, head_hidden, logits;  // the head's [sequences, ...]
+  std::unique_ptr<Buffer> pooled, last_rows;  // Pool's [sequences, dim] and [sequences]
   // Host copies of the step's inputs.
-  std::vector<int32_t> tokens, positions, types, starts, first;
+  std::vector<int32_t> tokens, positions, types, starts, first, last;
 };
 
 Encoder::~Encoder() = default;
@@ -169,6 +170,37 @@ Status Encoder::Forward(std::span<const EncoderInput> batch, std::vector<float>*
   const EncoderBuffers& b = impl_->buffers;
   hidden->resize(b.rows * arch_.dim);
   backend_->CopyToHost(hidden->data(), b.x, hidden->size() * sizeof(float));
+  return Status::Ok();
+}
+
+Status Encoder::Pool(std::span<const EncoderInput> batch, Pooling pooling,
+                     std::vector<float>* pooled) {
+  GZ_RETURN_IF_ERROR(Run(batch));
+  Impl& impl = *impl_;
+  Backend& be = *backend_;
+  const EncoderBuffers& b = impl.buffers;
+  const int n = b.sequences;
+  const int64_t d = arch_.dim;
+  // Sized for the largest batch's sequences, as the step's buffers.
+  const size_t bytes = static_cast<size_t>(impl.sequence_capacity) * d * sizeof(float);
+  if (!impl.pooled || impl.pooled->bytes() < bytes) {
+    GZ_ASSIGN_OR_RETURN(impl.pooled, be.Allocate(bytes));
+    GZ_ASSIGN_OR_RETURN(impl.last_rows,
+                        be.Allocate(static_cast<size_t>(impl.sequence_capacity) * 4));
+  }
+  float* out = impl.pooled->as<float>();
+  if (pooling == Pooling::kMean) {
+    be.MeanRows({out, b.x, b.starts, n, d});
+  } else if (pooling == Pooling::kCls) {
+    be.GatherRows({out, b.x, b.starts, n, d});  // the starts (but the last) are first rows
+  } else {
+    impl.last.resize(n);
+    for (int s = 0; s < n; ++s) impl.last[s] = impl.starts[s + 1] - 1;
+    be.CopyToDevice(impl.last_rows->data(), impl.last.data(), n * sizeof(int32_t));
+    be.GatherRows({out, b.x, impl.last_rows->as<int32_t>(), n, d});
+  }
+  pooled->resize(static_cast<size_t>(n) * d);
+  be.CopyToHost(pooled->data(), out, pooled->size() * sizeof(float));
   return Status::Ok();
 }
 

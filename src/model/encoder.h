@@ -15,6 +15,7 @@
 
 #include "core/status.h"
 #include "model/encoder_arch.h"
+#include "model/pooling.h"
 #include "model/weights.h"
 #include "ops/backend.h"
 
@@ -44,6 +45,11 @@ class Encoder {
   // after another. A sequence must hold 1 to arch().MaxTokens() tokens, each below vocab, each
   // type below type_vocab; errors name the sequence.
   Status Forward(std::span<const EncoderInput> batch, std::vector<float>* hidden);
+  // Each sequence's pooled hidden state, [sequences, dim] on the host, not normalized: the mean
+  // of its rows (MeanRows), its first or its last row (GatherRows), taken on the device so that
+  // only these rows come back (a BERT-base batch of 8,192 tokens: 25 MB of hidden states
+  // otherwise). The same checks as Forward.
+  Status Pool(std::span<const EncoderInput> batch, Pooling pooling, std::vector<float>* pooled);
   // The classification head's logits, [sequences, labels] on the host (arch().head set).
   Status Classify(std::span<const EncoderInput> batch, std::vector<float>* logits);
 

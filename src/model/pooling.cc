@@ -258,14 +258,16 @@ void Pool(std::span<const float> hidden, int64_t dim, std::span<const int32_t> s
       const int64_t r = pooling == Pooling::kCls ? first : end - 1;
       for (int64_t i = 0; i < dim; ++i) o[i] = hidden[r * dim + i];
     }
-    if (normalize) {
-      double ss = 0.0;
-      for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(o[i]) * o[i];
-      // torch.nn.functional.normalize: x / max(||x||, 1e-12).
-      const double norm = std::max(std::sqrt(ss), 1e-12);
-      for (int64_t i = 0; i < dim; ++i) o[i] = static_cast<float>(o[i] / norm);
-    }
+    if (normalize) Normalize(o, dim);
   }
+}
+
+void Normalize(float* v, int64_t dim) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(v[i]) * v[i];
+  // torch.nn.functional.normalize: x / max(||x||, 1e-12).
+  const double norm = std::max(std::sqrt(ss), 1e-12);
+  for (int64_t i = 0; i < dim; ++i) v[i] = static_cast<float>(v[i] / norm);
 }
 
 float Activate(ScoreActivation activation, float logit) {

@@ -66,6 +66,9 @@ Expected<EmbeddingConfig> ReadEmbeddingConfig(const std::string& dir, int labels
 void Pool(std::span<const float> hidden, int64_t dim, std::span<const int32_t> starts,
           Pooling pooling, bool normalize, float* out);
 
+// v = v / max(||v||, 1e-12) (torch.nn.functional.normalize), the norm in double.
+void Normalize(float* v, int64_t dim);
+
 // The score of a logit under `activation`.
 float Activate(ScoreActivation activation, float logit);
 

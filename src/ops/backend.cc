@@ -343,6 +343,14 @@ Status EncoderAttentionParams::Check() const {
   return Status::Ok();
 }
 
+Status MeanRowsParams::Check() const {
+  const char* op = "MeanRows";
+  if (sequences < 0) return Bad(op, "sequences", "must not be negative");
+  if (dim <= 0) return Bad(op, "dim", "must be positive");
+  if (sequences > 0 && (!out || !x || !starts)) return Bad(op, "out", "null");
+  return Status::Ok();
+}
+
 Status SampleParams::Check() const {
   if (rows > 0 && (!tokens || !logits || !params)) return Bad("Sample", "tokens", "null");
   if (rows < 0) return Bad("Sample", "rows", "must not be negative");

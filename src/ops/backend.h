@@ -428,6 +428,17 @@ struct EncoderAttentionParams {
   Status Check() const;
 };
 
+// out[s] = the mean of the rows [starts[s], starts[s + 1]) of x: an encoder's mean pooling on
+// the device, so that only [sequences, dim] floats come back to the host.
+struct MeanRowsParams {
+  float* out = nullptr;             // [sequences, dim]
+  const float* x = nullptr;         // [rows, dim]
+  const int32_t* starts = nullptr;  // [sequences + 1], increasing, starts[0] = 0
+  int sequences = 0;
+  int64_t dim = 0;
+  Status Check() const;
+};
+
 // How one row's token is picked on the device: sampling/sampling.h's steps 3 to 5 (temperature,
 // min-p, top-k, top-p, the counter-based draw), for requests without penalties or logprobs.
 struct SampleRow {
@@ -561,8 +572,8 @@ class Backend {
   virtual void GatedDeltaRule(const GatedDeltaRuleParams& p) { (void)p; }
   virtual void GatedRmsNorm(const GatedRmsNormParams& p) { (void)p; }
 
-  // Whether the encoder ops (LayerNorm, Gelu, EncoderAttention) run; an encoder model checks it
-  // when it loads and refuses a backend without them. The default ops are never reached.
+  // Whether the encoder ops (LayerNorm, Gelu, EncoderAttention, MeanRows) run; an encoder model
+  // checks it when it loads and refuses a backend without them. The default ops are never reached.
   virtual bool SupportsEncoder() const { return false; }
   // Whether EncoderAttention has a kernel for heads of head_dim; checked with SupportsEncoder.
   virtual Status CheckEncoderShape(int head_dim) const {
@@ -572,6 +583,7 @@ class Backend {
   virtual void LayerNorm(const LayerNormParams& p) { (void)p; }
   virtual void Gelu(const GeluParams& p) { (void)p; }
   virtual void EncoderAttention(const EncoderAttentionParams& p) { (void)p; }
+  virtual void MeanRows(const MeanRowsParams& p) { (void)p; }
 
   // Token picking on the device; a backend without it (CanSample false) leaves it to the host.
   virtual bool CanSample() const { return false; }

@@ -2,7 +2,8 @@
 // tests/golden/encoders/ on a machine with transformers; each case skips until its folder is
 // there): the tokens equal Hugging Face tokenizers', embeddings within 1e-4 and cross-encoder
 // scores within 1e-4 with the same rank order, on the CPU with float32 activations (--exact);
-// on CUDA (where a device is found) within 1e-3 with the same order.
+// on CUDA (where a device is found) within 1e-3 with the same order; an encoder's embeddings in
+// CUDA's fast mode (bf16 linears, fp16 tensor-core attention) within 2e-2 of their norm.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -41,9 +42,9 @@ class EncoderGoldenTest : public ::testing::TestWithParam<const char*> {
     model_ = std::move(model).value();
   }
 
-  // The same folder on CUDA (exact), or null where no CUDA device is found.
-  std::unique_ptr<EmbeddingModel> OnCuda() {
-    auto backend = OpenBackend(DeviceOptions{.device = "cuda", .exact = true});
+  // The same folder on CUDA (exact, or the fast mode), or null where no CUDA device is found.
+  std::unique_ptr<EmbeddingModel> OnCuda(bool exact = true) {
+    auto backend = OpenBackend(DeviceOptions{.device = "cuda", .exact = exact});
     if (!backend.ok()) return nullptr;
     auto model = EmbeddingModel::Load(dir_, *backend);
     EXPECT_TRUE(model.ok()) << model.status().message();
@@ -95,6 +96,23 @@ TEST_P(EmbedderGoldenTest, TokensAndEmbeddingsMatch) {
   };
   check(*model_, 1e-4f, "cpu");
   if (auto cuda = OnCuda()) check(*cuda, 1e-3f, "cuda");
+  // The fast mode of an encoder (a decoder's fast mode has golden tests of its own): each vector
+  // within 2e-2 of its norm.
+  auto fast = model_->is_decoder() ? nullptr : OnCuda(/*exact=*/false);
+  if (!fast) return;
+  auto got = fast->Embed(encodings);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ASSERT_EQ(got->size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ((*got)[i].size(), want[i].size());
+    double diff = 0, norm = 0;
+    for (size_t j = 0; j < want[i].size(); ++j) {
+      diff += std::pow(double((*got)[i][j]) - want[i][j], 2);
+      norm += std::pow(double(want[i][j]), 2);
+    }
+    EXPECT_LE(std::sqrt(diff), 2e-2 * std::sqrt(norm))
+        << "cuda fast, text " << i << " (" << ref_["meta"]["reference"] << ")";
+  }
 }
 
 TEST_P(CrossEncoderGoldenTest, TokensScoresAndOrderMatch) {

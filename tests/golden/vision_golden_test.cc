@@ -159,11 +159,11 @@ double RelativeDistance(const std::vector<float>& a, const std::vector<float>& b
   return norm > 0 ? std::sqrt(diff / norm) : 0;
 }
 
-// Fast mode rounds the inputs of its many-row matmuls to bf16 and the language model's attention
-// operands to fp16: where reference_fast.safetensors (tools/make_vision_golden.py --fast) holds
-// that computation, the tower rows and logits are held to it within 2e-2, and to the float32
-// reference in norm within 2e-2 or 1.5 times the rounded reference's own distance from it;
-// without it, to the float32 reference within 2e-2.
+// Fast mode rounds the inputs of its many-row matmuls to bf16 and the attention operands (the
+// language model's and the tower's) to fp16: where reference_fast.safetensors
+// (tools/make_vision_golden.py --fast) holds that computation, the tower rows and logits are held
+// to it within 2e-2, and to the float32 reference in norm within 2e-2 or 1.5 times the rounded
+// reference's own distance from it; without it, to the float32 reference within 2e-2.
 TEST_P(VisionGolden, CudaTowerAndLogits) {
   for (bool exact : {true, false}) {
     std::string why;

@@ -1406,6 +1406,25 @@ void CpuBackend::Gelu(const GeluParams& p) {
   });
 }
 
+void CpuBackend::MeanRows(const MeanRowsParams& p) {
+  auto trace = Trace("mean_rows");
+  if (p.sequences <= 0) return;
+  Split(pool_, p.sequences, p.starts[p.sequences] * p.dim, [&](int64_t s0, int64_t s1) {
+    std::vector<double> sum(p.dim);
+    for (int64_t s = s0; s < s1; ++s) {
+      const int64_t first = p.starts[s], end = p.starts[s + 1];
+      std::fill(sum.begin(), sum.end(), 0.0);
+      for (int64_t r = first; r < end; ++r) {
+        const float* x = p.x + r * p.dim;
+        for (int64_t i = 0; i < p.dim; ++i) sum[i] += x[i];
+      }
+      float* out = p.out + s * p.dim;
+      for (int64_t i = 0; i < p.dim; ++i)
+        out[i] = static_cast<float>(sum[i] / static_cast<double>(end - first));
+    }
+  });
+}
+
 void CpuBackend::EncoderAttention(const EncoderAttentionParams& p) {
   auto trace = Trace("encoder_attention");
   if (p.rows <= 0) return;

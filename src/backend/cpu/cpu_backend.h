@@ -100,6 +100,8 @@ class CpuBackend : public Backend {
   void LayerNorm(const LayerNormParams& p) override;
   void Gelu(const GeluParams& p) override;
   void EncoderAttention(const EncoderAttentionParams& p) override;
+  // MeanRows: a task per sequence, its sums in double over rows read in order.
+  void MeanRows(const MeanRowsParams& p) override;
   void Synchronize() override {}
   // Host clock times of each op (the ops are synchronous).
   bool SetOpTrace(bool on) override;

@@ -551,6 +551,17 @@ void ReferenceGelu(const GeluParams& p) {
   }
 }
 
+void ReferenceMeanRows(const MeanRowsParams& p) {
+  for (int s = 0; s < p.sequences; ++s) {
+    const int64_t first = p.starts[s], end = p.starts[s + 1];
+    for (int64_t i = 0; i < p.dim; ++i) {
+      double sum = 0.0;
+      for (int64_t r = first; r < end; ++r) sum += p.x[r * p.dim + i];
+      p.out[s * p.dim + i] = static_cast<float>(sum / static_cast<double>(end - first));
+    }
+  }
+}
+
 void ReferenceEncoderAttention(const EncoderAttentionParams& p) {
   const int64_t width = static_cast<int64_t>(p.heads) * p.head_dim;
   for (int s = 0; s < p.sequences; ++s) {

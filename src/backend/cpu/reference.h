@@ -39,5 +39,6 @@ void ReferenceGatedRmsNorm(const GatedRmsNormParams& p);
 void ReferenceLayerNorm(const LayerNormParams& p);
 void ReferenceGelu(const GeluParams& p);
 void ReferenceEncoderAttention(const EncoderAttentionParams& p);
+void ReferenceMeanRows(const MeanRowsParams& p);
 
 }  // namespace gizllm

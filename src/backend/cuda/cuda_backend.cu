@@ -267,15 +267,31 @@ class CudaBackend : public Backend {
     return Unimplemented("cuda: encoder attention over heads of " + std::to_string(head_dim) +
                          " dims has no kernel (at most 256)");
   }
+  // Fast mode: LayerNorm and Gelu over more rows than the GEMV takes leave a bf16 copy of their
+  // output (Bf16Copy) for the matmul an encoder layer issues next (up after the attention's norm,
+  // the next layer's q/k/v after the feed-forward's, down after Gelu): the copy costs 2 bytes an
+  // element written, the conversion it replaces 4 read and 2 written.
   void LayerNorm(const LayerNormParams& p) override {
     auto trace = Trace("layer_norm");
     ForgetHandOffs();
-    cuda::LaunchLayerNorm(p, stream_);
+    if (options_.exact || p.rows <= gemv_max_rows_) return cuda::LaunchLayerNorm(p, stream_);
+    const int64_t n = p.rows * p.dim;
+    void* ob = x_bf16_.Get(static_cast<size_t>(n) * 2);
+    cuda::LaunchLayerNorm(p, stream_, ob);
+    bf16_copy_ = {p.out, n, ob};
   }
   void Gelu(const GeluParams& p) override {
     auto trace = Trace("gelu");
     ForgetHandOffs();
-    cuda::LaunchGelu(p, stream_);
+    if (options_.exact) return cuda::LaunchGelu(p, stream_);
+    void* ob = ffn_bf16_.Get(static_cast<size_t>(p.n) * 2);
+    cuda::LaunchGelu(p, stream_, ob);
+    bf16_copy_ = {p.x, p.n, ob};
+  }
+  void MeanRows(const MeanRowsParams& p) override {
+    auto trace = Trace("mean_rows");
+    ForgetHandOffs();
+    cuda::LaunchMeanRows(p, stream_);
   }
   void EncoderAttention(const EncoderAttentionParams& p) override {
     auto trace = Trace("encoder_attention");

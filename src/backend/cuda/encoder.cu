@@ -1,6 +1,9 @@
-// The encoder ops (ops/backend.h): LayerNorm with bias, GELU of erf, and bidirectional attention
-// within each sequence of a packed batch. Plain float32 kernels, the CPU's order of operations:
-// correct first; a tiled tensor-core attention for long sequences is the next step.
+// The encoder ops (ops/backend.h): LayerNorm with bias, GELU of erf, bidirectional attention
+// within each sequence of a packed batch, and the mean of each sequence's rows. Plain float32
+// kernels, the CPU's order of operations; the attention here is the exact mode's (and the
+// fallback of shapes encoder_mma.cu's tensor-core kernel does not cover).
+#include <cuda_bf16.h>
+
 #include "backend/cuda/kernels.cuh"
 
 namespace gizllm::cuda {
@@ -25,8 +28,8 @@ __device__ float BlockTotal(float v, float* shared) {
 }
 
 // One block a row: y = x (+ residual) into out, then the mean, the centred squares, and
-// (y - mean) * rsqrt(var + eps) * weight + bias.
-__global__ void LayerNormKernel(LayerNormParams p) {
+// (y - mean) * rsqrt(var + eps) * weight + bias (also rounded to bf16 into out16 where set).
+__global__ void LayerNormKernel(LayerNormParams p, __nv_bfloat16* out16) {
   Prologue();
   __shared__ float shared[32];
   const int64_t r = blockIdx.x;
@@ -47,14 +50,32 @@ __global__ void LayerNormKernel(LayerNormParams p) {
   }
   const float inv = rsqrtf(BlockTotal(squares, shared) / static_cast<float>(p.dim) + p.eps);
   for (int64_t i = threadIdx.x; i < p.dim; i += blockDim.x) {
-    out[i] = (out[i] - mean) * inv * p.weight[i] + p.bias[i];
+    const float y = (out[i] - mean) * inv * p.weight[i] + p.bias[i];
+    out[i] = y;
+    if (out16) out16[r * p.dim + i] = __float2bfloat16_rn(y);
   }
 }
 
-__global__ void GeluKernel(float* x, int64_t n) {
+__global__ void GeluKernel(float* x, int64_t n, __nv_bfloat16* out16) {
   Prologue();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+  if (i >= n) return;
+  const float y = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+  x[i] = y;
+  if (out16) out16[i] = __float2bfloat16_rn(y);
+}
+
+// Block (sequence, 256 columns): each thread sums its column over the sequence's rows in
+// double (the CPU's sums), reading rows across the block in order.
+__global__ void MeanRowsKernel(MeanRowsParams p) {
+  Prologue();
+  const int s = blockIdx.x;
+  const int64_t i = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (i >= p.dim) return;
+  const int64_t first = p.starts[s], end = p.starts[s + 1];
+  double sum = 0.0;
+  for (int64_t r = first; r < end; ++r) sum += p.x[r * p.dim + i];
+  p.out[s * p.dim + i] = static_cast<float>(sum / static_cast<double>(end - first));
 }
 
 // The most head_dim a lane's accumulators hold (8 a lane).
@@ -109,15 +130,24 @@ unsigned Blocks(int64_t n, int threads) {
 
 }  // namespace
 
-void LaunchLayerNorm(const LayerNormParams& p, cudaStream_t stream) {
+void LaunchLayerNorm(const LayerNormParams& p, cudaStream_t stream, void* out_bf16) {
   if (p.rows == 0) return;
-  LaunchDependent(LayerNormKernel, dim3(static_cast<unsigned>(p.rows)), dim3(256), 0, stream, p);
+  LaunchDependent(LayerNormKernel, dim3(static_cast<unsigned>(p.rows)), dim3(256), 0, stream, p,
+                  static_cast<__nv_bfloat16*>(out_bf16));
   GZ_CUDA_LAUNCHED();
 }
 
-void LaunchGelu(const GeluParams& p, cudaStream_t stream) {
+void LaunchGelu(const GeluParams& p, cudaStream_t stream, void* out_bf16) {
   if (p.n == 0) return;
-  LaunchDependent(GeluKernel, dim3(Blocks(p.n, 256)), dim3(256), 0, stream, p.x, p.n);
+  LaunchDependent(GeluKernel, dim3(Blocks(p.n, 256)), dim3(256), 0, stream, p.x, p.n,
+                  static_cast<__nv_bfloat16*>(out_bf16));
+  GZ_CUDA_LAUNCHED();
+}
+
+void LaunchMeanRows(const MeanRowsParams& p, cudaStream_t stream) {
+  if (p.sequences == 0) return;
+  LaunchDependent(MeanRowsKernel, dim3(static_cast<unsigned>(p.sequences), Blocks(p.dim, 256)),
+                  dim3(256), 0, stream, p);
   GZ_CUDA_LAUNCHED();
 }
 

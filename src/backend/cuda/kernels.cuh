@@ -155,8 +155,11 @@ void LaunchSoftcap(const SoftcapParams& p, cudaStream_t stream);
 void LaunchAdd(const AddParams& p, cudaStream_t stream);
 void LaunchGatherRows(const GatherRowsParams& p, cudaStream_t stream);
 // The encoder ops (encoder.cu). EncoderAttention: head_dim up to 256 (EncoderAttentionCovers).
-void LaunchLayerNorm(const LayerNormParams& p, cudaStream_t stream);
-void LaunchGelu(const GeluParams& p, cudaStream_t stream);
+// out_bf16: where not null, [rows, dim] (LayerNorm) or [n] (Gelu) bf16, the output rounded for
+// the matmul that reads it next.
+void LaunchLayerNorm(const LayerNormParams& p, cudaStream_t stream, void* out_bf16 = nullptr);
+void LaunchGelu(const GeluParams& p, cudaStream_t stream, void* out_bf16 = nullptr);
+void LaunchMeanRows(const MeanRowsParams& p, cudaStream_t stream);
 bool EncoderAttentionCovers(int head_dim);
 void LaunchEncoderAttention(const EncoderAttentionParams& p, cudaStream_t stream);
 // The fast mode's tensor-core encoder attention (encoder_mma.cu; fp16 operands): where it covers

@@ -1,6 +1,6 @@
-// The encoder ops (LayerNorm, Gelu, EncoderAttention) on the CPU backend against their float64
-// references: fresh random inputs, NaN-poisoned outputs, 1 and 3 threads, sizes that are not
-// multiples of anything, and packed batches of sequences of different lengths.
+// The encoder ops (LayerNorm, Gelu, EncoderAttention, MeanRows) on the CPU backend against their
+// float64 references: fresh random inputs, NaN-poisoned outputs, 1 and 3 threads, sizes that are
+// not multiples of anything, and packed batches of sequences of different lengths.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -107,6 +107,28 @@ TEST_F(EncoderOpsTest, EncoderAttentionMatchesReferenceWithinEachSequence) {
                                     p.scale};
       backend.EncoderAttention(single);
       for (int64_t i = 0; i < 5 * width; ++i) ASSERT_EQ(one[i], got[18 * width + i]) << i;
+    }
+  }
+}
+
+TEST_F(EncoderOpsTest, MeanRowsMatchesReference) {
+  for (int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    CpuBackend backend(&pool, CpuOptions{});
+    for (int64_t dim : {1, 7, 333}) {
+      const std::vector<int32_t> starts = {0, 1, 18, 23, 64, 65};  // lengths 1, 17, 5, 41, 1
+      const int sequences = 5;
+      std::vector<float> x = Random(starts.back() * dim, -3, 3);
+      std::vector<float> got = Poison(sequences * dim), want = got;
+      MeanRowsParams p{got.data(), x.data(), starts.data(), sequences, dim};
+      ASSERT_TRUE(p.Check().ok());
+      backend.MeanRows(p);
+      MeanRowsParams ref = p;
+      ref.out = want.data();
+      ReferenceMeanRows(ref);
+      EXPECT_EQ(got, want) << dim;  // both sum in double, rows in order
+      // A sequence of one row is that row.
+      for (int64_t i = 0; i < dim; ++i) EXPECT_EQ(got[i], x[i]);
     }
   }
 }

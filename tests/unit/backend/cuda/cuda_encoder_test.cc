@@ -74,6 +74,72 @@ TEST(CudaEncoderTest, AttentionWithinEachSequence) {
   EXPECT_TRUE(backend->CheckEncoderShape(64).ok());
 }
 
+// Each sequence's mean row, summed in double as the CPU's.
+TEST(CudaEncoderTest, MeanRowsOfEachSequence) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(/*exact=*/false);
+  std::mt19937 rng(31);
+  for (int64_t dim : {1, 300, 768}) {
+    const std::vector<int32_t> starts = {0, 1, 18, 23, 536};
+    DeviceArray<float> x(backend.get(), RandomFloats(rng, starts.back() * dim, 2.0f));
+    DeviceArray<int32_t> d_starts(backend.get(), starts);
+    DeviceArray<float> out(backend.get(), std::vector<float>(4 * dim));
+    out.Poison();
+    backend->MeanRows({out.device(), x.device(), d_starts.device(), 4, dim});
+    ReferenceMeanRows({out.host().data(), x.host().data(), starts.data(), 4, dim});
+    EXPECT_LT(RelativeError(out.Read(), out.host()), 1e-7) << dim;
+  }
+}
+
+// Fast mode: LayerNorm, Gelu and EncoderAttention leave a bf16 copy of their output that the
+// matmul right after them reads instead of converting it; the product equals the one of the same
+// float32 rows converted by the matmul itself (issued after another op: no copy to take).
+TEST(CudaEncoderTest, Bf16CopiesFeedTheNextMatmul) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto fast = MakeBackend(/*exact=*/false, /*gemv_max_rows=*/1);
+  std::mt19937 rng(32);
+  const int64_t rows = 70, dim = 128;
+  const std::vector<int32_t> starts = {0, 30, 70};
+  DeviceArray<float> x(fast.get(), RandomFloats(rng, rows * dim, 2.0f));
+  DeviceArray<float> q(fast.get(), RandomFloats(rng, rows * dim));
+  DeviceArray<float> w_norm(fast.get(), RandomFloats(rng, dim));
+  DeviceArray<float> b_norm(fast.get(), RandomFloats(rng, dim));
+  DeviceArray<int32_t> d_starts(fast.get(), starts);
+  DeviceArray<float> y(fast.get(), std::vector<float>(rows * dim));
+  DeviceArray<float> unused(fast.get(), std::vector<float>(4));
+  DeviceArray<float> h(fast.get(), std::vector<float>(rows * dim));
+  DeviceArray<float> with_copy(fast.get(), std::vector<float>(rows * 96));
+  DeviceArray<float> without(fast.get(), std::vector<float>(rows * 96));
+  PlainWeight w;
+  MakePlainWeight(fast.get(), rng, Format::kBf16, 96, dim, &w);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  MatmulParams m;
+  m.x = h.device();
+  m.rows = rows;
+  m.w[0] = &w.device;
+  for (const char* op : {"layer_norm", "gelu", "encoder_attention"}) {
+    SCOPED_TRACE(op);
+    with_copy.Poison();
+    without.Poison();
+    if (op == std::string("layer_norm")) {
+      fast->LayerNorm(
+          {h.device(), x.device(), nullptr, w_norm.device(), b_norm.device(), rows, dim, 1e-12f});
+    } else if (op == std::string("gelu")) {
+      fast->Add({h.device(), x.device(), rows * dim});  // h = LayerNorm's + x
+      fast->Gelu({h.device(), rows * dim});
+    } else {
+      fast->EncoderAttention({h.device(), q.device(), x.device(), y.device(), d_starts.device(),
+                              rows, 2, /*heads=*/2, /*head_dim=*/64, 0.125f});
+    }
+    m.out[0] = with_copy.device();
+    fast->Matmul(m);
+    fast->Gelu({unused.device(), 4});  // another op: the next matmul converts h itself
+    m.out[0] = without.device();
+    fast->Matmul(m);
+    EXPECT_EQ(with_copy.Read(), without.Read());
+  }
+}
+
 // The starts of a packed batch of sequences of these lengths.
 std::vector<int32_t> Starts(const std::vector<int32_t>& lengths) {
   std::vector<int32_t> starts = {0};
