@@ -240,6 +240,15 @@ TEST_F(EncoderTest, ForwardMatchesFloat64ReferenceInPackedBatches) {
       }
       row += tokens[s].size();
     }
+    // Pooled on the backend: the host's Pool of the same rows (sums in double, in row order).
+    std::vector<int32_t> starts = {0};
+    for (const auto& t : tokens) starts.push_back(starts.back() + static_cast<int32_t>(t.size()));
+    for (Pooling pooling : {Pooling::kMean, Pooling::kCls, Pooling::kLastToken}) {
+      std::vector<float> pooled, want(tokens.size() * kDim);
+      ASSERT_TRUE((*encoder)->Pool(batch, pooling, &pooled).ok());
+      Pool(hidden, kDim, starts, pooling, /*normalize=*/false, want.data());
+      EXPECT_EQ(pooled, want) << PoolingName(pooling);
+    }
     std::vector<float> logits;
     Status classified = (*encoder)->Classify(batch, &logits);
     if (!tiny.head) {

@@ -105,7 +105,6 @@ TEST(CudaEncoderTest, Bf16CopiesFeedTheNextMatmul) {
   DeviceArray<float> w_norm(fast.get(), RandomFloats(rng, dim));
   DeviceArray<float> b_norm(fast.get(), RandomFloats(rng, dim));
   DeviceArray<int32_t> d_starts(fast.get(), starts);
-  DeviceArray<float> y(fast.get(), std::vector<float>(rows * dim));
   DeviceArray<float> unused(fast.get(), std::vector<float>(4));
   DeviceArray<float> h(fast.get(), std::vector<float>(rows * dim));
   DeviceArray<float> with_copy(fast.get(), std::vector<float>(rows * 96));
@@ -128,7 +127,7 @@ TEST(CudaEncoderTest, Bf16CopiesFeedTheNextMatmul) {
       fast->Add({h.device(), x.device(), rows * dim});  // h = LayerNorm's + x
       fast->Gelu({h.device(), rows * dim});
     } else {
-      fast->EncoderAttention({h.device(), q.device(), x.device(), y.device(), d_starts.device(),
+      fast->EncoderAttention({h.device(), q.device(), x.device(), q.device(), d_starts.device(),
                               rows, 2, /*heads=*/2, /*head_dim=*/64, 0.125f});
     }
     m.out[0] = with_copy.device();
