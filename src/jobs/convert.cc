@@ -39,7 +39,10 @@ constexpr const char* kSideFiles[] = {"config.json",
                                       "video_preprocessor_config.json"};
 
 // What convert does with one source tensor: kTower copies it as it is into the tower's file.
-enum class Action { kDrop, kCopy, kFloat32, kLinear, kTower };
+// kExperts: a layer's experts stacked in one tensor (transformers 5's gate_up_proj or down_proj),
+// written as one linear per expert under the per-expert names (ExpertTensorName), which is how a
+// loader reads a converted folder's experts.
+enum class Action { kDrop, kCopy, kFloat32, kLinear, kExperts, kTower };
 
 struct Plan {
   Action action = Action::kCopy;
@@ -86,6 +89,36 @@ class Output {
   std::deque<std::vector<uint8_t>> owned_;
   std::vector<TensorToWrite> tensors_;
 };
+
+// Whether convert quantizes a layer's tensor of `role` (the expert roles aside). The router, the
+// shared expert's gate and the recurrent layers' b and a projections (one row per expert or
+// head, each a gate) keep their precision, as do convolutions and vectors.
+bool QuantizedRole(TensorRole role) {
+  switch (role) {
+    case TensorRole::kQ:
+    case TensorRole::kK:
+    case TensorRole::kV:
+    case TensorRole::kO:
+    case TensorRole::kGate:
+    case TensorRole::kUp:
+    case TensorRole::kDown:
+    case TensorRole::kSharedGate:
+    case TensorRole::kSharedUp:
+    case TensorRole::kSharedDown:
+    case TensorRole::kRecurrentQkv:
+    case TensorRole::kRecurrentZ:
+    case TensorRole::kRecurrentQkvz:
+    case TensorRole::kRecurrentOut:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool IsExpertRole(TensorRole role) {
+  return role == TensorRole::kExpertGate || role == TensorRole::kExpertUp ||
+         role == TensorRole::kExpertDown;
+}
 
 std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());
@@ -215,13 +248,11 @@ Status ConvertOptions::Check() const {
 Expected<ConvertSummary> Convert(const ConvertOptions& options) {
   GZ_RETURN_IF_ERROR(options.Check());
   GZ_ASSIGN_OR_RETURN(Arch arch, ReadArch(options.from));
-  if (HasMoe(arch)) {
-    return Unimplemented("convert: " + options.from + " is a mixture-of-experts model (" +
-                         arch.family + "); converting its experts is not supported yet");
-  }
-  if (HasRecurrent(arch)) {
-    return Unimplemented("convert: " + options.from + " has recurrent layers (" + arch.family +
-                         "); converting them is not supported yet");
+  if (options.calibrate && (HasMoe(arch) || HasRecurrent(arch))) {
+    return Unimplemented("convert: " + options.from + " (" + arch.family + ") has " +
+                         (HasMoe(arch) ? "mixture-of-experts" : "recurrent") +
+                         " layers; GPTQ calibration (--calibration) of those is not supported "
+                         "yet (convert without it: round to nearest)");
   }
   GZ_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(options.from));
   GZ_RETURN_IF_ERROR(ResolveTensorPrefix(
@@ -241,11 +272,35 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
   // What to do with each tensor.
   std::vector<std::string> prefixes(arch.layers);
   for (int l = 0; l < arch.layers; ++l) prefixes[l] = LayerPrefix(arch, l);
+  // The linears to write by source tensor name, the stacked expert tensors (by name: their
+  // layer) and the shape of every tensor the model reads (checked before anything is written).
   std::map<std::string, Format> linears;
+  std::map<std::string, int> stacked;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (TensorRole role : {TensorRole::kEmbed, TensorRole::kFinalNorm, TensorRole::kHead}) {
+    shapes[TensorName(arch, role, -1)] = TensorShape(arch, role, -1);
+  }
   for (int l = 0; l < kept; ++l) {
-    for (TensorRole role : {TensorRole::kQ, TensorRole::kK, TensorRole::kV, TensorRole::kO,
-                            TensorRole::kGate, TensorRole::kUp, TensorRole::kDown}) {
-      linears[TensorName(arch, role, l)] = BitsFormat(options.bits.layers);
+    for (TensorRole role : LayerRoles(arch, l)) {
+      if (IsExpertRole(role)) {
+        const TensorRole stacked_role =
+            role == TensorRole::kExpertDown ? TensorRole::kExpertsDown : TensorRole::kExpertsGateUp;
+        const std::string stacked_name = TensorName(arch, stacked_role, l);
+        if (ckpt.Find(stacked_name)) {
+          stacked[stacked_name] = l;
+          shapes[stacked_name] = TensorShape(arch, stacked_role, l);
+          continue;
+        }
+        for (int e = 0; e < arch.layer[l].moe.experts; ++e) {
+          const std::string name = ExpertTensorName(arch, role, l, e);
+          linears[name] = BitsFormat(options.bits.layers);
+          shapes[name] = TensorShape(arch, role, l);
+        }
+        continue;
+      }
+      const std::string name = TensorName(arch, role, l);
+      shapes[name] = TensorShape(arch, role, l);
+      if (QuantizedRole(role)) linears[name] = BitsFormat(options.bits.layers);
     }
   }
   const std::string embed_name = TensorName(arch, TensorRole::kEmbed, -1);
@@ -269,6 +324,7 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
     if (cut && (t.name == final_norm_name || t.name == head_name)) return {Action::kDrop};
     if (arch.tied_head && t.name == head_name) return {Action::kDrop};  // a stored tied copy
     if (auto it = linears.find(t.name); it != linears.end()) return {Action::kLinear, it->second};
+    if (stacked.count(t.name)) return {Action::kExperts, BitsFormat(options.bits.layers)};
     if (t.name == embed_name) return {Action::kCopy};
     if (t.shape.size() <= 1) return {Action::kFloat32};
     return {Action::kCopy};
@@ -283,34 +339,6 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
   }
   // Every tensor the model reads has the shape the loader expects, and every tensor written holds
   // finite values: what convert accepts, a load accepts too.
-  std::map<std::string, std::vector<int64_t>> shapes;
-  for (TensorRole role : {TensorRole::kEmbed, TensorRole::kFinalNorm, TensorRole::kHead}) {
-    shapes[TensorName(arch, role, -1)] = TensorShape(arch, role, -1);
-  }
-  for (int l = 0; l < kept; ++l) {
-    for (TensorRole role : {TensorRole::kAttnNorm,
-                            TensorRole::kQ,
-                            TensorRole::kK,
-                            TensorRole::kV,
-                            TensorRole::kO,
-                            TensorRole::kQBias,
-                            TensorRole::kKBias,
-                            TensorRole::kVBias,
-                            TensorRole::kOBias,
-                            TensorRole::kQNorm,
-                            TensorRole::kKNorm,
-                            TensorRole::kFfnNorm,
-                            TensorRole::kGate,
-                            TensorRole::kUp,
-                            TensorRole::kDown,
-                            TensorRole::kGateBias,
-                            TensorRole::kUpBias,
-                            TensorRole::kDownBias,
-                            TensorRole::kAttnPostNorm,
-                            TensorRole::kFfnPostNorm}) {
-      shapes[TensorName(arch, role, l)] = TensorShape(arch, role, l);
-    }
-  }
   for (const TensorInfo* t : sources) {
     if (plan(*t).action == Action::kDrop) continue;
     if (auto it = shapes.find(t->name); it != shapes.end()) {
@@ -318,9 +346,21 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
     }
     GZ_RETURN_IF_ERROR(CheckFinite(*t));
   }
+  // Whether `name` is an expert's linear written from a stacked tensor (a LoRA target).
+  auto split_expert = [&](const std::string& name) {
+    for (const auto& [stacked_name, l] : stacked) {
+      for (TensorRole role :
+           {TensorRole::kExpertGate, TensorRole::kExpertUp, TensorRole::kExpertDown}) {
+        for (int e = 0; e < arch.layer[l].moe.experts; ++e) {
+          if (ExpertTensorName(arch, role, l, e) == name) return true;
+        }
+      }
+    }
+    return false;
+  };
   if (lora) {
     for (const std::string& target : lora->Targets()) {
-      if (!linears.count(target)) {
+      if (!linears.count(target) && !split_expert(target)) {
         return InvalidArgument(options.lora + ": the adapter changes " + target +
                                ", which is not a linear of the converted layers");
       }
@@ -405,6 +445,37 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
       case Action::kLinear:
         GZ_RETURN_IF_ERROR(add_linear(*t, t->name, p.format));
         break;
+      case Action::kExperts: {
+        // Expert e's block of rows (gate_up: its gate rows, then its up rows) as a linear of
+        // its own, so that each expert's rows lie together as the kernels stream them.
+        const int layer = stacked.at(t->name);
+        const int64_t ffn = arch.layer[layer].moe.ffn;
+        const bool gate_up = t->name == TensorName(arch, TensorRole::kExpertsGateUp, layer);
+        const int64_t block_rows = t->shape[1], cols = t->shape[2];
+        const size_t row_bytes = static_cast<size_t>(cols) * DTypeSize(t->dtype);
+        for (int e = 0; e < arch.layer[layer].moe.experts; ++e) {
+          struct Part {
+            TensorRole role;
+            int64_t first, rows;
+          };
+          std::vector<Part> parts;
+          if (gate_up) {
+            parts = {{TensorRole::kExpertGate, 0, ffn}, {TensorRole::kExpertUp, ffn, ffn}};
+          } else {
+            parts = {{TensorRole::kExpertDown, 0, block_rows}};
+          }
+          for (const Part& part : parts) {
+            TensorInfo view = *t;
+            view.name = t->name + "[" + std::to_string(e) + "]";
+            view.shape = {part.rows, cols};
+            view.data = t->data + (e * block_rows + part.first) * row_bytes;
+            view.bytes = part.rows * row_bytes;
+            GZ_RETURN_IF_ERROR(
+                add_linear(view, ExpertTensorName(arch, part.role, layer, e), p.format));
+          }
+        }
+        break;
+      }
     }
     step(t->name);
   }

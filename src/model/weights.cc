@@ -5,6 +5,7 @@
 
 #include "core/dtype.h"
 #include "formats/gguf.h"
+#include "quant/layout.h"
 #include "quant/linear_io.h"
 
 namespace gizllm {
@@ -132,10 +133,7 @@ Expected<Weight> WeightLoader::GatherRows(const std::string& name, std::span<con
                                           std::span<const Rows> blocks, const std::string& part) {
   const TensorInfo* t = checkpoint_.Find(name);
   if (!t) return NotFound(dir_ + ": tensor " + name + " is missing");
-  if (converted_) {
-    return Unimplemented(dir_ + ": tensor " + name +
-                         ": split projections of a converted folder are not supported yet");
-  }
+  if (converted_ && shape.size() == 2) return GatherLinearRows(name, shape, blocks, part);
   GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, t->shape, shape));
   if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32)
     return InvalidArgument(t->file + ": tensor " + name + " has dtype " +
@@ -170,6 +168,48 @@ Expected<Weight> WeightLoader::GatherRows(const std::string& name, std::span<con
   placed_->summary.push_back(
       {name + " (" + part + ")", FormatName(host.format), {rows, cols}, host.Bytes()});
   return w;
+}
+
+Expected<Weight> WeightLoader::GatherLinearRows(const std::string& name,
+                                                std::span<const int64_t> shape,
+                                                std::span<const Rows> blocks,
+                                                const std::string& part) {
+  const TensorInfo* t = checkpoint_.Find(name);
+  GZ_ASSIGN_OR_RETURN(Weight whole, quant::ReadLinear(checkpoint_, name));
+  const int64_t stored[] = {whole.rows, whole.cols};
+  GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, stored, shape));
+  // Bytes a row takes in each array: codes (or plain values), scales, zeros. A quantized row is
+  // its own groups, so rows gather as the plain ones do.
+  const bool quantized = quant::IsQuantized(whole.format);
+  const int64_t groups = whole.cols / quant::kGroup;
+  const int64_t row_bytes[3] = {quantized ? groups * quant::GroupBytes(whole.format)
+                                          : whole.cols * static_cast<int64_t>(DTypeSize(t->dtype)),
+                                quantized ? groups * static_cast<int64_t>(sizeof(float)) : 0,
+                                whole.zeros ? groups * static_cast<int64_t>(sizeof(float)) : 0};
+  const void* from[3] = {whole.data, whole.scales, whole.zeros};
+  int64_t rows = 0;
+  for (const Rows& b : blocks) {
+    if (b.first < 0 || b.count < 0 || b.first + b.count > whole.rows)
+      return Internal(name + ": rows [" + std::to_string(b.first) + ", " +
+                      std::to_string(b.first + b.count) + ") outside the tensor");
+    rows += b.count;
+  }
+  Weight host = whole;
+  host.rows = rows;
+  const void** to[3] = {&host.data, &host.scales, &host.zeros};
+  for (int a = 0; a < 3; ++a) {
+    if (row_bytes[a] == 0) continue;
+    auto copy = std::make_unique<uint8_t[]>(rows * row_bytes[a]);
+    uint8_t* at = copy.get();
+    for (const Rows& b : blocks) {
+      std::memcpy(at, static_cast<const uint8_t*>(from[a]) + b.first * row_bytes[a],
+                  b.count * row_bytes[a]);
+      at += b.count * row_bytes[a];
+    }
+    *to[a] = copy.get();
+    placed_->host.push_back(std::move(copy));
+  }
+  return Place(host, name + " (" + part + ")");
 }
 
 Expected<Weight> WeightLoader::Named(const std::string& name) {
@@ -241,15 +281,19 @@ Expected<Weight> WeightLoader::Matrix(TensorRole role, int layer) {
     host.cols = cols;
     host.data = t->data;
   }
+  return Place(host, name);
+}
+
+Expected<Weight> WeightLoader::Place(const Weight& host, const std::string& shown) {
   std::unique_ptr<Buffer> storage;
   GZ_ASSIGN_OR_RETURN(Weight w, backend_.PrepareWeight(host, &storage));
   if (storage) placed_->storage.push_back(std::move(storage));
-  placed_->parameters += rows * cols;
+  placed_->parameters += host.rows * host.cols;
   placed_->bytes += host.Bytes();
   const std::string format = host.format == Format::kGgml
                                  ? GgmlTypeName(static_cast<GgmlType>(host.ggml_type))
                                  : FormatName(host.format);
-  placed_->summary.push_back({name, format, {rows, cols}, host.Bytes()});
+  placed_->summary.push_back({shown, format, {host.rows, host.cols}, host.Bytes()});
   return w;
 }
 
@@ -267,9 +311,13 @@ Expected<Weight> WeightLoader::ExpertMatrix(TensorRole role, int layer, int expe
   const std::string name = stacked ? stacked_name : ExpertTensorName(arch_, role, layer, expert);
   const TensorInfo* t = stacked ? stacked : checkpoint_.Find(name);
   if (!t) return NotFound(dir_ + ": tensor " + name + " is missing");
-  if (converted_) {
-    return Unimplemented(dir_ + ": tensor " + name +
-                         ": experts of a converted folder are not supported yet");
+  if (converted_ && !stacked) {
+    // A converted folder holds every expert's linear under its own name (convert splits stacked
+    // ones), quantized or plain as its metadata says.
+    GZ_ASSIGN_OR_RETURN(Weight host, quant::ReadLinear(checkpoint_, name));
+    const int64_t stored[] = {host.rows, host.cols};
+    GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, stored, shape));
+    return Place(host, name);
   }
   if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32)
     return InvalidArgument(t->file + ": tensor " + name + " has dtype " +
@@ -306,18 +354,12 @@ Expected<Weight> WeightLoader::ExpertMatrix(TensorRole role, int layer, int expe
   } else {
     GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, t->shape, shape));
   }
-  std::unique_ptr<Buffer> storage;
-  GZ_ASSIGN_OR_RETURN(Weight w, backend_.PrepareWeight(host, &storage));
-  if (storage) placed_->storage.push_back(std::move(storage));
-  placed_->parameters += rows * cols;
-  placed_->bytes += host.Bytes();
   std::string shown = stacked ? stacked_name + "[" + std::to_string(expert) + "]" +
                                     (role == TensorRole::kExpertGate ? " gate"
                                      : role == TensorRole::kExpertUp ? " up"
                                                                      : "")
                               : name;
-  placed_->summary.push_back({shown, FormatName(host.format), {rows, cols}, host.Bytes()});
-  return w;
+  return Place(host, shown);
 }
 
 }  // namespace gizllm

@@ -47,8 +47,9 @@ class WeightLoader {
   // A matrix (the embedding, the head, a linear) in the format it is stored in.
   Expected<Weight> Matrix(TensorRole role, int layer);
   // Expert `expert`'s kExpertGate, kExpertUp or kExpertDown matrix of a mixture-of-experts
-  // layer: its own tensor, or its part of the layer's kExpertsGateUp or kExpertsDown tensor
-  // (transformers 5's layout) where the checkpoint holds those. Plain formats only.
+  // layer: its own tensor (in a converted folder, quantized or plain as its metadata says), or
+  // its part of the layer's kExpertsGateUp or kExpertsDown tensor (transformers 5's layout, plain
+  // formats) where the checkpoint holds those.
   Expected<Weight> ExpertMatrix(TensorRole role, int layer, int expert);
   // Host floats copied to the device.
   Expected<const float*> Upload(const std::vector<float>& host);
@@ -56,7 +57,8 @@ class WeightLoader {
   // device, flattened; never offset as norms are.
   Expected<const float*> Floats(TensorRole role, int layer);
   // The rows [first, first + count) of each block of a matrix, in that order, as one matrix
-  // (a fused projection split into its parts, or reordered). Plain formats only. `part` names
+  // (a fused projection split into its parts, or reordered): plain formats, and in a converted
+  // folder quantized linears too (their rows gathered with their scales and zeros). `part` names
   // it in the summary.
   struct Rows {
     int64_t first = 0;
@@ -85,6 +87,11 @@ class WeightLoader {
   const Arch& arch_;
   Expected<Weight> GatherRows(const std::string& name, std::span<const int64_t> shape,
                               std::span<const Rows> blocks, const std::string& part);
+  // GatherRows of a converted folder's linear (quant::ReadLinear: quantized or plain).
+  Expected<Weight> GatherLinearRows(const std::string& name, std::span<const int64_t> shape,
+                                    std::span<const Rows> blocks, const std::string& part);
+  // host placed on the backend and counted; `shown` names it in the summary.
+  Expected<Weight> Place(const Weight& host, const std::string& shown);
 
   Backend& backend_;
   std::string dir_;

@@ -365,9 +365,9 @@ TEST_F(ConvertTest, ReadLinearRejectsMismatchedDescriptions) {
 namespace gizllm::quant {
 namespace {
 
-// A mixture-of-experts model is refused, naming it, instead of being converted without its
-// experts.
-TEST_F(ConvertTest, RefusesMixtureOfExperts) {
+// A mixture-of-experts config over a checkpoint without its experts is refused, naming the first
+// missing expert (convert_moe_test converts real ones).
+TEST_F(ConvertTest, MissingExpertsAreNamed) {
   nlohmann::json config = nlohmann::json::parse(*ReadFile((root_ / "hf/config.json").string()));
   config["architectures"] = {"Qwen3MoeForCausalLM"};
   config["model_type"] = "qwen3_moe";
@@ -376,21 +376,26 @@ TEST_F(ConvertTest, RefusesMixtureOfExperts) {
   config["moe_intermediate_size"] = 64;
   WriteText(root_ / "hf/config.json", config.dump());
   Status s = Convert(Options("4", "out")).status();
-  EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.message();
-  EXPECT_NE(s.message().find("mixture-of-experts"), std::string::npos) << s.message();
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.message();
+  EXPECT_NE(s.message().find("tensor model.layers.0.mlp.experts.0.down_proj.weight is missing"),
+            std::string::npos)
+      << s.message();
   EXPECT_FALSE(fs::exists(root_ / "out"));
 }
 
-// A model with recurrent layers (Qwen3.5) is refused, naming them.
-TEST_F(ConvertTest, RefusesRecurrentLayers) {
+// A config with recurrent layers (Qwen3.5) over a checkpoint without them is refused, naming the
+// first missing projection.
+TEST_F(ConvertTest, MissingRecurrentProjectionsAreNamed) {
   nlohmann::json config = nlohmann::json::parse(*ReadFile((root_ / "hf/config.json").string()));
   config["architectures"] = {"Qwen3_5ForCausalLM"};
   config["model_type"] = "qwen3_5_text";
   config["full_attention_interval"] = 2;
   WriteText(root_ / "hf/config.json", config.dump());
   Status s = Convert(Options("4", "out")).status();
-  EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.message();
-  EXPECT_NE(s.message().find("recurrent layers"), std::string::npos) << s.message();
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.message();
+  EXPECT_NE(s.message().find("tensor model.layers.0.linear_attn."), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("is missing"), std::string::npos) << s.message();
   EXPECT_FALSE(fs::exists(root_ / "out"));
 }
 
