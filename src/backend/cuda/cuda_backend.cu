@@ -799,21 +799,27 @@ class CudaBackend : public Backend {
                    cuda::kMoeMaxExperts);
       std::abort();
     }
-    std::vector<const void*> pointers(3 * static_cast<size_t>(experts));
+    // [data of gate, up, down of each expert], then [their scales] (quantized: (mul, add) pairs).
+    std::vector<const void*> pointers(6 * static_cast<size_t>(experts));
     bool aligned = true;
     for (int e = 0; e < experts; ++e) {
       const Weight* w[3] = {&p.gate[e], &p.up[e], &p.down[e]};
       for (int m = 0; m < 3; ++m) {
-        const Format want = m == 2 ? p.down[0].format : p.gate[0].format;
-        if (w[m]->format != want ||
-            (want != Format::kBf16 && want != Format::kF16 && want != Format::kF32)) {
+        // Every gate and up alike (one input, rotated once), every down alike.
+        const Weight& want = m == 2 ? p.down[0] : p.gate[0];
+        const bool plain = want.format == Format::kBf16 || want.format == Format::kF16 ||
+                           want.format == Format::kF32;
+        if (w[m]->format != want.format || (!plain && !quant::IsQuantized(want.format)) ||
+            w[m]->rotated != want.rotated ||
+            (want.rotated && w[m]->rotation_seed != want.rotation_seed)) {
           std::fprintf(stderr,
                        "cuda MoeFeedForward: expert %d's weights are %s (every gate and up of "
-                       "one plain format, every down of one)\n",
+                       "one plain or quantized format and rotation, every down of one)\n",
                        e, FormatName(w[m]->format).c_str());
           std::abort();
         }
         pointers[m * experts + e] = w[m]->data;
+        pointers[(3 + m) * experts + e] = w[m]->scales;
         aligned = aligned && reinterpret_cast<uintptr_t>(w[m]->data) % 16 == 0;
       }
     }
@@ -843,6 +849,7 @@ class CudaBackend : public Backend {
       d.tiles = static_cast<int4*>(moe_.tiles.Get(n.tiles * sizeof(int4)));
       d.tile_count = static_cast<int*>(moe_.tile_count.Get(4));
     }
+    if (n.rotated > 0) d.rotated = static_cast<float*>(moe_.rotated.Get(n.rotated * 4));
     return d;
   }
 
@@ -937,7 +944,8 @@ class CudaBackend : public Backend {
   std::map<std::vector<const void*>, void*> moe_tables_;
   cudaStream_t upload_ = nullptr;
   struct MoeScratch {
-    cuda::Scratch logits, ids, weights, hidden, outputs, sorted, slot_pos, tiles, tile_count;
+    cuda::Scratch logits, ids, weights, hidden, outputs, sorted, slot_pos, tiles, tile_count,
+        rotated;
     cuda::Scratch shared_gate, shared_up, shared_out, shared_scale;  // SharedExpert
   };
   MoeScratch moe_;

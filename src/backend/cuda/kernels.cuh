@@ -222,6 +222,10 @@ MatmulParams LaunchQuantMatmul(const MatmulParams& p, bool exact, QuantScratch* 
 inline constexpr int64_t kQuantGemmRows = 256;
 inline constexpr int64_t kQuantGemmMaxElements = int64_t{64} << 20;
 void LaunchDequantBf16(const Weight& w, void* out, cudaStream_t stream);
+// out [rows, cols] <- each row of x [rows, cols] rotated as quant::RotateRow with `seed`
+// (float32; cols a multiple of 128; out must not overlap x).
+void LaunchRotateRows(const float* x, int64_t rows, int64_t cols, uint64_t seed, float* out,
+                      cudaStream_t stream);
 void LaunchRotateToBf16(const float* x, int64_t rows, const Weight& w, void* out,
                         cudaStream_t stream);
 
@@ -261,6 +265,8 @@ int LaunchMmaDecode(const AttentionParams& p, int splits, float* part_acc, float
 // expert and go through grouped GEMMs over tiles of kMoeTile rows of one expert, then a
 // weighted gather-sum per row. bf16 (the fast mode's many-row steps): the activations into bf16
 // weights rounded to bf16 (the grouped path on the tensor cores); else float32 throughout.
+// Quantized experts (q8, q4, q2, q1, as PrepareWeight lays them out) in float32 in every mode,
+// their inputs rotated first into `rotated` where the weights were.
 inline constexpr int kMoeMaxExperts = 512;
 inline constexpr int64_t kMoeDecodeRows = 4;
 inline constexpr int kMoeTile = 64;
@@ -271,10 +277,13 @@ struct MoeSizes {
   int64_t hidden = 0;   // float [rows * top_k, ffn]
   int64_t outputs = 0;  // float [rows * top_k, dim] (many rows)
   int64_t tiles = 0;    // int4 [tiles] (many rows), an upper bound of the tiles in use
+  int64_t rotated = 0;  // float: the rotated inputs of rotated quantized experts,
+                        // max([rows, dim], [rows * top_k, ffn])
 };
 MoeSizes MoeScratchSizes(const MoeFeedForwardParams& p);
 struct MoeDevice {
   // [gate of each expert, up of each expert, down of each expert]: the weights' device pointers
+  // (data), then the same for their scales (quantized: the (mul, add) pairs; plain: null)
   const void* const* table = nullptr;
   bool aligned = false;  // every pointer of the table on 16 bytes
   float* logits = nullptr;
@@ -286,9 +295,10 @@ struct MoeDevice {
   int* slot_pos = nullptr;
   int4* tiles = nullptr;
   int* tile_count = nullptr;
+  float* rotated = nullptr;
 };
-// p's weights: plain, every gate and up of one format, every down of one format, at most
-// kMoeMaxExperts experts (the backend checks).
+// p's weights: plain or quantized, every gate and up of one format (and rotation), every down
+// of one format (and rotation), at most kMoeMaxExperts experts (the backend checks).
 void LaunchMoe(const MoeFeedForwardParams& p, const MoeDevice& d, bool bf16, int sm_count,
                cudaStream_t stream);
 

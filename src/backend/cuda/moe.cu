@@ -16,6 +16,13 @@
 //     blocks past the tiles in use leave at once;
 //   MoeCombineKernel: each row's weighted sum of its picks' down outputs in expert order (a
 //     gather, so the sum's order is fixed and the result deterministic).
+// Quantized experts (q8, q4, q2, q1 in the device layout of quant_layout.cuh, each expert its own
+// weight, its 16-row tiles contiguous) run in float32 in every mode: their inputs rotated first
+// where the weights were (x once for gate/up, the hidden units once for down), then
+//   decode: MoeQuantGateUpDecodeKernel and MoeQuantDownDecodeKernel, a block per 16-output tile
+//     of a picked expert, its warps over the tile's steps, each value mul * code + add;
+//   many rows: the same grouped float32 GEMM, each weight value read from the packed layout as
+//     it is staged (QuantValueAt).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
@@ -24,6 +31,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/quant_layout.cuh"
 #include "backend/cuda/weight_loads.cuh"
 
 namespace gizllm::cuda {
@@ -263,6 +271,141 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// ---- Decode of quantized experts ----
+
+// Lane `lane`'s share of a 16-output tile of a quantized weight [n, cols] against one row of
+// (rotated) activations x, over the steps [s0, s1): acc[0] for output row lane / 4 of the tile,
+// acc[1] for row lane / 4 + 8, each group's share as mul * sum(c x) + add * sum(x).
+template <Format F>
+__device__ __forceinline__ void QuantTileDot(const uint4* __restrict__ codes,
+                                             const float2* __restrict__ affine, int64_t n,
+                                             int64_t cols, int64_t tile, int64_t s0, int64_t s1,
+                                             const float* __restrict__ x, int lane, float* acc) {
+  using Q = QuantTraits<F>;
+  const int g8 = lane >> 2, q4 = lane & 3;
+  const int64_t groups = cols / quant::kGroup, rows_pad = PaddedRows(n);
+  const int64_t steps = PaddedGroups(cols) / Q::kGroupsPerStep;
+  const uint4* wp = codes + tile * steps * Q::kLoads * 32 + lane;
+  for (int64_t st = s0; st < s1; ++st) {
+    uint4 raw[Q::kLoads];
+#pragma unroll
+    for (int i = 0; i < Q::kLoads; ++i) raw[i] = LoadStreaming(wp + (st * Q::kLoads + i) * 32);
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(raw);
+#pragma unroll
+    for (int gs = 0; gs < Q::kGroupsPerStep; ++gs) {
+      const int64_t g = st * Q::kGroupsPerStep + gs;
+      if (g >= groups) continue;  // the padding group of an odd count
+      const float2 f0 = __ldg(affine + g * rows_pad + tile * 16 + g8);
+      const float2 f1 = __ldg(affine + g * rows_pad + tile * 16 + g8 + 8);
+      float cx0 = 0.0f, cx1 = 0.0f, xs = 0.0f;
+#pragma unroll
+      for (int s = 0; s < 8; ++s) {
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi) {
+          const int64_t k = g * quant::kGroup + 16 * s + 2 * q4 + 8 * hi;
+          const float2 xv = __ldg(reinterpret_cast<const float2*>(x + k));
+          xs += xv.x + xv.y;
+          const float2 c0 = __half22float2(CodePairAt<F>(words, (gs * 8 + s) * 4 + 2 * hi));
+          const float2 c1 = __half22float2(CodePairAt<F>(words, (gs * 8 + s) * 4 + 2 * hi + 1));
+          cx0 += c0.x * xv.x + c0.y * xv.y;
+          cx1 += c1.x * xv.x + c1.y * xv.y;
+        }
+      }
+      acc[0] += f0.x * cx0 + f0.y * xs;
+      acc[1] += f1.x * cx1 + f1.y * xs;
+    }
+  }
+}
+
+// acc summed over the 4 lanes of each output row; lanes with lane % 4 == 0 write rows lane / 4
+// and lane / 4 + 8 of `part` [16].
+__device__ __forceinline__ void StoreTileRows(float* acc, int lane, float* part) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    acc[h] += __shfl_xor_sync(0xffffffffu, acc[h], 1);
+    acc[h] += __shfl_xor_sync(0xffffffffu, acc[h], 2);
+  }
+  if (lane % 4 == 0) {
+    part[lane / 4] = acc[0];
+    part[lane / 4 + 8] = acc[1];
+  }
+}
+
+// h[slot, i] = silu(gate_e[i] . x_r) * (up_e[i] . x_r) for slot = r * k + j, e = ids[slot], i in
+// the block's 16-output tile; the warps split the tile's steps. x: rotated where the weights are.
+// table: [gate, up, down of each expert (codes)], then [the same (mul, add) pairs].
+template <Format F>
+__global__ void __launch_bounds__(kWarps * 32)
+    MoeQuantGateUpDecodeKernel(const float* __restrict__ x,  // [rows, dim]
+                               const int* __restrict__ ids, const void* const* __restrict__ table,
+                               int experts, int k, int64_t dim, int64_t ffn,
+                               float* __restrict__ h) {  // [rows * k, ffn]
+  __shared__ float parts[2][kWarps][16];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t tile = blockIdx.x;
+  const int slot = blockIdx.y;
+  const int e = ids[slot];
+  const float* xr = x + static_cast<int64_t>(slot / k) * dim;
+  const int64_t steps = PaddedGroups(dim) / QuantTraits<F>::kGroupsPerStep;
+  const int64_t s0 = steps * warp / kWarps, s1 = steps * (warp + 1) / kWarps;
+#pragma unroll
+  for (int o = 0; o < 2; ++o) {
+    const int index = o * experts + e;
+    float acc[2] = {0.0f, 0.0f};
+    QuantTileDot<F>(static_cast<const uint4*>(table[index]),
+                    static_cast<const float2*>(table[3 * experts + index]), ffn, dim, tile, s0, s1,
+                    xr, lane, acc);
+    StoreTileRows(acc, lane, parts[o][warp]);
+  }
+  __syncthreads();
+  if (threadIdx.x >= 16) return;
+  const int64_t i = tile * 16 + threadIdx.x;
+  if (i >= ffn) return;
+  float g = 0.0f, u = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    g += parts[0][w][threadIdx.x];
+    u += parts[1][w][threadIdx.x];
+  }
+  h[static_cast<int64_t>(slot) * ffn + i] = Silu(g) * u;
+}
+
+// out[r, c] (+)= sum over the row's picks j (in expert order) of weight_j * (down_e[c] . h[slot])
+// with slot = r * k + j, c in the block's 16-output tile. h: rotated where the weights are.
+template <Format F>
+__global__ void __launch_bounds__(kWarps * 32)
+    MoeQuantDownDecodeKernel(const float* __restrict__ h,  // [rows * k, ffn]
+                             const int* __restrict__ ids, const float* __restrict__ weights,
+                             const void* const* __restrict__ table, int experts, int k, int64_t dim,
+                             int64_t ffn, float* __restrict__ out, bool accumulate) {
+  __shared__ float parts[kWarps][16];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t tile = blockIdx.x, r = blockIdx.y;
+  const int64_t steps = PaddedGroups(ffn) / QuantTraits<F>::kGroupsPerStep;
+  const int64_t s0 = steps * warp / kWarps, s1 = steps * (warp + 1) / kWarps;
+  float total[2] = {0.0f, 0.0f};
+  for (int j = 0; j < k; ++j) {
+    const int64_t slot = r * k + j;
+    const int index = 2 * experts + ids[slot];
+    float acc[2] = {0.0f, 0.0f};
+    QuantTileDot<F>(static_cast<const uint4*>(table[index]),
+                    static_cast<const float2*>(table[3 * experts + index]), dim, ffn, tile, s0, s1,
+                    h + slot * ffn, lane, acc);
+    total[0] += weights[slot] * acc[0];
+    total[1] += weights[slot] * acc[1];
+  }
+  StoreTileRows(total, lane, parts[warp]);
+  __syncthreads();
+  if (threadIdx.x >= 16) return;
+  const int64_t c = tile * 16 + threadIdx.x;
+  if (c >= dim) return;
+  float sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) sum += parts[w][threadIdx.x];
+  float* o = out + r * dim + c;
+  *o = accumulate ? *o + sum : sum;
+}
+
 // ---- Many rows: picks sorted by expert, grouped GEMMs over tiles of one expert ----
 
 constexpr int kPlanThreads = kMoeMaxExperts;
@@ -311,11 +454,34 @@ __device__ __forceinline__ const float* GroupedRow(const float* a, const int* so
 
 constexpr int kF32Depth = 16;
 
-// Exact grouped GEMM (float32 activations and sums, any plain weight format): a block computes a
-// kMoeTile x kMoeTile tile, rows of one tile of the plan against `n` outputs of its expert;
+// Element (j, c) of one expert's weight [n, cols], table entry `index`: a plain format T, or a
+// quantized format F in the device layout (its (mul, add) pairs at entry 3 experts + index).
+template <typename T>
+struct PlainExpert {
+  const T* w;
+  __device__ PlainExpert(const void* const* table, int experts, int index)
+      : w(static_cast<const T*>(table[index])) {}
+  __device__ float At(int64_t n, int64_t cols, int64_t j, int64_t c) const {
+    return ToFloat(w[j * cols + c]);
+  }
+};
+template <Format F>
+struct QuantExpert {
+  const uint4* codes;
+  const float2* affine;
+  __device__ QuantExpert(const void* const* table, int experts, int index)
+      : codes(static_cast<const uint4*>(table[index])),
+        affine(static_cast<const float2*>(table[3 * experts + index])) {}
+  __device__ float At(int64_t n, int64_t cols, int64_t j, int64_t c) const {
+    return QuantValueAt<F>(codes, affine, n, cols, j, c);
+  }
+};
+
+// Exact grouped GEMM (float32 activations and sums, any weight format W reads): a block computes
+// a kMoeTile x kMoeTile tile, rows of one tile of the plan against `n` outputs of its expert;
 // gate/up: out[pos, i] = silu(gate . x) * (up . x) (out: h [places, ffn]); down: out[pos, c] =
 // down . h[pos] (out: [places, dim]).
-template <typename T, bool kGateUp>
+template <typename W, bool kGateUp>
 __global__ void __launch_bounds__(256)
     MoeGroupedF32Kernel(const float* __restrict__ a, const int* __restrict__ sorted,
                         const int4* __restrict__ tiles, const int* __restrict__ tile_count,
@@ -325,13 +491,9 @@ __global__ void __launch_bounds__(256)
   if (static_cast<int>(blockIdx.y) >= *tile_count) return;
   const int4 tile = tiles[blockIdx.y];
   const int e = tile.x, start = tile.y, count = tile.z;
-  const T* w[kOut];
-  if constexpr (kGateUp) {
-    w[0] = static_cast<const T*>(table[e]);
-    w[1] = static_cast<const T*>(table[experts + e]);
-  } else {
-    w[0] = static_cast<const T*>(table[2 * experts + e]);
-  }
+  // gate and up, or down (twice).
+  const W w0(table, experts, kGateUp ? e : 2 * experts + e);
+  const W w1(table, experts, kGateUp ? experts + e : 2 * experts + e);
   __shared__ float xs[kF32Depth][kMoeTile + 4];        // [k][row]
   __shared__ float ws[kOut][kF32Depth][kMoeTile + 4];  // [k][output]
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -345,7 +507,7 @@ __global__ void __launch_bounds__(256)
           i < count && c < cols ? GroupedRow<kGateUp>(a, sorted, k, cols, start + i)[c] : 0.0f;
 #pragma unroll
       for (int o = 0; o < kOut; ++o)
-        ws[o][kk][i] = wr < n && c < cols ? ToFloat(w[o][wr * cols + c]) : 0.0f;
+        ws[o][kk][i] = wr < n && c < cols ? (o == 0 ? w0 : w1).At(n, cols, wr, c) : 0.0f;
     }
     __syncthreads();
 #pragma unroll
@@ -558,13 +720,72 @@ void Grouped(const MoeFeedForwardParams& p, const MoeDevice& d, Format format, b
     MoeGroupedMmaKernel<kGateUp><<<grid, 128, 0, stream>>>(
         a, d.sorted, d.tiles, d.tile_count, d.table, p.experts, p.top_k, n, cols, out);
   } else {
-    auto kernel = format == Format::kBf16  ? MoeGroupedF32Kernel<__nv_bfloat16, kGateUp>
-                  : format == Format::kF16 ? MoeGroupedF32Kernel<__half, kGateUp>
-                                           : MoeGroupedF32Kernel<float, kGateUp>;
+    auto kernel = MoeGroupedF32Kernel<PlainExpert<float>, kGateUp>;
+    switch (format) {
+      case Format::kBf16:
+        kernel = MoeGroupedF32Kernel<PlainExpert<__nv_bfloat16>, kGateUp>;
+        break;
+      case Format::kF16:
+        kernel = MoeGroupedF32Kernel<PlainExpert<__half>, kGateUp>;
+        break;
+      case Format::kQ8:
+        kernel = MoeGroupedF32Kernel<QuantExpert<Format::kQ8>, kGateUp>;
+        break;
+      case Format::kQ4:
+        kernel = MoeGroupedF32Kernel<QuantExpert<Format::kQ4>, kGateUp>;
+        break;
+      case Format::kQ2:
+        kernel = MoeGroupedF32Kernel<QuantExpert<Format::kQ2>, kGateUp>;
+        break;
+      case Format::kQ1:
+        kernel = MoeGroupedF32Kernel<QuantExpert<Format::kQ1>, kGateUp>;
+        break;
+      default:
+        break;
+    }
     kernel<<<grid, 256, 0, stream>>>(a, d.sorted, d.tiles, d.tile_count, d.table, p.experts,
                                      p.top_k, n, cols, out);
   }
   GZ_CUDA_LAUNCHED();
+}
+
+// The quantized decode kernels of `format` (q8, q4, q2, q1): gate/up into h, or down from h.
+template <Format F>
+void QuantDecodeOf(const MoeFeedForwardParams& p, const MoeDevice& d, bool gate_up, const float* a,
+                   float* h, cudaStream_t stream) {
+  if (gate_up) {
+    dim3 grid(static_cast<unsigned>(PaddedRows(p.ffn) / 16),
+              static_cast<unsigned>(p.rows * p.top_k));
+    MoeQuantGateUpDecodeKernel<F>
+        <<<grid, kWarps * 32, 0, stream>>>(a, d.ids, d.table, p.experts, p.top_k, p.dim, p.ffn, h);
+  } else {
+    dim3 grid(static_cast<unsigned>(PaddedRows(p.dim) / 16), static_cast<unsigned>(p.rows));
+    MoeQuantDownDecodeKernel<F><<<grid, kWarps * 32, 0, stream>>>(
+        a, d.ids, d.weights, d.table, p.experts, p.top_k, p.dim, p.ffn, p.out, p.accumulate);
+  }
+  GZ_CUDA_LAUNCHED();
+}
+void QuantDecode(const MoeFeedForwardParams& p, const MoeDevice& d, Format format, bool gate_up,
+                 const float* a, float* h, cudaStream_t stream) {
+  switch (format) {
+    case Format::kQ8:
+      return QuantDecodeOf<Format::kQ8>(p, d, gate_up, a, h, stream);
+    case Format::kQ4:
+      return QuantDecodeOf<Format::kQ4>(p, d, gate_up, a, h, stream);
+    case Format::kQ2:
+      return QuantDecodeOf<Format::kQ2>(p, d, gate_up, a, h, stream);
+    default:
+      return QuantDecodeOf<Format::kQ1>(p, d, gate_up, a, h, stream);
+  }
+}
+
+// The input of quantized experts: `a` [rows, cols] rotated into d.rotated where the weights
+// were rotated (every expert with the same seed), else `a` itself.
+const float* ExpertInput(const float* a, int64_t rows, int64_t cols, const Weight& w,
+                         const MoeDevice& d, cudaStream_t stream) {
+  if (!quant::IsQuantized(w.format) || !w.rotated) return a;
+  LaunchRotateRows(a, rows, cols, w.rotation_seed, d.rotated, stream);
+  return d.rotated;
 }
 
 }  // namespace
@@ -579,6 +800,10 @@ MoeSizes MoeScratchSizes(const MoeFeedForwardParams& p) {
     s.outputs = slots * p.dim;
     s.tiles = (slots + kMoeTile - 1) / kMoeTile + std::min<int64_t>(p.experts, slots);
   }
+  const Weight &gate = p.gate[0], &down = p.down[0];
+  if (quant::IsQuantized(gate.format) && gate.rotated) s.rotated = p.rows * p.dim;
+  if (quant::IsQuantized(down.format) && down.rotated)
+    s.rotated = std::max(s.rotated, slots * p.ffn);
   return s;
 }
 
@@ -600,6 +825,8 @@ void LaunchMoe(const MoeFeedForwardParams& p, const MoeDevice& d, bool bf16, int
       d.logits, p.rows, p.experts, p.top_k, p.norm_topk_prob, d.ids, d.weights);
   GZ_CUDA_LAUNCHED();
   const Format gate_up = p.gate[0].format, down = p.down[0].format;
+  // Quantized experts read rotated inputs (d.rotated holds x, then the hidden units).
+  const float* x = ExpertInput(p.x, p.rows, p.dim, p.gate[0], d, stream);
   if (p.rows <= kMoeDecodeRows) {
     const bool vec_gu = d.aligned && p.dim % (gate_up == Format::kF32 ? 4 : 8) == 0;
     const bool vec_d = d.aligned && p.ffn % (down == Format::kF32 ? 4 : 8) == 0;
@@ -611,8 +838,11 @@ void LaunchMoe(const MoeFeedForwardParams& p, const MoeDevice& d, bool bf16, int
       case Format::kF16:
         GateUpDecode<__half>(p, d, vec_gu, false, d.hidden, stream);
         break;
-      default:
+      case Format::kF32:
         GateUpDecode<float>(p, d, vec_gu, false, d.hidden, stream);
+        break;
+      default:
+        QuantDecode(p, d, gate_up, /*gate_up=*/true, x, d.hidden, stream);
         break;
     }
     switch (down) {
@@ -622,8 +852,13 @@ void LaunchMoe(const MoeFeedForwardParams& p, const MoeDevice& d, bool bf16, int
       case Format::kF16:
         DownDecode<__half>(p, d, vec_d, false, d.hidden, stream);
         break;
-      default:
+      case Format::kF32:
         DownDecode<float>(p, d, vec_d, false, d.hidden, stream);
+        break;
+      default:
+        QuantDecode(p, d, down, /*gate_up=*/false,
+                    ExpertInput(d.hidden, p.rows * p.top_k, p.ffn, p.down[0], d, stream), nullptr,
+                    stream);
         break;
     }
     return;
@@ -633,8 +868,9 @@ void LaunchMoe(const MoeFeedForwardParams& p, const MoeDevice& d, bool bf16, int
                                                 d.sorted, d.slot_pos, d.tiles, d.tile_count);
   GZ_CUDA_LAUNCHED();
   const unsigned max_tiles = static_cast<unsigned>(sizes.tiles);
-  Grouped<true>(p, d, gate_up, bf16, p.x, d.hidden, max_tiles, stream);
-  Grouped<false>(p, d, down, bf16, d.hidden, d.outputs, max_tiles, stream);
+  Grouped<true>(p, d, gate_up, bf16, x, d.hidden, max_tiles, stream);
+  const float* h = ExpertInput(d.hidden, sizes.slots, p.ffn, p.down[0], d, stream);
+  Grouped<false>(p, d, down, bf16, h, d.outputs, max_tiles, stream);
   MoeCombineKernel<<<dim3(Blocks(p.dim, 256), static_cast<unsigned>(p.rows)), 256, 0, stream>>>(
       d.outputs, d.slot_pos, d.weights, p.top_k, p.dim, p.out, p.accumulate);
   GZ_CUDA_LAUNCHED();

@@ -31,36 +31,12 @@
 #include <string>
 
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/quant_layout.cuh"
 #include "backend/cuda/weight_loads.cuh"
 #include "quant/layout.h"
 
 namespace gizllm::cuda {
 namespace {
-
-// Per-format constants of the device layout.
-template <Format F>
-struct QuantTraits {
-  static constexpr int kBits = F == Format::kQ8   ? 8
-                               : F == Format::kQ4 ? 4
-                               : F == Format::kQ2 ? 2
-                                                  : 1;
-  // Groups per step: a step gives each lane whole 16-byte words.
-  static constexpr int kGroupsPerStep = F == Format::kQ1 ? 2 : 1;
-  // 16-byte words per lane per step: 64 codes per lane per group.
-  static constexpr int kLoads = kBits * kGroupsPerStep / 2;
-  // Codes stored unsigned: kQ8 codes are stored as c + 128.
-  static constexpr int kOffset = F == Format::kQ8 ? 128 : 0;
-  // Pairs of codes per 32-bit word; each half-word holds one code of each pair, in its low and
-  // high byte, kBits apart.
-  static constexpr int kPairsPerWord = 16 / kBits;
-  static constexpr int kPairsPerByte = 8 / kBits;
-};
-
-// Groups padded to the step of the format (and of the activation layout, shared by all formats).
-__host__ __device__ inline int64_t PaddedGroups(int64_t cols) {
-  return (cols / quant::kGroup + 1) / 2 * 2;
-}
-__host__ __device__ inline int64_t PaddedRows(int64_t rows) { return (rows + 15) / 16 * 16; }
 
 size_t CodeBytes(const Weight& w) {
   // [row tiles of 16][steps][loads][32 lanes][16 bytes] = rows_pad * groups_pad * GroupBytes.
@@ -80,28 +56,6 @@ inline void PairPlace(int lane, int t, int* row, int* input) {
 }
 
 // ---- Device helpers ----
-
-__device__ __forceinline__ uint32_t HalfBits(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
-
-// Pair t of a lane's step words as float16 codes (c_k, c_k+1), exact: the code's bits are placed
-// in the mantissa of 1024 (0x6400) and the offset is taken off by one fused multiply-add. Called
-// from fully unrolled loops, so t and everything derived from it are constants.
-template <Format F>
-__device__ __forceinline__ __half2 CodePairAt(const uint32_t* words, int t) {
-  using Q = QuantTraits<F>;
-  const int word = t / Q::kPairsPerWord;
-  const int slot = t % Q::kPairsPerWord;
-  const int byte = slot / Q::kPairsPerByte;
-  const int shift = (slot % Q::kPairsPerByte) * Q::kBits;
-  const uint32_t mask = ((1u << Q::kBits) - 1) << shift;
-  const uint32_t v = byte ? words[word] >> 8 : words[word];
-  uint32_t h = (v & (mask | mask << 16)) | 0x64006400u;
-  // (1024 + c 2^s) 2^-s - (1024 2^-s + offset) = c - offset.
-  const float scale = 1.0f / static_cast<float>(1 << shift);
-  const float bias = -(1024.0f * scale + Q::kOffset);
-  __half2 hv = *reinterpret_cast<__half2*>(&h);
-  return __hfma2(hv, __float2half2_rn(scale), __float2half2_rn(bias));
-}
 
 __device__ __forceinline__ void Mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
   asm volatile(
@@ -303,34 +257,6 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
     for (int w = 0; w < kQuantWarps; ++w) sum += parts[w][t * 4 + c][ln];
     pick.out[r * pick.n + j] = sum;
   }
-}
-
-// Rotates 128 activations held 4 per lane (lane l: inputs 4l..4l+3) as quant::RotateRow does
-// for block g: the signs, then the normalized Walsh-Hadamard transform.
-// quant::RotationSignWord on the device.
-__device__ __forceinline__ uint64_t RotationSignWord(uint64_t seed, int64_t i) {
-  uint64_t z = seed + (static_cast<uint64_t>(i) + 1) * 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-__device__ __forceinline__ void RotateBlock(float* v, int lane, int64_t g, uint64_t seed) {
-  const uint64_t signs = RotationSignWord(seed, g * 2 + lane / 16);
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    if ((signs >> ((lane % 16) * 4 + i)) & 1) v[i] = -v[i];
-  float a0 = v[0] + v[1], a1 = v[0] - v[1], a2 = v[2] + v[3], a3 = v[2] - v[3];
-  v[0] = a0 + a2, v[1] = a1 + a3, v[2] = a0 - a2, v[3] = a1 - a3;
-#pragma unroll
-  for (int m = 1; m < 32; m *= 2) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float other = __shfl_xor_sync(0xffffffffu, v[i], m);
-      v[i] = (lane & m) ? other - v[i] : v[i] + other;
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) v[i] *= 0.08838834764831845f;  // 1 / sqrt(128)
 }
 
 // Batch-1 decode: QuantMmaKernel for one activation row with the activations prepared in the
@@ -917,6 +843,16 @@ void LaunchRotateToBf16(const float* x, int64_t rows, const Weight& w, void* out
   LaunchDependent(PrepareActivationsKernel, dim3(static_cast<unsigned>((items + 3) / 4)), dim3(128),
                   0, stream, x, rows, w.cols, w.rotated, w.rotation_seed, nullptr,
                   static_cast<__nv_bfloat16*>(out), nullptr, nullptr, (rows + 7) / 8, groups);
+}
+
+void LaunchRotateRows(const float* x, int64_t rows, int64_t cols, uint64_t seed, float* out,
+                      cudaStream_t stream) {
+  // Items are (row, group) of the real rows: row_tiles 1 / groups_pad of a group count.
+  const int64_t items = rows * (cols / quant::kGroup);
+  if (items == 0) return;
+  LaunchDependent(PrepareActivationsKernel, dim3(static_cast<unsigned>((items + 3) / 4)), dim3(128),
+                  0, stream, x, rows, cols, true, seed, out, nullptr, nullptr, nullptr,
+                  (rows + 7) / 8, cols / quant::kGroup);
 }
 
 void LaunchDequantBf16(const Weight& w, void* out, cudaStream_t stream) {
