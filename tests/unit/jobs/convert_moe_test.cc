@@ -256,6 +256,29 @@ TEST_F(ConvertMoeTest, ConvertedLogitsStayCloseInKl) {
   }
 }
 
+// The golden tiny models as transformers wrote them (tests/golden/models: qwen3_moe, and
+// qwen3_next and qwen3_5_moe with the ForConditionalGeneration layout's prefix and vision tower),
+// converted at 16 bits (experts split and renamed, every linear bf16 as stored, the tower copied):
+// the source's logits bit for bit. (Their widths of 64 and 16 leave almost no linear a multiple
+// of 128 columns to quantize; the random models above have them.)
+TEST_F(ConvertMoeTest, GoldenModelsConvertWithoutChange) {
+  const std::vector<int32_t> ids = Ids(19);
+  for (const char* family : {"qwen3_moe", "qwen3_next", "qwen3_5_moe"}) {
+    SCOPED_TRACE(family);
+    const std::string from = std::string("tests/golden/models/") + family;
+    auto summary = ConvertTo(from, "16", std::string("golden_") + family);
+    ASSERT_TRUE(summary.ok()) << summary.status().message();
+    EXPECT_EQ(summary->quantized, 0);
+    auto source = Load(from);
+    auto converted = Load((root_ / (std::string("golden_") + family)).string());
+    ASSERT_TRUE(source && converted);
+    auto want = SequenceLogits(*source, ids);
+    auto got = SequenceLogits(*converted, ids);
+    ASSERT_TRUE(want.ok() && got.ok());
+    EXPECT_EQ(*got, *want);
+  }
+}
+
 // GPTQ calibration does not run mixture-of-experts or recurrent layers: refused, naming both.
 TEST_F(ConvertMoeTest, CalibrationIsRefused) {
   ConvertOptions o;
