@@ -4,7 +4,8 @@
 // decode kernels (1, 3 and 4 rows) and the grouped path (5 and 37 rows), top k 1 and 3, with and
 // without accumulation, in exact and fast mode (quantized experts run in float32 in both), over
 // group counts that are odd (a padding group) and even. Within 1e-4 of the largest output: sums
-// in float32 in another order, the activations rotated in float32.
+// in float32 in another order, the activations rotated in float32. The op records into a CUDA
+// graph and replays.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -159,6 +160,58 @@ TEST(CudaMoeQuantTest, QuantizedExpertsMatchReference) {
         }
       }
     }
+  }
+}
+
+// The op with q4 experts records into a CUDA graph (the rotations, the decode kernels or the
+// plan and grouped GEMMs) and replays on new inputs as it runs without recording.
+TEST(CudaMoeQuantTest, RecordsAndReplays) {
+  GZ_SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(34);
+  constexpr int kExperts = 6;
+  constexpr int64_t kDim = 256, kFfn = 128;
+  for (int64_t rows : {1, 40}) {
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    auto backend = MakeBackend(false, 1);
+    PlainWeight router;
+    MakePlainWeight(backend.get(), rng, Format::kF32, kExperts, kDim, &router);
+    std::vector<QuantExpertWeight> gate(kExperts), up(kExperts), down(kExperts);
+    std::vector<Weight> g, u, d;
+    const quant::QuantizeOptions options{Format::kQ4, true, true};
+    for (int e = 0; e < kExperts; ++e) {
+      MakeQuantWeight(backend.get(), rng, options, kFfn, kDim, &gate[e]);
+      MakeQuantWeight(backend.get(), rng, options, kFfn, kDim, &up[e]);
+      MakeQuantWeight(backend.get(), rng, options, kDim, kFfn, &down[e]);
+      if (::testing::Test::HasFatalFailure()) return;
+      g.push_back(gate[e].device), u.push_back(up[e].device), d.push_back(down[e].device);
+    }
+    DeviceArray<float> xd(backend.get(), RandomFloats(rng, rows * kDim));
+    DeviceArray<float> out(backend.get(), std::vector<float>(rows * kDim));
+    MoeFeedForwardParams p;
+    p.out = out.device();
+    p.x = xd.device();
+    p.rows = rows;
+    p.dim = kDim;
+    p.ffn = kFfn;
+    p.experts = kExperts;
+    p.top_k = 2;
+    p.norm_topk_prob = true;
+    p.router = &router.device;
+    p.gate = g.data(), p.up = u.data(), p.down = d.data();
+    backend->BeginStep(12);
+    backend->MoeFeedForward(p);
+    backend->EndStep();
+    const std::vector<float> recorded = out.Read();
+    for (float v : recorded) ASSERT_TRUE(std::isfinite(v));
+    std::vector<float> x = RandomFloats(rng, rows * kDim);
+    backend->CopyToDevice(xd.device(), x.data(), x.size() * 4);
+    out.Poison();
+    ASSERT_TRUE(backend->ReplayStep(12));
+    const std::vector<float> replayed = out.Read();
+    EXPECT_GT(RelativeError(replayed, recorded), 1e-2) << "the replay read the old inputs";
+    out.Poison();
+    backend->MoeFeedForward(p);
+    EXPECT_LT(RelativeError(out.Read(), replayed), 1e-6);
   }
 }
 
