@@ -32,9 +32,9 @@ Status DraftOptions::Apply(const Model& model, EngineOptions* options) const {
     options->draft = DraftMode::kNone;
   } else if (draft == "mtp") {
     return Unimplemented(
-        model.MtpTensors() > 0
-            ? "--draft mtp: the model's MTP layer is loaded but not run yet; use --draft "
-              "lookup, auto or none"
+        model.HasMtp()
+            ? "--draft mtp: the engine does not draft with the model's MTP layer yet (it runs: "
+              "gizllm logits --mtp); use --draft lookup, auto or none"
             : "--draft mtp: the model (" + model.arch().family +
                   ") has no MTP layer; use --draft lookup, auto or none");
   } else if (draft == "dflash") {

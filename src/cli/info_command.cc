@@ -141,8 +141,9 @@ void AddInfoCommand(CLI::App& app, CommandContext& ctx) {
       break;
     }
     if (m.MtpTensors() > 0)
-      std::printf("\nmtp          %lld tensors, %.2f M parameters, loaded (not run)",
-                  static_cast<long long>(m.MtpTensors()), m.MtpParameters() / 1e6);
+      std::printf("\nmtp          %lld tensors, %.2f M parameters, %s",
+                  static_cast<long long>(m.MtpTensors()), m.MtpParameters() / 1e6,
+                  m.HasMtp() ? "one layer (logits --mtp)" : "not loaded (--layers)");
     if (m.SkippedTensors() > 0)
       std::printf("\nskipped      %lld vision tower tensors (%s*): text only",
                   static_cast<long long>(m.SkippedTensors()), a.skipped_prefixes[0].c_str());

@@ -56,19 +56,24 @@ void AddLogitsCommand(CLI::App& app, CommandContext& ctx) {
   struct Options {
     ModelOptions model;
     std::string ids, out;
+    bool mtp = false;
   };
   auto o = std::make_shared<Options>();
   o->model.Add(cmd);
   cmd->add_option("--ids", o->ids, "Comma-separated token ids, e.g. 1,2,3")->required();
   cmd->add_option("--out,-o", o->out, "Output .npy file")->required();
+  cmd->add_flag("--mtp", o->mtp,
+                "Write the MTP layer's logits instead, [tokens - 1, vocab]: row t reads token "
+                "t + 1 and the model's hidden state at t, and predicts token t + 2");
   cmd->callback([&ctx, o] {
     auto tokens = ParseIds(o->ids);
     if (!tokens.ok()) return void(ctx.exit_code = Fail(tokens.status().message()));
     auto m = o->model.Load(false);
     if (!m.ok()) return void(ctx.exit_code = Fail(m.status().message()));
-    auto logits = SequenceLogits(**m, *tokens);
+    auto logits = o->mtp ? SequenceMtpLogits(**m, *tokens) : SequenceLogits(**m, *tokens);
     if (!logits.ok()) return void(ctx.exit_code = Fail(logits.status().message()));
-    Status s = WriteNpy(o->out, *logits, static_cast<int64_t>(tokens->size()), (*m)->arch().vocab);
+    const int64_t rows = static_cast<int64_t>(tokens->size()) - (o->mtp ? 1 : 0);
+    Status s = WriteNpy(o->out, *logits, rows, (*m)->arch().vocab);
     if (!s.ok()) return void(ctx.exit_code = Fail(s.message()));
   });
 }

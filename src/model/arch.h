@@ -170,7 +170,7 @@ struct Arch {
   std::vector<std::string> prefixes = {"model.", ""};
   // Tensors the checkpoint holds beside the decoder that the forward pass does not run, loaded
   // or skipped as a whole by name prefix: the multi-token prediction layer ("mtp.", loaded and
-  // shown by `info`, run by speculative decoding) and a vision tower (skipped).
+  // run by Runner::MtpStep) and a vision tower (skipped).
   std::string mtp_prefix;                     // "" where the family has none
   std::vector<std::string> skipped_prefixes;  // e.g. "model.visual."
   int64_t context = 0;                        // max_position_embeddings

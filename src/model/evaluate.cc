@@ -50,6 +50,40 @@ Expected<std::vector<float>> SequenceLogits(Runner& runner, std::span<const int3
   return logits;
 }
 
+Expected<std::vector<float>> SequenceMtpLogits(Runner& runner, std::span<const int32_t> ids,
+                                               int64_t chunk) {
+  if (!runner.HasMtp()) return Unimplemented("the model has no MTP layer");
+  if (ids.size() < 2) return InvalidArgument("the MTP layer reads at least two token ids");
+  if (chunk <= 0) return InvalidArgument("chunk must be positive");
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const int64_t vocab = runner.arch().vocab, dim = runner.arch().dim;
+  OneSlot slot(n);
+  GZ_RETURN_IF_ERROR(runner.AllocatePages(slot.tables.max_pages));
+  GZ_RETURN_IF_ERROR(runner.Reserve(std::min(n, chunk), 1, slot.tables.max_pages));
+  std::vector<float> logits((n - 1) * vocab);
+  std::vector<float> hidden(std::min(n, chunk) * dim);
+  Rows rows;
+  // A chunk's MTP rows read its hidden states and the MTP keys the chunks before them wrote.
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    const int64_t end = std::min(n, begin + chunk);
+    rows.Clear();
+    for (int64_t p = begin; p < end; ++p)
+      rows.Push(ids[p], /*slot=*/0, static_cast<int32_t>(p), /*want=*/false);
+    GZ_RETURN_IF_ERROR(runner.StepHidden(rows, slot.tables, nullptr, hidden.data()));
+    rows.Clear();
+    for (int64_t p = begin; p < std::min(end, n - 1); ++p)
+      rows.Push(ids[p + 1], /*slot=*/0, static_cast<int32_t>(p), /*want=*/true);
+    if (rows.size() == 0) break;
+    GZ_RETURN_IF_ERROR(
+        runner.MtpStep(rows, slot.tables, hidden.data(), nullptr, logits.data() + begin * vocab));
+  }
+  if (const int64_t bad = FirstNonFinite(logits); bad >= 0) {
+    return Internal("the MTP logits at position " + std::to_string(bad / vocab) +
+                    " hold NaN or infinity");
+  }
+  return logits;
+}
+
 Expected<std::vector<float>> LastLogits(Runner& runner, std::span<const int32_t> ids,
                                         int64_t chunk) {
   if (ids.empty()) return InvalidArgument("no token ids");

@@ -19,6 +19,13 @@ namespace gizllm {
 Expected<std::vector<float>> SequenceLogits(Runner& runner, std::span<const int32_t> ids,
                                             int64_t chunk = 256);
 
+// The MTP layer's logits [ids.size() - 1, vocab] over one sequence (Runner::MtpStep): row t
+// reads token t + 1 and the model's final-normed hidden state at t, and predicts token t + 2.
+// Each chunk of at most `chunk` rows goes through the model (StepHidden), then its rows through
+// the MTP layer. Same preconditions as SequenceLogits.
+Expected<std::vector<float>> SequenceMtpLogits(Runner& runner, std::span<const int32_t> ids,
+                                               int64_t chunk = 256);
+
 // Logits [vocab] of the last position of one sequence only (a reranker's yes/no scores): the
 // others are read in chunks of at most `chunk` rows without their logits. Same preconditions
 // as SequenceLogits.

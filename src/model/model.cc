@@ -72,6 +72,12 @@ struct Model::Buffers {
   int64_t visual_floats = 0;
   int64_t deepstack_floats = 0;
   std::unique_ptr<Buffer> wanted;  // [rows] int32
+  // The MTP layer's input (where the model has one): the normalized embeddings [rows, dim] then
+  // the normalized hidden states [rows, dim]; both interleaved row by row as fc's input
+  // [rows, 2 * dim] (GatherRows by `mtp_order` [2 * rows] int32).
+  std::unique_ptr<Buffer> mtp_in;
+  std::unique_ptr<Buffer> mtp_cat;
+  std::unique_ptr<Buffer> mtp_order;
   // [1 + window groups, slots, max_pages] int32: PageTables::pages, then the window groups'
   std::unique_ptr<Buffer> pages;
 };
@@ -89,7 +95,17 @@ struct Model::Impl {
   // Each rope's M-RoPE tables (time, height, width; null without mrope_section).
   std::vector<std::array<const float*, 3>> mrope_tables;
   std::vector<Layer> layers;
-  std::vector<std::pair<std::string, Weight>> mtp;  // the MTP layer's tensors, not run yet
+  // The multi-token prediction layer (Arch::mtp_prefix), null where the model has none: its
+  // decoder layer's KV pages follow the model's attention layers' (caches_ has one entry more).
+  struct Mtp {
+    Weight fc;                              // [dim, 2 * dim]
+    const float* embedding_norm = nullptr;  // [dim] pre_fc_norm_embedding
+    const float* hidden_norm = nullptr;     // [dim] pre_fc_norm_hidden
+    const float* norm = nullptr;            // [dim] the layer's final norm
+    Layer layer;                            // a full-attention decoder layer
+  };
+  std::unique_ptr<Mtp> mtp;
+  int64_t mtp_tensors = 0;
   int64_t mtp_parameters = 0;
   int64_t skipped_tensors = 0;   // under Arch::skipped_prefixes (a vision tower)
   std::unique_ptr<Buffer> pool;  // KV pages of every layer
@@ -137,7 +153,8 @@ uint64_t NextStepGeneration() {
 Model::~Model() = default;
 
 int64_t Model::Parameters() const { return impl_->placed.parameters; }
-int64_t Model::MtpTensors() const { return static_cast<int64_t>(impl_->mtp.size()); }
+int64_t Model::MtpTensors() const { return impl_->mtp_tensors; }
+bool Model::HasMtp() const { return impl_->mtp != nullptr; }
 int64_t Model::MtpParameters() const { return impl_->mtp_parameters; }
 int64_t Model::SkippedTensors() const { return impl_->skipped_tensors; }
 int64_t Model::WeightBytes() const { return impl_->placed.bytes; }
@@ -269,12 +286,10 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
           {LayerKind::kAttention, spec.kv_heads, spec.head_dim, spec.window, kv});
     }
   }
-  // The MTP layer's tensors load with the model (the forward pass does not run them yet); a
-  // vision tower's are left in the file.
+  // A vision tower's tensors are left in the file.
   for (const TensorInfo* t : ckpt.All()) {
     if (!a.mtp_prefix.empty() && t->name.rfind(a.mtp_prefix, 0) == 0) {
-      GZ_ASSIGN_OR_RETURN(Weight mtp, w.Named(t->name));
-      impl.mtp.push_back({t->name, mtp});
+      ++impl.mtp_tensors;
       impl.mtp_parameters += t->Elements();
     }
     for (const std::string& prefix : a.skipped_prefixes) {
@@ -283,6 +298,7 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   }
   // A cut model (--layers) has no final norm and head: its logits come from the embedding.
   const bool full = layers == config_layers;
+  if (full && impl.mtp_tensors > 0) GZ_RETURN_IF_ERROR(model->LoadMtp());
   if (full || w.Has(TensorRole::kFinalNorm, -1)) {
     GZ_ASSIGN_OR_RETURN(impl.final_norm, w.Vector(TensorRole::kFinalNorm, -1));
   } else {
@@ -297,6 +313,48 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     GZ_ASSIGN_OR_RETURN(impl.head, w.Matrix(TensorRole::kHead, -1));
   }
   return model;
+}
+
+// The MTP layer's decoder layer is named as a model of one layer under Arch::mtp_prefix
+// ("mtp.layers.0.", "mtp.norm"), of the spec of the model's first full-attention layer.
+Status Model::LoadMtp() {
+  const Arch& a = arch_;
+  Impl& impl = *impl_;
+  auto attention = std::find_if(a.layer.begin(), a.layer.end(),
+                                [](const LayerSpec& l) { return !l.IsRecurrent(); });
+  if (attention == a.layer.end())
+    return Unimplemented(dir_ + ": an MTP layer (" + a.mtp_prefix +
+                         "*) in a model without a full-attention layer to take its shape from");
+  Arch m = a;
+  m.prefixes = {a.mtp_prefix};
+  m.layers = 1;
+  m.layer = {*attention};
+  WeightLoader w(impl.checkpoint, m, *backend_, dir_, &impl.placed);
+  auto mtp = std::make_unique<Impl::Mtp>();
+  GZ_ASSIGN_OR_RETURN(mtp->fc, w.NamedMatrix(a.mtp_prefix + "fc.weight", a.dim, 2 * a.dim));
+  // (1 + w) norms as the model's (Arch::norm_offset), in float32.
+  auto norm = [&](const std::string& name) -> Expected<const float*> {
+    const int64_t shape[] = {a.dim};
+    GZ_ASSIGN_OR_RETURN(std::vector<float> host, w.NamedHost(a.mtp_prefix + name, shape));
+    for (float& v : host) v += a.norm_offset;
+    return w.Upload(host);
+  };
+  GZ_ASSIGN_OR_RETURN(mtp->embedding_norm, norm("pre_fc_norm_embedding.weight"));
+  GZ_ASSIGN_OR_RETURN(mtp->hidden_norm, norm("pre_fc_norm_hidden.weight"));
+  GZ_ASSIGN_OR_RETURN(mtp->norm, w.Vector(TensorRole::kFinalNorm, -1));
+  Layer& L = mtp->layer;
+  GZ_RETURN_IF_ERROR(L.attention.Load(w, m, 0, impl.rope_tables, impl.mrope_tables));
+  L.is_moe = m.layer[0].IsMoe();
+  if (L.is_moe) {
+    GZ_RETURN_IF_ERROR(L.moe.Load(w, m, 0));
+  } else {
+    GZ_RETURN_IF_ERROR(L.feed_forward.Load(w, m, 0));
+  }
+  const AttentionSpec& spec = m.layer[0].attention;
+  caches_.push_back(
+      {LayerKind::kAttention, spec.kv_heads, spec.head_dim, /*window=*/0, kv_format_});
+  impl.mtp = std::move(mtp);
+  return Status::Ok();
 }
 
 int64_t Model::PageBytes() const {
@@ -351,10 +409,11 @@ Status Model::AllocatePages(int32_t pages, bool window_paging) {
   // layers' that reuse it (window layer i: region i % regions, table 1 + i / regions).
   auto* at = static_cast<uint8_t*>(impl.pool->data());
   int32_t full = 0, windowed = 0;
-  for (size_t l = 0; l < impl.layers.size(); ++l) {
+  // The MTP layer's cache, the last of caches_, is a layer without a window after the model's.
+  for (size_t l = 0; l < caches_.size(); ++l) {
     const CacheSpec& c = caches_[l];
     if (c.kind != LayerKind::kAttention) continue;
-    Layer& layer = impl.layers[l];
+    Layer& layer = l < impl.layers.size() ? impl.layers[l] : impl.mtp->layer;
     layer.table = 0;
     if (window_paging && c.window > 0) {
       layer.table = 1 + windowed++ / paging.regions;
@@ -510,6 +569,11 @@ Status Model::Reserve(int64_t rows, int32_t slots, int32_t max_pages) {
     backend_->CopyToDevice(b.iota->data(), iota.data(), rows * i);
   }
   GZ_RETURN_IF_ERROR(alloc(&b.wanted, rows * i));
+  if (impl_->mtp) {
+    GZ_RETURN_IF_ERROR(alloc(&b.mtp_in, 2 * rows * a.dim * f));
+    GZ_RETURN_IF_ERROR(alloc(&b.mtp_cat, 2 * rows * a.dim * f));
+    GZ_RETURN_IF_ERROR(alloc(&b.mtp_order, 2 * rows * i));
+  }
   const int32_t tables = 1 + KvPagingOf(caches_).window_groups;
   GZ_RETURN_IF_ERROR(alloc(&b.pages, static_cast<size_t>(tables) * slots * max_pages * i));
   b.rows = rows;
@@ -668,6 +732,86 @@ Status Model::Hidden(const Rows& rows, const PageTables& tables, std::span<const
                              std::to_string(arch_.layers + 1) + "]");
   }
   return Forward(rows, tables, layers, out, nullptr);
+}
+
+Status Model::StepHidden(const Rows& rows, const PageTables& tables, float* logits, float* hidden) {
+  const int final_normed[] = {arch_.layers + 1};
+  return Forward(rows, tables, final_normed, hidden, logits);
+}
+
+// x = fc(concat(norm_e(embed(token)), norm_h(hidden))), then the decoder layer over the MTP
+// layer's own pages, its norm, and the head of the wanted rows: the ops of the main step.
+Status Model::MtpStep(const Rows& rows, const PageTables& tables, const float* hidden,
+                      float* normed, float* logits) {
+  Impl& impl = *impl_;
+  if (!impl.mtp) return Unimplemented("MtpStep: " + dir_ + " has no MTP layer");
+  if (!rows.visual.empty() || !rows.rotary_h.empty())
+    return InvalidArgument("MtpStep: MTP rows are text rows (no pictures, one rotary position)");
+  if (!hidden) return InvalidArgument("MtpStep: no hidden states");
+  GZ_RETURN_IF_ERROR(UploadStepInputs(rows, tables));
+  const Arch& a = arch_;
+  const Impl::Mtp& mtp = *impl.mtp;
+  Buffers& b = impl.buffers;
+  Backend& be = *backend_;
+  const int64_t n = rows.size();
+  const float eps = static_cast<float>(a.norm_eps);
+  float* embedded = b.mtp_in->as<float>();  // [n, dim]
+  float* state = embedded + n * a.dim;      // [n, dim]
+  std::vector<int32_t> order(2 * n);        // fc's input row r: embedded r, then state r
+  for (int64_t r = 0; r < n; ++r) {
+    order[2 * r] = static_cast<int32_t>(r);
+    order[2 * r + 1] = static_cast<int32_t>(n + r);
+  }
+  be.CopyToDevice(b.mtp_order->data(), order.data(), 2 * n * sizeof(int32_t));
+  be.CopyToDevice(state, hidden, n * a.dim * sizeof(float));
+  be.Embed({embedded, &impl.embed, b.tokens->as<int32_t>(), n, a.embed_scale});
+  be.RmsNorm({embedded, embedded, nullptr, mtp.embedding_norm, n, a.dim, eps});
+  be.RmsNorm({state, state, nullptr, mtp.hidden_norm, n, a.dim, eps});
+  be.GatherRows({b.mtp_cat->as<float>(), embedded, b.mtp_order->as<int32_t>(), 2 * n, a.dim});
+  MatmulParams fc;
+  fc.x = b.mtp_cat->as<float>();
+  fc.rows = n;
+  fc.w[0] = &mtp.fc;
+  fc.out[0] = b.x->as<float>();
+  be.Matmul(fc);
+
+  StepBuilder step(be, b.x->as<float>(), b.h->as<float>(), b.o->as<float>(), n, a.dim, eps);
+  StepInputs in;
+  in.rows = n;
+  in.slots = b.slot_of->as<int32_t>();
+  in.positions = b.positions->as<int32_t>();
+  in.rotary = b.rotary->as<int32_t>();
+  in.table = {b.pages->as<int32_t>(), tables.max_pages};
+  in.q = b.q->as<float>();
+  in.k = b.k->as<float>();
+  in.v = b.v->as<float>();
+  in.attn = b.attn->as<float>();
+  in.gate = b.gate->as<float>();
+  in.up = b.up->as<float>();
+  in.attn_gate = b.attn_gate->as<float>();
+  mtp.layer.attention.Issue(step, in);
+  if (mtp.layer.is_moe) {
+    mtp.layer.moe.Issue(step, in);
+  } else {
+    mtp.layer.feed_forward.Issue(step, in);
+  }
+  float* out = b.h->as<float>();  // [n, dim] the rows' outputs after the layer's norm
+  be.RmsNorm({out, step.Current(), nullptr, mtp.norm, n, a.dim, eps});
+  if (normed) be.CopyToHost(normed, out, n * a.dim * sizeof(float));
+  if (logits && !rows.wanted.empty()) {
+    const int64_t w = static_cast<int64_t>(rows.wanted.size());
+    be.GatherRows({b.picked->as<float>(), out, b.wanted->as<int32_t>(), w, a.dim});
+    MatmulParams head;
+    head.x = b.picked->as<float>();
+    head.rows = w;
+    head.w[0] = &impl.head;
+    head.out[0] = b.logits->as<float>();
+    be.Matmul(head);
+    if (a.logit_softcap > 0) be.Softcap({head.out[0], w * a.vocab, a.logit_softcap});
+    be.CopyToHost(logits, b.logits->data(), w * a.vocab * sizeof(float));
+  }
+  be.Synchronize();
+  return Status::Ok();
 }
 
 Status Model::Forward(const Rows& rows, const PageTables& tables,

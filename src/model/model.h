@@ -38,7 +38,8 @@ class Model final : public Runner {
   // The backend, for what runs beside the model on it (a vision tower).
   std::shared_ptr<Backend> shared_backend() const { return backend_; }
   int64_t Parameters() const;  // every tensor loaded, the MTP layer's included
-  // The multi-token prediction layer's tensors (Arch::mtp_prefix), loaded, not run yet.
+  // The multi-token prediction layer's tensors (Arch::mtp_prefix), run by MtpStep (a model cut
+  // by LoadOptions::layers loads none of them).
   int64_t MtpTensors() const;
   int64_t MtpParameters() const;
   // Tensors under Arch::skipped_prefixes (a vision tower) the checkpoint holds and the model
@@ -59,6 +60,11 @@ class Model final : public Runner {
   Status AllocatePages(int32_t pages, bool window_paging) override;
   Status Reserve(int64_t rows, int32_t slots, int32_t max_pages) override;
   Status Step(const Rows& rows, const PageTables& tables, float* logits) override;
+  Status StepHidden(const Rows& rows, const PageTables& tables, float* logits,
+                    float* hidden) override;
+  bool HasMtp() const override;
+  Status MtpStep(const Rows& rows, const PageTables& tables, const float* hidden, float* normed,
+                 float* logits) override;
   bool CanSample() const override;
   bool PagesInHostMemory() const override;
   Status StepSample(const Rows& rows, const PageTables& tables, std::span<const SampleRow> params,
@@ -83,6 +89,8 @@ class Model final : public Runner {
                  float* hidden_out, float* logits, std::span<const SampleRow> sample = {},
                  int32_t* tokens = nullptr);
   Status UploadStepInputs(const Rows& rows, const PageTables& tables);
+  // Loads the MTP layer (Arch::mtp_prefix) and appends its cache to caches_.
+  Status LoadMtp();
   // Copies one page between the pool and the host, region by region (a layer's, or under window
   // paging the layers that share it).
   Status CopyPage(int32_t page, void* host, bool to_host);

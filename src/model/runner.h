@@ -106,10 +106,12 @@ class Runner {
  public:
   virtual ~Runner() = default;
   virtual const Arch& arch() const = 0;
-  // Each layer's cache (one per layer); PageBytes is the sum of theirs.
+  // Each layer's cache (one per layer, then one for the MTP layer where the model has one);
+  // PageBytes is the sum of theirs.
   virtual std::span<const CacheSpec> caches() const { return {}; }
 
-  // Bytes one KV page (kPage positions of every attention layer, keys and values) takes.
+  // Bytes one KV page (kPage positions of every attention layer, the MTP layer's included, keys
+  // and values) takes.
   virtual int64_t PageBytes() const = 0;
   // (Re)creates the KV pool with `pages` pages; earlier contents are lost. A page holds every
   // attention layer (PageBytes), or with `window_paging` (where KvPagingOf(caches()) is enabled)
@@ -123,6 +125,30 @@ class Runner {
   // Reads `rows` (writing their keys and values into their slots' pages) and writes the logits
   // of the wanted rows: logits [rows.wanted.size(), vocab], host memory.
   virtual Status Step(const Rows& rows, const PageTables& tables, float* logits) = 0;
+
+  // Like Step, and writes every row's final-normed hidden state (the last layer's output after
+  // the final norm, what the head and the MTP layer read): hidden [rows.size(), dim], host memory.
+  virtual Status StepHidden(const Rows& rows, const PageTables& tables, float* logits,
+                            float* hidden) {
+    (void)rows, (void)tables, (void)logits, (void)hidden;
+    return Unimplemented("this runner gives no hidden states with its logits");
+  }
+
+  // Whether the model has a multi-token prediction layer (MtpStep).
+  virtual bool HasMtp() const { return false; }
+  // The multi-token prediction layer over `rows` (vLLM's reading of Qwen3-Next and Qwen3.5):
+  // row r at position p reads rows.tokens[r], the token at p + 1, and hidden[r] ([rows, dim],
+  // host memory), the model's final-normed hidden state at p (StepHidden), or for a chained draft
+  // the normed output of the MTP row at p - 1. The row's keys and values go into the MTP layer's
+  // pages of its slot at p (the page tables of Step, which cover one more attention layer for it),
+  // and it attends to the slot's MTP keys and values at positions up to p, rotated as at p.
+  // Writes normed [rows, dim] (the rows' outputs after the MTP layer's norm; null: not written)
+  // and logits [rows.wanted.size(), vocab] (the wanted rows', predicting the token at p + 2).
+  virtual Status MtpStep(const Rows& rows, const PageTables& tables, const float* hidden,
+                         float* normed, float* logits) {
+    (void)rows, (void)tables, (void)hidden, (void)normed, (void)logits;
+    return Unimplemented("this runner has no MTP layer");
+  }
 
   // Whether StepSample can pick the tokens where the logits are (on the device), so that only
   // token ids come back instead of [wanted, vocab] logits.

@@ -67,8 +67,7 @@ class WeightLoader {
   Expected<Weight> MatrixRows(TensorRole role, int layer, std::span<const Rows> blocks,
                               const std::string& part);
   // Any tensor by name, as a matrix [product of all dims but the last, last dim] (a vector:
-  // [1, n]) in its stored format: for tensors the forward pass does not run yet (the MTP
-  // layer). Plain formats only.
+  // [1, n]) in its stored format. Plain formats only.
   Expected<Weight> Named(const std::string& name);
   // Tensors by name with the shape they must have (families whose tensors have no TensorRole:
   // the encoders): a matrix [rows, cols] in a plain format, or a vector [n] as float32.

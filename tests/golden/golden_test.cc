@@ -471,5 +471,59 @@ TEST(Golden, Qwen3_5MoeConditionalGenerationTextModel) {
   EXPECT_GT(model->SkippedTensors(), 0) << "the vision tower's tensors";
 }
 
+// models/tiny-hybrid's multi-token prediction layer against transformers' (mtp_logits0 of
+// tools/train_tiny_hybrid.py: row t reads token t + 1 and the model's final-normed hidden state
+// at t), the whole prompt in one step and row by row (each MTP row then attends to the keys the
+// MTP rows before it wrote into the MTP layer's own pages).
+constexpr char kTinyHybrid[] = "models/tiny-hybrid";
+
+bool HasMtpReference() {
+  auto ref = SafetensorsFile::Open(std::string(kTinyHybrid) + "/reference.safetensors");
+  return ref.ok() && ref->Find("mtp_logits0") != nullptr;
+}
+
+TEST(Golden, TinyHybridMtpLogitsEqualTransformers) {
+  if (!HasMtpReference())
+    GTEST_SKIP() << kTinyHybrid << "/reference.safetensors with mtp_logits0 is missing "
+                 << "(tools/train_tiny_hybrid.py --measure-only writes it)";
+  auto model = LoadModel(kTinyHybrid);
+  ASSERT_TRUE(model);
+  ASSERT_TRUE(model->HasMtp());
+  // The MTP layer's KV pages are one more attention layer's.
+  const std::span<const CacheSpec> caches = model->caches();
+  ASSERT_EQ(static_cast<int>(caches.size()), model->arch().layers + 1);
+  EXPECT_EQ(caches.back().kind, LayerKind::kAttention);
+  EXPECT_EQ(model->PageBytes(), 2 * caches.back().PageBytes()) << "two attention layers";
+  auto ref = SafetensorsFile::Open(std::string(kTinyHybrid) + "/reference.safetensors");
+  ASSERT_TRUE(ref.ok());
+  const std::vector<int32_t> ids = ReadIds(*ref->Find("ids0"));
+  const std::vector<float> expected = ReadFloats(*ref->Find("mtp_logits0"));
+  ASSERT_EQ(expected.size(), (ids.size() - 1) * model->arch().vocab);
+  for (int64_t chunk : {256, 1, 2}) {
+    auto ours = SequenceMtpLogits(*model, ids, chunk);
+    ASSERT_TRUE(ours.ok()) << ours.status().message();
+    ExpectClose(*ours, expected, "tiny-hybrid MTP chunk " + std::to_string(chunk));
+  }
+}
+
+// A model cut to its first layers (--layers) has no MTP layer to run.
+TEST(Golden, TinyHybridCutToItsFirstLayersLoadsNoMtp) {
+  if (!std::filesystem::exists(std::string(kTinyHybrid) + "/model.safetensors"))
+    GTEST_SKIP() << kTinyHybrid << " is missing";
+  DeviceOptions device;
+  device.device = "cpu";
+  device.exact = true;
+  auto backend = OpenBackend(device);
+  ASSERT_TRUE(backend.ok());
+  LoadOptions options;
+  options.layers = 2;
+  auto model = Model::Load(kTinyHybrid, *backend, options);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_FALSE((*model)->HasMtp());
+  EXPECT_EQ(static_cast<int>((*model)->caches().size()), 2);
+  auto logits = SequenceMtpLogits(**model, std::vector<int32_t>{1, 2, 3});
+  EXPECT_FALSE(logits.ok());
+}
+
 }  // namespace
 }  // namespace gizllm

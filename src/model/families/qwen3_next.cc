@@ -11,7 +11,7 @@
 // Qwen3-Next's are mixtures of experts with a shared expert gated by sigmoid(shared_expert_gate(x))
 // (dense where mlp_only_layers or decoder_sparse_step say); Qwen3.5's dense; Qwen3.5-MoE's every
 // layer a mixture of experts with the shared expert, top-k always renormalized. The MTP layer
-// (mtp.*) loads with the model and is not run here.
+// (mtp.*) loads with the model (Model::LoadMtp) and runs in Model::MtpStep.
 #include <algorithm>
 
 #include "core/json_excerpt.h"

@@ -374,8 +374,8 @@ TEST_F(HybridModelTest, PiecesEqualTokenByToken) {
 }
 
 // Qwen3_5MoeForConditionalGeneration: the text model under model.language_model., the vision
-// tower's tensors skipped, the MTP layer loaded (not run); the text model alone computes the
-// same logits.
+// tower's tensors skipped, the MTP layer loaded (its cache one more attention layer's); the text
+// model alone computes the same logits.
 TEST_F(HybridModelTest, ConditionalGenerationLayout) {
   const Tensors text = Qwen3_5("model.", true);
   Tensors full;
@@ -384,9 +384,20 @@ TEST_F(HybridModelTest, ConditionalGenerationLayout) {
     full[decoder ? "model.language_model." + name.substr(6) : name] = t;
   }
   Random(full, "model.visual.patch_embed.proj.weight", {8, 3}, 0.1f);
+  // The MTP layer: a full-attention layer (layer 1's kind) under mtp.layers.0., fc and norms.
+  for (const auto& [name, t] : Qwen3_5("x.", true)) {
+    if (name.rfind("x.layers.1.", 0) == 0) full["mtp.layers.0." + name.substr(11)] = t;
+  }
   Random(full, "mtp.fc.weight", {kDim, 2 * kDim}, 0.1f);
   Random(full, "mtp.norm.weight", {kDim}, 0.1f);
-  Random(full, "mtp.layers.0.mlp.experts.gate_up_proj", {kExperts, 2 * kMoeFfn, kDim}, 0.1f);
+  Random(full, "mtp.pre_fc_norm_embedding.weight", {kDim}, 0.1f);
+  Random(full, "mtp.pre_fc_norm_hidden.weight", {kDim}, 0.1f);
+  int64_t mtp_tensors = 0, mtp_parameters = 0;
+  for (const auto& [name, t] : full) {
+    if (name.rfind("mtp.", 0) != 0) continue;
+    ++mtp_tensors;
+    mtp_parameters += static_cast<int64_t>(t.bf16.size());
+  }
   nlohmann::json config = {{"model_type", "qwen3_5_moe"},
                            {"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
                            {"text_config", TextConfig("qwen3_5_moe_text", true)},
@@ -396,18 +407,44 @@ TEST_F(HybridModelTest, ConditionalGenerationLayout) {
   ASSERT_TRUE(model);
   EXPECT_EQ(model->arch().family, "qwen3_5_moe");
   EXPECT_EQ(model->arch().prefixes[0], "model.language_model.");
-  EXPECT_EQ(model->MtpTensors(), 3);
-  EXPECT_EQ(model->MtpParameters(), kDim * 2 * kDim + kDim + kExperts * 2 * kMoeFfn * kDim);
+  EXPECT_TRUE(model->HasMtp());
+  EXPECT_EQ(model->MtpTensors(), mtp_tensors);
+  EXPECT_EQ(model->MtpParameters(), mtp_parameters);
   EXPECT_EQ(model->SkippedTensors(), 1);
   EXPECT_EQ(model->arch().eos, std::vector<int32_t>{7});
+  ASSERT_EQ(static_cast<int>(model->caches().size()), kLayers + 1);
   auto alone = Load(Write("text", TextConfig("qwen3_5_moe_text", true), text));
   ASSERT_TRUE(alone);
   EXPECT_EQ(alone->MtpTensors(), 0);
+  EXPECT_FALSE(alone->HasMtp());
+  EXPECT_EQ(model->PageBytes(), 2 * alone->PageBytes()) << "one attention layer, and the MTP's";
   const std::vector<int32_t> ids = Ids(40);
   auto a = SequenceLogits(*model, ids);
   auto b = SequenceLogits(*alone, ids);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(*a, *b);
+  // The MTP rows of 40 positions (three pages) in one step, in steps of 7 and row by row: each
+  // MTP row attends to the MTP keys the rows before it wrote, whichever step wrote them.
+  auto whole = SequenceMtpLogits(*model, ids);
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  ASSERT_EQ(whole->size(), (ids.size() - 1) * kVocab);
+  for (int64_t chunk : {7, 1}) {
+    auto parts = SequenceMtpLogits(*model, ids, chunk);
+    ASSERT_TRUE(parts.ok()) << parts.status().message();
+    float max_diff = 0, max_ref = 0;
+    for (size_t i = 0; i < whole->size(); ++i) {
+      max_diff = std::max(max_diff, std::fabs((*parts)[i] - (*whole)[i]));
+      max_ref = std::max(max_ref, std::fabs((*whole)[i]));
+    }
+    EXPECT_LE(max_diff, 1e-4f * max_ref) << "chunk " << chunk;
+  }
+  EXPECT_FALSE(SequenceMtpLogits(*alone, ids).ok()) << "no MTP layer";
+  // An MTP layer short of a tensor is refused, naming it.
+  full.erase("mtp.pre_fc_norm_hidden.weight");
+  auto partial = Model::Load(Write("partial", config, full), backend_);
+  ASSERT_FALSE(partial.ok());
+  EXPECT_NE(partial.status().message().find("mtp.pre_fc_norm_hidden.weight"), std::string::npos)
+      << partial.status().message();
 }
 
 // The recurrent ops carry a slot's state from row to row: a step whose rows of one slot are

@@ -336,6 +336,35 @@ TEST(CudaModelTest, HybridGoldenModels) {
   }
 }
 
+// models/tiny-hybrid's multi-token prediction layer on the device (Model::MtpStep: the embedding,
+// its norms, fc, the gated attention over the MTP layer's own pages, the experts, the head) against
+// the CPU backend's, both exact: whole prompts, steps of 5 rows and of 1, over three pages.
+TEST(CudaModelTest, TinyHybridMtpMatchesTheCpu) {
+  GZ_SKIP_WITHOUT_CUDA();
+  const std::string dir = "models/tiny-hybrid";
+  if (!std::filesystem::exists(dir + "/model.safetensors")) GTEST_SKIP() << dir << " is missing";
+  auto cuda = LoadOnCuda(dir, /*exact=*/true);
+  ASSERT_TRUE(cuda);
+  DeviceOptions device;
+  device.device = "cpu";
+  device.exact = true;
+  auto backend = OpenBackend(device);
+  ASSERT_TRUE(backend.ok()) << backend.status().message();
+  auto cpu = Model::Load(dir, *backend);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().message();
+  ASSERT_TRUE(cuda->HasMtp());
+  std::vector<int32_t> ids(40);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = static_cast<int32_t>((i * 977 + 31) % cuda->arch().vocab);
+  auto want = SequenceMtpLogits(**cpu, ids);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  for (int64_t chunk : {int64_t{256}, int64_t{5}, int64_t{1}}) {
+    auto ours = SequenceMtpLogits(*cuda, ids, chunk);
+    ASSERT_TRUE(ours.ok()) << ours.status().message();
+    ExpectClose(*ours, *want, 1e-3f, "tiny-hybrid MTP chunk " + std::to_string(chunk));
+  }
+}
+
 // Qwen3-MoE (mixture-of-experts layers around a dense one): routing and experts on the device.
 // The reference is written by tools/make_golden.py (--families qwen3_moe, then --bf16-inputs
 // --fast for the fast mode's rounded reference); until then these skip.
