@@ -506,6 +506,51 @@ TEST(Golden, TinyHybridMtpLogitsEqualTransformers) {
   }
 }
 
+// The chained second draft (tools/train_tiny_hybrid.py's `second`): the row at position t + 1
+// reads token t + 2 and the normed output of the MTP row at t, and attends to the MTP rows at
+// positions up to t and to itself, as a drafter chains it. Its logits [tokens - 2, vocab] for
+// prompt 0, against mtp_chained_logits0 where the reference holds it.
+Expected<std::vector<float>> ChainedMtpLogits(Model& model, const std::vector<int32_t>& ids) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const int64_t vocab = model.arch().vocab, dim = model.arch().dim;
+  std::vector<int32_t> pages((n + kPage - 1) / kPage);
+  std::iota(pages.begin(), pages.end(), 0);
+  const PageTables tables{pages.data(), 1, static_cast<int32_t>(pages.size())};
+  GZ_RETURN_IF_ERROR(model.AllocatePages(tables.max_pages));
+  GZ_RETURN_IF_ERROR(model.Reserve(n, 1, tables.max_pages));
+  std::vector<float> hidden(n * dim), normed((n - 1) * dim), logits((n - 2) * vocab);
+  Rows rows;
+  for (int64_t p = 0; p < n; ++p) rows.Push(ids[p], 0, static_cast<int32_t>(p), false);
+  GZ_RETURN_IF_ERROR(model.StepHidden(rows, tables, nullptr, hidden.data()));
+  auto first = [&](int64_t begin, int64_t end) {  // the MTP rows at [begin, end)
+    rows.Clear();
+    for (int64_t p = begin; p < end; ++p) rows.Push(ids[p + 1], 0, static_cast<int32_t>(p), false);
+    return model.MtpStep(rows, tables, hidden.data() + begin * dim, normed.data() + begin * dim,
+                         nullptr);
+  };
+  GZ_RETURN_IF_ERROR(first(0, n - 1));
+  for (int64_t t = 0; t + 2 < n; ++t) {
+    rows.Clear();
+    rows.Push(ids[t + 2], 0, static_cast<int32_t>(t + 1), true);
+    GZ_RETURN_IF_ERROR(
+        model.MtpStep(rows, tables, normed.data() + t * dim, nullptr, logits.data() + t * vocab));
+    // The draft's keys at t + 1 give way to the MTP row of the verified position again.
+    GZ_RETURN_IF_ERROR(first(t + 1, t + 2));
+  }
+  return logits;
+}
+
+TEST(Golden, TinyHybridChainedMtpDraftEqualsTransformers) {
+  auto ref = SafetensorsFile::Open(std::string(kTinyHybrid) + "/reference.safetensors");
+  if (!ref.ok() || !ref->Find("mtp_chained_logits0"))
+    GTEST_SKIP() << kTinyHybrid << "/reference.safetensors with mtp_chained_logits0 is missing";
+  auto model = LoadModel(kTinyHybrid);
+  ASSERT_TRUE(model);
+  auto ours = ChainedMtpLogits(*model, ReadIds(*ref->Find("ids0")));
+  ASSERT_TRUE(ours.ok()) << ours.status().message();
+  ExpectClose(*ours, ReadFloats(*ref->Find("mtp_chained_logits0")), "tiny-hybrid chained MTP");
+}
+
 // A model cut to its first layers (--layers) has no MTP layer to run.
 TEST(Golden, TinyHybridCutToItsFirstLayersLoadsNoMtp) {
   if (!std::filesystem::exists(std::string(kTinyHybrid) + "/model.safetensors"))
