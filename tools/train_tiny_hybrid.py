@@ -29,7 +29,8 @@ beside the model's), generation_config.json, tokenizer.json and tokenizer_config
 reference.safetensors (float32, the bf16 weights upcast, run on the CPU with the torch recurrence:
 for four prompts ids<i> and greedy<i> (up to 32 greedy tokens after the prompt, the stop token
 included), for the first three logits<i> [tokens, vocab], for the first mtp_logits0 [tokens - 1,
-vocab] (row t predicts token t+2 from token t+1 and hidden t)),
+vocab] (row t predicts token t+2 from token t+1 and hidden t) and mtp_chained_logits0 [tokens - 2,
+vocab] (the chained second draft)),
 and quality.json: held-out perplexity (the first 300 documents, each cut to its first 1,024
 tokens; float32, no TF32), the MTP layer's top-1 agreement with the model's own next token there
 (and its chained second draft's), and how much of a repeated held-out passage the model copies.
@@ -321,13 +322,15 @@ def measure(folder, tok, held, device, extra):
         for i, p in enumerate(prompts):
             ids = tok(p, add_special_tokens=False)["input_ids"]
             x = torch.tensor([ids])
-            logits, mtp_logits, _, _ = forward_all(model, mtp, x)
+            logits, mtp_logits, second, _ = forward_all(model, mtp, x, chained=True)
             ref[f"ids{i}"] = x[0].to(torch.int64).contiguous()
-            # Logits of the first three prompts, the MTP's of the first (the file ships).
+            # Logits of the first three prompts, the MTP's (first and chained second draft) of
+            # the first (the file ships).
             if i < 3:
                 ref[f"logits{i}"] = logits[0].float().contiguous()
             if i == 0:
                 ref[f"mtp_logits{i}"] = mtp_logits[0].float().contiguous()
+                ref[f"mtp_chained_logits{i}"] = second[0].float().contiguous()
             ref[f"greedy{i}"] = torch.tensor(greedy(model, ids, 32), dtype=torch.int64)
             print(f"prompt {i}: {len(ids)} tokens, greedy {tok.decode(ref[f'greedy{i}'])!r}",
                   flush=True)
