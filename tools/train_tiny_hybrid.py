@@ -56,11 +56,14 @@ HELD_OUT = 300
 HIDDEN = 128
 
 
-def text_config():
+LAYER_TYPES = "linear_attention,linear_attention,linear_attention,full_attention"
+
+
+def text_config(layer_types=LAYER_TYPES):
+    types = layer_types.split(",")
     return transformers.Qwen3_5MoeTextConfig(
-        vocab_size=8192, hidden_size=HIDDEN, num_hidden_layers=4,
-        layer_types=["linear_attention", "linear_attention", "linear_attention",
-                     "full_attention"],
+        vocab_size=8192, hidden_size=HIDDEN, num_hidden_layers=len(types),
+        layer_types=types,
         num_attention_heads=2, num_key_value_heads=1, head_dim=64,
         linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32,
         linear_value_head_dim=32, linear_conv_kernel_dim=4,
@@ -363,6 +366,8 @@ def main():
                     help="share of training rows that repeat a passage of themselves")
     ap.add_argument("--mtp-weight", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layer-types", default=LAYER_TYPES,
+                    help="comma-separated linear_attention / full_attention, one a layer")
     ap.add_argument("--held-out-docs", type=int, default=HELD_OUT,
                     help="held-out documents measured (fewer for a quick check of the script)")
     ap.add_argument("--cache", default="", help="file keeping the tokenized corpus between runs")
@@ -379,7 +384,7 @@ def main():
     stream, _ = read_corpus(args.corpus, tok, args.cache)
     print(f"corpus: {len(stream)} training tokens, {len(held)} held-out documents "
           f"({time.time() - t0:.1f} s)", flush=True)
-    config = text_config()
+    config = text_config(args.layer_types)
     model = build_model(config).to(device)
     mtp = Mtp(model, config).to(device)
     # Experts the eager way (a loop through F.linear, which autocast covers; the grouped_mm and
@@ -451,7 +456,7 @@ def main():
 
     measure(args.out, tok, held, device,
             {"steps": step, "tokens": step * args.rows * args.length, "seconds": args.seconds,
-             "copy_share": args.copy_share})
+             "copy_share": args.copy_share, "layer_types": args.layer_types})
 
 
 if __name__ == "__main__":

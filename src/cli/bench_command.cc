@@ -339,18 +339,20 @@ int RunBench(const BenchOptions& o) {
   };
   if (o.rate > 0) out["rate"] = o.rate;
   // Drafts per drafter: made, kept, and kept per step (of all steps, and of those with drafts).
-  const DraftStats& lookup = stats.lookup;
   out["draft"] = o.draft.draft;
-  out["drafts"]["lookup"] = {
-      {"drafted", lookup.drafted},
-      {"accepted", lookup.accepted},
-      {"steps", lookup.steps},
-      {"acceptance",
-       lookup.drafted > 0 ? static_cast<double>(lookup.accepted) / lookup.drafted : 0.0},
-      {"accepted_per_step",
-       stats.steps > 0 ? static_cast<double>(lookup.accepted) / stats.steps : 0.0},
-      {"accepted_per_draft_step",
-       lookup.steps > 0 ? static_cast<double>(lookup.accepted) / lookup.steps : 0.0}};
+  const std::pair<const char*, const DraftStats*> drafters[] = {{"lookup", &stats.lookup},
+                                                                {"mtp", &stats.mtp}};
+  for (const auto& [name, d] : drafters) {
+    out["drafts"][name] = {
+        {"drafted", d->drafted},
+        {"accepted", d->accepted},
+        {"steps", d->steps},
+        {"acceptance", d->drafted > 0 ? static_cast<double>(d->accepted) / d->drafted : 0.0},
+        {"accepted_per_step",
+         stats.steps > 0 ? static_cast<double>(d->accepted) / stats.steps : 0.0},
+        {"accepted_per_draft_step",
+         d->steps > 0 ? static_cast<double>(d->accepted) / d->steps : 0.0}};
+  }
   double ops_ms = 0;
   for (const OpTime& t : op_totals) ops_ms += t.ms;
   for (const OpTime& t : op_totals)
@@ -396,14 +398,17 @@ int RunBench(const BenchOptions& o) {
                     100 * t.ms / ops_ms, static_cast<long long>(t.calls), t.ms / t.calls);
       }
     }
-    std::printf(
-        "drafts           %s: lookup %lld drafted, %lld kept (%.1f%%), in %lld of %lld "
-        "steps, %.2f kept a step\n",
-        o.draft.draft.c_str(), static_cast<long long>(lookup.drafted),
-        static_cast<long long>(lookup.accepted),
-        lookup.drafted > 0 ? 100.0 * lookup.accepted / lookup.drafted : 0.0,
-        static_cast<long long>(lookup.steps), static_cast<long long>(stats.steps),
-        stats.steps > 0 ? static_cast<double>(lookup.accepted) / stats.steps : 0.0);
+    for (const auto& [name, d] : drafters) {
+      if (d->drafted == 0 && std::string(name) == "mtp") continue;
+      std::printf(
+          "drafts           %s: %s %lld drafted, %lld kept (%.1f%%), in %lld of %lld "
+          "steps, %.2f kept a step\n",
+          o.draft.draft.c_str(), name, static_cast<long long>(d->drafted),
+          static_cast<long long>(d->accepted),
+          d->drafted > 0 ? 100.0 * d->accepted / d->drafted : 0.0,
+          static_cast<long long>(d->steps), static_cast<long long>(stats.steps),
+          stats.steps > 0 ? static_cast<double>(d->accepted) / stats.steps : 0.0);
+    }
     std::printf("prefix hits      %.1f%% of prompt tokens\n", 100 * hit_rate);
     std::printf("preemptions      %lld\n", static_cast<long long>(stats.preemptions));
   }

@@ -11,7 +11,7 @@
 namespace gizllm::cli {
 
 struct DraftOptions {
-  std::string draft = "auto";  // auto, lookup, none; mtp and dflash are refused for now
+  std::string draft = "auto";  // auto, mtp, lookup, none; dflash is refused for now
   int32_t drafts = 3;
 
   void Add(CLI::App* app);

@@ -72,6 +72,10 @@ Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOpt
                            " exceeds the model's max_position_embeddings " +
                            std::to_string(arch.context));
   }
+  if (options.draft == DraftMode::kMtp && options.drafts > 0 && !runner->HasMtp()) {
+    return InvalidArgument("engine draft: MTP drafts need a model with an MTP layer; " +
+                           arch.family + " here has none");
+  }
   // Window paging wherever the model allows it (its window layers keep only their window) and
   // the budget holds one sequence of the whole context under it.
   KvPaging paging = KvPagingOf(runner->caches());
@@ -115,8 +119,13 @@ Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOpt
   }
   if (drafts) GZ_RETURN_IF_ERROR(runner->ReserveDrafts());
   GZ_RETURN_IF_ERROR(runner->Reserve(options.rows, options.slots, max_pages));
-  return std::unique_ptr<Engine>(
+  const bool mtp = drafts && runner->HasMtp() &&
+                   (options.draft == DraftMode::kMtp || options.draft == DraftMode::kAuto);
+  if (mtp) GZ_RETURN_IF_ERROR(runner->KeepHidden());
+  auto engine = std::unique_ptr<Engine>(
       new Engine(runner, options, paging, static_cast<int32_t>(pages), max_pages));
+  engine->mtp_ = mtp;
+  return engine;
 }
 
 Engine::Engine(Runner* runner, const EngineOptions& options, KvPaging paging, int32_t pages,
@@ -291,7 +300,7 @@ Expected<int64_t> Engine::Add(Request request, int32_t mark, int32_t shared) {
 Expected<std::vector<Progress>> Engine::Advance() {
   std::vector<Progress> progress;
   GZ_RETURN_IF_ERROR(Admit(state_));
-  Draft();
+  GZ_RETURN_IF_ERROR(Draft());
   GZ_RETURN_IF_ERROR(Schedule(state_));
   if (state_.plan.empty()) return progress;
   GZ_RETURN_IF_ERROR(Run());
@@ -341,7 +350,8 @@ Expected<std::vector<std::vector<int32_t>>> Engine::Generate(std::vector<Request
 // penalties count the tokens before (a rejected draft would have counted), a grammar's matcher
 // advances per kept token. Slot states go back to the last kept row by a snapshot before the
 // step and a replay of the kept rows (Runner::KeepDraftRows).
-void Engine::Draft() {
+Status Engine::Draft() {
+  draft_ms_ = 0.0;
   int64_t rows = 0, decodes = 0;
   std::vector<std::pair<Sequence*, int64_t>> eligible;  // sequence, most drafts it may keep
   for (auto& [id, seq] : state_.sequences) {
@@ -366,17 +376,113 @@ void Engine::Draft() {
     }
     if (most > 0) eligible.emplace_back(&seq, most);
   }
-  if (eligible.empty()) return;
-  // The pacer decides before any lookup, as if every eligible sequence found drafts (the most
-  // rows the step could take), so a step that will not draft costs no lookups.
-  const int32_t k = options_.draft == DraftMode::kLookup
-                        ? options_.drafts
-                        : pacer_.Choose(std::min<int64_t>(rows, options_.rows), decodes,
-                                        static_cast<int64_t>(eligible.size()));
-  if (k == 0) return;
+  // The pacer decides before any draft is made, as if every eligible sequence found drafts (the
+  // most rows the step could take), so a step that will not draft costs no lookups and no
+  // chained MTP rows.
+  int32_t k = 0;
+  if (!eligible.empty()) {
+    k = options_.draft == DraftMode::kLookup || options_.draft == DraftMode::kMtp
+            ? options_.drafts
+            : pacer_.Choose(std::min<int64_t>(rows, options_.rows), decodes,
+                            static_cast<int64_t>(eligible.size()));
+  }
+  // The MTP layer reads the last step's rows even where no sequence drafts: its KV of every
+  // position is then there when drafting pays again.
+  if (mtp_) return DraftMtp(eligible, k);
+  if (k == 0) return Status::Ok();
   for (auto& [seq, most] : eligible) {
     LookupDraft(seq->tokens, static_cast<int32_t>(std::min<int64_t>(most, k)), &seq->drafts);
   }
+  return Status::Ok();
+}
+
+Status Engine::DraftMtp(std::span<const std::pair<Sequence*, int64_t>> eligible, int32_t k) {
+  const auto began = std::chrono::steady_clock::now();
+  // The rows the last step kept, each at position p reading the token at p + 1 and the main
+  // model's hidden state at p (its row of the last step).
+  Rows& rows = mtp_rows_;
+  rows.Clear();
+  mtp_sources_.clear();
+  std::map<int64_t, int32_t> last;  // sequence -> its last row here
+  for (const MtpRow& m : mtp_pending_) {
+    auto it = state_.sequences.find(m.id);
+    if (it == state_.sequences.end() || it->second.slot != m.slot) continue;
+    const Sequence& seq = it->second;
+    if (m.position + 1 >= static_cast<int64_t>(seq.tokens.size()) ||
+        m.position >= static_cast<int64_t>(state_.slots[m.slot].tokens.size())) {
+      continue;
+    }
+    rows.Push(seq.tokens[m.position + 1], m.slot, m.position, /*want=*/false);
+    mtp_sources_.push_back(m.row);
+    last[m.id] = static_cast<int32_t>(rows.size() - 1);
+  }
+  mtp_pending_.clear();
+  if (rows.size() == 0) return Status::Ok();
+  // The drafting sequences: those whose last row here is the one before their newest token,
+  // in row order (the wanted rows ascend).
+  struct Drafting {
+    int32_t row;  // its row in the last MTP run
+    Sequence* seq;
+    int64_t most;
+  };
+  std::vector<Drafting> drafting;
+  for (const auto& [seq, most] : eligible) {
+    if (k == 0) break;
+    auto it = last.find(seq->id);
+    if (it == last.end() ||
+        rows.positions[it->second] + 2 != static_cast<int64_t>(seq->tokens.size())) {
+      continue;
+    }
+    drafting.push_back({it->second, seq, std::min<int64_t>(most, k)});
+  }
+  std::sort(drafting.begin(), drafting.end(),
+            [](const Drafting& a, const Drafting& b) { return a.row < b.row; });
+  for (const Drafting& d : drafting) rows.wanted.push_back(d.row);
+  FillTables();
+  mtp_picks_.resize(drafting.size());
+  GZ_RETURN_IF_ERROR(
+      runner_->MtpDraft(rows, Tables(), mtp_sources_, /*chained=*/false, mtp_picks_.data()));
+  for (size_t i = 0; i < drafting.size(); ++i) {
+    drafting[i].seq->drafts.assign(1, mtp_picks_[i]);
+    drafting[i].row = static_cast<int32_t>(i);  // now its wanted row's index: all rows below
+  }
+  // Chained drafts: draft j comes from a row at position P + j - 2 (P: the newest token's),
+  // reading draft j - 1 and the MTP layer's output at the row before. Its keys and values are
+  // needed only by the chained rows after it (the next step's first MTP run writes the true ones
+  // there): a row past the slot's pages borrows a free page, given back once the chain is made.
+  std::vector<Slot*> borrowed;
+  for (int32_t j = 2; j <= k; ++j) {
+    rows.Clear();
+    mtp_sources_.clear();
+    std::vector<size_t> who;
+    for (size_t i = 0; i < drafting.size(); ++i) {
+      Sequence& seq = *drafting[i].seq;
+      if (static_cast<int64_t>(seq.drafts.size()) != j - 1 || drafting[i].most < j) continue;
+      const int64_t position = static_cast<int64_t>(seq.tokens.size()) - 1 + (j - 2);
+      Slot& slot = state_.slots[seq.slot];
+      if (position >= static_cast<int64_t>(slot.pages.size()) * kPage) {
+        if (pool_.free() < BlockPages(state_, 1)) continue;
+        AddBlocks(state_, slot, 1);
+        borrowed.push_back(&slot);
+      }
+      rows.Push(seq.drafts.back(), seq.slot, static_cast<int32_t>(position), /*want=*/true);
+      mtp_sources_.push_back(drafting[i].row);
+      who.push_back(i);
+    }
+    if (who.empty()) break;
+    FillTables();
+    mtp_picks_.resize(who.size());
+    GZ_RETURN_IF_ERROR(
+        runner_->MtpDraft(rows, Tables(), mtp_sources_, /*chained=*/true, mtp_picks_.data()));
+    for (size_t r = 0; r < who.size(); ++r) {
+      drafting[who[r]].seq->drafts.push_back(mtp_picks_[r]);
+      drafting[who[r]].row = static_cast<int32_t>(r);
+    }
+  }
+  for (Slot* slot : borrowed) Truncate(state_, *slot, static_cast<int64_t>(slot->tokens.size()));
+  draft_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+  return Status::Ok();
 }
 
 void Engine::FillTables() {
@@ -407,9 +513,11 @@ Status Engine::Run() {
     int32_t index;
   };
   std::vector<PictureRow> picture_rows;
+  plan_rows_.clear();
   for (const Planned& p : state_.plan) {
     const Sequence& seq = state_.sequences.at(p.id);
     DCHECK(static_cast<int64_t>(seq.drafts.size()) == p.drafts);
+    plan_rows_.push_back(rows_.size());
     const int64_t start = static_cast<int64_t>(state_.slots[seq.slot].tokens.size());
     const int64_t end = start + p.rows - p.drafts;
     const PromptPictures* pictures = seq.request.pictures.get();
@@ -564,7 +672,8 @@ Status Engine::Run() {
     (decode ? last_step_.decode_rows : last_step_.prompt_rows) += p.rows;
     last_step_.drafted += p.drafts;
   }
-  pacer_.RecordStep(rows_.size(), last_step_.runner_ms);
+  last_step_.draft_ms = draft_ms_;
+  pacer_.RecordStep(rows_.size(), last_step_.runner_ms + draft_ms_);
   for (const Planned& p : state_.plan) {
     const Sequence& seq = state_.sequences.at(p.id);
     Slot& slot = state_.slots[seq.slot];
@@ -587,9 +696,21 @@ Status Engine::Run() {
 void Engine::PostProcess(std::vector<Progress>& progress) {
   int64_t wanted = 0;
   int64_t refusals = 0;  // sequences whose drafts met a refused one this step
-  for (const Planned& p : state_.plan) {
+  DraftStats& drafter = mtp_ ? stats_.mtp : stats_.lookup;
+  for (size_t planned = 0; planned < state_.plan.size(); ++planned) {
+    const Planned& p = state_.plan[planned];
     Sequence& seq = state_.sequences.at(p.id);
     Slot& slot = state_.slots[seq.slot];
+    // MTP drafts: the rows of this step the MTP layer reads next step (the first `kept`), each
+    // with the token after it (DraftMtp).
+    const int64_t start = static_cast<int64_t>(slot.tokens.size()) - p.rows;
+    auto read_by_mtp = [&](int64_t kept) {
+      if (!mtp_ || seq.request.pictures) return;
+      for (int64_t i = 0; i < kept; ++i) {
+        mtp_pending_.push_back({seq.id, seq.slot, static_cast<int32_t>(plan_rows_[planned] + i),
+                                static_cast<int32_t>(start + i)});
+      }
+    };
     // A shared start, once read, is registered for the prompts that start with it.
     if (seq.shared > 0 && !seq.registered && !state_.slot_states &&
         static_cast<int64_t>(slot.tokens.size()) >= seq.shared) {
@@ -598,7 +719,10 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
                    slot.pages, slot.window_pages);
     }
     // A prompt piece, no logits yet.
-    if (slot.tokens.size() != seq.tokens.size() + p.drafts) continue;
+    if (slot.tokens.size() != seq.tokens.size() + p.drafts) {
+      read_by_mtp(p.rows);
+      continue;
+    }
 
     Progress out;
     out.id = seq.id;
@@ -677,16 +801,17 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
       // Drafts after the first refused one were not judged.
       const bool refused = accepted < p.drafts && out.end.empty();
       refusals += refused;
-      stats_.lookup.drafted += p.drafts;
-      stats_.lookup.accepted += accepted;
+      drafter.drafted += p.drafts;
+      drafter.accepted += accepted;
       last_step_.accepted += accepted;
       seq.drafts.clear();
     }
+    if (out.end.empty()) read_by_mtp(p.rows - p.drafts + accepted);
     if (!out.end.empty()) Finish(state_, seq);
     progress.push_back(std::move(out));
   }
   if (last_step_.drafted > 0) {
-    ++stats_.lookup.steps;
+    ++drafter.steps;
     pacer_.RecordJudged(last_step_.accepted, refusals);
   }
 }
@@ -805,6 +930,7 @@ Expected<std::vector<float>> Engine::Step(std::span<const int32_t> tokens,
     }
   }
   std::fill(drafted_.begin(), drafted_.end(), 0);
+  mtp_pending_.clear();  // the runner's kept hidden states are this call's now
   for (size_t s = 0; s < drafts.size(); ++s) {
     drafted_[s] = drafts[s];
     if (drafts[s] > 0 && state_.slot_states)
@@ -842,6 +968,7 @@ Expected<std::vector<float>> Engine::Hidden(std::span<const int32_t> tokens,
   GZ_RETURN_IF_ERROR(runner_->Hidden(rows_, Tables(), layers, out.data()));
   std::fill(appended_.begin(), appended_.end(), 0);
   std::fill(drafted_.begin(), drafted_.end(), 0);
+  mtp_pending_.clear();  // the runner's kept hidden states are this call's now
   for (size_t r = 0; r < tokens.size(); ++r) {
     state_.slots[slots[r]].tokens.push_back(tokens[r]);
     ++appended_[slots[r]];
@@ -878,6 +1005,7 @@ Expected<std::vector<float>> Engine::Hidden(std::span<const int32_t> tokens, int
   GZ_RETURN_IF_ERROR(runner_->Hidden(rows_, Tables(), layers, out.data()));
   std::fill(appended_.begin(), appended_.end(), 0);
   std::fill(drafted_.begin(), drafted_.end(), 0);
+  mtp_pending_.clear();  // the runner's kept hidden states are this call's now
   std::vector<int32_t>& held = state_.slots[slot].tokens;
   held.assign(tokens.begin(), tokens.end());
   for (size_t j = 0; j < pictures.rows.size(); ++j) {
@@ -927,8 +1055,16 @@ Status Engine::Warm(int32_t max_decode_shapes) {
     } else {
       GZ_RETURN_IF_ERROR(runner_->Step(rows_, tab, logits_.data()));
     }
+    if (mtp_) {
+      // The MTP runs of such a step: each slot's row read by the MTP layer (first drafts), then
+      // a chained draft a slot.
+      mtp_picks_.resize(n);
+      GZ_RETURN_IF_ERROR(runner_->MtpDraft(rows_, tab, s, /*chained=*/false, mtp_picks_.data()));
+      GZ_RETURN_IF_ERROR(runner_->MtpDraft(rows_, tab, s, /*chained=*/true, mtp_picks_.data()));
+    }
     reset_all();
   }
+  mtp_pending_.clear();
   return Status::Ok();
 }
 

@@ -26,10 +26,12 @@
 
 namespace gizllm {
 
-// Where a generating sequence's drafts come from (engine/lookup_drafter.h). kLookup drafts
-// `drafts` tokens wherever a lookup finds them; kAuto drafts only where the pacer
-// (engine/draft_pacer.h) expects more tokens per second than without.
-enum class DraftMode { kNone, kLookup, kAuto };
+// Where a generating sequence's drafts come from. kLookup drafts `drafts` tokens wherever a
+// lookup (engine/lookup_drafter.h) finds them; kMtp drafts `drafts` tokens with the model's MTP
+// layer (Runner::MtpDraft, chained); kAuto drafts with the MTP layer where the model has one,
+// else by lookup, and only where the pacer (engine/draft_pacer.h) expects more tokens per
+// second than without.
+enum class DraftMode { kNone, kLookup, kMtp, kAuto };
 
 struct EngineOptions {
   int32_t slots = 16;                            // sequences at once
@@ -72,7 +74,8 @@ struct EngineStats {
   int64_t host_copies = 0;     // pages copied to host memory for stored prefixes
   int64_t device_sampled = 0;  // steps whose tokens the runner picked
   int64_t masks_beside_step = 0;  // grammar masks computed while the runner stepped
-  DraftStats lookup;           // lookup drafts (the only drafter so far)
+  DraftStats lookup;           // lookup drafts
+  DraftStats mtp;              // the MTP layer's drafts
 };
 
 // What the last step read and how long the runner took (`bench --trace`).
@@ -86,6 +89,9 @@ struct StepTrace {
   bool device_sampled = false;
   int64_t drafted = 0;   // draft rows (part of decode_rows)
   int64_t accepted = 0;  // drafts kept
+  // The MTP layer's runs before the step (its rows of the last step, then the chained drafts),
+  // wall clock; part of what the pacer weighs drafts by.
+  double draft_ms = 0.0;
 };
 
 class Engine {
@@ -175,7 +181,12 @@ class Engine {
   Status Run();
   void PostProcess(std::vector<Progress>& progress);
   // Proposes each generating sequence's drafts for the step (Sequence::drafts) before Schedule.
-  void Draft();
+  Status Draft();
+  // MTP drafts: the MTP layer reads the rows the last step kept (mtp_pending_: each row's hidden
+  // state and the token after it), which writes its KV and gives the first draft of each
+  // sequence in `eligible` (with the most drafts it may keep); then up to k - 1 chained rows a
+  // sequence, each reading the draft before it.
+  Status DraftMtp(std::span<const std::pair<Sequence*, int64_t>> eligible, int32_t k);
 
   Status BuildRows(std::span<const int32_t> tokens, std::span<const int32_t> slots,
                    std::span<const int32_t> wanted);
@@ -210,6 +221,22 @@ class Engine {
   std::vector<int64_t> appended_;  // [slots] rows the last low-level Step or Hidden appended
   std::vector<int64_t> drafted_;   // [slots] of them, the drafts (Step's `drafts`)
   DraftPacer pacer_;
+  // MTP drafts (DraftMtp): whether this engine makes them, the rows of the last step the MTP
+  // layer has still to read (sequence, slot, row of the step, position), where each planned
+  // sequence's rows began in the step, and the MTP runs' rows, sources and picks.
+  bool mtp_ = false;
+  struct MtpRow {
+    int64_t id;
+    int32_t slot;
+    int32_t row;
+    int32_t position;
+  };
+  std::vector<MtpRow> mtp_pending_;
+  std::vector<int64_t> plan_rows_;
+  Rows mtp_rows_;
+  std::vector<int32_t> mtp_sources_;
+  std::vector<int32_t> mtp_picks_;
+  double draft_ms_ = 0.0;
 };
 
 }  // namespace gizllm

@@ -78,6 +78,13 @@ struct Model::Buffers {
   std::unique_ptr<Buffer> mtp_in;
   std::unique_ptr<Buffer> mtp_cat;
   std::unique_ptr<Buffer> mtp_order;
+  // MTP drafts from hidden states on the device (Runner::KeepHidden, MtpDraft): each row's
+  // final-normed hidden state of the last step [rows, dim]; the last MtpDraft's normed outputs
+  // [rows, dim]; its rows' sources [rows] int32; greedy SampleRows [rows] for its picks.
+  std::unique_ptr<Buffer> final_hidden;
+  std::unique_ptr<Buffer> mtp_normed;
+  std::unique_ptr<Buffer> mtp_sources;
+  std::unique_ptr<Buffer> mtp_greedy;
   // [1 + window groups, slots, max_pages] int32: PageTables::pages, then the window groups'
   std::unique_ptr<Buffer> pages;
 };
@@ -130,6 +137,12 @@ struct Model::Impl {
   // last step (first row, count), whether its draft snapshot was taken for the next step
   // (pending) and whether it holds the states from before the last step (valid).
   bool keeps_row_inputs = false;
+  // MTP drafts (KeepHidden): whether steps keep their rows' final-normed hidden states on the
+  // device, and the rows of the last step and of the last MtpDraft (their sources' range).
+  bool keeps_hidden = false;
+  int64_t hidden_rows = 0;
+  int64_t mtp_rows = 0;
+  int64_t mtp_table_width = 0;  // the MTP rows' page-table width (PageTables::max_pages)
   std::vector<int64_t> step_first, step_count;
   std::vector<uint8_t> snapshot_pending, snapshot_valid;
 };
@@ -573,6 +586,13 @@ Status Model::Reserve(int64_t rows, int32_t slots, int32_t max_pages) {
     GZ_RETURN_IF_ERROR(alloc(&b.mtp_in, 2 * rows * a.dim * f));
     GZ_RETURN_IF_ERROR(alloc(&b.mtp_cat, 2 * rows * a.dim * f));
     GZ_RETURN_IF_ERROR(alloc(&b.mtp_order, 2 * rows * i));
+    GZ_RETURN_IF_ERROR(alloc(&b.final_hidden, rows * a.dim * f));
+    GZ_RETURN_IF_ERROR(alloc(&b.mtp_normed, rows * a.dim * f));
+    GZ_RETURN_IF_ERROR(alloc(&b.mtp_sources, rows * i));
+    GZ_RETURN_IF_ERROR(alloc(&b.mtp_greedy, rows * sizeof(SampleRow)));
+    const std::vector<SampleRow> greedy(rows);  // temperature 0: the largest logit
+    backend_->CopyToDevice(b.mtp_greedy->data(), greedy.data(), rows * sizeof(SampleRow));
+    impl_->hidden_rows = impl_->mtp_rows = 0;
   }
   const int32_t tables = 1 + KvPagingOf(caches_).window_groups;
   GZ_RETURN_IF_ERROR(alloc(&b.pages, static_cast<size_t>(tables) * slots * max_pages * i));
@@ -739,31 +759,36 @@ Status Model::StepHidden(const Rows& rows, const PageTables& tables, float* logi
   return Forward(rows, tables, final_normed, hidden, logits);
 }
 
-// x = fc(concat(norm_e(embed(token)), norm_h(hidden))), then the decoder layer over the MTP
-// layer's own pages, its norm, and the head of the wanted rows: the ops of the main step.
-Status Model::MtpStep(const Rows& rows, const PageTables& tables, const float* hidden,
-                      float* normed, float* logits) {
+Status Model::KeepHidden() {
   Impl& impl = *impl_;
-  if (!impl.mtp) return Unimplemented("MtpStep: " + dir_ + " has no MTP layer");
+  if (!impl.mtp) return Unimplemented("KeepHidden: " + dir_ + " has no MTP layer");
+  if (impl.keeps_hidden) return Status::Ok();
+  impl.keeps_hidden = true;
+  impl.hidden_rows = 0;
+  impl.step_generation = NextStepGeneration();  // the steps recorded so far lack the norm
+  return Status::Ok();
+}
+
+Status Model::CheckMtpRows(const Rows& rows, const char* who) const {
+  if (!impl_->mtp) return Unimplemented(std::string(who) + ": " + dir_ + " has no MTP layer");
   if (!rows.visual.empty() || !rows.rotary_h.empty())
-    return InvalidArgument("MtpStep: MTP rows are text rows (no pictures, one rotary position)");
-  if (!hidden) return InvalidArgument("MtpStep: no hidden states");
-  GZ_RETURN_IF_ERROR(UploadStepInputs(rows, tables));
+    return InvalidArgument(std::string(who) +
+                           ": MTP rows are text rows (no pictures, one rotary position)");
+  return Status::Ok();
+}
+
+// x = fc(concat(norm_e(embed(token)), norm_h(state))), then the decoder layer over the MTP
+// layer's own pages and its norm into `normed`: the ops of the main step. The step's inputs
+// are uploaded and the rows' hidden states are in state (mtp_in's second half).
+void Model::IssueMtpLayer(int64_t n, float* normed) {
+  Impl& impl = *impl_;
   const Arch& a = arch_;
   const Impl::Mtp& mtp = *impl.mtp;
   Buffers& b = impl.buffers;
   Backend& be = *backend_;
-  const int64_t n = rows.size();
   const float eps = static_cast<float>(a.norm_eps);
   float* embedded = b.mtp_in->as<float>();  // [n, dim]
   float* state = embedded + n * a.dim;      // [n, dim]
-  std::vector<int32_t> order(2 * n);        // fc's input row r: embedded r, then state r
-  for (int64_t r = 0; r < n; ++r) {
-    order[2 * r] = static_cast<int32_t>(r);
-    order[2 * r + 1] = static_cast<int32_t>(n + r);
-  }
-  be.CopyToDevice(b.mtp_order->data(), order.data(), 2 * n * sizeof(int32_t));
-  be.CopyToDevice(state, hidden, n * a.dim * sizeof(float));
   be.Embed({embedded, &impl.embed, b.tokens->as<int32_t>(), n, a.embed_scale});
   be.RmsNorm({embedded, embedded, nullptr, mtp.embedding_norm, n, a.dim, eps});
   be.RmsNorm({state, state, nullptr, mtp.hidden_norm, n, a.dim, eps});
@@ -781,7 +806,7 @@ Status Model::MtpStep(const Rows& rows, const PageTables& tables, const float* h
   in.slots = b.slot_of->as<int32_t>();
   in.positions = b.positions->as<int32_t>();
   in.rotary = b.rotary->as<int32_t>();
-  in.table = {b.pages->as<int32_t>(), tables.max_pages};
+  in.table = {b.pages->as<int32_t>(), static_cast<int32_t>(impl.mtp_table_width)};
   in.q = b.q->as<float>();
   in.k = b.k->as<float>();
   in.v = b.v->as<float>();
@@ -795,20 +820,130 @@ Status Model::MtpStep(const Rows& rows, const PageTables& tables, const float* h
   } else {
     mtp.layer.feed_forward.Issue(step, in);
   }
-  float* out = b.h->as<float>();  // [n, dim] the rows' outputs after the layer's norm
-  be.RmsNorm({out, step.Current(), nullptr, mtp.norm, n, a.dim, eps});
-  if (normed) be.CopyToHost(normed, out, n * a.dim * sizeof(float));
+  be.RmsNorm({normed, step.Current(), nullptr, mtp.norm, n, a.dim, eps});
+}
+
+// The head over the wanted rows of `normed` into the logits buffer.
+void Model::IssueMtpHead(const float* normed, int64_t wanted) {
+  Impl& impl = *impl_;
+  const Arch& a = arch_;
+  Buffers& b = impl.buffers;
+  Backend& be = *backend_;
+  be.GatherRows({b.picked->as<float>(), normed, b.wanted->as<int32_t>(), wanted, a.dim});
+  MatmulParams head;
+  head.x = b.picked->as<float>();
+  head.rows = wanted;
+  head.w[0] = &impl.head;
+  head.out[0] = b.logits->as<float>();
+  be.Matmul(head);
+  if (a.logit_softcap > 0) be.Softcap({head.out[0], wanted * a.vocab, a.logit_softcap});
+}
+
+void Model::UploadMtpOrder(int64_t n) {
+  Buffers& b = impl_->buffers;
+  std::vector<int32_t> order(2 * n);  // fc's input row r: embedded r, then state r
+  for (int64_t r = 0; r < n; ++r) {
+    order[2 * r] = static_cast<int32_t>(r);
+    order[2 * r + 1] = static_cast<int32_t>(n + r);
+  }
+  backend_->CopyToDevice(b.mtp_order->data(), order.data(), 2 * n * sizeof(int32_t));
+}
+
+Status Model::MtpStep(const Rows& rows, const PageTables& tables, const float* hidden,
+                      float* normed, float* logits) {
+  GZ_RETURN_IF_ERROR(CheckMtpRows(rows, "MtpStep"));
+  if (!hidden) return InvalidArgument("MtpStep: no hidden states");
+  GZ_RETURN_IF_ERROR(UploadStepInputs(rows, tables));
+  Impl& impl = *impl_;
+  Buffers& b = impl.buffers;
+  Backend& be = *backend_;
+  const int64_t n = rows.size();
+  const int64_t dim = arch_.dim;
+  impl.mtp_table_width = tables.max_pages;
+  UploadMtpOrder(n);
+  be.CopyToDevice(b.mtp_in->as<float>() + n * dim, hidden, n * dim * sizeof(float));
+  float* out = b.mtp_normed->as<float>();  // [n, dim] the rows' outputs after the layer's norm
+  IssueMtpLayer(n, out);
+  impl.mtp_rows = n;
+  if (normed) be.CopyToHost(normed, out, n * dim * sizeof(float));
   if (logits && !rows.wanted.empty()) {
     const int64_t w = static_cast<int64_t>(rows.wanted.size());
-    be.GatherRows({b.picked->as<float>(), out, b.wanted->as<int32_t>(), w, a.dim});
-    MatmulParams head;
-    head.x = b.picked->as<float>();
-    head.rows = w;
-    head.w[0] = &impl.head;
-    head.out[0] = b.logits->as<float>();
-    be.Matmul(head);
-    if (a.logit_softcap > 0) be.Softcap({head.out[0], w * a.vocab, a.logit_softcap});
-    be.CopyToHost(logits, b.logits->data(), w * a.vocab * sizeof(float));
+    IssueMtpHead(out, w);
+    be.CopyToHost(logits, b.logits->data(), w * arch_.vocab * sizeof(float));
+  }
+  be.Synchronize();
+  return Status::Ok();
+}
+
+Status Model::MtpDraft(const Rows& rows, const PageTables& tables,
+                       std::span<const int32_t> sources, bool chained, int32_t* tokens) {
+  GZ_RETURN_IF_ERROR(CheckMtpRows(rows, "MtpDraft"));
+  Impl& impl = *impl_;
+  if (!impl.keeps_hidden) return InvalidArgument("MtpDraft: KeepHidden was not called");
+  const int64_t n = rows.size();
+  if (static_cast<int64_t>(sources.size()) != n)
+    return InvalidArgument("MtpDraft: expected one source a row (" + std::to_string(n) +
+                           "), got " + std::to_string(sources.size()));
+  const int64_t have = chained ? impl.mtp_rows : impl.hidden_rows;
+  for (int64_t r = 0; r < n; ++r) {
+    if (sources[r] < 0 || sources[r] >= have)
+      return InvalidArgument("MtpDraft: source " + std::to_string(sources[r]) + " of row " +
+                             std::to_string(r) + " is outside the " + std::to_string(have) +
+                             (chained ? " rows of the last MtpDraft" : " rows of the last step"));
+  }
+  GZ_RETURN_IF_ERROR(UploadStepInputs(rows, tables));
+  Buffers& b = impl.buffers;
+  Backend& be = *backend_;
+  const int64_t dim = arch_.dim;
+  const int64_t w = static_cast<int64_t>(rows.wanted.size());
+  impl.mtp_table_width = tables.max_pages;
+  UploadMtpOrder(n);
+  be.CopyToDevice(b.mtp_sources->data(), sources.data(), n * sizeof(int32_t));
+  // As Forward's: the ops depend only on the buffers, the row and wanted counts, the table
+  // width and where the hidden states come from.
+  const bool record = n < (1 << 16) && w < (1 << 16) && tables.max_pages < (1 << 12);
+  const uint64_t key = uint64_t{1} << 63 | static_cast<uint64_t>(chained) << 62 |
+                       (impl.step_generation % (1 << 18)) << 44 |
+                       static_cast<uint64_t>(tables.max_pages) << 32 |
+                       static_cast<uint64_t>(w) << 16 | static_cast<uint64_t>(n);
+  const bool replayed = record && be.ReplayStep(key);
+  bool recording = false;
+  if (record && !replayed) {
+    if (impl.seen_once.size() >= kMaxSeenOnce) impl.seen_once.clear();
+    recording = !impl.seen_once.insert(key).second;
+    if (recording) {
+      impl.seen_once.erase(key);
+      be.BeginStep(key);
+    }
+  }
+  const bool device_picks = be.CanSample();
+  if (!replayed) {
+    // The sources' rows into state; the gather reads the outputs before the layer rewrites them.
+    be.GatherRows({b.mtp_in->as<float>() + n * dim,
+                   chained ? b.mtp_normed->as<float>() : b.final_hidden->as<float>(),
+                   b.mtp_sources->as<int32_t>(), n, dim});
+    IssueMtpLayer(n, b.mtp_normed->as<float>());
+    if (w > 0) {
+      IssueMtpHead(b.mtp_normed->as<float>(), w);
+      if (device_picks) {
+        be.Sample({b.picks->as<int32_t>(), b.logits->as<float>(), b.mtp_greedy->as<SampleRow>(),
+                   w, arch_.vocab});
+      }
+    }
+  }
+  if (recording) be.EndStep();
+  impl.mtp_rows = n;
+  if (w > 0 && device_picks) {
+    be.CopyToHost(tokens, b.picks->data(), w * sizeof(int32_t));
+  } else if (w > 0) {
+    // The largest logit, lowest id among equals (SampleRow's temperature 0).
+    std::vector<float> logits(w * arch_.vocab);
+    be.CopyToHost(logits.data(), b.logits->data(), logits.size() * sizeof(float));
+    be.Synchronize();
+    for (int64_t r = 0; r < w; ++r) {
+      const float* row = logits.data() + r * arch_.vocab;
+      tokens[r] = static_cast<int32_t>(std::max_element(row, row + arch_.vocab) - row);
+    }
   }
   be.Synchronize();
   return Status::Ok();
@@ -889,7 +1024,8 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   const uint64_t wanted_rows = head_wanted ? rows.wanted.size() : 0;
   const bool record = hidden_layers.empty() && visual.empty() && rows.rotary_h.empty() &&
                       n < (1 << 16) && wanted_rows < (1 << 16) && tables.max_pages < (1 << 12);
-  const uint64_t key = (impl.step_generation % (1 << 20)) << 44 |
+  // Bits 62 and 63 stay clear: MtpDraft's keys set them.
+  const uint64_t key = (impl.step_generation % (1 << 18)) << 44 |
                        static_cast<uint64_t>(tables.max_pages) << 32 | wanted_rows << 16 |
                        static_cast<uint64_t>(n);
   const bool replayed = record && be.ReplayStep(key);
@@ -948,6 +1084,12 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
       be.CopyToHost(hidden_out + i * n * a.dim, normed, n * a.dim * sizeof(float));
     }
   }
+  // Every row's final-normed hidden state stays on the device for MtpDraft.
+  if (!replayed && impl.keeps_hidden) {
+    be.RmsNorm({b.final_hidden->as<float>(), step.Current(), nullptr, impl.final_norm, n, a.dim,
+                step.eps()});
+  }
+  if (impl.keeps_hidden) impl.hidden_rows = n;
   if (!replayed && head_wanted) {
     const int64_t w = static_cast<int64_t>(rows.wanted.size());
     float* picked = b.picked->as<float>();

@@ -65,6 +65,9 @@ class Model final : public Runner {
   bool HasMtp() const override;
   Status MtpStep(const Rows& rows, const PageTables& tables, const float* hidden, float* normed,
                  float* logits) override;
+  Status KeepHidden() override;
+  Status MtpDraft(const Rows& rows, const PageTables& tables, std::span<const int32_t> sources,
+                  bool chained, int32_t* tokens) override;
   bool CanSample() const override;
   bool PagesInHostMemory() const override;
   Status StepSample(const Rows& rows, const PageTables& tables, std::span<const SampleRow> params,
@@ -89,6 +92,13 @@ class Model final : public Runner {
                  float* hidden_out, float* logits, std::span<const SampleRow> sample = {},
                  int32_t* tokens = nullptr);
   Status UploadStepInputs(const Rows& rows, const PageTables& tables);
+  // The MTP layer's parts (MtpStep, MtpDraft): a refusal of rows it cannot read; fc's row order
+  // for n rows; the layer over n rows whose hidden states are in place, normed into `normed`;
+  // the head over `wanted` rows of `normed` into the logits buffer.
+  Status CheckMtpRows(const Rows& rows, const char* who) const;
+  void UploadMtpOrder(int64_t n);
+  void IssueMtpLayer(int64_t n, float* normed);
+  void IssueMtpHead(const float* normed, int64_t wanted);
   // Loads the MTP layer (Arch::mtp_prefix) and appends its cache to caches_.
   Status LoadMtp();
   // Copies one page between the pool and the host, region by region (a layer's, or under window

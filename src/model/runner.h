@@ -150,6 +150,21 @@ class Runner {
     return Unimplemented("this runner has no MTP layer");
   }
 
+  // MTP drafts from hidden states that stay where the model computes them. After KeepHidden,
+  // every Step and StepSample also keeps each row's final-normed hidden state (StepHidden's),
+  // until the next step.
+  virtual Status KeepHidden() { return Unimplemented("this runner has no MTP layer"); }
+  // The MTP layer over `rows` as MtpStep reads them, each row's hidden state taken where it was
+  // kept: sources[r] is a row of the last Step's (chained false), or of the last MtpDraft's
+  // normed outputs (chained true: a chained draft reads the MTP row before it). Writes the
+  // largest-logit token (lowest id among equals) of each wanted row: tokens
+  // [rows.wanted.size()], host memory. Its ops may be recorded and replayed as a step's.
+  virtual Status MtpDraft(const Rows& rows, const PageTables& tables,
+                          std::span<const int32_t> sources, bool chained, int32_t* tokens) {
+    (void)rows, (void)tables, (void)sources, (void)chained, (void)tokens;
+    return Unimplemented("this runner has no MTP layer");
+  }
+
   // Whether StepSample can pick the tokens where the logits are (on the device), so that only
   // token ids come back instead of [wanted, vocab] logits.
   virtual bool CanSample() const { return false; }

@@ -551,6 +551,66 @@ TEST(Golden, TinyHybridChainedMtpDraftEqualsTransformers) {
   ExpectClose(*ours, ReadFloats(*ref->Find("mtp_chained_logits0")), "tiny-hybrid chained MTP");
 }
 
+// MtpDraft, which reads the hidden states the model kept where it computed them (KeepHidden),
+// picks the largest logit of what MtpStep gives from host hidden states: the MTP rows of a
+// prompt (each reading its position's hidden state and the next token), then each chained
+// draft (reading the MTP row before it).
+TEST(Golden, TinyHybridMtpDraftPicksMtpStepsLargestLogits) {
+  auto ref = SafetensorsFile::Open(std::string(kTinyHybrid) + "/reference.safetensors");
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  const std::vector<int32_t> ids = ReadIds(*ref->Find("ids0"));
+  auto model = LoadModel(kTinyHybrid);
+  ASSERT_TRUE(model);
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const int64_t vocab = model->arch().vocab;
+  auto argmax = [&](const std::vector<float>& logits, int64_t row) {
+    const float* r = logits.data() + row * vocab;
+    return static_cast<int32_t>(std::max_element(r, r + vocab) - r);
+  };
+  auto whole = SequenceMtpLogits(*model, ids);
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  auto chained = ChainedMtpLogits(*model, ids);
+  ASSERT_TRUE(chained.ok()) << chained.status().message();
+
+  EXPECT_FALSE(model->MtpDraft(Rows{}, PageTables{}, {}, false, nullptr).ok());  // no KeepHidden
+  ASSERT_TRUE(model->KeepHidden().ok());
+  std::vector<int32_t> pages((n + kPage - 1) / kPage);
+  std::iota(pages.begin(), pages.end(), 0);
+  const PageTables tables{pages.data(), 1, static_cast<int32_t>(pages.size())};
+  ASSERT_TRUE(model->AllocatePages(tables.max_pages).ok());
+  ASSERT_TRUE(model->Reserve(n, 1, tables.max_pages).ok());
+  Rows rows;
+  for (int64_t p = 0; p < n; ++p) rows.Push(ids[p], 0, static_cast<int32_t>(p), false);
+  ASSERT_TRUE(model->Step(rows, tables, nullptr).ok());
+  // The prompt's MTP rows, every one wanted.
+  rows.Clear();
+  std::vector<int32_t> sources;
+  for (int64_t p = 0; p + 1 < n; ++p) {
+    rows.Push(ids[p + 1], 0, static_cast<int32_t>(p), true);
+    sources.push_back(static_cast<int32_t>(p));
+  }
+  std::vector<int32_t> picks(n - 1);
+  ASSERT_TRUE(model->MtpDraft(rows, tables, sources, false, picks.data()).ok());
+  for (int64_t p = 0; p + 1 < n; ++p) EXPECT_EQ(picks[p], argmax(*whole, p)) << "row " << p;
+  // A source outside the rows the last step read is refused, naming it.
+  sources[0] = static_cast<int32_t>(n);
+  const Status bad = model->MtpDraft(rows, tables, sources, false, picks.data());
+  EXPECT_NE(bad.message().find("source"), std::string::npos) << bad.message();
+  sources[0] = 0;
+  // Chained: the row at t + 1 reads token t + 2 and the MTP row at t; the prompt's MTP rows
+  // are written again before each (the chained row's keys take position t + 1's place).
+  Rows chain;
+  std::vector<int32_t> all(n - 1), one(1);
+  for (int64_t t = 0; t + 2 < n; ++t) {
+    ASSERT_TRUE(model->MtpDraft(rows, tables, sources, false, all.data()).ok());
+    chain.Clear();
+    chain.Push(ids[t + 2], 0, static_cast<int32_t>(t + 1), true);
+    const int32_t source[] = {static_cast<int32_t>(t)};
+    ASSERT_TRUE(model->MtpDraft(chain, tables, source, true, one.data()).ok());
+    EXPECT_EQ(one[0], argmax(*chained, t)) << "chained row " << t;
+  }
+}
+
 // A model cut to its first layers (--layers) has no MTP layer to run.
 TEST(Golden, TinyHybridCutToItsFirstLayersLoadsNoMtp) {
   if (!std::filesystem::exists(std::string(kTinyHybrid) + "/model.safetensors"))

@@ -1,7 +1,8 @@
 // Drafts on real models (CPU backend, float32 activations): requests give the same tokens with
 // and without lookup drafts, greedy and seeded sampling, under preemption, on the shipped
 // tiny-chat, the golden dense models and the golden hybrids (recurrent states restored to the
-// last kept row); on a prompt that repeats itself drafts are kept, and some refused.
+// last kept row); on a prompt that repeats itself drafts are kept, and some refused. The shipped
+// tiny hybrid drafts with its MTP layer as well.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -11,8 +12,11 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "formats/safetensors.h"
+#include "model/evaluate.h"
 #include "model/model.h"
 #include "ops/device.h"
+#include "tests/golden/golden_util.h"
 
 namespace gizllm {
 namespace {
@@ -44,12 +48,13 @@ struct Outcome {
 
 // The requests, all added at once, on a fresh engine of `slots` slots and `pages` pages.
 Outcome Generate(Model* model, const std::vector<Request>& requests, DraftMode draft, int32_t slots,
-                 int32_t pages) {
+                 int32_t pages, int32_t drafts = 3) {
   EngineOptions options;
   options.slots = slots;
   options.context = 128;
   options.rows = 48;
   options.draft = draft;
+  options.drafts = drafts;
   // Pages, and on a hybrid its recurrent states (with drafts, their second snapshot and the
   // rows' kept inputs too).
   options.kv_budget_bytes =
@@ -144,6 +149,76 @@ TEST(EngineDraftModel, GoldenHybridSameTokensWithAndWithoutDrafts) {
     SCOPED_TRACE(family);
     CheckSameTokens(std::string("tests/golden/models/") + family, 4, 12, 8);
   }
+}
+
+// models/tiny-hybrid drafts with its MTP layer, chained: the same tokens as without drafts,
+// greedy and seeded sampling, under preemption; paced (auto) too.
+TEST(EngineDraftModel, TinyHybridMtpDraftsGiveTheSameTokens) {
+  Model* model = Load("models/tiny-hybrid");
+  ASSERT_NE(model, nullptr);
+  ASSERT_TRUE(model->HasMtp());
+  const std::vector<Request> requests = Requests(model->arch().vocab, 8, 51);
+  const Outcome plain = Generate(model, requests, DraftMode::kNone, 4, 12);
+  const Outcome mtp = Generate(model, requests, DraftMode::kMtp, 4, 12);
+  const Outcome paced = Generate(model, requests, DraftMode::kAuto, 4, 12);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(mtp.tokens[i], plain.tokens[i]) << "request " << i;
+    EXPECT_EQ(mtp.ends[i], plain.ends[i]) << "request " << i;
+    EXPECT_EQ(paced.tokens[i], plain.tokens[i]) << "request " << i;
+  }
+  EXPECT_GT(mtp.stats.mtp.accepted, 0);
+  EXPECT_GT(mtp.stats.mtp.drafted, mtp.stats.mtp.accepted);
+  EXPECT_EQ(mtp.stats.lookup.drafted, 0);
+  EXPECT_GT(mtp.stats.preemptions, 0);
+}
+
+// One draft a step, one greedy sequence at a time, on the reference's chats: each step's draft
+// is the MTP layer's pick for the token after the newest (the largest logit of
+// SequenceMtpLogits over the answer's text at the row before the newest token), so the drafts
+// made and kept are those that reading the answer with that layer gives: a draft at the newest
+// token's position P, kept when it is the token at P + 1; the next draft at P + 2 if kept, else
+// at P + 1. With three chained drafts the tokens are the same too.
+TEST(EngineDraftModel, TinyHybridMtpDraftsAreTheLayersPicks) {
+  Model* model = Load("models/tiny-hybrid");
+  ASSERT_NE(model, nullptr);
+  auto ref = SafetensorsFile::Open("models/tiny-hybrid/reference.safetensors");
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  const int64_t vocab = model->arch().vocab;
+  int64_t kept_in_all = 0;
+  for (int i = 0; ref->Find("ids" + std::to_string(i)); ++i) {
+    SCOPED_TRACE("ids" + std::to_string(i));
+    Request r;
+    r.prompt = golden::ReadIds(*ref->Find("ids" + std::to_string(i)));
+    r.limit = 48;
+    r.stop = std::vector<int32_t>{};
+    const Outcome plain = Generate(model, {r}, DraftMode::kNone, 1, 64);
+    const Outcome one = Generate(model, {r}, DraftMode::kMtp, 1, 64, 1);
+    const Outcome three = Generate(model, {r}, DraftMode::kMtp, 1, 64, 3);
+    ASSERT_EQ(plain.tokens.size(), 1u);
+    EXPECT_EQ(one.tokens[0], plain.tokens[0]);
+    EXPECT_EQ(three.tokens[0], plain.tokens[0]);
+    std::vector<int32_t> text = r.prompt;
+    text.insert(text.end(), plain.tokens[0].begin(), plain.tokens[0].end());
+    auto logits = SequenceMtpLogits(*model, text);
+    ASSERT_TRUE(logits.ok()) << logits.status().message();
+    // The answer's first token comes from the prompt's step; then one draft a step while the
+    // request has room for a token after it (a draft is never made past the limit).
+    int64_t drafted = 0, kept = 0;
+    const int64_t end = static_cast<int64_t>(text.size());
+    for (int64_t p = static_cast<int64_t>(r.prompt.size()); p + 2 < end;) {
+      const float* row = logits->data() + (p - 1) * vocab;
+      const int32_t draft = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+      ++drafted;
+      const bool keep = draft == text[p + 1];
+      kept += keep;
+      p += keep ? 2 : 1;
+    }
+    EXPECT_EQ(one.stats.mtp.drafted, drafted);
+    EXPECT_EQ(one.stats.mtp.accepted, kept);
+    EXPECT_GT(three.stats.mtp.accepted, 0);
+    kept_in_all += kept;
+  }
+  EXPECT_GT(kept_in_all, 0);
 }
 
 }  // namespace

@@ -3,8 +3,8 @@
 // greedy tokens equal the CPU backend's, Warm leaves the engine as it found it, and fp16 pages
 // come back from host memory as they were; lookup drafts (verify steps of several rows a
 // sequence, picked on the device) change no token in exact mode, on the golden hybrids too,
-// where Accept brings the recurrent states back to the last kept row. Skipped without a CUDA
-// device.
+// where Accept brings the recurrent states back to the last kept row, and tiny-hybrid's MTP drafts
+// change none either. Skipped without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -363,6 +363,84 @@ TEST(CudaEngine, HybridDraftsChangeNoTokens) {
             static_cast<long long>(lookup.stats.lookup.accepted), static_cast<long long>(same),
             static_cast<long long>(all));
       }
+    }
+  }
+}
+
+// models/tiny-hybrid's MTP drafts on the device (hidden states kept there, chained drafts picked
+// there, the MTP runs recorded and replayed as steps): greedy and seeded requests in 4 slots of
+// 12 pages (preemption). In exact mode the tokens equal those without drafts and the CPU
+// engine's, picked on the device and on the host; in the fast mode the agreement is printed.
+TEST(CudaEngine, TinyHybridMtpDraftsChangeNoTokens) {
+  GZ_SKIP_WITHOUT_CUDA();
+  const std::string dir = "models/tiny-hybrid";
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int32_t> token(10, 4000);
+  std::vector<Request> requests;
+  for (int i = 0; i < 8; ++i) {
+    Request r;
+    r.prompt.resize(4 + rng() % 40);
+    for (int32_t& t : r.prompt) t = token(rng);
+    r.limit = 24 + static_cast<int64_t>(rng() % 24);
+    r.stop = std::vector<int32_t>{};
+    if (i % 2 == 1) {
+      r.sampling.temperature = 0.8f;
+      r.sampling.top_p = 0.95f;
+      r.sampling.seed = rng();
+    }
+    requests.push_back(r);
+  }
+  auto run = [&](Model& model, DraftMode draft, bool device) {
+    EngineOptions options;
+    options.slots = 4;
+    options.context = 128;
+    options.rows = 48;
+    options.device_sampling = device;
+    options.draft = draft;
+    options.kv_budget_bytes = 12 * model.PageBytes() + Engine::StateBytes(model.caches(), options);
+    auto engine = Engine::Create(&model, options);
+    EXPECT_TRUE(engine.ok()) << engine.status().message();
+    if (!engine.ok()) return Drafted{};
+    auto out = (*engine)->Generate(requests);
+    EXPECT_TRUE(out.ok()) << out.status().message();
+    EXPECT_TRUE((*engine)->CheckPages().ok());
+    return Drafted{out.ok() ? *out : std::vector<std::vector<int32_t>>{}, (*engine)->stats()};
+  };
+  auto cpu = Load("cpu", /*exact=*/true, std::nullopt, dir);
+  ASSERT_TRUE(cpu);
+  const Drafted reference = run(*cpu, DraftMode::kNone, false);
+  ASSERT_EQ(reference.tokens.size(), requests.size());
+  for (bool exact : {true, false}) {
+    auto model = Load("cuda", exact, std::nullopt, dir);
+    ASSERT_TRUE(model);
+    for (bool device : {true, false}) {
+      SCOPED_TRACE(std::string(exact ? "exact" : "fast") + (device ? " device" : " host"));
+      const Drafted plain = run(*model, DraftMode::kNone, device);
+      const Drafted mtp = run(*model, DraftMode::kMtp, device);
+      ASSERT_EQ(plain.tokens.size(), requests.size());
+      ASSERT_EQ(mtp.tokens.size(), requests.size());
+      EXPECT_GT(mtp.stats.mtp.accepted, 0);
+      EXPECT_GT(mtp.stats.mtp.drafted, mtp.stats.mtp.accepted);
+      EXPECT_GT(mtp.stats.preemptions, 0);
+      int64_t same = 0, all = 0;
+      for (size_t i = 0; i < requests.size(); ++i) {
+        ASSERT_EQ(static_cast<int64_t>(mtp.tokens[i].size()), requests[i].limit);
+        if (exact) {
+          EXPECT_EQ(mtp.tokens[i], plain.tokens[i]) << "request " << i;
+          EXPECT_EQ(mtp.tokens[i], reference.tokens[i]) << "request " << i;
+        }
+        size_t n = 0;
+        while (n < plain.tokens[i].size() && mtp.tokens[i][n] == plain.tokens[i][n]) ++n;
+        same += static_cast<int64_t>(n);
+        all += static_cast<int64_t>(plain.tokens[i].size());
+      }
+      std::printf(
+          "tiny-hybrid %s, %s picks: MTP drafts %lld, kept %lld; tokens before the first "
+          "difference %lld of %lld\n",
+          exact ? "exact" : "fast", device ? "device" : "host",
+          static_cast<long long>(mtp.stats.mtp.drafted),
+          static_cast<long long>(mtp.stats.mtp.accepted), static_cast<long long>(same),
+          static_cast<long long>(all));
     }
   }
 }
