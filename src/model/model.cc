@@ -87,7 +87,38 @@ struct Model::Buffers {
   std::unique_ptr<Buffer> mtp_greedy;
   // [1 + window groups, slots, max_pages] int32: PageTables::pages, then the window groups'
   std::unique_ptr<Buffer> pages;
+
+  // The blocks' view of a step of `rows` rows in these buffers: the rows' inputs as
+  // UploadStepInputs left them (with M-RoPE's height and width positions where `mrope`), the
+  // first page table (`table_width` pages a slot: PageTables::max_pages) and the scratch.
+  StepInputs Inputs(int64_t rows, int32_t table_width, bool mrope);
 };
+
+StepInputs Model::Buffers::Inputs(int64_t rows, int32_t table_width, bool mrope) {
+  StepInputs in;
+  in.rows = rows;
+  in.slots = slot_of->as<int32_t>();
+  in.positions = positions->as<int32_t>();
+  in.rotary = rotary->as<int32_t>();
+  if (mrope) {
+    in.rotary_h = rotary_h->as<int32_t>();
+    in.rotary_w = rotary_w->as<int32_t>();
+  }
+  in.table = {pages->as<int32_t>(), table_width};
+  in.q = q->as<float>();
+  in.k = k->as<float>();
+  in.v = v->as<float>();
+  in.attn = attn->as<float>();
+  in.gate = gate->as<float>();
+  in.up = up->as<float>();
+  in.attn_gate = attn_gate->as<float>();
+  in.mix = mix->as<float>();
+  in.z = z->as<float>();
+  in.b = b->as<float>();
+  in.a = a->as<float>();
+  in.iota = iota->as<int32_t>();
+  return in;
+}
 
 // Step keys remembered as issued once (Impl::seen_once), at most.
 constexpr size_t kMaxSeenOnce = 4096;
@@ -145,7 +176,31 @@ struct Model::Impl {
   int64_t mtp_table_width = 0;  // the MTP rows' page-table width (PageTables::max_pages)
   std::vector<int64_t> step_first, step_count;
   std::vector<uint8_t> snapshot_pending, snapshot_valid;
+
+  // Issues the LM head over `wanted` rows of x [rows, dim] (buffers.wanted): they are gathered
+  // into buffers.picked, normalized by `norm` inside the matmul where it is given (x is
+  // normalized already where not), multiplied into `logits` [wanted, vocab] and soft-capped.
+  // The copy of the logits to the host is the caller's (after a recorded step ends).
+  void IssueHead(Backend& be, const Arch& a, const float* x, int64_t wanted, const float* norm,
+                 float norm_eps, float* logits);
 };
+
+void Model::Impl::IssueHead(Backend& be, const Arch& a, const float* x, int64_t wanted,
+                            const float* norm, float norm_eps, float* logits) {
+  float* picked = buffers.picked->as<float>();
+  be.GatherRows({picked, x, buffers.wanted->as<int32_t>(), wanted, a.dim});
+  MatmulParams m;
+  m.x = picked;
+  if (norm) {
+    m.norm = norm;
+    m.norm_eps = norm_eps;
+  }
+  m.rows = wanted;
+  m.w[0] = &head;
+  m.out[0] = logits;
+  be.Matmul(m);
+  if (a.logit_softcap > 0) be.Softcap({logits, wanted * a.vocab, a.logit_softcap});
+}
 
 Status LoadOptions::Check() const {
   if (layers == 0 || layers < -1) return InvalidArgument("layers: must be positive or -1");
@@ -801,19 +856,8 @@ void Model::IssueMtpLayer(int64_t n, float* normed) {
   be.Matmul(fc);
 
   StepBuilder step(be, b.x->as<float>(), b.h->as<float>(), b.o->as<float>(), n, a.dim, eps);
-  StepInputs in;
-  in.rows = n;
-  in.slots = b.slot_of->as<int32_t>();
-  in.positions = b.positions->as<int32_t>();
-  in.rotary = b.rotary->as<int32_t>();
-  in.table = {b.pages->as<int32_t>(), static_cast<int32_t>(impl.mtp_table_width)};
-  in.q = b.q->as<float>();
-  in.k = b.k->as<float>();
-  in.v = b.v->as<float>();
-  in.attn = b.attn->as<float>();
-  in.gate = b.gate->as<float>();
-  in.up = b.up->as<float>();
-  in.attn_gate = b.attn_gate->as<float>();
+  const StepInputs in =
+      b.Inputs(n, static_cast<int32_t>(impl.mtp_table_width), /*mrope=*/false);
   mtp.layer.attention.Issue(step, in);
   if (mtp.layer.is_moe) {
     mtp.layer.moe.Issue(step, in);
@@ -825,18 +869,8 @@ void Model::IssueMtpLayer(int64_t n, float* normed) {
 
 // The head over the wanted rows of `normed` into the logits buffer.
 void Model::IssueMtpHead(const float* normed, int64_t wanted) {
-  Impl& impl = *impl_;
-  const Arch& a = arch_;
-  Buffers& b = impl.buffers;
-  Backend& be = *backend_;
-  be.GatherRows({b.picked->as<float>(), normed, b.wanted->as<int32_t>(), wanted, a.dim});
-  MatmulParams head;
-  head.x = b.picked->as<float>();
-  head.rows = wanted;
-  head.w[0] = &impl.head;
-  head.out[0] = b.logits->as<float>();
-  be.Matmul(head);
-  if (a.logit_softcap > 0) be.Softcap({head.out[0], wanted * a.vocab, a.logit_softcap});
+  impl_->IssueHead(*backend_, arch_, normed, wanted, /*norm=*/nullptr, 0.0f,
+                   impl_->buffers.logits->as<float>());
 }
 
 void Model::UploadMtpOrder(int64_t n) {
@@ -963,28 +997,7 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   const int64_t n = rows.size();
   StepBuilder step(be, b.x->as<float>(), b.h->as<float>(), b.o->as<float>(), n, a.dim,
                    static_cast<float>(a.norm_eps));
-  StepInputs in;
-  in.rows = n;
-  in.slots = b.slot_of->as<int32_t>();
-  in.positions = b.positions->as<int32_t>();
-  in.rotary = b.rotary->as<int32_t>();
-  if (!rows.rotary_h.empty()) {
-    in.rotary_h = b.rotary_h->as<int32_t>();
-    in.rotary_w = b.rotary_w->as<int32_t>();
-  }
-  in.table = {b.pages->as<int32_t>(), tables.max_pages};
-  in.q = b.q->as<float>();
-  in.k = b.k->as<float>();
-  in.v = b.v->as<float>();
-  in.attn = b.attn->as<float>();
-  in.gate = b.gate->as<float>();
-  in.up = b.up->as<float>();
-  in.attn_gate = b.attn_gate->as<float>();
-  in.mix = b.mix->as<float>();
-  in.z = b.z->as<float>();
-  in.b = b.b->as<float>();
-  in.a = b.a->as<float>();
-  in.iota = b.iota->as<int32_t>();
+  const StepInputs in = b.Inputs(n, tables.max_pages, !rows.rotary_h.empty());
   if (impl.keeps_row_inputs) {
     // Which rows each slot read in this step, and whether its draft snapshot came before it.
     std::fill(impl.step_count.begin(), impl.step_count.end(), 0);
@@ -1092,25 +1105,15 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   if (impl.keeps_hidden) impl.hidden_rows = n;
   if (!replayed && head_wanted) {
     const int64_t w = static_cast<int64_t>(rows.wanted.size());
-    float* picked = b.picked->as<float>();
-    MatmulParams head;
+    float* out = logits_in_place ? logits : b.logits->as<float>();
     if (be.FusesMatmul() && !step.pending()) {
       // The norm is per row: the wanted rows of x, normalized inside the head's matmul.
-      be.GatherRows({picked, step.Current(), b.wanted->as<int32_t>(), w, a.dim});
-      head.x = picked;
-      head.norm = impl.final_norm;
-      head.norm_eps = step.eps();
+      impl.IssueHead(be, a, step.Current(), w, impl.final_norm, step.eps(), out);
     } else {
       MatmulParams normed;
       step.Normed(impl.final_norm, &normed);
-      be.GatherRows({picked, normed.x, b.wanted->as<int32_t>(), w, a.dim});
-      head.x = picked;
+      impl.IssueHead(be, a, normed.x, w, /*norm=*/nullptr, step.eps(), out);
     }
-    head.rows = w;
-    head.w[0] = &impl.head;
-    head.out[0] = logits_in_place ? logits : b.logits->as<float>();
-    be.Matmul(head);
-    if (a.logit_softcap > 0) be.Softcap({head.out[0], w * a.vocab, a.logit_softcap});
   }
   if (recording) be.EndStep();
   if (logits && !rows.wanted.empty() && !logits_in_place) {
