@@ -152,23 +152,14 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
   }
   if constexpr (kQShared) __syncwarp();  // the warp's rows of qs are read by all its lanes
 
-  float o[kOutTiles][4];  // O fragments: o[n][h * 2 + e] = O[half h][8n + 2t + e]
-#pragma unroll
-  for (int n = 0; n < kOutTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY};  // running max (log2 units), one per half
-  float l[2] = {0.0f, 0.0f};  // running sum of this lane's columns; the quad's sum at the end
-
-  // ldmatrix row addresses of V for this lane: matrix i = lane / 8 holds keys 8 (i % 2) ..
-  // and dimensions 8 (i / 2) .. of a 16 x 16 block.
-  const int v_key = (lane / 8 % 2) * 8 + lane % 8;
-  const int v_dim = (lane / 16) * 8;
-  // And of K: matrix i holds keys 8 (i / 2) .. and dimensions 8 (i % 2) .. of a 16 x 16 block,
-  // so registers 0, 1 are the B fragment of keys 0..7 and registers 2, 3 of keys 8..15.
-  const int k_key = (lane / 16) * 8 + lane % 8;
-  const int k_dim = (lane / 8 % 2) * 8;
-  // And of Q in qs (kQShared): matrix i holds rows 8 (i % 2) .. and dimensions 8 (i / 2) .., so
-  // register i is the A fragment's register i (not transposed: [row g][2t, 2t + 1]).
-  const __half* const q_lane = q_warp + ((lane / 8 % 2) * 8 + lane % 8) * kRow + (lane / 16) * 8;
+  OnlineSoftmax<kOutTiles> softmax;
+  softmax.Start();
+  // ldmatrix row addresses of K's and V's 16 x 16 blocks (rows = keys), and of Q's in qs
+  // (kQShared; rows = query vectors): register i of its ldmatrix is the A fragment's register i.
+  const LdMatrixLane k_lane = LdMatrixLaneColumnsFirst(lane);
+  const LdMatrixLane v_lane = LdMatrixLaneRowsFirst(lane);
+  const LdMatrixLane q_at = LdMatrixLaneRowsFirst(lane);
+  const __half* const q_lane = q_warp + q_at.row * kRow + q_at.column;
 
   // The block's threads copy a key tile's float32 keys and values into kf, vf (cp.async: no
   // registers, the copy of tile i + 1 runs while the warps multiply tile i), and each thread
@@ -245,7 +236,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
 #pragma unroll
           for (int n2 = 0; n2 < kTileK / 16; ++n2) {
             uint32_t b[4];
-            LdMatrixX4(b, kt_s + (16 * n2 + k_key) * kRow + 16 * kk + k_dim);
+            LdMatrixX4(b, kt_s + (16 * n2 + k_lane.row) * kRow + 16 * kk + k_lane.column);
             Mma(s[2 * n2], q, b[0], b[1]);
             Mma(s[2 * n2 + 1], q, b[2], b[3]);
           }
@@ -259,7 +250,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
           }
         }
         // Mask (warp-uniform: only tiles on the edge of a vector's range), then the online
-        // softmax of each half; a row's max is shared by its quad.
+        // softmax of each half, and O += P V.
         if (k0 < seen_by_all_from || k0 + kTileK - 1 > seen_by_all_to) {
 #pragma unroll
           for (int n = 0; n < kTileK / 8; ++n) {
@@ -270,47 +261,8 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
             }
           }
         }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float mx = -INFINITY;
-#pragma unroll
-          for (int n = 0; n < kTileK / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          float m_new = fmaxf(m[h], mx);
-          // A vector that has seen nothing visible yet keeps m = -inf, l = 0, o = 0.
-          float corr = m_new == -INFINITY ? 1.0f : exp2f(m[h] - m_new);
-          float sum = 0.0f;
-#pragma unroll
-          for (int n = 0; n < kTileK / 8; ++n) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              float x = m_new == -INFINITY ? 0.0f : exp2f(s[n][2 * h + e] - m_new);
-              s[n][2 * h + e] = x;
-              sum += x;
-            }
-          }
-          l[h] = l[h] * corr + sum;
-          m[h] = m_new;
-#pragma unroll
-          for (int n = 0; n < kOutTiles; ++n) o[n][2 * h] *= corr, o[n][2 * h + 1] *= corr;
-        }
-        // O += P V: P's k16 step kt is s[2kt] (keys 0..7) and s[2kt + 1] (keys 8..15) packed;
-        // V's B fragments for output dimensions 16 d .. 16 d + 15 by one transposed ldmatrix.
-#pragma unroll
-        for (int kt = 0; kt < kTileK / 16; ++kt) {
-          uint32_t a[4] = {PackHalfInRange(s[2 * kt][0], s[2 * kt][1]),
-                           PackHalfInRange(s[2 * kt][2], s[2 * kt][3]),
-                           PackHalfInRange(s[2 * kt + 1][0], s[2 * kt + 1][1]),
-                           PackHalfInRange(s[2 * kt + 1][2], s[2 * kt + 1][3])};
-#pragma unroll
-          for (int d = 0; d < kSteps; ++d) {
-            uint32_t b[4];
-            LdMatrixX4Trans(b, vt_s + (16 * kt + v_key) * kRow + 16 * d + v_dim);
-            Mma(o[2 * d], a, b[0], b[1]);
-            Mma(o[2 * d + 1], a, b[2], b[3]);
-          }
-        }
+        softmax.Update(s);
+        softmax.AddPv(s, vt_s, kRow, v_lane);
       }
     };
 
@@ -407,9 +359,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
   // out = O / l for the vectors of this block's prompt rows.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float sum = l[h];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float sum = softmax.RowSum(h);
     if (row[h] < 0 || !s_mine[row[h]]) continue;
     int head = kv_head * group_heads + vec[h] % group_heads;
     float* dst = p.out + ((r0 + row[h]) * p.heads + head) * HD;
@@ -417,7 +367,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
 #pragma unroll
     for (int n = 0; n < kOutTiles; ++n) {
       *reinterpret_cast<float2*>(dst + 8 * n + 2 * t) =
-          make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+          make_float2(softmax.o[n][2 * h] * inv, softmax.o[n][2 * h + 1] * inv);
     }
   }
 }
@@ -608,11 +558,10 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
 #pragma unroll
   for (int n = 0; n < GN; ++n) m[n][0] = m[n][1] = -INFINITY, l[n][0] = l[n][1] = 0.0f;
 
-  // ldmatrix addresses: K (A of S^T, not transposed): matrix i = lane / 8 holds keys 8 (i % 2)
-  // .. and dimensions 8 (i / 2) ..; V (A of O^T = V^T, transposed): matrix i holds dimensions
-  // 8 (i % 2) .. and keys 8 (i / 2) .., read as rows of keys.
-  const int k_key = (lane / 8 % 2) * 8 + lane % 8, k_dim = (lane / 16) * 8;
-  const int v_key = (lane / 16) * 8 + lane % 8, v_dim = (lane / 8 % 2) * 8;
+  // ldmatrix addresses (rows = keys): K as the A fragment of S^T (not transposed), V as the A
+  // fragment of O^T = V^T (transposed).
+  const LdMatrixLane k_lane = LdMatrixLaneRowsFirst(lane);
+  const LdMatrixLane v_lane = LdMatrixLaneColumnsFirst(lane);
 
   for (int32_t i = 0; i < mine; ++i) {
     CpAsyncWait<kStages - 2>();
@@ -628,7 +577,7 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk) {
       uint32_t a[4];
-      LdMatrixX4(a, ks + k_key * kRow + 16 * kk + k_dim);
+      LdMatrixX4(a, ks + k_lane.row * kRow + 16 * kk + k_lane.column);
 #pragma unroll
       for (int n = 0; n < GN; ++n) Mma(s[n], a, qb[n][kk][0], qb[n][kk][1]);
     }
@@ -667,7 +616,7 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
 #pragma unroll
     for (int d = 0; d < kSteps; ++d) {
       uint32_t a[4];
-      LdMatrixX4Trans(a, vs + v_key * kRow + 16 * d + v_dim);
+      LdMatrixX4Trans(a, vs + v_lane.row * kRow + 16 * d + v_lane.column);
 #pragma unroll
       for (int n = 0; n < GN; ++n) Mma(o[n][d], a, pb[n][0], pb[n][1]);
     }

@@ -129,19 +129,11 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
     }
   }
 
-  float o[kOutTiles][4];  // O fragments: o[n][h * 2 + e] = O[half h][8n + 2t + e]
-#pragma unroll
-  for (int n = 0; n < kOutTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY};  // running max (log2 units), one per half
-  float l[2] = {0.0f, 0.0f};  // running sum of this lane's columns; the quad's sum at the end
-
-  // ldmatrix row addresses (attention_mma.cu's): V's matrix i = lane / 8 holds keys 8 (i % 2)
-  // .. and dimensions 8 (i / 2) .. of a 16 x 16 block; K's holds keys 8 (i / 2) .. and
-  // dimensions 8 (i % 2) .., so registers 0, 1 are the B fragment of keys 0..7, 2, 3 of 8..15.
-  const int v_key = (lane / 8 % 2) * 8 + lane % 8;
-  const int v_dim = (lane / 16) * 8;
-  const int k_key = (lane / 16) * 8 + lane % 8;
-  const int k_dim = (lane / 8 % 2) * 8;
+  OnlineSoftmax<kOutTiles> softmax;
+  softmax.Start();
+  // ldmatrix row addresses of K's and V's 16 x 16 blocks (rows = keys).
+  const LdMatrixLane k_lane = LdMatrixLaneColumnsFirst(lane);
+  const LdMatrixLane v_lane = LdMatrixLaneRowsFirst(lane);
 
   // The block's threads copy a key tile's float32 keys and values of this head into kf, vf (the
   // copy of tile i + 1 runs while the warps multiply tile i); each thread later rounds the very
@@ -193,13 +185,13 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
 #pragma unroll
         for (int n2 = 0; n2 < kTileK / 16; ++n2) {
           uint32_t b[4];
-          LdMatrixX4(b, ks + (16 * n2 + k_key) * kRow + 16 * kk + k_dim);
+          LdMatrixX4(b, ks + (16 * n2 + k_lane.row) * kRow + 16 * kk + k_lane.column);
           Mma(s[2 * n2], qf[kk], b[0], b[1]);
           Mma(s[2 * n2 + 1], qf[kk], b[2], b[3]);
         }
       }
       // The mask by sequence bounds (warp-uniform: only tiles that cross one), then the online
-      // softmax of each half; a row's max is shared by its quad.
+      // softmax of each half, and O += P V.
       if (k0 < all_from || k0 + kTileK - 1 > all_to) {
 #pragma unroll
         for (int n = 0; n < kTileK / 8; ++n) {
@@ -210,46 +202,8 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
           }
         }
       }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < kTileK / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[h], mx);
-        // A row that has seen no key yet keeps m = -inf, l = 0, o = 0.
-        const float corr = m_new == -INFINITY ? 1.0f : exp2f(m[h] - m_new);
-        float sum = 0.0f;
-#pragma unroll
-        for (int n = 0; n < kTileK / 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float x = m_new == -INFINITY ? 0.0f : exp2f(s[n][2 * h + e] - m_new);
-            s[n][2 * h + e] = x;
-            sum += x;
-          }
-        }
-        l[h] = l[h] * corr + sum;
-        m[h] = m_new;
-#pragma unroll
-        for (int n = 0; n < kOutTiles; ++n) o[n][2 * h] *= corr, o[n][2 * h + 1] *= corr;
-      }
-      // O += P V: P's k16 step kt is s[2kt] (keys 0..7) and s[2kt + 1] (keys 8..15) packed.
-#pragma unroll
-      for (int kt = 0; kt < kTileK / 16; ++kt) {
-        const uint32_t a[4] = {PackHalfInRange(s[2 * kt][0], s[2 * kt][1]),
-                               PackHalfInRange(s[2 * kt][2], s[2 * kt][3]),
-                               PackHalfInRange(s[2 * kt + 1][0], s[2 * kt + 1][1]),
-                               PackHalfInRange(s[2 * kt + 1][2], s[2 * kt + 1][3])};
-#pragma unroll
-        for (int d = 0; d < kSteps; ++d) {
-          uint32_t b[4];
-          LdMatrixX4Trans(b, vs + (16 * kt + v_key) * kRow + 16 * d + v_dim);
-          Mma(o[2 * d], a, b[0], b[1]);
-          Mma(o[2 * d + 1], a, b[2], b[3]);
-        }
-      }
+      softmax.Update(s);
+      softmax.AddPv(s, vs, kRow, v_lane);
     }
     __syncthreads();  // every warp is done with ks, vs before the next tile's rounding
   }
@@ -257,9 +211,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
   // out = O / l for this lane's rows (each sees at least its own key: l > 0).
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float sum = l[h];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float sum = softmax.RowSum(h);
     if (row[h] < 0) continue;
     const int64_t at = (r0 + row[h]) * width + head * hd;
     const float inv = 1.0f / sum;
@@ -267,7 +219,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
     for (int n = 0; n < kOutTiles; ++n) {
       const int d = 8 * n + 2 * t;
       if (d >= hd) continue;
-      const float2 y = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+      const float2 y = make_float2(softmax.o[n][2 * h] * inv, softmax.o[n][2 * h + 1] * inv);
       *reinterpret_cast<float2*>(p.out + at + d) = y;
       if (out16) *reinterpret_cast<__nv_bfloat162*>(out16 + at + d) = __float22bfloat162_rn(y);
     }

@@ -1,9 +1,11 @@
 // Device helpers of the fp16 tensor-core kernels (attention_mma.cu, encoder_mma.cu): mma.sync
-// m16n8k16, ldmatrix, cp.async and fp16 packing.
+// m16n8k16, ldmatrix and where a lane points in it, cp.async, fp16 packing, and the online
+// softmax of a warp's m16 tile of query rows.
 #pragma once
 
 #include <cuda_fp16.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "backend/cuda/kernels.cuh"
@@ -54,6 +56,28 @@ __device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const __half* row) 
                : "memory");
 }
 
+// Where a lane points in an x4 ldmatrix over a 16 x 16 block of fp16 in shared memory: lanes
+// 8i .. 8i + 7 give the addresses of the 8 rows (16 bytes each) of matrix i = lane / 8, so lane
+// l gives row `row` of the block from column `column` on.
+struct LdMatrixLane {
+  int row;     // 0 .. 15
+  int column;  // 0 or 8
+};
+
+// Matrix i holds rows 8 (i % 2) .. and columns 8 (i / 2) ..: LdMatrixX4 gives the A fragment of
+// the block (register i is a[i]); LdMatrixX4Trans of V [keys, dimensions] gives the B fragments
+// of P V over its 16 keys, for dimensions 0..7 (registers 0, 1) and 8..15 (registers 2, 3).
+__device__ __forceinline__ LdMatrixLane LdMatrixLaneRowsFirst(int lane) {
+  return {(lane / 8 % 2) * 8 + lane % 8, (lane / 16) * 8};
+}
+
+// Matrix i holds rows 8 (i / 2) .. and columns 8 (i % 2) ..: LdMatrixX4 of K [keys, dimensions]
+// gives the B fragments of Q K^T over 16 dimensions, for keys 0..7 (registers 0, 1) and 8..15
+// (registers 2, 3); LdMatrixX4Trans gives the A fragment of the block's transpose.
+__device__ __forceinline__ LdMatrixLane LdMatrixLaneColumnsFirst(int lane) {
+  return {(lane / 16) * 8 + lane % 8, (lane / 8 % 2) * 8};
+}
+
 // 16 bytes global -> shared without registers; visible to this thread after CpAsyncWait.
 __device__ __forceinline__ void CpAsync16(void* dst, const void* src) {
   uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
@@ -89,5 +113,86 @@ __device__ __forceinline__ uint32_t PackHalfInRange(float lo, float hi) {
   __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
 }
+
+// The state of a warp's online softmax over an m16 tile of query rows (flash-attention 2: the
+// scores and probabilities stay in registers, the probabilities are the A operand of P V as they
+// are). A lane holds two rows of the tile, fragment rows g (half 0) and g + 8 (half 1), and
+// kOutTiles n8 tiles of their output O over head_dim = 8 kOutTiles.
+template <int kOutTiles>
+struct OnlineSoftmax {
+  float o[kOutTiles][4];  // O fragments: o[n][h * 2 + e] = O[half h][8n + 2t + e]
+  float m[2];             // running max (log2 units), one per half
+  float l[2];             // running sum of this lane's columns; the quad's sum is RowSum
+
+  // No key seen: m = -inf, l = 0, o = 0.
+  __device__ __forceinline__ void Start() {
+#pragma unroll
+    for (int n = 0; n < kOutTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.0f;
+  }
+
+  // Turns s, the C fragments of a tile's scores (log2 units; -inf where masked), into
+  // probabilities against the new running max of each row, and rescales l and O to that max. A
+  // row's max is shared by its quad; a row that has seen no key yet keeps m = -inf, l = 0, o = 0.
+  template <int kKeyTiles>
+  __device__ __forceinline__ void Update(float (&s)[kKeyTiles][4]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < kKeyTiles; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[h], mx);
+      const float corr = m_new == -INFINITY ? 1.0f : exp2f(m[h] - m_new);
+      float sum = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kKeyTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float x = m_new == -INFINITY ? 0.0f : exp2f(s[n][2 * h + e] - m_new);
+          s[n][2 * h + e] = x;
+          sum += x;
+        }
+      }
+      l[h] = l[h] * corr + sum;
+      m[h] = m_new;
+#pragma unroll
+      for (int n = 0; n < kOutTiles; ++n) o[n][2 * h] *= corr, o[n][2 * h + 1] *= corr;
+    }
+  }
+
+  // O += P V over the tile: P's k16 step kt is p[2kt] (keys 0..7) and p[2kt + 1] (keys 8..15)
+  // packed to fp16; V's B fragments for output dimensions 16 d .. 16 d + 15 by one transposed
+  // ldmatrix from v, the tile's fp16 values [keys, stride], at `lane`
+  // (LdMatrixLaneRowsFirst).
+  template <int kKeyTiles>
+  __device__ __forceinline__ void AddPv(const float (&p)[kKeyTiles][4], const __half* v, int stride,
+                                        LdMatrixLane lane) {
+#pragma unroll
+    for (int kt = 0; kt < kKeyTiles / 2; ++kt) {
+      const uint32_t a[4] = {PackHalfInRange(p[2 * kt][0], p[2 * kt][1]),
+                             PackHalfInRange(p[2 * kt][2], p[2 * kt][3]),
+                             PackHalfInRange(p[2 * kt + 1][0], p[2 * kt + 1][1]),
+                             PackHalfInRange(p[2 * kt + 1][2], p[2 * kt + 1][3])};
+#pragma unroll
+      for (int d = 0; d < kOutTiles / 2; ++d) {
+        uint32_t b[4];
+        LdMatrixX4Trans(b, v + (16 * kt + lane.row) * stride + 16 * d + lane.column);
+        Mma(o[2 * d], a, b[0], b[1]);
+        Mma(o[2 * d + 1], a, b[2], b[3]);
+      }
+    }
+  }
+
+  // The sum of half h's row over its quad (every lane of the warp takes part).
+  __device__ __forceinline__ float RowSum(int h) const {
+    float sum = l[h];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    return sum;
+  }
+};
 
 }  // namespace gizllm::cuda
