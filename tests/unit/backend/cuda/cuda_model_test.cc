@@ -32,6 +32,7 @@
 #include "model/model.h"
 #include "ops/device.h"
 #include "tests/golden/golden_util.h"
+#include "tests/unit/backend/cuda/cuda_model_util.h"
 
 namespace gizllm {
 namespace {
@@ -42,25 +43,14 @@ namespace {
       GTEST_SKIP() << "no CUDA device was found: CUDA model tests skipped"; \
   } while (0)
 
-std::unique_ptr<Model> LoadOnCuda(const std::string& dir, bool exact) {
-  DeviceOptions device;
-  device.device = "cuda";
-  device.exact = exact;
-  auto backend = OpenBackend(device);
-  EXPECT_TRUE(backend.ok()) << backend.status().message();
-  if (!backend.ok()) return nullptr;
-  auto model = Model::Load(dir, *backend);
-  EXPECT_TRUE(model.ok()) << model.status().message();
-  return model.ok() ? std::move(*model) : nullptr;
-}
-
 using golden::ExpectClose;
 using golden::ReadFloats;
 using golden::ReadIds;
+using testing::LoadOn;
 
 void CheckReferenceLogits(const std::string& dir, bool exact) {
   SCOPED_TRACE(dir + (exact ? " exact" : " fast"));
-  auto model = LoadOnCuda(dir, exact);
+  auto model = LoadOn(dir, "cuda", exact);
   ASSERT_TRUE(model);
   auto ref = SafetensorsFile::Open(dir + "/reference.safetensors");
   ASSERT_TRUE(ref.ok()) << ref.status().message();
@@ -146,8 +136,8 @@ void CheckReferenceLogits(const std::string& dir, bool exact) {
 // mode and on the CPU.
 TEST(CudaModelTest, DefaultKvPages) {
   GZ_SKIP_WITHOUT_CUDA();
-  auto fast = LoadOnCuda("models/tiny-chat", /*exact=*/false);
-  auto exact = LoadOnCuda("models/tiny-chat", /*exact=*/true);
+  auto fast = LoadOn("models/tiny-chat", "cuda", /*exact=*/false);
+  auto exact = LoadOn("models/tiny-chat", "cuda", /*exact=*/true);
   ASSERT_TRUE(fast && exact);
   EXPECT_EQ(fast->kv_format(), KvFormat::kF16);
   EXPECT_EQ(exact->kv_format(), KvFormat::kF32);
@@ -218,7 +208,7 @@ TEST(CudaModelTest, F16KvPagesMatchTheCpuBackendsF16Pages) {
     std::unique_ptr<Model> cuda, cpu;
     LoadExactOnBoth(dir, KvFormat::kF16, &cuda, &cpu);
     if (::testing::Test::HasFatalFailure()) return;
-    auto f32 = LoadOnCuda(dir, /*exact=*/true);
+    auto f32 = LoadOn(dir, "cuda", /*exact=*/true);
     ASSERT_TRUE(f32);
     EXPECT_EQ(cuda->PageBytes() * 2, f32->PageBytes());
     auto ref = SafetensorsFile::Open(std::string(dir) + "/reference.safetensors");
@@ -343,7 +333,7 @@ TEST(CudaModelTest, TinyHybridMtpMatchesTheCpu) {
   GZ_SKIP_WITHOUT_CUDA();
   const std::string dir = "models/tiny-hybrid";
   if (!std::filesystem::exists(dir + "/model.safetensors")) GTEST_SKIP() << dir << " is missing";
-  auto cuda = LoadOnCuda(dir, /*exact=*/true);
+  auto cuda = LoadOn(dir, "cuda", /*exact=*/true);
   ASSERT_TRUE(cuda);
   DeviceOptions device;
   device.device = "cpu";
@@ -389,7 +379,7 @@ TEST(CudaModelTest, Qwen3MoeGoldenFastMode) {
 // Greedy decoding one token at a time against transformers' generate().
 TEST(CudaModelTest, TinyChatGreedyEqualsTransformers) {
   GZ_SKIP_WITHOUT_CUDA();
-  auto model = LoadOnCuda("models/tiny-chat", /*exact=*/true);
+  auto model = LoadOn("models/tiny-chat", "cuda", /*exact=*/true);
   ASSERT_TRUE(model);
   auto text = ReadFile("tests/golden/tiny_chat_greedy.json");
   ASSERT_TRUE(text.ok());

@@ -3,41 +3,26 @@
 // (float16 activations on the tensor cores) within 2e-2, for whole prompts, chunks of 5 rows and
 // single rows (the batch-1 decode kernel). Skipped without a CUDA device.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "formats/safetensors.h"
 #include "model/evaluate.h"
 #include "model/model.h"
-#include "ops/device.h"
 #include "tests/golden/golden_util.h"
+#include "tests/unit/backend/cuda/cuda_model_util.h"
 
 namespace gizllm {
 namespace {
 
-namespace fs = std::filesystem;
-
-std::unique_ptr<Model> LoadOn(const std::string& dir, const std::string& device, bool exact) {
-  DeviceOptions options;
-  options.device = device;
-  options.exact = exact;
-  auto backend = OpenBackend(options);
-  EXPECT_TRUE(backend.ok()) << backend.status().message();
-  if (!backend.ok()) return nullptr;
-  auto model = Model::Load(dir, *backend);
-  EXPECT_TRUE(model.ok()) << model.status().message();
-  return model.ok() ? std::move(*model) : nullptr;
-}
+using testing::ConvertWithCpuReference;
+using testing::LoadOn;
 
 TEST(CudaQuantModelTest, ConvertedTinyChatMatchesCpu) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device was found: CUDA model tests skipped";
-  const fs::path root =
-      fs::temp_directory_path() / ("gizllm_cuda_quant_model_" + std::to_string(getpid()));
-  fs::remove_all(root);
-  fs::create_directories(root);
+  const testing::ScratchFolder root("gizllm_cuda_quant_model");
   auto ref = SafetensorsFile::Open("models/tiny-chat/reference.safetensors");
   ASSERT_TRUE(ref.ok()) << ref.status().message();
   const TensorInfo* ids = ref->Find("ids0");
@@ -45,12 +30,9 @@ TEST(CudaQuantModelTest, ConvertedTinyChatMatchesCpu) {
   const std::vector<int32_t> tokens = golden::ReadIds(*ids);
   for (const char* bits : {"4/8", "8"}) {
     SCOPED_TRACE(std::string("bits ") + bits);
-    const std::string dir = (root / (std::string("q") + bits[0])).string();
-    ASSERT_NO_FATAL_FAILURE(golden::Convert("models/tiny-chat", dir, bits));
-    auto cpu = LoadOn(dir, "cpu", /*exact=*/true);  // float32 on the CPU: the reference
-    ASSERT_TRUE(cpu);
-    auto want = SequenceLogits(*cpu, tokens);
-    ASSERT_TRUE(want.ok()) << want.status().message();
+    const std::string dir = root.Path(std::string("q") + bits[0]);
+    std::vector<float> want;  // float32 on the CPU: the reference
+    ASSERT_NO_FATAL_FAILURE(ConvertWithCpuReference("models/tiny-chat", dir, bits, tokens, &want));
     for (bool exact : {true, false}) {
       auto gpu = LoadOn(dir, "cuda", exact);
       ASSERT_TRUE(gpu);
@@ -58,12 +40,11 @@ TEST(CudaQuantModelTest, ConvertedTinyChatMatchesCpu) {
         auto ours = SequenceLogits(*gpu, tokens, chunk);
         ASSERT_TRUE(ours.ok()) << ours.status().message();
         golden::ExpectClose(
-            *ours, *want, exact ? 1e-3f : 2e-2f,
+            *ours, want, exact ? 1e-3f : 2e-2f,
             std::string(exact ? "exact" : "fast") + " chunk " + std::to_string(chunk));
       }
     }
   }
-  fs::remove_all(root);
 }
 
 }  // namespace

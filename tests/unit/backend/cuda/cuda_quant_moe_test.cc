@@ -5,66 +5,49 @@
 // (the grouped path over experts), chunks of 3 rows and single rows (the decode kernels, which
 // read only the picked experts). Skipped without a CUDA device.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "model/evaluate.h"
 #include "model/model.h"
-#include "ops/device.h"
 #include "tests/golden/golden_util.h"
+#include "tests/unit/backend/cuda/cuda_model_util.h"
 #include "tests/unit/jobs/tiny_moe_folder.h"
 
 namespace gizllm {
 namespace {
 
-namespace fs = std::filesystem;
-
-std::unique_ptr<Model> LoadOn(const std::string& dir, const std::string& device) {
-  DeviceOptions options;
-  options.device = device;
-  options.exact = true;
-  auto backend = OpenBackend(options);
-  EXPECT_TRUE(backend.ok()) << backend.status().message();
-  if (!backend.ok()) return nullptr;
-  auto model = Model::Load(dir, *backend);
-  EXPECT_TRUE(model.ok()) << model.status().message();
-  return model.ok() ? std::move(*model) : nullptr;
-}
+using testing::ConvertWithCpuReference;
+using testing::LoadOn;
 
 TEST(CudaQuantMoeTest, ConvertedExpertsMatchCpu) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device was found: CUDA model tests skipped";
-  const fs::path root =
-      fs::temp_directory_path() / ("gizllm_cuda_quant_moe_" + std::to_string(getpid()));
-  fs::remove_all(root);
+  const testing::ScratchFolder root("gizllm_cuda_quant_moe");
   std::vector<int32_t> tokens(23);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (i * 37 + 5) % tiny_moe::kVocab;
   for (tiny_moe::Kind kind :
        {tiny_moe::Kind::kQwen3Moe, tiny_moe::Kind::kQwen3Next, tiny_moe::Kind::kQwen3_5Moe}) {
     const std::string name = tiny_moe::KindName(kind);
-    const std::string from = tiny_moe::Builder(5).Write(root / name, kind);
+    const std::string from = tiny_moe::Builder(5).Write(root.path() / name, kind);
     ASSERT_FALSE(from.empty());
     for (const char* bits : {"8", "4", "2", "1"}) {
       SCOPED_TRACE(name + " bits " + bits);
-      const std::string dir = (root / (name + "_q" + bits)).string();
-      ASSERT_NO_FATAL_FAILURE(golden::Convert(from, dir, std::string(bits) + "/8"));
-      auto cpu = LoadOn(dir, "cpu");  // float32 on the CPU: the reference
-      ASSERT_TRUE(cpu);
-      auto want = SequenceLogits(*cpu, tokens);
-      ASSERT_TRUE(want.ok()) << want.status().message();
-      auto gpu = LoadOn(dir, "cuda");
+      const std::string dir = root.Path(name + "_q" + bits);
+      std::vector<float> want;  // float32 on the CPU: the reference
+      ASSERT_NO_FATAL_FAILURE(
+          ConvertWithCpuReference(from, dir, std::string(bits) + "/8", tokens, &want));
+      auto gpu = LoadOn(dir, "cuda", /*exact=*/true);
       ASSERT_TRUE(gpu);
       for (int64_t chunk : {int64_t{256}, int64_t{5}, int64_t{3}, int64_t{1}}) {
         auto ours = SequenceLogits(*gpu, tokens, chunk);
         ASSERT_TRUE(ours.ok()) << ours.status().message();
-        golden::ExpectClose(*ours, *want, 1e-3f,
+        golden::ExpectClose(*ours, want, 1e-3f,
                             name + " q" + bits + " chunk " + std::to_string(chunk));
       }
     }
   }
-  fs::remove_all(root);
 }
 
 }  // namespace
