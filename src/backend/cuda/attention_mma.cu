@@ -233,13 +233,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
           } else {
             q[0] = qf[kk][0], q[1] = qf[kk][1], q[2] = qf[kk][2], q[3] = qf[kk][3];
           }
-#pragma unroll
-          for (int n2 = 0; n2 < kTileK / 16; ++n2) {
-            uint32_t b[4];
-            LdMatrixX4(b, kt_s + (16 * n2 + k_lane.row) * kRow + 16 * kk + k_lane.column);
-            Mma(s[2 * n2], q, b[0], b[1]);
-            Mma(s[2 * n2 + 1], q, b[2], b[3]);
-          }
+          AddScores(s, q, kt_s + 16 * kk, kRow, k_lane);
         }
         // Soft-capping (the same for every thread) before the mask, which leaves -inf alone.
         if (score_cap.cap > 0.0f) {

@@ -181,15 +181,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
 #pragma unroll
       for (int n = 0; n < kTileK / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-      for (int kk = 0; kk < kSteps; ++kk) {
-#pragma unroll
-        for (int n2 = 0; n2 < kTileK / 16; ++n2) {
-          uint32_t b[4];
-          LdMatrixX4(b, ks + (16 * n2 + k_lane.row) * kRow + 16 * kk + k_lane.column);
-          Mma(s[2 * n2], qf[kk], b[0], b[1]);
-          Mma(s[2 * n2 + 1], qf[kk], b[2], b[3]);
-        }
-      }
+      for (int kk = 0; kk < kSteps; ++kk) AddScores(s, qf[kk], ks + 16 * kk, kRow, k_lane);
       // The mask by sequence bounds (warp-uniform: only tiles that cross one), then the online
       // softmax of each half, and O += P V.
       if (k0 < all_from || k0 + kTileK - 1 > all_to) {

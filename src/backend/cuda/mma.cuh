@@ -1,6 +1,6 @@
 // Device helpers of the fp16 tensor-core kernels (attention_mma.cu, encoder_mma.cu): mma.sync
-// m16n8k16, ldmatrix and where a lane points in it, cp.async, fp16 packing, and the online
-// softmax of a warp's m16 tile of query rows.
+// m16n8k16, ldmatrix and where a lane points in it, cp.async, fp16 packing, and a warp's scores
+// and online softmax over a key tile for its m16 tile of query rows.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -112,6 +112,22 @@ __device__ __forceinline__ uint32_t PackHalf(float lo, float hi) { return PackHa
 __device__ __forceinline__ uint32_t PackHalfInRange(float lo, float hi) {
   __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// S += Q K^T over one k16 step of dimensions: s[n] is the C fragment of keys 8n .. 8n + 7 of a
+// tile, q the A fragment of the step's 16 dimensions of a warp's 16 query rows, k the tile's fp16
+// keys [keys, stride] from the step's first dimension on, read by one ldmatrix per 16 keys at
+// `lane` (LdMatrixLaneColumnsFirst).
+template <int kKeyTiles>
+__device__ __forceinline__ void AddScores(float (&s)[kKeyTiles][4], const uint32_t (&q)[4],
+                                          const __half* k, int stride, LdMatrixLane lane) {
+#pragma unroll
+  for (int n2 = 0; n2 < kKeyTiles / 2; ++n2) {
+    uint32_t b[4];
+    LdMatrixX4(b, k + (16 * n2 + lane.row) * stride + lane.column);
+    Mma(s[2 * n2], q, b[0], b[1]);
+    Mma(s[2 * n2 + 1], q, b[2], b[3]);
+  }
 }
 
 // The state of a warp's online softmax over an m16 tile of query rows (flash-attention 2: the
