@@ -172,59 +172,9 @@ TEST_F(GgufModelTest, TinyChatInBlockTypesLogitsEqualTheDequantizedFolders) {
   }
 }
 
-// A random Hugging Face folder of `family` (qwen3 or llama) whose linears take 256 inputs or a
-// multiple, for the 256-element block types: hidden 256, 2 heads of 128, 1 kv head, ffn 512.
 void WriteWide(const std::string& dir, const std::string& family) {
-  fs::create_directories(dir);
-  nlohmann::json c = {{"model_type", family},
-                      {"hidden_size", 256},
-                      {"intermediate_size", 512},
-                      {"num_hidden_layers", 2},
-                      {"num_attention_heads", 2},
-                      {"num_key_value_heads", 1},
-                      {"head_dim", 128},
-                      {"vocab_size", 96},
-                      {"max_position_embeddings", 128},
-                      {"rms_norm_eps", 1e-6},
-                      {"rope_theta", 10000.0},
-                      {"tie_word_embeddings", family == "qwen3"},
-                      {"eos_token_id", 2}};
-  std::ofstream(dir + "/config.json") << c.dump();
-  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
-      {"model.embed_tokens.weight", {96, 256}}, {"model.norm.weight", {256}}};
-  if (family == "llama") shapes.push_back({"lm_head.weight", {96, 256}});
-  for (int l = 0; l < 2; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    for (const auto& [name, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
-             {"input_layernorm.weight", {256}},
-             {"post_attention_layernorm.weight", {256}},
-             {"self_attn.q_proj.weight", {256, 256}},
-             {"self_attn.k_proj.weight", {128, 256}},
-             {"self_attn.v_proj.weight", {128, 256}},
-             {"self_attn.o_proj.weight", {256, 256}},
-             {"mlp.gate_proj.weight", {512, 256}},
-             {"mlp.up_proj.weight", {512, 256}},
-             {"mlp.down_proj.weight", {256, 512}}}) {
-      shapes.push_back({p + name, shape});
-    }
-    if (family == "qwen3") {
-      shapes.push_back({p + "self_attn.q_norm.weight", {128}});
-      shapes.push_back({p + "self_attn.k_norm.weight", {128}});
-    }
-  }
-  std::mt19937 rng(5);
-  std::normal_distribution<float> normal(0.0f, 0.05f);
-  std::vector<std::vector<uint16_t>> data;
-  data.reserve(shapes.size());
-  std::vector<TensorToWrite> tensors;
-  for (const auto& [name, shape] : shapes) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    std::vector<uint16_t>& v = data.emplace_back(n);
-    for (uint16_t& h : v) h = F32ToBf16(shape.size() == 1 ? 1.0f + normal(rng) : normal(rng));
-    tensors.push_back({name, DType::kBF16, shape, v.data(), v.size() * 2});
-  }
-  ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", tensors, {}).ok());
+  const Status s = testing::WriteWideHf(dir, family);
+  ASSERT_TRUE(s.ok()) << s.message();
 }
 
 // The 256-element block types (and Q8_0 and Q4_0 with random codes), in a Qwen3 (tied head, q/k
