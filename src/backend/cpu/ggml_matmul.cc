@@ -20,8 +20,9 @@ int64_t RowBytes(const Weight& w) {
 }
 
 #if defined(__x86_64__)
-// `elements` values of Q8_0, Q4_0, Q4_K or Q6_K blocks at `data` on AVX-512: 16 codes at a time
-// widened to float32, multiplied by their group's scale (and the min subtracted), rounded as
+// `elements` values of Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS or Q1_0 blocks at `data` on AVX-512:
+// 16 codes at a time widened to float32 (or looked up, or chosen by their sign bits), multiplied
+// by their group's scale (and the min subtracted), rounded as
 // formats/ggml_blocks.cc rounds them (this file is compiled without contraction into fused
 // multiply-adds), so the same values; false for the other types.
 GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t elements,
@@ -56,9 +57,13 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
     }
     return true;
   }
-  if (type == GgmlType::kQ4_K) {
+  if (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K) {
+    // Q5_K: Q4_K's block with group g's fifth bits in bit g of qh[32] before the codes.
+    const bool q5 = type == GgmlType::kQ5_K;
+    const int64_t block_bytes = q5 ? 176 : 144;
+    const int64_t codes = q5 ? 48 : 16;  // offset of qs[128]
     for (int64_t i = 0; i < elements / 256; ++i) {
-      const uint8_t* b = data + i * 144;
+      const uint8_t* b = data + i * block_bytes;
       const float d = F16ToF32(static_cast<uint16_t>(b[0] | (b[1] << 8)));
       const float dmin = F16ToF32(static_cast<uint16_t>(b[2] | (b[3] << 8)));
       const uint8_t* s = b + 4;
@@ -69,10 +74,15 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
         const __m512 ml = _mm512_set1_ps(dmin * static_cast<float>(m));
         for (int h = 0; h < 2; ++h) {
           __m128i q =
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 + 32 * (g / 2) + 16 * h));
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + codes + 32 * (g / 2) + 16 * h));
           if (g % 2) q = _mm_srli_epi16(q, 4);
-          const __m512 v =
-              _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(q, _mm_set1_epi8(0x0F))));
+          q = _mm_and_si128(q, _mm_set1_epi8(0x0F));
+          if (q5) {
+            __m128i high = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 + 16 * h));
+            high = _mm_and_si128(_mm_srli_epi16(high, g), _mm_set1_epi8(1));
+            q = _mm_or_si128(q, _mm_slli_epi16(high, 4));
+          }
+          const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q));
           _mm512_storeu_ps(out + 256 * i + 32 * g + 16 * h,
                            _mm512_sub_ps(_mm512_mul_ps(dl, v), ml));
         }
@@ -102,6 +112,46 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
                              _mm512_mul_ps(dl, _mm512_cvtepi32_ps(v)));
           }
         }
+      }
+    }
+    return true;
+  }
+  if (type == GgmlType::kIQ4_XS) {
+    // The 16 code values as float32, looked up 16 codes at a time.
+    __m512 values;
+    {
+      alignas(64) float v[16];
+      for (int j = 0; j < 16; ++j) v[j] = static_cast<float>(kIq4NlValues[j]);
+      values = _mm512_load_ps(v);
+    }
+    for (int64_t i = 0; i < elements / 256; ++i) {
+      const uint8_t* b = data + i * 136;
+      const float d = F16ToF32(static_cast<uint16_t>(b[0] | (b[1] << 8)));
+      const int scales_h = b[2] | b[3] << 8;
+      for (int g = 0; g < 8; ++g) {
+        const int ls = ((b[4 + g / 2] >> (4 * (g % 2))) & 0xF) | ((scales_h >> (2 * g)) & 3) << 4;
+        const __m512 dl = _mm512_set1_ps(d * static_cast<float>(ls - 32));
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 8 + 16 * g));
+        const __m128i low = _mm_set1_epi8(0x0F);
+        const __m128i nibbles[2] = {_mm_and_si128(q, low),
+                                    _mm_and_si128(_mm_srli_epi16(q, 4), low)};
+        for (int h = 0; h < 2; ++h) {
+          const __m512 v = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(nibbles[h]), values);
+          _mm512_storeu_ps(out + 256 * i + 32 * g + 16 * h, _mm512_mul_ps(dl, v));
+        }
+      }
+    }
+    return true;
+  }
+  if (type == GgmlType::kQ1_0) {
+    // 16 signs a mask: set bits take d, clear ones -d.
+    for (int64_t i = 0; i < elements / 128; ++i) {
+      const uint8_t* b = data + i * 18;
+      const float d_scalar = F16ToF32(static_cast<uint16_t>(b[0] | (b[1] << 8)));
+      const __m512 d = _mm512_set1_ps(d_scalar), minus_d = _mm512_set1_ps(-d_scalar);
+      for (int k = 0; k < 8; ++k) {
+        const __mmask16 signs = static_cast<__mmask16>(b[2 + 2 * k] | b[3 + 2 * k] << 8);
+        _mm512_storeu_ps(out + 128 * i + 16 * k, _mm512_mask_blend_ps(signs, minus_d, d));
       }
     }
     return true;
@@ -141,7 +191,7 @@ void Slice(const MatmulParams& p, int o, int64_t n0, int64_t n1, float* row, Cpu
   }
 }
 
-// Inputs a panel holds: a multiple of every block size (32, 256).
+// Inputs a panel holds: a multiple of every block size (32, 128, 256).
 constexpr int64_t kPanelInputs = 2048;
 // From this many activation rows (AVX-512), kAvx512PanelRows weight rows are decoded at a time
 // into a float32 panel that the float32 panel product uses for every row.
@@ -207,7 +257,10 @@ bool GgmlMatmulReads(uint32_t ggml_type) {
     case GgmlType::kQ8_0:
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
+    case GgmlType::kIQ4_XS:
+    case GgmlType::kQ1_0:
       return true;
     default:
       return false;

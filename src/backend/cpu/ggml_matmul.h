@@ -1,11 +1,11 @@
 // CPU matmul and embedding rows over weights kept in ggml's blocks (Format::kGgml, as a GGUF
-// file holds them): Q8_0, Q4_0, Q4_K and Q6_K.
+// file holds them): Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS and Q1_0.
 //
 // Each weight row is decoded once into float32 (exactly the values llama.cpp dequantizes,
 // formats/ggml_blocks.h) in a per-thread row that stays in L1, then multiplied with every
 // activation row (vec Dot, float32 sums); on AVX-512 from 4 activation rows, 4 weight rows at a
 // time are decoded into a panel for the float32 panel product (matmul_kernels.h). The weights stay
-// in their blocks in memory (4.5 to 8.5 bits a weight instead of 32); the products are those of the
+// in their blocks in memory (1.125 to 8.5 bits a weight instead of 32); the products are those of the
 // float32 matmul over the same values, summed in another order.
 #pragma once
 

@@ -164,7 +164,8 @@ TEST_F(GgufModelTest, Q8_0AndQ4_0LogitsMatchTheDequantizedFolders) {
 }
 
 // Every other block type whose blocks tiny-chat's rows (384 and 1,152 inputs) hold: the file's
-// values, converted to F32 at load, give the logits of the same values in a float32 folder.
+// values, converted to F32 at load, give the logits of the same values in a float32 folder (bit
+// for bit), or within 1e-4 where the CPU reads the blocks as they are (Q1_0).
 TEST_F(GgufModelTest, TinyChatInBlockTypesLogitsEqualTheDequantizedFolders) {
   for (GgmlType t : {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kIQ4_NL,
                      GgmlType::kQ1_0, GgmlType::kQ2_0}) {
@@ -193,26 +194,31 @@ TEST_F(GgufModelTest, WideModelsInKBlockTypesLogitsEqualTheDequantizedFolders) {
   }
 }
 
-// On the CPU, Q8_0, Q4_0, Q4_K and Q6_K matrices (the embedding too) stay in their blocks; other
-// types become F32; the norms stay F32.
+// On the CPU, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS and Q1_0 matrices (the embedding too) stay in
+// their blocks; other types become F32; the norms stay F32.
 TEST_F(GgufModelTest, CpuKeepsTheBlockTypesItReads) {
   TempDir tmp;
   const std::string dir = tmp.File("qwen3");
   WriteWide(dir, "qwen3");
-  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K}) {
+  for (GgmlType t :
+       {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kIQ4_XS, GgmlType::kQ1_0, GgmlType::kQ3_K}) {
     const std::string gguf = tmp.File(GgmlTypeName(t) + ".gguf");
     ASSERT_TRUE(WriteGgufFromHf(dir, gguf, GgufLinears::kBlocks, "qwen2", "", t).ok());
     std::unique_ptr<Model> model = Load(gguf);
     ASSERT_NE(model, nullptr);
-    const bool kept = t == GgmlType::kQ4_K;
+    const bool kept = t != GgmlType::kQ3_K;
+    GgmlBlock block;
+    ASSERT_TRUE(GgmlBlockOf(t, &block));
     int matrices = 0;
     for (const WeightSummary& w : model->weights()) {
       if (w.shape.size() != 2) continue;
       ++matrices;
-      EXPECT_EQ(w.format, kept ? "Q4_K" : "f32") << w.name;
-      // 144 bytes a block of 256, or 4 bytes a weight.
-      EXPECT_EQ(w.bytes, kept ? w.shape[0] * w.shape[1] / 256 * 144 : w.shape[0] * w.shape[1] * 4)
-          << w.name;
+      EXPECT_EQ(w.format, kept ? GgmlTypeName(t) : "f32") << w.name;
+      // The file's blocks (144 bytes a block of 256 for Q4_K, 18 a block of 128 for Q1_0), or 4
+      // bytes a weight.
+      EXPECT_EQ(w.bytes, kept ? w.shape[0] * w.shape[1] / block.elements * block.bytes
+                              : w.shape[0] * w.shape[1] * 4)
+          << GgmlTypeName(t) << " " << w.name;
     }
     EXPECT_EQ(matrices, 1 + 2 * 7) << "the embedding (the tied head) and 7 linears a layer";
   }

@@ -1,4 +1,5 @@
-// The CPU's matmul and Embed over weights in ggml's blocks (Q8_0, Q4_0, Q4_K, Q6_K) against the
+// The CPU's matmul and Embed over weights in ggml's blocks (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS,
+// Q1_0) against the
 // same weights dequantized (formats/ggml_blocks.h, itself checked against llama.cpp) and
 // multiplied in float64: every ISA, 1 to 3 threads, decode (1 row) and batches, output counts
 // that are not multiples of a task, bias, and several outputs of different types in one call.
@@ -77,9 +78,22 @@ struct Case {
 };
 
 TEST(GgmlMatmulTest, MatchesTheDequantizedProducts) {
-  const Case cases[] = {{GgmlType::kQ8_0, 96},  {GgmlType::kQ8_0, 288}, {GgmlType::kQ4_0, 32},
-                        {GgmlType::kQ4_0, 416}, {GgmlType::kQ4_K, 256}, {GgmlType::kQ4_K, 768},
-                        {GgmlType::kQ6_K, 256}, {GgmlType::kQ6_K, 512}};
+  const Case cases[] = {{GgmlType::kQ8_0, 96},
+                        {GgmlType::kQ8_0, 288},
+                        {GgmlType::kQ4_0, 32},
+                        {GgmlType::kQ4_0, 416},
+                        {GgmlType::kQ4_K, 256},
+                        {GgmlType::kQ4_K, 768},
+                        {GgmlType::kQ6_K, 256},
+                        {GgmlType::kQ6_K, 512},
+                        {GgmlType::kQ5_K, 256},
+                        {GgmlType::kQ5_K, 768},
+                        {GgmlType::kIQ4_XS, 256},
+                        // Past a panel of 2,048 inputs, into a partial one.
+                        {GgmlType::kIQ4_XS, 2304},
+                        {GgmlType::kQ1_0, 128},
+                        {GgmlType::kQ1_0, 640},
+                        {GgmlType::kQ1_0, 2176}};
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   uint32_t seed = 1;
@@ -153,7 +167,8 @@ TEST(GgmlMatmulTest, RunsBesidePlainOutputs) {
 
 // Embed decodes each token's row from its blocks: exactly the dequantized row, times the scale.
 TEST(GgmlMatmulTest, EmbedReadsRowsFromBlocks) {
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                        GgmlType::kQ6_K, GgmlType::kIQ4_XS, GgmlType::kQ1_0}) {
     ThreadPool pool(2);
     CpuBackend backend(&pool, CpuOptions{});
     Matrix table = MakeMatrix(type, 50, 512, 11);
@@ -179,8 +194,8 @@ TEST(GgmlMatmulTest, EmbedReadsRowsFromBlocks) {
 TEST(GgmlMatmulTest, RefusesWeightsItCannotRead) {
   ThreadPool pool(1);
   CpuBackend backend(&pool, CpuOptions{});
-  Matrix m = MakeMatrix(GgmlType::kQ5_K, 2, 256, 1);
-  EXPECT_FALSE(backend.ReadsGgml(static_cast<uint32_t>(GgmlType::kQ5_K)));
+  Matrix m = MakeMatrix(GgmlType::kQ3_K, 2, 256, 1);
+  EXPECT_FALSE(backend.ReadsGgml(static_cast<uint32_t>(GgmlType::kQ3_K)));
   EXPECT_FALSE(backend.PrepareWeight(m.weight, nullptr).ok());
   Matrix q = MakeMatrix(GgmlType::kQ4_K, 2, 256, 1);
   Weight w = q.weight;
