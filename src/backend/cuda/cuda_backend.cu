@@ -159,7 +159,7 @@ class CudaBackend : public Backend {
           !GgmlBlockOf(static_cast<GgmlType>(host.ggml_type), &block)) {
         return Unimplemented("cuda: ggml block type " +
                              GgmlTypeName(static_cast<GgmlType>(host.ggml_type)) +
-                             " has no kernel (Q8_0, Q4_0, Q4_K and Q6_K do)");
+                             " has no kernel (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS and Q1_0 do)");
       }
       if (host.empty() || host.rows <= 0 || host.cols <= 0 || host.cols % block.elements != 0) {
         return InvalidArgument("cuda: ggml weight without data or with rows of partial blocks");

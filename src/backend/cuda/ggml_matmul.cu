@@ -1,13 +1,14 @@
-// Matmul and Embed over weights in ggml's blocks (Format::kGgml): Q8_0, Q4_0, Q4_K and Q6_K read
-// as a GGUF file holds them. Each weight value is decoded where it is read, exactly as
-// formats/ggml_blocks.cc decodes it (this file is compiled with -fmad=false, so that d * q - m
-// rounds its product and its difference apart, as there); the sums are float32 in another order
-// than the CPU's.
+// Matmul and Embed over weights in ggml's blocks (Format::kGgml): Q8_0, Q4_0, Q4_K, Q5_K, Q6_K,
+// IQ4_XS and Q1_0 read as a GGUF file holds them. Each weight value is decoded where it is read,
+// exactly as formats/ggml_blocks.cc decodes it (this file is compiled with -fmad=false, so that
+// d * q - m rounds its product and its difference apart, as there); the sums are float32 in
+// another order than the CPU's (Q1_0's matmul multiplies d by a sum of signed activations).
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
 #include "backend/cuda/kernels.cuh"
+#include "formats/ggml_blocks.h"
 #include "formats/gguf.h"
 
 namespace gizllm::cuda {
@@ -36,22 +37,40 @@ __device__ __forceinline__ float Value<GgmlType::kQ4_0>(const uint8_t* row, int6
   return static_cast<float>(nibble - 8) * Half(b);
 }
 
+// The 6-bit scale and min of group g (of 8) in Q4_K's and Q5_K's 12 scale bytes `s`.
+__device__ __forceinline__ void ScaleMin(const uint8_t* s, int g, int* sc, int* m) {
+  if (g < 4) {
+    *sc = s[g] & 63;
+    *m = s[g + 4] & 63;
+  } else {
+    *sc = (s[g + 4] & 0xF) | (s[g - 4] >> 6) << 4;
+    *m = (s[g + 4] >> 4) | (s[g] >> 6) << 4;
+  }
+}
+
+// Q4_K (kFifthBits false) and Q5_K: group g's codes are the low (g even) or high nibbles of
+// qs[32 (g / 2) ...]; Q5_K's fifth bits are bit g of qh[l] (qh at byte 16, qs after it at 48).
+template <bool kFifthBits>
+__device__ __forceinline__ float KValue(const uint8_t* row, int64_t e) {
+  constexpr int kBlockBytes = kFifthBits ? 176 : 144, kCodes = kFifthBits ? 48 : 16;
+  const uint8_t* b = row + (e / 256) * kBlockBytes;
+  const int g = static_cast<int>(e % 256) / 32, l = static_cast<int>(e % 32);
+  int sc, m;
+  ScaleMin(b + 4, g, &sc, &m);
+  const float dl = Half(b) * static_cast<float>(sc), ml = Half(b + 2) * static_cast<float>(m);
+  int q = (b[kCodes + 32 * (g / 2) + l] >> (4 * (g % 2))) & 0xF;
+  if constexpr (kFifthBits) q |= ((b[16 + l] >> g) & 1) << 4;
+  return dl * static_cast<float>(q) - ml;
+}
+
 template <>
 __device__ __forceinline__ float Value<GgmlType::kQ4_K>(const uint8_t* row, int64_t e) {
-  const uint8_t* b = row + (e / 256) * 144;
-  const int g = static_cast<int>(e % 256) / 32, l = static_cast<int>(e % 32);
-  const uint8_t* s = b + 4;
-  int sc, m;
-  if (g < 4) {
-    sc = s[g] & 63;
-    m = s[g + 4] & 63;
-  } else {
-    sc = (s[g + 4] & 0xF) | (s[g - 4] >> 6) << 4;
-    m = (s[g + 4] >> 4) | (s[g] >> 6) << 4;
-  }
-  const float dl = Half(b) * static_cast<float>(sc), ml = Half(b + 2) * static_cast<float>(m);
-  const int q = (b[16 + 32 * (g / 2) + l] >> (4 * (g % 2))) & 0xF;
-  return dl * static_cast<float>(q) - ml;
+  return KValue<false>(row, e);
+}
+
+template <>
+__device__ __forceinline__ float Value<GgmlType::kQ5_K>(const uint8_t* row, int64_t e) {
+  return KValue<true>(row, e);
 }
 
 template <>
@@ -63,6 +82,40 @@ __device__ __forceinline__ float Value<GgmlType::kQ6_K>(const uint8_t* row, int6
   const int high = (b[128 + 32 * h + l] >> (2 * k)) & 3;
   const float scale = static_cast<float>(static_cast<int8_t>(b[192 + i / 16]));
   return Half(b + 208) * scale * static_cast<float>((low | high << 4) - 32);
+}
+
+// IQ4_NL's and IQ4_XS's 16 code values in constant memory: formats/ggml_blocks.h's
+// kIq4NlValues, which device code cannot index.
+struct Iq4Values {
+  int8_t v[16];
+};
+constexpr Iq4Values CopyIq4Values() {
+  Iq4Values t{};
+  for (int i = 0; i < 16; ++i) t.v[i] = kIq4NlValues[i];
+  return t;
+}
+__constant__ Iq4Values kIq4Values = CopyIq4Values();
+
+// Group g (of 8): 6-bit scale from nibble g % 2 of scales_l[g / 2] and bits 2g of scales_h,
+// minus 32; codes qs[16 g ...], low nibbles the first 16.
+template <>
+__device__ __forceinline__ float Value<GgmlType::kIQ4_XS>(const uint8_t* row, int64_t e) {
+  const uint8_t* b = row + (e / 256) * 136;
+  const int g = static_cast<int>(e % 256) / 32, j = static_cast<int>(e % 32);
+  const int scales_h = b[2] | b[3] << 8;
+  const int ls = ((b[4 + g / 2] >> (4 * (g % 2))) & 0xF) | ((scales_h >> (2 * g)) & 3) << 4;
+  const float dl = Half(b) * static_cast<float>(ls - 32);
+  const int code = j < 16 ? b[8 + 16 * g + j] & 0xF : b[8 + 16 * g + j - 16] >> 4;
+  return dl * static_cast<float>(kIq4Values.v[code]);
+}
+
+// Element j of a block of 128 is bit j % 8 of qs[j / 8]: set is d, clear -d.
+template <>
+__device__ __forceinline__ float Value<GgmlType::kQ1_0>(const uint8_t* row, int64_t e) {
+  const uint8_t* b = row + (e / 128) * 18;
+  const int j = static_cast<int>(e % 128);
+  const float d = Half(b);
+  return (b[2 + j / 8] >> (j % 8)) & 1 ? d : -d;
 }
 
 // Activation rows a warp multiplies with its weight row at once.
@@ -105,6 +158,118 @@ __global__ void GgmlMatmulKernel(const float* x,  // [rows, cols]
   }
 }
 
+// Q1_0 weights are 1.125 bits a weight, so the float32 activations, not the weights, are most
+// of what a warp reads: a block's warps share a tile of them in shared memory, and each warp
+// multiplies kQ1WarpRows weight rows with every activation it reads there. A lane takes 32
+// inputs at a time (a quarter of a block: its scale and 32 signs, the warp's loads 8 whole
+// blocks in a row, 144 bytes), flips the signs of the 32 activations by the bits and multiplies
+// their sum by d: d * sum(+-x), the same products as sum(+-d * x), rounded in another order.
+constexpr int kQ1Warps = 8;     // a block's warps
+constexpr int kQ1WarpRows = 4;  // weight rows a warp
+// Chunks of 32 inputs a tile holds over all its activation rows, each padded to 36 floats so
+// that 8 lanes' float4 reads of 8 chunks fall in different banks.
+constexpr int kQ1TileChunks = 256;
+constexpr int kQ1Padded = 36;
+
+// +x where bit e of signs is set, -x where it is clear (the sign bit flipped by ~signs).
+__device__ __forceinline__ float Signed(float x, uint32_t not_signs, int e) {
+  return __int_as_float(__float_as_int(x) ^ ((not_signs << (31 - e)) & 0x80000000u));
+}
+
+// Weight rows [n0, n0 + kQ1Warps * kQ1WarpRows) (blockIdx.x, a warp's rows in turn) times
+// activation rows [r0, r0 + kXRows) (blockIdx.y). kXRows 1 is decode: a tile of 8,192 inputs.
+template <int kXRows>
+__global__ void __launch_bounds__(kQ1Warps * 32)
+    Q1MatmulKernel(const float* x,  // [rows, cols]
+                   int64_t rows, int64_t cols,
+                   const uint8_t* w,  // [n, cols / 128, 18]
+                   int64_t n,
+                   const float* bias,  // [n] or null
+                   float* out,         // [rows, n]
+                   bool accumulate) {
+  constexpr int kChunks = kQ1TileChunks / kXRows;  // chunks of 32 inputs a tile holds
+  constexpr int kLaneChunks = kChunks / 32;        // of them a lane's
+  __shared__ __align__(16) float xs[kXRows * kChunks * kQ1Padded];  // [kXRows, kChunks, 36]
+  const int lane = threadIdx.x % 32;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kQ1Warps + threadIdx.x / 32) * kQ1WarpRows;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kXRows;
+  const int count = rows - r0 < kXRows ? static_cast<int>(rows - r0) : kXRows;
+  const int64_t row_bytes = cols / 128 * 18, chunks = cols / 32;
+  float acc[kQ1WarpRows][kXRows] = {};
+  for (int64_t c0 = 0; c0 < chunks; c0 += kChunks) {
+    const int tile = chunks - c0 < kChunks ? static_cast<int>(chunks - c0) : kChunks;
+    // The tile's scales and signs first, so that their loads overlap the activations' copy.
+    float d[kLaneChunks][kQ1WarpRows];
+    uint32_t not_signs[kLaneChunks][kQ1WarpRows];
+#pragma unroll
+    for (int k = 0; k < kLaneChunks; ++k) {
+      const int64_t chunk = c0 + 32 * k + lane;
+#pragma unroll
+      for (int j = 0; j < kQ1WarpRows; ++j) {
+        d[k][j] = 0.0f;
+        not_signs[k][j] = 0;
+        if (32 * k + lane < tile && n0 + j < n) {
+          const auto* h = reinterpret_cast<const uint16_t*>(w + (n0 + j) * row_bytes +
+                                                            chunk / 4 * 18);  // 2-byte aligned
+          d[k][j] = __half2float(__ushort_as_half(h[0]));
+          not_signs[k][j] =
+              ~(h[1 + 2 * (chunk % 4)] | static_cast<uint32_t>(h[2 + 2 * (chunk % 4)]) << 16);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with the last tile
+    for (int i = threadIdx.x; i < kXRows * tile * 32; i += blockDim.x) {
+      const int r = i / (tile * 32), e = i % (tile * 32);
+      xs[(r * kChunks + e / 32) * kQ1Padded + e % 32] =
+          r < count ? x[(r0 + r) * cols + c0 * 32 + e] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kLaneChunks; ++k) {
+      if (32 * k + lane >= tile) break;
+#pragma unroll
+      for (int r = 0; r < kXRows; ++r) {
+        if (r >= count) break;
+        const float4* v4 =
+            reinterpret_cast<const float4*>(xs + (r * kChunks + 32 * k + lane) * kQ1Padded);
+        float sum[kQ1WarpRows] = {};
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          const float4 v = v4[q];
+#pragma unroll
+          for (int j = 0; j < kQ1WarpRows; ++j) {
+            sum[j] += Signed(v.x, not_signs[k][j], 4 * q);
+            sum[j] += Signed(v.y, not_signs[k][j], 4 * q + 1);
+            sum[j] += Signed(v.z, not_signs[k][j], 4 * q + 2);
+            sum[j] += Signed(v.w, not_signs[k][j], 4 * q + 3);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kQ1WarpRows; ++j) acc[j][r] += d[k][j] * sum[j];
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kQ1WarpRows; ++j) {
+#pragma unroll
+    for (int r = 0; r < kXRows; ++r) {
+      for (int o = 16; o > 0; o /= 2) acc[j][r] += __shfl_xor_sync(0xffffffffu, acc[j][r], o);
+    }
+  }
+  if (lane != 0) return;
+#pragma unroll
+  for (int j = 0; j < kQ1WarpRows; ++j) {
+    if (n0 + j >= n) break;
+    const float b = bias ? bias[n0 + j] : 0.0f;
+#pragma unroll
+    for (int r = 0; r < kXRows; ++r) {
+      if (r >= count) break;
+      float* y = out + (r0 + r) * n + n0 + j;
+      *y = accumulate ? *y + (acc[j][r] + b) : acc[j][r] + b;
+    }
+  }
+}
+
 // out[r, :] = row tokens[r] of the table * scale.
 template <GgmlType kType>
 __global__ void GgmlEmbedKernel(float* out,             // [rows, dim]
@@ -135,8 +300,14 @@ void ByType(uint32_t ggml_type, Fn&& fn) {
       return fn.template operator()<GgmlType::kQ4_0>();
     case GgmlType::kQ4_K:
       return fn.template operator()<GgmlType::kQ4_K>();
+    case GgmlType::kQ5_K:
+      return fn.template operator()<GgmlType::kQ5_K>();
     case GgmlType::kQ6_K:
       return fn.template operator()<GgmlType::kQ6_K>();
+    case GgmlType::kIQ4_XS:
+      return fn.template operator()<GgmlType::kIQ4_XS>();
+    case GgmlType::kQ1_0:
+      return fn.template operator()<GgmlType::kQ1_0>();
     default:
       std::fprintf(stderr, "cuda: ggml block type %u has no kernel\n", ggml_type);
       std::abort();
@@ -150,7 +321,10 @@ bool GgmlReads(uint32_t ggml_type) {
     case GgmlType::kQ8_0:
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
+    case GgmlType::kIQ4_XS:
+    case GgmlType::kQ1_0:
       return true;
     default:
       return false;
@@ -169,6 +343,22 @@ void LaunchGgmlMatmul(const float* x, int64_t rows, const Weight& w, const float
   if (rows == 0) return;
   const dim3 grid(static_cast<unsigned>((w.rows + kWarps - 1) / kWarps),
                   static_cast<unsigned>((rows + kWarpRows - 1) / kWarpRows));
+  if (static_cast<GgmlType>(w.ggml_type) == GgmlType::kQ1_0) {
+    // Decode on tiles of one activation row; batches 8 rows a block.
+    const auto* blocks = static_cast<const uint8_t*>(w.data);
+    const unsigned row_blocks =
+        static_cast<unsigned>((w.rows + kQ1Warps * kQ1WarpRows - 1) / (kQ1Warps * kQ1WarpRows));
+    if (rows == 1) {
+      Q1MatmulKernel<1><<<dim3(row_blocks, 1), kQ1Warps * 32, 0, stream>>>(
+          x, rows, w.cols, blocks, w.rows, bias, out, accumulate);
+    } else {
+      Q1MatmulKernel<8>
+          <<<dim3(row_blocks, static_cast<unsigned>((rows + 7) / 8)), kQ1Warps * 32, 0, stream>>>(
+              x, rows, w.cols, blocks, w.rows, bias, out, accumulate);
+    }
+    GZ_CUDA_LAUNCHED();
+    return;
+  }
   ByType(w.ggml_type, [&]<GgmlType kType>() {
     GgmlMatmulKernel<kType>
         <<<grid, kWarps * 32, 0, stream>>>(x, rows, w.cols, static_cast<const uint8_t*>(w.data),

@@ -194,9 +194,9 @@ Weight QuantDeviceWeight(const Weight& host, void* device);
 // Whether any output of p has a quantized weight.
 bool HasQuantized(const MatmulParams& p);
 // Weights in ggml's blocks (Format::kGgml) as a GGUF file holds them (ggml_matmul.cu): whether
-// the kernels read block type `ggml_type` (Q8_0, Q4_0, Q4_K, Q6_K); whether any output of p has
-// such a weight; out [rows, w.rows] = x [rows, w.cols] W^T (+ bias), added into out with
-// `accumulate`; Embed's rows decoded from the table's blocks.
+// the kernels read block type `ggml_type` (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS, Q1_0); whether
+// any output of p has such a weight; out [rows, w.rows] = x [rows, w.cols] W^T (+ bias), added into
+// out with `accumulate`; Embed's rows decoded from the table's blocks.
 bool GgmlReads(uint32_t ggml_type);
 bool HasGgml(const MatmulParams& p);
 void LaunchGgmlMatmul(const float* x, int64_t rows, const Weight& w, const float* bias, float* out,

@@ -1,8 +1,9 @@
-// The CUDA backend over weights in ggml's blocks (Q8_0, Q4_0, Q4_K, Q6_K): Matmul against the
-// same weights dequantized (formats/ggml_blocks.h, checked against llama.cpp) and multiplied in
-// float64, with bias, accumulate, SwiGLU and a plain output beside a ggml one; Embed bit for bit;
-// and GGUF models whose matrices stay in their blocks against the same values as float32
-// weights, both on CUDA in exact mode. Skipped without a CUDA device.
+// The CUDA backend over weights in ggml's blocks (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS, Q1_0):
+// Matmul against the same weights dequantized (formats/ggml_blocks.h, checked against llama.cpp)
+// and multiplied in float64, with bias, accumulate, SwiGLU and a plain output beside a ggml one;
+// Matmul against the CPU's ggml kernels for decode and batches over inputs of several tiles;
+// Embed bit for bit; and GGUF models whose matrices stay in their blocks against the same values
+// as float32 weights, both on CUDA in exact mode. Skipped without a CUDA device.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -13,9 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "core/thread_pool.h"
 #include "formats/ggml_blocks.h"
 #include "gguf_from_hf.h"
+#include "model/config.h"
 #include "model/evaluate.h"
 #include "model/model.h"
 #include "ops/device.h"
@@ -114,7 +118,8 @@ void ExpectProducts(const Matrix& m, const std::vector<float>& x, int64_t rows,
   EXPECT_EQ(bad, 0) << what;
 }
 
-constexpr GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K};
+constexpr GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0,   GgmlType::kQ4_K, GgmlType::kQ5_K,
+                               GgmlType::kQ6_K, GgmlType::kIQ4_XS, GgmlType::kQ1_0};
 
 TEST(CudaGgmlTest, MatmulMatchesTheDequantizedProducts) {
   GZ_SKIP_WITHOUT_CUDA();
@@ -167,6 +172,64 @@ TEST(CudaGgmlTest, MatmulMatchesTheDequantizedProducts) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// CUDA's products against the CPU's ggml kernels over the same blocks: decode (1 row) and batches
+// (7 and 64 rows), inputs of one to several of Q1_0's tiles (8,192 inputs for decode, 1,024 for
+// batches), 45 outputs (not a multiple of a block's rows). Each lies within cols * 2^-24 * sum |w
+// x| of the exact sum, so the two within twice that.
+TEST(CudaGgmlTest, MatmulMatchesTheCpuKernels) {
+  GZ_SKIP_WITHOUT_CUDA();
+  std::shared_ptr<Backend> b = Cuda(/*exact=*/true);
+  ASSERT_NE(b, nullptr);
+  ThreadPool pool(2);
+  CpuBackend cpu(&pool, CpuOptions{});
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  uint32_t seed = 100;
+  for (GgmlType type : kTypes) {
+    GgmlBlock block;
+    ASSERT_TRUE(GgmlBlockOf(type, &block));
+    for (int64_t cols : {3 * block.elements, int64_t{2304}, int64_t{8448}}) {
+      Matrix m;
+      MakeMatrix(*b, type, 45, cols, seed++, &m);
+      for (int64_t rows : {1, 7, 64}) {
+        const std::string what =
+            GgmlTypeName(type) + " cols " + std::to_string(cols) + " rows " + std::to_string(rows);
+        std::vector<float> x(rows * cols);
+        for (float& v : x) v = uniform(rng);
+        std::vector<float> want(rows * m.rows, std::nanf(""));
+        MatmulParams p;
+        p.x = x.data();
+        p.rows = rows;
+        p.outputs = 1;
+        p.w[0] = &m.host;
+        p.out[0] = want.data();
+        cpu.Matmul(p);
+        DeviceFloats dx = Upload(*b, x, x.size()), dout = Upload(*b, {}, want.size());
+        p.x = dx.data;
+        p.w[0] = &m.device;
+        p.out[0] = dout.data;
+        b->Matmul(p);
+        const std::vector<float> got = Download(*b, dout.data, want.size());
+        int64_t bad = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t n = 0; n < m.rows; ++n) {
+            double magnitude = 0;
+            for (int64_t c = 0; c < cols; ++c)
+              magnitude += std::fabs(double{m.values[n * cols + c]} * x[r * cols + c]);
+            const double bound = 2 * (cols + 2) * std::ldexp(1.0, -24) * magnitude;
+            const float g = got[r * m.rows + n], w = want[r * m.rows + n];
+            if (!(std::fabs(double{g} - w) <= bound) && bad++ < 5) {
+              ADD_FAILURE() << what << " row " << r << " output " << n << ": cuda " << g << " cpu "
+                            << w << " (bound " << bound << ")";
+            }
+          }
+        }
+        EXPECT_EQ(bad, 0) << what;
       }
     }
   }
@@ -272,27 +335,53 @@ std::vector<float> Logits(const std::string& path, std::span<const int32_t> ids)
   return logits.ok() ? *logits : std::vector<float>{};
 }
 
+// The logits of `dir` written as a GGUF file with `linears` (kBlocks: blocks of `type` with random
+// codes), its matrices kept in their blocks on CUDA, against a float32 folder of the same values,
+// both on CUDA in exact mode: within 1e-4.
+void ExpectSameLogits(const std::string& dir, testing::GgufLinears linears,
+                      GgmlType type = GgmlType::kQ8_0) {
+  SCOPED_TRACE(dir + " " + GgmlTypeName(type));
+  TempDir tmp;
+  const std::string gguf = tmp.File("m.gguf"), folder = tmp.File("dequantized");
+  const Status written = testing::WriteGgufFromHf(dir, gguf, linears, "qwen2", folder, type);
+  ASSERT_TRUE(written.ok()) << written.message();
+  auto arch = ReadArch(folder);
+  ASSERT_TRUE(arch.ok()) << arch.status().message();
+  std::mt19937 rng(11);
+  std::vector<int32_t> ids(37);
+  for (int32_t& id : ids) id = static_cast<int32_t>(rng() % arch->vocab);
+  const std::vector<float> want = Logits(folder, ids);
+  const std::vector<float> got = Logits(gguf, ids);
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_FALSE(want.empty());
+  float most = 0.0f;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << i;
+    most = std::max(most, std::fabs(got[i] - want[i]));
+  }
+  EXPECT_LE(most, 1e-4f);
+}
+
 // tiny-chat quantized as llama.cpp quantizes to Q8_0 and Q4_0 (embedding and linears kept in
-// their blocks on CUDA) against a float32 folder of the same values, exact mode: within 1e-4.
+// their blocks on CUDA).
 TEST(CudaGgmlTest, GgufLogitsMatchTheDequantizedFolders) {
   GZ_SKIP_WITHOUT_CUDA();
-  for (testing::GgufLinears linears : {testing::GgufLinears::kQ8_0, testing::GgufLinears::kQ4_0}) {
-    TempDir tmp;
-    const std::string gguf = tmp.File("m.gguf"), folder = tmp.File("dequantized");
-    ASSERT_TRUE(testing::WriteGgufFromHf("models/tiny-chat", gguf, linears, "qwen2", folder).ok());
-    std::mt19937 rng(11);
-    std::vector<int32_t> ids(37);
-    for (int32_t& id : ids) id = static_cast<int32_t>(rng() % 8192);
-    const std::vector<float> want = Logits(folder, ids);
-    const std::vector<float> got = Logits(gguf, ids);
-    ASSERT_EQ(got.size(), want.size());
-    ASSERT_FALSE(want.empty());
-    float most = 0.0f;
-    for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_TRUE(std::isfinite(got[i])) << i;
-      most = std::max(most, std::fabs(got[i] - want[i]));
+  ExpectSameLogits("models/tiny-chat", testing::GgufLinears::kQ8_0);
+  ExpectSameLogits("models/tiny-chat", testing::GgufLinears::kQ4_0, GgmlType::kQ4_0);
+}
+
+// Blocks of random codes: Q1_0 in tiny-chat, Q5_K, IQ4_XS and Q1_0 in a small random Qwen3 (tied
+// head) and Llama whose rows are 256 and 512 inputs.
+TEST(CudaGgmlTest, GgufLogitsInBlockTypesMatchTheDequantizedFolders) {
+  GZ_SKIP_WITHOUT_CUDA();
+  ExpectSameLogits("models/tiny-chat", testing::GgufLinears::kBlocks, GgmlType::kQ1_0);
+  TempDir tmp;
+  for (const char* family : {"qwen3", "llama"}) {
+    const Status s = testing::WriteWideHf(tmp.File(family), family);
+    ASSERT_TRUE(s.ok()) << s.message();
+    for (GgmlType type : {GgmlType::kQ5_K, GgmlType::kIQ4_XS, GgmlType::kQ1_0}) {
+      ExpectSameLogits(tmp.File(family), testing::GgufLinears::kBlocks, type);
     }
-    EXPECT_LE(most, 1e-4f) << (linears == testing::GgufLinears::kQ8_0 ? "Q8_0" : "Q4_0");
   }
 }
 
