@@ -437,49 +437,40 @@ Status Engine::DraftMtp(std::span<const std::pair<Sequence*, int64_t>> eligible,
   }
   std::sort(drafting.begin(), drafting.end(),
             [](const Drafting& a, const Drafting& b) { return a.row < b.row; });
-  for (const Drafting& d : drafting) rows.wanted.push_back(d.row);
-  FillTables();
-  mtp_picks_.resize(drafting.size());
-  GZ_RETURN_IF_ERROR(
-      runner_->MtpDraft(rows, Tables(), mtp_sources_, /*chained=*/false, mtp_picks_.data()));
-  for (size_t i = 0; i < drafting.size(); ++i) {
-    drafting[i].seq->drafts.assign(1, mtp_picks_[i]);
-    drafting[i].row = static_cast<int32_t>(i);  // now its wanted row's index: all rows below
-  }
   // Chained drafts: draft j comes from a row at position P + j - 2 (P: the newest token's),
-  // reading draft j - 1 and the MTP layer's output at the row before. Its keys and values are
-  // needed only by the chained rows after it (the next step's first MTP run writes the true ones
-  // there): a row past the slot's pages borrows a free page, given back once the chain is made.
+  // whose keys and values only the chained rows after it read (the next step's first MTP run
+  // writes the true ones there): a row past the slot's pages borrows a free page, given back
+  // once the drafts are made. Every drafting sequence chains as far as the one with the fewest
+  // pages allows; one that may keep fewer drafts keeps its first ones.
+  int64_t chained = 0;
+  for (const Drafting& d : drafting) chained = std::max<int64_t>(chained, d.most - 1);
   std::vector<Slot*> borrowed;
-  for (int32_t j = 2; j <= k; ++j) {
-    rows.Clear();
-    mtp_sources_.clear();
-    std::vector<size_t> who;
-    for (size_t i = 0; i < drafting.size(); ++i) {
-      Sequence& seq = *drafting[i].seq;
-      if (static_cast<int64_t>(seq.drafts.size()) != j - 1 || drafting[i].most < j) continue;
-      const int64_t position = static_cast<int64_t>(seq.tokens.size()) - 1 + (j - 2);
-      Slot& slot = state_.slots[seq.slot];
-      if (position >= static_cast<int64_t>(slot.pages.size()) * kPage) {
-        if (pool_.free() < BlockPages(state_, 1)) continue;
+  for (const Drafting& d : drafting) {
+    Slot& slot = state_.slots[d.seq->slot];
+    // The last chained row's position: P + chained - 1.
+    while (chained > 0 && static_cast<int64_t>(d.seq->tokens.size()) - 2 + chained >=
+                              static_cast<int64_t>(slot.pages.size()) * kPage) {
+      if (pool_.free() >= BlockPages(state_, 1)) {
         AddBlocks(state_, slot, 1);
         borrowed.push_back(&slot);
+      } else {
+        --chained;
       }
-      rows.Push(seq.drafts.back(), seq.slot, static_cast<int32_t>(position), /*want=*/true);
-      mtp_sources_.push_back(drafting[i].row);
-      who.push_back(i);
-    }
-    if (who.empty()) break;
-    FillTables();
-    mtp_picks_.resize(who.size());
-    GZ_RETURN_IF_ERROR(
-        runner_->MtpDraft(rows, Tables(), mtp_sources_, /*chained=*/true, mtp_picks_.data()));
-    for (size_t r = 0; r < who.size(); ++r) {
-      drafting[who[r]].seq->drafts.push_back(mtp_picks_[r]);
-      drafting[who[r]].row = static_cast<int32_t>(r);
     }
   }
+  for (const Drafting& d : drafting) rows.wanted.push_back(d.row);
+  FillTables();
+  const int64_t per = 1 + chained;
+  mtp_picks_.resize(drafting.size() * per);
+  const Status made = runner_->MtpDraft(rows, Tables(), mtp_sources_,
+                                        static_cast<int32_t>(chained), mtp_picks_.data());
   for (Slot* slot : borrowed) Truncate(state_, *slot, static_cast<int64_t>(slot->tokens.size()));
+  GZ_RETURN_IF_ERROR(made);
+  for (size_t i = 0; i < drafting.size(); ++i) {
+    const int64_t keep = std::min<int64_t>(drafting[i].most, per);
+    drafting[i].seq->drafts.assign(mtp_picks_.begin() + i * per,
+                                   mtp_picks_.begin() + i * per + keep);
+  }
   draft_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
   return Status::Ok();
@@ -1055,12 +1046,38 @@ Status Engine::Warm(int32_t max_decode_shapes) {
     } else {
       GZ_RETURN_IF_ERROR(runner_->Step(rows_, tab, logits_.data()));
     }
-    if (mtp_) {
-      // The MTP runs of such a step: each slot's row read by the MTP layer (first drafts), then
-      // a chained draft a slot.
-      mtp_picks_.resize(n);
-      GZ_RETURN_IF_ERROR(runner_->MtpDraft(rows_, tab, s, /*chained=*/false, mtp_picks_.data()));
-      GZ_RETURN_IF_ERROR(runner_->MtpDraft(rows_, tab, s, /*chained=*/true, mtp_picks_.data()));
+    reset_all();
+  }
+  // With drafts: verify steps (each slot's token and its drafts, every row wanted), and with
+  // MTP drafts the MTP runs after them (the first q rows of each slot read again, q = 1 to all,
+  // each slot's last one wanted, its drafts chained), in the slot's first page.
+  const int32_t per = 1 + std::min<int32_t>(options_.drafts, kPage / 2);
+  const int32_t chained = std::max(0, per - 2);
+  for (int32_t k = 0; options_.draft != DraftMode::kNone && per > 1 && k < 2 * shapes; ++k) {
+    const int32_t n = k / 2 + 1;
+    if (static_cast<int64_t>(n) * per > options_.rows) break;
+    std::vector<int32_t> t(n * per), s(n * per), w(n * per);
+    for (int32_t r = 0; r < n * per; ++r) t[r] = r % vocab_, s[r] = r / per, w[r] = r;
+    GZ_RETURN_IF_ERROR(BuildRows(t, s, w));
+    const PageTables tab = Tables();
+    if (options_.device_sampling && runner_->CanSample()) {
+      std::vector<SampleRow> params(n * per);
+      picks_.resize(n * per);
+      GZ_RETURN_IF_ERROR(runner_->StepSample(rows_, tab, params, picks_.data()));
+    } else {
+      GZ_RETURN_IF_ERROR(runner_->Step(rows_, tab, logits_.data()));
+    }
+    for (int32_t q = 1; mtp_ && q <= per; ++q) {
+      Rows rows;
+      std::vector<int32_t> sources;
+      for (int32_t i = 0; i < n; ++i) {
+        for (int32_t j = 0; j < q; ++j) {
+          rows.Push(t[i * per + j], i, j, /*want=*/j == q - 1);
+          sources.push_back(i * per + j);
+        }
+      }
+      mtp_picks_.resize(static_cast<size_t>(n) * (1 + chained));
+      GZ_RETURN_IF_ERROR(runner_->MtpDraft(rows, tab, sources, chained, mtp_picks_.data()));
     }
     reset_all();
   }

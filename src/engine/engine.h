@@ -114,8 +114,9 @@ class Engine {
 
   // Runs one step of each shape a server meets first, so that their one-time costs (recorded
   // CUDA graphs, first kernel launches) are paid before the first request: decode steps of 1 to
-  // min(slots, max_decode_shapes) rows and one prompt step of `rows` rows. Needs every slot
-  // idle; leaves them empty.
+  // min(slots, max_decode_shapes) rows and one prompt step of `rows` rows; with drafts, verify
+  // steps of as many sequences with their drafts, and with MTP drafts the MTP runs after them.
+  // Needs every slot idle; leaves them empty.
   Status Warm(int32_t max_decode_shapes = 32);
 
   // Drops a waiting or running request; false when `id` is unknown or already ended.

@@ -85,6 +85,14 @@ struct Model::Buffers {
   std::unique_ptr<Buffer> mtp_normed;
   std::unique_ptr<Buffer> mtp_sources;
   std::unique_ptr<Buffer> mtp_greedy;
+  // MtpDraft's chained rows, [slots * kMaxMtpChain] int32 each: tokens, slots, positions, and
+  // their sources (rows of the MTP run before); its picks [slots * (kMaxMtpChain + 1)].
+  std::unique_ptr<Buffer> chain_tokens;
+  std::unique_ptr<Buffer> chain_slots;
+  std::unique_ptr<Buffer> chain_positions;
+  std::unique_ptr<Buffer> chain_sources;
+  std::unique_ptr<Buffer> mtp_picks;
+  std::unique_ptr<Buffer> chain_order;  // [2 * slots] fc's row order of a chained run
   // [1 + window groups, slots, max_pages] int32: PageTables::pages, then the window groups'
   std::unique_ptr<Buffer> pages;
 
@@ -172,7 +180,6 @@ struct Model::Impl {
   // device, and the rows of the last step and of the last MtpDraft (their sources' range).
   bool keeps_hidden = false;
   int64_t hidden_rows = 0;
-  int64_t mtp_rows = 0;
   int64_t mtp_table_width = 0;  // the MTP rows' page-table width (PageTables::max_pages)
   std::vector<int64_t> step_first, step_count;
   std::vector<uint8_t> snapshot_pending, snapshot_valid;
@@ -182,13 +189,14 @@ struct Model::Impl {
   // normalized already where not), multiplied into `logits` [wanted, vocab] and soft-capped.
   // The copy of the logits to the host is the caller's (after a recorded step ends).
   void IssueHead(Backend& be, const Arch& a, const float* x, int64_t wanted, const float* norm,
-                 float norm_eps, float* logits);
+                 float norm_eps, float* logits, const int32_t* index = nullptr);
 };
 
 void Model::Impl::IssueHead(Backend& be, const Arch& a, const float* x, int64_t wanted,
-                            const float* norm, float norm_eps, float* logits) {
+                            const float* norm, float norm_eps, float* logits,
+                            const int32_t* index) {
   float* picked = buffers.picked->as<float>();
-  be.GatherRows({picked, x, buffers.wanted->as<int32_t>(), wanted, a.dim});
+  be.GatherRows({picked, x, index ? index : buffers.wanted->as<int32_t>(), wanted, a.dim});
   MatmulParams m;
   m.x = picked;
   if (norm) {
@@ -645,9 +653,16 @@ Status Model::Reserve(int64_t rows, int32_t slots, int32_t max_pages) {
     GZ_RETURN_IF_ERROR(alloc(&b.mtp_normed, rows * a.dim * f));
     GZ_RETURN_IF_ERROR(alloc(&b.mtp_sources, rows * i));
     GZ_RETURN_IF_ERROR(alloc(&b.mtp_greedy, rows * sizeof(SampleRow)));
+    const int64_t chain = static_cast<int64_t>(slots) * kMaxMtpChain;
+    GZ_RETURN_IF_ERROR(alloc(&b.chain_tokens, chain * i));
+    GZ_RETURN_IF_ERROR(alloc(&b.chain_slots, chain * i));
+    GZ_RETURN_IF_ERROR(alloc(&b.chain_positions, chain * i));
+    GZ_RETURN_IF_ERROR(alloc(&b.chain_sources, chain * i));
+    GZ_RETURN_IF_ERROR(alloc(&b.mtp_picks, (chain + slots) * i));
+    GZ_RETURN_IF_ERROR(alloc(&b.chain_order, 2 * static_cast<int64_t>(slots) * i));
     const std::vector<SampleRow> greedy(rows);  // temperature 0: the largest logit
     backend_->CopyToDevice(b.mtp_greedy->data(), greedy.data(), rows * sizeof(SampleRow));
-    impl_->hidden_rows = impl_->mtp_rows = 0;
+    impl_->hidden_rows = 0;
   }
   const int32_t tables = 1 + KvPagingOf(caches_).window_groups;
   GZ_RETURN_IF_ERROR(alloc(&b.pages, static_cast<size_t>(tables) * slots * max_pages * i));
@@ -658,7 +673,7 @@ Status Model::Reserve(int64_t rows, int32_t slots, int32_t max_pages) {
   return Status::Ok();
 }
 
-Status Model::UploadStepInputs(const Rows& rows, const PageTables& tables) {
+Status Model::UploadStepInputs(const Rows& rows, const PageTables& tables, bool recurrent_order) {
   const int64_t n = rows.size();
   if (n == 0) return InvalidArgument("Step: no rows");
   if (static_cast<int64_t>(rows.slots.size()) != n ||
@@ -722,7 +737,7 @@ Status Model::UploadStepInputs(const Rows& rows, const PageTables& tables) {
           "Step: visual deepstack features must be [layers <= " + std::to_string(arch_.layers) +
           ", " + std::to_string(count) + ", " + std::to_string(arch_.dim) + "]");
   }
-  if (HasSlotStates(caches_)) {
+  if (recurrent_order && HasSlotStates(caches_)) {
     // The recurrent ops carry a slot's state from row to row: its rows adjacent, in order.
     std::vector<char> seen(tables.slots, 0);
     seen[rows.slots[0]] = 1;
@@ -835,7 +850,8 @@ Status Model::CheckMtpRows(const Rows& rows, const char* who) const {
 // x = fc(concat(norm_e(embed(token)), norm_h(state))), then the decoder layer over the MTP
 // layer's own pages and its norm into `normed`: the ops of the main step. The step's inputs
 // are uploaded and the rows' hidden states are in state (mtp_in's second half).
-void Model::IssueMtpLayer(int64_t n, float* normed) {
+void Model::IssueMtpLayer(int64_t n, float* normed, const int32_t* tokens,
+                          const StepInputs* inputs, const int32_t* order) {
   Impl& impl = *impl_;
   const Arch& a = arch_;
   const Impl::Mtp& mtp = *impl.mtp;
@@ -844,10 +860,11 @@ void Model::IssueMtpLayer(int64_t n, float* normed) {
   const float eps = static_cast<float>(a.norm_eps);
   float* embedded = b.mtp_in->as<float>();  // [n, dim]
   float* state = embedded + n * a.dim;      // [n, dim]
-  be.Embed({embedded, &impl.embed, b.tokens->as<int32_t>(), n, a.embed_scale});
+  be.Embed({embedded, &impl.embed, tokens ? tokens : b.tokens->as<int32_t>(), n, a.embed_scale});
   be.RmsNorm({embedded, embedded, nullptr, mtp.embedding_norm, n, a.dim, eps});
   be.RmsNorm({state, state, nullptr, mtp.hidden_norm, n, a.dim, eps});
-  be.GatherRows({b.mtp_cat->as<float>(), embedded, b.mtp_order->as<int32_t>(), 2 * n, a.dim});
+  be.GatherRows({b.mtp_cat->as<float>(), embedded, order ? order : b.mtp_order->as<int32_t>(),
+                 2 * n, a.dim});
   MatmulParams fc;
   fc.x = b.mtp_cat->as<float>();
   fc.rows = n;
@@ -857,7 +874,8 @@ void Model::IssueMtpLayer(int64_t n, float* normed) {
 
   StepBuilder step(be, b.x->as<float>(), b.h->as<float>(), b.o->as<float>(), n, a.dim, eps);
   const StepInputs in =
-      b.Inputs(n, static_cast<int32_t>(impl.mtp_table_width), /*mrope=*/false);
+      inputs ? *inputs
+             : b.Inputs(n, static_cast<int32_t>(impl.mtp_table_width), /*mrope=*/false);
   mtp.layer.attention.Issue(step, in);
   if (mtp.layer.is_moe) {
     mtp.layer.moe.Issue(step, in);
@@ -867,20 +885,21 @@ void Model::IssueMtpLayer(int64_t n, float* normed) {
   be.RmsNorm({normed, step.Current(), nullptr, mtp.norm, n, a.dim, eps});
 }
 
-// The head over the wanted rows of `normed` into the logits buffer.
-void Model::IssueMtpHead(const float* normed, int64_t wanted) {
+// The head over the wanted rows of `normed` (index: null, the step's wanted rows) into the
+// logits buffer.
+void Model::IssueMtpHead(const float* normed, int64_t wanted, const int32_t* index) {
   impl_->IssueHead(*backend_, arch_, normed, wanted, /*norm=*/nullptr, 0.0f,
-                   impl_->buffers.logits->as<float>());
+                   impl_->buffers.logits->as<float>(), index);
 }
 
-void Model::UploadMtpOrder(int64_t n) {
-  Buffers& b = impl_->buffers;
+void Model::UploadMtpOrder(int64_t n, Buffer* to) {
   std::vector<int32_t> order(2 * n);  // fc's input row r: embedded r, then state r
   for (int64_t r = 0; r < n; ++r) {
     order[2 * r] = static_cast<int32_t>(r);
     order[2 * r + 1] = static_cast<int32_t>(n + r);
   }
-  backend_->CopyToDevice(b.mtp_order->data(), order.data(), 2 * n * sizeof(int32_t));
+  backend_->CopyToDevice((to ? to : impl_->buffers.mtp_order.get())->data(), order.data(),
+                         2 * n * sizeof(int32_t));
 }
 
 Status Model::MtpStep(const Rows& rows, const PageTables& tables, const float* hidden,
@@ -898,7 +917,6 @@ Status Model::MtpStep(const Rows& rows, const PageTables& tables, const float* h
   be.CopyToDevice(b.mtp_in->as<float>() + n * dim, hidden, n * dim * sizeof(float));
   float* out = b.mtp_normed->as<float>();  // [n, dim] the rows' outputs after the layer's norm
   IssueMtpLayer(n, out);
-  impl.mtp_rows = n;
   if (normed) be.CopyToHost(normed, out, n * dim * sizeof(float));
   if (logits && !rows.wanted.empty()) {
     const int64_t w = static_cast<int64_t>(rows.wanted.size());
@@ -910,36 +928,105 @@ Status Model::MtpStep(const Rows& rows, const PageTables& tables, const float* h
 }
 
 Status Model::MtpDraft(const Rows& rows, const PageTables& tables,
-                       std::span<const int32_t> sources, bool chained, int32_t* tokens) {
+                       std::span<const int32_t> sources, int32_t chained, int32_t* tokens) {
   GZ_RETURN_IF_ERROR(CheckMtpRows(rows, "MtpDraft"));
   Impl& impl = *impl_;
   if (!impl.keeps_hidden) return InvalidArgument("MtpDraft: KeepHidden was not called");
   const int64_t n = rows.size();
+  const int64_t w = static_cast<int64_t>(rows.wanted.size());
   if (static_cast<int64_t>(sources.size()) != n)
     return InvalidArgument("MtpDraft: expected one source a row (" + std::to_string(n) +
                            "), got " + std::to_string(sources.size()));
-  const int64_t have = chained ? impl.mtp_rows : impl.hidden_rows;
   for (int64_t r = 0; r < n; ++r) {
-    if (sources[r] < 0 || sources[r] >= have)
+    if (sources[r] < 0 || sources[r] >= impl.hidden_rows)
       return InvalidArgument("MtpDraft: source " + std::to_string(sources[r]) + " of row " +
-                             std::to_string(r) + " is outside the " + std::to_string(have) +
-                             (chained ? " rows of the last MtpDraft" : " rows of the last step"));
+                             std::to_string(r) + " is outside the " +
+                             std::to_string(impl.hidden_rows) + " rows of the last step");
   }
-  GZ_RETURN_IF_ERROR(UploadStepInputs(rows, tables));
+  if (chained < 0 || chained > kMaxMtpChain || (chained > 0 && w == 0))
+    return InvalidArgument("MtpDraft: chained drafts must be in [0, " +
+                           std::to_string(kMaxMtpChain) + "], and need wanted rows");
   Buffers& b = impl.buffers;
   Backend& be = *backend_;
   const int64_t dim = arch_.dim;
-  const int64_t w = static_cast<int64_t>(rows.wanted.size());
+  // The chained rows, `w` a draft (one a wanted row), at the positions after their row's.
+  const int64_t chain = chained * w;
+  if (w > b.slots || chain > static_cast<int64_t>(b.slots) * kMaxMtpChain)
+    return InvalidArgument("MtpDraft: more wanted rows than slots");
+  std::vector<int32_t> chain_slots(chain), chain_positions(chain), chain_sources(chain);
+  const int64_t capacity = static_cast<int64_t>(tables.max_pages) * kPage;
+  for (int64_t j = 0; j < chained; ++j) {
+    for (int64_t i = 0; i < w; ++i) {
+      const int32_t row = rows.wanted[i];
+      const int64_t position = rows.positions[row] + 1 + j;
+      const int32_t slot = rows.slots[row];
+      if (position >= capacity || tables.pages[slot * tables.max_pages + position / kPage] < 0 ||
+          tables.pages[slot * tables.max_pages + position / kPage] >= impl.pages)
+        return InvalidArgument("MtpDraft: chained draft " + std::to_string(j + 1) + " of row " +
+                               std::to_string(row) + " at position " + std::to_string(position) +
+                               " has no page");
+      chain_slots[j * w + i] = slot;
+      chain_positions[j * w + i] = static_cast<int32_t>(position);
+      // Draft j + 1 reads the MTP layer's output at the row before: the wanted row of the first
+      // run, then its own chained row.
+      chain_sources[j * w + i] = static_cast<int32_t>(j == 0 ? row : i);
+    }
+  }
+  // The rows padded to a power of two with copies of the last row (the same keys written twice
+  // at its position), so that a few recorded shapes serve every count.
+  Rows padded = rows;
+  std::vector<int32_t> padded_sources(sources.begin(), sources.end());
+  int64_t bucket = 1;
+  while (bucket < n) bucket *= 2;
+  if (n > 0 && bucket <= b.rows) {
+    for (int64_t r = n; r < bucket; ++r) {
+      padded.tokens.push_back(rows.tokens[n - 1]);
+      padded.slots.push_back(rows.slots[n - 1]);
+      padded.positions.push_back(rows.positions[n - 1]);
+      padded.rotary.push_back(rows.rotary[n - 1]);
+      padded_sources.push_back(sources[n - 1]);
+    }
+  }
+  const int64_t m = padded.size();
+  // The MTP layer attends to its own pages only: its rows need not be in a recurrent layer's
+  // order.
+  GZ_RETURN_IF_ERROR(UploadStepInputs(padded, tables, /*recurrent_order=*/false));
   impl.mtp_table_width = tables.max_pages;
-  UploadMtpOrder(n);
-  be.CopyToDevice(b.mtp_sources->data(), sources.data(), n * sizeof(int32_t));
-  // As Forward's: the ops depend only on the buffers, the row and wanted counts, the table
-  // width and where the hidden states come from.
-  const bool record = n < (1 << 16) && w < (1 << 16) && tables.max_pages < (1 << 12);
-  const uint64_t key = uint64_t{1} << 63 | static_cast<uint64_t>(chained) << 62 |
-                       (impl.step_generation % (1 << 18)) << 44 |
+  UploadMtpOrder(m);
+  be.CopyToDevice(b.mtp_sources->data(), padded_sources.data(), m * sizeof(int32_t));
+  if (chain > 0) {
+    UploadMtpOrder(w, b.chain_order.get());
+    be.CopyToDevice(b.chain_slots->data(), chain_slots.data(), chain * sizeof(int32_t));
+    be.CopyToDevice(b.chain_positions->data(), chain_positions.data(), chain * sizeof(int32_t));
+    be.CopyToDevice(b.chain_sources->data(), chain_sources.data(), chain * sizeof(int32_t));
+  }
+  int32_t* picks = b.mtp_picks->as<int32_t>();  // [1 + chained, w]
+  // The largest logit of each of the `count` rows of the logits buffer into `out`: on the
+  // device where the backend picks tokens, else on the host (which records nothing).
+  const bool device_picks = be.CanSample();
+  auto pick = [&](int64_t count, int32_t* out) {
+    if (device_picks) {
+      be.Sample({out, b.logits->as<float>(), b.mtp_greedy->as<SampleRow>(), count, arch_.vocab});
+      return;
+    }
+    std::vector<float> logits(count * arch_.vocab);
+    be.CopyToHost(logits.data(), b.logits->data(), logits.size() * sizeof(float));
+    be.Synchronize();
+    std::vector<int32_t> host(count);
+    for (int64_t r = 0; r < count; ++r) {
+      const float* row = logits.data() + r * arch_.vocab;
+      host[r] = static_cast<int32_t>(std::max_element(row, row + arch_.vocab) - row);
+    }
+    be.CopyToDevice(out, host.data(), count * sizeof(int32_t));
+  };
+  // As Forward's: the ops depend only on the buffers, the row, wanted and chained counts and the
+  // table width.
+  const bool record = device_picks && m < (1 << 16) && w < (1 << 12) && chained < 16 &&
+                      tables.max_pages < (1 << 12);
+  const uint64_t key = uint64_t{1} << 63 | (impl.step_generation % (1 << 18)) << 44 |
                        static_cast<uint64_t>(tables.max_pages) << 32 |
-                       static_cast<uint64_t>(w) << 16 | static_cast<uint64_t>(n);
+                       static_cast<uint64_t>(chained) << 28 | static_cast<uint64_t>(w) << 16 |
+                       static_cast<uint64_t>(m);
   const bool replayed = record && be.ReplayStep(key);
   bool recording = false;
   if (record && !replayed) {
@@ -950,33 +1037,40 @@ Status Model::MtpDraft(const Rows& rows, const PageTables& tables,
       be.BeginStep(key);
     }
   }
-  const bool device_picks = be.CanSample();
   if (!replayed) {
-    // The sources' rows into state; the gather reads the outputs before the layer rewrites them.
-    be.GatherRows({b.mtp_in->as<float>() + n * dim,
-                   chained ? b.mtp_normed->as<float>() : b.final_hidden->as<float>(),
-                   b.mtp_sources->as<int32_t>(), n, dim});
-    IssueMtpLayer(n, b.mtp_normed->as<float>());
+    float* state = b.mtp_in->as<float>() + m * dim;
+    be.GatherRows({state, b.final_hidden->as<float>(), b.mtp_sources->as<int32_t>(), m, dim});
+    IssueMtpLayer(m, b.mtp_normed->as<float>());
     if (w > 0) {
       IssueMtpHead(b.mtp_normed->as<float>(), w);
-      if (device_picks) {
-        be.Sample({b.picks->as<int32_t>(), b.logits->as<float>(), b.mtp_greedy->as<SampleRow>(),
-                   w, arch_.vocab});
+      pick(w, picks);
+    }
+    if (chain > 0) {
+      // Each chained run reads the drafts just picked, at the next positions.
+      StepInputs in = b.Inputs(w, tables.max_pages, /*mrope=*/false);
+      for (int64_t j = 0; j < chained; ++j) {
+        int32_t* chain_tokens = b.chain_tokens->as<int32_t>() + j * w;
+        be.CopyOnDevice(chain_tokens, picks + j * w, w * sizeof(int32_t));
+        in.slots = b.chain_slots->as<int32_t>() + j * w;
+        in.positions = b.chain_positions->as<int32_t>() + j * w;
+        in.rotary = in.positions;
+        be.GatherRows({b.mtp_in->as<float>() + w * dim, b.mtp_normed->as<float>(),
+                       b.chain_sources->as<int32_t>() + j * w, w, dim});
+        IssueMtpLayer(w, b.mtp_normed->as<float>(), chain_tokens, &in,
+                      b.chain_order->as<int32_t>());
+        IssueMtpHead(b.mtp_normed->as<float>(), w, b.iota->as<int32_t>());
+        pick(w, picks + (j + 1) * w);
       }
     }
   }
   if (recording) be.EndStep();
-  impl.mtp_rows = n;
-  if (w > 0 && device_picks) {
-    be.CopyToHost(tokens, b.picks->data(), w * sizeof(int32_t));
-  } else if (w > 0) {
-    // The largest logit, lowest id among equals (SampleRow's temperature 0).
-    std::vector<float> logits(w * arch_.vocab);
-    be.CopyToHost(logits.data(), b.logits->data(), logits.size() * sizeof(float));
+  if (w > 0) {
+    // [1 + chained, w] into [w, 1 + chained].
+    std::vector<int32_t> host((1 + chained) * w);
+    be.CopyToHost(host.data(), picks, host.size() * sizeof(int32_t));
     be.Synchronize();
-    for (int64_t r = 0; r < w; ++r) {
-      const float* row = logits.data() + r * arch_.vocab;
-      tokens[r] = static_cast<int32_t>(std::max_element(row, row + arch_.vocab) - row);
+    for (int64_t j = 0; j <= chained; ++j) {
+      for (int64_t i = 0; i < w; ++i) tokens[i * (1 + chained) + j] = host[j * w + i];
     }
   }
   be.Synchronize();

@@ -16,6 +16,8 @@
 
 namespace gizllm {
 
+struct StepInputs;  // model/blocks.h
+
 struct LoadOptions {
   int layers = -1;  // read only the first N layers (-1: all)
   // Element type of the KV pages; none: the backend's DefaultKvFormat() (CUDA: f16, f32 in exact
@@ -67,7 +69,9 @@ class Model final : public Runner {
                  float* logits) override;
   Status KeepHidden() override;
   Status MtpDraft(const Rows& rows, const PageTables& tables, std::span<const int32_t> sources,
-                  bool chained, int32_t* tokens) override;
+                  int32_t chained, int32_t* tokens) override;
+  // The most chained drafts MtpDraft makes after a wanted row's first.
+  static constexpr int32_t kMaxMtpChain = 16;
   bool CanSample() const override;
   bool PagesInHostMemory() const override;
   Status StepSample(const Rows& rows, const PageTables& tables, std::span<const SampleRow> params,
@@ -91,14 +95,19 @@ class Model final : public Runner {
   Status Forward(const Rows& rows, const PageTables& tables, std::span<const int> hidden_layers,
                  float* hidden_out, float* logits, std::span<const SampleRow> sample = {},
                  int32_t* tokens = nullptr);
-  Status UploadStepInputs(const Rows& rows, const PageTables& tables);
+  // recurrent_order: refuse rows of a slot that are not adjacent and at consecutive positions
+  // (what recurrent layers need; the MTP layer does not).
+  Status UploadStepInputs(const Rows& rows, const PageTables& tables, bool recurrent_order = true);
   // The MTP layer's parts (MtpStep, MtpDraft): a refusal of rows it cannot read; fc's row order
-  // for n rows; the layer over n rows whose hidden states are in place, normed into `normed`;
-  // the head over `wanted` rows of `normed` into the logits buffer.
+  // for n rows (into mtp_order, or `to`); the layer over n rows whose hidden states are in place
+  // (mtp_in's second half), normed into `normed` (tokens, inputs, order: null, the step's
+  // buffers); the head over `wanted` rows of `normed` (index: null, the step's wanted rows) into
+  // the logits buffer.
   Status CheckMtpRows(const Rows& rows, const char* who) const;
-  void UploadMtpOrder(int64_t n);
-  void IssueMtpLayer(int64_t n, float* normed);
-  void IssueMtpHead(const float* normed, int64_t wanted);
+  void UploadMtpOrder(int64_t n, Buffer* to = nullptr);
+  void IssueMtpLayer(int64_t n, float* normed, const int32_t* tokens = nullptr,
+                     const StepInputs* inputs = nullptr, const int32_t* order = nullptr);
+  void IssueMtpHead(const float* normed, int64_t wanted, const int32_t* index = nullptr);
   // Loads the MTP layer (Arch::mtp_prefix) and appends its cache to caches_.
   Status LoadMtp();
   // Copies one page between the pool and the host, region by region (a layer's, or under window

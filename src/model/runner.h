@@ -154,13 +154,16 @@ class Runner {
   // every Step and StepSample also keeps each row's final-normed hidden state (StepHidden's),
   // until the next step.
   virtual Status KeepHidden() { return Unimplemented("this runner has no MTP layer"); }
-  // The MTP layer over `rows` as MtpStep reads them, each row's hidden state taken where it was
-  // kept: sources[r] is a row of the last Step's (chained false), or of the last MtpDraft's
-  // normed outputs (chained true: a chained draft reads the MTP row before it). Writes the
-  // largest-logit token (lowest id among equals) of each wanted row: tokens
-  // [rows.wanted.size()], host memory. Its ops may be recorded and replayed as a step's.
+  // Drafts of the MTP layer. Its rows `rows` as MtpStep reads them, each row's hidden state
+  // taken where the last Step kept it (sources[r]: a row of that step), write their keys and
+  // values; each wanted row's pick (the largest logit, lowest id among equals) is its first
+  // draft. Then `chained` more drafts a wanted row, each from a row at the next position that
+  // reads the draft before it and the MTP layer's output at the row before (whose keys and values
+  // go into the slot's pages there: the tables must map those positions). Writes tokens
+  // [rows.wanted.size(), 1 + chained], host memory. Its ops may be recorded and replayed as a
+  // step's.
   virtual Status MtpDraft(const Rows& rows, const PageTables& tables,
-                          std::span<const int32_t> sources, bool chained, int32_t* tokens) {
+                          std::span<const int32_t> sources, int32_t chained, int32_t* tokens) {
     (void)rows, (void)tables, (void)sources, (void)chained, (void)tokens;
     return Unimplemented("this runner has no MTP layer");
   }

@@ -354,12 +354,13 @@ void ExpectSameLogits(const std::string& dir, testing::GgufLinears linears,
   const std::vector<float> got = Logits(gguf, ids);
   ASSERT_EQ(got.size(), want.size());
   ASSERT_FALSE(want.empty());
-  float most = 0.0f;
+  float most = 0.0f, peak = 0.0f;
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_TRUE(std::isfinite(got[i])) << i;
     most = std::max(most, std::fabs(got[i] - want[i]));
+    peak = std::max(peak, std::fabs(want[i]));
   }
-  EXPECT_LE(most, 1e-4f);
+  EXPECT_LE(most, 1e-4f) << "the largest logit's size " << peak;
 }
 
 // tiny-chat quantized as llama.cpp quantizes to Q8_0 and Q4_0 (embedding and linears kept in
