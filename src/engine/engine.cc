@@ -742,8 +742,7 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
             &logprobs,
             seq.matcher ? std::span<const uint64_t>(seq.mask) : std::span<const uint64_t>());
       }
-      if (token == kNonFiniteToken && seq.matcher &&
-          PickableRow(std::span<const float>(&logits_[w * vocab_], vocab_))) {
+      if (token == kNoAllowedToken) {
         out.end = "error";
         out.status =
             seq.matcher->status().ok()

@@ -440,7 +440,8 @@ struct MeanRowsParams {
 };
 
 // How one row's token is picked on the device: sampling/sampling.h's steps 3 to 5 (temperature,
-// min-p, top-k, top-p, the counter-based draw), for requests without penalties or logprobs.
+// min-p, top-k, top-p, the counter-based draw), for requests without penalties or logprobs, after
+// step 2b where the row has a grammar's mask.
 struct SampleRow {
   float temperature = 0.0f;  // 0: the largest logit, lowest id among equals
   int32_t top_k = 0;         // 0: off
@@ -448,20 +449,34 @@ struct SampleRow {
   float min_p = 0.0f;        // 0: off
   uint64_t seed = 0;
   uint64_t index = 0;  // the draw's counter: output tokens so far
+  // The row of SampleParams::masks that holds the tokens this row may pick (a grammar's mask:
+  // the others count as -inf logits); -1: every token.
+  int32_t mask = -1;
 };
+
+// Words of one row's mask of allowed tokens: bit t % 64 of word t / 64 is token t
+// (TokenMatcher::FillMask's layout).
+inline int64_t MaskWords(int64_t vocab) { return (vocab + 63) / 64; }
 
 // The token a picker gives a row of logits that holds a NaN or +inf, or no finite value (the host
 // Sampler and Backend::Sample alike; -inf alone marks a token as excluded): no token is right
 // there; the model's weights hold non-finite values or its activations overflowed.
 inline constexpr int32_t kNonFiniteToken = -1;
+// The token a picker gives a row whose logits can pick (not kNonFiniteToken) but whose mask
+// allows no token with a finite logit: the grammar leaves nothing to write.
+inline constexpr int32_t kNoAllowedToken = -2;
 
-// tokens[r] = the token row r of `logits` picks under params[r], or kNonFiniteToken.
+// tokens[r] = the token row r of `logits` picks under params[r], kNonFiniteToken or
+// kNoAllowedToken.
 struct SampleParams {
   int32_t* tokens = nullptr;          // [rows]
   const float* logits = nullptr;      // [rows, vocab]
   const SampleRow* params = nullptr;  // [rows], device memory
   int64_t rows = 0;
   int64_t vocab = 0;
+  // [rows with a mask, MaskWords(vocab)], device memory: the masks SampleRow::mask names; null
+  // where no row has one.
+  const uint64_t* masks = nullptr;
   Status Check() const;
 };
 

@@ -211,13 +211,30 @@ void Sampler::Distribution(std::span<const float> logits, const Sampling& sampli
 int32_t Sampler::Sample(std::span<const float> logits, const Sampling& sampling, uint64_t seed,
                         std::span<const int32_t> prompt, std::span<const int32_t> output,
                         Logprobs* logprobs, std::span<const uint64_t> allowed) {
+  return Pick(logits, sampling, seed, output.size(), prompt, output, logprobs, allowed);
+}
+
+int32_t Sampler::Sample(std::span<const float> logits, const SampleRow& row,
+                        std::span<const uint64_t> allowed) {
+  Sampling sampling;
+  sampling.temperature = row.temperature;
+  sampling.top_k = row.top_k;
+  sampling.top_p = row.top_p;
+  sampling.min_p = row.min_p;
+  return Pick(logits, sampling, row.seed, row.index, {}, {}, nullptr, allowed);
+}
+
+int32_t Sampler::Pick(std::span<const float> logits, const Sampling& sampling, uint64_t seed,
+                      uint64_t index, std::span<const int32_t> prompt,
+                      std::span<const int32_t> output, Logprobs* logprobs,
+                      std::span<const uint64_t> allowed) {
   if (!PickableRow(logits)) return kNonFiniteToken;
   std::span<const float> shaped = logits;
   if (!allowed.empty()) {
     DCHECK(static_cast<int64_t>(allowed.size()) * 64 >= vocab_);
     masked_.assign(logits.begin(), logits.end());
     ApplyMask(allowed, masked_);
-    if (!PickableRow(masked_)) return kNonFiniteToken;
+    if (!PickableRow(masked_)) return kNoAllowedToken;
     shaped = masked_;
   }
   int32_t token = 0;
@@ -226,7 +243,7 @@ int32_t Sampler::Sample(std::span<const float> logits, const Sampling& sampling,
   } else {
     double total = 0.0;
     for (int64_t i = 0; i < vocab_; ++i) total += probs_[i];
-    const double target = CounterUniform(seed, output.size()) * total;
+    const double target = CounterUniform(seed, index) * total;
     double sum = 0.0;
     int32_t last = -1;
     for (int64_t i = 0; i < vocab_; ++i) {

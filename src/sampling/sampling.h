@@ -26,6 +26,7 @@
 #include "core/counter_random.h"
 #include "core/status.h"
 #include "grammar/token_mask.h"
+#include "ops/backend.h"
 
 namespace gizllm {
 
@@ -81,17 +82,26 @@ class Sampler {
                     std::span<const int32_t> prompt, std::span<const int32_t> output,
                     std::span<float> probs);
 
-  // The next token (steps 1-5), or kNonFiniteToken (ops/backend.h) when !PickableRow(logits)
-  // or the mask leaves no token. logprobs: filled when sampling.logprobs >= 0 and a token is
-  // picked, may be null. allowed: a grammar's mask (TokenMatcher::FillMask), empty: none.
+  // The next token (steps 1-5); kNonFiniteToken (ops/backend.h) when !PickableRow(logits),
+  // kNoAllowedToken when the mask leaves no token with a finite logit. logprobs: filled when
+  // sampling.logprobs >= 0 and a token is picked, may be null. allowed: a grammar's mask
+  // (TokenMatcher::FillMask), empty: none.
   int32_t Sample(std::span<const float> logits, const Sampling& sampling, uint64_t seed,
                  std::span<const int32_t> prompt, std::span<const int32_t> output,
                  Logprobs* logprobs, std::span<const uint64_t> allowed = {});
+  // Steps 2b to 5 under a device's parameters (ops/backend.h SampleRow; the draw's counter is
+  // row.index): what Backend::Sample picks for the row, and the CPU backend's Sample.
+  int32_t Sample(std::span<const float> logits, const SampleRow& row,
+                 std::span<const uint64_t> allowed = {});
 
   // Step 1 alone: the chosen token's log probability and the n most likely.
   void ComputeLogprobs(std::span<const float> logits, int32_t token, int32_t n, Logprobs* out);
 
  private:
+  // Sample with the draw's counter given apart from the output.
+  int32_t Pick(std::span<const float> logits, const Sampling& sampling, uint64_t seed,
+               uint64_t index, std::span<const int32_t> prompt, std::span<const int32_t> output,
+               Logprobs* logprobs, std::span<const uint64_t> allowed);
   // Writes penalized logits into x_; returns the kept tokens' probabilities in probs_ (zero
   // elsewhere) unless greedy, in which case it returns the argmax.
   std::optional<int32_t> Shape(std::span<const float> logits, const Sampling& sampling,

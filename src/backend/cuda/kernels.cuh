@@ -313,7 +313,7 @@ void LaunchGatedRmsNorm(const GatedRmsNormParams& p, cudaStream_t stream);
 void LaunchGatedAdd(float* out, const float* y, const float* scale, int64_t rows, int64_t dim,
                     cudaStream_t stream);
 
-// tokens[r] = the token row r picks (backend.h's SampleRow; sampling/sampling.h's steps 3-5).
+// tokens[r] = the token row r picks (backend.h's SampleRow; sampling/sampling.h's steps 2b-5).
 void LaunchSample(const SampleParams& p, cudaStream_t stream);
 
 }  // namespace gizllm::cuda

@@ -1,5 +1,7 @@
 // Token picking on the device: one block per row of logits, the same steps and order as the host
-// Sampler (sampling/sampling.h steps 3 to 5), so that a row picks the same token on either side.
+// Sampler (sampling/sampling.h steps 2b to 5), so that a row picks the same token on either side.
+// A row with a grammar's mask reads the tokens it leaves out as -inf, each time it reads the row
+// (the row itself stays as the model wrote it).
 //
 // The host sorts; a block of threads cannot afford to, so each cut is a threshold found by a
 // bitwise search over an order-preserving integer key, with passes over the row:
@@ -107,29 +109,48 @@ struct Shared {
 };
 
 __global__ void __launch_bounds__(kThreads)
-    SampleKernel(int32_t* tokens, const float* logits, const SampleRow* params, int64_t vocab) {
+    SampleKernel(int32_t* tokens, const float* logits, const SampleRow* params,
+                 const uint64_t* masks, int64_t vocab) {
   __shared__ Shared sh;
   const int64_t r = blockIdx.x;
-  const float* x = logits + r * vocab;
+  const float* raw = logits + r * vocab;
   const SampleRow P = params[r];
   const int tid = threadIdx.x;
   const int32_t n = static_cast<int32_t>(vocab);
+  // The row as the host Sampler shapes it after the mask (step 2b): tokens left out read -inf.
+  const int64_t words = (vocab + 63) / 64;  // MaskWords(vocab)
+  const uint64_t* allowed = P.mask >= 0 ? masks + P.mask * words : nullptr;
+  auto x = [&](int32_t i) {
+    const float v = raw[i];
+    return allowed && !((allowed[i >> 6] >> (i & 63)) & 1) ? -INFINITY : v;
+  };
 
   // A row with a NaN or +inf, or without a finite value, picks kNonFiniteToken as the host
-  // Sampler (PickableRow); the first pass over the row notes it (block votes, no extra pass).
+  // Sampler (PickableRow, on the row before the mask); a row with no finite value the mask
+  // allows kNoAllowedToken. The first pass over the row notes them (block votes, no extra pass).
+  auto unpickable = [&](int bad, int finite, int allowed_finite) {
+    if (__syncthreads_or(bad) || !__syncthreads_or(finite)) {
+      if (tid == 0) tokens[r] = kNonFiniteToken;
+      return true;
+    }
+    if (!__syncthreads_or(allowed_finite)) {
+      if (tid == 0) tokens[r] = kNoAllowedToken;
+      return true;
+    }
+    return false;
+  };
   if (P.temperature == 0.0f) {
     float best = -INFINITY;
     int32_t id = INT32_MAX;
-    int bad = 0, finite = 0;
+    int bad = 0, finite = 0, allowed_finite = 0;
     for (int32_t i = tid; i < n; i += kThreads) {
-      bad |= isnan(x[i]) || x[i] == INFINITY;
-      finite |= isfinite(x[i]);
-      if (id == INT32_MAX || x[i] > best) best = x[i], id = i;  // ascending ids: first is lowest
+      const float v = raw[i], xi = x(i);
+      bad |= isnan(v) || v == INFINITY;
+      finite |= isfinite(v);
+      allowed_finite |= isfinite(xi);
+      if (id == INT32_MAX || xi > best) best = xi, id = i;  // ascending ids: first is lowest
     }
-    if (__syncthreads_or(bad) || !__syncthreads_or(finite)) {
-      if (tid == 0) tokens[r] = kNonFiniteToken;
-      return;
-    }
+    if (unpickable(bad, finite, allowed_finite)) return;
     BlockArgmax(best, id, sh.f, sh.i);
     if (tid == 0) tokens[r] = id;
     return;
@@ -138,18 +159,17 @@ __global__ void __launch_bounds__(kThreads)
   // d = x / T - max as the host computes it: the quotients first, then their maximum.
   const float t = P.temperature;
   float m = -INFINITY;
-  int bad = 0, finite = 0;
+  int bad = 0, finite = 0, allowed_finite = 0;
   for (int32_t i = tid; i < n; i += kThreads) {
-    bad |= isnan(x[i]) || x[i] == INFINITY;
-    finite |= isfinite(x[i]);
-    m = fmaxf(m, __fdiv_rn(x[i], t));
+    const float v = raw[i], xi = x(i);
+    bad |= isnan(v) || v == INFINITY;
+    finite |= isfinite(v);
+    allowed_finite |= isfinite(xi);
+    m = fmaxf(m, __fdiv_rn(xi, t));
   }
-  if (__syncthreads_or(bad) || !__syncthreads_or(finite)) {
-    if (tid == 0) tokens[r] = kNonFiniteToken;
-    return;
-  }
+  if (unpickable(bad, finite, allowed_finite)) return;
   m = BlockMax(m, sh.f);
-  auto key_of = [&](int32_t i) { return Key(__fsub_rn(__fdiv_rn(x[i], t), m)); };
+  auto key_of = [&](int32_t i) { return Key(__fsub_rn(__fdiv_rn(x(i), t), m)); };
   auto prob_of = [](uint32_t key) { return exp(static_cast<double>(Unkey(key))); };
 
   // p > 0 and p >= min_p is a floor on the key (d <= 0, so keys lie between Key(-inf) and
@@ -362,7 +382,7 @@ __global__ void __launch_bounds__(kThreads)
 void LaunchSample(const SampleParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
   SampleKernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(p.tokens, p.logits, p.params,
-                                                                       p.vocab);
+                                                                       p.masks, p.vocab);
   GZ_CUDA_LAUNCHED();
 }
 

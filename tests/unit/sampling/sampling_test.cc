@@ -160,6 +160,53 @@ TEST(Sampling, NonFiniteRowsPickNoToken) {
   }
 }
 
+// A grammar's mask: only the tokens it allows are picked; a mask that allows no token with a
+// finite logit picks kNoAllowedToken, and a NaN is kNonFiniteToken even where the mask leaves
+// it out. Sample under a SampleRow (the device's parameters, the draw's counter given as its
+// index) picks what Sample under the same Sampling picks after that many output tokens.
+TEST(Sampling, MasksAndSampleRows) {
+  const int64_t vocab = 300;
+  Sampler sampler(vocab);
+  std::mt19937 rng(5);
+  std::vector<float> row(vocab);
+  for (float& x : row) x = std::normal_distribution<float>(0.0f, 2.0f)(rng);
+  std::vector<uint64_t> mask(MaskWords(vocab), 0);
+  for (int64_t t = 0; t < vocab; t += 7) mask[t / 64] |= uint64_t{1} << (t % 64);
+  int differs = 0;
+  for (uint64_t index = 0; index < 40; ++index) {
+    SampleRow device;
+    device.temperature = index % 4 == 0 ? 0.0f : 1.0f;
+    device.top_k = index % 3 == 1 ? 20 : 0;
+    device.top_p = index % 5 == 2 ? 0.8f : 1.0f;
+    device.min_p = index % 7 == 3 ? 0.05f : 0.0f;
+    device.seed = 77 + index;
+    device.index = index;
+    Sampling s;
+    s.temperature = device.temperature;
+    s.top_k = device.top_k;
+    s.top_p = device.top_p;
+    s.min_p = device.min_p;
+    const std::vector<int32_t> output(index, 0);
+    const int32_t free = sampler.Sample(row, device);
+    EXPECT_EQ(free, sampler.Sample(row, s, device.seed, {}, output, nullptr));
+    const int32_t masked = sampler.Sample(row, device, mask);
+    EXPECT_EQ(masked, sampler.Sample(row, s, device.seed, {}, output, nullptr, mask));
+    ASSERT_GE(masked, 0);
+    EXPECT_EQ(masked % 7, 0) << masked;
+    differs += masked != free;
+  }
+  EXPECT_GT(differs, 20);
+  SampleRow greedy;
+  std::vector<uint64_t> none(MaskWords(vocab), 0);
+  EXPECT_EQ(sampler.Sample(row, greedy, none), kNoAllowedToken);
+  std::vector<float> excluded = row;
+  for (int64_t t = 0; t < vocab; t += 7) excluded[t] = -INFINITY;
+  EXPECT_EQ(sampler.Sample(excluded, greedy, mask), kNoAllowedToken);
+  std::vector<float> poisoned = row;
+  poisoned[1] = std::numeric_limits<float>::quiet_NaN();  // a token the mask leaves out
+  EXPECT_EQ(sampler.Sample(poisoned, greedy, mask), kNonFiniteToken);
+}
+
 TEST(Sampling, PenaltiesKnownAnswer) {
   // Token 0 (logit 2, prompt only), 1 (-1, output twice), 2 (0.5, never seen).
   Sampler sampler(3);

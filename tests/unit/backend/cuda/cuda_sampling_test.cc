@@ -1,6 +1,7 @@
 // Token picking on the device against the host Sampler: the same token for every row, over
 // vocabularies of several sizes, every combination of temperature, min-p, top-k and top-p, seeds
-// and counters, and logits with many exact ties (where the order's id tie-break matters).
+// and counters, logits with many exact ties (where the order's id tie-break matters), and rows
+// under grammars' masks of allowed tokens.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <set>
+#include <span>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -165,6 +167,124 @@ TEST(CudaSample, NonFiniteRowsPickNoToken) {
       EXPECT_EQ(got[r], want) << "vocab " << vocab << " row " << r;
     }
   }
+}
+
+// Rows under a grammar's mask (SampleRow::mask naming a row of SampleParams::masks, several rows
+// sharing one) beside rows without: the host Sampler's token under the same mask, greedy and
+// sampled, over masks that allow most tokens, a few, one, only -inf ones or none (those pick
+// kNoAllowedToken); a NaN the mask leaves out still makes the row kNonFiniteToken.
+TEST(CudaSample, MaskedRowsPickTheHostSamplersToken) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(/*exact=*/false);
+  ASSERT_TRUE(backend);
+  const std::vector<Case> cases = {
+      {0.0f, 0, 1.0f, 0.0f}, {1.0f, 0, 1.0f, 0.0f},  {0.7f, 40, 1.0f, 0.0f},
+      {0.8f, 0, 0.9f, 0.0f}, {1.2f, 0, 1.0f, 0.05f}, {0.6f, 20, 0.95f, 0.02f},
+      {1.0f, 3, 0.5f, 0.0f},
+  };
+  // Kinds of mask: 0 none, 1 half the tokens, 2 one in 50, 3 one token, 4 only tokens whose logit
+  // is -inf, 5 no token, 6 half the tokens and a NaN at a token left out, 7 every token but the
+  // last three of each word's 64.
+  const int kinds = 8;
+  std::mt19937 rng(20261203);
+  int checked = 0, masked_differs = 0, no_allowed = 0;
+  for (int64_t vocab : {97, 8192, 151936}) {
+    const int64_t words = MaskWords(vocab);
+    const int64_t rows = static_cast<int64_t>(cases.size()) * kinds;
+    std::vector<float> logits = Logits(rng, rows, vocab, /*ties=*/vocab == 8192, false);
+    std::vector<SampleRow> params(rows);
+    // Masks of the rows with one, in reverse order of the rows, so that a row's mask index is not
+    // its row; kinds 1 and 2 each share one mask between two of their rows.
+    std::vector<std::vector<uint64_t>> masks;
+    std::uniform_int_distribution<int64_t> token(0, vocab - 1);
+    for (int64_t r = rows - 1; r >= 0; --r) {
+      const Case& c = cases[r % cases.size()];
+      params[r] = {c.temperature, c.top_k, c.top_p, c.min_p, rng(), rng() % 3000, /*mask=*/-1};
+      const int kind = static_cast<int>(r / cases.size());
+      float* row = &logits[r * vocab];
+      if (kind == 0) continue;
+      if ((kind == 1 || kind == 2) && r % cases.size() == 1) {
+        params[r].mask = params[r + 1].mask;  // the row after it, of the same kind
+        continue;
+      }
+      std::vector<uint64_t> m(words, 0);
+      auto allow = [&](int64_t t) { m[t / 64] |= uint64_t{1} << (t % 64); };
+      switch (kind) {
+        case 1:
+        case 6:
+          for (int64_t t = 0; t < vocab; ++t) {
+            if (rng() % 2) allow(t);
+          }
+          if (kind == 6) {
+            int64_t t = token(rng);
+            while (m[t / 64] >> (t % 64) & 1) t = token(rng);
+            row[t] = std::numeric_limits<float>::quiet_NaN();
+          }
+          break;
+        case 2:
+          for (int64_t t = 0; t < vocab; ++t) {
+            if (rng() % 50 == 0) allow(t);
+          }
+          allow(token(rng));
+          break;
+        case 3:
+          allow(token(rng));
+          break;
+        case 4:
+          for (int j = 0; j < 3; ++j) {
+            const int64_t t = token(rng);
+            row[t] = -INFINITY;
+            allow(t);
+          }
+          break;
+        case 5:
+          break;
+        case 7:
+          for (int64_t t = 0; t < vocab; ++t) {
+            if (t % 64 < 61) allow(t);
+          }
+          break;
+      }
+      params[r].mask = static_cast<int32_t>(masks.size());
+      masks.push_back(std::move(m));
+    }
+    std::vector<uint64_t> flat;
+    for (const auto& m : masks) flat.insert(flat.end(), m.begin(), m.end());
+    DeviceArray<float> x(backend.get(), logits);
+    DeviceArray<SampleRow> p(backend.get(), params);
+    DeviceArray<uint64_t> m(backend.get(), flat);
+    DeviceArray<int32_t> tokens(backend.get(), std::vector<int32_t>(rows, -7));
+    tokens.Poison();
+    SampleParams sp{tokens.device(), x.device(), p.device(), rows, vocab, m.device()};
+    ASSERT_TRUE(sp.Check().ok());
+    backend->Sample(sp);
+    const std::vector<int32_t> got = tokens.Read();
+
+    Sampler sampler(vocab);
+    for (int64_t r = 0; r < rows; ++r) {
+      const SampleRow& row = params[r];
+      std::span<const uint64_t> allowed;
+      if (row.mask >= 0) allowed = std::span<const uint64_t>(&flat[row.mask * words], words);
+      const std::span<const float> x_row(&logits[r * vocab], vocab);
+      const int32_t want = sampler.Sample(x_row, row, allowed);
+      const int kind = static_cast<int>(r / cases.size());
+      EXPECT_EQ(want == kNoAllowedToken, kind == 4 || kind == 5) << "row " << r;
+      EXPECT_EQ(want == kNonFiniteToken, kind == 6) << "row " << r;
+      EXPECT_EQ(got[r], want) << "vocab " << vocab << " row " << r << " kind " << kind
+                              << " (temperature " << row.temperature << ", top_k " << row.top_k
+                              << ", top_p " << row.top_p << ", min_p " << row.min_p << ")";
+      ++checked;
+      no_allowed += want == kNoAllowedToken;
+      // Guard against a mask that is not applied: the row without it picks elsewhere.
+      if (want >= 0 && kind >= 1) masked_differs += want != sampler.Sample(x_row, row);
+      if (want >= 0 && kind >= 1) {
+        EXPECT_TRUE(allowed[want / 64] >> (want % 64) & 1) << "row " << r;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 3 * kinds * 7);
+  EXPECT_EQ(no_allowed, 3 * 2 * 7);
+  EXPECT_GT(masked_differs, 20);
 }
 
 // The same row under the same seed and counter picks the same token whatever else is in the
