@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <type_traits>
 
 #include "backend/cpu/attention_codes.h"
@@ -16,6 +17,7 @@
 #include "backend/cpu/vec_math.h"
 #include "core/check.h"
 #include "core/dtype.h"
+#include "sampling/sampling.h"
 
 namespace gizllm {
 namespace {
@@ -1422,6 +1424,29 @@ void CpuBackend::MeanRows(const MeanRowsParams& p) {
       for (int64_t i = 0; i < p.dim; ++i)
         out[i] = static_cast<float>(sum[i] / static_cast<double>(end - first));
     }
+  });
+}
+
+void CpuBackend::Sample(const SampleParams& p) {
+  auto trace = Trace("sample");
+  if (p.rows <= 0) return;
+  if (samplers_.size() != static_cast<size_t>(pool_->threads())) samplers_.resize(pool_->threads());
+  const int64_t words = MaskWords(p.vocab);
+  auto pick = [&](int64_t r, int thread) {
+    std::unique_ptr<Sampler>& sampler = samplers_[thread];
+    if (!sampler || sampler->vocab() != p.vocab) sampler = std::make_unique<Sampler>(p.vocab);
+    const SampleRow& row = p.params[r];
+    std::span<const uint64_t> allowed;
+    if (row.mask >= 0) allowed = {p.masks + row.mask * words, static_cast<size_t>(words)};
+    p.tokens[r] =
+        sampler->Sample({p.logits + r * p.vocab, static_cast<size_t>(p.vocab)}, row, allowed);
+  };
+  if (pool_->threads() == 1 || p.rows == 1) {
+    for (int64_t r = 0; r < p.rows; ++r) pick(r, 0);
+    return;
+  }
+  pool_->ParallelFor(p.rows, 1, [&](int64_t begin, int64_t end, int thread) {
+    for (int64_t r = begin; r < end; ++r) pick(r, thread);
   });
 }
 

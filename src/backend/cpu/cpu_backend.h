@@ -18,6 +18,7 @@
 namespace gizllm {
 
 struct MatmulKernels;
+class Sampler;
 
 struct CpuOptions {
   // Instruction set of the kernels; unset: the best this CPU supports. Asking for more than
@@ -102,6 +103,10 @@ class CpuBackend : public Backend {
   void EncoderAttention(const EncoderAttentionParams& p) override;
   // MeanRows: a task per sequence, its sums in double over rows read in order.
   void MeanRows(const MeanRowsParams& p) override;
+  // Sample: the host Sampler (sampling/sampling.h) over each row, rows spread over the pool, so
+  // a row picks what the engine's host path picks from the same logits and mask.
+  bool CanSample() const override { return true; }
+  void Sample(const SampleParams& p) override;
   void Synchronize() override {}
   // Host clock times of each op (the ops are synchronous).
   bool SetOpTrace(bool on) override;
@@ -154,6 +159,7 @@ class CpuBackend : public Backend {
     std::vector<std::vector<std::pair<int32_t, float>>> by_expert;  // (row, weight)
   };
   MoeScratch moe_;
+  std::vector<std::unique_ptr<Sampler>> samplers_;  // [pool threads], each made at its first row
   // SetOpTrace: the op running since op_start_ (null: none), and the totals so far.
   bool op_trace_ = false;
   int op_depth_ = 0;
