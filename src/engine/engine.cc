@@ -495,6 +495,42 @@ PageTables Engine::Tables() const {
           paging_.enabled() ? window_tables_.data() : nullptr};
 }
 
+// Sequences of one grammar in the same parse state share a mask (SharedMasks): the first of each
+// state walks the trie, on the pool; the others then find its mask.
+std::future<void> Engine::StartMasks() {
+  if (masked_.empty()) return {};
+  if (!mask_pool_) {
+    const int threads = options_.mask_threads > 0
+                            ? options_.mask_threads
+                            : static_cast<int>(std::thread::hardware_concurrency()) / 2;
+    mask_pool_ = std::make_unique<ThreadPool>(std::clamp(threads, 1, 8));
+  }
+  const int64_t words = MaskWords(vocab_);
+  if (picked_) step_masks_.resize(masked_.size() * words);
+  return std::async(std::launch::async, [this, words] {
+    std::vector<int32_t> first, rest;  // indices into masked_
+    std::set<std::pair<const void*, std::string>> seen;
+    for (size_t i = 0; i < masked_.size(); ++i) {
+      const Sequence& seq = *masked_[i];
+      const void* grammar = seq.request.sampling.grammar->masks.get();
+      (seen.emplace(grammar, seq.matcher->StateKey()).second ? first : rest)
+          .push_back(static_cast<int32_t>(i));
+    }
+    for (std::vector<int32_t>* group : {&first, &rest}) {
+      mask_pool_->ParallelFor(
+          static_cast<int64_t>(group->size()), 1, [&](int64_t begin, int64_t end, int) {
+            for (int64_t i = begin; i < end; ++i) {
+              const int32_t m = (*group)[i];
+              Sequence& seq = *masked_[m];
+              seq.matcher->FillMask(seq.stop, &seq.mask);
+              seq.mask_ready = true;
+              if (picked_) std::copy(seq.mask.begin(), seq.mask.end(), &step_masks_[m * words]);
+            }
+          });
+    }
+  });
+}
+
 Status Engine::Run() {
   rows_.Clear();
   // Picture rows of the step: (row, the sequence's pictures, index among its picture rows).
@@ -558,75 +594,51 @@ Status Engine::Run() {
   }
   FillTables();
   const PageTables tables = Tables();
-  // The runner picks the tokens when every wanted row needs only steps 3-5 of sampling.
+  // The masks of this step's constrained sequences that pick a token, computed on other threads
+  // while the runner steps (they depend only on the tokens kept so far; requests with a grammar
+  // make no drafts). The runner picks the tokens when every wanted row needs only steps 2b-5 of
+  // sampling; a constrained row's mask then goes to the runner (row SampleRow::mask of
+  // step_masks_) once the runner has issued the step.
   picked_ = options_.device_sampling && runner_->CanSample();
   sample_.clear();
+  masked_.clear();
   for (const Planned& p : state_.plan) {
-    const Sequence& seq = state_.sequences.at(p.id);
+    Sequence& seq = state_.sequences.at(p.id);
+    seq.mask_ready = false;
     if (static_cast<int64_t>(state_.slots[seq.slot].tokens.size()) + p.rows - p.drafts !=
         static_cast<int64_t>(seq.tokens.size())) {
       continue;  // a prompt piece: no token this step
     }
-    const Sampling& s = seq.request.sampling;
-    if (s.presence != 0.0f || s.frequency != 0.0f || s.repetition != 1.0f || s.logprobs >= 0 ||
-        s.grammar != nullptr) {
-      picked_ = false;
-      break;
+    const int32_t mask = seq.matcher ? static_cast<int32_t>(masked_.size()) : -1;
+    if (seq.matcher) {
+      DCHECK(p.drafts == 0);
+      masked_.push_back(&seq);
     }
+    const Sampling& s = seq.request.sampling;
+    if (s.presence != 0.0f || s.frequency != 0.0f || s.repetition != 1.0f || s.logprobs >= 0) {
+      picked_ = false;
+    }
+    if (!picked_) continue;
     SampleRow row;
     row.temperature = s.temperature;
     row.top_k = s.top_k;
     row.top_p = s.top_p;
     row.min_p = s.min_p;
     row.seed = seq.seed;
+    row.mask = mask;
     // The draw of each row is the request's own at that position of its answer.
     for (int64_t j = 0; j <= p.drafts; ++j) {
       row.index = static_cast<uint64_t>(static_cast<int64_t>(seq.tokens.size()) - seq.prompt + j);
       sample_.push_back(row);
     }
   }
-  // The masks of this step's constrained sequences that pick a token, computed on other threads
-  // while the runner steps (they depend only on the tokens kept so far; requests with a grammar
-  // make no drafts).
-  masked_.clear();
-  for (const Planned& p : state_.plan) {
-    Sequence& seq = state_.sequences.at(p.id);
-    seq.mask_ready = false;
-    if (seq.matcher && p.drafts == 0 &&
-        static_cast<int64_t>(state_.slots[seq.slot].tokens.size()) + p.rows ==
-            static_cast<int64_t>(seq.tokens.size())) {
-      masked_.push_back(&seq);
-    }
-  }
-  std::future<void> masks;
-  if (!masked_.empty()) {
-    if (!mask_pool_) {
-      const int threads = options_.mask_threads > 0
-                              ? options_.mask_threads
-                              : static_cast<int>(std::thread::hardware_concurrency()) / 2;
-      mask_pool_ = std::make_unique<ThreadPool>(std::clamp(threads, 1, 8));
-    }
-    masks = std::async(std::launch::async, [this] {
-      // Sequences of one grammar in the same parse state share a mask (SharedMasks): the first
-      // of each state walks the trie, on the pool; the others then find its mask.
-      std::vector<Sequence*> first, rest;
-      std::set<std::pair<const void*, std::string>> seen;
-      for (Sequence* seq : masked_) {
-        const void* grammar = seq->request.sampling.grammar->masks.get();
-        (seen.emplace(grammar, seq->matcher->StateKey()).second ? first : rest).push_back(seq);
-      }
-      for (std::vector<Sequence*>* group : {&first, &rest}) {
-        mask_pool_->ParallelFor(static_cast<int64_t>(group->size()), 1,
-                                [group](int64_t begin, int64_t end, int) {
-                                  for (int64_t i = begin; i < end; ++i) {
-                                    Sequence& seq = *(*group)[i];
-                                    seq.matcher->FillMask(seq.stop, &seq.mask);
-                                    seq.mask_ready = true;
-                                  }
-                                });
-      }
-    });
-  }
+  std::future<void> masks = StartMasks();
+  // Waits for the masks (once); the runner calls it between issuing the step and picking.
+  auto wait_masks = [&] {
+    if (!masks.valid()) return;
+    masks.get();
+    stats_.masks_beside_step += static_cast<int64_t>(masked_.size());
+  };
   const auto began = std::chrono::steady_clock::now();
   // Slot states: a snapshot of each slot that reads drafts, for the rows kept (PostProcess);
   // part of the step's time, which the pacer weighs drafts by.
@@ -638,15 +650,19 @@ Status Engine::Run() {
   }
   if (picked_) {
     picks_.resize(sample_.size());
-    GZ_RETURN_IF_ERROR(runner_->StepSample(rows_, tables, sample_, picks_.data()));
+    GZ_RETURN_IF_ERROR(runner_->StepSample(
+        rows_, tables, sample_,
+        [&]() -> std::span<const uint64_t> {
+          wait_masks();
+          return step_masks_;
+        },
+        picks_.data()));
     ++stats_.device_sampled;
+    stats_.masks_on_device += static_cast<int64_t>(masked_.size());
   } else {
     GZ_RETURN_IF_ERROR(runner_->Step(rows_, tables, logits_.data()));
   }
-  if (masks.valid()) {
-    masks.get();
-    stats_.masks_beside_step += static_cast<int64_t>(masked_.size());
-  }
+  wait_masks();
   last_step_ = StepTrace{};
   last_step_.runner_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
@@ -1041,7 +1057,11 @@ Status Engine::Warm(int32_t max_decode_shapes) {
       for (int32_t r = 0; r < n; ++r) params[r].temperature = r % 2 ? 0.7f : 0.0f;
       params[0].top_p = 0.9f;
       picks_.resize(n);
-      GZ_RETURN_IF_ERROR(runner_->StepSample(rows_, tab, params, picks_.data()));
+      // The first row under a mask that allows every token (the masks' buffer and kernel path).
+      params[0].mask = 0;
+      const std::vector<uint64_t> every(MaskWords(vocab_), ~uint64_t{0});
+      GZ_RETURN_IF_ERROR(runner_->StepSample(
+          rows_, tab, params, [&] { return std::span<const uint64_t>(every); }, picks_.data()));
     } else {
       GZ_RETURN_IF_ERROR(runner_->Step(rows_, tab, logits_.data()));
     }

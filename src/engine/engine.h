@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <span>
 #include <vector>
@@ -45,7 +46,8 @@ struct EngineOptions {
   // would hold the same bytes twice: a larger kv_budget_bytes keeps prefixes in place.
   int64_t host_prefix_bytes = 0;
   // Pick tokens where the logits are (Runner::CanSample) for steps whose requests use no
-  // penalties and no logprobs; otherwise the logits come to the host.
+  // penalties and no logprobs (a grammar's masks go to the runner); otherwise the logits come
+  // to the host.
   bool device_sampling = true;
   // Threads that compute grammar masks while the runner steps; 0: half the cores, at most 8.
   int32_t mask_threads = 0;
@@ -74,6 +76,7 @@ struct EngineStats {
   int64_t host_copies = 0;     // pages copied to host memory for stored prefixes
   int64_t device_sampled = 0;  // steps whose tokens the runner picked
   int64_t masks_beside_step = 0;  // grammar masks computed while the runner stepped
+  int64_t masks_on_device = 0;    // of them, masks the runner applied where it picked the tokens
   DraftStats lookup;           // lookup drafts
   DraftStats mtp;              // the MTP layer's drafts
 };
@@ -180,6 +183,9 @@ class Engine {
   Status CheckLayers(std::span<const int> layers) const;
   // The parts of a step after the plan (engine/scheduler.h): run the runner, then sample.
   Status Run();
+  // Starts computing the masks of masked_ on the mask pool: the future is ready once each
+  // sequence's mask is (and, where the runner picks, its row of step_masks_); none without masks.
+  std::future<void> StartMasks();
   void PostProcess(std::vector<Progress>& progress);
   // Proposes each generating sequence's drafts for the step (Sequence::drafts) before Schedule.
   Status Draft();
@@ -215,6 +221,9 @@ class Engine {
   bool picked_ = false;                 // this step's tokens came from the runner (picks_)
   std::vector<SampleRow> sample_;       // [wanted] how the runner picks each wanted row's token
   std::vector<int32_t> picks_;          // [wanted] tokens the runner picked
+  // [masked_, MaskWords(vocab)] this step's masks, row SampleRow::mask of each, for the runner
+  // where it picks the tokens.
+  std::vector<uint64_t> step_masks_;
   // Threads that compute this step's grammar masks while the runner steps (made at the first
   // constrained step), and the sequences whose masks they compute.
   std::unique_ptr<ThreadPool> mask_pool_;

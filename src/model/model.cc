@@ -54,10 +54,14 @@ struct Model::Buffers {
   // layer [rows, conv dim] then [rows, v_heads] twice (b, a).
   std::unique_ptr<Buffer> draft_saved;
   std::unique_ptr<Buffer> row_inputs;
-  std::unique_ptr<Buffer> picked;     // [rows, dim] normalized wanted rows
-  std::unique_ptr<Buffer> logits;     // [rows, vocab]
-  std::unique_ptr<Buffer> sample;     // [rows] SampleRow, for picking tokens on the backend
-  std::unique_ptr<Buffer> picks;      // [rows] int32 tokens picked on the backend
+  std::unique_ptr<Buffer> picked;  // [rows, dim] normalized wanted rows
+  std::unique_ptr<Buffer> logits;  // [rows, vocab]
+  std::unique_ptr<Buffer> sample;  // [rows] SampleRow, for picking tokens on the backend
+  std::unique_ptr<Buffer> picks;   // [rows] int32 tokens picked on the backend
+  // [masked rows, MaskWords(vocab)] the allowed tokens of the rows picked under a mask, grown on
+  // demand (most steps have none).
+  std::unique_ptr<Buffer> masks;
+  int64_t mask_words = 0;
   std::unique_ptr<Buffer> tokens;     // [rows] int32
   std::unique_ptr<Buffer> slot_of;    // [rows] int32
   std::unique_ptr<Buffer> positions;  // [rows] int32
@@ -803,7 +807,8 @@ bool Model::CanSample() const { return backend_->CanSample(); }
 bool Model::PagesInHostMemory() const { return backend_->kind() == DeviceKind::kCpu; }
 
 Status Model::StepSample(const Rows& rows, const PageTables& tables,
-                         std::span<const SampleRow> params, int32_t* tokens) {
+                         std::span<const SampleRow> params, const SampleMasks& masks,
+                         int32_t* tokens) {
   if (!backend_->CanSample()) return Unimplemented("StepSample: the backend picks no tokens");
   if (params.size() != rows.wanted.size()) {
     return InvalidArgument("StepSample: expected one SampleRow per wanted row (" +
@@ -811,7 +816,7 @@ Status Model::StepSample(const Rows& rows, const PageTables& tables,
                            std::to_string(params.size()));
   }
   if (rows.wanted.empty()) return Forward(rows, tables, {}, nullptr, nullptr);
-  return Forward(rows, tables, {}, nullptr, nullptr, params, tokens);
+  return Forward(rows, tables, {}, nullptr, nullptr, params, &masks, tokens);
 }
 
 Status Model::Hidden(const Rows& rows, const PageTables& tables, std::span<const int> layers,
@@ -1079,7 +1084,8 @@ Status Model::MtpDraft(const Rows& rows, const PageTables& tables,
 
 Status Model::Forward(const Rows& rows, const PageTables& tables,
                       std::span<const int> hidden_layers, float* hidden_out, float* logits,
-                      std::span<const SampleRow> sample, int32_t* tokens) {
+                      std::span<const SampleRow> sample, const SampleMasks* masks,
+                      int32_t* tokens) {
   GZ_RETURN_IF_ERROR(UploadStepInputs(rows, tables));
   const Arch& a = arch_;
   Impl& impl = *impl_;
@@ -1214,9 +1220,30 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
     be.CopyToHost(logits, b.logits->data(), rows.wanted.size() * a.vocab * sizeof(float));
   }
   if (tokens && !rows.wanted.empty()) {
-    // Outside the recorded step: the parameters change every step (uploaded above).
+    // Outside the recorded step: the parameters change every step (uploaded above), and the
+    // masks are taken only now, once the layers are issued, so that they are computed while the
+    // layers run.
     SampleParams p{b.picks->as<int32_t>(), b.logits->as<float>(), b.sample->as<SampleRow>(),
                    static_cast<int64_t>(rows.wanted.size()), a.vocab};
+    int64_t masked = 0;
+    for (const SampleRow& row : sample) masked = std::max<int64_t>(masked, row.mask + 1);
+    if (masked > 0) {
+      const int64_t words = masked * MaskWords(a.vocab);
+      if (!masks || !*masks) return InvalidArgument("StepSample: rows with a mask, but no masks");
+      const std::span<const uint64_t> allowed = (*masks)();
+      if (static_cast<int64_t>(allowed.size()) < words) {
+        return InvalidArgument("StepSample: expected " + std::to_string(masked) + " masks of " +
+                               std::to_string(MaskWords(a.vocab)) + " words, got " +
+                               std::to_string(allowed.size()) + " words");
+      }
+      if (words > b.mask_words) {
+        b.masks.reset();
+        GZ_ASSIGN_OR_RETURN(b.masks, be.Allocate(words * sizeof(uint64_t)));
+        b.mask_words = words;
+      }
+      be.CopyToDevice(b.masks->data(), allowed.data(), words * sizeof(uint64_t));
+      p.masks = b.masks->as<uint64_t>();
+    }
     be.Sample(p);
     be.CopyToHost(tokens, b.picks->data(), rows.wanted.size() * sizeof(int32_t));
   }

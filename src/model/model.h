@@ -75,7 +75,7 @@ class Model final : public Runner {
   bool CanSample() const override;
   bool PagesInHostMemory() const override;
   Status StepSample(const Rows& rows, const PageTables& tables, std::span<const SampleRow> params,
-                    int32_t* tokens) override;
+                    const SampleMasks& masks, int32_t* tokens) override;
   Status Hidden(const Rows& rows, const PageTables& tables, std::span<const int> layers,
                 float* out) override;
   Status SaveSlotState(int32_t slot) override;
@@ -91,10 +91,11 @@ class Model final : public Runner {
   struct Buffers;
   Model() = default;
   // Reads the rows; writes the hidden states asked for, and for the wanted rows either their
-  // logits (to host `logits`) or, with `sample`, the tokens picked on the backend.
+  // logits (to host `logits`) or, with `sample`, the tokens picked on the backend (the masks
+  // of the rows with one taken from `masks` once the layers are issued).
   Status Forward(const Rows& rows, const PageTables& tables, std::span<const int> hidden_layers,
                  float* hidden_out, float* logits, std::span<const SampleRow> sample = {},
-                 int32_t* tokens = nullptr);
+                 const SampleMasks* masks = nullptr, int32_t* tokens = nullptr);
   // recurrent_order: refuse rows of a slot that are not adjacent and at consecutive positions
   // (what recurrent layers need; the MTP layer does not).
   Status UploadStepInputs(const Rows& rows, const PageTables& tables, bool recurrent_order = true);

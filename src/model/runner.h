@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "core/status.h"
@@ -171,11 +172,19 @@ class Runner {
   // Whether StepSample can pick the tokens where the logits are (on the device), so that only
   // token ids come back instead of [wanted, vocab] logits.
   virtual bool CanSample() const { return false; }
+  // The masks of allowed tokens of a step's rows whose SampleRow::mask >= 0 (a grammar's), in
+  // host memory: [those rows, MaskWords(vocab)] words, row SampleRow::mask of each. StepSample
+  // calls it once, after it has issued the step's layers and before it picks, so that the masks
+  // may be computed while the layers run; it blocks until they are ready.
+  using SampleMasks = std::function<std::span<const uint64_t>()>;
   // Like Step, but picks the token of each wanted row under params[w] (sampling/sampling.h's
-  // steps 3-5: no penalties, no logprobs): tokens [rows.wanted.size()], host memory.
+  // steps 2b-5: no penalties, no logprobs; a row with a mask only among the tokens it allows):
+  // tokens [rows.wanted.size()], host memory, each a token or kNonFiniteToken or kNoAllowedToken.
+  // masks: called only where a row has a mask.
   virtual Status StepSample(const Rows& rows, const PageTables& tables,
-                            std::span<const SampleRow> params, int32_t* tokens) {
-    (void)rows, (void)tables, (void)params, (void)tokens;
+                            std::span<const SampleRow> params, const SampleMasks& masks,
+                            int32_t* tokens) {
+    (void)rows, (void)tables, (void)params, (void)masks, (void)tokens;
     return Unimplemented("this runner picks no tokens itself");
   }
 

@@ -75,8 +75,11 @@ std::vector<int32_t> Alone(const Request& request, uint64_t seed) {
   return out;
 }
 
-TEST(EngineGrammar, MixedBatchesUnderPreemptionAndCancellation) {
+// picks: the runner picks the tokens (as a device does), the constrained rows under the masks the
+// engine hands it once it has stepped.
+void MixedBatchesUnderPreemptionAndCancellation(bool picks) {
   FakeRunner runner(kVocab);
+  runner.picks_tokens = picks;
   EngineOptions options;
   options.slots = 6;
   options.context = 160;
@@ -129,6 +132,15 @@ TEST(EngineGrammar, MixedBatchesUnderPreemptionAndCancellation) {
   }
   EXPECT_GT((*engine)->stats().preemptions, 0);
   EXPECT_GT((*engine)->stats().masks_beside_step, 100);
+  if (picks) {
+    // Every step picked on the runner, every mask applied there.
+    EXPECT_EQ((*engine)->stats().device_sampled, (*engine)->stats().steps);
+    EXPECT_EQ((*engine)->stats().masks_on_device, (*engine)->stats().masks_beside_step);
+    EXPECT_EQ(runner.masked_rows, (*engine)->stats().masks_on_device);
+  } else {
+    EXPECT_EQ((*engine)->stats().device_sampled, 0);
+    EXPECT_EQ((*engine)->stats().masks_on_device, 0);
+  }
   int complete = 0;
   for (auto& [id, i] : index) {
     const Request& r = pending[i].request;
@@ -148,6 +160,60 @@ TEST(EngineGrammar, MixedBatchesUnderPreemptionAndCancellation) {
     }
   }
   EXPECT_GT(complete, 5);
+}
+
+TEST(EngineGrammar, MixedBatchesUnderPreemptionAndCancellation) {
+  MixedBatchesUnderPreemptionAndCancellation(/*picks=*/false);
+}
+
+TEST(EngineGrammar, MixedBatchesPickedByTheRunner) {
+  MixedBatchesUnderPreemptionAndCancellation(/*picks=*/true);
+}
+
+// A grammar that needs a byte no token holds ends its request with an error after the tokens it
+// allowed, on either path, and the free request beside it goes on.
+TEST(EngineGrammar, NoAllowedTokenEndsOnlyItsRequest) {
+  for (bool picks : {false, true}) {
+    FakeRunner runner(kVocab);
+    runner.picks_tokens = picks;
+    EngineOptions options;
+    options.slots = 2;
+    options.context = 64;
+    options.rows = 16;
+    options.kv_budget_bytes = 16 * runner.PageBytes();
+    auto engine = Engine::Create(&runner, options);
+    ASSERT_TRUE(engine.ok()) << engine.status().message();
+    Expected<gizllm::Grammar> g = ParseGbnf("root ::= \"{\" \"q\"\n");
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    Request constrained;
+    constrained.prompt = {3, 4};
+    constrained.limit = 8;
+    constrained.sampling.grammar = std::make_shared<const TokenGrammar>(
+        TokenGrammar{std::make_shared<const gizllm::Grammar>(std::move(*g)), Vocabulary()});
+    Request free;
+    free.prompt = {5};
+    free.limit = 6;
+    free.stop = std::vector<int32_t>{};
+    ASSERT_TRUE((*engine)->Add(constrained).ok());
+    ASSERT_TRUE((*engine)->Add(free).ok());
+    std::map<int64_t, std::vector<int32_t>> got;
+    std::map<int64_t, Progress> last;
+    while ((*engine)->Busy()) {
+      auto progress = (*engine)->Advance();
+      ASSERT_TRUE(progress.ok()) << progress.status().message();
+      for (const Progress& p : *progress) {
+        got[p.id].insert(got[p.id].end(), p.tokens.begin(), p.tokens.end());
+        if (!p.end.empty()) last[p.id] = p;
+      }
+    }
+    EXPECT_EQ(got[0], std::vector<int32_t>{2}) << "picks " << picks;  // "{"
+    EXPECT_EQ(last[0].end, "error");
+    EXPECT_EQ(last[0].status.message(), "the grammar allows no token after 1 tokens of the answer")
+        << "picks " << picks;
+    EXPECT_EQ(last[1].end, "length");
+    EXPECT_EQ(got[1].size(), 6u);
+    EXPECT_EQ(runner.masked_rows > 0, picks);
+  }
 }
 
 TEST(EngineGrammar, VocabularyMustCoverTheModel) {

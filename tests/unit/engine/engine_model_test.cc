@@ -1,6 +1,7 @@
 // The engine on the shipped model (models/tiny-chat, CPU backend): rows of a mixed step equal the
 // same rows read one sequence at a time, concurrent greedy requests equal each request alone,
-// and a stored prefix gives the tokens of a cold run while reading only the rest.
+// tokens the backend picks under grammars' masks equal the host's, and a stored prefix gives the
+// tokens of a cold run while reading only the rest.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <random>
 
 #include "backend/cpu/cpu_isa.h"
+#include "constrained_requests.h"
 #include "engine/engine.h"
 #include "model/evaluate.h"
 #include "model/model.h"
@@ -219,6 +221,55 @@ TEST(EngineModel, ConcurrentGreedyEqualsAloneUnderPreemption) {
     Model* model = SharedModel(kv, bf16);
     ASSERT_NE(model, nullptr);
     CheckConcurrentGreedy(model);
+  }
+}
+
+// A batch of requests under a JSON schema, under a GBNF grammar and free: the tokens the backend
+// picks (the constrained rows under the masks the engine hands it once the step is issued) are
+// the host Sampler's, greedy and seeded sampled, and the constrained answers are text their
+// grammar allows.
+TEST(EngineModel, PicksUnderMasksEqualHostPicks) {
+  Model* model = SharedModel();
+  ASSERT_NE(model, nullptr);
+  ASSERT_TRUE(model->CanSample());
+  const int64_t vocab = model->arch().vocab;
+  auto schema = ConstrainedGrammar(kModel, vocab, /*json_schema=*/true);
+  auto gbnf = ConstrainedGrammar(kModel, vocab, /*json_schema=*/false);
+  ASSERT_TRUE(schema && gbnf);
+  for (bool sampled : {false, true}) {
+    SCOPED_TRACE(sampled ? "sampled" : "greedy");
+    const std::vector<Request> requests = ConstrainedMix(schema, gbnf, sampled);
+    std::vector<std::vector<int32_t>> out[2];
+    EngineStats stats[2];
+    for (bool device : {false, true}) {
+      EngineOptions options;
+      options.slots = 5;
+      options.context = 128;
+      options.rows = 64;
+      options.kv_budget_bytes = 48 * model->PageBytes();
+      options.device_sampling = device;
+      options.mask_threads = 2;
+      auto engine = Engine::Create(model, options);
+      ASSERT_TRUE(engine.ok()) << engine.status().message();
+      auto got = (*engine)->Generate(requests);
+      ASSERT_TRUE(got.ok()) << got.status().message();
+      out[device] = std::move(*got);
+      stats[device] = (*engine)->stats();
+    }
+    EXPECT_EQ(stats[false].device_sampled, 0);
+    EXPECT_EQ(stats[true].device_sampled, stats[true].steps);
+    EXPECT_GT(stats[true].masks_on_device, 100);
+    EXPECT_EQ(stats[true].masks_on_device, stats[true].masks_beside_step);
+    int64_t constrained = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      EXPECT_EQ(out[true][i], out[false][i]) << "request " << i;
+      EXPECT_FALSE(out[true][i].empty()) << "request " << i;
+      if (requests[i].sampling.grammar) {
+        EXPECT_TRUE(Allowed(*requests[i].sampling.grammar, out[true][i])) << "request " << i;
+        constrained += static_cast<int64_t>(out[true][i].size());
+      }
+    }
+    EXPECT_GT(constrained, 100);
   }
 }
 

@@ -105,23 +105,30 @@ class FakeRunner : public Runner {
   // With pages_on_host set, the fake says its pool is host memory (a CPU backend).
   bool pages_on_host = false;
   bool PagesInHostMemory() const override { return pages_on_host; }
+  int64_t masked_rows = 0;  // of them, rows picked under a mask
   Status StepSample(const Rows& rows, const PageTables& tables, std::span<const SampleRow> params,
-                    int32_t* tokens) override {
+                    const SampleMasks& masks, int32_t* tokens) override {
     if (!picks_tokens) return Internal("fake: StepSample without picks_tokens");
     if (params.size() != rows.wanted.size()) return Internal("fake: one SampleRow per wanted row");
     std::vector<float> logits(rows.wanted.size() * arch_.vocab);
     GZ_RETURN_IF_ERROR(Step(rows, tables, logits.data()));
+    // The masks only after the step, as a device runner takes them.
+    std::span<const uint64_t> allowed;
+    const int64_t words = MaskWords(arch_.vocab);
+    for (const SampleRow& row : params) {
+      if (row.mask < 0) continue;
+      if (allowed.empty()) allowed = masks();
+      if (static_cast<int64_t>(allowed.size()) < (row.mask + 1) * words)
+        return Internal("fake: a SampleRow's mask outside the masks");
+    }
     Sampler sampler(arch_.vocab);
     for (size_t w = 0; w < params.size(); ++w) {
-      Sampling s;
-      s.temperature = params[w].temperature;
-      s.top_k = params[w].top_k;
-      s.top_p = params[w].top_p;
-      s.min_p = params[w].min_p;
-      const std::vector<int32_t> output(params[w].index, 0);  // only its size counts
-      tokens[w] = sampler.Sample(std::span<const float>(&logits[w * arch_.vocab], arch_.vocab), s,
-                                 params[w].seed, {}, output, nullptr);
+      const SampleRow& row = params[w];
+      tokens[w] = sampler.Sample(
+          std::span<const float>(&logits[w * arch_.vocab], arch_.vocab), row,
+          row.mask < 0 ? std::span<const uint64_t>() : allowed.subspan(row.mask * words, words));
       ++sampled_rows;
+      masked_rows += row.mask >= 0;
     }
     return Status::Ok();
   }

@@ -1,10 +1,11 @@
 // The Engine on the CUDA backend with tiny-chat: tokens picked on the device equal the host
-// Sampler's picks from the same logits (seeded sampling under top-k, top-p, min-p and greedy),
-// greedy tokens equal the CPU backend's, Warm leaves the engine as it found it, and fp16 pages
-// come back from host memory as they were; lookup drafts (verify steps of several rows a
-// sequence, picked on the device) change no token in exact mode, on the golden hybrids too,
-// where Accept brings the recurrent states back to the last kept row, and tiny-hybrid's MTP drafts
-// change none either. Skipped without a CUDA device.
+// The Engine on the CUDA backend with tiny-chat: tokens picked on the device equal the host
+// Sampler's picks from the same logits (seeded sampling under top-k, top-p, min-p and greedy;
+// requests under grammars' masks beside free ones), greedy tokens equal the CPU backend's, Warm
+// leaves the engine as it found it, and fp16 pages come back from host memory as they were;
+// lookup drafts (verify steps of several rows a sequence, picked on the device) change no token
+// in exact mode, on the golden hybrids too, where Accept brings the recurrent states back to the
+// last kept row, and tiny-hybrid's MTP drafts change none either. Skipped without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "model/evaluate.h"
 #include "model/model.h"
 #include "ops/device.h"
+#include "unit/engine/constrained_requests.h"
 
 namespace gizllm {
 namespace {
@@ -107,6 +109,51 @@ TEST(CudaEngine, DevicePicksEqualHostPicks) {
   for (size_t i = 0; i < requests.size(); ++i) {
     EXPECT_EQ(device[i], host[i]) << "request " << i;
     EXPECT_EQ(static_cast<int64_t>(device[i].size()), requests[i].limit);
+  }
+}
+
+// A batch of requests under a JSON schema, under a GBNF grammar and free (greedy, then seeded
+// sampled): the tokens picked on the device, the constrained rows under the masks the engine
+// uploads once the step is issued, equal the host Sampler's from the same logits, and every
+// constrained answer is text its grammar allows.
+TEST(CudaEngine, DevicePicksUnderMasksEqualHostPicks) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto model = Load("cuda", /*exact=*/false);
+  ASSERT_TRUE(model);
+  const int64_t vocab = model->arch().vocab;
+  auto schema = ConstrainedGrammar("models/tiny-chat", vocab, /*json_schema=*/true);
+  auto gbnf = ConstrainedGrammar("models/tiny-chat", vocab, /*json_schema=*/false);
+  ASSERT_TRUE(schema && gbnf);
+  for (bool sampled : {false, true}) {
+    SCOPED_TRACE(sampled ? "sampled" : "greedy");
+    const std::vector<Request> requests = ConstrainedMix(schema, gbnf, sampled);
+    std::vector<std::vector<int32_t>> out[2];
+    EngineStats stats[2];
+    for (bool device : {false, true}) {
+      EngineOptions options;
+      options.slots = 5;
+      options.context = 128;
+      options.rows = 64;
+      options.device_sampling = device;
+      auto engine = Engine::Create(model.get(), options);
+      ASSERT_TRUE(engine.ok()) << engine.status().message();
+      auto got = (*engine)->Generate(requests);
+      ASSERT_TRUE(got.ok()) << got.status().message();
+      out[device] = std::move(*got);
+      stats[device] = (*engine)->stats();
+    }
+    EXPECT_EQ(stats[false].device_sampled, 0);
+    EXPECT_EQ(stats[true].device_sampled, stats[true].steps);
+    EXPECT_GT(stats[true].masks_on_device, 100);
+    int64_t constrained = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      EXPECT_EQ(out[true][i], out[false][i]) << "request " << i;
+      if (requests[i].sampling.grammar) {
+        EXPECT_TRUE(Allowed(*requests[i].sampling.grammar, out[true][i])) << "request " << i;
+        constrained += static_cast<int64_t>(out[true][i].size());
+      }
+    }
+    EXPECT_GT(constrained, 100);
   }
 }
 
