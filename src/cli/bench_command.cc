@@ -334,6 +334,8 @@ int RunBench(const BenchOptions& o) {
       {"prefix_hit_rate", hit_rate},
       {"preemptions", stats.preemptions},
       {"grammar_masks_beside_step", stats.masks_beside_step},
+      {"grammar_masks_on_device", stats.masks_on_device},
+      {"device_sampled_steps", stats.device_sampled},
       {"steps", stats.steps},
       {"rows", stats.rows},
   };

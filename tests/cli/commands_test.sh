@@ -90,8 +90,9 @@ steps = [json.loads(l) for l in open(sys.argv[2])]
 assert all("matmul" in s["ops"] for s in steps), steps[0]
 ' "$tmp/out" "$tmp/ops.jsonl"
 
-# Constrained requests: every answer follows the schema (its masks computed beside the steps),
-# ends where its JSON is complete or at the token limit; a bad schema names the file.
+# Constrained requests: every answer follows the schema (its masks computed beside the steps and
+# applied where the backend picks the tokens), ends where its JSON is complete or at the token
+# limit; a bad schema names the file.
 cat > "$tmp/schema.json" <<'SCHEMA'
 {"type": "object", "properties": {"n": {"type": "integer"}, "tag": {"enum": ["a", "b"]}},
  "required": ["n", "tag"]}
@@ -102,6 +103,7 @@ check bench-json-schema-masks python3 -c '
 import json, sys
 d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert d["grammar_masks_beside_step"] >= d["generated_tokens"] > 0, d
+assert d["grammar_masks_on_device"] == d["grammar_masks_beside_step"], d  # picked by the backend
 ' "$tmp/out"
 echo '{"type": "object", "patternProperties": {"a": {}}}' > "$tmp/bad_schema.json"
 expect_fail bench-json-schema-bad "bad_schema.json" $gz bench --requests 1 --prompt-tokens 4 \
