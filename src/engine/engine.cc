@@ -1057,9 +1057,10 @@ Status Engine::Warm(int32_t max_decode_shapes) {
       for (int32_t r = 0; r < n; ++r) params[r].temperature = r % 2 ? 0.7f : 0.0f;
       params[0].top_p = 0.9f;
       picks_.resize(n);
-      // The first row under a mask that allows every token (the masks' buffer and kernel path).
-      params[0].mask = 0;
-      const std::vector<uint64_t> every(MaskWords(vocab_), ~uint64_t{0});
+      // The rows after the first under masks that allow every token, one each: the masks'
+      // buffer sized for every sequence of the step, and the masked kernel path.
+      for (int32_t r = 1; r < n; ++r) params[r].mask = r - 1;
+      const std::vector<uint64_t> every((n - 1) * MaskWords(vocab_), ~uint64_t{0});
       GZ_RETURN_IF_ERROR(runner_->StepSample(
           rows_, tab, params, [&] { return std::span<const uint64_t>(every); }, picks_.data()));
     } else {

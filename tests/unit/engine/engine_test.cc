@@ -410,6 +410,8 @@ TEST(Engine, WarmRunsEachShapeAndLeavesNothingBehind) {
     EXPECT_EQ(runner.steps(), 12);
     EXPECT_EQ(runner.rows_read(), 2 * (24 + 1 + 2 + 3 + 4 + 5));
     EXPECT_EQ(runner.sampled_rows, picks ? 2 * (1 + 2 + 3 + 4 + 5) : 0);
+    // Every row after the first of a decode step under a mask (the masks' buffer sized).
+    EXPECT_EQ(runner.masked_rows, picks ? 2 * (0 + 1 + 2 + 3 + 4) : 0);
     EXPECT_EQ(engine->free_pages(), engine->pages());
     for (int s = 0; s < 5; ++s) EXPECT_TRUE(engine->held(s).empty());
     EXPECT_EQ(engine->stats().steps, 0);
