@@ -1083,7 +1083,7 @@ Status Engine::Warm(int32_t max_decode_shapes) {
     if (options_.device_sampling && runner_->CanSample()) {
       std::vector<SampleRow> params(n * per);
       picks_.resize(n * per);
-      GZ_RETURN_IF_ERROR(runner_->StepSample(rows_, tab, params, picks_.data()));
+      GZ_RETURN_IF_ERROR(runner_->StepSample(rows_, tab, params, {}, picks_.data()));
     } else {
       GZ_RETURN_IF_ERROR(runner_->Step(rows_, tab, logits_.data()));
     }
