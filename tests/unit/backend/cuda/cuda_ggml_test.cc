@@ -337,7 +337,9 @@ std::vector<float> Logits(const std::string& path, std::span<const int32_t> ids)
 
 // The logits of `dir` written as a GGUF file with `linears` (kBlocks: blocks of `type` with random
 // codes), its matrices kept in their blocks on CUDA, against a float32 folder of the same values,
-// both on CUDA in exact mode: within 1e-4.
+// both on CUDA in exact mode: within 1e-4 of the largest logit (and at least 1e-4; the golden
+// tests' measure). Random 1-bit codes give tiny-chat logits near 80, where the two sums' orders
+// differ by 6.4e-4 (8e-6 of the largest).
 void ExpectSameLogits(const std::string& dir, testing::GgufLinears linears,
                       GgmlType type = GgmlType::kQ8_0) {
   SCOPED_TRACE(dir + " " + GgmlTypeName(type));
@@ -360,7 +362,7 @@ void ExpectSameLogits(const std::string& dir, testing::GgufLinears linears,
     most = std::max(most, std::fabs(got[i] - want[i]));
     peak = std::max(peak, std::fabs(want[i]));
   }
-  EXPECT_LE(most, 1e-4f) << "the largest logit's size " << peak;
+  EXPECT_LE(most, 1e-4f * std::max(1.0f, peak)) << "the largest logit's size " << peak;
 }
 
 // tiny-chat quantized as llama.cpp quantizes to Q8_0 and Q4_0 (embedding and linears kept in
