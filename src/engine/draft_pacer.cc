@@ -82,8 +82,10 @@ double DraftPacer::ExpectedGain(double a, int32_t k) {
 int32_t DraftPacer::Choose(int64_t rows, int64_t decodes, int64_t candidates) {
   if (candidates <= 0 || max_drafts_ <= 0) return 0;
   const int64_t most = static_cast<int64_t>(ms_.size()) - 1;
+  // The step without drafts is measured first: a count never measured would take a larger
+  // count's time (drafted steps'), and drafting would look free.
+  if (ms_[std::clamp<int64_t>(rows, 1, most)] == 0.0) return 0;
   const double base_ms = StepMs(rows);
-  if (base_ms == 0.0) return 0;  // nothing measured yet: this step measures `rows`
   const double a = acceptance();
   int32_t best = 0;
   double best_rate = kMargin * static_cast<double>(decodes) / base_ms;

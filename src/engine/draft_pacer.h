@@ -21,7 +21,8 @@ class DraftPacer {
   // largest one extrapolated from the two largest, and with one measured count below it that
   // count's time (so it is tried and measured). After `kProbeAfter` steps without drafts one
   // draft is tried (a probe), so a changed acceptance is seen; each probe after which drafting
-  // still does not pay doubles the wait, up to kMaxProbeAfter.
+  // still does not pay doubles the wait, up to kMaxProbeAfter. A step of a row count never
+  // measured carries no drafts, so that it is measured without them.
   int32_t Choose(int64_t rows, int64_t decodes, int64_t candidates);
 
   // A step of `rows` rows took `ms` (the runner's wall clock).

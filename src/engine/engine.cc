@@ -404,10 +404,16 @@ Status Engine::DraftMtp(std::span<const std::pair<Sequence*, int64_t>> eligible,
   rows.Clear();
   mtp_sources_.clear();
   std::map<int64_t, int32_t> last;  // sequence -> its last row here
+  // Paced (auto), a step that drafts nothing leaves the answer's rows unread by the MTP layer:
+  // reading them costs about a step's layer and more on a small model, where not drafting is
+  // chosen because drafts do not pay. Their positions then hold no MTP keys, which only makes
+  // later drafts worse (the pacer sees it in their acceptance); the prompt's rows are always read.
+  const bool answer_rows = k > 0 || options_.draft != DraftMode::kAuto;
   for (const MtpRow& m : mtp_pending_) {
     auto it = state_.sequences.find(m.id);
     if (it == state_.sequences.end() || it->second.slot != m.slot) continue;
     const Sequence& seq = it->second;
+    if (!answer_rows && m.position >= seq.prompt) continue;
     if (m.position + 1 >= static_cast<int64_t>(seq.tokens.size()) ||
         m.position >= static_cast<int64_t>(state_.slots[m.slot].tokens.size())) {
       continue;
@@ -471,8 +477,12 @@ Status Engine::DraftMtp(std::span<const std::pair<Sequence*, int64_t>> eligible,
     drafting[i].seq->drafts.assign(mtp_picks_.begin() + i * per,
                                    mtp_picks_.begin() + i * per + keep);
   }
-  draft_ms_ =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+  // The pacer weighs drafts by this time; a run that drafts nothing (a prompt's rows read) is
+  // the prompt's cost, not a step's.
+  if (!drafting.empty()) {
+    draft_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began)
+                    .count();
+  }
   return Status::Ok();
 }
 

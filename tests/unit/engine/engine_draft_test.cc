@@ -40,6 +40,26 @@ TEST(LookupDraft, LongestMatchMostRecentFirst) {
   EXPECT_TRUE(Lookup({1, 2, 1}, 0).empty());
 }
 
+// A step's row count without drafts is measured before drafts are weighed against it: only
+// larger counts measured (drafted steps, prompt steps) would otherwise lend it their time, and
+// drafting would look free.
+TEST(DraftPacer, MeasuresTheStepWithoutDraftsFirst) {
+  DraftPacer pacer(64, 3);
+  pacer.RecordStep(16, 10.0);  // a prompt piece
+  pacer.RecordStep(64, 11.0);  // a step with drafts
+  pacer.RecordJudged(10, 0);
+  EXPECT_EQ(pacer.Choose(8, 8, 8), 0);  // 8 rows never measured: this step measures them
+  pacer.RecordStep(8, 2.0);
+  EXPECT_EQ(pacer.Choose(8, 8, 8), 0);  // 3.6 tokens a sequence at 5.5x the time: no drafts
+  pacer.RecordStep(8, 9.0);             // the lowest measurement stands
+  EXPECT_EQ(pacer.Choose(8, 8, 8), 0);
+  DraftPacer cheap(64, 3);
+  cheap.RecordStep(8, 9.0);
+  cheap.RecordStep(32, 11.0);
+  cheap.RecordJudged(10, 0);
+  EXPECT_EQ(cheap.Choose(8, 8, 8), 3);  // drafts nearly free where the 8-row step was measured
+}
+
 TEST(DraftPacer, DraftsOnlyWhereTheyPay) {
   // Steps whose time barely grows with rows (memory bound): drafts pay even at modest
   // acceptance.
