@@ -18,9 +18,14 @@ void DraftOptions::Add(CLI::App* app) {
       ->default_val("auto");
   app->add_option("--drafts", drafts, "Most drafts a sequence carries in a step (0 to 16)")
       ->default_val(3);
+  app->add_option("--draft-vocab", draft_vocab,
+                  "MTP drafts pick among the first N token ids only (FR-Spec: a BPE vocabulary's "
+                  "first ids are its most frequent tokens), so the MTP layer's head computes N "
+                  "logits a draft instead of the whole vocabulary's; 0: all")
+      ->default_val(0);
 }
 
-Status DraftOptions::Apply(const Model& model, EngineOptions* options) const {
+Status DraftOptions::Apply(Model& model, EngineOptions* options) const {
   if (drafts < 0 || drafts > EngineOptions::kMaxDrafts) {
     return InvalidArgument("--drafts: expected 0 to " + std::to_string(EngineOptions::kMaxDrafts) +
                            ", got " + std::to_string(drafts));
@@ -46,6 +51,14 @@ Status DraftOptions::Apply(const Model& model, EngineOptions* options) const {
     return InvalidArgument("--draft: expected auto, mtp, lookup or none, got \"" + draft + "\"");
   }
   if (drafts == 0) options->draft = DraftMode::kNone;
+  if (draft_vocab != 0) {
+    if (!model.HasMtp() || options->draft == DraftMode::kNone ||
+        options->draft == DraftMode::kLookup) {
+      return InvalidArgument("--draft-vocab: only MTP drafts (--draft mtp or auto on a model with "
+                             "an MTP layer) pick from a vocabulary");
+    }
+    if (Status s = model.SetDraftVocab(draft_vocab); !s.ok()) return s.Annotate("--draft-vocab");
+  }
   return Status::Ok();
 }
 

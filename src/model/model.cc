@@ -185,6 +185,9 @@ struct Model::Impl {
   bool keeps_hidden = false;
   int64_t hidden_rows = 0;
   int64_t mtp_table_width = 0;  // the MTP rows' page-table width (PageTables::max_pages)
+  // MtpDraft's head over the first draft_vocab tokens only (SetDraftVocab); empty: the head.
+  Weight draft_head;
+  int64_t draft_vocab = 0;
   std::vector<int64_t> step_first, step_count;
   std::vector<uint8_t> snapshot_pending, snapshot_valid;
 
@@ -192,13 +195,15 @@ struct Model::Impl {
   // into buffers.picked, normalized by `norm` inside the matmul where it is given (x is
   // normalized already where not), multiplied into `logits` [wanted, vocab] and soft-capped.
   // The copy of the logits to the host is the caller's (after a recorded step ends).
+  // `w`: another head than `head` (the MTP drafts' over fewer tokens), of w->rows tokens.
   void IssueHead(Backend& be, const Arch& a, const float* x, int64_t wanted, const float* norm,
-                 float norm_eps, float* logits, const int32_t* index = nullptr);
+                 float norm_eps, float* logits, const int32_t* index = nullptr,
+                 const Weight* w = nullptr);
 };
 
 void Model::Impl::IssueHead(Backend& be, const Arch& a, const float* x, int64_t wanted,
                             const float* norm, float norm_eps, float* logits,
-                            const int32_t* index) {
+                            const int32_t* index, const Weight* w) {
   float* picked = buffers.picked->as<float>();
   be.GatherRows({picked, x, index ? index : buffers.wanted->as<int32_t>(), wanted, a.dim});
   MatmulParams m;
@@ -208,10 +213,10 @@ void Model::Impl::IssueHead(Backend& be, const Arch& a, const float* x, int64_t 
     m.norm_eps = norm_eps;
   }
   m.rows = wanted;
-  m.w[0] = &head;
+  m.w[0] = w ? w : &head;
   m.out[0] = logits;
   be.Matmul(m);
-  if (a.logit_softcap > 0) be.Softcap({logits, wanted * a.vocab, a.logit_softcap});
+  if (a.logit_softcap > 0) be.Softcap({logits, wanted * m.w[0]->rows, a.logit_softcap});
 }
 
 Status LoadOptions::Check() const {
@@ -892,9 +897,31 @@ void Model::IssueMtpLayer(int64_t n, float* normed, const int32_t* tokens,
 
 // The head over the wanted rows of `normed` (index: null, the step's wanted rows) into the
 // logits buffer.
-void Model::IssueMtpHead(const float* normed, int64_t wanted, const int32_t* index) {
+void Model::IssueMtpHead(const float* normed, int64_t wanted, const int32_t* index,
+                         const Weight* head) {
   impl_->IssueHead(*backend_, arch_, normed, wanted, /*norm=*/nullptr, 0.0f,
-                   impl_->buffers.logits->as<float>(), index);
+                   impl_->buffers.logits->as<float>(), index, head);
+}
+
+Status Model::SetDraftVocab(int64_t tokens) {
+  Impl& impl = *impl_;
+  if (!impl.mtp) return Unimplemented("draft vocabulary: " + dir_ + " has no MTP layer");
+  if (tokens < 1 || tokens > arch_.vocab)
+    return InvalidArgument("draft vocabulary: expected 1 to " + std::to_string(arch_.vocab) +
+                           " tokens, got " + std::to_string(tokens));
+  impl.step_generation = NextStepGeneration();  // recorded drafts read the other head
+  if (tokens == arch_.vocab) {
+    impl.draft_head = Weight{};
+    impl.draft_vocab = 0;
+    return Status::Ok();
+  }
+  WeightLoader w(impl.checkpoint, arch_, *backend_, dir_, &impl.placed);
+  const TensorRole role =
+      arch_.tied_head || !w.Has(TensorRole::kHead, -1) ? TensorRole::kEmbed : TensorRole::kHead;
+  const WeightLoader::Rows rows[] = {{0, tokens}};
+  GZ_ASSIGN_OR_RETURN(impl.draft_head, w.MatrixRows(role, -1, rows, "MTP draft head"));
+  impl.draft_vocab = tokens;
+  return Status::Ok();
 }
 
 void Model::UploadMtpOrder(int64_t n, Buffer* to) {
@@ -1006,21 +1033,24 @@ Status Model::MtpDraft(const Rows& rows, const PageTables& tables,
     be.CopyToDevice(b.chain_sources->data(), chain_sources.data(), chain * sizeof(int32_t));
   }
   int32_t* picks = b.mtp_picks->as<int32_t>();  // [1 + chained, w]
+  // The drafts' head: over the first draft_vocab tokens where SetDraftVocab chose fewer.
+  const Weight* head = impl.draft_vocab > 0 ? &impl.draft_head : nullptr;
+  const int64_t vocab = impl.draft_vocab > 0 ? impl.draft_vocab : arch_.vocab;
   // The largest logit of each of the `count` rows of the logits buffer into `out`: on the
   // device where the backend picks tokens, else on the host (which records nothing).
   const bool device_picks = be.CanSample();
   auto pick = [&](int64_t count, int32_t* out) {
     if (device_picks) {
-      be.Sample({out, b.logits->as<float>(), b.mtp_greedy->as<SampleRow>(), count, arch_.vocab});
+      be.Sample({out, b.logits->as<float>(), b.mtp_greedy->as<SampleRow>(), count, vocab});
       return;
     }
-    std::vector<float> logits(count * arch_.vocab);
+    std::vector<float> logits(count * vocab);
     be.CopyToHost(logits.data(), b.logits->data(), logits.size() * sizeof(float));
     be.Synchronize();
     std::vector<int32_t> host(count);
     for (int64_t r = 0; r < count; ++r) {
-      const float* row = logits.data() + r * arch_.vocab;
-      host[r] = static_cast<int32_t>(std::max_element(row, row + arch_.vocab) - row);
+      const float* row = logits.data() + r * vocab;
+      host[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
     }
     be.CopyToDevice(out, host.data(), count * sizeof(int32_t));
   };
@@ -1047,7 +1077,7 @@ Status Model::MtpDraft(const Rows& rows, const PageTables& tables,
     be.GatherRows({state, b.final_hidden->as<float>(), b.mtp_sources->as<int32_t>(), m, dim});
     IssueMtpLayer(m, b.mtp_normed->as<float>());
     if (w > 0) {
-      IssueMtpHead(b.mtp_normed->as<float>(), w);
+      IssueMtpHead(b.mtp_normed->as<float>(), w, nullptr, head);
       pick(w, picks);
     }
     if (chain > 0) {
@@ -1063,7 +1093,7 @@ Status Model::MtpDraft(const Rows& rows, const PageTables& tables,
                        b.chain_sources->as<int32_t>() + j * w, w, dim});
         IssueMtpLayer(w, b.mtp_normed->as<float>(), chain_tokens, &in,
                       b.chain_order->as<int32_t>());
-        IssueMtpHead(b.mtp_normed->as<float>(), w, b.iota->as<int32_t>());
+        IssueMtpHead(b.mtp_normed->as<float>(), w, b.iota->as<int32_t>(), head);
         pick(w, picks + (j + 1) * w);
       }
     }

@@ -70,6 +70,10 @@ class Model final : public Runner {
   Status KeepHidden() override;
   Status MtpDraft(const Rows& rows, const PageTables& tables, std::span<const int32_t> sources,
                   int32_t chained, int32_t* tokens) override;
+  // FR-Spec: MtpDraft's head computes the logits of the first `tokens` token ids only (for a
+  // BPE vocabulary, those merged first: the most frequent), so its drafts are among them and
+  // each costs that share of the head; the vocabulary's size: the whole head again.
+  Status SetDraftVocab(int64_t tokens);
   // The most chained drafts MtpDraft makes after a wanted row's first.
   static constexpr int32_t kMaxMtpChain = 16;
   bool CanSample() const override;
@@ -108,7 +112,8 @@ class Model final : public Runner {
   void UploadMtpOrder(int64_t n, Buffer* to = nullptr);
   void IssueMtpLayer(int64_t n, float* normed, const int32_t* tokens = nullptr,
                      const StepInputs* inputs = nullptr, const int32_t* order = nullptr);
-  void IssueMtpHead(const float* normed, int64_t wanted, const int32_t* index = nullptr);
+  void IssueMtpHead(const float* normed, int64_t wanted, const int32_t* index = nullptr,
+                    const Weight* head = nullptr);
   // Loads the MTP layer (Arch::mtp_prefix) and appends its cache to caches_.
   Status LoadMtp();
   // Copies one page between the pool and the host, region by region (a layer's, or under window

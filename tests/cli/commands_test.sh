@@ -174,6 +174,18 @@ assert l["drafted"] > 0 and 0 <= l["accepted"] <= l["drafted"] and l["steps"] > 
 ' "$tmp/out"
 expect_error draft-mtp-refused "has no MTP layer" $gz run --draft mtp --prompt hi
 expect_error draft-dflash-refused "not built yet" $gz run --draft dflash --prompt hi
+expect_error draft-vocab-needs-mtp "only MTP drafts" $gz run --draft-vocab 100 --prompt hi
+# MTP drafts on the shipped tiny hybrid, over the first 2,048 token ids (FR-Spec).
+$gz bench --model models/tiny-hybrid -n 2 -c 1 -p 8 -o 24 --draft mtp --draft-vocab 2048 --json \
+  > "$tmp/out" 2>/dev/null
+check bench-mtp-json python3 -c '
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+m = d["drafts"]["mtp"]
+assert d["draft"] == "mtp" and d["generated_tokens"] == 2 * 24, d
+assert m["drafted"] > 0 and 0 <= m["accepted"] <= m["drafted"] and m["steps"] > 0, m
+' "$tmp/out"
+expect_error draft-vocab-range "expected 1 to 8192" $gz run --model models/tiny-hybrid --draft mtp --draft-vocab 9000 --prompt hi
 expect_error drafts-out-of-range "--drafts: expected 0 to 16" $gz bench --drafts 17
 
 finish

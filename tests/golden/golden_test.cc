@@ -620,6 +620,23 @@ TEST(Golden, TinyHybridMtpDraftPicksMtpStepsLargestLogits) {
     ++compared;
   }
   EXPECT_GT(compared, 0);
+  // FR-Spec: over the first 1,024 token ids only, the largest of those logits.
+  EXPECT_FALSE(model->SetDraftVocab(0).ok());
+  EXPECT_FALSE(model->SetDraftVocab(vocab + 1).ok());
+  ASSERT_TRUE(model->SetDraftVocab(1024).ok());
+  int64_t outside = 0;  // rows whose largest logit is not among the first 1,024 ids
+  for (int64_t p = 0; p + 1 < n; ++p) {
+    mtp_rows(p, &rows, &sources);
+    ASSERT_TRUE(model->MtpDraft(rows, tables, sources, 0, &pick).ok());
+    const float* r = whole->data() + p * vocab;
+    EXPECT_EQ(pick, static_cast<int32_t>(std::max_element(r, r + 1024) - r)) << "row " << p;
+    outside += argmax(*whole, p) >= 1024;
+  }
+  EXPECT_GT(outside, 0);  // the restriction changes some drafts
+  ASSERT_TRUE(model->SetDraftVocab(vocab).ok());  // the whole head again
+  mtp_rows(0, &rows, &sources);
+  ASSERT_TRUE(model->MtpDraft(rows, tables, sources, 0, &pick).ok());
+  EXPECT_EQ(pick, argmax(*whole, 0));
 }
 
 // A model cut to its first layers (--layers) has no MTP layer to run.
