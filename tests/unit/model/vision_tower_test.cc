@@ -361,7 +361,8 @@ TEST_F(VisionTowerTest, PicturesTogetherEqualEachAlone) {
 }
 
 TEST_F(VisionTowerTest, ErrorsNameTheProblem) {
-  auto tower = VisionTower::Load(Write(), Cpu());
+  const std::string dir = Write();
+  auto tower = VisionTower::Load(dir, Cpu());
   ASSERT_TRUE(tower.ok()) << tower.status().message();
   VisionOutput out;
   const std::vector<VisionGrid> odd = {{1, 4, 6}, {1, 3, 4}};
@@ -375,11 +376,10 @@ TEST_F(VisionTowerTest, ErrorsNameTheProblem) {
   s = (*tower)->Run({}, {}, &out);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   // A checkpoint without the tower's tensors.
-  fs::remove(::testing::TempDir() + "/vision_tower/model.safetensors");
+  fs::remove(dir + "/model.safetensors");
   const std::vector<TensorToWrite> none;
-  ASSERT_TRUE(
-      WriteSafetensors(::testing::TempDir() + "/vision_tower/model.safetensors", none, {}).ok());
-  auto missing = VisionTower::Load(::testing::TempDir() + "/vision_tower", Cpu());
+  ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", none, {}).ok());
+  auto missing = VisionTower::Load(dir, Cpu());
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("model.visual.patch_embed.proj.weight"),
             std::string::npos)
