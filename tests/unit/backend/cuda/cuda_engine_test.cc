@@ -279,6 +279,39 @@ Drafted GenerateDrafts(Model& model, const std::vector<Request>& requests, Draft
   return {out.ok() ? *out : std::vector<std::vector<int32_t>>{}, (*engine)->stats()};
 }
 
+// The requests on 4 slots sharing 12 pages (preemption; a hybrid's states, their snapshots and
+// the drafts' inputs beside), context 128, steps of 48 rows; the pages checked after.
+Drafted GenerateInFewPages(Model& model, const std::vector<Request>& requests, DraftMode draft,
+                           bool device_sampling) {
+  EngineOptions options;
+  options.slots = 4;
+  options.context = 128;
+  options.rows = 48;
+  options.device_sampling = device_sampling;
+  options.draft = draft;
+  options.kv_budget_bytes = 12 * model.PageBytes() + Engine::StateBytes(model.caches(), options);
+  auto engine = Engine::Create(&model, options);
+  EXPECT_TRUE(engine.ok()) << engine.status().message();
+  if (!engine.ok()) return Drafted{};
+  auto out = (*engine)->Generate(requests);
+  EXPECT_TRUE(out.ok()) << out.status().message();
+  EXPECT_TRUE((*engine)->CheckPages().ok());
+  return Drafted{out.ok() ? *out : std::vector<std::vector<int32_t>>{}, (*engine)->stats()};
+}
+
+// Tokens of `ours` before its first difference from `plain`, summed over the requests.
+int64_t TokensBeforeTheFirstDifference(const Drafted& ours, const Drafted& plain) {
+  int64_t same = 0;
+  for (size_t i = 0; i < plain.tokens.size() && i < ours.tokens.size(); ++i) {
+    size_t n = 0;
+    while (n < plain.tokens[i].size() && n < ours.tokens[i].size() &&
+           ours.tokens[i][n] == plain.tokens[i][n])
+      ++n;
+    same += static_cast<int64_t>(n);
+  }
+  return same;
+}
+
 TEST(CudaEngine, DraftsChangeNoTokens) {
   GZ_SKIP_WITHOUT_CUDA();
   const auto requests = RepeatingRequests();
@@ -297,7 +330,7 @@ TEST(CudaEngine, DraftsChangeNoTokens) {
       if (device) {
         EXPECT_GT(lookup.stats.device_sampled, 0);
       }
-      int64_t same = 0, all = 0;
+      int64_t all = 0;
       for (size_t i = 0; i < requests.size(); ++i) {
         ASSERT_EQ(static_cast<int64_t>(lookup.tokens[i].size()), requests[i].limit);
         ASSERT_EQ(static_cast<int64_t>(paced.tokens[i].size()), requests[i].limit);
@@ -305,12 +338,9 @@ TEST(CudaEngine, DraftsChangeNoTokens) {
           EXPECT_EQ(lookup.tokens[i], plain.tokens[i]) << "request " << i;
           EXPECT_EQ(paced.tokens[i], plain.tokens[i]) << "request " << i;
         }
-        // Tokens up to the first difference.
-        size_t n = 0;
-        while (n < plain.tokens[i].size() && lookup.tokens[i][n] == plain.tokens[i][n]) ++n;
-        same += static_cast<int64_t>(n);
         all += static_cast<int64_t>(plain.tokens[i].size());
       }
+      const int64_t same = TokensBeforeTheFirstDifference(lookup, plain);
       std::printf(
           "%s, %s picks: lookup drafts %lld, kept %lld; tokens before the first "
           "difference %lld of %lld\n",
@@ -361,21 +391,7 @@ TEST(CudaEngine, HybridDraftsChangeNoTokens) {
         SCOPED_TRACE(std::string(name) + (exact ? " exact" : " fast") +
                      (device ? " device" : " host"));
         auto run = [&](DraftMode draft) {
-          EngineOptions options;
-          options.slots = 4;
-          options.context = 128;
-          options.rows = 48;
-          options.device_sampling = device;
-          options.draft = draft;
-          options.kv_budget_bytes =
-              12 * model->PageBytes() + Engine::StateBytes(model->caches(), options);
-          auto engine = Engine::Create(model.get(), options);
-          EXPECT_TRUE(engine.ok()) << engine.status().message();
-          if (!engine.ok()) return Drafted{};
-          auto out = (*engine)->Generate(requests);
-          EXPECT_TRUE(out.ok()) << out.status().message();
-          EXPECT_TRUE((*engine)->CheckPages().ok());
-          return Drafted{out.ok() ? *out : std::vector<std::vector<int32_t>>{}, (*engine)->stats()};
+          return GenerateInFewPages(*model, requests, draft, device);
         };
         const Drafted plain = run(DraftMode::kNone);
         const Drafted lookup = run(DraftMode::kLookup);
@@ -391,17 +407,15 @@ TEST(CudaEngine, HybridDraftsChangeNoTokens) {
         if (device) {
           EXPECT_GT(lookup.stats.device_sampled, 0);
         }
-        int64_t same = 0, all = 0;
+        int64_t all = 0;
         for (size_t i = 0; i < requests.size(); ++i) {
           ASSERT_EQ(static_cast<int64_t>(lookup.tokens[i].size()), requests[i].limit);
           if (exact) {
             EXPECT_EQ(lookup.tokens[i], plain.tokens[i]) << "request " << i;
           }
-          size_t n = 0;
-          while (n < plain.tokens[i].size() && lookup.tokens[i][n] == plain.tokens[i][n]) ++n;
-          same += static_cast<int64_t>(n);
           all += static_cast<int64_t>(plain.tokens[i].size());
         }
+        const int64_t same = TokensBeforeTheFirstDifference(lookup, plain);
         std::printf(
             "%s %s, %s picks: lookup drafts %lld, kept %lld; tokens before the first "
             "difference %lld of %lld\n",
@@ -438,20 +452,7 @@ TEST(CudaEngine, TinyHybridMtpDraftsChangeNoTokens) {
     requests.push_back(r);
   }
   auto run = [&](Model& model, DraftMode draft, bool device) {
-    EngineOptions options;
-    options.slots = 4;
-    options.context = 128;
-    options.rows = 48;
-    options.device_sampling = device;
-    options.draft = draft;
-    options.kv_budget_bytes = 12 * model.PageBytes() + Engine::StateBytes(model.caches(), options);
-    auto engine = Engine::Create(&model, options);
-    EXPECT_TRUE(engine.ok()) << engine.status().message();
-    if (!engine.ok()) return Drafted{};
-    auto out = (*engine)->Generate(requests);
-    EXPECT_TRUE(out.ok()) << out.status().message();
-    EXPECT_TRUE((*engine)->CheckPages().ok());
-    return Drafted{out.ok() ? *out : std::vector<std::vector<int32_t>>{}, (*engine)->stats()};
+    return GenerateInFewPages(model, requests, draft, device);
   };
   auto cpu = Load("cpu", /*exact=*/true, std::nullopt, dir);
   ASSERT_TRUE(cpu);
@@ -469,18 +470,16 @@ TEST(CudaEngine, TinyHybridMtpDraftsChangeNoTokens) {
       EXPECT_GT(mtp.stats.mtp.accepted, 0);
       EXPECT_GT(mtp.stats.mtp.drafted, mtp.stats.mtp.accepted);
       EXPECT_GT(mtp.stats.preemptions, 0);
-      int64_t same = 0, all = 0;
+      int64_t all = 0;
       for (size_t i = 0; i < requests.size(); ++i) {
         ASSERT_EQ(static_cast<int64_t>(mtp.tokens[i].size()), requests[i].limit);
         if (exact) {
           EXPECT_EQ(mtp.tokens[i], plain.tokens[i]) << "request " << i;
           EXPECT_EQ(mtp.tokens[i], reference.tokens[i]) << "request " << i;
         }
-        size_t n = 0;
-        while (n < plain.tokens[i].size() && mtp.tokens[i][n] == plain.tokens[i][n]) ++n;
-        same += static_cast<int64_t>(n);
         all += static_cast<int64_t>(plain.tokens[i].size());
       }
+      const int64_t same = TokensBeforeTheFirstDifference(mtp, plain);
       std::printf(
           "tiny-hybrid %s, %s picks: MTP drafts %lld, kept %lld; tokens before the first "
           "difference %lld of %lld\n",
