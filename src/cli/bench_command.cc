@@ -16,6 +16,7 @@
 #include "cli/draft_options.h"
 #include "cli/grammar_file.h"
 #include "cli/model_options.h"
+#include "cli/pictures.h"
 #include "core/progress.h"
 #include "engine/engine.h"
 #include "engine/kv_sizing.h"
@@ -50,6 +51,8 @@ struct BenchOptions {
   bool trace_ops = false;  // per-op times (Backend::SetOpTrace)
   std::string json_schema;  // every request's answer follows this JSON Schema file
   std::string grammar;      // or this GBNF file
+  std::vector<std::string> images;  // every request is a chat with these pictures
+  std::string image_prompt = "Describe the picture.";
 };
 
 // Prompts from a JSONL file: each line {"prompt": "text"} (tokenized) or {"tokens": [ids]}.
@@ -111,12 +114,34 @@ int RunBench(const BenchOptions& o) {
   if (o.output_tokens < 1) return Fail("bench --output-tokens: expected >= 1");
   if (o.concurrency < 1) return Fail("bench --concurrency: expected >= 1");
   if (o.prompts.empty() && o.prompt_tokens < 1) return Fail("bench --prompt-tokens: expected >= 1");
+  if (!o.images.empty() &&
+      (!o.prompts.empty() || o.rate > 0 || o.background > 0 || o.concurrency != 1))
+    return Fail("bench --image: runs one request at a time (--concurrency 1), without "
+                "--prompts, --rate or --background");
   auto loaded = o.model.Load(!o.json);
   if (!loaded.ok()) return Fail(loaded.status().message());
   Model& model = **loaded;
 
+  // --image: each request's prompt is made inside its timed span (files read, pictures decoded
+  // and preprocessed, the tower run), from a tower loaded once; one made here sizes the engine.
+  std::unique_ptr<PictureReader> pictures;
+  std::optional<Tokenizer> picture_tokenizer;
+  auto picture_prompt = [&]() -> Expected<PicturePrompt> {
+    return PicturePromptTokens(*pictures, model, *picture_tokenizer, o.image_prompt, o.images);
+  };
+  std::vector<double> picture_s;  // seconds from the files to the request's prompt, each request
   std::vector<std::vector<int32_t>> prompts;
-  if (!o.prompts.empty()) {
+  if (!o.images.empty()) {
+    auto reader = PictureReader::Load(model.dir(), model.shared_backend());
+    if (!reader.ok()) return Fail("bench --image: " + reader.status().message());
+    pictures = std::move(*reader);
+    auto tokenizer = Tokenizer::Load(ResolveModelDir(o.model.model));
+    if (!tokenizer.ok()) return Fail("bench --image: " + tokenizer.status().message());
+    picture_tokenizer = std::move(*tokenizer);
+    auto first = picture_prompt();
+    if (!first.ok()) return Fail("bench --image: " + first.status().message());
+    prompts.push_back(first->tokens);
+  } else if (!o.prompts.empty()) {
     auto read = ReadPrompts(o.prompts, ResolveModelDir(o.model.model));
     if (!read.ok()) return Fail(read.status().message());
     prompts = std::move(*read);
@@ -147,7 +172,9 @@ int RunBench(const BenchOptions& o) {
   constexpr int64_t kBackgroundPrompt = 16;
   EngineOptions options;
   options.slots = o.concurrency + o.background;
-  options.context = std::max(longest + o.output_tokens, kBackgroundPrompt + o.background_tokens);
+  options.context = longest + o.output_tokens;
+  if (o.background > 0)
+    options.context = std::max(options.context, kBackgroundPrompt + o.background_tokens);
   options.rows = StepRows(model.backend().kind(), options.slots, o.rows);
   if (o.kv_mib < 0) return Fail("bench --kv-mib: expected >= 0");
   const int64_t budget =
@@ -168,6 +195,28 @@ int RunBench(const BenchOptions& o) {
   if (o.warm) {
     Status warm = engine.Warm();
     if (!warm.ok()) return Fail("warm-up: " + warm.message());
+  }
+  if (o.warm && pictures) {
+    // Two picture requests before the timed run: a step shape is recorded the second time it
+    // comes, and the tower's first run pays for its own start.
+    for (int k = 0; k < 2; ++k) {
+      engine.DropCaches();
+      auto p = picture_prompt();
+      if (!p.ok()) return Fail("warm-up: " + p.status().message());
+      Request r;
+      r.prompt = std::move(p->tokens);
+      r.pictures = std::make_shared<const PromptPictures>(std::move(p->pictures));
+      r.limit = o.output_tokens;
+      r.stop = std::vector<int32_t>{};
+      if (auto id = engine.Add(std::move(r)); !id.ok())
+        return Fail("warm-up: " + id.status().message());
+      while (engine.Busy()) {
+        auto progress = engine.Advance();
+        if (!progress.ok()) return Fail("warm-up: " + progress.status().message());
+        for (const Progress& q : *progress)
+          if (!q.status.ok()) return Fail("warm-up: " + q.status.message());
+      }
+    }
   }
   if (o.trace_ops && !model.backend().SetOpTrace(true))
     return Fail("bench --trace-ops: " + model.backend().Describe() + " keeps no op times");
@@ -202,6 +251,17 @@ int RunBench(const BenchOptions& o) {
       r.prompt.resize(kBackgroundPrompt);
       for (int32_t& t : r.prompt) t = static_cast<int32_t>(16 + rng() % (model.arch().vocab - 16));
       r.limit = o.background_tokens;
+    } else if (pictures) {
+      // The clock runs from before the files are read; nothing held from an earlier request
+      // (the same picture's rows) is reused.
+      engine.DropCaches();
+      arrived = Clock::now();
+      GZ_ASSIGN_OR_RETURN(PicturePrompt p, picture_prompt());
+      picture_s.push_back(std::chrono::duration<double>(Clock::now() - arrived).count());
+      r.prompt = std::move(p.tokens);
+      r.pictures = std::make_shared<const PromptPictures>(std::move(p.pictures));
+      r.limit = o.output_tokens;
+      ++next;
     } else {
       r.prompt = prompts[next % prompts.size()];
       r.limit = o.output_tokens;
@@ -340,6 +400,12 @@ int RunBench(const BenchOptions& o) {
       {"rows", stats.rows},
   };
   if (o.rate > 0) out["rate"] = o.rate;
+  if (pictures) {
+    out["images"] = o.images;
+    out["prompt_tokens"] = prompts[0].size();
+    out["picture_ms_p50"] = 1e3 * Percentile(picture_s, 50);
+    out["picture_ms_p99"] = 1e3 * Percentile(picture_s, 99);
+  }
   // Drafts per drafter: made, kept, and kept per step (of all steps, and of those with drafts).
   out["draft"] = o.draft.draft;
   const std::pair<const char*, const DraftStats*> drafters[] = {{"lookup", &stats.lookup},
@@ -384,6 +450,12 @@ int RunBench(const BenchOptions& o) {
                 1e3 * Percentile(ttft, 99));
     std::printf("between tokens   p50 %.1f ms, p99 %.1f ms\n", 1e3 * Percentile(itl, 50),
                 1e3 * Percentile(itl, 99));
+    if (pictures) {
+      std::printf("pictures         %zu-token prompt; files to prompt rows (decode, preprocess, "
+                  "tower) p50 %.1f ms, p99 %.1f ms of the first token's time\n",
+                  prompts[0].size(), 1e3 * Percentile(picture_s, 50),
+                  1e3 * Percentile(picture_s, 99));
+    }
     if (o.background > 0) {
       std::printf("background       %d sequences: %.1f tokens/s, between tokens p50 %.1f ms, "
                   "p99 %.1f ms\n",
@@ -452,6 +524,14 @@ void AddBenchCommand(CLI::App& app, CommandContext& ctx) {
                   "Every request's answer follows this JSON Schema file (a token mask a step; "
                   "the model's stop tokens end an answer where its JSON is complete)");
   cmd->add_option("--grammar", o->grammar, "Every request's answer follows this GBNF file");
+  cmd->add_option("--image", o->images,
+                  "Every request is a chat with this picture (repeat for several) and "
+                  "--image-prompt, run one at a time (--concurrency 1); its first-token time "
+                  "counts from reading the files: decoding, preprocessing and the vision tower "
+                  "included, nothing reused from the request before. Two untimed requests warm "
+                  "it up");
+  cmd->add_option("--image-prompt", o->image_prompt, "The text after the pictures")
+      ->default_val("Describe the picture.");
   cmd->add_flag("--host-sampling", o->host_sampling,
                 "Pick tokens on the host from copied logits, even where the device can");
   cmd->add_flag("!--no-warm", o->warm, "Skip Engine::Warm before the timed run");
@@ -477,7 +557,11 @@ void AddBenchCommand(CLI::App& app, CommandContext& ctx) {
                 "Time every op (CUDA: events on the stream; CPU: the clock) and report the totals "
                 "per op (with --trace, each step's too). Steps are not recorded as CUDA graphs "
                 "meanwhile, so each op is launched on its own and the run is slower");
-  cmd->callback([&ctx, o] { ctx.exit_code = RunBench(*o); });
+  cmd->callback([&ctx, o, cmd] {
+    // Picture requests run one at a time unless told otherwise (and then refused).
+    if (!o->images.empty() && cmd->count("--concurrency") == 0) o->concurrency = 1;
+    ctx.exit_code = RunBench(*o);
+  });
 }
 
 }  // namespace gizllm::cli

@@ -45,6 +45,12 @@ Expected<PicturePrompt> PicturePromptTokens(const Model& model, const Tokenizer&
                                             const std::vector<std::string>& files,
                                             const std::vector<VideoFolder>& videos = {});
 
+// The same with a tower already loaded (a benchmark reads many prompts with one).
+Expected<PicturePrompt> PicturePromptTokens(PictureReader& reader, const Model& model,
+                                            const Tokenizer& tokenizer, const std::string& prompt,
+                                            const std::vector<std::string>& files,
+                                            const std::vector<VideoFolder>& videos = {});
+
 // chat's /image FILE: reads the file, decodes and preprocesses it (so a bad picture is refused
 // now, naming the file), loads the model's tower into `reader` the first time, and adds the
 // picture to `attached`.

@@ -34,19 +34,26 @@ Expected<PicturePrompt> PicturePromptTokens(const Model& model, const Tokenizer&
                                             const std::vector<VideoFolder>& videos) {
   auto reader = PictureReader::Load(model.dir(), model.shared_backend());
   if (!reader.ok()) return reader.status().Annotate("pictures need a vision tower");
+  return PicturePromptTokens(**reader, model, tokenizer, prompt, files, videos);
+}
+
+Expected<PicturePrompt> PicturePromptTokens(PictureReader& reader, const Model& model,
+                                            const Tokenizer& tokenizer, const std::string& prompt,
+                                            const std::vector<std::string>& files,
+                                            const std::vector<VideoFolder>& videos) {
   GZ_ASSIGN_OR_RETURN(std::vector<std::vector<uint8_t>> bytes, ReadPictureFiles(files));
   std::vector<VisionInput> inputs;
   for (size_t i = 0; i < bytes.size(); ++i) {
-    auto in = (*reader)->PreparePicture(bytes[i]);
+    auto in = reader.PreparePicture(bytes[i]);
     if (!in.ok()) return in.status().Annotate("picture " + std::to_string(i + 1));
     inputs.push_back(std::move(in).value());
   }
   for (size_t i = 0; i < videos.size(); ++i) {
     const std::string which = "video " + std::to_string(i + 1);
     auto frames =
-        vision::ReadFrameFolder(videos[i].folder, kMaxVideoFolderFrames, (*reader)->limits());
+        vision::ReadFrameFolder(videos[i].folder, kMaxVideoFolderFrames, reader.limits());
     if (!frames.ok()) return frames.status().Annotate(which);
-    auto in = (*reader)->PrepareVideo(*frames, videos[i].fps);
+    auto in = reader.PrepareVideo(*frames, videos[i].fps);
     if (!in.ok()) return in.status().Annotate(which);
     inputs.push_back(std::move(in).value());
   }
@@ -56,9 +63,9 @@ Expected<PicturePrompt> PicturePromptTokens(const Model& model, const Tokenizer&
       {{"role", "user"}, {"content", PictureContent(files.size(), prompt, videos.size())}});
   const nlohmann::ordered_json input = {{"messages", messages}, {"add_generation_prompt", true}};
   GZ_ASSIGN_OR_RETURN(ChatPrompt chat, ChatPrompt::Render(chat_template, tokenizer, input, 0));
-  GZ_ASSIGN_OR_RETURN(chat, (*reader)->WriteVideos(tokenizer, chat, inputs));
-  GZ_ASSIGN_OR_RETURN(PlacedPrompt placed, (*reader)->Place(chat.tokens, std::move(inputs)));
-  return (*reader)->Read(std::move(placed));
+  GZ_ASSIGN_OR_RETURN(chat, reader.WriteVideos(tokenizer, chat, inputs));
+  GZ_ASSIGN_OR_RETURN(PlacedPrompt placed, reader.Place(chat.tokens, std::move(inputs)));
+  return reader.Read(std::move(placed));
 }
 
 namespace {

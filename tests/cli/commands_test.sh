@@ -69,7 +69,7 @@ check run-figures-on-their-own-line grep -q "^prompt: " "$tmp/both"
 kv_of() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["kv"])' "$tmp/out"; }
 for want in "64 f32" "8 8" "3 8/4" "1 8/2"; do
   set -- $want
-  expect_ok bench-kv-auto-$1mib $gz bench --requests 4 --concurrency 4 --prompt-tokens 64 \
+  expect_ok bench-kv-auto-$1mib $gz bench --requests 4 --concurrency 4 --prompt-tokens 512 \
     --output-tokens 16 --kv-mib $1 --json
   check bench-kv-auto-$1mib-is-$2 test "$(kv_of)" = "$2"
 done

@@ -46,6 +46,17 @@ expect_ok run-image-converted $gz run -m "$tmp/converted" "${flags[@]}" --image 
   --prompt "what is this?"
 check run-image-converted-prompt-tokens grep -q "^prompt: 40 tokens" "$tmp/err"
 check run-image-converted-answer-not-empty test "$(wc -c <"$tmp/out")" -gt 4
+# bench --image: one request at a time, the first token timed from reading the file; the
+# prompt is run's (40 tokens), and each request produces its tokens.
+expect_ok bench-image $gz bench -m "$m" --device cpu --exact --threads 2 --image "$tmp/picture.png" \
+  --image-prompt "what is this?" -n 3 -o 4 --json
+check bench-image-prompt python3 -c "import json,sys; d=json.loads(open('$tmp/out').read().strip().splitlines()[-1]); sys.exit(0 if d['prompt_tokens']==40 and d['generated_tokens']==12 and d['concurrency']==1 and 0<d['picture_ms_p50']<=d['ttft_p50_ms'] else 1)"
+expect_fail bench-image-concurrency "one request at a time" \
+  $gz bench -m "$m" --device cpu --image "$tmp/picture.png" -c 4
+expect_error bench-image-truncated "picture 1: PNG truncated" \
+  $gz bench -m "$m" --device cpu --image "$tmp/cut.png"
+expect_error bench-image-no-tower "no vision tower" \
+  $gz bench --device cpu --image "$tmp/picture.png" -n 1 -o 1
 # A model without a vision tower.
 expect_error run-image-no-tower "no vision tower" \
   $gz run "${flags[@]}" --image "$tmp/picture.png" --prompt "what is this?"
