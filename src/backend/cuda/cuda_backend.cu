@@ -351,7 +351,8 @@ class CudaBackend : public Backend {
   void GatedDeltaRule(const GatedDeltaRuleParams& p) override {
     auto trace = Trace("gated_delta_rule");
     ForgetHandOffs();
-    cuda::LaunchGatedDeltaRule(p, stream_);
+    cuda::LaunchGatedDeltaRule(p, cuda::kDeltaRuleChunkedRows, /*tensor_cores=*/!options_.exact,
+                               stream_);
   }
   void GatedRmsNorm(const GatedRmsNormParams& p) override {
     auto trace = Trace("gated_rms_norm");

@@ -1,6 +1,7 @@
-// Device helpers of the fp16 tensor-core kernels (attention_mma.cu, encoder_mma.cu): mma.sync
-// m16n8k16, ldmatrix and where a lane points in it, cp.async, fp16 packing, and a warp's scores
-// and online softmax over a key tile for its m16 tile of query rows.
+// Device helpers of the tensor-core kernels (attention_mma.cu, encoder_mma.cu; the chunked delta
+// rule's tf32 products in recurrent.cu): mma.sync m16n8k16 and m16n8k8 .tf32, ldmatrix and where
+// a lane points in it, cp.async, fp16 packing, and a warp's scores and online softmax over a key
+// tile for its m16 tile of query rows.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -31,6 +32,46 @@ __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint3
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// mma.sync.m16n8k8 .tf32 (the float32 tensor-core product: 10 bits of mantissa in, float32
+// sums). Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k8" .tf32), g and t as above:
+//   A (16 x 8, row-major): a[0] = A[g][t], a[1] = A[g+8][t], a[2] = A[g][t+4], a[3] = A[g+8][t+4].
+//   B (8 x 8, indexed B[k][n]): b[0] = B[t][g], b[1] = B[t+4][g].
+//   C/D (16 x 8 float32): as m16n8k16's, c[0], c[1] = C[g][2t, 2t+1],
+//     c[2], c[3] = C[g+8][2t, 2t+1].
+__device__ __forceinline__ uint32_t Tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ void MmaTf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                        uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// c[n] += A B_n over kK (a multiple of 8) for a warp: A [16, kK] and the kTiles B_n [kK, 8]
+// float32 in shared memory, element A[r][k] at a[r * a_row + k * a_col] and B_n[k][j] at
+// b[k * b_row + (8 n + j) * b_col], rounded to tf32 as they are read; c[n] is B_n's C fragment.
+template <int kTiles, int kK>
+__device__ __forceinline__ void MmaTf32Rows(float (&c)[kTiles][4], const float* a, int a_row,
+                                            int a_col, const float* b, int b_row, int b_col,
+                                            int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll 4
+  for (int k0 = 0; k0 < kK; k0 += 8) {
+    const uint32_t fa[4] = {
+        Tf32(a[g * a_row + (k0 + t) * a_col]), Tf32(a[(g + 8) * a_row + (k0 + t) * a_col]),
+        Tf32(a[g * a_row + (k0 + t + 4) * a_col]), Tf32(a[(g + 8) * a_row + (k0 + t + 4) * a_col])};
+#pragma unroll
+    for (int n = 0; n < kTiles; ++n) {
+      const float* bn = b + (8 * n + g) * b_col;
+      MmaTf32(c[n], fa, Tf32(bn[(k0 + t) * b_row]), Tf32(bn[(k0 + t + 4) * b_row]));
+    }
+  }
 }
 
 // Four 8 x 8 fp16 matrices from shared memory, transposed: lanes 8i..8i+7 give the addresses

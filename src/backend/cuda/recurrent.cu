@@ -14,10 +14,22 @@
 // Each row is the recurrence itself (decay, S^T k, the delta, the rank-one update, S^T q), so a
 // prompt read whole equals the same prompt a row at a time up to float32 rounding; the CPU's
 // chunked form equals it the same way.
+//
+// A long run (a prompt piece: at least min_chunked_rows rows of one slot) goes instead through
+// the chunked form (flash-linear-attention's chunk_gated_delta_rule): chunks of 64 rows, within
+// a chunk the deltas solve a unit lower-triangular system (the UT transform) and the state is
+// read and written once a chunk. Why: the row walk above keeps a warp a (head, 32 columns) and
+// its rows strictly in order, so one 2,048-row piece of a 32-head layer runs 128 warps through
+// 2,048 dependent steps; a chunk does the same rows' work as small matrix products over shared
+// memory, 64 rows a step. Both kernels are launched for every step (the run layout lives only in
+// device memory, so a recorded step replays whatever runs its rows hold); each returns at once
+// from the runs the other owns.
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace gizllm::cuda {
 namespace {
@@ -32,6 +44,14 @@ __device__ __forceinline__ float Silu(float x) { return x / (1.0f + expf(-x)); }
 // Whether row r starts a run (its slot differs from the row before it).
 __device__ __forceinline__ bool RunStart(const int32_t* slots, int64_t r) {
   return r == 0 || slots[r - 1] != slots[r];
+}
+
+// Whether the run starting at row r0 has at least min_rows rows (0: never): the rows of a slot
+// are adjacent, so its row r0 + min_rows - 1 belongs to it exactly when the run is that long.
+__device__ __forceinline__ bool LongRun(const int32_t* slots, int64_t rows, int64_t r0,
+                                        int min_rows) {
+  const int64_t last = r0 + min_rows - 1;
+  return min_rows > 0 && last < rows && slots[last] == slots[r0];
 }
 
 // grid (rows, channel blocks of 256): the block of a run start walks the run's rows.
@@ -99,11 +119,13 @@ __global__ void GatedRmsNormKernel(GatedRmsNormParams p) {
 
 // grid (rows, v_heads, column blocks of 32), one warp a block: lane j owns column
 // blockIdx.z * 32 + j of head blockIdx.y's state.
+// Runs of min_chunked_rows rows or more are left to ChunkedDeltaRuleKernel.
 template <int kKd>
-__global__ void __launch_bounds__(32) GatedDeltaRuleKernel(GatedDeltaRuleParams p) {
+__global__ void __launch_bounds__(32)
+    GatedDeltaRuleKernel(GatedDeltaRuleParams p, int min_chunked_rows) {
   Prologue();
   const int64_t r0 = blockIdx.x;
-  if (!RunStart(p.slots, r0)) return;
+  if (!RunStart(p.slots, r0) || LongRun(p.slots, p.rows, r0, min_chunked_rows)) return;
   const int h = blockIdx.y;
   const int lane = threadIdx.x;
   const int64_t j = static_cast<int64_t>(blockIdx.z) * 32 + lane;
@@ -151,6 +173,328 @@ __global__ void __launch_bounds__(32) GatedDeltaRuleKernel(GatedDeltaRuleParams 
   if (!active) return;
 #pragma unroll
   for (int i = 0; i < kKd; ++i) st[i * vd + j] = s[i];
+}
+
+// The chunked form. With S0 the state before a chunk of c <= 64 rows, G_t the running sum of
+// the rows' gates g within the chunk, beta_t the rows' betas and q already scaled:
+//   A[t][s] = beta_t e^(G_t - G_s) k_t.k_s (s < t),  P[t][s] = e^(G_t - G_s) q_t.k_s (s <= t)
+//   (I + A) delta = R,  R_t = beta_t (v_t - e^G_t S0^T k_t)
+//   out_t = e^G_t S0^T q_t + sum_{s<=t} P[t][s] delta_s
+//   S = e^G_last S0 + sum_t e^(G_last - G_t) k_t delta_t^T
+// which is the recurrence unrolled over the chunk (the CPU backend's DeltaRuleRun writes the same
+// sums). Every exponent is <= 0: no product grows past its inputs.
+constexpr int kChunkRows = 64;
+constexpr int kChunkColumns = 32;  // state columns (value dimensions) a block
+constexpr int kChunkThreads = 256;
+
+// The chunk kernel's shared memory, in floats. Rows of K and Q are padded to a multiple of 4
+// floats (float4 loads) plus 4, and rows of 32 columns to 40, so that the lanes of a warp that
+// read different rows hit different banks.
+template <int kKd>
+struct ChunkLayout {
+  static constexpr int kKs = kKd + 4;               // K and Q row stride
+  static constexpr int kAs = kChunkRows + 4;        // A and P row stride
+  static constexpr int kCs = kChunkColumns + 8;     // S, D and O row stride
+  static constexpr int kK = 0;                      // [64, kKs] keys (then e^(G_last - G_t) k_t)
+  static constexpr int kQ = kK + kChunkRows * kKs;  // [64, kKs] scaled queries
+  static constexpr int kA = kQ + kChunkRows * kKs;  // [64, kAs] A
+  static constexpr int kP = kA + kChunkRows * kAs;  // [64, kAs] P
+  static constexpr int kS = kP + kChunkRows * kAs;  // [kKd, kCs] the state's columns
+  static constexpr int kD = kS + kKd * kCs;         // [64, kCs] v, then R, then delta
+  static constexpr int kO = kD + kChunkRows * kCs;  // [64, kCs] e^G_t S0^T q_t
+  static constexpr int kG = kO + kChunkRows * kCs;  // [64] G
+  static constexpr int kBeta = kG + kChunkRows;     // [64] beta
+  static constexpr int kLast = kBeta + kChunkRows;  // [64] e^(G_last - G_t)
+  static constexpr size_t kBytes = (kLast + kChunkRows) * sizeof(float);
+};
+
+__device__ __forceinline__ float Dot4(float4 a, float4 b) {
+  return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+}
+
+// grid (ceil(rows / min_rows), v_heads, column blocks of 32), 256 threads. Block x owns the run
+// of row x * min_rows where that row is the run's first multiple of min_rows and the run is
+// long (LongRun): a long run holds exactly one such first multiple, so each long run has one
+// owner a (head, column block), and the search for the run's start looks back fewer than
+// min_rows (<= 256) rows, one thread each. The block walks the run's chunks in order with the
+// state's 32 columns in shared memory; every chunk is padded to 64 rows of zero k, q and beta
+// (G held at the last row's), which add nothing.
+//
+// kTf32: the three products over k_dim or 64 rows (A and P; S0^T k and S0^T q; the state's
+// update) on the tensor cores in tf32, the triangular solve and P delta in float32 as in exact
+// mode. Each warp holds m16 tiles: A and P 16 rows by 32 columns, S0^T k and S0^T q 16 rows by
+// 16 columns, the state 16 key dimensions by 8 columns a tile.
+template <int kKd, bool kTf32>
+__global__ void __launch_bounds__(kChunkThreads)
+    ChunkedDeltaRuleKernel(GatedDeltaRuleParams p, int min_rows) {
+  Prologue();
+  using L = ChunkLayout<kKd>;
+  constexpr int kKs = L::kKs, kAs = L::kAs, kCs = L::kCs, kC = kChunkColumns;
+  extern __shared__ float4 shared4[];
+  float* const sk = reinterpret_cast<float*>(shared4) + L::kK;
+  float* const sq = reinterpret_cast<float*>(shared4) + L::kQ;
+  float* const sa = reinterpret_cast<float*>(shared4) + L::kA;
+  float* const sp = reinterpret_cast<float*>(shared4) + L::kP;
+  float* const ss = reinterpret_cast<float*>(shared4) + L::kS;
+  float* const sd = reinterpret_cast<float*>(shared4) + L::kD;
+  float* const so = reinterpret_cast<float*>(shared4) + L::kO;
+  float* const sg = reinterpret_cast<float*>(shared4) + L::kG;
+  float* const sbeta = reinterpret_cast<float*>(shared4) + L::kBeta;
+  float* const slast = reinterpret_cast<float*>(shared4) + L::kLast;
+  __shared__ int first;  // the distance back from row x * min_rows to its run's start
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  if (tid == 0) first = INT_MAX;
+  __syncthreads();
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * min_rows;
+  if (tid < min_rows && r - tid >= 0 && RunStart(p.slots, r - tid)) atomicMin(&first, tid);
+  __syncthreads();
+  if (first == INT_MAX) return;
+  const int64_t r0 = r - first;
+  if (!LongRun(p.slots, p.rows, r0, min_rows)) return;
+
+  const int h = blockIdx.y;
+  const int64_t vd = p.v_dim;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.z) * kC;
+  const int64_t kh = h / (p.v_heads / p.k_heads);
+  const int32_t slot = p.slots[r0];
+  float* st = p.states + (static_cast<int64_t>(slot) * p.v_heads + h) * kKd * vd;
+  const bool fresh = p.positions[r0] == 0;
+  for (int idx = tid; idx < kKd * kC; idx += kChunkThreads) {
+    const int i = idx / kC;
+    const int64_t j = j0 + idx % kC;
+    ss[i * kCs + idx % kC] = fresh || j >= vd ? 0.0f : st[i * vd + j];
+  }
+  const float a_scale = expf(p.a_log[h]);
+  const float dt_bias = p.dt_bias[h];
+  // Fragment coordinates of the tf32 tiles.
+  const int g = lane / 4, t4 = lane % 4;
+
+  for (int64_t base = r0;; base += kChunkRows) {
+    // The chunk's rows: those of the slot from base on (adjacent, so a count).
+    const bool in_run = tid < kChunkRows && base + tid < p.rows && p.slots[base + tid] == slot;
+    const int c = __syncthreads_count(in_run);
+    if (c == 0) break;
+    for (int idx = tid; idx < kChunkRows * kKd; idx += kChunkThreads) {
+      const int t = idx / kKd, i = idx % kKd;
+      const int64_t at = (base + t) * p.qk_stride + kh * kKd + i;
+      sk[t * kKs + i] = t < c ? p.k[at] : 0.0f;
+      sq[t * kKs + i] = t < c ? p.q[at] * p.scale : 0.0f;
+    }
+    for (int idx = tid; idx < kChunkRows * kC; idx += kChunkThreads) {
+      const int t = idx / kC;
+      const int64_t j = j0 + idx % kC;
+      sd[t * kCs + idx % kC] = t < c && j < vd ? p.v[(base + t) * p.v_stride + h * vd + j] : 0.0f;
+    }
+    if (tid < kChunkRows) {
+      float gate = 0.0f, beta = 0.0f;
+      if (tid < c) {
+        const float x = p.a[(base + tid) * p.ab_stride + h] + dt_bias;
+        gate = -a_scale * (x > 20.0f ? x : log1pf(expf(x)));
+        beta = 1.0f / (1.0f + expf(-p.b[(base + tid) * p.ab_stride + h]));
+      }
+      sg[tid] = gate;
+      sbeta[tid] = beta;
+    }
+    __syncthreads();
+    if (tid == 0) {
+      float total = 0.0f;
+      for (int t = 0; t < kChunkRows; ++t) sg[t] = total += sg[t];
+    }
+    __syncthreads();
+    if (tid < kChunkRows) slast[tid] = expf(sg[kChunkRows - 1] - sg[tid]);
+
+    // A[t][s] and P[t][s] from k_t.k_s and q_t.k_s.
+    auto put = [&](int t, int s, float kk, float qk) {
+      const float decay = s <= t ? expf(sg[t] - sg[s]) : 0.0f;
+      sa[t * kAs + s] = s < t ? sbeta[t] * decay * kk : 0.0f;
+      sp[t * kAs + s] = decay * qk;
+    };
+    if constexpr (kTf32) {
+      // Warp w: rows 16 (w / 2) .., columns 32 (w % 2) ..; the tiles past the rows are zero.
+      const int t0 = 16 * (warp / 2), s0 = 32 * (warp % 2);
+      float kk[4][4] = {}, qk[4][4] = {};
+      if (s0 <= t0 + 15) {
+        MmaTf32Rows<4, kKd>(kk, sk + t0 * kKs, kKs, 1, sk + s0 * kKs, 1, kKs, lane);
+        MmaTf32Rows<4, kKd>(qk, sq + t0 * kKs, kKs, 1, sk + s0 * kKs, 1, kKs, lane);
+      }
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          put(t0 + g + 8 * (e / 2), s0 + 8 * n + 2 * t4 + e % 2, kk[n][e], qk[n][e]);
+        }
+      }
+    } else {
+      // Thread (ty, tx): rows 4 ty .. 4 ty + 3, columns tx + 16 b. A warp's rows end at
+      // 8 warp + 7, so the column groups past them (all zero) are skipped warp-wide.
+      const int ty = tid / 16, tx = tid % 16;
+      const int groups = (8 * warp + 7) / 16 + 1;
+      float kk[4][4] = {}, qk[4][4] = {};
+      for (int i = 0; i < kKd; i += 4) {
+        float4 kt[4], qt[4];
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {
+          kt[a] = *reinterpret_cast<const float4*>(sk + (4 * ty + a) * kKs + i);
+          qt[a] = *reinterpret_cast<const float4*>(sq + (4 * ty + a) * kKs + i);
+        }
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          if (b >= groups) break;
+          const float4 ks = *reinterpret_cast<const float4*>(sk + (tx + 16 * b) * kKs + i);
+#pragma unroll
+          for (int a = 0; a < 4; ++a) {
+            kk[a][b] += Dot4(kt[a], ks);
+            qk[a][b] += Dot4(qt[a], ks);
+          }
+        }
+      }
+#pragma unroll
+      for (int a = 0; a < 4; ++a) {
+#pragma unroll
+        for (int b = 0; b < 4; ++b) put(4 * ty + a, tx + 16 * b, kk[a][b], qk[a][b]);
+      }
+    }
+    // R_t = beta_t (v_t - e^G_t S0^T k_t) over v in sd, and e^G_t S0^T q_t into so.
+    auto finish = [&](int t, int j, float ks, float qs) {
+      const float e = expf(sg[t]);
+      float* d = sd + t * kCs + j;
+      *d = sbeta[t] * (*d - e * ks);
+      so[t * kCs + j] = e * qs;
+    };
+    if constexpr (kTf32) {
+      // Warp w: rows 16 (w / 2) .., columns 16 (w % 2) ...
+      const int t0 = 16 * (warp / 2), j0w = 16 * (warp % 2);
+      float ks[2][4] = {}, qs[2][4] = {};
+      MmaTf32Rows<2, kKd>(ks, sk + t0 * kKs, kKs, 1, ss + j0w, kCs, 1, lane);
+      MmaTf32Rows<2, kKd>(qs, sq + t0 * kKs, kKs, 1, ss + j0w, kCs, 1, lane);
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          finish(t0 + g + 8 * (e / 2), j0w + 8 * n + 2 * t4 + e % 2, ks[n][e], qs[n][e]);
+        }
+      }
+    } else {
+      // Thread (warp, lane): rows 8 warp .. 8 warp + 7 of column lane.
+      float ks[8] = {}, qs[8] = {};
+      for (int i = 0; i < kKd; i += 4) {
+        const float s0 = ss[i * kCs + lane], s1 = ss[(i + 1) * kCs + lane],
+                    s2 = ss[(i + 2) * kCs + lane], s3 = ss[(i + 3) * kCs + lane];
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+          const float4 k4 = *reinterpret_cast<const float4*>(sk + (8 * warp + m) * kKs + i);
+          const float4 q4 = *reinterpret_cast<const float4*>(sq + (8 * warp + m) * kKs + i);
+          ks[m] += k4.x * s0 + k4.y * s1 + k4.z * s2 + k4.w * s3;
+          qs[m] += q4.x * s0 + q4.y * s1 + q4.z * s2 + q4.w * s3;
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < 8; ++m) finish(8 * warp + m, lane, ks[m], qs[m]);
+    }
+    __syncthreads();
+    // K is read once more, by the state's update, as e^(G_last - G_t) k_t.
+    for (int idx = tid; idx < kChunkRows * kKd; idx += kChunkThreads) {
+      const int t = idx / kKd;
+      sk[t * kKs + idx % kKd] *= slast[t];
+    }
+
+    // (I + A) delta = R by blocks of 16 rows: a block's rows less A times the deltas solved
+    // before it (all warps), then the block's own triangle by forward substitution (one warp,
+    // lane = column).
+#pragma unroll
+    for (int blk = 0; blk < 4; ++blk) {
+      const int b0 = 16 * blk;
+      if (blk > 0) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int t = b0 + 2 * warp + u;
+          float acc = 0.0f;
+          for (int s = 0; s < b0; s += 4) {
+            const float4 a4 = *reinterpret_cast<const float4*>(sa + t * kAs + s);
+            acc += a4.x * sd[s * kCs + lane] + a4.y * sd[(s + 1) * kCs + lane] +
+                   a4.z * sd[(s + 2) * kCs + lane] + a4.w * sd[(s + 3) * kCs + lane];
+          }
+          sd[t * kCs + lane] -= acc;
+        }
+        __syncthreads();
+      }
+      if (warp == 0) {
+        float d[16];
+#pragma unroll
+        for (int u = 0; u < 16; ++u) {
+          const int t = b0 + u;
+          float x = sd[t * kCs + lane];
+#pragma unroll
+          for (int v = 0; v < u; ++v) x -= sa[t * kAs + b0 + v] * d[v];
+          d[u] = x;
+          sd[t * kCs + lane] = x;
+        }
+      }
+      __syncthreads();
+    }
+
+    // out_t = so_t + sum_s P[t][s] delta_s (P is zero past each row): thread (warp, lane)
+    // holds rows 8 warp .. 8 warp + 7 of column lane.
+    {
+      float o[8];
+#pragma unroll
+      for (int m = 0; m < 8; ++m) o[m] = so[(8 * warp + m) * kCs + lane];
+      for (int s = 0; s < 8 * warp + 8; s += 4) {
+        const float d0 = sd[s * kCs + lane], d1 = sd[(s + 1) * kCs + lane],
+                    d2 = sd[(s + 2) * kCs + lane], d3 = sd[(s + 3) * kCs + lane];
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+          const float4 p4 = *reinterpret_cast<const float4*>(sp + (8 * warp + m) * kAs + s);
+          o[m] += p4.x * d0 + p4.y * d1 + p4.z * d2 + p4.w * d3;
+        }
+      }
+      if (j0 + lane < vd) {
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+          const int t = 8 * warp + m;
+          if (t < c) p.out[((base + t) * p.v_heads + h) * vd + j0 + lane] = o[m];
+        }
+      }
+    }
+    // S = e^G_last S0 + sum_t (e^(G_last - G_t) k_t) delta_t^T.
+    const float e_last = expf(sg[kChunkRows - 1]);
+    if constexpr (kTf32) {
+      // Tiles of 16 key dimensions by 8 columns, warp w from tile w on by 8.
+      for (int tile = warp; tile < kKd / 16 * 4; tile += 8) {
+        const int i0 = 16 * (tile / 4), n0 = 8 * (tile % 4);
+        float acc[1][4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          acc[0][e] = e_last * ss[(i0 + g + 8 * (e / 2)) * kCs + n0 + 2 * t4 + e % 2];
+        }
+        MmaTf32Rows<1, kChunkRows>(acc, sk + i0, 1, kKs, sd + n0, kCs, 1, lane);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          ss[(i0 + g + 8 * (e / 2)) * kCs + n0 + 2 * t4 + e % 2] = acc[0][e];
+        }
+      }
+    } else {
+      // Thread (warp, lane): key dimensions warp * kKd / 8 .. of column lane.
+      constexpr int kRows = kKd / 8;
+      float acc[kRows] = {};
+      for (int t = 0; t < kChunkRows; ++t) {
+        const float d = sd[t * kCs + lane];
+#pragma unroll
+        for (int m = 0; m < kRows; ++m) acc[m] += sk[t * kKs + warp * kRows + m] * d;
+      }
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+        float* s = ss + (warp * kRows + m) * kCs + lane;
+        *s = e_last * *s + acc[m];
+      }
+    }
+    __syncthreads();  // the next chunk overwrites what this one read
+    if (c < kChunkRows) break;
+  }
+  for (int idx = tid; idx < kKd * kC; idx += kChunkThreads) {
+    const int64_t j = j0 + idx % kC;
+    if (j < vd) st[(idx / kC) * vd + j] = ss[(idx / kC) * kCs + idx % kC];
+  }
 }
 
 unsigned CeilDiv(int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }
@@ -208,18 +552,58 @@ void LaunchL2Norm(const L2NormParams& p, cudaStream_t stream) {
   GZ_CUDA_LAUNCHED();
 }
 
-void LaunchGatedDeltaRule(const GatedDeltaRuleParams& p, cudaStream_t stream) {
-  if (p.rows == 0) return;
+namespace {
+
+template <int kKd, bool kTf32>
+void LaunchChunkedDeltaRule(const GatedDeltaRuleParams& p, int min_rows, cudaStream_t stream) {
+  constexpr size_t kShared = ChunkLayout<kKd>::kBytes;
+  static const bool raised = cudaFuncSetAttribute(ChunkedDeltaRuleKernel<kKd, kTf32>,
+                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  static_cast<int>(kShared)) == cudaSuccess;
+  if (!raised) Refuse("GatedDeltaRule: the chunked kernel's shared memory");
+  const dim3 grid(CeilDiv(p.rows, min_rows), static_cast<unsigned>(p.v_heads),
+                  CeilDiv(p.v_dim, kChunkColumns));
+  LaunchDependent(ChunkedDeltaRuleKernel<kKd, kTf32>, grid, dim3(kChunkThreads), kShared, stream, p,
+                  min_rows);
+}
+
+template <int kKd>
+void LaunchDeltaRule(const GatedDeltaRuleParams& p, int min_chunked_rows, bool tensor_cores,
+                     cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.v_heads),
-                  static_cast<unsigned>(CeilDiv(p.v_dim, 32)));
-  switch (p.k_dim) {
-    case 16: LaunchDependent(GatedDeltaRuleKernel<16>, grid, dim3(32), 0, stream, p); break;
-    case 32: LaunchDependent(GatedDeltaRuleKernel<32>, grid, dim3(32), 0, stream, p); break;
-    case 64: LaunchDependent(GatedDeltaRuleKernel<64>, grid, dim3(32), 0, stream, p); break;
-    case 128: LaunchDependent(GatedDeltaRuleKernel<128>, grid, dim3(32), 0, stream, p); break;
-    default: Refuse("GatedDeltaRule: a key head of 16, 32, 64 or 128");
+                  CeilDiv(p.v_dim, 32));
+  // A step of fewer rows than min_chunked_rows holds no long run.
+  const bool chunked = min_chunked_rows > 0 && p.rows >= min_chunked_rows;
+  const int min_rows = chunked ? min_chunked_rows : 0;
+  LaunchDependent(GatedDeltaRuleKernel<kKd>, grid, dim3(32), 0, stream, p, min_rows);
+  GZ_CUDA_LAUNCHED();
+  if (!chunked) return;
+  if (tensor_cores) {
+    LaunchChunkedDeltaRule<kKd, true>(p, min_rows, stream);
+  } else {
+    LaunchChunkedDeltaRule<kKd, false>(p, min_rows, stream);
   }
   GZ_CUDA_LAUNCHED();
+}
+
+}  // namespace
+
+void LaunchGatedDeltaRule(const GatedDeltaRuleParams& p, int min_chunked_rows, bool tensor_cores,
+                          cudaStream_t stream) {
+  if (p.rows == 0) return;
+  if (min_chunked_rows < 0 || min_chunked_rows > kChunkThreads)
+    Refuse("GatedDeltaRule: min_chunked_rows of 0 to 256");
+  switch (p.k_dim) {
+    case 16:
+      return LaunchDeltaRule<16>(p, min_chunked_rows, tensor_cores, stream);
+    case 32:
+      return LaunchDeltaRule<32>(p, min_chunked_rows, tensor_cores, stream);
+    case 64:
+      return LaunchDeltaRule<64>(p, min_chunked_rows, tensor_cores, stream);
+    case 128:
+      return LaunchDeltaRule<128>(p, min_chunked_rows, tensor_cores, stream);
+    default: Refuse("GatedDeltaRule: a key head of 16, 32, 64 or 128");
+  }
 }
 
 void LaunchGatedAdd(float* out, const float* y, const float* scale, int64_t rows, int64_t dim,

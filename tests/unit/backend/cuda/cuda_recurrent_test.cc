@@ -5,11 +5,17 @@
 // NaN-poisoned. Tolerances: float32 sums in another order than the references' double, within
 // 1e-5 of the largest output for the convolution and the norms; the delta rule carries its state
 // through up to 70 rows of rank-one updates: within 1e-4 of the largest output and state.
+//
+// The chunked delta rule (runs of kDeltaRuleChunkedRows rows or more) against the row-by-row
+// kernel and the reference on runs of 1 to 1,000 rows, whole and continued from a random state,
+// in float32 (exact mode, 1e-4) and on the tensor cores (fast mode: tf32 products, 10 bits of
+// mantissa, within bf16's bound of the fast-mode matmuls: 1e-2 of the largest output and state).
 #include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "backend/cpu/reference.h"
+#include "backend/cuda/kernels.cuh"
 #include "cuda_test_util.h"
 
 namespace gizllm::testing {
@@ -206,6 +212,167 @@ TEST(CudaRecurrentTest, GatedDeltaRuleMatchesTheRecurrence) {
                                std::to_string(sh.v_dim) + " rows " + std::to_string(rows);
       ExpectNear(out.Read(), want, 1e-4, what + " out");
       ExpectNear(st.Read(), want_states, 1e-4, what + " states");
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+// Runs of the delta rule over one shape's random inputs: the float64 reference, the row-by-row
+// kernel (min_chunked_rows 0) and the chunked form (min_chunked_rows 1: every run, one row too;
+// or kDeltaRuleChunkedRows beside shorter runs in the same step), each from the same states.
+class DeltaRuleCase {
+ public:
+  struct Shape {
+    int k_heads, v_heads, k_dim, v_dim;
+  };
+  DeltaRuleCase(Backend* backend, std::mt19937& rng, Shape sh, const std::vector<Run>& runs)
+      : backend_(backend), sh_(sh) {
+    RowsOf(runs, &slots_, &positions_);
+    rows_ = static_cast<int64_t>(slots_.size());
+    qk_stride_ = 2 * sh.k_heads * sh.k_dim + sh.v_heads * sh.v_dim;
+    a_log_.resize(sh.v_heads);
+    dt_bias_ = RandomFloats(rng, sh.v_heads, 0.5f);
+    std::uniform_real_distribution<float> decay(0.02f, 0.25f);
+    for (float& v : a_log_) v = std::log(decay(rng));
+    states_ =
+        RandomFloats(rng, kSlots * static_cast<int64_t>(sh.v_heads) * sh.k_dim * sh.v_dim, 0.3f);
+    mix_ = RandomFloats(rng, rows_ * qk_stride_);
+    ReferenceL2Norm({mix_.data(), rows_, 2 * sh.k_heads, sh.k_dim, qk_stride_, 1e-6f});
+    ab_ = RandomFloats(rng, rows_ * sh.v_heads * 2);
+  }
+
+  // The reference's outputs and states.
+  void Reference(std::vector<float>* out, std::vector<float>* states) const {
+    out->assign(rows_ * sh_.v_heads * sh_.v_dim, 0.0f);
+    *states = states_;
+    ReferenceGatedDeltaRule(Params(out->data(), mix_.data(), ab_.data(), states->data(),
+                                   a_log_.data(), dt_bias_.data(), slots_.data(),
+                                   positions_.data()));
+  }
+
+  // The kernel's: min_chunked_rows as LaunchGatedDeltaRule takes it; fast: through a fast-mode
+  // backend's GatedDeltaRule instead (its own choice of runs to chunk).
+  void Device(int min_chunked_rows, bool fast, std::vector<float>* out,
+              std::vector<float>* states) const {
+    DeviceArray<float> md(backend_, mix_), abd(backend_, ab_), st(backend_, states_),
+        al(backend_, a_log_), dt(backend_, dt_bias_),
+        od(backend_, std::vector<float>(rows_ * sh_.v_heads * sh_.v_dim));
+    DeviceArray<int32_t> sd(backend_, slots_), pd(backend_, positions_);
+    od.Poison();
+    GatedDeltaRuleParams p = Params(od.device(), md.device(), abd.device(), st.device(),
+                                    al.device(), dt.device(), sd.device(), pd.device());
+    ASSERT_TRUE(p.Check().ok()) << p.Check().message();
+    if (fast) {
+      auto backend = MakeBackend(/*exact=*/false);
+      ASSERT_NE(backend, nullptr);
+      backend_->Synchronize();
+      backend->GatedDeltaRule(p);
+      backend->Synchronize();
+    } else {
+      backend_->Synchronize();
+      cuda::LaunchGatedDeltaRule(p, min_chunked_rows, /*tensor_cores=*/false, /*stream=*/nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    }
+    *out = od.Read();
+    *states = st.Read();
+  }
+
+ private:
+  GatedDeltaRuleParams Params(float* o, const float* m, const float* a, float* s, const float* alog,
+                              const float* dtb, const int32_t* sl, const int32_t* po) const {
+    GatedDeltaRuleParams p;
+    p.out = o;
+    p.q = m;
+    p.k = m + sh_.k_heads * sh_.k_dim;
+    p.qk_stride = qk_stride_;
+    p.v = m + 2 * sh_.k_heads * sh_.k_dim;
+    p.v_stride = qk_stride_;
+    p.a = a;
+    p.b = a + sh_.v_heads;
+    p.ab_stride = 2 * sh_.v_heads;
+    p.a_log = alog;
+    p.dt_bias = dtb;
+    p.states = s;
+    p.slots = sl;
+    p.positions = po;
+    p.rows = rows_;
+    p.k_heads = sh_.k_heads;
+    p.v_heads = sh_.v_heads;
+    p.k_dim = sh_.k_dim;
+    p.v_dim = sh_.v_dim;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(sh_.k_dim));
+    return p;
+  }
+
+  Backend* backend_;
+  Shape sh_;
+  std::vector<int32_t> slots_, positions_;
+  int64_t rows_ = 0, qk_stride_ = 0;
+  std::vector<float> a_log_, dt_bias_, states_, mix_, ab_;
+};
+
+// Qwen3-Next's and Qwen3.5's heads (16 key heads, 32 value heads of 128), the golden models'
+// (2, 4, 16, 12), tiny-hybrid's (2, 4, 32, 32) and one of 64 by 40.
+std::vector<DeltaRuleCase::Shape> DeltaRuleShapes() {
+  return {{16, 32, 128, 128}, {2, 4, 16, 12}, {2, 4, 32, 32}, {1, 2, 64, 40}};
+}
+
+// Each length alone from position 0 (slot 1), then mid-sequence (slot 2 from position 77 over a
+// random state) beside a decode row and a run of 5 rows from position 0 over a garbage state.
+std::vector<std::vector<Run>> DeltaRuleSteps() {
+  std::vector<std::vector<Run>> steps;
+  for (int64_t n : {1, 63, 64, 65, 200, 1000}) steps.push_back({{1, 0, n}});
+  steps.push_back({{0, 9, 1}, {2, 77, 200}, {3, 0, 5}});
+  return steps;
+}
+
+TEST(CudaRecurrentTest, ChunkedGatedDeltaRuleMatchesRowByRowAndTheReference) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(true);
+  std::mt19937 rng(33);
+  for (DeltaRuleCase::Shape sh : DeltaRuleShapes()) {
+    for (const auto& runs : DeltaRuleSteps()) {
+      DeltaRuleCase c(backend.get(), rng, sh, runs);
+      std::vector<float> want, want_states, rows_out, rows_states;
+      c.Reference(&want, &want_states);
+      c.Device(/*min_chunked_rows=*/0, /*fast=*/false, &rows_out, &rows_states);
+      int64_t n = 0;
+      for (const auto& run : runs) n += run.rows;
+      const std::string what = "k_dim " + std::to_string(sh.k_dim) + " v_dim " +
+                               std::to_string(sh.v_dim) + " v_heads " + std::to_string(sh.v_heads) +
+                               " rows " + std::to_string(n) +
+                               (runs.size() > 1 ? " mid-sequence" : "");
+      for (int min_rows : {1, cuda::kDeltaRuleChunkedRows}) {
+        std::vector<float> out, states;
+        c.Device(min_rows, /*fast=*/false, &out, &states);
+        const std::string how = what + " min_chunked_rows " + std::to_string(min_rows);
+        ExpectNear(out, want, 1e-4, how + " out");
+        ExpectNear(states, want_states, 1e-4, how + " states");
+        ExpectNear(out, rows_out, 1e-4, how + " out against the row kernel");
+        ExpectNear(states, rows_states, 1e-4, how + " states against the row kernel");
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(CudaRecurrentTest, ChunkedGatedDeltaRuleOnTensorCoresWithinBf16Bound) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto backend = MakeBackend(true);
+  std::mt19937 rng(34);
+  for (DeltaRuleCase::Shape sh : DeltaRuleShapes()) {
+    for (const auto& runs : DeltaRuleSteps()) {
+      DeltaRuleCase c(backend.get(), rng, sh, runs);
+      std::vector<float> want, want_states, out, states;
+      c.Reference(&want, &want_states);
+      c.Device(0, /*fast=*/true, &out, &states);
+      int64_t n = 0;
+      for (const auto& run : runs) n += run.rows;
+      const std::string what = "k_dim " + std::to_string(sh.k_dim) + " v_dim " +
+                               std::to_string(sh.v_dim) + " rows " + std::to_string(n) +
+                               (runs.size() > 1 ? " mid-sequence" : "");
+      ExpectNear(out, want, 1e-2, what + " out");
+      ExpectNear(states, want_states, 1e-2, what + " states");
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
