@@ -16,10 +16,12 @@
 // (codes and per-group (mul, add) pairs).
 //
 // With --moe: one Qwen3-30B-A3B-shaped mixture-of-experts layer alone instead (ProfileMoe); with
-// --encoder-attention the encoder attention alone (ProfileEncoderAttention).
+// --encoder-attention the encoder attention alone (ProfileEncoderAttention); with --delta-rule
+// one Qwen3.5-35B-A3B-shaped recurrent layer's gated delta rule alone (ProfileDeltaRule).
 //
 // Usage: cuda_bench [--quick] [--exact] [--gemv-max-rows N] [--no-graphs] [--bits L[/H]]
-//                   [--decode-only | --prefill-only | --moe | --attention | --encoder-attention]
+//                   [--decode-only | --prefill-only | --moe | --attention | --encoder-attention
+//                    | --delta-rule]
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -1098,9 +1100,147 @@ void ProfileMoe(Backend* be, double bandwidth, double rate, int reps) {
   for (float v : sample) BENCH_CHECK(std::isfinite(v));
 }
 
+// One recurrent layer's gated delta rule at Qwen3.5-35B-A3B's shape (16 key heads, 32 value
+// heads, dims 128; state [32, 128, 128] float32 a slot), the op alone on random inputs (q and k
+// L2-normalized): a 2,048-row piece from position 0 and one continuing a state at position
+// 2,048 (the backend's op: the chunked form, tf32 products in fast mode, float32 with --exact),
+// the same piece row by row (the decode kernel over every row, min_chunked_rows 0), and 64 decode
+// rows of 64 slots. The mean of `reps` runs issued directly. Each figure is set against the bytes
+// the op must move (q, k, v and a, b read, out written, the states read and written) over the
+// copy bandwidth and against its useful FLOPs (per value head and chunk of C = 64 rows: k.k and
+// q.k over the causal half, C^2 K; S^T k and S^T q, 2 C K V; the triangular solve and P delta,
+// C^2 V; the state's update, C K V; decode rows: 4 K V a row) over the bf16 GEMM rate.
+void ProfileDeltaRule(Backend* be, double bandwidth, double rate, int reps) {
+  constexpr int kKeyHeads = 16, kValueHeads = 32, kDim = 128, kSlots = 64;
+  constexpr int64_t kRows = 2048;
+  constexpr int64_t kStride = 2 * kKeyHeads * kDim + kValueHeads * kDim;  // q, k, v a row
+  constexpr int64_t kState = int64_t{kValueHeads} * kDim * kDim;
+  auto floats = [&](int64_t n) {
+    auto buffer = be->Allocate(static_cast<size_t>(n) * 4);
+    BENCH_CHECK(buffer.ok());
+    return std::move(buffer).value();
+  };
+  auto mix = floats(kRows * kStride), ab = floats(kRows * 2 * kValueHeads),
+       out = floats(kRows * kValueHeads * kDim), states = floats(kSlots * kState),
+       a_log = floats(kValueHeads), dt_bias = floats(kValueHeads);
+  auto slots = be->Allocate(kRows * 4), positions = be->Allocate(kRows * 4);
+  BENCH_CHECK(slots.ok() && positions.ok());
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto upload = [&](Buffer* b, std::vector<float> host) {
+    be->CopyToDevice(b->data(), host.data(), host.size() * 4);
+  };
+  {
+    std::vector<float> host(kRows * kStride);
+    for (float& v : host) v = normal(rng);
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int h = 0; h < 2 * kKeyHeads; ++h) {
+        float* x = host.data() + r * kStride + h * kDim;
+        double ss = 0.0;
+        for (int i = 0; i < kDim; ++i) ss += double{x[i]} * x[i];
+        for (int i = 0; i < kDim; ++i) x[i] = static_cast<float>(x[i] / std::sqrt(ss + 1e-6));
+      }
+    }
+    upload(mix.get(), std::move(host));
+    std::vector<float> gates(kRows * 2 * kValueHeads), state(kSlots * kState);
+    for (float& v : gates) v = normal(rng);
+    for (float& v : state) v = 0.3f * normal(rng);
+    upload(ab.get(), std::move(gates));
+    upload(states.get(), std::move(state));
+    std::vector<float> logs(kValueHeads), biases(kValueHeads);
+    for (int h = 0; h < kValueHeads; ++h) {
+      logs[h] = std::log(0.02f + 0.23f * static_cast<float>(h) / kValueHeads);
+      biases[h] = 0.5f * normal(rng);
+    }
+    upload(a_log.get(), std::move(logs));
+    upload(dt_bias.get(), std::move(biases));
+  }
+  auto layout = [&](int64_t rows, bool decode, int32_t first) {
+    std::vector<int32_t> s(rows), pos(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      s[r] = decode ? static_cast<int32_t>(r) : 0;
+      pos[r] = decode ? first : first + static_cast<int32_t>(r);
+    }
+    be->CopyToDevice((*slots)->data(), s.data(), rows * 4);
+    be->CopyToDevice((*positions)->data(), pos.data(), rows * 4);
+  };
+  GatedDeltaRuleParams p;
+  const float* m = static_cast<const float*>(mix->data());
+  p.out = static_cast<float*>(out->data());
+  p.q = m;
+  p.k = m + kKeyHeads * kDim;
+  p.qk_stride = kStride;
+  p.v = m + 2 * kKeyHeads * kDim;
+  p.v_stride = kStride;
+  p.a = static_cast<const float*>(ab->data());
+  p.b = p.a + kValueHeads;
+  p.ab_stride = 2 * kValueHeads;
+  p.a_log = static_cast<const float*>(a_log->data());
+  p.dt_bias = static_cast<const float*>(dt_bias->data());
+  p.states = static_cast<float*>(states->data());
+  p.slots = static_cast<const int32_t*>((*slots)->data());
+  p.positions = static_cast<const int32_t*>((*positions)->data());
+  p.k_heads = kKeyHeads;
+  p.v_heads = kValueHeads;
+  p.k_dim = kDim;
+  p.v_dim = kDim;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(kDim));
+  std::printf(
+      "\ngated delta rule: one layer, %d key heads, %d value heads, dims %d, float32 states "
+      "(%s)\n",
+      kKeyHeads, kValueHeads, kDim, be->Describe().c_str());
+  std::printf("%-34s %10s %10s %10s %8s %9s\n", "rows", "us", "MB moved", "limit us", "% limit",
+              "TFLOP/s");
+  auto time = [&](const std::function<void()>& issue, int n) {
+    issue();  // warm
+    be->Synchronize();
+    BENCH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    const double t0 = Now();
+    for (int i = 0; i < n; ++i) issue();
+    be->Synchronize();
+    BENCH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    return (Now() - t0) / n;
+  };
+  auto report = [&](const char* name, int64_t rows, int64_t slots_touched, double seconds) {
+    const double c = 64.0, k = kDim, v = kDim;
+    const double flops =
+        rows == kSlots && slots_touched == kSlots
+            ? 2.0 * rows * kValueHeads * 4 * k * v
+            : 2.0 * rows / c * kValueHeads * (c * c * k + 2 * c * k * v + c * c * v + c * k * v);
+    const double bytes = 4.0 * rows * (kStride + 2 * kValueHeads + kValueHeads * kDim) +
+                         2.0 * 4 * slots_touched * kState;
+    const double limit = std::max(bytes / bandwidth, flops / rate);
+    std::printf("%-34s %10.1f %10.1f %10.1f %7.1f%% %9.2f\n", name, seconds * 1e6, bytes * 1e-6,
+                limit * 1e6, 100.0 * limit / seconds, flops / seconds * 1e-12);
+  };
+  // A piece from position 0 and one continuing the state at 2,048 (the op leaves the state
+  // where the next run reads it: each repetition continues the last, as a longer prompt would).
+  for (int32_t first : {0, static_cast<int32_t>(kRows)}) {
+    layout(kRows, /*decode=*/false, first);
+    p.rows = kRows;
+    const double t = time([&] { be->GatedDeltaRule(p); }, reps);
+    report(first == 0 ? "2048 rows from position 0" : "2048 rows from position 2048", kRows, 1, t);
+  }
+  const double rows_t = time(
+      [&] {
+        cuda::LaunchGatedDeltaRule(p, /*min_chunked_rows=*/0, /*tensor_cores=*/false,
+                                   /*stream=*/nullptr);
+      },
+      std::max(reps / 5, 1));
+  report("2048 rows, row by row", kRows, 1, rows_t);
+  layout(kSlots, /*decode=*/true, 100);
+  p.rows = kSlots;
+  const double decode_t = time([&] { be->GatedDeltaRule(p); }, reps * 10);
+  report("64 decode rows (64 slots)", kSlots, kSlots, decode_t);
+  std::vector<float> sample(8);
+  be->CopyToHost(sample.data(), out->data(), sample.size() * 4);
+  be->Synchronize();
+  for (float x : sample) BENCH_CHECK(std::isfinite(x));
+}
+
 int Main(int argc, char** argv) {
   bool quick = false, decode_only = false, prefill_only = false, moe = false, attention = false,
-       encoder_attention = false;
+       encoder_attention = false, delta_rule = false;
   int layer_bits = 16, head_bits = 16;
   KvFormat kv = KvFormat::kF32;
   CudaOptions options;
@@ -1127,6 +1267,8 @@ int Main(int argc, char** argv) {
       attention = true;
     else if (a == "--encoder-attention")
       encoder_attention = true;
+    else if (a == "--delta-rule")
+      delta_rule = true;
     else if (a == "--bits" && i + 1 < argc) {
       std::string v = argv[++i];
       size_t slash = v.find('/');
@@ -1141,7 +1283,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: cuda_bench [--quick] [--exact] [--gemv-max-rows N] [--no-graphs] "
                    "[--bits L[/H]] [--kv f32|f16] [--decode-only | --prefill-only | --moe | "
-                   "--attention | --encoder-attention]\n"
+                   "--attention | --encoder-attention | --delta-rule]\n"
                    "  --kv: the KV pages' element type (f32 by default)\n"
                    "  --decode-only: batch-1 decode steps alone, without per-op profiles (for a "
                    "profiler's trace)\n"
@@ -1150,7 +1292,9 @@ int Main(int argc, char** argv) {
                    "  --attention: decoding rows' attention alone, the float32 and the "
                    "tensor-core decode kernels over fp16 pages\n"
                    "  --encoder-attention: the encoder attention alone (bidirectional, packed "
-                   "sequences of 128 and 512 tokens), the tensor-core and the float32 kernels\n");
+                   "sequences of 128 and 512 tokens), the tensor-core and the float32 kernels\n"
+                   "  --delta-rule: one Qwen3.5-35B-A3B-shaped recurrent layer's gated delta rule "
+                   "alone (a 2,048-row piece chunked and row by row, 64 decode rows)\n");
       return 2;
     }
   }
@@ -1180,6 +1324,10 @@ int Main(int argc, char** argv) {
   }
   if (encoder_attention) {
     ProfileEncoderAttention(be, rate, !options.exact);
+    return 0;
+  }
+  if (delta_rule) {
+    ProfileDeltaRule(be, bandwidth, rate, quick ? 3 : 10);
     return 0;
   }
   Shape s;
