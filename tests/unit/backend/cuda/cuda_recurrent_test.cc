@@ -9,7 +9,8 @@
 // The chunked delta rule (runs of kDeltaRuleChunkedRows rows or more) against the row-by-row
 // kernel and the reference on runs of 1 to 1,000 rows, whole and continued from a random state,
 // in float32 (exact mode, 1e-4) and on the tensor cores (fast mode: tf32 products, 10 bits of
-// mantissa, within bf16's bound of the fast-mode matmuls: 1e-2 of the largest output and state).
+// mantissa, within bf16's bound of the fast-mode matmuls: 1e-2 of the largest output and state);
+// and one recorded step replayed over other run layouts.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -373,6 +374,102 @@ TEST(CudaRecurrentTest, ChunkedGatedDeltaRuleOnTensorCoresWithinBf16Bound) {
                                (runs.size() > 1 ? " mid-sequence" : "");
       ExpectNear(out, want, 1e-2, what + " out");
       ExpectNear(states, want_states, 1e-2, what + " states");
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+// Run by another name: inside a TEST, Run is the test's own method.
+using RowRun = Run;
+
+// A step recorded once (CUDA graph) and replayed over other run layouts of as many rows: the
+// kernels find the runs in device memory, so one recording serves a whole prompt piece (chunked),
+// a piece continuing it beside a decode row and a short run, and 80 decode rows of 80 slots.
+TEST(CudaRecurrentTest, RecordedGatedDeltaRuleReplaysOtherRunLayouts) {
+  GZ_SKIP_WITHOUT_CUDA();
+  constexpr int kKeyHeads = 2, kValueHeads = 4, kDim = 32, kGraphSlots = 80;
+  constexpr int64_t kRows = 80;
+  constexpr int64_t kStride = 2 * kKeyHeads * kDim + kValueHeads * kDim;
+  std::vector<RowRun> decode;
+  for (int32_t s = 0; s < kGraphSlots; ++s) decode.push_back({s, 5, 1});
+  const std::vector<std::vector<RowRun>> layouts = {
+      {{1, 0, kRows}}, {{0, 3, 1}, {1, static_cast<int32_t>(kRows), 40}, {2, 10, 39}}, decode};
+  for (bool exact : {true, false}) {
+    auto backend = MakeBackend(exact);
+    std::mt19937 rng(35);
+    std::vector<float> a_log(kValueHeads);
+    std::uniform_real_distribution<float> decay(0.02f, 0.25f);
+    for (float& v : a_log) v = std::log(decay(rng));
+    DeviceArray<float> al(backend.get(), a_log),
+        dt(backend.get(), RandomFloats(rng, kValueHeads, 0.5f)),
+        st(backend.get(), RandomFloats(rng, kGraphSlots * kValueHeads * kDim * kDim, 0.3f)),
+        md(backend.get(), std::vector<float>(kRows * kStride)),
+        abd(backend.get(), std::vector<float>(kRows * 2 * kValueHeads)),
+        od(backend.get(), std::vector<float>(kRows * kValueHeads * kDim));
+    DeviceArray<int32_t> sd(backend.get(), std::vector<int32_t>(kRows)),
+        pd(backend.get(), std::vector<int32_t>(kRows));
+    std::vector<float> want_states = st.host();
+    GatedDeltaRuleParams p;
+    p.out = od.device();
+    p.q = md.device();
+    p.k = md.device() + kKeyHeads * kDim;
+    p.qk_stride = kStride;
+    p.v = md.device() + 2 * kKeyHeads * kDim;
+    p.v_stride = kStride;
+    p.a = abd.device();
+    p.b = abd.device() + kValueHeads;
+    p.ab_stride = 2 * kValueHeads;
+    p.a_log = al.device();
+    p.dt_bias = dt.device();
+    p.states = st.device();
+    p.slots = sd.device();
+    p.positions = pd.device();
+    p.rows = kRows;
+    p.k_heads = kKeyHeads;
+    p.v_heads = kValueHeads;
+    p.k_dim = kDim;
+    p.v_dim = kDim;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(kDim));
+    ASSERT_TRUE(p.Check().ok()) << p.Check().message();
+    const uint64_t key = 0x64656c7461;
+    for (size_t i = 0; i < layouts.size(); ++i) {
+      RowsOf(layouts[i], &sd.host(), &pd.host());
+      ASSERT_EQ(static_cast<int64_t>(sd.size()), kRows);
+      md.host() = RandomFloats(rng, kRows * kStride);
+      ReferenceL2Norm({md.host().data(), kRows, 2 * kKeyHeads, kDim, kStride, 1e-6f});
+      abd.host() = RandomFloats(rng, kRows * 2 * kValueHeads);
+      for (auto* a : {&md, &abd})
+        backend->CopyToDevice(a->device(), a->host().data(), a->size() * sizeof(float));
+      for (auto* a : {&sd, &pd})
+        backend->CopyToDevice(a->device(), a->host().data(), a->size() * sizeof(int32_t));
+      od.Poison();
+      if (i == 0) {
+        ASSERT_FALSE(backend->ReplayStep(key));
+        backend->BeginStep(key);
+        backend->GatedDeltaRule(p);
+        backend->EndStep();  // runs the recording
+      } else {
+        ASSERT_TRUE(backend->ReplayStep(key));
+      }
+      std::vector<float> want(kRows * kValueHeads * kDim);
+      GatedDeltaRuleParams ref = p;
+      ref.out = want.data();
+      ref.q = md.host().data();
+      ref.k = md.host().data() + kKeyHeads * kDim;
+      ref.v = md.host().data() + 2 * kKeyHeads * kDim;
+      ref.a = abd.host().data();
+      ref.b = abd.host().data() + kValueHeads;
+      ref.a_log = a_log.data();
+      ref.dt_bias = dt.host().data();
+      ref.states = want_states.data();
+      ref.slots = sd.host().data();
+      ref.positions = pd.host().data();
+      ReferenceGatedDeltaRule(ref);
+      const double tolerance = exact ? 1e-4 : 1e-2;
+      const std::string what =
+          std::string(exact ? "exact" : "fast") + " layout " + std::to_string(i);
+      ExpectNear(od.Read(), want, tolerance, what + " out");
+      ExpectNear(st.Read(), want_states, tolerance, what + " states");
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
