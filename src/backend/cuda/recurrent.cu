@@ -423,11 +423,12 @@ __global__ void __launch_bounds__(kChunkThreads)
 #pragma unroll
         for (int u = 0; u < 16; ++u) {
           const int t = b0 + u;
-          float x = sd[t * kCs + lane];
+          // Four partial sums: a chain of u / 4 dependent steps rather than u.
+          float part[4] = {sd[t * kCs + lane], 0.0f, 0.0f, 0.0f};
 #pragma unroll
-          for (int v = 0; v < u; ++v) x -= sa[t * kAs + b0 + v] * d[v];
-          d[u] = x;
-          sd[t * kCs + lane] = x;
+          for (int v = 0; v < u; ++v) part[v % 4] -= sa[t * kAs + b0 + v] * d[v];
+          d[u] = (part[0] + part[1]) + (part[2] + part[3]);
+          sd[t * kCs + lane] = d[u];
         }
       }
       __syncthreads();
