@@ -176,7 +176,7 @@ bool IsGgufPath(const std::string& path) {
   return path.ends_with(".gguf") && !std::filesystem::is_directory(path, ec);
 }
 
-Expected<Arch> ReadGgufArch(const GgufFile& f) {
+Expected<json> ReadGgufConfig(const GgufFile& f) {
   const std::string& path = f.path();
   GZ_ASSIGN_OR_RETURN(std::string family, f.GetString("general.architecture"));
   if (std::find(std::begin(kGgufFamilies), std::end(kGgufFamilies), family) ==
@@ -267,7 +267,12 @@ Expected<Arch> ReadGgufArch(const GgufFile& f) {
   if (f.Find("tokenizer.ggml.bos_token_id")) {
     GZ_ASSIGN_OR_RETURN(c["bos_token_id"], f.GetUint("tokenizer.ggml.bos_token_id"));
   }
-  return ParseArch(c, path);
+  return c;
+}
+
+Expected<Arch> ReadGgufArch(const GgufFile& f) {
+  GZ_ASSIGN_OR_RETURN(json config, ReadGgufConfig(f));
+  return ParseArch(config, f.path());
 }
 
 Expected<GgufModel> OpenGgufModel(const std::string& path,

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/status.h"
@@ -24,8 +25,13 @@ namespace gizllm {
 // file is then reported as such, not as a folder without config.json).
 bool IsGgufPath(const std::string& path);
 
-// The Arch a GGUF file's metadata describes (general.architecture llama, qwen2 or qwen3), with
-// its stop and start tokens from tokenizer.ggml.*. Errors name the file and the key.
+// The config.json a Hugging Face folder of the same model holds, as far as the family's recipe
+// reads it: the <arch>.* keys under config.json's names (general.architecture llama, qwen2 or
+// qwen3), the rope scaling rope_freqs.weight stands for, and the stop and start tokens from
+// tokenizer.ggml.*. Errors name the file and the key.
+Expected<nlohmann::json> ReadGgufConfig(const GgufFile& file);
+
+// The Arch of ReadGgufConfig's fields.
 Expected<Arch> ReadGgufArch(const GgufFile& file);
 
 struct GgufModel {

@@ -49,6 +49,11 @@ Expected<int64_t> SpecialId(const GgufFile& f, const std::string& key, size_t to
 }  // namespace
 
 Expected<Tokenizer> Tokenizer::FromGguf(const GgufFile& f) {
+  GZ_ASSIGN_OR_RETURN(std::string text, JsonFromGguf(f));
+  return FromJson(text, f.path() + ": tokenizer.ggml");
+}
+
+Expected<std::string> Tokenizer::JsonFromGguf(const GgufFile& f) {
   const std::string& path = f.path();
   GZ_ASSIGN_OR_RETURN(std::string model, f.GetString("tokenizer.ggml.model"));
   if (model != "gpt2") {
@@ -156,7 +161,7 @@ Expected<Tokenizer> Tokenizer::FromGguf(const GgufFile& f) {
                            {"pair", std::move(pair)},
                            {"special_tokens", std::move(special)}};
   }
-  return FromJson(t.dump(), path + ": tokenizer.ggml");
+  return t.dump();
 }
 
 }  // namespace gizllm

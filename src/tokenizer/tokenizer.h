@@ -43,6 +43,9 @@ class Tokenizer {
   // with the pre-tokenizer tokenizer.ggml.pre names (qwen2, llama-bpe, default); control and
   // user-defined tokens as added tokens; BOS/EOS added where add_bos_token/add_eos_token say.
   static Expected<Tokenizer> FromGguf(const GgufFile& file);
+  // The tokenizer.json text FromGguf reads (convert writes it beside a GGUF's converted weights,
+  // so the folder's tokenizer gives the GGUF's ids).
+  static Expected<std::string> JsonFromGguf(const GgufFile& file);
   // The same from the text of a tokenizer.json; `name` stands for the file in messages.
   static Expected<Tokenizer> FromJson(std::string_view json, const std::string& name);
 
