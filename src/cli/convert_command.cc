@@ -1,4 +1,5 @@
-// gizllm convert: a Hugging Face folder into this project's format (jobs/convert.h).
+// gizllm convert: a Hugging Face folder or a GGUF file into this project's format
+// (jobs/convert.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include "cli/command.h"
 #include "core/progress.h"
 #include "jobs/convert.h"
+#include "model/gguf_model.h"
 #include "model/vision_arch.h"
 
 namespace gizllm::cli {
@@ -31,7 +33,9 @@ std::function<void(int64_t, int64_t, const std::string&)> ConvertProgress() {
 
 void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand(
-      "convert", "Convert a Hugging Face model folder into gizllm's format (quantized linears)");
+      "convert",
+      "Convert a Hugging Face model folder or a GGUF file into gizllm's format (quantized "
+      "linears; a GGUF file's block types kept without --bits)");
   struct Options {
     std::string from, to, bits = "4/8", lora;
     bool no_rotate = false;
@@ -42,11 +46,13 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
     int64_t calibration_rows = 4096;
   };
   auto o = std::make_shared<Options>();
-  cmd->add_option("--from", o->from, "Hugging Face model folder")->required();
+  cmd->add_option("--from", o->from, "Hugging Face model folder or GGUF file (llama, qwen2, qwen3)")
+      ->required();
   cmd->add_option("--to", o->to, "Output folder (must not exist)")->required();
-  cmd->add_option("--bits", o->bits,
-                  "Bits of the layers' linears and of the head, LAYERS[/HEAD]: 16, 8, 4, 2, 1 "
-                  "(default 4/8)");
+  CLI::Option* bits_option =
+      cmd->add_option("--bits", o->bits,
+                      "Bits of the layers' linears and of the head, LAYERS[/HEAD]: 16, 8, 4, 2, 1 "
+                      "(default 4/8; a GGUF file without --bits keeps its block types)");
   cmd->add_flag("--no-rotate", o->no_rotate,
                 "Quantize without the Hadamard rotation of each block of 128 inputs");
   cmd->add_flag("--no-zeros", o->no_zeros, "4 and 2 bits: symmetric groups, without zero points");
@@ -59,7 +65,7 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
                   "(text the model writes itself) or \"off\" (round to nearest, the default)");
   cmd->add_option("--calibration-rows", o->calibration_rows,
                   "Tokens of calibration text (default 4096)");
-  cmd->callback([&ctx, o] {
+  cmd->callback([&ctx, o, bits_option] {
     auto bits = quant::ParseBits(o->bits);
     if (!bits.ok()) return void(ctx.exit_code = Fail(bits.status().message()));
     int threads = o->threads > 0
@@ -70,6 +76,7 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
     options.from = o->from;
     options.to = o->to;
     options.bits = *bits;
+    options.keep_types = IsGgufPath(o->from) && bits_option->count() == 0;
     options.rotate = !o->no_rotate;
     options.zeros = !o->no_zeros;
     options.layers = o->layers;
@@ -95,13 +102,30 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
                            : "";
     std::string gptq =
         summary->calibrated ? ", " + std::to_string(summary->calibrated) + " by GPTQ" : "";
-    std::fprintf(stderr,
-                 "wrote %s: %lld bytes, %lld tensors, %lld linears quantized (%s bits%s%s%s)"
-                 " in %.1f s\n",
-                 o->to.c_str(), static_cast<long long>(summary->bytes),
-                 static_cast<long long>(summary->tensors),
-                 static_cast<long long>(summary->quantized), quant::BitsString(*bits).c_str(),
-                 options.rotate ? ", rotated" : "", gptq.c_str(), lora.c_str(), seconds);
+    if (options.keep_types) {
+      std::fprintf(stderr, "wrote %s: %lld bytes, %lld tensors, the block types kept in %.1f s\n",
+                   o->to.c_str(), static_cast<long long>(summary->bytes),
+                   static_cast<long long>(summary->tensors), seconds);
+    } else {
+      std::fprintf(stderr,
+                   "wrote %s: %lld bytes, %lld tensors, %lld linears quantized (%s bits%s%s%s)"
+                   " in %.1f s\n",
+                   o->to.c_str(), static_cast<long long>(summary->bytes),
+                   static_cast<long long>(summary->tensors),
+                   static_cast<long long>(summary->quantized), quant::BitsString(*bits).c_str(),
+                   options.rotate ? ", rotated" : "", gptq.c_str(), lora.c_str(), seconds);
+    }
+    if (!summary->block_types.empty()) {
+      std::string types;
+      for (const auto& [type, count] : summary->block_types) {
+        types += (types.empty() ? "" : ", ") + type + " " + std::to_string(count);
+      }
+      std::fprintf(stderr, "ggml blocks as the GGUF file holds them: %s\n", types.c_str());
+    }
+    if (!summary->tokenizer) {
+      std::fprintf(stderr, "note: %s has no tokenizer.ggml.* metadata; %s has no tokenizer\n",
+                   o->from.c_str(), o->to.c_str());
+    }
     if (summary->tower_tensors) {
       std::fprintf(stderr, "vision tower: %lld tensors as the source holds them, in %s\n",
                    static_cast<long long>(summary->tower_tensors), kVisionTowerFile);

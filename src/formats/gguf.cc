@@ -393,6 +393,18 @@ std::string GgmlTypeName(GgmlType type) {
   return "type " + std::to_string(static_cast<uint32_t>(type));
 }
 
+bool GgmlTypeFromName(std::string_view name, GgmlType* type) {
+  for (uint32_t n = 0; n < 64; ++n) {
+    GgmlBlock block;
+    if (GgmlBlockOf(static_cast<GgmlType>(n), &block) &&
+        GgmlTypeName(static_cast<GgmlType>(n)) == name) {
+      *type = static_cast<GgmlType>(n);
+      return true;
+    }
+  }
+  return false;
+}
+
 bool GgufValue::IsInteger() const { return IsSigned(type) || IsUnsigned(type); }
 
 int64_t GgufTensor::Elements() const {

@@ -87,6 +87,8 @@ struct GgmlBlock {
 };
 bool GgmlBlockOf(GgmlType type, GgmlBlock* block);
 std::string GgmlTypeName(GgmlType type);  // "Q4_K", ...; "type N" if unknown
+// The type GgmlTypeName calls `name`; false for a name it gives no type.
+bool GgmlTypeFromName(std::string_view name, GgmlType* type);
 
 // One metadata value. Scalars hold their value in the field of their kind (integers in
 // `integer` or `unsigned_integer` by signedness, bool as 0/1 in `unsigned_integer`); arrays hold

@@ -1,5 +1,7 @@
 #include "jobs/convert.h"
 
+#include <cstdio>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -10,13 +12,16 @@
 
 #include "core/dtype.h"
 #include "core/mapped_file.h"
+#include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "jobs/lora.h"
 #include "model/config.h"
+#include "model/gguf_model.h"
 #include "model/vision_arch.h"
 #include "quant/layout.h"
 #include "quant/linear_io.h"
 #include "quant/quantize.h"
+#include "tokenizer/tokenizer.h"
 
 namespace gizllm::quant {
 namespace {
@@ -41,8 +46,9 @@ constexpr const char* kSideFiles[] = {"config.json",
 // What convert does with one source tensor: kTower copies it as it is into the tower's file.
 // kExperts: a layer's experts stacked in one tensor (transformers 5's gate_up_proj or down_proj),
 // written as one linear per expert under the per-expert names (ExpertTensorName), which is how a
-// loader reads a converted folder's experts.
-enum class Action { kDrop, kCopy, kFloat32, kLinear, kExperts, kTower };
+// loader reads a converted folder's experts. kBlocks: a GGUF matrix kept in its ggml blocks,
+// written with its description (quant/linear_io.h).
+enum class Action { kDrop, kCopy, kFloat32, kLinear, kExperts, kTower, kBlocks };
 
 struct Plan {
   Action action = Action::kCopy;
@@ -75,6 +81,12 @@ class Output {
   }
   void AddInPlace(const TensorInfo& t) {
     tensors_.push_back({t.name, t.dtype, t.shape, t.data, t.bytes});
+  }
+  // A matrix in ggml's blocks: U8 [rows, bytes of a row's blocks].
+  void AddBlocks(const TensorInfo& t) {
+    const int64_t rows = t.shape[0];
+    tensors_.push_back(
+        {t.name, DType::kU8, {rows, static_cast<int64_t>(t.bytes) / rows}, t.data, t.bytes});
   }
   template <typename T>
   void AddVector(std::string name, DType dtype, std::vector<int64_t> shape,
@@ -118,6 +130,82 @@ bool QuantizedRole(TensorRole role) {
 bool IsExpertRole(TensorRole role) {
   return role == TensorRole::kExpertGate || role == TensorRole::kExpertUp ||
          role == TensorRole::kExpertDown;
+}
+
+Status WriteText(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return InvalidArgument("convert: cannot write " + path);
+  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok) return InvalidArgument("convert: cannot write " + path);
+  return Status::Ok();
+}
+
+// The side files of Hugging Face folder `from` copied into `dir` (kSideFiles; `untie`: the
+// folder stores its own head, which config.json then says).
+Status CopySideFiles(const std::string& from, bool untie, const std::string& dir) {
+  for (const char* file : kSideFiles) {
+    const std::string src = from + "/" + file;
+    if (!FileExists(src)) continue;
+    if (untie && std::string(file) == "config.json") {
+      // Without it a loader would read the embedding as the head.
+      GZ_ASSIGN_OR_RETURN(std::string text, ReadFile(src));
+      nlohmann::json config = nlohmann::json::parse(text, nullptr, false);
+      if (!config.is_object()) return InvalidArgument(src + ": not a JSON object");
+      config["tie_word_embeddings"] = false;
+      GZ_RETURN_IF_ERROR(WriteText(dir + "/config.json", config.dump(2) + "\n"));
+      continue;
+    }
+    std::error_code ec;
+    fs::copy_file(src, dir + "/" + file, ec);
+    if (ec) return InvalidArgument("convert: cannot copy " + src + ": " + ec.message());
+  }
+  return Status::Ok();
+}
+
+// What a Hugging Face folder holds beside its weights, from a GGUF file's metadata: config.json
+// (the fields ReadGgufConfig gives; `untie`: the folder stores its own head), tokenizer.json
+// (Tokenizer::JsonFromGguf, where the file has tokenizer.ggml.model) and tokenizer_config.json
+// (the bos and eos tokens' texts, the chat template and its tool_use variant). Sets
+// summary->tokenizer.
+Status WriteGgufSideFiles(const std::string& from, bool untie, const std::string& dir,
+                          ConvertSummary* summary) {
+  GZ_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(from));
+  GZ_ASSIGN_OR_RETURN(nlohmann::json config, ReadGgufConfig(f));
+  if (untie) config["tie_word_embeddings"] = false;
+  GZ_RETURN_IF_ERROR(WriteText(dir + "/config.json", config.dump(2) + "\n"));
+  summary->tokenizer = f.Find("tokenizer.ggml.model") != nullptr;
+  if (summary->tokenizer) {
+    GZ_ASSIGN_OR_RETURN(std::string tokenizer, Tokenizer::JsonFromGguf(f));
+    GZ_RETURN_IF_ERROR(WriteText(dir + "/tokenizer.json", tokenizer));
+  }
+  nlohmann::ordered_json tc = nlohmann::ordered_json::object();
+  const GgufValue* tokens = f.Find("tokenizer.ggml.tokens");
+  for (const char* name : {"bos", "eos"}) {
+    const std::string key = std::string("tokenizer.ggml.") + name + "_token_id";
+    if (!f.Find(key)) continue;
+    GZ_ASSIGN_OR_RETURN(uint64_t id, f.GetUint(key));
+    if (!tokens || tokens->type != GgufType::kArray || id >= tokens->strings.size()) {
+      return InvalidArgument(from + ": metadata \"" + key + "\" = " + std::to_string(id) +
+                             " is not an id of tokenizer.ggml.tokens");
+    }
+    tc[std::string(name) + "_token"] = tokens->strings[id];
+  }
+  if (f.Find("tokenizer.chat_template")) {
+    GZ_ASSIGN_OR_RETURN(std::string source, f.GetString("tokenizer.chat_template"));
+    if (f.Find("tokenizer.chat_template.tool_use")) {
+      GZ_ASSIGN_OR_RETURN(std::string tool_use, f.GetString("tokenizer.chat_template.tool_use"));
+      tc["chat_template"] =
+          nlohmann::ordered_json::array({{{"name", "default"}, {"template", source}},
+                                         {{"name", "tool_use"}, {"template", tool_use}}});
+    } else {
+      tc["chat_template"] = source;
+    }
+  }
+  if (!tc.empty()) {
+    GZ_RETURN_IF_ERROR(WriteText(dir + "/tokenizer_config.json", tc.dump(2) + "\n"));
+  }
+  return Status::Ok();
 }
 
 std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
@@ -225,8 +313,26 @@ Format BitsFormat(int bits) {
 Status ConvertOptions::Check() const {
   if (from.empty()) return InvalidArgument("convert: --from is required");
   if (to.empty()) return InvalidArgument("convert: --to is required");
-  if (fs::exists(to))
+  std::error_code ec;
+  if (fs::is_regular_file(to, ec)) {
+    return InvalidArgument("convert: --to " + to + " exists and is a file (expected a new folder)");
+  }
+  if (fs::exists(to, ec))
     return InvalidArgument("convert: --to " + to + " exists (expected a new folder)");
+  const bool gguf = IsGgufPath(from);
+  if (!gguf && fs::is_regular_file(from, ec)) {
+    return InvalidArgument("convert: --from " + from +
+                           " is a file whose name does not end in .gguf (expected a Hugging Face "
+                           "model folder or a GGUF file)");
+  }
+  if (keep_types && !gguf) {
+    return InvalidArgument("convert: --from " + from +
+                           ": only a GGUF file keeps its block types; give --bits");
+  }
+  if (keep_types && (calibrate || !lora.empty())) {
+    return InvalidArgument(std::string("convert: ") + (calibrate ? "--calibration" : "--lora") +
+                           " changes the weights of " + from + "; give --bits");
+  }
   for (int b : {bits.layers, bits.head}) {
     if (b != 16 && b != 8 && b != 4 && b != 2 && b != 1) {
       return InvalidArgument("convert: bits " + std::to_string(b) + " (expected 16, 8, 4, 2 or 1)");
@@ -247,14 +353,26 @@ Status ConvertOptions::Check() const {
 
 Expected<ConvertSummary> Convert(const ConvertOptions& options) {
   GZ_RETURN_IF_ERROR(options.Check());
-  GZ_ASSIGN_OR_RETURN(Arch arch, ReadArch(options.from));
+  // The source: a Hugging Face folder, or a GGUF file read as the loader reads it, its matrices
+  // in their blocks (ReadFloats dequantizes one where it is quantized again).
+  const bool gguf = IsGgufPath(options.from);
+  Arch arch;
+  Checkpoint ckpt;
+  if (gguf) {
+    GZ_ASSIGN_OR_RETURN(GgufModel source,
+                        OpenGgufModel(options.from, [](GgmlType) { return true; }));
+    arch = std::move(source.arch);
+    ckpt = std::move(source.checkpoint);
+  } else {
+    GZ_ASSIGN_OR_RETURN(arch, ReadArch(options.from));
+    GZ_ASSIGN_OR_RETURN(ckpt, Checkpoint::Open(options.from));
+  }
   if (options.calibrate && (HasMoe(arch) || HasRecurrent(arch))) {
     return Unimplemented("convert: " + options.from + " (" + arch.family + ") has " +
                          (HasMoe(arch) ? "mixture-of-experts" : "recurrent") +
                          " layers; GPTQ calibration (--calibration) of those is not supported "
                          "yet (convert without it: round to nearest)");
   }
-  GZ_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(options.from));
   GZ_RETURN_IF_ERROR(ResolveTensorPrefix(
       &arch, [&](const std::string& name) { return ckpt.Find(name) != nullptr; }, options.from));
   if (options.layers > arch.layers) {
@@ -310,7 +428,7 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
   if (!embed) return NotFound(options.from + ": tensor " + embed_name + " is missing");
   // A tied head read at fewer bits is written as its own tensor, so that the head matmul reads
   // the quantized copy and the embedding keeps its precision.
-  const bool untie = !cut && arch.tied_head && options.bits.head != 16;
+  const bool untie = !cut && arch.tied_head && options.bits.head != 16 && !options.keep_types;
   if (!cut && !arch.tied_head) linears[head_name] = BitsFormat(options.bits.head);
 
   auto plan = [&](const TensorInfo& t) -> Plan {
@@ -323,6 +441,11 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
     if (layer >= kept) return {Action::kDrop};
     if (cut && (t.name == final_norm_name || t.name == head_name)) return {Action::kDrop};
     if (arch.tied_head && t.name == head_name) return {Action::kDrop};  // a stored tied copy
+    // A GGUF file's matrices keep their blocks (and their F32, F16 or BF16) without --bits; with
+    // it, the embedding does.
+    const bool matrix = t.name == embed_name || linears.count(t.name);
+    if (options.keep_types && matrix) return {t.ggml_type >= 0 ? Action::kBlocks : Action::kCopy};
+    if (t.name == embed_name && t.ggml_type >= 0) return {Action::kBlocks};
     if (auto it = linears.find(t.name); it != linears.end()) return {Action::kLinear, it->second};
     if (stacked.count(t.name)) return {Action::kExperts, BitsFormat(options.bits.layers)};
     if (t.name == embed_name) return {Action::kCopy};
@@ -376,9 +499,11 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
     summary.calibrated = static_cast<int64_t>(calibrated.size());
   }
   Output out, tower;
-  std::map<std::string, std::string> metadata = {{kFormatVersionKey, kFormatVersion},
-                                                 {kBitsKey, BitsString(options.bits)}};
-  if (options.rotate) metadata[kRotationSeedKey] = std::to_string(options.seed);
+  std::map<std::string, std::string> metadata = {{kFormatVersionKey, kFormatVersion}};
+  if (!options.keep_types) {
+    metadata[kBitsKey] = BitsString(options.bits);
+    if (options.rotate) metadata[kRotationSeedKey] = std::to_string(options.seed);
+  }
   if (cut) metadata[kLayersKey] = std::to_string(kept);
 
   auto add_linear = [&](const TensorInfo& t, const std::string& name, Format format) -> Status {
@@ -436,6 +561,12 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
         break;
       case Action::kTower:
         tower.AddInPlace(*t);
+        break;
+      case Action::kBlocks:
+        out.AddBlocks(*t);
+        metadata[kLinearKeyPrefix + t->name] =
+            GgmlLinearDescription(t->ggml_type, t->shape[0], t->shape[1]);
+        ++summary.block_types[GgmlTypeName(static_cast<GgmlType>(t->ggml_type))];
         break;
       case Action::kFloat32: {
         GZ_ASSIGN_OR_RETURN(std::vector<float> v, ReadFloats(*t));
@@ -497,26 +628,8 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
     GZ_RETURN_IF_ERROR(
         WriteSafetensors(partial + "/" + kVisionTowerFile, tower.tensors(), /*metadata=*/{}));
   }
-  for (const char* file : kSideFiles) {
-    const std::string src = options.from + "/" + file;
-    if (!FileExists(src)) continue;
-    if (untie && std::string(file) == "config.json") {
-      // The converted folder stores its own head: say so, or a loader would read the embedding.
-      GZ_ASSIGN_OR_RETURN(std::string text, ReadFile(src));
-      nlohmann::json config = nlohmann::json::parse(text, nullptr, false);
-      if (!config.is_object()) return InvalidArgument(src + ": not a JSON object");
-      config["tie_word_embeddings"] = false;
-      std::FILE* f = std::fopen((partial + "/config.json").c_str(), "wb");
-      if (!f) return InvalidArgument("convert: cannot write " + partial + "/config.json");
-      std::string dumped = config.dump(2) + "\n";
-      bool ok = std::fwrite(dumped.data(), 1, dumped.size(), f) == dumped.size();
-      ok = std::fclose(f) == 0 && ok;
-      if (!ok) return InvalidArgument("convert: cannot write " + partial + "/config.json");
-      continue;
-    }
-    fs::copy_file(src, partial + "/" + file, ec);
-    if (ec) return InvalidArgument("convert: cannot copy " + src + ": " + ec.message());
-  }
+  GZ_RETURN_IF_ERROR(gguf ? WriteGgufSideFiles(options.from, untie, partial, &summary)
+                          : CopySideFiles(options.from, untie, partial));
   for (const auto& entry : fs::directory_iterator(partial)) summary.bytes += entry.file_size();
   fs::rename(partial, options.to, ec);
   if (ec) {

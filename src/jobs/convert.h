@@ -1,13 +1,21 @@
-// convert: a Hugging Face model folder into this project's format, once. Every linear is stored
-// in the format its bits name (quant/layout.h; 16 bits: bf16, unrotated), the norms and other
-// vectors as f32, the embedding as its source holds it; the source's config, tokenizer, template,
-// generation and image/video processor files are copied beside it. A vision tower's tensors
-// (Arch::skipped_prefixes) are written unchanged to their own file, kVisionTowerFile
-// (model/vision_arch.h), which VisionTower::Load reads.
+// convert: a Hugging Face model folder, or a GGUF file, into this project's format, once. Every
+// linear is stored in the format its bits name (quant/layout.h; 16 bits: bf16, unrotated), the
+// norms and other vectors as f32, the embedding as its source holds it; the source's config,
+// tokenizer, template, generation and image/video processor files are copied beside it. A vision
+// tower's tensors (Arch::skipped_prefixes) are written unchanged to their own file,
+// kVisionTowerFile (model/vision_arch.h), which VisionTower::Load reads.
+//
+// A GGUF file (llama, qwen2, qwen3; model/gguf_model.h) is read as the loader reads it (Llama's
+// q/k rows put back in Hugging Face's order). With `keep_types` every matrix keeps its block type
+// (ggml blocks as the file holds them, quant/linear_io.h; F32, F16, BF16 as they are); else the
+// linears are quantized to `bits` from their dequantized values and the embedding keeps its
+// block type. config.json, tokenizer.json and tokenizer_config.json (bos, eos and the chat
+// templates) are written from the file's metadata, so the folder runs alone.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "core/status.h"
@@ -32,13 +40,14 @@ std::string BitsString(const Bits& bits);
 Format BitsFormat(int bits);  // 16 -> kBf16, 8 -> kQ8, 4 -> kQ4, 2 -> kQ2, 1 -> kQ1
 
 struct ConvertOptions {
-  std::string from;  // Hugging Face folder
+  std::string from;  // Hugging Face folder or GGUF file
   std::string to;    // output folder; must not exist
   Bits bits;
-  bool rotate = true;  // the block Hadamard rotation before quantizing
-  bool zeros = true;   // q4 and q2 with a zero per group
-  int layers = -1;     // keep only the first N layers, without final norm and head
-  std::string lora;    // PEFT adapter folder to merge first, or empty
+  bool keep_types = false;  // a GGUF file only: keep every matrix's block type (no `bits`)
+  bool rotate = true;       // the block Hadamard rotation before quantizing
+  bool zeros = true;        // q4 and q2 with a zero per group
+  int layers = -1;          // keep only the first N layers, without final norm and head
+  std::string lora;         // PEFT adapter folder to merge first, or empty
   uint64_t seed = kDefaultRotationSeed;
   ThreadPool* pool = nullptr;  // quantizes on it when given
   // GPTQ on calibration (jobs/calibrate.h): every quantized linear is quantized on the inputs the
@@ -64,6 +73,9 @@ struct ConvertSummary {
   int64_t lora_merged = 0;    // linears an adapter changed
   int64_t calibrated = 0;     // linears quantized by GPTQ on calibration
   int64_t bytes = 0;          // bytes of every file written
+  // A GGUF source: matrices kept in their ggml blocks, by block type ("Q4_0": 57).
+  std::map<std::string, int64_t> block_types;
+  bool tokenizer = true;  // a GGUF source without tokenizer.ggml.* metadata has none
 };
 
 // Writes options.to + ".partial" and renames it to options.to when complete, so that a stopped

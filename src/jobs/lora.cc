@@ -7,12 +7,18 @@
 
 #include "core/dtype.h"
 #include "core/mapped_file.h"
+#include "formats/ggml_blocks.h"
 
 namespace gizllm::quant {
 
 Expected<std::vector<float>> ReadFloats(const TensorInfo& t) {
   const int64_t n = t.Elements();
   std::vector<float> out(n);
+  if (t.ggml_type >= 0) {
+    GZ_RETURN_IF_ERROR(DequantizeBlocks(static_cast<GgmlType>(t.ggml_type), t.data, t.bytes, n,
+                                        out.data(), t.file + ": tensor " + t.name));
+    return out;
+  }
   switch (t.dtype) {
     case DType::kF32:
       std::memcpy(out.data(), t.data, n * sizeof(float));

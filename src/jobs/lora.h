@@ -13,7 +13,8 @@
 
 namespace gizllm::quant {
 
-// A tensor of any float dtype (F32, BF16, F16) as float32.
+// A tensor of any float dtype (F32, BF16, F16), or a GGUF matrix kept in ggml's blocks
+// (TensorInfo::ggml_type), as float32.
 Expected<std::vector<float>> ReadFloats(const TensorInfo& t);
 
 class LoraAdapter {

@@ -1,9 +1,11 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "core/dtype.h"
+#include "formats/ggml_blocks.h"
 #include "formats/gguf.h"
 #include "quant/layout.h"
 #include "quant/linear_io.h"
@@ -182,7 +184,11 @@ Expected<Weight> WeightLoader::GatherLinearRows(const std::string& name,
   // its own groups, so rows gather as the plain ones do.
   const bool quantized = quant::IsQuantized(whole.format);
   const int64_t groups = whole.cols / quant::kGroup;
+  GgmlBlock block;
+  const bool ggml =
+      whole.format == Format::kGgml && GgmlBlockOf(static_cast<GgmlType>(whole.ggml_type), &block);
   const int64_t row_bytes[3] = {quantized ? groups * quant::GroupBytes(whole.format)
+                                : ggml    ? whole.cols / block.elements * block.bytes
                                           : whole.cols * static_cast<int64_t>(DTypeSize(t->dtype)),
                                 quantized ? groups * static_cast<int64_t>(sizeof(float)) : 0,
                                 whole.zeros ? groups * static_cast<int64_t>(sizeof(float)) : 0};
@@ -258,8 +264,9 @@ Expected<Weight> WeightLoader::Matrix(TensorRole role, int layer) {
   const TensorInfo* t = checkpoint_.Find(name);
   if (!t) return NotFound(dir_ + ": tensor " + name + " is missing");
   Weight host;
-  if (converted_ && role != TensorRole::kEmbed) {
-    // A converted folder: the linear's format is in the header's metadata.
+  if (converted_) {
+    // A converted folder: the matrix's format is in the header's metadata (the embedding's too
+    // where it keeps a GGUF file's blocks; else it is plain).
     GZ_ASSIGN_OR_RETURN(host, quant::ReadLinear(checkpoint_, name));
     const int64_t stored[] = {host.rows, host.cols};
     GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, stored, shape));
@@ -284,7 +291,24 @@ Expected<Weight> WeightLoader::Matrix(TensorRole role, int layer) {
   return Place(host, name);
 }
 
-Expected<Weight> WeightLoader::Place(const Weight& host, const std::string& shown) {
+Expected<Weight> WeightLoader::Place(const Weight& given, const std::string& shown) {
+  Weight host = given;
+  if (host.format == Format::kGgml && !backend_.ReadsGgml(host.ggml_type)) {
+    // A converted folder keeps a GGUF file's block types; those this backend does not read as
+    // they are become float32 here, as a GGUF file's do (OpenGgufModel).
+    const GgmlType type = static_cast<GgmlType>(host.ggml_type);
+    auto copy = std::make_unique<uint8_t[]>(host.rows * host.cols * sizeof(float));
+    GZ_RETURN_IF_ERROR(DequantizeBlocks(type, static_cast<const uint8_t*>(host.data), host.Bytes(),
+                                        host.rows * host.cols, reinterpret_cast<float*>(copy.get()),
+                                        dir_ + ": tensor " + shown));
+    if (noticed_.insert(host.ggml_type).second) {
+      std::fprintf(stderr, "%s: %s tensors are converted to F32 at load (exactly)\n", dir_.c_str(),
+                   GgmlTypeName(type).c_str());
+    }
+    host.format = Format::kF32;
+    host.data = copy.get();
+    placed_->host.push_back(std::move(copy));
+  }
   std::unique_ptr<Buffer> storage;
   GZ_ASSIGN_OR_RETURN(Weight w, backend_.PrepareWeight(host, &storage));
   if (storage) placed_->storage.push_back(std::move(storage));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -89,13 +90,15 @@ class WeightLoader {
   // GatherRows of a converted folder's linear (quant::ReadLinear: quantized or plain).
   Expected<Weight> GatherLinearRows(const std::string& name, std::span<const int64_t> shape,
                                     std::span<const Rows> blocks, const std::string& part);
-  // host placed on the backend and counted; `shown` names it in the summary.
+  // host placed on the backend and counted; `shown` names it in the summary. ggml blocks the
+  // backend does not read (ReadsGgml) are converted to float32 first.
   Expected<Weight> Place(const Weight& host, const std::string& shown);
 
   Backend& backend_;
   std::string dir_;
   PlacedWeights* placed_;
   bool converted_;
+  std::set<uint32_t> noticed_;  // ggml block types converted to float32 (one notice each)
 };
 
 }  // namespace gizllm

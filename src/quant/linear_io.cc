@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
+#include "formats/ggml_blocks.h"
+#include "formats/gguf.h"
 #include "quant/layout.h"
 
 namespace gizllm::quant {
@@ -31,7 +33,54 @@ Expected<const void*> GroupTensor(const Checkpoint& ckpt, const std::string& nam
   return static_cast<const void*>(t->data);
 }
 
+// A matrix kept in ggml's blocks: {"format": "ggml", "type": ..., "rows": R, "cols": C} over a
+// U8 tensor [R, C / block elements * block bytes].
+Expected<Weight> ReadGgmlLinear(const TensorInfo& t, const nlohmann::json& desc,
+                                const std::string& where, const nlohmann::json* rows,
+                                const nlohmann::json* cols) {
+  auto type_field = desc.find("type");
+  if (!rows || !cols || type_field == desc.end() || !type_field->is_string()) {
+    return DataLoss(where + " needs \"type\" (string), \"rows\" and \"cols\" (integers)");
+  }
+  const std::string type_name = type_field->get<std::string>();
+  GgmlType type;
+  if (!GgmlTypeFromName(type_name, &type) || !CanDequantize(type)) {
+    return DataLoss(where + ": \"type\" \"" + type_name.substr(0, 40) +
+                    "\" is not a ggml block type that is read here");
+  }
+  GgmlBlock block;
+  GgmlBlockOf(type, &block);
+  Weight w;
+  w.format = Format::kGgml;
+  w.ggml_type = static_cast<uint32_t>(type);
+  w.rows = rows->get<int64_t>();
+  w.cols = cols->get<int64_t>();
+  constexpr int64_t kMaxDim = int64_t{1} << 31;
+  if (w.rows <= 0 || w.cols <= 0 || w.rows > kMaxDim || w.cols > kMaxDim ||
+      w.cols % block.elements != 0) {
+    return DataLoss(where + " describes " + type_name + " " + std::to_string(w.rows) + " x " +
+                    std::to_string(w.cols) + ", expected rows of whole blocks of " +
+                    std::to_string(block.elements));
+  }
+  const std::vector<int64_t> shape = {w.rows, w.cols / block.elements * block.bytes};
+  if (t.dtype != DType::kU8 || t.shape != shape) {
+    return InvalidArgument(t.file + ": tensor " + t.name + " is " +
+                           std::string(DTypeName(t.dtype)) + " " + Shape(t.shape) +
+                           ", expected U8 " + Shape(shape) + " for " + type_name + " blocks");
+  }
+  w.data = t.data;
+  return w;
+}
+
 }  // namespace
+
+std::string GgmlLinearDescription(uint32_t ggml_type, int64_t rows, int64_t cols) {
+  return nlohmann::json{{"format", FormatName(Format::kGgml)},
+                        {"type", GgmlTypeName(static_cast<GgmlType>(ggml_type))},
+                        {"rows", rows},
+                        {"cols", cols}}
+      .dump();
+}
 
 Expected<Format> ParseFormat(const std::string& name) {
   for (Format f : {Format::kF32, Format::kF16, Format::kBf16, Format::kQ8, Format::kQ4, Format::kQ2,
@@ -78,6 +127,9 @@ Expected<Weight> ReadLinear(const Checkpoint& ckpt, const std::string& weight_na
   const auto* format = field("format", nlohmann::json::value_t::string);
   const auto* rows = field("rows", nlohmann::json::value_t::number_integer);
   const auto* cols = field("cols", nlohmann::json::value_t::number_integer);
+  if (format && format->get<std::string>() == FormatName(Format::kGgml)) {
+    return ReadGgmlLinear(*t, desc, where, rows, cols);
+  }
   const auto* group = field("group", nlohmann::json::value_t::number_integer);
   const auto* rotated = field("rotated", nlohmann::json::value_t::boolean);
   if (!format || !rows || !cols || !group || !rotated) {

@@ -38,6 +38,32 @@ head -c 100000 "$gguf" >"$tmp/cut.gguf"
 expect_fail truncated "cut.gguf" $gz logits --model "$tmp/cut.gguf" --ids 1 --out "$tmp/x.npy"
 printf 'GGUF\3\0\0\0\377\377\377\377\377\377\377\377\0\0\0\0\0\0\0\0' >"$tmp/count.gguf"
 expect_fail tensor-count "tensor count" $gz info --model "$tmp/count.gguf"
-expect_fail convert-refused "GGUF" $gz convert --from "$gguf" --to "$tmp/c"
+
+# convert: the file's types kept (BF16 linears, F32 norms), a folder that runs alone with the
+# file's logits, tokens and text; with --bits, quantized as a folder is.
+expect_ok convert $gz convert --from "$gguf" --to "$tmp/c"
+check convert-progress grep -q "90/90" "$tmp/err"
+check convert-kept-line grep -q "wrote $tmp/c: .* 90 tensors, the block types kept" "$tmp/err"
+check convert-side-files test -f "$tmp/c/tokenizer.json" -a -f "$tmp/c/config.json" \
+  -a -f "$tmp/c/tokenizer_config.json"
+expect_ok logits-converted $gz logits --model "$tmp/c" --exact --ids $ids --out "$tmp/c.npy"
+check logits-converted-equal cmp -s "$tmp/gguf.npy" "$tmp/c.npy"
+echo "$text" | $gz tokenize --model "$tmp/c" --special >"$tmp/tok-converted"
+check tokenize-converted-equal cmp -s "$tmp/tok-gguf" "$tmp/tok-converted"
+expect_ok run-converted $gz run --model "$tmp/c" --exact --prompt "$prompt" --greedy --max-tokens 12
+check run-converted-equal cmp -s "$tmp/run-folder" "$tmp/out"
+chat='{"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": true}'
+echo "$chat" | $gz template --model "$tmp/c" >"$tmp/template-converted"
+echo "$chat" | $gz template --model "$gguf" >"$tmp/template-gguf"
+check template-converted-equal cmp -s "$tmp/template-gguf" "$tmp/template-converted"
+check template-nonempty test -s "$tmp/template-gguf"
+expect_ok convert-bits $gz convert --from "$gguf" --to "$tmp/c8" --bits 8 --threads 2
+check convert-bits-line grep -q "linears quantized (8/8 bits, rotated)" "$tmp/err"
+expect_ok run-bits $gz run --model "$tmp/c8" --prompt "$prompt" --greedy --max-tokens 4
+expect_fail convert-to-file "$tmp/cut.gguf exists and is a file" \
+  $gz convert --from "$gguf" --to "$tmp/cut.gguf"
+printf 'not a model' >"$tmp/spoiled.gguf"
+expect_fail convert-not-gguf "spoiled.gguf" $gz convert --from "$tmp/spoiled.gguf" --to "$tmp/d"
+check convert-not-gguf-no-output test ! -e "$tmp/d"
 
 finish
