@@ -40,6 +40,7 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
     std::string from, to, bits = "4/8", lora;
     bool no_rotate = false;
     bool no_zeros = false;
+    bool manifest = false;
     int layers = -1;
     int threads = 0;
     std::string calibration = "off";
@@ -56,6 +57,9 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_flag("--no-rotate", o->no_rotate,
                 "Quantize without the Hadamard rotation of each block of 128 inputs");
   cmd->add_flag("--no-zeros", o->no_zeros, "4 and 2 bits: symmetric groups, without zero points");
+  cmd->add_flag("--manifest", o->manifest,
+                "Write a bitgpu folder of a Q1_0 GGUF file (manifest.json, the aux file with the "
+                "lookup tables, the file itself as the data file)");
   cmd->add_option("--layers", o->layers,
                   "Keep only the first N layers, without the final norm and head");
   cmd->add_option("--lora", o->lora, "PEFT LoRA adapter folder to merge before quantizing");
@@ -77,6 +81,7 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
     options.to = o->to;
     options.bits = *bits;
     options.keep_types = IsGgufPath(o->from) && bits_option->count() == 0;
+    options.manifest = o->manifest;
     options.rotate = !o->no_rotate;
     options.zeros = !o->no_zeros;
     options.layers = o->layers;
@@ -102,7 +107,11 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
                            : "";
     std::string gptq =
         summary->calibrated ? ", " + std::to_string(summary->calibrated) + " by GPTQ" : "";
-    if (options.keep_types) {
+    if (options.manifest) {
+      std::fprintf(stderr, "wrote %s: a bitgpu folder, %lld bytes, %lld tensors in %.1f s\n",
+                   o->to.c_str(), static_cast<long long>(summary->bytes),
+                   static_cast<long long>(summary->tensors), seconds);
+    } else if (options.keep_types) {
       std::fprintf(stderr, "wrote %s: %lld bytes, %lld tensors, the block types kept in %.1f s\n",
                    o->to.c_str(), static_cast<long long>(summary->bytes),
                    static_cast<long long>(summary->tensors), seconds);

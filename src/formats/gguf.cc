@@ -524,6 +524,7 @@ Expected<GgufFile> GgufFile::Open(const std::string& path) {
   const uint64_t pad = (f.alignment_ - r.at() % f.alignment_) % f.alignment_;
   const uint64_t data_start = pad <= r.left() ? r.at() + pad : f.file_.size();
   const uint64_t data_size = f.file_.size() - data_start;
+  f.data_offset_ = data_start;
   for (GgufTensor& t : f.tensors_) {
     if (t.offset > data_size || t.bytes > data_size - t.offset) {
       return DataLoss(path + ": tensor " + Quote(t.name) + " (" + GgmlTypeName(t.type) + ", " +

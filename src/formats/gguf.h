@@ -144,6 +144,8 @@ class GgufFile {
   Expected<std::vector<std::string>> GetStrings(std::string_view key) const;
   Expected<std::vector<int64_t>> GetInts(std::string_view key) const;  // an integer array
 
+  // Where the tensor data starts in the file (a tensor's bytes lie at data_offset() + offset).
+  uint64_t data_offset() const { return data_offset_; }
   const std::vector<GgufTensor>& tensors() const { return tensors_; }  // in file order
   const GgufTensor* FindTensor(std::string_view name) const;           // null if absent
 
@@ -151,6 +153,7 @@ class GgufFile {
   MappedFile file_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
   std::vector<std::pair<std::string, GgufValue>> metadata_;
   std::map<std::string, size_t, std::less<>> metadata_index_;
   std::vector<GgufTensor> tensors_;

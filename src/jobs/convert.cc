@@ -15,6 +15,7 @@
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "jobs/lora.h"
+#include "model/bitgpu_model.h"
 #include "model/config.h"
 #include "model/gguf_model.h"
 #include "model/vision_arch.h"
@@ -167,13 +168,15 @@ Status CopySideFiles(const std::string& from, bool untie, const std::string& dir
 // (the fields ReadGgufConfig gives; `untie`: the folder stores its own head), tokenizer.json
 // (Tokenizer::JsonFromGguf, where the file has tokenizer.ggml.model) and tokenizer_config.json
 // (the bos and eos tokens' texts, the chat template and its tool_use variant). Sets
-// summary->tokenizer.
+// summary->tokenizer. A bitgpu folder takes no config.json (its manifest holds the arch).
 Status WriteGgufSideFiles(const std::string& from, bool untie, const std::string& dir,
-                          ConvertSummary* summary) {
+                          ConvertSummary* summary, bool with_config = true) {
   GZ_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(from));
-  GZ_ASSIGN_OR_RETURN(nlohmann::json config, ReadGgufConfig(f));
-  if (untie) config["tie_word_embeddings"] = false;
-  GZ_RETURN_IF_ERROR(WriteText(dir + "/config.json", config.dump(2) + "\n"));
+  if (with_config) {
+    GZ_ASSIGN_OR_RETURN(nlohmann::json config, ReadGgufConfig(f));
+    if (untie) config["tie_word_embeddings"] = false;
+    GZ_RETURN_IF_ERROR(WriteText(dir + "/config.json", config.dump(2) + "\n"));
+  }
   summary->tokenizer = f.Find("tokenizer.ggml.model") != nullptr;
   if (summary->tokenizer) {
     GZ_ASSIGN_OR_RETURN(std::string tokenizer, Tokenizer::JsonFromGguf(f));
@@ -206,6 +209,179 @@ Status WriteGgufSideFiles(const std::string& from, bool untie, const std::string
     GZ_RETURN_IF_ERROR(WriteText(dir + "/tokenizer_config.json", tc.dump(2) + "\n"));
   }
   return Status::Ok();
+}
+
+// A bitgpu folder (model/bitgpu_model.h) of a Q1_0 GGUF file: manifest.json (version 2, every
+// quantized tensor a q1_0 container over its blocks in the file, the norms F32 ranges), the aux
+// file with the tgt2 and tgt4 tables, the file itself copied unchanged as the data file (a hard
+// link where the file system allows one), and the tokenizer's files.
+Expected<ConvertSummary> ConvertToBitgpu(const ConvertOptions& options) {
+  GZ_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(options.from));
+  GZ_ASSIGN_OR_RETURN(Arch arch, ReadGgufArch(f));
+  GZ_ASSIGN_OR_RETURN(nlohmann::json config, ReadGgufConfig(f));
+  const std::string& from = options.from;
+  if (arch.family != "qwen3") {
+    return Unimplemented(from + ": general.architecture \"" + arch.family +
+                         "\" has no bitgpu folder (bitgpu's kernels run qwen3)");
+  }
+  if (arch.rope.type != "default") {
+    return Unimplemented(from + ": rope scaling " + arch.rope.type +
+                         " has no place in a bitgpu manifest (plain rope only here)");
+  }
+  if (!f.Find("tokenizer.ggml.eos_token_id")) {
+    return NotFound(from +
+                    ": metadata \"tokenizer.ggml.eos_token_id\" is missing (the "
+                    "manifest's arch.eos)");
+  }
+  GZ_ASSIGN_OR_RETURN(uint64_t eos, f.GetUint("tokenizer.ggml.eos_token_id"));
+  const uint64_t data_offset = f.data_offset();
+  auto region = [&](const std::string& name, int64_t rows,
+                    int64_t cols) -> Expected<nlohmann::json> {
+    const GgufTensor* t = f.FindTensor(name);
+    if (!t) return NotFound(from + ": tensor \"" + name + "\" is missing");
+    if (t->type != GgmlType::kQ1_0 || t->shape != std::vector<int64_t>{rows, cols}) {
+      return InvalidArgument(from + ": tensor \"" + name + "\" is " + GgmlTypeName(t->type) + " " +
+                             ShapeString(t->shape) + "; a bitgpu folder needs Q1_0 " +
+                             ShapeString(std::vector<int64_t>{rows, cols}));
+    }
+    return nlohmann::json{{"dtype", "UINT8"},
+                          {"shape", {rows, cols / 128 * 18}},
+                          {"src", "data"},
+                          {"off", data_offset + t->offset},
+                          {"len", t->bytes}};
+  };
+  auto norm = [&](const std::string& name, int64_t n) -> Expected<nlohmann::json> {
+    const GgufTensor* t = f.FindTensor(name);
+    if (!t) return NotFound(from + ": tensor \"" + name + "\" is missing");
+    if (t->type != GgmlType::kF32 || t->shape != std::vector<int64_t>{n}) {
+      return InvalidArgument(from + ": tensor \"" + name + "\" is " + GgmlTypeName(t->type) + " " +
+                             ShapeString(t->shape) + "; a bitgpu folder needs F32 [" +
+                             std::to_string(n) + "]");
+    }
+    return nlohmann::json{{"dtype", "FLOAT"},
+                          {"shape", {n}},
+                          {"src", "data"},
+                          {"off", data_offset + t->offset},
+                          {"len", t->bytes}};
+  };
+  const int64_t hidden = arch.dim, ffn = arch.ffn, head_dim = arch.head_dim;
+  const int64_t q_rows = arch.heads * head_dim, kv_rows = arch.kv_heads * head_dim;
+  struct Linear {
+    const char* gguf;
+    const char* logical;
+    int64_t rows, cols;
+  };
+  const Linear linears[] = {
+      {"attn_q", "attn.q_proj", q_rows, hidden},  {"attn_k", "attn.k_proj", kv_rows, hidden},
+      {"attn_v", "attn.v_proj", kv_rows, hidden}, {"attn_output", "attn.o_proj", hidden, q_rows},
+      {"ffn_gate", "mlp.gate_proj", ffn, hidden}, {"ffn_up", "mlp.up_proj", ffn, hidden},
+      {"ffn_down", "mlp.down_proj", hidden, ffn}};
+  const std::pair<const char*, const char*> norms[] = {{"attn_norm", "input_layernorm"},
+                                                       {"ffn_norm", "post_attention_layernorm"},
+                                                       {"attn_q_norm", "attn.q_norm"},
+                                                       {"attn_k_norm", "attn.k_norm"}};
+  const int64_t total = arch.layers * 11 + 3 + 1;  // the tensors, then the data file's copy
+  int64_t done = 0;
+  auto step = [&](const std::string& name) {
+    ++done;
+    if (options.progress) options.progress(done, total, name);
+  };
+  nlohmann::json tensors = nlohmann::json::object();
+  for (int l = 0; l < arch.layers; ++l) {
+    const std::string blk = "blk." + std::to_string(l) + ".";
+    const std::string layer = "layers." + std::to_string(l) + ".";
+    for (const Linear& lin : linears) {
+      GZ_ASSIGN_OR_RETURN(nlohmann::json weight,
+                          region(blk + lin.gguf + ".weight", lin.rows, lin.cols));
+      tensors[layer + lin.logical] = {{"kind", "binary"},    {"N", lin.rows},   {"K", lin.cols},
+                                      {"block", 128},        {"bits", 2},       {"lut", "tgt2"},
+                                      {"container", "q1_0"}, {"weight", weight}};
+      step(layer + lin.logical);
+    }
+    for (const auto& [gguf_name, logical] : norms) {
+      const bool head_norm = std::string(logical).find("_norm") != std::string::npos &&
+                             std::string(logical).rfind("attn.", 0) == 0;
+      GZ_ASSIGN_OR_RETURN(nlohmann::json weight,
+                          norm(blk + gguf_name + ".weight", head_norm ? head_dim : hidden));
+      tensors[layer + logical] = {{"kind", "f32"}, {"weight", weight}};
+      step(layer + logical);
+    }
+  }
+  const std::string final_norm = "layers." + std::to_string(arch.layers) + ".final_norm_layernorm";
+  GZ_ASSIGN_OR_RETURN(nlohmann::json final_weight, norm("output_norm.weight", hidden));
+  tensors[final_norm] = {{"kind", "f32"}, {"weight", final_weight}};
+  step(final_norm);
+  GZ_ASSIGN_OR_RETURN(nlohmann::json embed, region("token_embd.weight", arch.vocab, hidden));
+  tensors["embed_tokens"] = {{"kind", "q4"},        {"rows", arch.vocab}, {"cols", hidden},
+                             {"block", 128},        {"bits", 4},          {"lut", "tgt4"},
+                             {"container", "q1_0"}, {"weight", embed}};
+  step("embed_tokens");
+  nlohmann::json head = embed;
+  if (!arch.tied_head) {
+    GZ_ASSIGN_OR_RETURN(head, region("output.weight", arch.vocab, hidden));
+  }
+  tensors["lm_head"] = {{"kind", "q2"}, {"N", arch.vocab}, {"K", hidden},         {"block", 128},
+                        {"bits", 2},    {"lut", "tgt2"},   {"container", "q1_0"}, {"weight", head}};
+  step("lm_head");
+
+  const std::string data_name = fs::path(from).filename().string();
+  const std::string aux_name = fs::path(from).stem().string() + ".aux.bin";
+  nlohmann::json manifest = {
+      {"version", 2},
+      {"data_file", data_name},
+      {"aux_file", aux_name},
+      {"arch",
+       {{"model_type", "qwen3"},
+        {"layers", arch.layers},
+        {"hidden", hidden},
+        {"intermediate", ffn},
+        {"heads", arch.heads},
+        {"kv_heads", arch.kv_heads},
+        {"head_dim", head_dim},
+        {"rms_eps", config["rms_norm_eps"]},
+        {"rope", {{"rope_theta", config.value("rope_theta", 10000.0)}}},
+        {"max_positions", config["max_position_embeddings"]},
+        {"vocab", arch.vocab},
+        {"eos", eos},
+        {"tie_word_embeddings", arch.tied_head},
+        {"act", "silu"}}},
+      {"luts",
+       {{"tgt2",
+         {{"dtype", "UINT8"}, {"shape", {256, 2}}, {"src", "aux"}, {"off", 0}, {"len", 512}}},
+        {"tgt4",
+         {{"dtype", "UINT8"}, {"shape", {256, 4}}, {"src", "aux"}, {"off", 512}, {"len", 1024}}}}},
+      {"tensors", tensors}};
+  const auto tgt2 = BitgpuTgt2();
+  const auto tgt4 = BitgpuTgt4();
+  std::string aux(reinterpret_cast<const char*>(tgt2.data()), tgt2.size());
+  aux.append(reinterpret_cast<const char*>(tgt4.data()), tgt4.size());
+
+  const std::string partial = options.to + ".partial";
+  std::error_code ec;
+  fs::remove_all(partial, ec);
+  fs::create_directories(partial, ec);
+  if (ec) return InvalidArgument("convert: cannot create " + partial + ": " + ec.message());
+  ConvertSummary summary;
+  GZ_RETURN_IF_ERROR(WriteText(partial + "/" + kBitgpuManifest, manifest.dump(1) + "\n"));
+  GZ_RETURN_IF_ERROR(WriteText(partial + "/" + aux_name, aux));
+  GZ_RETURN_IF_ERROR(WriteGgufSideFiles(from, /*untie=*/false, partial, &summary,
+                                        /*with_config=*/false));
+  fs::create_hard_link(from, partial + "/" + data_name, ec);
+  if (ec) {
+    ec.clear();
+    fs::copy_file(from, partial + "/" + data_name, ec);
+    if (ec) return InvalidArgument("convert: cannot copy " + from + ": " + ec.message());
+  }
+  step(data_name);
+  summary.tensors = static_cast<int64_t>(tensors.size());
+  summary.block_types["Q1_0"] = arch.layers * 7 + 1 + (arch.tied_head ? 0 : 1);
+  for (const auto& entry : fs::directory_iterator(partial)) summary.bytes += entry.file_size();
+  fs::rename(partial, options.to, ec);
+  if (ec) {
+    return InvalidArgument("convert: cannot rename " + partial + " to " + options.to + ": " +
+                           ec.message());
+  }
+  return summary;
 }
 
 std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
@@ -329,6 +505,12 @@ Status ConvertOptions::Check() const {
     return InvalidArgument("convert: --from " + from +
                            ": only a GGUF file keeps its block types; give --bits");
   }
+  if (manifest && (!gguf || !keep_types || layers != -1)) {
+    return InvalidArgument(
+        "convert: --manifest writes a bitgpu folder of a whole Q1_0 GGUF file "
+        "as it is (without --bits, --lora, --calibration or --layers); --from " +
+        from + " " + (gguf ? "with those options" : "is not a GGUF file"));
+  }
   if (keep_types && (calibrate || !lora.empty())) {
     return InvalidArgument(std::string("convert: ") + (calibrate ? "--calibration" : "--lora") +
                            " changes the weights of " + from + "; give --bits");
@@ -353,6 +535,7 @@ Status ConvertOptions::Check() const {
 
 Expected<ConvertSummary> Convert(const ConvertOptions& options) {
   GZ_RETURN_IF_ERROR(options.Check());
+  if (options.manifest) return ConvertToBitgpu(options);
   // The source: a Hugging Face folder, or a GGUF file read as the loader reads it, its matrices
   // in their blocks (ReadFloats dequantizes one where it is quantized again).
   const bool gguf = IsGgufPath(options.from);

@@ -10,7 +10,10 @@
 // (ggml blocks as the file holds them, quant/linear_io.h; F32, F16, BF16 as they are); else the
 // linears are quantized to `bits` from their dequantized values and the embedding keeps its
 // block type. config.json, tokenizer.json and tokenizer_config.json (bos, eos and the chat
-// templates) are written from the file's metadata, so the folder runs alone.
+// templates) are written from the file's metadata, so the folder runs alone. With `manifest` a
+// Q1_0 qwen3 file becomes a bitgpu folder instead: manifest.json (version 2, q1_0 containers),
+// the aux file with the tgt2 and tgt4 tables, the file itself as the data file, unchanged, and
+// tokenizer.json and tokenizer_config.json.
 #pragma once
 
 #include <cstdint>
@@ -44,10 +47,13 @@ struct ConvertOptions {
   std::string to;    // output folder; must not exist
   Bits bits;
   bool keep_types = false;  // a GGUF file only: keep every matrix's block type (no `bits`)
-  bool rotate = true;       // the block Hadamard rotation before quantizing
-  bool zeros = true;        // q4 and q2 with a zero per group
-  int layers = -1;          // keep only the first N layers, without final norm and head
-  std::string lora;         // PEFT adapter folder to merge first, or empty
+  // A Q1_0 GGUF file (qwen3) only, with keep_types: write a bitgpu folder (model/bitgpu_model.h)
+  // instead of the own format.
+  bool manifest = false;
+  bool rotate = true;  // the block Hadamard rotation before quantizing
+  bool zeros = true;   // q4 and q2 with a zero per group
+  int layers = -1;     // keep only the first N layers, without final norm and head
+  std::string lora;    // PEFT adapter folder to merge first, or empty
   uint64_t seed = kDefaultRotationSeed;
   ThreadPool* pool = nullptr;  // quantizes on it when given
   // GPTQ on calibration (jobs/calibrate.h): every quantized linear is quantized on the inputs the

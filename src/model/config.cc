@@ -8,6 +8,7 @@
 
 #include "core/mapped_file.h"
 #include "formats/safetensors.h"
+#include "model/bitgpu_model.h"
 #include "model/encoder_arch.h"
 #include "model/families/family.h"
 #include "model/gguf_model.h"
@@ -250,6 +251,7 @@ Expected<Arch> ReadArch(const std::string& dir) {
     GZ_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(dir));
     return ReadGgufArch(file);
   }
+  if (IsBitgpuFolder(dir)) return ReadBitgpuArch(dir);
   const std::string config_path = (fs::path(dir) / "config.json").string();
   if (!FileExists(config_path)) {
     return NotFound(config_path + ": missing (expected a Hugging Face model folder)");

@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/dtype.h"
 #include "formats/safetensors.h"
+#include "model/bitgpu_model.h"
 #include "model/blocks.h"
 #include "model/config.h"
 #include "model/gguf_model.h"
@@ -202,8 +203,8 @@ struct Model::Impl {
 };
 
 void Model::Impl::IssueHead(Backend& be, const Arch& a, const float* x, int64_t wanted,
-                            const float* norm, float norm_eps, float* logits,
-                            const int32_t* index, const Weight* w) {
+                            const float* norm, float norm_eps, float* logits, const int32_t* index,
+                            const Weight* w) {
   float* picked = buffers.picked->as<float>();
   be.GatherRows({picked, x, index ? index : buffers.wanted->as<int32_t>(), wanted, a.dim});
   MatmulParams m;
@@ -250,14 +251,19 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
                                              const LoadOptions& options) {
   GZ_RETURN_IF_ERROR(options.Check());
   // A GGUF file brings its Arch and its tensors (under the family's names) at once.
+  // So does a bitgpu folder (its manifest over the data file).
   GgufModel gguf;
   const bool is_gguf = IsGgufPath(dir);
+  const bool is_bitgpu = !is_gguf && IsBitgpuFolder(dir);
+  auto reads = [&](GgmlType t) { return backend->ReadsGgml(static_cast<uint32_t>(t)); };
   if (is_gguf) {
-    GZ_ASSIGN_OR_RETURN(gguf, OpenGgufModel(dir, [&](GgmlType t) {
-                          return backend->ReadsGgml(static_cast<uint32_t>(t));
-                        }));
+    GZ_ASSIGN_OR_RETURN(gguf, OpenGgufModel(dir, reads));
+  } else if (is_bitgpu) {
+    GZ_ASSIGN_OR_RETURN(BitgpuModel bitgpu, OpenBitgpuModel(dir, reads));
+    gguf.arch = std::move(bitgpu.arch);
+    gguf.checkpoint = std::move(bitgpu.checkpoint);
   }
-  GZ_ASSIGN_OR_RETURN(Arch arch, is_gguf ? Expected<Arch>(gguf.arch) : ReadArch(dir));
+  GZ_ASSIGN_OR_RETURN(Arch arch, is_gguf || is_bitgpu ? Expected<Arch>(gguf.arch) : ReadArch(dir));
   const int config_layers = arch.layers;
   for (int l = 0; l < arch.layers; ++l) {
     const LayerSpec& spec = arch.layer[l];
@@ -301,7 +307,7 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   model->backend_ = std::move(backend);
   model->impl_ = std::make_unique<Impl>();
   Impl& impl = *model->impl_;
-  if (is_gguf) {
+  if (is_gguf || is_bitgpu) {
     impl.checkpoint = std::move(gguf.checkpoint);
   } else {
     GZ_ASSIGN_OR_RETURN(impl.checkpoint, Checkpoint::Open(dir));
@@ -860,8 +866,8 @@ Status Model::CheckMtpRows(const Rows& rows, const char* who) const {
 // x = fc(concat(norm_e(embed(token)), norm_h(state))), then the decoder layer over the MTP
 // layer's own pages and its norm into `normed`: the ops of the main step. The step's inputs
 // are uploaded and the rows' hidden states are in state (mtp_in's second half).
-void Model::IssueMtpLayer(int64_t n, float* normed, const int32_t* tokens,
-                          const StepInputs* inputs, const int32_t* order) {
+void Model::IssueMtpLayer(int64_t n, float* normed, const int32_t* tokens, const StepInputs* inputs,
+                          const int32_t* order) {
   Impl& impl = *impl_;
   const Arch& a = arch_;
   const Impl::Mtp& mtp = *impl.mtp;
@@ -873,8 +879,8 @@ void Model::IssueMtpLayer(int64_t n, float* normed, const int32_t* tokens,
   be.Embed({embedded, &impl.embed, tokens ? tokens : b.tokens->as<int32_t>(), n, a.embed_scale});
   be.RmsNorm({embedded, embedded, nullptr, mtp.embedding_norm, n, a.dim, eps});
   be.RmsNorm({state, state, nullptr, mtp.hidden_norm, n, a.dim, eps});
-  be.GatherRows({b.mtp_cat->as<float>(), embedded, order ? order : b.mtp_order->as<int32_t>(),
-                 2 * n, a.dim});
+  be.GatherRows(
+      {b.mtp_cat->as<float>(), embedded, order ? order : b.mtp_order->as<int32_t>(), 2 * n, a.dim});
   MatmulParams fc;
   fc.x = b.mtp_cat->as<float>();
   fc.rows = n;
@@ -884,8 +890,7 @@ void Model::IssueMtpLayer(int64_t n, float* normed, const int32_t* tokens,
 
   StepBuilder step(be, b.x->as<float>(), b.h->as<float>(), b.o->as<float>(), n, a.dim, eps);
   const StepInputs in =
-      inputs ? *inputs
-             : b.Inputs(n, static_cast<int32_t>(impl.mtp_table_width), /*mrope=*/false);
+      inputs ? *inputs : b.Inputs(n, static_cast<int32_t>(impl.mtp_table_width), /*mrope=*/false);
   mtp.layer.attention.Issue(step, in);
   if (mtp.layer.is_moe) {
     mtp.layer.moe.Issue(step, in);
@@ -959,16 +964,16 @@ Status Model::MtpStep(const Rows& rows, const PageTables& tables, const float* h
   return Status::Ok();
 }
 
-Status Model::MtpDraft(const Rows& rows, const PageTables& tables,
-                       std::span<const int32_t> sources, int32_t chained, int32_t* tokens) {
+Status Model::MtpDraft(const Rows& rows, const PageTables& tables, std::span<const int32_t> sources,
+                       int32_t chained, int32_t* tokens) {
   GZ_RETURN_IF_ERROR(CheckMtpRows(rows, "MtpDraft"));
   Impl& impl = *impl_;
   if (!impl.keeps_hidden) return InvalidArgument("MtpDraft: KeepHidden was not called");
   const int64_t n = rows.size();
   const int64_t w = static_cast<int64_t>(rows.wanted.size());
   if (static_cast<int64_t>(sources.size()) != n)
-    return InvalidArgument("MtpDraft: expected one source a row (" + std::to_string(n) +
-                           "), got " + std::to_string(sources.size()));
+    return InvalidArgument("MtpDraft: expected one source a row (" + std::to_string(n) + "), got " +
+                           std::to_string(sources.size()));
   for (int64_t r = 0; r < n; ++r) {
     if (sources[r] < 0 || sources[r] >= impl.hidden_rows)
       return InvalidArgument("MtpDraft: source " + std::to_string(sources[r]) + " of row " +

@@ -65,5 +65,7 @@ expect_fail convert-to-file "$tmp/cut.gguf exists and is a file" \
 printf 'not a model' >"$tmp/spoiled.gguf"
 expect_fail convert-not-gguf "spoiled.gguf" $gz convert --from "$tmp/spoiled.gguf" --to "$tmp/d"
 check convert-not-gguf-no-output test ! -e "$tmp/d"
+expect_fail convert-manifest-not-q1 "a bitgpu folder needs Q1_0" \
+  $gz convert --from "$gguf" --to "$tmp/b" --manifest
 
 finish
