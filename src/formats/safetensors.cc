@@ -306,10 +306,12 @@ Expected<Checkpoint> Checkpoint::Open(const std::string& dir) {
 
 Expected<Checkpoint> Checkpoint::FromTensors(std::vector<TensorInfo> tensors,
                                              std::shared_ptr<const void> keep,
-                                             const std::string& where) {
+                                             const std::string& where,
+                                             std::map<std::string, std::string> metadata) {
   Checkpoint c;
   c.held_ = std::move(tensors);
   c.keep_ = std::move(keep);
+  c.held_metadata_ = std::move(metadata);
   for (const TensorInfo& t : c.held_) {
     if (!c.index_.emplace(t.name, &t).second) {
       return DataLoss(where + ": tensor " + Quote(t.name) + " is given twice");
@@ -335,6 +337,7 @@ std::vector<const TensorInfo*> Checkpoint::All() const {
 
 const std::map<std::string, std::string>& Checkpoint::metadata() const {
   static const std::map<std::string, std::string> kEmpty;
+  if (!held_metadata_.empty()) return held_metadata_;
   return files_.empty() ? kEmpty : files_.front().metadata();
 }
 

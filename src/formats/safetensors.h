@@ -69,20 +69,23 @@ class Checkpoint {
   // ("weight_map"). `dir` may also name a single .safetensors file.
   static Expected<Checkpoint> Open(const std::string& dir);
   // Tensors held elsewhere (a GGUF file's, under the names the families use; some converted at
-  // load): `keep` owns the memory they point into. An error names `where` and a repeated name.
+  // load): `keep` owns the memory they point into; `metadata` stands for a file's header (a
+  // bitgpu folder's describes its linears). An error names `where` and a repeated name.
   static Expected<Checkpoint> FromTensors(std::vector<TensorInfo> tensors,
                                           std::shared_ptr<const void> keep,
-                                          const std::string& where);
+                                          const std::string& where,
+                                          std::map<std::string, std::string> metadata = {});
 
   const TensorInfo* Find(std::string_view name) const;         // null if absent
   std::vector<const TensorInfo*> All() const;                  // file by file, in file order
-  const std::map<std::string, std::string>& metadata() const;  // of the first file
+  const std::map<std::string, std::string>& metadata() const;  // of the first file, or given
   const std::vector<SafetensorsFile>& files() const { return files_; }
 
  private:
   std::vector<SafetensorsFile> files_;
   std::vector<TensorInfo> held_;      // FromTensors: tensors outside any safetensors file
   std::shared_ptr<const void> keep_;  // what held_ points into
+  std::map<std::string, std::string> held_metadata_;  // FromTensors' metadata
   std::map<std::string, const TensorInfo*, std::less<>> index_;
 };
 

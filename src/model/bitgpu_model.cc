@@ -13,6 +13,7 @@
 #include "core/mapped_file.h"
 #include "formats/ggml_blocks.h"
 #include "model/config.h"
+#include "quant/linear_io.h"
 
 namespace gizllm {
 namespace {
@@ -242,6 +243,15 @@ Expected<json> ConfigOf(const Manifest& m) {
   GZ_ASSIGN_OR_RETURN(const json* tied,
                       m.Member(*arch, "arch", "tie_word_embeddings", json::value_t::boolean));
   c["tie_word_embeddings"] = *tied;
+  // A planar lm_head has scales of its own: the head is its own matrix even where it shares the
+  // embedding's sign bytes.
+  auto tensors = m.root().find("tensors");
+  if (tensors != m.root().end() && tensors->is_object()) {
+    auto head = tensors->find("lm_head");
+    if (head != tensors->end() && head->is_object() && !head->contains("container")) {
+      c["tie_word_embeddings"] = false;
+    }
+  }
   GZ_ASSIGN_OR_RETURN(const json* eos,
                       m.Member(*arch, "arch", "eos", json::value_t::number_integer));
   c["eos_token_id"] = *eos;
@@ -288,6 +298,106 @@ struct Held {
   MappedFile aux;
   std::vector<std::vector<uint8_t>> copies;
 };
+
+// Every byte of zero points `r` is `value` (the recipe's midpoints, packed).
+Status CheckZeroPoints(const Manifest& m, const Ref& r, uint8_t value, const std::string& what) {
+  if (r.dtype != "UINT8") return m.Error(r.field, "is " + r.dtype + ", expected UINT8");
+  for (uint64_t i = 0; i < r.len; ++i) {
+    if (r.data[i] != value) {
+      return Unimplemented(m.path() + ": " + r.field + " byte " + std::to_string(i) + " is " +
+                           std::to_string(r.data[i]) + ", not " + std::to_string(value) + " (" +
+                           what + "); other zero points are not read");
+    }
+  }
+  return Status::Ok();
+}
+
+// A planar tensor (an ONNX export's): sign bytes [rows, cols / 8] (LSB first, bit 1 = +1; the
+// checked tgt2 and tgt4 turn them into the recipe's codes), scales [rows, cols / 128] f32 and zero
+// points at the midpoints, so each weight is +-scale. A linear (binary) or the head (q2) becomes a
+// q1 linear over the bytes as they are (quant/layout.h's kQ1 is this layout, unrotated); the
+// embedding (q4) is converted to float32, which the embedding lookup reads.
+Status ReadPlanar(const Manifest& m, const json& entry, const std::string& at, const Logical& l,
+                  const std::string& name, int64_t rows, int64_t cols, Held& held,
+                  std::vector<Ref>* refs, std::vector<TensorInfo>* infos,
+                  std::map<std::string, std::string>* metadata) {
+  const std::vector<int64_t> sign_shape = {rows, cols / 8};
+  const std::vector<int64_t> scale_shape = {rows, cols / kBlock};
+  GZ_ASSIGN_OR_RETURN(Ref weight, ReadRef(m, entry, at, "weight", held.data, held.aux));
+  if (weight.dtype != "UINT8" || weight.shape != sign_shape) {
+    return m.Error(weight.field, "is " + weight.dtype + " " + ShapeString(weight.shape) +
+                                     ", expected UINT8 " + ShapeString(sign_shape) +
+                                     " (planar sign bytes)");
+  }
+  GZ_ASSIGN_OR_RETURN(Ref scales, ReadRef(m, entry, at, "scales", held.data, held.aux));
+  if (scales.dtype != "FLOAT" || scales.shape != scale_shape) {
+    return m.Error(scales.field, "is " + scales.dtype + " " + ShapeString(scales.shape) +
+                                     ", expected FLOAT " + ShapeString(scale_shape));
+  }
+  refs->push_back(weight);
+  refs->push_back(scales);
+  const bool embed = l.role == TensorRole::kEmbed;
+  if (entry.contains("zp") || embed) {
+    GZ_ASSIGN_OR_RETURN(Ref zp, ReadRef(m, entry, at, "zp", held.data, held.aux));
+    refs->push_back(zp);
+    if (embed) {
+      GZ_RETURN_IF_ERROR(CheckZeroPoints(m, zp, 0x88, "two 4-bit 8s"));
+    } else if (l.kind == "q2") {
+      GZ_RETURN_IF_ERROR(CheckZeroPoints(m, zp, 0xaa, "four 2-bit 2s"));
+    }  // a binary tensor's zero points are not read: its weights are the signs
+  }
+  const int64_t groups = cols / kBlock;
+  auto scale = [&](int64_t row, int64_t group) {
+    float v;
+    std::memcpy(&v, scales.data + 4 * (row * groups + group), 4);
+    return v;
+  };
+  if (embed) {
+    std::vector<uint8_t>& copy = held.copies.emplace_back(rows * cols * sizeof(float));
+    float* out = reinterpret_cast<float*>(copy.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const float s = scale(r, c / kBlock);
+        out[r * cols + c] = (weight.data[(r * cols + c) / 8] >> (c % 8)) & 1 ? s : -s;
+      }
+    }
+    TensorInfo t;
+    t.name = name;
+    t.dtype = DType::kF32;
+    t.shape = {rows, cols};
+    t.data = copy.data();
+    t.bytes = copy.size();
+    t.file = m.path();
+    infos->push_back(std::move(t));
+    return Status::Ok();
+  }
+  TensorInfo codes;
+  codes.name = name;
+  codes.dtype = DType::kU8;
+  codes.shape = sign_shape;
+  codes.data = weight.data;
+  codes.bytes = weight.len;
+  codes.file = m.path();
+  TensorInfo scale_info = codes;
+  scale_info.name = name + quant::kScalesSuffix;
+  scale_info.dtype = DType::kF32;
+  scale_info.shape = scale_shape;
+  scale_info.data = scales.data;
+  scale_info.bytes = scales.len;
+  if (reinterpret_cast<uintptr_t>(scales.data) % alignof(float) != 0) {
+    std::vector<uint8_t>& copy = held.copies.emplace_back(scales.data, scales.data + scales.len);
+    scale_info.data = copy.data();
+  }
+  infos->push_back(std::move(codes));
+  infos->push_back(std::move(scale_info));
+  (*metadata)[quant::kLinearKeyPrefix + name] = json{
+      {"format", FormatName(Format::kQ1)},
+      {"rows", rows},
+      {"cols", cols},
+      {"group", kBlock},
+      {"rotated", false}}.dump();
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -371,6 +481,8 @@ Expected<BitgpuModel> OpenBitgpuModel(const std::string& dir,
     }
   }
   std::vector<TensorInfo> infos;
+  // Read as a converted folder's header describes its linears (quant/linear_io.h).
+  std::map<std::string, std::string> metadata = {{quant::kFormatVersionKey, quant::kFormatVersion}};
   Ref embed_ref;
   bool noticed = false;
   for (const Logical& l : names) {
@@ -424,9 +536,9 @@ Expected<BitgpuModel> OpenBitgpuModel(const std::string& dir,
       return m.Error(at, "has " + std::to_string(cols) + " columns, not whole blocks of 128");
     }
     if (!entry->contains("container")) {
-      return Unimplemented(m.path() + ": " + at +
-                           " is planar (separate sign bytes, scales and zero points, as ONNX "
-                           "exports hold them); only q1_0 containers are read yet");
+      GZ_RETURN_IF_ERROR(
+          ReadPlanar(m, *entry, at, l, info.name, rows, cols, *held, &refs, &infos, &metadata));
+      continue;
     }
     GZ_ASSIGN_OR_RETURN(std::string container, m.String(*entry, at, "container"));
     if (container != "q1_0") {
@@ -457,8 +569,10 @@ Expected<BitgpuModel> OpenBitgpuModel(const std::string& dir,
     info.bytes = r.len;
     if (keep && keep(GgmlType::kQ1_0)) {
       info.dtype = DType::kU8;
-      info.ggml_type = static_cast<int32_t>(GgmlType::kQ1_0);
+      info.shape = blocks;
       info.data = r.data;
+      metadata[quant::kLinearKeyPrefix + info.name] =
+          quant::GgmlLinearDescription(static_cast<uint32_t>(GgmlType::kQ1_0), rows, cols);
     } else {
       if (!noticed) {
         std::fprintf(stderr, "%s: Q1_0 tensors are converted to F32 at load (exactly)\n",
@@ -490,7 +604,8 @@ Expected<BitgpuModel> OpenBitgpuModel(const std::string& dir,
                                   ", +" + std::to_string(a.len) + "))");
     }
   }
-  GZ_ASSIGN_OR_RETURN(out.checkpoint, Checkpoint::FromTensors(std::move(infos), held, dir));
+  GZ_ASSIGN_OR_RETURN(out.checkpoint,
+                      Checkpoint::FromTensors(std::move(infos), held, dir, std::move(metadata)));
   return out;
 }
 

@@ -4,14 +4,17 @@
 // unchanged (for a 1-bit GGUF, the .gguf itself). The manifest (version 1 or 2) gives the arch
 // contract (a Qwen3-family model: act silu, head_dim <= 128, blocks of 128) and maps each tensor,
 // by its logical name, to a ref {dtype, shape, src: "data" | "aux", off, len}; luts.tgt2 and
-// luts.tgt4 are refs into the aux file. Tensors read here: f32 (norms), and binary (the layers'
-// linears), q4 (embed_tokens) and q2 (lm_head) in a version-2 "q1_0" container, whose ref covers
+// luts.tgt4 are refs into the aux file. Tensors: f32 (norms), and binary (the layers' linears),
+// q4 (embed_tokens) and q2 (lm_head), each either planar (an ONNX export's sign bytes [N, K/8],
+// f32 scales [N, K/128] and zero points) or, in version 2, a "q1_0" container whose ref covers
 // the tensor's GGUF Q1_0 blocks (18 bytes a block of 128: an f16 scale, 16 sign bytes LSB-first,
-// bit 1 = +1). The lookup tables must be the 1-bit recipe's (their codes' midpoints, 2 and 8,
-// make each weight +-scale), so a container's blocks are its values: they load as GGUF Q1_0
-// weights (Format::kGgml), kept in their blocks where the backend reads Q1_0, else converted to
-// float32. Planar tensors (the ONNX exports' separate sign bytes, scales and zero points) and
-// baked rope tables without arch.rope are refused by name.
+// bit 1 = +1). The lookup tables must be the 1-bit recipe's and the zero points its midpoints (2
+// and 8), so that every weight is +-scale: a container loads as Q1_0 blocks (Format::kGgml, kept
+// where the backend reads Q1_0, else float32), a planar linear or head as an unrotated q1 linear
+// over its bytes in place (quant/layout.h), a planar embedding as float32. The checkpoint reads as
+// a converted folder's (its metadata describes the linears, quant/linear_io.h). A planar lm_head
+// has scales of its own, so the model's head is then untied. Baked rope tables without arch.rope,
+// and YaRN, are refused by name.
 //
 // Every offset, length, shape and count is checked against the files before it is used (a ref's
 // bytes lie inside its file and match its dtype and shape; refs share bytes only as the exact same

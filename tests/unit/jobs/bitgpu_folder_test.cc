@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <random>
 
 #include "backend/cpu/cpu_backend.h"
+#include "core/dtype.h"
 #include "core/mapped_file.h"
 #include "core/thread_pool.h"
 #include "gguf_from_hf.h"
@@ -116,6 +118,99 @@ TEST_F(BitgpuFolderTest, ConvertedFolderGivesTheGgufLogits) {
   EXPECT_EQ(arch->eos.front(), gguf_arch->eos.front());
   EXPECT_EQ(arch->rope.InvFreq(), gguf_arch->rope.InvFreq());
   EXPECT_EQ(arch->norm_eps, gguf_arch->norm_eps);
+}
+
+// A version-1 folder of the same model with every quantized tensor planar, as ONNX exports hold
+// them (sign bytes, f32 scales, zero points at the midpoints), in a data file of its own: the
+// linears and the head load as unrotated q1 linears, the embedding as float32, the same values as
+// the file's Q1_0 blocks; the CPU's q1 kernels sum in another order than its Q1_0 kernels.
+TEST_F(BitgpuFolderTest, PlanarVersion1FolderGivesTheSameValues) {
+  const std::string v2 = Path("v2");
+  ASSERT_TRUE(WriteFolder(v2).ok());
+  auto text = ReadFile(v2 + "/manifest.json");
+  auto gguf = ReadFile(gguf_);
+  ASSERT_TRUE(text.ok() && gguf.ok());
+  json manifest = json::parse(*text);
+  std::string data;
+  auto append = [&](const std::string& bytes, const char* dtype, std::vector<int64_t> shape) {
+    while (data.size() % 8 != 0) data.push_back('\0');
+    json ref = {{"dtype", dtype},
+                {"shape", shape},
+                {"src", "data"},
+                {"off", data.size()},
+                {"len", bytes.size()}};
+    data += bytes;
+    return ref;
+  };
+  json planar = json::object();
+  json embed_weight, embed_scales;
+  for (auto& [name, t] : manifest["tensors"].items()) {
+    const json& w = t["weight"];
+    const std::string region = gguf->substr(w["off"].get<size_t>(), w["len"].get<size_t>());
+    if (t["kind"] == "f32") {
+      planar[name] = {{"kind", "f32"}, {"weight", append(region, "FLOAT", w["shape"])}};
+      continue;
+    }
+    const bool q4 = t["kind"] == "q4";
+    const int64_t rows = q4 ? t["rows"].get<int64_t>() : t["N"].get<int64_t>();
+    const int64_t cols = q4 ? t["cols"].get<int64_t>() : t["K"].get<int64_t>();
+    std::string signs, scales;
+    for (size_t b = 0; b < region.size(); b += 18) {
+      uint16_t h;
+      std::memcpy(&h, region.data() + b, 2);
+      const float f = F16ToF32(h);
+      scales.append(reinterpret_cast<const char*>(&f), 4);
+      signs.append(region, b + 2, 16);
+    }
+    json entry = t;
+    entry.erase("container");
+    const int64_t groups = rows * (cols / 128);
+    if (name == "lm_head") {  // the embedding's sign bytes and scales, zero points of its own
+      entry["weight"] = embed_weight;
+      entry["scales"] = embed_scales;
+      entry["zp"] = append(std::string(groups / 4, '\xaa'), "UINT8", {groups / 4});
+    } else {
+      entry["weight"] = append(signs, "UINT8", {rows, cols / 8});
+      entry["scales"] = append(scales, "FLOAT", {rows, cols / 128});
+      if (q4) {
+        entry["zp"] = append(std::string(groups / 2, '\x88'), "UINT8", {groups / 2});
+        embed_weight = entry["weight"];
+        embed_scales = entry["scales"];
+      }
+    }
+    planar[name] = entry;
+  }
+  const std::string dir = Path("v1");
+  fs::create_directories(dir);
+  fs::copy_file(v2 + "/bonsai-tiny.aux.bin", dir + "/bonsai-tiny.aux.bin");
+  std::ofstream(dir + "/planar.bin", std::ios::binary) << data;
+  manifest["version"] = 1;
+  manifest["data_file"] = "planar.bin";
+  manifest["tensors"] = planar;
+  std::ofstream(dir + "/manifest.json") << manifest.dump(1);
+
+  auto model = Load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  std::map<std::string, int> formats;
+  for (const WeightSummary& w : (*model)->weights()) ++formats[w.format];
+  EXPECT_EQ(formats["q1"], 7 * (*model)->arch().layers + 1) << "the linears and the head";
+  EXPECT_FALSE((*model)->arch().tied_head);
+  const std::vector<float> want = Logits(gguf_);
+  const std::vector<float> got = Logits(dir);
+  ASSERT_FALSE(want.empty());
+  ASSERT_EQ(got.size(), want.size());
+  float most = 0.0f;
+  for (size_t i = 0; i < got.size(); ++i) most = std::max(most, std::fabs(got[i] - want[i]));
+  EXPECT_LE(most, 1e-4f);
+
+  // Zero points away from the midpoint are refused, naming the field.
+  const json& zp = planar["embed_tokens"]["zp"];
+  data[zp["off"].get<size_t>() + 5] = '\x89';
+  std::ofstream(dir + "/planar.bin", std::ios::binary) << data;
+  auto refused = Load(dir);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("tensors.embed_tokens.zp"), std::string::npos)
+      << refused.status().message();
 }
 
 // The tables from their defining property, as bitgpu's converter writes them: a sign byte's bit j
