@@ -3,6 +3,7 @@
 #include <tuple>
 
 #include "core/mapped_file.h"
+#include "formats/bitgpu_files.h"
 #include "formats/gguf.h"
 
 namespace gizllm {
@@ -63,9 +64,8 @@ Expected<ChatTemplate> ChatTemplate::LoadGguf(const std::string& path) {
     GZ_ASSIGN_OR_RETURN(t.tool_use_, Compile(tool_use, t.origin_ + ".tool_use"));
   }
   const GgufValue* tokens = f.Find("tokenizer.ggml.tokens");
-  for (auto [key, text, has] :
-       {std::tuple{"tokenizer.ggml.bos_token_id", &t.bos_, &t.has_bos_},
-        std::tuple{"tokenizer.ggml.eos_token_id", &t.eos_, &t.has_eos_}}) {
+  for (auto [key, text, has] : {std::tuple{"tokenizer.ggml.bos_token_id", &t.bos_, &t.has_bos_},
+                                std::tuple{"tokenizer.ggml.eos_token_id", &t.eos_, &t.has_eos_}}) {
     if (!f.Find(key)) continue;
     GZ_ASSIGN_OR_RETURN(uint64_t id, f.GetUint(key));
     if (!tokens || tokens->type != GgufType::kArray || id >= tokens->strings.size()) {
@@ -82,6 +82,11 @@ Expected<ChatTemplate> ChatTemplate::Load(const std::string& model_dir) {
   if (model_dir.ends_with(".gguf") && FileExists(model_dir)) return LoadGguf(model_dir);
   ChatTemplate t;
   const std::string config_path = model_dir + "/tokenizer_config.json";
+  if (!FileExists(config_path) && !FileExists(model_dir + "/chat_template.jinja")) {
+    // A bitgpu folder without them: its data file's metadata.
+    const std::string gguf = BitgpuGgufDataFile(model_dir);
+    if (!gguf.empty() && FileExists(gguf)) return LoadGguf(gguf);
+  }
   ordered_json config = ordered_json::object();
   if (FileExists(config_path)) {
     GZ_ASSIGN_OR_RETURN(std::string text, ReadFile(config_path));

@@ -31,8 +31,8 @@ class ChatTemplate {
  public:
   // Reads tokenizer_config.json's chat_template (a string, or a list of {name, template}) or
   // chat_template.jinja, and the bos and eos tokens; or, where `model_dir` is a .gguf file, its
-  // tokenizer.chat_template and the texts of tokenizer.ggml.bos/eos_token_id. Errors name the
-  // file.
+  // tokenizer.chat_template and the texts of tokenizer.ggml.bos/eos_token_id (a bitgpu folder
+  // without either file: its GGUF data file's). Errors name the file.
   static Expected<ChatTemplate> Load(const std::string& model_dir);
   static Expected<ChatTemplate> FromString(std::string source, std::string bos = "",
                                            std::string eos = "");

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/mapped_file.h"
+#include "formats/bitgpu_files.h"
 #include "formats/gguf.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/components.h"
@@ -201,6 +202,11 @@ Expected<Tokenizer> Tokenizer::Load(const std::string& path) {
   if (path.ends_with(".gguf") && FileExists(path)) {
     GZ_ASSIGN_OR_RETURN(GgufFile gguf, GgufFile::Open(path));
     return FromGguf(gguf);
+  }
+  if (!FileExists(path + "/tokenizer.json")) {
+    // A bitgpu folder without tokenizer.json: its data file's metadata.
+    const std::string gguf = BitgpuGgufDataFile(path);
+    if (!gguf.empty() && FileExists(gguf)) return Load(gguf);
   }
   std::string file = path;
   if (!FileExists(file) || FileExists(file + "/tokenizer.json")) file = path + "/tokenizer.json";

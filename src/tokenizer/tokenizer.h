@@ -36,7 +36,8 @@ struct Encoding {
 
 class Tokenizer {
  public:
-  // path: a tokenizer.json, a folder that holds one, or a .gguf file (FromGguf). Errors name the
+  // path: a tokenizer.json, a folder that holds one, or a .gguf file (FromGguf); a bitgpu folder
+  // without tokenizer.json reads its GGUF data file (formats/bitgpu_files.h). Errors name the
   // file and the field.
   static Expected<Tokenizer> Load(const std::string& path);
   // From a GGUF file's tokenizer.ggml.* metadata: tokenizer.ggml.model gpt2 (byte-level BPE)

@@ -22,6 +22,7 @@
 #include "model/config.h"
 #include "model/evaluate.h"
 #include "model/model.h"
+#include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gizllm::quant {
@@ -118,6 +119,26 @@ TEST_F(BitgpuFolderTest, ConvertedFolderGivesTheGgufLogits) {
   EXPECT_EQ(arch->eos.front(), gguf_arch->eos.front());
   EXPECT_EQ(arch->rope.InvFreq(), gguf_arch->rope.InvFreq());
   EXPECT_EQ(arch->norm_eps, gguf_arch->norm_eps);
+}
+
+// A folder as bitgpu's own converter leaves it (manifest, aux file and the GGUF file alone) reads
+// its tokenizer and chat template from the data file's metadata.
+TEST_F(BitgpuFolderTest, TokenizerFromTheDataFile) {
+  const std::string dir = Path("bare");
+  ASSERT_TRUE(WriteFolder(dir).ok());
+  fs::remove(dir + "/tokenizer.json");
+  fs::remove(dir + "/tokenizer_config.json");
+  auto want = Tokenizer::Load(gguf_);
+  auto got = Tokenizer::Load(dir);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  const char* text = "<|im_start|>user\nHello, world! 12345<|im_end|>";
+  EXPECT_EQ(*got->Encode(text, true), *want->Encode(text, true));
+  auto want_template = ChatTemplate::Load(gguf_);
+  auto got_template = ChatTemplate::Load(dir);
+  ASSERT_TRUE(want_template.ok() && got_template.ok()) << got_template.status().message();
+  EXPECT_EQ(got_template->source(), want_template->source());
+  EXPECT_FALSE(got_template->source().empty());
 }
 
 // A version-1 folder of the same model with every quantized tensor planar, as ONNX exports hold
