@@ -2,12 +2,14 @@
 // Matmul against the same weights dequantized (formats/ggml_blocks.h, checked against llama.cpp)
 // and multiplied in float64, with bias, accumulate, SwiGLU and a plain output beside a ggml one;
 // Matmul against the CPU's ggml kernels for decode and batches over inputs of several tiles;
-// Embed bit for bit; and GGUF models whose matrices stay in their blocks against the same values
-// as float32 weights, both on CUDA in exact mode. Skipped without a CUDA device.
+// Embed bit for bit; GGUF models whose matrices stay in their blocks against the same values as
+// float32 weights, both on CUDA in exact mode; and the folders convert makes of GGUF files against
+// the files. Skipped without a CUDA device.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <random>
@@ -19,6 +21,7 @@
 #include "core/thread_pool.h"
 #include "formats/ggml_blocks.h"
 #include "gguf_from_hf.h"
+#include "jobs/convert.h"
 #include "model/config.h"
 #include "model/evaluate.h"
 #include "model/model.h"
@@ -385,6 +388,44 @@ TEST(CudaGgmlTest, GgufLogitsInBlockTypesMatchTheDequantizedFolders) {
     for (GgmlType type : {GgmlType::kQ5_K, GgmlType::kIQ4_XS, GgmlType::kQ1_0}) {
       ExpectSameLogits(tmp.File(family), testing::GgufLinears::kBlocks, type);
     }
+  }
+}
+
+// Folders made from GGUF files by convert (jobs/convert.h) read the same blocks with the same
+// kernels, so on CUDA they give the file's logits bit for bit: the own format with the block types
+// kept (Q4_0), and a bitgpu folder of a Q1_0 file (convert's manifest).
+TEST(CudaGgmlTest, ConvertedFoldersGiveTheGgufLogits) {
+  GZ_SKIP_WITHOUT_CUDA();
+  TempDir tmp;
+  struct Case {
+    testing::GgufLinears linears;
+    GgmlType type;
+    bool manifest;
+  };
+  for (const Case& c : {Case{testing::GgufLinears::kQ4_0, GgmlType::kQ4_0, false},
+                        Case{testing::GgufLinears::kBlocks, GgmlType::kQ1_0, true}}) {
+    SCOPED_TRACE(GgmlTypeName(c.type));
+    const std::string gguf = tmp.File(GgmlTypeName(c.type) + ".gguf");
+    const std::string dir = tmp.File(GgmlTypeName(c.type));
+    ASSERT_TRUE(
+        testing::WriteGgufFromHf("models/tiny-chat", gguf, c.linears, "qwen2", "", c.type).ok());
+    quant::ConvertOptions options;
+    options.from = gguf;
+    options.to = dir;
+    options.keep_types = true;
+    options.manifest = c.manifest;
+    auto summary = quant::Convert(options);
+    ASSERT_TRUE(summary.ok()) << summary.status().message();
+    std::mt19937 rng(7);
+    std::vector<int32_t> ids(31);
+    for (int32_t& id : ids) id = static_cast<int32_t>(rng() % 1000);
+    const std::vector<float> want = Logits(gguf, ids);
+    const std::vector<float> got = Logits(dir, ids);
+    ASSERT_FALSE(want.empty());
+    ASSERT_EQ(got.size(), want.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &want[i], 4) != 0;
+    EXPECT_EQ(differ, 0u) << "of " << got.size() << " logits";
   }
 }
 
