@@ -3,14 +3,18 @@
 out (metadata keys, tensor names, 1-D tensors as F32, the rest as stored), without numpy: the CLI
 tests' own small writer. tests/gguf_from_hf.h is the fuller one the unit tests use.
 
-  gguf_from_hf.py DIR OUT.gguf
+  gguf_from_hf.py DIR OUT.gguf [q1_0]
+
+With q1_0 the matrices (rows of whole 128-value blocks) are Q1_0 blocks: each value's sign, and
+one f16 scale a block (the block's first |value|; not a fitted quantization: the tests need a
+file's values, whatever they are).
 """
 import json
 import struct
 import sys
 
 U32, F32, BOOL, STR, ARR, I32 = 4, 6, 7, 8, 9, 5
-TYPES = {"F32": 0, "F16": 1, "BF16": 30}
+TYPES = {"F32": 0, "F16": 1, "BF16": 30, "Q1_0": 41}
 LAYER = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight": "attn_q.weight",
          "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
          "self_attn.o_proj.weight": "attn_output.weight", "self_attn.q_proj.bias": "attn_q.bias",
@@ -43,7 +47,24 @@ def to_f32(dtype, raw):
     return struct.pack(f"<{n}f", *struct.unpack(f"<{n}e", raw))
 
 
-def main(src, out):
+def q1_0(dtype, raw):
+    """Q1_0 blocks of a BF16 or F32 tensor: per 128 values an f16 scale and 16 sign bytes."""
+    size = 2 if dtype == "BF16" else 4
+    assert dtype in ("BF16", "F32")
+    # A value's sign byte -> 1 where it is >= 0; eight such bytes gather into one byte of bits, the
+    # first value in the lowest (the multiply moves byte j's low bit to bit 56 + j).
+    positive = raw[size - 1::size].translate(bytes(1 if b < 0x80 else 0 for b in range(256)))
+    words = struct.unpack(f"<{len(positive) // 8}Q", positive)
+    signs = bytes(((w * 0x0102040810204080) >> 56) & 0xFF for w in words)
+    blocks = []
+    for b in range(len(signs) // 16):
+        first = to_f32(dtype, raw[b * 128 * size:b * 128 * size + size])
+        scale = abs(struct.unpack("<f", first)[0]) or 0.01
+        blocks.append(struct.pack("<e", scale) + signs[b * 16:(b + 1) * 16])
+    return b"".join(blocks)
+
+
+def main(src, out, blocks=None):
     config = json.load(open(f"{src}/config.json"))
     tc = json.load(open(f"{src}/tokenizer_config.json"))
     tok = json.load(open(f"{src}/tokenizer.json"))
@@ -90,6 +111,8 @@ def main(src, out):
         dtype = t["dtype"]
         if len(t["shape"]) == 1:
             blob, dtype = to_f32(dtype, blob), "F32"
+        elif blocks == "q1_0" and t["shape"][-1] % 128 == 0:
+            blob, dtype = q1_0(dtype, blob), "Q1_0"
         data.append(b"\0" * (-size % 32))
         size += len(data[-1])
         infos += s(gguf_name(name)) + struct.pack("<I", len(t["shape"]))
@@ -104,4 +127,4 @@ def main(src, out):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:4])

@@ -68,4 +68,33 @@ check convert-not-gguf-no-output test ! -e "$tmp/d"
 expect_fail convert-manifest-not-q1 "a bitgpu folder needs Q1_0" \
   $gz convert --from "$gguf" --to "$tmp/b" --manifest
 
+# A Q1_0 file (1-bit, Bonsai's format): its types kept, and a bitgpu folder (convert --manifest)
+# over the file unchanged, each with the file's logits, text and tokens.
+q1="$tmp/bonsai-tiny.gguf"
+python3 "$(dirname "$0")/gguf_from_hf.py" "$src" "$q1" q1_0
+expect_ok logits-q1 $gz logits --model "$q1" --exact --ids $ids --out "$tmp/q1.npy"
+expect_ok run-q1 $gz run --model "$q1" --exact --prompt "$prompt" --greedy --max-tokens 12
+mv "$tmp/out" "$tmp/run-q1"
+expect_ok convert-q1 $gz convert --from "$q1" --to "$tmp/q1-own"
+check convert-q1-types grep -q "ggml blocks as the GGUF file holds them: Q1_0 57" "$tmp/err"
+expect_ok logits-q1-own $gz logits --model "$tmp/q1-own" --exact --ids $ids --out "$tmp/q1-own.npy"
+check logits-q1-own-equal cmp -s "$tmp/q1.npy" "$tmp/q1-own.npy"
+expect_ok convert-manifest $gz convert --from "$q1" --to "$tmp/bitgpu" --manifest
+check convert-manifest-line grep -q "wrote $tmp/bitgpu: a bitgpu folder" "$tmp/err"
+check bitgpu-files test -f "$tmp/bitgpu/manifest.json" -a -f "$tmp/bitgpu/bonsai-tiny.aux.bin"
+check bitgpu-data-unchanged cmp -s "$q1" "$tmp/bitgpu/bonsai-tiny.gguf"
+expect_ok info-bitgpu $gz info --model "$tmp/bitgpu"
+check info-bitgpu-family grep -q "family       qwen3" "$tmp/out"
+expect_ok logits-bitgpu $gz logits --model "$tmp/bitgpu" --exact --ids $ids --out "$tmp/bitgpu.npy"
+check logits-bitgpu-equal cmp -s "$tmp/q1.npy" "$tmp/bitgpu.npy"
+expect_ok run-bitgpu $gz run --model "$tmp/bitgpu" --exact --prompt "$prompt" --greedy --max-tokens 12
+check run-bitgpu-equal cmp -s "$tmp/run-q1" "$tmp/out"
+# As bitgpu's own converter leaves a folder: the tokenizer from the data file.
+rm "$tmp/bitgpu/tokenizer.json" "$tmp/bitgpu/tokenizer_config.json"
+echo "$text" | $gz tokenize --model "$tmp/bitgpu" --special >"$tmp/tok-bitgpu"
+check tokenize-bitgpu-equal cmp -s "$tmp/tok-gguf" "$tmp/tok-bitgpu"
+mkdir "$tmp/hostile" && printf '{"version": 2, "arch": {"layers": -1}}' >"$tmp/hostile/manifest.json"
+expect_fail bitgpu-hostile "hostile/manifest.json: arch.layers -1 is outside" \
+  $gz logits --model "$tmp/hostile" --ids 1 --out "$tmp/x.npy"
+
 finish
