@@ -3,14 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <limits>
+#include <map>
 #include <memory>
 #include <tuple>
 #include <vector>
 
-#include "core/json_nesting.h"
-#include "core/mapped_file.h"
 #include "formats/ggml_blocks.h"
 #include "model/config.h"
 #include "quant/linear_io.h"
@@ -20,10 +17,9 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int64_t kBlock = 128;       // inputs a block of every quantized tensor
-constexpr int64_t kQ1_0Bytes = 18;    // a Q1_0 block: f16 scale, 16 sign bytes
-constexpr int64_t kMaxDim = 1 << 24;  // of any count or size in the arch contract
-constexpr uint64_t kMaxManifestBytes = 64ull << 20;
+constexpr int64_t kBlock = 128;     // inputs a block of every quantized tensor
+constexpr int64_t kQ1_0Bytes = 18;  // a Q1_0 block: f16 scale, 16 sign bytes
+constexpr int64_t kMaxDim = 1 << 24;
 
 // Names and values come from the file: show at most 100 bytes of one.
 std::string Quote(const std::string& s) {
@@ -33,146 +29,6 @@ std::string Quote(const std::string& s) {
 bool PlainFileName(const std::string& name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
          name.find('\\') == std::string::npos && name.find('\0') == std::string::npos;
-}
-
-// One blob of a file: a ref checked against its file.
-struct Ref {
-  std::string field;  // where the manifest gives it, for messages
-  bool aux = false;
-  uint64_t off = 0, len = 0;
-  std::string dtype;
-  std::vector<int64_t> shape;
-  const uint8_t* data = nullptr;
-
-  bool SameBytes(const Ref& o) const { return aux == o.aux && off == o.off && len == o.len; }
-};
-
-// The manifest and the files it names; every read checks its field and names it.
-class Manifest {
- public:
-  static Expected<Manifest> Read(const std::string& dir) {
-    Manifest m;
-    m.dir_ = dir;
-    m.path_ = dir + "/" + kBitgpuManifest;
-    std::error_code ec;
-    const uint64_t size = std::filesystem::file_size(m.path_, ec);
-    if (ec) return NotFound(m.path_ + ": cannot read (" + ec.message() + ")");
-    if (size > kMaxManifestBytes) {
-      return DataLoss(m.path_ + ": " + std::to_string(size) +
-                      " bytes, more than a manifest holds (" + std::to_string(kMaxManifestBytes) +
-                      ")");
-    }
-    GZ_ASSIGN_OR_RETURN(std::string text, ReadFile(m.path_));
-    if (JsonTooDeep(text)) return DataLoss(m.path_ + ": JSON nested too deeply");
-    m.root_ = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (m.root_.is_discarded() || !m.root_.is_object()) {
-      return DataLoss(m.path_ + ": not a JSON object");
-    }
-    GZ_ASSIGN_OR_RETURN(m.version_, m.Int(m.root_, "", "version", 1, 2));
-    return m;
-  }
-
-  const std::string& path() const { return path_; }
-  const json& root() const { return root_; }
-  int64_t version() const { return version_; }
-
-  Status Error(const std::string& field, const std::string& what) const {
-    return DataLoss(path_ + ": " + field + " " + what);
-  }
-
-  Expected<const json*> Member(const json& obj, const std::string& at, const std::string& key,
-                               json::value_t type) const {
-    const std::string field = at.empty() ? key : at + "." + key;
-    auto it = obj.find(key);
-    if (it == obj.end()) return NotFound(path_ + ": " + field + " is missing");
-    const bool ok = type == json::value_t::number_integer ? it->is_number_integer()
-                    : type == json::value_t::number_float ? it->is_number()
-                                                          : it->type() == type;
-    if (!ok) return Error(field, "has the wrong type (" + std::string(it->type_name()) + ")");
-    return &*it;
-  }
-  Expected<int64_t> Int(const json& obj, const std::string& at, const std::string& key, int64_t lo,
-                        int64_t hi) const {
-    GZ_ASSIGN_OR_RETURN(const json* v, Member(obj, at, key, json::value_t::number_integer));
-    const bool negative =
-        v->is_number_integer() && !v->is_number_unsigned() && v->get<int64_t>() < 0;
-    const bool too_big = v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi);
-    if (negative || too_big || v->get<int64_t>() < lo || v->get<int64_t>() > hi) {
-      return Error(
-          at.empty() ? key : at + "." + key,
-          v->dump() + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    }
-    return v->get<int64_t>();
-  }
-  Expected<std::string> String(const json& obj, const std::string& at,
-                               const std::string& key) const {
-    GZ_ASSIGN_OR_RETURN(const json* v, Member(obj, at, key, json::value_t::string));
-    return v->get<std::string>();
-  }
-
- private:
-  std::string dir_, path_;
-  json root_;
-  int64_t version_ = 0;
-};
-
-// A ref {dtype, shape, src, off, len} at `field` of `obj`, inside its file: its bytes lie inside
-// the file and are the bytes of its dtype and shape.
-Expected<Ref> ReadRef(const Manifest& m, const json& obj, const std::string& at,
-                      const std::string& key, const MappedFile& data, const MappedFile& aux) {
-  Ref r;
-  r.field = at + "." + key;
-  GZ_ASSIGN_OR_RETURN(const json* ref, m.Member(obj, at, key, json::value_t::object));
-  GZ_ASSIGN_OR_RETURN(r.dtype, m.String(*ref, r.field, "dtype"));
-  int64_t size = 0;
-  if (r.dtype == "FLOAT") {
-    size = 4;
-  } else if (r.dtype == "UINT8") {
-    size = 1;
-  } else {
-    return m.Error(r.field + ".dtype", Quote(r.dtype) + " is not read (FLOAT or UINT8)");
-  }
-  GZ_ASSIGN_OR_RETURN(const json* shape, m.Member(*ref, r.field, "shape", json::value_t::array));
-  if (shape->empty() || shape->size() > 4) {
-    return m.Error(r.field + ".shape",
-                   "has " + std::to_string(shape->size()) + " dimensions (expected 1 to 4)");
-  }
-  uint64_t elements = 1;
-  for (size_t i = 0; i < shape->size(); ++i) {
-    const json& d = (*shape)[i];
-    if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() > (int64_t{1} << 40)) {
-      return m.Error(r.field + ".shape[" + std::to_string(i) + "]", d.dump() + " is not a size");
-    }
-    r.shape.push_back(d.get<int64_t>());
-    // Each factor is below 2^40 and the product stays below 2^62 or stops here.
-    if (elements > 0 && static_cast<uint64_t>(r.shape.back()) > (uint64_t{1} << 62) / elements) {
-      return m.Error(r.field + ".shape", "holds more elements than any file");
-    }
-    elements *= static_cast<uint64_t>(r.shape.back());
-  }
-  GZ_ASSIGN_OR_RETURN(std::string src, m.String(*ref, r.field, "src"));
-  if (src != "data" && src != "aux") {
-    return m.Error(r.field + ".src", Quote(src) + " is neither \"data\" nor \"aux\"");
-  }
-  r.aux = src == "aux";
-  const MappedFile& file = r.aux ? aux : data;
-  const int64_t kMax = std::numeric_limits<int64_t>::max();
-  GZ_ASSIGN_OR_RETURN(int64_t off, m.Int(*ref, r.field, "off", 0, kMax));
-  GZ_ASSIGN_OR_RETURN(int64_t len, m.Int(*ref, r.field, "len", 0, kMax));
-  r.off = static_cast<uint64_t>(off);
-  r.len = static_cast<uint64_t>(len);
-  if (r.off > file.size() || r.len > file.size() - r.off) {
-    return m.Error(r.field, "bytes [" + std::to_string(r.off) + ", +" + std::to_string(r.len) +
-                                ") lie past the end of " + file.path() + " (" +
-                                std::to_string(file.size()) + " bytes)");
-  }
-  if (r.len != elements * static_cast<uint64_t>(size)) {
-    return m.Error(r.field + ".len", std::to_string(r.len) + " is not the " +
-                                         std::to_string(elements * size) + " bytes of " + r.dtype +
-                                         " " + ShapeString(r.shape));
-  }
-  r.data = file.data() + r.off;
-  return r;
 }
 
 // The logical names of bitgpu's engine, by role.
@@ -207,78 +63,8 @@ std::vector<Logical> LogicalNames(const Arch& arch) {
   return out;
 }
 
-Expected<json> ConfigOf(const Manifest& m) {
-  GZ_ASSIGN_OR_RETURN(const json* arch, m.Member(m.root(), "", "arch", json::value_t::object));
-  json c = json::object();
-  c["model_type"] = "qwen3";
-  if (arch->contains("model_type")) {
-    GZ_ASSIGN_OR_RETURN(std::string type, m.String(*arch, "arch", "model_type"));
-    if (type != "qwen3") {
-      return Unimplemented(m.path() + ": arch.model_type " + Quote(type) +
-                           " is not read (bitgpu folders hold qwen3 models)");
-    }
-  }
-  const std::pair<const char*, const char*> kInts[] = {{"layers", "num_hidden_layers"},
-                                                       {"hidden", "hidden_size"},
-                                                       {"intermediate", "intermediate_size"},
-                                                       {"heads", "num_attention_heads"},
-                                                       {"kv_heads", "num_key_value_heads"},
-                                                       {"head_dim", "head_dim"},
-                                                       {"vocab", "vocab_size"}};
-  for (const auto& [key, field] : kInts) {
-    GZ_ASSIGN_OR_RETURN(c[field], m.Int(*arch, "arch", key, 1, kMaxDim));
-  }
-  if (c["head_dim"].get<int64_t>() > 128) {
-    return Unimplemented(m.path() + ": arch.head_dim " + c["head_dim"].dump() +
-                         " is more than the 128 the format allows");
-  }
-  GZ_ASSIGN_OR_RETURN(const json* eps,
-                      m.Member(*arch, "arch", "rms_eps", json::value_t::number_float));
-  c["rms_norm_eps"] = *eps;
-  GZ_ASSIGN_OR_RETURN(std::string act, m.String(*arch, "arch", "act"));
-  if (act != "silu") {
-    return Unimplemented(m.path() + ": arch.act " + Quote(act) + " is not silu (SwiGLU)");
-  }
-  c["hidden_act"] = "silu";
-  GZ_ASSIGN_OR_RETURN(const json* tied,
-                      m.Member(*arch, "arch", "tie_word_embeddings", json::value_t::boolean));
-  c["tie_word_embeddings"] = *tied;
-  // A planar lm_head has scales of its own: the head is its own matrix even where it shares the
-  // embedding's sign bytes.
-  auto tensors = m.root().find("tensors");
-  if (tensors != m.root().end() && tensors->is_object()) {
-    auto head = tensors->find("lm_head");
-    if (head != tensors->end() && head->is_object() && !head->contains("container")) {
-      c["tie_word_embeddings"] = false;
-    }
-  }
-  GZ_ASSIGN_OR_RETURN(const json* eos,
-                      m.Member(*arch, "arch", "eos", json::value_t::number_integer));
-  c["eos_token_id"] = *eos;
-  auto rope = arch->find("rope");
-  if (rope == arch->end()) {
-    return Unimplemented(m.path() +
-                         ": arch.rope is missing; baked rope tables (cos_cache, sin_cache) "
-                         "without their parameters are not read");
-  }
-  if (!rope->is_object()) return m.Error("arch.rope", "is not an object");
-  GZ_ASSIGN_OR_RETURN(const json* theta,
-                      m.Member(*rope, "arch.rope", "rope_theta", json::value_t::number_float));
-  c["rope_theta"] = *theta;
-  if (rope->contains("rope_type")) {
-    GZ_ASSIGN_OR_RETURN(std::string type, m.String(*rope, "arch.rope", "rope_type"));
-    if (type != "default") {
-      return Unimplemented(m.path() + ": arch.rope.rope_type " + Quote(type) +
-                           " is not supported (plain rope only)");
-    }
-  }
-  GZ_ASSIGN_OR_RETURN(c["max_position_embeddings"],
-                      m.Int(*arch, "arch", "max_positions", 1, kMaxDim));
-  return c;
-}
-
 // The tables a ref holds must be the recipe's.
-Status CheckLut(const Manifest& m, const Ref& r, const uint8_t* want, size_t bytes,
+Status CheckLut(const BitgpuManifest& m, const BitgpuRef& r, const uint8_t* want, size_t bytes,
                 int64_t columns) {
   if (!r.aux) return m.Error(r.field + ".src", "must be \"aux\" (the tables load first)");
   if (r.dtype != "UINT8" || r.shape != std::vector<int64_t>{256, columns}) {
@@ -300,7 +86,8 @@ struct Held {
 };
 
 // Every byte of zero points `r` is `value` (the recipe's midpoints, packed).
-Status CheckZeroPoints(const Manifest& m, const Ref& r, uint8_t value, const std::string& what) {
+Status CheckZeroPoints(const BitgpuManifest& m, const BitgpuRef& r, uint8_t value,
+                       const std::string& what) {
   if (r.dtype != "UINT8") return m.Error(r.field, "is " + r.dtype + ", expected UINT8");
   for (uint64_t i = 0; i < r.len; ++i) {
     if (r.data[i] != value) {
@@ -317,19 +104,19 @@ Status CheckZeroPoints(const Manifest& m, const Ref& r, uint8_t value, const std
 // points at the midpoints, so each weight is +-scale. A linear (binary) or the head (q2) becomes a
 // q1 linear over the bytes as they are (quant/layout.h's kQ1 is this layout, unrotated); the
 // embedding (q4) is converted to float32, which the embedding lookup reads.
-Status ReadPlanar(const Manifest& m, const json& entry, const std::string& at, const Logical& l,
-                  const std::string& name, int64_t rows, int64_t cols, Held& held,
-                  std::vector<Ref>* refs, std::vector<TensorInfo>* infos,
+Status ReadPlanar(const BitgpuManifest& m, const json& entry, const std::string& at,
+                  const Logical& l, const std::string& name, int64_t rows, int64_t cols, Held& held,
+                  std::vector<BitgpuRef>* refs, std::vector<TensorInfo>* infos,
                   std::map<std::string, std::string>* metadata) {
   const std::vector<int64_t> sign_shape = {rows, cols / 8};
   const std::vector<int64_t> scale_shape = {rows, cols / kBlock};
-  GZ_ASSIGN_OR_RETURN(Ref weight, ReadRef(m, entry, at, "weight", held.data, held.aux));
+  GZ_ASSIGN_OR_RETURN(BitgpuRef weight, ReadBitgpuRef(m, entry, at, "weight", held.data, held.aux));
   if (weight.dtype != "UINT8" || weight.shape != sign_shape) {
     return m.Error(weight.field, "is " + weight.dtype + " " + ShapeString(weight.shape) +
                                      ", expected UINT8 " + ShapeString(sign_shape) +
                                      " (planar sign bytes)");
   }
-  GZ_ASSIGN_OR_RETURN(Ref scales, ReadRef(m, entry, at, "scales", held.data, held.aux));
+  GZ_ASSIGN_OR_RETURN(BitgpuRef scales, ReadBitgpuRef(m, entry, at, "scales", held.data, held.aux));
   if (scales.dtype != "FLOAT" || scales.shape != scale_shape) {
     return m.Error(scales.field, "is " + scales.dtype + " " + ShapeString(scales.shape) +
                                      ", expected FLOAT " + ShapeString(scale_shape));
@@ -338,7 +125,7 @@ Status ReadPlanar(const Manifest& m, const json& entry, const std::string& at, c
   refs->push_back(scales);
   const bool embed = l.role == TensorRole::kEmbed;
   if (entry.contains("zp") || embed) {
-    GZ_ASSIGN_OR_RETURN(Ref zp, ReadRef(m, entry, at, "zp", held.data, held.aux));
+    GZ_ASSIGN_OR_RETURN(BitgpuRef zp, ReadBitgpuRef(m, entry, at, "zp", held.data, held.aux));
     refs->push_back(zp);
     if (embed) {
       GZ_RETURN_IF_ERROR(CheckZeroPoints(m, zp, 0x88, "two 4-bit 8s"));
@@ -401,50 +188,10 @@ Status ReadPlanar(const Manifest& m, const json& entry, const std::string& at, c
 
 }  // namespace
 
-bool IsBitgpuFolder(const std::string& dir) {
-  std::error_code ec;
-  return std::filesystem::is_directory(dir, ec) &&
-         std::filesystem::exists(dir + "/" + kBitgpuManifest, ec) &&
-         !std::filesystem::exists(dir + "/config.json", ec);
-}
-
-std::array<uint8_t, 512> BitgpuTgt2() {
-  std::array<uint8_t, 512> t{};
-  for (int b = 0; b < 256; ++b) {
-    for (int j = 0; j < 8; ++j) {
-      const int code = (b >> j) & 1 ? 3 : 1;
-      t[2 * b + j / 4] |= static_cast<uint8_t>(code << (2 * (j % 4)));
-    }
-  }
-  return t;
-}
-
-std::array<uint8_t, 1024> BitgpuTgt4() {
-  std::array<uint8_t, 1024> t{};
-  for (int b = 0; b < 256; ++b) {
-    for (int j = 0; j < 8; ++j) {
-      const int code = (b >> j) & 1 ? 9 : 7;
-      t[4 * b + j / 2] |= static_cast<uint8_t>(code << (4 * (j % 2)));
-    }
-  }
-  return t;
-}
-
-Expected<json> ReadBitgpuConfig(const std::string& dir) {
-  GZ_ASSIGN_OR_RETURN(Manifest m, Manifest::Read(dir));
-  return ConfigOf(m);
-}
-
-Expected<Arch> ReadBitgpuArch(const std::string& dir) {
-  GZ_ASSIGN_OR_RETURN(Manifest m, Manifest::Read(dir));
-  GZ_ASSIGN_OR_RETURN(json config, ConfigOf(m));
-  return ParseArch(config, m.path() + ": arch");
-}
-
 Expected<BitgpuModel> OpenBitgpuModel(const std::string& dir,
                                       const std::function<bool(GgmlType)>& keep) {
-  GZ_ASSIGN_OR_RETURN(Manifest m, Manifest::Read(dir));
-  GZ_ASSIGN_OR_RETURN(json config, ConfigOf(m));
+  GZ_ASSIGN_OR_RETURN(BitgpuManifest m, BitgpuManifest::Read(dir));
+  GZ_ASSIGN_OR_RETURN(json config, BitgpuConfigOf(m));
   BitgpuModel out;
   GZ_ASSIGN_OR_RETURN(out.arch, ParseArch(config, m.path() + ": arch"));
   const Arch& arch = out.arch;
@@ -458,13 +205,15 @@ Expected<BitgpuModel> OpenBitgpuModel(const std::string& dir,
     (std::string(key) == "data_file" ? held->data : held->aux) = std::move(f);
   }
 
-  std::vector<Ref> refs;  // every ref, for the overlap check
+  std::vector<BitgpuRef> refs;  // every ref, for the overlap check
   GZ_ASSIGN_OR_RETURN(const json* luts, m.Member(m.root(), "", "luts", json::value_t::object));
   const auto tgt2 = BitgpuTgt2();
   const auto tgt4 = BitgpuTgt4();
-  GZ_ASSIGN_OR_RETURN(Ref lut2, ReadRef(m, *luts, "luts", "tgt2", held->data, held->aux));
+  GZ_ASSIGN_OR_RETURN(BitgpuRef lut2,
+                      ReadBitgpuRef(m, *luts, "luts", "tgt2", held->data, held->aux));
   GZ_RETURN_IF_ERROR(CheckLut(m, lut2, tgt2.data(), tgt2.size(), 2));
-  GZ_ASSIGN_OR_RETURN(Ref lut4, ReadRef(m, *luts, "luts", "tgt4", held->data, held->aux));
+  GZ_ASSIGN_OR_RETURN(BitgpuRef lut4,
+                      ReadBitgpuRef(m, *luts, "luts", "tgt4", held->data, held->aux));
   GZ_RETURN_IF_ERROR(CheckLut(m, lut4, tgt4.data(), tgt4.size(), 4));
   refs.push_back(lut2);
   refs.push_back(lut4);
@@ -483,7 +232,7 @@ Expected<BitgpuModel> OpenBitgpuModel(const std::string& dir,
   std::vector<TensorInfo> infos;
   // Read as a converted folder's header describes its linears (quant/linear_io.h).
   std::map<std::string, std::string> metadata = {{quant::kFormatVersionKey, quant::kFormatVersion}};
-  Ref embed_ref;
+  BitgpuRef embed_ref;
   bool noticed = false;
   for (const Logical& l : names) {
     const std::string at = "tensors." + l.name;
@@ -500,7 +249,8 @@ Expected<BitgpuModel> OpenBitgpuModel(const std::string& dir,
     info.shape = shape;
     info.file = m.path();
     if (kind == "f32") {
-      GZ_ASSIGN_OR_RETURN(Ref r, ReadRef(m, *entry, at, "weight", held->data, held->aux));
+      GZ_ASSIGN_OR_RETURN(BitgpuRef r,
+                          ReadBitgpuRef(m, *entry, at, "weight", held->data, held->aux));
       if (r.dtype != "FLOAT" || r.shape != shape) {
         return m.Error(r.field, "is " + r.dtype + " " + ShapeString(r.shape) + ", expected FLOAT " +
                                     ShapeString(shape));
@@ -550,7 +300,7 @@ Expected<BitgpuModel> OpenBitgpuModel(const std::string& dir,
     if (entry->contains("scales") || entry->contains("zp")) {
       return m.Error(at, "is a q1_0 container and carries scales or zp (its blocks hold them)");
     }
-    GZ_ASSIGN_OR_RETURN(Ref r, ReadRef(m, *entry, at, "weight", held->data, held->aux));
+    GZ_ASSIGN_OR_RETURN(BitgpuRef r, ReadBitgpuRef(m, *entry, at, "weight", held->data, held->aux));
     const std::vector<int64_t> blocks = {rows, cols / kBlock * kQ1_0Bytes};
     if (r.aux || r.dtype != "UINT8" || r.shape != blocks) {
       return m.Error(r.field, "is " + r.dtype + " " + ShapeString(r.shape) + " in " +
@@ -591,12 +341,12 @@ Expected<BitgpuModel> OpenBitgpuModel(const std::string& dir,
   }
 
   // Refs share bytes only as the same range (a tied head); partial overlaps are invalid.
-  std::sort(refs.begin(), refs.end(), [](const Ref& a, const Ref& b) {
+  std::sort(refs.begin(), refs.end(), [](const BitgpuRef& a, const BitgpuRef& b) {
     return std::tie(a.aux, a.off, a.len) < std::tie(b.aux, b.off, b.len);
   });
   for (size_t i = 1; i < refs.size(); ++i) {
-    const Ref& a = refs[i - 1];
-    const Ref& b = refs[i];
+    const BitgpuRef& a = refs[i - 1];
+    const BitgpuRef& b = refs[i];
     if (a.aux != b.aux || a.len == 0 || b.len == 0 || a.SameBytes(b)) continue;
     if (b.off < a.off + a.len) {
       return m.Error(b.field, "overlaps " + a.field + " (bytes [" + std::to_string(b.off) + ", +" +

@@ -21,7 +21,6 @@
 // range); errors name manifest.json and the field.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -31,23 +30,9 @@
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "model/arch.h"
+#include "model/bitgpu_manifest.h"
 
 namespace gizllm {
-
-inline constexpr char kBitgpuManifest[] = "manifest.json";
-
-// Whether `dir` is a bitgpu folder: a folder with manifest.json and without config.json.
-bool IsBitgpuFolder(const std::string& dir);
-
-// bitgpu's lookup tables, from their defining property: tgt2 [256, 2] turns a byte's 8 sign bits
-// (LSB first) into 2-bit codes, 1 for -1 and 3 for +1, four a byte from the low bits up; tgt4
-// [256, 4] into 4-bit codes 7 and 9, two a byte.
-std::array<uint8_t, 512> BitgpuTgt2();
-std::array<uint8_t, 1024> BitgpuTgt4();
-
-// The config.json fields of the manifest's arch contract, and the Arch they give.
-Expected<nlohmann::json> ReadBitgpuConfig(const std::string& dir);
-Expected<Arch> ReadBitgpuArch(const std::string& dir);
 
 struct BitgpuModel {
   Arch arch;

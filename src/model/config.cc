@@ -8,7 +8,7 @@
 
 #include "core/mapped_file.h"
 #include "formats/safetensors.h"
-#include "model/bitgpu_model.h"
+#include "model/bitgpu_manifest.h"
 #include "model/encoder_arch.h"
 #include "model/families/family.h"
 #include "model/gguf_model.h"
