@@ -35,6 +35,10 @@ void AddPerplexityCommand(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--max-tokens", o->eval.max_tokens,
                   "Read only the first N tokens of each text (0: all)")
       ->default_val(1024);
+  cmd->add_option("--skip", o->eval.skip,
+                  "Score each window from position N on; the positions before are context only "
+                  "(llama-perplexity scores the second half: --skip with half the window)")
+      ->default_val(0);
   cmd->add_option("--limit", o->limit, "Read only the first N texts (0: all)")->default_val(0);
   cmd->callback([&ctx, o] {
     Status check = o->eval.Check();
@@ -78,8 +82,10 @@ void AddPerplexityCommand(CLI::App& app, CommandContext& ctx) {
     if (!r.ok()) return void(ctx.exit_code = Fail(r.status().message()));
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("texts        %zu (first %d tokens each), windows of %d tokens\n", texts->size(),
+    std::printf("texts        %zu (first %d tokens each), windows of %d tokens", texts->size(),
                 o->eval.max_tokens, o->eval.window);
+    if (o->eval.skip > 0) std::printf(" scored from position %d", o->eval.skip);
+    std::printf("\n");
     std::printf("tokens       %lld scored in %.1f s\n", static_cast<long long>(r->tokens), seconds);
     std::printf("perplexity   %.4f\n", r->perplexity);
     if (base) {

@@ -25,6 +25,9 @@ void LogSoftmax(const float* logits, int64_t vocab, std::vector<double>& out) {
 Status PerplexityOptions::Check() const {
   if (window < 2) return InvalidArgument("perplexity: window must be at least 2");
   if (max_tokens < 0) return InvalidArgument("perplexity: max_tokens must be >= 0");
+  if (skip < 0 || skip > window - 2) {
+    return InvalidArgument("perplexity: skip must be at least 0 and at most window - 2");
+  }
   return Status::Ok();
 }
 
@@ -73,7 +76,7 @@ Expected<Perplexity> MeasurePerplexity(Runner& model, Runner* base,
       if (base) {
         GZ_ASSIGN_OR_RETURN(base_logits, SequenceLogits(*base, window, options.window));
       }
-      for (size_t p = 0; p + 1 < window.size(); ++p) {
+      for (size_t p = options.skip; p + 1 < window.size(); ++p) {
         const float* row = logits.data() + p * vocab;
         LogSoftmax(row, vocab, lp);
         nll -= lp[window[p + 1]];
@@ -93,7 +96,7 @@ Expected<Perplexity> MeasurePerplexity(Runner& model, Runner* base,
       options.progress(doc + 1, texts.size(), std::exp(nll / std::max<int64_t>(1, tokens)));
     }
   }
-  if (tokens == 0) return InvalidArgument("perplexity: no text has two tokens");
+  if (tokens == 0) return InvalidArgument("perplexity: no window has a position to score");
   Perplexity r;
   r.tokens = tokens;
   r.perplexity = std::exp(nll / tokens);

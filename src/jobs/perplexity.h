@@ -16,6 +16,9 @@ namespace gizllm::quant {
 struct PerplexityOptions {
   int window = 256;       // tokens per window; each window starts a fresh context
   int max_tokens = 1024;  // read only the first N tokens of each text (0: all)
+  // Positions of each window before `skip` are context only, not scored (llama-perplexity
+  // scores the second half of each window: skip = window / 2).
+  int skip = 0;
   // Called after each text with the texts done.
   std::function<void(size_t done, size_t total, double perplexity)> progress;
   Status Check() const;
@@ -33,7 +36,7 @@ struct Perplexity {
 Expected<std::vector<std::string>> ReadTexts(const std::string& path, int limit = 0);
 
 // Scores `model` (and compares it with `base` when not null) over token sequences: each is cut
-// to max_tokens and split into windows; window positions 0..n-2 predict tokens 1..n-1.
+// to max_tokens and split into windows; window positions skip..n-2 predict tokens skip+1..n-1.
 Expected<Perplexity> MeasurePerplexity(Runner& model, Runner* base,
                                        std::span<const std::vector<int32_t>> texts,
                                        const PerplexityOptions& options);

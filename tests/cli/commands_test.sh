@@ -125,6 +125,20 @@ f16, k8, k84, k4, k2 = (float(open(p).read()) for p in sys.argv[1:])
 assert 0 < f16 < k8 / 20 and k8 < 0.01, (f16, k8)
 assert k8 < k84 < k4 < k2, (k8, k84, k4, k2)
 ' "$tmp/kl-f16" "$tmp/kl-8" "$tmp/kl-8-4" "$tmp/kl-4" "$tmp/kl-2"
+# --skip: each window's first positions are context only (llama-perplexity scores the second
+# half of each window): fewer positions scored, each with more context before it.
+expect_ok perplexity-all $gz perplexity -f "$tmp/held.jsonl" --max-tokens 128 --window 64
+grep -oE "^tokens +[0-9]+" "$tmp/out" | awk '{print $2}' > "$tmp/tokens-all"
+expect_ok perplexity-skip $gz perplexity -f "$tmp/held.jsonl" --max-tokens 128 --window 64 --skip 32
+check perplexity-skip-line grep -q "windows of 64 tokens scored from position 32" "$tmp/out"
+grep -oE "^tokens +[0-9]+" "$tmp/out" | awk '{print $2}' > "$tmp/tokens-skip"
+check perplexity-skip-fewer python3 -c '
+import sys
+a, s = (int(open(p).read()) for p in sys.argv[1:])
+assert 0 < s < a, (a, s)
+' "$tmp/tokens-all" "$tmp/tokens-skip"
+expect_fail perplexity-bad-skip "skip must be at least 0 and at most window - 2" \
+  $gz perplexity -f "$tmp/held.jsonl" --window 64 --skip 63
 expect_fail perplexity-bad-base-kv "--base-kv: f8 is not a KV format" \
   $gz perplexity --base-kv f8 -f "$tmp/held.jsonl"
 
