@@ -95,8 +95,8 @@ struct RopeParams {
 // bytes and a float32 scale per position and kv head: each key or value vector x of head_dim is
 // stored as round(x * 127 / max|x|), with scale max|x| / 127); or rotated codes (RotatedKv: keys
 // and values each of 8, 4 or 2 bits, ops/kv_codes.h: each vector rotated by blocks of a
-// Hadamard transform, then stored as codes of 2^bits even steps between its smallest and largest
-// element, with that step and that smallest element per position and kv head).
+// Hadamard transform, then each group of 32 elements stored as codes of 2^bits levels (even steps
+// at 8 and 2 bits, a Gaussian's Lloyd-Max levels at 4) with a step and min of its own).
 //
 // The rotated formats are the enumerators RotatedKv(keys, values) makes (not named here).
 enum class KvFormat : uint8_t { kF32 = 0, kF16 = 1, kQ8 = 2 };

@@ -12,11 +12,12 @@
 namespace gizllm {
 namespace {
 
-// The codes are read centered, c - 2^(B-1) (exact in float32), with the vector's mid value
-// min + step * 2^(B-1) beside them: both sums then are of terms as large as the values
-// themselves, not of codes times the step that cancel against the min.
+// The codes are read centered, c - 2^(B-1) (exact in float32; 4 bits: kv::kLevels4[c], centered
+// already), with the vector's mid value min + step * 2^(B-1) (4 bits: min) beside them: both sums
+// then are of terms as large as the values themselves, not of codes times the step that cancel
+// against the min.
 template <int B>
-constexpr float kCenter = static_cast<float>(1 << (B - 1));
+constexpr float kCenter = B == 4 ? 0.0f : static_cast<float>(1 << (B - 1));
 
 // sum_i q[i] * (c_i - center) over the n codes of a vector of B bits (n a multiple of 8).
 template <int B>
@@ -30,8 +31,8 @@ float DotCodes(const float* q, const uint8_t* codes, int n) {
     for (int i = 0; i < n; i += 8)
       for (int j = 0; j < 4; ++j) {
         const uint8_t b = codes[(i >> 1) + j];
-        sum[2 * j] += q[i + 2 * j] * (static_cast<float>(b & 15) - c0);
-        sum[2 * j + 1] += q[i + 2 * j + 1] * (static_cast<float>(b >> 4) - c0);
+        sum[2 * j] += q[i + 2 * j] * kv::kLevels4[b & 15];
+        sum[2 * j + 1] += q[i + 2 * j + 1] * kv::kLevels4[b >> 4];
       }
   } else {
     for (int i = 0; i < n; i += 8)
@@ -53,8 +54,8 @@ void AddCodes(float* acc, float w, const uint8_t* codes, int n) {
   } else if constexpr (B == 4) {
     for (int i = 0; i < n; i += 2) {
       const uint8_t b = codes[i >> 1];
-      acc[i] += w * (static_cast<float>(b & 15) - c0);
-      acc[i + 1] += w * (static_cast<float>(b >> 4) - c0);
+      acc[i] += w * kv::kLevels4[b & 15];
+      acc[i + 1] += w * kv::kLevels4[b >> 4];
     }
   } else {
     for (int i = 0; i < n; i += 4) {

@@ -174,6 +174,55 @@ std::vector<double> RotateExact(const double* x, int n, bool inverse) {
   return y;
 }
 
+// The 4-bit code of the level (kv::kLevels4) nearest t.
+int Nearest4(double t) {
+  int best = 0;
+  for (int c = 1; c < 16; ++c) {
+    if (std::fabs(t - kv::kLevels4[c]) < std::fabs(t - kv::kLevels4[best])) best = c;
+  }
+  return best;
+}
+
+// A group y [n] (finite, not all equal) as 4-bit codes (ops/kv_codes.h Quantize4), in double:
+// from each start (min the middle of the range, step its half over the top level, narrowed by
+// kv::kShrinks factors), kv::kFitRounds rounds of (nearest levels; least-squares step and min);
+// the pair of least squared error.
+void KvSetGroup4(const double* y, int n, uint8_t* codes, float* step_min) {
+  const double lo = *std::min_element(y, y + n), hi = *std::max_element(y, y + n);
+  double best_error = 0.0, best_step = 0.0, best_min = 0.0;
+  for (int k = 0; k < kv::kShrinks; ++k) {
+    double step = 0.5 * (hi - lo) / kv::kLevels4[15] * (1.0 - double{kv::kShrinkStep} * k);
+    double min = 0.5 * (lo + hi);
+    for (int round = 0; round < kv::kFitRounds; ++round) {
+      double sl = 0.0, sll = 0.0, sy = 0.0, syl = 0.0;
+      for (int i = 0; i < n; ++i) {
+        const double l = kv::kLevels4[Nearest4((y[i] - min) / step)];
+        sl += l;
+        sll += l * l;
+        sy += y[i];
+        syl += y[i] * l;
+      }
+      const double det = n * sll - sl * sl, s = (n * syl - sl * sy) / det;
+      if (!(det > 0.0) || !(s > 0.0)) break;
+      step = s;
+      min = (sy - s * sl) / n;
+    }
+    double error = 0.0;
+    for (int i = 0; i < n; ++i)
+      error += std::pow(min + step * kv::kLevels4[Nearest4((y[i] - min) / step)] - y[i], 2);
+    if (k == 0 || error < best_error) {
+      best_error = error;
+      best_step = step;
+      best_min = min;
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    codes[i / 2] |= static_cast<uint8_t>(Nearest4((y[i] - best_min) / best_step) << (i % 2 * 4));
+  }
+  step_min[0] = static_cast<float>(best_step);
+  step_min[1] = static_cast<float>(best_min);
+}
+
 // Rotated pages: one kv head's vector x [n] rotated and coded at `bits` (ops/kv_codes.h) in
 // groups of kv::GroupSize(n), the rotation and the codes in double. (A NaN or an infinity in x
 // reaches every element of its rotation block, and no other.)
@@ -196,6 +245,11 @@ void KvSetRotated(void* data, float* scales, int64_t vector, const float* x, int
       finite = finite && std::isfinite(x[j]);
     const auto begin = y.begin() + c * part, end = begin + part;
     const double min = *std::min_element(begin, end), max = *std::max_element(begin, end);
+    if (bits == 4 && finite && max > min) {
+      KvSetGroup4(y.data() + c * part, part, codes + c * part / 2,
+                  scales + 2 * (vector * parts + c));
+      continue;
+    }
     // The range of least squared error among [min, max] narrowed by kv::kShrinks factors.
     double best_error = 0.0, lo = min, step = (max - min) / levels;
     for (int k = 0; k < kv::kShrinks; ++k) {
@@ -230,7 +284,9 @@ std::vector<double> KvGetRotated(const void* data, const float* scales, int64_t 
   std::vector<double> y(n);
   for (int i = 0; i < n; ++i) {
     const float* sm = scales + 2 * (vector * parts + i / part);
-    y[i] = static_cast<double>(sm[1]) + static_cast<double>(sm[0]) * kv::Code(codes, i, bits);
+    y[i] =
+        static_cast<double>(sm[1]) +
+        static_cast<double>(sm[0]) * static_cast<double>(kv::Level(bits, kv::Code(codes, i, bits)));
   }
   return y;
 }

@@ -8,10 +8,10 @@
 // The attention: a block per (row, kv head), every row alike (decode and prompt pieces), reading
 // the codes where they lie. The block's query heads are rotated once into shared memory; its
 // warps take the positions in turn (warp w: first + w, first + w + kWarps, ...), a lane the
-// elements lane, lane + 32, ... of each (read back as min + step * code of its group), with an
-// online softmax per warp and query head; the warps' sums are combined at the end and rotated
-// back. No split of a long context over blocks and no tensor cores: the prompt path reads every
-// key once per row.
+// elements lane, lane + 32, ... of each (read back as min + step * level of its group's code),
+// with an online softmax per warp and query head; the warps' sums are combined at the end and
+// rotated back. No split of a long context over blocks and no tensor cores: the prompt path reads
+// every key once per row.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -57,11 +57,12 @@ __global__ void RotatedKvWriteKernel(KvWriteParams p) {
       (keys ? p.cache.key_scales : p.cache.value_scales) + 2 * kv::Groups(hd) * vector);
 }
 
-// Element e of a rotated vector read back: its group's min + step * code.
+// Element e of a rotated vector read back: its group's min + step * level of its code
+// (kv::Level: the code, or at 4 bits kv::kLevels4's level).
 __device__ __forceinline__ float Element(const uint8_t* codes, const float* step_mins, int e,
                                          int bits, int part) {
   const float* sm = step_mins + 2 * (e / part);
-  return sm[1] + sm[0] * static_cast<float>(kv::Code(codes, e, bits));
+  return sm[1] + sm[0] * kv::Level(bits, kv::Code(codes, e, bits));
 }
 
 // Shared memory (floats): q [group, hd] (rotated, scaled; at the end the output before its

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <utility>
@@ -551,14 +552,18 @@ struct TestCache {
       value_codes.resize(vectors * KvValueBytes(format, head_dim));
       for (auto& b : key_codes) b = static_cast<uint8_t>(byte(rng));
       for (auto& b : value_codes) b = static_cast<uint8_t>(byte(rng));
-      // Steps that span about [-2, 2] (keys) and [-1, 1] (values) in 2^bits codes.
-      const float key_levels = (1 << KvKeyBits(format)) - 1.0f;
-      const float value_levels = (1 << KvValueBits(format)) - 1.0f;
+      // Steps that span about [-2, 2] (keys) and [-1, 1] (values) in 2^bits codes (4 bits: the
+      // levels of kv::kLevels4 about a min of 0, which reads them back centered).
+      auto pair = [](int bits, float span) -> std::pair<float, float> {
+        if (bits == 4) return {span / (2.0f * kv::kLevels4[15]), 0.0f};
+        return {span / ((1 << bits) - 1.0f), -0.5f * span};
+      };
       std::uniform_real_distribution<float> span(0.5f, 1.5f);
       for (size_t i = 0; i < vectors * kv::Groups(head_dim); ++i) {  // a pair a code group
-        const float ks = 4.0f * span(rng), vs = 2.0f * span(rng);
-        key_scales.insert(key_scales.end(), {ks / key_levels, -0.5f * ks});
-        value_scales.insert(value_scales.end(), {vs / value_levels, -0.5f * vs});
+        const auto [key_step, key_min] = pair(KvKeyBits(format), 4.0f * span(rng));
+        const auto [value_step, value_min] = pair(KvValueBits(format), 2.0f * span(rng));
+        key_scales.insert(key_scales.end(), {key_step, key_min});
+        value_scales.insert(value_scales.end(), {value_step, value_min});
       }
     }
     std::vector<int32_t> order(total);
@@ -639,6 +644,52 @@ TEST_F(CpuBackendTest, KvWriteMatchesReference) {
   }
 }
 
+// 4-bit codes (a least-squares fit from several starts, ops/kv_codes.h Quantize4) against the
+// reference's: every group not written the same bit for bit; every written group's squared
+// error (read back against the input rotated) within 0.1% of the reference's fit (float32 and
+// double may settle on different fits of about the same error where an element lies within
+// rounding of a boundary between two levels: up to 0.02% apart on these inputs); a group with a
+// NaN a NaN step and min in both.
+void CheckFourBitFits(const std::vector<uint8_t>& got_codes, const std::vector<float>& got_scales,
+                      const std::vector<uint8_t>& want_codes, const std::vector<float>& want_scales,
+                      const std::map<int64_t, std::pair<int64_t, int>>& written,
+                      const std::vector<float>& x, int head_dim, const std::string& what) {
+  const int part = kv::GroupSize(head_dim), parts = kv::Groups(head_dim);
+  const int64_t bytes = kv::CodeBytes(4, head_dim);
+  for (size_t vec = 0; vec < got_scales.size() / (2 * parts); ++vec) {
+    auto it = written.find(static_cast<int64_t>(vec));
+    if (it == written.end()) {
+      for (int j = 0; j < 2 * parts; ++j)
+        ASSERT_EQ(got_scales[2 * parts * vec + j], want_scales[2 * parts * vec + j]) << what;
+      for (int64_t b = 0; b < bytes; ++b)
+        ASSERT_EQ(got_codes[vec * bytes + b], want_codes[vec * bytes + b]) << what;
+      continue;
+    }
+    const auto [row, h] = it->second;
+    std::vector<float> y(x.begin() + (row * 2 + h) * head_dim,
+                         x.begin() + (row * 2 + h + 1) * head_dim);
+    kv::Rotate(y.data(), head_dim);
+    for (int g = 0; g < parts; ++g) {
+      const float* got_pair = &got_scales[2 * (vec * parts + g)];
+      const float* want_pair = &want_scales[2 * (vec * parts + g)];
+      if (std::isnan(want_pair[0])) {
+        EXPECT_TRUE(std::isnan(got_pair[0]) && std::isnan(got_pair[1])) << what;
+        continue;
+      }
+      double got_error = 0.0, want_error = 0.0;
+      for (int i = g * part; i < (g + 1) * part; ++i) {
+        const double gy =
+            got_pair[1] + double{got_pair[0]} * kv::Level4(kv::Code(&got_codes[vec * bytes], i, 4));
+        const double wy = want_pair[1] + double{want_pair[0]} *
+                                             kv::Level4(kv::Code(&want_codes[vec * bytes], i, 4));
+        got_error += (gy - y[i]) * (gy - y[i]);
+        want_error += (wy - y[i]) * (wy - y[i]);
+      }
+      ASSERT_LE(got_error, 1.001 * want_error) << what << " vector " << vec << " group " << g;
+    }
+  }
+}
+
 // The rotated pages of every bit width: every key and value vector rotated and coded as the
 // reference does it in double. The fast path rotates in float32, so a code may differ by one where
 // the rotated element lies within float32 rounding of a midpoint between two steps, and the step
@@ -676,10 +727,25 @@ TEST_F(CpuBackendTest, KvWriteOfRotatedPagesMatchesReference) {
         backend.KvWrite(p);
         p.cache = want.layer();
         ReferenceKvWrite(p);
+        // The input vector of each written vector index (row's key or value of kv head h).
+        std::map<int64_t, std::pair<int64_t, int>> written;  // vector -> {row, kv head}
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t page = cache.pages[slots[r] * 4 + positions[r] / kPage];
+          for (int h = 0; h < 2; ++h)
+            written[(page * kPage + positions[r] % kPage) * 2 + h] = {r, h};
+        }
         for (bool keys : {true, false}) {
           const int bits = keys ? KvKeyBits(format) : KvValueBits(format);
           const int64_t bytes =
               keys ? KvKeyBytes(format, head_dim) : KvValueBytes(format, head_dim);
+          if (bits == 4) {
+            CheckFourBitFits(keys ? cache.key_codes : cache.value_codes,
+                             keys ? cache.key_scales : cache.value_scales,
+                             keys ? want.key_codes : want.value_codes,
+                             keys ? want.key_scales : want.value_scales, written, keys ? k : v,
+                             head_dim, Name(c) + (keys ? " keys" : " values"));
+            continue;
+          }
           const auto& got_codes = keys ? cache.key_codes : cache.value_codes;
           const auto& want_codes = keys ? want.key_codes : want.value_codes;
           const auto& got_scales = keys ? cache.key_scales : cache.value_scales;
@@ -695,7 +761,8 @@ TEST_F(CpuBackendTest, KvWriteOfRotatedPagesMatchesReference) {
               EXPECT_TRUE(std::isnan(got_scales[2 * j]) && std::isnan(got_scales[2 * j + 1]));
               continue;
             }
-            const float top = std::max(std::fabs(min), std::fabs(min + step * ((1 << bits) - 1)));
+            const float top = std::max(std::fabs(min + step * kv::Level(bits, 0)),
+                                       std::fabs(min + step * kv::Level(bits, (1 << bits) - 1)));
             ASSERT_NEAR(got_scales[2 * j], step, 1e-5f * top) << Name(c) << " group " << j;
             ASSERT_NEAR(got_scales[2 * j + 1], min, 1e-5f * top) << Name(c) << " group " << j;
             for (int i = static_cast<int>(j % parts) * part;
@@ -866,15 +933,22 @@ TEST_F(CpuBackendTest, AttentionOverRotatedPagesIsWithinTheirSteps) {
                 kvh;
             const int64_t row = (q_slots[r] * context + pos) * width + kvh * s.head_dim;
             // The largest error of an element of the rotated vector x, from its code group's
-            // step and range.
+            // step and range: half the widest gap between two levels within the range (half a
+            // step; 4 bits: half the gap of the outermost levels of kv::kLevels4), else the
+            // distance to the range's end.
             auto element_error = [&](const float* x, const float* step_mins, int bits) {
               std::vector<float> y(x, x + s.head_dim);
               kv::Rotate(y.data(), s.head_dim);
+              const int top = (1 << bits) - 1;
+              double gap = 0.0;
+              for (int c = 0; c < top; ++c)
+                gap = std::max(gap, double{kv::Level(bits, c + 1)} - kv::Level(bits, c));
               double e = 0.0;
               for (int i = 0; i < s.head_dim; ++i) {
                 const float* sm = step_mins + 2 * (i / kv::GroupSize(s.head_dim));
-                const double lo = sm[1], hi = lo + double{sm[0]} * ((1 << bits) - 1);
-                e = std::max({e, sm[0] / 2.0, lo - y[i], y[i] - hi});
+                const double lo = sm[1] + double{sm[0]} * kv::Level(bits, 0),
+                             hi = sm[1] + double{sm[0]} * kv::Level(bits, top);
+                e = std::max({e, sm[0] * gap / 2.0, lo - y[i], y[i] - hi});
               }
               return e * 1.0001;  // (y rotated in float32)
             };
