@@ -3,11 +3,12 @@
 out (metadata keys, tensor names, 1-D tensors as F32, the rest as stored), without numpy: the CLI
 tests' own small writer. tests/gguf_from_hf.h is the fuller one the unit tests use.
 
-  gguf_from_hf.py DIR OUT.gguf [q1_0]
+  gguf_from_hf.py DIR OUT.gguf [q1_0 | --f32]
 
 With q1_0 the matrices (rows of whole 128-value blocks) are Q1_0 blocks: each value's sign, and
 one f16 scale a block (the block's first |value|; not a fitted quantization: the tests need a
-file's values, whatever they are).
+file's values, whatever they are). With --f32 every tensor is F32, as llama.cpp's
+convert_hf_to_gguf.py --outtype f32 writes them.
 """
 import json
 import struct
@@ -64,7 +65,7 @@ def q1_0(dtype, raw):
     return b"".join(blocks)
 
 
-def main(src, out, blocks=None):
+def main(src, out, blocks=None, all_f32=False):
     config = json.load(open(f"{src}/config.json"))
     tc = json.load(open(f"{src}/tokenizer_config.json"))
     tok = json.load(open(f"{src}/tokenizer.json"))
@@ -109,7 +110,7 @@ def main(src, out, blocks=None):
         b, e = t["data_offsets"]
         blob = raw[8 + hlen + b:8 + hlen + e]
         dtype = t["dtype"]
-        if len(t["shape"]) == 1:
+        if len(t["shape"]) == 1 or all_f32:
             blob, dtype = to_f32(dtype, blob), "F32"
         elif blocks == "q1_0" and t["shape"][-1] % 128 == 0:
             blob, dtype = q1_0(dtype, blob), "Q1_0"
@@ -127,4 +128,6 @@ def main(src, out, blocks=None):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    args = sys.argv[3:]
+    main(sys.argv[1], sys.argv[2], blocks="q1_0" if "q1_0" in args else None,
+         all_f32="--f32" in args)
