@@ -7,8 +7,9 @@
 #   bench/kv_quality.sh GIZLLM LLAMA_BIN [WORK]
 #
 # GIZLLM: the gizllm binary; LLAMA_BIN: llama.cpp's build/bin (../shared/peer/build.sh DIR builds
-# DIR/build/bin; on a machine with nvcc that script builds with CUDA: for the CPU build run it
-# with cuda=OFF); WORK: a scratch folder (default /tmp/kv_quality).
+# DIR/build/bin; it builds with CUDA wherever nvcc is installed: for a CPU build there, run a copy
+# of it whose "cuda=OFF; command -v nvcc ..." line is just cuda=OFF); WORK: a scratch folder
+# (default /tmp/kv_quality).
 #
 # Both engines read the same text and score the same positions: the 300 held-out documents joined
 # by blank lines, tokenized whole, cut into windows of CTX tokens (default 1,024), the first CHUNKS
