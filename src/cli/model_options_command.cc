@@ -44,8 +44,9 @@ void ModelOptions::Add(CLI::App* app) {
                   "or fewer in which one fits, else the smallest. 16 halves the "
                   "memory and the bytes read per token (keys and values rounded to float16). "
                   "8, 4 and 2 bits: each key and value vector rotated by blocks of a "
-                  "Hadamard transform and stored as codes of 2^bits even steps, with a step "
-                  "and an offset per 32 channels; keys and values each their own bits (8/4: 8-bit "
+                  "Hadamard transform and stored as codes of 2^bits levels (even steps at 8 and "
+                  "2 bits, a Gaussian's Lloyd-Max levels at 4), with a step and an offset per 32 "
+                  "channels; keys and values each their own bits (8/4: 8-bit "
                   "keys, 4-bit values). A format a device has no kernels for is refused at load")
       ->default_val("auto");
 }

@@ -184,14 +184,14 @@ int Nearest4(double t) {
 }
 
 // A group y [n] (finite, not all equal) as 4-bit codes (ops/kv_codes.h Quantize4), in double:
-// from each start (min the middle of the range, step its half over the top level, narrowed by
-// kv::kShrinks factors), kv::kFitRounds rounds of (nearest levels; least-squares step and min);
-// the pair of least squared error.
+// from each of kv::kStarts4 starts (min the middle of the range, step its half over the top
+// level, narrowed by kv::kStartStep4 a start), kv::kFitRounds rounds of (nearest levels;
+// least-squares step and min); the pair of least squared error.
 void KvSetGroup4(const double* y, int n, uint8_t* codes, float* step_min) {
   const double lo = *std::min_element(y, y + n), hi = *std::max_element(y, y + n);
   double best_error = 0.0, best_step = 0.0, best_min = 0.0;
-  for (int k = 0; k < kv::kShrinks; ++k) {
-    double step = 0.5 * (hi - lo) / kv::kLevels4[15] * (1.0 - double{kv::kShrinkStep} * k);
+  for (int k = 0; k < kv::kStarts4; ++k) {
+    double step = 0.5 * (hi - lo) / kv::kLevels4[15] * (1.0 - double{kv::kStartStep4} * k);
     double min = 0.5 * (lo + hi);
     for (int round = 0; round < kv::kFitRounds; ++round) {
       double sl = 0.0, sll = 0.0, sy = 0.0, syl = 0.0;
