@@ -19,7 +19,7 @@
 // - 4 bits: the 16 levels of the Lloyd-Max quantizer of the unit Gaussian (kLevels4; the rotated
 //   elements are near-Gaussian), c_i the level nearest (y_i - min) / step, min the group's center
 //   and step its spread, fitted by least squares (Quantize4). Against even steps on tiny-chat: 19%
-//   less squared error (4.5e-3 against 5.5e-3 of the elements' energy), KL 0.117 -> 0.083
+//   less squared error (4.5e-3 against 5.5e-3 of the elements' energy), KL 0.117 -> 0.082
 //   (bench/RESULTS.md).
 // The step and min are float32, beside the codes (KvLayer's scales: [..., Groups(head_dim), 2]
 // step, min). A group of one value has step 0 (codes 0); one with a NaN or an infinity (every
