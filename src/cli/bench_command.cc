@@ -126,10 +126,16 @@ int RunBench(const BenchOptions& o) {
   // and preprocessed, the tower run), from a tower loaded once; one made here sizes the engine.
   std::unique_ptr<PictureReader> pictures;
   std::optional<Tokenizer> picture_tokenizer;
-  auto picture_prompt = [&]() -> Expected<PicturePrompt> {
-    return PicturePromptTokens(*pictures, model, *picture_tokenizer, o.image_prompt, o.images);
-  };
   std::vector<double> picture_s;  // seconds from the files to the request's prompt, each request
+  std::vector<double> prepare_s, tower_s, add_s;  // its parts, and Engine::Add's time
+  auto picture_prompt = [&]() -> Expected<PicturePrompt> {
+    PictureTimes times;
+    auto p = PicturePromptTokens(*pictures, model, *picture_tokenizer, o.image_prompt, o.images,
+                                 {}, &times);
+    prepare_s.push_back(times.prepare);
+    tower_s.push_back(times.tower);
+    return p;
+  };
   std::vector<std::vector<int32_t>> prompts;
   if (!o.images.empty()) {
     auto reader = PictureReader::Load(model.dir(), model.shared_backend());
@@ -276,7 +282,10 @@ int RunBench(const BenchOptions& o) {
     } else {
       r.stop = std::vector<int32_t>{};  // every request produces exactly its token count
     }
+    const auto adding = Clock::now();
     GZ_ASSIGN_OR_RETURN(int64_t id, engine.Add(std::move(r)));
+    if (pictures && !background)
+      add_s.push_back(std::chrono::duration<double>(Clock::now() - adding).count());
     timing[id].added = arrived;
     timing[id].background = background;
     return Status::Ok();
@@ -405,6 +414,13 @@ int RunBench(const BenchOptions& o) {
     out["prompt_tokens"] = prompts[0].size();
     out["picture_ms_p50"] = 1e3 * Percentile(picture_s, 50);
     out["picture_ms_p99"] = 1e3 * Percentile(picture_s, 99);
+    // The warm-up requests' parts are left out.
+    const size_t warm = prepare_s.size() - picture_s.size();
+    prepare_s.erase(prepare_s.begin(), prepare_s.begin() + warm);
+    tower_s.erase(tower_s.begin(), tower_s.begin() + warm);
+    out["picture_prepare_ms_p50"] = 1e3 * Percentile(prepare_s, 50);
+    out["picture_tower_ms_p50"] = 1e3 * Percentile(tower_s, 50);
+    out["add_ms_p50"] = 1e3 * Percentile(add_s, 50);
   }
   // Drafts per drafter: made, kept, and kept per step (of all steps, and of those with drafts).
   out["draft"] = o.draft.draft;
@@ -451,10 +467,12 @@ int RunBench(const BenchOptions& o) {
     std::printf("between tokens   p50 %.1f ms, p99 %.1f ms\n", 1e3 * Percentile(itl, 50),
                 1e3 * Percentile(itl, 99));
     if (pictures) {
-      std::printf("pictures         %zu-token prompt; files to prompt rows (decode, preprocess, "
-                  "tower) p50 %.1f ms, p99 %.1f ms of the first token's time\n",
+      std::printf("pictures         %zu-token prompt; files to prompt rows p50 %.1f ms, p99 %.1f "
+                  "ms of the first token's time (read, decode, preprocess p50 %.1f ms; tower "
+                  "%.1f ms)\n",
                   prompts[0].size(), 1e3 * Percentile(picture_s, 50),
-                  1e3 * Percentile(picture_s, 99));
+                  1e3 * Percentile(picture_s, 99), out["picture_prepare_ms_p50"].get<double>(),
+                  out["picture_tower_ms_p50"].get<double>());
     }
     if (o.background > 0) {
       std::printf("background       %d sequences: %.1f tokens/s, between tokens p50 %.1f ms, "

@@ -45,11 +45,19 @@ Expected<PicturePrompt> PicturePromptTokens(const Model& model, const Tokenizer&
                                             const std::vector<std::string>& files,
                                             const std::vector<VideoFolder>& videos = {});
 
-// The same with a tower already loaded (a benchmark reads many prompts with one).
+// Where PicturePromptTokens' time went (seconds).
+struct PictureTimes {
+  double prepare = 0;  // files read, decoded and preprocessed; the template rendered, placed
+  double tower = 0;    // the tower run and its rows placed
+};
+
+// The same with a tower already loaded (a benchmark reads many prompts with one); `times`, where
+// given, gets the time of each part.
 Expected<PicturePrompt> PicturePromptTokens(PictureReader& reader, const Model& model,
                                             const Tokenizer& tokenizer, const std::string& prompt,
                                             const std::vector<std::string>& files,
-                                            const std::vector<VideoFolder>& videos = {});
+                                            const std::vector<VideoFolder>& videos = {},
+                                            PictureTimes* times = nullptr);
 
 // chat's /image FILE: reads the file, decodes and preprocesses it (so a bad picture is refused
 // now, naming the file), loads the model's tower into `reader` the first time, and adds the

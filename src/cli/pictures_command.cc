@@ -1,3 +1,4 @@
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
@@ -40,7 +41,9 @@ Expected<PicturePrompt> PicturePromptTokens(const Model& model, const Tokenizer&
 Expected<PicturePrompt> PicturePromptTokens(PictureReader& reader, const Model& model,
                                             const Tokenizer& tokenizer, const std::string& prompt,
                                             const std::vector<std::string>& files,
-                                            const std::vector<VideoFolder>& videos) {
+                                            const std::vector<VideoFolder>& videos,
+                                            PictureTimes* times) {
+  const auto start = std::chrono::steady_clock::now();
   GZ_ASSIGN_OR_RETURN(std::vector<std::vector<uint8_t>> bytes, ReadPictureFiles(files));
   std::vector<VisionInput> inputs;
   for (size_t i = 0; i < bytes.size(); ++i) {
@@ -65,7 +68,14 @@ Expected<PicturePrompt> PicturePromptTokens(PictureReader& reader, const Model& 
   GZ_ASSIGN_OR_RETURN(ChatPrompt chat, ChatPrompt::Render(chat_template, tokenizer, input, 0));
   GZ_ASSIGN_OR_RETURN(chat, reader.WriteVideos(tokenizer, chat, inputs));
   GZ_ASSIGN_OR_RETURN(PlacedPrompt placed, reader.Place(chat.tokens, std::move(inputs)));
-  return reader.Read(std::move(placed));
+  const auto placed_at = std::chrono::steady_clock::now();
+  auto read = reader.Read(std::move(placed));
+  if (times) {
+    const auto end = std::chrono::steady_clock::now();
+    times->prepare = std::chrono::duration<double>(placed_at - start).count();
+    times->tower = std::chrono::duration<double>(end - placed_at).count();
+  }
+  return read;
 }
 
 namespace {

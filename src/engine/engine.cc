@@ -1,7 +1,9 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
+#include <cstring>
 #include <future>
 #include <map>
 #include <set>
@@ -170,23 +172,52 @@ const std::vector<int32_t>& Engine::held(int32_t slot) const { return state_.slo
 
 namespace {
 
+// A 64-bit hash of bytes at memory speed: four independent lanes, each taking an 8-byte word
+// with a multiply and a rotation (FNV-1a's one dependent multiply a byte took ~80 ms for a
+// 1,024-row picture's rows and deepstack features), the tail byte by byte, the lanes folded and
+// mixed at the end.
+class RowHash {
+ public:
+  void Mix(const void* data, size_t bytes) {
+    const auto* b = static_cast<const uint8_t*>(data);
+    size_t i = 0;
+    for (; i + 32 <= bytes; i += 32) {
+      for (int k = 0; k < 4; ++k) {
+        uint64_t w;
+        std::memcpy(&w, b + i + 8 * k, 8);
+        lane_[k] = std::rotl(lane_[k] + w * kPrime2, 31) * kPrime1;
+      }
+    }
+    for (; i < bytes; ++i) lane_[0] = (lane_[0] ^ b[i]) * 0x100000001b3ull;
+  }
+  uint64_t Final() const {
+    uint64_t h = std::rotl(lane_[0], 1) + std::rotl(lane_[1], 7) + std::rotl(lane_[2], 12) +
+                 std::rotl(lane_[3], 18);
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 33);
+  }
+
+ private:
+  static constexpr uint64_t kPrime1 = 0x9e3779b185ebca87ull, kPrime2 = 0xc2b2ae3d27d4eb4full;
+  uint64_t lane_[4] = {kPrime1 + kPrime2, kPrime2, 0, 0 - kPrime1};
+};
+
 // The key that stands for picture row j of `p` in a sequence's tokens: a hash of what the
 // language model reads there (the row, its deepstack features, its three positions), as a
 // negative number (no token of any vocabulary).
 int32_t PictureRowKey(const PromptPictures& p, int64_t j, int64_t dim) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a, 64-bit
-  auto mix = [&](const void* data, size_t bytes) {
-    const auto* b = static_cast<const uint8_t*>(data);
-    for (size_t i = 0; i < bytes; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  };
+  RowHash h;
   const int64_t count = static_cast<int64_t>(p.rows.size());
-  mix(p.embeddings.data() + j * dim, dim * sizeof(float));
+  h.Mix(p.embeddings.data() + j * dim, dim * sizeof(float));
   for (int l = 0; l < p.layers; ++l)
-    mix(p.deepstack.data() + (l * count + j) * dim, dim * sizeof(float));
+    h.Mix(p.deepstack.data() + (l * count + j) * dim, dim * sizeof(float));
   const int64_t r = p.rows[j];
   const int32_t pos[3] = {p.positions.t[r], p.positions.h[r], p.positions.w[r]};
-  mix(pos, sizeof(pos));
-  return -2 - static_cast<int32_t>(h % (uint64_t{1} << 30));
+  h.Mix(pos, sizeof(pos));
+  return -2 - static_cast<int32_t>(h.Final() % (uint64_t{1} << 30));
 }
 
 }  // namespace
