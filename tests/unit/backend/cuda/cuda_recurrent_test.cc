@@ -147,6 +147,36 @@ TEST(CudaRecurrentTest, L2NormAndGatedRmsNormMatchReference) {
   }
 }
 
+
+// The gated delta rule's parameters over a mix of [rows, qk_stride] (q, k, v side by side) and
+// [rows, 2 * v_heads] gates (a, b).
+GatedDeltaRuleParams DeltaRuleParams(int k_heads, int v_heads, int k_dim, int v_dim,
+                                     int64_t qk_stride, int64_t rows, float* o, const float* m,
+                                     const float* a, float* s, const float* alog, const float* dtb,
+                                     const int32_t* sl, const int32_t* po) {
+  GatedDeltaRuleParams p;
+  p.out = o;
+  p.q = m;
+  p.k = m + k_heads * k_dim;
+  p.qk_stride = qk_stride;
+  p.v = m + 2 * k_heads * k_dim;
+  p.v_stride = qk_stride;
+  p.a = a;
+  p.b = a + v_heads;
+  p.ab_stride = 2 * v_heads;
+  p.a_log = alog;
+  p.dt_bias = dtb;
+  p.states = s;
+  p.slots = sl;
+  p.positions = po;
+  p.rows = rows;
+  p.k_heads = k_heads;
+  p.v_heads = v_heads;
+  p.k_dim = k_dim;
+  p.v_dim = v_dim;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(k_dim));
+  return p;
+}
 TEST(CudaRecurrentTest, GatedDeltaRuleMatchesTheRecurrence) {
   GZ_SKIP_WITHOUT_CUDA();
   auto backend = MakeBackend(true);
@@ -179,28 +209,8 @@ TEST(CudaRecurrentTest, GatedDeltaRuleMatchesTheRecurrence) {
       out.Poison();
       auto params = [&](float* o, const float* m, const float* a, float* s, const float* alog,
                         const float* dtb, const int32_t* sl, const int32_t* po) {
-        GatedDeltaRuleParams p;
-        p.out = o;
-        p.q = m;
-        p.k = m + sh.k_heads * sh.k_dim;
-        p.qk_stride = qk_stride;
-        p.v = m + 2 * sh.k_heads * sh.k_dim;
-        p.v_stride = qk_stride;
-        p.a = a;
-        p.b = a + sh.v_heads;
-        p.ab_stride = 2 * sh.v_heads;
-        p.a_log = alog;
-        p.dt_bias = dtb;
-        p.states = s;
-        p.slots = sl;
-        p.positions = po;
-        p.rows = rows;
-        p.k_heads = sh.k_heads;
-        p.v_heads = sh.v_heads;
-        p.k_dim = sh.k_dim;
-        p.v_dim = sh.v_dim;
-        p.scale = 1.0f / std::sqrt(static_cast<float>(sh.k_dim));
-        return p;
+        return DeltaRuleParams(sh.k_heads, sh.v_heads, sh.k_dim, sh.v_dim, qk_stride, rows, o, m,
+                               a, s, alog, dtb, sl, po);
       };
       GatedDeltaRuleParams p = params(out.device(), md.device(), abd.device(), st.device(),
                                       al.device(), dt.device(), sd.device(), pd.device());
@@ -281,28 +291,8 @@ class DeltaRuleCase {
  private:
   GatedDeltaRuleParams Params(float* o, const float* m, const float* a, float* s, const float* alog,
                               const float* dtb, const int32_t* sl, const int32_t* po) const {
-    GatedDeltaRuleParams p;
-    p.out = o;
-    p.q = m;
-    p.k = m + sh_.k_heads * sh_.k_dim;
-    p.qk_stride = qk_stride_;
-    p.v = m + 2 * sh_.k_heads * sh_.k_dim;
-    p.v_stride = qk_stride_;
-    p.a = a;
-    p.b = a + sh_.v_heads;
-    p.ab_stride = 2 * sh_.v_heads;
-    p.a_log = alog;
-    p.dt_bias = dtb;
-    p.states = s;
-    p.slots = sl;
-    p.positions = po;
-    p.rows = rows_;
-    p.k_heads = sh_.k_heads;
-    p.v_heads = sh_.v_heads;
-    p.k_dim = sh_.k_dim;
-    p.v_dim = sh_.v_dim;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(sh_.k_dim));
-    return p;
+    return DeltaRuleParams(sh_.k_heads, sh_.v_heads, sh_.k_dim, sh_.v_dim, qk_stride_, rows_, o, m,
+                           a, s, alog, dtb, sl, po);
   }
 
   Backend* backend_;
