@@ -313,6 +313,19 @@ Status VisionTower::Reserve(int64_t patches, int frames) {
   return Status::Ok();
 }
 
+namespace {
+
+// One patch's position row: its four table rows weighted, summed in tap order, in one pass the
+// compiler vectorizes (a pass a tap over the row took ~50 ms for 4,096 patches of 1,152).
+void PositionRow(float* __restrict row, const float* __restrict t0, const float* __restrict t1,
+                 const float* __restrict t2, const float* __restrict t3, const float* wt,
+                 int64_t dim) {
+  const float w0 = wt[0], w1 = wt[1], w2 = wt[2], w3 = wt[3];
+  for (int64_t c = 0; c < dim; ++c) row[c] = t0[c] * w0 + t1[c] * w1 + t2[c] * w2 + t3[c] * w3;
+}
+
+}  // namespace
+
 Status VisionTower::Run(std::span<const float> pixels, std::span<const VisionGrid> grids,
                         VisionOutput* out) {
   const VisionArch& a = arch_;
@@ -345,12 +358,11 @@ Status VisionTower::Run(std::span<const float> pixels, std::span<const VisionGri
   const PositionTaps taps = VisionPositionTaps(a, grids);
   std::vector<float> pos(patches * a.dim);
   for (int64_t r = 0; r < patches; ++r) {
-    float* row = pos.data() + r * a.dim;
-    for (int j = 0; j < 4; ++j) {
-      const float* table = impl.pos_table.data() + taps.index[r * 4 + j] * a.dim;
-      const float wt = taps.weight[r * 4 + j];
-      for (int64_t c = 0; c < a.dim; ++c) row[c] = j == 0 ? table[c] * wt : row[c] + table[c] * wt;
-    }
+    const int32_t* index = taps.index.data() + r * 4;
+    const float* wt = taps.weight.data() + r * 4;
+    const float* table = impl.pos_table.data();
+    PositionRow(pos.data() + r * a.dim, table + index[0] * a.dim, table + index[1] * a.dim,
+                table + index[2] * a.dim, table + index[3] * a.dim, wt, a.dim);
   }
   const std::vector<int32_t> hw = VisionRotaryPositions(a, grids);
   std::vector<int32_t> rotary(patches * a.heads * 2);
