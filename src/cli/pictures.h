@@ -48,6 +48,7 @@ Expected<PicturePrompt> PicturePromptTokens(const Model& model, const Tokenizer&
 // Where PicturePromptTokens' time went (seconds).
 struct PictureTimes {
   double prepare = 0;  // files read, decoded and preprocessed; the template rendered, placed
+  double decode = 0;   // of which: files read, decoded and preprocessed
   double tower = 0;    // the tower run and its rows placed
 };
 

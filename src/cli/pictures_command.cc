@@ -35,6 +35,7 @@ Expected<PicturePrompt> PicturePromptTokens(const Model& model, const Tokenizer&
                                             const std::vector<VideoFolder>& videos) {
   auto reader = PictureReader::Load(model.dir(), model.shared_backend());
   if (!reader.ok()) return reader.status().Annotate("pictures need a vision tower");
+  (*reader)->KeepRowsOnDevice(true);
   return PicturePromptTokens(**reader, model, tokenizer, prompt, files, videos);
 }
 
@@ -60,6 +61,7 @@ Expected<PicturePrompt> PicturePromptTokens(PictureReader& reader, const Model& 
     if (!in.ok()) return in.status().Annotate(which);
     inputs.push_back(std::move(in).value());
   }
+  const auto decoded_at = std::chrono::steady_clock::now();
   GZ_ASSIGN_OR_RETURN(ChatTemplate chat_template, ChatTemplate::Load(model.dir()));
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   messages.push_back(
@@ -73,6 +75,7 @@ Expected<PicturePrompt> PicturePromptTokens(PictureReader& reader, const Model& 
   if (times) {
     const auto end = std::chrono::steady_clock::now();
     times->prepare = std::chrono::duration<double>(placed_at - start).count();
+    times->decode = std::chrono::duration<double>(decoded_at - start).count();
     times->tower = std::chrono::duration<double>(end - placed_at).count();
   }
   return read;
@@ -86,6 +89,7 @@ Status LoadReader(const Model& model, std::unique_ptr<PictureReader>* reader) {
   auto loaded = PictureReader::Load(model.dir(), model.shared_backend());
   if (!loaded.ok()) return loaded.status().Annotate("pictures need a vision tower");
   *reader = std::move(*loaded);
+  (*reader)->KeepRowsOnDevice(true);
   return Status::Ok();
 }
 

@@ -171,6 +171,7 @@ int Serve(const ServeOptions& o) {
     auto reader = PictureReader::Load(dir, model->shared_backend(), o.http.media.picture);
     if (!reader.ok()) return Fail(reader.status().message());
     pictures = std::move(*reader);
+    pictures->KeepRowsOnDevice(true);
     (*text)->SetPictures(pictures);
     std::fprintf(stderr, "pictures%s: at most %d a request, %lld pixels each%s\n",
                  pictures->reads_videos() ? " and videos" : "", o.http.media.max_pictures,

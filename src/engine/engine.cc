@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/word_hash.h"
 #include "engine/lookup_drafter.h"
 #include "ops/backend.h"
 
@@ -172,52 +173,58 @@ const std::vector<int32_t>& Engine::held(int32_t slot) const { return state_.slo
 
 namespace {
 
-// A 64-bit hash of bytes at memory speed: four independent lanes, each taking an 8-byte word
-// with a multiply and a rotation (FNV-1a's one dependent multiply a byte took ~80 ms for a
-// 1,024-row picture's rows and deepstack features), the tail byte by byte, the lanes folded and
-// mixed at the end.
-class RowHash {
- public:
-  void Mix(const void* data, size_t bytes) {
-    const auto* b = static_cast<const uint8_t*>(data);
-    size_t i = 0;
-    for (; i + 32 <= bytes; i += 32) {
-      for (int k = 0; k < 4; ++k) {
-        uint64_t w;
-        std::memcpy(&w, b + i + 8 * k, 8);
-        lane_[k] = std::rotl(lane_[k] + w * kPrime2, 31) * kPrime1;
-      }
-    }
-    for (; i < bytes; ++i) lane_[0] = (lane_[0] ^ b[i]) * 0x100000001b3ull;
-  }
-  uint64_t Final() const {
-    uint64_t h = std::rotl(lane_[0], 1) + std::rotl(lane_[1], 7) + std::rotl(lane_[2], 12) +
-                 std::rotl(lane_[3], 18);
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    return h ^ (h >> 33);
-  }
-
- private:
-  static constexpr uint64_t kPrime1 = 0x9e3779b185ebca87ull, kPrime2 = 0xc2b2ae3d27d4eb4full;
-  uint64_t lane_[4] = {kPrime1 + kPrime2, kPrime2, 0, 0 - kPrime1};
-};
-
-// The key that stands for picture row j of `p` in a sequence's tokens: a hash of what the
-// language model reads there (the row, its deepstack features, its three positions), as a
-// negative number (no token of any vocabulary).
-int32_t PictureRowKey(const PromptPictures& p, int64_t j, int64_t dim) {
-  RowHash h;
-  const int64_t count = static_cast<int64_t>(p.rows.size());
+// What picture row j of `p` holds, for its key: the reader's digest of its picture and place
+// (PromptPictures::keys), or a hash of the row and its deepstack features (host rows).
+uint64_t PictureRowContent(const PromptPictures& p, int64_t j, int64_t dim) {
+  if (!p.keys.empty()) return p.keys[j];
+  WordHash h;
   h.Mix(p.embeddings.data() + j * dim, dim * sizeof(float));
   for (int l = 0; l < p.layers; ++l)
-    h.Mix(p.deepstack.data() + (l * count + j) * dim, dim * sizeof(float));
+    h.Mix(p.deepstack.data() + (l * p.count() + j) * dim, dim * sizeof(float));
+  return h.Final();
+}
+
+// The key that stands for picture row j of `p` in a sequence's tokens: a hash of what the
+// language model reads there (the row's content, its three positions), as a negative number
+// (no token of any vocabulary).
+int32_t PictureRowKey(const PromptPictures& p, int64_t j, int64_t dim) {
+  WordHash h;
+  h.Mix(PictureRowContent(p, j, dim));
   const int64_t r = p.rows[j];
   const int32_t pos[3] = {p.positions.t[r], p.positions.h[r], p.positions.w[r]};
   h.Mix(pos, sizeof(pos));
   return -2 - static_cast<int32_t>(h.Final() % (uint64_t{1} << 30));
+}
+
+// `p`'s host rows copied once into `be`'s memory (one upload a request instead of one a step),
+// keyed by their contents as before.
+Expected<std::shared_ptr<const PromptPictures>> UploadPictures(const PromptPictures& p,
+                                                               Backend& be, int64_t dim) {
+  auto out = std::make_shared<PromptPictures>();
+  out->positions = p.positions;
+  out->rows = p.rows;
+  out->layers = p.layers;
+  out->keys.resize(p.count());
+  for (int64_t j = 0; j < p.count(); ++j) out->keys[j] = PictureRowContent(p, j, dim);
+  const size_t plane = p.count() * dim * sizeof(float);
+  auto buffer = be.Allocate(std::max<size_t>(plane * (1 + p.layers), 64));
+  if (!buffer.ok()) return buffer.status().Annotate("request.pictures: the rows on the device");
+  be.CopyToDevice((*buffer)->data(), p.embeddings.data(), plane);
+  if (p.layers > 0) {
+    be.CopyToDevice(static_cast<char*>((*buffer)->data()) + plane, p.deepstack.data(),
+                    plane * p.layers);
+  }
+  out->device = std::move(buffer).value();
+  out->device_backend = &be;
+  return std::shared_ptr<const PromptPictures>(std::move(out));
+}
+
+// Picture row `index` of `p` at step row `row`, read where the rows lie.
+void PushVisual(const PromptPictures& p, int64_t index, int32_t row, int64_t dim,
+                VisualRows* v) {
+  v->rows.push_back(row);
+  v->sources.push_back({p.DeviceRow(index, dim), p.count() * dim, p.layers});
+  v->layers = std::max(v->layers, p.layers);
 }
 
 }  // namespace
@@ -248,6 +255,24 @@ Status Engine::CheckPictures(std::span<const int32_t> prompt, const PromptPictur
     if (p.rows[j] < 0 || p.rows[j] >= n || (j > 0 && p.rows[j] <= p.rows[j - 1])) {
       return InvalidArgument("request.pictures: rows must be ascending prompt rows");
     }
+  }
+  if (!p.keys.empty() && static_cast<int64_t>(p.keys.size()) != count) {
+    return InvalidArgument("request.pictures: expected a key for each of the " +
+                           std::to_string(count) + " picture rows");
+  }
+  if (p.on_device()) {
+    if (p.device_backend == nullptr || p.device_backend != runner_->StepBackend()) {
+      return InvalidArgument(
+          "request.pictures: the rows lie in another device's memory than the model's");
+    }
+    if (p.keys.empty() || !p.embeddings.empty() || !p.deepstack.empty() || p.layers < 0 ||
+        p.layers > runner_->arch().layers ||
+        p.device->bytes() < static_cast<size_t>((1 + p.layers) * count * dim) * sizeof(float)) {
+      return InvalidArgument("request.pictures: rows on the device need their keys, no host "
+                             "rows and [1 + layers, " + std::to_string(count) + ", " +
+                             std::to_string(dim) + "] floats");
+    }
+    return Status::Ok();
   }
   if (static_cast<int64_t>(p.embeddings.size()) != count * dim) {
     return InvalidArgument("request.pictures: expected embeddings [" + std::to_string(count) +
@@ -302,7 +327,15 @@ Expected<int64_t> Engine::Add(Request request, int32_t mark, int32_t shared) {
                            std::to_string(g->vocabulary->size()) + " tokens, the model has " +
                            std::to_string(vocab_));
   }
-  if (request.pictures) GZ_RETURN_IF_ERROR(CheckPictures(request.prompt, *request.pictures));
+  if (request.pictures) {
+    GZ_RETURN_IF_ERROR(CheckPictures(request.prompt, *request.pictures));
+    // Host rows go to the device once, not a step at a time.
+    if (Backend* be = runner_->StepBackend();
+        be != nullptr && !request.pictures->on_device() && !request.pictures->rows.empty()) {
+      GZ_ASSIGN_OR_RETURN(request.pictures,
+                          UploadPictures(*request.pictures, *be, runner_->arch().dim));
+    }
+  }
   const int64_t id = next_id_++;
   Sequence seq;
   if (request.sampling.grammar) {
@@ -614,22 +647,30 @@ Status Engine::Run() {
   }
   if (!picture_rows.empty()) {
     // The rows' embeddings, and their deepstack features layer by layer (zero past a request's
-    // own layers).
+    // own layers): where they lie in device memory, or copied from the host.
     const int64_t dim = runner_->arch().dim;
     const int64_t count = static_cast<int64_t>(picture_rows.size());
     VisualRows& v = rows_.visual;
-    for (const PictureRow& r : picture_rows) v.layers = std::max(v.layers, r.pictures->layers);
-    v.embeddings.resize(count * dim);
-    v.deepstack.assign(v.layers * count * dim, 0.0f);
-    for (int64_t k = 0; k < count; ++k) {
-      const PictureRow& r = picture_rows[k];
-      const PromptPictures& p = *r.pictures;
-      const int64_t pictures_count = static_cast<int64_t>(p.rows.size());
-      v.rows.push_back(r.row);
-      std::copy_n(p.embeddings.begin() + r.index * dim, dim, v.embeddings.begin() + k * dim);
-      for (int l = 0; l < p.layers; ++l) {
-        std::copy_n(p.deepstack.begin() + (l * pictures_count + r.index) * dim, dim,
-                    v.deepstack.begin() + (l * count + k) * dim);
+    bool device = true;
+    for (const PictureRow& r : picture_rows) {
+      v.layers = std::max(v.layers, r.pictures->layers);
+      device = device && r.pictures->on_device();
+    }
+    if (device) {
+      for (const PictureRow& r : picture_rows) PushVisual(*r.pictures, r.index, r.row, dim, &v);
+    } else {
+      v.embeddings.resize(count * dim);
+      v.deepstack.assign(v.layers * count * dim, 0.0f);
+      for (int64_t k = 0; k < count; ++k) {
+        const PictureRow& r = picture_rows[k];
+        const PromptPictures& p = *r.pictures;
+        const int64_t pictures_count = static_cast<int64_t>(p.rows.size());
+        v.rows.push_back(r.row);
+        std::copy_n(p.embeddings.begin() + r.index * dim, dim, v.embeddings.begin() + k * dim);
+        for (int l = 0; l < p.layers; ++l) {
+          std::copy_n(p.deepstack.begin() + (l * pictures_count + r.index) * dim, dim,
+                      v.deepstack.begin() + (l * count + k) * dim);
+        }
       }
     }
   }
@@ -1044,10 +1085,16 @@ Expected<std::vector<float>> Engine::Hidden(std::span<const int32_t> tokens, int
   rows_.rotary_h = pos.h;
   rows_.rotary_w = pos.w;
   VisualRows& v = rows_.visual;
-  v.rows = pictures.rows;
-  v.embeddings = pictures.embeddings;
-  v.layers = pictures.layers;
-  v.deepstack = pictures.deepstack;
+  if (pictures.on_device()) {
+    const int64_t dim = runner_->arch().dim;
+    for (int64_t j = 0; j < pictures.count(); ++j)
+      PushVisual(pictures, j, pictures.rows[j], dim, &v);
+  } else {
+    v.rows = pictures.rows;
+    v.embeddings = pictures.embeddings;
+    v.layers = pictures.layers;
+    v.deepstack = pictures.deepstack;
+  }
   std::vector<float> out(layers.size() * n * runner_->arch().dim);
   GZ_RETURN_IF_ERROR(runner_->Hidden(rows_, Tables(), layers, out.data()));
   std::fill(appended_.begin(), appended_.end(), 0);

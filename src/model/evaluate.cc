@@ -125,6 +125,12 @@ Expected<PromptPictures> PlacePictures(const VisionArch& arch, std::span<const i
                            " image and video placeholders, the pictures and videos give " +
                            std::to_string(tower.rows) + " rows");
   }
+  if (tower.device) {
+    // The rows stay where the tower left them ([1 + deepstack, rows, out_dim] floats).
+    p.device = tower.device;
+    p.layers = static_cast<int>(arch.deepstack.size());
+    return p;
+  }
   p.embeddings = tower.embeddings;
   p.layers = static_cast<int>(tower.deepstack.size());
   for (const std::vector<float>& feature : tower.deepstack) {
@@ -141,6 +147,8 @@ Expected<std::vector<float>> SequenceLogits(Runner& runner, std::span<const int3
   const MropePositions& pos = pictures.positions;
   if (static_cast<int64_t>(pos.t.size()) != n)
     return InvalidArgument("the M-RoPE positions are not the prompt's");
+  if (pictures.on_device() && pictures.device_backend != runner.StepBackend())
+    return InvalidArgument("the pictures' rows lie in another device's memory than the model's");
   const int64_t vocab = runner.arch().vocab;
   const int64_t dim = runner.arch().dim;
   const int64_t count = static_cast<int64_t>(pictures.rows.size());
@@ -162,6 +170,16 @@ Expected<std::vector<float>> SequenceLogits(Runner& runner, std::span<const int3
     while (next_picture_row < count && pictures.rows[next_picture_row] < end) ++next_picture_row;
     const int64_t taken = next_picture_row - first;
     VisualRows& v = rows.visual;
+    if (pictures.on_device()) {
+      // Rows in the runner's device memory are read there.
+      for (int64_t j = first; j < next_picture_row; ++j) {
+        v.rows.push_back(static_cast<int32_t>(pictures.rows[j] - begin));
+        v.sources.push_back({pictures.DeviceRow(j, dim), count * dim, pictures.layers});
+      }
+      v.layers = taken > 0 ? pictures.layers : 0;
+      GZ_RETURN_IF_ERROR(runner.Step(rows, slot.tables, logits.data() + begin * vocab));
+      continue;
+    }
     for (int64_t j = first; j < next_picture_row; ++j)
       v.rows.push_back(static_cast<int32_t>(pictures.rows[j] - begin));
     v.embeddings.assign(pictures.embeddings.begin() + first * dim,
@@ -201,6 +219,8 @@ Expected<std::vector<float>> SequenceHidden(Runner& runner, std::span<const int3
   const MropePositions& pos = pictures.positions;
   if (static_cast<int64_t>(pos.t.size()) != n)
     return InvalidArgument("the M-RoPE positions are not the prompt's");
+  if (pictures.on_device() && pictures.device_backend != runner.StepBackend())
+    return InvalidArgument("the pictures' rows lie in another device's memory than the model's");
   OneSlot slot(n);
   GZ_RETURN_IF_ERROR(runner.AllocatePages(slot.tables.max_pages));
   Rows rows;
@@ -210,9 +230,15 @@ Expected<std::vector<float>> SequenceHidden(Runner& runner, std::span<const int3
   }
   VisualRows& v = rows.visual;
   v.rows = pictures.rows;
-  v.embeddings = pictures.embeddings;
   v.layers = pictures.layers;
-  v.deepstack = pictures.deepstack;
+  if (pictures.on_device()) {
+    const int64_t dim = runner.arch().dim;
+    for (int64_t j = 0; j < pictures.count(); ++j)
+      v.sources.push_back({pictures.DeviceRow(j, dim), pictures.count() * dim, pictures.layers});
+  } else {
+    v.embeddings = pictures.embeddings;
+    v.deepstack = pictures.deepstack;
+  }
   std::vector<float> out(layers.size() * n * runner.arch().dim);
   GZ_RETURN_IF_ERROR(runner.Hidden(rows, slot.tables, layers, out.data()));
   return out;

@@ -743,14 +743,30 @@ Status Model::UploadStepInputs(const Rows& rows, const PageTables& tables, bool 
           (j > 0 && visual.rows[j] <= visual.rows[j - 1]))
         return InvalidArgument("Step: visual rows must be ascending rows of the step");
     }
-    if (static_cast<int64_t>(visual.embeddings.size()) != count * arch_.dim)
-      return InvalidArgument("Step: visual embeddings must be [" + std::to_string(count) + ", " +
-                             std::to_string(arch_.dim) + "]");
-    if (visual.layers < 0 || visual.layers > arch_.layers ||
-        static_cast<int64_t>(visual.deepstack.size()) != visual.layers * count * arch_.dim)
-      return InvalidArgument(
-          "Step: visual deepstack features must be [layers <= " + std::to_string(arch_.layers) +
-          ", " + std::to_string(count) + ", " + std::to_string(arch_.dim) + "]");
+    if (visual.layers < 0 || visual.layers > arch_.layers)
+      return InvalidArgument("Step: visual rows with " + std::to_string(visual.layers) +
+                             " deepstack features, the model has " +
+                             std::to_string(arch_.layers) + " layers");
+    if (!visual.sources.empty()) {
+      if (static_cast<int64_t>(visual.sources.size()) != count || !visual.embeddings.empty() ||
+          !visual.deepstack.empty())
+        return InvalidArgument("Step: visual rows in device memory need one source a row and "
+                               "no host rows");
+      for (const VisualRows::Source& src : visual.sources) {
+        if (src.row == nullptr || src.layers < 0 || src.layers > visual.layers ||
+            (src.layers > 0 && src.plane < arch_.dim))
+          return InvalidArgument("Step: a visual row's source is empty or its deepstack "
+                                 "features are outside the step's layers");
+      }
+    } else {
+      if (static_cast<int64_t>(visual.embeddings.size()) != count * arch_.dim)
+        return InvalidArgument("Step: visual embeddings must be [" + std::to_string(count) +
+                               ", " + std::to_string(arch_.dim) + "]");
+      if (static_cast<int64_t>(visual.deepstack.size()) != visual.layers * count * arch_.dim)
+        return InvalidArgument("Step: visual deepstack features must be [layers <= " +
+                               std::to_string(arch_.layers) + ", " + std::to_string(count) +
+                               ", " + std::to_string(arch_.dim) + "]");
+    }
   }
   if (recurrent_order && HasSlotStates(caches_)) {
     // The recurrent ops carry a slot's state from row to row: its rows adjacent, in order.
@@ -780,7 +796,7 @@ Status Model::UploadStepInputs(const Rows& rows, const PageTables& tables, bool 
     be.CopyToDevice(b.rotary_h->data(), rows.rotary_h.data(), n * sizeof(int32_t));
     be.CopyToDevice(b.rotary_w->data(), rows.rotary_w.data(), n * sizeof(int32_t));
   }
-  if (!visual.empty()) {
+  if (!visual.empty() && visual.sources.empty()) {
     auto grow = [&](std::unique_ptr<Buffer>* buf, int64_t* have, int64_t floats) -> Status {
       if (floats <= *have) return Status::Ok();
       buf->reset();
@@ -1142,17 +1158,37 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
     impl.snapshot_valid = impl.snapshot_pending;
     std::fill(impl.snapshot_pending.begin(), impl.snapshot_pending.end(), 0);
   }
-  // The step's picture rows as runs of adjacent rows: (first row, first visual index, count).
+  // The step's picture rows as runs of rows adjacent both in the step and where they are read:
+  // each run's embeddings at `embed` ([count, dim]), its deepstack feature l at deep + l * plane.
   struct Run {
-    int64_t row, index, count;
+    int64_t row, count;
+    const float* embed;
+    const float* deep;
+    int64_t plane;
+    int layers;
   };
   std::vector<Run> runs;
   const VisualRows& visual = rows.visual;
   for (int64_t j = 0; j < visual.size(); ++j) {
-    if (!runs.empty() && runs.back().row + runs.back().count == visual.rows[j]) {
-      ++runs.back().count;
+    Run next;
+    if (visual.sources.empty()) {
+      next = {visual.rows[j],
+              1,
+              b.visual->as<float>() + j * a.dim,
+              visual.layers > 0 ? b.deepstack->as<float>() + j * a.dim : nullptr,
+              visual.size() * a.dim,
+              visual.layers};
     } else {
-      runs.push_back({visual.rows[j], j, 1});
+      const VisualRows::Source& src = visual.sources[j];
+      next = {visual.rows[j], 1, src.row, src.row + src.plane, src.plane, src.layers};
+    }
+    Run* last = runs.empty() ? nullptr : &runs.back();
+    if (last && last->row + last->count == next.row &&
+        last->embed + last->count * a.dim == next.embed && last->plane == next.plane &&
+        last->layers == next.layers) {
+      ++last->count;
+    } else {
+      runs.push_back(next);
     }
   }
   auto capture = [&](int layer) {
@@ -1191,8 +1227,8 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   // Picture rows read the tower's rows instead of their placeholder's embedding (a copy of
   // each run of rows through GatherRows with the identity index).
   for (const Run& run : runs) {
-    be.GatherRows({b.x->as<float>() + run.row * a.dim, b.visual->as<float>() + run.index * a.dim,
-                   b.iota->as<int32_t>(), run.count, a.dim});
+    be.GatherRows({b.x->as<float>() + run.row * a.dim, run.embed, b.iota->as<int32_t>(),
+                   run.count, a.dim});
   }
   capture(0);
   for (int l = 0; !replayed && l < a.layers; ++l) {
@@ -1216,9 +1252,9 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
     if (l < visual.layers) {
       // Deepstack: layer l's feature joins the picture rows' residual stream after the layer.
       float* x = step.Current();
-      const float* feature = b.deepstack->as<float>() + l * visual.size() * a.dim;
       for (const Run& run : runs) {
-        be.Add({x + run.row * a.dim, feature + run.index * a.dim, run.count * a.dim});
+        if (l >= run.layers) continue;
+        be.Add({x + run.row * a.dim, run.deep + l * run.plane, run.count * a.dim});
       }
     }
   }

@@ -89,6 +89,7 @@ class Model final : public Runner {
   Status KeepDraftRows(int32_t slot, int64_t rows) override;
   Status CopyPageToHost(int32_t page, void* host) override;
   Status CopyPageFromHost(int32_t page, const void* host) override;
+  Backend* StepBackend() override { return backend_.get(); }
 
  private:
   struct Layer;

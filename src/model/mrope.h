@@ -9,11 +9,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "core/status.h"
 #include "model/vision_arch.h"
+#include "ops/backend.h"
 
 namespace gizllm {
 
@@ -35,9 +37,27 @@ struct MropePositions {
 struct PromptPictures {
   MropePositions positions;
   std::vector<int32_t> rows;      // [count] prompt rows holding a picture's or video's row
-  std::vector<float> embeddings;  // [count, dim]
+  std::vector<float> embeddings;  // [count, dim]; empty where `device` holds the rows
   int layers = 0;
-  std::vector<float> deepstack;  // [layers, count, dim]
+  std::vector<float> deepstack;  // [layers, count, dim]; empty where `device` holds the rows
+  // The rows kept in the memory of the backend the tower ran on (PictureReader::
+  // KeepRowsOnDevice, or an Engine's one upload of a request's rows): [1 + layers, count, dim]
+  // floats, the embeddings then each deepstack feature. A step reads them there: no copy to the
+  // host and none a step.
+  std::shared_ptr<Buffer> device;
+  const Backend* device_backend = nullptr;
+  // Empty, or per row what it stands for in prefix reuse keys: a digest of its picture's input
+  // (encoded bytes or pixels, and the grid) and the row's index in the picture. Empty: the keys
+  // hash the rows themselves (host rows only).
+  std::vector<uint64_t> keys;
+
+  int64_t count() const { return static_cast<int64_t>(rows.size()); }
+  bool on_device() const { return device != nullptr; }
+  // Row j's embedding in `device` (dim floats); its deepstack feature l lies (l + 1) * count() *
+  // dim floats on.
+  const float* DeviceRow(int64_t j, int64_t dim) const {
+    return static_cast<const float*>(device->data()) + j * dim;
+  }
 };
 
 // `grids` are the prompt's pictures and videos in order (VisionGrid::video). An error when the

@@ -1,7 +1,10 @@
 #include "model/picture_prompt.h"
 
+#include "core/word_hash.h"
+
 #include <utility>
 
+#include "core/word_hash.h"
 #include "model/evaluate.h"
 
 namespace gizllm {
@@ -54,6 +57,9 @@ Expected<VisionInput> PictureReader::PreparePicture(std::span<const uint8_t> byt
   in.grid = {values.grid_thw[0], values.grid_thw[1], values.grid_thw[2]};
   GZ_RETURN_IF_ERROR(CheckVisionGrid(arch(), in.grid, 1));
   in.pixels = std::move(values.values);
+  WordHash h;
+  h.Mix(bytes.data(), bytes.size());
+  in.digest = h.Final();
   return in;
 }
 
@@ -71,6 +77,10 @@ Expected<VisionInput> PictureReader::PrepareVideo(const std::vector<vision::Pict
   GZ_RETURN_IF_ERROR(CheckVisionGrid(arch(), in.grid, 1));
   in.pixels = std::move(video.pixels.values);
   in.times = std::move(video.times);
+  WordHash h;
+  h.Mix(in.pixels.data(), in.pixels.size() * sizeof(float));
+  h.Mix(in.times.data(), in.times.size() * sizeof(double));
+  in.digest = h.Final();
   return in;
 }
 
@@ -166,7 +176,20 @@ Expected<PlacedPrompt> PictureReader::Place(std::span<const int32_t> tokens,
     out.expansions.emplace_back(i, VisionTokens(a, rows) - 1);
     if (!in.grid.video || ++frame == in.grid.t) {
       out.grids.push_back(in.grid);
-      out.pixels.insert(out.pixels.end(), in.pixels.begin(), in.pixels.end());
+      WordHash h;
+      if (in.digest != 0) {
+        h.Mix(in.digest);
+      } else {
+        h.Mix(in.pixels.data(), in.pixels.size() * sizeof(float));
+      }
+      const int64_t grid[4] = {in.grid.t, in.grid.h, in.grid.w, in.grid.video};
+      h.Mix(grid, sizeof(grid));
+      out.digests.push_back(h.Final());
+      if (out.pixels.empty()) {
+        out.pixels = std::move(in.pixels);  // the first input's, without a copy
+      } else {
+        out.pixels.insert(out.pixels.end(), in.pixels.begin(), in.pixels.end());
+      }
       ++next;
       frame = 0;
     }
@@ -176,11 +199,35 @@ Expected<PlacedPrompt> PictureReader::Place(std::span<const int32_t> tokens,
 }
 
 Expected<PicturePrompt> PictureReader::Read(PlacedPrompt placed) {
+  if (placed.digests.size() != placed.grids.size()) {
+    return InvalidArgument("placed pictures: " + std::to_string(placed.grids.size()) +
+                           " grids and " + std::to_string(placed.digests.size()) + " digests");
+  }
   VisionOutput tower;
-  if (!placed.grids.empty()) GZ_RETURN_IF_ERROR(tower_->Run(placed.pixels, placed.grids, &tower));
+  if (!placed.grids.empty()) {
+    GZ_RETURN_IF_ERROR(tower_->Run(placed.pixels, placed.grids, &tower, keep_on_device_));
+  }
   PicturePrompt out;
   GZ_ASSIGN_OR_RETURN(out.pictures,
                       PlacePictures(arch(), placed.tokens, std::move(placed.positions), tower));
+  if (out.pictures.on_device()) out.pictures.device_backend = &tower_->backend();
+  // Row k of input g stands for (g's digest, k): the tower's rows of a picture depend on it
+  // alone (each frame attends within itself).
+  PromptPictures& p = out.pictures;
+  p.keys.reserve(p.count());
+  for (size_t g = 0; g < placed.grids.size(); ++g) {
+    const int64_t rows = VisionTokens(arch(), placed.grids[g]);
+    for (int64_t k = 0; k < rows; ++k) {
+      WordHash h;
+      h.Mix(placed.digests[g]);
+      h.Mix(static_cast<uint64_t>(k));
+      p.keys.push_back(h.Final());
+    }
+  }
+  if (p.count() != static_cast<int64_t>(p.keys.size())) {
+    return Internal("placed pictures: " + std::to_string(p.count()) + " rows and " +
+                    std::to_string(p.keys.size()) + " keys");
+  }
   out.tokens = std::move(placed.tokens);
   return out;
 }

@@ -53,6 +53,9 @@ struct VisionInput {
   VisionGrid grid;            // t temporal patches (1 for a picture), h x w patches; video set
   std::vector<float> pixels;  // [grid.Patches(), PatchFloats()]
   std::vector<double> times;  // a video's: [grid.t] seconds of each temporal patch
+  // What the input is, for the keys of its rows in prefix reuse: a hash of a picture's encoded
+  // bytes or a video's pixels; 0: Place hashes the pixels.
+  uint64_t digest = 0;
 };
 
 // A prompt with its pictures and videos placed, the tower not run yet.
@@ -61,6 +64,7 @@ struct PlacedPrompt {
   MropePositions positions;       // of `tokens`
   std::vector<VisionGrid> grids;  // the tower's inputs, in prompt order
   std::vector<float> pixels;      // [patches, PatchFloats()], the grids' patches in order
+  std::vector<uint64_t> digests;  // [grids]: each input's digest with its grid
   // Per placeholder of the prompt given to Place, in order: its index there and the tokens it
   // added.
   std::vector<std::pair<int64_t, int64_t>> expansions;
@@ -114,8 +118,14 @@ class PictureReader {
   Expected<PlacedPrompt> Place(std::span<const int32_t> tokens,
                                std::vector<VisionInput> inputs) const;
 
-  // Runs the tower on a placed prompt's pictures and videos and places its rows.
+  // Runs the tower on a placed prompt's pictures and videos and places its rows, each keyed by
+  // its input's digest and its index there (PromptPictures::keys).
   Expected<PicturePrompt> Read(PlacedPrompt placed);
+
+  // Whether Read leaves the rows in the backend's memory (PromptPictures::device, for an Engine
+  // on the same backend: no copy to the host, none a step) instead of copying them to the host
+  // (PromptPictures::embeddings and deepstack, the default).
+  void KeepRowsOnDevice(bool keep) { keep_on_device_ = keep; }
 
   // PreparePicture, Place and Read for a prompt with pictures only. Errors name the picture,
   // counting from 1 ("picture 2: PNG truncated").
@@ -129,6 +139,7 @@ class PictureReader {
   vision::ImageProcessorConfig processor_;
   std::optional<vision::VideoProcessorConfig> video_;
   vision::PictureLimits limits_;
+  bool keep_on_device_ = false;
 };
 
 }  // namespace gizllm

@@ -8,12 +8,22 @@ namespace gizllm {
 
 // Rows of a step whose input is a picture's row from the vision tower instead of their token's
 // embedding (Qwen3-VL: the image placeholders), with the deepstack features added to them after
-// the language model's first layers.
+// the language model's first layers. The rows come from the host (`embeddings`, `deepstack`,
+// copied to the device with the step) or lie already in the runner's device memory (`sources`,
+// Runner::StepBackend: the tower's rows kept there); one or the other for a whole step.
 struct VisualRows {
+  // A row in device memory: its embedding at `row` (dim floats), its deepstack feature l at
+  // row + (l + 1) * plane for l < layers.
+  struct Source {
+    const float* row = nullptr;
+    int64_t plane = 0;
+    int32_t layers = 0;
+  };
   std::vector<int32_t> rows;      // [count] row indices in the step, ascending
   std::vector<float> embeddings;  // [count, dim]
   int layers = 0;                 // deepstack features per row
   std::vector<float> deepstack;   // [layers, count, dim]: feature i is added after layer i
+  std::vector<Source> sources;    // [count], or empty: the rows are `embeddings`
 
   int64_t size() const { return static_cast<int64_t>(rows.size()); }
   bool empty() const { return rows.empty(); }
@@ -21,6 +31,7 @@ struct VisualRows {
     rows.clear();
     embeddings.clear();
     deepstack.clear();
+    sources.clear();
     layers = 0;
   }
 };

@@ -231,6 +231,9 @@ class Runner {
   // paging KvPaging::page_bytes), for prefixes kept on the host when the pool is full.
   virtual Status CopyPageToHost(int32_t page, void* host) = 0;
   virtual Status CopyPageFromHost(int32_t page, const void* host) = 0;
+  // The backend whose memory a step's VisualRows::sources lie in (a picture's rows kept where
+  // the tower ran, or uploaded once a request); nullptr: the runner reads host rows only.
+  virtual Backend* StepBackend() { return nullptr; }
 };
 
 }  // namespace gizllm

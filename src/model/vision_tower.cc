@@ -2,12 +2,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "core/mapped_file.h"
+#include "core/thread_pool.h"
 #include "formats/safetensors.h"
 
 namespace gizllm {
 namespace {
+
+// Runs of at least this many patches compute their position rows on several threads.
+constexpr int64_t kParallelPatches = 1024;
 
 // A linear with its bias on the device.
 struct Linear {
@@ -146,6 +151,7 @@ struct VisionTower::Impl {
   float* out = nullptr;       // [patches / merge^2, out_dim]
   int32_t* rotary = nullptr;  // [patches, heads, 2]
   int32_t* starts = nullptr;  // [frames + 1]
+  std::unique_ptr<ThreadPool> threads;  // for the position rows of large runs
 };
 
 VisionTower::~VisionTower() = default;
@@ -327,7 +333,7 @@ void PositionRow(float* __restrict row, const float* __restrict t0, const float*
 }  // namespace
 
 Status VisionTower::Run(std::span<const float> pixels, std::span<const VisionGrid> grids,
-                        VisionOutput* out) {
+                        VisionOutput* out, bool keep_on_device) {
   const VisionArch& a = arch_;
   if (grids.empty()) return InvalidArgument("vision tower: no pictures");
   int64_t patches = 0;
@@ -357,12 +363,24 @@ Status VisionTower::Run(std::span<const float> pixels, std::span<const VisionGri
   // two halves, the frames' bounds.
   const PositionTaps taps = VisionPositionTaps(a, grids);
   std::vector<float> pos(patches * a.dim);
-  for (int64_t r = 0; r < patches; ++r) {
-    const int32_t* index = taps.index.data() + r * 4;
-    const float* wt = taps.weight.data() + r * 4;
-    const float* table = impl.pos_table.data();
-    PositionRow(pos.data() + r * a.dim, table + index[0] * a.dim, table + index[1] * a.dim,
-                table + index[2] * a.dim, table + index[3] * a.dim, wt, a.dim);
+  auto position_rows = [&](int64_t begin, int64_t end, int) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int32_t* index = taps.index.data() + r * 4;
+      const float* wt = taps.weight.data() + r * 4;
+      const float* table = impl.pos_table.data();
+      PositionRow(pos.data() + r * a.dim, table + index[0] * a.dim, table + index[1] * a.dim,
+                  table + index[2] * a.dim, table + index[3] * a.dim, wt, a.dim);
+    }
+  };
+  // A large picture's rows on a few host threads (4,096 patches: ~19 MB written).
+  if (patches >= kParallelPatches) {
+    if (!impl.threads) {
+      const int cores = static_cast<int>(std::thread::hardware_concurrency());
+      impl.threads = std::make_unique<ThreadPool>(std::clamp(cores / 2, 1, 8));
+    }
+    impl.threads->ParallelFor(patches, 64, position_rows);
+  } else {
+    position_rows(0, patches, 0);
   }
   const std::vector<int32_t> hw = VisionRotaryPositions(a, grids);
   std::vector<int32_t> rotary(patches * a.heads * 2);
@@ -397,8 +415,23 @@ Status VisionTower::Run(std::span<const float> pixels, std::span<const VisionGri
   };
 
   out->rows = merged;
-  out->embeddings.assign(merged * a.out_dim, 0.0f);
-  out->deepstack.assign(a.deepstack.size(), std::vector<float>(merged * a.out_dim, 0.0f));
+  out->embeddings.clear();
+  out->deepstack.clear();
+  out->device.reset();
+  // Where the merger and each deepstack merger write: planes of the kept rows, or impl.out
+  // copied to the host after each.
+  const int64_t plane = merged * a.out_dim;
+  float* kept = nullptr;
+  if (keep_on_device) {
+    GZ_ASSIGN_OR_RETURN(
+        std::unique_ptr<Buffer> buffer,
+        be.Allocate(std::max<size_t>((1 + a.deepstack.size()) * plane * f, 64)));
+    kept = buffer->as<float>();
+    out->device = std::move(buffer);
+  } else {
+    out->embeddings.resize(plane);
+    out->deepstack.assign(a.deepstack.size(), std::vector<float>(plane));
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
   for (int l = 0; l < a.depth; ++l) {
     const Block& b = impl.blocks[l];
@@ -432,12 +465,20 @@ Status VisionTower::Run(std::span<const float> pixels, std::span<const VisionGri
     be.Add({impl.x, impl.h, n * a.dim});
     for (size_t i = 0; i < a.deepstack.size(); ++i) {
       if (a.deepstack[i] != l) continue;
-      run_merger(impl.deepstack[i], impl.out);
-      be.CopyToHost(out->deepstack[i].data(), impl.out, merged * a.out_dim * f);
+      if (kept) {
+        run_merger(impl.deepstack[i], kept + (1 + i) * plane);
+      } else {
+        run_merger(impl.deepstack[i], impl.out);
+        be.CopyToHost(out->deepstack[i].data(), impl.out, plane * f);
+      }
     }
   }
+  if (kept) {
+    run_merger(impl.merger, kept);
+    return Status::Ok();
+  }
   run_merger(impl.merger, impl.out);
-  be.CopyToHost(out->embeddings.data(), impl.out, merged * a.out_dim * f);
+  be.CopyToHost(out->embeddings.data(), impl.out, plane * f);
   be.Synchronize();
   return Status::Ok();
 }

@@ -40,6 +40,9 @@ struct VisionOutput {
   std::vector<float> embeddings;  // [rows, out_dim]
   // One per VisionArch::deepstack entry: [rows, out_dim], added after LM layer i.
   std::vector<std::vector<float>> deepstack;
+  // Run(..., keep_on_device): the rows left in the backend's memory instead, [1 + deepstack
+  // entries, rows, out_dim] floats (the embeddings, then each feature); the vectors above empty.
+  std::shared_ptr<Buffer> device;
 };
 
 // The bilinear taps of the position table for every patch, in the order of the tower's rows
@@ -68,12 +71,15 @@ class VisionTower {
   ~VisionTower();
 
   const VisionArch& arch() const { return arch_; }
+  Backend& backend() const { return *backend_; }
   int64_t Parameters() const;
 
   // pixels: [patches, PatchFloats()], the pictures' patches one after another (each in the
   // order above), patches = sum of grids' t * h * w. An error names a bad grid or a size that
-  // does not match.
-  Status Run(std::span<const float> pixels, std::span<const VisionGrid> grids, VisionOutput* out);
+  // does not match. keep_on_device: the rows stay in the backend's memory (VisionOutput::device),
+  // the run issued but not waited for (the backend's later ops see its results).
+  Status Run(std::span<const float> pixels, std::span<const VisionGrid> grids, VisionOutput* out,
+             bool keep_on_device = false);
 
  private:
   struct Impl;

@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "model/picture_prompt.h"
 #include "ops/device.h"
+#include "tests/unit/model/cuda_or_null.h"
 
 namespace gizllm {
 namespace {
@@ -151,6 +152,138 @@ TEST(EngineVision, PicturesFromBytesGiveTheModelsArgmax) {
     auto out = (*engine)->Generate({r});
     ASSERT_TRUE(out.ok()) << out.status().message();
     EXPECT_EQ((*out)[0], expected) << "rows " << rows;
+  }
+}
+
+// The tower's rows left in the backend's memory (PictureReader::KeepRowsOnDevice) give what
+// the rows copied to the host give, bit for bit: the model's logits over the prompt, the
+// engine's tokens (whole prompt and pieces ending inside a picture) and hidden states; prefix
+// reuse keys them by the pictures' bytes; rows in another backend's memory are refused. On the
+// CPU the rows are compared too, and the tokens with the model's argmax.
+void ExpectKeptRowsGiveWhatHostRowsGive(std::shared_ptr<Backend> backend) {
+  const bool cpu = backend->kind() == DeviceKind::kCpu;
+  const fs::path dir = fs::temp_directory_path() /
+                       ("gizllm_engine_kept_" + std::to_string(::getpid()) + (cpu ? "c" : "g"));
+  tiny_vl::Write(dir.string(), /*tower=*/true);
+  auto model = Model::Load(dir.string(), backend);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  auto reader = PictureReader::Load(dir.string(), backend);
+  ASSERT_TRUE(reader.ok()) << reader.status().message();
+  fs::remove_all(dir);
+  using vision::testing::EncodePng;
+  using vision::testing::Pattern;
+  const std::vector<std::vector<uint8_t>> pngs = {EncodePng(12, 8, Pattern(12, 8, 3, 1), {}),
+                                                  EncodePng(8, 4, Pattern(8, 4, 3, 2), {})};
+  const std::vector<int32_t> ids = {1, 2, tiny_vl::kStart, tiny_vl::kImage, tiny_vl::kEnd, 7,
+                                    tiny_vl::kStart, tiny_vl::kImage, tiny_vl::kEnd, 9, 10};
+  auto host = (*reader)->Expand(ids, pngs);
+  ASSERT_TRUE(host.ok()) << host.status().message();
+  (*reader)->KeepRowsOnDevice(true);
+  auto kept = (*reader)->Expand(ids, pngs);
+  ASSERT_TRUE(kept.ok()) << kept.status().message();
+  ASSERT_FALSE(host->pictures.on_device());
+  ASSERT_TRUE(kept->pictures.on_device());
+  EXPECT_TRUE(kept->pictures.embeddings.empty());
+  EXPECT_EQ(kept->pictures.device_backend, backend.get());
+  EXPECT_EQ(kept->pictures.layers, host->pictures.layers);
+  ASSERT_EQ(kept->pictures.keys.size(), kept->pictures.rows.size());
+  EXPECT_EQ(kept->pictures.keys, host->pictures.keys);
+  EXPECT_EQ(kept->tokens, host->tokens);
+  const int64_t dim = tiny_vl::kDim, count = kept->pictures.count();
+  const int layers = host->pictures.layers;
+  {
+    std::vector<float> rows((1 + layers) * count * dim);
+    backend->CopyToHost(rows.data(), kept->pictures.DeviceRow(0, dim), rows.size() * 4);
+    EXPECT_TRUE(std::equal(rows.begin(), rows.begin() + count * dim,
+                           host->pictures.embeddings.begin()));
+    EXPECT_TRUE(std::equal(rows.begin() + count * dim, rows.end(),
+                           host->pictures.deepstack.begin()));
+  }
+
+  auto host_logits = SequenceLogits(**model, host->tokens, host->pictures, 4);
+  auto kept_logits = SequenceLogits(**model, kept->tokens, kept->pictures, 4);
+  ASSERT_TRUE(host_logits.ok() && kept_logits.ok());
+  EXPECT_EQ(*host_logits, *kept_logits);
+
+  auto engine_for = [&](int64_t rows) {
+    EngineOptions options;
+    options.slots = 2;
+    options.context = 64;
+    options.rows = rows;
+    options.kv_budget_bytes = 16 * (*model)->PageBytes();
+    auto engine = Engine::Create(model->get(), options);
+    EXPECT_TRUE(engine.ok()) << engine.status().message();
+    return engine.ok() ? std::move(*engine) : nullptr;
+  };
+  auto request = [&](const PicturePrompt& p) {
+    Request r = WithPictures(std::make_shared<const PromptPictures>(p.pictures), 6);
+    r.prompt = p.tokens;
+    return r;
+  };
+  for (int64_t rows : {256, 5}) {
+    auto engine = engine_for(rows);
+    ASSERT_NE(engine, nullptr);
+    auto from_host = engine_for(rows)->Generate({request(*host)});
+    ASSERT_TRUE(from_host.ok()) << from_host.status().message();
+    if (cpu) {
+      EXPECT_EQ((*from_host)[0], ManualGreedy(host->pictures, 6, model->get(), host->tokens));
+    }
+    auto out = engine->Generate({request(*kept)});
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    EXPECT_EQ((*out)[0], (*from_host)[0]) << "rows " << rows;
+    // The same pictures again, read anew: the prompt is reused past its pictures.
+    auto again_read = (*reader)->Expand(ids, pngs);
+    ASSERT_TRUE(again_read.ok());
+    const int64_t before = engine->stats().cached_tokens;
+    auto again = engine->Generate({request(*again_read)});
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(engine->stats().cached_tokens - before,
+              static_cast<int64_t>(kept->tokens.size()) - 1)
+        << "rows " << rows;
+    EXPECT_EQ((*again)[0], (*from_host)[0]);
+  }
+  // Other bytes behind the same placeholders: nothing reused from the first picture row on.
+  {
+    const std::vector<std::vector<uint8_t>> others = {
+        EncodePng(12, 8, Pattern(12, 8, 3, 5), {}), EncodePng(8, 4, Pattern(8, 4, 3, 2), {})};
+    auto other = (*reader)->Expand(ids, others);
+    ASSERT_TRUE(other.ok());
+    auto engine = engine_for(256);
+    ASSERT_TRUE(engine->Generate({request(*kept)}).ok());
+    const int64_t before = engine->stats().cached_tokens;
+    ASSERT_TRUE(engine->Generate({request(*other)}).ok());
+    EXPECT_EQ(engine->stats().cached_tokens - before, other->pictures.rows[0]);
+  }
+  // Hidden states.
+  const std::vector<int> hidden_layers = {0, 1, tiny_vl::kLayers};
+  auto engine = engine_for(64);
+  auto hidden_host = engine->Hidden(host->tokens, 0, host->pictures, hidden_layers);
+  auto hidden_kept = engine->Hidden(kept->tokens, 1, kept->pictures, hidden_layers);
+  ASSERT_TRUE(hidden_host.ok() && hidden_kept.ok()) << hidden_kept.status().message();
+  EXPECT_EQ(*hidden_host, *hidden_kept);
+  // Rows in another backend's memory.
+  auto other_backend = OpenBackend(DeviceOptions{.device = "cpu", .threads = 1, .exact = true});
+  ASSERT_TRUE(other_backend.ok());
+  PromptPictures elsewhere = kept->pictures;
+  elsewhere.device_backend = other_backend->get();
+  auto id = engine->Add(request(PicturePrompt{kept->tokens, elsewhere}));
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("another device"), std::string::npos);
+}
+
+TEST(EngineVision, RowsKeptOnTheDeviceGiveWhatHostRowsGive) {
+  auto backend = OpenBackend(DeviceOptions{.device = "cpu", .threads = 2, .exact = true});
+  ASSERT_TRUE(backend.ok()) << backend.status().message();
+  ExpectKeptRowsGiveWhatHostRowsGive(*backend);
+}
+
+TEST(EngineVision, CudaRowsKeptOnTheDeviceGiveWhatHostRowsGive) {
+  for (bool exact : {true, false}) {
+    std::string why;
+    std::shared_ptr<Backend> cuda = testing::CudaOrNull(exact, &why);
+    if (!cuda) GTEST_SKIP() << why;
+    SCOPED_TRACE(exact ? "exact" : "fast");
+    ExpectKeptRowsGiveWhatHostRowsGive(cuda);
   }
 }
 

@@ -316,6 +316,36 @@ TEST_F(VisionTowerTest, MatchesTheFloat64Reference) {
   }
 }
 
+// A run large enough that its position rows are computed on several threads (1,088 patches),
+// and the same run with its rows kept in the backend's memory: the float64 reference, and the
+// kept rows equal to the copied ones bit for bit.
+TEST_F(VisionTowerTest, LargeRunsAndKeptRowsMatchTheReference) {
+  auto tower = VisionTower::Load(Write(), Cpu());
+  ASSERT_TRUE(tower.ok()) << tower.status().message();
+  const std::vector<VisionGrid> grids = {{1, 32, 34}, {1, 2, 4}};
+  const std::vector<float> pixels = Pixels(32 * 34 + 8);
+  VisionOutput out, kept;
+  ASSERT_TRUE((*tower)->Run(pixels, grids, &out).ok());
+  ASSERT_TRUE((*tower)->Run(pixels, grids, &kept, /*keep_on_device=*/true).ok());
+  std::vector<double> rows;
+  std::vector<std::vector<double>> deepstack;
+  Reference(pixels, grids, /*gelu_tanh=*/true, &rows, &deepstack);
+  ExpectNear(out.embeddings, rows, 1e-5, "rows");
+  ASSERT_EQ(out.deepstack.size(), 2u);
+  for (int i = 0; i < 2; ++i) ExpectNear(out.deepstack[i], deepstack[i], 1e-5, "deepstack");
+  ASSERT_NE(kept.device, nullptr);
+  EXPECT_TRUE(kept.embeddings.empty() && kept.deepstack.empty());
+  EXPECT_EQ(kept.rows, out.rows);
+  const size_t plane = out.embeddings.size();
+  ASSERT_EQ(kept.device->bytes(), 3 * plane * sizeof(float));
+  const float* d = kept.device->as<float>();  // the CPU backend's memory is the host's
+  EXPECT_TRUE(std::equal(out.embeddings.begin(), out.embeddings.end(), d));
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(std::equal(out.deepstack[i].begin(), out.deepstack[i].end(), d + (1 + i) * plane))
+        << "deepstack " << i;
+  }
+}
+
 // The same on the CUDA backend: exact mode (float32) within 1e-3 of the largest value, fast mode
 // within 2e-2. Skips without a CUDA device.
 TEST_F(VisionTowerTest, CudaMatchesTheFloat64Reference) {
