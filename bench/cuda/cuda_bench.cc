@@ -783,14 +783,17 @@ void ProfileEncoderAttention(Backend* be, double rate, bool tensor_cores) {
       std::printf("  encoder attention, %d sequences of %d tokens, %d heads of %d:\n", batch,
                   tokens, heads, head_dim);
       measure("backend EncoderAttention", [&] { be->EncoderAttention(p); });
+      void* scratch = nullptr;
       if (tensor_cores) {
+        BENCH_CHECK(cudaMalloc(&scratch, cuda::EncoderAttentionMmaScratchBytes(p)) ==
+                    cudaSuccess);
         measure("tensor-core kernel, no bf16 copy",
-                [&] { cuda::LaunchEncoderAttentionMma(p, nullptr, nullptr); });
+                [&] { cuda::LaunchEncoderAttentionMma(p, nullptr, scratch, nullptr); });
       }
       measure("float32 kernel", [&] { cuda::LaunchEncoderAttention(p, nullptr); });
       for (void* ptr : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v),
-                        static_cast<void*>(out), static_cast<void*>(d_starts)}) {
-        BENCH_CHECK(cudaFree(ptr) == cudaSuccess);
+                        static_cast<void*>(out), static_cast<void*>(d_starts), scratch}) {
+        if (ptr) BENCH_CHECK(cudaFree(ptr) == cudaSuccess);
       }
     }
   }

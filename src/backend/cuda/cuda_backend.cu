@@ -302,7 +302,8 @@ class CudaBackend : public Backend {
     if (!options_.exact && cuda::EncoderAttentionMmaCovers(p)) {
       const int64_t n = p.rows * p.heads * p.head_dim;
       void* ob = attention_bf16_.Get(static_cast<size_t>(n) * 2);
-      cuda::LaunchEncoderAttentionMma(p, ob, stream_);
+      void* kv16 = encoder_kv16_.Get(cuda::EncoderAttentionMmaScratchBytes(p));
+      cuda::LaunchEncoderAttentionMma(p, ob, kv16, stream_);
       bf16_copy_ = {p.out, n, ob};
       return;
     }
@@ -931,6 +932,7 @@ class CudaBackend : public Backend {
   StepKv step_kv_;
   cuda::Scratch ffn_bf16_;        // Bf16Copy's data after a SwiGLU
   cuda::Scratch attention_bf16_;  // Bf16Copy's data after an EncoderAttention
+  cuda::Scratch encoder_kv16_;    // the fast EncoderAttention's fp16 keys and values
   Bf16Copy bf16_copy_;
   cuda::QuantScratch quant_scratch_;  // activations of quantized matmuls
   cuda::Scratch quant_x_bf16_;        // [rows, cols] rotated bf16 activations (QuantGemm)

@@ -166,7 +166,10 @@ void LaunchEncoderAttention(const EncoderAttentionParams& p, cudaStream_t stream
 // p (head_dim a multiple of 4 up to 128, q, k, v and out 16-byte aligned). out16: where not null,
 // [rows, heads, head_dim] bf16, out rounded for the output projection.
 bool EncoderAttentionMmaCovers(const EncoderAttentionParams& p);
-void LaunchEncoderAttentionMma(const EncoderAttentionParams& p, void* out16, cudaStream_t stream);
+// Bytes of the scratch LaunchEncoderAttentionMma takes: the keys and values in fp16.
+size_t EncoderAttentionMmaScratchBytes(const EncoderAttentionParams& p);
+void LaunchEncoderAttentionMma(const EncoderAttentionParams& p, void* out16, void* scratch,
+                               cudaStream_t stream);
 
 // Every output of p (out_i[rows, n_i] = x W_i^T + bias_i) streaming each W once per 8 rows,
 // float32 x; the outputs of one weight format in one launch, with p's accumulate and swiglu

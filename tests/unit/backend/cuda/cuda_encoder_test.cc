@@ -158,7 +158,7 @@ TEST(CudaEncoderTest, FastAttentionOnTensorCores) {
   std::mt19937 rng(28);
   const std::vector<std::vector<int32_t>> batches = {
       {1}, {7}, {64}, {130}, {513}, {1, 7, 64, 130, 513}, {130, 1, 513, 7, 64, 64, 3}};
-  for (int head_dim : {32, 64, 72, 96, 128}) {
+  for (int head_dim : {32, 64, 72, 76, 80, 96, 128}) {
     for (const std::vector<int32_t>& lengths : batches) {
       const int heads = 3;
       const std::vector<int32_t> starts = Starts(lengths);
@@ -217,7 +217,9 @@ TEST(CudaEncoderTest, FastAttentionBf16CopyOfItsOutput) {
   EncoderAttentionParams p{out.device(), q.device(), k.device(), v.device(), d_starts.device(),
                            rows,         sequences,  heads,      head_dim,   scale};
   ASSERT_TRUE(cuda::EncoderAttentionMmaCovers(p));
-  cuda::LaunchEncoderAttentionMma(p, out16.device(), /*stream=*/nullptr);
+  DeviceArray<uint8_t> scratch(backend.get(),
+                              std::vector<uint8_t>(cuda::EncoderAttentionMmaScratchBytes(p)));
+  cuda::LaunchEncoderAttentionMma(p, out16.device(), scratch.device(), /*stream=*/nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(out16.Read(), ToBf16(out.Read()));
 }
