@@ -3,6 +3,7 @@
 
 #include "cli/command.h"
 #include "cli/commands.h"
+#include "core/host_memory.h"
 
 namespace gizllm::cli {
 int Fail(const std::string& message) {
@@ -12,6 +13,7 @@ int Fail(const std::string& message) {
 }  // namespace gizllm::cli
 
 int main(int argc, char** argv) {
+  gizllm::KeepLargeBlocks(argv, /*huge_pages=*/true);
   CLI::App app{"gizllm: run language models fast on the GPU or CPU it finds"};
   app.require_subcommand(1);
   gizllm::cli::CommandContext ctx;
