@@ -11,14 +11,14 @@
 #   scripts/fuzz.sh merge NAME            adds to tests/fuzz/corpus/NAME.tar.gz the inputs of
 #                                         build-fuzz/corpus/NAME that reach new code (-merge=1)
 #
-# Harnesses: safetensors gguf config tokenizer template chat_request http_request.
+# Harnesses: safetensors gguf config bitgpu_manifest tokenizer template chat_request http_request.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Longest input each harness is given: its seeds' size and a little more.
 max_len() {
   case "$1" in
-    tokenizer) echo 16384 ;;
+    tokenizer | bitgpu_manifest) echo 16384 ;;
     template) echo 8192 ;;
     *) echo 4096 ;;
   esac

@@ -165,6 +165,117 @@ def config_seeds():
     write("config", "quantized.json", json.dumps(quantized, indent=2))
 
 
+# bitgpu manifest.json: the manifest convert --manifest writes for a Q1_0 GGUF of tiny-chat's shape
+# (two layers; offsets as the GGUF lays out its tensors), "\0" and the data file's size; then the
+# edits of tests/unit/jobs/bitgpu_folder_test.cc's HostileManifestTest, and a planar version 1.
+def bitgpu_manifest_seeds():
+    c = json.loads((ROOT / "models/tiny-chat/config.json").read_text())
+    layers, hidden, ffn = 2, c["hidden_size"], c["intermediate_size"]
+    heads, kv_heads, head_dim, vocab = (c["num_attention_heads"], c["num_key_value_heads"],
+                                        c["head_dim"], c["vocab_size"])
+    offset = [4096]  # the GGUF's header and metadata come first
+
+    def ref(dtype, shape, nbytes, src="data"):
+        off = offset[0] if src == "data" else 0
+        if src == "data":
+            offset[0] += (nbytes + 31) // 32 * 32
+        return {"dtype": dtype, "shape": shape, "src": src, "off": off, "len": nbytes}
+
+    def q1_0(rows, cols):
+        return ref("UINT8", [rows, cols // 128 * 18], rows * cols // 128 * 18)
+
+    def linear(kind, rows, cols, weight):
+        names = ("rows", "cols") if kind == "q4" else ("N", "K")
+        return {"kind": kind, names[0]: rows, names[1]: cols, "block": 128,
+                "bits": 4 if kind == "q4" else 2, "lut": "tgt4" if kind == "q4" else "tgt2",
+                "container": "q1_0", "weight": weight}
+
+    tensors = {}
+    embed = q1_0(vocab, hidden)
+    q_rows, kv_rows = heads * head_dim, kv_heads * head_dim
+    for l in range(layers):
+        for name, rows, cols in [("attn.q_proj", q_rows, hidden), ("attn.k_proj", kv_rows, hidden),
+                                 ("attn.v_proj", kv_rows, hidden), ("attn.o_proj", hidden, q_rows),
+                                 ("mlp.gate_proj", ffn, hidden), ("mlp.up_proj", ffn, hidden),
+                                 ("mlp.down_proj", hidden, ffn)]:
+            tensors[f"layers.{l}.{name}"] = linear("binary", rows, cols, q1_0(rows, cols))
+        for name, n in [("input_layernorm", hidden), ("post_attention_layernorm", hidden),
+                        ("attn.q_norm", head_dim), ("attn.k_norm", head_dim)]:
+            tensors[f"layers.{l}.{name}"] = {"kind": "f32", "weight": ref("FLOAT", [n], 4 * n)}
+    tensors[f"layers.{layers}.final_norm_layernorm"] = {
+        "kind": "f32", "weight": ref("FLOAT", [hidden], 4 * hidden)}
+    tensors["embed_tokens"] = linear("q4", vocab, hidden, embed)
+    tensors["lm_head"] = linear("q2", vocab, hidden, dict(embed))  # tied: embed_tokens' bytes
+    base = {
+        "version": 2, "data_file": "bonsai-tiny.gguf", "aux_file": "bonsai-tiny.aux.bin",
+        "arch": {"model_type": "qwen3", "layers": layers, "hidden": hidden, "intermediate": ffn,
+                 "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
+                 "rms_eps": c["rms_norm_eps"], "rope": {"rope_theta": 10000.0},
+                 "max_positions": c["max_position_embeddings"], "vocab": vocab,
+                 "eos": c["eos_token_id"], "tie_word_embeddings": True, "act": "silu"},
+        "luts": {"tgt2": {"dtype": "UINT8", "shape": [256, 2], "src": "aux", "off": 0, "len": 512},
+                 "tgt4": {"dtype": "UINT8", "shape": [256, 4], "src": "aux", "off": 512,
+                          "len": 1024}},
+        "tensors": tensors}
+    data_size = offset[0]
+
+    def seed(name, m, size=data_size):
+        write("bitgpu_manifest", name, compact(m) + "\0" + str(size))
+
+    seed("manifest.json", base)
+    q = "layers.0.attn.q_proj"
+
+    def edited(name, edit):
+        m = json.loads(json.dumps(base))
+        edit(m)
+        seed(f"hostile_{name}.json", m)
+
+    k = base["tensors"]["layers.0.attn.k_proj"]["weight"]
+    edits = {
+        "version3": lambda m: m.update(version=3),
+        "data_file": lambda m: m.update(data_file="../bonsai-tiny.gguf"),
+        "aux_file": lambda m: m.update(aux_file="missing.bin"),
+        "off_past_end": lambda m: m["tensors"][q]["weight"].update(off=1 << 40),
+        "off_negative": lambda m: m["tensors"][q]["weight"].update(off=-5),
+        "len": lambda m: m["tensors"][q]["weight"].update(len=18),
+        "shape": lambda m: m["tensors"][q]["weight"].update(shape=[1, 18], len=18),
+        "rows": lambda m: m["tensors"][q].update(N=7),
+        "block": lambda m: m["tensors"][q].update(block=64),
+        "lut": lambda m: m["tensors"][q].update(lut="tgt4"),
+        "kind": lambda m: m["tensors"][q].update(kind="q4"),
+        "no_container": lambda m: m["tensors"][q].pop("container"),
+        "version1": lambda m: m.update(version=1),
+        "missing_tensor": lambda m: m["tensors"].pop("layers.1.mlp.down_proj"),
+        "extra_layer": lambda m: m["tensors"].update({"layers.99.attn.q_proj": m["tensors"][q]}),
+        "overlap": lambda m: m["tensors"][q]["weight"].update(off=k["off"] + 18),
+        "lm_head_off": lambda m: m["tensors"]["lm_head"]["weight"].update(off=0),
+        "lut_off": lambda m: m["luts"]["tgt2"].update(off=2),
+        "lut_src": lambda m: m["luts"]["tgt4"].update(src="data"),
+        "act": lambda m: m["arch"].update(act="gelu"),
+        "head_dim": lambda m: m["arch"].update(head_dim=256),
+        "layers_string": lambda m: m["arch"].update(layers="two"),
+        "rope_type": lambda m: m["arch"]["rope"].update(rope_type="yarn"),
+        "no_rope": lambda m: m["arch"].pop("rope"),
+        "norm_dtype": lambda m: m["tensors"]["layers.0.input_layernorm"]["weight"].update(
+            dtype="UINT8", len=m["tensors"]["layers.0.input_layernorm"]["weight"]["len"] // 4),
+    }
+    for name, edit in edits.items():
+        edited(name, edit)
+
+    # Version 1, planar: q_proj's sign bytes, f32 scales and zero points after the GGUF's data.
+    planar = json.loads(json.dumps(base))
+    planar["version"] = 1
+    for t in planar["tensors"].values():
+        t.pop("container", None)
+    rows, cols = q_rows, hidden
+    offset[0] = data_size
+    planar["tensors"][q].update(weight=ref("UINT8", [rows, cols // 8], rows * cols // 8),
+                                scales=ref("FLOAT", [rows, cols // 128], 4 * rows * cols // 128),
+                                zp=ref("UINT8", [rows, cols // 128 // 4], rows * cols // 128 // 4))
+    seed("planar_v1.json", planar, offset[0])
+    seed("empty_data.json", base, 0)
+
+
 # tokenizer.json: each tokenizer's pipeline with its vocabulary cut to the first ids and the
 # first merges, then "\0" and a line of the tokenizer corpus.
 def shrink_tokenizer(j, keep_ids=200, keep_merges=80):
@@ -385,6 +496,7 @@ def main():
     safetensors_seeds()
     gguf_seeds()
     config_seeds()
+    bitgpu_manifest_seeds()
     tokenizer_seeds(args.node_modules)
     template_seeds()
     chat_request_seeds()

@@ -23,20 +23,30 @@ std::string Quote(const std::string& s) {
 }  // namespace
 
 Expected<BitgpuManifest> BitgpuManifest::Read(const std::string& dir) {
-  BitgpuManifest m;
-  m.path_ = dir + "/" + kBitgpuManifest;
+  const std::string path = dir + "/" + kBitgpuManifest;
   std::error_code ec;
-  const uint64_t size = std::filesystem::file_size(m.path_, ec);
-  if (ec) return NotFound(m.path_ + ": cannot read (" + ec.message() + ")");
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) return NotFound(path + ": cannot read (" + ec.message() + ")");
   if (size > kMaxManifestBytes) {
-    return DataLoss(m.path_ + ": " + std::to_string(size) + " bytes, more than a manifest holds (" +
+    return DataLoss(path + ": " + std::to_string(size) + " bytes, more than a manifest holds (" +
                     std::to_string(kMaxManifestBytes) + ")");
   }
-  GZ_ASSIGN_OR_RETURN(std::string text, ReadFile(m.path_));
-  if (JsonTooDeep(text)) return DataLoss(m.path_ + ": JSON nested too deeply");
+  GZ_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return Parse(text, path);
+}
+
+Expected<BitgpuManifest> BitgpuManifest::Parse(std::string_view text, const std::string& path) {
+  BitgpuManifest m;
+  m.path_ = path;
+  if (text.size() > kMaxManifestBytes) {
+    return DataLoss(path + ": " + std::to_string(text.size()) +
+                    " bytes, more than a manifest holds (" + std::to_string(kMaxManifestBytes) +
+                    ")");
+  }
+  if (JsonTooDeep(text)) return DataLoss(path + ": JSON nested too deeply");
   m.root_ = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (m.root_.is_discarded() || !m.root_.is_object()) {
-    return DataLoss(m.path_ + ": not a JSON object");
+    return DataLoss(path + ": not a JSON object");
   }
   GZ_ASSIGN_OR_RETURN(m.version_, m.Int(m.root_, "", "version", 1, 2));
   return m;

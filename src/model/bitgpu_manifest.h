@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/mapped_file.h"
@@ -48,6 +49,8 @@ struct BitgpuRef {
 class BitgpuManifest {
  public:
   static Expected<BitgpuManifest> Read(const std::string& dir);
+  // The same from manifest.json's text; `path` stands for the file in messages.
+  static Expected<BitgpuManifest> Parse(std::string_view text, const std::string& path);
 
   const std::string& path() const { return path_; }
   const nlohmann::json& root() const { return root_; }

@@ -29,6 +29,11 @@ class MemoryFile {
       done += static_cast<size_t>(n);
     }
   }
+  // Replaces the file's contents by `size` zero bytes (sparse: no memory until read).
+  void Resize(size_t size) {
+    CHECK(ftruncate(fd_, 0) == 0);
+    CHECK(ftruncate(fd_, static_cast<off_t>(size)) == 0);
+  }
   std::string path() const { return "/proc/self/fd/" + std::to_string(fd_); }
 
  private:

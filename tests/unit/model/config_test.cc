@@ -11,6 +11,7 @@
 #include <random>
 
 #include "formats/safetensors.h"
+#include "model/bitgpu_manifest.h"
 #include "model/vision_arch.h"
 
 namespace gizllm {
@@ -1258,4 +1259,26 @@ TEST(ConfigTest, VisionGridsMustFitTheMergeWindows) {
 }
 
 }  // namespace
+// manifest.json from its text (what Read does after reading the file, and what the fuzz harness
+// feeds): the version, and refusals that name the file.
+TEST(BitgpuManifestTest, ParseReadsTheVersionAndNamesTheFile) {
+  auto m = BitgpuManifest::Parse(R"({"version": 2, "arch": {}})", "dir/manifest.json");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->version(), 2);
+  EXPECT_EQ(m->path(), "dir/manifest.json");
+  auto refused = [](std::string_view text, const std::string& part) {
+    auto r = BitgpuManifest::Parse(text, "dir/manifest.json");
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find("dir/manifest.json"), std::string::npos);
+    EXPECT_NE(r.status().message().find(part), std::string::npos) << r.status().message();
+  };
+  refused(R"({"version": 3})", "version");
+  refused(R"({"version": "2"})", "version");
+  refused("[2]", "not a JSON object");
+  refused(std::string(100000, '[') + std::string(100000, ']'), "nested too deeply");
+  auto config = BitgpuConfigOf(*m);
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("arch."), std::string::npos);
+}
+
 }  // namespace gizllm
