@@ -44,6 +44,16 @@ class GgufWriter {
     Le(&kv_, v.size(), 8);
     for (int32_t x : v) Le(&kv_, static_cast<uint32_t>(x), 4);
   }
+  void Float32s(std::string_view key, const std::vector<float>& v) {
+    Key(key, GgufType::kArray);
+    Le(&kv_, static_cast<uint32_t>(GgufType::kFloat32), 4);
+    Le(&kv_, v.size(), 8);
+    for (float x : v) {
+      uint32_t bits;
+      std::memcpy(&bits, &x, 4);
+      Le(&kv_, bits, 4);
+    }
+  }
   // Any bytes after the key: for values a reader must refuse.
   void Raw(std::string_view key, uint32_t type, std::string_view value_bytes) {
     Str(&kv_, key);

@@ -647,4 +647,23 @@ Expected<std::vector<int64_t>> GgufFile::GetInts(std::string_view key) const {
   return out;
 }
 
+Expected<std::vector<double>> GgufFile::GetFloats(std::string_view key) const {
+  const GgufValue* v = Find(key);
+  if (!v) return Missing(path(), key);
+  if (v->type != GgufType::kArray || v->element_type == GgufType::kString ||
+      v->element_type == GgufType::kArray || v->element_type == GgufType::kBool)
+    return Wrong(path(), key, *v, "an array of numbers");
+  const uint64_t bytes = ScalarBytes(v->element_type);
+  std::vector<double> out(static_cast<size_t>(v->count));
+  for (uint64_t i = 0; i < v->count; ++i) {
+    GgufValue e;
+    e.type = v->element_type;
+    DecodeScalar(v->elements + i * bytes, &e);
+    out[i] = e.IsReal()         ? e.real
+             : IsSigned(e.type) ? static_cast<double>(e.integer)
+                                : static_cast<double>(e.unsigned_integer);
+  }
+  return out;
+}
+
 }  // namespace gizllm

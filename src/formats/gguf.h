@@ -142,7 +142,8 @@ class GgufFile {
   Expected<double> GetFloat(std::string_view key) const;
   Expected<bool> GetBool(std::string_view key) const;
   Expected<std::vector<std::string>> GetStrings(std::string_view key) const;
-  Expected<std::vector<int64_t>> GetInts(std::string_view key) const;  // an integer array
+  Expected<std::vector<int64_t>> GetInts(std::string_view key) const;   // an integer array
+  Expected<std::vector<double>> GetFloats(std::string_view key) const;  // an array of numbers
 
   // Where the tensor data starts in the file (a tensor's bytes lie at data_offset() + offset).
   uint64_t data_offset() const { return data_offset_; }

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tokenizer/components.h"
 #include "tokenizer/hash_maps.h"
@@ -18,6 +19,12 @@ Expected<std::unique_ptr<Model>> MakeWordLevelModel(const Json& j, const ModelTe
                                                     const std::string& where);
 Expected<std::unique_ptr<Model>> MakeUnigramModel(const Json& j, const ModelText& text,
                                                   const std::string& where);
+
+// llama.cpp's SentencePiece-style BPE over a GGUF vocabulary (spm.cc): `tokens` and `scores` by
+// id; `known[id]` says whether TokenText and TokenId give the id (merges may form any token);
+// unk_id (or -1) stands for bytes the vocabulary has no <0xNN> token for.
+std::unique_ptr<Model> MakeSpmModel(std::vector<std::string> tokens, std::vector<float> scores,
+                                    std::vector<bool> known, int32_t unk_id);
 
 // {"token": id, ...} -> vocab; *max_id the highest id (-1 when empty). Fails on an id at or past
 // IdLimit(entries, added_tokens), so that tables of *max_id + 1 entries stay small.

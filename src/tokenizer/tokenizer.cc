@@ -64,7 +64,8 @@ Expected<std::vector<int32_t>> TokenizerData::EncodeText(std::string_view text) 
 
 namespace {
 
-Expected<std::shared_ptr<TokenizerData>> Build(const Json& root, const ModelText& model_text) {
+Expected<std::shared_ptr<TokenizerData>> Build(const Json& root, const ModelText& model_text,
+                                               std::unique_ptr<Model> model) {
   if (!root.is_object()) return InvalidArgument("expected a JSON object at the top level");
   auto data = std::make_shared<TokenizerData>();
   auto field = [&](const char* key) -> const Json& {
@@ -83,7 +84,11 @@ Expected<std::shared_ptr<TokenizerData>> Build(const Json& root, const ModelText
   if (!field("model").is_object()) return InvalidArgument("field 'model': expected an object");
   ModelText text = model_text;
   text.added_tokens = static_cast<int64_t>(added.size());
-  GZ_ASSIGN_OR_RETURN(data->model, MakeModel(field("model"), text, "model"));
+  if (model) {
+    data->model = std::move(model);
+  } else {
+    GZ_ASSIGN_OR_RETURN(data->model, MakeModel(field("model"), text, "model"));
+  }
   data->vocab_size = data->model->size();
 
   for (size_t i = 0; i < added.size(); ++i) {
@@ -138,6 +143,11 @@ Expected<std::shared_ptr<TokenizerData>> Build(const Json& root, const ModelText
 }  // namespace tok
 
 Expected<Tokenizer> Tokenizer::FromJson(std::string_view json, const std::string& name) {
+  return FromJsonWithModel(json, name, nullptr);
+}
+
+Expected<Tokenizer> Tokenizer::FromJsonWithModel(std::string_view json, const std::string& name,
+                                                 std::unique_ptr<tok::Model> model) {
   // The scanner below takes the model's strings as they are, and the components after it expect
   // UTF-8 (the Strip decoder read past a token's end on a cut sequence): the file must be UTF-8,
   // as nlohmann-json and Hugging Face require of the rest.
@@ -188,7 +198,7 @@ Expected<Tokenizer> Tokenizer::FromJson(std::string_view json, const std::string
     return InvalidArgument(name + ": not valid JSON: " + e.what());
   }
   try {
-    auto data = tok::Build(root, model_text);
+    auto data = tok::Build(root, model_text, std::move(model));
     if (!data.ok()) return data.status().Annotate(name);
     Tokenizer t;
     t.data_ = std::move(data).value();

@@ -26,7 +26,8 @@ class GgufFile;
 
 namespace tok {
 struct TokenizerData;
-}
+class Model;
+}  // namespace tok
 
 // A model's inputs for one text or a pair: the ids and each id's token type (BERT's segment).
 struct Encoding {
@@ -41,11 +42,15 @@ class Tokenizer {
   // file and the field.
   static Expected<Tokenizer> Load(const std::string& path);
   // From a GGUF file's tokenizer.ggml.* metadata: tokenizer.ggml.model gpt2 (byte-level BPE)
-  // with the pre-tokenizer tokenizer.ggml.pre names (qwen2, llama-bpe, default); control and
+  // with the pre-tokenizer tokenizer.ggml.pre names (qwen2, llama-bpe, default), or llama
+  // (SentencePiece-style BPE with byte fallback, merged in the order of tokenizer.ggml.scores
+  // as llama.cpp does; a space prefix where add_space_prefix says); control, unknown and
   // user-defined tokens as added tokens; BOS/EOS added where add_bos_token/add_eos_token say.
   static Expected<Tokenizer> FromGguf(const GgufFile& file);
   // The tokenizer.json text FromGguf reads (convert writes it beside a GGUF's converted weights,
-  // so the folder's tokenizer gives the GGUF's ids).
+  // so the folder's tokenizer gives the GGUF's ids). For llama vocabularies it is the tokenizer
+  // Hugging Face's converter writes (BPE, merges ranked by score); its ids differ from the GGUF's
+  // only where tokens share a score (SentencePiece-style ties go to the leftmost pair).
   static Expected<std::string> JsonFromGguf(const GgufFile& file);
   // The same from the text of a tokenizer.json; `name` stands for the file in messages.
   static Expected<Tokenizer> FromJson(std::string_view json, const std::string& name);
@@ -81,6 +86,9 @@ class Tokenizer {
 
  private:
   friend class StreamDecoder;
+  // FromJson with `model` in place of the one the JSON describes (when not null).
+  static Expected<Tokenizer> FromJsonWithModel(std::string_view json, const std::string& name,
+                                               std::unique_ptr<tok::Model> model);
   std::shared_ptr<const tok::TokenizerData> data_;
 };
 

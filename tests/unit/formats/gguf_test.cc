@@ -124,6 +124,23 @@ TEST(GgufTest, ReadsMetadataAndTensors) {
   EXPECT_EQ(f->FindTensor("x"), nullptr);
 }
 
+TEST(GgufTest, ReadsNumberArraysAsFloats) {
+  TempFile file;
+  GgufWriter w;
+  w.Float32s("tokenizer.ggml.scores", {0.0f, -1.5f, -1e9f});
+  w.Int32s("ints", {3, -4});
+  w.Strings("strings", {"a"});
+  auto f = GgufFile::Open(file.Write(w.Bytes()));
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_EQ(*f->GetFloats("tokenizer.ggml.scores"), (std::vector<double>{0.0, -1.5, -1e9}));
+  EXPECT_EQ(*f->GetFloats("ints"), (std::vector<double>{3.0, -4.0}));
+  auto wrong = f->GetFloats("strings");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("an array of numbers"), std::string::npos)
+      << wrong.status().message();
+  EXPECT_FALSE(f->GetInts("tokenizer.ggml.scores").ok());
+}
+
 TEST(GgufTest, HonoursAlignment) {
   TempFile file;
   GgufWriter w(/*alignment=*/64);
