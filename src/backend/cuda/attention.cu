@@ -383,15 +383,16 @@ constexpr int kMaxSplits = 64;
 // One block of head_dim threads per (row, head): out = sum of the splits' parts, rescaled. The
 // splits' weights are found once, in shared memory, by the first warp (the maxima and sums
 // loaded together, not one dependent load after another); then every dimension adds its splits'
-// accumulators with several loads in flight.
+// accumulators with several loads in flight. all_rows: every row's parts (the split kernel over
+// rotated codes in exact mode), not only the decoding rows'.
 __global__ void CombineKernel(AttentionParams p, int splits, const float* part_acc,
-                              const float* part_ml) {
+                              const float* part_ml, bool all_rows) {
   __shared__ float s_w[kMaxSplits];
   __shared__ float s_sum;
   AllowDependentLaunch();  // the GEMV after it may start loading its weights
   WaitForPriorGrid();
   int64_t r = blockIdx.x / p.heads;
-  if (!Alone(p, r)) return;
+  if (!all_rows && !Alone(p, r)) return;
   int64_t rh = blockIdx.x;
   const float* ml = part_ml + rh * splits * 2;
   if (threadIdx.x < 32) {
@@ -646,7 +647,7 @@ void LaunchDecode(const AttentionParams& p, int sm_count, Scratch* scratch, cuda
   if (splits > 1) {
     LaunchDependent(CombineKernel, dim3(static_cast<unsigned>(p.rows * p.heads)), dim3(HD), 0,
                     stream, p, splits, static_cast<const float*>(part_acc),
-                    static_cast<const float*>(part_ml));
+                    static_cast<const float*>(part_ml), /*all_rows=*/false);
   }
 }
 
@@ -668,9 +669,9 @@ void LaunchDecodeMma(const AttentionParams& p, int sm_count, Scratch* scratch,
   }
   LaunchMmaDecode(p, splits, part_acc, part_ml, stream);
   if (splits > 1) {
-    LaunchDependent(CombineKernel, dim3(static_cast<unsigned>(p.rows * p.heads)),
-                    dim3(p.head_dim), 0, stream, p, splits, static_cast<const float*>(part_acc),
-                    static_cast<const float*>(part_ml));
+    LaunchDependent(CombineKernel, dim3(static_cast<unsigned>(p.rows * p.heads)), dim3(p.head_dim),
+                    0, stream, p, splits, static_cast<const float*>(part_acc),
+                    static_cast<const float*>(part_ml), /*all_rows=*/false);
   }
 }
 
@@ -732,6 +733,13 @@ void LaunchForPages(const AttentionParams& p, int sm_count, Scratch* scratch, cu
 }
 
 }  // namespace
+
+void LaunchAttentionCombine(const AttentionParams& p, bool all_rows, int splits,
+                            const float* part_acc, const float* part_ml, cudaStream_t stream) {
+  LaunchDependent(CombineKernel, dim3(static_cast<unsigned>(p.rows * p.heads)), dim3(p.head_dim), 0,
+                  stream, p, splits, part_acc, part_ml, all_rows);
+  GZ_CUDA_LAUNCHED();
+}
 
 bool AttentionSupported(int heads, int kv_heads, int head_dim) {
   return head_dim % 32 == 0 && head_dim >= 32 && head_dim <= 256 && kv_heads > 0 &&

@@ -1,17 +1,26 @@
 // KV write and attention over rotated KV pages (ops/kv_codes.h) on CUDA.
 //
-// The write: a thread per key or value vector (row, kv head), which rotates and codes it with the
-// same functions as the CPU (ops/kv_codes.h), in its own registers and local memory. A decode step
-// writes a few hundred vectors; a prompt of 2,048 rows over 8 kv heads 32,768, each a few thousand
-// operations: correct and simple rather than fast.
+// The write (RotatedKvWriteKernel): a block per 32 key or value vectors in shared memory; each
+// butterfly stage of the rotation over all of them at once, then a thread per code group of 32
+// channels, which codes it with the CPU's own function (kv::Quantize; this file is compiled
+// without fused multiply-adds, so the codes are the CPU's). A 2,048-row prompt over 8 kv heads is
+// 32,768 vectors, 131,072 groups: a thread each, where a thread per vector (the first kernel)
+// left most of the device idle and ran the rotation out of local memory.
 //
-// The attention: a block per (row, kv head), every row alike (decode and prompt pieces), reading
-// the codes where they lie. The block's query heads are rotated once into shared memory; its
-// warps take the positions in turn (warp w: first + w, first + w + kWarps, ...), a lane the
-// elements lane, lane + 32, ... of each (read back as min + step * level of its group's code),
-// with an online softmax per warp and query head; the warps' sums are combined at the end and
-// rotated back. No split of a long context over blocks and no tensor cores: the prompt path reads
-// every key once per row.
+// The attention (LaunchRotatedAttention) works in the rotated space, q.k = (R q).(R k):
+// 1. RotateKernel rotates every query vector once (a warp per (row, head)) into scratch memory.
+// 2. Decoding rows (exact mode: every row) go to the split kernel (attention_codes_split.cu):
+//    flash-decoding over the codes, a block per (row, kv head, split of its pages), codes and
+//    {step, min} pairs streamed through shared memory by cp.async and read back in registers,
+//    float32 arithmetic; attention.cu's combine merges the splits.
+// 3. Fast mode: runs of rows of one sequence (prompt pieces) go to the tensor-core tile kernel
+//    (attention_mma.cu, kCodes): each key tile's codes read back into its fp16 tiles once per
+//    block of 64 or 128 query vectors, so a prompt is tile work, not a pass over the keys per
+//    row.
+// 4. RotateKernel rotates each output vector back, in place (sum_t w_t v_t = R^T sum_t w_t R v_t).
+// Head dims other than 64, 128 and 256 (or pages not 16-byte aligned) keep the first, per-row
+// kernel (RotatedAttentionKernel): a block per (row, kv head), every key read once per row, no
+// split; correct, not fast.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -32,29 +41,100 @@ __device__ __forceinline__ void Prologue() {
   WaitForPriorGrid();
 }
 
-// Thread i: vector i / 2 of the rows' (row, kv head) vectors, its key (i even) or value (odd).
-__global__ void RotatedKvWriteKernel(KvWriteParams p) {
+// The write: a block per kWriteVectors vectors (i even: the key of (row, kv head) i / 2, odd:
+// its value), in shared memory with rows of head_dim + 1 floats. The block flips the signs and
+// runs each butterfly stage of the rotation over all its vectors at once (every thread a few
+// pairs, a barrier between stages), then a thread per code group (group g of vector w: thread
+// item g * kWriteVectors + w, so that a warp's 32 threads read 32 different rows, 32 different
+// banks) codes it with kv::Quantize. Each butterfly and each group's fit is the CPU's arithmetic
+// in the CPU's order, so the codes are the same.
+constexpr int kWriteVectors = 32;
+constexpr int kWriteThreads = 128;
+
+__global__ void __launch_bounds__(kWriteThreads) RotatedKvWriteKernel(KvWriteParams p) {
   Prologue();
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= 2 * p.rows * p.kv_heads) return;
-  const bool keys = i % 2 == 0;
-  const int64_t item = i / 2;  // row * kv_heads + kv head
-  const int64_t r = item / p.kv_heads;
-  const int32_t pos = p.positions[r];
-  const int64_t page =
-      p.table.pages[static_cast<int64_t>(p.slots[r]) * p.table.max_pages + pos / kPage];
-  const int64_t vector = (page * kPage + pos % kPage) * p.kv_heads + item % p.kv_heads;
-  const int hd = p.head_dim;
-  float y[kMaxHeadDim];
-  const float* x = (keys ? p.k : p.v) + item * hd;
-  for (int e = 0; e < hd; ++e) y[e] = x[e];
-  kv::Rotate(y, hd);
+  extern __shared__ float shared[];  // [kWriteVectors, head_dim + 1] the rotated vectors
+  const int hd = p.head_dim, row = hd + 1;
+  const int64_t n = 2 * p.rows * p.kv_heads;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kWriteVectors;
+  for (int e = threadIdx.x; e < kWriteVectors * hd; e += kWriteThreads) {
+    const int w = e / hd, d = e % hd;
+    const int64_t i = base + w;
+    float x = 0.0f;
+    if (i < n) x = ((i % 2 == 0) ? p.k : p.v)[(i / 2) * hd + d];
+    shared[w * row + d] = kv::SignFlipped(d) ? -x : x;
+  }
+  // kv::Hadamard: per stage h, pairs (lo, lo + h) of each block of `block` channels.
+  const int block = kv::RotationBlock(hd);
+  for (int h = 1; h < block; h *= 2) {
+    __syncthreads();
+    for (int e = threadIdx.x; e < kWriteVectors * (hd / 2); e += kWriteThreads) {
+      const int w = e / (hd / 2), pair = e % (hd / 2);
+      float* y = shared + w * row + (pair / h) * 2 * h + pair % h;
+      const float a = y[0], c = y[h];
+      y[0] = a + c;
+      y[h] = a - c;
+    }
+  }
+  __syncthreads();
+  const float norm = 1.0f / sqrtf(static_cast<float>(block));
+  for (int e = threadIdx.x; e < kWriteVectors * hd; e += kWriteThreads) {
+    shared[e / hd * row + e % hd] *= norm;
+  }
+  __syncthreads();
   const KvFormat f = p.cache.format;
-  const int64_t bytes = kv::CodeBytes(keys ? KvKeyBits(f) : KvValueBits(f), hd);
-  kv::QuantizeVector(
-      y, hd, keys ? KvKeyBits(f) : KvValueBits(f),
-      static_cast<uint8_t*>(keys ? p.cache.keys : p.cache.values) + vector * bytes,
-      (keys ? p.cache.key_scales : p.cache.value_scales) + 2 * kv::Groups(hd) * vector);
+  const int part = kv::GroupSize(hd), parts = kv::Groups(hd);
+  for (int item = threadIdx.x; item < kWriteVectors * parts; item += kWriteThreads) {
+    const int w = item % kWriteVectors, g = item / kWriteVectors;
+    const int64_t i = base + w;
+    if (i >= n) continue;
+    const bool keys = i % 2 == 0;
+    const int64_t r = i / 2 / p.kv_heads;
+    const int32_t pos = p.positions[r];
+    const int64_t page =
+        p.table.pages[static_cast<int64_t>(p.slots[r]) * p.table.max_pages + pos / kPage];
+    const int64_t vector = (page * kPage + pos % kPage) * p.kv_heads + (i / 2) % p.kv_heads;
+    const int bits = keys ? KvKeyBits(f) : KvValueBits(f);
+    uint8_t* codes = static_cast<uint8_t*>(keys ? p.cache.keys : p.cache.values) +
+                     vector * kv::CodeBytes(bits, hd) + g * part * bits / 8;
+    float* step_min = (keys ? p.cache.key_scales : p.cache.value_scales) +
+                      2 * (static_cast<int64_t>(parts) * vector + g);
+    kv::Quantize(shared + w * row + g * part, part, bits, codes, step_min);
+  }
+}
+
+// Vectors [vectors, head_dim] rotated (inverse: rotated back), a warp per vector in shared
+// memory: the butterflies of kv::Rotate / kv::Unrotate in the same order (the CPU's values).
+constexpr int kRotateWarps = 4;
+
+__global__ void __launch_bounds__(32 * kRotateWarps)
+    RotateKernel(const float* in, float* out, int64_t vectors, int head_dim, bool inverse) {
+  Prologue();
+  __shared__ float s_vectors[kRotateWarps][kMaxHeadDim];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kRotateWarps + warp;
+  if (i >= vectors) return;
+  float* y = s_vectors[warp];
+  for (int e = lane; e < head_dim; e += 32) {
+    const float x = in[i * head_dim + e];
+    y[e] = !inverse && kv::SignFlipped(e) ? -x : x;
+  }
+  const int block = kv::RotationBlock(head_dim);
+  for (int h = 1; h < block; h *= 2) {
+    __syncwarp();
+    for (int pair = lane; pair < head_dim / 2; pair += 32) {
+      float* at = y + (pair / h) * 2 * h + pair % h;
+      const float a = at[0], c = at[h];
+      at[0] = a + c;
+      at[h] = a - c;
+    }
+  }
+  __syncwarp();
+  const float norm = 1.0f / sqrtf(static_cast<float>(block));
+  for (int e = lane; e < head_dim; e += 32) {
+    const float x = y[e] * norm;
+    out[i * head_dim + e] = inverse && kv::SignFlipped(e) ? -x : x;
+  }
 }
 
 // Element e of a rotated vector read back: its group's min + step * level of its code
@@ -65,6 +145,10 @@ __device__ __forceinline__ float Element(const uint8_t* codes, const float* step
   return sm[1] + sm[0] * kv::Level(bits, kv::Code(codes, e, bits));
 }
 
+// The per-row kernel (head dims the split kernel does not take). The block's query heads are
+// rotated once into shared memory; its warps take the positions in turn (warp w: first + w,
+// first + w + kWarps, ...), a lane the elements lane, lane + 32, ... of each, with an online
+// softmax per warp and query head; the warps' sums are combined at the end and rotated back.
 // Shared memory (floats): q [group, hd] (rotated, scaled; at the end the output before its
 // rotation back), acc [kWarps, group, hd], and per warp and head the running max and total
 // [kWarps, group] each.
@@ -188,12 +272,15 @@ void LaunchRotatedKvWrite(const KvWriteParams& p, cudaStream_t stream) {
     std::fprintf(stderr, "cuda KvWrite: rotated pages of head_dim %d have no kernel\n", p.head_dim);
     std::abort();
   }
-  LaunchDependent(RotatedKvWriteKernel, dim3(static_cast<unsigned>((n + 127) / 128)), dim3(128), 0,
-                  stream, p);
+  const size_t shared = sizeof(float) * kWriteVectors * (p.head_dim + 1);  // 32 KB at most
+  LaunchDependent(RotatedKvWriteKernel,
+                  dim3(static_cast<unsigned>((n + kWriteVectors - 1) / kWriteVectors)),
+                  dim3(kWriteThreads), shared, stream, p);
   GZ_CUDA_LAUNCHED();
 }
 
-void LaunchRotatedAttention(const AttentionParams& p, cudaStream_t stream) {
+void LaunchRotatedAttention(const AttentionParams& p, int sm_count, Scratch* scratch,
+                            cudaStream_t stream, bool tensor_cores) {
   if (p.rows == 0) return;
   if (!RotatedAttentionSupported(p.heads, p.kv_heads, p.head_dim)) {
     std::fprintf(stderr,
@@ -201,6 +288,34 @@ void LaunchRotatedAttention(const AttentionParams& p, cudaStream_t stream) {
                  "have no kernel\n",
                  p.head_dim, p.heads, p.kv_heads);
     std::abort();
+  }
+  if (CodesDecodeSupported(p)) {
+    // The split kernel takes every row in exact mode, the decoding rows in the fast mode (where
+    // the tensor-core tiles take the prompt pieces).
+    const bool tiles =
+        tensor_cores && p.rows > 1 && MmaTileSupported(p.heads, p.kv_heads, p.head_dim);
+    const bool all_rows = !tiles;
+    const int splits = CodesDecodeSplits(p, sm_count);
+    const size_t vectors = static_cast<size_t>(p.rows) * p.heads;
+    const size_t parts = splits > 1 ? vectors * splits : 0;
+    float* q = static_cast<float*>(
+        scratch->Get(sizeof(float) * (vectors * p.head_dim + parts * (p.head_dim + 2))));
+    float* part_acc = splits > 1 ? q + vectors * p.head_dim : nullptr;
+    float* part_ml = splits > 1 ? part_acc + parts * p.head_dim : nullptr;
+    const unsigned rotate_blocks =
+        static_cast<unsigned>((vectors + kRotateWarps - 1) / kRotateWarps);
+    LaunchDependent(RotateKernel, dim3(rotate_blocks), dim3(32 * kRotateWarps), 0, stream, p.q, q,
+                    static_cast<int64_t>(vectors), p.head_dim, false);
+    GZ_CUDA_LAUNCHED();
+    AttentionParams rotated = p;  // the rotated queries; the output rotated too, until the end
+    rotated.q = q;
+    LaunchCodesDecode(rotated, all_rows, splits, part_acc, part_ml, stream);
+    if (tiles) LaunchMmaTileCodes(rotated, sm_count, stream);
+    LaunchDependent(RotateKernel, dim3(rotate_blocks), dim3(32 * kRotateWarps), 0, stream,
+                    static_cast<const float*>(p.out), p.out, static_cast<int64_t>(vectors),
+                    p.head_dim, true);
+    GZ_CUDA_LAUNCHED();
+    return;
   }
   const size_t shared = SharedBytes(p);
   if (shared > 48 * 1024) {

@@ -21,8 +21,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/kv_codes.cuh"
 #include "backend/cuda/mma.cuh"
 
 namespace gizllm::cuda {
@@ -73,7 +76,11 @@ __device__ __forceinline__ bool Alone(const AttentionParams& p, int64_t r) {
 // That a run's keys are all in the step is checked at both ends (the rows holding positions
 // kbegin and kend - 1 are this slot's); in between it rests on how steps are made: a sequence's
 // rows in a step are consecutive rows with consecutive positions.
-template <int HD, int kWarps, bool kHalfPages>
+// kCodes: rotated pages (ops/kv_codes.h; p.q holds the rotated queries, the output stays
+// rotated): each tile's codes and {step, min} pairs are copied as they lie (cp.async) into the
+// float32 staging area, then read back (kv_codes.cuh) and rounded to fp16 into ks, vs; the copy
+// of the next tile runs while the warps multiply this one.
+template <int HD, int kWarps, bool kHalfPages, bool kCodes = false>
 __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
     MmaTileKernel(AttentionParams p, ScoreCap score_cap, int tile_rows, const __half* k16,
                   const __half* v16) {
@@ -96,7 +103,8 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
   __half* qs = vs + kTileK * kRow;  // [kWarps, 16, kRow] the warps' queries where kQShared
   __shared__ int32_t s_slot[kTileQ], s_pos[kTileQ], s_first[kTileQ];
   __shared__ bool s_mine[kTileQ];
-  __shared__ int64_t s_key_row;  // the step row of a run's key kbegin; -1: not in the step
+  __shared__ int64_t s_key_row;    // the step row of a run's key kbegin; -1: not in the step
+  __shared__ float s_levels4[16];  // kv::kLevels4 (kCodes)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -260,6 +268,84 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
       }
     };
 
+    if constexpr (kCodes) {
+      // A tile in the staging area: key codes [kTileK, key_bytes], value codes
+      // [kTileK, value_bytes], the keys' and values' pairs [kTileK, kGroups * 8] each.
+      constexpr int kGroups = HD / 32;
+      constexpr int kPairBytes = kGroups * 8, kPairPieces = kPairBytes / 16;
+      const int key_bits = KvKeyBits(p.cache.format), value_bits = KvValueBits(p.cache.format);
+      const int key_bytes = HD * key_bits / 8, value_bytes = HD * value_bits / 8;
+      const int key_pieces = key_bytes / 16, value_pieces = value_bytes / 16;
+      const int pieces = key_pieces + value_pieces + 2 * kPairPieces;
+      auto* const raw = reinterpret_cast<uint8_t*>(kf);
+      uint8_t* const raw_values = raw + kTileK * key_bytes;
+      uint8_t* const raw_key_pairs = raw_values + kTileK * value_bytes;
+      uint8_t* const raw_value_pairs = raw_key_pairs + kTileK * kPairBytes;
+      const auto* keys = static_cast<const uint8_t*>(p.cache.keys);
+      const auto* values = static_cast<const uint8_t*>(p.cache.values);
+      const auto* key_pairs = reinterpret_cast<const uint8_t*>(p.cache.key_scales);
+      const auto* value_pairs = reinterpret_cast<const uint8_t*>(p.cache.value_scales);
+      if (threadIdx.x < 16) s_levels4[threadIdx.x] = kv::Level4(static_cast<int>(threadIdx.x));
+      // Positions past the run's end are not copied: the read-back writes zeros for them.
+      auto fetch_codes = [&](int32_t k0) {
+        for (int c = threadIdx.x; c < kTileK * pieces; c += kThreads) {
+          const int key = c / pieces;
+          int piece = c % pieces;
+          const int32_t j = k0 + key;
+          if (j >= kend) continue;
+          const int64_t v =
+              (static_cast<int64_t>(pages[j / kPage]) * kPage + j % kPage) * p.kv_heads + kv_head;
+          const uint8_t* src;
+          uint8_t* to;
+          if (piece < key_pieces) {
+            src = keys + v * key_bytes + piece * 16;
+            to = raw + key * key_bytes + piece * 16;
+          } else if ((piece -= key_pieces) < value_pieces) {
+            src = values + v * value_bytes + piece * 16;
+            to = raw_values + key * value_bytes + piece * 16;
+          } else if ((piece -= value_pieces) < kPairPieces) {
+            src = key_pairs + v * kPairBytes + piece * 16;
+            to = raw_key_pairs + key * kPairBytes + piece * 16;
+          } else {
+            piece -= kPairPieces;
+            src = value_pairs + v * kPairBytes + piece * 16;
+            to = raw_value_pairs + key * kPairBytes + piece * 16;
+          }
+          CpAsync16(to, src);
+        }
+        CpAsyncCommit();
+      };
+      fetch_codes(kbegin);
+      for (int32_t k0 = kbegin; k0 < kend; k0 += kTileK) {
+        // Every thread's pieces of tile k0 have landed, and every warp is done with ks, vs.
+        CpAsyncWait();
+        __syncthreads();
+        for (int i = threadIdx.x; i < kTileK * (HD / 8); i += kThreads) {
+          const int key = i / (HD / 8), piece = i % (HD / 8);
+          uint4 kx = make_uint4(0, 0, 0, 0), vx = kx;
+          if (k0 + key < kend) {
+            float x[8];
+            ReadBack<8>(raw + key * key_bytes,
+                        reinterpret_cast<const float*>(raw_key_pairs + key * kPairBytes), key_bits,
+                        piece, s_levels4, x);
+            kx = make_uint4(PackHalf(x[0], x[1]), PackHalf(x[2], x[3]), PackHalf(x[4], x[5]),
+                            PackHalf(x[6], x[7]));
+            ReadBack<8>(raw_values + key * value_bytes,
+                        reinterpret_cast<const float*>(raw_value_pairs + key * kPairBytes),
+                        value_bits, piece, s_levels4, x);
+            vx = make_uint4(PackHalf(x[0], x[1]), PackHalf(x[2], x[3]), PackHalf(x[4], x[5]),
+                            PackHalf(x[6], x[7]));
+          }
+          *reinterpret_cast<uint4*>(ks + key * kRow + piece * 8) = kx;
+          *reinterpret_cast<uint4*>(vs + key * kRow + piece * 8) = vx;
+        }
+        __syncthreads();  // ks, vs hold the tile; the staging area is free
+        if (k0 + kTileK < kend) fetch_codes(k0 + kTileK);
+        tile(k0, ks, vs);
+      }
+      __syncthreads();  // the tiles are free for the next run
+      continue;
+    }
     if (!kHalfPages && k16) {
       if (threadIdx.x == 0) {
         const int64_t base = r0 + seg;  // the row of position s_pos[seg]
@@ -370,15 +456,15 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
 // query vectors, 4 FLOP per vector, key and dimension against 8 bytes: 64 vectors (4 warps) need
 // 2 bytes from L2 per 64 FLOP, more than L2 gives at the tensor-core rate; 128 vectors (8
 // warps) halve it. 8 warps where that still leaves a block per multiprocessor.
-template <int HD, bool kHalfPages>
+template <int HD, bool kHalfPages, bool kCodes = false>
 void Launch(const AttentionParams& p, int sm_count, int warps, cudaStream_t stream, const void* k16,
             const void* v16) {
   int group_heads = p.heads / p.kv_heads;
   static bool raised = [] {
-    return cudaFuncSetAttribute(MmaTileKernel<HD, 4, kHalfPages>,
+    return cudaFuncSetAttribute(MmaTileKernel<HD, 4, kHalfPages, kCodes>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(MmaSharedBytes<HD, 4>())) == cudaSuccess &&
-           cudaFuncSetAttribute(MmaTileKernel<HD, 8, kHalfPages>,
+           cudaFuncSetAttribute(MmaTileKernel<HD, 8, kHalfPages, kCodes>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(MmaSharedBytes<HD, 8>())) == cudaSuccess;
   }();
@@ -401,9 +487,9 @@ void Launch(const AttentionParams& p, int sm_count, int warps, cudaStream_t stre
   int64_t small_tiles = (p.rows + 64 / group_heads - 1) / (64 / group_heads) * p.kv_heads;
   if (warps == 8 ||
       (warps == 0 && (big_tiles >= sm_count || (!kTwoSmallBlocks && small_tiles > sm_count)))) {
-    launch(MmaTileKernel<HD, 8, kHalfPages>, 8, MmaSharedBytes<HD, 8>());
+    launch(MmaTileKernel<HD, 8, kHalfPages, kCodes>, 8, MmaSharedBytes<HD, 8>());
   } else {
-    launch(MmaTileKernel<HD, 4, kHalfPages>, 4, MmaSharedBytes<HD, 4>());
+    launch(MmaTileKernel<HD, 4, kHalfPages, kCodes>, 4, MmaSharedBytes<HD, 4>());
   }
 }
 
@@ -722,6 +808,21 @@ void LaunchMmaTile(const AttentionParams& p, int sm_count, cudaStream_t stream, 
       return LaunchForPages<224>(p, sm_count, warps, stream, k16, v16);
     default:
       return LaunchForPages<256>(p, sm_count, warps, stream, k16, v16);
+  }
+}
+
+void LaunchMmaTileCodes(const AttentionParams& p, int sm_count, cudaStream_t stream, int warps) {
+  switch (p.head_dim) {
+    case 64:
+      return Launch<64, false, true>(p, sm_count, warps, stream, nullptr, nullptr);
+    case 128:
+      return Launch<128, false, true>(p, sm_count, warps, stream, nullptr, nullptr);
+    case 256:
+      return Launch<256, false, true>(p, sm_count, warps, stream, nullptr, nullptr);
+    default:
+      std::fprintf(stderr, "cuda Attention: rotated pages of head_dim %d have no tile kernel\n",
+                   p.head_dim);
+      std::abort();
   }
 }
 

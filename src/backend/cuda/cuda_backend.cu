@@ -234,7 +234,10 @@ class CudaBackend : public Backend {
     // reading the fp16 copy of the keys RopeKv wrote just before for these rows where it did.
     const StepKv kv = step_kv_;
     ForgetHandOffs();
-    if (IsRotatedKv(p.cache.format)) return cuda::LaunchRotatedAttention(p, stream_);
+    if (IsRotatedKv(p.cache.format)) {
+      return cuda::LaunchRotatedAttention(p, sm_count_, &attention_scratch_, stream_,
+                                          /*tensor_cores=*/!options_.exact);
+    }
     const bool same_step = kv.rows > 0 && kv.rows == p.rows && kv.keys == p.cache.keys &&
                            kv.slots == p.slots && kv.positions == p.positions;
     cuda::LaunchAttention(p, sm_count_, &attention_scratch_, stream_,

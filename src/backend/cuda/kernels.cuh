@@ -144,11 +144,29 @@ void LaunchKvWrite(const KvWriteParams& p, cudaStream_t stream);
 void LaunchRopeKv(const RopeKvParams& p, cudaStream_t stream, void* k16 = nullptr,
                   void* v16 = nullptr);
 // Rotated KV pages (attention_codes.cu): the write of each key and value vector as codes, and the
-// attention that reads them (every row, decode and prompt pieces alike). Supported: head_dim a
-// multiple of 8 up to 256.
+// attention that reads them. Supported: head_dim a multiple of 8 up to 256. tensor_cores (the
+// fast mode): prompt pieces through the tensor-core tile kernel over the codes (fp16 operands);
+// otherwise every row through the float32 split kernel.
 bool RotatedAttentionSupported(int heads, int kv_heads, int head_dim);
 void LaunchRotatedKvWrite(const KvWriteParams& p, cudaStream_t stream);
-void LaunchRotatedAttention(const AttentionParams& p, cudaStream_t stream);
+void LaunchRotatedAttention(const AttentionParams& p, int sm_count, Scratch* scratch,
+                            cudaStream_t stream, bool tensor_cores);
+// The kernels behind it, over queries already rotated (p.q) and writing the output rotated:
+// the float32 split kernel over the codes (attention_codes_split.cu; head_dim 64, 128 or 256, pages
+// 16-byte aligned), for the rows alone in their sequence or (all_rows) every row, in `splits`
+// blocks per (row, kv head, head chunk) whose parts (part_acc [rows, heads, splits, head_dim],
+// part_ml [rows, heads, splits, 2]; where splits > 1) LaunchAttentionCombine merges; and the
+// tensor-core tile kernel over codes dequantized into its fp16 tiles (attention_mma.cu) for the
+// runs of rows of one sequence.
+bool CodesDecodeSupported(const AttentionParams& p);
+int CodesDecodeSplits(const AttentionParams& p, int sm_count);
+void LaunchCodesDecode(const AttentionParams& p, bool all_rows, int splits, float* part_acc,
+                       float* part_ml, cudaStream_t stream);
+void LaunchMmaTileCodes(const AttentionParams& p, int sm_count, cudaStream_t stream, int warps = 0);
+// The decode kernels' combine (attention.cu): out = the splits' parts rescaled, for the rows
+// alone in their sequence or (all_rows) every row.
+void LaunchAttentionCombine(const AttentionParams& p, bool all_rows, int splits,
+                            const float* part_acc, const float* part_ml, cudaStream_t stream);
 // With out_bf16 ([n] bf16), the result rounded to bf16 there too.
 void LaunchGlu(const GluParams& p, cudaStream_t stream, void* out_bf16 = nullptr);
 void LaunchSoftcap(const SoftcapParams& p, cudaStream_t stream);
