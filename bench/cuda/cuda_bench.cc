@@ -17,11 +17,12 @@
 //
 // With --moe: one Qwen3-30B-A3B-shaped mixture-of-experts layer alone instead (ProfileMoe); with
 // --encoder-attention the encoder attention alone (ProfileEncoderAttention); with --delta-rule
-// one Qwen3.5-35B-A3B-shaped recurrent layer's gated delta rule alone (ProfileDeltaRule).
+// one Qwen3.5-35B-A3B-shaped recurrent layer's gated delta rule alone (ProfileDeltaRule); with
+// --kv-codes one layer's attention and KV write over fp16 and rotated pages (ProfileKvCodes).
 //
 // Usage: cuda_bench [--quick] [--exact] [--gemv-max-rows N] [--no-graphs] [--bits L[/H]]
 //                   [--decode-only | --prefill-only | --moe | --attention | --encoder-attention
-//                    | --delta-rule]
+//                    | --delta-rule | --kv-codes]
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -911,6 +912,172 @@ void ProfileDecodeAttention(double bandwidth) {
   }
 }
 
+// Attention over rotated KV pages (--kv-codes) against fp16 pages, one layer of the model's heads
+// (32 query heads over 8 kv heads of 128), through the backend (the fast mode unless --exact):
+// batch-1 decode at context 4,096 and 32,768, a 2,048-token prompt (causal, one sequence), and
+// the KV write of 1 and 2,048 rows. A decode is timed over enough copies of the layer's pages,
+// read in turn, that they do not fit in L2 (50 MB on an H200); its figure counts the bytes it
+// reads (codes and {step, min} pairs, or fp16 elements) against the copy bandwidth, and 36 layers
+// of it (the model's attention per token). Median microseconds of 4 rounds after a first one.
+void ProfileKvCodes(Backend* be, double bandwidth, bool exact) {
+  constexpr int heads = 32, kv_heads = 8, head_dim = 128, layers = 36;
+  constexpr int64_t kChunk = 4096;  // rows per KvWrite while the pages are filled
+  constexpr int64_t kPrompt = 2048;
+  const size_t chunk = static_cast<size_t>(kChunk) * kv_heads * head_dim;
+  const size_t queries = static_cast<size_t>(kPrompt) * heads * head_dim;
+  std::vector<float> host(std::max(chunk, queries));
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& x : host) x = dist(rng);
+  // Keys with channel offsets, as a model's keys have (the values: the same floats).
+  std::vector<float> host_k(host.begin(), host.begin() + chunk);
+  for (size_t i = 0; i < chunk; ++i) host_k[i] += (i % head_dim) % 7 == 0 ? 3.0f : 0.0f;
+  float *k = nullptr, *v = nullptr, *q = nullptr, *out = nullptr;
+  int32_t *slots = nullptr, *positions = nullptr, *table = nullptr;
+  const int32_t max_pages = 32768 / kPage + 2;
+  BENCH_CHECK(cudaMalloc(&k, chunk * 4) == cudaSuccess);
+  BENCH_CHECK(cudaMalloc(&v, chunk * 4) == cudaSuccess);
+  BENCH_CHECK(cudaMalloc(&q, queries * 4) == cudaSuccess);
+  BENCH_CHECK(cudaMalloc(&out, queries * 4) == cudaSuccess);
+  BENCH_CHECK(cudaMalloc(&slots, kChunk * 4) == cudaSuccess);
+  BENCH_CHECK(cudaMalloc(&positions, kChunk * 4) == cudaSuccess);
+  BENCH_CHECK(cudaMalloc(&table, max_pages * 4) == cudaSuccess);
+  BENCH_CHECK(cudaMemcpy(k, host_k.data(), chunk * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  BENCH_CHECK(cudaMemcpy(v, host.data(), chunk * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  BENCH_CHECK(cudaMemcpy(q, host.data(), queries * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  BENCH_CHECK(cudaMemset(slots, 0, kChunk * 4) == cudaSuccess);
+  std::vector<int32_t> pages(max_pages);
+  std::iota(pages.begin(), pages.end(), 0);
+  BENCH_CHECK(cudaMemcpy(table, pages.data(), max_pages * 4, cudaMemcpyHostToDevice) ==
+              cudaSuccess);
+  // Positions [first, first + n) of slot 0 as the rows' positions.
+  auto set_positions = [&](int32_t first, int64_t n) {
+    std::vector<int32_t> at(n);
+    std::iota(at.begin(), at.end(), first);
+    BENCH_CHECK(cudaMemcpy(positions, at.data(), n * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  };
+  auto median = [](const std::function<void()>& run, int calls) {
+    std::vector<double> times;
+    for (int i = 0; i < 5; ++i) {
+      double t0 = Now();
+      run();
+      BENCH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+      if (i >= 1) times.push_back((Now() - t0) / calls);
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  };
+  const PageTable page_table{table, max_pages};
+  std::printf(
+      "\nKV pages' formats, one layer, %d heads over %d kv heads of %d, %s mode (median us a "
+      "call):\n",
+      heads, kv_heads, head_dim, exact ? "exact" : "fast");
+  std::printf("  %-6s %-24s %10s %10s %10s %8s %12s\n", "pages", "step", "us", "MB read", "GB/s",
+              "% copy", "36 layers ms");
+  for (KvFormat format :
+       {KvFormat::kF16, RotatedKv(8, 8), RotatedKv(8, 4), RotatedKv(4, 4), RotatedKv(2, 2)}) {
+    if (!be->SupportsKvFormat(format)) continue;
+    const int64_t key_bytes = KvKeyBytes(format, head_dim),
+                  value_bytes = KvValueBytes(format, head_dim),
+                  scale_bytes = KvFormatScaleBytes(format, head_dim);
+    const double position_bytes =
+        static_cast<double>(kv_heads) * (key_bytes + value_bytes + 2 * scale_bytes);
+    const std::string name = KvFormatName(format);
+    for (int32_t context : {4096, 32768}) {
+      // Pages of positions 0 .. context in `copies` layers, written through the backend.
+      const int32_t layer_pages = context / kPage + 1;
+      const double layer_bytes = position_bytes * layer_pages * kPage;
+      const int copies = std::max(2, static_cast<int>(std::ceil(256e6 / layer_bytes)));
+      std::vector<std::unique_ptr<Buffer>> keep;
+      std::vector<KvLayer> copy_layers;
+      for (int c = 0; c < copies; ++c) {
+        KvLayer layer;
+        layer.format = format;
+        auto alloc = [&](int64_t bytes) -> void* {
+          if (bytes == 0) return nullptr;
+          auto b = be->Allocate(static_cast<size_t>(bytes) * layer_pages * kPage * kv_heads);
+          BENCH_CHECK(b.ok());
+          keep.push_back(std::move(*b));
+          return keep.back()->data();
+        };
+        layer.keys = alloc(key_bytes);
+        layer.values = alloc(value_bytes);
+        layer.key_scales = static_cast<float*>(alloc(scale_bytes));
+        layer.value_scales = static_cast<float*>(alloc(scale_bytes));
+        for (int32_t first = 0; first <= context; first += kChunk) {
+          const int64_t n = std::min<int64_t>(kChunk, context + 1 - first);
+          set_positions(first, n);
+          KvWriteParams w{.cache = layer,
+                          .table = page_table,
+                          .k = k,
+                          .v = v,
+                          .slots = slots,
+                          .positions = positions,
+                          .rows = n,
+                          .kv_heads = kv_heads,
+                          .head_dim = head_dim};
+          BENCH_CHECK(w.Check().ok());
+          be->KvWrite(w);
+        }
+        copy_layers.push_back(layer);
+      }
+      be->Synchronize();
+      set_positions(context, 1);
+      AttentionParams att;
+      att.out = out, att.q = q, att.table = page_table;
+      att.slots = slots, att.positions = positions, att.rows = 1;
+      att.heads = heads, att.kv_heads = kv_heads, att.head_dim = head_dim;
+      att.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      const int calls = 4 * copies;
+      const double t = median(
+          [&] {
+            for (int i = 0; i < calls; ++i) {
+              att.cache = copy_layers[i % copies];
+              be->Attention(att);
+            }
+          },
+          calls);
+      const double bytes = position_bytes * (context + 1);
+      char step[64];
+      std::snprintf(step, sizeof(step), "decode 1 row at %d", context);
+      std::printf("  %-6s %-24s %10.1f %10.1f %10.0f %7.1f%% %12.2f\n", name.c_str(), step, t * 1e6,
+                  bytes * 1e-6, bytes / t * 1e-9, 100.0 * bytes / t / bandwidth, layers * t * 1e3);
+      if (context != 4096) continue;
+      // The 2,048-token prompt's attention over the first copy's positions 0 .. 2,047, and the
+      // writes of its rows and of one row.
+      att.cache = copy_layers[0];
+      att.rows = kPrompt;
+      set_positions(0, kPrompt);
+      const double prompt = median([&] { be->Attention(att); }, 1);
+      const double flops = 2.0 * kPrompt * kPrompt * heads * head_dim;  // causal: half of 4 n^2
+      std::printf("  %-6s %-24s %10.1f %10s %10s %8s %12.2f   (%.0f TFLOP/s)\n", name.c_str(),
+                  "prompt of 2048 rows", prompt * 1e6, "", "", "", layers * prompt * 1e3,
+                  flops / prompt * 1e-12);
+      for (int64_t rows : {int64_t{1}, kPrompt}) {
+        KvWriteParams w{.cache = copy_layers[0],
+                        .table = page_table,
+                        .k = k,
+                        .v = v,
+                        .slots = slots,
+                        .positions = positions,
+                        .rows = rows,
+                        .kv_heads = kv_heads,
+                        .head_dim = head_dim};
+        const double write = median([&] { be->KvWrite(w); }, 1);
+        char what[64];
+        std::snprintf(what, sizeof(what), "KV write of %lld rows", static_cast<long long>(rows));
+        std::printf("  %-6s %-24s %10.1f %10s %10s %8s %12.2f\n", name.c_str(), what, write * 1e6,
+                    "", "", "", layers * write * 1e3);
+      }
+    }
+  }
+  for (void* p : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(q),
+                  static_cast<void*>(out), static_cast<void*>(slots), static_cast<void*>(positions),
+                  static_cast<void*>(table)}) {
+    BENCH_CHECK(cudaFree(p) == cudaSuccess);
+  }
+}
+
 // The quantized matmul kernels alone on the layer shapes of the model (q/k/v in one launch,
 // gate/up in one, down), against the bf16 path on the same shapes: median microseconds of 20
 // launches back to back, and the weight bytes streamed per second as a share of the copy
@@ -1243,7 +1410,7 @@ void ProfileDeltaRule(Backend* be, double bandwidth, double rate, int reps) {
 
 int Main(int argc, char** argv) {
   bool quick = false, decode_only = false, prefill_only = false, moe = false, attention = false,
-       encoder_attention = false, delta_rule = false;
+       encoder_attention = false, delta_rule = false, kv_codes = false;
   int layer_bits = 16, head_bits = 16;
   KvFormat kv = KvFormat::kF32;
   CudaOptions options;
@@ -1270,6 +1437,8 @@ int Main(int argc, char** argv) {
       attention = true;
     else if (a == "--encoder-attention")
       encoder_attention = true;
+    else if (a == "--kv-codes")
+      kv_codes = true;
     else if (a == "--delta-rule")
       delta_rule = true;
     else if (a == "--bits" && i + 1 < argc) {
@@ -1286,7 +1455,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: cuda_bench [--quick] [--exact] [--gemv-max-rows N] [--no-graphs] "
                    "[--bits L[/H]] [--kv f32|f16] [--decode-only | --prefill-only | --moe | "
-                   "--attention | --encoder-attention | --delta-rule]\n"
+                   "--attention | --encoder-attention | --delta-rule | --kv-codes]\n"
                    "  --kv: the KV pages' element type (f32 by default)\n"
                    "  --decode-only: batch-1 decode steps alone, without per-op profiles (for a "
                    "profiler's trace)\n"
@@ -1297,7 +1466,9 @@ int Main(int argc, char** argv) {
                    "  --encoder-attention: the encoder attention alone (bidirectional, packed "
                    "sequences of 128 and 512 tokens), the tensor-core and the float32 kernels\n"
                    "  --delta-rule: one Qwen3.5-35B-A3B-shaped recurrent layer's gated delta rule "
-                   "alone (a 2,048-row piece chunked and row by row, 64 decode rows)\n");
+                   "alone (a 2,048-row piece chunked and row by row, 64 decode rows)\n"
+                   "  --kv-codes: one layer's attention and KV write over fp16 and rotated 8, 8/4, "
+                   "4 and 2-bit pages (batch-1 decode at 4,096 and 32,768, a 2,048-row prompt)\n");
       return 2;
     }
   }
@@ -1327,6 +1498,10 @@ int Main(int argc, char** argv) {
   }
   if (encoder_attention) {
     ProfileEncoderAttention(be, rate, !options.exact);
+    return 0;
+  }
+  if (kv_codes) {
+    ProfileKvCodes(be, bandwidth, options.exact);
     return 0;
   }
   if (delta_rule) {
