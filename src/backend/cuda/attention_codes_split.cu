@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kThreads, (MinBlocks<HD, GB>()))
   constexpr int kPairBytes = kGroups * 8;  // a vector's {step, min} pairs
   constexpr int kStages = Stages<HD>();
   constexpr int kStageBytes = StageBytes<HD>();
-  static_assert(HD % 64 == 0 && kDims <= 16, "head_dim 64, 128, 192 or 256");
+  static_assert(HD == 64 || HD == 128 || HD == 256, "head_dim 64, 128 or 256");
   extern __shared__ __align__(16) float shared[];
   uint8_t* ring = reinterpret_cast<uint8_t*>(shared);  // [kStages, kStageBytes] while streaming
   float* s_acc = shared;                               // [kKeysAtOnce, GB, HD] after it
@@ -113,11 +113,10 @@ __global__ void __launch_bounds__(kThreads, (MinBlocks<HD, GB>()))
   const int32_t* pages = p.table.pages + static_cast<int64_t>(slot) * p.table.max_pages;
 
   // A stage: key codes [kPage, key_bytes], value codes [kPage, value_bytes], then the keys'
-  // and the values' pairs [kPage, kPairBytes] each; every piece 16 bytes.
+  // and the values' pairs [kPage, kPairBytes] each. Each part is copied in 16-byte pieces; a
+  // vector's are a power of two (head_dim a multiple of 64), so position and piece are a shift
+  // and a mask of the piece's index.
   const int key_bytes = HD * key_bits / 8, value_bytes = HD * value_bits / 8;
-  const int key_pieces = key_bytes / 16, value_pieces = value_bytes / 16;
-  constexpr int kPairPieces = kPairBytes / 16;
-  const int pieces = key_pieces + value_pieces + 2 * kPairPieces;
   const int value_at = kPage * key_bytes;
   const int key_pairs_at = value_at + kPage * value_bytes;
   const int value_pairs_at = key_pairs_at + kPage * kPairBytes;
@@ -130,29 +129,21 @@ __global__ void __launch_bounds__(kThreads, (MinBlocks<HD, GB>()))
   auto issue = [&](int32_t u, int64_t page) {
     uint8_t* dst = ring + (u % kStages) * kStageBytes;
     const int32_t pos0 = (page0 + u) * kPage;
-    for (int c = threadIdx.x; c < kPage * pieces; c += kThreads) {
-      const int o = c / pieces;
-      int piece = c % pieces;
-      if (pos0 + o < begin || pos0 + o >= end) continue;
-      const int64_t v = (page * kPage + o) * p.kv_heads + kv_head;
-      const uint8_t* src;
-      uint8_t* to;
-      if (piece < key_pieces) {
-        src = keys + v * key_bytes + piece * 16;
-        to = dst + o * key_bytes + piece * 16;
-      } else if ((piece -= key_pieces) < value_pieces) {
-        src = values + v * value_bytes + piece * 16;
-        to = dst + value_at + o * value_bytes + piece * 16;
-      } else if ((piece -= value_pieces) < kPairPieces) {
-        src = key_pairs + v * kPairBytes + piece * 16;
-        to = dst + key_pairs_at + o * kPairBytes + piece * 16;
-      } else {
-        piece -= kPairPieces;
-        src = value_pairs + v * kPairBytes + piece * 16;
-        to = dst + value_pairs_at + o * kPairBytes + piece * 16;
+    const int64_t v0 = page * kPage * p.kv_heads + kv_head;  // the page's first vector
+    // bytes: of a vector's part (16 to 256); src: the part's array; at: its offset in the stage.
+    auto part = [&](const uint8_t* src, int bytes, int at) {
+      const int shift = __ffs(bytes / 16) - 1;  // log2 of the pieces of a vector
+      for (int c = threadIdx.x; c < kPage * bytes / 16; c += kThreads) {
+        const int o = c >> shift, piece = c & ((1 << shift) - 1);
+        if (pos0 + o < begin || pos0 + o >= end) continue;
+        CpAsync16(dst + at + o * bytes + piece * 16,
+                  src + (v0 + static_cast<int64_t>(o) * p.kv_heads) * bytes + piece * 16);
       }
-      CpAsync16(to, src);
-    }
+    };
+    part(keys, key_bytes, 0);
+    part(values, value_bytes, value_at);
+    part(key_pairs, kPairBytes, key_pairs_at);
+    part(value_pairs, kPairBytes, value_pairs_at);
   };
   // All stages but one in flight, every stage committing a group, empty or not (attention.cu).
   {

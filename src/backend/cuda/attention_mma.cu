@@ -272,47 +272,37 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
       // A tile in the staging area: key codes [kTileK, key_bytes], value codes
       // [kTileK, value_bytes], the keys' and values' pairs [kTileK, kGroups * 8] each.
       constexpr int kGroups = HD / 32;
-      constexpr int kPairBytes = kGroups * 8, kPairPieces = kPairBytes / 16;
+      constexpr int kPairBytes = kGroups * 8;
       const int key_bits = KvKeyBits(p.cache.format), value_bits = KvValueBits(p.cache.format);
       const int key_bytes = HD * key_bits / 8, value_bytes = HD * value_bits / 8;
-      const int key_pieces = key_bytes / 16, value_pieces = value_bytes / 16;
-      const int pieces = key_pieces + value_pieces + 2 * kPairPieces;
       auto* const raw = reinterpret_cast<uint8_t*>(kf);
-      uint8_t* const raw_values = raw + kTileK * key_bytes;
-      uint8_t* const raw_key_pairs = raw_values + kTileK * value_bytes;
-      uint8_t* const raw_value_pairs = raw_key_pairs + kTileK * kPairBytes;
+      const int values_at = kTileK * key_bytes;
+      const int key_pairs_at = values_at + kTileK * value_bytes;
+      const int value_pairs_at = key_pairs_at + kTileK * kPairBytes;
       const auto* keys = static_cast<const uint8_t*>(p.cache.keys);
       const auto* values = static_cast<const uint8_t*>(p.cache.values);
       const auto* key_pairs = reinterpret_cast<const uint8_t*>(p.cache.key_scales);
       const auto* value_pairs = reinterpret_cast<const uint8_t*>(p.cache.value_scales);
       if (threadIdx.x < 16) s_levels4[threadIdx.x] = kv::Level4(static_cast<int>(threadIdx.x));
-      // Positions past the run's end are not copied: the read-back writes zeros for them.
+      // Each part of the tile in 16-byte pieces, a power of two of them per vector (head_dim
+      // 64, 128 or 256): key and piece are a shift and a mask of the piece's index. Positions
+      // past the run's end are not copied: the read-back writes zeros for them.
       auto fetch_codes = [&](int32_t k0) {
-        for (int c = threadIdx.x; c < kTileK * pieces; c += kThreads) {
-          const int key = c / pieces;
-          int piece = c % pieces;
-          const int32_t j = k0 + key;
-          if (j >= kend) continue;
-          const int64_t v =
-              (static_cast<int64_t>(pages[j / kPage]) * kPage + j % kPage) * p.kv_heads + kv_head;
-          const uint8_t* src;
-          uint8_t* to;
-          if (piece < key_pieces) {
-            src = keys + v * key_bytes + piece * 16;
-            to = raw + key * key_bytes + piece * 16;
-          } else if ((piece -= key_pieces) < value_pieces) {
-            src = values + v * value_bytes + piece * 16;
-            to = raw_values + key * value_bytes + piece * 16;
-          } else if ((piece -= value_pieces) < kPairPieces) {
-            src = key_pairs + v * kPairBytes + piece * 16;
-            to = raw_key_pairs + key * kPairBytes + piece * 16;
-          } else {
-            piece -= kPairPieces;
-            src = value_pairs + v * kPairBytes + piece * 16;
-            to = raw_value_pairs + key * kPairBytes + piece * 16;
+        auto part = [&](const uint8_t* src, int bytes, int at) {
+          const int shift = __ffs(bytes / 16) - 1;
+          for (int c = threadIdx.x; c < kTileK * bytes / 16; c += kThreads) {
+            const int key = c >> shift, piece = c & ((1 << shift) - 1);
+            const int32_t j = k0 + key;
+            if (j >= kend) continue;
+            const int64_t v =
+                (static_cast<int64_t>(pages[j / kPage]) * kPage + j % kPage) * p.kv_heads + kv_head;
+            CpAsync16(raw + at + key * bytes + piece * 16, src + v * bytes + piece * 16);
           }
-          CpAsync16(to, src);
-        }
+        };
+        part(keys, key_bytes, 0);
+        part(values, value_bytes, values_at);
+        part(key_pairs, kPairBytes, key_pairs_at);
+        part(value_pairs, kPairBytes, value_pairs_at);
         CpAsyncCommit();
       };
       fetch_codes(kbegin);
@@ -326,12 +316,12 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)
           if (k0 + key < kend) {
             float x[8];
             ReadBack<8>(raw + key * key_bytes,
-                        reinterpret_cast<const float*>(raw_key_pairs + key * kPairBytes), key_bits,
-                        piece, s_levels4, x);
+                        reinterpret_cast<const float*>(raw + key_pairs_at + key * kPairBytes),
+                        key_bits, piece, s_levels4, x);
             kx = make_uint4(PackHalf(x[0], x[1]), PackHalf(x[2], x[3]), PackHalf(x[4], x[5]),
                             PackHalf(x[6], x[7]));
-            ReadBack<8>(raw_values + key * value_bytes,
-                        reinterpret_cast<const float*>(raw_value_pairs + key * kPairBytes),
+            ReadBack<8>(raw + values_at + key * value_bytes,
+                        reinterpret_cast<const float*>(raw + value_pairs_at + key * kPairBytes),
                         value_bits, piece, s_levels4, x);
             vx = make_uint4(PackHalf(x[0], x[1]), PackHalf(x[2], x[3]), PackHalf(x[4], x[5]),
                             PackHalf(x[6], x[7]));
