@@ -4,9 +4,9 @@
 //
 // The decode kernel of attention.cu over codes: a block per (row, kv head x head chunk, split
 // of its pages); the split's pages stream through a ring of shared-memory stages (cp.async,
-// several pages ahead of the arithmetic), one stage a page's 32 key codes, 32 value codes and
-// their {step, min} pairs as they lie in the cache (each vector's codes and pairs are
-// contiguous, 16-byte pieces). Groups of 16 lanes take keys group, group + 8, ... of a page; a
+// several pages ahead of the arithmetic), one stage a page's kPage (16) key and value code
+// vectors and their {step, min} pairs as they lie in the cache (each vector's codes and pairs are
+// contiguous, 16-byte pieces). Groups of 16 lanes take keys group and group + 8 of a page; a
 // lane holds head_dim / 16 consecutive dimensions of GB query heads (their codes are one load of
 // 1 to 16 bytes, inside one code group: one {step, min}), reads them back in registers as
 // min + step * level (8 and 2 bits: the code, by the float32 exponent trick; 4 bits: kLevels4
