@@ -9,20 +9,23 @@
 //
 // The attention (LaunchRotatedAttention) works in the rotated space, q.k = (R q).(R k):
 // 1. RotateKernel rotates every query vector once (a warp per (row, head)) into scratch memory.
-// 2. Decoding rows (exact mode: every row) go to the split kernel (attention_codes_split.cu):
-//    flash-decoding over the codes, a block per (row, kv head, split of its pages), codes and
-//    {step, min} pairs streamed through shared memory by cp.async and read back in registers,
-//    float32 arithmetic; attention.cu's combine merges the splits.
-// 3. Fast mode: runs of rows of one sequence (prompt pieces) go to the tensor-core tile kernel
-//    (attention_mma.cu, kCodes): each key tile's codes read back into its fp16 tiles once per
-//    block of 64 or 128 query vectors, so a prompt is tile work, not a pass over the keys per
-//    row.
+// 2. Exact mode: every row through the split kernel (attention_codes_split.cu): flash-decoding
+//    over the codes, a block per (row, kv head, split of its pages), codes and {step, min} pairs
+//    streamed through shared memory by cp.async and read back in registers, float32
+//    arithmetic; attention.cu's combine merges the splits.
+// 3. Fast mode: decoding rows through the tensor-core decode kernel (attention_mma.cu, kCodes:
+//    each warp's pages of codes read back to an fp16 page, then the fp16 pages' products; the
+//    split kernel where it does not take the heads), and runs of rows of one sequence (prompt
+//    pieces) through the tensor-core tile kernel (attention_mma.cu, kCodes): each key tile's
+//    codes read back into its fp16 tiles once per block of 64 or 128 query vectors, so a prompt
+//    is tile work, not a pass over the keys per row.
 // 4. RotateKernel rotates each output vector back, in place (sum_t w_t v_t = R^T sum_t w_t R v_t).
 // Head dims other than 64, 128 and 256 (or pages not 16-byte aligned) keep the first, per-row
 // kernel (RotatedAttentionKernel): a block per (row, kv head), every key read once per row, no
 // split; correct, not fast.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -290,12 +293,26 @@ void LaunchRotatedAttention(const AttentionParams& p, int sm_count, Scratch* scr
     std::abort();
   }
   if (CodesDecodeSupported(p)) {
-    // The split kernel takes every row in exact mode, the decoding rows in the fast mode (where
-    // the tensor-core tiles take the prompt pieces).
+    // Exact mode: every row through the float32 split kernel. Fast mode: the decoding rows
+    // through the tensor-core decode kernel (or the split kernel where it does not take the
+    // heads), the prompt pieces through the tensor-core tiles.
     const bool tiles =
         tensor_cores && p.rows > 1 && MmaTileSupported(p.heads, p.kv_heads, p.head_dim);
     const bool all_rows = !tiles;
-    const int splits = CodesDecodeSplits(p, sm_count);
+    const bool mma_decode = tensor_cores && MmaDecodeCodesSupported(p);
+    int splits = 0;
+    if (mma_decode) {
+      // As attention.cu's LaunchDecodeMma: about one wave of the resident blocks.
+      const int64_t per_split = p.rows * p.kv_heads;
+      const int64_t slots =
+          static_cast<int64_t>(LaunchMmaDecodeCodes(p, 0, nullptr, nullptr, stream)) * sm_count;
+      int64_t n = std::max<int64_t>(1, slots / per_split);
+      if (per_split < slots && n * per_split < slots * 3 / 4) ++n;
+      splits = static_cast<int>(
+          std::max<int64_t>(1, std::min<int64_t>(std::min<int64_t>(n, 64), p.table.max_pages)));
+    } else {
+      splits = CodesDecodeSplits(p, sm_count);
+    }
     const size_t vectors = static_cast<size_t>(p.rows) * p.heads;
     const size_t parts = splits > 1 ? vectors * splits : 0;
     float* q = static_cast<float*>(
@@ -309,7 +326,15 @@ void LaunchRotatedAttention(const AttentionParams& p, int sm_count, Scratch* scr
     GZ_CUDA_LAUNCHED();
     AttentionParams rotated = p;  // the rotated queries; the output rotated too, until the end
     rotated.q = q;
-    LaunchCodesDecode(rotated, all_rows, splits, part_acc, part_ml, stream);
+    if (mma_decode) {
+      LaunchMmaDecodeCodes(rotated, splits, part_acc, part_ml, stream);
+      GZ_CUDA_LAUNCHED();
+      if (splits > 1) {
+        LaunchAttentionCombine(rotated, /*all_rows=*/false, splits, part_acc, part_ml, stream);
+      }
+    } else {
+      LaunchCodesDecode(rotated, all_rows, splits, part_acc, part_ml, stream);
+    }
     if (tiles) LaunchMmaTileCodes(rotated, sm_count, stream);
     LaunchDependent(RotateKernel, dim3(rotate_blocks), dim3(32 * kRotateWarps), 0, stream,
                     static_cast<const float*>(p.out), p.out, static_cast<int64_t>(vectors),

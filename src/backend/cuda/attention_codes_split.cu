@@ -1,6 +1,7 @@
 // The split kernel over rotated KV pages (ops/kv_codes.h): float32 attention of rows whose
 // queries are already rotated (attention_codes.cu rotates them, and the output back), reading
-// the codes where they lie. Decoding rows in the fast mode; every row in exact mode.
+// the codes where they lie: every row in exact mode (and the fast mode's decoding rows where the
+// tensor-core decode kernel does not take the heads).
 //
 // The decode kernel of attention.cu over codes: a block per (row, kv head x head chunk, split
 // of its pages); the split's pages stream through a ring of shared-memory stages (cp.async,
@@ -20,9 +21,10 @@
 // token (1.13). Arithmetic per lane and key (GB = 4, 8 dimensions a lane): 3 operations per
 // element to read it back (shared by the GB heads), GB multiply-adds per element for the scores
 // and as many for the output, 4 shuffles a score and the softmax: about 176, 2,800 a position
-// and kv head, 22 us a layer at the H200's issue rate, so the kernel is near both limits; a
-// tensor-core variant (attention_mma.cu's decode kernel over tiles read back to fp16) would
-// leave it bound by the bytes alone.
+// and kv head, 22 us a layer at the H200's issue rate, so the kernel is near both limits. The
+// fast mode's tensor-core decode kernel over codes (attention_mma.cu) reads each element back
+// once per kv head (about 4 operations, 1,000 a position and kv head) and leaves the products
+// to the tensor cores: bound by the bytes.
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -1,6 +1,8 @@
 // Tensor-core tile attention for prompt pieces in the fast mode (fp16 operands, float32
 // softmax and accumulators): the work of attention.cu's tile kernel with S = Q K^T and O += P V
-// on mma.sync m16n8k16. Exact mode keeps the float32 tile kernel.
+// on mma.sync m16n8k16. Exact mode keeps the float32 tile kernel. Both kernels here (the tile
+// kernel and the decode kernel below) also read rotated pages of codes (kCodes,
+// attention_codes.cu), read back into their fp16 tiles.
 //
 // A block holds kTileQ query vectors (rows of the step x the query heads of one kv head, as the
 // float32 tile kernel groups them) in kWarps warps of 16 vectors. It walks the keys of each run
@@ -495,9 +497,9 @@ void LaunchForPages(const AttentionParams& p, int sm_count, int warps, cudaStrea
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tensor-core decode kernel (fast mode, fp16 pages): rows alone in their sequence, one block per
-// (row, kv head, split of its keys) as the float32 decode kernel, whose parts it writes in the
-// same layout for the same combine kernel.
+// Tensor-core decode kernel (fast mode, fp16 pages; kCodes: rotated pages): rows alone in their
+// sequence, one block per (row, kv head, split of its keys) as the float32 decode kernel, whose
+// parts it writes in the same layout for the same combine kernel.
 //
 // The products are transposed so that the page fills the tensor core's M side: S^T = K Q^T
 // (m16n8k16: the page's 16 keys x 8 query heads, k over head_dim) and O^T += V^T P^T (head_dim
@@ -529,15 +531,27 @@ constexpr int DecodeMmaStages() {
   return HD > 128 ? 2 : 3;
 }
 
-template <int HD, int GN>
+// kCodes: a warp's ring holds the pages' codes and {step, min} pairs as they lie (at most
+// kPage * 2.5 * HD bytes a page, at 8/8 bits), beside one fp16 page they are read back into.
+template <int HD>
+constexpr size_t DecodeCodesPageBytes() {
+  return static_cast<size_t>(kPage) * (2 * HD + 2 * (HD / 32) * 8);
+}
+template <int HD, int GN, bool kCodes = false>
 constexpr size_t DecodeMmaSharedBytes() {
-  constexpr size_t ring = static_cast<size_t>(kDecodeWarps) * DecodeMmaStages<HD>() * 2 * kPage *
-                          (HD + kPadHalf) * sizeof(__half);
+  constexpr size_t page16 = 2 * kPage * (HD + kPadHalf) * sizeof(__half);
+  constexpr size_t ring =
+      kDecodeWarps * (kCodes ? DecodeMmaStages<HD>() * DecodeCodesPageBytes<HD>() + page16
+                             : DecodeMmaStages<HD>() * page16);
   constexpr size_t merge = static_cast<size_t>(kDecodeWarps) * 8 * GN * (HD + 2) * sizeof(float);
   return ring > merge ? ring : merge;
 }
 
-template <int HD, int GN>
+// kCodes: rotated pages (ops/kv_codes.h; p.q holds the rotated queries, the output stays
+// rotated). The warp's ring takes its pages' codes and pairs (cp.async, zero-filled outside the
+// row's range, so that those positions read back as 0); each page is read back (kv_codes.cuh) into
+// the warp's one fp16 page, which the products then read as they read an fp16 page.
+template <int HD, int GN, bool kCodes = false>
 __global__ void __launch_bounds__(32 * kDecodeWarps)
     MmaDecodeKernel(AttentionParams p, ScoreCap score_cap, int splits,
                     float* part_acc,   // [rows, heads, splits, HD] when splits > 1
@@ -549,12 +563,19 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
   constexpr int kPagePieces = kPage * kPieces;  // of a page's keys (and of its values)
   static_assert(kPagePieces % 32 == 0, "whole rounds of a warp's copy");
   constexpr int kStageHalves = 2 * kPage * kRow;  // keys, then values
+  constexpr int kCodesPage = static_cast<int>(DecodeCodesPageBytes<HD>());
+  constexpr int kPairBytes = HD / 32 * 8;  // a vector's {step, min} pairs
   extern __shared__ __align__(16) float shared[];
+  __shared__ float s_levels4[16];  // kv::kLevels4 (kCodes)
 
   AllowDependentLaunch();
   WaitForPriorGrid();
   const int64_t r = blockIdx.x;
   if (!Alone(p, r)) return;
+  if constexpr (kCodes) {
+    if (threadIdx.x < 16) s_levels4[threadIdx.x] = kv::Level4(static_cast<int>(threadIdx.x));
+    __syncthreads();
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int group_heads = p.heads / p.kv_heads;
@@ -578,9 +599,42 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
   __half* const ring = reinterpret_cast<__half*>(shared) + warp * kStages * kStageHalves;
   const __half* const k_pages = static_cast<const __half*>(p.cache.keys);
   const __half* const v_pages = static_cast<const __half*>(p.cache.values);
+  // kCodes: the warp's ring of code pages [kStages, kCodesPage] (key codes [kPage, key_bytes],
+  // value codes [kPage, value_bytes], the keys' and values' pairs [kPage, kPairBytes] each),
+  // then its fp16 page [2, kPage, kRow].
+  uint8_t* const codes_ring = reinterpret_cast<uint8_t*>(shared) +
+                              warp * (kStages * kCodesPage + kStageHalves * sizeof(__half));
+  __half* const page16 = reinterpret_cast<__half*>(codes_ring + kStages * kCodesPage);
+  const int key_bits = KvKeyBits(p.cache.format), value_bits = KvValueBits(p.cache.format);
+  const int key_bytes = HD * key_bits / 8, value_bytes = HD * value_bits / 8;
+  const int values_at = kPage * key_bytes;
+  const int key_pairs_at = values_at + kPage * value_bytes;
+  const int value_pairs_at = key_pairs_at + kPage * kPairBytes;
   // The warp's i-th page into stage i % kStages; keys outside [begin, end) zero-filled.
   auto issue = [&](int32_t i) {
-    if (i < mine) {
+    if (kCodes && i < mine) {
+      const int32_t pn = page0 + warp + i * kDecodeWarps;
+      const int64_t v0 = static_cast<int64_t>(__ldg(pages + pn)) * kPage * p.kv_heads + kv_head;
+      uint8_t* dst = codes_ring + (i % kStages) * kCodesPage;
+      // A part of each vector in 16-byte pieces, a power of two of them (head_dim 64, 128 or
+      // 256): position and piece are a shift and a mask of the piece's index.
+      auto part = [&](const void* src, int bytes, int at) {
+        const int shift = __ffs(bytes / 16) - 1;
+        for (int c = lane; c < kPage * bytes / 16; c += 32) {
+          const int o = c >> shift, piece = c & ((1 << shift) - 1);
+          const int32_t j = pn * kPage + o;
+          const bool in = j >= begin && j < end;
+          const uint8_t* from = static_cast<const uint8_t*>(src) +
+                                (in ? (v0 + static_cast<int64_t>(o) * p.kv_heads) * bytes : 0) +
+                                piece * 16;
+          CpAsync16Fill(dst + at + o * bytes + piece * 16, from, in ? 16 : 0);
+        }
+      };
+      part(p.cache.keys, key_bytes, 0);
+      part(p.cache.values, value_bytes, values_at);
+      part(p.cache.key_scales, kPairBytes, key_pairs_at);
+      part(p.cache.value_scales, kPairBytes, value_pairs_at);
+    } else if (!kCodes && i < mine) {
       const int32_t pn = page0 + warp + i * kDecodeWarps;
       const int64_t page = __ldg(pages + pn);
       __half* dst = ring + (i % kStages) * kStageHalves;
@@ -639,6 +693,27 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
     issue(i + kStages - 1);
     const __half* ks = ring + (i % kStages) * kStageHalves;
     const __half* vs = ks + kPage * kRow;
+    if constexpr (kCodes) {
+      // Page i read back into the fp16 page (free: every lane is past page i - 1's products).
+      const uint8_t* raw = codes_ring + (i % kStages) * kCodesPage;
+      for (int x = lane; x < kPage * (HD / 8); x += 32) {
+        const int key = x / (HD / 8), piece = x % (HD / 8);
+        float e[8];
+        ReadBack<8>(raw + key * key_bytes,
+                    reinterpret_cast<const float*>(raw + key_pairs_at + key * kPairBytes), key_bits,
+                    piece, s_levels4, e);
+        *reinterpret_cast<uint4*>(page16 + key * kRow + piece * 8) = make_uint4(
+            PackHalf(e[0], e[1]), PackHalf(e[2], e[3]), PackHalf(e[4], e[5]), PackHalf(e[6], e[7]));
+        ReadBack<8>(raw + values_at + key * value_bytes,
+                    reinterpret_cast<const float*>(raw + value_pairs_at + key * kPairBytes),
+                    value_bits, piece, s_levels4, e);
+        *reinterpret_cast<uint4*>(page16 + (kPage + key) * kRow + piece * 8) = make_uint4(
+            PackHalf(e[0], e[1]), PackHalf(e[2], e[3]), PackHalf(e[4], e[5]), PackHalf(e[6], e[7]));
+      }
+      __syncwarp();
+      ks = page16;
+      vs = page16 + kPage * kRow;
+    }
     const int32_t pos0 = (page0 + warp + i * kDecodeWarps) * kPage;
     // S^T = K Q^T: s[n][0..1] = S[heads 8n + 2t, + 1][key g], s[n][2..3] the same for key g + 8.
     float s[GN][4];
@@ -738,15 +813,15 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
   }
 }
 
-template <int HD, int GN>
+template <int HD, int GN, bool kCodes = false>
 int LaunchMmaDecodeFor(const AttentionParams& p, int splits, float* part_acc, float* part_ml,
                        cudaStream_t stream) {
-  constexpr size_t shared = DecodeMmaSharedBytes<HD, GN>();
+  constexpr size_t shared = DecodeMmaSharedBytes<HD, GN, kCodes>();
   static int resident = [] {
-    cudaFuncSetAttribute(MmaDecodeKernel<HD, GN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(shared));
+    cudaFuncSetAttribute(MmaDecodeKernel<HD, GN, kCodes>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, MmaDecodeKernel<HD, GN>,
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, MmaDecodeKernel<HD, GN, kCodes>,
                                                       32 * kDecodeWarps, shared) != cudaSuccess ||
         n < 1) {
       n = 1;
@@ -756,20 +831,20 @@ int LaunchMmaDecodeFor(const AttentionParams& p, int splits, float* part_acc, fl
   if (splits == 0) return resident;  // asked for the count only
   dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.kv_heads),
             static_cast<unsigned>(splits));
-  LaunchDependent(MmaDecodeKernel<HD, GN>, grid, dim3(32 * kDecodeWarps), shared, stream, p,
+  LaunchDependent(MmaDecodeKernel<HD, GN, kCodes>, grid, dim3(32 * kDecodeWarps), shared, stream, p,
                   ScoreCapOf(p), splits, part_acc, part_ml);
   return resident;
 }
 
-template <int HD>
+template <int HD, bool kCodes = false>
 int LaunchMmaDecodeHd(const AttentionParams& p, int splits, float* part_acc, float* part_ml,
                       cudaStream_t stream) {
   // Two n8 tiles of heads only up to head_dim 128 (above it, their O^T would spill).
   if constexpr (HD <= 128) {
     if (p.heads / p.kv_heads > 8)
-      return LaunchMmaDecodeFor<HD, 2>(p, splits, part_acc, part_ml, stream);
+      return LaunchMmaDecodeFor<HD, 2, kCodes>(p, splits, part_acc, part_ml, stream);
   }
-  return LaunchMmaDecodeFor<HD, 1>(p, splits, part_acc, part_ml, stream);
+  return LaunchMmaDecodeFor<HD, 1, kCodes>(p, splits, part_acc, part_ml, stream);
 }
 
 }  // namespace
@@ -820,6 +895,23 @@ bool MmaDecodeSupported(const AttentionParams& p) {
   return p.cache.format == KvFormat::kF16 && p.head_dim % 32 == 0 && p.head_dim >= 32 &&
          p.head_dim <= 256 && p.kv_heads > 0 && p.heads % p.kv_heads == 0 &&
          p.heads / p.kv_heads <= (p.head_dim <= 128 ? 16 : 8);
+}
+
+bool MmaDecodeCodesSupported(const AttentionParams& p) {
+  return (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256) && p.kv_heads > 0 &&
+         p.heads % p.kv_heads == 0 && p.heads / p.kv_heads <= (p.head_dim <= 128 ? 16 : 8);
+}
+
+int LaunchMmaDecodeCodes(const AttentionParams& p, int splits, float* part_acc, float* part_ml,
+                         cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 64:
+      return LaunchMmaDecodeHd<64, true>(p, splits, part_acc, part_ml, stream);
+    case 128:
+      return LaunchMmaDecodeHd<128, true>(p, splits, part_acc, part_ml, stream);
+    default:
+      return LaunchMmaDecodeHd<256, true>(p, splits, part_acc, part_ml, stream);
+  }
 }
 
 int LaunchMmaDecode(const AttentionParams& p, int splits, float* part_acc, float* part_ml,

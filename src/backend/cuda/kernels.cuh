@@ -163,6 +163,12 @@ int CodesDecodeSplits(const AttentionParams& p, int sm_count);
 void LaunchCodesDecode(const AttentionParams& p, bool all_rows, int splits, float* part_acc,
                        float* part_ml, cudaStream_t stream);
 void LaunchMmaTileCodes(const AttentionParams& p, int sm_count, cudaStream_t stream, int warps = 0);
+// The fast mode's decoding rows: the tensor-core decode kernel (attention_mma.cu, as
+// LaunchMmaDecode) over pages of codes read back to fp16 a page at a time (head_dim 64, 128 or
+// 256; up to 16 query heads per kv head, 8 at 256).
+bool MmaDecodeCodesSupported(const AttentionParams& p);
+int LaunchMmaDecodeCodes(const AttentionParams& p, int splits, float* part_acc, float* part_ml,
+                         cudaStream_t stream);
 // The decode kernels' combine (attention.cu): out = the splits' parts rescaled, for the rows
 // alone in their sequence or (all_rows) every row.
 void LaunchAttentionCombine(const AttentionParams& p, bool all_rows, int splits,
