@@ -353,6 +353,15 @@ Status MoeFeedForwardBlock::Load(WeightLoader& w, const Arch& arch, int layer) {
   return Status::Ok();
 }
 
+Status MoeFeedForwardBlock::PlaceExperts(WeightLoader& w) {
+  for (std::vector<Weight>* experts : {&gate_, &up_, &down_}) {
+    for (Weight& e : *experts) {
+      GZ_ASSIGN_OR_RETURN(e, w.PlaceExpert(e));
+    }
+  }
+  return Status::Ok();
+}
+
 void MoeFeedForwardBlock::Issue(StepBuilder& step, const StepInputs& in) const {
   MoeFeedForwardParams p;
   p.x = step.NormedRows(norm_);
@@ -367,6 +376,7 @@ void MoeFeedForwardBlock::Issue(StepBuilder& step, const StepInputs& in) const {
   p.gate = gate_.data();
   p.up = up_.data();
   p.down = down_.data();
+  p.cached = cached_;
   if (spec_.shared_ffn > 0) {
     p.shared_ffn = spec_.shared_ffn;
     p.shared_gate = &shared_gate_;

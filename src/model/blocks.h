@@ -181,8 +181,21 @@ class MoeFeedForwardBlock {
   Status Load(WeightLoader& w, const Arch& arch, int layer);
   void Issue(StepBuilder& step, const StepInputs& in) const;
 
+  // Where the loader kept the experts on the host (WeightLoader::KeepExpertsOnHost), one of:
+  // PlaceExperts places them on the backend (every expert resident), or UseExpertCache leaves
+  // them for the backend's expert cache (Backend::ReserveExpertCache), which MoeFeedForward then
+  // reads them through.
+  Status PlaceExperts(WeightLoader& w);
+  void UseExpertCache() { cached_ = true; }
+  const MoeSpec& spec() const { return spec_; }
+  // Expert e's weights (host weights before PlaceExperts).
+  const Weight& gate(int e) const { return gate_[e]; }
+  const Weight& up(int e) const { return up_[e]; }
+  const Weight& down(int e) const { return down_[e]; }
+
  private:
   MoeSpec spec_;
+  bool cached_ = false;
   int64_t dim_ = 0;
   const float* norm_ = nullptr;
   const float* post_norm_ = nullptr;

@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <unordered_set>
 
@@ -222,6 +223,7 @@ void Model::Impl::IssueHead(Backend& be, const Arch& a, const float* x, int64_t 
 
 Status LoadOptions::Check() const {
   if (layers == 0 || layers < -1) return InvalidArgument("layers: must be positive or -1");
+  if (expert_cache < 0) return InvalidArgument("expert_cache: must not be negative");
   return Status::Ok();
 }
 
@@ -338,6 +340,12 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   const Arch& a = model->arch_;
 
   WeightLoader w(ckpt, a, *model->backend_, dir, &impl.placed);
+  // Experts stay on the host until the rest is placed: then they are placed too where they fit,
+  // else the backend's expert cache reads them (PlaceExperts, below).
+  const bool has_moe =
+      std::any_of(a.layer.begin(), a.layer.end(), [](const LayerSpec& l) { return l.IsMoe(); });
+  const bool experts_on_host = has_moe && model->backend_->SupportsExpertCache();
+  w.KeepExpertsOnHost(experts_on_host);
   for (const Rope& rope : a.ropes) {
     GZ_ASSIGN_OR_RETURN(const float* table, w.Upload(rope.InvFreq()));
     impl.rope_tables.push_back(table);
@@ -403,7 +411,67 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   } else {
     GZ_ASSIGN_OR_RETURN(impl.head, w.Matrix(TensorRole::kHead, -1));
   }
+  if (experts_on_host) GZ_RETURN_IF_ERROR(model->PlaceExperts(w, options.expert_cache));
   return model;
+}
+
+Status Model::PlaceExperts(WeightLoader& w, int64_t asked) {
+  Impl& impl = *impl_;
+  std::vector<MoeFeedForwardBlock*> blocks;
+  for (Layer& L : impl.layers)
+    if (L.is_moe) blocks.push_back(&L.moe);
+  int64_t experts = 0, slot_bytes = 0;
+  int top_k = 0;
+  for (const MoeFeedForwardBlock* b : blocks) {
+    experts += b->spec().experts;
+    top_k = std::max(top_k, b->spec().experts_per_token);
+    for (int e = 0; e < b->spec().experts; ++e)
+      slot_bytes =
+          std::max(slot_bytes, backend_->ExpertSlotBytes(b->gate(e), b->up(e), b->down(e)));
+  }
+  auto place_all = [&]() -> Status {
+    for (MoeFeedForwardBlock* b : blocks) GZ_RETURN_IF_ERROR(b->PlaceExperts(w));
+    return Status::Ok();
+  };
+  const int64_t all_bytes = experts * slot_bytes;
+  const auto gib = [](int64_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.1f", static_cast<double>(bytes) / (int64_t{1} << 30));
+    return std::string(text);
+  };
+  int64_t slots = asked;
+  if (asked == 0) {
+    // Every expert where they fit beside the reserve steps keep today (max(1 GiB, 5%), as
+    // engine/kv_sizing.h's), else as many slots as fit beside kExpertCacheReserve.
+    const DeviceMemory memory = backend_->Memory();
+    if (memory.total <= 0) return place_all();
+    const int64_t small = std::max<int64_t>(int64_t{1} << 30, memory.total / 20);
+    if (all_bytes + small <= memory.free) return place_all();
+    const int64_t reserve = std::max<int64_t>(
+        kExpertCacheMinReserve, static_cast<int64_t>(kExpertCacheReserve * memory.total));
+    slots = slot_bytes > 0 ? std::max<int64_t>(0, memory.free - reserve) / slot_bytes : 0;
+    if (slots < top_k) {
+      return ResourceExhausted(dir_ + ": the experts (" + std::to_string(experts) + ", " +
+                               gib(all_bytes) + " GiB) do not fit in the device's free memory (" +
+                               gib(memory.free) + " GiB), and beside a reserve of " + gib(reserve) +
+                               " GiB for the KV pages it holds " + std::to_string(slots) +
+                               " expert slots of " + std::to_string(slot_bytes) +
+                               " bytes, fewer than the " + std::to_string(top_k) +
+                               " a layer reads at once (its top k): give --expert-cache " +
+                               std::to_string(top_k) + " or more to leave less for the KV pages");
+    }
+  }
+  if (slots >= experts) return place_all();
+  if (slots < top_k) {
+    return InvalidArgument("--expert-cache " + std::to_string(asked) +
+                           ": too few expert slots: a layer reads the top " +
+                           std::to_string(top_k) + " experts of a row at once, so the cache " +
+                           "needs at least " + std::to_string(top_k) + " slots (the model has " +
+                           std::to_string(experts) + " experts)");
+  }
+  GZ_RETURN_IF_ERROR(backend_->ReserveExpertCache(slots, slot_bytes));
+  for (MoeFeedForwardBlock* b : blocks) b->UseExpertCache();
+  return Status::Ok();
 }
 
 // The MTP layer's decoder layer is named as a model of one layer under Arch::mtp_prefix

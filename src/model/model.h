@@ -23,8 +23,19 @@ struct LoadOptions {
   // Element type of the KV pages; none: the backend's DefaultKvFormat() (CUDA: f16, f32 in exact
   // mode; CPU: f32).
   std::optional<KvFormat> kv;
+  // Expert slots of the backend's expert cache for the whole model (mixture-of-experts models on
+  // a backend with one, Backend::SupportsExpertCache: CUDA). 0: every expert on the device where
+  // they all fit, else a cache of as many slots as fit beside a reserve (kExpertCacheReserve);
+  // N: a cache of N slots, unless N holds every expert (then all are placed). At least the
+  // largest top k of a layer.
+  int64_t expert_cache = 0;
   Status Check() const;
 };
+
+// The device memory an expert cache sized by default leaves free for the KV pages and the
+// steps' buffers: this share of the device's memory, at least kExpertCacheMinReserve bytes.
+inline constexpr double kExpertCacheReserve = 0.2;
+inline constexpr int64_t kExpertCacheMinReserve = int64_t{4} << 30;
 
 class Model final : public Runner {
  public:
@@ -49,6 +60,7 @@ class Model final : public Runner {
   int64_t SkippedTensors() const;
   int64_t WeightBytes() const;
   const std::vector<WeightSummary>& weights() const;
+  ExpertCacheStats ExpertCache() const override { return backend_->ExpertCache(); }
   std::span<const CacheSpec> caches() const override { return caches_; }
 
   KvFormat kv_format() const { return kv_format_; }
@@ -117,6 +129,9 @@ class Model final : public Runner {
                     const Weight* head = nullptr);
   // Loads the MTP layer (Arch::mtp_prefix) and appends its cache to caches_.
   Status LoadMtp();
+  // The mixture-of-experts layers' experts, which `w` kept on the host: placed on the backend,
+  // or read through its expert cache (LoadOptions::expert_cache, `asked` slots).
+  Status PlaceExperts(WeightLoader& w, int64_t asked);
   // Copies one page between the pool and the host, region by region (a layer's, or under window
   // paging the layers that share it).
   Status CopyPage(int32_t page, void* host, bool to_host);

@@ -114,6 +114,8 @@ class Runner {
   // Bytes one KV page (kPage positions of every attention layer, the MTP layer's included, keys
   // and values) takes.
   virtual int64_t PageBytes() const = 0;
+  // The counts of the expert cache the runner's experts go through (slots 0: none).
+  virtual ExpertCacheStats ExpertCache() const { return {}; }
   // (Re)creates the KV pool with `pages` pages; earlier contents are lost. A page holds every
   // attention layer (PageBytes), or with `window_paging` (where KvPagingOf(caches()) is enabled)
   // KvPaging::page_bytes, and Step then reads the window layers' pages from

@@ -291,7 +291,7 @@ Expected<Weight> WeightLoader::Matrix(TensorRole role, int layer) {
   return Place(host, name);
 }
 
-Expected<Weight> WeightLoader::Place(const Weight& given, const std::string& shown) {
+Expected<Weight> WeightLoader::Place(const Weight& given, const std::string& shown, bool on_host) {
   Weight host = given;
   if (host.format == Format::kGgml && !backend_.ReadsGgml(host.ggml_type)) {
     // A converted folder keeps a GGUF file's block types; those this backend does not read as
@@ -309,15 +309,25 @@ Expected<Weight> WeightLoader::Place(const Weight& given, const std::string& sho
     host.data = copy.get();
     placed_->host.push_back(std::move(copy));
   }
-  std::unique_ptr<Buffer> storage;
-  GZ_ASSIGN_OR_RETURN(Weight w, backend_.PrepareWeight(host, &storage));
-  if (storage) placed_->storage.push_back(std::move(storage));
+  Weight w = host;
+  if (!on_host) {
+    std::unique_ptr<Buffer> storage;
+    GZ_ASSIGN_OR_RETURN(w, backend_.PrepareWeight(host, &storage));
+    if (storage) placed_->storage.push_back(std::move(storage));
+  }
   placed_->parameters += host.rows * host.cols;
   placed_->bytes += host.Bytes();
   const std::string format = host.format == Format::kGgml
                                  ? GgmlTypeName(static_cast<GgmlType>(host.ggml_type))
                                  : FormatName(host.format);
   placed_->summary.push_back({shown, format, {host.rows, host.cols}, host.Bytes()});
+  return w;
+}
+
+Expected<Weight> WeightLoader::PlaceExpert(const Weight& host) {
+  std::unique_ptr<Buffer> storage;
+  GZ_ASSIGN_OR_RETURN(Weight w, backend_.PrepareWeight(host, &storage));
+  if (storage) placed_->storage.push_back(std::move(storage));
   return w;
 }
 
@@ -341,7 +351,7 @@ Expected<Weight> WeightLoader::ExpertMatrix(TensorRole role, int layer, int expe
     GZ_ASSIGN_OR_RETURN(Weight host, quant::ReadLinear(checkpoint_, name));
     const int64_t stored[] = {host.rows, host.cols};
     GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, stored, shape));
-    return Place(host, name);
+    return Place(host, name, experts_on_host_);
   }
   if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32)
     return InvalidArgument(t->file + ": tensor " + name + " has dtype " +
@@ -383,7 +393,7 @@ Expected<Weight> WeightLoader::ExpertMatrix(TensorRole role, int layer, int expe
                                      : role == TensorRole::kExpertUp ? " up"
                                                                      : "")
                               : name;
-  return Place(host, shown);
+  return Place(host, shown, experts_on_host_);
 }
 
 }  // namespace gizllm

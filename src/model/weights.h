@@ -52,6 +52,12 @@ class WeightLoader {
   // its part of the layer's kExpertsGateUp or kExpertsDown tensor (transformers 5's layout, plain
   // formats) where the checkpoint holds those.
   Expected<Weight> ExpertMatrix(TensorRole role, int layer, int expert);
+  // With `on`, ExpertMatrix counts what it reads but leaves it on the host (a pointer into the
+  // memory-mapped file, or a host copy the loader keeps): the model then places its experts, or
+  // has the backend's expert cache read them as steps pick them.
+  void KeepExpertsOnHost(bool on) { experts_on_host_ = on; }
+  // A host weight ExpertMatrix kept on the host, placed on the backend now (counted already).
+  Expected<Weight> PlaceExpert(const Weight& host);
   // Host floats copied to the device.
   Expected<const float*> Upload(const std::vector<float>& host);
   // A small tensor of any shape (a convolution's taps, per-head constants) as float32 on the
@@ -92,12 +98,14 @@ class WeightLoader {
                                     std::span<const Rows> blocks, const std::string& part);
   // host placed on the backend and counted; `shown` names it in the summary. ggml blocks the
   // backend does not read (ReadsGgml) are converted to float32 first.
-  Expected<Weight> Place(const Weight& host, const std::string& shown);
+  // With on_host, counted but left on the host (ggml blocks converted all the same).
+  Expected<Weight> Place(const Weight& host, const std::string& shown, bool on_host = false);
 
   Backend& backend_;
   std::string dir_;
   PlacedWeights* placed_;
   bool converted_;
+  bool experts_on_host_ = false;
   std::set<uint32_t> noticed_;  // ggml block types converted to float32 (one notice each)
 };
 

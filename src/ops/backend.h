@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "ops/expert_cache.h"
 #include "ops/op_trace.h"
 #include "ops/weight.h"
 
@@ -306,6 +307,10 @@ struct MoeFeedForwardParams {
   const Weight* shared_up = nullptr;     // [shared_ffn, dim]
   const Weight* shared_down = nullptr;   // [dim, shared_ffn]
   const Weight* shared_scale = nullptr;  // [1, dim] (shared_expert_gate) or null: ungated
+  // gate, up and down are host weights (the memory-mapped file, as the loader read them) that
+  // the backend reads into its expert cache as the routing picks them (ReserveExpertCache);
+  // else every expert is placed. The router, the shared expert and out stay the backend's.
+  bool cached = false;
   Status Check() const;
 };
 
@@ -571,6 +576,27 @@ class Backend {
     return Status::Ok();
   }
   virtual void MoeFeedForward(const MoeFeedForwardParams& p) { (void)p; }
+
+  // The expert cache: a bounded set of slots in the device's memory for the experts of a model
+  // whose experts do not all fit, filled from the host weights (the memory-mapped file) as the
+  // routing picks them, least recently used evicted (ExpertSlots). MoeFeedForward with `cached`
+  // params reads its experts through it. A backend that keeps weights in host memory (the CPU)
+  // has none.
+  virtual bool SupportsExpertCache() const { return false; }
+  // Bytes of a slot that holds one expert whose gate, up and down are these host weights.
+  virtual int64_t ExpertSlotBytes(const Weight& gate, const Weight& up, const Weight& down) const {
+    (void)gate, (void)up, (void)down;
+    return 0;
+  }
+  // Allocates `slots` slots of `slot_bytes` (ExpertSlotBytes of the largest expert). Steps are
+  // not recorded from then on (ReplayStep answers false): which experts a step reads is known
+  // only once its routing is read back to the host.
+  virtual Status ReserveExpertCache(int64_t slots, int64_t slot_bytes) {
+    (void)slots, (void)slot_bytes;
+    return Unimplemented("this backend has no expert cache");
+  }
+  // Its counts so far (slots 0: none reserved).
+  virtual ExpertCacheStats ExpertCache() const { return {}; }
 
   // Whether the recurrent layers' ops (CausalConv, L2Norm, GatedDeltaRule, GatedRmsNorm) run; a
   // model with recurrent layers checks it when it loads and refuses a backend without them. The

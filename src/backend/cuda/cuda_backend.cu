@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <string>
@@ -78,6 +80,7 @@ class CudaBackend : public Backend {
     if (workspace_) cudaFree(workspace_);
     for (auto& [pointers, table] : moe_tables_) cudaFree(table);
     if (upload_) cudaStreamDestroy(upload_);
+    FreeExpertCache();
     if (fork_) {
       for (int i = 0; i < kSides; ++i) {
         cudaStreamSynchronize(side_[i]);
@@ -330,12 +333,51 @@ class CudaBackend : public Backend {
     auto trace = Trace("moe");
     ForgetHandOffs();
     if (p.rows == 0) return;
-    cuda::MoeDevice d = MoeBuffers(p);
     // Fast mode: bf16 activations into the experts where a dense linear of as many rows would
     // take them (more rows than the GEMV takes), float32 otherwise; the router always float32.
     const bool bf16 = !options_.exact && p.rows > gemv_max_rows_;
+    if (p.cached) return CachedMoe(p, bf16);
+    cuda::MoeDevice d = MoeBuffers(p);
+    MoeTable(p, &d);
     cuda::LaunchMoe(p, d, bf16, sm_count_, stream_);
-    if (p.shared_ffn > 0) SharedExpert(p);
+    if (p.shared_ffn > 0) SharedExpertAdd(p, SharedExpert(p));
+  }
+
+  // Slots: [gate | up | down] of one expert, each part on kSlotAlign bytes, in the device layout
+  // PrepareWeight gives it (quantized: PackQuantWeight's).
+  bool SupportsExpertCache() const override { return true; }
+  int64_t ExpertSlotBytes(const Weight& gate, const Weight& up, const Weight& down) const override {
+    return SlotPart(gate) + SlotPart(up) + SlotPart(down);
+  }
+  Status ReserveExpertCache(int64_t slots, int64_t slot_bytes) override {
+    if (slots <= 0 || slot_bytes <= 0)
+      return InvalidArgument("cuda: an expert cache of " + std::to_string(slots) + " slots of " +
+                             std::to_string(slot_bytes) + " bytes");
+    if (expert_slots_) return Internal("cuda: the expert cache is reserved already");
+    const size_t bytes = static_cast<size_t>(slots) * static_cast<size_t>(slot_bytes);
+    if (cudaMalloc(&cache_.slots, bytes) != cudaSuccess) {
+      cudaGetLastError();
+      cache_.slots = nullptr;
+      return ResourceExhausted("cuda: cannot allocate " + std::to_string(slots) +
+                               " expert slots of " + std::to_string(slot_bytes) + " bytes (" +
+                               std::to_string(bytes >> 20) + " MiB) of device memory");
+    }
+    cache_.slot_bytes = slot_bytes;
+    GZ_CUDA_CHECK(cudaStreamCreateWithFlags(&cache_.copy, cudaStreamNonBlocking));
+    for (ExpertCacheState::Staging& st : cache_.staging) {
+      GZ_CUDA_CHECK(cudaHostAlloc(&st.host, static_cast<size_t>(slot_bytes), cudaHostAllocDefault));
+      GZ_CUDA_CHECK(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming));
+      GZ_CUDA_CHECK(cudaEventRecord(st.done, cache_.copy));
+    }
+    GZ_CUDA_CHECK(cudaEventCreateWithFlags(&cache_.ids_ready, cudaEventDisableTiming));
+    GZ_CUDA_CHECK(cudaEventCreateWithFlags(&cache_.filled, cudaEventDisableTiming));
+    GZ_CUDA_CHECK(cudaEventCreateWithFlags(&cache_.run_done, cudaEventDisableTiming));
+    expert_slots_ = std::make_unique<ExpertSlots>(slots);
+    return Status::Ok();
+  }
+  ExpertCacheStats ExpertCache() const override {
+    if (!expert_slots_) return {};
+    return {expert_slots_->slots(), expert_slots_->hits(), expert_slots_->misses(), cache_.read_ms};
   }
 
   bool SupportsRecurrent() const override { return true; }
@@ -548,7 +590,7 @@ class CudaBackend : public Backend {
 
   bool ReplayStep(uint64_t key) override {
     ForgetHandOffs();
-    if (!options_.graphs || capturing_ || op_trace_) return false;
+    if (!options_.graphs || capturing_ || op_trace_ || expert_slots_) return false;
     auto it = graphs_.find(key);
     if (it == graphs_.end()) return false;
     it->second.last_use = ++use_clock_;
@@ -558,7 +600,8 @@ class CudaBackend : public Backend {
 
   void BeginStep(uint64_t key) override {
     ForgetHandOffs();
-    if (!options_.graphs || options_.max_graphs <= 0 || capturing_ || op_trace_) return;
+    if (!options_.graphs || options_.max_graphs <= 0 || capturing_ || op_trace_ || expert_slots_)
+      return;
     // Relaxed: the ops may allocate scratch memory while they are recorded.
     GZ_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
     capturing_ = true;
@@ -761,12 +804,14 @@ class CudaBackend : public Backend {
     return plans_.emplace(key, plan).first->second;
   }
 
-  // The device buffers of a MoeFeedForward: the table of its experts' weight pointers (uploaded
-  // the first time these weights are seen, on a stream of its own so that it may happen while a
-  // step is recorded) and the op's scratch.
-  // The shared expert of a mixture (Qwen3-Next, Qwen3.5-MoE) after its routed experts: this
-  // backend's matmuls (SwiGLU fused into gate/up), then out += sigmoid(x G^T) * down.
-  void SharedExpert(const MoeFeedForwardParams& p) {
+  // The shared expert of a mixture (Qwen3-Next, Qwen3.5-MoE): this backend's matmuls (SwiGLU
+  // fused into gate/up) into y, and the gate's sigmoid argument (null: ungated); SharedExpertAdd
+  // then adds it after the routed experts, out += sigmoid(x G^T) * y.
+  struct SharedOut {
+    const float* y = nullptr;
+    const float* scale = nullptr;
+  };
+  SharedOut SharedExpert(const MoeFeedForwardParams& p) {
     const int64_t n = p.rows, sf = p.shared_ffn;
     float* gate = static_cast<float*>(moe_.shared_gate.Get(n * sf * 4));
     float* up = static_cast<float*>(moe_.shared_up.Get(n * sf * 4));
@@ -795,11 +840,16 @@ class CudaBackend : public Backend {
       g.out[0] = scale;
       Matmul(g);
     }
+    return {y, scale};
+  }
+  void SharedExpertAdd(const MoeFeedForwardParams& p, SharedOut shared) {
     ForgetHandOffs();
-    cuda::LaunchGatedAdd(p.out, y, scale, n, p.dim, stream_);
+    cuda::LaunchGatedAdd(p.out, shared.y, shared.scale, p.rows, p.dim, stream_);
   }
 
-  cuda::MoeDevice MoeBuffers(const MoeFeedForwardParams& p) {
+  // The table of a MoeFeedForward's experts' weight pointers (uploaded the first time these
+  // weights are seen, on a stream of its own so that it may happen while a step is recorded).
+  void MoeTable(const MoeFeedForwardParams& p, cuda::MoeDevice* d) {
     const int experts = p.experts;
     if (experts > cuda::kMoeMaxExperts) {
       std::fprintf(stderr, "cuda MoeFeedForward: %d experts, at most %d\n", experts,
@@ -812,19 +862,7 @@ class CudaBackend : public Backend {
     for (int e = 0; e < experts; ++e) {
       const Weight* w[3] = {&p.gate[e], &p.up[e], &p.down[e]};
       for (int m = 0; m < 3; ++m) {
-        // Every gate and up alike (one input, rotated once), every down alike.
-        const Weight& want = m == 2 ? p.down[0] : p.gate[0];
-        const bool plain = want.format == Format::kBf16 || want.format == Format::kF16 ||
-                           want.format == Format::kF32;
-        if (w[m]->format != want.format || (!plain && !quant::IsQuantized(want.format)) ||
-            w[m]->rotated != want.rotated ||
-            (want.rotated && w[m]->rotation_seed != want.rotation_seed)) {
-          std::fprintf(stderr,
-                       "cuda MoeFeedForward: expert %d's weights are %s (every gate and up of "
-                       "one plain or quantized format and rotation, every down of one)\n",
-                       e, FormatName(w[m]->format).c_str());
-          std::abort();
-        }
+        CheckExpertFormat(p, e, *w[m], m);
         pointers[m * experts + e] = w[m]->data;
         pointers[(3 + m) * experts + e] = w[m]->scales;
         aligned = aligned && reinterpret_cast<uintptr_t>(w[m]->data) % 16 == 0;
@@ -841,10 +879,30 @@ class CudaBackend : public Backend {
       GZ_CUDA_CHECK(cudaStreamSynchronize(upload_));
       it = moe_tables_.emplace(std::move(pointers), table).first;
     }
+    d->table = static_cast<const void* const*>(it->second);
+    d->aligned = aligned;
+  }
+
+  // Every gate and up alike (one input, rotated once), every down alike: m is 0, 1, 2 for gate,
+  // up, down.
+  static void CheckExpertFormat(const MoeFeedForwardParams& p, int e, const Weight& w, int m) {
+    const Weight& want = m == 2 ? p.down[0] : p.gate[0];
+    const bool plain =
+        want.format == Format::kBf16 || want.format == Format::kF16 || want.format == Format::kF32;
+    if (w.format != want.format || (!plain && !quant::IsQuantized(want.format)) ||
+        w.rotated != want.rotated || (want.rotated && w.rotation_seed != want.rotation_seed)) {
+      std::fprintf(stderr,
+                   "cuda MoeFeedForward: expert %d's weights are %s (every gate and up of "
+                   "one plain or quantized format and rotation, every down of one)\n",
+                   e, FormatName(w.format).c_str());
+      std::abort();
+    }
+  }
+
+  // The op's scratch (MoeSizes), without the table.
+  cuda::MoeDevice MoeBuffers(const MoeFeedForwardParams& p) {
     const cuda::MoeSizes n = cuda::MoeScratchSizes(p);
     cuda::MoeDevice d;
-    d.table = static_cast<const void* const*>(it->second);
-    d.aligned = aligned;
     d.logits = static_cast<float*>(moe_.logits.Get(n.logits * 4));
     d.ids = static_cast<int*>(moe_.ids.Get(n.slots * 4));
     d.weights = static_cast<float*>(moe_.weights.Get(n.slots * 4));
@@ -858,6 +916,170 @@ class CudaBackend : public Backend {
     }
     if (n.rotated > 0) d.rotated = static_cast<float*>(moe_.rotated.Get(n.rotated * 4));
     return d;
+  }
+
+  // ---- The expert cache ----
+
+  static constexpr int64_t kSlotAlign = 256;
+  static int64_t SlotPart(const Weight& w) {
+    const int64_t bytes =
+        quant::IsQuantized(w.format) ? static_cast<int64_t>(cuda::QuantDeviceBytes(w)) : w.Bytes();
+    return (bytes + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
+  }
+
+  // A layer's table of pointers into the slots (by its experts' weights): on the device, and
+  // its host copy, which a read changes and which goes up whole before the kernels.
+  struct CachedTable {
+    void* device = nullptr;
+    std::vector<const void*> host;  // [6 * experts] as MoeTable's
+  };
+  // A MoeFeedForward over cached experts. The routing runs on the device and its picks come back
+  // to the host (the one wait of the op); meanwhile the shared expert runs. Then, run by run of
+  // rows whose experts fit the slots together (every row of a step where they do): the run's
+  // missed experts are read from the host weights into pinned staging buffers and copied into
+  // their slots on the copy stream (the read of one beside the copy of the one before), the
+  // layer's table of pointers takes their slots, and the expert kernels run once the copies are
+  // in. Each run is the resident path's kernels over its rows (the step's choice of decode or
+  // grouped kernels and of bf16 activations), so every row's result is the resident one's.
+  void CachedMoe(const MoeFeedForwardParams& p, bool bf16) {
+    CHECK(expert_slots_ != nullptr);
+    const int experts = p.experts, k = p.top_k;
+    if (experts > cuda::kMoeMaxExperts || k > expert_slots_->slots()) {
+      std::fprintf(stderr, "cuda MoeFeedForward: top %d of %d experts over %lld cache slots\n", k,
+                   experts, static_cast<long long>(expert_slots_->slots()));
+      std::abort();
+    }
+    cuda::MoeDevice d = MoeBuffers(p);
+    CachedTable& table = CachedTableOf(p);
+    d.table = static_cast<const void* const*>(table.device);
+    d.aligned = true;  // slots and their parts lie on kSlotAlign bytes
+    cuda::LaunchMoeRoute(p, d, sm_count_, stream_);
+    const size_t picks = static_cast<size_t>(p.rows) * k;
+    if (cache_.ids_capacity < picks) {
+      if (cache_.ids) GZ_CUDA_CHECK(cudaFreeHost(cache_.ids));
+      GZ_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&cache_.ids), picks * sizeof(int),
+                                  cudaHostAllocDefault));
+      cache_.ids_capacity = picks;
+    }
+    GZ_CUDA_CHECK(
+        cudaMemcpyAsync(cache_.ids, d.ids, picks * sizeof(int), cudaMemcpyDeviceToHost, stream_));
+    GZ_CUDA_CHECK(cudaEventRecord(cache_.ids_ready, stream_));
+    // The copy stream writes slots only after every op before the routing read them.
+    GZ_CUDA_CHECK(cudaStreamWaitEvent(cache_.copy, cache_.ids_ready, 0));
+    SharedOut shared;
+    if (p.shared_ffn > 0) shared = SharedExpert(p);
+    GZ_CUDA_CHECK(cudaEventSynchronize(cache_.ids_ready));
+    const bool decode = p.rows <= cuda::kMoeDecodeRows;
+    const int64_t slots = expert_slots_->slots();
+    std::vector<char> in_run(experts);
+    for (int64_t r0 = 0; r0 < p.rows;) {
+      // The run: rows from r0 while their experts fit the slots together.
+      std::fill(in_run.begin(), in_run.end(), 0);
+      int64_t distinct = 0, r1 = r0;
+      for (; r1 < p.rows; ++r1) {
+        int64_t added = 0;
+        for (int j = 0; j < k; ++j) added += !in_run[cache_.ids[r1 * k + j]];
+        if (distinct + added > slots) break;
+        for (int j = 0; j < k; ++j) {
+          const int e = cache_.ids[r1 * k + j];
+          distinct += !in_run[e];
+          in_run[e] = 1;
+        }
+      }
+      expert_slots_->Begin();
+      bool missed = false;
+      for (int e = 0; e < experts; ++e) {
+        if (!in_run[e]) continue;
+        const auto place = expert_slots_->Acquire(reinterpret_cast<uintptr_t>(&p.gate[e]));
+        CHECK(place.has_value());
+        if (!place->hit) {
+          ReadExpert(p, e, place->slot, &table);
+          missed = true;
+        }
+      }
+      if (missed) {
+        GZ_CUDA_CHECK(cudaEventRecord(cache_.filled, cache_.copy));
+        GZ_CUDA_CHECK(cudaStreamWaitEvent(stream_, cache_.filled, 0));
+        GZ_CUDA_CHECK(cudaMemcpyAsync(table.device, table.host.data(),
+                                      table.host.size() * sizeof(void*), cudaMemcpyHostToDevice,
+                                      stream_));
+      }
+      MoeFeedForwardParams run = p;
+      run.x = p.x + r0 * p.dim;
+      run.out = p.out + r0 * p.dim;
+      run.rows = r1 - r0;
+      cuda::MoeDevice run_d = d;
+      run_d.ids = d.ids + r0 * k;
+      run_d.weights = d.weights + r0 * k;
+      cuda::LaunchMoeExperts(run, run_d, bf16, decode, stream_);
+      if (r1 < p.rows) {
+        // The next run's reads may evict this run's experts: its copies wait for its kernels.
+        GZ_CUDA_CHECK(cudaEventRecord(cache_.run_done, stream_));
+        GZ_CUDA_CHECK(cudaStreamWaitEvent(cache_.copy, cache_.run_done, 0));
+      }
+      r0 = r1;
+    }
+    if (p.shared_ffn > 0) SharedExpertAdd(p, shared);
+  }
+
+  // Reads expert e of p (its host weights) into slot `slot` through the next staging buffer and
+  // points the layer's table at it.
+  void ReadExpert(const MoeFeedForwardParams& p, int e, int32_t slot, CachedTable* table) {
+    const auto start = std::chrono::steady_clock::now();
+    ExpertCacheState::Staging& st = cache_.staging[cache_.next_staging];
+    cache_.next_staging = (cache_.next_staging + 1) % ExpertCacheState::kStaging;
+    GZ_CUDA_CHECK(cudaEventSynchronize(st.done));  // its last copy is out
+    uint8_t* device = static_cast<uint8_t*>(cache_.slots) + slot * cache_.slot_bytes;
+    const Weight* w[3] = {&p.gate[e], &p.up[e], &p.down[e]};
+    int64_t offset = 0;
+    for (int m = 0; m < 3; ++m) {
+      CheckExpertFormat(p, e, *w[m], m);
+      uint8_t* staged = st.host + offset;
+      Weight placed = *w[m];
+      if (quant::IsQuantized(w[m]->format)) {
+        cuda::PackQuantWeight(*w[m], staged);
+        placed = cuda::QuantDeviceWeight(*w[m], device + offset);
+      } else {
+        std::memcpy(staged, w[m]->data, static_cast<size_t>(w[m]->Bytes()));
+        placed.data = device + offset;
+        placed.scales = nullptr;
+      }
+      table->host[m * p.experts + e] = placed.data;
+      table->host[(3 + m) * p.experts + e] = placed.scales;
+      offset += SlotPart(*w[m]);
+    }
+    CHECK(offset <= cache_.slot_bytes);
+    GZ_CUDA_CHECK(cudaMemcpyAsync(device, st.host, static_cast<size_t>(offset),
+                                  cudaMemcpyHostToDevice, cache_.copy));
+    GZ_CUDA_CHECK(cudaEventRecord(st.done, cache_.copy));
+    cache_.read_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  CachedTable& CachedTableOf(const MoeFeedForwardParams& p) {
+    auto it = cached_tables_.find(p.gate);
+    if (it != cached_tables_.end()) return it->second;
+    CachedTable t;
+    t.host.assign(6 * static_cast<size_t>(p.experts), nullptr);
+    GZ_CUDA_CHECK(cudaMalloc(&t.device, t.host.size() * sizeof(void*)));
+    GZ_CUDA_CHECK(cudaMemsetAsync(t.device, 0, t.host.size() * sizeof(void*), stream_));
+    return cached_tables_.emplace(p.gate, std::move(t)).first->second;
+  }
+
+  void FreeExpertCache() {
+    for (auto& [gate, t] : cached_tables_) cudaFree(t.device);
+    if (!expert_slots_) return;
+    cudaStreamSynchronize(cache_.copy);
+    for (ExpertCacheState::Staging& st : cache_.staging) {
+      cudaFreeHost(st.host);
+      cudaEventDestroy(st.done);
+    }
+    if (cache_.ids) cudaFreeHost(cache_.ids);
+    cudaEventDestroy(cache_.ids_ready);
+    cudaEventDestroy(cache_.filled);
+    cudaEventDestroy(cache_.run_done);
+    cudaStreamDestroy(cache_.copy);
+    cudaFree(cache_.slots);
   }
 
   // The fp16 keys and values the last RopeKv wrote, for the Attention right after it over the
@@ -957,6 +1179,27 @@ class CudaBackend : public Backend {
     cuda::Scratch shared_gate, shared_up, shared_out, shared_scale;  // SharedExpert
   };
   MoeScratch moe_;
+  // The expert cache (ReserveExpertCache; null: every expert placed): its slot policy, its
+  // device slots, streams, staging and counts, and each layer's table into the slots.
+  std::unique_ptr<ExpertSlots> expert_slots_;
+  struct ExpertCacheState {
+    void* slots = nullptr;  // [slots, slot_bytes]
+    int64_t slot_bytes = 0;
+    cudaStream_t copy = nullptr;  // the slots' copies
+    static constexpr int kStaging = 4;
+    struct Staging {
+      uint8_t* host = nullptr;     // [slot_bytes] pinned
+      cudaEvent_t done = nullptr;  // its last copy to a slot is out
+    };
+    Staging staging[kStaging];
+    int next_staging = 0;
+    int* ids = nullptr;  // [ids_capacity] pinned: the routing's picks
+    size_t ids_capacity = 0;
+    cudaEvent_t ids_ready = nullptr, filled = nullptr, run_done = nullptr;
+    double read_ms = 0.0;
+  };
+  ExpertCacheState cache_;
+  std::map<const Weight*, CachedTable> cached_tables_;
 };
 
 }  // namespace

@@ -328,6 +328,15 @@ struct MoeDevice {
 // of one format (and rotation), at most kMoeMaxExperts experts (the backend checks).
 void LaunchMoe(const MoeFeedForwardParams& p, const MoeDevice& d, bool bf16, int sm_count,
                cudaStream_t stream);
+// LaunchMoe's two halves, for the expert cache (which reads the routing back between them):
+// the router logits and the routing into d.ids and d.weights; then the experts over those picks
+// (decode: the decode kernels, else the grouped path; a run of rows of a larger step passes its
+// step's choice, so that each row's result does not depend on the run it is in). The experts'
+// half reads only p.rows rows of d.ids and d.weights (a run of rows passes them offset).
+void LaunchMoeRoute(const MoeFeedForwardParams& p, const MoeDevice& d, int sm_count,
+                    cudaStream_t stream);
+void LaunchMoeExperts(const MoeFeedForwardParams& p, const MoeDevice& d, bool bf16, bool decode,
+                      cudaStream_t stream);
 
 // The recurrent layers' ops (recurrent.cu). CheckRecurrentShape: whether a layer of that key
 // head, value head and convolution has kernels; the launches refuse (abort) what it refuses.

@@ -807,8 +807,8 @@ MoeSizes MoeScratchSizes(const MoeFeedForwardParams& p) {
   return s;
 }
 
-void LaunchMoe(const MoeFeedForwardParams& p, const MoeDevice& d, bool bf16, int sm_count,
-               cudaStream_t stream) {
+void LaunchMoeRoute(const MoeFeedForwardParams& p, const MoeDevice& d, int sm_count,
+                    cudaStream_t stream) {
   if (p.rows == 0) return;
   // Router logits in float32 (every mode).
   MatmulParams router;
@@ -824,10 +824,15 @@ void LaunchMoe(const MoeFeedForwardParams& p, const MoeDevice& d, bool bf16, int
   MoeRouteKernel<<<Blocks(p.rows, kRouteWarps), kRouteWarps * 32, 0, stream>>>(
       d.logits, p.rows, p.experts, p.top_k, p.norm_topk_prob, d.ids, d.weights);
   GZ_CUDA_LAUNCHED();
+}
+
+void LaunchMoeExperts(const MoeFeedForwardParams& p, const MoeDevice& d, bool bf16, bool decode,
+                      cudaStream_t stream) {
+  if (p.rows == 0) return;
   const Format gate_up = p.gate[0].format, down = p.down[0].format;
   // Quantized experts read rotated inputs (d.rotated holds x, then the hidden units).
   const float* x = ExpertInput(p.x, p.rows, p.dim, p.gate[0], d, stream);
-  if (p.rows <= kMoeDecodeRows) {
+  if (decode) {
     const bool vec_gu = d.aligned && p.dim % (gate_up == Format::kF32 ? 4 : 8) == 0;
     const bool vec_d = d.aligned && p.ffn % (down == Format::kF32 ? 4 : 8) == 0;
     // Activations rounded to bf16 only where the weights are bf16 (as the grouped path).
@@ -863,17 +868,24 @@ void LaunchMoe(const MoeFeedForwardParams& p, const MoeDevice& d, bool bf16, int
     }
     return;
   }
-  const MoeSizes sizes = MoeScratchSizes(p);
-  MoePlanKernel<<<1, kPlanThreads, 0, stream>>>(d.ids, static_cast<int>(sizes.slots), p.experts,
-                                                d.sorted, d.slot_pos, d.tiles, d.tile_count);
+  const int64_t slots = p.rows * p.top_k;
+  MoePlanKernel<<<1, kPlanThreads, 0, stream>>>(d.ids, static_cast<int>(slots), p.experts, d.sorted,
+                                                d.slot_pos, d.tiles, d.tile_count);
   GZ_CUDA_LAUNCHED();
-  const unsigned max_tiles = static_cast<unsigned>(sizes.tiles);
+  const unsigned max_tiles = static_cast<unsigned>((slots + kMoeTile - 1) / kMoeTile +
+                                                   std::min<int64_t>(p.experts, slots));
   Grouped<true>(p, d, gate_up, bf16, x, d.hidden, max_tiles, stream);
-  const float* h = ExpertInput(d.hidden, sizes.slots, p.ffn, p.down[0], d, stream);
+  const float* h = ExpertInput(d.hidden, slots, p.ffn, p.down[0], d, stream);
   Grouped<false>(p, d, down, bf16, h, d.outputs, max_tiles, stream);
   MoeCombineKernel<<<dim3(Blocks(p.dim, 256), static_cast<unsigned>(p.rows)), 256, 0, stream>>>(
       d.outputs, d.slot_pos, d.weights, p.top_k, p.dim, p.out, p.accumulate);
   GZ_CUDA_LAUNCHED();
+}
+
+void LaunchMoe(const MoeFeedForwardParams& p, const MoeDevice& d, bool bf16, int sm_count,
+               cudaStream_t stream) {
+  LaunchMoeRoute(p, d, sm_count, stream);
+  LaunchMoeExperts(p, d, bf16, /*decode=*/p.rows <= kMoeDecodeRows, stream);
 }
 
 }  // namespace gizllm::cuda

@@ -431,6 +431,27 @@ TEST_F(MoeModelTest, CudaMatchesCpu) {
   }
 }
 
+// The expert cache is a device feature: the CPU backend reads every expert from the mapping,
+// takes expert_cache as given and computes the same logits, with no cache counted.
+TEST_F(MoeModelTest, CpuIgnoresTheExpertCache) {
+  AddDecoder(0.2f);
+  for (int l = 0; l < kLayers; ++l) AddExperts(l);
+  const std::string dir = Write("moe", Config("qwen3_moe"), tensors_);
+  const std::vector<int32_t> ids = {1, 7, 3, 44, 9, 12, 30, 2};
+  auto plain = Load(dir);
+  ASSERT_TRUE(plain);
+  auto want = SequenceLogits(*plain, ids);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  LoadOptions options;
+  options.expert_cache = 2;
+  auto model = Model::Load(dir, std::make_shared<CpuBackend>(&pool_, CpuOptions{}), options);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_EQ((*model)->ExpertCache().slots, 0);
+  auto got = SequenceLogits(**model, ids);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(*got, *want);
+}
+
 // A missing expert is named.
 TEST_F(MoeModelTest, MissingExpertIsNamed) {
   AddDecoder(0.2f);
