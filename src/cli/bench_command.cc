@@ -245,6 +245,7 @@ int RunBench(const BenchOptions& o) {
   std::vector<double> ttft, itl;       // seconds, the requests
   std::vector<double> background_itl;  // seconds, the background sequences
   int64_t next = 0, done = 0, tokens = 0, background_done = 0, background_tokens = 0;
+  const ExpertCacheStats cache_before = model.ExpertCache();  // the warm-up's left out
   const auto start = Clock::now();
   auto drawn = start;
   ProgressLine bar(stderr);
@@ -411,6 +412,16 @@ int RunBench(const BenchOptions& o) {
       {"rows", stats.rows},
   };
   if (o.rate > 0) out["rate"] = o.rate;
+  // The expert cache over the timed run (slots 0: every expert resident).
+  ExpertCacheStats cache = model.ExpertCache();
+  cache.hits -= cache_before.hits;
+  cache.misses -= cache_before.misses;
+  cache.read_ms -= cache_before.read_ms;
+  out["expert_cache"] = {{"slots", cache.slots},
+                         {"hits", cache.hits},
+                         {"misses", cache.misses},
+                         {"hit_rate", cache.HitRate()},
+                         {"read_ms", cache.read_ms}};
   if (pictures) {
     out["images"] = o.images;
     out["prompt_tokens"] = prompts[0].size();
@@ -504,6 +515,13 @@ int RunBench(const BenchOptions& o) {
           d->drafted > 0 ? 100.0 * d->accepted / d->drafted : 0.0,
           static_cast<long long>(d->steps), static_cast<long long>(stats.steps),
           stats.steps > 0 ? static_cast<double>(d->accepted) / stats.steps : 0.0);
+    }
+    if (cache.slots > 0) {
+      std::printf(
+          "expert cache     %lld slots: %lld hits, %lld misses (%.1f%% hits), %.1f ms "
+          "reading\n",
+          static_cast<long long>(cache.slots), static_cast<long long>(cache.hits),
+          static_cast<long long>(cache.misses), 100 * cache.HitRate(), cache.read_ms);
     }
     std::printf("prefix hits      %.1f%% of prompt tokens\n", 100 * hit_rate);
     std::printf("preemptions      %lld\n", static_cast<long long>(stats.preemptions));

@@ -1,4 +1,5 @@
-// Options every command that loads a model shares: --model, --device, --threads, --exact, --kv.
+// Options every command that loads a model shares: --model, --device, --threads, --exact, --kv,
+// --expert-cache.
 #pragma once
 
 #include <memory>
@@ -17,7 +18,8 @@ struct ModelOptions {
   std::string model = kDefaultModel;
   DeviceOptions device;
   int layers = -1;
-  std::string kv = "auto";  // --kv as ParseKvBits reads it, or auto: the backend's default
+  std::string kv = "auto";   // --kv as ParseKvBits reads it, or auto: the backend's default
+  int64_t expert_cache = 0;  // LoadOptions::expert_cache
 
   void Add(CLI::App* app);
   // Opens the backend and loads the model; prints the load time on stderr when `verbose`.

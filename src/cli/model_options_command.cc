@@ -49,6 +49,18 @@ void ModelOptions::Add(CLI::App* app) {
                   "channels; keys and values each their own bits (8/4: 8-bit "
                   "keys, 4-bit values). A format a device has no kernels for is refused at load")
       ->default_val("auto");
+  app->add_option("--expert-cache", expert_cache,
+                  "Mixture-of-experts models on CUDA: device slots for the whole model's experts "
+                  "(one slot holds one expert's gate, up and down). The attention, router, shared "
+                  "expert and head stay on the device; an expert a step picks that no slot holds "
+                  "is read from the memory-mapped file (the host page cache) into the least "
+                  "recently used slot, and each mixture layer waits for its routing on the host "
+                  "(steps are then not recorded as CUDA graphs). At least a layer's top k. 0: "
+                  "every expert on the device where they all fit, else as many slots as fit "
+                  "beside a reserve for the KV pages (a fifth of the device, at least 4 GiB). "
+                  "The CPU reads every expert from the mapping and ignores it")
+      ->default_val(0)
+      ->check(CLI::NonNegativeNumber);
 }
 
 std::string ResolveModelDir(const std::string& model) {
@@ -72,6 +84,7 @@ Expected<std::unique_ptr<Model>> ModelOptions::Load(bool verbose) const {
   GZ_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, OpenBackend(device));
   LoadOptions options;
   options.layers = layers;
+  options.expert_cache = expert_cache;
   GZ_ASSIGN_OR_RETURN(options.kv, ChooseKvFormat(kv, *backend));
   GZ_ASSIGN_OR_RETURN(std::unique_ptr<Model> m,
                       Model::Load(ResolveModelDir(model), backend, options));
@@ -80,6 +93,12 @@ Expected<std::unique_ptr<Model>> ModelOptions::Load(bool verbose) const {
     std::fprintf(stderr, "loaded %s (%s, %.1f M parameters) on %s in %.2f s, %s KV pages\n",
                  model.c_str(), m->arch().family.c_str(), m->Parameters() / 1e6,
                  m->backend().Describe().c_str(), s, KvFormatName(m->kv_format()).c_str());
+    if (const ExpertCacheStats cache = m->ExpertCache(); cache.slots > 0) {
+      std::fprintf(stderr,
+                   "expert cache: %lld slots on the device; the other experts are read "
+                   "from the file as steps pick them\n",
+                   static_cast<long long>(cache.slots));
+    }
   }
   return m;
 }

@@ -166,6 +166,8 @@ class Engine {
 
   const EngineOptions& options() const { return options_; }
   const EngineStats& stats() const { return stats_; }
+  // The runner the engine steps (its expert cache's counts, for /metrics).
+  const Runner& runner() const { return *runner_; }
   const StepTrace& last_step() const { return last_step_; }
   int64_t vocab() const { return vocab_; }
   int32_t pages() const { return pool_.pages(); }

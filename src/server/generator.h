@@ -17,6 +17,7 @@
 #include "core/status.h"
 #include "grammar/grammar.h"
 #include "model/picture_prompt.h"
+#include "ops/expert_cache.h"
 #include "template/chat_prompt.h"
 #include "template/output_parser.h"
 
@@ -87,6 +88,7 @@ struct GeneratorStats {
   int64_t steps = 0;                   // engine steps
   int64_t grammar_masks_shared = 0;    // masks a request took from another of its grammar
   std::vector<DrafterStats> drafters;  // per drafter
+  ExpertCacheStats expert_cache;       // the model's expert cache (slots 0: none)
 };
 
 // The engine side. Not thread safe: the server calls it from its one engine thread only.

@@ -149,6 +149,19 @@ std::string Metrics::Render(const LoopStats& loop) const {
          "Token masks a constrained request took from another request of the same grammar in "
          "the same parse state instead of computing them.",
          "counter", static_cast<double>(g.grammar_masks_shared), &out);
+  // The expert cache (a mixture-of-experts model whose experts do not all fit the device).
+  const ExpertCacheStats& cache = g.expert_cache;
+  Scalar("gizllm_expert_cache_slots",
+         "Expert slots of the device's expert cache (0: every expert on the device).", "gauge",
+         static_cast<double>(cache.slots), &out);
+  Scalar("gizllm_expert_cache_hits_total", "Experts a step picked that a slot held.", "counter",
+         static_cast<double>(cache.hits), &out);
+  Scalar("gizllm_expert_cache_misses_total",
+         "Experts a step picked that were read from the file into a slot.", "counter",
+         static_cast<double>(cache.misses), &out);
+  Scalar("gizllm_expert_cache_read_seconds_total",
+         "Time spent reading missed experts from the file into staging for their slots.", "counter",
+         cache.read_ms / 1e3, &out);
   // Per drafter: drafts read as extra rows, drafts kept, the steps that carried any, and the
   // drafts kept per step (of all steps): the tokens a step gains from drafting.
   struct Family {

@@ -21,7 +21,12 @@ TEST(Metrics, PrometheusText) {
   loop.generator.prompt_tokens_cached = 10;
   loop.generator.steps = 8;
   loop.generator.drafters.push_back({"lookup", 12, 6, 4});
+  loop.generator.expert_cache = {/*slots=*/96, /*hits=*/300, /*misses=*/20, /*read_ms=*/1500};
   std::string text = m.Render(loop);
+  EXPECT_NE(text.find("gizllm_expert_cache_slots 96\n"), std::string::npos);
+  EXPECT_NE(text.find("gizllm_expert_cache_hits_total 300\n"), std::string::npos);
+  EXPECT_NE(text.find("gizllm_expert_cache_misses_total 20\n"), std::string::npos);
+  EXPECT_NE(text.find("gizllm_expert_cache_read_seconds_total 1.5\n"), std::string::npos);
   EXPECT_NE(text.find("gizllm_engine_steps_total 8\n"), std::string::npos);
   EXPECT_NE(text.find("# TYPE gizllm_drafts_total counter\n"), std::string::npos);
   EXPECT_NE(text.find("gizllm_drafts_total{drafter=\"lookup\"} 12\n"), std::string::npos);
