@@ -8,7 +8,16 @@ written in shards of at most 4 GiB with an index, as transformers saves them. Th
 come from --tokenizer (a folder with tokenizer.json and tokenizer_config.json; tokenizer.json.xz
 is read too).
 
+With --experts N: a Qwen3-MoE (Qwen3MoeForCausalLM) instead, every layer a mixture of N experts of
+--moe-ffn, --experts-per-token a token, one tensor per expert (Qwen3-30B-A3B: --hidden 2048
+--experts 128 --moe-ffn 768 --experts-per-token 8 --heads 32 --kv-heads 4). Random router rows
+route uniformly; --router-zipf S skews the routing: in each layer the experts take the ranks
+1..N in a seeded random order and expert of rank r has router row std 0.02 r^-S, so experts of
+high rank win the top k more often (a hot set, as trained routers have; S = 0 is uniform). The
+hit rate the skew gives an expert cache is what `gizllm bench --expert-cache` reports.
+
 Usage: python3 tools/make_random_hf.py --out DIR --tokenizer DIR [--layers N]
+       [--experts N --moe-ffn F --experts-per-token K [--router-zipf S]]
 """
 import argparse
 import json
@@ -31,7 +40,12 @@ def main():
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--vocab", type=int, default=151936)
+    ap.add_argument("--experts", type=int, default=0, help="0: a dense Qwen3")
+    ap.add_argument("--moe-ffn", type=int, default=768)
+    ap.add_argument("--experts-per-token", type=int, default=8)
+    ap.add_argument("--router-zipf", type=float, default=0.0)
     args = ap.parse_args()
+    moe = args.experts > 0
     os.makedirs(args.out, exist_ok=True)
     h, f, d = args.hidden, args.ffn, args.head_dim
     config = {
@@ -43,6 +57,13 @@ def main():
         "attention_bias": False, "torch_dtype": "bfloat16", "bos_token_id": 151643,
         "eos_token_id": 151645, "use_sliding_window": False,
     }
+    if moe:
+        config.update({
+            "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+            "num_experts": args.experts, "num_experts_per_tok": args.experts_per_token,
+            "moe_intermediate_size": args.moe_ffn, "decoder_sparse_step": 1,
+            "mlp_only_layers": [], "norm_topk_prob": True,
+        })
     with open(os.path.join(args.out, "config.json"), "w") as fh:
         json.dump(config, fh, indent=2)
     with open(os.path.join(args.out, "generation_config.json"), "w") as fh:
@@ -86,9 +107,23 @@ def main():
         add(p + "self_attn.q_norm.weight", ones(d))
         add(p + "self_attn.k_norm.weight", ones(d))
         add(p + "post_attention_layernorm.weight", ones(h))
-        add(p + "mlp.gate_proj.weight", rand(f, h))
-        add(p + "mlp.up_proj.weight", rand(f, h))
-        add(p + "mlp.down_proj.weight", rand(h, f))
+        if moe:
+            router = rand(args.experts, h)
+            if args.router_zipf > 0:
+                order = torch.randperm(args.experts, device="cuda", generator=gen)
+                rank = torch.empty(args.experts, device="cuda")
+                rank[order] = torch.arange(1, args.experts + 1, device="cuda", dtype=torch.float)
+                router = (router.float() * rank.pow(-args.router_zipf)[:, None]).bfloat16()
+            add(p + "mlp.gate.weight", router)
+            for e in range(args.experts):
+                q = f"{p}mlp.experts.{e}."
+                add(q + "gate_proj.weight", rand(args.moe_ffn, h))
+                add(q + "up_proj.weight", rand(args.moe_ffn, h))
+                add(q + "down_proj.weight", rand(h, args.moe_ffn))
+        else:
+            add(p + "mlp.gate_proj.weight", rand(f, h))
+            add(p + "mlp.up_proj.weight", rand(f, h))
+            add(p + "mlp.down_proj.weight", rand(h, f))
     add("model.norm.weight", ones(h))
     add("lm_head.weight", rand(args.vocab, h))
     shards.append(current)
