@@ -1,5 +1,9 @@
 #include "ops/expert_cache.h"
 
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
 #include "core/check.h"
 
 namespace gizllm {
@@ -35,6 +39,25 @@ std::optional<ExpertSlots::Place> ExpertSlots::Acquire(uint64_t key) {
   group_of_[best] = group_;
   ++misses_;
   return Place{best, /*hit=*/false};
+}
+
+void CopyOnThreads(void* to, const void* from, size_t bytes) {
+  auto* out = static_cast<uint8_t*>(to);
+  const auto* in = static_cast<const uint8_t*>(from);
+  const size_t threads = std::min<size_t>(kCopyThreads, bytes / kCopyPiece);
+  if (threads <= 1) {
+    std::memcpy(out, in, bytes);
+    return;
+  }
+  // Shares of whole pages, the last one shorter.
+  const size_t share = ((bytes + threads - 1) / threads + 4095) / 4096 * 4096;
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < threads && t * share < bytes; ++t) {
+    const size_t n = std::min(share, bytes - t * share);
+    helpers.emplace_back([=] { std::memcpy(out + t * share, in + t * share, n); });
+  }
+  std::memcpy(out, in, std::min(share, bytes));
+  for (std::thread& h : helpers) h.join();
 }
 
 }  // namespace gizllm

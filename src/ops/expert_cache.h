@@ -4,6 +4,7 @@
 // reads an expert into its slot on a miss (backend/cuda/cuda_backend.cu).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <unordered_map>
@@ -62,5 +63,12 @@ class ExpertSlots {
   int64_t hits_ = 0;
   int64_t misses_ = 0;
 };
+
+// memcpy on up to kCopyThreads threads (this one and helpers it starts), a piece of at least
+// kCopyPiece bytes each: an expert's read from the page cache into pinned staging is bound by one
+// core's copy rate, well below the host-to-device link's.
+inline constexpr int kCopyThreads = 4;
+inline constexpr size_t kCopyPiece = size_t{1} << 20;
+void CopyOnThreads(void* to, const void* from, size_t bytes);
 
 }  // namespace gizllm

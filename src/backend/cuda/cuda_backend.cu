@@ -1040,7 +1040,7 @@ class CudaBackend : public Backend {
         cuda::PackQuantWeight(*w[m], staged);
         placed = cuda::QuantDeviceWeight(*w[m], device + offset);
       } else {
-        std::memcpy(staged, w[m]->data, static_cast<size_t>(w[m]->Bytes()));
+        CopyOnThreads(staged, w[m]->data, static_cast<size_t>(w[m]->Bytes()));
         placed.data = device + offset;
         placed.scales = nullptr;
       }

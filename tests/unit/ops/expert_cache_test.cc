@@ -1,10 +1,12 @@
 // ExpertSlots: the expert cache's slots, least recently used evicted, the experts of a group
-// pinned, against a plain list model of the policy over random traffic.
+// pinned, against a plain list model of the policy over random traffic; CopyOnThreads over sizes
+// below, at and between its pieces.
 #include "ops/expert_cache.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <list>
 #include <random>
 #include <set>
@@ -117,6 +119,27 @@ TEST(ExpertSlotsTest, MatchesListModel) {
     EXPECT_EQ(cache.misses(), misses);
     EXPECT_GT(hits, 0);
     EXPECT_GT(misses, 0);
+  }
+}
+
+TEST(CopyOnThreadsTest, CopiesEveryByteAndNoMore) {
+  std::mt19937 rng(5);
+  std::vector<size_t> sizes = {0,
+                               1,
+                               4095,
+                               kCopyPiece - 1,
+                               kCopyPiece,
+                               2 * kCopyPiece,
+                               3 * kCopyPiece + 1,
+                               4 * kCopyPiece + 4097,
+                               9437184};
+  for (int i = 0; i < 20; ++i) sizes.push_back(rng() % (12 * kCopyPiece));
+  for (size_t bytes : sizes) {
+    std::vector<uint8_t> from(bytes), to(bytes + 64, 0xab);
+    for (uint8_t& b : from) b = static_cast<uint8_t>(rng());
+    CopyOnThreads(to.data(), from.data(), bytes);
+    EXPECT_TRUE(std::equal(from.begin(), from.end(), to.begin())) << bytes << " bytes";
+    for (size_t i = bytes; i < to.size(); ++i) ASSERT_EQ(to[i], 0xab) << bytes << " bytes";
   }
 }
 
