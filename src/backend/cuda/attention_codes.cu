@@ -1,11 +1,21 @@
 // KV write and attention over rotated KV pages (ops/kv_codes.h) on CUDA.
 //
-// The write (RotatedKvWriteKernel): a block per 32 key or value vectors in shared memory; each
-// butterfly stage of the rotation over all of them at once, then a thread per code group of 32
-// channels, which codes it with the CPU's own function (kv::Quantize; this file is compiled
-// without fused multiply-adds, so the codes are the CPU's). A 2,048-row prompt over 8 kv heads is
-// 32,768 vectors, 131,072 groups: a thread each, where a thread per vector (the first kernel)
-// left most of the device idle and ran the rotation out of local memory.
+// The write: each vector rotated in shared memory by kv::Rotate's butterflies, then each code
+// group coded as kv::Quantize codes it, every per-element value computed as the CPU computes it
+// and every sum over a group taken in the CPU's order (this file is compiled without fused
+// multiply-adds), so the codes, steps and mins are the CPU's bit for bit
+// (CudaKvCodesTest.WriteEqualsTheCodingFunctionsByteForByte). Two shapes of that arithmetic:
+// - up to kWarpWriteVectors vectors (decode steps: a row over 8 kv heads is 16 vectors, 64
+//   groups): RotatedKvWriteWarpKernel, a block per vector and a warp per group of 32, a lane
+//   per element; the elementwise work (the 4-bit level search of both fit starts, the 8- and
+//   2-bit codes of the 10 ranges) across the lanes, each ordered sum by a lane of its own;
+// - more (prompts: 2,048 rows over 8 kv heads are 131,072 groups): RotatedKvWriteKernel, a
+//   thread per group with its 32 elements in registers and every loop over them unrolled, the
+//   fewest instructions per group (the first kernel, which ran kv::Quantize itself out of
+//   shared memory, took 39-96 us for a decode step's write and 102-250 us for 2,048 rows on an
+//   H200).
+// Groups that are not 32 channels (head_dim not a multiple of 32) keep kv::Quantize, a thread
+// each.
 //
 // The attention (LaunchRotatedAttention) works in the rotated space, q.k = (R q).(R k):
 // 1. RotateKernel rotates every query vector once (a warp per (row, head)) into scratch memory.
@@ -44,13 +54,331 @@ __device__ __forceinline__ void Prologue() {
   WaitForPriorGrid();
 }
 
-// The write: a block per kWriteVectors vectors (i even: the key of (row, kv head) i / 2, odd:
+// The write (the head of this file says how its two kernels code as the CPU does).
+
+// The 4-bit level nearest t: kv::Level4(kv::Nearest4(t)) without the code in between (the same
+// comparisons, as selects).
+__device__ __forceinline__ float NearestLevel4(float t) {
+  const float a = t < 0.0f ? -t : t;
+  const float l = a > 2.4008f    ? 2.7326f
+                  : a > 1.84355f ? 2.0690f
+                  : a > 1.43715f ? 1.6181f
+                  : a > 1.0993f  ? 1.2562f
+                  : a > 0.7996f  ? 0.9424f
+                  : a > 0.52245f ? 0.6568f
+                  : a > 0.25825f ? 0.3881f
+                                 : 0.1284f;
+  return t < 0.0f ? -l : l;
+}
+
+// The codes of a group of 32 (one c_i per lane of a warp) packed little-endian as ops/kv_codes.h
+// says, stored as 32-bit words (codes aligned to 4 bytes).
+__device__ __forceinline__ void StoreCodesWarp(int c, int bits, int lane, uint8_t* codes) {
+  uint32_t word = static_cast<uint32_t>(c) << ((lane * bits) % 32);
+  const int per_word = 32 / bits;
+  for (int o = 1; o < per_word; o *= 2) word |= __shfl_xor_sync(0xffffffffu, word, o);
+  if (lane % per_word == 0) reinterpret_cast<uint32_t*>(codes)[lane / per_word] = word;
+}
+
+// Rows of kWarpSums (a 33rd float against bank conflicts): the values a warp's lanes hand to the
+// lanes that sum them in order.
+constexpr int kWarpSums = 10;
+using WarpSums = float[kWarpSums][33];
+
+// The sum in order (j = 0, 1, ..., 31) of row `lane` of sums, for lanes < rows (others 0).
+__device__ __forceinline__ float SumRowInOrder(const WarpSums& sums, int lane, int rows) {
+  float total = 0.0f;
+  if (lane < rows) {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) total += sums[lane][j];
+  }
+  return total;
+}
+
+// kv::Quantize of a group y [32] (shared memory) by a warp: lane i holds y_i. sums: the warp's
+// own scratch.
+__device__ void QuantizeGroupWarp(const float* y, int bits, WarpSums& sums, uint8_t* codes,
+                                  float* step_min) {
+  constexpr unsigned kAll = 0xffffffffu;
+  constexpr int n = 32;
+  const int lane = threadIdx.x % 32;
+  const float yi = y[lane];
+  const bool finite = __all_sync(kAll, kv::Finite(yi));
+  // The extremes as the CPU's scan finds them: the first element of the least (largest) value.
+  float lo = yi, hi = yi;
+  int lo_at = lane, hi_at = lane;
+  for (int o = 16; o > 0; o /= 2) {
+    const float l2 = __shfl_xor_sync(kAll, lo, o), h2 = __shfl_xor_sync(kAll, hi, o);
+    const int l2_at = __shfl_xor_sync(kAll, lo_at, o), h2_at = __shfl_xor_sync(kAll, hi_at, o);
+    if (l2 < lo || (l2 == lo && l2_at < lo_at)) lo = l2, lo_at = l2_at;
+    if (h2 > hi || (h2 == hi && h2_at < hi_at)) hi = h2, hi_at = h2_at;
+  }
+  if (bits == 4 && finite && hi > lo) {
+    // kv::Quantize4 with both starts in step: sums rows 3k, 3k + 1, 3k + 2 hold start k's l,
+    // l * l and y * l; row 6 y.
+    const float middle = 0.5f * (lo + hi), half = 0.5f * (hi - lo) / 2.7326f;
+    float step[kv::kStarts4], min[kv::kStarts4];
+    bool fitting[kv::kStarts4];
+#pragma unroll
+    for (int k = 0; k < kv::kStarts4; ++k) {
+      step[k] = half * (1.0f - kv::kStartStep4 * k);
+      min[k] = middle;
+      fitting[k] = true;
+    }
+    sums[6][lane] = yi;
+    for (int round = 0; round < kv::kFitRounds; ++round) {
+#pragma unroll
+      for (int k = 0; k < kv::kStarts4; ++k) {
+        const float inv = 1.0f / step[k];
+        const float l = NearestLevel4((yi - min[k]) * inv);
+        sums[3 * k][lane] = l;
+        sums[3 * k + 1][lane] = l * l;
+        sums[3 * k + 2][lane] = yi * l;
+      }
+      __syncwarp();
+      const float total = SumRowInOrder(sums, lane, 7);
+      __syncwarp();
+      const float sy = __shfl_sync(kAll, total, 6);
+#pragma unroll
+      for (int k = 0; k < kv::kStarts4; ++k) {
+        const float sl = __shfl_sync(kAll, total, 3 * k);
+        const float sll = __shfl_sync(kAll, total, 3 * k + 1);
+        const float syl = __shfl_sync(kAll, total, 3 * k + 2);
+        const float det = static_cast<float>(n) * sll - sl * sl;
+        const float s = (static_cast<float>(n) * syl - sl * sy) / det;
+        if (!fitting[k]) continue;
+        if (!(det > 0.0f) || !(s > 0.0f)) {
+          fitting[k] = false;  // (the CPU's break: the start keeps its step and min)
+          continue;
+        }
+        step[k] = s;
+        min[k] = (sy - s * sl) / static_cast<float>(n);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kv::kStarts4; ++k) {
+      const float inv = 1.0f / step[k];
+      const float e = min[k] + step[k] * NearestLevel4((yi - min[k]) * inv) - yi;
+      sums[k][lane] = e * e;
+    }
+    __syncwarp();
+    const float error = SumRowInOrder(sums, lane, kv::kStarts4);
+    __syncwarp();
+    int best = 0;
+    float best_error = __shfl_sync(kAll, error, 0);
+    for (int k = 1; k < kv::kStarts4; ++k) {
+      const float e = __shfl_sync(kAll, error, k);
+      if (e < best_error) best_error = e, best = k;
+    }
+    const float s = best == 0 ? step[0] : step[1];
+    const float m = best == 0 ? min[0] : min[1];
+    if (lane == 0) step_min[0] = s, step_min[1] = m;
+    StoreCodesWarp(kv::Nearest4((yi - m) * (1.0f / s)), 4, lane, codes);
+    return;
+  }
+  // Even steps: lane k < kShrinks sums the squared error of range k in order, y from shared.
+  const int levels = (1 << bits) - 1;
+  const float middle = 0.5f * (lo + hi), half = 0.5f * (hi - lo);
+  float error = 0.0f;
+  if (lane < kv::kShrinks) {
+    const float shrink = 1.0f - kv::kShrinkStep * lane;
+    const float a = middle - shrink * half;
+    const float step = 2.0f * shrink * half / static_cast<float>(levels);
+    const float inv = step > 0.0f ? 1.0f / step : 0.0f;
+#pragma unroll 8
+    for (int j = 0; j < n; ++j) {
+      float c = nearbyintf((y[j] - a) * inv);
+      c = c < 0.0f ? 0.0f : c > static_cast<float>(levels) ? static_cast<float>(levels) : c;
+      const float e = a + step * c - y[j];
+      error += e * e;
+    }
+  }
+  float best_error = 0.0f, best_shrink = 1.0f;
+  for (int k = 0; k < kv::kShrinks; ++k) {
+    const float e = __shfl_sync(kAll, error, k);
+    if (k == 0 || e < best_error) {
+      best_error = e;
+      best_shrink = 1.0f - kv::kShrinkStep * k;
+    }
+  }
+  const float a = middle - best_shrink * half;
+  const float step = finite ? 2.0f * best_shrink * half / static_cast<float>(levels) : nanf("");
+  const float inv = finite && step > 0.0f ? 1.0f / step : 0.0f;
+  int c = finite ? static_cast<int>(nearbyintf((yi - a) * inv)) : 0;
+  c = c < 0 ? 0 : c > levels ? levels : c;
+  if (lane == 0) step_min[0] = step, step_min[1] = finite ? a : nanf("");
+  StoreCodesWarp(c, bits, lane, codes);
+}
+
+// kv::Quantize of a group [32] (shared memory) by one thread, the elements in registers.
+template <int kBits>
+__device__ __forceinline__ void QuantizeGroupThread(const float* group, uint8_t* codes,
+                                                    float* step_min) {
+  constexpr int n = 32;
+  float y[n];
+#pragma unroll
+  for (int i = 0; i < n; ++i) y[i] = group[i];
+  float lo = y[0], hi = y[0];
+  bool finite = true;
+#pragma unroll
+  for (int i = 0; i < n; ++i) {
+    finite = finite && kv::Finite(y[i]);
+    lo = y[i] < lo ? y[i] : lo;
+    hi = y[i] > hi ? y[i] : hi;
+  }
+  uint32_t words[kBits] = {};  // the 32 codes, packed
+  float out_step, out_min;
+  if (kBits == 4 && finite && hi > lo) {
+    // kv::Quantize4.
+    const float middle = 0.5f * (lo + hi), half = 0.5f * (hi - lo) / 2.7326f;
+    float best_error = 0.0f, best_step = half, best_min = middle;
+    float sy = 0.0f;  // (the CPU takes this sum in every round, the same each time)
+#pragma unroll
+    for (int i = 0; i < n; ++i) sy += y[i];
+    for (int k = 0; k < kv::kStarts4; ++k) {
+      float step = half * (1.0f - kv::kStartStep4 * k), min = middle;
+      for (int round = 0; round < kv::kFitRounds; ++round) {
+        float sl = 0.0f, sll = 0.0f, syl = 0.0f;
+        const float inv = 1.0f / step;
+#pragma unroll
+        for (int i = 0; i < n; ++i) {
+          const float l = NearestLevel4((y[i] - min) * inv);
+          sl += l;
+          sll += l * l;
+          syl += y[i] * l;
+        }
+        const float det = static_cast<float>(n) * sll - sl * sl;
+        const float s = (static_cast<float>(n) * syl - sl * sy) / det;
+        if (!(det > 0.0f) || !(s > 0.0f)) break;
+        step = s;
+        min = (sy - s * sl) / static_cast<float>(n);
+      }
+      const float inv = 1.0f / step;
+      float error = 0.0f;
+#pragma unroll
+      for (int i = 0; i < n; ++i) {
+        const float e = min + step * NearestLevel4((y[i] - min) * inv) - y[i];
+        error += e * e;
+      }
+      if (k == 0 || error < best_error) {
+        best_error = error;
+        best_step = step;
+        best_min = min;
+      }
+    }
+    const float inv = 1.0f / best_step;
+#pragma unroll
+    for (int i = 0; i < n; ++i) {
+      words[i * kBits / 32] |= static_cast<uint32_t>(kv::Nearest4((y[i] - best_min) * inv))
+                               << ((i * kBits) % 32);
+    }
+    out_step = best_step;
+    out_min = best_min;
+  } else {
+    // kv::Quantize's even steps.
+    constexpr int levels = (1 << kBits) - 1;
+    const float middle = 0.5f * (lo + hi), half = 0.5f * (hi - lo);
+    float best_error = 0.0f, best_shrink = 1.0f;
+    for (int k = 0; k < kv::kShrinks; ++k) {
+      const float shrink = 1.0f - kv::kShrinkStep * k;
+      const float a = middle - shrink * half;
+      const float step = 2.0f * shrink * half / static_cast<float>(levels);
+      const float inv = step > 0.0f ? 1.0f / step : 0.0f;
+      float error = 0.0f;
+#pragma unroll
+      for (int i = 0; i < n; ++i) {
+        float c = nearbyintf((y[i] - a) * inv);
+        c = c < 0.0f ? 0.0f : c > static_cast<float>(levels) ? static_cast<float>(levels) : c;
+        const float e = a + step * c - y[i];
+        error += e * e;
+      }
+      if (k == 0 || error < best_error) {
+        best_error = error;
+        best_shrink = shrink;
+      }
+    }
+    const float a = middle - best_shrink * half;
+    const float step = finite ? 2.0f * best_shrink * half / static_cast<float>(levels) : nanf("");
+    const float inv = finite && step > 0.0f ? 1.0f / step : 0.0f;
+#pragma unroll
+    for (int i = 0; i < n; ++i) {
+      int c = finite ? static_cast<int>(nearbyintf((y[i] - a) * inv)) : 0;
+      c = c < 0 ? 0 : c > levels ? levels : c;
+      words[i * kBits / 32] |= static_cast<uint32_t>(c) << ((i * kBits) % 32);
+    }
+    out_step = step;
+    out_min = finite ? a : nanf("");
+  }
+#pragma unroll
+  for (int j = 0; j < kBits; ++j) reinterpret_cast<uint32_t*>(codes)[j] = words[j];
+  step_min[0] = out_step;
+  step_min[1] = out_min;
+}
+
+// Where group g of vector i (i even: the key of (row, kv head) i / 2, odd: its value) goes: its
+// codes, its {step, min} and its bits.
+struct GroupOut {
+  uint8_t* codes;
+  float* step_min;
+  int bits;
+};
+
+__device__ __forceinline__ GroupOut GroupAt(const KvWriteParams& p, int64_t i, int g) {
+  const bool keys = i % 2 == 0;
+  const int hd = p.head_dim, part = kv::GroupSize(hd), parts = kv::Groups(hd);
+  const int64_t r = i / 2 / p.kv_heads;
+  const int32_t pos = p.positions[r];
+  const int64_t page =
+      p.table.pages[static_cast<int64_t>(p.slots[r]) * p.table.max_pages + pos / kPage];
+  const int64_t vector = (page * kPage + pos % kPage) * p.kv_heads + (i / 2) % p.kv_heads;
+  GroupOut out;
+  out.bits = keys ? KvKeyBits(p.cache.format) : KvValueBits(p.cache.format);
+  out.codes = static_cast<uint8_t*>(keys ? p.cache.keys : p.cache.values) +
+              vector * kv::CodeBytes(out.bits, hd) + g * part * out.bits / 8;
+  out.step_min = (keys ? p.cache.key_scales : p.cache.value_scales) +
+                 2 * (static_cast<int64_t>(parts) * vector + g);
+  return out;
+}
+
+// The most vectors a write takes through the warp kernel (128 rows over 8 kv heads). Below it
+// the thread kernel leaves the device mostly idle (a decode step's 16 vectors are 64 threads
+// that each code a group alone); above it the warp kernel's ordered sums, a lane at a time, cost
+// more than the device's idle time saves.
+constexpr int64_t kWarpWriteVectors = 2048;
+
+// Few vectors: a block per vector (head_dim threads, head_dim a multiple of 32), a warp per group.
+__global__ void __launch_bounds__(kMaxHeadDim) RotatedKvWriteWarpKernel(KvWriteParams p) {
+  Prologue();
+  __shared__ float s_y[kMaxHeadDim];             // [head_dim] the vector, rotated
+  __shared__ WarpSums s_sums[kMaxHeadDim / 32];  // a warp's scratch each
+  const int hd = p.head_dim, d = threadIdx.x;
+  const int64_t i = blockIdx.x;
+  const float x = ((i % 2 == 0) ? p.k : p.v)[(i / 2) * hd + d];
+  s_y[d] = kv::SignFlipped(d) ? -x : x;
+  // kv::Hadamard: per stage h, pairs (lo, lo + h) of each block of `block` channels.
+  const int block = kv::RotationBlock(hd);
+  for (int h = 1; h < block; h *= 2) {
+    __syncthreads();
+    if (d < hd / 2) {
+      float* y = s_y + (d / h) * 2 * h + d % h;
+      const float a = y[0], c = y[h];
+      y[0] = a + c;
+      y[h] = a - c;
+    }
+  }
+  __syncthreads();
+  const float norm = 1.0f / sqrtf(static_cast<float>(block));
+  s_y[d] *= norm;
+  __syncthreads();
+  const int g = d / 32;
+  const GroupOut out = GroupAt(p, i, g);
+  QuantizeGroupWarp(s_y + g * 32, out.bits, s_sums[g], out.codes, out.step_min);
+}
+
+// Many vectors: a block per kWriteVectors vectors (i even: the key of (row, kv head) i / 2, odd:
 // its value), in shared memory with rows of head_dim + 1 floats. The block flips the signs and
 // runs each butterfly stage of the rotation over all its vectors at once (every thread a few
-// pairs, a barrier between stages), then a thread per code group (group g of vector w: thread
-// item g * kWriteVectors + w, so that a warp's 32 threads read 32 different rows, 32 different
-// banks) codes it with kv::Quantize. Each butterfly and each group's fit is the CPU's arithmetic
-// in the CPU's order, so the codes are the same.
+// pairs, a barrier between stages), then a thread per code group.
 constexpr int kWriteVectors = 32;
 constexpr int kWriteThreads = 128;
 
@@ -85,24 +413,26 @@ __global__ void __launch_bounds__(kWriteThreads) RotatedKvWriteKernel(KvWritePar
     shared[e / hd * row + e % hd] *= norm;
   }
   __syncthreads();
-  const KvFormat f = p.cache.format;
   const int part = kv::GroupSize(hd), parts = kv::Groups(hd);
+  // Item -> (vector w, group g): the keys' groups first, then the values' (a warp codes keys or
+  // values, not both: their bits may differ), the vectors of a warp's groups in turn.
+  const int half = kWriteVectors / 2 * parts;
   for (int item = threadIdx.x; item < kWriteVectors * parts; item += kWriteThreads) {
-    const int w = item % kWriteVectors, g = item / kWriteVectors;
+    const int rest = item % half;
+    const int w = 2 * (rest % (kWriteVectors / 2)) + item / half, g = rest / (kWriteVectors / 2);
     const int64_t i = base + w;
     if (i >= n) continue;
-    const bool keys = i % 2 == 0;
-    const int64_t r = i / 2 / p.kv_heads;
-    const int32_t pos = p.positions[r];
-    const int64_t page =
-        p.table.pages[static_cast<int64_t>(p.slots[r]) * p.table.max_pages + pos / kPage];
-    const int64_t vector = (page * kPage + pos % kPage) * p.kv_heads + (i / 2) % p.kv_heads;
-    const int bits = keys ? KvKeyBits(f) : KvValueBits(f);
-    uint8_t* codes = static_cast<uint8_t*>(keys ? p.cache.keys : p.cache.values) +
-                     vector * kv::CodeBytes(bits, hd) + g * part * bits / 8;
-    float* step_min = (keys ? p.cache.key_scales : p.cache.value_scales) +
-                      2 * (static_cast<int64_t>(parts) * vector + g);
-    kv::Quantize(shared + w * row + g * part, part, bits, codes, step_min);
+    const GroupOut out = GroupAt(p, i, g);
+    const float* y = shared + w * row + g * part;
+    if (part != 32) {
+      kv::Quantize(y, part, out.bits, out.codes, out.step_min);
+    } else if (out.bits == 8) {
+      QuantizeGroupThread<8>(y, out.codes, out.step_min);
+    } else if (out.bits == 4) {
+      QuantizeGroupThread<4>(y, out.codes, out.step_min);
+    } else {
+      QuantizeGroupThread<2>(y, out.codes, out.step_min);
+    }
   }
 }
 
@@ -274,6 +604,12 @@ void LaunchRotatedKvWrite(const KvWriteParams& p, cudaStream_t stream) {
   if (p.head_dim > kMaxHeadDim) {
     std::fprintf(stderr, "cuda KvWrite: rotated pages of head_dim %d have no kernel\n", p.head_dim);
     std::abort();
+  }
+  if (p.head_dim % 32 == 0 && n <= kWarpWriteVectors) {
+    LaunchDependent(RotatedKvWriteWarpKernel, dim3(static_cast<unsigned>(n)),
+                    dim3(static_cast<unsigned>(p.head_dim)), 0, stream, p);
+    GZ_CUDA_LAUNCHED();
+    return;
   }
   const size_t shared = sizeof(float) * kWriteVectors * (p.head_dim + 1);  // 32 KB at most
   LaunchDependent(RotatedKvWriteKernel,

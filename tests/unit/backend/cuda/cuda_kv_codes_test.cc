@@ -17,6 +17,7 @@
 // (cuda_attention_test.cc).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <string>
@@ -267,6 +268,147 @@ void CheckRotated(KvFormat f, int heads, int kv_heads, int head_dim, int32_t win
   h.positions = row_positions.data();
   cpu->Attention(h);
   EXPECT_LT(RelativeError(out.Read(), out.host()), fast ? 1e-2 : 1e-5);
+}
+
+// Inputs that make ties: vector kind `kind` (of 8) of head_dim, random from rng. 0 Gaussian; 1 with
+// channel offsets, as keys have; 2 small integers (rotated: many equal elements, extremes tied
+// at several places, elements on the steps' midpoints); 3 one channel set (rotated: every
+// element +-c, groups of two values); 4 zeros (groups of one value); 5 tiny and 6 huge
+// magnitudes; 7 a NaN (even rows) or an infinity (odd rows) in one channel.
+std::vector<float> TieInput(std::mt19937& rng, int kind, int64_t row, int head_dim) {
+  std::vector<float> x = RandomFloats(rng, head_dim);
+  std::uniform_int_distribution<int> small(-3, 3), channel(0, head_dim - 1);
+  switch (kind) {
+    case 1:
+      for (int d = 0; d < head_dim; ++d) x[d] += d % 5 == 0 ? 2.0f : 0.0f;
+      break;
+    case 2:
+      for (float& e : x) e = static_cast<float>(small(rng));
+      break;
+    case 3:
+      std::fill(x.begin(), x.end(), 0.0f);
+      x[channel(rng)] = row % 2 == 0 ? 1.5f : -1.5f;
+      break;
+    case 4:
+      std::fill(x.begin(), x.end(), 0.0f);
+      break;
+    case 5:
+      for (float& e : x) e *= 1e-20f;
+      break;
+    case 6:
+      for (float& e : x) e *= 1e17f;
+      break;
+    case 7:
+      x[channel(rng)] = row % 2 == 0 ? std::nanf("") : INFINITY;
+      break;
+    default:
+      break;
+  }
+  return x;
+}
+
+// Float bits equal, or both NaN.
+bool SameFloat(float a, float b) {
+  if (std::isnan(a) && std::isnan(b)) return true;
+  uint32_t ua, ub;
+  std::memcpy(&ua, &a, 4);
+  std::memcpy(&ub, &b, 4);
+  return ua == ub;
+}
+
+// The write's codes, steps and mins byte for byte against kv::Rotate and kv::QuantizeVector on
+// the host, for every format and head dims 64, 96, 128, 256 (groups of 32) and 72 (one group
+// of the whole vector), in both of the write's shapes (attention_codes.cu: a warp per group
+// for up to 2,048 vectors, a thread per group above), over inputs that make ties (TieInput).
+// Output pages are poisoned first.
+TEST(CudaKvCodesTest, WriteEqualsTheCodingFunctionsByteForByte) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto cuda = MakeBackend(/*exact=*/true);
+  ASSERT_NE(cuda, nullptr);
+  std::mt19937 rng(77);
+  for (KvFormat f : kFormats) {
+    for (int head_dim : {64, 96, 128, 256, 72}) {
+      for (auto [rows, kv_heads] : {std::pair<int64_t, int>{1, 8}, std::pair<int64_t, int>{5, 8},
+                                    std::pair<int64_t, int>{1100, 2}}) {
+        SCOPED_TRACE("kv " + KvFormatName(f) + " dim " + std::to_string(head_dim) + " rows " +
+                     std::to_string(rows) + " kv_heads " + std::to_string(kv_heads));
+        const int32_t max_pages = static_cast<int32_t>((rows + kPage - 1) / kPage);
+        std::vector<int32_t> table(max_pages), slots(rows, 0), positions(rows);
+        std::iota(table.begin(), table.end(), 0);
+        std::iota(positions.begin(), positions.end(), 0);
+        const int64_t vectors = int64_t{max_pages} * kPage * kv_heads;
+        const int parts = kv::Groups(head_dim);
+        const int key_bits = KvKeyBits(f), value_bits = KvValueBits(f);
+        const int64_t key_bytes = kv::CodeBytes(key_bits, head_dim);
+        const int64_t value_bytes = kv::CodeBytes(value_bits, head_dim);
+        std::vector<float> k, v;
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int h = 0; h < kv_heads; ++h) {
+            const int kind = static_cast<int>((r * kv_heads + h) % 8);
+            const std::vector<float> kx = TieInput(rng, kind, r, head_dim);
+            const std::vector<float> vx = TieInput(rng, (kind + 3) % 8, r + 1, head_dim);
+            k.insert(k.end(), kx.begin(), kx.end());
+            v.insert(v.end(), vx.begin(), vx.end());
+          }
+        }
+        // Want: the host's functions, vector (position, kv head) = row * kv_heads + head.
+        std::vector<uint8_t> want_keys(vectors * key_bytes, 0x5a),
+            want_values(vectors * value_bytes, 0x5a);
+        std::vector<float> want_key_scales(2 * vectors * parts, -123.0f),
+            want_value_scales(2 * vectors * parts, -123.0f);
+        for (int64_t i = 0; i < rows * kv_heads; ++i) {
+          std::vector<float> y(k.begin() + i * head_dim, k.begin() + (i + 1) * head_dim);
+          kv::Rotate(y.data(), head_dim);
+          kv::QuantizeVector(y.data(), head_dim, key_bits, &want_keys[i * key_bytes],
+                             &want_key_scales[2 * parts * i]);
+          y.assign(v.begin() + i * head_dim, v.begin() + (i + 1) * head_dim);
+          kv::Rotate(y.data(), head_dim);
+          kv::QuantizeVector(y.data(), head_dim, value_bits, &want_values[i * value_bytes],
+                             &want_value_scales[2 * parts * i]);
+        }
+        DeviceArray<uint8_t> keys(cuda.get(), std::vector<uint8_t>(want_keys.size(), 0x5a)),
+            values(cuda.get(), std::vector<uint8_t>(want_values.size(), 0x5a));
+        DeviceArray<float> key_scales(cuda.get(),
+                                      std::vector<float>(want_key_scales.size(), -123.0f)),
+            value_scales(cuda.get(), std::vector<float>(want_value_scales.size(), -123.0f));
+        DeviceArray<int32_t> d_table(cuda.get(), table), d_slots(cuda.get(), slots),
+            d_positions(cuda.get(), positions);
+        DeviceArray<float> d_k(cuda.get(), k), d_v(cuda.get(), v);
+        KvWriteParams write{.cache = {keys.device(), values.device(), f, key_scales.device(),
+                                      value_scales.device()},
+                            .table = {d_table.device(), max_pages},
+                            .k = d_k.device(),
+                            .v = d_v.device(),
+                            .slots = d_slots.device(),
+                            .positions = d_positions.device(),
+                            .rows = rows,
+                            .kv_heads = kv_heads,
+                            .head_dim = head_dim};
+        ASSERT_TRUE(write.Check().ok());
+        cuda->KvWrite(write);
+        const std::vector<uint8_t> got_keys = keys.Read(), got_values = values.Read();
+        const std::vector<float> got_key_scales = key_scales.Read(),
+                                 got_value_scales = value_scales.Read();
+        for (int64_t i = 0; i < vectors; ++i) {
+          for (int j = 0; j < 2 * parts; ++j) {
+            const int64_t at = 2 * parts * i + j;
+            ASSERT_TRUE(SameFloat(got_key_scales[at], want_key_scales[at]))
+                << "key vector " << i << " scale " << j << ": " << got_key_scales[at] << " want "
+                << want_key_scales[at];
+            ASSERT_TRUE(SameFloat(got_value_scales[at], want_value_scales[at]))
+                << "value vector " << i << " scale " << j << ": " << got_value_scales[at]
+                << " want " << want_value_scales[at];
+          }
+          for (int64_t b = 0; b < key_bytes; ++b)
+            ASSERT_EQ(got_keys[i * key_bytes + b], want_keys[i * key_bytes + b])
+                << "key vector " << i << " byte " << b;
+          for (int64_t b = 0; b < value_bytes; ++b)
+            ASSERT_EQ(got_values[i * value_bytes + b], want_values[i * value_bytes + b])
+                << "value vector " << i << " byte " << b;
+        }
+      }
+    }
+  }
 }
 
 // Decoding rows of several slots, and a step that mixes them with prompt runs (one mid-page, one
