@@ -416,10 +416,11 @@ __global__ void __launch_bounds__(kWriteThreads) RotatedKvWriteKernel(KvWritePar
   const int part = kv::GroupSize(hd), parts = kv::Groups(hd);
   // Item -> (vector w, group g): the keys' groups first, then the values' (a warp codes keys or
   // values, not both: their bits may differ), the vectors of a warp's groups in turn.
-  const int half = kWriteVectors / 2 * parts;
+  const int key_items = kWriteVectors / 2 * parts;
   for (int item = threadIdx.x; item < kWriteVectors * parts; item += kWriteThreads) {
-    const int rest = item % half;
-    const int w = 2 * (rest % (kWriteVectors / 2)) + item / half, g = rest / (kWriteVectors / 2);
+    const int rest = item % key_items;
+    const int w = 2 * (rest % (kWriteVectors / 2)) + item / key_items,
+              g = rest / (kWriteVectors / 2);
     const int64_t i = base + w;
     if (i >= n) continue;
     const GroupOut out = GroupAt(p, i, g);
