@@ -81,8 +81,8 @@ __device__ __forceinline__ void StoreCodesWarp(int c, int bits, int lane, uint8_
 }
 
 // Rows of kWarpSums (a 33rd float against bank conflicts): the values a warp's lanes hand to the
-// lanes that sum them in order.
-constexpr int kWarpSums = 10;
+// lanes that sum them in order (4 bits: l, l * l and y * l of each fit start, and y).
+constexpr int kWarpSums = 3 * kv::kStarts4 + 1;
 using WarpSums = float[kWarpSums][33];
 
 // The sum in order (j = 0, 1, ..., 31) of row `lane` of sums, for lanes < rows (others 0).
@@ -115,7 +115,7 @@ __device__ void QuantizeGroupWarp(const float* y, int bits, WarpSums& sums, uint
   }
   if (bits == 4 && finite && hi > lo) {
     // kv::Quantize4 with both starts in step: sums rows 3k, 3k + 1, 3k + 2 hold start k's l,
-    // l * l and y * l; row 6 y.
+    // l * l and y * l; row 3 * kStarts4 y.
     const float middle = 0.5f * (lo + hi), half = 0.5f * (hi - lo) / 2.7326f;
     float step[kv::kStarts4], min[kv::kStarts4];
     bool fitting[kv::kStarts4];
@@ -125,7 +125,7 @@ __device__ void QuantizeGroupWarp(const float* y, int bits, WarpSums& sums, uint
       min[k] = middle;
       fitting[k] = true;
     }
-    sums[6][lane] = yi;
+    sums[3 * kv::kStarts4][lane] = yi;
     for (int round = 0; round < kv::kFitRounds; ++round) {
 #pragma unroll
       for (int k = 0; k < kv::kStarts4; ++k) {
@@ -136,9 +136,9 @@ __device__ void QuantizeGroupWarp(const float* y, int bits, WarpSums& sums, uint
         sums[3 * k + 2][lane] = yi * l;
       }
       __syncwarp();
-      const float total = SumRowInOrder(sums, lane, 7);
+      const float total = SumRowInOrder(sums, lane, kWarpSums);
       __syncwarp();
-      const float sy = __shfl_sync(kAll, total, 6);
+      const float sy = __shfl_sync(kAll, total, 3 * kv::kStarts4);
 #pragma unroll
       for (int k = 0; k < kv::kStarts4; ++k) {
         const float sl = __shfl_sync(kAll, total, 3 * k);
@@ -164,14 +164,13 @@ __device__ void QuantizeGroupWarp(const float* y, int bits, WarpSums& sums, uint
     __syncwarp();
     const float error = SumRowInOrder(sums, lane, kv::kStarts4);
     __syncwarp();
-    int best = 0;
-    float best_error = __shfl_sync(kAll, error, 0);
+    // The first start of the least error, as the CPU's loop keeps it.
+    float best_error = __shfl_sync(kAll, error, 0), s = step[0], m = min[0];
+#pragma unroll
     for (int k = 1; k < kv::kStarts4; ++k) {
       const float e = __shfl_sync(kAll, error, k);
-      if (e < best_error) best_error = e, best = k;
+      if (e < best_error) best_error = e, s = step[k], m = min[k];
     }
-    const float s = best == 0 ? step[0] : step[1];
-    const float m = best == 0 ? min[0] : min[1];
     if (lane == 0) step_min[0] = s, step_min[1] = m;
     StoreCodesWarp(kv::Nearest4((yi - m) * (1.0f / s)), 4, lane, codes);
     return;
@@ -352,7 +351,7 @@ __global__ void __launch_bounds__(kMaxHeadDim) RotatedKvWriteWarpKernel(KvWriteP
   __shared__ float s_y[kMaxHeadDim];             // [head_dim] the vector, rotated
   __shared__ WarpSums s_sums[kMaxHeadDim / 32];  // a warp's scratch each
   const int hd = p.head_dim, d = threadIdx.x;
-  const int64_t i = blockIdx.x;
+  const int64_t i = blockIdx.x;  // even: the key of (row, kv head) i / 2, odd: its value
   const float x = ((i % 2 == 0) ? p.k : p.v)[(i / 2) * hd + d];
   s_y[d] = kv::SignFlipped(d) ? -x : x;
   // kv::Hadamard: per stage h, pairs (lo, lo + h) of each block of `block` channels.
