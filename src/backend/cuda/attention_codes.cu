@@ -375,9 +375,8 @@ __global__ void __launch_bounds__(kMaxHeadDim) RotatedKvWriteWarpKernel(KvWriteP
 }
 
 // Many vectors: a block per kWriteVectors vectors (i even: the key of (row, kv head) i / 2, odd:
-// its value), in shared memory with rows of head_dim + 1 floats. The block flips the signs and
-// runs each butterfly stage of the rotation over all its vectors at once (every thread a few
-// pairs, a barrier between stages), then a thread per code group.
+// its value), in shared memory with rows of head_dim + 1 floats: a warp rotates each vector
+// (kv::Rotate's butterflies), then a thread codes each group.
 constexpr int kWriteVectors = 32;
 constexpr int kWriteThreads = 128;
 
@@ -387,29 +386,31 @@ __global__ void __launch_bounds__(kWriteThreads) RotatedKvWriteKernel(KvWritePar
   const int hd = p.head_dim, row = hd + 1;
   const int64_t n = 2 * p.rows * p.kv_heads;
   const int64_t base = static_cast<int64_t>(blockIdx.x) * kWriteVectors;
-  for (int e = threadIdx.x; e < kWriteVectors * hd; e += kWriteThreads) {
-    const int w = e / hd, d = e % hd;
-    const int64_t i = base + w;
-    float x = 0.0f;
-    if (i < n) x = ((i % 2 == 0) ? p.k : p.v)[(i / 2) * hd + d];
-    shared[w * row + d] = kv::SignFlipped(d) ? -x : x;
-  }
-  // kv::Hadamard: per stage h, pairs (lo, lo + h) of each block of `block` channels.
+  // Each warp rotates its vectors in turn, a lane a few pairs of each butterfly stage (h a
+  // power of two: shifts, not divisions).
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int block = kv::RotationBlock(hd);
-  for (int h = 1; h < block; h *= 2) {
-    __syncthreads();
-    for (int e = threadIdx.x; e < kWriteVectors * (hd / 2); e += kWriteThreads) {
-      const int w = e / (hd / 2), pair = e % (hd / 2);
-      float* y = shared + w * row + (pair / h) * 2 * h + pair % h;
-      const float a = y[0], c = y[h];
-      y[0] = a + c;
-      y[h] = a - c;
-    }
-  }
-  __syncthreads();
   const float norm = 1.0f / sqrtf(static_cast<float>(block));
-  for (int e = threadIdx.x; e < kWriteVectors * hd; e += kWriteThreads) {
-    shared[e / hd * row + e % hd] *= norm;
+  for (int w = warp; w < kWriteVectors; w += kWriteThreads / 32) {
+    const int64_t i = base + w;
+    const float* x = i < n ? ((i % 2 == 0) ? p.k : p.v) + (i / 2) * hd : nullptr;
+    float* y = shared + w * row;
+    for (int d = lane; d < hd; d += 32) {
+      const float xd = x ? x[d] : 0.0f;
+      y[d] = kv::SignFlipped(d) ? -xd : xd;
+    }
+    // kv::Hadamard: per stage h, pairs (lo, lo + h) of each block of `block` channels.
+    for (int h = 1, log_h = 0; h < block; h *= 2, ++log_h) {
+      __syncwarp();
+      for (int pair = lane; pair < hd / 2; pair += 32) {
+        float* at = y + ((pair >> log_h) << (log_h + 1)) + (pair & (h - 1));
+        const float a = at[0], c = at[h];
+        at[0] = a + c;
+        at[h] = a - c;
+      }
+    }
+    __syncwarp();
+    for (int d = lane; d < hd; d += 32) y[d] *= norm;
   }
   __syncthreads();
   const int part = kv::GroupSize(hd), parts = kv::Groups(hd);
