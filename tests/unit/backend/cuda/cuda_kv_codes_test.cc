@@ -5,8 +5,9 @@
 // float32 split kernel for every row; head_dim 96: the per-row kernel) and in the fast mode
 // (prompt runs through the tensor-core tiles).
 //
-// Codes: both backends rotate and code in float32 with the same functions (the device without
-// fused multiply-adds, -fmad=false), so they should agree bit for bit; the test allows what
+// Codes: both backends rotate and code in float32 with the same arithmetic in the same order (the
+// device without fused multiply-adds, -fmad=false), so they agree bit for bit
+// (WriteEqualsTheCodingFunctionsByteForByte holds the write to that); the steps below allow what
 // float32 rounding in another order would give (a code off by one where a rotated element lies
 // at a midpoint between two steps, the step and min within 1e-5 of the group's largest
 // magnitude, now and then; 4 bits, a fit from several starts: each group's squared error within
