@@ -184,6 +184,7 @@ int RunBench(const BenchOptions& o) {
   if (o.background > 0)
     options.context = std::max(options.context, kBackgroundPrompt + o.background_tokens);
   options.rows = StepRows(model.backend().kind(), options.slots, o.rows);
+  options.busy_rows = BusyStepRows(model.backend().kind(), options.slots, o.rows);
   if (o.kv_mib < 0) return Fail("bench --kv-mib: expected >= 0");
   const int64_t budget =
       o.kv_mib > 0 ? o.kv_mib << 20
@@ -545,7 +546,8 @@ void AddBenchCommand(CLI::App& app, CommandContext& ctx) {
       ->default_val(16);
   cmd->add_option("--rows", o->rows,
                   "Most rows one step reads (at least the sequences; default: on a GPU one for "
-                  "each sequence and 512 for prompt pieces, on the CPU 256)");
+                  "each generating sequence and 512 for prompt pieces beside them, and up to "
+                  "2,048 for prompts alone; on the CPU 256)");
   cmd->add_option("--kv-mib", o->kv_mib,
                   "KV memory (MiB) that --kv auto fits every sequence's whole context into, "
                   "choosing the format (default: the device's memory left after the weights, "

@@ -185,6 +185,8 @@ int Chat(const ChatOptions& o) {
 
   EngineOptions options;
   options.slots = 1;
+  options.rows = StepRows((*model).backend().kind(), 1, 0);
+  options.busy_rows = BusyStepRows((*model).backend().kind(), 1, 0);
   options.context = o.context;
   if (model->arch().context > 0) options.context = std::min(options.context, model->arch().context);
   const int64_t budget = DefaultKvBudget(model->backend().kind(), model->backend().Memory());

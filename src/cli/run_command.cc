@@ -87,6 +87,8 @@ int Run(const RunOptions& o) {
 
   EngineOptions options;
   options.slots = 1;
+  options.rows = StepRows((*model)->backend().kind(), 1, 0);
+  options.busy_rows = BusyStepRows((*model)->backend().kind(), 1, 0);
   options.context = static_cast<int64_t>(ids.size()) + o.max_tokens;
   if ((*model)->arch().context > 0 && options.context > (*model)->arch().context)
     options.context = (*model)->arch().context;

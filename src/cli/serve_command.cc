@@ -141,6 +141,7 @@ int Serve(const ServeOptions& o) {
   engine_options.slots = size->slots;
   engine_options.context = context;
   engine_options.rows = StepRows(model->backend().kind(), size->slots, o.rows);
+  engine_options.busy_rows = BusyStepRows(model->backend().kind(), size->slots, o.rows);
   engine_options.kv_budget_bytes = size->kv_budget_bytes;
   if (Status s = o.draft.Apply(*model, &engine_options); !s.ok()) return Fail(s.message());
   std::fprintf(stderr,
@@ -240,7 +241,8 @@ void AddServeCommand(CLI::App& app, CommandContext& ctx) {
       ->default_val(0);
   cmd->add_option("--rows", o->rows,
                   "Most rows one engine step reads (at least the slots; default: on a GPU one for "
-                  "each slot and 512 for prompt pieces, on the CPU 256)");
+                  "each generating slot and 512 for prompt pieces beside them, and up to 2,048 "
+                  "for prompts alone; on the CPU 256)");
   cmd->add_option("--kv-mib", o->kv_mib,
                   "KV cache budget in MiB (0: on a GPU the memory the weights leave, less "
                   "max(1 GiB, 5%); on the CPU a quarter of that in host memory, from 256 MiB "

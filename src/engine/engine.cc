@@ -39,6 +39,11 @@ Status EngineOptions::Check() const {
                            ") so every sequence reads a row each step, got " +
                            std::to_string(rows));
   }
+  if (busy_rows != 0 && (busy_rows < slots || busy_rows > rows)) {
+    return InvalidArgument("engine busy_rows: expected 0 or from the slots (" +
+                           std::to_string(slots) + ") to rows (" + std::to_string(rows) +
+                           "), got " + std::to_string(busy_rows));
+  }
   if (host_prefix_bytes < 0) {
     return InvalidArgument("engine host_prefix_bytes: expected >= 0, got " +
                            std::to_string(host_prefix_bytes));
@@ -153,8 +158,9 @@ Engine::Engine(Runner* runner, const EngineOptions& options, KvPaging paging, in
           runner->arch().vocab),
       appended_(options.slots, 0),
       drafted_(options.slots, 0),
-      pacer_(options.rows, options.drafts) {
+      pacer_(options.busy_rows > 0 ? options.busy_rows : options.rows, options.drafts) {
   state_.rows = options.rows;
+  state_.busy_rows = options.busy_rows > 0 ? options.busy_rows : options.rows;
   state_.runner = runner;
   state_.page_bytes = page_bytes_;
   state_.paging = paging_;
@@ -447,7 +453,7 @@ Status Engine::Draft() {
   if (!eligible.empty()) {
     k = options_.draft == DraftMode::kLookup || options_.draft == DraftMode::kMtp
             ? options_.drafts
-            : pacer_.Choose(std::min<int64_t>(rows, options_.rows), decodes,
+            : pacer_.Choose(std::min<int64_t>(rows, state_.busy_rows), decodes,
                             static_cast<int64_t>(eligible.size()));
   }
   // The MTP layer reads the last step's rows even where no sequence drafts: its KV of every

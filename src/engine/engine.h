@@ -38,6 +38,9 @@ struct EngineOptions {
   int32_t slots = 16;                            // sequences at once
   int64_t context = 2048;                        // positions of each sequence (prompt and answer)
   int64_t rows = 256;                            // most rows one step reads; at least `slots`
+  // Most rows of a step while any sequence generates (prompt pieces beside its decodes: a long
+  // prompt stalls them a piece at a time); 0: `rows`. A step of prompts alone reads up to `rows`.
+  int64_t busy_rows = 0;
   int64_t kv_budget_bytes = int64_t{256} << 20;  // KV pool: budget / Runner::PageBytes() pages
   // Host memory for prefixes copied out of the pool when it is full; 0: none, a full pool drops
   // its least recently used prefixes. Off by default: the copy goes a page and a layer at a

@@ -36,6 +36,12 @@ int64_t KvBudgetFor(std::span<const CacheSpec> caches, int64_t page_bytes, int32
 
 int64_t StepRows(DeviceKind kind, int32_t slots, int64_t requested) {
   if (requested > 0) return std::max<int64_t>(requested, slots);
+  if (kind == DeviceKind::kCuda) return std::max<int64_t>(slots + kGpuPromptRows, kGpuIdleRows);
+  return std::max<int64_t>(kCpuStepRows, slots);
+}
+
+int64_t BusyStepRows(DeviceKind kind, int32_t slots, int64_t requested) {
+  if (requested > 0) return std::max<int64_t>(requested, slots);
   if (kind == DeviceKind::kCuda) return slots + kGpuPromptRows;
   return std::max<int64_t>(kCpuStepRows, slots);
 }

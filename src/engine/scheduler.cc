@@ -231,15 +231,19 @@ Status Schedule(EngineState& state) {
   int64_t decodes_left = 0, reserved = 0;
   for (const auto& [id, seq] : state.sequences) {
     if (seq.slot < 0) continue;
+    decodes_left += seq.tokens.size() - state.slots[seq.slot].tokens.size() == 1;
+  }
+  // Beside generating sequences prompt pieces share busy_rows; prompts alone take up to rows.
+  const int64_t bound = decodes_left > 0 ? state.busy_rows : state.rows;
+  for (const auto& [id, seq] : state.sequences) {
+    if (seq.slot < 0) continue;
     const Slot& slot = state.slots[seq.slot];
     const int64_t held = static_cast<int64_t>(slot.tokens.size());
     const int64_t unread = static_cast<int64_t>(seq.tokens.size()) - held;
-    decodes_left += unread == 1;
-    reserved +=
-        BlockPages(state, std::max<int64_t>(0, PagesFor(held + std::min(unread, state.rows)) -
-                                                   static_cast<int64_t>(slot.pages.size())));
+    reserved += BlockPages(state, std::max<int64_t>(0, PagesFor(held + std::min(unread, bound)) -
+                                                           static_cast<int64_t>(slot.pages.size())));
   }
-  int64_t rows_left = state.rows;
+  int64_t rows_left = bound;
   for (int pass = 0; pass < 2; ++pass) {
     const bool decodes = pass == 0;
     for (auto it = state.sequences.begin(); it != state.sequences.end();) {
@@ -274,11 +278,11 @@ Status Schedule(EngineState& state) {
           PagesFor(slot.tokens.size() + n) - static_cast<int32_t>(slot.pages.size());
       // This sequence's reserve is spent now (its pages beyond it were free beyond the reserve).
       reserved -=
-          BlockPages(state, std::max<int64_t>(0, PagesFor(held + std::min(unread, state.rows)) -
+          BlockPages(state, std::max<int64_t>(0, PagesFor(held + std::min(unread, bound)) -
                                                      static_cast<int64_t>(slot.pages.size())));
       GZ_ASSIGN_OR_RETURN(bool granted, Grow(state, id, blocks));
       // Grow may have sent planned sequences back to waiting: their rows are free again.
-      rows_left = state.rows;
+      rows_left = bound;
       for (const Planned& p : state.plan) rows_left -= p.rows;
       if (!granted) continue;
       state.plan.push_back({id, n, decodes ? n - 1 : 0});

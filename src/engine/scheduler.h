@@ -79,7 +79,8 @@ struct Planned {
 
 // The slots and requests steps are planned over, with the pages and caches they use.
 struct EngineState {
-  int64_t rows = 0;  // most rows one step reads
+  int64_t rows = 0;       // most rows one step reads
+  int64_t busy_rows = 0;  // most rows while any sequence generates (EngineOptions::busy_rows)
   Runner* runner = nullptr;
   int64_t page_bytes = 0;
   // Window paging (KvPaging::enabled): a block takes 1 + paging.window_groups pages while the

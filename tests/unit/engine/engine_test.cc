@@ -156,6 +156,55 @@ TEST(Engine, GreedyMatchesTheDefinition) {
   EXPECT_TRUE(engine->CheckPages().ok()) << engine->CheckPages().message();
 }
 
+// A prompt alone is read in steps of up to `rows`; beside a generating sequence, prompt pieces
+// and decodes share `busy_rows` (chunked prefill). The tokens are the same either way.
+TEST(Engine, PromptsAloneTakeRowsAndBesideDecodesBusyRows) {
+  FakeRunner runner;
+  EngineOptions options;
+  options.slots = 2;
+  options.context = 128;
+  options.rows = 64;
+  options.busy_rows = 8;
+  options.kv_budget_bytes = 32 * runner.PageBytes();
+  auto engine = Engine::Create(&runner, options);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  std::mt19937 rng(7);
+  const Request first = Greedy(RandomPrompt(rng, 60), 30);
+  const Request second = Greedy(RandomPrompt(rng, 50), 10);
+  std::map<int64_t, std::vector<int32_t>> out;
+  auto advance = [&] {
+    auto progress = (*engine)->Advance();
+    ASSERT_TRUE(progress.ok()) << progress.status().message();
+    for (const Progress& p : *progress)
+      out[p.id].insert(out[p.id].end(), p.tokens.begin(), p.tokens.end());
+  };
+  auto a = (*engine)->Add(first);
+  ASSERT_TRUE(a.ok());
+  advance();
+  ASSERT_EQ(runner.step_rows().size(), 1u);
+  EXPECT_EQ(runner.step_rows()[0], 60);  // the whole prompt in one step
+  const size_t before = runner.step_rows().size();
+  auto b = (*engine)->Add(second);
+  ASSERT_TRUE(b.ok());
+  while ((*engine)->Busy()) advance();
+  // While the first generates, each step reads at most busy_rows: 7 prompt rows beside its one.
+  int64_t pieces = 0;
+  for (size_t i = before; i < runner.step_rows().size(); ++i) {
+    EXPECT_LE(runner.step_rows()[i], 8) << "step " << i;
+    pieces += runner.step_rows()[i] == 8;
+  }
+  EXPECT_GE(pieces, 50 / 7);
+  EXPECT_TRUE((*engine)->CheckPages().ok());
+  // The same tokens as each alone.
+  EXPECT_EQ(out[*a], Alone(first, 0, 128));
+  EXPECT_EQ(out[*b], Alone(second, 0, 128));
+  // busy_rows outside [slots, rows] is refused.
+  options.busy_rows = 1;
+  EXPECT_FALSE(Engine::Create(&runner, options).ok());
+  options.busy_rows = 65;
+  EXPECT_FALSE(Engine::Create(&runner, options).ok());
+}
+
 TEST(Engine, ProgressEndsWithoutTheStopTokenAndCarriesLogprobs) {
   FakeRunner runner;
   auto engine = MakeEngine(runner, 2, 64, 8, 8);

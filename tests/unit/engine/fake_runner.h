@@ -160,6 +160,7 @@ class FakeRunner : public Runner {
 
   int64_t rows_read() const { return rows_read_; }
   int64_t steps() const { return steps_; }
+  const std::vector<int64_t>& step_rows() const { return step_rows_; }  // rows of each step
 
   // The logit of token v after a history whose chain hash is h.
   static float Logit(uint64_t h, int64_t v) {
@@ -215,6 +216,7 @@ class FakeRunner : public Runner {
     }
     ++steps_;
     rows_read_ += rows.size();
+    step_rows_.push_back(rows.size());
     chains->resize(rows.size());
     Status status;
     for (int64_t r = 0; r < rows.size(); ++r) {
@@ -284,6 +286,7 @@ class FakeRunner : public Runner {
   int64_t rows_limit_ = 0;
   int64_t rows_read_ = 0;
   int64_t steps_ = 0;
+  std::vector<int64_t> step_rows_;
 };
 
 }  // namespace gizllm

@@ -38,8 +38,13 @@ TEST(KvSizingTest, BudgetForWindowPagingHoldsTheWindowOnly) {
 }
 
 TEST(KvSizingTest, StepRowsLeavePromptRowsBesideEverySlot) {
-  EXPECT_EQ(StepRows(DeviceKind::kCuda, 64, 0), 64 + kGpuPromptRows);
-  EXPECT_EQ(StepRows(DeviceKind::kCuda, 1, 0), 1 + kGpuPromptRows);
+  EXPECT_EQ(StepRows(DeviceKind::kCuda, 64, 0), kGpuIdleRows);
+  EXPECT_EQ(StepRows(DeviceKind::kCuda, 1, 0), kGpuIdleRows);
+  EXPECT_EQ(StepRows(DeviceKind::kCuda, 2000, 0), 2000 + kGpuPromptRows);
+  EXPECT_EQ(BusyStepRows(DeviceKind::kCuda, 64, 0), 64 + kGpuPromptRows);
+  EXPECT_EQ(BusyStepRows(DeviceKind::kCuda, 1, 0), 1 + kGpuPromptRows);
+  EXPECT_EQ(BusyStepRows(DeviceKind::kCpu, 4, 0), kCpuStepRows);
+  EXPECT_EQ(BusyStepRows(DeviceKind::kCuda, 64, 2048), 2048);
   EXPECT_EQ(StepRows(DeviceKind::kCpu, 4, 0), kCpuStepRows);
   EXPECT_EQ(StepRows(DeviceKind::kCpu, 300, 0), 300);
   // What the user passed, raised to the slots.
