@@ -1,8 +1,12 @@
 // Structured output speed on one thread: compiling each JSON schema of a folder (schema to GBNF to
 // grammar), and the token mask of every step of documents generated under each schema (a random
 // walk over the allowed tokens that leans toward closing what is open), timed with the mask cache
-// (what a request pays) and without it (the trie walk alone). Prints one JSON line.
-//   grammar_bench --tokenizer PATH [--schemas tests/grammar/schemas] [--docs 3] [--seed 1]
+// (what a request pays), without it (the class trie walk alone) and by the byte trie alone (the
+// plain walk; its masks must equal the others'), each split by the masks' width (`wide`: more
+// than half the vocabulary allowed, as inside strings). Prints one JSON line.
+//   grammar_bench --tokenizer PATH [--schemas tests/grammar/schemas] [--grammar GBNF_FILE]
+//                 [--docs 3] [--seed 1]
+// --grammar: documents of that GBNF grammar instead of the schemas.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -63,7 +67,7 @@ bool Closing(const std::string& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string tokenizer_path, schemas = "tests/grammar/schemas";
+  std::string tokenizer_path, schemas = "tests/grammar/schemas", gbnf_path;
   int docs = 3;
   uint32_t seed = 1;
   for (int i = 1; i < argc; ++i) {
@@ -72,13 +76,16 @@ int main(int argc, char** argv) {
       tokenizer_path = argv[++i];
     else if (a == "--schemas" && i + 1 < argc)
       schemas = argv[++i];
+    else if (a == "--grammar" && i + 1 < argc)
+      gbnf_path = argv[++i];
     else if (a == "--docs" && i + 1 < argc)
       docs = std::stoi(argv[++i]);
     else if (a == "--seed" && i + 1 < argc)
       seed = static_cast<uint32_t>(std::stoul(argv[++i]));
     else {
       fprintf(stderr,
-              "usage: grammar_bench --tokenizer PATH [--schemas DIR] [--docs N] [--seed S]\n");
+              "usage: grammar_bench --tokenizer PATH [--schemas DIR] [--grammar FILE] [--docs N] "
+              "[--seed S]\n");
       return 2;
     }
   }
@@ -96,11 +103,16 @@ int main(int argc, char** argv) {
     if (tokenizer->TokenId(s) >= 0) stop.push_back(tokenizer->TokenId(s));
   }
   std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(schemas)) {
-    if (e.path().extension() == ".json") files.push_back(e.path());
+  if (!gbnf_path.empty()) {
+    files.push_back(gbnf_path);
+  } else {
+    for (const auto& e : std::filesystem::directory_iterator(schemas)) {
+      if (e.path().extension() == ".json") files.push_back(e.path());
+    }
   }
   std::sort(files.begin(), files.end());
-  std::vector<double> compile_us, cached_us, walk_us;
+  std::vector<double> compile_us, cached_us, walk_us, bytes_us;
+  std::vector<double> wide_us, narrow_us, wide_bytes_us, narrow_bytes_us;  // uncached, by width
   int refused = 0;
   std::mt19937 rng(seed);
   for (const auto& f : files) {
@@ -108,7 +120,7 @@ int main(int argc, char** argv) {
     std::stringstream text;
     text << in.rdbuf();
     auto c0 = std::chrono::steady_clock::now();
-    Expected<Grammar> g = JsonSchemaGrammar(text.str());
+    Expected<Grammar> g = gbnf_path.empty() ? JsonSchemaGrammar(text.str()) : ParseGbnf(text.str());
     compile_us.push_back(Micros(c0, std::chrono::steady_clock::now()));
     if (!g.ok()) {
       ++refused;
@@ -117,18 +129,23 @@ int main(int argc, char** argv) {
     }
     TokenGrammar tg{std::make_shared<const Grammar>(std::move(*g)), vocabulary};
     for (int d = 0; d < docs; ++d) {
-      TokenMatcher cached(tg), walked(tg, /*cache=*/false);
-      std::vector<uint64_t> mask, other;
+      TokenMatcher cached(tg), walked(tg, /*cache=*/false),
+          by_bytes(tg, /*cache=*/false, /*classes=*/false);
+      std::vector<uint64_t> mask, other, plain;
       for (int step = 0; step < 400; ++step) {
         auto m0 = std::chrono::steady_clock::now();
         cached.FillMask(stop, &mask);
         auto m1 = std::chrono::steady_clock::now();
         walked.FillMask(stop, &other);
         auto m2 = std::chrono::steady_clock::now();
+        by_bytes.FillMask(stop, &plain);
+        auto m3 = std::chrono::steady_clock::now();
         cached_us.push_back(Micros(m0, m1));
         walk_us.push_back(Micros(m1, m2));
-        if (mask != other) {
-          fprintf(stderr, "%s: cached and walked masks differ\n", f.filename().c_str());
+        bytes_us.push_back(Micros(m2, m3));
+        if (mask != other || mask != plain) {
+          fprintf(stderr, "%s: cached, class and byte walks' masks differ\n",
+                  f.filename().c_str());
           return 1;
         }
         std::vector<int32_t> allowed, closing;
@@ -137,6 +154,9 @@ int main(int argc, char** argv) {
           allowed.push_back(t);
           if (Closing(vocabulary->bytes(t))) closing.push_back(t);
         }
+        const bool wide = allowed.size() * 2 > static_cast<size_t>(vocabulary->size());
+        (wide ? wide_us : narrow_us).push_back(Micros(m1, m2));
+        (wide ? wide_bytes_us : narrow_bytes_us).push_back(Micros(m2, m3));
         if (allowed.empty()) break;
         const bool done = cached.Complete() && (step > 8 || rng() % 4 == 0);
         if (done) break;
@@ -144,7 +164,7 @@ int main(int argc, char** argv) {
             !closing.empty() && (step > 60 || rng() % 3 == 0) ? closing : allowed;
         const int32_t pick = from[rng() % from.size()];
         if (std::find(stop.begin(), stop.end(), pick) != stop.end()) break;
-        if (!cached.Accept(pick) || !walked.Accept(pick)) {
+        if (!cached.Accept(pick) || !walked.Accept(pick) || !by_bytes.Accept(pick)) {
           fprintf(stderr, "%s: an allowed token was refused\n", f.filename().c_str());
           return 1;
         }
@@ -153,10 +173,15 @@ int main(int argc, char** argv) {
   }
   printf(
       "{\"tokenizer\":\"%s\",\"vocab\":%lld,\"vocabulary_ms\":%.1f,\"schemas\":%zu,"
-      "\"refused\":%d,%s,%s,%s}\n",
+      "\"refused\":%d,%s,%s,%s,%s,%s,%s,%s,%s}\n",
       tokenizer_path.c_str(), static_cast<long long>(vocabulary->size()), vocabulary_ms,
       files.size(), refused, Json("compile", Summarize(compile_us)).c_str(),
       Json("mask", Summarize(cached_us)).c_str(),
-      Json("mask_uncached", Summarize(walk_us)).c_str());
+      Json("mask_uncached", Summarize(walk_us)).c_str(),
+      Json("mask_bytes", Summarize(bytes_us)).c_str(),
+      Json("uncached_wide", Summarize(wide_us)).c_str(),
+      Json("uncached_narrow", Summarize(narrow_us)).c_str(),
+      Json("bytes_wide", Summarize(wide_bytes_us)).c_str(),
+      Json("bytes_narrow", Summarize(narrow_bytes_us)).c_str());
   return 0;
 }

@@ -152,6 +152,21 @@ bool Matcher::Advance(const MatchState& from, uint8_t byte, MatchState* to) {
   return !to->Dead();
 }
 
+bool Matcher::SameStep(const MatchState& state, const ByteSet& bytes) const {
+  const Grammar& g = *grammar_;
+  for (int32_t s : state.stacks) {
+    const ByteSet& top = g.sets[g.elements[frames_[s].pos].value];
+    bool none = true, all = true;
+    for (int w = 0; w < 4; ++w) {
+      const uint64_t held = top.bits[w] & bytes.bits[w];
+      none = none && held == 0;
+      all = all && held == bytes.bits[w];
+    }
+    if (!none && !all) return false;
+  }
+  return true;
+}
+
 bool Matcher::Accept(uint8_t byte) {
   if (!status_.ok()) return false;
   const size_t mark = Mark();

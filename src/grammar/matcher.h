@@ -58,6 +58,10 @@ class Matcher {
   // overflowed(): the last Advance passed the bounds (its `to` is then dead).
   bool Advance(const MatchState& from, uint8_t byte, MatchState* to);
   bool overflowed() const { return overflow_; }
+  // Every byte of `bytes` takes `state` to the same next state: Advance reads a byte only through
+  // which stacks' top sets hold it, so when each top set holds all of `bytes` or none of them,
+  // one byte of `bytes` stands for all (token masks walk a byte class at once).
+  bool SameStep(const MatchState& state, const ByteSet& bytes) const;
   size_t Mark() const { return frames_.size(); }
   // A key of `state` (this matcher's) equal across matchers of the same grammar: each stack's
   // grammar positions from top to bottom, the stacks sorted, and the complete flag.

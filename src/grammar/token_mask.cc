@@ -1,45 +1,91 @@
 #include "grammar/token_mask.h"
 
 #include <algorithm>
+#include <bit>
+#include <cctype>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 namespace gizllm {
 
-TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes) : bytes_(std::move(bytes)) {
-  std::vector<int32_t> order;
-  for (int32_t id = 0; id < static_cast<int32_t>(bytes_.size()); ++id) {
-    if (!bytes_[id].empty()) order.push_back(id);
+TokenVocabulary::Trie TokenVocabulary::BuildTrie(const std::vector<std::string>& keys) {
+  Trie trie;
+  for (int32_t id = 0; id < static_cast<int32_t>(keys.size()); ++id) {
+    if (!keys[id].empty()) trie.ids.push_back(id);
   }
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return bytes_[a] != bytes_[b] ? bytes_[a] < bytes_[b] : a < b;
+  std::sort(trie.ids.begin(), trie.ids.end(), [&](int32_t a, int32_t b) {
+    return keys[a] != keys[b] ? keys[a] < keys[b] : a < b;
   });
-  ids_ = order;
   // Preorder from the sorted list: each token adds the nodes past its common prefix with the one
-  // before; `open` holds the path of nodes from the root.
+  // before (the first token below a node made it, so its tokens start at `begin`); `open` holds
+  // the path of nodes from the root.
+  std::vector<Node>& nodes = trie.nodes;
   std::vector<int32_t> open;
   const std::string* prev = nullptr;
-  for (size_t k = 0; k < order.size(); ++k) {
-    const std::string& b = bytes_[order[k]];
+  for (size_t k = 0; k < trie.ids.size(); ++k) {
+    const std::string& b = keys[trie.ids[k]];
     size_t common = 0;
     if (prev != nullptr) {
       while (common < prev->size() && common < b.size() && (*prev)[common] == b[common]) ++common;
     }
     while (open.size() > common) {
-      nodes_[open.back()].end = static_cast<int32_t>(nodes_.size());
+      nodes[open.back()].end = static_cast<int32_t>(nodes.size());
       open.pop_back();
     }
     for (size_t d = common; d < b.size(); ++d) {
-      open.push_back(static_cast<int32_t>(nodes_.size()));
-      nodes_.push_back({static_cast<uint8_t>(b[d]), static_cast<int32_t>(d + 1), 0, 0, 0});
+      open.push_back(static_cast<int32_t>(nodes.size()));
+      nodes.push_back({static_cast<uint8_t>(b[d]), static_cast<int32_t>(d + 1), 0,
+                       static_cast<int32_t>(k), 0});
     }
-    Node& last = nodes_[open.back()];
-    if (last.count == 0) last.first = static_cast<int32_t>(k);
-    ++last.count;
-    depth_ = std::max(depth_, static_cast<int32_t>(b.size()));
+    ++nodes[open.back()].count;
     prev = &b;
   }
-  for (int32_t n : open) nodes_[n].end = static_cast<int32_t>(nodes_.size());
+  for (int32_t n : open) nodes[n].end = static_cast<int32_t>(nodes.size());
+  return trie;
+}
+
+TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes) : bytes_(std::move(bytes)) {
+  // Classes of bytes that grammars mostly read alike: the tokens of words, of numbers and of CJK
+  // text fold together. JSON's structure, quotes, backslash, whitespace and control bytes, and
+  // the UTF-8 lead bytes whose continuations are narrowed (E0, ED, F0, F4) stay bytes of their own.
+  for (int b = 0; b < 256; ++b) class_of_[b] = static_cast<uint8_t>(b);
+  auto add_class = [&](auto in_class) {
+    int first = -1;
+    for (int b = 0; b < 256; ++b) {
+      if (!in_class(b)) continue;
+      if (first < 0) first = b;
+      class_of_[b] = static_cast<uint8_t>(first);
+    }
+  };
+  add_class([](int b) { return (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z'); });
+  add_class([](int b) { return b >= '0' && b <= '9'; });
+  add_class([](int b) {
+    return b > ' ' && b < 0x7f && !std::isalnum(b) && !std::strchr("\"\\{}[],:", b);
+  });
+  add_class([](int b) { return b >= 0x80 && b <= 0xbf; });
+  add_class([](int b) { return b >= 0xc2 && b <= 0xdf; });
+  add_class([](int b) { return (b >= 0xe1 && b <= 0xec) || b == 0xee || b == 0xef; });
+  add_class([](int b) { return b >= 0xf1 && b <= 0xf3; });
+  for (int b = 0; b < 256; ++b) class_sets_[class_of_[b]].Add(static_cast<uint8_t>(b));
+  for (int b = 0; b < 256; ++b) {
+    int held = 0;
+    for (uint64_t w : class_sets_[b].bits) held += std::popcount(w);
+    class_wide_[b] = held > 1;
+  }
+  std::vector<std::string> classes(bytes_.size());
+  for (size_t id = 0; id < bytes_.size(); ++id) {
+    classes[id] = bytes_[id];
+    for (char& c : classes[id]) c = static_cast<char>(class_of_[static_cast<uint8_t>(c)]);
+    depth_ = std::max(depth_, static_cast<int32_t>(bytes_[id].size()));
+  }
+  byte_trie_ = BuildTrie(bytes_);
+  class_trie_ = BuildTrie(classes);
+  byte_roots_.fill(-1);
+  for (int32_t i = 0; i < static_cast<int32_t>(byte_trie_.nodes.size());
+       i = byte_trie_.nodes[i].end) {
+    byte_roots_[byte_trie_.nodes[i].byte] = i;
+  }
 }
 
 TokenVocabulary TokenVocabulary::FromTokenizer(const Tokenizer& tokenizer, int64_t vocab) {
@@ -71,12 +117,13 @@ void SharedMasks::Put(const std::string& key, const std::vector<uint64_t>& mask)
   index_[key] = masks_.begin();
 }
 
-TokenMatcher::TokenMatcher(const TokenGrammar& grammar, bool cache)
+TokenMatcher::TokenMatcher(const TokenGrammar& grammar, bool cache, bool classes)
     : vocabulary_(grammar.vocabulary),
       shared_(cache ? grammar.masks : nullptr),
       matcher_(grammar.grammar),
       levels_(static_cast<size_t>(grammar.vocabulary->depth_) + 1),
-      use_cache_(cache) {}
+      use_cache_(cache),
+      use_classes_(classes) {}
 
 int32_t TokenMatcher::InternState(const MatchState& state) {
   std::string key(reinterpret_cast<const char*>(state.stacks.data()),
@@ -86,38 +133,102 @@ int32_t TokenMatcher::InternState(const MatchState& state) {
   if (added) {
     walk_states_.push_back(state);
     walk_next_.resize(walk_next_.size() + 256, kUnknown);
+    walk_same_.resize(walk_same_.size() + 256, -1);
   }
   return it->second;
 }
 
-void TokenMatcher::Walk(std::vector<uint64_t>* mask) {
-  const std::vector<TokenVocabulary::Node>& nodes = vocabulary_->nodes_;
-  const std::vector<int32_t>& ids = vocabulary_->ids_;
-  uint64_t* bits = mask->data();
-  const size_t mark = matcher_.Mark();
-  walk_states_.clear();
-  walk_index_.clear();
-  walk_next_.clear();
-  levels_[0] = InternState(matcher_.state());
-  const int32_t n = static_cast<int32_t>(nodes.size());
-  for (int32_t i = 0; i < n;) {
+int32_t TokenMatcher::Next(int32_t from, uint8_t byte) {
+  int32_t& to = walk_next_[static_cast<size_t>(from) * 256 + byte];
+  if (to == kUnknown) {
+    // Advance and InternState may grow walk_next_: assign through the index, not `to`.
+    const int32_t next =
+        matcher_.Advance(walk_states_[from], byte, &scratch_) ? InternState(scratch_) : kDead;
+    walk_next_[static_cast<size_t>(from) * 256 + byte] = next;
+    return next;
+  }
+  return to;
+}
+
+void TokenMatcher::WalkBytes(int32_t begin, int32_t end, uint64_t* bits) {
+  const std::vector<TokenVocabulary::Node>& nodes = vocabulary_->byte_trie_.nodes;
+  const std::vector<int32_t>& ids = vocabulary_->byte_trie_.ids;
+  for (int32_t i = begin; i < end;) {
     const TokenVocabulary::Node& node = nodes[i];
-    const int32_t from = levels_[node.depth - 1];
-    int32_t to = walk_next_[static_cast<size_t>(from) * 256 + node.byte];
-    if (to == kUnknown) {
-      to = matcher_.Advance(walk_states_[from], node.byte, &scratch_) ? InternState(scratch_)
-                                                                      : kDead;
-      walk_next_[static_cast<size_t>(from) * 256 + node.byte] = to;
-    }
+    const int32_t to = Next(levels_[node.depth - 1], node.byte);
     if (to == kDead) {
       i = node.end;
       continue;
     }
     levels_[node.depth] = to;
-    for (int32_t k = node.first; k < node.first + node.count; ++k) {
+    for (int32_t k = node.begin; k < node.begin + node.count; ++k) {
       bits[ids[k] >> 6] |= uint64_t{1} << (ids[k] & 63);
     }
     ++i;
+  }
+}
+
+void TokenMatcher::Walk(std::vector<uint64_t>* mask) {
+  const TokenVocabulary& v = *vocabulary_;
+  uint64_t* bits = mask->data();
+  const size_t mark = matcher_.Mark();
+  walk_states_.clear();
+  walk_index_.clear();
+  walk_next_.clear();
+  walk_same_.clear();
+  levels_[0] = InternState(matcher_.state());
+  if (!use_classes_) {
+    WalkBytes(0, static_cast<int32_t>(v.byte_trie_.nodes.size()), bits);
+    matcher_.Rollback(mark);
+    return;
+  }
+  // The class trie, node by node. A node whose parent state steps the bytes of its class apart
+  // is walked by its tokens' bytes instead: at the root through the byte trie (one subtree a
+  // byte, so refused bytes skip theirs), deeper token by token from the parent state.
+  const std::vector<TokenVocabulary::Node>& nodes = v.class_trie_.nodes;
+  const std::vector<int32_t>& ids = v.class_trie_.ids;
+  std::vector<int32_t> by_bytes;  // the root's classes walked through the byte trie
+  const int32_t n = static_cast<int32_t>(nodes.size());
+  for (int32_t i = 0; i < n;) {
+    const TokenVocabulary::Node& node = nodes[i];
+    const int32_t from = levels_[node.depth - 1];
+    if (v.class_wide_[node.byte]) {
+      int8_t& same = walk_same_[static_cast<size_t>(from) * 256 + node.byte];
+      if (same < 0) same = matcher_.SameStep(walk_states_[from], v.class_sets_[node.byte]);
+      if (!same) {
+        if (node.depth == 1) {
+          by_bytes.push_back(node.byte);
+        } else {
+          for (int32_t k = node.begin, end = v.class_trie_.TokensEnd(i); k < end; ++k) {
+            const std::string& b = v.bytes_[ids[k]];
+            int32_t s = from;
+            for (size_t j = node.depth - 1; j < b.size() && s != kDead; ++j) {
+              s = Next(s, static_cast<uint8_t>(b[j]));
+            }
+            if (s != kDead) bits[ids[k] >> 6] |= uint64_t{1} << (ids[k] & 63);
+          }
+        }
+        i = node.end;
+        continue;
+      }
+    }
+    const int32_t to = Next(from, node.byte);
+    if (to == kDead) {
+      i = node.end;
+      continue;
+    }
+    levels_[node.depth] = to;
+    for (int32_t k = node.begin; k < node.begin + node.count; ++k) {
+      bits[ids[k] >> 6] |= uint64_t{1} << (ids[k] & 63);
+    }
+    ++i;
+  }
+  for (int32_t c : by_bytes) {
+    for (int b = 0; b < 256; ++b) {
+      const int32_t root = v.byte_roots_[b];
+      if (v.class_of_[b] != c || root < 0) continue;
+      WalkBytes(root, v.byte_trie_.nodes[root].end, bits);
+    }
   }
   matcher_.Rollback(mark);
 }

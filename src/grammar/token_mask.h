@@ -1,11 +1,16 @@
 // Token masks: which tokens of the whole vocabulary a grammar allows next.
 //
-// TokenVocabulary holds every token's bytes (Tokenizer::TokenBytes) in a trie laid out in
-// preorder, each node a byte with the index just past its subtree. A mask walks the trie with the
-// matcher: a node's state is its parent's advanced by the node's byte, so tokens that share a
-// prefix share its work, and a byte the grammar refuses skips the whole subtree; the states met
-// in one walk form an automaton built as it is needed, so a state and a byte seen before cost a
-// table lookup. Special and
+// TokenVocabulary holds every token's bytes (Tokenizer::TokenBytes) in two tries laid out in
+// preorder, each node with the index just past its subtree: one over the bytes, and one over byte
+// classes (letters, digits, other punctuation, UTF-8 continuation bytes, UTF-8 lead bytes of each
+// length; every other byte a class of its own), where the ~100k tokens of letters and of CJK
+// characters fold into a few thousand nodes. A mask walks the class trie with the matcher: a
+// node's state is its parent's advanced by the class, which is exact wherever the parent state
+// steps every byte of the class alike (Matcher::SameStep: inside a string, every class); where it
+// does not, the node's tokens are walked by their bytes (at the root, the byte trie's subtrees of
+// the class's bytes; deeper, token by token). Tokens that share a prefix share its work, a class
+// the grammar refuses skips the whole subtree, and the states met in one walk form an automaton
+// built as it is needed, so a state and a byte seen before cost a table lookup. Special and
 // control tokens have no bytes here and are never allowed, except the stop tokens, which are
 // allowed exactly where the text is complete. Byte-fallback tokens are their byte, and tokens
 // that end inside a UTF-8 character are matched as the bytes they are (the grammar is over bytes).
@@ -15,6 +20,7 @@
 // lookup.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <list>
@@ -44,17 +50,37 @@ class TokenVocabulary {
 
  private:
   friend class TokenMatcher;
+  // A trie node: tokens ending here are ids[begin, begin + count); the tokens below it (itself
+  // included) are ids[begin, the `begin` of nodes[end]) (or to the end of ids).
   struct Node {
-    uint8_t byte;
+    uint8_t byte;   // the byte, or in the class trie the class's first byte
     int32_t depth;  // 1 for the first byte of a token
     int32_t end;    // the node after this one's subtree
-    int32_t first;  // tokens ending here: ids_[first, first + count)
+    int32_t begin;
     int32_t count;
   };
+  struct Trie {
+    std::vector<Node> nodes;  // preorder
+    std::vector<int32_t> ids;  // token ids in key order
+    int32_t TokensEnd(int32_t node) const {
+      const int32_t end = nodes[node].end;
+      return end < static_cast<int32_t>(nodes.size()) ? nodes[end].begin
+                                                      : static_cast<int32_t>(ids.size());
+    }
+  };
+  // keys[id]: the token's key (its bytes, or its bytes' classes); empty: left out.
+  static Trie BuildTrie(const std::vector<std::string>& keys);
+
   std::vector<std::string> bytes_;  // [vocab]
-  std::vector<Node> nodes_;         // preorder
-  std::vector<int32_t> ids_;        // token ids in byte order
-  int32_t depth_ = 0;               // the longest token
+  Trie byte_trie_;
+  Trie class_trie_;
+  std::array<int32_t, 256> byte_roots_;  // byte_trie_'s depth-1 node of each byte; -1: none
+  // class_of_[b]: the first byte of b's class; class_sets_[b]: the bytes of the class that b
+  // is the first of (a single byte for bytes of their own).
+  std::array<uint8_t, 256> class_of_;
+  std::array<ByteSet, 256> class_sets_;
+  std::array<bool, 256> class_wide_;  // the class holds more than one byte
+  int32_t depth_ = 0;                 // the longest token
 };
 
 // Masks of one grammar over one vocabulary by parse state (Matcher::Key), shared by every
@@ -89,7 +115,8 @@ class TokenMatcher {
   static constexpr size_t kCachedMasks = 64;
 
   // cache: keep masks by state (off: every mask walks the trie; for measuring the walk).
-  explicit TokenMatcher(const TokenGrammar& grammar, bool cache = true);
+  // classes: walk the class trie (off: the byte trie alone, the plain walk tests compare with).
+  explicit TokenMatcher(const TokenGrammar& grammar, bool cache = true, bool classes = true);
 
   // mask: [ceil(vocab / 64)] bits, 1 where the token is allowed next. stop: the request's stop
   // tokens, allowed where the text is complete.
@@ -104,6 +131,10 @@ class TokenMatcher {
 
  private:
   void Walk(std::vector<uint64_t>* mask);
+  // Walks byte_trie_'s nodes [begin, end) (whole subtrees), the root's state in levels_[0].
+  void WalkBytes(int32_t begin, int32_t end, uint64_t* bits);
+  // The state after `byte` from walk state `from` (kDead: none).
+  int32_t Next(int32_t from, uint8_t byte);
   int32_t InternState(const MatchState& state);
 
   std::shared_ptr<const TokenVocabulary> vocabulary_;
@@ -116,6 +147,9 @@ class TokenMatcher {
   static constexpr int32_t kDead = -1;
   std::vector<int32_t> levels_;  // [depth + 1] state ids along the trie walk
   std::vector<MatchState> walk_states_;
+  // walk_same_[state * 256 + class]: 1 if the state steps every byte of the class alike, 0 if
+  // not, -1 until first needed.
+  std::vector<int8_t> walk_same_;
   std::unordered_map<std::string, int32_t> walk_index_;
   std::vector<int32_t> walk_next_;
   MatchState scratch_;
@@ -124,6 +158,7 @@ class TokenMatcher {
   std::unordered_map<std::string, decltype(cache_)::iterator> index_;
   int64_t hits_ = 0;
   bool use_cache_ = true;
+  bool use_classes_ = true;
 };
 
 // Sets logits of tokens the mask leaves out to -inf.
