@@ -92,6 +92,53 @@ TEST_F(TokenMaskTest, MaskEqualsEveryTokenTried) {
   }
 }
 
+// The class trie walk against every token tried on its own and against the byte trie walk, on
+// grammars whose byte sets split the classes (parts of the letters, digits and punctuation, of the
+// UTF-8 continuation bytes, classes read differently by two stacks at once), along random paths.
+TEST_F(TokenMaskTest, ClassWalkEqualsEveryTokenTried) {
+  const char* grammars[] = {
+      "root ::= ([a-m]+ | [n-z0-4]+ | \"-\" [0-9]) (\" \" root)?",
+      "root ::= (\"\\\"\" [^\"\\\\]{0,7} \"\\\"\" | [!-/]+ | [A-Z][a-z]*) [ \\n]? root?",
+      "root ::= ([\\u00e0-\\u00ff] | [\\u4e00-\\u4e7f] | [\\u0100-\\u9fff]{2} | \"é\" [a-z]) root?",
+      "root ::= \"x\" [^x]* \"x\" | \"x\" [a-z]{1,4} \"y\" [0-9]* | [^\\x00-\\x7f]{1,6}",
+      "root ::= (\"true\" | \"tr\" [a-f]+ | [0-9]+ (\".\" [0-9]{1,3})? | \"{\" [a-z:,]* \"}\") ws root?\n"
+      "ws ::= [ \\t]*",
+  };
+  const int32_t eos = tokenizer_->TokenId("<|im_end|>");
+  const std::vector<int32_t> stop = {eos};
+  std::mt19937 rng(11);
+  int64_t checked = 0;
+  for (const char* gbnf : grammars) {
+    TokenGrammar tg = Make(gbnf);
+    for (int path = 0; path < 6; ++path) {
+      TokenMatcher tm(tg, /*cache=*/false), plain(tg, /*cache=*/false, /*classes=*/false);
+      Matcher reference(tg.grammar);
+      for (int step = 0; step < 30; ++step) {
+        std::vector<uint64_t> mask, bytes_mask;
+        tm.FillMask(stop, &mask);
+        plain.FillMask(stop, &bytes_mask);
+        ASSERT_EQ(mask, bytes_mask) << gbnf << " path " << path << " step " << step;
+        std::vector<int32_t> allowed;
+        for (int32_t t = 0; t < vocabulary_->size(); ++t) {
+          Matcher m = reference;
+          const std::string& b = vocabulary_->bytes(t);
+          const bool want = t == eos ? reference.Complete() : !b.empty() && m.Accept(b);
+          ASSERT_EQ(Has(mask, t), want) << gbnf << ": token " << t << " at step " << step;
+          if (want) allowed.push_back(t);
+        }
+        ++checked;
+        if (allowed.empty()) break;
+        const int32_t pick = allowed[rng() % allowed.size()];
+        if (pick == eos) break;
+        ASSERT_TRUE(tm.Accept(pick));
+        ASSERT_TRUE(plain.Accept(pick));
+        ASSERT_TRUE(reference.Accept(vocabulary_->bytes(pick)));
+      }
+    }
+  }
+  EXPECT_GT(checked, 100);
+}
+
 TEST_F(TokenMaskTest, StopOnlyWhereComplete) {
   TokenGrammar tg = Make("root ::= \"ab\" \"c\"?");
   const int32_t eos = tokenizer_->TokenId("<|im_end|>");
