@@ -65,7 +65,9 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes) : bytes_(std::m
   });
   add_class([](int b) { return b >= 0x80 && b <= 0xbf; });
   add_class([](int b) { return b >= 0xc2 && b <= 0xdf; });
-  add_class([](int b) { return (b >= 0xe1 && b <= 0xec) || b == 0xee || b == 0xef; });
+  // E1-EC and EE-EF apart: a class of any characters compiles them as two alternatives (grammar.cc).
+  add_class([](int b) { return b >= 0xe1 && b <= 0xec; });
+  add_class([](int b) { return b == 0xee || b == 0xef; });
   add_class([](int b) { return b >= 0xf1 && b <= 0xf3; });
   for (int b = 0; b < 256; ++b) class_sets_[class_of_[b]].Add(static_cast<uint8_t>(b));
   for (int b = 0; b < 256; ++b) {
@@ -81,6 +83,11 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes) : bytes_(std::m
   }
   byte_trie_ = BuildTrie(bytes_);
   class_trie_ = BuildTrie(classes);
+  class_offsets_.push_back(0);
+  for (int32_t id : class_trie_.ids) {
+    class_bytes_ += bytes_[id];
+    class_offsets_.push_back(static_cast<int32_t>(class_bytes_.size()));
+  }
   byte_roots_.fill(-1);
   for (int32_t i = 0; i < static_cast<int32_t>(byte_trie_.nodes.size());
        i = byte_trie_.nodes[i].end) {
@@ -199,11 +206,23 @@ void TokenMatcher::Walk(std::vector<uint64_t>* mask) {
         if (node.depth == 1) {
           by_bytes.push_back(node.byte);
         } else {
-          for (int32_t k = node.begin, end = v.class_trie_.TokensEnd(i); k < end; ++k) {
-            const std::string& b = v.bytes_[ids[k]];
+          // Most of the class's bytes die here (a value after a space takes t, f and n of
+          // the letters): test each token's byte against those that live first.
+          ByteSet alive;
+          for (int b = node.byte; b < 256; ++b) {
+            if (v.class_of_[b] == node.byte && Next(from, static_cast<uint8_t>(b)) != kDead) {
+              alive.Add(static_cast<uint8_t>(b));
+            }
+          }
+          const size_t at = node.depth - 1;
+          const bool none = alive.bits == std::array<uint64_t, 4>{};
+          const char* text = v.class_bytes_.data();
+          for (int32_t k = node.begin, end = none ? k : v.class_trie_.TokensEnd(i); k < end; ++k) {
+            const int32_t first = v.class_offsets_[k], last = v.class_offsets_[k + 1];
+            if (!alive.Has(static_cast<uint8_t>(text[first + at]))) continue;
             int32_t s = from;
-            for (size_t j = node.depth - 1; j < b.size() && s != kDead; ++j) {
-              s = Next(s, static_cast<uint8_t>(b[j]));
+            for (int32_t j = first + at; j < last && s != kDead; ++j) {
+              s = Next(s, static_cast<uint8_t>(text[j]));
             }
             if (s != kDead) bits[ids[k] >> 6] |= uint64_t{1} << (ids[k] & 63);
           }

@@ -74,6 +74,10 @@ class TokenVocabulary {
   std::vector<std::string> bytes_;  // [vocab]
   Trie byte_trie_;
   Trie class_trie_;
+  // The tokens' bytes in class_trie_.ids order, token k's at [class_offsets_[k], [k + 1]): the
+  // walk's fallback reads them in a row.
+  std::string class_bytes_;
+  std::vector<int32_t> class_offsets_;
   std::array<int32_t, 256> byte_roots_;  // byte_trie_'s depth-1 node of each byte; -1: none
   // class_of_[b]: the first byte of b's class; class_sets_[b]: the bytes of the class that b
   // is the first of (a single byte for bytes of their own).
