@@ -88,6 +88,19 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes) : bytes_(std::m
     class_bytes_ += bytes_[id];
     class_offsets_.push_back(static_cast<int32_t>(class_bytes_.size()));
   }
+  const size_t words = (bytes_.size() + 63) / 64;
+  class_dense_.assign(class_trie_.nodes.size(), -1);
+  for (size_t i = 0; i < class_trie_.nodes.size(); ++i) {
+    const Node& node = class_trie_.nodes[i];
+    if (node.count < kDenseTokens) continue;
+    class_dense_[i] = static_cast<int32_t>(dense_masks_.size() / words);
+    dense_masks_.resize(dense_masks_.size() + words, 0);
+    uint64_t* dense = dense_masks_.data() + dense_masks_.size() - words;
+    for (int32_t k = node.begin; k < node.begin + node.count; ++k) {
+      const int32_t id = class_trie_.ids[k];
+      dense[id >> 6] |= uint64_t{1} << (id & 63);
+    }
+  }
   byte_roots_.fill(-1);
   for (int32_t i = 0; i < static_cast<int32_t>(byte_trie_.nodes.size());
        i = byte_trie_.nodes[i].end) {
@@ -237,8 +250,14 @@ void TokenMatcher::Walk(std::vector<uint64_t>* mask) {
       continue;
     }
     levels_[node.depth] = to;
-    for (int32_t k = node.begin; k < node.begin + node.count; ++k) {
-      bits[ids[k] >> 6] |= uint64_t{1} << (ids[k] & 63);
+    if (const int32_t dense = v.class_dense_[i]; dense >= 0) {
+      const size_t words = mask->size();
+      const uint64_t* add = v.dense_masks_.data() + dense * words;
+      for (size_t w = 0; w < words; ++w) bits[w] |= add[w];
+    } else {
+      for (int32_t k = node.begin; k < node.begin + node.count; ++k) {
+        bits[ids[k] >> 6] |= uint64_t{1} << (ids[k] & 63);
+      }
     }
     ++i;
   }

@@ -78,6 +78,12 @@ class TokenVocabulary {
   // walk's fallback reads them in a row.
   std::string class_bytes_;
   std::vector<int32_t> class_offsets_;
+  // Class nodes where kDenseTokens tokens or more end (words of one length, CJK characters of
+  // one count) also hold those tokens as a mask, one OR a 64-bit word instead of a bit a token:
+  // dense_masks_[class_dense_[node] * words, + words); class_dense_ -1: none.
+  static constexpr int32_t kDenseTokens = 512;
+  std::vector<int32_t> class_dense_;
+  std::vector<uint64_t> dense_masks_;
   std::array<int32_t, 256> byte_roots_;  // byte_trie_'s depth-1 node of each byte; -1: none
   // class_of_[b]: the first byte of b's class; class_sets_[b]: the bytes of the class that b
   // is the first of (a single byte for bytes of their own).
