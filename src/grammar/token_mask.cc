@@ -47,7 +47,7 @@ TokenVocabulary::Trie TokenVocabulary::BuildTrie(const std::vector<std::string>&
 
 TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes) : bytes_(std::move(bytes)) {
   // Classes of bytes that grammars mostly read alike: the tokens of words, of numbers and of CJK
-  // text fold together. JSON's structure, quotes, backslash, whitespace and control bytes, and
+  // text fold together. Lower and upper case apart, as [a-z] and [A-Z] are common classes. JSON's structure, quotes, backslash, whitespace and control bytes, and
   // the UTF-8 lead bytes whose continuations are narrowed (E0, ED, F0, F4) stay bytes of their own.
   for (int b = 0; b < 256; ++b) class_of_[b] = static_cast<uint8_t>(b);
   auto add_class = [&](auto in_class) {
@@ -58,7 +58,8 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes) : bytes_(std::m
       class_of_[b] = static_cast<uint8_t>(first);
     }
   };
-  add_class([](int b) { return (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z'); });
+  add_class([](int b) { return b >= 'a' && b <= 'z'; });
+  add_class([](int b) { return b >= 'A' && b <= 'Z'; });
   add_class([](int b) { return b >= '0' && b <= '9'; });
   add_class([](int b) {
     return b > ' ' && b < 0x7f && !std::isalnum(b) && !std::strchr("\"\\{}[],:", b);
