@@ -144,8 +144,7 @@ int main(int argc, char** argv) {
         walk_us.push_back(Micros(m1, m2));
         bytes_us.push_back(Micros(m2, m3));
         if (mask != other || mask != plain) {
-          fprintf(stderr, "%s: cached, class and byte walks' masks differ\n",
-                  f.filename().c_str());
+          fprintf(stderr, "%s: cached, class and byte walks' masks differ\n", f.filename().c_str());
           return 1;
         }
         std::vector<int32_t> allowed, closing;
@@ -176,8 +175,7 @@ int main(int argc, char** argv) {
       "\"refused\":%d,%s,%s,%s,%s,%s,%s,%s,%s}\n",
       tokenizer_path.c_str(), static_cast<long long>(vocabulary->size()), vocabulary_ms,
       files.size(), refused, Json("compile", Summarize(compile_us)).c_str(),
-      Json("mask", Summarize(cached_us)).c_str(),
-      Json("mask_uncached", Summarize(walk_us)).c_str(),
+      Json("mask", Summarize(cached_us)).c_str(), Json("mask_uncached", Summarize(walk_us)).c_str(),
       Json("mask_bytes", Summarize(bytes_us)).c_str(),
       Json("uncached_wide", Summarize(wide_us)).c_str(),
       Json("uncached_narrow", Summarize(narrow_us)).c_str(),

@@ -14,9 +14,8 @@ TokenVocabulary::Trie TokenVocabulary::BuildTrie(const std::vector<std::string>&
   for (int32_t id = 0; id < static_cast<int32_t>(keys.size()); ++id) {
     if (!keys[id].empty()) trie.ids.push_back(id);
   }
-  std::sort(trie.ids.begin(), trie.ids.end(), [&](int32_t a, int32_t b) {
-    return keys[a] != keys[b] ? keys[a] < keys[b] : a < b;
-  });
+  std::sort(trie.ids.begin(), trie.ids.end(),
+            [&](int32_t a, int32_t b) { return keys[a] != keys[b] ? keys[a] < keys[b] : a < b; });
   // Preorder from the sorted list: each token adds the nodes past its common prefix with the one
   // before (the first token below a node made it, so its tokens start at `begin`); `open` holds
   // the path of nodes from the root.
@@ -35,8 +34,8 @@ TokenVocabulary::Trie TokenVocabulary::BuildTrie(const std::vector<std::string>&
     }
     for (size_t d = common; d < b.size(); ++d) {
       open.push_back(static_cast<int32_t>(nodes.size()));
-      nodes.push_back({static_cast<uint8_t>(b[d]), static_cast<int32_t>(d + 1), 0,
-                       static_cast<int32_t>(k), 0});
+      nodes.push_back(
+          {static_cast<uint8_t>(b[d]), static_cast<int32_t>(d + 1), 0, static_cast<int32_t>(k), 0});
     }
     ++nodes[open.back()].count;
     prev = &b;
@@ -47,8 +46,9 @@ TokenVocabulary::Trie TokenVocabulary::BuildTrie(const std::vector<std::string>&
 
 TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes) : bytes_(std::move(bytes)) {
   // Classes of bytes that grammars mostly read alike: the tokens of words, of numbers and of CJK
-  // text fold together. Lower and upper case apart, as [a-z] and [A-Z] are common classes. JSON's structure, quotes, backslash, whitespace and control bytes, and
-  // the UTF-8 lead bytes whose continuations are narrowed (E0, ED, F0, F4) stay bytes of their own.
+  // text fold together. Lower and upper case apart, as [a-z] and [A-Z] are common classes. JSON's
+  // structure, quotes, backslash, whitespace and control bytes, and the UTF-8 lead bytes whose
+  // continuations are narrowed (E0, ED, F0, F4) stay bytes of their own.
   for (int b = 0; b < 256; ++b) class_of_[b] = static_cast<uint8_t>(b);
   auto add_class = [&](auto in_class) {
     int first = -1;
@@ -66,7 +66,8 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes) : bytes_(std::m
   });
   add_class([](int b) { return b >= 0x80 && b <= 0xbf; });
   add_class([](int b) { return b >= 0xc2 && b <= 0xdf; });
-  // E1-EC and EE-EF apart: a class of any characters compiles them as two alternatives (grammar.cc).
+  // E1-EC and EE-EF apart: a class of any characters compiles them as two alternatives
+  // (grammar.cc).
   add_class([](int b) { return b >= 0xe1 && b <= 0xec; });
   add_class([](int b) { return b == 0xee || b == 0xef; });
   add_class([](int b) { return b >= 0xf1 && b <= 0xf3; });

@@ -60,7 +60,7 @@ class TokenVocabulary {
     int32_t count;
   };
   struct Trie {
-    std::vector<Node> nodes;  // preorder
+    std::vector<Node> nodes;   // preorder
     std::vector<int32_t> ids;  // token ids in key order
     int32_t TokensEnd(int32_t node) const {
       const int32_t end = nodes[node].end;

@@ -101,7 +101,8 @@ TEST_F(TokenMaskTest, ClassWalkEqualsEveryTokenTried) {
       "root ::= (\"\\\"\" [^\"\\\\]{0,7} \"\\\"\" | [!-/]+ | [A-Z][a-z]*) [ \\n]? root?",
       "root ::= ([\\u00e0-\\u00ff] | [\\u4e00-\\u4e7f] | [\\u0100-\\u9fff]{2} | \"é\" [a-z]) root?",
       "root ::= \"x\" [^x]* \"x\" | \"x\" [a-z]{1,4} \"y\" [0-9]* | [^\\x00-\\x7f]{1,6}",
-      "root ::= (\"true\" | \"tr\" [a-f]+ | [0-9]+ (\".\" [0-9]{1,3})? | \"{\" [a-z:,]* \"}\") ws root?\n"
+      "root ::= (\"true\" | \"tr\" [a-f]+ | [0-9]+ (\".\" [0-9]{1,3})? | \"{\" [a-z:,]* \"}\") ws "
+      "root?\n"
       "ws ::= [ \\t]*",
   };
   const int32_t eos = tokenizer_->TokenId("<|im_end|>");
