@@ -147,17 +147,44 @@ TokenMatcher::TokenMatcher(const TokenGrammar& grammar, bool cache, bool classes
       use_cache_(cache),
       use_classes_(classes) {}
 
-int32_t TokenMatcher::InternState(const MatchState& state) {
-  std::string key(reinterpret_cast<const char*>(state.stacks.data()),
-                  state.stacks.size() * sizeof(int32_t));
-  key.push_back(state.complete ? 1 : 0);
-  auto [it, added] = walk_index_.emplace(std::move(key), static_cast<int32_t>(walk_states_.size()));
-  if (added) {
-    walk_states_.push_back(state);
-    walk_next_.resize(walk_next_.size() + 256, kUnknown);
-    walk_same_.resize(walk_same_.size() + 256, -1);
+namespace {
+
+uint64_t HashState(const MatchState& state) {
+  uint64_t h = state.complete ? 0x9e3779b97f4a7c15ull : 0;
+  for (int32_t s : state.stacks) {
+    h = (h ^ static_cast<uint32_t>(s)) * 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
   }
-  return it->second;
+  return h;
+}
+
+}  // namespace
+
+int32_t TokenMatcher::InternState(const MatchState& state) {
+  size_t mask = walk_table_.size() - 1;
+  size_t i = HashState(state) & mask;
+  for (; walk_table_[i] >= 0; i = (i + 1) & mask) {
+    if (walk_states_[walk_table_[i]] == state) return walk_table_[i];
+  }
+  const int32_t id = walk_count_++;
+  if (id < static_cast<int32_t>(walk_states_.size())) {
+    walk_states_[id] = state;  // reuses the stacks' memory of an earlier walk
+  } else {
+    walk_states_.push_back(state);
+  }
+  walk_table_[i] = id;
+  walk_next_.resize(walk_next_.size() + 256, kUnknown);
+  walk_same_.resize(walk_same_.size() + 256, -1);
+  if (static_cast<size_t>(walk_count_) * 2 > walk_table_.size()) {
+    walk_table_.assign(walk_table_.size() * 2, -1);
+    mask = walk_table_.size() - 1;
+    for (int32_t s = 0; s < walk_count_; ++s) {
+      size_t j = HashState(walk_states_[s]) & mask;
+      while (walk_table_[j] >= 0) j = (j + 1) & mask;
+      walk_table_[j] = s;
+    }
+  }
+  return id;
 }
 
 int32_t TokenMatcher::Next(int32_t from, uint8_t byte) {
@@ -194,8 +221,9 @@ void TokenMatcher::Walk(std::vector<uint64_t>* mask) {
   const TokenVocabulary& v = *vocabulary_;
   uint64_t* bits = mask->data();
   const size_t mark = matcher_.Mark();
-  walk_states_.clear();
-  walk_index_.clear();
+  walk_count_ = 0;
+  if (walk_table_.empty()) walk_table_.resize(256);
+  std::fill(walk_table_.begin(), walk_table_.end(), -1);
   walk_next_.clear();
   walk_same_.clear();
   levels_[0] = InternState(matcher_.state());

@@ -156,11 +156,15 @@ class TokenMatcher {
   static constexpr int32_t kUnknown = -2;
   static constexpr int32_t kDead = -1;
   std::vector<int32_t> levels_;  // [depth + 1] state ids along the trie walk
+  // walk_states_[0, walk_count_): the walk's states (the vector keeps the states of earlier
+  // walks past walk_count_, to reuse their memory).
   std::vector<MatchState> walk_states_;
+  int32_t walk_count_ = 0;
   // walk_same_[state * 256 + class]: 1 if the state steps every byte of the class alike, 0 if
   // not, -1 until first needed.
   std::vector<int8_t> walk_same_;
-  std::unordered_map<std::string, int32_t> walk_index_;
+  // Open addressing over walk_states_ by their stacks; -1: empty.
+  std::vector<int32_t> walk_table_;
   std::vector<int32_t> walk_next_;
   MatchState scratch_;
   // Masks by state (key: the stacks' ids and the complete flag), least recently used last.
