@@ -140,6 +140,87 @@ TEST_F(TokenMaskTest, ClassWalkEqualsEveryTokenTried) {
   EXPECT_GT(checked, 100);
 }
 
+// A made vocabulary where class nodes hold 512 tokens and more (every two and three lower case
+// letters: their dense masks), beside random tokens of quotes, escapes, digits, upper case,
+// punctuation, whole and cut UTF-8 characters and stray bytes; random paths through grammars
+// that read those classes whole and apart, each mask against every token tried.
+TEST(TokenMaskVocabularyTest, DenseClassNodesEqualEveryTokenTried) {
+  std::mt19937 rng(5);
+  std::vector<std::string> bytes = {""};  // id 0: a special token (no bytes)
+  for (char a = 'a'; a <= 'z'; ++a) {
+    for (char b = 'a'; b <= 'z'; ++b) {
+      bytes.push_back({a, b});
+      bytes.push_back({a, b, static_cast<char>('a' + rng() % 26)});
+    }
+  }
+  const std::vector<std::string> pieces = {"\"",
+                                           "\\",
+                                           " ",
+                                           "\n",
+                                           "0",
+                                           "7",
+                                           "A",
+                                           "Z",
+                                           "q",
+                                           "-",
+                                           ".",
+                                           "{",
+                                           "}",
+                                           ":",
+                                           ",",
+                                           "[",
+                                           "\xC3\xA9",
+                                           "\xE6\x97\xA5",
+                                           "\xF0\x9F\x98\x80",
+                                           "\xC3",
+                                           "\xA9",
+                                           "\xE6",
+                                           "\x97\xA5",
+                                           "\xED\x9F\xBF",
+                                           "\xEE\x80\x80",
+                                           "\x7F",
+                                           "\x01"};
+  for (int t = 0; t < 1500; ++t) {
+    std::string token;
+    for (int n = 1 + rng() % 4; n > 0; --n) token += pieces[rng() % pieces.size()];
+    bytes.push_back(token);
+  }
+  auto vocabulary = std::make_shared<const TokenVocabulary>(bytes);
+  const char* grammars[] = {
+      "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1f]{0,9} \"\\\"\" (\" \" root)?",
+      "root ::= ([a-m]+ | [n-z]{2,3} | \"\\\"\" [a-z]* \"\\\"\" | [0-9]+ | \"A\" [a-zA-Z]*) ([ ,] "
+      "root)?",
+      "root ::= \"{\" ([a-z]{1,5} \":\" (\"true\" | [0-9]{1,3} | \"\\\"\" [^\"]* \"\\\"\"))? \"}\"",
+      "root ::= ([\\u00e0-\\u00ff] | [\\u6000-\\u6fff] | [\\U0001F600-\\U0001F64F] | [a-z]) root?",
+  };
+  for (const char* gbnf : grammars) {
+    Expected<Grammar> g = ParseGbnf(gbnf);
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    TokenGrammar tg{std::make_shared<const Grammar>(std::move(*g)), vocabulary};
+    for (int path = 0; path < 8; ++path) {
+      TokenMatcher tm(tg, /*cache=*/false);
+      Matcher reference(tg.grammar);
+      for (int step = 0; step < 30; ++step) {
+        std::vector<uint64_t> mask;
+        tm.FillMask({}, &mask);
+        std::vector<int32_t> allowed;
+        for (int32_t t = 0; t < vocabulary->size(); ++t) {
+          Matcher m = reference;
+          const std::string& b = vocabulary->bytes(t);
+          const bool want = !b.empty() && m.Accept(b);
+          ASSERT_EQ(((mask[t >> 6] >> (t & 63)) & 1) != 0, want)
+              << gbnf << ": token " << t << " at step " << step;
+          if (want) allowed.push_back(t);
+        }
+        if (allowed.empty()) break;
+        const int32_t pick = allowed[rng() % allowed.size()];
+        ASSERT_TRUE(tm.Accept(pick));
+        ASSERT_TRUE(reference.Accept(vocabulary->bytes(pick)));
+      }
+    }
+  }
+}
+
 TEST_F(TokenMaskTest, StopOnlyWhereComplete) {
   TokenGrammar tg = Make("root ::= \"ab\" \"c\"?");
   const int32_t eos = tokenizer_->TokenId("<|im_end|>");
