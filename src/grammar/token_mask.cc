@@ -237,7 +237,7 @@ void TokenMatcher::Walk(std::vector<uint64_t>* mask) {
   // byte, so refused bytes skip theirs), deeper token by token from the parent state.
   const std::vector<TokenVocabulary::Node>& nodes = v.class_trie_.nodes;
   const std::vector<int32_t>& ids = v.class_trie_.ids;
-  std::vector<int32_t> by_bytes;  // the root's classes walked through the byte trie
+  ByteSet by_bytes;  // the first bytes of the root's classes walked through the byte trie
   const int32_t n = static_cast<int32_t>(nodes.size());
   for (int32_t i = 0; i < n;) {
     const TokenVocabulary::Node& node = nodes[i];
@@ -247,7 +247,7 @@ void TokenMatcher::Walk(std::vector<uint64_t>* mask) {
       if (same < 0) same = matcher_.SameStep(walk_states_[from], v.class_sets_[node.byte]);
       if (!same) {
         if (node.depth == 1) {
-          by_bytes.push_back(node.byte);
+          by_bytes.Add(node.byte);
         } else {
           // Most of the class's bytes die here (a value after a space takes t, f and n of
           // the letters): test each token's byte against those that live first.
@@ -291,12 +291,10 @@ void TokenMatcher::Walk(std::vector<uint64_t>* mask) {
     }
     ++i;
   }
-  for (int32_t c : by_bytes) {
-    for (int b = 0; b < 256; ++b) {
-      const int32_t root = v.byte_roots_[b];
-      if (v.class_of_[b] != c || root < 0) continue;
-      WalkBytes(root, v.byte_trie_.nodes[root].end, bits);
-    }
+  for (int b = 0; b < 256; ++b) {
+    const int32_t root = v.byte_roots_[b];
+    if (root < 0 || !by_bytes.Has(v.class_of_[b])) continue;
+    WalkBytes(root, v.byte_trie_.nodes[root].end, bits);
   }
   matcher_.Rollback(mark);
 }
