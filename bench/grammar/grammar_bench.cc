@@ -1,8 +1,9 @@
 // Structured output speed on one thread: compiling each JSON schema of a folder (schema to GBNF to
 // grammar), and the token mask of every step of documents generated under each schema (a random
 // walk over the allowed tokens that leans toward closing what is open), timed with the mask cache
-// (what a request pays), without it (the class trie walk alone) and by the byte trie alone (the
-// plain walk; its masks must equal the others'), each split by the masks' width (`wide`: more
+// (what a request pays), without it (the class trie walk alone) and by the byte trie alone from
+// the state itself, not its canonical form (the plain walk; its masks must equal the others'),
+// each split by the masks' width (`wide`: more
 // than half the vocabulary allowed, as inside strings). Prints one JSON line.
 //   grammar_bench --tokenizer PATH [--schemas tests/grammar/schemas] [--grammar GBNF_FILE]
 //                 [--docs 3] [--seed 1]
@@ -130,7 +131,7 @@ int main(int argc, char** argv) {
     TokenGrammar tg{std::make_shared<const Grammar>(std::move(*g)), vocabulary};
     for (int d = 0; d < docs; ++d) {
       TokenMatcher cached(tg), walked(tg, /*cache=*/false),
-          by_bytes(tg, /*cache=*/false, /*classes=*/false);
+          by_bytes(tg, /*cache=*/false, /*classes=*/false, /*canonical=*/false);
       std::vector<uint64_t> mask, other, plain;
       for (int step = 0; step < 400; ++step) {
         auto m0 = std::chrono::steady_clock::now();

@@ -550,7 +550,77 @@ class Parser {
         g.elements.push_back({GrammarElement::kEnd, 0});
       }
     }
+    FindRuns(&g);
     return g;
+  }
+
+  // Fills g->canonical (Grammar::canonical) from the runs of each alternative that repeat a block
+  // of up to kMaxPeriod elements, shortest periods first; a run found covers its elements for
+  // longer periods.
+  static void FindRuns(Grammar* g) {
+    constexpr int32_t kMaxPeriod = 16;
+    constexpr int64_t kDepth = Grammar::kCanonicalDepth;
+    const int64_t n = static_cast<int64_t>(g->elements.size());
+    // Rules that can read nothing.
+    std::vector<bool> nullable(g->rules.size(), false);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t r = 0; r < g->rules.size(); ++r) {
+        if (nullable[r]) continue;
+        for (int32_t alt : g->rules[r]) {
+          bool empty = true;
+          for (int32_t e = alt; empty && g->elements[e].kind != GrammarElement::kEnd; ++e) {
+            empty = g->elements[e].kind == GrammarElement::kRule && nullable[g->elements[e].value];
+          }
+          if (empty) {
+            nullable[r] = changed = true;
+            break;
+          }
+        }
+      }
+    }
+    auto same = [&](int64_t a, int64_t b) {
+      return g->elements[a].kind == g->elements[b].kind &&
+             g->elements[a].value == g->elements[b].value;
+    };
+    std::vector<bool> covered;
+    for (int64_t begin = 0; begin < n;) {
+      int64_t end = begin;
+      while (g->elements[end].kind != GrammarElement::kEnd) ++end;
+      if (end - begin >= kDepth + 3) {
+        if (covered.empty()) covered.assign(n, false);
+        for (int64_t s = 1; s <= kMaxPeriod; ++s) {
+          for (int64_t b = begin; b + s < end;) {
+            // The run from b: elements [b, b + t + s) repeat with period s.
+            int64_t t = 0;
+            while (b + t + s < end && !covered[b + t] && !covered[b + t + s] && same(b + t, b + t + s)) {
+              ++t;
+            }
+            const int64_t copies = (t + s) / s;
+            bool reads = false;  // a copy reads at least one byte
+            for (int64_t j = 0; j < s && copies > kDepth + 2; ++j) {
+              const GrammarElement& e = g->elements[b + j];
+              reads = reads || e.kind == GrammarElement::kBytes || !nullable[e.value];
+            }
+            if (copies <= kDepth + 2 || !reads) {
+              b += std::max<int64_t>(t, 1);
+              continue;
+            }
+            if (g->canonical.empty()) {
+              g->canonical.resize(n);
+              for (int64_t e = 0; e < n; ++e) g->canonical[e] = static_cast<int32_t>(e);
+            }
+            const int64_t kept = b + (copies - 1 - (kDepth + 1)) * s;  // the representative copy
+            for (int64_t p = b; p < kept; ++p) {
+              g->canonical[p] = static_cast<int32_t>(kept + (p - b) % s);
+            }
+            for (int64_t p = b; p < b + copies * s; ++p) covered[p] = true;
+            b += copies * s;
+          }
+        }
+      }
+      begin = end + 1;
+    }
   }
 
   std::string_view text_;

@@ -59,12 +59,16 @@ int32_t Matcher::Intern(int32_t pos, int32_t parent) {
   return id;
 }
 
-std::string Matcher::Key(const MatchState& state) const {
+std::string Matcher::Key(const MatchState& state, bool canonical) const {
+  const Grammar& g = *grammar_;
+  canonical = canonical && !g.canonical.empty();
   std::vector<std::vector<int32_t>> stacks;
   stacks.reserve(state.stacks.size());
   for (int32_t id : state.stacks) {
     std::vector<int32_t>& positions = stacks.emplace_back();
-    for (int32_t f = id; f >= 0; f = frames_[f].parent) positions.push_back(frames_[f].pos);
+    for (int32_t f = id; f >= 0; f = frames_[f].parent) {
+      positions.push_back(canonical ? g.canonical[frames_[f].pos] : frames_[f].pos);
+    }
   }
   std::sort(stacks.begin(), stacks.end());
   std::string key;
@@ -75,6 +79,33 @@ std::string Matcher::Key(const MatchState& state) const {
   }
   key.push_back(state.complete ? 1 : 0);
   return key;
+}
+
+bool Matcher::Canonical(const MatchState& state, MatchState* out) {
+  const Grammar& g = *grammar_;
+  if (g.canonical.empty()) return false;
+  bool moved = false;
+  for (int32_t id : state.stacks) {
+    for (int32_t f = id; f >= 0 && !moved; f = frames_[f].parent) {
+      moved = g.canonical[frames_[f].pos] != frames_[f].pos;
+    }
+  }
+  if (!moved) return false;
+  out->stacks.clear();
+  out->complete = state.complete;
+  std::vector<int32_t> positions;
+  for (int32_t id : state.stacks) {
+    positions.clear();
+    for (int32_t f = id; f >= 0; f = frames_[f].parent) positions.push_back(frames_[f].pos);
+    int32_t parent = -1;  // interned from the bottom up
+    for (auto it = positions.rbegin(); it != positions.rend(); ++it) {
+      parent = Intern(g.canonical[*it], parent);
+    }
+    out->stacks.push_back(parent);
+  }
+  std::sort(out->stacks.begin(), out->stacks.end());
+  out->stacks.erase(std::unique(out->stacks.begin(), out->stacks.end()), out->stacks.end());
+  return true;
 }
 
 void Matcher::Rollback(size_t mark) {

@@ -64,8 +64,13 @@ class Matcher {
   bool SameStep(const MatchState& state, const ByteSet& bytes) const;
   size_t Mark() const { return frames_.size(); }
   // A key of `state` (this matcher's) equal across matchers of the same grammar: each stack's
-  // grammar positions from top to bottom, the stacks sorted, and the complete flag.
-  std::string Key(const MatchState& state) const;
+  // grammar positions from top to bottom, the stacks sorted, and the complete flag. canonical:
+  // the positions as Grammar::canonical maps them (states whose next kCanonicalDepth bytes go
+  // alike share a key).
+  std::string Key(const MatchState& state, bool canonical = false) const;
+  // `state` with every frame at its Grammar::canonical position, into *out; false (out
+  // untouched) where no frame moves. Frames it interns stay until Rollback(Mark()).
+  bool Canonical(const MatchState& state, MatchState* out);
   void Rollback(size_t mark);
   // Frames interned (grows with the text; Rollback gives back what walks added).
   size_t frames() const { return frames_.size(); }

@@ -139,13 +139,16 @@ void SharedMasks::Put(const std::string& key, const std::vector<uint64_t>& mask)
   index_[key] = masks_.begin();
 }
 
-TokenMatcher::TokenMatcher(const TokenGrammar& grammar, bool cache, bool classes)
+TokenMatcher::TokenMatcher(const TokenGrammar& grammar, bool cache, bool classes,
+                           bool canonical)
     : vocabulary_(grammar.vocabulary),
       shared_(cache ? grammar.masks : nullptr),
       matcher_(grammar.grammar),
       levels_(static_cast<size_t>(grammar.vocabulary->depth_) + 1),
       use_cache_(cache),
-      use_classes_(classes) {}
+      use_classes_(classes),
+      canonical_(canonical && !grammar.grammar->canonical.empty() &&
+                 grammar.vocabulary->depth_ <= Grammar::kCanonicalDepth) {}
 
 namespace {
 
@@ -217,7 +220,7 @@ void TokenMatcher::WalkBytes(int32_t begin, int32_t end, uint64_t* bits) {
   }
 }
 
-void TokenMatcher::Walk(std::vector<uint64_t>* mask) {
+void TokenMatcher::Walk(const MatchState& root, std::vector<uint64_t>* mask) {
   const TokenVocabulary& v = *vocabulary_;
   uint64_t* bits = mask->data();
   const size_t mark = matcher_.Mark();
@@ -226,7 +229,7 @@ void TokenMatcher::Walk(std::vector<uint64_t>* mask) {
   std::fill(walk_table_.begin(), walk_table_.end(), -1);
   walk_next_.clear();
   walk_same_.clear();
-  levels_[0] = InternState(matcher_.state());
+  levels_[0] = InternState(root);
   if (!use_classes_) {
     WalkBytes(0, static_cast<int32_t>(v.byte_trie_.nodes.size()), bits);
     matcher_.Rollback(mark);
@@ -302,19 +305,31 @@ void TokenMatcher::Walk(std::vector<uint64_t>* mask) {
 void TokenMatcher::FillMask(std::span<const int32_t> stop, std::vector<uint64_t>* mask) {
   const size_t words = static_cast<size_t>((vocabulary_->size() + 63) / 64);
   const MatchState& state = matcher_.state();
-  std::string key(reinterpret_cast<const char*>(state.stacks.data()),
-                  state.stacks.size() * sizeof(int32_t));
-  key.push_back(state.complete ? 1 : 0);
+  // By canonical positions, the states along a long repeated run share one key (and mask).
+  std::string key;
+  if (canonical_) {
+    key = matcher_.Key(state, /*canonical=*/true);
+  } else {
+    key.assign(reinterpret_cast<const char*>(state.stacks.data()),
+               state.stacks.size() * sizeof(int32_t));
+    key.push_back(state.complete ? 1 : 0);
+  }
   if (auto it = index_.find(key); use_cache_ && it != index_.end()) {
     ++hits_;
     cache_.splice(cache_.begin(), cache_, it->second);
     *mask = it->second->second;
   } else {
     // Another request of the grammar may have walked this state already.
-    const std::string shared_key = shared_ ? matcher_.Key(state) : std::string();
+    const std::string shared_key = !shared_ ? std::string() : canonical_ ? key : matcher_.Key(state);
     if (!shared_ || !matcher_.status().ok() || !shared_->Get(shared_key, mask)) {
       mask->assign(words, 0);
-      if (matcher_.status().ok()) Walk(mask);
+      if (matcher_.status().ok()) {
+        // The walk from the canonical state gives the same mask (Grammar::canonical).
+        const size_t mark = matcher_.Mark();
+        const bool moved = canonical_ && matcher_.Canonical(state, &canonical_state_);
+        Walk(moved ? canonical_state_ : state, mask);
+        matcher_.Rollback(mark);
+      }
       if (shared_ && matcher_.status().ok()) shared_->Put(shared_key, *mask);
     }
     if (use_cache_) {

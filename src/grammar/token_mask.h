@@ -126,13 +126,16 @@ class TokenMatcher {
 
   // cache: keep masks by state (off: every mask walks the trie; for measuring the walk).
   // classes: walk the class trie (off: the byte trie alone, the plain walk tests compare with).
-  explicit TokenMatcher(const TokenGrammar& grammar, bool cache = true, bool classes = true);
+  // canonical: key masks by canonical states (Grammar::canonical), where the vocabulary's
+  // longest token is within Grammar::kCanonicalDepth bytes (off: every state its own).
+  explicit TokenMatcher(const TokenGrammar& grammar, bool cache = true, bool classes = true,
+                        bool canonical = true);
 
   // mask: [ceil(vocab / 64)] bits, 1 where the token is allowed next. stop: the request's stop
   // tokens, allowed where the text is complete.
   void FillMask(std::span<const int32_t> stop, std::vector<uint64_t>* mask);
   // The key of the matcher's state across requests of the grammar (Matcher::Key).
-  std::string StateKey() const { return matcher_.Key(matcher_.state()); }
+  std::string StateKey() const { return matcher_.Key(matcher_.state(), canonical_); }
   // Takes a chosen (non-stop) token; false if the grammar does not allow it here.
   bool Accept(int32_t token);
   bool Complete() const { return matcher_.Complete(); }
@@ -140,7 +143,7 @@ class TokenMatcher {
   int64_t cache_hits() const { return hits_; }
 
  private:
-  void Walk(std::vector<uint64_t>* mask);
+  void Walk(const MatchState& root, std::vector<uint64_t>* mask);
   // Walks byte_trie_'s nodes [begin, end) (whole subtrees), the root's state in levels_[0].
   void WalkBytes(int32_t begin, int32_t end, uint64_t* bits);
   // The state after `byte` from walk state `from` (kDead: none).
@@ -167,12 +170,15 @@ class TokenMatcher {
   std::vector<int32_t> walk_table_;
   std::vector<int32_t> walk_next_;
   MatchState scratch_;
-  // Masks by state (key: the stacks' ids and the complete flag), least recently used last.
+  // Masks by state (key: the stacks' ids and the complete flag, or with canonical_ the
+  // canonical Matcher::Key), least recently used last.
   std::list<std::pair<std::string, std::vector<uint64_t>>> cache_;
   std::unordered_map<std::string, decltype(cache_)::iterator> index_;
   int64_t hits_ = 0;
   bool use_cache_ = true;
   bool use_classes_ = true;
+  bool canonical_ = false;
+  MatchState canonical_state_;
 };
 
 // Sets logits of tokens the mask leaves out to -inf.

@@ -169,5 +169,77 @@ TEST(GbnfTest, AcceptIsAllOrNothing) {
   EXPECT_FALSE(m.CanContinue());
 }
 
+// Long runs of one item map their early copies onto the copy kCanonicalDepth + 1 before the end;
+// items that may read nothing, short runs and runs across alternatives keep their elements.
+TEST(GbnfTest, LongRunsHaveCanonicalElements) {
+  constexpr int32_t kDepth = Grammar::kCanonicalDepth;
+  auto g = Parse("root ::= \"<\" [a-z]{600} \">\"");
+  ASSERT_EQ(g->elements.size(), 603u);  // "<", 600 copies, ">", end
+  ASSERT_FALSE(g->canonical.empty());
+  const int32_t kept = 1 + (600 - 1 - (kDepth + 1));
+  EXPECT_EQ(g->Canonical(0), 0);
+  EXPECT_EQ(g->Canonical(1), kept);
+  EXPECT_EQ(g->Canonical(kept - 1), kept);
+  for (int32_t e = kept; e < 603; ++e) EXPECT_EQ(g->Canonical(e), e) << e;
+
+  // A block of two elements ("ab" x 400): each offset maps to its own place in the kept copy.
+  g = Parse("root ::= \"ab\"{400} [0-9]");
+  ASSERT_FALSE(g->canonical.empty());
+  const int32_t kept2 = 2 * (400 - 1 - (kDepth + 1));
+  EXPECT_EQ(g->Canonical(0), kept2);
+  EXPECT_EQ(g->Canonical(1), kept2 + 1);
+  EXPECT_EQ(g->Canonical(2), kept2);
+  EXPECT_EQ(g->Canonical(kept2 + 2), kept2 + 2);
+
+  // Nothing to map: copies that may read nothing, runs too short for the depth.
+  EXPECT_TRUE(Parse("root ::= (\"a\"?){600}")->canonical.empty());
+  EXPECT_TRUE(Parse("root ::= [a-z]{200}")->canonical.empty());
+  g = Parse("root ::= x{600}\nx ::= [a-z] | \"\"");
+  EXPECT_TRUE(g->canonical.empty());
+
+  // The language is the grammar's: a run's end still counts every copy.
+  g = Parse("root ::= \"<\" [a-z]{600} \">\"");
+  EXPECT_TRUE(Matches(g, "<" + std::string(600, 'q') + ">"));
+  EXPECT_FALSE(Matches(g, "<" + std::string(599, 'q') + ">"));
+  EXPECT_FALSE(Prefix(g, "<" + std::string(601, 'q')));
+}
+
+// States along a long run share a canonical key once they are more than kCanonicalDepth + 1
+// copies from its end, and a canonical state reads on as the state itself would, up to that depth.
+TEST(GbnfTest, CanonicalStatesReadOnAlike) {
+  constexpr int32_t kDepth = Grammar::kCanonicalDepth;
+  auto g = Parse("root ::= \"<\" ([a-z] | \"%\" [0-9]){500,} \">\"");
+  ASSERT_FALSE(g->canonical.empty());
+  Matcher a(g), b(g);
+  ASSERT_TRUE(a.Accept(std::string("<ab")));
+  ASSERT_TRUE(b.Accept("<" + std::string(100, 'z') + "%7"));
+  EXPECT_NE(a.Key(a.state()), b.Key(b.state()));
+  EXPECT_EQ(a.Key(a.state(), /*canonical=*/true), b.Key(b.state(), /*canonical=*/true));
+  // Close to the end the keys part again.
+  Matcher c(g);
+  ASSERT_TRUE(c.Accept("<" + std::string(500 - kDepth, 'x')));
+  EXPECT_NE(a.Key(a.state(), true), c.Key(c.state(), true));
+
+  // From the canonical state, every text of up to kCanonicalDepth bytes goes as from the state.
+  MatchState canonical;
+  ASSERT_TRUE(a.Canonical(a.state(), &canonical));
+  EXPECT_EQ(a.Key(canonical), a.Key(a.state(), true));
+  for (const std::string& text : {std::string(kDepth, 'k'), std::string("%1%2%") + "x",
+                                  std::string("%x"), std::string(">")}) {
+    MatchState from = a.state(), to;
+    MatchState from_c = canonical, to_c;
+    bool alive = true, alive_c = true;
+    for (char ch : text) {
+      alive = alive && a.Advance(from, static_cast<uint8_t>(ch), &to);
+      alive_c = alive_c && a.Advance(from_c, static_cast<uint8_t>(ch), &to_c);
+      ASSERT_EQ(alive, alive_c) << text;
+      if (!alive) break;
+      EXPECT_EQ(to.complete, to_c.complete);
+      from = to;
+      from_c = to_c;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gizllm

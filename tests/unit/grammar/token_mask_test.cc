@@ -323,6 +323,60 @@ TEST_F(TokenMaskTest, RequestsOfOneGrammarShareMasksByState) {
   EXPECT_NE(one.StateKey(), two.StateKey());
 }
 
+// Masks keyed by canonical states (Grammar::canonical) equal the plain walk from the state
+// itself at every step of paths along long runs (a bounded string of a schema, GBNF runs of
+// one and several elements), to their ends; and the run's early steps reuse one mask.
+TEST_F(TokenMaskTest, CanonicalStatesGiveTheStatesMasks) {
+  Expected<std::string> schema = JsonSchemaToGbnf(R"({"type":"object","properties":{
+    "body":{"type":"string","minLength":300,"maxLength":320},"n":{"type":"integer"}},
+    "required":["body","n"],"additionalProperties":false})");
+  ASSERT_TRUE(schema.ok()) << schema.status().message();
+  const std::string grammars[] = {
+      *schema,
+      "root ::= \"<\" [a-z ]{400} \">\"",
+      "root ::= (\"ab\" | [0-9]){300,} \".\"",
+  };
+  const int32_t eos = tokenizer_->TokenId("<|im_end|>");
+  const std::vector<int32_t> stop = {eos};
+  std::mt19937 rng(5);
+  for (const std::string& gbnf : grammars) {
+    TokenGrammar tg = Make(gbnf);
+    ASSERT_FALSE(tg.grammar->canonical.empty()) << gbnf;
+    int64_t hits = 0;  // the request's own cache's
+    for (int path = 0; path < 3; ++path) {
+      TokenMatcher tm(tg), plain(tg, /*cache=*/false, /*classes=*/false, /*canonical=*/false);
+      bool ended = false;
+      for (int step = 0; step < 600 && !ended; ++step) {
+        std::vector<uint64_t> mask, want;
+        tm.FillMask(stop, &mask);
+        plain.FillMask(stop, &want);
+        ASSERT_EQ(mask, want) << gbnf << " path " << path << " step " << step;
+        std::vector<int32_t> allowed;
+        for (int32_t t = 0; t < vocabulary_->size(); ++t) {
+          if (Has(want, t)) allowed.push_back(t);
+        }
+        ASSERT_FALSE(allowed.empty()) << gbnf << " step " << step;
+        // Longer tokens first (the run's end comes sooner), a stop where it is allowed.
+        std::shuffle(allowed.begin(), allowed.end(), rng);
+        std::stable_sort(allowed.begin(), allowed.end(), [&](int32_t a, int32_t b) {
+          return vocabulary_->bytes(a).size() > vocabulary_->bytes(b).size();
+        });
+        const int32_t pick = Has(want, eos) ? eos : allowed[rng() % std::min<size_t>(allowed.size(), 8)];
+        if (pick == eos) {
+          ended = true;
+          break;
+        }
+        ASSERT_TRUE(tm.Accept(pick));
+        ASSERT_TRUE(plain.Accept(pick));
+      }
+      EXPECT_TRUE(ended) << gbnf << " path " << path;
+      hits += tm.cache_hits();
+    }
+    // Two or more steps of a path in the run's early copies: one walk for all of them.
+    EXPECT_GT(hits + tg.masks->hits(), 5) << gbnf;
+  }
+}
+
 TEST(ApplyMaskTest, LeavesAllowedLogits) {
   std::vector<float> logits = {1, 2, 3, 4, 5};
   std::vector<uint64_t> mask = {0b10110};
