@@ -555,8 +555,8 @@ class Parser {
   }
 
   // Fills g->canonical (Grammar::canonical) from the runs of each alternative that repeat a block
-  // of up to kMaxPeriod elements, shortest periods first; a run found covers its elements for
-  // longer periods.
+  // of up to kMaxPeriod elements, shortest periods first (a run found covers its elements for
+  // longer periods), and from chains of optional copies.
   static void FindRuns(Grammar* g) {
     constexpr int32_t kMaxPeriod = 16;
     constexpr int64_t kDepth = Grammar::kCanonicalDepth;
@@ -620,6 +620,58 @@ class Parser {
         }
       }
       begin = end + 1;
+    }
+    // Chains of optional copies (x{m,n} past m: r_k ::= x r_(k-1) | "" down to r_1 ::= x | "",
+    // generated in that order): the rules that allow more than kDepth + 2 copies map onto the
+    // one of their chain that allows kDepth + 2. Up to kDepth bytes, what may follow a place in
+    // either is the same and may end at the same places.
+    const size_t rules = g->rules.size();
+    std::vector<int64_t> depth(rules, 0);  // copies a chain rule allows; 0: not one
+    std::vector<int64_t> item(rules, 0);   // elements of its copy
+    std::vector<int32_t> next(rules, -1);  // the rule it ends in
+    auto alt_size = [&](int32_t alt) {
+      int64_t e = alt;
+      while (g->elements[e].kind != GrammarElement::kEnd) ++e;
+      return e - alt;
+    };
+    for (size_t r = 0; r < rules; ++r) {
+      const std::vector<int32_t>& alts = g->rules[r];
+      if (alts.size() != 2 || g->elements[alts[1]].kind != GrammarElement::kEnd) continue;
+      const int32_t a = alts[0];
+      const int64_t size = alt_size(a);
+      if (size == 0) continue;
+      const GrammarElement& last = g->elements[a + size - 1];
+      if (size >= 2 && last.kind == GrammarElement::kRule && last.value < static_cast<int32_t>(r) &&
+          depth[last.value] > 0 && item[last.value] == size - 1) {
+        const int32_t below = g->rules[last.value][0];
+        bool equal = true;
+        for (int64_t j = 0; equal && j < size - 1; ++j) equal = same(a + j, below + j);
+        if (equal) {
+          depth[r] = depth[last.value] + 1;
+          item[r] = size - 1;
+          next[r] = last.value;
+          continue;
+        }
+      }
+      depth[r] = 1;
+      item[r] = size;
+    }
+    for (size_t r = 0; r < rules; ++r) {
+      if (depth[r] <= kDepth + 2) continue;
+      bool reads = false;
+      for (int64_t j = 0; j < item[r]; ++j) {
+        const GrammarElement& e = g->elements[g->rules[r][0] + j];
+        reads = reads || e.kind == GrammarElement::kBytes || !nullable[e.value];
+      }
+      if (!reads) continue;
+      int32_t target = static_cast<int32_t>(r);
+      while (depth[target] > kDepth + 2) target = next[target];
+      if (g->canonical.empty()) {
+        g->canonical.resize(n);
+        for (int64_t e = 0; e < n; ++e) g->canonical[e] = static_cast<int32_t>(e);
+      }
+      const int32_t from = g->rules[r][0], to = g->rules[target][0];
+      for (int64_t j = 0; j <= item[r]; ++j) g->canonical[from + j] = static_cast<int32_t>(to + j);
     }
   }
 

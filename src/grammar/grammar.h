@@ -62,9 +62,11 @@ struct Grammar {
   // Long runs of one repeated item (x{m} with m past kCanonicalDepth + 2, as bounded repetitions
   // expand): canonical[e] is the element at e's place in the copy kCanonicalDepth + 1 copies
   // before the run's end, for an element e in an earlier copy of an item that reads at least one
-  // byte. What may follow both agrees on every text of up to kCanonicalDepth bytes and ends no
-  // sooner (each copy left reads a byte), so a token mask, which looks no further than the
-  // longest token, is the same from either: masks key their states by these positions
+  // byte; in a chain of optional copies (x{0,n}), the element at e's place in the chain's rule
+  // that allows kCanonicalDepth + 2 copies, for e in one that allows more. What may follow both
+  // agrees on every text of up to kCanonicalDepth bytes and may end at the same places (each
+  // copy reads a byte), so a token mask, which looks no further than the longest token, is the
+  // same from either: masks key their states by these positions
   // (Matcher::Key, Matcher::Canonical) and the states along a long run share one mask. Empty:
   // every element is its own.
   static constexpr int32_t kCanonicalDepth = 256;

@@ -197,6 +197,27 @@ TEST(GbnfTest, LongRunsHaveCanonicalElements) {
   g = Parse("root ::= x{600}\nx ::= [a-z] | \"\"");
   EXPECT_TRUE(g->canonical.empty());
 
+  // A chain of optional copies: places in rules that allow more than kDepth + 2 copies share
+  // their keys; closer to the chain's end they part.
+  g = Parse("root ::= \"<\" [a-z]{0,600} \">\"");
+  ASSERT_FALSE(g->canonical.empty());
+  {
+    Matcher a(g), b(g), c(g);
+    ASSERT_TRUE(a.Accept("<" + std::string(10, 'a')));
+    ASSERT_TRUE(b.Accept("<" + std::string(300, 'b')));
+    ASSERT_TRUE(c.Accept("<" + std::string(600 - kDepth, 'c')));
+    EXPECT_NE(a.Key(a.state()), b.Key(b.state()));
+    EXPECT_EQ(a.Key(a.state(), /*canonical=*/true), b.Key(b.state(), /*canonical=*/true));
+    EXPECT_NE(a.Key(a.state(), true), c.Key(c.state(), true));
+    // The rule they map onto: the one that allows kDepth + 2 more copies.
+    Matcher d(g);
+    ASSERT_TRUE(d.Accept("<" + std::string(600 - (kDepth + 2), 'd')));
+    EXPECT_EQ(a.Key(a.state(), true), d.Key(d.state()));
+    EXPECT_TRUE(Matches(g, "<" + std::string(600, 'q') + ">"));
+    EXPECT_FALSE(Prefix(g, "<" + std::string(601, 'q')));
+  }
+  EXPECT_TRUE(Parse("root ::= [a-z]{0,200}")->canonical.empty());
+
   // The language is the grammar's: a run's end still counts every copy.
   g = Parse("root ::= \"<\" [a-z]{600} \">\"");
   EXPECT_TRUE(Matches(g, "<" + std::string(600, 'q') + ">"));

@@ -324,15 +324,20 @@ TEST_F(TokenMaskTest, RequestsOfOneGrammarShareMasksByState) {
 }
 
 // Masks keyed by canonical states (Grammar::canonical) equal the plain walk from the state
-// itself at every step of paths along long runs (a bounded string of a schema, GBNF runs of
+// itself at every step of paths along long runs (strings of a schema with a minLength and with a
+// maxLength, GBNF runs of
 // one and several elements), to their ends; and the run's early steps reuse one mask.
 TEST_F(TokenMaskTest, CanonicalStatesGiveTheStatesMasks) {
   Expected<std::string> schema = JsonSchemaToGbnf(R"({"type":"object","properties":{
     "body":{"type":"string","minLength":300,"maxLength":320},"n":{"type":"integer"}},
     "required":["body","n"],"additionalProperties":false})");
   ASSERT_TRUE(schema.ok()) << schema.status().message();
+  Expected<std::string> bounded = JsonSchemaToGbnf(R"({"type":"object","properties":{
+    "title":{"type":"string","maxLength":700}},"required":["title"],"additionalProperties":false})");
+  ASSERT_TRUE(bounded.ok()) << bounded.status().message();
   const std::string grammars[] = {
       *schema,
+      *bounded,
       "root ::= \"<\" [a-z ]{400} \">\"",
       "root ::= (\"ab\" | [0-9]){300,} \".\"",
   };
