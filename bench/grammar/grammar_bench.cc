@@ -4,7 +4,8 @@
 // (what a request pays), without it (the class trie walk alone) and by the byte trie alone from
 // the state itself, not its canonical form (the plain walk; its masks must equal the others'),
 // each split by the masks' width (`wide`: more
-// than half the vocabulary allowed, as inside strings). Prints one JSON line.
+// than half the vocabulary allowed, as inside strings); and the time the request's matcher takes
+// to accept each picked token (`accept`). Prints one JSON line.
 //   grammar_bench --tokenizer PATH [--schemas tests/grammar/schemas] [--grammar GBNF_FILE]
 //                 [--docs 3] [--seed 1]
 // --grammar: documents of that GBNF grammar instead of the schemas.
@@ -112,7 +113,7 @@ int main(int argc, char** argv) {
     }
   }
   std::sort(files.begin(), files.end());
-  std::vector<double> compile_us, cached_us, walk_us, bytes_us;
+  std::vector<double> compile_us, cached_us, walk_us, bytes_us, accept_us;
   std::vector<double> wide_us, narrow_us, wide_bytes_us, narrow_bytes_us;  // uncached, by width
   int refused = 0;
   std::mt19937 rng(seed);
@@ -164,7 +165,10 @@ int main(int argc, char** argv) {
             !closing.empty() && (step > 60 || rng() % 3 == 0) ? closing : allowed;
         const int32_t pick = from[rng() % from.size()];
         if (std::find(stop.begin(), stop.end(), pick) != stop.end()) break;
-        if (!cached.Accept(pick) || !walked.Accept(pick) || !by_bytes.Accept(pick)) {
+        const auto a0 = std::chrono::steady_clock::now();
+        const bool took = cached.Accept(pick);
+        accept_us.push_back(Micros(a0, std::chrono::steady_clock::now()));
+        if (!took || !walked.Accept(pick) || !by_bytes.Accept(pick)) {
           fprintf(stderr, "%s: an allowed token was refused\n", f.filename().c_str());
           return 1;
         }
@@ -173,7 +177,7 @@ int main(int argc, char** argv) {
   }
   printf(
       "{\"tokenizer\":\"%s\",\"vocab\":%lld,\"vocabulary_ms\":%.1f,\"schemas\":%zu,"
-      "\"refused\":%d,%s,%s,%s,%s,%s,%s,%s,%s}\n",
+      "\"refused\":%d,%s,%s,%s,%s,%s,%s,%s,%s,%s}\n",
       tokenizer_path.c_str(), static_cast<long long>(vocabulary->size()), vocabulary_ms,
       files.size(), refused, Json("compile", Summarize(compile_us)).c_str(),
       Json("mask", Summarize(cached_us)).c_str(), Json("mask_uncached", Summarize(walk_us)).c_str(),
@@ -181,6 +185,7 @@ int main(int argc, char** argv) {
       Json("uncached_wide", Summarize(wide_us)).c_str(),
       Json("uncached_narrow", Summarize(narrow_us)).c_str(),
       Json("bytes_wide", Summarize(wide_bytes_us)).c_str(),
-      Json("bytes_narrow", Summarize(narrow_bytes_us)).c_str());
+      Json("bytes_narrow", Summarize(narrow_bytes_us)).c_str(),
+      Json("accept", Summarize(accept_us)).c_str());
   return 0;
 }

@@ -575,6 +575,16 @@ PageTables Engine::Tables() const {
           paging_.enabled() ? window_tables_.data() : nullptr};
 }
 
+// Has the sequence's matcher take the token kept last step (Sequence::grammar_token).
+static void TakeGrammarToken(Sequence& seq) {
+  if (seq.grammar_token < 0) return;
+  if (!seq.matcher->Accept(seq.grammar_token)) {
+    // Its next mask allows nothing: the pick ends the request with this token named.
+    seq.grammar_refused = seq.grammar_token;
+  }
+  seq.grammar_token = -1;
+}
+
 // Sequences of one grammar in the same parse state share a mask (SharedMasks): the first of each
 // state walks the trie, on the pool; the others then find its mask.
 std::future<void> Engine::StartMasks() {
@@ -588,10 +598,15 @@ std::future<void> Engine::StartMasks() {
   const int64_t words = MaskWords(vocab_);
   if (picked_) step_masks_.resize(masked_.size() * words);
   return std::async(std::launch::async, [this, words] {
+    // The tokens kept last step, taken by the matchers first (each sequence's own).
+    mask_pool_->ParallelFor(static_cast<int64_t>(masked_.size()), 1,
+                            [&](int64_t begin, int64_t end, int) {
+                              for (int64_t i = begin; i < end; ++i) TakeGrammarToken(*masked_[i]);
+                            });
     std::vector<int32_t> first, rest;  // indices into masked_
     std::set<std::pair<const void*, std::string>> seen;
     for (size_t i = 0; i < masked_.size(); ++i) {
-      const Sequence& seq = *masked_[i];
+      Sequence& seq = *masked_[i];
       const void* grammar = seq.request.sampling.grammar->masks.get();
       (seen.emplace(grammar, seq.matcher->StateKey()).second ? first : rest)
           .push_back(static_cast<int32_t>(i));
@@ -603,6 +618,7 @@ std::future<void> Engine::StartMasks() {
               const int32_t m = (*group)[i];
               Sequence& seq = *masked_[m];
               seq.matcher->FillMask(seq.stop, &seq.mask);
+              if (seq.grammar_refused >= 0) std::fill(seq.mask.begin(), seq.mask.end(), 0);
               seq.mask_ready = true;
               if (picked_) std::copy(seq.mask.begin(), seq.mask.end(), &step_masks_[m * words]);
             }
@@ -838,7 +854,11 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
       } else {
         std::span<const float> logits(&logits_[w * vocab_], vocab_);
         std::span<const int32_t> all(seq.tokens);
-        if (seq.matcher && !(seq.mask_ready && j == 0)) seq.matcher->FillMask(seq.stop, &seq.mask);
+        if (seq.matcher && !(seq.mask_ready && j == 0)) {
+          TakeGrammarToken(seq);
+          seq.matcher->FillMask(seq.stop, &seq.mask);
+          if (seq.grammar_refused >= 0) std::fill(seq.mask.begin(), seq.mask.end(), 0);
+        }
         seq.mask_ready = false;
         // The prompt as the request gave it (a picture row's placeholder, not its key).
         token = sampler_.Sample(
@@ -848,11 +868,16 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
       }
       if (token == kNoAllowedToken) {
         out.end = "error";
-        out.status =
-            seq.matcher->status().ok()
-                ? Internal("the grammar allows no token after " +
-                           std::to_string(seq.tokens.size() - seq.prompt) + " tokens of the answer")
-                : seq.matcher->status();
+        if (seq.grammar_refused >= 0) {
+          out.status = Internal("the grammar refused the token " +
+                                std::to_string(seq.grammar_refused) + " its mask allowed");
+        } else {
+          out.status = seq.matcher->status().ok()
+                           ? Internal("the grammar allows no token after " +
+                                      std::to_string(seq.tokens.size() - seq.prompt) +
+                                      " tokens of the answer")
+                           : seq.matcher->status();
+        }
       } else if (token == kNonFiniteToken) {
         // This request ends; the others of the step go on.
         out.end = "error";
@@ -861,11 +886,9 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
                               "values, or its activations overflow");
       } else if (std::find(seq.stop.begin(), seq.stop.end(), token) != seq.stop.end()) {
         out.end = "stop";
-      } else if (seq.matcher && !seq.matcher->Accept(token)) {
-        out.end = "error";
-        out.status = Internal("the grammar refused the token " + std::to_string(token) +
-                              " its mask allowed");
       } else {
+        // The matcher takes the token with the next mask (TakeGrammarToken).
+        if (seq.matcher) seq.grammar_token = token;
         seq.tokens.push_back(token);
         out.tokens.push_back(token);
         if (seq.request.sampling.logprobs >= 0) out.logprobs.push_back(std::move(logprobs));

@@ -61,6 +61,11 @@ struct Sequence {
   // The grammar's state over the answer so far (request.sampling.grammar); advanced only by the
   // tokens the request keeps, so preemption and resumption leave it right.
   std::unique_ptr<TokenMatcher> matcher;
+  // A kept token the matcher has not taken yet: the matcher takes it on a mask thread before
+  // the next mask (TakeGrammarToken in engine.cc), beside the runner's step rather than on the
+  // engine's thread. -1: none. grammar_refused: the token the matcher refused there.
+  int32_t grammar_token = -1;
+  int32_t grammar_refused = -1;
   // The grammar's mask for this step's token, computed while the runner steps (mask_ready), or
   // by PostProcess where it was not.
   std::vector<uint64_t> mask;
