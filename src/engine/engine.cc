@@ -204,8 +204,8 @@ int32_t PictureRowKey(const PromptPictures& p, int64_t j, int64_t dim) {
 
 // `p`'s host rows copied once into `be`'s memory (one upload a request instead of one a step),
 // keyed by their contents as before.
-Expected<std::shared_ptr<const PromptPictures>> UploadPictures(const PromptPictures& p,
-                                                               Backend& be, int64_t dim) {
+Expected<std::shared_ptr<const PromptPictures>> UploadPictures(const PromptPictures& p, Backend& be,
+                                                               int64_t dim) {
   auto out = std::make_shared<PromptPictures>();
   out->positions = p.positions;
   out->rows = p.rows;
@@ -226,8 +226,7 @@ Expected<std::shared_ptr<const PromptPictures>> UploadPictures(const PromptPictu
 }
 
 // Picture row `index` of `p` at step row `row`, read where the rows lie.
-void PushVisual(const PromptPictures& p, int64_t index, int32_t row, int64_t dim,
-                VisualRows* v) {
+void PushVisual(const PromptPictures& p, int64_t index, int32_t row, int64_t dim, VisualRows* v) {
   v->rows.push_back(row);
   v->sources.push_back({p.DeviceRow(index, dim), p.count() * dim, p.layers});
   v->layers = std::max(v->layers, p.layers);
@@ -274,9 +273,10 @@ Status Engine::CheckPictures(std::span<const int32_t> prompt, const PromptPictur
     if (p.keys.empty() || !p.embeddings.empty() || !p.deepstack.empty() || p.layers < 0 ||
         p.layers > runner_->arch().layers ||
         p.device->bytes() < static_cast<size_t>((1 + p.layers) * count * dim) * sizeof(float)) {
-      return InvalidArgument("request.pictures: rows on the device need their keys, no host "
-                             "rows and [1 + layers, " + std::to_string(count) + ", " +
-                             std::to_string(dim) + "] floats");
+      return InvalidArgument(
+          "request.pictures: rows on the device need their keys, no host "
+          "rows and [1 + layers, " +
+          std::to_string(count) + ", " + std::to_string(dim) + "] floats");
     }
     return Status::Ok();
   }
@@ -346,6 +346,10 @@ Expected<int64_t> Engine::Add(Request request, int32_t mark, int32_t shared) {
   Sequence seq;
   if (request.sampling.grammar) {
     seq.matcher = std::make_unique<TokenMatcher>(*request.sampling.grammar);
+    const Sampling& s = request.sampling;
+    seq.grammar_phase = s.thinking && s.think_close >= 0 ? Sequence::GrammarPhase::kThinking
+                        : s.think_open >= 0 && s.think_close >= 0 ? Sequence::GrammarPhase::kStart
+                                                                  : Sequence::GrammarPhase::kHeld;
   }
   seq.id = id;
   seq.tokens = request.prompt;
@@ -538,8 +542,8 @@ Status Engine::DraftMtp(std::span<const std::pair<Sequence*, int64_t>> eligible,
   FillTables();
   const int64_t per = 1 + chained;
   mtp_picks_.resize(drafting.size() * per);
-  const Status made = runner_->MtpDraft(rows, Tables(), mtp_sources_,
-                                        static_cast<int32_t>(chained), mtp_picks_.data());
+  const Status made = runner_->MtpDraft(rows, Tables(), mtp_sources_, static_cast<int32_t>(chained),
+                                        mtp_picks_.data());
   for (Slot* slot : borrowed) Truncate(state_, *slot, static_cast<int64_t>(slot->tokens.size()));
   GZ_RETURN_IF_ERROR(made);
   for (size_t i = 0; i < drafting.size(); ++i) {
@@ -550,8 +554,8 @@ Status Engine::DraftMtp(std::span<const std::pair<Sequence*, int64_t>> eligible,
   // The pacer weighs drafts by this time; a run that drafts nothing (a prompt's rows read) is
   // the prompt's cost, not a step's.
   if (!drafting.empty()) {
-    draft_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began)
-                    .count();
+    draft_ms_ =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
   }
   return Status::Ok();
 }
@@ -583,6 +587,21 @@ static void TakeGrammarToken(Sequence& seq) {
     seq.grammar_refused = seq.grammar_token;
   }
   seq.grammar_token = -1;
+}
+
+// The sequence's mask for its next token: the grammar's, with think_open allowed where the
+// answer has not started (Sequence::GrammarPhase), and none at all once the matcher refused a
+// token (the pick then ends the request).
+static void FillGrammarMask(Sequence& seq) {
+  seq.matcher->FillMask(seq.stop, &seq.mask);
+  if (seq.grammar_refused >= 0) {
+    std::fill(seq.mask.begin(), seq.mask.end(), 0);
+  } else if (seq.grammar_phase == Sequence::GrammarPhase::kStart) {
+    const int32_t t = seq.request.sampling.think_open;
+    if (t >= 0 && static_cast<size_t>(t >> 6) < seq.mask.size()) {
+      seq.mask[t >> 6] |= uint64_t{1} << (t & 63);
+    }
+  }
 }
 
 // Sequences of one grammar in the same parse state share a mask (SharedMasks): the first of each
@@ -617,8 +636,7 @@ std::future<void> Engine::StartMasks() {
             for (int64_t i = begin; i < end; ++i) {
               const int32_t m = (*group)[i];
               Sequence& seq = *masked_[m];
-              seq.matcher->FillMask(seq.stop, &seq.mask);
-              if (seq.grammar_refused >= 0) std::fill(seq.mask.begin(), seq.mask.end(), 0);
+              FillGrammarMask(seq);
               seq.mask_ready = true;
               if (picked_) std::copy(seq.mask.begin(), seq.mask.end(), &step_masks_[m * words]);
             }
@@ -713,8 +731,8 @@ Status Engine::Run() {
         static_cast<int64_t>(seq.tokens.size())) {
       continue;  // a prompt piece: no token this step
     }
-    const int32_t mask = seq.matcher ? static_cast<int32_t>(masked_.size()) : -1;
-    if (seq.matcher) {
+    const int32_t mask = seq.Masked() ? static_cast<int32_t>(masked_.size()) : -1;
+    if (seq.Masked()) {
       DCHECK(p.drafts == 0);
       masked_.push_back(&seq);
     }
@@ -854,17 +872,16 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
       } else {
         std::span<const float> logits(&logits_[w * vocab_], vocab_);
         std::span<const int32_t> all(seq.tokens);
-        if (seq.matcher && !(seq.mask_ready && j == 0)) {
+        if (seq.Masked() && !(seq.mask_ready && j == 0)) {
           TakeGrammarToken(seq);
-          seq.matcher->FillMask(seq.stop, &seq.mask);
-          if (seq.grammar_refused >= 0) std::fill(seq.mask.begin(), seq.mask.end(), 0);
+          FillGrammarMask(seq);
         }
         seq.mask_ready = false;
         // The prompt as the request gave it (a picture row's placeholder, not its key).
         token = sampler_.Sample(
             logits, seq.request.sampling, seq.seed, seq.request.prompt, all.subspan(seq.prompt),
             &logprobs,
-            seq.matcher ? std::span<const uint64_t>(seq.mask) : std::span<const uint64_t>());
+            seq.Masked() ? std::span<const uint64_t>(seq.mask) : std::span<const uint64_t>());
       }
       if (token == kNoAllowedToken) {
         out.end = "error";
@@ -887,8 +904,20 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
       } else if (std::find(seq.stop.begin(), seq.stop.end(), token) != seq.stop.end()) {
         out.end = "stop";
       } else {
-        // The matcher takes the token with the next mask (TakeGrammarToken).
-        if (seq.matcher) seq.grammar_token = token;
+        // The matcher takes the token with the next mask (TakeGrammarToken); a thinking block
+        // before the grammar passes it by.
+        if (seq.matcher) {
+          const Sampling& s = seq.request.sampling;
+          using Phase = Sequence::GrammarPhase;
+          if (seq.grammar_phase == Phase::kThinking) {
+            if (token == s.think_close) seq.grammar_phase = Phase::kHeld;
+          } else if (seq.grammar_phase == Phase::kStart && token == s.think_open) {
+            seq.grammar_phase = Phase::kThinking;
+          } else {
+            seq.grammar_phase = Phase::kHeld;
+            seq.grammar_token = token;
+          }
+        }
         seq.tokens.push_back(token);
         out.tokens.push_back(token);
         if (seq.request.sampling.logprobs >= 0) out.logprobs.push_back(std::move(logprobs));

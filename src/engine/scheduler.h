@@ -66,6 +66,11 @@ struct Sequence {
   // engine's thread. -1: none. grammar_refused: the token the matcher refused there.
   int32_t grammar_token = -1;
   int32_t grammar_refused = -1;
+  // Where the answer is against the grammar (Sampling::think_open): before its first token
+  // (think_open allowed beside the grammar's tokens), inside the thinking (no mask), or held.
+  enum class GrammarPhase : int8_t { kStart, kThinking, kHeld };
+  GrammarPhase grammar_phase = GrammarPhase::kHeld;
+  bool Masked() const { return matcher && grammar_phase != GrammarPhase::kThinking; }
   // The grammar's mask for this step's token, computed while the runner steps (mask_ready), or
   // by PostProcess where it was not.
   std::vector<uint64_t> mask;

@@ -42,6 +42,13 @@ struct Sampling {
   int32_t logprobs = -1;         // -1: none; 0: the chosen token's; n: also the n most likely
   // Only the tokens this grammar allows, over the model's vocabulary; none: any token.
   std::shared_ptr<const TokenGrammar> grammar;
+  // A reasoning model's thinking before the grammar (-1: none): think_open as the answer's first
+  // token opens a block the grammar leaves free, think_close ends it, and the grammar holds the
+  // text after it; thinking: the prompt opened the block (the answer starts inside it). Without
+  // think_open first, the grammar holds the answer from its first token.
+  int32_t think_open = -1;
+  int32_t think_close = -1;
+  bool thinking = false;
 
   // Names the bad field and what was expected.
   Status Check() const;

@@ -36,6 +36,10 @@ struct SamplingOptions {
   int32_t logprobs = -1;         // -1: none; n >= 0: each token's logprob and the n most likely
   // The answer follows this grammar (response_format, grammar, guided_json, ...); none: free.
   std::shared_ptr<const Grammar> grammar;
+  // A chat's answer may think first (<think> ... </think>, where the model's vocabulary has those
+  // tokens): the grammar holds the text after the thinking. thinking: the prompt opened it.
+  bool grammar_after_thinking = false;
+  bool thinking = false;
 };
 
 struct GenerateRequest {
@@ -148,6 +152,9 @@ class TextModel {
   virtual Expected<ChatPrompt> RenderChat(const ChatInput& input) const = 0;
   // How the chat template writes tool calls (a forced call's grammar follows it).
   virtual ToolCallSyntax ToolSyntax() const { return ToolCallSyntax::kJson; }
+  // The chat template writes reasoning (<think> blocks): the model may think before its answer,
+  // and a grammar holds the answer after the thinking.
+  virtual bool Reasons() const { return false; }
   // What reads the model's pictures and videos (its Prepare* and Place, which are thread safe;
   // the generator runs the tower), or null for a model without a vision tower.
   virtual const PictureReader* Pictures() const { return nullptr; }

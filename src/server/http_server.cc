@@ -641,6 +641,12 @@ Routed Session::PrepareChat(const json& body) {
   job.request.sampling = chat.params.sampling;
   job.request.ignore_eos = chat.params.ignore_eos;
   job.parser = ChatParserOptions(chat.input.tools, *prompt);
+  // A reasoning model (its template writes <think>) may think before its answer; the grammar
+  // holds the answer (a forced tool call starts in the prompt, with no thinking).
+  if (job.request.sampling.grammar && chat.input.answer_prefix.empty() && text.Reasons()) {
+    job.request.sampling.grammar_after_thinking = true;
+    job.request.sampling.thinking = job.parser->starts_in_reasoning;
+  }
   job.params = std::move(chat.params);
   Routed r;
   r.job = std::move(job);

@@ -43,6 +43,14 @@ Expected<int64_t> EngineGenerator::Add(GenerateRequest request) {
       grammars_.splice(grammars_.end(), grammars_, it);
     }
     r.sampling.grammar = grammars_.back().second;
+    if (s.grammar_after_thinking) {
+      const int32_t open = tokenizer_.TokenId("<think>"), close = tokenizer_.TokenId("</think>");
+      if (open >= 0 && close >= 0) {
+        r.sampling.think_open = open;
+        r.sampling.think_close = close;
+        r.sampling.thinking = s.thinking;
+      }
+    }
   }
   if (request.ignore_eos) r.stop = std::vector<int32_t>{};
   GZ_ASSIGN_OR_RETURN(

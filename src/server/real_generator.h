@@ -55,7 +55,8 @@ class ChatTextModel : public TextModel {
         tokenizer_(std::move(tokenizer)),
         template_(std::move(chat)),
         vocab_(vocab),
-        syntax_(ToolCallSyntaxOf(template_.source())) {}
+        syntax_(ToolCallSyntaxOf(template_.source())),
+        reasons_(template_.source().find("<think>") != std::string::npos) {}
   // Reads the tokenizer and chat template of a model folder.
   static Expected<std::unique_ptr<ChatTextModel>> Load(const std::string& dir, std::string name,
                                                        int32_t context, int32_t vocab);
@@ -67,6 +68,7 @@ class ChatTextModel : public TextModel {
   Expected<std::string> Detokenize(std::span<const int32_t> tokens) const override;
   Expected<ChatPrompt> RenderChat(const ChatInput& input) const override;
   ToolCallSyntax ToolSyntax() const override { return syntax_; }
+  bool Reasons() const override { return reasons_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   const PictureReader* Pictures() const override { return pictures_.get(); }
   Expected<ChatPrompt> WriteVideos(const ChatPrompt& prompt,
@@ -80,6 +82,7 @@ class ChatTextModel : public TextModel {
   ChatTemplate template_;
   int32_t vocab_;
   ToolCallSyntax syntax_;  // from the template's text
+  bool reasons_;           // the template's text writes <think>
   std::shared_ptr<PictureReader> pictures_;
 };
 

@@ -1,5 +1,6 @@
 // Requests with a grammar in the engine: only allowed tokens, a stop only where the text is
-// complete, beside free requests in the same steps, under preemption and cancellation.
+// complete, beside free requests in the same steps, under preemption and cancellation; a
+// reasoning model's thinking left free before the grammar.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +19,8 @@ namespace {
 
 constexpr int64_t kVocab = 64;
 constexpr int32_t kEos = 1;
+// A reasoning model's special tokens (no bytes: never a grammar's).
+constexpr int32_t kThinkOpen = 40, kThinkClose = 41;
 
 // Tokens 2.. spell pieces of small JSON objects (several pieces span grammar symbols).
 std::shared_ptr<const TokenVocabulary> Vocabulary() {
@@ -54,25 +57,48 @@ std::vector<int32_t> Alone(const Request& request, uint64_t seed) {
   for (size_t p = 0; p < tokens.size(); ++p) h = FakeRunner::Chain(h, tokens[p], p);
   std::unique_ptr<TokenMatcher> matcher;
   if (request.sampling.grammar) matcher = std::make_unique<TokenMatcher>(*request.sampling.grammar);
+  // Thinking before the grammar: open allowed as the first token, nothing masked until close.
+  const Sampling& s = request.sampling;
+  const bool thinks = s.think_open >= 0;
+  bool thinking = thinks && s.thinking, first = true;
   std::vector<uint64_t> mask;
   const std::vector<int32_t> stop = {kEos};
   std::vector<int32_t> out;
   while (true) {
     for (int64_t v = 0; v < kVocab; ++v) logits[v] = FakeRunner::Logit(h, v);
-    if (matcher) matcher->FillMask(stop, &mask);
+    const bool masked = matcher && !thinking;
+    if (masked) matcher->FillMask(stop, &mask);
+    if (masked && thinks && first) mask[s.think_open / 64] |= uint64_t{1} << (s.think_open % 64);
     std::span<const int32_t> all(tokens);
     const int32_t t =
         sampler.Sample(logits, request.sampling, seed, all.first(request.prompt.size()),
                        all.subspan(request.prompt.size()), nullptr,
-                       matcher ? std::span<const uint64_t>(mask) : std::span<const uint64_t>());
+                       masked ? std::span<const uint64_t>(mask) : std::span<const uint64_t>());
     if (t == kEos) break;
-    if (matcher) EXPECT_TRUE(matcher->Accept(t));
+    if (thinking) {
+      thinking = t != s.think_close;
+    } else if (thinks && first && t == s.think_open) {
+      thinking = true;
+    } else if (matcher) {
+      EXPECT_TRUE(matcher->Accept(t));
+    }
+    first = false;
     out.push_back(t);
     tokens.push_back(t);
     if (request.limit > 0 && static_cast<int64_t>(out.size()) >= request.limit) break;
     h = FakeRunner::Chain(h, t, tokens.size() - 1);
   }
   return out;
+}
+
+// The tokens the grammar holds: after a thinking block where the request has one.
+std::vector<int32_t> GrammarPart(const Request& r, const std::vector<int32_t>& tokens) {
+  const Sampling& s = r.sampling;
+  if (s.think_open < 0) return tokens;
+  if (!s.thinking && (tokens.empty() || tokens[0] != s.think_open)) return tokens;
+  auto close = std::find(tokens.begin(), tokens.end(), s.think_close);
+  if (close == tokens.end()) return {};
+  return std::vector<int32_t>(close + 1, tokens.end());
 }
 
 // picks: the runner picks the tokens (as a device does), the constrained rows under the masks the
@@ -103,6 +129,11 @@ void MixedBatchesUnderPreemptionAndCancellation(bool picks) {
     r.sampling.temperature = 1.0f;
     r.sampling.seed = rng();
     if (i % 3 != 2) r.sampling.grammar = grammar;
+    if (i % 3 == 1) {  // a reasoning model's: thinking first, or the prompt opened it
+      r.sampling.think_open = kThinkOpen;
+      r.sampling.think_close = kThinkClose;
+      r.sampling.thinking = i % 2 == 0;
+    }
     pending.push_back({r, static_cast<int>(rng() % 30), i % 7 == 0 ? int(rng() % 40) : -1});
   }
   std::map<int64_t, int> index;
@@ -141,7 +172,7 @@ void MixedBatchesUnderPreemptionAndCancellation(bool picks) {
     EXPECT_EQ((*engine)->stats().device_sampled, 0);
     EXPECT_EQ((*engine)->stats().masks_on_device, 0);
   }
-  int complete = 0;
+  int complete = 0, thought = 0;
   for (auto& [id, i] : index) {
     const Request& r = pending[i].request;
     const std::vector<int32_t> want = Alone(r, *r.sampling.seed);
@@ -152,7 +183,15 @@ void MixedBatchesUnderPreemptionAndCancellation(bool picks) {
     EXPECT_EQ(got[id], want) << "request " << i;
     if (!r.sampling.grammar) continue;
     Matcher m(grammar->grammar);
-    const std::string text = Text(*grammar->vocabulary, got[id]);
+    const std::vector<int32_t> held = GrammarPart(r, got[id]);
+    if (r.sampling.think_open >= 0) {
+      const bool opened = r.sampling.thinking || (!got[id].empty() && got[id][0] == kThinkOpen);
+      thought += opened && held.size() + 2 < got[id].size();
+      if (opened && std::find(got[id].begin(), got[id].end(), kThinkClose) == got[id].end()) {
+        continue;  // ended inside its thinking
+      }
+    }
+    const std::string text = Text(*grammar->vocabulary, held);
     EXPECT_TRUE(m.Accept(text)) << text;
     if (end[id] == "stop") {
       EXPECT_TRUE(m.Complete()) << text;
@@ -160,6 +199,7 @@ void MixedBatchesUnderPreemptionAndCancellation(bool picks) {
     }
   }
   EXPECT_GT(complete, 5);
+  EXPECT_GT(thought, 1);  // requests that thought, then followed the grammar
 }
 
 TEST(EngineGrammar, MixedBatchesUnderPreemptionAndCancellation) {
