@@ -12,8 +12,10 @@
 //   MoePlanKernel: one block counts the picks of each expert, places them sorted by expert and
 //     lists tiles of up to kMoeTile rows of one expert;
 //   a grouped GEMM over those tiles for gate/up (SwiGLU at its end) and one for down: bf16 tensor
-//     cores (fast mode, bf16 weights) or float32 (exact mode, other formats); one launch each,
-//     blocks past the tiles in use leave at once;
+//     cores (fast mode, bf16 weights), or in fast mode with about kMoeFewRows rows an expert or
+//     fewer (batches of decode rows) MoeGroupedFewKernel, which streams each expert's weights once
+//     against its few rows; float32 (exact mode, other formats); one launch each, blocks past the
+//     tiles in use leave at once;
 //   MoeCombineKernel: each row's weighted sum of its picks' down outputs in expert order (a
 //     gather, so the sum's order is fixed and the result deterministic).
 // Quantized experts (q8, q4, q2, q1 in the device layout of quant_layout.cuh, each expert its own
@@ -666,6 +668,133 @@ __global__ void __launch_bounds__(128)
   }
 }
 
+// Few rows an expert (fast mode, bf16 weights): a batch of decode rows over many experts (64
+// rows, top 8 of 128 experts: about 4 rows an expert), where the tensor-core kernel's 64 x 64 tiles
+// are mostly padding and its synchronous staging leaves the weights' stream far below the copy
+// rate (1.15 ms a layer of the Qwen3-30B-A3B shape at 64 rows, 25% of it). A block takes one tile
+// of the plan and kFewOutputs of its expert's outputs, reads each of those weight rows once a pass
+// of up to kFewPass of the tile's rows (staged in shared memory as float32), and each warp
+// computes kFewWeights weight rows at a time (gate/up: 2 outputs' gate and up rows; down: 4
+// outputs), its lanes striding the inputs 8 bf16 values at a time; float32 products and sums
+// (the inputs not rounded to bf16), the lanes' sums added by shuffles.
+constexpr int kFewPass = 8;      // a tile's rows a pass
+constexpr int kFewOutputs = 64;  // outputs of a block
+constexpr int kFewWeights = 4;   // weight rows a warp reads at a time
+constexpr int kFewThreads = 256;
+constexpr int64_t kFewSharedBytes = 64 << 10;  // the most the staged rows take
+// Steps whose picks give the experts at most this many rows each on average take this path.
+constexpr int64_t kMoeFewRows = 8;
+
+__device__ __forceinline__ void Bf16x8(const uint4& v, float* f) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __bfloat1622float2(h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+
+template <bool kGateUp>
+__global__ void __launch_bounds__(kFewThreads)
+    MoeGroupedFewKernel(const float* __restrict__ a, const int* __restrict__ sorted,
+                        const int4* __restrict__ tiles, const int* __restrict__ tile_count,
+                        const void* const* __restrict__ table, int experts, int k, int64_t n,
+                        int64_t cols, int pass_rows, float* __restrict__ out) {
+  extern __shared__ float4 xs4[];  // [pass_rows][cols / 4]
+  const float* xs = reinterpret_cast<const float*>(xs4);
+  if (static_cast<int>(blockIdx.y) >= *tile_count) return;
+  const int4 tile = tiles[blockIdx.y];
+  const int e = tile.x, start = tile.y, count = tile.z;
+  constexpr int kOut = kGateUp ? 2 : 1;       // weights an output reads
+  constexpr int kGroup = kFewWeights / kOut;  // outputs a warp computes at once
+  const __nv_bfloat16* w[kOut];
+  if constexpr (kGateUp) {
+    w[0] = static_cast<const __nv_bfloat16*>(table[e]);
+    w[1] = static_cast<const __nv_bfloat16*>(table[experts + e]);
+  } else {
+    w[0] = static_cast<const __nv_bfloat16*>(table[2 * experts + e]);
+  }
+  constexpr int kFewWarps = kFewThreads / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t out0 = static_cast<int64_t>(blockIdx.x) * kFewOutputs;
+  const int64_t quads = cols / 4;
+  for (int first = 0; first < count; first += pass_rows) {
+    const int rows = min(pass_rows, count - first);
+    __syncthreads();  // the last pass's reads of the staged rows are done
+    for (int r = 0; r < rows; ++r) {
+      const float4* src = reinterpret_cast<const float4*>(
+          GroupedRow<kGateUp>(a, sorted, k, cols, start + first + r));
+      for (int64_t c = threadIdx.x; c < quads; c += kFewThreads) xs4[r * quads + c] = src[c];
+    }
+    __syncthreads();
+    for (int g = warp * kGroup; g < kFewOutputs; g += kFewWarps * kGroup) {
+      float acc[kOut][kGroup][kFewPass];
+#pragma unroll
+      for (int o = 0; o < kOut; ++o)
+#pragma unroll
+        for (int i = 0; i < kGroup; ++i)
+#pragma unroll
+          for (int r = 0; r < kFewPass; ++r) acc[o][i][r] = 0.0f;
+      for (int64_t c = lane * 8; c < cols; c += 32 * 8) {
+        uint4 raw[kOut][kGroup];
+#pragma unroll
+        for (int o = 0; o < kOut; ++o)
+#pragma unroll
+          for (int i = 0; i < kGroup; ++i) {
+            const int64_t j = out0 + g + i;
+            raw[o][i] = j < n ? LoadStreaming(w[o] + j * cols + c) : make_uint4(0, 0, 0, 0);
+          }
+        float wv[kOut][kGroup][8];
+#pragma unroll
+        for (int o = 0; o < kOut; ++o)
+#pragma unroll
+          for (int i = 0; i < kGroup; ++i) Bf16x8(raw[o][i], wv[o][i]);
+#pragma unroll
+        for (int r = 0; r < kFewPass; ++r) {
+          if (r < rows) {
+            const float4 x0 = *reinterpret_cast<const float4*>(&xs[r * cols + c]);
+            const float4 x1 = *reinterpret_cast<const float4*>(&xs[r * cols + c + 4]);
+#pragma unroll
+            for (int o = 0; o < kOut; ++o)
+#pragma unroll
+              for (int i = 0; i < kGroup; ++i) {
+                const float* v = wv[o][i];
+                acc[o][i][r] += v[0] * x0.x + v[1] * x0.y + v[2] * x0.z + v[3] * x0.w +
+                                v[4] * x1.x + v[5] * x1.y + v[6] * x1.z + v[7] * x1.w;
+              }
+          }
+        }
+      }
+#pragma unroll
+      for (int o = 0; o < kOut; ++o)
+#pragma unroll
+        for (int i = 0; i < kGroup; ++i)
+#pragma unroll
+          for (int r = 0; r < kFewPass; ++r) {
+            float v = acc[o][i][r];
+#pragma unroll
+            for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+            acc[o][i][r] = v;
+          }
+      if (lane == 0) {
+#pragma unroll
+        for (int i = 0; i < kGroup; ++i) {
+          const int64_t j = out0 + g + i;
+#pragma unroll
+          for (int r = 0; r < kFewPass; ++r) {
+            if (j < n && r < rows) {
+              float v = acc[0][i][r];
+              if constexpr (kGateUp) v = Silu(v) * acc[kOut - 1][i][r];
+              out[static_cast<int64_t>(start + first + r) * n + j] = v;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // out[r, c] (+)= sum over the row's picks j (expert order) of weight_j * y[slot_pos[r k + j], c].
 __global__ void __launch_bounds__(256)
     MoeCombineKernel(const float* __restrict__ y, const int* __restrict__ slot_pos,
@@ -711,11 +840,39 @@ void DownDecode(const MoeFeedForwardParams& p, const MoeDevice& d, bool vec, boo
   GZ_CUDA_LAUNCHED();
 }
 
+// Whether a grouped GEMM of this step takes the few-rows kernel (where the tensor-core one would
+// run): inputs of whole 16-byte packs, and on average at most kMoeFewRows rows an expert.
+bool FewRows(const MoeFeedForwardParams& p, int64_t cols) {
+  return p.rows * p.top_k <= kMoeFewRows * p.experts && cols % 8 == 0;
+}
+
+template <bool kGateUp>
+void LaunchFew(const MoeFeedForwardParams& p, const MoeDevice& d, const float* a, float* out,
+               int64_t n, int64_t cols, unsigned max_tiles, cudaStream_t stream) {
+  const int pass_rows =
+      static_cast<int>(std::clamp<int64_t>(kFewSharedBytes / (cols * 4), 1, kFewPass));
+  const size_t shared = static_cast<size_t>(pass_rows) * cols * sizeof(float);
+  static const bool attribute = [] {
+    return cudaFuncSetAttribute(MoeGroupedFewKernel<kGateUp>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(kFewSharedBytes)) == cudaSuccess;
+  }();
+  (void)attribute;
+  MoeGroupedFewKernel<kGateUp>
+      <<<dim3(Blocks(n, kFewOutputs), max_tiles), kFewThreads, shared, stream>>>(
+          a, d.sorted, d.tiles, d.tile_count, d.table, p.experts, p.top_k, n, cols, pass_rows, out);
+  GZ_CUDA_LAUNCHED();
+}
+
 template <bool kGateUp>
 void Grouped(const MoeFeedForwardParams& p, const MoeDevice& d, Format format, bool bf16,
              const float* a, float* out, unsigned max_tiles, cudaStream_t stream) {
   const int64_t n = kGateUp ? p.ffn : p.dim, cols = kGateUp ? p.dim : p.ffn;
   dim3 grid(Blocks(n, kMoeTile), max_tiles);
+  if (bf16 && format == Format::kBf16 && d.aligned && FewRows(p, cols)) {
+    LaunchFew<kGateUp>(p, d, a, out, n, cols, max_tiles, stream);
+    return;
+  }
   if (bf16 && format == Format::kBf16 && d.aligned) {
     MoeGroupedMmaKernel<kGateUp><<<grid, 128, 0, stream>>>(
         a, d.sorted, d.tiles, d.tile_count, d.table, p.experts, p.top_k, n, cols, out);
