@@ -86,7 +86,7 @@ Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOpt
   }
   // Window paging wherever the model allows it (its window layers keep only their window) and
   // the budget holds one sequence of the whole context under it.
-  KvPaging paging = KvPagingOf(runner->caches());
+  KvPaging paging = runner->PagesWindows() ? KvPagingOf(runner->caches()) : KvPaging{};
   const int32_t max_pages = PagesFor(options.context);
   // The slots' recurrent states and their snapshots (float32, allocated by the runner's
   // Reserve) come out of the budget first; the rest holds pages.

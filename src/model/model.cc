@@ -157,6 +157,12 @@ struct Model::Impl {
     Layer layer;                            // a full-attention decoder layer
   };
   std::unique_ptr<Mtp> mtp;
+  // A pipeline stage's layers [first_layer, end_layer) (`layers` holds them from first_layer
+  // on), and where its steps read and write the residual stream (Model::SetStageRows).
+  int first_layer = 0;
+  int end_layer = 0;
+  const float* stage_in = nullptr;
+  float* stage_out = nullptr;
   int64_t mtp_tensors = 0;
   int64_t mtp_parameters = 0;
   int64_t skipped_tensors = 0;   // under Arch::skipped_prefixes (a vision tower)
@@ -224,6 +230,9 @@ void Model::Impl::IssueHead(Backend& be, const Arch& a, const float* x, int64_t 
 Status LoadOptions::Check() const {
   if (layers == 0 || layers < -1) return InvalidArgument("layers: must be positive or -1");
   if (expert_cache < 0) return InvalidArgument("expert_cache: must not be negative");
+  if (first_layer < 0) return InvalidArgument("first_layer: must not be negative");
+  if (end_layer != -1 && end_layer <= first_layer)
+    return InvalidArgument("end_layer: must be -1 or after first_layer");
   return Status::Ok();
 }
 
@@ -247,17 +256,31 @@ int64_t Model::MtpParameters() const { return impl_->mtp_parameters; }
 int64_t Model::SkippedTensors() const { return impl_->skipped_tensors; }
 int64_t Model::WeightBytes() const { return impl_->placed.bytes; }
 const std::vector<WeightSummary>& Model::weights() const { return impl_->placed.summary; }
+int Model::first_layer() const { return impl_->first_layer; }
+int Model::end_layer() const { return impl_->end_layer; }
 
-Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
-                                             std::shared_ptr<Backend> backend,
-                                             const LoadOptions& options) {
-  GZ_RETURN_IF_ERROR(options.Check());
+void Model::SetStageRows(const float* in, float* out) {
+  impl_->stage_in = in;
+  impl_->stage_out = out;
+}
+
+namespace {
+
+// A model's Arch and tensors, and the layers it holds.
+struct Source {
+  Arch arch;
+  Checkpoint checkpoint;
+  int layers = 0;  // config.json's, or fewer where a converted folder is cut (convert --layers)
+};
+
+Expected<Source> OpenSource(const std::string& dir, Backend& backend) {
   // A GGUF file brings its Arch and its tensors (under the family's names) at once.
   // So does a bitgpu folder (its manifest over the data file).
+  Source source;
   GgufModel gguf;
   const bool is_gguf = IsGgufPath(dir);
   const bool is_bitgpu = !is_gguf && IsBitgpuFolder(dir);
-  auto reads = [&](GgmlType t) { return backend->ReadsGgml(static_cast<uint32_t>(t)); };
+  auto reads = [&](GgmlType t) { return backend.ReadsGgml(static_cast<uint32_t>(t)); };
   if (is_gguf) {
     GZ_ASSIGN_OR_RETURN(gguf, OpenGgufModel(dir, reads));
   } else if (is_bitgpu) {
@@ -265,7 +288,47 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     gguf.arch = std::move(bitgpu.arch);
     gguf.checkpoint = std::move(bitgpu.checkpoint);
   }
-  GZ_ASSIGN_OR_RETURN(Arch arch, is_gguf || is_bitgpu ? Expected<Arch>(gguf.arch) : ReadArch(dir));
+  GZ_ASSIGN_OR_RETURN(source.arch,
+                      is_gguf || is_bitgpu ? Expected<Arch>(gguf.arch) : ReadArch(dir));
+  if (is_gguf || is_bitgpu) {
+    source.checkpoint = std::move(gguf.checkpoint);
+  } else {
+    GZ_ASSIGN_OR_RETURN(source.checkpoint, Checkpoint::Open(dir));
+  }
+  // The layers to read: a converted folder cut to its first layers (convert --layers) says how
+  // many it holds in its header.
+  const int config_layers = source.arch.layers;
+  source.layers = config_layers;
+  const auto& metadata = source.checkpoint.metadata();
+  if (auto it = metadata.find("gizllm.layers"); it != metadata.end()) {
+    int stored = 0;
+    try {
+      stored = std::stoi(it->second);
+    } catch (...) {
+      stored = 0;
+    }
+    if (stored < 1 || stored > config_layers) {
+      return DataLoss(dir + "/model.safetensors: header gizllm.layers \"" + it->second +
+                      "\" is not a layer count in [1, " + std::to_string(config_layers) + "]");
+    }
+    source.layers = stored;
+  }
+  return source;
+}
+
+}  // namespace
+
+Expected<int> Model::Layers(const std::string& dir, Backend& backend, int layers) {
+  GZ_ASSIGN_OR_RETURN(Source source, OpenSource(dir, backend));
+  return layers > 0 && layers < source.layers ? layers : source.layers;
+}
+
+Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
+                                             std::shared_ptr<Backend> backend,
+                                             const LoadOptions& options) {
+  GZ_RETURN_IF_ERROR(options.Check());
+  GZ_ASSIGN_OR_RETURN(Source source, OpenSource(dir, *backend));
+  Arch arch = std::move(source.arch);
   const int config_layers = arch.layers;
   for (int l = 0; l < arch.layers; ++l) {
     const LayerSpec& spec = arch.layer[l];
@@ -309,41 +372,33 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   model->backend_ = std::move(backend);
   model->impl_ = std::make_unique<Impl>();
   Impl& impl = *model->impl_;
-  if (is_gguf || is_bitgpu) {
-    impl.checkpoint = std::move(gguf.checkpoint);
-  } else {
-    GZ_ASSIGN_OR_RETURN(impl.checkpoint, Checkpoint::Open(dir));
-  }
+  impl.checkpoint = std::move(source.checkpoint);
   const Checkpoint& ckpt = impl.checkpoint;
   GZ_RETURN_IF_ERROR(ResolveTensorPrefix(
       &arch, [&](const std::string& name) { return ckpt.Find(name) != nullptr; }, dir));
-  // The layers to read: a converted folder cut to its first layers (convert --layers) says how
-  // many it holds in its header; LoadOptions::layers may cut further.
-  int layers = config_layers;
-  if (auto it = ckpt.metadata().find("gizllm.layers"); it != ckpt.metadata().end()) {
-    int stored = 0;
-    try {
-      stored = std::stoi(it->second);
-    } catch (...) {
-      stored = 0;
-    }
-    if (stored < 1 || stored > config_layers) {
-      return DataLoss(dir + "/model.safetensors: header gizllm.layers \"" + it->second +
-                      "\" is not a layer count in [1, " + std::to_string(config_layers) + "]");
-    }
-    layers = stored;
-  }
+  int layers = source.layers;
   if (options.layers > 0 && options.layers < layers) layers = options.layers;
   arch.layers = layers;
   arch.layer.resize(layers);
   model->arch_ = arch;
   const Arch& a = model->arch_;
+  // A pipeline stage's layers.
+  const int first = options.first_layer;
+  const int end = options.end_layer < 0 ? layers : options.end_layer;
+  if (end > layers || first >= end) {
+    return InvalidArgument(dir + ": a stage of layers [" + std::to_string(first) + ", " +
+                           std::to_string(end) + ") of a model of " + std::to_string(layers) +
+                           " layers");
+  }
+  impl.first_layer = first;
+  impl.end_layer = end;
+  const bool first_stage = first == 0, last_stage = end == layers;
 
   WeightLoader w(ckpt, a, *model->backend_, dir, &impl.placed);
   // Experts stay on the host until the rest is placed: then they are placed too where they fit,
   // else the backend's expert cache reads them (PlaceExperts, below).
-  const bool has_moe =
-      std::any_of(a.layer.begin(), a.layer.end(), [](const LayerSpec& l) { return l.IsMoe(); });
+  const bool has_moe = std::any_of(a.layer.begin() + first, a.layer.begin() + end,
+                                   [](const LayerSpec& l) { return l.IsMoe(); });
   const bool experts_on_host = has_moe && model->backend_->SupportsExpertCache();
   w.KeepExpertsOnHost(experts_on_host);
   for (const Rope& rope : a.ropes) {
@@ -357,10 +412,27 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     }
     impl.mrope_tables.push_back(mrope);
   }
-  GZ_ASSIGN_OR_RETURN(impl.embed, w.Matrix(TensorRole::kEmbed, -1));
-  impl.layers.resize(a.layers);
-  for (int l = 0; l < a.layers; ++l) {
-    Layer& L = impl.layers[l];
+  // A vision tower's tensors are left in the file.
+  for (const TensorInfo* t : ckpt.All()) {
+    if (!a.mtp_prefix.empty() && t->name.rfind(a.mtp_prefix, 0) == 0) {
+      ++impl.mtp_tensors;
+      impl.mtp_parameters += t->Elements();
+    }
+    for (const std::string& prefix : a.skipped_prefixes) {
+      if (t->name.rfind(prefix, 0) == 0) ++impl.skipped_tensors;
+    }
+  }
+  // A cut model (--layers) has no final norm and head: its logits come from the embedding.
+  const bool full = layers == config_layers;
+  const bool has_mtp = full && impl.mtp_tensors > 0;
+  const bool head_is_embed = a.tied_head || !w.Has(TensorRole::kHead, -1);
+  // The embedding: the first stage's, and the last's where the head or the MTP layer reads it.
+  if (first_stage || (last_stage && (head_is_embed || has_mtp))) {
+    GZ_ASSIGN_OR_RETURN(impl.embed, w.Matrix(TensorRole::kEmbed, -1));
+  }
+  impl.layers.resize(end - first);
+  for (int l = first; l < end; ++l) {
+    Layer& L = impl.layers[l - first];
     L.is_recurrent = a.layer[l].IsRecurrent();
     if (L.is_recurrent) {
       GZ_RETURN_IF_ERROR(L.recurrent.Load(w, a, l));
@@ -385,25 +457,18 @@ Expected<std::unique_ptr<Model>> Model::Load(const std::string& dir,
           {LayerKind::kAttention, spec.kv_heads, spec.head_dim, spec.window, kv});
     }
   }
-  // A vision tower's tensors are left in the file.
-  for (const TensorInfo* t : ckpt.All()) {
-    if (!a.mtp_prefix.empty() && t->name.rfind(a.mtp_prefix, 0) == 0) {
-      ++impl.mtp_tensors;
-      impl.mtp_parameters += t->Elements();
-    }
-    for (const std::string& prefix : a.skipped_prefixes) {
-      if (t->name.rfind(prefix, 0) == 0) ++impl.skipped_tensors;
-    }
+  // The final norm, the head and the MTP layer: the last stage's.
+  if (!last_stage) {
+    if (experts_on_host) GZ_RETURN_IF_ERROR(model->PlaceExperts(w, options.expert_cache));
+    return model;
   }
-  // A cut model (--layers) has no final norm and head: its logits come from the embedding.
-  const bool full = layers == config_layers;
-  if (full && impl.mtp_tensors > 0) GZ_RETURN_IF_ERROR(model->LoadMtp());
+  if (has_mtp) GZ_RETURN_IF_ERROR(model->LoadMtp());
   if (full || w.Has(TensorRole::kFinalNorm, -1)) {
     GZ_ASSIGN_OR_RETURN(impl.final_norm, w.Vector(TensorRole::kFinalNorm, -1));
   } else {
     GZ_ASSIGN_OR_RETURN(impl.final_norm, w.Upload(std::vector<float>(a.dim, 1.0f)));
   }
-  if (a.tied_head || !w.Has(TensorRole::kHead, -1)) {
+  if (head_is_embed) {
     if (!a.tied_head && full)
       return NotFound(dir + ": tensor " + TensorName(a, TensorRole::kHead, -1) +
                       " is missing and config.json does not tie the head to the embedding");
@@ -556,10 +621,14 @@ Status Model::AllocatePages(int32_t pages, bool window_paging) {
         "KV pool: window paging needs layers with and without a window, of "
         "one page size");
   }
+  if (window_paging && !(first_stage() && last_stage()))
+    return InvalidArgument("KV pool: no window paging in a pipeline stage");
   impl.pool.reset();
   impl.regions.clear();
   const int64_t page_bytes = window_paging ? paging.page_bytes : PageBytes();
-  GZ_ASSIGN_OR_RETURN(impl.pool, backend_->Allocate(static_cast<size_t>(pages) * page_bytes));
+  // (A pipeline stage of recurrent layers alone has no pages' bytes.)
+  GZ_ASSIGN_OR_RETURN(
+      impl.pool, backend_->Allocate(std::max<size_t>(static_cast<size_t>(pages) * page_bytes, 64)));
   impl.pages = pages;
   impl.window_paging = window_paging;
   impl.step_generation = NextStepGeneration();
@@ -633,7 +702,10 @@ Status Model::Reserve(int64_t rows, int32_t slots, int32_t max_pages) {
   // The blocks' scratch, for the widest layer.
   int64_t q_dim = 1, kv_dim = 1, ffn = 1, gate_dim = 1, conv_dim = 1, value_dim = 1, v_heads = 1;
   int64_t state_floats = 0;  // of one slot, every recurrent layer
-  for (const LayerSpec& spec : a.layer) {
+  // The layers of this stage (the whole model's but in a pipeline).
+  const std::span<const LayerSpec> specs(a.layer.data() + impl_->first_layer,
+                                         a.layer.data() + impl_->end_layer);
+  for (const LayerSpec& spec : specs) {
     if (spec.IsRecurrent()) {
       const RecurrentSpec& r = spec.recurrent;
       conv_dim = std::max(conv_dim, r.ConvDim());
@@ -659,7 +731,7 @@ Status Model::Reserve(int64_t rows, int32_t slots, int32_t max_pages) {
   if (state_floats > 0 && impl_->keeps_row_inputs) {
     // The rows' inputs, for the most rows a step reads.
     int64_t row_floats = 0;
-    for (const LayerSpec& spec : a.layer) {
+    for (const LayerSpec& spec : specs) {
       if (spec.IsRecurrent()) row_floats += spec.recurrent.RowInputFloats();
     }
     GZ_RETURN_IF_ERROR(alloc(&b.row_inputs, static_cast<size_t>(rows) * row_floats * f));
@@ -711,8 +783,10 @@ Status Model::Reserve(int64_t rows, int32_t slots, int32_t max_pages) {
   }
   GZ_RETURN_IF_ERROR(alloc(&b.gate, rows * ffn * f));
   GZ_RETURN_IF_ERROR(alloc(&b.up, rows * ffn * f));
-  GZ_RETURN_IF_ERROR(alloc(&b.picked, rows * a.dim * f));
-  GZ_RETURN_IF_ERROR(alloc(&b.logits, rows * a.vocab * f));
+  // The head's, on the last stage alone.
+  const int64_t head_rows = last_stage() ? rows : 1;
+  GZ_RETURN_IF_ERROR(alloc(&b.picked, head_rows * a.dim * f));
+  GZ_RETURN_IF_ERROR(alloc(&b.logits, head_rows * a.vocab * f));
   GZ_RETURN_IF_ERROR(alloc(&b.sample, rows * sizeof(SampleRow)));
   GZ_RETURN_IF_ERROR(alloc(&b.picks, rows * i));
   GZ_RETURN_IF_ERROR(alloc(&b.tokens, rows * i));
@@ -1210,10 +1284,21 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
   Impl& impl = *impl_;
   Buffers& b = impl.buffers;
   Backend& be = *backend_;
+  const int64_t n = rows.size();
+  // A pipeline stage: the stage before it gave its rows' residual stream (uploaded outside a
+  // recorded step, as the other inputs); the last stage alone reads the head.
+  const bool first = impl.first_layer == 0;
+  const bool last = impl.end_layer == a.layers;
+  if (!first) {
+    if (!impl.stage_in) return InvalidArgument("Step: a pipeline stage without its input rows");
+    be.CopyToDevice(b.x->data(), impl.stage_in, n * a.dim * sizeof(float));
+  }
+  if (!last && !impl.stage_out)
+    return InvalidArgument("Step: a pipeline stage without a place for its output rows");
+  if (!last) logits = nullptr, tokens = nullptr;
   if (tokens && !rows.wanted.empty()) {
     be.CopyToDevice(b.sample->data(), sample.data(), sample.size() * sizeof(SampleRow));
   }
-  const int64_t n = rows.size();
   StepBuilder step(be, b.x->as<float>(), b.h->as<float>(), b.o->as<float>(), n, a.dim,
                    static_cast<float>(a.norm_eps));
   const StepInputs in = b.Inputs(n, tables.max_pages, !rows.rotary_h.empty());
@@ -1290,17 +1375,18 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
       be.BeginStep(key);
     }
   }
-  if (!replayed)
+  if (!replayed && first)
     be.Embed({b.x->as<float>(), &impl.embed, b.tokens->as<int32_t>(), n, a.embed_scale});
   // Picture rows read the tower's rows instead of their placeholder's embedding (a copy of
   // each run of rows through GatherRows with the identity index).
   for (const Run& run : runs) {
+    if (!first) break;
     be.GatherRows({b.x->as<float>() + run.row * a.dim, run.embed, b.iota->as<int32_t>(),
                    run.count, a.dim});
   }
-  capture(0);
-  for (int l = 0; !replayed && l < a.layers; ++l) {
-    const Layer& L = impl.layers[l];
+  capture(impl.first_layer);
+  for (int l = impl.first_layer; !replayed && l < impl.end_layer; ++l) {
+    const Layer& L = impl.layers[l - impl.first_layer];
     if (L.is_recurrent) {
       L.recurrent.Issue(step, in);
     } else if (L.table == 0) {
@@ -1325,6 +1411,14 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
         be.Add({x + run.row * a.dim, run.deep + l * run.plane, run.count * a.dim});
       }
     }
+  }
+  if (!last) {
+    // The residual stream whole in x, for the next stage.
+    if (!replayed) step.Current();
+    if (recording) be.EndStep();
+    be.CopyToHost(impl.stage_out, b.x->data(), n * a.dim * sizeof(float));
+    be.Synchronize();
+    return Status::Ok();
   }
   // layers + 1: the last layer's output after the final norm (transformers' last_hidden_state,
   // what an embedder pools), normalized into h by an op of its own.

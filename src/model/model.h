@@ -29,6 +29,13 @@ struct LoadOptions {
   // N: a cache of N slots, unless N holds every expert (then all are placed). At least the
   // largest top k of a layer.
   int64_t expert_cache = 0;
+  // A pipeline stage (model/pipeline_runner.h): the layers [first_layer, end_layer) only (-1:
+  // to the last layer read). A stage whose first layer is not 0 reads its rows' residual stream
+  // from the stage before it (Model::SetStageRows) instead of the embedding; one whose end is
+  // not the last layer writes its residual stream out instead of the final norm and the head
+  // (and loads neither, nor the MTP layer). Other layers' weights are left in the file.
+  int first_layer = 0;
+  int end_layer = -1;
   Status Check() const;
 };
 
@@ -44,6 +51,9 @@ class Model final : public Runner {
                                                std::shared_ptr<Backend> backend,
                                                const LoadOptions& options = {});
   ~Model() override;
+  // The layers Load reads of `dir` with LoadOptions::layers `layers` (-1: all it holds), without
+  // loading any (the count a pipeline's stages are cut from).
+  static Expected<int> Layers(const std::string& dir, Backend& backend, int layers = -1);
 
   const Arch& arch() const override { return arch_; }
   const std::string& dir() const { return dir_; }
@@ -102,6 +112,19 @@ class Model final : public Runner {
   Status CopyPageToHost(int32_t page, void* host) override;
   Status CopyPageFromHost(int32_t page, const void* host) override;
   Backend* StepBackend() override { return backend_.get(); }
+
+  // A pipeline stage's layers [first_layer(), end_layer()) (the whole model: 0 and
+  // arch().layers); caches() lists theirs alone (and the MTP layer's on the last stage).
+  int first_layer() const;
+  int end_layer() const;
+  bool first_stage() const { return first_layer() == 0; }
+  bool last_stage() const { return end_layer() == arch_.layers; }
+  // Where the steps of a pipeline stage find their rows' residual stream and leave theirs,
+  // [rows, dim] float32 in host memory, until changed: a stage that is not the first reads
+  // `in` (the stream after layer first_layer() - 1) in place of the embedding; one that is not
+  // the last writes the stream after its last layer to `out` (and no logits, tokens or final
+  // hidden states). Ignored by the first (in) and the last (out) stage.
+  void SetStageRows(const float* in, float* out);
 
  private:
   struct Layer;

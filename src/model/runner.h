@@ -121,6 +121,9 @@ class Runner {
   // KvPaging::page_bytes, and Step then reads the window layers' pages from
   // PageTables::window_pages.
   virtual Status AllocatePages(int32_t pages, bool window_paging) = 0;
+  // Whether AllocatePages takes `window_paging` where KvPagingOf(caches()) allows it; a runner
+  // that does not (a pipeline's stages) pages every layer at every position.
+  virtual bool PagesWindows() const { return true; }
   Status AllocatePages(int32_t pages) { return AllocatePages(pages, /*window_paging=*/false); }
   // The most rows one Step may read; buffers are sized for it once, not per step.
   virtual Status Reserve(int64_t rows, int32_t slots, int32_t max_pages) = 0;

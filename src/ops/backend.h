@@ -632,6 +632,10 @@ class Backend {
 
   // Waits until every issued op has finished.
   virtual void Synchronize() = 0;
+  // Makes this backend's device the calling thread's current one (CUDA: its GPU), for a thread
+  // that drives backends on several devices (pipeline stages, model/pipeline_runner.h): called
+  // before loading onto a backend and before each run of its ops.
+  virtual void MakeCurrent() {}
 
   // Per-op times (ops/op_trace.h), for profiling. While on, each op notes when it starts (CUDA:
   // an event on the stream; CPU: the clock) and recorded steps are neither made nor replayed, so

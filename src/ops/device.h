@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,11 +20,18 @@ struct DeviceOptions {
   bool bf16 = false;            // CPU: activations into bf16 linears rounded to bf16 (AVX-512 BF16;
                                 // the default on such CPUs unless exact)
   bool int8 = false;            // CPU: activations into q8/q4 linears as int8 (AVX-512 VNNI)
+  int gpu = 0;                  // CUDA: the device's index among the visible ones
   Status Check() const;
 };
 
 // The backend, with whatever it needs kept alive (thread pool, device context).
 Expected<std::shared_ptr<Backend>> OpenBackend(const DeviceOptions& options);
+
+// A backend for each stage of a pipeline (model/pipeline_runner.h): on CUDA, stage s on GPU
+// gpus[s] (a GPU may come more than once); on the CPU, `gpus.size()` backends over one thread
+// pool (the indices are not read). Refuses an index no device has.
+Expected<std::vector<std::shared_ptr<Backend>>> OpenStageBackends(const DeviceOptions& options,
+                                                                  std::span<const int> gpus);
 
 // The backends this build has ("cpu", "cuda") and, for each, whether a device was found.
 std::vector<std::string> BuiltBackends();

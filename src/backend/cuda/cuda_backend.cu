@@ -566,6 +566,7 @@ class CudaBackend : public Backend {
   }
 
   void Synchronize() override { GZ_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void MakeCurrent() override { GZ_CUDA_CHECK(cudaSetDevice(options_.device)); }
 
   bool SetOpTrace(bool on) override {
     op_trace_ = on;
