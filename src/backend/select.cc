@@ -121,6 +121,14 @@ Expected<std::vector<std::shared_ptr<Backend>>> OpenStageBackends(const DeviceOp
   return OpenCpus(options.threads, bf16, options.int8, gpus.size());
 }
 
+int GpuCount() {
+#ifdef GIZLLM_HAVE_CUDA
+  return CudaDeviceCount();
+#else
+  return 0;
+#endif
+}
+
 std::vector<std::string> BuiltBackends() {
   std::vector<std::string> names = {"cpu"};
 #ifdef GIZLLM_HAVE_CUDA

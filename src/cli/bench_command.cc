@@ -118,9 +118,9 @@ int RunBench(const BenchOptions& o) {
       (!o.prompts.empty() || o.rate > 0 || o.background > 0 || o.concurrency != 1))
     return Fail("bench --image: runs one request at a time (--concurrency 1), without "
                 "--prompts, --rate or --background");
-  auto loaded = o.model.Load(!o.json);
+  auto loaded = o.model.LoadRunner(!o.json);
   if (!loaded.ok()) return Fail(loaded.status().message());
-  Model& model = **loaded;
+  LoadedModel& model = **loaded;
 
   // --image: each request's prompt is made inside its timed span (files read, pictures decoded
   // and preprocessed, the tower run), from a tower loaded once; one made here sizes the engine.
@@ -130,7 +130,7 @@ int RunBench(const BenchOptions& o) {
   std::vector<double> prepare_s, decode_s, tower_s, add_s;  // its parts, and Engine::Add's time
   auto picture_prompt = [&]() -> Expected<PicturePrompt> {
     PictureTimes times;
-    auto p = PicturePromptTokens(*pictures, model, *picture_tokenizer, o.image_prompt, o.images,
+    auto p = PicturePromptTokens(*pictures, model.first(), *picture_tokenizer, o.image_prompt, o.images,
                                  {}, &times);
     prepare_s.push_back(times.prepare);
     decode_s.push_back(times.decode);
@@ -142,7 +142,7 @@ int RunBench(const BenchOptions& o) {
     auto reader = PictureReader::Load(model.dir(), model.shared_backend());
     if (!reader.ok()) return Fail("bench --image: " + reader.status().message());
     pictures = std::move(*reader);
-    pictures->KeepRowsOnDevice(true);
+    pictures->KeepRowsOnDevice(model.stages() == 1);  // a pipeline's stages read host rows
     auto tokenizer = Tokenizer::Load(ResolveModelDir(o.model.model));
     if (!tokenizer.ok()) return Fail("bench --image: " + tokenizer.status().message());
     picture_tokenizer = std::move(*tokenizer);
@@ -188,17 +188,17 @@ int RunBench(const BenchOptions& o) {
   if (o.kv_mib < 0) return Fail("bench --kv-mib: expected >= 0");
   const int64_t budget =
       o.kv_mib > 0 ? o.kv_mib << 20
-                   : DefaultKvBudget(model.backend().kind(), model.backend().Memory());
+                   : model.DefaultKvBudget();
   if (Status s = o.model.FitKv(&model, options.slots, options.context, budget, !o.json); !s.ok())
     return Fail(s.message());
   // Room for every slot's full context.
-  options.kv_budget_bytes = KvBudgetFor(model.caches(), model.PageBytes(), options.slots,
+  options.kv_budget_bytes = KvBudgetFor(model.BudgetCaches(), model.PageBytes(), options.slots,
                                         PagesFor(options.context), options.rows);
   options.device_sampling = !o.host_sampling;
   if (Status s = o.draft.Apply(model, &options); !s.ok()) return Fail(s.message());
   // Recurrent layers' states come out of the budget before the pages.
   options.kv_budget_bytes += Engine::StateBytes(model.caches(), options);
-  auto created = Engine::Create(&model, options);
+  auto created = Engine::Create(model.runner(), options);
   if (!created.ok()) return Fail(created.status().message());
   Engine& engine = **created;
   if (o.warm) {
@@ -391,7 +391,7 @@ int RunBench(const BenchOptions& o) {
       stats.prompt_tokens > 0 ? static_cast<double>(stats.cached_tokens) / stats.prompt_tokens : 0;
   nlohmann::json out = {
       {"model", model.dir()},
-      {"backend", model.backend().Describe()},
+      {"backend", model.Describe()},
       {"kv", KvFormatName(model.kv_format())},
       {"requests", o.requests},
       {"concurrency", o.concurrency},
@@ -472,7 +472,7 @@ int RunBench(const BenchOptions& o) {
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf("model            %s on %s\n", model.dir().c_str(),
-                model.backend().Describe().c_str());
+                model.Describe().c_str());
     std::printf("requests         %lld at concurrency %d, %lld output tokens each\n",
                 static_cast<long long>(o.requests), o.concurrency,
                 static_cast<long long>(o.output_tokens));
@@ -536,6 +536,7 @@ void AddBenchCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand("bench", "Offline serving benchmark: throughput and latencies");
   auto o = std::make_shared<BenchOptions>();
   o->model.Add(cmd);
+  o->model.AddPipeline(cmd);
   o->draft.Add(cmd);
   cmd->add_option("--requests,-n", o->requests, "Requests in all")->default_val(32);
   cmd->add_option("--prompt-tokens,-p", o->prompt_tokens, "Tokens of each random prompt")

@@ -167,9 +167,9 @@ std::string Trim(const std::string& s) {
 int Chat(const ChatOptions& o) {
   if (o.max_tokens <= 0) return Fail("--max-tokens: must be positive");
   if (o.context <= 1) return Fail("--context: must be at least 2");
-  auto loaded = o.model.Load(/*verbose=*/true);
+  auto loaded = o.model.LoadRunner(/*verbose=*/true);
   if (!loaded.ok()) return Fail(loaded.status().message());
-  std::unique_ptr<Model> model = std::move(*loaded);
+  std::unique_ptr<LoadedModel> model = std::move(*loaded);
   const std::string dir = model->dir();
   auto tokenizer = Tokenizer::Load(dir);
   if (!tokenizer.ok()) return Fail(tokenizer.status().message());
@@ -189,15 +189,15 @@ int Chat(const ChatOptions& o) {
   options.busy_rows = BusyStepRows((*model).backend().kind(), 1, 0);
   options.context = o.context;
   if (model->arch().context > 0) options.context = std::min(options.context, model->arch().context);
-  const int64_t budget = DefaultKvBudget(model->backend().kind(), model->backend().Memory());
+  const int64_t budget = model->DefaultKvBudget();
   if (Status s = o.model.FitKv(model.get(), 1, options.context, budget, /*verbose=*/true); !s.ok())
     return Fail(s.message());
-  options.kv_budget_bytes = KvBudgetFor(model->caches(), model->PageBytes(), 1,
+  options.kv_budget_bytes = KvBudgetFor(model->BudgetCaches(), model->PageBytes(), 1,
                                         PagesFor(options.context) + 1, options.rows);
   if (Status s = o.draft.Apply(*model, &options); !s.ok()) return Fail(s.message());
   // Recurrent layers' states come out of the budget before the pages.
   options.kv_budget_bytes += Engine::StateBytes(model->caches(), options);
-  auto created = Engine::Create(model.get(), options);
+  auto created = Engine::Create(model->runner(), options);
   if (!created.ok()) return Fail(created.status().message());
   Engine& engine = **created;
 
@@ -251,8 +251,8 @@ int Chat(const ChatOptions& o) {
     if (command("/image") || command("/video")) {
       const bool video = command("/video");
       const std::string words = Trim(text.substr(6));
-      Status s = video ? AttachVideo(*model, words, &reader, &attached_videos)
-                       : AttachPicture(*model, words, &reader, &attached_pictures);
+      Status s = video ? AttachVideo(model->first(), words, &reader, &attached_videos)
+                       : AttachPicture(model->first(), words, &reader, &attached_pictures);
       if (!s.ok()) {
         std::fprintf(stderr, "%s\n", s.message().c_str());
       } else {
@@ -388,6 +388,7 @@ void AddChatCommand(CLI::App& app, CommandContext& ctx) {
       "/exit quits");
   auto o = std::make_shared<ChatOptions>();
   o->model.Add(cmd);
+  o->model.AddPipeline(cmd);
   o->draft.Add(cmd);
   cmd->add_option("--system", o->system, "System message that starts the conversation");
   cmd->add_option("--max-tokens,-n", o->max_tokens, "Most tokens of one reply")->default_val(512);

@@ -6,7 +6,7 @@
 
 #include "cli/command.h"
 #include "engine/engine.h"
-#include "model/model.h"
+#include "cli/model_options.h"
 
 namespace gizllm::cli {
 
@@ -18,7 +18,7 @@ struct DraftOptions {
   void Add(CLI::App* app);
   // Sets the engine's draft mode and count for `model`; a drafter the model has no part for or
   // that is not built yet is refused, naming it.
-  Status Apply(Model& model, EngineOptions* options) const;
+  Status Apply(LoadedModel& model, EngineOptions* options) const;
 };
 
 }  // namespace gizllm::cli

@@ -25,7 +25,7 @@ void DraftOptions::Add(CLI::App* app) {
       ->default_val(0);
 }
 
-Status DraftOptions::Apply(Model& model, EngineOptions* options) const {
+Status DraftOptions::Apply(LoadedModel& model, EngineOptions* options) const {
   if (drafts < 0 || drafts > EngineOptions::kMaxDrafts) {
     return InvalidArgument("--drafts: expected 0 to " + std::to_string(EngineOptions::kMaxDrafts) +
                            ", got " + std::to_string(drafts));

@@ -1,11 +1,15 @@
 // Shared model options (not a command itself; named *_command.cc so the CLI target picks it up).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
+#include <sstream>
 
 #include "cli/model_options.h"
 #include "core/mapped_file.h"
+#include "engine/kv_sizing.h"
 
 namespace gizllm::cli {
 
@@ -63,6 +67,154 @@ void ModelOptions::Add(CLI::App* app) {
       ->check(CLI::NonNegativeNumber);
 }
 
+void ModelOptions::AddPipeline(CLI::App* app) {
+  app->add_option("--pipeline", pipeline,
+                  "Pipeline stages: the model's layers cut into N consecutive stages, one a "
+                  "device (--gpus), each holding its layers' weights, KV pages and recurrent "
+                  "states; a step runs the stages one after another, each handing its rows' "
+                  "residual stream to the next. On the CPU (--device cpu), N stages over one "
+                  "thread pool. 0: one device holds the whole model")
+      ->default_val(0)
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--gpus", gpus,
+                  "GPU indices of the stages, comma-separated, one a stage (a GPU may come "
+                  "twice); without --pipeline, as many stages as GPUs listed. Default with "
+                  "--pipeline N: GPUs 0 to N - 1");
+}
+
+Expected<std::vector<int>> ModelOptions::StageDevices(int gpu_count) const {
+  std::vector<int> list;
+  if (!gpus.empty()) {
+    std::stringstream in(gpus);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+      size_t used = 0;
+      int gpu = -1;
+      try {
+        gpu = std::stoi(item, &used);
+      } catch (...) {
+        used = 0;
+      }
+      if (item.empty() || used != item.size() || gpu < 0) {
+        return InvalidArgument("--gpus \"" + gpus +
+                               "\": expected GPU indices separated by commas, such as 0,1");
+      }
+      list.push_back(gpu);
+    }
+    if (list.empty() || gpus.back() == ',')
+      return InvalidArgument("--gpus \"" + gpus + "\": expected GPU indices such as 0,1");
+  }
+  if (pipeline < 0) return InvalidArgument("--pipeline: expected 0 or more stages");
+  if (pipeline == 0 && list.empty()) return std::vector<int>{};
+  const bool cuda = device.device == "cuda" || (device.device == "auto" && gpu_count > 0);
+  if (!cuda) {
+    if (!list.empty()) {
+      return InvalidArgument("--gpus: there is no GPU to place stages on (--device " +
+                             device.device + "); --pipeline N alone runs N stages on the CPU");
+    }
+    return std::vector<int>(pipeline, 0);
+  }
+  if (list.empty()) {
+    if (pipeline > gpu_count) {
+      return InvalidArgument("--pipeline " + std::to_string(pipeline) + ": " +
+                             std::to_string(gpu_count) + " GPU" + (gpu_count == 1 ? "" : "s") +
+                             " found; name each stage's GPU with --gpus (one may come twice)");
+    }
+    for (int s = 0; s < pipeline; ++s) list.push_back(s);
+  }
+  if (pipeline > 0 && static_cast<int>(list.size()) != pipeline) {
+    return InvalidArgument("--pipeline " + std::to_string(pipeline) + " with --gpus " + gpus +
+                           ": expected one GPU a stage (" + std::to_string(pipeline) + "), got " +
+                           std::to_string(list.size()));
+  }
+  for (int gpu : list) {
+    if (gpu >= gpu_count) {
+      return InvalidArgument("--gpus " + gpus + ": no GPU " + std::to_string(gpu) + " (" +
+                             std::to_string(gpu_count) + " found)");
+    }
+  }
+  return list;
+}
+
+std::span<const CacheSpec> LoadedModel::caches() const {
+  return pipeline_ ? pipeline_->caches() : model_->caches();
+}
+
+int64_t LoadedModel::PageBytes() const {
+  return pipeline_ ? pipeline_->PageBytes() : model_->PageBytes();
+}
+
+std::span<const CacheSpec> LoadedModel::BudgetCaches() const {
+  return pipeline_ ? std::span<const CacheSpec>() : model_->caches();
+}
+
+int64_t LoadedModel::PositionBytes(KvFormat format) const {
+  return pipeline_ ? pipeline_->PositionBytes(format) : model_->PositionBytes(format);
+}
+
+Status LoadedModel::SetKvFormat(KvFormat format) {
+  return pipeline_ ? pipeline_->SetKvFormat(format) : model_->SetKvFormat(format);
+}
+
+bool LoadedModel::HasMtp() const { return pipeline_ ? pipeline_->HasMtp() : model_->HasMtp(); }
+
+Status LoadedModel::SetDraftVocab(int64_t tokens) {
+  return pipeline_ ? pipeline_->SetDraftVocab(tokens) : model_->SetDraftVocab(tokens);
+}
+
+ExpertCacheStats LoadedModel::ExpertCache() const {
+  return pipeline_ ? pipeline_->ExpertCache() : model_->ExpertCache();
+}
+
+int64_t LoadedModel::Parameters() const {
+  if (!pipeline_) return model_->Parameters();
+  int64_t n = 0;
+  for (int s = 0; s < pipeline_->stages(); ++s) n += pipeline_->stage(s).Parameters();
+  return n;
+}
+
+DeviceMemory LoadedModel::Memory() {
+  if (!pipeline_) return model_->backend().Memory();
+  // Each device's stages' share of a page; the device with the least memory for its share.
+  std::map<int, double> share;
+  std::map<int, DeviceMemory> memory;
+  const double page = static_cast<double>(std::max<int64_t>(1, pipeline_->PageBytes()));
+  for (int s = 0; s < pipeline_->stages(); ++s) {
+    Model& stage = pipeline_->stage(s);
+    share[devices_[s]] += stage.PageBytes() / page;
+    stage.backend().MakeCurrent();
+    memory[devices_[s]] = stage.backend().Memory();
+  }
+  DeviceMemory least = memory.begin()->second;
+  double least_free = -1;
+  for (const auto& [device, part] : share) {
+    const DeviceMemory m = memory[device];
+    const double scale = part > 0 ? 1.0 / part : 1e6;
+    const double free = m.free * scale;
+    if (least_free < 0 || free < least_free) {
+      least_free = free;
+      least = {static_cast<int64_t>(m.free * scale), static_cast<int64_t>(m.total * scale)};
+    }
+  }
+  return least;
+}
+
+int64_t LoadedModel::DefaultKvBudget() {
+  return gizllm::DefaultKvBudget(backend().kind(), Memory());
+}
+
+std::string LoadedModel::Describe() {
+  if (!pipeline_) return model_->backend().Describe();
+  std::string text = std::to_string(pipeline_->stages()) + " stages:";
+  for (int s = 0; s < pipeline_->stages(); ++s) {
+    Model& stage = pipeline_->stage(s);
+    text += (s ? "; " : " ") + std::string("layers ") + std::to_string(stage.first_layer()) + "-" +
+            std::to_string(stage.end_layer() - 1) + " on " + stage.backend().Describe();
+    if (stage.backend().kind() == DeviceKind::kCuda) text += " " + std::to_string(devices_[s]);
+  }
+  return text;
+}
+
 std::string ResolveModelDir(const std::string& model) {
   if (FileExists(model) || model != kDefaultModel) return model;
   // Running from elsewhere: look beside the executable (build/gizllm -> ../models/tiny-chat).
@@ -103,7 +255,35 @@ Expected<std::unique_ptr<Model>> ModelOptions::Load(bool verbose) const {
   return m;
 }
 
-Status ModelOptions::FitKv(Model* model, int32_t slots, int64_t context, int64_t budget,
+Expected<std::unique_ptr<LoadedModel>> ModelOptions::LoadRunner(bool verbose) const {
+  GZ_ASSIGN_OR_RETURN(std::vector<int> devices, StageDevices(GpuCount()));
+  if (devices.empty() || (pipeline == 0 && devices.size() == 1)) {
+    // One device: a Model (on the GPU --gpus names).
+    ModelOptions one = *this;
+    if (!devices.empty()) one.device.gpu = devices[0];
+    GZ_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, one.Load(verbose));
+    return std::make_unique<LoadedModel>(std::move(m));
+  }
+  auto start = std::chrono::steady_clock::now();
+  GZ_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<Backend>> backends,
+                      OpenStageBackends(device, devices));
+  LoadOptions options;
+  options.layers = layers;
+  options.expert_cache = expert_cache;
+  GZ_ASSIGN_OR_RETURN(options.kv, ChooseKvFormat(kv, *backends[0]));
+  GZ_ASSIGN_OR_RETURN(std::unique_ptr<PipelineRunner> stages,
+                      LoadPipeline(ResolveModelDir(model), backends, options));
+  auto loaded = std::make_unique<LoadedModel>(std::move(stages), std::move(devices));
+  if (verbose) {
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "loaded %s (%s, %.1f M parameters placed) in %s in %.2f s, %s KV pages\n",
+                 model.c_str(), loaded->arch().family.c_str(), loaded->Parameters() / 1e6,
+                 loaded->Describe().c_str(), s, KvFormatName(loaded->kv_format()).c_str());
+  }
+  return loaded;
+}
+
+Status ModelOptions::FitKv(LoadedModel* model, int32_t slots, int64_t context, int64_t budget,
                            bool verbose) const {
   if (kv != "auto") return Status::Ok();
   KvFit fit;

@@ -59,7 +59,7 @@ int Run(const RunOptions& o) {
   if (o.video_fps < 0) return Fail("--video-fps: must be positive");
   if (o.video_fps > 0 && o.videos.empty()) return Fail("--video-fps: give --video too");
 
-  auto model = o.model.Load(/*verbose=*/true);
+  auto model = o.model.LoadRunner(/*verbose=*/true);
   if (!model.ok()) return Fail(model.status().message());
   auto tokenizer = Tokenizer::Load((*model)->dir());
   if (!tokenizer.ok()) return Fail(tokenizer.status().message());
@@ -78,7 +78,7 @@ int Run(const RunOptions& o) {
       videos.push_back(
           {folder, o.video_fps > 0 ? std::optional<double>(o.video_fps) : std::nullopt});
     }
-    auto read = PicturePromptTokens(**model, *tokenizer, prompt, o.images, videos);
+    auto read = PicturePromptTokens((*model)->first(), *tokenizer, prompt, o.images, videos);
     if (!read.ok()) return Fail("run: " + read.status().message());
     ids = std::move(read->tokens);
     pictures = std::make_shared<const PromptPictures>(std::move(read->pictures));
@@ -95,15 +95,15 @@ int Run(const RunOptions& o) {
   if (static_cast<int64_t>(ids.size()) >= options.context)
     return Fail("prompt: " + std::to_string(ids.size()) + " tokens leave no room in the " +
                 std::to_string(options.context) + "-token context");
-  const int64_t budget = DefaultKvBudget((*model)->backend().kind(), (*model)->backend().Memory());
+  const int64_t budget = (*model)->DefaultKvBudget();
   if (Status s = o.model.FitKv(model->get(), 1, options.context, budget, /*verbose=*/true); !s.ok())
     return Fail(s.message());
-  options.kv_budget_bytes = KvBudgetFor((*model)->caches(), (*model)->PageBytes(), 1,
+  options.kv_budget_bytes = KvBudgetFor((*model)->BudgetCaches(), (*model)->PageBytes(), 1,
                                         PagesFor(options.context) + 1, options.rows);
   if (Status s = o.draft.Apply(**model, &options); !s.ok()) return Fail(s.message());
   // Recurrent layers' states come out of the budget before the pages.
   options.kv_budget_bytes += Engine::StateBytes((*model)->caches(), options);
-  auto engine = Engine::Create(model->get(), options);
+  auto engine = Engine::Create((*model)->runner(), options);
   if (!engine.ok()) return Fail(engine.status().message());
 
   Request request;
@@ -167,6 +167,7 @@ void AddRunCommand(CLI::App& app, CommandContext& ctx) {
       "pictures first, then the videos) and the answer is the assistant's");
   auto o = std::make_shared<RunOptions>();
   o->model.Add(cmd);
+  o->model.AddPipeline(cmd);
   o->draft.Add(cmd);
   cmd->add_option("--prompt,-p", o->prompt, "Prompt text (default: read stdin)")
       ->each([o](const std::string&) { o->prompt_given = true; });

@@ -103,11 +103,13 @@ int Serve(const ServeOptions& o) {
     yes_no = config.ok() && !config->score_tokens.empty();
   }
   if (encoder || yes_no || asked == server::Task::kEmbed || asked == server::Task::kRerank) {
+    if (o.model.pipeline > 0 || !o.model.gpus.empty())
+      return Fail("--pipeline, --gpus: embedders and rerankers run on one device");
     return ServeEncoder(o, asked, start);
   }
-  auto loaded = o.model.Load(/*verbose=*/true);
+  auto loaded = o.model.LoadRunner(/*verbose=*/true);
   if (!loaded.ok()) return Fail(loaded.status().message());
-  std::unique_ptr<Model> model = std::move(*loaded);
+  std::unique_ptr<LoadedModel> model = std::move(*loaded);
   const Arch& arch = model->arch();
   if (o.slots < 0 || o.context < 0 || o.kv_mib < 0)
     return Fail("--slots, --context and --kv-mib: expected 0 (choose) or a positive number");
@@ -116,7 +118,7 @@ int Serve(const ServeOptions& o) {
                 std::to_string(arch.context));
   }
   // Slots, context and KV budget: what was passed, the rest from the memory the weights left.
-  const DeviceMemory memory = model->backend().Memory();
+  const DeviceMemory memory = model->Memory();
   if (o.slots > 0) {
     // The slots asked for each hold a whole context: --kv auto picks the format they fit in.
     const bool gpu = model->backend().kind() == DeviceKind::kCuda;
@@ -153,7 +155,7 @@ int Serve(const ServeOptions& o) {
                static_cast<long long>(size->positions), size->slots, slots_why.c_str(),
                static_cast<long long>(context), o.context > 0 ? "" : " (most a slot may hold)",
                static_cast<long long>(engine_options.rows));
-  auto engine = Engine::Create(model.get(), engine_options);
+  auto engine = Engine::Create(model->runner(), engine_options);
   if (!engine.ok()) return Fail(engine.status().message());
 
   std::string dir = ResolveModelDir(o.model.model);
@@ -172,7 +174,7 @@ int Serve(const ServeOptions& o) {
     auto reader = PictureReader::Load(dir, model->shared_backend(), o.http.media.picture);
     if (!reader.ok()) return Fail(reader.status().message());
     pictures = std::move(*reader);
-    pictures->KeepRowsOnDevice(true);
+    pictures->KeepRowsOnDevice(model->stages() == 1);  // a pipeline's stages read host rows
     (*text)->SetPictures(pictures);
     std::fprintf(stderr, "pictures%s: at most %d a request, %lld pixels each%s\n",
                  pictures->reads_videos() ? " and videos" : "", o.http.media.max_pictures,
@@ -227,6 +229,7 @@ void AddServeCommand(CLI::App& app, CommandContext& ctx) {
   auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
   auto o = std::make_shared<ServeOptions>();
   o->model.Add(cmd);
+  o->model.AddPipeline(cmd);
   o->draft.Add(cmd);
   cmd->add_option("--host", o->http.host, "Address to listen on")->default_val("127.0.0.1");
   cmd->add_option("--port", o->http.port, "Port to listen on (0: any free port)")

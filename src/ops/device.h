@@ -33,6 +33,9 @@ Expected<std::shared_ptr<Backend>> OpenBackend(const DeviceOptions& options);
 Expected<std::vector<std::shared_ptr<Backend>>> OpenStageBackends(const DeviceOptions& options,
                                                                   std::span<const int> gpus);
 
+// The CUDA devices found (0 without CUDA in the build, a driver or a device).
+int GpuCount();
+
 // The backends this build has ("cpu", "cuda") and, for each, whether a device was found.
 std::vector<std::string> BuiltBackends();
 

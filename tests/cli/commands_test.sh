@@ -56,6 +56,18 @@ if $gz --help | grep -q " run "; then
   check run-seed-repeats cmp -s "$tmp/a" "$tmp/b"
   echo "In the beginning" | $gz run --greedy --max-tokens 4 >"$tmp/c" 2>/dev/null
   check run-stdin test -s "$tmp/c"
+  # Pipeline stages on the CPU: the same greedy text as one model, in float32; flags checked.
+  $gz run --device cpu --exact --prompt "In the beginning God created" --greedy --max-tokens 16 \
+    >"$tmp/whole" 2>/dev/null
+  expect_ok run-pipeline $gz run --device cpu --exact --pipeline 3 \
+    --prompt "In the beginning God created" --greedy --max-tokens 16
+  check run-pipeline-text cmp -s "$tmp/out" "$tmp/whole"
+  check run-pipeline-stages grep -q "in 3 stages: layers 0-2 on cpu" "$tmp/err"
+  expect_fail run-pipeline-too-many "more stages than the 8 layers" \
+    $gz run --device cpu --pipeline 9 --prompt "x" --max-tokens 2
+  expect_fail run-gpus-on-cpu "--gpus: there is no GPU" \
+    $gz run --device cpu --gpus 0,1 --prompt "x" --max-tokens 2
+  expect_fail run-gpus-bad "expected GPU indices" $gz run --gpus 0,x --prompt "x" --max-tokens 2
 fi
 
 # The streamed text's last line ends before the figures on stderr, also through a pipe.
