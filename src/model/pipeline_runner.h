@@ -71,7 +71,10 @@ class PipelineRunner final : public Runner {
   Status SetKvFormat(KvFormat format);
   int64_t PositionBytes(KvFormat format) const;
   // The last stage's MTP draft head (Model::SetDraftVocab).
-  Status SetDraftVocab(int64_t tokens) { return last().SetDraftVocab(tokens); }
+  Status SetDraftVocab(int64_t tokens) {
+    last().backend().MakeCurrent();
+    return last().SetDraftVocab(tokens);
+  }
 
  private:
   explicit PipelineRunner(std::vector<std::unique_ptr<Model>> stages);
