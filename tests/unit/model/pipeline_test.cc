@@ -1,9 +1,11 @@
 // Pipeline stages (model/pipeline_runner.h) on CPU backends in float32: a model cut into 2 and 3
-// stages gives the logits of the whole model on the same rows (a prompt step, then decode
-// steps), its hidden states and KV pages (a page's host copy is the whole model's, byte for
-// byte, and comes back), and the same greedy tokens through the engine: on the shipped tiny-chat
-// (dense), the golden Gemma 3 (window layers, which a pipeline pages at every position) and
-// models/tiny-hybrid (recurrent states per stage, its MTP layer on the last stage, MTP drafts).
+// stages gives the logits of the whole model bit for bit on the same rows (a prompt step, then
+// decode steps; picture rows with deepstack features across the stages), its hidden states and
+// KV pages (a page's host copy is the whole model's, byte for byte, and comes back), and the same
+// greedy tokens through the engine: on the shipped tiny-chat (dense), the golden Gemma 3 (window
+// layers, which a pipeline pages at every position) and Qwen3-MoE, and models/tiny-hybrid
+// (recurrent states per stage, its MTP layer on the last stage, MTP drafts). On CUDA where a GPU
+// is found: two stages on one GPU, and on two GPUs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -186,12 +188,32 @@ TEST(Pipeline, StageLoadsOnlyItsLayers) {
   const Model& first = (*pipeline)->stage(0);
   const Model& last = (*pipeline)->stage(1);
   EXPECT_EQ(first.first_layer(), 0);
-  EXPECT_EQ(first.end_layer(), last.first_layer());
+  EXPECT_EQ(first.end_layer(), 4);
+  EXPECT_EQ(last.first_layer(), 4);
   EXPECT_EQ(last.end_layer(), whole->arch().layers);
-  EXPECT_LT(first.Parameters(), whole->Parameters());
-  EXPECT_LT(last.Parameters(), whole->Parameters());
-  // The embedding's place on the first stage, the head's on the last (tiny-chat ties none).
-  EXPECT_GE(first.Parameters() + last.Parameters(), whole->Parameters());
+  // Each stage's tensors: its layers', the embedding on the first, the final norm on the last
+  // (tiny-chat ties its head to the embedding, so the last holds the embedding as well).
+  auto names = [](const Model& m) {
+    std::vector<std::string> out;
+    for (const WeightSummary& w : m.weights()) out.push_back(w.name);
+    return out;
+  };
+  auto holds = [](const std::vector<std::string>& all, const std::string& part) {
+    return std::any_of(all.begin(), all.end(),
+                       [&](const std::string& n) { return n.find(part) != std::string::npos; });
+  };
+  const auto a = names(first), b = names(last);
+  for (int l = 0; l < 8; ++l) {
+    const std::string layer = "layers." + std::to_string(l) + ".";
+    EXPECT_EQ(holds(a, layer), l < 4) << layer;
+    EXPECT_EQ(holds(b, layer), l >= 4) << layer;
+  }
+  EXPECT_TRUE(holds(a, "embed_tokens"));
+  EXPECT_FALSE(holds(a, "model.norm"));
+  EXPECT_TRUE(holds(b, "model.norm"));
+  EXPECT_TRUE(holds(b, "embed_tokens"));  // the tied head
+  const int64_t embedding = whole->arch().vocab * whole->arch().dim;
+  EXPECT_EQ(first.Parameters() + last.Parameters(), whole->Parameters() + embedding);
 }
 
 TEST(Pipeline, DenseLogitsEqualTheWholeModel) {
@@ -204,6 +226,43 @@ TEST(Pipeline, WindowLayersLogitsEqualTheWholeModel) { CheckLogits(kGemma3, 2); 
 TEST(Pipeline, HybridLogitsEqualTheWholeModel) {
   CheckLogits(kTinyHybrid, 2);                          // [0, 2) [2, 4)
   CheckLogits(kTinyHybrid, 3, std::vector<int>{1, 2});  // a stage of the attention layer alone
+}
+
+TEST(Pipeline, MoeLogitsEqualTheWholeModel) { CheckLogits("tests/golden/models/qwen3_moe", 2); }
+
+// Picture rows on a text model: the tower's rows in place of their placeholders' embeddings (the
+// first stage's) and deepstack features added after layers 0 to 5 (both stages' layers).
+TEST(Pipeline, PictureRowsEqualTheWholeModel) {
+  auto whole = LoadWhole(kTinyChat);
+  auto pipeline = LoadStages(kTinyChat, 2);
+  ASSERT_NE(whole, nullptr);
+  ASSERT_NE(pipeline, nullptr);
+  const int64_t dim = whole->arch().dim;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> value(0.0f, 0.05f);
+  Rows rows;
+  for (int p = 0; p < 12; ++p) rows.Push(100 + p, 0, p, true);
+  rows.visual.rows = {3, 4, 5, 6};
+  rows.visual.layers = 6;
+  rows.visual.embeddings.resize(4 * dim);
+  rows.visual.deepstack.resize(6 * 4 * dim);
+  for (float& v : rows.visual.embeddings) v = value(rng);
+  for (float& v : rows.visual.deepstack) v = value(rng);
+  std::vector<int32_t> table = {0};
+  PageTables tables{table.data(), 1, 1};
+  auto logits = [&](Runner& r, const Rows& step) {
+    std::vector<float> out(step.wanted.size() * r.arch().vocab);
+    EXPECT_TRUE(r.AllocatePages(1).ok());
+    const Status s = r.Step(step, tables, out.data());
+    EXPECT_TRUE(s.ok()) << s.message();
+    return out;
+  };
+  const std::vector<float> ref = logits(*whole, rows);
+  ExpectSame(logits(*pipeline, rows), ref, "picture rows");
+  // And they are read: the text rows alone give other logits.
+  Rows text = rows;
+  text.visual.Clear();
+  EXPECT_NE(logits(*pipeline, text), ref);
 }
 
 // Hidden states: each index from the stage that writes it, in the order asked.
