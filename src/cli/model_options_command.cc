@@ -205,7 +205,8 @@ int64_t LoadedModel::DefaultKvBudget() {
 
 std::string LoadedModel::Describe() {
   if (!pipeline_) return model_->backend().Describe();
-  std::string text = std::to_string(pipeline_->stages()) + " stages:";
+  const int n = pipeline_->stages();
+  std::string text = std::to_string(n) + (n == 1 ? " stage:" : " stages:");
   for (int s = 0; s < pipeline_->stages(); ++s) {
     Model& stage = pipeline_->stage(s);
     text += (s ? "; " : " ") + std::string("layers ") + std::to_string(stage.first_layer()) + "-" +
@@ -257,11 +258,10 @@ Expected<std::unique_ptr<Model>> ModelOptions::Load(bool verbose) const {
 
 Expected<std::unique_ptr<LoadedModel>> ModelOptions::LoadRunner(bool verbose) const {
   GZ_ASSIGN_OR_RETURN(std::vector<int> devices, StageDevices(GpuCount()));
-  if (devices.empty() || (pipeline == 0 && devices.size() == 1)) {
-    // One device: a Model (on the GPU --gpus names).
-    ModelOptions one = *this;
-    if (!devices.empty()) one.device.gpu = devices[0];
-    GZ_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, one.Load(verbose));
+  if (devices.empty() || (devices.size() == 1 && devices[0] == 0)) {
+    // One device, the default: a Model. (On another GPU, a pipeline of one stage, which makes
+    // its device current before each call, from whichever thread runs the engine.)
+    GZ_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, Load(verbose));
     return std::make_unique<LoadedModel>(std::move(m));
   }
   auto start = std::chrono::steady_clock::now();

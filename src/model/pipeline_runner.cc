@@ -38,13 +38,18 @@ Expected<std::unique_ptr<PipelineRunner>> PipelineRunner::Create(
   return std::unique_ptr<PipelineRunner>(new PipelineRunner(std::move(stages)));
 }
 
+Status PipelineRunner::FirstCurrent(Status status) {
+  stages_.front()->backend().MakeCurrent();
+  return status;
+}
+
 template <typename F>
 Status PipelineRunner::ForEach(F f) {
   for (auto& stage : stages_) {
     stage->backend().MakeCurrent();
-    GZ_RETURN_IF_ERROR(f(*stage));
+    if (Status s = f(*stage); !s.ok()) return FirstCurrent(s);
   }
-  return Status::Ok();
+  return FirstCurrent(Status::Ok());
 }
 
 template <typename StageStep>
@@ -59,9 +64,9 @@ Status PipelineRunner::Forward(const Rows& rows, StageStep step) {
     stage.SetStageRows(s > 0 ? hand_off_[s - 1].data() : nullptr,
                        s < last ? hand_off_[s].data() : nullptr);
     stage.backend().MakeCurrent();
-    GZ_RETURN_IF_ERROR(step(stage, s));
+    if (Status status = step(stage, s); !status.ok()) return FirstCurrent(status);
   }
-  return Status::Ok();
+  return FirstCurrent(Status::Ok());
 }
 
 int64_t PipelineRunner::PageBytes() const {
@@ -160,19 +165,19 @@ Status PipelineRunner::Hidden(const Rows& rows, const PageTables& tables,
 Status PipelineRunner::MtpStep(const Rows& rows, const PageTables& tables, const float* hidden,
                                float* normed, float* logits) {
   last().backend().MakeCurrent();
-  return last().MtpStep(rows, tables, hidden, normed, logits);
+  return FirstCurrent(last().MtpStep(rows, tables, hidden, normed, logits));
 }
 
 Status PipelineRunner::KeepHidden() {
   last().backend().MakeCurrent();
-  return last().KeepHidden();
+  return FirstCurrent(last().KeepHidden());
 }
 
 Status PipelineRunner::MtpDraft(const Rows& rows, const PageTables& tables,
                                 std::span<const int32_t> sources, int32_t chained,
                                 int32_t* tokens) {
   last().backend().MakeCurrent();
-  return last().MtpDraft(rows, tables, sources, chained, tokens);
+  return FirstCurrent(last().MtpDraft(rows, tables, sources, chained, tokens));
 }
 
 Status PipelineRunner::SaveSlotState(int32_t slot) {
@@ -281,6 +286,7 @@ Expected<std::unique_ptr<PipelineRunner>> LoadPipeline(
     stage.end_layer = bounds[s + 1];
     backends[s]->MakeCurrent();
     auto model = Model::Load(dir, backends[s], stage);
+    backends[0]->MakeCurrent();
     if (!model.ok()) {
       return model.status().Annotate("pipeline stage " + std::to_string(s) + " (layers " +
                                      std::to_string(bounds[s]) + " to " +

@@ -73,7 +73,7 @@ class PipelineRunner final : public Runner {
   // The last stage's MTP draft head (Model::SetDraftVocab).
   Status SetDraftVocab(int64_t tokens) {
     last().backend().MakeCurrent();
-    return last().SetDraftVocab(tokens);
+    return FirstCurrent(last().SetDraftVocab(tokens));
   }
 
  private:
@@ -87,6 +87,9 @@ class PipelineRunner final : public Runner {
   // Calls `f` on every stage in order, its device current.
   template <typename F>
   Status ForEach(F f);
+  // Makes the first stage's device current again (after every call that made another's), so
+  // that what runs beside the model on the first stage's backend (a vision tower) finds it.
+  Status FirstCurrent(Status status);
 
   std::vector<std::unique_ptr<Model>> stages_;
   std::vector<CacheSpec> caches_;
