@@ -702,9 +702,15 @@ Status Model::Reserve(int64_t rows, int32_t slots, int32_t max_pages) {
   // The blocks' scratch, for the widest layer.
   int64_t q_dim = 1, kv_dim = 1, ffn = 1, gate_dim = 1, conv_dim = 1, value_dim = 1, v_heads = 1;
   int64_t state_floats = 0;  // of one slot, every recurrent layer
-  // The layers of this stage (the whole model's but in a pipeline).
-  const std::span<const LayerSpec> specs(a.layer.data() + impl_->first_layer,
-                                         a.layer.data() + impl_->end_layer);
+  // The layers of this stage (the whole model's but in a pipeline), and the MTP layer's, of the
+  // model's first full-attention layer (LoadMtp), which a last stage may not hold.
+  std::vector<LayerSpec> specs(a.layer.begin() + impl_->first_layer,
+                               a.layer.begin() + impl_->end_layer);
+  if (impl_->mtp) {
+    auto attention = std::find_if(a.layer.begin(), a.layer.end(),
+                                  [](const LayerSpec& l) { return !l.IsRecurrent(); });
+    if (attention != a.layer.end()) specs.push_back(*attention);
+  }
   for (const LayerSpec& spec : specs) {
     if (spec.IsRecurrent()) {
       const RecurrentSpec& r = spec.recurrent;
