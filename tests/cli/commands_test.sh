@@ -88,6 +88,11 @@ done
 expect_ok bench-kv-asked $gz bench --requests 4 --concurrency 4 --prompt-tokens 64 \
   --output-tokens 16 --kv-mib 1 --kv 16 --json
 check bench-kv-asked-stays test "$(kv_of)" = f16
+# Two pipeline stages on the CPU fit their pages (the stages' together) as one model does.
+expect_ok bench-pipeline-kv-auto $gz bench --device cpu --pipeline 2 --requests 4 --concurrency 4 \
+  --prompt-tokens 512 --output-tokens 16 --kv-mib 8 --json
+check bench-pipeline-kv-auto-is-8 test "$(kv_of)" = 8
+check bench-pipeline-backend grep -q '"backend":"2 stages: layers 0-3 on cpu' "$tmp/out"
 
 # Per-op times: every step of the trace names its ops, and the totals cover matmul and attention.
 expect_ok bench-trace-ops $gz bench --requests 2 --prompt-tokens 20 --output-tokens 4 \
