@@ -2,11 +2,12 @@
 // stages gives the logits of the whole model bit for bit on the same rows (a prompt step, then
 // decode steps; picture rows with deepstack features across the stages), its hidden states and
 // KV pages (a page's host copy is the whole model's, byte for byte, and comes back), and the same
-// greedy tokens through the engine: on the shipped tiny-chat (dense), the golden Gemma 3 (window
-// layers, which a pipeline pages at every position) and Qwen3-MoE, and models/tiny-hybrid
-// (recurrent states per stage, its MTP layer on the last stage, MTP drafts). On CUDA where a GPU
-// is found: two stages on one GPU, and on two GPUs.
+// greedy tokens through the engine: on the shipped tiny-chat (dense; as a GGUF file too), the
+// golden Gemma 3 (window layers, which a pipeline pages at every position) and Qwen3-MoE, and
+// models/tiny-hybrid (recurrent states per stage, its MTP layer on the last stage, MTP drafts).
+// On CUDA where a GPU is found: two stages on one GPU, and on two GPUs.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "gguf_from_hf.h"
 #include "model/model.h"
 #include "model/pipeline_runner.h"
 #include "ops/device.h"
@@ -227,6 +229,16 @@ TEST(Pipeline, WindowLayersLogitsEqualTheWholeModel) { CheckLogits(kGemma3, 2); 
 TEST(Pipeline, HybridLogitsEqualTheWholeModel) {
   CheckLogits(kTinyHybrid, 2);                          // [0, 2) [2, 4)
   CheckLogits(kTinyHybrid, 3, std::vector<int>{1, 2});  // a stage of the attention layer alone
+}
+
+// A GGUF file (tiny-chat's, its linears as stored): the stages count its layers as Load does.
+TEST(Pipeline, GgufLogitsEqualTheWholeModel) {
+  const std::string gguf = (std::filesystem::temp_directory_path() /
+                            ("gizllm_pipeline_test_" + std::to_string(::getpid()) + ".gguf"))
+                               .string();
+  ASSERT_TRUE(testing::WriteGgufFromHf(kTinyChat, gguf, testing::GgufLinears::kAsStored).ok());
+  CheckLogits(gguf, 3);
+  std::filesystem::remove(gguf);
 }
 
 TEST(Pipeline, MoeLogitsEqualTheWholeModel) { CheckLogits("tests/golden/models/qwen3_moe", 2); }
