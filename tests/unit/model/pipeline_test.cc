@@ -229,6 +229,35 @@ TEST(Pipeline, WindowLayersLogitsEqualTheWholeModel) { CheckLogits(kGemma3, 2); 
 TEST(Pipeline, HybridLogitsEqualTheWholeModel) {
   CheckLogits(kTinyHybrid, 2);                          // [0, 2) [2, 4)
   CheckLogits(kTinyHybrid, 3, std::vector<int>{1, 2});  // a stage of the attention layer alone
+  CheckLogits("tests/golden/models/qwen3_next", 2);     // mixtures with a shared expert
+}
+
+// Recurrent states saved and restored: every stage its own layers'. A slot reads a prompt, saves
+// its states, reads more, restores them and reads the same rows again: the same logits, the
+// whole model's.
+TEST(Pipeline, SlotStatesComeBack) {
+  auto whole = LoadWhole(kTinyHybrid);
+  auto pipeline = LoadStages(kTinyHybrid, 2);
+  ASSERT_NE(whole, nullptr);
+  ASSERT_NE(pipeline, nullptr);
+  std::vector<int32_t> table = {0, 1, 2, 3};
+  PageTables tables{table.data(), 1, 4};
+  auto run = [&](Runner& r) {
+    EXPECT_TRUE(r.AllocatePages(4).ok());
+    EXPECT_TRUE(r.Reserve(32, 1, 4).ok());
+    Rows prompt, more;
+    for (int p = 0; p < 20; ++p) prompt.Push((p * 7 + 2) % 40, 0, p, false);
+    for (int p = 20; p < 26; ++p) more.Push((p * 5 + 1) % 40, 0, p, true);
+    std::vector<float> first(more.wanted.size() * r.arch().vocab), again(first.size());
+    EXPECT_TRUE(r.Step(prompt, tables, nullptr).ok());
+    EXPECT_TRUE(r.SaveSlotState(0).ok());
+    EXPECT_TRUE(r.Step(more, tables, first.data()).ok());
+    EXPECT_TRUE(r.RestoreSlotState(0).ok());
+    EXPECT_TRUE(r.Step(more, tables, again.data()).ok());
+    EXPECT_EQ(again, first);
+    return again;
+  };
+  ExpectSame(run(*pipeline), run(*whole), "after the restored states");
 }
 
 // A GGUF file (tiny-chat's, its linears as stored): the stages count its layers as Load does.
