@@ -1273,9 +1273,12 @@ void ProfileMoe(Backend* be, double bandwidth, double rate, int reps) {
 // One recurrent layer's gated delta rule at Qwen3.5-35B-A3B's shape (16 key heads, 32 value
 // heads, dims 128; state [32, 128, 128] float32 a slot), the op alone on random inputs (q and k
 // L2-normalized): a 2,048-row piece from position 0 and one continuing a state at position
-// 2,048 (the backend's op: the chunked form, tf32 products in fast mode, float32 with --exact),
-// the same piece row by row (the decode kernel over every row, min_chunked_rows 0), and 64 decode
-// rows of 64 slots. The mean of `reps` runs issued directly. Each figure is set against the bytes
+// 2,048, each through the backend's op (the chunk-parallel kernels, float32 in both modes) and
+// through the serial chunked kernel (one block a run, value head and 32 columns walking the
+// chunks; float32, and its tf32 variant), the same piece row by row (the decode kernel over every
+// row, min_chunked_rows 0), and 64 decode rows of 64 slots; then the largest difference between
+// the chunk-parallel and the serial float32 outputs of one piece from the same state, relative to
+// the largest output. The mean of `reps` runs issued directly. Each figure is set against the bytes
 // the op must move (q, k, v and a, b read, out written, the states read and written) over the
 // copy bandwidth and against its useful FLOPs (per value head and chunk of C = 64 rows: k.k and
 // q.k over the causal half, C^2 K; S^T k and S^T q, 2 C K V; the triangular solve and P delta,
@@ -1359,7 +1362,7 @@ void ProfileDeltaRule(Backend* be, double bandwidth, double rate, int reps) {
       "\ngated delta rule: one layer, %d key heads, %d value heads, dims %d, float32 states "
       "(%s)\n",
       kKeyHeads, kValueHeads, kDim, be->Describe().c_str());
-  std::printf("%-34s %10s %10s %10s %8s %9s\n", "rows", "us", "MB moved", "limit us", "% limit",
+  std::printf("%-46s %10s %10s %10s %8s %9s\n", "rows", "us", "MB moved", "limit us", "% limit",
               "TFLOP/s");
   auto time = [&](const std::function<void()>& issue, int n) {
     issue();  // warm
@@ -1380,21 +1383,70 @@ void ProfileDeltaRule(Backend* be, double bandwidth, double rate, int reps) {
     const double bytes = 4.0 * rows * (kStride + 2 * kValueHeads + kValueHeads * kDim) +
                          2.0 * 4 * slots_touched * kState;
     const double limit = std::max(bytes / bandwidth, flops / rate);
-    std::printf("%-34s %10.1f %10.1f %10.1f %7.1f%% %9.2f\n", name, seconds * 1e6, bytes * 1e-6,
+    std::printf("%-46s %10.1f %10.1f %10.1f %7.1f%% %9.2f\n", name, seconds * 1e6, bytes * 1e-6,
                 limit * 1e6, 100.0 * limit / seconds, flops / seconds * 1e-12);
   };
   // A piece from position 0 and one continuing the state at 2,048 (the op leaves the state
   // where the next run reads it: each repetition continues the last, as a longer prompt would).
+  struct Form {
+    const char* name;
+    cuda::DeltaRuleForm form;
+  };
+  const Form forms[] = {{"", cuda::DeltaRuleForm::kParallel},
+                        {", serial chunks", cuda::DeltaRuleForm::kSerial},
+                        {", serial chunks tf32", cuda::DeltaRuleForm::kSerialTf32}};
   for (int32_t first : {0, static_cast<int32_t>(kRows)}) {
     layout(kRows, /*decode=*/false, first);
     p.rows = kRows;
-    const double t = time([&] { be->GatedDeltaRule(p); }, reps);
-    report(first == 0 ? "2048 rows from position 0" : "2048 rows from position 2048", kRows, 1, t);
+    for (const Form& f : forms) {
+      // The parallel form through the backend's op; the serial ones launched directly.
+      const double t = time(
+          [&] {
+            if (f.form == cuda::DeltaRuleForm::kParallel) {
+              be->GatedDeltaRule(p);
+            } else {
+              cuda::LaunchGatedDeltaRule(p, cuda::kDeltaRuleChunkedRows, f.form,
+                                         /*scratch=*/nullptr, /*stream=*/nullptr);
+            }
+          },
+          reps);
+      const std::string name =
+          std::string(first == 0 ? "2048 rows from position 0" : "2048 rows from 2048") + f.name;
+      report(name.c_str(), kRows, 1, t);
+    }
+  }
+  {
+    // One piece from the same state through both float32 forms.
+    auto saved = floats(kState);
+    const size_t state_bytes = static_cast<size_t>(kState) * 4;
+    BENCH_CHECK(cudaMemcpy(saved->data(), states->data(), state_bytes, cudaMemcpyDeviceToDevice) ==
+                cudaSuccess);
+    std::vector<float> parallel(kRows * kValueHeads * kDim), serial(parallel.size());
+    be->GatedDeltaRule(p);
+    be->CopyToHost(parallel.data(), out->data(), parallel.size() * 4);
+    be->Synchronize();
+    BENCH_CHECK(cudaMemcpy(states->data(), saved->data(), state_bytes, cudaMemcpyDeviceToDevice) ==
+                cudaSuccess);
+    cuda::LaunchGatedDeltaRule(p, cuda::kDeltaRuleChunkedRows, cuda::DeltaRuleForm::kSerial,
+                               /*scratch=*/nullptr, /*stream=*/nullptr);
+    BENCH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    be->CopyToHost(serial.data(), out->data(), serial.size() * 4);
+    be->Synchronize();
+    double largest = 0.0, diff = 0.0;
+    for (size_t i = 0; i < serial.size(); ++i) {
+      BENCH_CHECK(std::isfinite(parallel[i]));
+      largest = std::max(largest, std::fabs(static_cast<double>(serial[i])));
+      diff = std::max(diff, std::fabs(static_cast<double>(parallel[i]) - serial[i]));
+    }
+    std::printf(
+        "chunk-parallel against serial chunks (2048 rows from 2048): max |diff| %.3g of "
+        "the largest output %.3g (%.2g)\n",
+        diff, largest, diff / std::max(largest, 1e-30));
   }
   const double rows_t = time(
       [&] {
-        cuda::LaunchGatedDeltaRule(p, /*min_chunked_rows=*/0, /*tensor_cores=*/false,
-                                   /*stream=*/nullptr);
+        cuda::LaunchGatedDeltaRule(p, /*min_chunked_rows=*/0, cuda::DeltaRuleForm::kSerial,
+                                   /*scratch=*/nullptr, /*stream=*/nullptr);
       },
       std::max(reps / 5, 1));
   report("2048 rows, row by row", kRows, 1, rows_t);

@@ -397,10 +397,12 @@ class CudaBackend : public Backend {
   void GatedDeltaRule(const GatedDeltaRuleParams& p) override {
     auto trace = Trace("gated_delta_rule");
     ForgetHandOffs();
-    // Float32 chunks in both modes: with the products in tf32 the qwen3_5 and qwen3_5_moe golden
-    // models' fast-mode logits were 3.3% and 6.5% (norm) from their rounded references against
-    // 2% (H200, 2026-12-04), for 15% less time per layer (1.17 against 1.38 ms, 2,048 rows).
-    cuda::LaunchGatedDeltaRule(p, cuda::kDeltaRuleChunkedRows, /*tensor_cores=*/false, stream_);
+    // The chunk-parallel form in float32 in both modes: with the serial kernel's products in
+    // tf32 the qwen3_5 and qwen3_5_moe golden models' fast-mode logits were 3.3% and 6.5% (norm)
+    // from their rounded references against 2% (H200, 2026-12-04). Its scratch comes from
+    // delta_rule_scratch_ (sized by the step's rows, so a recorded step keeps its buffer).
+    cuda::LaunchGatedDeltaRule(p, cuda::kDeltaRuleChunkedRows, cuda::DeltaRuleForm::kParallel,
+                               &delta_rule_scratch_, stream_);
   }
   void GatedRmsNorm(const GatedRmsNormParams& p) override {
     auto trace = Trace("gated_rms_norm");
@@ -1154,6 +1156,7 @@ class CudaBackend : public Backend {
   cuda::Scratch normed_x_;           // [rows, cols] the normalized x of a matmul with a norm
   cuda::Scratch quant_out_;          // [rows, n] a quantized product that is then added
   cuda::Scratch attention_scratch_;  // the decode kernel's split parts
+  cuda::Scratch delta_rule_scratch_;  // the chunk-parallel delta rule's scratch
   cuda::Scratch step_kv16_;          // StepKv's k16 and v16
   StepKv step_kv_;
   cuda::Scratch ffn_bf16_;        // Bf16Copy's data after a SwiGLU

@@ -344,12 +344,17 @@ Status CheckRecurrentShape(int k_dim, int v_dim, int kernel);
 void LaunchCausalConv(const CausalConvParams& p, cudaStream_t stream);
 void LaunchL2Norm(const L2NormParams& p, cudaStream_t stream);
 // The gated delta rule: each run of at least min_chunked_rows rows of one slot (1 to 256; 0:
-// none) in the chunked form (chunks of 64 rows; tensor_cores: its larger products in tf32, else
-// float32), the others (decode rows, short runs) row by row in float32. The backend chunks runs
-// of kDeltaRuleChunkedRows rows or more, on the tensor cores in fast mode.
+// none) in a chunked form (chunks of 64 rows), the others (decode rows, short runs) row by row in
+// float32. The chunked forms: kParallel, the chunk-parallel kernels (float32; scratch from
+// `scratch`, DeltaRuleScratchBytes of it, which must not be null); kSerial, the one-block-a-run
+// kernel that walks the chunks in order (float32), and kSerialTf32, the same with its larger
+// products in tf32 on the tensor cores (kept for comparison: cuda_bench --delta-rule). The
+// backend chunks runs of kDeltaRuleChunkedRows rows or more with kParallel in both modes.
+enum class DeltaRuleForm { kParallel, kSerial, kSerialTf32 };
 inline constexpr int kDeltaRuleChunkedRows = 16;
-void LaunchGatedDeltaRule(const GatedDeltaRuleParams& p, int min_chunked_rows, bool tensor_cores,
-                          cudaStream_t stream);
+size_t DeltaRuleScratchBytes(const GatedDeltaRuleParams& p, int min_chunked_rows);
+void LaunchGatedDeltaRule(const GatedDeltaRuleParams& p, int min_chunked_rows, DeltaRuleForm form,
+                          Scratch* scratch, cudaStream_t stream);
 void LaunchGatedRmsNorm(const GatedRmsNormParams& p, cudaStream_t stream);
 // out[r, c] += sigmoid(scale[r]) * y[r, c] over [rows, dim]; scale null: out += y.
 void LaunchGatedAdd(float* out, const float* y, const float* scale, int64_t rows, int64_t dim,

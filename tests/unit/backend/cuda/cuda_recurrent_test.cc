@@ -6,11 +6,12 @@
 // 1e-5 of the largest output for the convolution and the norms; the delta rule carries its state
 // through up to 70 rows of rank-one updates: within 1e-4 of the largest output and state.
 //
-// The chunked delta rule (runs of kDeltaRuleChunkedRows rows or more) against the row-by-row
-// kernel and the reference on runs of 1 to 1,000 rows, whole and continued from a random state,
-// in float32 (exact mode, 1e-4) and on the tensor cores (fast mode: tf32 products, 10 bits of
-// mantissa, within bf16's bound of the fast-mode matmuls: 1e-2 of the largest output and state);
-// and one recorded step replayed over other run layouts.
+// The chunked delta rule (runs of kDeltaRuleChunkedRows rows or more), in both chunked forms
+// (the chunk-parallel kernels the backend uses and the serial one-block-a-run kernel), against
+// the row-by-row kernel and the reference on runs of 1 to 1,000 rows, whole and continued from a
+// random state, several long runs in one step beside decode rows and short runs, in float32
+// (1e-4); the serial kernel's tf32 products within bf16's bound of the fast-mode matmuls (1e-2
+// of the largest output and state); and one recorded step replayed over other run layouts.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -229,7 +230,7 @@ TEST(CudaRecurrentTest, GatedDeltaRuleMatchesTheRecurrence) {
 }
 
 // Runs of the delta rule over one shape's random inputs: the float64 reference, the row-by-row
-// kernel (min_chunked_rows 0) and the chunked form (min_chunked_rows 1: every run, one row too;
+// kernel (min_chunked_rows 0) and a chunked form (min_chunked_rows 1: every run, one row too;
 // or kDeltaRuleChunkedRows beside shorter runs in the same step), each from the same states.
 class DeltaRuleCase {
  public:
@@ -261,10 +262,10 @@ class DeltaRuleCase {
                                    positions_.data()));
   }
 
-  // The kernel's: min_chunked_rows as LaunchGatedDeltaRule takes it; fast: through a fast-mode
-  // backend's GatedDeltaRule instead (its own choice of runs to chunk).
-  void Device(int min_chunked_rows, bool fast, std::vector<float>* out,
-              std::vector<float>* states) const {
+  // The kernel's: min_chunked_rows and form as LaunchGatedDeltaRule takes them; fast: through a
+  // fast-mode backend's GatedDeltaRule instead (its own choice of runs to chunk and form).
+  void Device(int min_chunked_rows, bool fast, std::vector<float>* out, std::vector<float>* states,
+              cuda::DeltaRuleForm form = cuda::DeltaRuleForm::kParallel) const {
     DeviceArray<float> md(backend_, mix_), abd(backend_, ab_), st(backend_, states_),
         al(backend_, a_log_), dt(backend_, dt_bias_),
         od(backend_, std::vector<float>(rows_ * sh_.v_heads * sh_.v_dim));
@@ -281,7 +282,8 @@ class DeltaRuleCase {
       backend->Synchronize();
     } else {
       backend_->Synchronize();
-      cuda::LaunchGatedDeltaRule(p, min_chunked_rows, /*tensor_cores=*/false, /*stream=*/nullptr);
+      cuda::Scratch scratch;
+      cuda::LaunchGatedDeltaRule(p, min_chunked_rows, form, &scratch, /*stream=*/nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     }
     *out = od.Read();
@@ -303,17 +305,24 @@ class DeltaRuleCase {
 };
 
 // Qwen3-Next's and Qwen3.5's heads (16 key heads, 32 value heads of 128), the golden models'
-// (2, 4, 16, 12), tiny-hybrid's (2, 4, 32, 32) and one of 64 by 40.
+// (2, 4, 16, 12), tiny-hybrid's (2, 4, 32, 32), one of 64 by 40, one of 64 by 64 and one of 128
+// by 200 (more key and value columns than the chunk kernel's 256 threads, and value columns
+// past the output kernel's tiles of 64).
 std::vector<DeltaRuleCase::Shape> DeltaRuleShapes() {
-  return {{16, 32, 128, 128}, {2, 4, 16, 12}, {2, 4, 32, 32}, {1, 2, 64, 40}};
+  return {{16, 32, 128, 128}, {2, 4, 16, 12}, {2, 4, 32, 32},
+          {1, 2, 64, 40},     {2, 4, 64, 64}, {1, 2, 128, 200}};
 }
 
 // Each length alone from position 0 (slot 1), then mid-sequence (slot 2 from position 77 over a
-// random state) beside a decode row and a run of 5 rows from position 0 over a garbage state.
+// random state) beside a decode row and a run of 5 rows from position 0 over a garbage state;
+// then several long runs in one step (lengths of 16, 17, 33, 65, 77 and 130, some from position 0
+// over a garbage state, some continuing a random state) beside decode rows and short runs.
 std::vector<std::vector<Run>> DeltaRuleSteps() {
   std::vector<std::vector<Run>> steps;
   for (int64_t n : {1, 63, 64, 65, 200, 1000}) steps.push_back({{1, 0, n}});
   steps.push_back({{0, 9, 1}, {2, 77, 200}, {3, 0, 5}});
+  steps.push_back({{1, 0, 130}, {0, 9, 1}, {2, 40, 17}, {3, 0, 77}});
+  steps.push_back({{3, 100, 16}, {1, 0, 65}, {0, 3, 15}, {2, 3, 33}});
   return steps;
 }
 
@@ -333,15 +342,19 @@ TEST(CudaRecurrentTest, ChunkedGatedDeltaRuleMatchesRowByRowAndTheReference) {
                                std::to_string(sh.v_dim) + " v_heads " + std::to_string(sh.v_heads) +
                                " rows " + std::to_string(n) +
                                (runs.size() > 1 ? " mid-sequence" : "");
-      for (int min_rows : {1, cuda::kDeltaRuleChunkedRows}) {
-        std::vector<float> out, states;
-        c.Device(min_rows, /*fast=*/false, &out, &states);
-        const std::string how = what + " min_chunked_rows " + std::to_string(min_rows);
-        ExpectNear(out, want, 1e-4, how + " out");
-        ExpectNear(states, want_states, 1e-4, how + " states");
-        ExpectNear(out, rows_out, 1e-4, how + " out against the row kernel");
-        ExpectNear(states, rows_states, 1e-4, how + " states against the row kernel");
-        if (::testing::Test::HasFatalFailure()) return;
+      for (auto form : {cuda::DeltaRuleForm::kParallel, cuda::DeltaRuleForm::kSerial}) {
+        for (int min_rows : {1, cuda::kDeltaRuleChunkedRows}) {
+          std::vector<float> out, states;
+          c.Device(min_rows, /*fast=*/false, &out, &states, form);
+          const std::string how =
+              what + (form == cuda::DeltaRuleForm::kParallel ? " parallel" : " serial") +
+              " min_chunked_rows " + std::to_string(min_rows);
+          ExpectNear(out, want, 1e-4, how + " out");
+          ExpectNear(states, want_states, 1e-4, how + " states");
+          ExpectNear(out, rows_out, 1e-4, how + " out against the row kernel");
+          ExpectNear(states, rows_states, 1e-4, how + " states against the row kernel");
+          if (::testing::Test::HasFatalFailure()) return;
+        }
       }
     }
   }
@@ -354,16 +367,21 @@ TEST(CudaRecurrentTest, ChunkedGatedDeltaRuleOnTensorCoresWithinBf16Bound) {
   for (DeltaRuleCase::Shape sh : DeltaRuleShapes()) {
     for (const auto& runs : DeltaRuleSteps()) {
       DeltaRuleCase c(backend.get(), rng, sh, runs);
-      std::vector<float> want, want_states, out, states;
+      std::vector<float> want, want_states, out, states, fast_out, fast_states;
       c.Reference(&want, &want_states);
-      c.Device(0, /*fast=*/true, &out, &states);
+      c.Device(cuda::kDeltaRuleChunkedRows, /*fast=*/false, &out, &states,
+               cuda::DeltaRuleForm::kSerialTf32);
+      c.Device(0, /*fast=*/true, &fast_out, &fast_states);
       int64_t n = 0;
       for (const auto& run : runs) n += run.rows;
       const std::string what = "k_dim " + std::to_string(sh.k_dim) + " v_dim " +
                                std::to_string(sh.v_dim) + " rows " + std::to_string(n) +
                                (runs.size() > 1 ? " mid-sequence" : "");
-      ExpectNear(out, want, 1e-2, what + " out");
-      ExpectNear(states, want_states, 1e-2, what + " states");
+      ExpectNear(out, want, 1e-2, what + " tf32 out");
+      ExpectNear(states, want_states, 1e-2, what + " tf32 states");
+      // The fast-mode backend: the chunk-parallel form in float32, as exact mode.
+      ExpectNear(fast_out, want, 1e-4, what + " fast backend out");
+      ExpectNear(fast_states, want_states, 1e-4, what + " fast backend states");
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
