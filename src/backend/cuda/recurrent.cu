@@ -25,9 +25,10 @@
 // the chunks in order, each chunk's products and triangular solve on the way) and the
 // chunk-parallel kernels the backend uses (DeltaRuleIndexKernel .. DeltaRuleOutputKernel below:
 // everything that does not depend on the state for all chunks at once, then a short pass over
-// the states, then the outputs for all chunks at once). The row kernel and the chunked kernels
-// are launched for every step (the run layout lives only in device memory, so a recorded step
-// replays whatever runs its rows hold); each returns at once from the runs the other owns.
+// the states, then the outputs for all chunks at once; the short runs of its steps walked from
+// a list by DeltaRuleRowListKernel). A step's kernels are the same whatever its runs (the run
+// layout lives only in device memory, so a recorded step replays whatever runs its rows hold);
+// each leaves at once the runs another owns.
 #include <algorithm>
 #include <climits>
 #include <cstdio>
@@ -122,31 +123,15 @@ __global__ void GatedRmsNormKernel(GatedRmsNormParams p) {
   for (int64_t i = lane; i < p.dim; i += 32) out[i] = p.weight[i] * (x[i] * inv) * Silu(z[i]);
 }
 
-// grid (rows, ceil(v_heads * column blocks of 32 / warps)), 1 to kRowWarps warps a block: warp w
-// owns item blockIdx.y * warps + w, a (value head, block of 32 columns), and its lane j column j
-// of that block. Steps that chunk take kRowWarps warps a block (most of a prompt step's blocks
-// leave at once, and kRowWarps times fewer are scheduled); others one (decode spreads a row's
-// heads over as many SMs as it can).
-// Runs of min_chunked_rows rows or more are left to the chunked kernels.
-constexpr int kRowWarps = 4;
+// One warp's walk of a run from row r0: lane j owns column j0 + j of head h's state (sk and sq:
+// the warp's kKd floats each of shared memory). Synchronizes by the warp only.
 template <int kKd>
-__global__ void __launch_bounds__(32 * kRowWarps)
-    GatedDeltaRuleKernel(GatedDeltaRuleParams p, int min_chunked_rows) {
-  Prologue();
-  const int64_t r0 = blockIdx.x;
-  if (!RunStart(p.slots, r0) || LongRun(p.slots, p.rows, r0, min_chunked_rows)) return;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int blocks = (p.v_dim + 31) / 32;
-  const int item = blockIdx.y * (blockDim.x / 32) + warp;
-  if (item >= p.v_heads * blocks) return;  // a whole warp: the rest synchronize by warps only
-  const int h = item / blocks;
-  const int64_t j = static_cast<int64_t>(item % blocks) * 32 + lane;
+__device__ __forceinline__ void DeltaRuleRowWalk(const GatedDeltaRuleParams& p, int64_t r0, int h,
+                                                 int64_t j0, int lane, float* sk, float* sq) {
+  const int64_t j = j0 + lane;
   const bool active = j < p.v_dim;
   const int64_t vd = p.v_dim;
   const int64_t kh = h / (p.v_heads / p.k_heads);
-  __shared__ float sk_warps[kRowWarps][kKd], sq_warps[kRowWarps][kKd];
-  float* const sk = sk_warps[warp];
-  float* const sq = sq_warps[warp];
   const int32_t slot = p.slots[r0];
   float* st = p.states + (static_cast<int64_t>(slot) * p.v_heads + h) * kKd * vd;
   const bool fresh = p.positions[r0] == 0;
@@ -187,6 +172,21 @@ __global__ void __launch_bounds__(32 * kRowWarps)
   if (!active) return;
 #pragma unroll
   for (int i = 0; i < kKd; ++i) st[i * vd + j] = s[i];
+}
+
+// grid (rows, v_heads, column blocks of 32), one warp a block: the block of a run start walks
+// the run (DeltaRuleRowWalk) for head blockIdx.y and columns 32 blockIdx.z ... Runs of
+// min_chunked_rows rows or more are left to the chunked kernels (the serial form's steps; the
+// chunk-parallel form's steps use DeltaRuleRowListKernel instead).
+template <int kKd>
+__global__ void __launch_bounds__(32)
+    GatedDeltaRuleKernel(GatedDeltaRuleParams p, int min_chunked_rows) {
+  Prologue();
+  const int64_t r0 = blockIdx.x;
+  if (!RunStart(p.slots, r0) || LongRun(p.slots, p.rows, r0, min_chunked_rows)) return;
+  __shared__ float sk[kKd], sq[kKd];
+  DeltaRuleRowWalk<kKd>(p, r0, blockIdx.y, static_cast<int64_t>(blockIdx.z) * 32, threadIdx.x, sk,
+                        sq);
 }
 
 // The chunked form. With S0 the state before a chunk of c <= 64 rows, G_t the running sum of
@@ -527,18 +527,21 @@ __global__ void __launch_bounds__(kChunkThreads)
 //   3. per chunk and value head, all chunks at once (DeltaRuleOutputKernel): out += P delta.
 // A first kernel of one block (DeltaRuleIndexKernel) lists the long runs and their chunks (chunks
 // of 64 rows from each run's start) in device memory, so that the steps need no host-side run
-// list; the three kernels are launched over bounds of those counts and loop over the items the
-// lists hold. All intermediates are per row ([rows, v_heads, ...]: w, u then delta, G, P), so the
-// scratch is bounded by the step's rows.
+// list, and the short runs, which DeltaRuleRowListKernel walks row by row; the kernels are
+// launched over bounds of those counts and loop over the items the lists hold. All intermediates
+// are per row ([rows, v_heads, ...]: w, u then delta, G, P), so the scratch is bounded by the
+// step's rows.
 constexpr int kParallelThreads = 256;
 constexpr int kIndexThreads = 1024;
+constexpr int kRowListWarps = 4;
 
 // The chunk-parallel form's scratch (DeltaRuleScratchBytes lays it out).
 struct DeltaRuleScratch {
-  int* counts = nullptr;   // [2]: long runs, chunks
+  int* counts = nullptr;   // [3]: long runs, chunks, short runs
   int* runs = nullptr;     // [run_bound] the long runs' first rows
   int* chunks = nullptr;   // [chunk_bound] their chunks' first rows, run by run
   int* lengths = nullptr;  // [rows]: at a long run's first row, its rows
+  int* shorts = nullptr;   // [rows] the other runs' first rows
   float* w = nullptr;      // [rows, v_heads, k_dim]
   float* u = nullptr;      // [rows, v_heads, v_dim]: u, then the deltas
   float* g = nullptr;      // [rows, v_heads]: G, the gates' running sum within the chunk
@@ -549,16 +552,17 @@ struct DeltaRuleScratch {
 // One block of kIndexThreads: per tile of rows, each row's run start (a block-wide max-scan of
 // the rows that start a run, carried across tiles), then the long runs' first rows and their
 // chunks' first rows (rows whose distance from their long run's start is a multiple of 64) by
-// block-wide counts, in row order; a long run's last row writes its length.
+// block-wide counts, in row order; a long run's last row writes its length; and the other runs'
+// first rows (decode rows, short runs) for DeltaRuleRowListKernel.
 __global__ void __launch_bounds__(kIndexThreads)
     DeltaRuleIndexKernel(GatedDeltaRuleParams p, int min_rows, DeltaRuleScratch s) {
   Prologue();
   constexpr int kWarps = kIndexThreads / 32;
-  __shared__ int warp_start[kWarps], warp_runs[kWarps], warp_chunks[kWarps];
-  __shared__ int carry_start, carry_runs, carry_chunks;
+  __shared__ int warp_start[kWarps], warp_runs[kWarps], warp_chunks[kWarps], warp_shorts[kWarps];
+  __shared__ int carry_start, carry_runs, carry_chunks, carry_shorts;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const unsigned below = (1u << lane) - 1u;
-  if (tid == 0) carry_start = 0, carry_runs = 0, carry_chunks = 0;
+  if (tid == 0) carry_start = 0, carry_runs = 0, carry_chunks = 0, carry_shorts = 0;
   __syncthreads();
   for (int64_t tile = 0; tile < p.rows; tile += kIndexThreads) {
     const int64_t r = tile + tid;
@@ -586,27 +590,62 @@ __global__ void __launch_bounds__(kIndexThreads)
     const bool is_long = valid && LongRun(p.slots, p.rows, start, min_rows);
     const bool run = is_long && r == start;
     const bool chunk = is_long && (r - start) % kChunkRows == 0;
+    const bool short_run = valid && !is_long && r == start;
     const unsigned run_mask = __ballot_sync(0xffffffffu, run);
     const unsigned chunk_mask = __ballot_sync(0xffffffffu, chunk);
-    if (lane == 0) warp_runs[warp] = __popc(run_mask), warp_chunks[warp] = __popc(chunk_mask);
+    const unsigned short_mask = __ballot_sync(0xffffffffu, short_run);
+    if (lane == 0) {
+      warp_runs[warp] = __popc(run_mask);
+      warp_chunks[warp] = __popc(chunk_mask);
+      warp_shorts[warp] = __popc(short_mask);
+    }
     __syncthreads();
     int run_at = carry_runs + __popc(run_mask & below);
     int chunk_at = carry_chunks + __popc(chunk_mask & below);
-    for (int w = 0; w < warp; ++w) run_at += warp_runs[w], chunk_at += warp_chunks[w];
+    int short_at = carry_shorts + __popc(short_mask & below);
+    for (int w = 0; w < warp; ++w) {
+      run_at += warp_runs[w], chunk_at += warp_chunks[w], short_at += warp_shorts[w];
+    }
     if (run && run_at < s.run_bound) s.runs[run_at] = static_cast<int>(r);
     if (chunk && chunk_at < s.chunk_bound) s.chunks[chunk_at] = static_cast<int>(r);
+    if (short_run) s.shorts[short_at] = static_cast<int>(r);
     if (is_long && (r + 1 == p.rows || RunStart(p.slots, r + 1)))
       s.lengths[start] = static_cast<int>(r - start + 1);
     __syncthreads();  // every thread has read the carries and the warp counts
     if (tid == 0) {
       carry_start = max(carry_start, warp_start[kWarps - 1]);
-      for (int w = 0; w < kWarps; ++w) carry_runs += warp_runs[w], carry_chunks += warp_chunks[w];
+      for (int w = 0; w < kWarps; ++w) {
+        carry_runs += warp_runs[w], carry_chunks += warp_chunks[w], carry_shorts += warp_shorts[w];
+      }
     }
     __syncthreads();
   }
   if (tid == 0) {
     s.counts[0] = min(carry_runs, s.run_bound);
     s.counts[1] = min(carry_chunks, s.chunk_bound);
+    s.counts[2] = carry_shorts;
+  }
+}
+
+// The runs the chunked kernels leave (decode rows, short runs) in the chunk-parallel form's
+// steps: grid-stride by warps over (listed run, value head, column block of 32), each warp
+// walking its run as GatedDeltaRuleKernel's (a grid of the blocks that fit, not one a row: a
+// prompt step's many rows then cost no blocks that only leave).
+template <int kKd>
+__global__ void __launch_bounds__(32 * kRowListWarps)
+    DeltaRuleRowListKernel(GatedDeltaRuleParams p, DeltaRuleScratch s) {
+  Prologue();
+  __shared__ float sk[kRowListWarps][kKd], sq[kRowListWarps][kKd];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int blocks = (p.v_dim + 31) / 32;
+  const int64_t per_run = static_cast<int64_t>(p.v_heads) * blocks;
+  const int64_t items = s.counts[2] * per_run;
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * kRowListWarps + warp; item < items;
+       item += static_cast<int64_t>(gridDim.x) * kRowListWarps) {
+    const int64_t r0 = s.shorts[item / per_run];
+    const int h = static_cast<int>(item % per_run / blocks);
+    const int64_t j0 = static_cast<int64_t>(item % blocks) * 32;
+    DeltaRuleRowWalk<kKd>(p, r0, h, j0, lane, sk[warp], sq[warp]);
   }
 }
 
@@ -1074,16 +1113,18 @@ size_t LayOutDeltaRuleScratch(const GatedDeltaRuleParams& p, int min_rows, void*
     at += (static_cast<size_t>(bytes) + 255) / 256 * 256;
     return here;
   };
-  const size_t counts = take(2 * sizeof(int)), runs = take(run_bound * sizeof(int)),
+  const size_t counts = take(3 * sizeof(int)), runs = take(run_bound * sizeof(int)),
                chunks = take(chunk_bound * sizeof(int)), lengths = take(p.rows * sizeof(int)),
-               w = take(rh * p.k_dim * sizeof(float)), u = take(rh * p.v_dim * sizeof(float)),
-               g = take(rh * sizeof(float)), pm = take(rh * kChunkRows * sizeof(float));
+               shorts = take(p.rows * sizeof(int)), w = take(rh * p.k_dim * sizeof(float)),
+               u = take(rh * p.v_dim * sizeof(float)), g = take(rh * sizeof(float)),
+               pm = take(rh * kChunkRows * sizeof(float));
   if (base && s) {
     char* b = static_cast<char*>(base);
     s->counts = reinterpret_cast<int*>(b + counts);
     s->runs = reinterpret_cast<int*>(b + runs);
     s->chunks = reinterpret_cast<int*>(b + chunks);
     s->lengths = reinterpret_cast<int*>(b + lengths);
+    s->shorts = reinterpret_cast<int*>(b + shorts);
     s->w = reinterpret_cast<float*>(b + w);
     s->u = reinterpret_cast<float*>(b + u);
     s->g = reinterpret_cast<float*>(b + g);
@@ -1105,15 +1146,15 @@ int SmCount() {
   return count;
 }
 
-// Blocks of kParallelThreads with `shared` bytes that fit the GPU at once (at least one an SM),
-// after raising the kernel's shared memory limit.
+// Blocks of `threads` with `shared` bytes that fit the GPU at once (at least one an SM), after
+// raising the kernel's shared memory limit.
 template <typename... Params>
-int64_t ResidentBlocks(void (*kernel)(Params...), size_t shared) {
+int64_t ResidentBlocks(void (*kernel)(Params...), int threads, size_t shared) {
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(shared)) != cudaSuccess)
     Refuse("GatedDeltaRule: the chunk-parallel kernels' shared memory");
   int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kParallelThreads, shared) !=
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, shared) !=
           cudaSuccess ||
       per_sm < 1)
     per_sm = 1;
@@ -1131,16 +1172,27 @@ void LaunchParallelDeltaRule(const GatedDeltaRuleParams& p, int min_rows, Scratc
   constexpr size_t kChunkShared = PrepareLayout<kKd>::kBytes;
   constexpr size_t kStateShared = StateLayout<kKd>::kBytes;
   constexpr size_t kOutputShared = OutputLayout::kBytes;
-  static const int64_t chunk_blocks = ResidentBlocks(DeltaRuleChunkKernel<kKd>, kChunkShared);
-  static const int64_t state_blocks = ResidentBlocks(DeltaRuleStateKernel<kKd>, kStateShared);
-  static const int64_t output_blocks = ResidentBlocks(DeltaRuleOutputKernel, kOutputShared);
+  static const int64_t row_blocks =
+      ResidentBlocks(DeltaRuleRowListKernel<kKd>, 32 * kRowListWarps, 0);
+  static const int64_t chunk_blocks =
+      ResidentBlocks(DeltaRuleChunkKernel<kKd>, kParallelThreads, kChunkShared);
+  static const int64_t state_blocks =
+      ResidentBlocks(DeltaRuleStateKernel<kKd>, kParallelThreads, kStateShared);
+  static const int64_t output_blocks =
+      ResidentBlocks(DeltaRuleOutputKernel, kParallelThreads, kOutputShared);
   DeltaRuleScratch s;
   LayOutDeltaRuleScratch(p, min_rows,
                          scratch->Get(LayOutDeltaRuleScratch(p, min_rows, nullptr, nullptr)), &s);
   const int64_t chunk_items = static_cast<int64_t>(s.chunk_bound) * p.v_heads;
   const int64_t state_items =
       static_cast<int64_t>(s.run_bound) * p.v_heads * CeilDiv(p.v_dim, kChunkColumns);
+  // Short runs: at most one a row.
+  const int64_t row_items = p.rows * p.v_heads * CeilDiv(p.v_dim, 32);
   LaunchDependent(DeltaRuleIndexKernel, dim3(1), dim3(kIndexThreads), 0, stream, p, min_rows, s);
+  GZ_CUDA_LAUNCHED();
+  LaunchDependent(DeltaRuleRowListKernel<kKd>,
+                  dim3(GridOf((row_items + kRowListWarps - 1) / kRowListWarps, row_blocks)),
+                  dim3(32 * kRowListWarps), 0, stream, p, s);
   GZ_CUDA_LAUNCHED();
   LaunchDependent(DeltaRuleChunkKernel<kKd>, dim3(GridOf(chunk_items, chunk_blocks)),
                   dim3(kParallelThreads), kChunkShared, stream, p, s);
@@ -1159,21 +1211,18 @@ void LaunchDeltaRule(const GatedDeltaRuleParams& p, int min_chunked_rows, DeltaR
   // A step of fewer rows than min_chunked_rows holds no long run.
   const bool chunked = min_chunked_rows > 0 && p.rows >= min_chunked_rows;
   const int min_rows = chunked ? min_chunked_rows : 0;
-  const int warps = chunked ? kRowWarps : 1;
-  const dim3 grid(static_cast<unsigned>(p.rows),
-                  CeilDiv(static_cast<int64_t>(p.v_heads) * CeilDiv(p.v_dim, 32), warps));
-  LaunchDependent(GatedDeltaRuleKernel<kKd>, grid, dim3(32 * warps), 0, stream, p, min_rows);
+  if (chunked && form == DeltaRuleForm::kParallel) {
+    return LaunchParallelDeltaRule<kKd>(p, min_rows, scratch, stream);
+  }
+  const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.v_heads),
+                  CeilDiv(p.v_dim, 32));
+  LaunchDependent(GatedDeltaRuleKernel<kKd>, grid, dim3(32), 0, stream, p, min_rows);
   GZ_CUDA_LAUNCHED();
   if (!chunked) return;
-  switch (form) {
-    case DeltaRuleForm::kParallel:
-      return LaunchParallelDeltaRule<kKd>(p, min_rows, scratch, stream);
-    case DeltaRuleForm::kSerialTf32:
-      LaunchChunkedDeltaRule<kKd, true>(p, min_rows, stream);
-      break;
-    case DeltaRuleForm::kSerial:
-      LaunchChunkedDeltaRule<kKd, false>(p, min_rows, stream);
-      break;
+  if (form == DeltaRuleForm::kSerialTf32) {
+    LaunchChunkedDeltaRule<kKd, true>(p, min_rows, stream);
+  } else {
+    LaunchChunkedDeltaRule<kKd, false>(p, min_rows, stream);
   }
   GZ_CUDA_LAUNCHED();
 }
