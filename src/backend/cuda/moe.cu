@@ -675,8 +675,9 @@ __global__ void __launch_bounds__(128)
 // of the plan and kFewOutputs of its expert's outputs, reads each of those weight rows once a pass
 // of up to kFewPass of the tile's rows (staged in shared memory as float32), and each warp
 // computes kFewWeights weight rows at a time (gate/up: 2 outputs' gate and up rows; down: 4
-// outputs), its lanes striding the inputs 8 bf16 values at a time; float32 products and sums
-// (the inputs not rounded to bf16), the lanes' sums added by shuffles.
+// outputs), its lanes striding the inputs 8 bf16 values at a time; the inputs rounded to bf16 as
+// the tensor-core kernel rounds them, float32 products and sums, the lanes' sums added by
+// shuffles.
 constexpr int kFewPass = 8;      // a tile's rows a pass
 constexpr int kFewOutputs = 64;  // outputs of a block
 constexpr int kFewWeights = 4;   // weight rows a warp reads at a time
@@ -725,7 +726,14 @@ __global__ void __launch_bounds__(kFewThreads)
     for (int r = 0; r < rows; ++r) {
       const float4* src = reinterpret_cast<const float4*>(
           GroupedRow<kGateUp>(a, sorted, k, cols, start + first + r));
-      for (int64_t c = threadIdx.x; c < quads; c += kFewThreads) xs4[r * quads + c] = src[c];
+      for (int64_t c = threadIdx.x; c < quads; c += kFewThreads) {
+        // Rounded to bf16 as the tensor-core path rounds what it stages (the fast mode's
+        // products with bf16 weights take bf16 inputs, whichever kernel runs them).
+        const float4 v = src[c];
+        xs4[r * quads + c] = make_float4(
+            __bfloat162float(__float2bfloat16_rn(v.x)), __bfloat162float(__float2bfloat16_rn(v.y)),
+            __bfloat162float(__float2bfloat16_rn(v.z)), __bfloat162float(__float2bfloat16_rn(v.w)));
+      }
     }
     __syncthreads();
     for (int g = warp * kGroup; g < kFewOutputs; g += kFewWarps * kGroup) {
