@@ -7,7 +7,9 @@
 // than half the vocabulary allowed, as inside strings); and the time the request's matcher takes
 // to accept each picked token (`accept`). Prints one JSON line.
 //   grammar_bench --tokenizer PATH [--schemas tests/grammar/schemas] [--grammar GBNF_FILE]
-//                 [--docs 3] [--seed 1]
+//                 [--docs 3] [--seed 1] [--dump-walks FILE]
+// --dump-walks: each document's tokens, a line each ({"file": name, "doc": d, "tokens": [...]}), so
+// that another engine's masks can be timed over the same steps (llama_grammar_peer.cpp).
 // --grammar: documents of that GBNF grammar instead of the schemas.
 #include <algorithm>
 #include <chrono>
@@ -69,7 +71,7 @@ bool Closing(const std::string& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string tokenizer_path, schemas = "tests/grammar/schemas", gbnf_path;
+  std::string tokenizer_path, schemas = "tests/grammar/schemas", gbnf_path, dump_path;
   int docs = 3;
   uint32_t seed = 1;
   for (int i = 1; i < argc; ++i) {
@@ -84,10 +86,12 @@ int main(int argc, char** argv) {
       docs = std::stoi(argv[++i]);
     else if (a == "--seed" && i + 1 < argc)
       seed = static_cast<uint32_t>(std::stoul(argv[++i]));
+    else if (a == "--dump-walks" && i + 1 < argc)
+      dump_path = argv[++i];
     else {
       fprintf(stderr,
               "usage: grammar_bench --tokenizer PATH [--schemas DIR] [--grammar FILE] [--docs N] "
-              "[--seed S]\n");
+              "[--seed S] [--dump-walks FILE]\n");
       return 2;
     }
   }
@@ -114,6 +118,8 @@ int main(int argc, char** argv) {
   }
   std::sort(files.begin(), files.end());
   std::vector<double> compile_us, cached_us, walk_us, bytes_us, accept_us;
+  std::ofstream dump;
+  if (!dump_path.empty()) dump.open(dump_path);
   std::vector<double> wide_us, narrow_us, wide_bytes_us, narrow_bytes_us;  // uncached, by width
   int refused = 0;
   std::mt19937 rng(seed);
@@ -134,6 +140,7 @@ int main(int argc, char** argv) {
       TokenMatcher cached(tg), walked(tg, /*cache=*/false),
           by_bytes(tg, /*cache=*/false, /*classes=*/false, /*canonical=*/false);
       std::vector<uint64_t> mask, other, plain;
+      std::vector<int32_t> walk;  // the document's tokens (--dump-walks)
       for (int step = 0; step < 400; ++step) {
         auto m0 = std::chrono::steady_clock::now();
         cached.FillMask(stop, &mask);
@@ -172,6 +179,13 @@ int main(int argc, char** argv) {
           fprintf(stderr, "%s: an allowed token was refused\n", f.filename().c_str());
           return 1;
         }
+        walk.push_back(pick);
+      }
+      if (dump.is_open()) {
+        dump << "{\"file\": \"" << f.filename().string() << "\", \"doc\": " << d
+             << ", \"tokens\": [";
+        for (size_t i = 0; i < walk.size(); ++i) dump << (i ? ", " : "") << walk[i];
+        dump << "]}\n";
       }
     }
   }
