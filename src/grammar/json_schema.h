@@ -6,7 +6,7 @@
 // match: different types, or objects told apart by a const/enum property or by a required key the
 // other refuses), allOf (of object schemas, merged), $ref and $defs/definitions (JSON pointers into
 // the document, recursion included), items, prefixItems, minItems, maxItems, minLength, maxLength,
-// format (date, time, date-time, uuid, email), pattern (a subset of regular expressions: literals,
+// format (date, time, date-time, uuid, email), pattern (grammar/regex.h: literals,
 // classes, ., groups, |, ?, *, +, {m,n}, ^ and $ at the ends), minimum, maximum,
 // exclusiveMinimum, exclusiveMaximum (exact for integers; for numbers, whole bounds from 0 up),
 // and the annotations (title, description, default, examples, $comment, ...). Anything else is

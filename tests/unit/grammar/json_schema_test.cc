@@ -143,6 +143,9 @@ TEST(JsonSchemaTest, FormatsAndPatterns) {
   EXPECT_NE(Refusal(R"j({"properties":{"p":{"type":"string","pattern":"(?=a)"}}})j")
                 .find("json schema #/properties/p/pattern: pattern (?=a): a lookaround"),
             std::string::npos);
+  EXPECT_NE(Refusal(R"j({"type":"string","pattern":"^ab(?=a)"})j")
+                .find("pattern ^ab(?=a): a lookaround is not supported (at position 3)"),
+            std::string::npos);
   EXPECT_NE(Refusal(R"j({"type":"string","pattern":"(a)\\1"})j").find("the escape \\1"),
             std::string::npos);
   EXPECT_NE(Refusal(R"j({"type":"string","pattern":"^a{2,4111111111}$"})j").find("the quantifier"),
