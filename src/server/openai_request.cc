@@ -7,6 +7,7 @@
 
 #include "core/json_nesting.h"
 #include "grammar/json_schema.h"
+#include "grammar/regex.h"
 #include "template/output_parser.h"
 
 namespace gizllm::server {
@@ -141,14 +142,16 @@ std::optional<ApiError> CheckKnownKeys(const json& body, const std::set<std::str
 // Fields chat and completion requests share. `completion`: the legacy completions API, where
 // logprobs is an integer.
 // The grammar a request's structured-output fields ask for: response_format (chat), and the
-// fields other servers take: llama.cpp's `grammar` and `json_schema`, vLLM's `guided_grammar`
-// and `guided_json`. At most one; a schema or grammar that does not compile is a 400 naming the
+// fields other servers take: llama.cpp's `grammar` and `json_schema`, vLLM's `guided_grammar`,
+// `guided_json`, `guided_regex` and `guided_choice`, and vLLM's newer `structured_outputs`
+// object (one of json, regex, grammar, choice, json_object). At most one; a schema, grammar or
+// regex (grammar/regex.h: the whole answer one match) that does not compile is a 400 naming the
 // field and the place in it. The body's objects keep their keys in sorted order (nlohmann::json),
 // so a schema's properties come in the order of their names here, not as the client wrote them.
 std::optional<ApiError> ParseStructuredOutput(const json& body, SamplingOptions* s) {
   std::vector<std::string> given;
-  for (const char* k :
-       {"response_format", "grammar", "guided_grammar", "json_schema", "guided_json"}) {
+  for (const char* k : {"response_format", "grammar", "guided_grammar", "json_schema",
+                        "guided_json", "guided_regex", "guided_choice", "structured_outputs"}) {
     auto it = body.find(k);
     if (it == body.end() || it->is_null()) continue;
     if (std::string(k) == "response_format" && it->is_object() && it->contains("type") &&
@@ -176,20 +179,99 @@ std::optional<ApiError> ParseStructuredOutput(const json& body, SamplingOptions*
     s->grammar = std::make_shared<const Grammar>(std::move(*g));
     return std::nullopt;
   };
-  if (field == "grammar" || field == "guided_grammar") {
-    if (!v.is_string()) return WrongType(field, "a GBNF grammar (a string)", v);
-    Expected<Grammar> g = ParseGbnf(v.get<std::string>(), field);
-    if (!g.ok()) return BadRequest(g.status().message(), field, "invalid_grammar");
+  auto compile_grammar = [&](const json& text,
+                             const std::string& param) -> std::optional<ApiError> {
+    if (!text.is_string()) return WrongType(param, "a GBNF grammar (a string)", text);
+    Expected<Grammar> g = ParseGbnf(text.get<std::string>(), param);
+    if (!g.ok()) return BadRequest(g.status().message(), param, "invalid_grammar");
     s->grammar = std::make_shared<const Grammar>(std::move(*g));
     return std::nullopt;
-  }
-  if (field == "json_schema" || field == "guided_json") {
-    if (v.is_string()) {
-      json parsed = json::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
-      if (parsed.is_discarded()) return BadRequest("'" + field + "' is not valid JSON", field);
-      return compile_schema(parsed, field);
+  };
+  auto compile_json = [&](const json& schema, const std::string& param) {
+    if (schema.is_string()) {
+      json parsed = json::parse(schema.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      if (parsed.is_discarded())
+        return std::optional(BadRequest("'" + param + "' is not valid JSON", param));
+      return compile_schema(parsed, param);
     }
-    return compile_schema(v, field);
+    return compile_schema(schema, param);
+  };
+  auto compile_regex = [&](const json& regex, const std::string& param) -> std::optional<ApiError> {
+    if (!regex.is_string()) return WrongType(param, "a regular expression (a string)", regex);
+    Expected<Grammar> g = RegexGrammar(regex.get<std::string>());
+    if (!g.ok()) {
+      return BadRequest("'" + param + "': " + g.status().message(), param, "invalid_regex");
+    }
+    s->grammar = std::make_shared<const Grammar>(std::move(*g));
+    return std::nullopt;
+  };
+  // One of the strings exactly.
+  auto compile_choice = [&](const json& choice,
+                            const std::string& param) -> std::optional<ApiError> {
+    if (!choice.is_array() || choice.empty()) {
+      return WrongType(param, "a non-empty array of strings", choice);
+    }
+    std::string gbnf = "root ::= ";
+    for (size_t i = 0; i < choice.size(); ++i) {
+      if (!choice[i].is_string()) {
+        return WrongType(param + "[" + std::to_string(i) + "]", "a string", choice[i]);
+      }
+      gbnf += (i ? " | " : "") + GbnfLiteral(choice[i].get<std::string>());
+    }
+    Expected<Grammar> g = ParseGbnf(gbnf + "\n", param);
+    if (!g.ok()) return BadRequest(g.status().message(), param, "invalid_value");
+    s->grammar = std::make_shared<const Grammar>(std::move(*g));
+    return std::nullopt;
+  };
+  if (field == "grammar" || field == "guided_grammar") return compile_grammar(v, field);
+  if (field == "json_schema" || field == "guided_json") return compile_json(v, field);
+  if (field == "guided_regex") return compile_regex(v, field);
+  if (field == "guided_choice") return compile_choice(v, field);
+  if (field == "structured_outputs") {
+    if (!v.is_object()) return WrongType(field, "an object", v);
+    // vLLM's switches that change nothing here: the grammars already write no optional
+    // whitespace and no properties a schema does not list, and nothing falls back.
+    static const std::set<std::string> kIgnored = {"disable_fallback", "disable_any_whitespace",
+                                                   "disable_additional_properties"};
+    static const std::set<std::string> kKinds = {"json", "regex", "grammar", "choice",
+                                                 "json_object"};
+    std::vector<std::string> kinds;
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      const std::string param = field + "." + it.key();
+      if (kIgnored.count(it.key())) {
+        if (!it->is_boolean()) return WrongType(param, "a boolean", *it);
+        continue;
+      }
+      if (!kKinds.count(it.key())) {
+        return BadRequest("'" + param + "' is not supported; json, regex, grammar, choice and " +
+                              "json_object are",
+                          param, "unsupported_value");
+      }
+      if (!it->is_null()) kinds.push_back(it.key());
+    }
+    if (kinds.empty()) {
+      return BadRequest(
+          "'structured_outputs' must hold one of json, regex, grammar, choice and "
+          "json_object",
+          field, "invalid_value");
+    }
+    if (kinds.size() > 1) {
+      return BadRequest("'" + field + "." + kinds[0] + "' and '" + field + "." + kinds[1] +
+                            "' both constrain the answer; give one",
+                        field + "." + kinds[1], "invalid_value");
+    }
+    const std::string param = field + "." + kinds[0];
+    const json& spec = v[kinds[0]];
+    if (kinds[0] == "json") return compile_json(spec, param);
+    if (kinds[0] == "regex") return compile_regex(spec, param);
+    if (kinds[0] == "grammar") return compile_grammar(spec, param);
+    if (kinds[0] == "choice") return compile_choice(spec, param);
+    // json_object
+    if (spec != true) return BadRequest("'" + param + "' must be true", param, "invalid_value");
+    Expected<Grammar> g = ParseGbnf(JsonObjectGbnf(), "json_object");
+    if (!g.ok()) return BadRequest(g.status().message(), param);
+    s->grammar = std::make_shared<const Grammar>(std::move(*g));
+    return std::nullopt;
   }
   // response_format
   if (!v.is_object()) return WrongType("response_format", "an object", v);
@@ -841,7 +923,10 @@ std::optional<ApiError> ParseChatRequest(const json& body, int32_t vocab, ChatRe
                                                "grammar",
                                                "guided_grammar",
                                                "json_schema",
-                                               "guided_json"};
+                                               "guided_json",
+                                               "guided_regex",
+                                               "guided_choice",
+                                               "structured_outputs"};
   if (auto e = CheckKnownKeys(body, kKnown)) return e;
   if (auto e = ParseGenerationParams(body, /*completion=*/false, &out->params)) return e;
   if (auto e = ParseMessages(body, &out->input.messages, &out->media)) return e;
@@ -964,7 +1049,10 @@ std::optional<ApiError> ParseCompletionRequest(const json& body, int32_t vocab,
                                                "grammar",
                                                "guided_grammar",
                                                "json_schema",
-                                               "guided_json"};
+                                               "guided_json",
+                                               "guided_regex",
+                                               "guided_choice",
+                                               "structured_outputs"};
   if (auto e = CheckKnownKeys(body, kKnown)) return e;
   if (auto e = ParseGenerationParams(body, /*completion=*/true, &out->params)) return e;
   if (!out->params.max_tokens) out->params.max_tokens = 16;  // the API's default
@@ -1023,7 +1111,10 @@ std::optional<ApiError> ParseTokenizeRequest(const json& body, TokenizeRequest* 
                                                "grammar",
                                                "guided_grammar",
                                                "json_schema",
-                                               "guided_json"};
+                                               "guided_json",
+                                               "guided_regex",
+                                               "guided_choice",
+                                               "structured_outputs"};
   if (auto e = CheckKnownKeys(body, kKnown)) return e;
   Fields f(body);
   f.String("model", &out->model);

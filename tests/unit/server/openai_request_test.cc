@@ -153,6 +153,39 @@ TEST(ChatRequest, NamesTheFieldAtFault) {
       {"two grammars",
        {{"grammar", "root ::= \"a\""}, {"guided_json", {{"type", "string"}}}},
        "guided_json"},
+      {"guided_regex with a lookaround", {{"guided_regex", "a(?=b)"}}, "guided_regex"},
+      {"guided_regex not a string", {{"guided_regex", 5}}, "guided_regex"},
+      {"guided_choice empty", {{"guided_choice", json::array()}}, "guided_choice"},
+      {"guided_choice of a number", {{"guided_choice", {"a", 1}}}, "guided_choice[1]"},
+      {"regex and json",
+       {{"guided_regex", "a"}, {"guided_json", {{"type", "string"}}}},
+       "guided_regex"},
+      {"structured_outputs and grammar",
+       {{"grammar", "root ::= \"a\""}, {"structured_outputs", {{"regex", "a"}}}},
+       "structured_outputs"},
+      {"structured_outputs not an object", {{"structured_outputs", "a"}}, "structured_outputs"},
+      {"structured_outputs empty", {{"structured_outputs", json::object()}}, "structured_outputs"},
+      {"structured_outputs two kinds",
+       {{"structured_outputs", {{"regex", "a"}, {"choice", {"a"}}}}},
+       "structured_outputs.regex"},
+      {"structured_outputs unknown kind",
+       {{"structured_outputs", {{"structural_tag", "x"}}}},
+       "structured_outputs.structural_tag"},
+      {"structured_outputs bad regex",
+       {{"structured_outputs", {{"regex", "(a"}}}},
+       "structured_outputs.regex"},
+      {"structured_outputs bad grammar",
+       {{"structured_outputs", {{"grammar", "root ::= [a"}}}},
+       "structured_outputs.grammar"},
+      {"structured_outputs bad schema",
+       {{"structured_outputs", {{"json", {{"type", "string"}, {"format", "ipv4"}}}}}},
+       "structured_outputs.json"},
+      {"structured_outputs choice of a number",
+       {{"structured_outputs", {{"choice", {1}}}}},
+       "structured_outputs.choice[0]"},
+      {"structured_outputs switch not a boolean",
+       {{"structured_outputs", {{"regex", "a"}, {"disable_fallback", 1}}}},
+       "structured_outputs.disable_fallback"},
       {"reasoning_effort", {{"reasoning_effort", "extreme"}}, "reasoning_effort"},
       {"stream string", {{"stream", "yes"}}, "stream"},
       {"include_usage string",
@@ -286,6 +319,68 @@ TEST(ChatRequest, StructuredOutputFieldsCompileAGrammar) {
   body["response_format"] = {{"type", "text"}};
   ASSERT_FALSE(ParseChatRequest(body, 100, &r));
   EXPECT_EQ(r.params.sampling.grammar, nullptr);
+}
+
+TEST(ChatRequest, RegexChoiceAndStructuredOutputsCompileAGrammar) {
+  auto grammar_of = [](const json& patch) -> std::shared_ptr<const Grammar> {
+    json body = Chat();
+    body.merge_patch(patch);
+    ChatRequest r;
+    auto error = ParseChatRequest(body, 100, &r);
+    EXPECT_FALSE(error) << patch.dump() << ": " << error->message;
+    EXPECT_NE(r.params.sampling.grammar, nullptr) << patch.dump();
+    return r.params.sampling.grammar;
+  };
+  auto matches = [](const std::shared_ptr<const Grammar>& g, const std::string& text) {
+    if (g == nullptr) return false;
+    Matcher m(g);
+    return m.Accept(text) && m.Complete();
+  };
+  const std::string phone = R"(\(\d{3}\) \d{3}-\d{4})";
+  for (const json& patch :
+       {json{{"guided_regex", phone}}, json{{"structured_outputs", {{"regex", phone}}}}}) {
+    auto g = grammar_of(patch);
+    EXPECT_TRUE(matches(g, "(555) 123-4567")) << patch.dump();
+    EXPECT_FALSE(matches(g, "(555) 123-456")) << patch.dump();
+    EXPECT_FALSE(matches(g, "call (555) 123-4567")) << patch.dump();  // a full match
+  }
+  for (const json& patch :
+       {json{{"guided_choice", {"yes", "no", "say \"maybe\""}}},
+        json{{"structured_outputs", {{"choice", {"yes", "no", "say \"maybe\""}}}}}}) {
+    auto g = grammar_of(patch);
+    EXPECT_TRUE(matches(g, "yes")) << patch.dump();
+    EXPECT_TRUE(matches(g, "say \"maybe\"")) << patch.dump();
+    EXPECT_FALSE(matches(g, "yesno")) << patch.dump();
+    EXPECT_FALSE(matches(g, "ye")) << patch.dump();
+  }
+  const json schema = {{"type", "object"},
+                       {"properties", {{"a", {{"type", "integer"}}}}},
+                       {"required", {"a"}},
+                       {"additionalProperties", false}};
+  for (const json& patch :
+       {json{{"structured_outputs", {{"json", schema}}}},
+        json{{"structured_outputs", {{"json", schema.dump()}, {"disable_any_whitespace", true}}}},
+        json{{"structured_outputs", {{"grammar", "root ::= \"{\\\"a\\\":1}\""}}}},
+        json{{"structured_outputs", {{"json_object", true}}}}}) {
+    auto g = grammar_of(patch);
+    EXPECT_TRUE(matches(g, R"({"a":1})")) << patch.dump();
+    EXPECT_FALSE(matches(g, R"({"a":1)")) << patch.dump();
+  }
+  // The refusal names the field and the place in the regex.
+  json body = Chat();
+  body["structured_outputs"] = {{"regex", "ab(?=c)"}};
+  ChatRequest r;
+  auto error = ParseChatRequest(body, 100, &r);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->param, "structured_outputs.regex");
+  EXPECT_EQ(error->message,
+            "'structured_outputs.regex': regex: at position 2: a lookaround is not supported");
+  // Completions take them too.
+  CompletionRequest c;
+  ASSERT_FALSE(ParseCompletionRequest({{"prompt", "x"}, {"guided_regex", "[0-9]+"}}, 100, &c));
+  ASSERT_NE(c.params.sampling.grammar, nullptr);
+  EXPECT_TRUE(matches(c.params.sampling.grammar, "42"));
+  EXPECT_FALSE(matches(c.params.sampling.grammar, "4a"));
 }
 
 TEST(ChatRequest, NamedToolChoiceMustBeATool) {
