@@ -32,6 +32,7 @@ struct RunOptions {
   bool special = false;
   std::string json_schema;          // a JSON Schema file the answer follows
   std::string grammar;              // a GBNF file the answer follows
+  std::string regex;                // a regular expression the whole answer matches
   std::vector<std::string> images;  // picture files, in the order the prompt shows them
   std::vector<std::string> videos;  // folders of video frames, shown after the pictures
   double video_fps = 0;             // the rate the videos' frames were taken at; 0: unknown
@@ -63,7 +64,7 @@ int Run(const RunOptions& o) {
   if (!model.ok()) return Fail(model.status().message());
   auto tokenizer = Tokenizer::Load((*model)->dir());
   if (!tokenizer.ok()) return Fail(tokenizer.status().message());
-  auto grammar = LoadGrammarFile("run", o.json_schema, o.grammar, *tokenizer, (*model)->arch().vocab);
+  auto grammar = LoadGrammarFile("run", o.json_schema, o.grammar, *tokenizer, (*model)->arch().vocab, o.regex);
   if (!grammar.ok()) return Fail(grammar.status().message());
   sampling.grammar = *grammar;
   std::vector<int32_t> ids;
@@ -186,6 +187,9 @@ void AddRunCommand(CLI::App& app, CommandContext& ctx) {
                   "Answer with JSON that this JSON Schema file accepts (what is not supported "
                   "is refused, naming the schema path)");
   cmd->add_option("--grammar", o->grammar, "Answer with text of this GBNF grammar file");
+  cmd->add_option("--regex", o->regex,
+                  "Answer with text this regular expression matches in full (lookaround and "
+                  "backreferences are refused, naming the position)");
   cmd->add_option("--image", o->images,
                   "A picture (PNG, JPEG or WebP) the model sees before the prompt; repeat for "
                   "more. Needs a model with a vision tower (Qwen3-VL, Qwen3.5) and its "

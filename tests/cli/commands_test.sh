@@ -125,6 +125,12 @@ assert d["grammar_masks_on_device"] == d["grammar_masks_beside_step"], d  # pick
 echo '{"type": "object", "patternProperties": {"a": {}}}' > "$tmp/bad_schema.json"
 expect_fail bench-json-schema-bad "bad_schema.json" $gz bench --requests 1 --prompt-tokens 4 \
   --output-tokens 2 --json-schema "$tmp/bad_schema.json" --json
+# A regex holds the whole answer; what it cannot express is refused with its position.
+expect_ok run-regex $gz run --model models/tiny-chat --prompt "Phone:" --seed 1 --max-tokens 40 \
+  --regex '\(\d{3}\) \d{3}-\d{4}'
+check run-regex-text grep -qxE '\([0-9]{3}\) [0-9]{3}-[0-9]{4}' "$tmp/out"
+expect_error run-regex-bad "position 1: a lookaround" $gz run --model models/tiny-chat --prompt "x" \
+  --regex 'a(?=b)'
 
 # The KL divergence a KV format costs: the same model with float32 pages as the base. Float16
 # pages stay far closer to it than 8-bit ones, each of the rotated formats costs more as it has

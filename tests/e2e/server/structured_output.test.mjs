@@ -1,7 +1,8 @@
 // Structured output through the server: every schema of tests/grammar/schemas as
 // response_format json_schema (strict), sent at once beside free requests (mixed batches) at
 // temperature 1; each answer parses and passes ajv (draft 2020-12, formats). Also json_object,
-// the fields of other servers (guided_json, json_schema, grammar, guided_grammar), and streams.
+// the fields of other servers (guided_json, json_schema, grammar, guided_grammar, guided_regex,
+// guided_choice, structured_outputs), and streams.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -86,6 +87,9 @@ test('json_object and the other servers\' fields', async () => {
     { json_schema: schema },
     { grammar: 'root ::= "{\\"n\\":" [1-9] "}"' },
     { guided_grammar: 'root ::= "{\\"n\\":" [1-9] "}"' },
+    { guided_regex: '\\{"n":[1-9]\\}' },
+    { structured_outputs: { json: schema } },
+    { structured_outputs: { regex: '^\\{"n": ?[1-9]\\}$' } },
   ];
   for (const [i, extra] of cases.entries()) {
     const r = await postJson(server.url, '/v1/chat/completions', {
@@ -97,6 +101,32 @@ test('json_object and the other servers\' fields', async () => {
     assert.equal(typeof doc, 'object', content);
     if (i > 0) assert.ok(ajv.validate(schema, doc), content);
   }
+});
+
+test('a regex matches the whole answer; a choice is one of its strings', async () => {
+  const phone = /^\(\d{3}\) \d{3}-\d{4}$/;
+  const choices = ['red', 'green', 'blue or "teal"'];
+  const cases = [
+    [{ guided_regex: phone.source }, (t) => phone.test(t)],
+    [{ structured_outputs: { regex: phone.source } }, (t) => phone.test(t)],
+    [{ guided_choice: choices }, (t) => choices.includes(t)],
+    [{ structured_outputs: { choice: choices } }, (t) => choices.includes(t)],
+  ];
+  for (const [i, [extra, ok]] of cases.entries()) {
+    const r = await postJson(server.url, '/v1/chat/completions', {
+      model: server.model, messages: [{ role: 'user', content: 'Answer.' }],
+      max_tokens: 64, temperature: 1, seed: i, ...extra });
+    assert.equal(r.status, 200, r.text);
+    const content = r.json.choices[0].message.content;
+    assert.equal(r.json.choices[0].finish_reason, 'stop', content);
+    assert.ok(ok(content), `${JSON.stringify(extra)}: ${content}`);
+  }
+  const bad = await postJson(server.url, '/v1/chat/completions', {
+    model: server.model, messages: [{ role: 'user', content: 'Answer.' }],
+    guided_regex: 'a(?=b)' });
+  assert.equal(bad.status, 400, bad.text);
+  assert.equal(bad.json.error.param, 'guided_regex');
+  assert.match(bad.json.error.message, /position 1: a lookaround/);
 });
 
 test('a streamed answer under a schema is valid', async () => {
