@@ -8,8 +8,10 @@
 // to accept each picked token (`accept`). Prints one JSON line.
 //   grammar_bench --tokenizer PATH [--schemas tests/grammar/schemas] [--grammar GBNF_FILE]
 //                 [--docs 3] [--seed 1] [--dump-walks FILE]
-// --dump-walks: each document's tokens, a line each ({"file": name, "doc": d, "tokens": [...]}), so
-// that another engine's masks can be timed over the same steps (llama_grammar_peer.cpp).
+// --dump-walks: each document's walk, a JSON line each ({"file": the schema's file name, "doc": d,
+// "masks": the masks timed, "tokens": the tokens picked, "mask_us": each step's mask time (the
+// cached one)}), for another engine's masks to be timed over the same steps and set beside these
+// (llama_grammar_peer.cpp); the timed calls are the same with or without it.
 // --grammar: documents of that GBNF grammar instead of the schemas.
 #include <algorithm>
 #include <chrono>
@@ -118,11 +120,17 @@ int main(int argc, char** argv) {
   }
   std::sort(files.begin(), files.end());
   std::vector<double> compile_us, cached_us, walk_us, bytes_us, accept_us;
-  std::ofstream dump;
-  if (!dump_path.empty()) dump.open(dump_path);
   std::vector<double> wide_us, narrow_us, wide_bytes_us, narrow_bytes_us;  // uncached, by width
   int refused = 0;
   std::mt19937 rng(seed);
+  std::ofstream dump;
+  if (!dump_path.empty()) {
+    dump.open(dump_path);
+    if (!dump) {
+      fprintf(stderr, "%s: cannot write\n", dump_path.c_str());
+      return 1;
+    }
+  }
   for (const auto& f : files) {
     std::ifstream in(f);
     std::stringstream text;
@@ -140,8 +148,11 @@ int main(int argc, char** argv) {
       TokenMatcher cached(tg), walked(tg, /*cache=*/false),
           by_bytes(tg, /*cache=*/false, /*classes=*/false, /*canonical=*/false);
       std::vector<uint64_t> mask, other, plain;
-      std::vector<int32_t> walk;  // the document's tokens (--dump-walks)
+      std::vector<int32_t> walk;  // the tokens picked (--dump-walks)
+      std::vector<double> walk_mask_us;
+      int masks = 0;
       for (int step = 0; step < 400; ++step) {
+        ++masks;
         auto m0 = std::chrono::steady_clock::now();
         cached.FillMask(stop, &mask);
         auto m1 = std::chrono::steady_clock::now();
@@ -150,6 +161,7 @@ int main(int argc, char** argv) {
         by_bytes.FillMask(stop, &plain);
         auto m3 = std::chrono::steady_clock::now();
         cached_us.push_back(Micros(m0, m1));
+        walk_mask_us.push_back(cached_us.back());
         walk_us.push_back(Micros(m1, m2));
         bytes_us.push_back(Micros(m2, m3));
         if (mask != other || mask != plain) {
@@ -183,8 +195,14 @@ int main(int argc, char** argv) {
       }
       if (dump.is_open()) {
         dump << "{\"file\": \"" << f.filename().string() << "\", \"doc\": " << d
-             << ", \"tokens\": [";
+             << ", \"masks\": " << masks << ", \"tokens\": [";
         for (size_t i = 0; i < walk.size(); ++i) dump << (i ? ", " : "") << walk[i];
+        dump << "], \"mask_us\": [";
+        char us[32];
+        for (size_t i = 0; i < walk_mask_us.size(); ++i) {
+          snprintf(us, sizeof us, "%s%.2f", i ? ", " : "", walk_mask_us[i]);
+          dump << us;
+        }
         dump << "]}\n";
       }
     }
