@@ -79,13 +79,7 @@ def main():
         json.dump(config, fh, indent=2)
     with open(os.path.join(args.out, "generation_config.json"), "w") as fh:
         json.dump({"eos_token_id": [151645, 151643]}, fh)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        src = os.path.join(args.tokenizer, name)
-        if os.path.exists(src):
-            shutil.copy(src, os.path.join(args.out, name))
-        elif os.path.exists(src + ".xz"):
-            with lzma.open(src + ".xz") as fin, open(os.path.join(args.out, name), "wb") as fout:
-                shutil.copyfileobj(fin, fout)
+    copy_tokenizer(args)
 
     gen = torch.Generator(device="cuda").manual_seed(0)
 
@@ -138,17 +132,7 @@ def main():
     add("model.norm.weight", ones(h))
     add("lm_head.weight", rand(args.vocab, h))
     shards.append(current)
-
-    index = {"metadata": {"total_size": 0}, "weight_map": {}}
-    for i, shard in enumerate(shards):
-        name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, os.path.join(args.out, name), metadata={"format": "pt"})
-        for k, t in shard.items():
-            index["weight_map"][k] = name
-            index["metadata"]["total_size"] += t.numel() * 2
-    with open(os.path.join(args.out, "model.safetensors.index.json"), "w") as fh:
-        json.dump(index, fh, indent=2)
-    print(f"wrote {args.out}: {len(shards)} shards, {index['metadata']['total_size'] / 1e9:.2f} GB")
+    write_shards(args, shards)
 
 
 def copy_tokenizer(args):
