@@ -1,6 +1,7 @@
 #include "sampling/sampling.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -76,6 +77,50 @@ int32_t Argmax(std::span<const float> x) {
   }
   return best;
 }
+
+namespace {
+
+// Argmax over the tokens `mask` allows, read straight from the mask's bits (no masked copy of the
+// row): the first of the largest, -1 when no allowed token's logit is above -inf. A word of 64
+// allowed tokens is one vectorizable pass, as Argmax's chunks; others visit their set bits.
+int32_t MaskedArgmax(std::span<const float> x, std::span<const uint64_t> mask) {
+  constexpr float kLow = -std::numeric_limits<float>::infinity();
+  int32_t best = -1;
+  float best_value = kLow;
+  const size_t n = x.size();
+  for (size_t w = 0; w * 64 < n; ++w) {
+    uint64_t bits = mask[w];
+    const size_t base = w * 64;
+    if (n - base < 64) bits &= (uint64_t{1} << (n - base)) - 1;
+    if (bits == 0) continue;
+    if (bits == ~uint64_t{0}) {
+      float m[8] = {kLow, kLow, kLow, kLow, kLow, kLow, kLow, kLow};
+      for (size_t i = base; i < base + 64; i += 8) {
+        for (int k = 0; k < 8; ++k) m[k] = x[i + k] > m[k] ? x[i + k] : m[k];
+      }
+      float chunk = m[0];
+      for (int k = 1; k < 8; ++k) chunk = m[k] > chunk ? m[k] : chunk;
+      if (chunk > best_value) {
+        size_t i = base;
+        while (x[i] != chunk) ++i;
+        best = static_cast<int32_t>(i);
+        best_value = chunk;
+      }
+      continue;
+    }
+    while (bits != 0) {
+      const size_t i = base + static_cast<size_t>(std::countr_zero(bits));
+      bits &= bits - 1;
+      if (x[i] > best_value) {
+        best_value = x[i];
+        best = static_cast<int32_t>(i);
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace
 
 bool PickableRow(std::span<const float> logits) {
   // On the bits, so that the loop vectorizes: NaN has an all-ones exponent and a nonzero
@@ -230,6 +275,18 @@ int32_t Sampler::Pick(std::span<const float> logits, const Sampling& sampling, u
                       std::span<const uint64_t> allowed) {
   if (!PickableRow(logits)) return kNonFiniteToken;
   std::span<const float> shaped = logits;
+  const bool penalize =
+      sampling.repetition != 1.0f || sampling.presence != 0.0f || sampling.frequency != 0.0f;
+  if (!allowed.empty() && sampling.Greedy() && !penalize) {
+    // Greedy under a mask: one pass over the allowed tokens, no copy.
+    DCHECK(static_cast<int64_t>(allowed.size()) * 64 >= vocab_);
+    const int32_t token = MaskedArgmax(logits, allowed);
+    if (token < 0) return kNoAllowedToken;
+    if (logprobs != nullptr && sampling.logprobs >= 0) {
+      ComputeLogprobs(logits, token, sampling.logprobs, logprobs);
+    }
+    return token;
+  }
   if (!allowed.empty()) {
     DCHECK(static_cast<int64_t>(allowed.size()) * 64 >= vocab_);
     masked_.assign(logits.begin(), logits.end());

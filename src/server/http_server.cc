@@ -114,6 +114,7 @@ struct Job {
   std::optional<OutputParserOptions> parser;  // chats: how to read the answer
   std::string echo;                           // completions with echo: the prompt's text
   std::string answer_start;                   // a forced tool call's opening, in the prompt
+  int max_tool_calls = -1;                    // parallel_tool_calls false: 1; -1: no limit
 };
 
 // The outcome of routing a request: a response to write, or a generation to run.
@@ -301,6 +302,7 @@ net::awaitable<bool> Session::Generate(Job job, unsigned version, bool keep_aliv
   OutputStream output(text, params.stop, std::move(job.parser));
   // The parser reads the forced start of the call as if the model had written it.
   output.Assume(job.answer_start);
+  if (job.max_tool_calls >= 0) output.LimitToolCalls(job.max_tool_calls);
   const std::string model = text.Name();
   const bool stream = params.stream;
   Usage usage{.prompt = prompt_tokens};
@@ -312,6 +314,7 @@ net::awaitable<bool> Session::Generate(Job job, unsigned version, bool keep_aliv
   bool ok = true;            // the client still takes what we write
   bool timed_limit = false;  // ended by --max-generation-time
 
+  bool warnings_sent = params.warnings.empty();
   auto chunk = [&](json choice) {
     json c = {{"id", job.id},
               {"object", job.chat ? "chat.completion.chunk" : "text_completion"},
@@ -319,6 +322,9 @@ net::awaitable<bool> Session::Generate(Job job, unsigned version, bool keep_aliv
               {"model", model},
               {"choices", json::array({std::move(choice)})}};
     if (params.include_usage) c["usage"] = nullptr;
+    // The request's warnings ride on the first chunk.
+    if (!warnings_sent) c["warnings"] = params.warnings;
+    warnings_sent = true;
     return "data: " + Dump(c) + "\n\n";
   };
   // The stream chunk for a delta; empty when there is nothing to say.
@@ -554,6 +560,7 @@ net::awaitable<bool> Session::Generate(Job job, unsigned version, bool keep_aliv
   }
   response["choices"] = json::array({std::move(choice)});
   response["usage"] = usage.ToJson();
+  if (!params.warnings.empty()) response["warnings"] = params.warnings;
   co_await WriteResponse(http::status::ok, Dump(response), kJsonType, keep_alive, version);
   co_return keep_alive;
 }
@@ -641,6 +648,7 @@ Routed Session::PrepareChat(const json& body) {
   job.request.sampling = chat.params.sampling;
   job.request.ignore_eos = chat.params.ignore_eos;
   job.parser = ChatParserOptions(chat.input.tools, *prompt);
+  if (!chat.parallel_tool_calls) job.max_tool_calls = 1;
   // A reasoning model (its template writes <think>) may think before its answer; the grammar
   // holds the answer (a forced tool call starts in the prompt, with no thinking).
   if (job.request.sampling.grammar && chat.input.answer_prefix.empty() && text.Reasons()) {

@@ -139,16 +139,16 @@ std::optional<ApiError> CheckKnownKeys(const json& body, const std::set<std::str
   return std::nullopt;
 }
 
-// Fields chat and completion requests share. `completion`: the legacy completions API, where
-// logprobs is an integer.
 // The grammar a request's structured-output fields ask for: response_format (chat), and the
 // fields other servers take: llama.cpp's `grammar` and `json_schema`, vLLM's `guided_grammar`,
 // `guided_json`, `guided_regex` and `guided_choice`, and vLLM's newer `structured_outputs`
 // object (one of json, regex, grammar, choice, json_object). At most one; a schema, grammar or
 // regex (grammar/regex.h: the whole answer one match) that does not compile is a 400 naming the
-// field and the place in it. The body's objects keep their keys in sorted order (nlohmann::json),
+// field and the place in it, except a response_format json_schema without "strict": true, whose
+// refusal goes to `warnings` and leaves the answer unconstrained (OpenAI's rule). The body's objects keep their keys in sorted order (nlohmann::json),
 // so a schema's properties come in the order of their names here, not as the client wrote them.
-std::optional<ApiError> ParseStructuredOutput(const json& body, SamplingOptions* s) {
+std::optional<ApiError> ParseStructuredOutput(const json& body, SamplingOptions* s,
+                                              std::vector<std::string>* warnings) {
   std::vector<std::string> given;
   for (const char* k : {"response_format", "grammar", "guided_grammar", "json_schema",
                         "guided_json", "guided_regex", "guided_choice", "structured_outputs"}) {
@@ -296,14 +296,37 @@ std::optional<ApiError> ParseStructuredOutput(const json& body, SamplingOptions*
       return BadRequest("'response_format.json_schema.schema' is required",
                         "response_format.json_schema.schema");
     }
-    // Without strict a schema that does not compile is refused too, rather than followed loosely.
-    return compile_schema(*schema, "response_format.json_schema.schema");
+    const std::string param = "response_format.json_schema.schema";
+    bool strict = false;
+    auto given = spec->find("strict");
+    if (given != spec->end() && !given->is_null()) {
+      if (!given->is_boolean()) {
+        return WrongType("response_format.json_schema.strict", "a boolean", *given);
+      }
+      strict = given->get<bool>();
+    }
+    if (strict || (!schema->is_object() && !schema->is_boolean())) {
+      return compile_schema(*schema, param);
+    }
+    // Without strict, a schema the compiler refuses is not followed: the answer runs
+    // unconstrained and the response says why.
+    Expected<Grammar> g = JsonSchemaGrammar(schema->dump());
+    if (!g.ok()) {
+      warnings->push_back("'" + param + "': " + g.status().message() +
+                          "; the answer is not constrained (with 'strict': true such a schema "
+                          "is refused)");
+      return std::nullopt;
+    }
+    s->grammar = std::make_shared<const Grammar>(std::move(*g));
+    return std::nullopt;
   }
   return BadRequest("'response_format' of type '" + type->get<std::string>() +
                         "' is not supported; 'text', 'json_object' and 'json_schema' are",
                     "response_format.type", "unsupported_value");
 }
 
+// Fields chat and completion requests share. `completion`: the legacy completions API, where
+// logprobs is an integer.
 std::optional<ApiError> ParseGenerationParams(const json& body, bool completion,
                                               GenerationParams* out) {
   Fields f(body);
@@ -314,7 +337,7 @@ std::optional<ApiError> ParseGenerationParams(const json& body, bool completion,
     out->max_tokens = n;
   }
   SamplingOptions& s = out->sampling;
-  if (auto e = ParseStructuredOutput(body, &s)) return e;
+  if (auto e = ParseStructuredOutput(body, &s, &out->warnings)) return e;
   f.Float("temperature", 0, 2, &s.temperature);
   f.Float("top_p", 0, 1, &s.top_p);
   if (f.Get("top_p") && s.top_p <= 0) f.Fail(OutOfRange("top_p", "a number in (0, 1]"));
@@ -724,6 +747,15 @@ std::string MapGbnfNames(std::string_view gbnf, Rename rename) {
   return out;
 }
 
+// The root of a forced call's grammar after the first "<tool_call>\n": one call (`call`, the
+// rule of its text) and its closing tag, then with `parallel` more calls, each in its own tags as
+// Qwen's templates write them.
+std::string ToolCallsRoot(const std::string& call, bool parallel) {
+  std::string root = "root ::= " + call + " \"\\n</tool_call>\"";
+  if (parallel) root += " (\"\\n<tool_call>\\n\" " + call + " \"\\n</tool_call>\")*";
+  return root + "\n";
+}
+
 // Text without "</parameter>" (an XML-form string value). A '<' starts a piece that holds no
 // other '<' and does not go on with "/parameter>": at each character of the tag the piece either
 // ends, leaves the tag with another character, or follows it one character further.
@@ -749,7 +781,8 @@ std::string PrefixGbnfRules(std::string_view gbnf, std::string_view prefix) {
   return MapGbnfNames(gbnf, [&](std::string_view word) { return std::string(prefix) += word; });
 }
 
-Expected<std::string> ToolCallXmlGbnf(const json& tools, const std::string& forced) {
+Expected<std::string> ToolCallXmlGbnf(const json& tools, const std::string& forced,
+                                      bool parallel) {
   std::string rules;  // the rules of the calls and their values
   std::vector<std::string> calls;
   bool uses_text = false;
@@ -837,13 +870,13 @@ Expected<std::string> ToolCallXmlGbnf(const json& tools, const std::string& forc
     rules += call + " ::= " + body + " \"</function>\"\n";
   }
   if (calls.empty()) return InvalidArgument("no tool named '" + forced + "'");
-  std::string root = "root ::= (";
-  for (size_t i = 0; i < calls.size(); ++i) root += (i ? " | " : "") + calls[i];
-  root += ") \"\\n</tool_call>\"\n";
-  return root + rules + (uses_text ? XmlTextGbnf() : "");
+  std::string any = "call-any ::= ";
+  for (size_t i = 0; i < calls.size(); ++i) any += (i ? " | " : "") + calls[i];
+  return ToolCallsRoot("call-any", parallel) + any + "\n" + rules +
+         (uses_text ? XmlTextGbnf() : "");
 }
 
-Expected<std::string> ToolCallGbnf(const json& tools, const std::string& forced) {
+Expected<std::string> ToolCallGbnf(const json& tools, const std::string& forced, bool parallel) {
   // The call object as Qwen's templates write it: "name" first, then "arguments" (built as text:
   // a json object would sort its keys).
   std::vector<std::string> branches;
@@ -870,7 +903,7 @@ Expected<std::string> ToolCallGbnf(const json& tools, const std::string& forced)
   }
   Expected<std::string> call = JsonSchemaToGbnf(schema);
   if (!call.ok()) return call.status();
-  return "root ::= tool-call \"\\n</tool_call>\"\n" + RenameGbnfRule(*call, "root", "tool-call");
+  return ToolCallsRoot("c-root", parallel) + PrefixGbnfRules(*call, "c-");
 }
 
 std::optional<ApiError> ParseBody(std::string_view text, json* out) {
@@ -933,6 +966,7 @@ std::optional<ApiError> ParseChatRequest(const json& body, int32_t vocab, ChatRe
   if (auto e = ParseTools(body, &out->tools)) return e;
 
   Fields f(body);
+  f.Bool("parallel_tool_calls", &out->parallel_tool_calls);
   if (const json* choice = f.Get("tool_choice")) {
     if (choice->is_string()) {
       out->tool_choice = choice->get<std::string>();
@@ -983,9 +1017,10 @@ std::optional<ApiError> ParseChatRequest(const json& body, int32_t vocab, ChatRe
           "would constrain too; give one",
           "tool_choice", "invalid_value");
     }
-    Expected<std::string> gbnf = syntax == ToolCallSyntax::kXml
-                                     ? ToolCallXmlGbnf(out->tools, out->forced_tool)
-                                     : ToolCallGbnf(out->tools, out->forced_tool);
+    Expected<std::string> gbnf =
+        syntax == ToolCallSyntax::kXml
+            ? ToolCallXmlGbnf(out->tools, out->forced_tool, out->parallel_tool_calls)
+            : ToolCallGbnf(out->tools, out->forced_tool, out->parallel_tool_calls);
     if (!gbnf.ok()) {
       return BadRequest("'tools': " + gbnf.status().message(), "tools", "unsupported_schema");
     }
@@ -1014,7 +1049,6 @@ std::optional<ApiError> ParseChatRequest(const json& body, int32_t vocab, ChatRe
     if (k.error()) return k.error();
   }
   bool flag = false;
-  f.Bool("parallel_tool_calls", &flag);
   f.Bool("store", &flag);
   if (f.error()) return f.error();
   (void)vocab;

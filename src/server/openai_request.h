@@ -39,6 +39,9 @@ struct GenerationParams {
   bool logprobs = false;
   int32_t top_logprobs = 0;
   bool ignore_eos = false;  // vLLM's extension: generate through stop tokens (benchmarks)
+  // What the request asked for and does not get, said in the response's "warnings" (a
+  // response_format schema without strict that does not compile: the answer runs unconstrained).
+  std::vector<std::string> warnings;
 };
 
 struct ChatRequest {
@@ -47,6 +50,9 @@ struct ChatRequest {
   nlohmann::json tools;              // the request's tools (array) or null
   std::string tool_choice = "auto";  // "none", "auto", "required" or "function"
   std::string forced_tool;           // the function's name when tool_choice names one
+  // parallel_tool_calls (OpenAI's default true): a forced call may be followed by more; false:
+  // the answer holds at most one call, forced or not.
+  bool parallel_tool_calls = true;
   // The image_url and video_url parts of the user messages, in prompt order; their messages'
   // content is then a list of parts ({"type": "image"}, {"type": "video"}, text).
   std::vector<MediaPart> media;
@@ -54,9 +60,12 @@ struct ChatRequest {
 
 // The GBNF of a forced tool call's text after "<tool_call>\n" in Qwen's syntax: the call
 // object ({"name": ..., "arguments": ...}, the arguments following the tool's parameters schema)
-// of the function `forced` names, or of any of `tools` when it is empty, then "\n</tool_call>".
+// of the function `forced` names, or of any of `tools` when it is empty, then "\n</tool_call>";
+// with `parallel` (the request's parallel_tool_calls) any number of further calls follow, each
+// as "\n<tool_call>\n" CALL "\n</tool_call>".
 // A parameters schema the JSON Schema compiler refuses is an error naming its path.
-Expected<std::string> ToolCallGbnf(const nlohmann::json& tools, const std::string& forced);
+Expected<std::string> ToolCallGbnf(const nlohmann::json& tools, const std::string& forced,
+                                   bool parallel = false);
 // The same in the XML form (ToolCallSyntax::kXml), after "<tool_call>\n":
 //   <function=NAME>\n(<parameter=KEY>\nVALUE\n</parameter>\n)*</function>\n</tool_call>
 // NAME the forced function's or any tool's; the parameters those its schema lists, in the
@@ -64,7 +73,8 @@ Expected<std::string> ToolCallGbnf(const nlohmann::json& tools, const std::strin
 // the required ones always (a schema that lists none:
 // any names). A value the output parser keeps as text (ArgumentIsText) is any text without
 // "</parameter>", or one of a string enum's words; any other is a JSON value of its schema.
-Expected<std::string> ToolCallXmlGbnf(const nlohmann::json& tools, const std::string& forced);
+Expected<std::string> ToolCallXmlGbnf(const nlohmann::json& tools, const std::string& forced,
+                                      bool parallel = false);
 // `gbnf` with the rule name `from` written `to` wherever it stands as a name (not in literals,
 // classes or comments).
 std::string RenameGbnfRule(std::string_view gbnf, std::string_view from, std::string_view to);

@@ -94,7 +94,20 @@ OutputDelta OutputStream::Parse(std::string_view text) {
     out.content = std::string(text);
     return out;
   }
-  return ToDelta(parser_->Feed(text));
+  return Limit(parser_->Feed(text));
+}
+
+OutputDelta OutputStream::Limit(std::vector<OutputEvent> events) {
+  if (max_calls_ < 0) return ToDelta(std::move(events));
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i].kind == OutputEvent::Kind::kToolCall && ++calls_ >= max_calls_) {
+      // The last call allowed: nothing after it.
+      events.resize(i + 1);
+      stopped_ = true;
+      break;
+    }
+  }
+  return ToDelta(std::move(events));
 }
 
 Expected<OutputDelta> OutputStream::Push(std::span<const int32_t> tokens) {
@@ -109,7 +122,7 @@ Expected<OutputDelta> OutputStream::Push(std::span<const int32_t> tokens) {
     std::string ready = held_.substr(0, first);
     held_.clear();
     OutputDelta out = Parse(ready);
-    if (parser_) out.Append(ToDelta(parser_->Finish()));
+    if (parser_ && !CallLimitReached()) out.Append(Limit(parser_->Finish()));
     return out;
   }
   size_t keep = 0;
@@ -123,7 +136,9 @@ Expected<OutputDelta> OutputStream::Push(std::span<const int32_t> tokens) {
   }
   std::string ready = held_.substr(0, held_.size() - keep);
   held_.erase(0, held_.size() - keep);
-  return Parse(ready);
+  OutputDelta out = Parse(ready);
+  if (stopped_) held_.clear();  // the call limit: nothing after the last call
+  return out;
 }
 
 Expected<OutputDelta> OutputStream::Finish() {
@@ -138,7 +153,7 @@ Expected<OutputDelta> OutputStream::Finish() {
   }
   OutputDelta out = Parse(held_);
   held_.clear();
-  if (parser_) out.Append(ToDelta(parser_->Finish()));
+  if (parser_ && !CallLimitReached()) out.Append(Limit(parser_->Finish()));
   return out;
 }
 

@@ -50,13 +50,19 @@ class OutputStream {
   Expected<OutputDelta> Push(std::span<const int32_t> tokens);
   // At the end of the answer: everything held back.
   Expected<OutputDelta> Finish();
-  // Whether a stop string ended the answer (the text from it on is dropped).
+  // The answer ends after its `n`-th complete tool call (a request's parallel_tool_calls false):
+  // what follows the call is dropped, as after a stop string.
+  void LimitToolCalls(int n) { max_calls_ = n; }
+  // Whether a stop string (or the call limit) ended the answer (the text from it on is dropped).
   bool stopped() const { return stopped_; }
   // Everything the decoder gave out before any stop string (the raw answer text).
   const std::string& text() const { return text_; }
 
  private:
   OutputDelta Parse(std::string_view text);
+  // The parser's events as a delta, cut after the last tool call allowed.
+  OutputDelta Limit(std::vector<OutputEvent> events);
+  bool CallLimitReached() const { return max_calls_ >= 0 && calls_ >= max_calls_; }
 
   TokenDecoder decoder_;
   std::vector<std::string> stop_;
@@ -64,6 +70,8 @@ class OutputStream {
   std::string held_;  // decoded text that may be the start of a stop string
   std::string text_;
   bool stopped_ = false;
+  int max_calls_ = -1;  // -1: no limit
+  int calls_ = 0;
 };
 
 }  // namespace gizllm::server

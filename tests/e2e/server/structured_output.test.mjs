@@ -140,3 +140,56 @@ test('a streamed answer under a schema is valid', async () => {
   for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
   assert.ok(ajv.validate(schema, JSON.parse(text)), text);
 });
+
+test('a schema without strict that does not compile runs unconstrained and warns', async () => {
+  const schema = { type: 'object', properties: { ip: { type: 'string', format: 'ipv4' } } };
+  const body = (strict, stream) => ({
+    model: server.model, messages: [{ role: 'user', content: 'Answer.' }], max_tokens: 8,
+    temperature: 0, stream,
+    response_format: { type: 'json_schema',
+                       json_schema: { name: 'x', schema, ...(strict === undefined ? {} : { strict }) } },
+  });
+  for (const strict of [undefined, false]) {
+    const r = await postJson(server.url, '/v1/chat/completions', body(strict, false));
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.warnings.length, 1, r.text);
+    assert.match(r.json.warnings[0], /#\/properties\/ip\/format/);
+    assert.match(r.json.warnings[0], /not constrained/);
+    assert.equal(typeof r.json.choices[0].message.content, 'string');
+  }
+  // Streamed: the warning rides on the first chunk.
+  const s = await postJson(server.url, '/v1/chat/completions', body(undefined, true));
+  assert.equal(s.status, 200, s.text);
+  const chunks = s.text.split('\n\n').filter((e) => e.startsWith('data: {'))
+    .map((e) => JSON.parse(e.slice(6)));
+  assert.match(chunks[0].warnings[0], /#\/properties\/ip\/format/);
+  assert.ok(chunks.slice(1).every((c) => c.warnings === undefined));
+  const strict = await postJson(server.url, '/v1/chat/completions', body(true, false));
+  assert.equal(strict.status, 400, strict.text);
+  assert.equal(strict.json.error.param, 'response_format.json_schema.schema');
+});
+
+test('a forced call is one call, or several with parallel_tool_calls', async () => {
+  const parameters = { type: 'object', properties: { n: { type: 'integer', minimum: 1, maximum: 9 } },
+                       required: ['n'], additionalProperties: false };
+  const tools = ['first', 'second'].map((name) => ({ type: 'function', function: { name, parameters } }));
+  const counts = { true: [], false: [] };
+  for (const parallel of [true, false]) {
+    for (let seed = 0; seed < 8; ++seed) {
+      const r = await client.chat.completions.create({
+        model: server.model, messages: [{ role: 'user', content: 'Call the tools.' }], tools,
+        tool_choice: 'required', parallel_tool_calls: parallel, max_tokens: 1900, temperature: 1,
+        seed });
+      const c = r.choices[0];
+      assert.equal(c.finish_reason, 'tool_calls', JSON.stringify(c));
+      for (const call of c.message.tool_calls) {
+        assert.ok(['first', 'second'].includes(call.function.name));
+        assert.ok(ajv.validate(parameters, JSON.parse(call.function.arguments)),
+                  call.function.arguments);
+      }
+      counts[parallel].push(c.message.tool_calls.length);
+    }
+  }
+  assert.ok(counts.false.every((n) => n === 1), JSON.stringify(counts));
+  assert.ok(counts.true.every((n) => n >= 1), JSON.stringify(counts));
+});

@@ -207,6 +207,49 @@ TEST(Sampling, MasksAndSampleRows) {
   EXPECT_EQ(sampler.Sample(poisoned, greedy, mask), kNonFiniteToken);
 }
 
+// Greedy under a mask reads the mask's bits (no masked copy): the same token as the argmax of a
+// copy with the disallowed logits at -inf, over sparse, dense and full mask words, ties (the
+// first wins) and a vocabulary that ends inside a word (bits past it ignored).
+TEST(Sampling, GreedyUnderAMaskIsTheArgmaxOfTheMaskedRow) {
+  std::mt19937 rng(11);
+  for (int64_t vocab : {1, 63, 64, 65, 200, 1000}) {
+    Sampler sampler(vocab);
+    for (int trial = 0; trial < 60; ++trial) {
+      std::vector<float> row(vocab);
+      // Few distinct values: ties are common.
+      for (float& x : row) x = static_cast<float>(std::uniform_int_distribution<int>(-4, 4)(rng));
+      if (trial % 5 == 0 && vocab > 1) row[rng() % vocab] = -INFINITY;
+      std::vector<uint64_t> mask(MaskWords(vocab), 0);
+      const int density = trial % 4;  // none, sparse, dense, all
+      for (int64_t t = 0; t < vocab; ++t) {
+        const bool on = density == 3 || (density == 2 && rng() % 8 != 0) ||
+                        (density == 1 && rng() % 16 == 0);
+        if (on) mask[t / 64] |= uint64_t{1} << (t % 64);
+      }
+      for (uint64_t& w : mask) {
+        if (density == 3) w = ~uint64_t{0};  // bits past the vocabulary too
+      }
+      std::vector<float> masked = row;
+      bool any = false;
+      for (int64_t t = 0; t < vocab; ++t) {
+        if (!((mask[t / 64] >> (t % 64)) & 1)) masked[t] = -INFINITY;
+        any |= masked[t] > -INFINITY;
+      }
+      const int32_t want = any ? Argmax(masked) : kNoAllowedToken;
+      SampleRow greedy;
+      EXPECT_EQ(sampler.Sample(row, greedy, mask), want) << vocab << " " << trial;
+      Sampling s;
+      s.temperature = 0.0f;
+      s.logprobs = 2;
+      Logprobs lp;
+      EXPECT_EQ(sampler.Sample(row, s, 1, {}, {}, &lp, mask), want);
+      if (want >= 0) {
+        EXPECT_EQ(lp.token, want);  // logprobs of the logits before the mask
+      }
+    }
+  }
+}
+
 TEST(Sampling, PenaltiesKnownAnswer) {
   // Token 0 (logit 2, prompt only), 1 (-1, output twice), 2 (0.5, never seen).
   Sampler sampler(3);

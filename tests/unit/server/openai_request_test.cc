@@ -573,6 +573,102 @@ TEST(ToolCallXmlGbnf, CallsItAllowsParseBackIntoTheirArguments) {
   EXPECT_EQ(events[0].arguments, R"({"any":"[x]","list":[1,2],"n":-1.5,"s":" 12 "})");
 }
 
+// parallel_tool_calls: one call, or one and more, each in its own tags.
+TEST(ToolCallGbnf, ParallelAllowsFurtherCalls) {
+  const json tools = json::parse(R"([
+      {"type": "function", "function": {"name": "a", "parameters": {"type": "object",
+       "properties": {"root": {"type": "integer"}}, "required": ["root"]}}},
+      {"type": "function", "function": {"name": "b"}}])");
+  const std::string one = R"({"name":"a","arguments":{"root":1}})"
+                          "\n</tool_call>";
+  const std::string two = one + "\n<tool_call>\n" + R"({"name":"b","arguments":{}})" +
+                          "\n</tool_call>";
+  auto accepts = [](const std::string& gbnf, const std::string& text) {
+    Expected<Grammar> g = ParseGbnf(gbnf);
+    EXPECT_TRUE(g.ok()) << g.status().message() << "\n" << gbnf;
+    if (!g.ok()) return false;
+    Matcher m(std::make_shared<const Grammar>(std::move(*g)));
+    return m.Accept(std::string_view(text)) && m.Complete();
+  };
+  for (bool parallel : {false, true}) {
+    Expected<std::string> gbnf = ToolCallGbnf(tools, "", parallel);
+    ASSERT_TRUE(gbnf.ok()) << gbnf.status().message();
+    EXPECT_TRUE(accepts(*gbnf, one)) << *gbnf;
+    EXPECT_EQ(accepts(*gbnf, two), parallel) << *gbnf;
+    EXPECT_FALSE(accepts(*gbnf, one + "\n<tool_call>\n"));  // a call left open
+  }
+  const json xml_tools = json::parse(R"([{"type": "function", "function": {"name": "f"}}])");
+  const std::string xml_one = "<function=f>\n</function>\n</tool_call>";
+  for (bool parallel : {false, true}) {
+    Expected<std::string> gbnf = ToolCallXmlGbnf(xml_tools, "", parallel);
+    ASSERT_TRUE(gbnf.ok()) << gbnf.status().message();
+    EXPECT_TRUE(accepts(*gbnf, xml_one));
+    EXPECT_EQ(accepts(*gbnf, xml_one + "\n<tool_call>\n" + xml_one), parallel) << *gbnf;
+  }
+}
+
+// The request's parallel_tool_calls (default true, as OpenAI's) reaches the forced call's grammar.
+TEST(ChatRequest, ParallelToolCallsShapesTheForcedCall) {
+  json body = Chat();
+  body["tools"] = {{{"type", "function"}, {"function", {{"name", "f"}}}}};
+  body["tool_choice"] = "required";
+  const std::string call = R"({"name":"f","arguments":{}})"
+                           "\n</tool_call>";
+  for (json flag : {json(nullptr), json(true), json(false)}) {
+    json b = body;
+    if (!flag.is_null()) b["parallel_tool_calls"] = flag;
+    ChatRequest r;
+    ASSERT_FALSE(ParseChatRequest(b, 100, &r));
+    EXPECT_EQ(r.parallel_tool_calls, flag != false);
+    ASSERT_NE(r.params.sampling.grammar, nullptr);
+    Matcher m(r.params.sampling.grammar);
+    const bool two = m.Accept(std::string_view(call + "\n<tool_call>\n" + call)) && m.Complete();
+    EXPECT_EQ(two, flag != false) << flag.dump();
+  }
+  body["parallel_tool_calls"] = "yes";
+  ChatRequest r;
+  auto error = ParseChatRequest(body, 100, &r);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->param, "parallel_tool_calls");
+}
+
+// Without strict, a schema the compiler refuses leaves the answer unconstrained and says so; a
+// schema that compiles is followed either way; strict must be a boolean.
+TEST(ChatRequest, SchemaWithoutStrictThatDoesNotCompileWarns) {
+  const json refused = {{"type", "object"},
+                        {"properties", {{"p", {{"type", "string"}, {"format", "ipv4"}}}}}};
+  const json fine = {{"type", "object"}, {"properties", {{"p", {{"type", "string"}}}}}};
+  for (json strict : {json(nullptr), json(false)}) {
+    json body = Chat();
+    body["response_format"] = {{"type", "json_schema"},
+                               {"json_schema", {{"name", "a"}, {"schema", refused}}}};
+    if (!strict.is_null()) body["response_format"]["json_schema"]["strict"] = strict;
+    ChatRequest r;
+    auto error = ParseChatRequest(body, 100, &r);
+    ASSERT_FALSE(error) << error->message;
+    EXPECT_EQ(r.params.sampling.grammar, nullptr);
+    ASSERT_EQ(r.params.warnings.size(), 1u);
+    EXPECT_NE(r.params.warnings[0].find("#/properties/p/format"), std::string::npos)
+        << r.params.warnings[0];
+    body["response_format"]["json_schema"]["schema"] = fine;
+    ChatRequest ok;
+    ASSERT_FALSE(ParseChatRequest(body, 100, &ok));
+    EXPECT_NE(ok.params.sampling.grammar, nullptr);
+    EXPECT_TRUE(ok.params.warnings.empty());
+  }
+  json body = Chat();
+  body["response_format"] = {{"type", "json_schema"},
+                             {"json_schema", {{"name", "a"}, {"strict", 1}, {"schema", fine}}}};
+  ChatRequest r;
+  auto error = ParseChatRequest(body, 100, &r);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->param, "response_format.json_schema.strict");
+  // Other fields stay strict: vLLM's guided_json refuses what does not compile.
+  body = Chat();
+  body["guided_json"] = refused;
+  ASSERT_TRUE(ParseChatRequest(body, 100, &r));
+}
+
 TEST(PrefixGbnfRules, PrefixesNamesOnly) {
   EXPECT_EQ(PrefixGbnfRules("root ::= \"root\" [a-z] x{1,2} # y\nx ::= root", "p-"),
             "p-root ::= \"root\" [a-z] p-x{1,2} # y\np-x ::= p-root");

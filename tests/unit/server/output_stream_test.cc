@@ -143,6 +143,37 @@ TEST(ChatOutput, AssumedStartCompletesACall) {
   EXPECT_EQ(out.text(), "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
 }
 
+// parallel_tool_calls false: the answer ends with its first call; what follows is dropped.
+TEST(ChatOutput, CallLimitEndsTheAnswerAfterItsLastCall) {
+  const std::string two =
+      "ok <tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call> then "
+      "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call> end";
+  FakeTextModel text;
+  {
+    OutputStream out(text, {}, ChatParserOptions(Tools({"a", "b"}), PromptOf("")));
+    OutputDelta all = Stream(out, two);
+    ASSERT_EQ(all.tool_calls.size(), 2u);  // no limit
+    EXPECT_FALSE(out.stopped());
+  }
+  OutputStream out(text, {}, ChatParserOptions(Tools({"a", "b"}), PromptOf("")));
+  out.LimitToolCalls(1);
+  OutputDelta all;
+  bool stopped_at_call = false;
+  for (int32_t t : Bytes(two)) {
+    Expected<OutputDelta> d = out.Push(std::span<const int32_t>(&t, 1));
+    ASSERT_TRUE(d.ok());
+    if (!d->tool_calls.empty()) stopped_at_call = out.stopped();
+    all.Append(std::move(*d));
+  }
+  Expected<OutputDelta> rest = out.Finish();
+  ASSERT_TRUE(rest.ok());
+  all.Append(std::move(*rest));
+  EXPECT_TRUE(stopped_at_call);
+  ASSERT_EQ(all.tool_calls.size(), 1u);
+  EXPECT_EQ(all.tool_calls[0].name, "a");
+  EXPECT_EQ(all.content.find("then"), std::string::npos) << all.content;
+}
+
 // Completions: no parser, the whole answer is content.
 TEST(ChatOutput, NoParserKeepsTags) {
   FakeTextModel text;
