@@ -39,6 +39,20 @@ Expected<MappedFile> MappedFile::Open(const std::string& path) {
   return f;
 }
 
+bool MappedFile::Holds(const void* p, size_t n) const {
+  const auto* b = static_cast<const uint8_t*>(p);
+  return data_ != nullptr && b >= data_ && n <= size_ && b - data_ <= static_cast<ptrdiff_t>(size_ - n);
+}
+
+void MappedFile::Release(const void* p, size_t n) const {
+  if (!Holds(p, n)) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  // A private read-only mapping: its pages were never written, so dropping them loses nothing.
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 MappedFile::MappedFile(MappedFile&& o) noexcept
     : data_(o.data_), size_(o.size_), path_(std::move(o.path_)) {
   o.data_ = nullptr;

@@ -23,6 +23,12 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Whether [p, p + n) lies inside the mapping.
+  bool Holds(const void* p, size_t n) const;
+  // Drops the whole pages of [p, p + n) (inside the mapping) from the process's memory; a later
+  // read faults them in from the file again. For readers that stream a file larger than memory
+  // once (convert): the pages read stay in the page cache, not in the process.
+  void Release(const void* p, size_t n) const;
 
  private:
   const uint8_t* data_ = nullptr;

@@ -347,56 +347,84 @@ int64_t CountParameters(const Checkpoint& checkpoint) {
   return n;
 }
 
-Status WriteSafetensors(const std::string& path, std::span<const TensorToWrite> tensors,
-                        const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// The header's text for tensors at `entries`' data offsets: `__metadata__` first, then the
+// tensors in order, padded with spaces to a multiple of 8 bytes (or to `size` when that is larger).
+std::string HeaderText(std::span<const SafetensorsWriterEntry> entries,
+                       const std::map<std::string, std::string>& metadata, size_t size = 0) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     nlohmann::ordered_json m = nlohmann::ordered_json::object();
     for (const auto& [k, v] : metadata) m[k] = v;
     header["__metadata__"] = std::move(m);
   }
-  std::vector<uint64_t> offsets;
-  offsets.reserve(tensors.size());
-  uint64_t offset = 0;
-  for (const TensorToWrite& t : tensors) {
-    const std::string where = path + ": tensor " + Quote(t.name);
-    if (t.name.empty() || t.name == "__metadata__") {
-      return InvalidArgument(path + ": tensor name " + Quote(t.name) + " is not allowed");
-    }
-    if (header.contains(t.name)) return InvalidArgument(where + ": written twice");
-    const int64_t elements = CheckedElements(t.shape);
-    if (elements < 0 || static_cast<uint64_t>(elements) * DTypeSize(t.dtype) != t.bytes) {
-      return InvalidArgument(where + ": " + std::to_string(t.bytes) + " bytes given, but " +
-                             std::string(DTypeName(t.dtype)) + " " + ShapeString(t.shape) +
-                             " needs " + std::to_string(elements * DTypeSize(t.dtype)));
-    }
-    if (t.bytes > 0 && t.data == nullptr) return InvalidArgument(where + ": no data");
-    offset = (offset + 7) & ~uint64_t{7};
-    offsets.push_back(offset);
-    header[t.name] = {{"dtype", DTypeName(t.dtype)},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + t.bytes}}};
-    offset += t.bytes;
+  for (const SafetensorsWriterEntry& e : entries) {
+    header[e.name] = {{"dtype", DTypeName(e.dtype)},
+                      {"shape", e.shape},
+                      {"data_offsets", {e.begin, e.end}}};
   }
   std::string text = header.dump();
   text.append((8 - (text.size() % 8)) % 8, ' ');  // data starts at 8 + text.size(), 8-aligned
+  if (text.size() < size) text.append(size - text.size(), ' ');
+  return text;
+}
+
+// Checks one tensor to write: its name (not empty, not __metadata__, not given before) and that
+// its bytes are its shape's.
+Status CheckTensorToWrite(const std::string& path, const TensorToWrite& t,
+                          const std::set<std::string, std::less<>>& names) {
+  const std::string where = path + ": tensor " + Quote(t.name);
+  if (t.name.empty() || t.name == "__metadata__") {
+    return InvalidArgument(path + ": tensor name " + Quote(t.name) + " is not allowed");
+  }
+  if (names.count(t.name)) return InvalidArgument(where + ": written twice");
+  const int64_t elements = CheckedElements(t.shape);
+  if (elements < 0 || static_cast<uint64_t>(elements) * DTypeSize(t.dtype) != t.bytes) {
+    return InvalidArgument(where + ": " + std::to_string(t.bytes) + " bytes given, but " +
+                           std::string(DTypeName(t.dtype)) + " " + ShapeString(t.shape) +
+                           " needs " + std::to_string(elements * DTypeSize(t.dtype)));
+  }
+  if (t.bytes > 0 && t.data == nullptr) return InvalidArgument(where + ": no data");
+  return Status::Ok();
+}
+
+bool WriteLength(std::FILE* out, uint64_t n) {
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
+  return std::fwrite(len, 1, 8, out) == 8;
+}
+
+}  // namespace
+
+Status WriteSafetensors(const std::string& path, std::span<const TensorToWrite> tensors,
+                        const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorsWriterEntry> entries;
+  entries.reserve(tensors.size());
+  std::set<std::string, std::less<>> names;
+  uint64_t offset = 0;
+  for (const TensorToWrite& t : tensors) {
+    GZ_RETURN_IF_ERROR(CheckTensorToWrite(path, t, names));
+    names.insert(t.name);
+    offset = (offset + 7) & ~uint64_t{7};
+    entries.push_back({t.name, t.dtype, t.shape, offset, offset + t.bytes});
+    offset += t.bytes;
+  }
+  const std::string text = HeaderText(entries, metadata);
 
   const std::string partial = path + ".partial";
   std::FILE* out = std::fopen(partial.c_str(), "wb");
   if (out == nullptr) return NotFound(partial + ": cannot create");
-  bool ok = true;
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(uint64_t{text.size()} >> (8 * i));
-  ok = ok && std::fwrite(len, 1, 8, out) == 8;
+  bool ok = WriteLength(out, text.size());
   ok = ok && std::fwrite(text.data(), 1, text.size(), out) == text.size();
   static const char kZeros[8] = {};
   uint64_t at = 0;
   for (size_t i = 0; i < tensors.size() && ok; ++i) {
-    const uint64_t pad = offsets[i] - at;
+    const uint64_t pad = entries[i].begin - at;
     ok = ok && std::fwrite(kZeros, 1, pad, out) == pad;
     ok = ok && (tensors[i].bytes == 0 ||
                 std::fwrite(tensors[i].data, 1, tensors[i].bytes, out) == tensors[i].bytes);
-    at = offsets[i] + tensors[i].bytes;
+    at = entries[i].end;
   }
   ok = (std::fclose(out) == 0) && ok;
   if (!ok) {
@@ -408,6 +436,123 @@ Status WriteSafetensors(const std::string& path, std::span<const TensorToWrite> 
     return Internal(path + ": cannot rename " + partial + " to it");
   }
   return Status::Ok();
+}
+
+Expected<SafetensorsWriter> SafetensorsWriter::Open(const std::string& path, size_t reserve) {
+  SafetensorsWriter w;
+  w.path_ = path;
+  w.reserve_ = (reserve + 7) & ~size_t{7};
+  const std::string partial = path + ".partial";
+  w.file_ = std::fopen(partial.c_str(), "wb");
+  if (w.file_ == nullptr) return NotFound(partial + ": cannot create");
+  // The header's place: its length and spaces, written over by Finish.
+  const std::string blank(w.reserve_, ' ');
+  bool ok = WriteLength(w.file_, w.reserve_);
+  ok = ok && std::fwrite(blank.data(), 1, blank.size(), w.file_) == blank.size();
+  if (!ok) {
+    w.Abandon();
+    return Internal(partial + ": write failed (disk full?)");
+  }
+  return w;
+}
+
+SafetensorsWriter::SafetensorsWriter(SafetensorsWriter&& o) noexcept { *this = std::move(o); }
+
+SafetensorsWriter& SafetensorsWriter::operator=(SafetensorsWriter&& o) noexcept {
+  if (this != &o) {
+    Abandon();
+    path_ = std::move(o.path_);
+    file_ = o.file_;
+    reserve_ = o.reserve_;
+    offset_ = o.offset_;
+    entries_ = std::move(o.entries_);
+    names_ = std::move(o.names_);
+    o.file_ = nullptr;
+  }
+  return *this;
+}
+
+SafetensorsWriter::~SafetensorsWriter() { Abandon(); }
+
+void SafetensorsWriter::Abandon() {
+  if (file_ == nullptr) return;
+  std::fclose(file_);
+  file_ = nullptr;
+  std::remove((path_ + ".partial").c_str());
+}
+
+Status SafetensorsWriter::Add(const TensorToWrite& t) {
+  const std::string partial = path_ + ".partial";
+  if (file_ == nullptr) return Internal(partial + ": not open");
+  GZ_RETURN_IF_ERROR(CheckTensorToWrite(path_, t, names_));
+  static const char kZeros[8] = {};
+  const uint64_t begin = (offset_ + 7) & ~uint64_t{7};
+  bool ok = std::fwrite(kZeros, 1, begin - offset_, file_) == begin - offset_;
+  ok = ok && (t.bytes == 0 || std::fwrite(t.data, 1, t.bytes, file_) == t.bytes);
+  if (!ok) {
+    Abandon();
+    return Internal(partial + ": write failed (disk full?)");
+  }
+  names_.insert(t.name);
+  entries_.push_back({t.name, t.dtype, t.shape, begin, begin + t.bytes});
+  offset_ = begin + t.bytes;
+  return Status::Ok();
+}
+
+Status SafetensorsWriter::Finish(const std::map<std::string, std::string>& metadata) {
+  const std::string partial = path_ + ".partial";
+  if (file_ == nullptr) return Internal(partial + ": not open");
+  const std::string text = HeaderText(entries_, metadata, reserve_);
+  bool ok = true;
+  if (text.size() == reserve_) {
+    ok = std::fseek(file_, 8, SEEK_SET) == 0 &&
+         std::fwrite(text.data(), 1, text.size(), file_) == text.size();
+    ok = (std::fclose(file_) == 0) && ok;
+    file_ = nullptr;
+  } else {
+    // The header outgrew its place: write it, then copy the data after it.
+    ok = std::fflush(file_) == 0;
+    const std::string second = path_ + ".partial2";
+    std::FILE* in = std::fopen(partial.c_str(), "rb");
+    std::FILE* out = std::fopen(second.c_str(), "wb");
+    ok = ok && in && out && std::fseek(in, static_cast<long>(8 + reserve_), SEEK_SET) == 0;
+    ok = ok && WriteLength(out, text.size()) &&
+         std::fwrite(text.data(), 1, text.size(), out) == text.size();
+    std::vector<char> buffer(size_t{8} << 20);
+    uint64_t left = offset_;
+    while (ok && left > 0) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(left, buffer.size()));
+      ok = std::fread(buffer.data(), 1, n, in) == n && std::fwrite(buffer.data(), 1, n, out) == n;
+      left -= n;
+    }
+    if (in) std::fclose(in);
+    if (out) ok = (std::fclose(out) == 0) && ok;
+    Abandon();
+    if (ok && std::rename(second.c_str(), partial.c_str()) != 0) ok = false;
+    if (!ok) {
+      std::remove(second.c_str());
+      std::remove(partial.c_str());
+      return Internal(partial + ": write failed (disk full?)");
+    }
+  }
+  if (!ok) {
+    std::remove(partial.c_str());
+    return Internal(partial + ": write failed (disk full?)");
+  }
+  if (std::rename(partial.c_str(), path_.c_str()) != 0) {
+    std::remove(partial.c_str());
+    return Internal(path_ + ": cannot rename " + partial + " to it");
+  }
+  return Status::Ok();
+}
+
+void Checkpoint::Release(const TensorInfo& t) const {
+  for (const SafetensorsFile& f : files_) {
+    if (f.mapped().Holds(t.data, t.bytes)) {
+      f.mapped().Release(t.data, t.bytes);
+      return;
+    }
+  }
 }
 
 }  // namespace gizllm

@@ -7,9 +7,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -54,6 +56,7 @@ class SafetensorsFile {
     return metadata_;
   }  // "__metadata__"
   const std::string& path() const { return file_.path(); }
+  const MappedFile& mapped() const { return file_; }
 
  private:
   MappedFile file_;
@@ -80,6 +83,9 @@ class Checkpoint {
   std::vector<const TensorInfo*> All() const;                  // file by file, in file order
   const std::map<std::string, std::string>& metadata() const;  // of the first file, or given
   const std::vector<SafetensorsFile>& files() const { return files_; }
+  // Drops the pages of `t` from the process's memory where it lies in a mapped file (see
+  // MappedFile::Release); tensors held elsewhere are left as they are.
+  void Release(const TensorInfo& t) const;
 
  private:
   std::vector<SafetensorsFile> files_;
@@ -108,5 +114,44 @@ struct TensorToWrite {
 // Writes to path + ".partial", then renames it to `path`.
 Status WriteSafetensors(const std::string& path, std::span<const TensorToWrite> tensors,
                         const std::map<std::string, std::string>& metadata);
+
+// Where a tensor lies in a file being written (data offsets from the data's start).
+struct SafetensorsWriterEntry {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;
+};
+
+// The same file written one tensor at a time, so that the writer holds no tensor after Add
+// returns (convert's output of a model larger than memory). The data goes to path + ".partial"
+// after `reserve` bytes kept for the header; Finish writes the header there, padded with spaces
+// as the format allows, and renames the file to `path`. A header longer than `reserve` is
+// written in front of a copy of the data instead (slower; the same file). A writer dropped
+// before Finish removes its partial file.
+class SafetensorsWriter {
+ public:
+  static Expected<SafetensorsWriter> Open(const std::string& path, size_t reserve);
+  SafetensorsWriter() = default;
+  SafetensorsWriter(SafetensorsWriter&& o) noexcept;
+  SafetensorsWriter& operator=(SafetensorsWriter&& o) noexcept;
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+  ~SafetensorsWriter();
+
+  Status Add(const TensorToWrite& t);
+  Status Finish(const std::map<std::string, std::string>& metadata);
+  int64_t count() const { return static_cast<int64_t>(entries_.size()); }
+
+ private:
+  void Abandon();
+
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  size_t reserve_ = 0;
+  uint64_t offset_ = 0;  // data bytes written
+  std::vector<SafetensorsWriterEntry> entries_;
+  std::set<std::string, std::less<>> names_;
+};
 
 }  // namespace gizllm

@@ -72,35 +72,42 @@ std::string LayerPrefix(const Arch& arch, int layer) {
   return pos == std::string::npos ? "" : q.substr(0, pos + mark.size());
 }
 
-// Owns the bytes of the tensors to write.
+// The tensors convert writes. With a writer each goes to the file as it comes, so that convert
+// holds one tensor at a time; without, they are kept (their bytes owned here, or in place in the
+// source) and written at the end (the vision tower's file).
 class Output {
  public:
-  void Add(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
-    owned_.push_back(std::move(bytes));
-    const auto& b = owned_.back();
-    tensors_.push_back({std::move(name), dtype, std::move(shape), b.data(), b.size()});
-  }
-  void AddInPlace(const TensorInfo& t) {
-    tensors_.push_back({t.name, t.dtype, t.shape, t.data, t.bytes});
-  }
+  explicit Output(SafetensorsWriter* writer = nullptr) : writer_(writer) {}
+  Status AddInPlace(const TensorInfo& t) { return Add({t.name, t.dtype, t.shape, t.data, t.bytes}); }
   // A matrix in ggml's blocks: U8 [rows, bytes of a row's blocks].
-  void AddBlocks(const TensorInfo& t) {
+  Status AddBlocks(const TensorInfo& t) {
     const int64_t rows = t.shape[0];
-    tensors_.push_back(
+    return Add(
         {t.name, DType::kU8, {rows, static_cast<int64_t>(t.bytes) / rows}, t.data, t.bytes});
   }
   template <typename T>
-  void AddVector(std::string name, DType dtype, std::vector<int64_t> shape,
-                 const std::vector<T>& v) {
-    std::vector<uint8_t> bytes(v.size() * sizeof(T));
+  Status AddVector(std::string name, DType dtype, std::vector<int64_t> shape,
+                   const std::vector<T>& v) {
+    if (writer_) {
+      return Add({std::move(name), dtype, std::move(shape), v.data(), v.size() * sizeof(T)});
+    }
+    std::vector<uint8_t>& bytes = owned_.emplace_back(v.size() * sizeof(T));
     std::memcpy(bytes.data(), v.data(), bytes.size());
-    Add(std::move(name), dtype, std::move(shape), std::move(bytes));
+    return Add({std::move(name), dtype, std::move(shape), bytes.data(), bytes.size()});
   }
-  const std::vector<TensorToWrite>& tensors() const { return tensors_; }
+  int64_t count() const { return writer_ ? writer_->count() : static_cast<int64_t>(kept_.size()); }
+  const std::vector<TensorToWrite>& kept() const { return kept_; }
 
  private:
+  Status Add(TensorToWrite t) {
+    if (writer_) return writer_->Add(t);
+    kept_.push_back(std::move(t));
+    return Status::Ok();
+  }
+
+  SafetensorsWriter* writer_;
   std::deque<std::vector<uint8_t>> owned_;
-  std::vector<TensorToWrite> tensors_;
+  std::vector<TensorToWrite> kept_;
 };
 
 // Whether convert quantizes a layer's tensor of `role` (the expert roles aside). The router, the
@@ -651,6 +658,7 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
       GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, t->name, t->shape, it->second));
     }
     GZ_RETURN_IF_ERROR(CheckFinite(*t));
+    ckpt.Release(*t);
   }
   // Whether `name` is an expert's linear written from a stacked tensor (a LoRA target).
   auto split_expert = [&](const std::string& name) {
@@ -681,7 +689,45 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
                                               untie, cut ? kept : -1));
     summary.calibrated = static_cast<int64_t>(calibrated.size());
   }
-  Output out, tower;
+  // The output is written into a partial folder, renamed when whole (removed on an error); the
+  // model's tensors go to its file as they come, so convert holds one tensor at a time.
+  const std::string partial = options.to + ".partial";
+  std::error_code ec;
+  fs::remove_all(partial, ec);
+  fs::create_directories(partial, ec);
+  if (ec) return InvalidArgument("convert: cannot create " + partial + ": " + ec.message());
+  struct RemoveUnlessDone {
+    const std::string& dir;
+    bool done = false;
+    ~RemoveUnlessDone() {
+      std::error_code ignored;
+      if (!done) fs::remove_all(dir, ignored);
+    }
+  } cleanup{partial};
+  // The header's room: each tensor's entry and each linear's description, with their names.
+  size_t reserve = size_t{64} << 10;
+  auto room = [&](const std::string& name, bool linear) {
+    reserve += linear ? 3 * (name.size() + 200) + 2 * name.size() + 400 : name.size() + 200;
+  };
+  for (const TensorInfo* t : sources) {
+    Plan p = plan(*t);
+    if (p.action == Action::kDrop || p.action == Action::kTower) continue;
+    if (p.action != Action::kExperts) {
+      room(t->name, p.action == Action::kLinear || p.action == Action::kBlocks);
+      continue;
+    }
+    const int layer = stacked.at(t->name);
+    for (int e = 0; e < arch.layer[layer].moe.experts; ++e) {
+      for (TensorRole role :
+           {TensorRole::kExpertGate, TensorRole::kExpertUp, TensorRole::kExpertDown}) {
+        room(ExpertTensorName(arch, role, layer, e), true);
+      }
+    }
+  }
+  if (untie) room(head_name, true);
+  GZ_ASSIGN_OR_RETURN(SafetensorsWriter writer,
+                      SafetensorsWriter::Open(partial + "/model.safetensors", reserve));
+  Output out(&writer), tower;
   std::map<std::string, std::string> metadata = {{kFormatVersionKey, kFormatVersion}};
   if (!options.keep_types) {
     metadata[kBitsKey] = BitsString(options.bits);
@@ -704,8 +750,7 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
       ++summary.kept_bf16;
     }
     if (format == Format::kBf16) {
-      out.AddVector(name, DType::kBF16, {rows, cols}, ToBf16(w));
-      return Status::Ok();
+      return out.AddVector(name, DType::kBF16, {rows, cols}, ToBf16(w));
     }
     QuantizedLinear ql;
     if (auto c = calibrated.find(name); c != calibrated.end() && c->second.format == format) {
@@ -715,10 +760,12 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
       GZ_ASSIGN_OR_RETURN(ql, QuantizeLinear(w.data(), rows, cols, q, options.pool));
     }
     const int64_t groups = cols / kGroup;
-    out.AddVector(name, DType::kU8, {rows, groups * GroupBytes(format)}, ql.codes);
-    out.AddVector(name + kScalesSuffix, DType::kF32, {rows, groups}, ql.scales);
-    if (!ql.zeros.empty())
-      out.AddVector(name + kZerosSuffix, DType::kF32, {rows, groups}, ql.zeros);
+    GZ_RETURN_IF_ERROR(
+        out.AddVector(name, DType::kU8, {rows, groups * GroupBytes(format)}, ql.codes));
+    GZ_RETURN_IF_ERROR(out.AddVector(name + kScalesSuffix, DType::kF32, {rows, groups}, ql.scales));
+    if (!ql.zeros.empty()) {
+      GZ_RETURN_IF_ERROR(out.AddVector(name + kZerosSuffix, DType::kF32, {rows, groups}, ql.zeros));
+    }
     nlohmann::json desc = {{"format", FormatName(format)},
                            {"rows", rows},
                            {"cols", cols},
@@ -740,20 +787,20 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
       case Action::kDrop:
         continue;
       case Action::kCopy:
-        out.AddInPlace(*t);
+        GZ_RETURN_IF_ERROR(out.AddInPlace(*t));
         break;
       case Action::kTower:
-        tower.AddInPlace(*t);
+        GZ_RETURN_IF_ERROR(tower.AddInPlace(*t));
         break;
       case Action::kBlocks:
-        out.AddBlocks(*t);
+        GZ_RETURN_IF_ERROR(out.AddBlocks(*t));
         metadata[kLinearKeyPrefix + t->name] =
             GgmlLinearDescription(t->ggml_type, t->shape[0], t->shape[1]);
         ++summary.block_types[GgmlTypeName(static_cast<GgmlType>(t->ggml_type))];
         break;
       case Action::kFloat32: {
         GZ_ASSIGN_OR_RETURN(std::vector<float> v, ReadFloats(*t));
-        out.AddVector(t->name, DType::kF32, t->shape, v);
+        GZ_RETURN_IF_ERROR(out.AddVector(t->name, DType::kF32, t->shape, v));
         break;
       }
       case Action::kLinear:
@@ -791,25 +838,20 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
         break;
       }
     }
+    if (p.action != Action::kTower) ckpt.Release(*t);  // read once: out of memory again
     step(t->name);
   }
   if (untie) {
     GZ_RETURN_IF_ERROR(add_linear(*embed, head_name, BitsFormat(options.bits.head)));
+    ckpt.Release(*embed);
     step(head_name);
   }
-  summary.tensors = static_cast<int64_t>(out.tensors().size() + tower.tensors().size());
-  summary.tower_tensors = static_cast<int64_t>(tower.tensors().size());
-
-  // Write everything into the partial folder, then rename it.
-  const std::string partial = options.to + ".partial";
-  std::error_code ec;
-  fs::remove_all(partial, ec);
-  fs::create_directories(partial, ec);
-  if (ec) return InvalidArgument("convert: cannot create " + partial + ": " + ec.message());
-  GZ_RETURN_IF_ERROR(WriteSafetensors(partial + "/model.safetensors", out.tensors(), metadata));
-  if (!tower.tensors().empty()) {
+  summary.tensors = out.count() + tower.count();
+  summary.tower_tensors = tower.count();
+  GZ_RETURN_IF_ERROR(writer.Finish(metadata));
+  if (!tower.kept().empty()) {
     GZ_RETURN_IF_ERROR(
-        WriteSafetensors(partial + "/" + kVisionTowerFile, tower.tensors(), /*metadata=*/{}));
+        WriteSafetensors(partial + "/" + kVisionTowerFile, tower.kept(), /*metadata=*/{}));
   }
   GZ_RETURN_IF_ERROR(gguf ? WriteGgufSideFiles(options.from, untie, partial, &summary)
                           : CopySideFiles(options.from, untie, partial));
@@ -819,6 +861,7 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
     return InvalidArgument("convert: cannot rename " + partial + " to " + options.to + ": " +
                            ec.message());
   }
+  cleanup.done = true;
   return summary;
 }
 

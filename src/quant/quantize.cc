@@ -39,21 +39,38 @@ float MinFraction(Format f) {
   }
 }
 
+// x rounded to the nearest integer, ties to even (std::nearbyint's rounding, which is a library
+// call on baseline x86-64), exactly for |x| < 2^22; larger magnitudes come out beyond every level
+// and are clamped after. Adding and taking away 1.5 * 2^23 leaves no fraction bits.
+inline float RoundToLevel(float x) {
+  constexpr float kMagic = 12582912.0f;
+  return (x + kMagic) - kMagic;
+}
+
+// A group's squared error in 8 running sums (lanes), added in a fixed order: a loop the compiler
+// vectorizes, and the same sum on every machine.
+template <typename Term>
+float LaneSum(Term term) {
+  float acc[8] = {};
+  for (int i = 0; i < kGroup; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += term(i + j);
+  }
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 // Symmetric levels: w ~ s * (k - h), k in [0, L), h = (L - 1) / 2.
 struct Symmetric {
   int levels;
   float half;
   float Error(const float* w, float s, int* k) const {
-    float err = 0.0f;
-    float inv = s > 0.0f ? 1.0f / s : 0.0f;
-    for (int i = 0; i < kGroup; ++i) {
-      float q = std::nearbyint(w[i] * inv + half);
-      q = std::clamp(q, 0.0f, static_cast<float>(levels - 1));
+    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    const float top = static_cast<float>(levels - 1);
+    return LaneSum([&](int i) {
+      const float q = std::min(std::max(RoundToLevel(w[i] * inv + half), 0.0f), top);
       k[i] = static_cast<int>(q);
-      float d = w[i] - s * (q - half);
-      err += d * d;
-    }
-    return err;
+      const float d = w[i] - s * (q - half);
+      return d * d;
+    });
   }
 };
 
@@ -94,16 +111,14 @@ float QuantizeSymmetric(Format f, const float* w, int* best_k, float* scale) {
 
 // Asymmetric levels: w ~ s * k + z, k in [0, L).
 float AsymmetricError(const float* w, int levels, float s, float z, int* k) {
-  float err = 0.0f;
-  float inv = s > 0.0f ? 1.0f / s : 0.0f;
-  for (int i = 0; i < kGroup; ++i) {
-    float q = std::nearbyint((w[i] - z) * inv);
-    q = std::clamp(q, 0.0f, static_cast<float>(levels - 1));
+  const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+  const float top = static_cast<float>(levels - 1);
+  return LaneSum([&](int i) {
+    const float q = std::min(std::max(RoundToLevel((w[i] - z) * inv), 0.0f), top);
     k[i] = static_cast<int>(q);
-    float d = w[i] - (s * q + z);
-    err += d * d;
-  }
-  return err;
+    const float d = w[i] - (s * q + z);
+    return d * d;
+  });
 }
 
 // The (s, z) that minimize sum (w - s k - z)^2 for fixed codes; false if the codes are all equal.

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 
 #include "core/dtype.h"
@@ -140,6 +141,68 @@ TEST(SafetensorsTest, WriterRejectsBadInput) {
                                       {"w", DType::kF32, {6}, v.data(), 24}};
   EXPECT_FALSE(WriteSafetensors(dir.File("b.safetensors"), twice, {}).ok());
   EXPECT_FALSE(fs::exists(dir.File("a.safetensors")));
+}
+
+// The streaming writer gives the same tensors and metadata as WriteSafetensors: in the room it
+// kept for the header (padded with spaces), or, when the header outgrows it, the very bytes
+// WriteSafetensors writes. Its tensors' pages can be released from a checkpoint and read again.
+TEST(SafetensorsTest, StreamingWriterEqualsTheWholeWriter) {
+  TempDir dir;
+  auto a = RandomBf16(3 * 5, 1);
+  std::vector<float> b(7, 0.25f);
+  std::vector<TensorToWrite> tensors = {
+      {"z.first", DType::kBF16, {3, 5}, a.data(), a.size() * 2},
+      {"a.second", DType::kF32, {7}, b.data(), b.size() * 4},
+      {"scalar.empty", DType::kI8, {0, 4}, nullptr, 0},
+  };
+  std::map<std::string, std::string> meta = {{"format", "gizllm"}, {"bits", "4"}};
+  const std::string whole = dir.File("whole.safetensors");
+  ASSERT_TRUE(WriteSafetensors(whole, tensors, meta).ok());
+  auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  for (size_t reserve : {size_t{4096}, size_t{16}}) {
+    const std::string path = dir.File("s" + std::to_string(reserve) + ".safetensors");
+    {
+      auto w = SafetensorsWriter::Open(path, reserve);
+      ASSERT_TRUE(w.ok()) << w.status().message();
+      for (const TensorToWrite& t : tensors) ASSERT_TRUE(w->Add(t).ok()) << t.name;
+      EXPECT_EQ(w->Add(tensors[0]).code(), StatusCode::kInvalidArgument);  // written twice
+      EXPECT_EQ(w->count(), 3);
+      ASSERT_TRUE(w->Finish(meta).ok());
+    }
+    EXPECT_FALSE(fs::exists(path + ".partial"));
+    if (reserve == 16) {
+      EXPECT_EQ(read(path), read(whole));  // the header outgrew its room
+    } else {
+      // The same data after a header of 4,096 bytes.
+      uint64_t header = 0;
+      std::memcpy(&header, read(whole).data(), 8);
+      EXPECT_EQ(fs::file_size(path), fs::file_size(whole) - header + 4096);
+      EXPECT_EQ(read(path).substr(8 + 4096), read(whole).substr(8 + header));
+    }
+    auto ck = Checkpoint::Open(path);
+    ASSERT_TRUE(ck.ok()) << ck.status().message();
+    EXPECT_EQ(ck->metadata(), meta);
+    for (const TensorToWrite& t : tensors) {
+      const TensorInfo* got = ck->Find(t.name);
+      ASSERT_NE(got, nullptr) << t.name;
+      EXPECT_EQ(got->shape, t.shape);
+      ck->Release(*got);  // dropped from memory, read from the file again
+      if (t.bytes) {
+        EXPECT_EQ(std::memcmp(got->data, t.data, t.bytes), 0) << t.name;
+      }
+    }
+  }
+  // A writer dropped before Finish leaves nothing.
+  {
+    auto w = SafetensorsWriter::Open(dir.File("dropped.safetensors"), 64);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(w->Add(tensors[0]).ok());
+  }
+  EXPECT_FALSE(fs::exists(dir.File("dropped.safetensors.partial")));
+  EXPECT_FALSE(fs::exists(dir.File("dropped.safetensors")));
 }
 
 // Expects an error of `code` whose one-line message names each of `parts`.
