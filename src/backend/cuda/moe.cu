@@ -23,8 +23,10 @@
 // where the weights were (x once for gate/up, the hidden units once for down), then
 //   decode: MoeQuantGateUpDecodeKernel and MoeQuantDownDecodeKernel, a block per 16-output tile
 //     of a picked expert, its warps over the tile's steps, each value mul * code + add;
-//   many rows: the same grouped float32 GEMM, each weight value read from the packed layout as
-//     it is staged (QuantValueAt).
+//   many rows: with about kMoeFewRows rows an expert or fewer, MoeQuantGroupedFewKernel (each
+//     tile of codes read once for up to kQuantFewPass rows of its expert); otherwise the same
+//     grouped float32 GEMM, each weight value read from the packed layout as it is staged
+//     (QuantValueAt).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
@@ -803,6 +805,111 @@ __global__ void __launch_bounds__(kFewThreads)
   }
 }
 
+// Few rows an expert, quantized experts (q8, q4, q2, q1; every mode): the grouped GEMM's
+// element-by-element dequantization and 64 x 64 tiles cost 38 ms a step at 64 rows of the
+// Qwen3-30B-A3B shape at 4 bits. A block takes one tile of the plan and 16 of its expert's
+// outputs (one 16-row tile of the device layout); its warps split the steps over the inputs as
+// the decode kernels do, and each lane's codes, read once, serve up to kQuantFewPass of the tile's
+// rows: per row the same float32 sums in the same order as MoeQuantGateUpDecodeKernel and
+// MoeQuantDownDecodeKernel (gate/up: out = h [places, ffn]; down: out [places, dim], the
+// weighted sum then MoeCombineKernel's).
+constexpr int kQuantFewPass = 8;
+
+template <Format F, bool kGateUp>
+__global__ void __launch_bounds__(kWarps * 32)
+    MoeQuantGroupedFewKernel(const float* __restrict__ a, const int* __restrict__ sorted,
+                             const int4* __restrict__ tiles, const int* __restrict__ tile_count,
+                             const void* const* __restrict__ table, int experts, int k, int64_t n,
+                             int64_t cols, float* __restrict__ out) {
+  using Q = QuantTraits<F>;
+  constexpr int kOut = kGateUp ? 2 : 1;
+  constexpr int kPass = kQuantFewPass;
+  __shared__ float parts[kOut][kWarps][kPass][16];
+  if (static_cast<int>(blockIdx.y) >= *tile_count) return;
+  const int4 tile = tiles[blockIdx.y];
+  const int e = tile.x, start = tile.y, count = tile.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g8 = lane >> 2, q4 = lane & 3;
+  const int64_t t16 = blockIdx.x;
+  const int64_t groups = cols / quant::kGroup, rows_pad = PaddedRows(n);
+  const int64_t steps = PaddedGroups(cols) / Q::kGroupsPerStep;
+  const int64_t s0 = steps * warp / kWarps, s1 = steps * (warp + 1) / kWarps;
+  for (int first = 0; first < count; first += kPass) {
+    const int rows = min(kPass, count - first);
+    const float* x[kPass];
+#pragma unroll
+    for (int r = 0; r < kPass; ++r) {
+      x[r] = GroupedRow<kGateUp>(a, sorted, k, cols, start + first + min(r, rows - 1));
+    }
+#pragma unroll
+    for (int o = 0; o < kOut; ++o) {
+      const int index = kGateUp ? o * experts + e : 2 * experts + e;
+      const float2* affine = static_cast<const float2*>(table[3 * experts + index]);
+      const uint4* wp =
+          static_cast<const uint4*>(table[index]) + t16 * steps * Q::kLoads * 32 + lane;
+      float acc[kPass][2];
+#pragma unroll
+      for (int r = 0; r < kPass; ++r) acc[r][0] = acc[r][1] = 0.0f;
+      for (int64_t st = s0; st < s1; ++st) {
+        uint4 raw[Q::kLoads];
+#pragma unroll
+        for (int i = 0; i < Q::kLoads; ++i) raw[i] = LoadStreaming(wp + (st * Q::kLoads + i) * 32);
+        const uint32_t* words = reinterpret_cast<const uint32_t*>(raw);
+#pragma unroll
+        for (int gs = 0; gs < Q::kGroupsPerStep; ++gs) {
+          const int64_t g = st * Q::kGroupsPerStep + gs;
+          if (g >= groups) continue;  // the padding group of an odd count
+          const float2 f0 = __ldg(affine + g * rows_pad + t16 * 16 + g8);
+          const float2 f1 = __ldg(affine + g * rows_pad + t16 * 16 + g8 + 8);
+          float cx0[kPass], cx1[kPass], xs[kPass];
+#pragma unroll
+          for (int r = 0; r < kPass; ++r) cx0[r] = cx1[r] = xs[r] = 0.0f;
+#pragma unroll
+          for (int s = 0; s < 8; ++s) {
+#pragma unroll
+            for (int hi = 0; hi < 2; ++hi) {
+              const int64_t kk = g * quant::kGroup + 16 * s + 2 * q4 + 8 * hi;
+              const float2 c0 = __half22float2(CodePairAt<F>(words, (gs * 8 + s) * 4 + 2 * hi));
+              const float2 c1 =
+                  __half22float2(CodePairAt<F>(words, (gs * 8 + s) * 4 + 2 * hi + 1));
+#pragma unroll
+              for (int r = 0; r < kPass; ++r) {
+                if (r < rows) {
+                  const float2 xv = __ldg(reinterpret_cast<const float2*>(x[r] + kk));
+                  xs[r] += xv.x + xv.y;
+                  cx0[r] += c0.x * xv.x + c0.y * xv.y;
+                  cx1[r] += c1.x * xv.x + c1.y * xv.y;
+                }
+              }
+            }
+          }
+#pragma unroll
+          for (int r = 0; r < kPass; ++r) {
+            acc[r][0] += f0.x * cx0[r] + f0.y * xs[r];
+            acc[r][1] += f1.x * cx1[r] + f1.y * xs[r];
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kPass; ++r) StoreTileRows(acc[r], lane, parts[o][warp][r]);
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < 16 * kPass; t += kWarps * 32) {
+      const int r = t / 16, i = t % 16;
+      const int64_t j = t16 * 16 + i;
+      if (r >= rows || j >= n) continue;
+      float g = 0.0f, u = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        g += parts[0][w][r][i];
+        if constexpr (kGateUp) u += parts[kOut - 1][w][r][i];
+      }
+      out[static_cast<int64_t>(start + first + r) * n + j] = kGateUp ? Silu(g) * u : g;
+    }
+    __syncthreads();  // the parts are written again by the next pass
+  }
+}
+
 // out[r, c] (+)= sum over the row's picks j (expert order) of weight_j * y[slot_pos[r k + j], c].
 __global__ void __launch_bounds__(256)
     MoeCombineKernel(const float* __restrict__ y, const int* __restrict__ slot_pos,
@@ -873,12 +980,39 @@ void LaunchFew(const MoeFeedForwardParams& p, const MoeDevice& d, const float* a
 }
 
 template <bool kGateUp>
+void LaunchQuantFew(const MoeFeedForwardParams& p, const MoeDevice& d, Format format,
+                    const float* a, float* out, int64_t n, int64_t cols, unsigned max_tiles,
+                    cudaStream_t stream) {
+  auto kernel = MoeQuantGroupedFewKernel<Format::kQ1, kGateUp>;
+  switch (format) {
+    case Format::kQ8:
+      kernel = MoeQuantGroupedFewKernel<Format::kQ8, kGateUp>;
+      break;
+    case Format::kQ4:
+      kernel = MoeQuantGroupedFewKernel<Format::kQ4, kGateUp>;
+      break;
+    case Format::kQ2:
+      kernel = MoeQuantGroupedFewKernel<Format::kQ2, kGateUp>;
+      break;
+    default:
+      break;
+  }
+  kernel<<<dim3(static_cast<unsigned>(PaddedRows(n) / 16), max_tiles), kWarps * 32, 0, stream>>>(
+      a, d.sorted, d.tiles, d.tile_count, d.table, p.experts, p.top_k, n, cols, out);
+  GZ_CUDA_LAUNCHED();
+}
+
+template <bool kGateUp>
 void Grouped(const MoeFeedForwardParams& p, const MoeDevice& d, Format format, bool bf16,
              const float* a, float* out, unsigned max_tiles, cudaStream_t stream) {
   const int64_t n = kGateUp ? p.ffn : p.dim, cols = kGateUp ? p.dim : p.ffn;
   dim3 grid(Blocks(n, kMoeTile), max_tiles);
   if (bf16 && format == Format::kBf16 && d.aligned && FewRows(p, cols)) {
     LaunchFew<kGateUp>(p, d, a, out, n, cols, max_tiles, stream);
+    return;
+  }
+  if (quant::IsQuantized(format) && FewRows(p, cols)) {
+    LaunchQuantFew<kGateUp>(p, d, format, a, out, n, cols, max_tiles, stream);
     return;
   }
   if (bf16 && format == Format::kBf16 && d.aligned) {
