@@ -15,7 +15,8 @@
 // and copied on the device for every layer. The limits then count the bytes the kernels read
 // (codes and per-group (mul, add) pairs).
 //
-// With --moe: one Qwen3-30B-A3B-shaped mixture-of-experts layer alone instead (ProfileMoe); with
+// With --moe: one Qwen3-30B-A3B-shaped mixture-of-experts layer alone instead (ProfileMoe; with
+// --bits L its experts quantized to L bits); with
 // --encoder-attention the encoder attention alone (ProfileEncoderAttention); with --delta-rule
 // one Qwen3.5-35B-A3B-shaped recurrent layer's gated delta rule alone (ProfileDeltaRule); with
 // --kv-codes one layer's attention and KV write over fp16 and rotated pages (ProfileKvCodes).
@@ -47,6 +48,7 @@
 #include "ops/backend.h"
 #include "quant/hadamard.h"
 #include "quant/layout.h"
+#include "quant/quantize.h"
 
 namespace gizllm {
 namespace {
@@ -1183,11 +1185,37 @@ void ProfileQuantKernels(Backend* be, const Shape& s, double bandwidth) {
 // 128; more rows: the expected distinct experts under uniform routing, 128 (1 - (1 - 8/128)^rows)),
 // over the copy bandwidth (read + written); the prompt to the FLOPs of its active experts over the
 // GEMM rate.
-void ProfileMoe(Backend* be, double bandwidth, double rate, int reps) {
+// With `bits` 8, 4, 2 or 1 the experts are quantized (rotated, zeros at 4 and 2 bits): one random
+// gate, up and down quantized on the host, each expert its own device copy of them.
+void ProfileMoe(Backend* be, double bandwidth, double rate, int reps, int bits) {
   constexpr int kExperts = 128, kTopK = 8;
   constexpr int64_t kDim = 2048, kFfn = 768, kMaxRows = 2048;
   RandomSource random(be);
   std::vector<std::unique_ptr<Buffer>> storage;
+  const Format format = bits == 8   ? Format::kQ8
+                        : bits == 4 ? Format::kQ4
+                        : bits == 2 ? Format::kQ2
+                                    : Format::kQ1;
+  std::map<int64_t, quant::QuantizedLinear> quantized;  // by rows
+  auto place_quantized = [&](int64_t rows, int64_t cols) {
+    auto it = quantized.find(rows);
+    if (it == quantized.end()) {
+      std::mt19937 rng(static_cast<uint32_t>(rows));
+      std::normal_distribution<float> dist(0.0f, 0.02f);
+      std::vector<float> w(static_cast<size_t>(rows * cols));
+      for (float& v : w) v = dist(rng);
+      const quant::QuantizeOptions options{format, format == Format::kQ4 || format == Format::kQ2,
+                                           true};
+      auto q = quant::QuantizeLinear(w.data(), rows, cols, options);
+      BENCH_CHECK(q.ok());
+      it = quantized.emplace(rows, std::move(*q)).first;
+    }
+    std::unique_ptr<Buffer> buffer;
+    auto prepared = be->PrepareWeight(it->second.View(), &buffer);
+    BENCH_CHECK(prepared.ok());
+    storage.push_back(std::move(buffer));
+    return *prepared;
+  };
   auto place = [&](int64_t rows, int64_t cols) {
     auto buffer = be->Allocate(static_cast<size_t>(rows * cols) * 2);
     BENCH_CHECK(buffer.ok());
@@ -1200,9 +1228,9 @@ void ProfileMoe(Backend* be, double bandwidth, double rate, int reps) {
   Weight router = place(kExperts, kDim);
   std::vector<Weight> gate, up, down;
   for (int e = 0; e < kExperts; ++e) {
-    gate.push_back(place(kFfn, kDim));
-    up.push_back(place(kFfn, kDim));
-    down.push_back(place(kDim, kFfn));
+    gate.push_back(bits == 16 ? place(kFfn, kDim) : place_quantized(kFfn, kDim));
+    up.push_back(bits == 16 ? place(kFfn, kDim) : place_quantized(kFfn, kDim));
+    down.push_back(bits == 16 ? place(kDim, kFfn) : place_quantized(kDim, kFfn));
   }
   auto x = be->Allocate(kMaxRows * kDim * 4);
   auto out = be->Allocate(kMaxRows * kDim * 4);
@@ -1214,9 +1242,12 @@ void ProfileMoe(Backend* be, double bandwidth, double rate, int reps) {
     for (float& v : host) v = d(rng);
     be->CopyToDevice((*x)->data(), host.data(), host.size() * 4);
   }
-  const double expert_bytes = 3.0 * kFfn * kDim * 2, router_bytes = kExperts * kDim * 2.0;
-  std::printf("\nmixture of experts: one layer, hidden %lld, %d experts of %lld, top %d, bf16\n",
-              static_cast<long long>(kDim), kExperts, static_cast<long long>(kFfn), kTopK);
+  // A quantized value: its bits, and a group's (scale, zero) pair of floats per 128.
+  const double value_bytes = bits == 16 ? 2.0 : bits / 8.0 + 8.0 / quant::kGroup;
+  const double expert_bytes = 3.0 * kFfn * kDim * value_bytes, router_bytes = kExperts * kDim * 2.0;
+  std::printf("\nmixture of experts: one layer, hidden %lld, %d experts of %lld, top %d, %s\n",
+              static_cast<long long>(kDim), kExperts, static_cast<long long>(kFfn), kTopK,
+              bits == 16 ? "bf16" : (std::to_string(bits) + "-bit experts").c_str());
   std::printf("%-22s %10s %10s %12s %10s %8s %8s\n", "rows", "direct us", "graph us", "bytes read",
               "limit us", "% limit", "TFLOP/s");
   uint64_t key = 0x4d6f45;
@@ -1541,7 +1572,7 @@ int Main(int argc, char** argv) {
               bandwidth * 1e-12, rate * 1e-12);
 
   if (moe) {
-    ProfileMoe(be, bandwidth, rate, quick ? 3 : 10);
+    ProfileMoe(be, bandwidth, rate, quick ? 3 : 10, layer_bits);
     return 0;
   }
   if (attention) {
