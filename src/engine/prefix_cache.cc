@@ -45,13 +45,19 @@ int64_t PrefixCache::Usable(const std::vector<int32_t>& pages, int32_t window_fi
   return m;
 }
 
-int32_t PrefixCache::BestPrefix(const std::vector<int32_t>& tokens, int64_t* best) const {
+int32_t PrefixCache::BestPrefix(const std::vector<int32_t>& tokens, int64_t* best,
+                                bool states) const {
   int32_t from = -1;
   for (int32_t i = 0; i < static_cast<int32_t>(prefixes_.size()); ++i) {
     const Prefix& p = prefixes_[i];
     const int32_t first =
         p.pages.empty() ? p.window_first : FirstHeldBlock(p.window_pages, paging_.window_groups);
-    const int64_t m = Usable(p.pages, first, p.tokens, tokens, /*shared=*/false);
+    int64_t m = Usable(p.pages, first, p.tokens, tokens, /*shared=*/false);
+    if (states && m != static_cast<int64_t>(p.tokens.size())) {
+      // The states stand for the whole prefix, or for its first `saved` tokens.
+      if (p.saved == 0 || m < p.saved) continue;
+      m = p.saved;
+    }
     if (m > *best) *best = m, from = i;
   }
   return from;
@@ -82,12 +88,28 @@ const PrefixCache::Shared& PrefixCache::Use(int32_t i) {
 }
 
 Status PrefixCache::Stash(std::vector<int32_t> tokens, std::vector<int32_t> pages,
-                          std::vector<int32_t> window_pages, int32_t want_free) {
+                          std::vector<int32_t> window_pages, int32_t want_free,
+                          std::vector<uint8_t> states, int64_t saved,
+                          std::vector<uint8_t> saved_states) {
   Prefix prefix;
   prefix.tokens = std::move(tokens);
   prefix.pages = std::move(pages);
   prefix.window_pages = std::move(window_pages);
   prefix.used = ++clock_;
+  if (!states.empty()) {
+    // The states live on the host: room for them first, least recently used host bytes going.
+    const int64_t bytes = static_cast<int64_t>(states.size() + saved_states.size());
+    MakeHostRoom(bytes);
+    if (host_bytes_ + bytes > host_bytes_limit_) {
+      pool_->ReleaseAll(prefix.pages);
+      pool_->ReleaseAll(prefix.window_pages);
+      return Status::Ok();
+    }
+    host_bytes_ += bytes;
+    prefix.states = std::move(states);
+    prefix.saved = saved_states.empty() ? 0 : saved;
+    prefix.saved_states = std::move(saved_states);
+  }
   // Of the window pages, only those its next row sees.
   if (paging_.enabled()) {
     pool_->ReleaseFront(prefix.window_pages, static_cast<size_t>(WindowFirstBlock(
@@ -99,13 +121,20 @@ Status PrefixCache::Stash(std::vector<int32_t> tokens, std::vector<int32_t> page
   const int32_t window_first = FirstHeldBlock(prefix.window_pages, paging_.window_groups);
   std::erase_if(prefixes_, [&](Prefix& p) {
     const int64_t n = static_cast<int64_t>(p.tokens.size());
-    const bool redundant = CommonStart(p.tokens, prefix.tokens) == n &&
+    // With states, only a prefix whose states this one holds too (at its end or its mark).
+    const bool same_states =
+        prefix.states.empty() ||
+        (n == static_cast<int64_t>(prefix.tokens.size()) || (p.saved == 0 && n == prefix.saved));
+    const bool redundant = CommonStart(p.tokens, prefix.tokens) == n && same_states &&
                            (!paging_.enabled() || WindowCovers(window_first, n, paging_.window));
     if (redundant) Release(p);
     return redundant;
   });
   if (pool_->free() < want_free) GZ_RETURN_IF_ERROR(ToHost(prefix));
-  if (prefix.pages.empty() && prefix.host.empty()) return Status::Ok();
+  if (prefix.pages.empty() && prefix.host.empty()) {
+    Release(prefix);  // its states' host bytes
+    return Status::Ok();
+  }
   prefixes_.push_back(std::move(prefix));
   // At most a few per slot: the least recently used go first.
   while (prefixes_.size() > 4 * static_cast<size_t>(slots_)) {
@@ -126,16 +155,7 @@ Status PrefixCache::ToHost(Prefix& prefix) {
   const int64_t count =
       static_cast<int64_t>(prefix.pages.size() + prefix.window_pages.size()) - window_at;
   const int64_t bytes = count * page_bytes_;
-  // Room on the host: least recently used host copies go first.
-  while (host_bytes_ + bytes > host_bytes_limit_) {
-    auto oldest = prefixes_.end();
-    for (auto it = prefixes_.begin(); it != prefixes_.end(); ++it) {
-      if (!it->host.empty() && (oldest == prefixes_.end() || it->used < oldest->used)) oldest = it;
-    }
-    if (oldest == prefixes_.end()) break;
-    Release(*oldest);
-    prefixes_.erase(oldest);
-  }
+  MakeHostRoom(bytes);
   if (host_bytes_ + bytes <= host_bytes_limit_) {
     prefix.host.resize(bytes);
     // Its blocks' pages, then the window pages it holds (PrefixCache::Prefix::host).
@@ -158,11 +178,29 @@ Status PrefixCache::ToHost(Prefix& prefix) {
   return Status::Ok();
 }
 
+void PrefixCache::MakeHostRoom(int64_t bytes) {
+  // Least recently used holders of host bytes (page copies or states) go first.
+  while (host_bytes_ + bytes > host_bytes_limit_) {
+    auto oldest = prefixes_.end();
+    for (auto it = prefixes_.begin(); it != prefixes_.end(); ++it) {
+      const bool holds = !it->host.empty() || !it->states.empty();
+      if (holds && (oldest == prefixes_.end() || it->used < oldest->used)) oldest = it;
+    }
+    if (oldest == prefixes_.end()) break;
+    Release(*oldest);
+    prefixes_.erase(oldest);
+  }
+}
+
 void PrefixCache::Release(Prefix& prefix) {
   pool_->ReleaseAll(prefix.pages);
   pool_->ReleaseAll(prefix.window_pages);
-  host_bytes_ -= static_cast<int64_t>(prefix.host.size());
+  host_bytes_ -= static_cast<int64_t>(prefix.host.size() + prefix.states.size() +
+                                      prefix.saved_states.size());
   prefix.host.clear();
+  prefix.states.clear();
+  prefix.saved_states.clear();
+  prefix.saved = 0;
   prefix.tokens.clear();
 }
 
@@ -215,7 +253,11 @@ Expected<bool> PrefixCache::FreeOne() {
     Prefix moved = std::move(*prefix);
     prefixes_.erase(prefix);
     GZ_RETURN_IF_ERROR(ToHost(moved));
-    if (!moved.host.empty()) prefixes_.push_back(std::move(moved));
+    if (!moved.host.empty()) {
+      prefixes_.push_back(std::move(moved));
+    } else {
+      Release(moved);  // its states' host bytes
+    }
     return true;
   }
   auto start = shared_.end();
@@ -275,7 +317,9 @@ Status PrefixCache::Check(
 
 Status PrefixCache::CheckHostBytes() const {
   int64_t host = 0;
-  for (const Prefix& p : prefixes_) host += static_cast<int64_t>(p.host.size());
+  for (const Prefix& p : prefixes_) {
+    host += static_cast<int64_t>(p.host.size() + p.states.size() + p.saved_states.size());
+  }
   if (host != host_bytes_) return Internal("host prefix bytes do not add up");
   return Status::Ok();
 }

@@ -29,6 +29,13 @@ class PrefixCache {
     std::vector<uint8_t> host;
     int32_t window_first = 0;
     uint64_t used = 0;
+    // A model with slot states (recurrent layers): the slot's states after its last token, and
+    // where it had saved them at a chat's mark (`saved` tokens; 0: none) those too, on the host
+    // (Runner::CopySlotStatesToHost). A request starts from the prefix only at one of those two
+    // positions, and they count as host bytes.
+    std::vector<uint8_t> states;
+    int64_t saved = 0;
+    std::vector<uint8_t> saved_states;
   };
 
   // A start many prompts share, read in place: its pages are whole and never written again.
@@ -52,7 +59,9 @@ class PrefixCache {
                  bool shared) const;
   // The stored prefix, then the shared start no longer than `longest`, that gives more of `tokens`
   // than *best: its index, with *best raised to what it gives; -1 when none does.
-  int32_t BestPrefix(const std::vector<int32_t>& tokens, int64_t* best) const;
+  // `states`: a model with slot states, whose prefixes give only their whole length or their
+  // `saved` length.
+  int32_t BestPrefix(const std::vector<int32_t>& tokens, int64_t* best, bool states = false) const;
   int32_t BestShared(const std::vector<int32_t>& tokens, int64_t longest, int64_t* best) const;
 
   // Takes stored prefix `i` out of the cache; its pages and host bytes stay counted until
@@ -64,8 +73,12 @@ class PrefixCache {
 
   // Keeps what a slot held as a stored prefix: its pages while `want_free` pages remain free,
   // else a host copy.
+  // With `states` (and `saved_states` of the first `saved` tokens; see Prefix), they are kept
+  // on the host with it, or the prefix is not kept when the host limit leaves no room for them.
   Status Stash(std::vector<int32_t> tokens, std::vector<int32_t> pages,
-               std::vector<int32_t> window_pages, int32_t want_free);
+               std::vector<int32_t> window_pages, int32_t want_free,
+               std::vector<uint8_t> states = {}, int64_t saved = 0,
+               std::vector<uint8_t> saved_states = {});
   // Registers the first `tokens.size()` positions of `pages` and `window_pages` (whole pages) as
   // a shared start, unless one with the same tokens is known or the window pages miss what its
   // next row sees.
@@ -93,6 +106,9 @@ class PrefixCache {
  private:
   // Copies a prefix's pages to the host and releases them; drops it when host memory is spent.
   Status ToHost(Prefix& prefix);
+  // Releases the least recently used prefixes that hold host bytes until `bytes` more fit under
+  // the limit (or none is left).
+  void MakeHostRoom(int64_t bytes);
 
   PagePool* pool_;
   Runner* runner_;

@@ -73,6 +73,14 @@ Status Install(EngineState& state, Sequence& seq, int32_t s, int kind, PrefixCac
       length = 0;
     }
   }
+  // Slot states: the prefix's states at the position it gives (its end or its mark).
+  if (kind == kFromPrefix && state.slot_states && length > 0) {
+    const bool whole = length == static_cast<int64_t>(prefix->tokens.size());
+    DCHECK(whole || length == prefix->saved);
+    const std::vector<uint8_t>& states = whole ? prefix->states : prefix->saved_states;
+    GZ_RETURN_IF_ERROR(state.runner->CopySlotStatesFromHost(s, states.data()));
+    slot.saved = 0;
+  }
   if (kind == kFromPrefix) state.cache->Release(*prefix);
   slot.tokens.assign(seq.tokens.begin(), seq.tokens.begin() + length);
   Truncate(state, slot, length);
@@ -115,10 +123,11 @@ Status Admit(EngineState& state) {
       if (m > best) best = m, kind = kFromSlot, from = s;
     }
     if (free_slot < 0) break;
+    // Stored prefixes keep a model's slot states with their pages; shared starts hold none.
+    if (const int32_t i = cache.BestPrefix(seq.tokens, &best, state.slot_states); i >= 0) {
+      kind = kFromPrefix, from = i;
+    }
     if (!state.slot_states) {
-      if (const int32_t i = cache.BestPrefix(seq.tokens, &best); i >= 0) {
-        kind = kFromPrefix, from = i;
-      }
       if (const int32_t i = cache.BestShared(seq.tokens, seq.shared, &best); i >= 0) {
         kind = kFromShared, from = i;
       }
@@ -136,19 +145,32 @@ Status Admit(EngineState& state) {
     if (kind == kFromShared) cache.Use(from);
     state.slots[s].seq = id;
     seq.slot = s;
-    if (kind != kFromSlot && !state.slots[s].tokens.empty() && state.slot_states) {
-      // Its pages without its state could not be resumed: they are freed.
-      Truncate(state, state.slots[s], 0);
-    } else if (kind != kFromSlot && !state.slots[s].tokens.empty()) {
-      // What the slot held stays as a stored prefix.
+    if (kind != kFromSlot && !state.slots[s].tokens.empty()) {
+      // What the slot held stays as a stored prefix, with its states (slot states: those after
+      // its last token, and the snapshot at a chat's mark where it saved one) on the host.
       Slot& slot = state.slots[s];
+      std::vector<uint8_t> states, saved_states;
+      int64_t saved = 0;
+      if (state.slot_states) {
+        const int64_t bytes = state.runner->SlotStatesBytes();
+        states.resize(static_cast<size_t>(bytes));
+        GZ_RETURN_IF_ERROR(state.runner->CopySlotStatesToHost(s, /*saved=*/false, states.data()));
+        if (slot.saved > 0 && slot.saved < static_cast<int64_t>(slot.tokens.size())) {
+          saved = slot.saved;
+          saved_states.resize(static_cast<size_t>(bytes));
+          GZ_RETURN_IF_ERROR(
+              state.runner->CopySlotStatesToHost(s, /*saved=*/true, saved_states.data()));
+        }
+      }
       std::vector<int32_t> tokens = std::move(slot.tokens), pages = std::move(slot.pages),
                            window_pages = std::move(slot.window_pages);
       slot.tokens.clear();
       slot.pages.clear();
       slot.window_pages.clear();
+      slot.saved = 0;
       GZ_RETURN_IF_ERROR(cache.Stash(std::move(tokens), std::move(pages), std::move(window_pages),
-                                     PoolPages(state, seq.tokens.size())));
+                                     PoolPages(state, seq.tokens.size()), std::move(states), saved,
+                                     std::move(saved_states)));
     }
     GZ_RETURN_IF_ERROR(Install(state, seq, s, kind, &prefix, from, best));
     if (!seq.admitted) {

@@ -1581,6 +1581,53 @@ Status Model::CopySlotState(int32_t slot, float* from, float* to, const char* wh
   return Status::Ok();
 }
 
+int64_t Model::SlotStatesBytes() const {
+  int64_t bytes = 0;
+  for (const CacheSpec& c : caches_) bytes += c.SlotStateBytes();
+  return bytes;
+}
+
+Status Model::CopySlotStatesToHost(int32_t slot, bool saved, void* host) {
+  Buffers& b = impl_->buffers;
+  if (!b.states) return Status::Ok();
+  return CopySlotStatesHost(slot, (saved ? b.saved : b.states)->as<float>(),
+                            static_cast<uint8_t*>(host), true, "CopySlotStatesToHost");
+}
+
+Status Model::CopySlotStatesFromHost(int32_t slot, const void* host) {
+  Buffers& b = impl_->buffers;
+  if (!b.states) return Status::Ok();
+  return CopySlotStatesHost(slot, b.states->as<float>(),
+                            static_cast<uint8_t*>(const_cast<void*>(host)), false,
+                            "CopySlotStatesFromHost");
+}
+
+Status Model::CopySlotStatesHost(int32_t slot, float* buffer, uint8_t* host, bool to_host,
+                                 const char* who) {
+  Buffers& b = impl_->buffers;
+  if (slot < 0 || slot >= b.slots)
+    return InvalidArgument(std::string(who) + ": slot " + std::to_string(slot) + " out of range");
+  float* live = b.states->as<float>();
+  auto copy = [&](float* part, int64_t floats) {
+    float* device = buffer + (part - live) + slot * floats;
+    const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+    if (to_host) {
+      backend_->CopyToHost(host, device, bytes);
+    } else {
+      backend_->CopyToDevice(device, host, bytes);
+    }
+    host += bytes;
+  };
+  for (const Layer& layer : impl_->layers) {
+    if (!layer.is_recurrent) continue;
+    const RecurrentSpec& r = layer.recurrent.spec();
+    copy(layer.recurrent.conv_states, static_cast<int64_t>(r.kernel - 1) * r.ConvDim());
+    copy(layer.recurrent.delta_states, static_cast<int64_t>(r.v_heads) * r.k_dim * r.v_dim);
+  }
+  backend_->Synchronize();
+  return Status::Ok();
+}
+
 Status Model::CopyPageToHost(int32_t page, void* host) { return CopyPage(page, host, true); }
 
 Status Model::CopyPageFromHost(int32_t page, const void* host) {

@@ -106,6 +106,9 @@ class Model final : public Runner {
                 float* out) override;
   Status SaveSlotState(int32_t slot) override;
   Status RestoreSlotState(int32_t slot) override;
+  int64_t SlotStatesBytes() const override;
+  Status CopySlotStatesToHost(int32_t slot, bool saved, void* host) override;
+  Status CopySlotStatesFromHost(int32_t slot, const void* host) override;
   Status ReserveDrafts() override;
   Status SnapshotDraftState(int32_t slot) override;
   Status KeepDraftRows(int32_t slot, int64_t rows) override;
@@ -161,6 +164,9 @@ class Model final : public Runner {
   // Copies slot `slot`'s recurrent states from the buffer `from` to `to` (each laid out as the
   // states: the live ones, the mark's snapshot or the drafts').
   Status CopySlotState(int32_t slot, float* from, float* to, const char* who);
+  // One slot's parts of the buffer laid out as the states (`buffer`) to or from `host`.
+  Status CopySlotStatesHost(int32_t slot, float* buffer, uint8_t* host, bool to_host,
+                            const char* who);
 
   std::string dir_;
   Arch arch_;

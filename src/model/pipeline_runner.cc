@@ -188,6 +188,30 @@ Status PipelineRunner::RestoreSlotState(int32_t slot) {
   return ForEach([&](Model& m) { return m.RestoreSlotState(slot); });
 }
 
+int64_t PipelineRunner::SlotStatesBytes() const {
+  int64_t bytes = 0;
+  for (const auto& stage : stages_) bytes += stage->SlotStatesBytes();
+  return bytes;
+}
+
+Status PipelineRunner::CopySlotStatesToHost(int32_t slot, bool saved, void* host) {
+  auto* at = static_cast<uint8_t*>(host);
+  return ForEach([&](Model& m) {
+    GZ_RETURN_IF_ERROR(m.CopySlotStatesToHost(slot, saved, at));
+    at += m.SlotStatesBytes();
+    return Status::Ok();
+  });
+}
+
+Status PipelineRunner::CopySlotStatesFromHost(int32_t slot, const void* host) {
+  const auto* at = static_cast<const uint8_t*>(host);
+  return ForEach([&](Model& m) {
+    GZ_RETURN_IF_ERROR(m.CopySlotStatesFromHost(slot, at));
+    at += m.SlotStatesBytes();
+    return Status::Ok();
+  });
+}
+
 Status PipelineRunner::ReserveDrafts() {
   return ForEach([&](Model& m) { return m.ReserveDrafts(); });
 }

@@ -55,6 +55,10 @@ class PipelineRunner final : public Runner {
                 float* out) override;
   Status SaveSlotState(int32_t slot) override;
   Status RestoreSlotState(int32_t slot) override;
+  // Each stage's part (Model::CopySlotStatesToHost) in stage order.
+  int64_t SlotStatesBytes() const override;
+  Status CopySlotStatesToHost(int32_t slot, bool saved, void* host) override;
+  Status CopySlotStatesFromHost(int32_t slot, const void* host) override;
   Status ReserveDrafts() override;
   Status SnapshotDraftState(int32_t slot) override;
   Status KeepDraftRows(int32_t slot, int64_t rows) override;

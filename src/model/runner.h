@@ -210,6 +210,18 @@ class Runner {
     (void)slot;
     return Status::Ok();
   }
+  // A slot's states, or their snapshot (`saved`), copied to host memory, and host memory copied
+  // into a slot's states: SlotStatesBytes() bytes, layer by layer (a stored prefix keeps them
+  // beside its pages). Runners without states hold none.
+  virtual int64_t SlotStatesBytes() const { return 0; }
+  virtual Status CopySlotStatesToHost(int32_t slot, bool saved, void* host) {
+    (void)slot, (void)saved, (void)host;
+    return Status::Ok();
+  }
+  virtual Status CopySlotStatesFromHost(int32_t slot, const void* host) {
+    (void)slot, (void)host;
+    return Status::Ok();
+  }
 
   // Draft rows on a runner with slot states, which cannot go back to a row inside a step. Once
   // ReserveDrafts is called (before the steps, beside Reserve), every step keeps each row's

@@ -217,8 +217,8 @@ TEST(EngineHybrid, SecondTurnReadsOnlyNewTokensFromTheSlotState) {
 }
 
 // A prompt that shares only a part of what a slot holds cannot start from the slot (its state is
-// at the slot's end), and a slot taken by another request keeps no prefix: both read everything,
-// and give the cold tokens.
+// at the slot's end), nor from the stored prefix a taken slot leaves (its states are at its end
+// too): both read everything, and give the cold tokens.
 TEST(EngineHybrid, PartialMatchesAndTakenSlotsReadEverything) {
   Model* model = HybridModel();
   ASSERT_NE(model, nullptr);
@@ -248,6 +248,78 @@ TEST(EngineHybrid, PartialMatchesAndTakenSlotsReadEverything) {
   EXPECT_EQ(engine->stats().cached_tokens, 0);
   EXPECT_EQ(engine->stats().host_copies, 0);
   ASSERT_TRUE(engine->CheckPages().ok());
+}
+
+// A slot taken by another request keeps what it held as a stored prefix, with its states on the
+// host: those after its last token, and those it saved at a chat's mark. A chat's next turn then
+// starts from the prefix (its whole length, or the mark where the turn shares only the first
+// turn's messages), reads only what follows, and gives what a cold engine gives.
+TEST(EngineHybrid, TakenSlotKeepsItsStatesWithItsStoredPrefix) {
+  Model* model = HybridModel();
+  ASSERT_NE(model, nullptr);
+  std::mt19937 rng(26);
+  Request first;
+  first.prompt = RandomPrompt(rng, 40);
+  first.limit = 10;
+  first.sampling.temperature = 0.0f;
+  first.stop = std::vector<int32_t>{};
+  Request other = first;
+  other.prompt = RandomPrompt(rng, 20);
+  other.limit = 4;
+  const int32_t mark = 33;
+  for (bool marked : {false, true}) {
+    SCOPED_TRACE(marked ? "from the mark" : "whole");
+    // One slot: `other` takes the first request's. Rows of 16: a piece ends at the mark.
+    auto engine = MakeEngine(model, 1, 128, 16, 16);
+    std::vector<int32_t> answer;
+    if (marked) {
+      ASSERT_TRUE(engine->Add(first, mark).ok());
+      while (engine->Busy()) ASSERT_TRUE(engine->Advance().ok());
+    } else {
+      auto a = engine->Generate({first});
+      ASSERT_TRUE(a.ok());
+      answer = (*a)[0];
+      ASSERT_EQ(answer.size(), 10u);
+    }
+    ASSERT_TRUE(engine->Generate({other}).ok());
+    Request next = first;
+    if (marked) next.prompt.resize(mark);
+    next.prompt.insert(next.prompt.end(), answer.begin(), answer.end());
+    const auto more = RandomPrompt(rng, 6);
+    next.prompt.insert(next.prompt.end(), more.begin(), more.end());
+    next.limit = 8;
+    const int64_t cached_before = engine->stats().cached_tokens;
+    const int64_t rows_before = engine->stats().rows;
+    auto warm = engine->Generate({next});
+    ASSERT_TRUE(warm.ok());
+    auto cold_engine = MakeEngine(model, 1, 128, 16, 16);
+    auto cold = cold_engine->Generate({next});
+    ASSERT_TRUE(cold.ok());
+    EXPECT_EQ((*warm)[0], (*cold)[0]);
+    const int64_t reused = marked ? mark : 40 + 10 - 1;
+    EXPECT_EQ(engine->stats().cached_tokens - cached_before, reused);
+    EXPECT_EQ(engine->stats().rows - rows_before, cold_engine->stats().rows - reused);
+    ASSERT_TRUE(engine->CheckPages().ok());
+  }
+  // Without room on the host for the states, no prefix is kept: the turn reads everything.
+  EngineOptions options;
+  options.slots = 1;
+  options.context = 128;
+  options.rows = 16;
+  options.kv_budget_bytes = 16 * model->PageBytes() + 2 * StateBytes(*model);
+  options.host_prefix_bytes = StateBytes(*model) - 1;
+  auto small = Engine::Create(model, options);
+  ASSERT_TRUE(small.ok()) << small.status().message();
+  auto a = (*small)->Generate({first});
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE((*small)->Generate({other}).ok());
+  Request next = first;
+  next.prompt.insert(next.prompt.end(), (*a)[0].begin(), (*a)[0].end());
+  next.prompt.push_back(1);
+  const int64_t cached_before = (*small)->stats().cached_tokens;
+  ASSERT_TRUE((*small)->Generate({next}).ok());
+  EXPECT_EQ((*small)->stats().cached_tokens, cached_before);
+  ASSERT_TRUE((*small)->CheckPages().ok());
 }
 
 // A chat's next turn whose rendering of the earlier answer differs from the tokens the slot
