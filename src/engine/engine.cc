@@ -44,6 +44,10 @@ Status EngineOptions::Check() const {
                            std::to_string(slots) + ") to rows (" + std::to_string(rows) +
                            "), got " + std::to_string(busy_rows));
   }
+  if (prefix_state_bytes < 0) {
+    return InvalidArgument("engine prefix_state_bytes: expected >= 0, got " +
+                           std::to_string(prefix_state_bytes));
+  }
   if (host_prefix_bytes < 0) {
     return InvalidArgument("engine host_prefix_bytes: expected >= 0, got " +
                            std::to_string(host_prefix_bytes));
@@ -145,7 +149,8 @@ Engine::Engine(Runner* runner, const EngineOptions& options, KvPaging paging, in
       paging_(paging),
       page_bytes_(paging_.enabled() ? paging_.page_bytes : runner->PageBytes()),
       pool_(pages),
-      cache_(&pool_, runner, page_bytes_, paging_, options.host_prefix_bytes, options.slots,
+      cache_(&pool_, runner, page_bytes_, paging_, options.host_prefix_bytes,
+             options.prefix_state_bytes, options.slots,
              &stats_.host_copies),
       sampler_(runner->arch().vocab),
       tables_(static_cast<size_t>(options.slots) * max_pages, -1),

@@ -48,6 +48,9 @@ struct EngineOptions {
   // costs (bench/RESULTS.md). Where the pool is host memory (Runner::PagesInHostMemory) a copy
   // would hold the same bytes twice: a larger kv_budget_bytes keeps prefixes in place.
   int64_t host_prefix_bytes = 0;
+  // Host memory for the recurrent states of stored prefixes (hybrid models: a slot another
+  // request takes keeps its states beside its pages; the least recently used go first).
+  int64_t prefix_state_bytes = int64_t{1} << 30;
   // Pick tokens where the logits are (Runner::CanSample) for steps whose requests use no
   // penalties and no logprobs (a grammar's masks go to the runner); otherwise the logits come
   // to the host.

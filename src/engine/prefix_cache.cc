@@ -18,12 +18,14 @@ int64_t CommonStart(const std::vector<int32_t>& a, const std::vector<int32_t>& b
 }  // namespace
 
 PrefixCache::PrefixCache(PagePool* pool, Runner* runner, int64_t page_bytes, KvPaging paging,
-                         int64_t host_bytes_limit, int32_t slots, int64_t* host_copies)
+                         int64_t host_bytes_limit, int64_t state_bytes_limit, int32_t slots,
+                         int64_t* host_copies)
     : pool_(pool),
       runner_(runner),
       page_bytes_(page_bytes),
       paging_(paging),
       host_bytes_limit_(host_bytes_limit),
+      state_bytes_limit_(state_bytes_limit),
       slots_(slots),
       host_copies_(host_copies) {}
 
@@ -97,15 +99,15 @@ Status PrefixCache::Stash(std::vector<int32_t> tokens, std::vector<int32_t> page
   prefix.window_pages = std::move(window_pages);
   prefix.used = ++clock_;
   if (!states.empty()) {
-    // The states live on the host: room for them first, least recently used host bytes going.
+    // The states live on the host: room for them first, least recently used states going.
     const int64_t bytes = static_cast<int64_t>(states.size() + saved_states.size());
-    MakeHostRoom(bytes);
-    if (host_bytes_ + bytes > host_bytes_limit_) {
+    MakeHostRoom(bytes, /*states=*/true);
+    if (state_bytes_ + bytes > state_bytes_limit_) {
       pool_->ReleaseAll(prefix.pages);
       pool_->ReleaseAll(prefix.window_pages);
       return Status::Ok();
     }
-    host_bytes_ += bytes;
+    state_bytes_ += bytes;
     prefix.states = std::move(states);
     prefix.saved = saved_states.empty() ? 0 : saved;
     prefix.saved_states = std::move(saved_states);
@@ -178,12 +180,13 @@ Status PrefixCache::ToHost(Prefix& prefix) {
   return Status::Ok();
 }
 
-void PrefixCache::MakeHostRoom(int64_t bytes) {
-  // Least recently used holders of host bytes (page copies or states) go first.
-  while (host_bytes_ + bytes > host_bytes_limit_) {
+void PrefixCache::MakeHostRoom(int64_t bytes, bool states) {
+  const int64_t& used = states ? state_bytes_ : host_bytes_;
+  const int64_t limit = states ? state_bytes_limit_ : host_bytes_limit_;
+  while (used + bytes > limit) {
     auto oldest = prefixes_.end();
     for (auto it = prefixes_.begin(); it != prefixes_.end(); ++it) {
-      const bool holds = !it->host.empty() || !it->states.empty();
+      const bool holds = states ? !it->states.empty() : !it->host.empty();
       if (holds && (oldest == prefixes_.end() || it->used < oldest->used)) oldest = it;
     }
     if (oldest == prefixes_.end()) break;
@@ -195,8 +198,8 @@ void PrefixCache::MakeHostRoom(int64_t bytes) {
 void PrefixCache::Release(Prefix& prefix) {
   pool_->ReleaseAll(prefix.pages);
   pool_->ReleaseAll(prefix.window_pages);
-  host_bytes_ -= static_cast<int64_t>(prefix.host.size() + prefix.states.size() +
-                                      prefix.saved_states.size());
+  host_bytes_ -= static_cast<int64_t>(prefix.host.size());
+  state_bytes_ -= static_cast<int64_t>(prefix.states.size() + prefix.saved_states.size());
   prefix.host.clear();
   prefix.states.clear();
   prefix.saved_states.clear();
@@ -317,10 +320,13 @@ Status PrefixCache::Check(
 
 Status PrefixCache::CheckHostBytes() const {
   int64_t host = 0;
+  int64_t states = 0;
   for (const Prefix& p : prefixes_) {
-    host += static_cast<int64_t>(p.host.size() + p.states.size() + p.saved_states.size());
+    host += static_cast<int64_t>(p.host.size());
+    states += static_cast<int64_t>(p.states.size() + p.saved_states.size());
   }
   if (host != host_bytes_) return Internal("host prefix bytes do not add up");
+  if (states != state_bytes_) return Internal("stored prefixes' state bytes do not add up");
   return Status::Ok();
 }
 

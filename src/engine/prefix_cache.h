@@ -32,7 +32,7 @@ class PrefixCache {
     // A model with slot states (recurrent layers): the slot's states after its last token, and
     // where it had saved them at a chat's mark (`saved` tokens; 0: none) those too, on the host
     // (Runner::CopySlotStatesToHost). A request starts from the prefix only at one of those two
-    // positions, and they count as host bytes.
+    // positions; they count against the states' limit.
     std::vector<uint8_t> states;
     int64_t saved = 0;
     std::vector<uint8_t> saved_states;
@@ -47,9 +47,11 @@ class PrefixCache {
   };
 
   // Keeps at most 4 prefixes and 2 shared starts a slot, and host copies of at most
-  // `host_bytes_limit` bytes; counts the pages it copies to the host in *host_copies.
+  // `host_bytes_limit` bytes, and slot states of at most `state_bytes_limit` bytes; counts the
+  // pages it copies to the host in *host_copies.
   PrefixCache(PagePool* pool, Runner* runner, int64_t page_bytes, KvPaging paging,
-              int64_t host_bytes_limit, int32_t slots, int64_t* host_copies);
+              int64_t host_bytes_limit, int64_t state_bytes_limit, int32_t slots,
+              int64_t* host_copies);
 
   // The longest start of `tokens` a holder of `pages` holding `held` can give without a slot
   // writing a page another holds, and whose window pages (from block `window_first` on) hold
@@ -74,7 +76,7 @@ class PrefixCache {
   // Keeps what a slot held as a stored prefix: its pages while `want_free` pages remain free,
   // else a host copy.
   // With `states` (and `saved_states` of the first `saved` tokens; see Prefix), they are kept
-  // on the host with it, or the prefix is not kept when the host limit leaves no room for them.
+  // on the host with it, or the prefix is not kept when the states' limit leaves no room.
   Status Stash(std::vector<int32_t> tokens, std::vector<int32_t> pages,
                std::vector<int32_t> window_pages, int32_t want_free,
                std::vector<uint8_t> states = {}, int64_t saved = 0,
@@ -106,20 +108,22 @@ class PrefixCache {
  private:
   // Copies a prefix's pages to the host and releases them; drops it when host memory is spent.
   Status ToHost(Prefix& prefix);
-  // Releases the least recently used prefixes that hold host bytes until `bytes` more fit under
-  // the limit (or none is left).
-  void MakeHostRoom(int64_t bytes);
+  // Releases the least recently used prefixes that hold host copies (`states`: states) until
+  // `bytes` more fit under their limit (or none is left).
+  void MakeHostRoom(int64_t bytes, bool states = false);
 
   PagePool* pool_;
   Runner* runner_;
   int64_t page_bytes_;
   KvPaging paging_;
   int64_t host_bytes_limit_;
+  int64_t state_bytes_limit_;
   int32_t slots_;
   int64_t* host_copies_;
   std::vector<Prefix> prefixes_;
   std::vector<Shared> shared_;
-  int64_t host_bytes_ = 0;  // bytes of host copies in prefixes_
+  int64_t host_bytes_ = 0;   // bytes of host copies in prefixes_
+  int64_t state_bytes_ = 0;  // bytes of slot states in prefixes_
   uint64_t clock_ = 0;      // orders uses, for least-recently-used choices
 };
 

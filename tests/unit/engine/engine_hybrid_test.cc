@@ -307,7 +307,7 @@ TEST(EngineHybrid, TakenSlotKeepsItsStatesWithItsStoredPrefix) {
   options.context = 128;
   options.rows = 16;
   options.kv_budget_bytes = 16 * model->PageBytes() + 2 * StateBytes(*model);
-  options.host_prefix_bytes = StateBytes(*model) - 1;
+  options.prefix_state_bytes = StateBytes(*model) - 1;
   auto small = Engine::Create(model, options);
   ASSERT_TRUE(small.ok()) << small.status().message();
   auto a = (*small)->Generate({first});
