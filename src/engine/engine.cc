@@ -809,7 +809,7 @@ Status Engine::Run() {
   last_step_.draft_ms = draft_ms_;
   pacer_.RecordStep(rows_.size(), last_step_.runner_ms + draft_ms_);
   for (const Planned& p : state_.plan) {
-    const Sequence& seq = state_.sequences.at(p.id);
+    Sequence& seq = state_.sequences.at(p.id);
     Slot& slot = state_.slots[seq.slot];
     const int64_t start = static_cast<int64_t>(slot.tokens.size());
     slot.tokens.insert(slot.tokens.end(), seq.tokens.begin() + start,
@@ -820,6 +820,18 @@ Status Engine::Run() {
         static_cast<int64_t>(slot.tokens.size()) == seq.mark) {
       GZ_RETURN_IF_ERROR(runner_->SaveSlotState(seq.slot));
       slot.saved = seq.mark;
+    }
+    // Slot states: a shared start is registered with the states after it (a piece ends there),
+    // copied to the host, for the prompts that start with it.
+    if (state_.slot_states && seq.shared > 0 && !seq.registered &&
+        static_cast<int64_t>(slot.tokens.size()) >= seq.shared) {
+      seq.registered = true;
+      if (static_cast<int64_t>(slot.tokens.size()) == seq.shared) {
+        std::vector<uint8_t> states(static_cast<size_t>(runner_->SlotStatesBytes()));
+        GZ_RETURN_IF_ERROR(runner_->CopySlotStatesToHost(seq.slot, /*saved=*/false, states.data()));
+        cache_.Share(std::vector<int32_t>(seq.tokens.begin(), seq.tokens.begin() + seq.shared),
+                     slot.pages, slot.window_pages, std::move(states));
+      }
     }
   }
   ++stats_.steps;
@@ -845,7 +857,8 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
                                 static_cast<int32_t>(start + i)});
       }
     };
-    // A shared start, once read, is registered for the prompts that start with it.
+    // A shared start, once read, is registered for the prompts that start with it (with slot
+    // states, after the step that ends there: see Step).
     if (seq.shared > 0 && !seq.registered && !state_.slot_states &&
         static_cast<int64_t>(slot.tokens.size()) >= seq.shared) {
       seq.registered = true;

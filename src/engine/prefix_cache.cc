@@ -66,13 +66,15 @@ int32_t PrefixCache::BestPrefix(const std::vector<int32_t>& tokens, int64_t* bes
 }
 
 int32_t PrefixCache::BestShared(const std::vector<int32_t>& tokens, int64_t longest,
-                                int64_t* best) const {
+                                int64_t* best, bool states) const {
   int32_t from = -1;
   for (int32_t i = 0; i < static_cast<int32_t>(shared_.size()); ++i) {
     const Shared& s = shared_[i];
     if (static_cast<int64_t>(s.tokens.size()) > longest) continue;
     const int64_t m = Usable(s.pages, FirstHeldBlock(s.window_pages, paging_.window_groups),
                              s.tokens, tokens, /*shared=*/true);
+    // The states stand for the whole start.
+    if (states && (s.states.empty() || m != static_cast<int64_t>(s.tokens.size()))) continue;
     if (m > *best) *best = m, from = i;
   }
   return from;
@@ -195,6 +197,13 @@ void PrefixCache::MakeHostRoom(int64_t bytes, bool states) {
   }
 }
 
+void PrefixCache::ReleaseShared(Shared& start) {
+  pool_->ReleaseAll(start.pages);
+  pool_->ReleaseAll(start.window_pages);
+  state_bytes_ -= static_cast<int64_t>(start.states.size());
+  start.states.clear();
+}
+
 void PrefixCache::Release(Prefix& prefix) {
   pool_->ReleaseAll(prefix.pages);
   pool_->ReleaseAll(prefix.window_pages);
@@ -208,7 +217,7 @@ void PrefixCache::Release(Prefix& prefix) {
 }
 
 void PrefixCache::Share(std::vector<int32_t> tokens, const std::vector<int32_t>& pages,
-                        const std::vector<int32_t>& window_pages) {
+                        const std::vector<int32_t>& window_pages, std::vector<uint8_t> states) {
   const bool known = std::any_of(shared_.begin(), shared_.end(),
                                  [&](const Shared& s) { return s.tokens == tokens; });
   // Window paging: a slot that took a longer start may hold no window pages of this one's end.
@@ -216,8 +225,14 @@ void PrefixCache::Share(std::vector<int32_t> tokens, const std::vector<int32_t>&
       !paging_.enabled() || WindowCovers(FirstHeldBlock(window_pages, paging_.window_groups),
                                          static_cast<int64_t>(tokens.size()), paging_.window);
   if (known || !covered) return;
+  if (!states.empty()) {
+    const int64_t bytes = static_cast<int64_t>(states.size());
+    MakeHostRoom(bytes, /*states=*/true);
+    if (state_bytes_ + bytes > state_bytes_limit_) return;
+    state_bytes_ += bytes;
+  }
   const int32_t blocks = static_cast<int32_t>(tokens.size() / kPage);
-  Shared s{std::move(tokens), {}, {}, ++clock_};
+  Shared s{std::move(tokens), {}, {}, ++clock_, std::move(states)};
   for (int32_t b = 0; b < blocks; ++b) {
     pool_->Retain(pages[b]);
     s.pages.push_back(pages[b]);
@@ -231,8 +246,7 @@ void PrefixCache::Share(std::vector<int32_t> tokens, const std::vector<int32_t>&
     auto oldest =
         std::min_element(shared_.begin(), shared_.end(),
                          [](const Shared& a, const Shared& b) { return a.used < b.used; });
-    pool_->ReleaseAll(oldest->pages);
-    pool_->ReleaseAll(oldest->window_pages);
+    ReleaseShared(*oldest);
     shared_.erase(oldest);
   }
 }
@@ -273,8 +287,7 @@ Expected<bool> PrefixCache::FreeOne() {
     if (unread && (start == shared_.end() || it->used < start->used)) start = it;
   }
   if (start != shared_.end()) {
-    pool_->ReleaseAll(start->pages);
-    pool_->ReleaseAll(start->window_pages);
+    ReleaseShared(*start);
     shared_.erase(start);
     return true;
   }
@@ -284,10 +297,7 @@ Expected<bool> PrefixCache::FreeOne() {
 void PrefixCache::Clear() {
   for (Prefix& p : prefixes_) Release(p);
   prefixes_.clear();
-  for (Shared& s : shared_) {
-    pool_->ReleaseAll(s.pages);
-    pool_->ReleaseAll(s.window_pages);
-  }
+  for (Shared& s : shared_) ReleaseShared(s);
   shared_.clear();
 }
 
@@ -325,6 +335,7 @@ Status PrefixCache::CheckHostBytes() const {
     host += static_cast<int64_t>(p.host.size());
     states += static_cast<int64_t>(p.states.size() + p.saved_states.size());
   }
+  for (const Shared& s : shared_) states += static_cast<int64_t>(s.states.size());
   if (host != host_bytes_) return Internal("host prefix bytes do not add up");
   if (states != state_bytes_) return Internal("stored prefixes' state bytes do not add up");
   return Status::Ok();

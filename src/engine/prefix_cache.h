@@ -44,6 +44,9 @@ class PrefixCache {
     std::vector<int32_t> pages;
     std::vector<int32_t> window_pages;  // as Slot::window_pages
     uint64_t used = 0;
+    // A model with slot states: the states after its last token, on the host (counted against
+    // the states' limit); a request starts from it only at its whole length.
+    std::vector<uint8_t> states;
   };
 
   // Keeps at most 4 prefixes and 2 shared starts a slot, and host copies of at most
@@ -64,7 +67,8 @@ class PrefixCache {
   // `states`: a model with slot states, whose prefixes give only their whole length or their
   // `saved` length.
   int32_t BestPrefix(const std::vector<int32_t>& tokens, int64_t* best, bool states = false) const;
-  int32_t BestShared(const std::vector<int32_t>& tokens, int64_t longest, int64_t* best) const;
+  int32_t BestShared(const std::vector<int32_t>& tokens, int64_t longest, int64_t* best,
+                     bool states = false) const;
 
   // Takes stored prefix `i` out of the cache; its pages and host bytes stay counted until
   // Release.
@@ -84,9 +88,13 @@ class PrefixCache {
   // Registers the first `tokens.size()` positions of `pages` and `window_pages` (whole pages) as
   // a shared start, unless one with the same tokens is known or the window pages miss what its
   // next row sees.
+  // With `states` (a model with slot states: those after the start's last token) they are kept
+  // with it, or it is not registered when the states' limit leaves no room.
   void Share(std::vector<int32_t> tokens, const std::vector<int32_t>& pages,
-             const std::vector<int32_t>& window_pages);
+             const std::vector<int32_t>& window_pages, std::vector<uint8_t> states = {});
   void Release(Prefix& prefix);
+  // A shared start's pages and states' bytes given back (it stays listed).
+  void ReleaseShared(Shared& start);
 
   // Pages only the cache holds.
   int32_t Reclaimable() const;

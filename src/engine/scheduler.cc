@@ -39,6 +39,11 @@ Status Install(EngineState& state, Sequence& seq, int32_t s, int kind, PrefixCac
       if (start.window_pages[e] >= 0) state.pool->Retain(start.window_pages[e]);
       slot.window_pages.push_back(start.window_pages[e]);
     }
+    if (state.slot_states) {
+      DCHECK(length == static_cast<int64_t>(start.tokens.size()));
+      GZ_RETURN_IF_ERROR(state.runner->CopySlotStatesFromHost(s, start.states.data()));
+      slot.saved = 0;
+    }
   } else if (!prefix->pages.empty()) {
     slot.pages = std::move(prefix->pages);
     slot.window_pages = std::move(prefix->window_pages);
@@ -123,14 +128,13 @@ Status Admit(EngineState& state) {
       if (m > best) best = m, kind = kFromSlot, from = s;
     }
     if (free_slot < 0) break;
-    // Stored prefixes keep a model's slot states with their pages; shared starts hold none.
+    // Stored prefixes and shared starts keep a model's slot states with their pages.
     if (const int32_t i = cache.BestPrefix(seq.tokens, &best, state.slot_states); i >= 0) {
       kind = kFromPrefix, from = i;
     }
-    if (!state.slot_states) {
-      if (const int32_t i = cache.BestShared(seq.tokens, seq.shared, &best); i >= 0) {
-        kind = kFromShared, from = i;
-      }
+    if (const int32_t i = cache.BestShared(seq.tokens, seq.shared, &best, state.slot_states);
+        i >= 0) {
+      kind = kFromShared, from = i;
     }
     // Admit only what the pool can start: its first piece, and a page for each running
     // sequence to grow. The earliest request always starts when nothing runs.
@@ -280,9 +284,13 @@ Status Schedule(EngineState& state) {
       if (decodes) --decodes_left;
       int64_t n = std::min(unread, rows_left);
       if (n == 0) break;
-      // Slot states: a piece ends at the request's mark, where the states are saved.
+      // Slot states: a piece ends at the request's mark, where the states are saved, and at the
+      // end of its shared start, where they are kept with it.
       const int64_t held = static_cast<int64_t>(slot.tokens.size());
       if (state.slot_states && seq.mark > held) n = std::min<int64_t>(n, seq.mark - held);
+      if (state.slot_states && !seq.registered && seq.shared > held) {
+        n = std::min<int64_t>(n, seq.shared - held);
+      }
       // Drafts: in the rows the other generating sequences leave and in free pages (never
       // preempting a request or dropping a stored prefix for a guess).
       if (decodes && !seq.drafts.empty()) {

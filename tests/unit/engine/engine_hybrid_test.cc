@@ -322,6 +322,62 @@ TEST(EngineHybrid, TakenSlotKeepsItsStatesWithItsStoredPrefix) {
   ASSERT_TRUE((*small)->CheckPages().ok());
 }
 
+// Runs `request` (with its shared start) alone to its end: its tokens, and the prompt tokens it
+// found cached.
+std::pair<std::vector<int32_t>, int64_t> RunShared(Engine& engine, const Request& request,
+                                                   int32_t shared) {
+  std::vector<int32_t> tokens;
+  int64_t cached = -1;
+  auto id = engine.Add(request, -1, shared);
+  EXPECT_TRUE(id.ok());
+  while (engine.Busy()) {
+    auto progress = engine.Advance();
+    EXPECT_TRUE(progress.ok());
+    if (!progress.ok()) break;
+    for (const Progress& p : *progress) {
+      if (p.id != *id) continue;
+      tokens.insert(tokens.end(), p.tokens.begin(), p.tokens.end());
+      if (cached < 0 && !p.tokens.empty()) cached = p.cached;
+    }
+  }
+  return {tokens, cached};
+}
+
+// A shared start (a system prompt many requests share) on a model with slot states: the first
+// request's piece ends at the start's end, where its states are copied out with the start; a
+// later request with the same start in another slot reads the start's pages in place and its
+// states, then only its own tokens, and gives what a cold engine gives.
+TEST(EngineHybrid, SharedStartKeepsItsStates) {
+  Model* model = HybridModel();
+  ASSERT_NE(model, nullptr);
+  std::mt19937 rng(27);
+  const std::vector<int32_t> system = RandomPrompt(rng, 2 * kPage);
+  auto with_system = [&](int n) {
+    Request r;
+    r.prompt = system;
+    const auto own = RandomPrompt(rng, n);
+    r.prompt.insert(r.prompt.end(), own.begin(), own.end());
+    r.limit = 6;
+    r.sampling.temperature = 0.0f;
+    r.stop = std::vector<int32_t>{};
+    return r;
+  };
+  const Request a = with_system(10), b = with_system(12);
+  const int32_t shared = static_cast<int32_t>(system.size());
+  auto engine = MakeEngine(model, 2, 128, 64, 24);
+  auto [a_tokens, a_cached] = RunShared(*engine, a, shared);
+  EXPECT_EQ(a_cached, 0);
+  auto [b_tokens, b_cached] = RunShared(*engine, b, shared);
+  EXPECT_EQ(b_cached, shared);
+  ASSERT_TRUE(engine->CheckPages().ok());
+  for (const Request* r : {&a, &b}) {
+    auto cold_engine = MakeEngine(model, 1, 128, 64, 24);
+    auto cold = cold_engine->Generate({*r});
+    ASSERT_TRUE(cold.ok());
+    EXPECT_EQ(r == &a ? a_tokens : b_tokens, (*cold)[0]);
+  }
+}
+
 // A chat's next turn whose rendering of the earlier answer differs from the tokens the slot
 // read: it shares the first turn's messages (up to `mark`) and nothing after. The slot saved its
 // states at the mark (the first prompt's pieces end there), so the turn starts from the snapshot
