@@ -1561,24 +1561,28 @@ Status Model::KeepDraftRows(int32_t slot, int64_t rows) {
   return Status::Ok();
 }
 
-Status Model::CopySlotState(int32_t slot, float* from, float* to, const char* who) {
+Status Model::ForEachSlotStatePart(int32_t slot, const char* who,
+                                   const std::function<void(int64_t at, int64_t floats)>& part) {
   Buffers& b = impl_->buffers;
   if (slot < 0 || slot >= b.slots)
     return InvalidArgument(std::string(who) + ": slot " + std::to_string(slot) + " out of range");
-  float* live = b.states->as<float>();
-  // Each layer's parts, at the same offsets in every buffer laid out as the states; copied in
-  // order with the backend's ops (the next step sees them), so nothing waits here.
-  auto copy = [&](float* part, int64_t floats) {
-    const int64_t at = (part - live) + slot * floats;
-    backend_->CopyOnDevice(to + at, from + at, floats * sizeof(float));
-  };
+  const float* live = b.states->as<float>();
   for (const Layer& layer : impl_->layers) {
     if (!layer.is_recurrent) continue;
     const RecurrentSpec& r = layer.recurrent.spec();
-    copy(layer.recurrent.conv_states, static_cast<int64_t>(r.kernel - 1) * r.ConvDim());
-    copy(layer.recurrent.delta_states, static_cast<int64_t>(r.v_heads) * r.k_dim * r.v_dim);
+    const int64_t conv = static_cast<int64_t>(r.kernel - 1) * r.ConvDim();
+    const int64_t delta = static_cast<int64_t>(r.v_heads) * r.k_dim * r.v_dim;
+    part((layer.recurrent.conv_states - live) + slot * conv, conv);
+    part((layer.recurrent.delta_states - live) + slot * delta, delta);
   }
   return Status::Ok();
+}
+
+Status Model::CopySlotState(int32_t slot, float* from, float* to, const char* who) {
+  // Copied in order with the backend's ops (the next step sees them), so nothing waits here.
+  return ForEachSlotStatePart(slot, who, [&](int64_t at, int64_t floats) {
+    backend_->CopyOnDevice(to + at, from + at, floats * sizeof(float));
+  });
 }
 
 int64_t Model::SlotStatesBytes() const {
@@ -1604,26 +1608,15 @@ Status Model::CopySlotStatesFromHost(int32_t slot, const void* host) {
 
 Status Model::CopySlotStatesHost(int32_t slot, float* buffer, uint8_t* host, bool to_host,
                                  const char* who) {
-  Buffers& b = impl_->buffers;
-  if (slot < 0 || slot >= b.slots)
-    return InvalidArgument(std::string(who) + ": slot " + std::to_string(slot) + " out of range");
-  float* live = b.states->as<float>();
-  auto copy = [&](float* part, int64_t floats) {
-    float* device = buffer + (part - live) + slot * floats;
+  GZ_RETURN_IF_ERROR(ForEachSlotStatePart(slot, who, [&](int64_t at, int64_t floats) {
     const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
     if (to_host) {
-      backend_->CopyToHost(host, device, bytes);
+      backend_->CopyToHost(host, buffer + at, bytes);
     } else {
-      backend_->CopyToDevice(device, host, bytes);
+      backend_->CopyToDevice(buffer + at, host, bytes);
     }
     host += bytes;
-  };
-  for (const Layer& layer : impl_->layers) {
-    if (!layer.is_recurrent) continue;
-    const RecurrentSpec& r = layer.recurrent.spec();
-    copy(layer.recurrent.conv_states, static_cast<int64_t>(r.kernel - 1) * r.ConvDim());
-    copy(layer.recurrent.delta_states, static_cast<int64_t>(r.v_heads) * r.k_dim * r.v_dim);
-  }
+  }));
   backend_->Synchronize();
   return Status::Ok();
 }

@@ -2,6 +2,7 @@
 // src/ops/backend.h. It implements Runner, the interface the engine drives.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -163,6 +164,10 @@ class Model final : public Runner {
   Status CopyPage(int32_t page, void* host, bool to_host);
   // Copies slot `slot`'s recurrent states from the buffer `from` to `to` (each laid out as the
   // states: the live ones, the mark's snapshot or the drafts').
+  // Each recurrent layer's part of slot `slot` in a buffer laid out as the states: `part(at,
+  // floats)` with its offset in floats from the buffer's start, conv state then delta state.
+  Status ForEachSlotStatePart(int32_t slot, const char* who,
+                              const std::function<void(int64_t at, int64_t floats)>& part);
   Status CopySlotState(int32_t slot, float* from, float* to, const char* who);
   // One slot's parts of the buffer laid out as the states (`buffer`) to or from `host`.
   Status CopySlotStatesHost(int32_t slot, float* buffer, uint8_t* host, bool to_host,
