@@ -221,7 +221,8 @@ inline std::string GgufTensorName(const std::string& hf) {
       {"mlp.down_proj.weight", "ffn_down.weight"},
       {"mlp.gate_proj.bias", "ffn_gate.bias"},
       {"mlp.up_proj.bias", "ffn_up.bias"},
-      {"mlp.down_proj.bias", "ffn_down.bias"}};
+      {"mlp.down_proj.bias", "ffn_down.bias"},
+      {"mlp.gate.weight", "ffn_gate_inp.weight"}};
   const std::string prefix = "model.layers.";
   if (hf.rfind(prefix, 0) != 0) return "";
   const size_t dot = hf.find('.', prefix.size());
@@ -298,12 +299,16 @@ inline void WriteTokenizerMetadata(const std::string& dir, const std::string& pr
 
 // `pre`: the tokenizer.ggml.pre the converter would pick (it names the pre-tokenizer by a hash of
 // its output; a test says which one its tokenizer is).
+// Qwen3-MoE (model_type qwen3_moe, GGUF's qwen3moe): the router as ffn_gate_inp, each layer's
+// experts stacked [experts, rows, cols] as ffn_gate_exps, ffn_up_exps and ffn_down_exps, or with
+// `fuse_gate_up` gate and up in one ffn_gate_up_exps (the converter's fused option).
 inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, GgufLinears linears,
                               const std::string& pre = "qwen2",
                               const std::string& dequantized_dir = "",
-                              GgmlType blocks = GgmlType::kQ8_0) {
+                              GgmlType blocks = GgmlType::kQ8_0, bool fuse_gate_up = false) {
   const nlohmann::json config = ReadJsonFile(dir + "/config.json");
-  const std::string arch = config["model_type"].get<std::string>();
+  const std::string model_type = config["model_type"].get<std::string>();
+  const std::string arch = model_type == "qwen3_moe" ? "qwen3moe" : model_type;
   auto ckpt = Checkpoint::Open(dir);
   if (!ckpt.ok()) return ckpt.status();
   const std::string p = arch + ".";
@@ -336,6 +341,12 @@ inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, Gg
   }
   w.Uint32(p + "rope.dimension_count", static_cast<uint32_t>(head_dim));
   w.Uint32("general.file_type", linears == GgufLinears::kQ8_0 ? 7 : 1);
+  const int64_t experts = config.value("num_experts", config.value("num_local_experts", 0));
+  if (experts > 0) {
+    w.Uint32(p + "expert_count", static_cast<uint32_t>(experts));
+    w.Uint32(p + "expert_used_count", config["num_experts_per_tok"].get<uint32_t>());
+    w.Uint32(p + "expert_feed_forward_length", config["moe_intermediate_size"].get<uint32_t>());
+  }
   GgmlBlock block;
   if (linears == GgufLinears::kBlocks && !GgmlBlockOf(blocks, &block)) {
     return InvalidArgument("no block type " + GgmlTypeName(blocks));
@@ -345,15 +356,52 @@ inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, Gg
   std::vector<TensorToWrite> dequantized;
   std::vector<std::vector<float>> dequantized_data;
   dequantized_data.reserve(ckpt->All().size());
+  std::vector<std::string> stack_bytes;
+  stack_bytes.reserve(ckpt->All().size());
   for (const TensorInfo* t : ckpt->All()) {
-    const std::string name = GgufTensorName(t->name);
+    std::string name = GgufTensorName(t->name);
+    // An expert's matrix: expert 0's gate (and up, down) stands for the layer's stack.
+    std::vector<std::string> parts;  // the Hugging Face names the stack holds, in order
+    TensorInfo stacked;
+    const size_t experts_at = t->name.find(".mlp.experts.");
+    if (name.empty() && experts_at != std::string::npos) {
+      const std::string layer = t->name.substr(13, t->name.find('.', 13) - 13);
+      const size_t id_at = experts_at + 13;
+      const std::string kind = t->name.substr(t->name.find('.', id_at) + 1);  // gate_proj.weight
+      if (t->name.substr(id_at, t->name.find('.', id_at) - id_at) != "0") continue;
+      const bool fused = fuse_gate_up && kind == "gate_proj.weight";
+      if (fuse_gate_up && kind == "up_proj.weight") continue;
+      const std::string head = t->name.substr(0, id_at);
+      std::string& held = stack_bytes.emplace_back();
+      for (int64_t e = 0; e < experts; ++e) {
+        for (const std::string& k : fused ? std::vector<std::string>{"gate_proj.weight",
+                                                                     "up_proj.weight"}
+                                          : std::vector<std::string>{kind}) {
+          const std::string one = head + std::to_string(e) + "." + k;
+          const TensorInfo* part = ckpt->Find(one);
+          if (!part || part->dtype != t->dtype || part->shape != t->shape)
+            return InvalidArgument(one + ": missing, or not like expert 0's");
+          held.append(reinterpret_cast<const char*>(part->data), part->bytes);
+          parts.push_back(one);
+        }
+      }
+      stacked = *t;
+      stacked.shape = {experts, (fused ? 2 : 1) * t->shape[0], t->shape[1]};
+      stacked.data = reinterpret_cast<const uint8_t*>(held.data());
+      stacked.bytes = held.size();
+      t = &stacked;
+      name = "blk." + layer + "." +
+             (fused ? "ffn_gate_up" : "ffn_" + kind.substr(0, kind.find('_'))) + "_exps.weight";
+    }
     if (name.empty()) return InvalidArgument(t->name + ": no GGUF name");
     std::string bytes(reinterpret_cast<const char*>(t->data), t->bytes);
     GgmlType type = t->dtype == DType::kF32   ? GgmlType::kF32
                     : t->dtype == DType::kF16 ? GgmlType::kF16
                                               : GgmlType::kBF16;
     std::vector<float> values = ToF32(*t);
-    if (linears == GgufLinears::kBlocks && t->shape.size() == 2 &&
+    // The router stays F32, as llama-quantize leaves it.
+    const bool router = name.ends_with("ffn_gate_inp.weight");
+    if (linears == GgufLinears::kBlocks && t->shape.size() >= 2 && !router &&
         t->shape.back() % block.elements == 0) {
       type = blocks;
       bytes = RandomBlocks(type, values, static_cast<uint32_t>(dequantized_data.size()));
@@ -361,7 +409,7 @@ inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, Gg
       GZ_RETURN_IF_ERROR(DequantizeBlocks(type, reinterpret_cast<const uint8_t*>(bytes.data()),
                                           bytes.size(), static_cast<int64_t>(values.size()),
                                           values.data(), name));
-    } else if (t->shape.size() == 1 || linears == GgufLinears::kF32 ||
+    } else if (t->shape.size() == 1 || linears == GgufLinears::kF32 || router ||
                (linears != GgufLinears::kF16 && t->shape.back() % 32 != 0)) {
       type = GgmlType::kF32;
       bytes.assign(reinterpret_cast<const char*>(values.data()), values.size() * 4);
@@ -383,15 +431,27 @@ inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, Gg
                                           bytes.size(), static_cast<int64_t>(values.size()),
                                           values.data(), name));
     }
-    if (type == GgmlType::kF16) {  // the same halves in the folder
-      dequantized_data.emplace_back((bytes.size() + 3) / 4);
-      std::memcpy(dequantized_data.back().data(), bytes.data(), bytes.size());
-      dequantized.push_back(
-          {t->name, DType::kF16, t->shape, dequantized_data.back().data(), bytes.size()});
-    } else {
-      dequantized_data.push_back(values);
-      dequantized.push_back(
-          {t->name, DType::kF32, t->shape, dequantized_data.back().data(), values.size() * 4});
+    // The folder holds the values written: F16 and BF16 as the same halves, the others as
+    // float32; a stack's experts each under its own name.
+    const bool halves = type == GgmlType::kF16 || type == GgmlType::kBF16;
+    const DType folder_type = type == GgmlType::kF16    ? DType::kF16
+                              : type == GgmlType::kBF16 ? DType::kBF16
+                                                        : DType::kF32;
+    std::vector<std::string> names = parts;
+    if (names.empty()) names.push_back(t->name);
+    const size_t count = values.size() / names.size();
+    const size_t size = halves ? 2 : 4;
+    for (size_t i = 0; i < names.size(); ++i) {
+      std::vector<float>& held = dequantized_data.emplace_back((count * size + 3) / 4);
+      std::memcpy(held.data(),
+                  halves ? static_cast<const void*>(bytes.data() + i * count * 2)
+                         : static_cast<const void*>(values.data() + i * count),
+                  count * size);
+      std::vector<int64_t> shape = t->shape;
+      if (!parts.empty()) {
+        shape = {t->shape[1] / static_cast<int64_t>(parts.size() / experts), t->shape[2]};
+      }
+      dequantized.push_back({names[i], folder_type, shape, held.data(), count * size});
     }
     if (arch == "llama") {
       const bool q = name.find(".attn_q.") != std::string::npos;

@@ -26,7 +26,12 @@ std::string Quote(std::string_view s) {
 }
 
 // The families a GGUF file may name (general.architecture), by llama.cpp's names.
-constexpr std::string_view kGgufFamilies[] = {"llama", "qwen2", "qwen3"};
+constexpr std::string_view kGgufFamilies[] = {"llama", "qwen2", "qwen3", "qwen3moe"};
+
+// config.json's model_type of a GGUF family.
+std::string ModelType(const std::string& family) {
+  return family == "qwen3moe" ? "qwen3_moe" : family;
+}
 
 // GGUF tensor names (llama.cpp's llama-arch.cpp) by role; a layer's are "blk.N." + suffix.
 struct GgufName {
@@ -43,7 +48,21 @@ constexpr GgufName kLayerNames[] = {
     {"ffn_gate.weight", TensorRole::kGate},      {"ffn_up.weight", TensorRole::kUp},
     {"ffn_down.weight", TensorRole::kDown},      {"ffn_gate.bias", TensorRole::kGateBias},
     {"ffn_up.bias", TensorRole::kUpBias},        {"ffn_down.bias", TensorRole::kDownBias},
+    // Mixture-of-experts layers: the router, and every expert's gate, up and down stacked
+    // [experts, rows, cols] (or gate and up in one stack, gate rows first, as the converter
+    // writes them with its fused option).
+    {"ffn_gate_inp.weight", TensorRole::kRouter},
+    {"ffn_gate_exps.weight", TensorRole::kExpertGate},
+    {"ffn_up_exps.weight", TensorRole::kExpertUp},
+    {"ffn_down_exps.weight", TensorRole::kExpertDown},
+    {"ffn_gate_up_exps.weight", TensorRole::kExpertsGateUp},
 };
+
+// Whether a GGUF tensor of `role` stacks every expert's matrices.
+bool IsExpertStack(TensorRole role) {
+  return role == TensorRole::kExpertGate || role == TensorRole::kExpertUp ||
+         role == TensorRole::kExpertDown || role == TensorRole::kExpertsGateUp;
+}
 
 // The role and layer (-1 outside the layers) of GGUF tensor `name`; false if it has none.
 bool ParseTensorName(std::string_view name, TensorRole* role, int* layer) {
@@ -182,11 +201,11 @@ Expected<json> ReadGgufConfig(const GgufFile& f) {
   if (std::find(std::begin(kGgufFamilies), std::end(kGgufFamilies), family) ==
       std::end(kGgufFamilies)) {
     return Unimplemented(path + ": general.architecture " + Quote(family) +
-                         " is not supported (expected llama, qwen2 or qwen3)");
+                         " is not supported (expected llama, qwen2, qwen3 or qwen3moe)");
   }
   const std::string p = family + ".";
   json c = json::object();
-  c["model_type"] = family;
+  c["model_type"] = ModelType(family);
   // Required fields, then those with llama.cpp's defaults.
   const std::pair<const char*, const char*> kRequired[] = {
       {"embedding_length", "hidden_size"},
@@ -196,8 +215,36 @@ Expected<json> ReadGgufConfig(const GgufFile& f) {
       {"context_length", "max_position_embeddings"},
   };
   for (const auto& [key, field] : kRequired) {
+    // A mixture-of-experts file needs the dense width only for layers without experts.
+    if (family == "qwen3moe" && std::string_view(key) == "feed_forward_length" &&
+        !f.Find(p + key)) {
+      continue;
+    }
     GZ_ASSIGN_OR_RETURN(uint64_t v, f.GetUint(p + key));
     c[field] = v;
+  }
+  if (family == "qwen3moe") {
+    const std::pair<const char*, const char*> kExperts[] = {
+        {"expert_count", "num_experts"},
+        {"expert_used_count", "num_experts_per_tok"},
+        {"expert_feed_forward_length", "moe_intermediate_size"},
+    };
+    for (const auto& [key, field] : kExperts) {
+      GZ_ASSIGN_OR_RETURN(uint64_t v, f.GetUint(p + key));
+      c[field] = v;
+    }
+    // llama.cpp's qwen3moe renormalizes the chosen experts' weights always; a file may say so.
+    c["norm_topk_prob"] = true;
+    if (f.Find(p + "expert_weights_norm")) {
+      GZ_ASSIGN_OR_RETURN(c["norm_topk_prob"], f.GetBool(p + "expert_weights_norm"));
+    }
+    // Layers without a router are dense (transformers' mlp_only_layers).
+    GZ_ASSIGN_OR_RETURN(uint64_t layers, f.GetUint(p + "block_count"));
+    json dense = json::array();
+    for (uint64_t l = 0; l < layers && l < (uint64_t{1} << 20); ++l) {
+      if (!f.FindTensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight")) dense.push_back(l);
+    }
+    if (!dense.empty()) c["mlp_only_layers"] = dense;
   }
   GZ_ASSIGN_OR_RETURN(c["rms_norm_eps"], f.GetFloat(p + "attention.layer_norm_rms_epsilon"));
   if (f.Find(p + "attention.head_count_kv")) {
@@ -304,8 +351,22 @@ Expected<GgufModel> OpenGgufModel(const std::string& path,
     constexpr TensorRole kMatrices[] = {TensorRole::kEmbed, TensorRole::kQ,    TensorRole::kK,
                                         TensorRole::kV,     TensorRole::kO,    TensorRole::kGate,
                                         TensorRole::kUp,    TensorRole::kDown, TensorRole::kHead};
-    const bool matrix = t.shape.size() == 2 && std::find(std::begin(kMatrices), std::end(kMatrices),
-                                                         role) != std::end(kMatrices);
+    // The router is not among them: it is read in float32 on every backend.
+    const bool stack = IsExpertStack(role);
+    if ((stack || role == TensorRole::kRouter) && !arch.layer[layer].IsMoe()) {
+      return Unimplemented(path + ": tensor " + Quote(t.name) + " has no place in layer " +
+                           std::to_string(layer) + " of this " + arch.family +
+                           " model (a layer of experts has a router, blk.N.ffn_gate_inp.weight)");
+    }
+    if (stack && (t.shape.size() != 3 || t.shape[0] != arch.layer[layer].moe.experts)) {
+      return DataLoss(path + ": tensor " + Quote(t.name) + " has shape " + ShapeString(t.shape) +
+                      ", expected [" + std::to_string(arch.layer[layer].moe.experts) +
+                      ", rows, cols] (expert_count experts)");
+    }
+    const bool matrix = (t.shape.size() == 2 && std::find(std::begin(kMatrices),
+                                                          std::end(kMatrices),
+                                                          role) != std::end(kMatrices)) ||
+                        stack;
     const bool kept = matrix && keep && CanDequantize(t.type) && t.type != GgmlType::kF32 &&
                       t.type != GgmlType::kF16 && t.type != GgmlType::kBF16 && keep(t.type);
     if (kept) {  // read as it is by the backend's kernels
@@ -359,6 +420,36 @@ Expected<GgufModel> OpenGgufModel(const std::string& path,
         UndoRotaryPermute(info.data, heads, a.head_dim, info.bytes / info.shape[0], hf.data());
         info.data = held->copies.emplace_back(std::move(hf)).data();
       }  // else the loader's shape check names the tensor and the shapes
+    }
+    if (stack) {
+      // Each expert's matrices under their own names, pointing into the stack (no copy).
+      const MoeSpec& moe = arch.layer[layer].moe;
+      const int64_t experts = t.shape[0], rows = t.shape[1], cols = t.shape[2];
+      const size_t row_bytes = info.bytes / static_cast<size_t>(experts * rows);
+      struct Part {
+        TensorRole role;
+        int64_t first, rows;
+      };
+      std::vector<Part> parts = {{role, 0, rows}};
+      if (role == TensorRole::kExpertsGateUp) {
+        if (rows != 2 * moe.ffn) {
+          return DataLoss(path + ": tensor " + Quote(t.name) + " has shape " +
+                          ShapeString(t.shape) + ", expected [" + std::to_string(experts) + ", " +
+                          std::to_string(2 * moe.ffn) + ", " + std::to_string(cols) + "]");
+        }
+        parts = {{TensorRole::kExpertGate, 0, moe.ffn}, {TensorRole::kExpertUp, moe.ffn, moe.ffn}};
+      }
+      for (int64_t e = 0; e < experts; ++e) {
+        for (const Part& part : parts) {
+          TensorInfo one = info;
+          one.name = ExpertTensorName(arch, part.role, layer, static_cast<int>(e));
+          one.shape = {part.rows, cols};
+          one.data = info.data + (e * rows + part.first) * row_bytes;
+          one.bytes = static_cast<size_t>(part.rows) * row_bytes;
+          tensors.push_back(std::move(one));
+        }
+      }
+      continue;
     }
     tensors.push_back(std::move(info));
   }

@@ -345,12 +345,35 @@ Expected<Weight> WeightLoader::ExpertMatrix(TensorRole role, int layer, int expe
   const std::string name = stacked ? stacked_name : ExpertTensorName(arch_, role, layer, expert);
   const TensorInfo* t = stacked ? stacked : checkpoint_.Find(name);
   if (!t) return NotFound(dir_ + ": tensor " + name + " is missing");
+  // Experts in ggml's blocks that the backend reads in matmuls but not in its expert kernels
+  // (the others become float32 in Place).
+  auto refuse_blocks = [&](uint32_t ggml_type) -> Status {
+    if (!backend_.ReadsGgml(ggml_type) || backend_.ReadsGgmlExperts(ggml_type)) return Status::Ok();
+    return Unimplemented(t->file + ": the experts are in " +
+                         GgmlTypeName(static_cast<GgmlType>(ggml_type)) +
+                         ", which this device's mixture-of-experts kernels do not read (tensor " +
+                         name + "); run on the CPU (--device cpu), or convert the weights once "
+                         "into the own formats (gizllm convert --from MODEL --to DIR --bits 4 or 8)");
+  };
   if (converted_ && !stacked) {
     // A converted folder holds every expert's linear under its own name (convert splits stacked
     // ones), quantized or plain as its metadata says.
     GZ_ASSIGN_OR_RETURN(Weight host, quant::ReadLinear(checkpoint_, name));
     const int64_t stored[] = {host.rows, host.cols};
     GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, stored, shape));
+    if (host.format == Format::kGgml) GZ_RETURN_IF_ERROR(refuse_blocks(host.ggml_type));
+    return Place(host, name, experts_on_host_);
+  }
+  if (t->ggml_type >= 0 && !stacked) {
+    // A GGUF file's expert in ggml's blocks (its stack split by OpenGgufModel).
+    GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, t->shape, shape));
+    GZ_RETURN_IF_ERROR(refuse_blocks(static_cast<uint32_t>(t->ggml_type)));
+    Weight host;
+    host.format = Format::kGgml;
+    host.ggml_type = static_cast<uint32_t>(t->ggml_type);
+    host.rows = rows;
+    host.cols = cols;
+    host.data = t->data;
     return Place(host, name, experts_on_host_);
   }
   if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32)

@@ -558,6 +558,10 @@ class Backend {
     (void)ggml_type;
     return false;
   }
+  // Whether MoeFeedForward reads experts of Format::kGgml in block type `ggml_type` as they are
+  // (the CPU runs each expert through Matmul, so whatever ReadsGgml says); where it does not, a
+  // GGUF model whose experts are in that type is refused at load with the way out.
+  virtual bool ReadsGgmlExperts(uint32_t ggml_type) const { return ReadsGgml(ggml_type); }
   // Whether Matmul runs MatmulParams' fused ends (norm, accumulate, swiglu; swiglu is the
   // kSilu gate only: a GeGLU is a Matmul and a Glu op).
   virtual bool FusesMatmul() const { return false; }

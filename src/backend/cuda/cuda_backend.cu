@@ -215,6 +215,8 @@ class CudaBackend : public Backend {
   }
 
   bool ReadsGgml(uint32_t ggml_type) const override { return cuda::GgmlReads(ggml_type); }
+  // The grouped expert kernels read plain and the own quantized formats only.
+  bool ReadsGgmlExperts(uint32_t) const override { return false; }
   void RmsNorm(const RmsNormParams& p) override {
     auto trace = Trace("rms_norm");
     ForgetHandOffs();

@@ -110,7 +110,8 @@ TEST_F(ConvertGgufTest, KeptBlockTypesGiveTheGgufLogits) {
   for (const Case& c : {Case{"models/tiny-chat", GgufLinears::kF32, "f32"},
                         Case{"models/tiny-chat", GgufLinears::kQ8_0, "Q8_0"},
                         Case{"models/tiny-chat", GgufLinears::kQ4_0, "Q4_0"},
-                        Case{"tests/golden/models/llama", GgufLinears::kQ8_0, "Q8_0"}}) {
+                        Case{"tests/golden/models/llama", GgufLinears::kQ8_0, "Q8_0"},
+                        Case{"tests/golden/models/qwen3_moe", GgufLinears::kQ8_0, "Q8_0"}}) {
     SCOPED_TRACE(std::string(c.dir) + " " + c.type);
     const std::string gguf = Path(std::string(c.type) + ".gguf");
     const std::string dir = Path(std::string(c.type) + "-" + fs::path(c.dir).filename().string());

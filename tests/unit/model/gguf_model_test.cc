@@ -75,16 +75,22 @@ class GgufModelTest : public ::testing::Test {
 
   // The GGUF of `dir` (written with `linears`) gives the same float32 logits as the folder.
   void ExpectSameLogits(const std::string& dir, GgufLinears linears,
-                        GgmlType blocks = GgmlType::kQ8_0) {
-    SCOPED_TRACE(dir + (linears == GgufLinears::kBlocks ? " " + GgmlTypeName(blocks) : ""));
+                        GgmlType blocks = GgmlType::kQ8_0, bool fuse_gate_up = false) {
+    SCOPED_TRACE(dir + (linears == GgufLinears::kBlocks ? " " + GgmlTypeName(blocks) : "") +
+                 " linears " + std::to_string(static_cast<int>(linears)) +
+                 (fuse_gate_up ? " fused" : ""));
     TempDir tmp;
     const std::string gguf = tmp.File("model.gguf");
     const std::string dequantized = tmp.File("dequantized");
     // As stored: against the folder itself; F32, F16 and Q8_0: against the same weights in a
     // folder of that type (F32 for Q8_0; the CPU's matmuls of each type sum in their own order).
-    const bool as_stored = linears == GgufLinears::kAsStored;
-    const Status written =
-        WriteGgufFromHf(dir, gguf, linears, "qwen2", as_stored ? "" : dequantized, blocks);
+    // A mixture of experts' router is F32 in the file whatever the folder holds (as the
+    // converter writes it): against the values written there too.
+    const bool as_stored = linears == GgufLinears::kAsStored &&
+                           !testing::ReadJsonFile(dir + "/config.json").contains("num_experts") &&
+                           !testing::ReadJsonFile(dir + "/config.json").contains("num_local_experts");
+    const Status written = WriteGgufFromHf(dir, gguf, linears, "qwen2", dequantized, blocks,
+                                           fuse_gate_up);
     ASSERT_TRUE(written.ok()) << written.message();
     const std::string reference = as_stored ? dir : dequantized;
     auto arch = ReadArch(reference);
@@ -113,7 +119,7 @@ class GgufModelTest : public ::testing::Test {
       // order than the float32 matmuls.
       EXPECT_LE(most, 1e-4f) << "largest logit " << largest;
     } else {
-      EXPECT_EQ(differ, 0u) << "of " << got.size() << " logits";
+      EXPECT_EQ(differ, 0u) << "of " << got.size() << " logits, most " << most;
     }
   }
 
@@ -229,6 +235,50 @@ TEST_F(GgufModelTest, GoldenFamiliesLogitsEqualTheFolders) {
   for (const char* m : {"llama", "llama_mlp_bias", "qwen2", "qwen3"}) {
     ExpectSameLogits(std::string("tests/golden/models/") + m, GgufLinears::kAsStored);
   }
+}
+
+// Qwen3-MoE (qwen3moe): the router, each layer's experts in stacks (gate and up apart, or in
+// one stack as the converter's fused option writes them), a dense layer between (layer 1, no
+// router). As stored (BF16) bit for bit; Q8_0 and Q4_0 experts read in their blocks by the CPU
+// within 1e-4 of the dequantized folder; F32 bit for bit.
+TEST_F(GgufModelTest, Qwen3MoeLogitsEqualTheFolders) {
+  const std::string dir = "tests/golden/models/qwen3_moe";
+  ExpectSameLogits(dir, GgufLinears::kAsStored);
+  ExpectSameLogits(dir, GgufLinears::kAsStored, GgmlType::kQ8_0, /*fuse_gate_up=*/true);
+  ExpectSameLogits(dir, GgufLinears::kF32);
+  ExpectSameLogits(dir, GgufLinears::kQ8_0);
+  ExpectSameLogits(dir, GgufLinears::kQ4_0, GgmlType::kQ8_0, /*fuse_gate_up=*/true);
+}
+
+TEST_F(GgufModelTest, ArchOfQwen3Moe) {
+  TempDir tmp;
+  const std::string dir = "tests/golden/models/qwen3_moe";
+  const std::string gguf = tmp.File("moe.gguf");
+  ASSERT_TRUE(WriteGgufFromHf(dir, gguf, GgufLinears::kQ8_0).ok());
+  auto want = ReadArch(dir);
+  auto got = ReadArch(gguf);
+  ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
+  EXPECT_EQ(got->family, "qwen3_moe");
+  ASSERT_EQ(got->layers, want->layers);
+  for (int l = 0; l < got->layers; ++l) {
+    SCOPED_TRACE(l);
+    EXPECT_EQ(got->layer[l].IsMoe(), want->layer[l].IsMoe());
+    EXPECT_EQ(got->layer[l].IsMoe(), l != 1);
+    EXPECT_EQ(got->layer[l].moe.experts, want->layer[l].moe.experts);
+    EXPECT_EQ(got->layer[l].moe.experts_per_token, want->layer[l].moe.experts_per_token);
+    EXPECT_EQ(got->layer[l].moe.ffn, want->layer[l].moe.ffn);
+    EXPECT_EQ(got->layer[l].moe.norm_topk_prob, want->layer[l].moe.norm_topk_prob);
+    EXPECT_EQ(got->layer[l].feed_forward.ffn, want->layer[l].feed_forward.ffn);
+  }
+  // The experts stay in their blocks on the CPU; the router is float32.
+  std::unique_ptr<Model> model = Load(gguf);
+  ASSERT_TRUE(model);
+  int q8 = 0;
+  for (const WeightSummary& w : model->weights()) {
+    if (w.name.find(".mlp.gate.weight") != std::string::npos) EXPECT_EQ(w.format, "f32") << w.name;
+    q8 += w.name.find(".experts.") != std::string::npos && w.format == "Q8_0";
+  }
+  EXPECT_EQ(q8, 3 * 8 * 3) << "three layers of 8 experts' gate, up and down";
 }
 
 TEST_F(GgufModelTest, ReadsLlama3RopeFactorsBack) {

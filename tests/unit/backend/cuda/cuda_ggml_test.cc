@@ -391,6 +391,27 @@ TEST(CudaGgmlTest, GgufLogitsInBlockTypesMatchTheDequantizedFolders) {
   }
 }
 
+// Qwen3-MoE GGUF files on CUDA: experts as stored (BF16) and in F32 run (within 1e-4 of the
+// folder of the values written); experts in a block type the grouped expert kernels do not read
+// (Q8_0) are refused at load, naming the experts and the way out.
+TEST(CudaGgmlTest, Qwen3MoeGgufExperts) {
+  GZ_SKIP_WITHOUT_CUDA();
+  const std::string dir = "tests/golden/models/qwen3_moe";
+  ExpectSameLogits(dir, testing::GgufLinears::kAsStored);
+  ExpectSameLogits(dir, testing::GgufLinears::kF32);
+  TempDir tmp;
+  const std::string gguf = tmp.File("q8.gguf");
+  ASSERT_TRUE(testing::WriteGgufFromHf(dir, gguf, testing::GgufLinears::kQ8_0).ok());
+  std::shared_ptr<Backend> b = Cuda(/*exact=*/true);
+  ASSERT_TRUE(b);
+  auto model = Model::Load(gguf, b);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(model.status().message().find("experts are in Q8_0"), std::string::npos)
+      << model.status().message();
+  EXPECT_NE(model.status().message().find("--device cpu"), std::string::npos);
+}
+
 // Folders made from GGUF files by convert (jobs/convert.h) read the same blocks with the same
 // kernels, so on CUDA they give the file's logits bit for bit: the own format with the block types
 // kept (Q4_0), and a bitgpu folder of a Q1_0 file (convert's manifest).
