@@ -21,7 +21,15 @@
 #   d32k    batch 1 decode after a 32,768-token prompt    | llama-bench -d 32768 tg128
 #   mixed   64 sequences decoding 512 tokens while 2,048-token prompts arrive once a second, and
 #           the same 64 alone (gizllm only)
-# ONLY="c64 mixed" runs only the gizllm workloads named.
+# ONLY="c64 mixed" runs only the gizllm workloads named; SHORT=1 runs only llama.cpp's tg256 and
+# its 64 sequences of 64-token prompts.
+#
+#   bench/cuda/peer_e2e.sh random PEER_DIR RANDOM_GGUF DIR TYPE...   # GGUF files instead
+#
+# random: builds the peer as prepare does and writes random-weight Qwen3-8B-shaped GGUF files
+# DIR/TYPE.gguf (bench/model/random_gguf, Qwen3's tokenizer from TOKENIZER_DIR) of each block
+# type (Q4_K with a Q6_K head as llama-quantize's Q4_K_M, Q8_0, Q1_0, ...); then MODEL_DIR may
+# name such a file in the gizllm and llama modes.
 set -euo pipefail
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64
 LLAMA=/tmp/llama.cpp
@@ -50,6 +58,19 @@ case "${1:-}" in
       --outtype bf16 --outfile "$model.gguf" > /tmp/llama-convert.txt 2>&1 ||
       { tail -20 /tmp/llama-convert.txt; exit 1; }
     ls -la "$model.gguf" ;;
+  random)
+    peer=$2 writer=$3 dir=$4; shift 4
+    bash "$peer/build.sh" "$LLAMA" > /tmp/llama-build.txt 2>&1 &
+    build=$!
+    tok=${TOKENIZER_DIR:-.device/q3tok}
+    if [[ -f $tok/tokenizer.json.xz && ! -f $tok/tokenizer.json ]]; then
+      xz -dk "$tok/tokenizer.json.xz"
+    fi
+    mkdir -p "$dir"
+    for type in "$@"; do
+      "$writer" --out "$dir/$type.gguf" --type "$type" --tokenizer "$tok" 2>&1 | tail -1
+    done
+    wait $build || { tail -20 /tmp/llama-build.txt; exit 1; } ;;
   gizllm)
     g=$2 model=$3 out=$4; shift 4
     run() {  # name, bench arguments...
@@ -72,17 +93,28 @@ case "${1:-}" in
     run alone -n 1 -c 1 -p 16 -o 1 --background 64 --background-tokens 512 ;;
   llama)
     model=$2 out=$3 bin=$LLAMA/build/bin
-    timeout 240 $bin/llama-bench -m "$model.gguf" -ngl 99 -fa 1 -p 2048 -n 256 -r 3 -o md \
+    [[ $model == *.gguf ]] || model=$model.gguf
+    if [[ -n "${SHORT:-}" ]]; then
+      timeout 240 $bin/llama-bench -m "$model" -ngl 99 -fa 1 -p 0 -n 256 -r 3 -o md \
+        > "$out/llama-bench.md" 2>&1 || tail -3 "$out/llama-bench.md"
+      grep -E "tg256" "$out/llama-bench.md" || true
+      timeout 300 $bin/llama-batched-bench -m "$model" -ngl 99 -fa on -c 20000 -b 2048 \
+        -ub 512 -npp 64 -ntg 128 -npl 64 > "$out/llama-batched-64.txt" 2>&1 ||
+        tail -3 "$out/llama-batched-64.txt"
+      grep -E "^\|\s+[0-9]" "$out/llama-batched-64.txt" || true
+      exit 0
+    fi
+    timeout 240 $bin/llama-bench -m "$model" -ngl 99 -fa 1 -p 2048 -n 256 -r 3 -o md \
       > "$out/llama-bench.md" 2>&1 || tail -3 "$out/llama-bench.md"
     grep -E "pp2048|tg256" "$out/llama-bench.md" || true
-    timeout 200 $bin/llama-bench -m "$model.gguf" -ngl 99 -fa 1 -p 0 -n 128 -d 32768 -r 2 -o md \
+    timeout 200 $bin/llama-bench -m "$model" -ngl 99 -fa 1 -p 0 -n 128 -d 32768 -r 2 -o md \
       > "$out/llama-bench-d32k.md" 2>&1 || tail -3 "$out/llama-bench-d32k.md"
     grep -E "tg128" "$out/llama-bench-d32k.md" || true
     for npp in 64 1024; do
-      timeout 300 $bin/llama-batched-bench -m "$model.gguf" -ngl 99 -fa on -c 300000 -b 2048 \
+      timeout 300 $bin/llama-batched-bench -m "$model" -ngl 99 -fa on -c 300000 -b 2048 \
         -ub 512 -npp $npp -ntg 128 -npl 64,256 > "$out/llama-batched-$npp.txt" 2>&1 ||
         tail -3 "$out/llama-batched-$npp.txt"
       grep -E "^\|\s+[0-9]" "$out/llama-batched-$npp.txt" || true
     done ;;
-  *) sed -n 2,23p "$0"; exit 2 ;;
+  *) sed -n 2,33p "$0"; exit 2 ;;
 esac

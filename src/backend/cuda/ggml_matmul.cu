@@ -158,6 +158,254 @@ __global__ void GgmlMatmulKernel(const float* x,  // [rows, cols]
   }
 }
 
+// Decode kernels (up to kFastRows activation rows) for Q8_0, Q4_0, Q4_K and Q6_K: a warp takes a
+// weight row, and its lanes split each block (or pair of blocks) so that one warp load brings a
+// block's codes in whole words, every lane decoding its 4 to 16 codes with the group's scale
+// worked out once; the values are formats/ggml_blocks.cc's (the same operations, unfused), each
+// multiplied into every activation row's sum (fused multiply-adds: another order of the same
+// products). The activations come through the L1 cache as float4s (16-byte aligned rows).
+constexpr int kFastRows = 8;
+constexpr int kFastWarps = 4;  // a block's warps, one weight row each
+
+__device__ __forceinline__ uint32_t Word16(const uint8_t* p) {  // 2-byte aligned
+  const auto* h = reinterpret_cast<const uint16_t*>(p);
+  return h[0] | static_cast<uint32_t>(h[1]) << 16;
+}
+
+__device__ __forceinline__ float4 X4(const float* x) {
+  return __ldg(reinterpret_cast<const float4*>(x));
+}
+
+// acc[r] += sum_t v[t] * x[r * stride + t], t < 4, for the rows r < count.
+template <int kRows>
+__device__ __forceinline__ void Dot4(const float v[4], const float* x, int64_t stride, int count,
+                                     float* acc) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    if (r >= count) break;
+    const float4 a = X4(x + r * stride);
+    float s = acc[r];
+    s = __fmaf_rn(v[0], a.x, s);
+    s = __fmaf_rn(v[1], a.y, s);
+    s = __fmaf_rn(v[2], a.z, s);
+    s = __fmaf_rn(v[3], a.w, s);
+    acc[r] = s;
+  }
+}
+
+// One block type's share of a warp step: Load reads a lane's words of block b (all of a step's
+// loads are issued before any is used, kFastUnroll steps at a time, so that a warp keeps several
+// loads in flight), Use decodes them into the rows' sums. kStep blocks a warp step, the lane's
+// first block First(lane).
+template <GgmlType kType>
+struct FastBlocks;
+
+template <>
+struct FastBlocks<GgmlType::kQ8_0> {  // 8 lanes a block, 4 codes a lane
+  static constexpr int kStep = 4, kElements = 32, kBytes = 34;
+  struct Raw {
+    float d;
+    uint32_t q;
+  };
+  static __device__ __forceinline__ int First(int lane) { return lane / 8; }
+  static __device__ __forceinline__ Raw Load(const uint8_t* blk, int lane) {
+    return {Half(blk), Word16(blk + 2 + 4 * (lane % 8))};
+  }
+  template <int kRows>
+  static __device__ __forceinline__ void Use(const Raw& r, const float* x, int64_t stride,
+                                             int count, int lane, float* acc) {
+    float v[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) v[t] = static_cast<float>(static_cast<int8_t>(r.q >> (8 * t))) * r.d;
+    Dot4<kRows>(v, x + 4 * (lane % 8), stride, count, acc);
+  }
+};
+
+template <>
+struct FastBlocks<GgmlType::kQ4_0> {  // 4 lanes a block, 4 bytes (8 codes) a lane
+  static constexpr int kStep = 8, kElements = 32, kBytes = 18;
+  struct Raw {
+    float d;
+    uint32_t q;
+  };
+  static __device__ __forceinline__ int First(int lane) { return lane / 4; }
+  static __device__ __forceinline__ Raw Load(const uint8_t* blk, int lane) {
+    return {Half(blk), Word16(blk + 2 + 4 * (lane % 4))};
+  }
+  template <int kRows>
+  static __device__ __forceinline__ void Use(const Raw& r, const float* x, int64_t stride,
+                                             int count, int lane, float* acc) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float v[4];
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        v[t] = static_cast<float>(static_cast<int>((r.q >> (8 * t + 4 * half)) & 0xF) - 8) * r.d;
+      }
+      Dot4<kRows>(v, x + 16 * half + 4 * (lane % 4), stride, count, acc);
+    }
+  }
+};
+
+// A block a warp step: lane = 8 p + j takes groups 2p and 2p + 1 (the low and high nibbles of
+// qs[32 p ...]) at positions 4j..4j + 3.
+template <>
+struct FastBlocks<GgmlType::kQ4_K> {
+  static constexpr int kStep = 1, kElements = 256, kBytes = 144;
+  struct Raw {
+    uint32_t dm, q, s[3];  // d and dmin, the lane's codes, the 12 scale bytes
+  };
+  static __device__ __forceinline__ int First(int) { return 0; }
+  static __device__ __forceinline__ Raw Load(const uint8_t* blk, int lane) {
+    const auto* w = reinterpret_cast<const uint32_t*>(blk);  // 4-byte aligned
+    return {w[0], w[4 + 8 * (lane / 8) + lane % 8], {w[1], w[2], w[3]}};
+  }
+  // Byte i of the scales, kept in registers (a runtime index into an array would not be).
+  static __device__ __forceinline__ int ScaleByte(const Raw& r, int i) {
+    const uint32_t word = i < 4 ? r.s[0] : i < 8 ? r.s[1] : r.s[2];
+    return (word >> (8 * (i % 4))) & 0xFF;
+  }
+  template <int kRows>
+  static __device__ __forceinline__ void Use(const Raw& r, const float* x, int64_t stride,
+                                             int count, int lane, float* acc) {
+    const int p = lane / 8, j = lane % 8;
+    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(r.dm & 0xFFFF)));
+    const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(r.dm >> 16)));
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      // ScaleMin's bits, from the bytes in registers.
+      const int g = 2 * p + half;
+      int sc, m;
+      if (g < 4) {
+        sc = ScaleByte(r, g) & 63;
+        m = ScaleByte(r, g + 4) & 63;
+      } else {
+        sc = (ScaleByte(r, g + 4) & 0xF) | (ScaleByte(r, g - 4) >> 6) << 4;
+        m = (ScaleByte(r, g + 4) >> 4) | (ScaleByte(r, g) >> 6) << 4;
+      }
+      const float dl = d * static_cast<float>(sc), ml = dmin * static_cast<float>(m);
+      float v[4];
+#pragma unroll
+      for (int t = 0; t < 4; ++t) v[t] = dl * static_cast<float>((r.q >> (8 * t + 4 * half)) & 0xF) - ml;
+      Dot4<kRows>(v, x + 64 * p + 32 * half + 4 * j, stride, count, acc);
+    }
+  }
+};
+
+// Two blocks a warp step: lane = 16 s + 8 h + j takes half h of block 2 i + s at positions
+// l = 4j..4j + 3 of its four groups of 32 (k = 0..3: element 128 h + 32 k + l).
+template <>
+struct FastBlocks<GgmlType::kQ6_K> {
+  static constexpr int kStep = 2, kElements = 256, kBytes = 210;
+  struct Raw {
+    uint32_t ql0, ql1, qh, scales;
+    float d;
+  };
+  static __device__ __forceinline__ int First(int lane) { return lane / 16; }
+  static __device__ __forceinline__ Raw Load(const uint8_t* blk, int lane) {
+    const int h = (lane / 8) % 2, j = lane % 8;
+    Raw r;
+    r.ql0 = Word16(blk + 64 * h + 4 * j);
+    r.ql1 = Word16(blk + 64 * h + 32 + 4 * j);
+    r.qh = Word16(blk + 128 + 32 * h + 4 * j);
+    // The scales of groups k = 0..3 at these positions: bytes 192 + 8 h + 2 k + j / 4.
+    const uint8_t* sc = blk + 192 + 8 * h + j / 4;
+    r.scales = sc[0] | sc[2] << 8 | sc[4] << 16 | static_cast<uint32_t>(sc[6]) << 24;
+    r.d = Half(blk + 208);
+    return r;
+  }
+  template <int kRows>
+  static __device__ __forceinline__ void Use(const Raw& r, const float* x, int64_t stride,
+                                             int count, int lane, float* acc) {
+    const int h = (lane / 8) % 2, j = lane % 8;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float ds = r.d * static_cast<float>(static_cast<int8_t>(r.scales >> (8 * k)));
+      const uint32_t ql = k % 2 ? r.ql1 : r.ql0;
+      float v[4];
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const int low = (ql >> (8 * t + 4 * (k / 2))) & 0xF;
+        const int high = (r.qh >> (8 * t + 2 * k)) & 3;
+        v[t] = ds * static_cast<float>((low | high << 4) - 32);
+      }
+      Dot4<kRows>(v, x + 128 * h + 32 * k + 4 * j, stride, count, acc);
+    }
+  }
+};
+
+// A block (128 elements) a warp step: lane = 8 c + t takes elements 32 c + 4 t .. + 3, the bits
+// 4t..4t + 3 of the chunk's sign word (set: d, clear: -d).
+template <>
+struct FastBlocks<GgmlType::kQ1_0> {
+  static constexpr int kStep = 1, kElements = 128, kBytes = 18;
+  struct Raw {
+    float d;
+    uint32_t signs;
+  };
+  static __device__ __forceinline__ int First(int) { return 0; }
+  static __device__ __forceinline__ Raw Load(const uint8_t* blk, int lane) {
+    return {Half(blk), Word16(blk + 2 + 4 * (lane / 8))};
+  }
+  template <int kRows>
+  static __device__ __forceinline__ void Use(const Raw& r, const float* x, int64_t stride,
+                                             int count, int lane, float* acc) {
+    const int c = lane / 8, t = lane % 8;
+    float v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = (r.signs >> (4 * t + k)) & 1 ? r.d : -r.d;
+    Dot4<kRows>(v, x + 32 * c + 4 * t, stride, count, acc);
+  }
+};
+
+constexpr int kFastUnroll = 4;  // warp steps whose loads are in flight together
+
+template <GgmlType kType, int kRows>
+__device__ __forceinline__ void FastRow(const uint8_t* row, int64_t cols, const float* x,
+                                        int64_t stride, int count, int lane, float* acc) {
+  using B = FastBlocks<kType>;
+  const int64_t blocks = cols / B::kElements;
+  for (int64_t b0 = B::First(lane); b0 < blocks; b0 += B::kStep * kFastUnroll) {
+    typename B::Raw raw[kFastUnroll];
+#pragma unroll
+    for (int u = 0; u < kFastUnroll; ++u) {
+      const int64_t b = b0 + u * B::kStep;
+      if (b < blocks) raw[u] = B::Load(row + b * B::kBytes, lane);
+    }
+#pragma unroll
+    for (int u = 0; u < kFastUnroll; ++u) {
+      const int64_t b = b0 + u * B::kStep;
+      if (b < blocks) B::template Use<kRows>(raw[u], x + b * B::kElements, stride, count, lane, acc);
+    }
+  }
+}
+
+// Weight row kFastWarps * blockIdx.y + warp against the activation rows [kRows * blockIdx.x, +
+// kRows): the row blocks that share weight rows run one after another, so a weight row comes from
+// the device's memory once and from L2 for the other activation rows.
+template <GgmlType kType, int kRows>
+__global__ void __launch_bounds__(kFastWarps * 32)
+    GgmlFastKernel(const float* x, int64_t rows, int64_t cols, const uint8_t* w, int64_t n,
+                   int64_t row_bytes, const float* bias, float* out, bool accumulate) {
+  const int lane = threadIdx.x % 32;
+  const int64_t wrow = static_cast<int64_t>(blockIdx.y) * kFastWarps + threadIdx.x / 32;
+  if (wrow >= n) return;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int count = rows - r0 < kRows ? static_cast<int>(rows - r0) : kRows;
+  float acc[kRows] = {};
+  FastRow<kType, kRows>(w + wrow * row_bytes, cols, x + r0 * cols, cols, count, lane, acc);
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    for (int o = 16; o > 0; o /= 2) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], o);
+  }
+  if (lane != 0) return;
+  const float b = bias ? bias[wrow] : 0.0f;
+  for (int k = 0; k < count; ++k) {
+    float* y = out + (r0 + k) * n + wrow;
+    *y = accumulate ? *y + (acc[k] + b) : acc[k] + b;
+  }
+}
+
 // Q1_0 weights are 1.125 bits a weight, so the float32 activations, not the weights, are most
 // of what a warp reads: a block's warps share a tile of them in shared memory, and each warp
 // multiplies kQ1WarpRows weight rows with every activation it reads there. A lane takes 32
@@ -177,7 +425,8 @@ __device__ __forceinline__ float Signed(float x, uint32_t not_signs, int e) {
 }
 
 // Weight rows [n0, n0 + kQ1Warps * kQ1WarpRows) (blockIdx.x, a warp's rows in turn) times
-// activation rows [r0, r0 + kXRows) (blockIdx.y). kXRows 1 is decode: a tile of 8,192 inputs.
+// activation rows [r0, r0 + kXRows) (blockIdx.y); used for batches of more than kFastRows rows
+// (the decode kernels take fewer).
 template <int kXRows>
 __global__ void __launch_bounds__(kQ1Warps * 32)
     Q1MatmulKernel(const float* x,  // [rows, cols]
@@ -343,18 +592,58 @@ void LaunchGgmlMatmul(const float* x, int64_t rows, const Weight& w, const float
   if (rows == 0) return;
   const dim3 grid(static_cast<unsigned>((w.rows + kWarps - 1) / kWarps),
                   static_cast<unsigned>((rows + kWarpRows - 1) / kWarpRows));
-  if (static_cast<GgmlType>(w.ggml_type) == GgmlType::kQ1_0) {
-    // Decode on tiles of one activation row; batches 8 rows a block.
+  const bool q1_fast = static_cast<GgmlType>(w.ggml_type) == GgmlType::kQ1_0 && rows <= kFastRows;
+  if (static_cast<GgmlType>(w.ggml_type) == GgmlType::kQ1_0 && !q1_fast) {
+    // Batches past the decode kernels' rows: tiles of 8 activation rows a block.
     const auto* blocks = static_cast<const uint8_t*>(w.data);
     const unsigned row_blocks =
         static_cast<unsigned>((w.rows + kQ1Warps * kQ1WarpRows - 1) / (kQ1Warps * kQ1WarpRows));
-    if (rows == 1) {
-      Q1MatmulKernel<1><<<dim3(row_blocks, 1), kQ1Warps * 32, 0, stream>>>(
-          x, rows, w.cols, blocks, w.rows, bias, out, accumulate);
-    } else {
-      Q1MatmulKernel<8>
-          <<<dim3(row_blocks, static_cast<unsigned>((rows + 7) / 8)), kQ1Warps * 32, 0, stream>>>(
-              x, rows, w.cols, blocks, w.rows, bias, out, accumulate);
+    Q1MatmulKernel<8>
+        <<<dim3(row_blocks, static_cast<unsigned>((rows + 7) / 8)), kQ1Warps * 32, 0, stream>>>(
+            x, rows, w.cols, blocks, w.rows, bias, out, accumulate);
+    GZ_CUDA_LAUNCHED();
+    return;
+  }
+  const GgmlType type = static_cast<GgmlType>(w.ggml_type);
+  const bool fast = (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 ||
+                     type == GgmlType::kQ4_K || type == GgmlType::kQ6_K || q1_fast) &&
+                    reinterpret_cast<uintptr_t>(x) % 16 == 0 && w.cols % 4 == 0 &&
+                    reinterpret_cast<uintptr_t>(w.data) % 4 == 0 &&
+                    w.rows <= int64_t{65535} * kFastWarps;  // the grid's y
+  if (fast) {
+    const auto* blocks = static_cast<const uint8_t*>(w.data);
+    const unsigned weight_blocks = static_cast<unsigned>((w.rows + kFastWarps - 1) / kFastWarps);
+    auto launch = [&]<GgmlType kType, int kRows>() {
+      GgmlFastKernel<kType, kRows>
+          <<<dim3(static_cast<unsigned>((rows + kRows - 1) / kRows), weight_blocks),
+             kFastWarps * 32, 0, stream>>>(x, rows, w.cols, blocks, w.rows, RowBytes(w), bias,
+                                           out, accumulate);
+    };
+    auto by_rows = [&]<GgmlType kType>() {
+      if (rows == 1) {
+        launch.template operator()<kType, 1>();
+      } else if (rows <= 4) {
+        launch.template operator()<kType, 4>();
+      } else {
+        launch.template operator()<kType, kFastRows>();
+      }
+    };
+    switch (type) {
+      case GgmlType::kQ8_0:
+        by_rows.template operator()<GgmlType::kQ8_0>();
+        break;
+      case GgmlType::kQ4_0:
+        by_rows.template operator()<GgmlType::kQ4_0>();
+        break;
+      case GgmlType::kQ4_K:
+        by_rows.template operator()<GgmlType::kQ4_K>();
+        break;
+      case GgmlType::kQ1_0:
+        by_rows.template operator()<GgmlType::kQ1_0>();
+        break;
+      default:
+        by_rows.template operator()<GgmlType::kQ6_K>();
+        break;
     }
     GZ_CUDA_LAUNCHED();
     return;

@@ -135,7 +135,7 @@ TEST(CudaGgmlTest, MatmulMatchesTheDequantizedProducts) {
     for (GgmlType type : kTypes) {
       ASSERT_TRUE(b->ReadsGgml(static_cast<uint32_t>(type)));
       for (int64_t cols : {256, 768}) {
-        for (int64_t rows : {1, 5, 19}) {
+        for (int64_t rows : {1, 3, 5, 19}) {  // the decode kernels' 1, 4 and 8 rows
           for (bool accumulate : {false, true}) {
             const std::string what = GgmlTypeName(type) + (exact ? " exact" : " fast") + " cols " +
                                      std::to_string(cols) + " rows " + std::to_string(rows) +
