@@ -8,8 +8,11 @@
 // Schemes: q4z128 (the own 4-bit format: groups of 128, scale and zero), q8 (own 8-bit),
 //   u4b32 (16 even levels per 32, f16 scale: Q4_0's layout with a searched scale),
 //   nl4b32 (IQ4_NL's 16 levels per 32, f16 scale), nl4b32s8 (IQ4_NL's levels per 32, an 8-bit
-//   scale per 32 under an f16 scale per 128), lm4b32s8 (the Lloyd-Max levels of a Gaussian
-//   instead), q8b32s8 (int8 per 32, 8-bit scale per 32 under an f16 scale per 128).
+//   scale per 32 under an f16 scale per 128), lm4b32 and lm4b32s8 (the Lloyd-Max levels of a
+//   Gaussian instead), km4b32 and km4b32s8 (16 levels fitted to each tensor by --iters rounds
+//   of k-means), q8b32s8 (int8 per 32, 8-bit scale per 32 under an f16 scale per 128).
+// --weight x2 weights each value's error by its square (llama.cpp's IQ4_NL without an imatrix);
+// --only NAME / --skip NAME quantize only the linears whose names hold NAME / all but those.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -127,7 +130,6 @@ void QuantizeRow(const std::string& scheme, float* row, int64_t cols) {
   if (scheme.rfind("lm4", 0) == 0) grid = kLm4;
   if (scheme.rfind("km4", 0) == 0) grid = g_fitted;
   if (scheme.rfind("q8", 0) == 0) grid = q8g, levels = 255;
-  const bool sub8 = scheme.size() > 3 && scheme.substr(scheme.size() - 3) == "bs8";
   const bool s8 = scheme.size() > 2 && scheme.substr(scheme.size() - 2) == "s8";
   const int block = 32;
   if (!s8) {
@@ -137,7 +139,6 @@ void QuantizeRow(const std::string& scheme, float* row, int64_t cols) {
     }
     return;
   }
-  (void)sub8;
   // Sub-scales: per 128, the best scale of each block of 32, then one f16 scale S = max / 255
   // and 8-bit multipliers m in [1, 255]; each block refit at the scales m * S nearby.
   for (int64_t g = 0; g < cols / 128; ++g) {
