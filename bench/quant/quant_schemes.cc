@@ -1,11 +1,12 @@
 // Quantization schemes measured without kernels: every linear of a model folder is quantized by a
 // scheme and dequantized again (in the rotated basis when --rotate, then rotated back), and the
 // folder is written with those values in float32, for `gizllm perplexity --base` to measure the
-// KL the scheme would give. Prints each scheme's bits per weight and the relative squared error of
-// the weights (sum of squared errors over sum of squares, per linear kind and in all).
+// KL the scheme would give. Prints the relative squared error of the weights (sum of squared
+// errors over sum of squares, per linear kind and in all).
 //
 // Usage: quant_schemes --model DIR --scheme NAME --out DIR [--rotate yes|no]
-// Schemes: q4z128 (the own 4-bit format: groups of 128, scale and zero), q8 (own 8-bit),
+// Schemes: q4z128 (the own 4-bit format: groups of 128, scale and zero), q4s128 (the same
+//   without zeros), q8 (own 8-bit),
 //   u4b32 (16 even levels per 32, f16 scale: Q4_0's layout with a searched scale),
 //   nl4b32 (IQ4_NL's 16 levels per 32, f16 scale), nl4b32s8 (IQ4_NL's levels per 32, an 8-bit
 //   scale per 32 under an f16 scale per 128), lm4b32 and lm4b32s8 (the Lloyd-Max levels of a
