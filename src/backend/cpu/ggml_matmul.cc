@@ -25,20 +25,23 @@ int64_t RowBytes(const Weight& w) {
 // 16 codes at a time widened to float32 (or looked up, or chosen by their sign bits), multiplied
 // by their group's scale (and the min subtracted), rounded as
 // formats/ggml_blocks.cc rounds them (this file is compiled without contraction into fused
-// multiply-adds), so the same values; false for the other types.
+// multiply-adds), so the same values, each vector handed to put(offset, values); false for the
+// other types.
+template <class Put>
 GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t elements,
-                                   float* out) {
+                                   Put&& put) {
+  // A block's f16 scale at b.
   auto scale = [](const uint8_t* b) GZ_TARGET_AVX512 {
-    return _mm512_set1_ps(F16ToF32(static_cast<uint16_t>(b[0] | (b[1] << 8))));
+    return _cvtsh_ss(static_cast<uint16_t>(b[0] | (b[1] << 8)));
   };
   if (type == GgmlType::kQ8_0) {
     for (int64_t i = 0; i < elements / 32; ++i) {
       const uint8_t* b = data + i * 34;
-      const __m512 d = scale(b);
+      const __m512 d = _mm512_set1_ps(scale(b));
       for (int h = 0; h < 2; ++h) {
         const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + 16 * h));
         const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
-        _mm512_storeu_ps(out + 32 * i + 16 * h, _mm512_mul_ps(v, d));
+        put(32 * i + 16 * h, _mm512_mul_ps(v, d));
       }
     }
     return true;
@@ -48,12 +51,12 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
     const __m512i eight = _mm512_set1_epi32(8);
     for (int64_t i = 0; i < elements / 32; ++i) {
       const uint8_t* b = data + i * 18;
-      const __m512 d = scale(b);
+      const __m512 d = _mm512_set1_ps(scale(b));
       const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
       const __m128i nibbles[2] = {_mm_and_si128(q, low), _mm_and_si128(_mm_srli_epi16(q, 4), low)};
       for (int h = 0; h < 2; ++h) {
         const __m512i c = _mm512_sub_epi32(_mm512_cvtepu8_epi32(nibbles[h]), eight);
-        _mm512_storeu_ps(out + 32 * i + 16 * h, _mm512_mul_ps(_mm512_cvtepi32_ps(c), d));
+        put(32 * i + 16 * h, _mm512_mul_ps(_mm512_cvtepi32_ps(c), d));
       }
     }
     return true;
@@ -65,8 +68,8 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
     const int64_t codes = q5 ? 48 : 16;  // offset of qs[128]
     for (int64_t i = 0; i < elements / 256; ++i) {
       const uint8_t* b = data + i * block_bytes;
-      const float d = F16ToF32(static_cast<uint16_t>(b[0] | (b[1] << 8)));
-      const float dmin = F16ToF32(static_cast<uint16_t>(b[2] | (b[3] << 8)));
+      const float d = _cvtsh_ss(static_cast<uint16_t>(b[0] | (b[1] << 8)));
+      const float dmin = _cvtsh_ss(static_cast<uint16_t>(b[2] | (b[3] << 8)));
       const uint8_t* s = b + 4;
       for (int g = 0; g < 8; ++g) {
         const int sc = g < 4 ? s[g] & 63 : (s[g + 4] & 0xF) | (s[g - 4] >> 6) << 4;
@@ -84,7 +87,7 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
             q = _mm_or_si128(q, _mm_slli_epi16(high, 4));
           }
           const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q));
-          _mm512_storeu_ps(out + 256 * i + 32 * g + 16 * h,
+          put(256 * i + 32 * g + 16 * h,
                            _mm512_sub_ps(_mm512_mul_ps(dl, v), ml));
         }
       }
@@ -95,7 +98,7 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
     for (int64_t i = 0; i < elements / 256; ++i) {
       const uint8_t* b = data + i * 210;
       const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
-      const float d = F16ToF32(static_cast<uint16_t>(b[208] | (b[209] << 8)));
+      const float d = _cvtsh_ss(static_cast<uint16_t>(b[208] | (b[209] << 8)));
       for (int h = 0; h < 2; ++h) {
         for (int k = 0; k < 4; ++k) {
           for (int half = 0; half < 2; ++half) {
@@ -109,7 +112,7 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
             const __m128i code = _mm_or_si128(low, _mm_slli_epi16(high, 4));
             const __m512i v = _mm512_sub_epi32(_mm512_cvtepu8_epi32(code), _mm512_set1_epi32(32));
             const __m512 dl = _mm512_set1_ps(d * static_cast<float>(scales[8 * h + 2 * k + half]));
-            _mm512_storeu_ps(out + 256 * i + 128 * h + 32 * k + l,
+            put(256 * i + 128 * h + 32 * k + l,
                              _mm512_mul_ps(dl, _mm512_cvtepi32_ps(v)));
           }
         }
@@ -127,7 +130,7 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
     }
     for (int64_t i = 0; i < elements / 256; ++i) {
       const uint8_t* b = data + i * 136;
-      const float d = F16ToF32(static_cast<uint16_t>(b[0] | (b[1] << 8)));
+      const float d = _cvtsh_ss(static_cast<uint16_t>(b[0] | (b[1] << 8)));
       const int scales_h = b[2] | b[3] << 8;
       for (int g = 0; g < 8; ++g) {
         const int ls = ((b[4 + g / 2] >> (4 * (g % 2))) & 0xF) | ((scales_h >> (2 * g)) & 3) << 4;
@@ -138,7 +141,7 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
                                     _mm_and_si128(_mm_srli_epi16(q, 4), low)};
         for (int h = 0; h < 2; ++h) {
           const __m512 v = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(nibbles[h]), values);
-          _mm512_storeu_ps(out + 256 * i + 32 * g + 16 * h, _mm512_mul_ps(dl, v));
+          put(256 * i + 32 * g + 16 * h, _mm512_mul_ps(dl, v));
         }
       }
     }
@@ -148,11 +151,11 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
     // 16 signs a mask: set bits take d, clear ones -d.
     for (int64_t i = 0; i < elements / 128; ++i) {
       const uint8_t* b = data + i * 18;
-      const float d_scalar = F16ToF32(static_cast<uint16_t>(b[0] | (b[1] << 8)));
+      const float d_scalar = _cvtsh_ss(static_cast<uint16_t>(b[0] | (b[1] << 8)));
       const __m512 d = _mm512_set1_ps(d_scalar), minus_d = _mm512_set1_ps(-d_scalar);
       for (int k = 0; k < 8; ++k) {
         const __mmask16 signs = static_cast<__mmask16>(b[2 + 2 * k] | b[3 + 2 * k] << 8);
-        _mm512_storeu_ps(out + 128 * i + 16 * k, _mm512_mask_blend_ps(signs, minus_d, d));
+        put(128 * i + 16 * k, _mm512_mask_blend_ps(signs, minus_d, d));
       }
     }
     return true;
@@ -206,6 +209,19 @@ GZ_TARGET_AVX512 bool FusedRowsAvx512(GgmlType type, const uint8_t* const* rows,
 }
 #endif
 
+#if defined(__x86_64__)
+// dot(row's values, x) for a row of the other block types DecodeAvx512 reads, each vector of
+// values multiplied into the sums as it is decoded (never stored).
+GZ_TARGET_AVX512 float DotAvx512(GgmlType type, const uint8_t* row, const float* x, int64_t cols) {
+  // One sum in a register (an array indexed by the offset would live in memory).
+  __m512 acc = _mm512_setzero_ps();
+  DecodeAvx512(type, row, cols, [&](int64_t at, __m512 v) GZ_TARGET_AVX512 {
+    acc = _mm512_fmadd_ps(v, _mm512_loadu_ps(x + at), acc);
+  });
+  return _mm512_reduce_add_ps(acc);
+}
+#endif
+
 // Elements [k0, k0 + len) of weight row `row` (block-aligned) as float32: out [len].
 void DecodeRange(const Weight& w, int64_t row, int64_t k0, int64_t len, float* out, CpuIsa isa) {
   const GgmlType type = static_cast<GgmlType>(w.ggml_type);
@@ -214,7 +230,11 @@ void DecodeRange(const Weight& w, int64_t row, int64_t k0, int64_t len, float* o
   const uint8_t* data =
       static_cast<const uint8_t*>(w.data) + row * RowBytes(w) + k0 / block.elements * block.bytes;
 #if defined(__x86_64__)
-  if (isa == CpuIsa::kAvx512 && DecodeAvx512(type, data, len, out)) return;
+  if (isa == CpuIsa::kAvx512 &&
+      DecodeAvx512(type, data, len,
+                   [out](int64_t at, __m512 v) GZ_TARGET_AVX512 { _mm512_storeu_ps(out + at, v); })) {
+    return;
+  }
 #endif
   const GgmlBlockFn decode = GgmlBlockDecoder(type);
   for (int64_t b = 0; b < len / block.elements; ++b) {
@@ -244,6 +264,18 @@ void Slice(const MatmulParams& p, int o, int64_t n0, int64_t n1, float* row, Cpu
         for (int j = 0; j < kFusedRows && n + j < n1; ++j) {
           p.out[o][r * n_all + n + j] = sums[j] + (p.bias[o] ? p.bias[o][n + j] : 0.0f);
         }
+      }
+    }
+    return;
+  }
+  // The other types on AVX-512: each weight row decoded into the products as it is read.
+  if (isa == CpuIsa::kAvx512) {
+    const auto* data = static_cast<const uint8_t*>(w.data);
+    const int64_t row_bytes = RowBytes(w);
+    for (int64_t n = n0; n < n1; ++n) {
+      const float b = p.bias[o] ? p.bias[o][n] : 0.0f;
+      for (int64_t r = 0; r < p.rows; ++r) {
+        p.out[o][r * n_all + n] = DotAvx512(type, data + n * row_bytes, p.x + r * cols, cols) + b;
       }
     }
     return;
