@@ -174,11 +174,10 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
 // Dot products of one activation row x [cols] with weight rows [n, n + kRows) of Q8_0 or Q4_0
 // (AVX-512), each block's codes widened to float32 in registers and never stored: per block the
 // codes' products with x are summed, then scaled by the block's d (F16C) into the row's sum. The
-// same values as DecodeAvx512's, summed in another order. False for the other types.
+// same values as DecodeAvx512's, summed in another order. `type` is Q8_0 or Q4_0.
 constexpr int kFusedRows = 4;
-GZ_TARGET_AVX512 bool FusedRowsAvx512(GgmlType type, const uint8_t* const* rows, const float* x,
+GZ_TARGET_AVX512 void FusedRowsAvx512(GgmlType type, const uint8_t* const* rows, const float* x,
                                       int64_t cols, float* sums) {
-  if (type != GgmlType::kQ8_0 && type != GgmlType::kQ4_0) return false;
   const bool q8 = type == GgmlType::kQ8_0;
   const int64_t block_bytes = q8 ? 34 : 18;
   __m512 acc[kFusedRows];
@@ -211,7 +210,6 @@ GZ_TARGET_AVX512 bool FusedRowsAvx512(GgmlType type, const uint8_t* const* rows,
     }
   }
   for (int j = 0; j < kFusedRows; ++j) sums[j] = _mm512_reduce_add_ps(acc[j]);
-  return true;
 }
 #endif
 

@@ -86,9 +86,9 @@ class GgufModelTest : public ::testing::Test {
     // folder of that type (F32 for Q8_0; the CPU's matmuls of each type sum in their own order).
     // A mixture of experts' router is F32 in the file whatever the folder holds (as the
     // converter writes it): against the values written there too.
-    const bool as_stored = linears == GgufLinears::kAsStored &&
-                           !testing::ReadJsonFile(dir + "/config.json").contains("num_experts") &&
-                           !testing::ReadJsonFile(dir + "/config.json").contains("num_local_experts");
+    const nlohmann::json config = testing::ReadJsonFile(dir + "/config.json");
+    const bool as_stored = linears == GgufLinears::kAsStored && !config.contains("num_experts") &&
+                           !config.contains("num_local_experts");
     const Status written = WriteGgufFromHf(dir, gguf, linears, "qwen2", dequantized, blocks,
                                            fuse_gate_up);
     ASSERT_TRUE(written.ok()) << written.message();
@@ -275,7 +275,9 @@ TEST_F(GgufModelTest, ArchOfQwen3Moe) {
   ASSERT_TRUE(model);
   int q8 = 0;
   for (const WeightSummary& w : model->weights()) {
-    if (w.name.find(".mlp.gate.weight") != std::string::npos) EXPECT_EQ(w.format, "f32") << w.name;
+    if (w.name.find(".mlp.gate.weight") != std::string::npos) {
+      EXPECT_EQ(w.format, "f32") << w.name;
+    }
     q8 += w.name.find(".experts.") != std::string::npos && w.format == "Q8_0";
   }
   EXPECT_EQ(q8, 3 * 8 * 3) << "three layers of 8 experts' gate, up and down";
