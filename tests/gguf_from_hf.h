@@ -197,7 +197,7 @@ inline std::string PermuteRows(const std::string& bytes, int64_t heads, int64_t 
 }
 
 // convert_hf_to_gguf.py's tensor names.
-inline std::string GgufTensorName(const std::string& hf) {
+inline std::string GgufTensorName(const std::string& hf, bool gemma = false) {
   static const std::map<std::string, std::string> kTop = {
       {"model.embed_tokens.weight", "token_embd.weight"},
       {"model.norm.weight", "output_norm.weight"},
@@ -223,10 +223,18 @@ inline std::string GgufTensorName(const std::string& hf) {
       {"mlp.up_proj.bias", "ffn_up.bias"},
       {"mlp.down_proj.bias", "ffn_down.bias"},
       {"mlp.gate.weight", "ffn_gate_inp.weight"}};
+  // Gemma's four norms a layer (its post_attention_layernorm comes after attention, not before
+  // the feed-forward).
+  static const std::map<std::string, std::string> kGemma = {
+      {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+      {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+      {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"}};
   const std::string prefix = "model.layers.";
   if (hf.rfind(prefix, 0) != 0) return "";
   const size_t dot = hf.find('.', prefix.size());
-  auto it = kLayer.find(hf.substr(dot + 1));
+  const auto& table = gemma ? kGemma : kLayer;
+  auto it = table.find(hf.substr(dot + 1));
+  if (gemma && it == table.end()) it = kLayer.find(hf.substr(dot + 1));
   if (it == kLayer.end()) return "";
   return "blk." + hf.substr(prefix.size(), dot - prefix.size()) + "." + it->second;
 }
@@ -308,7 +316,10 @@ inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, Gg
                               GgmlType blocks = GgmlType::kQ8_0, bool fuse_gate_up = false) {
   const nlohmann::json config = ReadJsonFile(dir + "/config.json");
   const std::string model_type = config["model_type"].get<std::string>();
-  const std::string arch = model_type == "qwen3_moe" ? "qwen3moe" : model_type;
+  const std::string arch = model_type == "qwen3_moe"     ? "qwen3moe"
+                           : model_type == "gemma3_text" ? "gemma3"
+                                                         : model_type;
+  const bool gemma = arch == "gemma3";
   auto ckpt = Checkpoint::Open(dir);
   if (!ckpt.ok()) return ckpt.status();
   const std::string p = arch + ".";
@@ -322,6 +333,7 @@ inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, Gg
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
     if (config.contains(key) && config[key].is_object()) rope = config[key];
   }
+  if (rope.contains("full_attention")) rope = rope["full_attention"];  // Gemma 3's global layers
   const double theta = rope.value("rope_theta", config.value("rope_theta", 10000.0));
 
   GgufWriter w;
@@ -340,6 +352,29 @@ inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, Gg
     w.Uint32(p + "attention.value_length", static_cast<uint32_t>(head_dim));
   }
   w.Uint32(p + "rope.dimension_count", static_cast<uint32_t>(head_dim));
+  if (rope.value("rope_type", "") == "linear") {
+    w.String(p + "rope.scaling.type", "linear");
+    w.Float32(p + "rope.scaling.factor", rope["factor"].get<float>());
+  }
+  if (gemma) {
+    // Gemma3Model.set_gguf_parameters: the sliding window (the converter leaves the pattern to
+    // llama.cpp's default of 6; layer_types that differ from it are written as a flag a layer,
+    // which llama.cpp reads too) and the final soft-capping where the model has one.
+    w.Uint32(p + "attention.sliding_window", config["sliding_window"].get<uint32_t>());
+    if (config.contains("layer_types")) {
+      std::vector<bool> flags;
+      bool pattern6 = true;
+      for (size_t l = 0; l < config["layer_types"].size(); ++l) {
+        flags.push_back(config["layer_types"][l] == "sliding_attention");
+        pattern6 = pattern6 && flags.back() == (l % 6 < 5);
+      }
+      if (!pattern6) w.Bools(p + "attention.sliding_window_pattern", flags);
+    }
+    if (config.contains("final_logit_softcapping") &&
+        config["final_logit_softcapping"].is_number()) {
+      w.Float32(p + "final_logit_softcapping", config["final_logit_softcapping"].get<float>());
+    }
+  }
   w.Uint32("general.file_type", linears == GgufLinears::kQ8_0 ? 7 : 1);
   const int64_t experts = config.value("num_experts", config.value("num_local_experts", 0));
   if (experts > 0) {
@@ -359,7 +394,7 @@ inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, Gg
   std::vector<std::string> stack_bytes;
   stack_bytes.reserve(ckpt->All().size());
   for (const TensorInfo* t : ckpt->All()) {
-    std::string name = GgufTensorName(t->name);
+    std::string name = GgufTensorName(t->name, gemma);
     // An expert's matrix: expert 0's gate (and up, down) stands for the layer's stack.
     std::vector<std::string> parts;  // the Hugging Face names the stack holds, in order
     TensorInfo stacked;
@@ -453,6 +488,12 @@ inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, Gg
       }
       dequantized.push_back({names[i], folder_type, shape, held.data(), count * size});
     }
+    if (gemma && t->name.ends_with("norm.weight")) {
+      // Gemma3Model.modify_tensors: its norms multiply by 1 + w, written as 1 + w (float32).
+      std::vector<float> shifted = values;
+      for (float& v : shifted) v += 1.0f;
+      bytes.assign(reinterpret_cast<const char*>(shifted.data()), shifted.size() * 4);
+    }
     if (arch == "llama") {
       const bool q = name.find(".attn_q.") != std::string::npos;
       const bool k = name.find(".attn_k.") != std::string::npos;
@@ -490,6 +531,14 @@ inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, Gg
       if (fs::exists(dir + "/" + f))
         fs::copy_file(dir + "/" + f, dequantized_dir + "/" + f,
                       fs::copy_options::overwrite_existing);
+    }
+    if (gemma) {
+      // The file does not say query_pre_attn_scalar: llama.cpp scales by 1/sqrt(head_dim) (by
+      // hidden / heads for the 62-layer model), and so does the folder of the values written.
+      nlohmann::json c = config;
+      c["query_pre_attn_scalar"] =
+          config["num_hidden_layers"].get<int64_t>() == 62 ? hidden / heads : head_dim;
+      std::ofstream(dequantized_dir + "/config.json") << c.dump(2) << "\n";
     }
     GZ_RETURN_IF_ERROR(WriteSafetensors(dequantized_dir + "/model.safetensors", dequantized, {}));
   }

@@ -44,6 +44,12 @@ class GgufWriter {
     Le(&kv_, v.size(), 8);
     for (int32_t x : v) Le(&kv_, static_cast<uint32_t>(x), 4);
   }
+  void Bools(std::string_view key, const std::vector<bool>& v) {
+    Key(key, GgufType::kArray);
+    Le(&kv_, static_cast<uint32_t>(GgufType::kBool), 4);
+    Le(&kv_, v.size(), 8);
+    for (bool x : v) Le(&kv_, x ? 1 : 0, 1);
+  }
   void Float32s(std::string_view key, const std::vector<float>& v) {
     Key(key, GgufType::kArray);
     Le(&kv_, static_cast<uint32_t>(GgufType::kFloat32), 4);

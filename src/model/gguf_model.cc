@@ -26,11 +26,13 @@ std::string Quote(std::string_view s) {
 }
 
 // The families a GGUF file may name (general.architecture), by llama.cpp's names.
-constexpr std::string_view kGgufFamilies[] = {"llama", "qwen2", "qwen3", "qwen3moe"};
+constexpr std::string_view kGgufFamilies[] = {"llama", "qwen2", "qwen3", "qwen3moe", "gemma3"};
 
 // config.json's model_type of a GGUF family.
 std::string ModelType(const std::string& family) {
-  return family == "qwen3moe" ? "qwen3_moe" : family;
+  if (family == "qwen3moe") return "qwen3_moe";
+  if (family == "gemma3") return "gemma3_text";
+  return family;
 }
 
 // GGUF tensor names (llama.cpp's llama-arch.cpp) by role; a layer's are "blk.N." + suffix.
@@ -48,6 +50,9 @@ constexpr GgufName kLayerNames[] = {
     {"ffn_gate.weight", TensorRole::kGate},      {"ffn_up.weight", TensorRole::kUp},
     {"ffn_down.weight", TensorRole::kDown},      {"ffn_gate.bias", TensorRole::kGateBias},
     {"ffn_up.bias", TensorRole::kUpBias},        {"ffn_down.bias", TensorRole::kDownBias},
+    // Gemma's norms after attention and after the feed-forward (its ffn_norm is the one before).
+    {"post_attention_norm.weight", TensorRole::kAttnPostNorm},
+    {"post_ffw_norm.weight", TensorRole::kFfnPostNorm},
     // Mixture-of-experts layers: the router, and every expert's gate, up and down stacked
     // [experts, rows, cols] (or gate and up in one stack, gate rows first, as the converter
     // writes them with its fused option).
@@ -57,6 +62,13 @@ constexpr GgufName kLayerNames[] = {
     {"ffn_down_exps.weight", TensorRole::kExpertDown},
     {"ffn_gate_up_exps.weight", TensorRole::kExpertsGateUp},
 };
+
+bool IsNormRole(TensorRole role) {
+  return role == TensorRole::kFinalNorm || role == TensorRole::kAttnNorm ||
+         role == TensorRole::kAttnPostNorm || role == TensorRole::kFfnNorm ||
+         role == TensorRole::kFfnPostNorm || role == TensorRole::kQNorm ||
+         role == TensorRole::kKNorm;
+}
 
 // Whether a GGUF tensor of `role` stacks every expert's matrices.
 bool IsExpertStack(TensorRole role) {
@@ -182,6 +194,74 @@ Expected<json> Llama3Scaling(const std::string& path, const GgufTensor& t, doubl
                        "high_freq_factor 4) gives; such scaling is not supported");
 }
 
+// Gemma 3's fields as llama.cpp's gemma3 graph reads the file: the attention scale
+// 1/sqrt(head_dim) (1/sqrt(hidden / heads) for its 62-layer model; the converter does not write
+// query_pre_attn_scalar), sliding layers where attention.sliding_window is set (the pattern
+// attention.sliding_window_pattern, a flag a layer or a period n whose last layer is global,
+// default 6), their rotary base rope.freq_base_swa (default 10000, unscaled), the global layers'
+// rope.freq_base with the file's linear scaling; final_logit_softcapping where the file has it.
+Status ReadGemma3Config(const GgufFile& f, json* config) {
+  json& c = *config;
+  const std::string p = "gemma3.";
+  const int64_t layers = c["num_hidden_layers"].get<int64_t>();
+  const int64_t heads = std::max<int64_t>(1, c["num_attention_heads"].get<int64_t>());
+  const int64_t head_dim = c.contains("head_dim") ? c["head_dim"].get<int64_t>()
+                                                  : c["hidden_size"].get<int64_t>() / heads;
+  c["hidden_activation"] = "gelu_pytorch_tanh";
+  c["query_pre_attn_scalar"] =
+      layers == 62 ? c["hidden_size"].get<int64_t>() / heads : head_dim;
+  c["attn_logit_softcapping"] = nullptr;
+  c["final_logit_softcapping"] = nullptr;
+  if (f.Find(p + "final_logit_softcapping")) {
+    GZ_ASSIGN_OR_RETURN(c["final_logit_softcapping"], f.GetFloat(p + "final_logit_softcapping"));
+  }
+  uint64_t window = 0;
+  if (f.Find(p + "attention.sliding_window")) {
+    GZ_ASSIGN_OR_RETURN(window, f.GetUint(p + "attention.sliding_window"));
+  }
+  json types = json::array();
+  std::vector<bool> sliding(static_cast<size_t>(layers), false);
+  if (window > 0) {
+    c["sliding_window"] = window;
+    const std::string key = p + "attention.sliding_window_pattern";
+    const GgufValue* v = f.Find(key);
+    if (v && v->type == GgufType::kArray) {
+      if (v->element_type != GgufType::kBool || v->count != static_cast<uint64_t>(layers)) {
+        return DataLoss(f.path() + ": metadata \"" + key + "\" must be " +
+                        std::to_string(layers) + " bools (one a layer) or a layer count");
+      }
+      for (int64_t l = 0; l < layers; ++l) sliding[l] = v->elements[l] != 0;
+    } else {
+      uint64_t period = 6;
+      if (v) {
+        GZ_ASSIGN_OR_RETURN(period, f.GetUint(key));
+      }
+      for (int64_t l = 0; l < layers; ++l) {
+        sliding[l] = period == 0 || static_cast<uint64_t>(l) % period < period - 1;
+      }
+    }
+  }
+  for (int64_t l = 0; l < layers; ++l) {
+    types.push_back(sliding[l] ? "sliding_attention" : "full_attention");
+  }
+  c["layer_types"] = types;
+  json full = {{"rope_type", "default"}, {"rope_theta", c.value("rope_theta", 10000.0)}};
+  if (c.contains("rope_scaling")) {
+    full["rope_type"] = c["rope_scaling"]["rope_type"];
+    full["factor"] = c["rope_scaling"]["factor"];
+  }
+  double local_theta = 10000.0;
+  if (f.Find(p + "rope.freq_base_swa")) {
+    GZ_ASSIGN_OR_RETURN(local_theta, f.GetFloat(p + "rope.freq_base_swa"));
+  }
+  c["rope_parameters"] = {{"full_attention", full},
+                          {"sliding_attention",
+                           {{"rope_type", "default"}, {"rope_theta", local_theta}}}};
+  c.erase("rope_theta");
+  c.erase("rope_scaling");
+  return Status::Ok();
+}
+
 // What the Checkpoint's tensors point into: the mapped file and the tensors converted at load.
 struct Held {
   GgufFile file;
@@ -201,7 +281,7 @@ Expected<json> ReadGgufConfig(const GgufFile& f) {
   if (std::find(std::begin(kGgufFamilies), std::end(kGgufFamilies), family) ==
       std::end(kGgufFamilies)) {
     return Unimplemented(path + ": general.architecture " + Quote(family) +
-                         " is not supported (expected llama, qwen2, qwen3 or qwen3moe)");
+                         " is not supported (expected llama, qwen2, qwen3, qwen3moe or gemma3)");
   }
   const std::string p = family + ".";
   json c = json::object();
@@ -294,6 +374,7 @@ Expected<json> ReadGgufConfig(const GgufFile& f) {
                                      std::max<int64_t>(1, c["num_attention_heads"].get<int64_t>());
     GZ_ASSIGN_OR_RETURN(c["rope_scaling"], Llama3Scaling(path, *factors, theta, head_dim));
   }
+  if (family == "gemma3") GZ_RETURN_IF_ERROR(ReadGemma3Config(f, &c));
   const GgufTensor* embed = f.FindTensor("token_embd.weight");
   if (!embed || embed->shape.size() != 2) {
     return DataLoss(path + ": tensor \"token_embd.weight\" is missing or not a matrix");
@@ -409,6 +490,19 @@ Expected<GgufModel> OpenGgufModel(const std::string& path,
         !kept && t.type != GgmlType::kF32 && t.type != GgmlType::kF16 && t.type != GgmlType::kBF16;
     info.data = converted ? held->copies.back().data() : t.data;
     info.bytes = kept ? t.bytes : static_cast<size_t>(elements) * DTypeSize(info.dtype);
+    if (arch.norm_offset != 0.0f && IsNormRole(role)) {
+      // llama.cpp's converter writes Gemma's norms as 1 + w; the Arch's weights are w (the
+      // loader adds the offset back: (1 + w) - 1 + 1 is 1 + w again in float32, since the
+      // subtraction is exact for norms from 0.5 up).
+      std::vector<uint8_t>& w = held->copies.emplace_back(elements * sizeof(float));
+      auto* v = reinterpret_cast<float*>(w.data());
+      GZ_RETURN_IF_ERROR(DequantizeBlocks(t.type, t.data, t.bytes, elements, v,
+                                          path + ": tensor " + Quote(t.name)));
+      for (int64_t i = 0; i < elements; ++i) v[i] -= arch.norm_offset;
+      info.dtype = DType::kF32;
+      info.data = w.data();
+      info.bytes = w.size();
+    }
     // Llama's q and k (and their biases) carry the converter's rotary permutation.
     const bool q = role == TensorRole::kQ || role == TensorRole::kQBias;
     const bool k = role == TensorRole::kK || role == TensorRole::kKBias;

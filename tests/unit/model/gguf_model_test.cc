@@ -87,8 +87,11 @@ class GgufModelTest : public ::testing::Test {
     // A mixture of experts' router is F32 in the file whatever the folder holds (as the
     // converter writes it): against the values written there too.
     const nlohmann::json config = testing::ReadJsonFile(dir + "/config.json");
+    // Gemma 3's file leaves out query_pre_attn_scalar (llama.cpp's scale from head_dim): against
+    // the folder whose config says what the file does.
     const bool as_stored = linears == GgufLinears::kAsStored && !config.contains("num_experts") &&
-                           !config.contains("num_local_experts");
+                           !config.contains("num_local_experts") &&
+                           config["model_type"] != "gemma3_text";
     const Status written = WriteGgufFromHf(dir, gguf, linears, "qwen2", dequantized, blocks,
                                            fuse_gate_up);
     ASSERT_TRUE(written.ok()) << written.message();
@@ -283,6 +286,58 @@ TEST_F(GgufModelTest, ArchOfQwen3Moe) {
   EXPECT_EQ(q8, 3 * 8 * 3) << "three layers of 8 experts' gate, up and down";
 }
 
+// Gemma 3 (gemma3): its four norms a layer written as 1 + w, q and k norms, sliding layers
+// (golden's layer_types as a flag a layer), two rotary tables (linear scaling on the global
+// one), the embedding scaled, a final soft-capping in the second folder.
+TEST_F(GgufModelTest, Gemma3LogitsEqualTheFolders) {
+  for (const char* dir : {"tests/golden/models/gemma3", "tests/golden/models/gemma3_softcap"}) {
+    ExpectSameLogits(dir, GgufLinears::kAsStored);
+    ExpectSameLogits(dir, GgufLinears::kF32);
+    ExpectSameLogits(dir, GgufLinears::kQ8_0);
+  }
+}
+
+TEST_F(GgufModelTest, ArchOfGemma3) {
+  TempDir tmp;
+  const std::string dir = "tests/golden/models/gemma3";
+  const std::string gguf = tmp.File("gemma3.gguf");
+  ASSERT_TRUE(WriteGgufFromHf(dir, gguf, GgufLinears::kAsStored).ok());
+  auto want = ReadArch(dir);
+  auto got = ReadArch(gguf);
+  ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
+  EXPECT_EQ(got->family, "gemma3");
+  EXPECT_EQ(got->norm_offset, 1.0f);
+  EXPECT_EQ(got->embed_scale, want->embed_scale);
+  ASSERT_EQ(got->layers, want->layers);
+  ASSERT_EQ(got->ropes.size(), 2u);
+  EXPECT_EQ(got->ropes[0].InvFreq(), want->ropes[0].InvFreq());
+  EXPECT_EQ(got->ropes[1].InvFreq(), want->ropes[1].InvFreq());
+  EXPECT_EQ(got->ropes[0].type, "linear");
+  for (int l = 0; l < got->layers; ++l) {
+    SCOPED_TRACE(l);
+    const AttentionSpec& g = got->layer[l].attention;
+    EXPECT_EQ(g.window, want->layer[l].attention.window);
+    EXPECT_EQ(g.rope, want->layer[l].attention.rope);
+    EXPECT_EQ(g.window > 0, l != 2) << "golden's layer_types: layer 2 is global";
+    // llama.cpp's scale: 1/sqrt(head_dim) = 1/sqrt(32) (the folder's query_pre_attn_scalar 24
+    // is not in the file).
+    EXPECT_FLOAT_EQ(g.scale, 1.0f / std::sqrt(32.0f));
+    EXPECT_TRUE(got->layer[l].post_norms);
+  }
+  // The norms come back as the folder's w (the file's 1 + w less 1), so the loader's 1 + w is
+  // the file's value.
+  auto m = OpenGgufModel(gguf);
+  auto folder = Checkpoint::Open(dir);
+  ASSERT_TRUE(m.ok() && folder.ok()) << m.status().message();
+  const std::string norm = "model.layers.1.post_feedforward_layernorm.weight";
+  const TensorInfo* a = m->checkpoint.Find(norm);
+  const TensorInfo* b = folder->Find(norm);
+  ASSERT_TRUE(a && b);
+  const std::vector<float> va = testing::ToF32(*a), vb = testing::ToF32(*b);
+  ASSERT_EQ(va.size(), vb.size());
+  for (size_t i = 0; i < va.size(); ++i) EXPECT_EQ(va[i], vb[i]) << i;
+}
+
 TEST_F(GgufModelTest, ReadsLlama3RopeFactorsBack) {
   TempDir tmp;
   const std::string gguf = tmp.File("llama.gguf");
@@ -297,11 +352,11 @@ TEST_F(GgufModelTest, ReadsLlama3RopeFactorsBack) {
 }
 
 // A small qwen3 file whose metadata and tensors a test changes.
-GgufWriter SmallQwen3(const std::string& architecture = "qwen3") {
+GgufWriter SmallQwen3(const std::string& architecture = "qwen3", uint32_t layers = 1) {
   GgufWriter w;
   w.String("general.architecture", architecture);
   const std::string p = architecture + ".";
-  w.Uint32(p + "block_count", 1);
+  w.Uint32(p + "block_count", layers);
   w.Uint32(p + "context_length", 64);
   w.Uint32(p + "embedding_length", 32);
   w.Uint32(p + "feed_forward_length", 64);
@@ -326,9 +381,74 @@ void ExpectLoadRefused(const GgufWriter& w, StatusCode code,
   }
 }
 
+// What a gemma3 file's metadata makes of its config: the written golden's (layer 2 global,
+// llama.cpp's scale from head_dim, the two rotary tables); without a sliding window every layer
+// is global; a period of 3 makes every third layer global (llama.cpp's set_swa_pattern), the
+// default period 6; a flag list of the wrong length is an error naming the key.
+TEST_F(GgufModelTest, Gemma3SlidingPatterns) {
+  TempDir tmp;
+  const std::string gguf = tmp.File("gemma3.gguf");
+  ASSERT_TRUE(WriteGgufFromHf("tests/golden/models/gemma3", gguf, GgufLinears::kAsStored).ok());
+  auto config = [](const GgufWriter& w, const std::string& path) -> Expected<nlohmann::json> {
+    if (!w.Write(path)) return Internal("cannot write " + path);
+    GZ_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(path));
+    return ReadGgufConfig(f);
+  };
+  {
+    auto file = GgufFile::Open(gguf);
+    ASSERT_TRUE(file.ok());
+    auto c = ReadGgufConfig(*file);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    EXPECT_EQ((*c)["layer_types"], nlohmann::json({"sliding_attention", "sliding_attention",
+                                                   "full_attention", "sliding_attention"}));
+    EXPECT_EQ((*c)["query_pre_attn_scalar"], 32);
+    EXPECT_EQ((*c)["rope_parameters"]["sliding_attention"]["rope_theta"], 10000.0);
+    EXPECT_EQ((*c)["rope_parameters"]["full_attention"]["factor"], 2.0);
+  }
+  const std::string path = tmp.File("small.gguf");
+  auto types = [](const std::string& pattern) {  // 'S' sliding, 'F' full
+    nlohmann::json t = nlohmann::json::array();
+    for (char ch : pattern) t.push_back(ch == 'S' ? "sliding_attention" : "full_attention");
+    return t;
+  };
+  {
+    auto c = config(SmallQwen3("gemma3", 7), path);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    EXPECT_EQ((*c)["layer_types"], types("FFFFFFF"));
+  }
+  {
+    GgufWriter w = SmallQwen3("gemma3", 7);
+    w.Uint32("gemma3.attention.sliding_window", 16);
+    auto c = config(w, path);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    EXPECT_EQ((*c)["layer_types"], types("SSSSSFS"));
+    EXPECT_EQ((*c)["sliding_window"], 16);
+  }
+  {
+    GgufWriter w = SmallQwen3("gemma3", 7);
+    w.Uint32("gemma3.attention.sliding_window", 16);
+    w.Uint32("gemma3.attention.sliding_window_pattern", 3);
+    w.Float32("gemma3.rope.freq_base_swa", 5000.0f);
+    auto c = config(w, path);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    EXPECT_EQ((*c)["layer_types"], types("SSFSSFS"));
+    EXPECT_EQ((*c)["rope_parameters"]["sliding_attention"]["rope_theta"], 5000.0);
+  }
+  {
+    GgufWriter w = SmallQwen3("gemma3", 7);
+    w.Uint32("gemma3.attention.sliding_window", 16);
+    w.Bools("gemma3.attention.sliding_window_pattern", {true, false});
+    auto c = config(w, path);
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.status().message().find("gemma3.attention.sliding_window_pattern"),
+              std::string::npos)
+        << c.status().message();
+  }
+}
+
 TEST_F(GgufModelTest, RefusesWhatItCannotRead) {
-  ExpectLoadRefused(SmallQwen3("gemma3"), StatusCode::kUnimplemented,
-                    {"general.architecture", "\"gemma3\""});
+  ExpectLoadRefused(SmallQwen3("phi3"), StatusCode::kUnimplemented,
+                    {"general.architecture", "\"phi3\""});
   {
     GgufWriter w = SmallQwen3();
     w.Tensor("blk.0.attn_q.weight", GgmlType::kIQ2_XXS, {64, 256}, std::string(64 * 66, '\0'));
