@@ -125,6 +125,10 @@ inline bool BlockScales(GgmlType type, std::vector<int>* offsets, float* range) 
     case GgmlType::kQ2_0:
       *offsets = {0}, *range = 2;
       return true;
+    case GgmlType::kGZ8:
+    case GgmlType::kGZ4:
+      *offsets = {0}, *range = 127 * 255;  // d * s[g] (s random bytes) * code
+      return true;
     default:
       return false;
   }

@@ -53,7 +53,10 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
   CLI::Option* bits_option =
       cmd->add_option("--bits", o->bits,
                       "Bits of the layers' linears and of the head, LAYERS[/HEAD]: 16, 8, 4, 2, 1 "
-                      "(default 4/8; a GGUF file without --bits keeps its block types)");
+                      "(default 4/8; a GGUF file without --bits keeps its block types), or b8, b4: "
+                      "gizllm's blocks (an 8-bit scale a group of 32; b4's levels a Gaussian's, "
+                      "v_proj at 8 bits; not rotated; read as they are on the CPU, F32 at load "
+                      "on CUDA yet), e.g. b4/b8");
   cmd->add_flag("--no-rotate", o->no_rotate,
                 "Quantize without the Hadamard rotation of each block of 128 inputs");
   cmd->add_flag("--no-zeros", o->no_zeros, "4 and 2 bits: symmetric groups, without zero points");
@@ -122,7 +125,8 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
                    o->to.c_str(), static_cast<long long>(summary->bytes),
                    static_cast<long long>(summary->tensors),
                    static_cast<long long>(summary->quantized), quant::BitsString(*bits).c_str(),
-                   options.rotate ? ", rotated" : "", gptq.c_str(), lora.c_str(), seconds);
+                   options.rotate && !bits->blocks ? ", rotated" : "", gptq.c_str(),
+                   lora.c_str(), seconds);
     }
     if (!summary->block_types.empty()) {
       std::string types;

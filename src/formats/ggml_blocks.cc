@@ -241,6 +241,29 @@ void Q2_0(const uint8_t* b, float* y) {
   }
 }
 
+// Group g's scale d * s[g] (one rounding), then each code times it.
+void Gz8(const uint8_t* b, float* y) {
+  const float d = Half(b);
+  for (int g = 0; g < 4; ++g) {
+    const float scale = d * static_cast<float>(b[2 + g]);
+    for (int i = 0; i < 32; ++i) {
+      y[32 * g + i] = scale * static_cast<float>(static_cast<int8_t>(b[6 + 32 * g + i]));
+    }
+  }
+}
+
+void Gz4(const uint8_t* b, float* y) {
+  const float d = Half(b);
+  for (int g = 0; g < 4; ++g) {
+    const float scale = d * static_cast<float>(b[2 + g]);
+    for (int i = 0; i < 16; ++i) {
+      const uint8_t q = b[6 + 16 * g + i];
+      y[32 * g + i] = scale * static_cast<float>(kGz4Levels[q & 0xF]);
+      y[32 * g + 16 + i] = scale * static_cast<float>(kGz4Levels[q >> 4]);
+    }
+  }
+}
+
 void F32(const uint8_t* b, float* y) { std::memcpy(y, b, 4); }
 void F16(const uint8_t* b, float* y) { *y = Half(b); }
 void Bf16(const uint8_t* b, float* y) { *y = Bf16ToF32(static_cast<uint16_t>(b[0] | b[1] << 8)); }
@@ -287,6 +310,10 @@ GgmlBlockFn GgmlBlockDecoder(GgmlType type) {
       return Q1_0;
     case GgmlType::kQ2_0:
       return Q2_0;
+    case GgmlType::kGZ4:
+      return Gz4;
+    case GgmlType::kGZ8:
+      return Gz8;
     default:
       return nullptr;
   }

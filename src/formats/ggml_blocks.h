@@ -20,6 +20,12 @@
 //   TQ2_0  u8 qs[64], f16 d                       x = d * (2 bits - 1)
 //   Q1_0   f16 d, u8 qs[16] (128 elements)        x = bit ? d : -d
 //   Q2_0   f16 d, u8 qs[16] (64 elements)         x = d * (2 bits - 1)
+// gizllm's own types (never in a GGUF file; `convert --bits b8` / `b4`), 128 elements in 4
+// groups of 32, an 8-bit scale a group under the block's f16 scale:
+//   GZ8    f16 d, u8 s[4], i8 qs[128]                  x = (d * s[e / 32]) * q       8.375 bits
+//   GZ4    f16 d, u8 s[4], u8 qs[64]                   x = (d * s[e / 32]) * kGz4Levels[nibble]
+//          group g's codes in qs[16 g .. 16 g + 16): element 32 g + i (i < 16) in the low
+//          nibble of qs[16 g + i], 32 g + 16 + i in its high nibble                  4.375 bits
 // F32, F16 and BF16 are read as single-element blocks.
 #pragma once
 
@@ -35,6 +41,11 @@ namespace gizllm {
 // The 16 values of IQ4_NL and IQ4_XS codes (ggml's kvalues_iq4nl).
 inline constexpr int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
+
+// GZ4's 16 levels: a unit Gaussian's Lloyd-Max levels for 16 levels (Max 1960; +-0.1284,
+// 0.3881, 0.6568, 0.9424, 1.256, 1.618, 2.069, 2.733) times 127 / 2.733, rounded.
+inline constexpr int8_t kGz4Levels[16] = {-127, -96, -75, -58, -44, -31, -18, -6,
+                                          6,    18,  31,  44,  58,  75,  96,  127};
 
 // True for the block types DequantizeBlocks reads.
 bool CanDequantize(GgmlType type);

@@ -313,6 +313,12 @@ bool GgmlBlockOf(GgmlType type, GgmlBlock* block) {
     case GgmlType::kQ2_0:
       *block = {64, 2 + 16};
       return true;
+    case GgmlType::kGZ4:
+      *block = {128, 2 + 4 + 64};
+      return true;
+    case GgmlType::kGZ8:
+      *block = {128, 2 + 4 + 128};
+      return true;
   }
   return false;
 }
@@ -389,11 +395,21 @@ std::string GgmlTypeName(GgmlType type) {
       return "Q1_0";
     case GgmlType::kQ2_0:
       return "Q2_0";
+    case GgmlType::kGZ4:
+      return "GZ4";
+    case GgmlType::kGZ8:
+      return "GZ8";
   }
   return "type " + std::to_string(static_cast<uint32_t>(type));
 }
 
 bool GgmlTypeFromName(std::string_view name, GgmlType* type) {
+  for (const GgmlType own : {GgmlType::kGZ4, GgmlType::kGZ8}) {
+    if (GgmlTypeName(own) == name) {
+      *type = own;
+      return true;
+    }
+  }
   for (uint32_t n = 0; n < 64; ++n) {
     GgmlBlock block;
     if (GgmlBlockOf(static_cast<GgmlType>(n), &block) &&
@@ -494,7 +510,7 @@ Expected<GgufFile> GgufFile::Open(const std::string& path) {
     GZ_RETURN_IF_ERROR(r.U32(&type, where + "'s block type"));
     t.type = static_cast<GgmlType>(type);
     GgmlBlock block;
-    if (!GgmlBlockOf(t.type, &block)) {
+    if (!GgmlBlockOf(t.type, &block) || IsOwnBlockType(t.type)) {
       return DataLoss(path + ": " + where + " has unknown block type " + std::to_string(type));
     }
     GZ_RETURN_IF_ERROR(r.U64(&t.offset, where + "'s offset"));

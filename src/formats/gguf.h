@@ -78,7 +78,16 @@ enum class GgmlType : uint32_t {
   kNVFP4 = 40,
   kQ1_0 = 41,
   kQ2_0 = 42,
+  // gizllm's own block types (formats/ggml_blocks.h), written by `convert --bits b4` / `b8` into
+  // converted folders and never read from a GGUF file: numbers far from ggml's.
+  kGZ4 = 1004,
+  kGZ8 = 1008,
 };
+
+// Whether `type` is one of gizllm's own block types (kGZ4, kGZ8), not ggml's.
+inline bool IsOwnBlockType(GgmlType type) {
+  return type == GgmlType::kGZ4 || type == GgmlType::kGZ8;
+}
 
 // A block type's elements and bytes per block; false for a number ggml does not define.
 struct GgmlBlock {

@@ -19,6 +19,8 @@
 #include "model/config.h"
 #include "model/gguf_model.h"
 #include "model/vision_arch.h"
+#include "formats/ggml_blocks.h"
+#include "quant/blocks.h"
 #include "quant/layout.h"
 #include "quant/linear_io.h"
 #include "quant/quantize.h"
@@ -455,15 +457,25 @@ Expected<std::map<std::string, QuantizedLinear>> Calibrate(
 }  // namespace
 
 Expected<Bits> ParseBits(const std::string& text) {
-  auto one = [&](const std::string& s) -> Expected<int> {
+  Bits bits;
+  int blocks = 0, parts = 0;  // parts named bN, parts in all but 16
+  auto one = [&](std::string s) -> Expected<int> {
+    if (s.size() > 1 && s[0] == 'b') {
+      s = s.substr(1);
+      if (s != "8" && s != "4") {
+        return InvalidArgument("--bits " + text + ": gizllm's blocks are b8 and b4, not b" + s);
+      }
+      ++blocks;
+    }
+    if (s != "16") ++parts;
     if (s == "16") return 16;
     if (s == "8") return 8;
     if (s == "4") return 4;
     if (s == "2") return 2;
     if (s == "1") return 1;
-    return InvalidArgument("--bits " + text + ": \"" + s + "\" is not 16, 8, 4, 2 or 1");
+    return InvalidArgument("--bits " + text + ": \"" + s +
+                           "\" is not 16, 8, 4, 2 or 1 (or b8, b4: gizllm's blocks)");
   };
-  Bits bits;
   size_t slash = text.find('/');
   GZ_ASSIGN_OR_RETURN(bits.layers, one(text.substr(0, slash)));
   if (slash == std::string::npos) {
@@ -471,11 +483,18 @@ Expected<Bits> ParseBits(const std::string& text) {
   } else {
     GZ_ASSIGN_OR_RETURN(bits.head, one(text.substr(slash + 1)));
   }
+  if (blocks > 0 && blocks != parts) {
+    return InvalidArgument("--bits " + text +
+                           ": gizllm's blocks (b8, b4) and the own formats (8, 4, 2, 1) do not mix "
+                           "in one model; write both parts as bN (or 16)");
+  }
+  bits.blocks = blocks > 0;
   return bits;
 }
 
 std::string BitsString(const Bits& bits) {
-  return std::to_string(bits.layers) + "/" + std::to_string(bits.head);
+  auto one = [&](int b) { return (bits.blocks && b != 16 ? "b" : "") + std::to_string(b); };
+  return one(bits.layers) + "/" + one(bits.head);
 }
 
 Format BitsFormat(int bits) {
@@ -557,6 +576,14 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
     GZ_ASSIGN_OR_RETURN(arch, ReadArch(options.from));
     GZ_ASSIGN_OR_RETURN(ckpt, Checkpoint::Open(options.from));
   }
+  // gizllm's blocks are not rotated (on the models measured the rotation neither helped nor
+  // hurt them).
+  const bool rotate = options.rotate && !options.bits.blocks;
+  if (options.calibrate && options.bits.blocks) {
+    return Unimplemented("convert: --bits " + BitsString(options.bits) +
+                         ": GPTQ calibration (--calibration) writes the own formats only (8, 4, "
+                         "2, 1); convert without it (round to nearest), or with --bits 4/8");
+  }
   if (options.calibrate && (HasMoe(arch) || HasRecurrent(arch))) {
     return Unimplemented("convert: " + options.from + " (" + arch.family + ") has " +
                          (HasMoe(arch) ? "mixture-of-experts" : "recurrent") +
@@ -608,7 +635,9 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
       }
       const std::string name = TensorName(arch, role, l);
       shapes[name] = TensorShape(arch, role, l);
-      if (QuantizedRole(role)) linears[name] = BitsFormat(options.bits.layers);
+      // b4: each layer's v_proj at 8 bits (per weight the most sensitive linear, bench/RESULTS.md).
+      const bool v8 = options.bits.blocks && options.bits.layers == 4 && role == TensorRole::kV;
+      if (QuantizedRole(role)) linears[name] = BitsFormat(v8 ? 8 : options.bits.layers);
     }
   }
   const std::string embed_name = TensorName(arch, TensorRole::kEmbed, -1);
@@ -731,7 +760,7 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
   std::map<std::string, std::string> metadata = {{kFormatVersionKey, kFormatVersion}};
   if (!options.keep_types) {
     metadata[kBitsKey] = BitsString(options.bits);
-    if (options.rotate) metadata[kRotationSeedKey] = std::to_string(options.seed);
+    if (rotate) metadata[kRotationSeedKey] = std::to_string(options.seed);
   }
   if (cut) metadata[kLayersKey] = std::to_string(kept);
 
@@ -752,11 +781,25 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
     if (format == Format::kBf16) {
       return out.AddVector(name, DType::kBF16, {rows, cols}, ToBf16(w));
     }
+    if (options.bits.blocks) {
+      // gizllm's blocks, stored and described as a GGUF file's kept blocks are.
+      const GgmlType type = format == Format::kQ8 ? GgmlType::kGZ8 : GgmlType::kGZ4;
+      GZ_ASSIGN_OR_RETURN(std::vector<uint8_t> blocks,
+                          QuantizeOwnBlocks(type, w.data(), rows, cols, options.pool));
+      GgmlBlock block;
+      GgmlBlockOf(type, &block);
+      GZ_RETURN_IF_ERROR(
+          out.AddVector(name, DType::kU8, {rows, cols / block.elements * block.bytes}, blocks));
+      metadata[kLinearKeyPrefix + name] =
+          GgmlLinearDescription(static_cast<uint32_t>(type), rows, cols);
+      ++summary.quantized;
+      return Status::Ok();
+    }
     QuantizedLinear ql;
     if (auto c = calibrated.find(name); c != calibrated.end() && c->second.format == format) {
       ql = std::move(c->second);
     } else {
-      QuantizeOptions q{format, options.zeros, options.rotate, options.seed};
+      QuantizeOptions q{format, options.zeros, rotate, options.seed};
       GZ_ASSIGN_OR_RETURN(ql, QuantizeLinear(w.data(), rows, cols, q, options.pool));
     }
     const int64_t groups = cols / kGroup;

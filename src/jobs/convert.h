@@ -35,9 +35,13 @@ namespace gizllm::quant {
 struct Bits {
   int layers = 16;
   int head = 16;
+  // "b4" / "b8": the 4- and 8-bit linears in gizllm's blocks GZ4 and GZ8 (formats/ggml_blocks.h:
+  // an 8-bit scale a group of 32 under an f16 scale a block of 128, GZ4's codes a Gaussian's
+  // levels; not rotated), each layer's v_proj at 8 bits when the layers are at 4.
+  bool blocks = false;
 };
 
-// "4" (head too) or "4/8" (layers/head).
+// "4" (head too) or "4/8" (layers/head); "b4/b8", "b8", "b4/16": gizllm's blocks.
 Expected<Bits> ParseBits(const std::string& text);
 std::string BitsString(const Bits& bits);
 Format BitsFormat(int bits);  // 16 -> kBf16, 8 -> kQ8, 4 -> kQ4, 2 -> kQ2, 1 -> kQ1

@@ -30,6 +30,16 @@ else
 fi
 
 # A cut model (the first 2 layers, no final norm or head) loads with the layers its header says.
+# gizllm's blocks (b4 layers, v_proj and head b8): loads and generates the same start.
+expect_ok convert-blocks $gz convert --from models/tiny-chat --to "$tmp/b4" --bits b4/b8
+check convert-blocks-summary grep -q "57 linears quantized (b4/b8 bits)" "$tmp/err"
+expect_ok info-blocks $gz info --model "$tmp/b4"
+check info-blocks-gz4 grep -qE "format +GZ4 +48 tensors" "$tmp/out"
+check info-blocks-gz8 grep -qE "format +GZ8 +9 tensors" "$tmp/out"
+expect_ok run-blocks $gz run --model "$tmp/b4" --prompt "In the beginning God created" --greedy --max-tokens 8
+check run-blocks-text grep -q "his own" "$tmp/out"
+expect_fail convert-blocks-mixed "do not mix" \
+  $gz convert --from models/tiny-chat --to "$tmp/b4m" --bits b4/8
 expect_ok convert-cut $gz convert --from models/tiny-chat --to "$tmp/cut2" --bits 8 --layers 2
 expect_ok info-cut $gz info --model "$tmp/cut2" --tensors
 check info-cut-layers grep -qE "layers +2" "$tmp/out"

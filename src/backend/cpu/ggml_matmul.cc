@@ -21,7 +21,8 @@ int64_t RowBytes(const Weight& w) {
 }
 
 #if defined(__x86_64__)
-// `elements` values of Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS or Q1_0 blocks at `data` on AVX-512:
+// `elements` values of Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS, Q1_0, GZ8 or GZ4 blocks at `data` on
+// AVX-512:
 // 16 codes at a time widened to float32 (or looked up, or chosen by their sign bits), multiplied
 // by their group's scale (and the min subtracted), rounded as
 // formats/ggml_blocks.cc rounds them (this file is compiled without contraction into fused
@@ -148,6 +149,43 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
         for (int h = 0; h < 2; ++h) {
           const __m512 v = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(nibbles[h]), values);
           put(256 * i + 32 * g + 16 * h, _mm512_mul_ps(dl, v));
+        }
+      }
+    }
+    return true;
+  }
+  if (type == GgmlType::kGZ8 || type == GgmlType::kGZ4) {
+    // gizllm's blocks of 128: each group of 32's scale d * s[g], times its codes (GZ8) or the
+    // levels its nibbles index (GZ4, looked up 16 at a time).
+    const bool four = type == GgmlType::kGZ4;
+    const int64_t block_bytes = four ? 70 : 134;
+    __m512 levels;
+    {
+      alignas(64) float v[16];
+      for (int j = 0; j < 16; ++j) v[j] = static_cast<float>(kGz4Levels[j]);
+      levels = _mm512_load_ps(v);
+    }
+    const __m128i low = _mm_set1_epi8(0x0F);
+    for (int64_t i = 0; i < elements / 128; ++i) {
+      const uint8_t* b = data + i * block_bytes;
+      const float d = _cvtsh_ss(static_cast<uint16_t>(b[0] | (b[1] << 8)));
+      for (int g = 0; g < 4; ++g) {
+        const __m512 scale = _mm512_set1_ps(d * static_cast<float>(b[2 + g]));
+        if (four) {
+          const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 6 + 16 * g));
+          const __m128i nibbles[2] = {_mm_and_si128(q, low),
+                                      _mm_and_si128(_mm_srli_epi16(q, 4), low)};
+          for (int h = 0; h < 2; ++h) {
+            const __m512 v = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(nibbles[h]), levels);
+            put(128 * i + 32 * g + 16 * h, _mm512_mul_ps(scale, v));
+          }
+        } else {
+          for (int h = 0; h < 2; ++h) {
+            const __m128i q =
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 6 + 32 * g + 16 * h));
+            const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+            put(128 * i + 32 * g + 16 * h, _mm512_mul_ps(scale, v));
+          }
         }
       }
     }
@@ -364,6 +402,8 @@ bool GgmlMatmulReads(uint32_t ggml_type) {
     case GgmlType::kQ6_K:
     case GgmlType::kIQ4_XS:
     case GgmlType::kQ1_0:
+    case GgmlType::kGZ8:
+    case GgmlType::kGZ4:
       return true;
     default:
       return false;

@@ -139,6 +139,55 @@ TEST(GgmlBlocksTest, Q2_0ByHand) {
 }
 
 // Q1_0 and Q2_0 with several blocks: each block reads its own scale.
+// gizllm's own blocks, by hand: group g's value is (d * s[g]) * code (GZ8) or
+// (d * s[g]) * kGz4Levels[nibble] (GZ4, group g's element i < 16 in the low nibble of byte
+// 16 g + i, i >= 16 in the high nibble of byte 16 g + i - 16).
+TEST(GgmlBlocksTest, OwnBlocksByHand) {
+  GgmlBlock block;
+  ASSERT_TRUE(GgmlBlockOf(GgmlType::kGZ8, &block));
+  EXPECT_EQ(block.elements, 128);
+  EXPECT_EQ(block.bytes, 134);
+  ASSERT_TRUE(GgmlBlockOf(GgmlType::kGZ4, &block));
+  EXPECT_EQ(block.elements, 128);
+  EXPECT_EQ(block.bytes, 70);
+  const uint16_t d = F32ToF16(0.25f);
+  const uint8_t s[4] = {1, 2, 0, 255};
+  {
+    std::vector<uint8_t> b(134);
+    b[0] = d & 0xFF, b[1] = d >> 8;
+    std::memcpy(&b[2], s, 4);
+    for (int e = 0; e < 128; ++e) b[6 + e] = static_cast<uint8_t>(static_cast<int8_t>(e - 64));
+    std::vector<float> y(128);
+    ASSERT_TRUE(DequantizeBlocks(GgmlType::kGZ8, b.data(), b.size(), 128, y.data(), "t").ok());
+    for (int e = 0; e < 128; ++e) {
+      EXPECT_EQ(y[e], 0.25f * s[e / 32] * static_cast<float>(e - 64)) << e;
+    }
+  }
+  {
+    std::vector<uint8_t> b(70);
+    b[0] = d & 0xFF, b[1] = d >> 8;
+    std::memcpy(&b[2], s, 4);
+    for (int i = 0; i < 64; ++i) b[6 + i] = static_cast<uint8_t>((i % 16) | ((15 - i % 16) << 4));
+    std::vector<float> y(128);
+    ASSERT_TRUE(DequantizeBlocks(GgmlType::kGZ4, b.data(), b.size(), 128, y.data(), "t").ok());
+    for (int e = 0; e < 128; ++e) {
+      const int i = e % 32;
+      const int code = i < 16 ? i : 15 - (i - 16);
+      EXPECT_EQ(y[e], 0.25f * s[e / 32] * static_cast<float>(kGz4Levels[code])) << e;
+    }
+  }
+  // Levels: symmetric, increasing, a Gaussian's Lloyd-Max levels times 127 / 2.733.
+  const double lloyd_max[8] = {0.1284, 0.3881, 0.6568, 0.9424, 1.256, 1.618, 2.069, 2.733};
+  for (int j = 0; j < 8; ++j) {
+    EXPECT_EQ(kGz4Levels[8 + j], -kGz4Levels[7 - j]);
+    EXPECT_EQ(kGz4Levels[8 + j], std::lround(lloyd_max[j] * 127 / 2.733)) << j;
+  }
+  EXPECT_EQ(GgmlTypeName(GgmlType::kGZ8), "GZ8");
+  GgmlType t;
+  ASSERT_TRUE(GgmlTypeFromName("GZ4", &t));
+  EXPECT_EQ(t, GgmlType::kGZ4);
+}
+
 TEST(GgmlBlocksTest, Q1_0AndQ2_0ReadEachBlocksScale) {
   std::string q1 = Half(1.0f) + std::string(16, '\xff') + Half(-0.5f) + std::string(16, '\0');
   std::vector<float> got(256);

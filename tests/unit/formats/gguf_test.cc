@@ -275,6 +275,11 @@ TEST(GgufTest, RefusesBadTensorInfos) {
   ExpectRefused(OneTensor({uint64_t{1} << 62}, 0, 0, 64), StatusCode::kDataLoss, {"\"t\""});
   ExpectRefused(OneTensor({4}, 99, 0, 64), StatusCode::kDataLoss,
                 {"\"t\"", "unknown block type 99"});
+  // gizllm's own block types are a converted folder's, never a GGUF file's.
+  ExpectRefused(OneTensor({128}, 1008, 0, 256), StatusCode::kDataLoss,
+                {"\"t\"", "unknown block type 1008"});
+  ExpectRefused(OneTensor({128}, 1004, 0, 128), StatusCode::kDataLoss,
+                {"\"t\"", "unknown block type 1004"});
   ExpectRefused(OneTensor({48}, 8, 0, 64), StatusCode::kDataLoss,
                 {"\"t\"", "48 elements", "Q8_0 blocks of 32"});
   {

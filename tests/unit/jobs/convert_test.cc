@@ -13,6 +13,8 @@
 #include "core/mapped_file.h"
 #include "formats/safetensors.h"
 #include "jobs/lora.h"
+#include "formats/gguf.h"
+#include "quant/blocks.h"
 #include "quant/layout.h"
 #include "quant/linear_io.h"
 #include "quant/quantize.h"
@@ -200,6 +202,60 @@ TEST_F(ConvertTest, RotationOffAndSixteenBits) {
   EXPECT_EQ(ckpt->Find("lm_head.weight"), nullptr);
   auto config = nlohmann::json::parse(*ReadFile(o.to + "/config.json"));
   EXPECT_EQ(config["tie_word_embeddings"], true);
+}
+
+// --bits b4/b8: gizllm's blocks, described as kept ggml blocks are, the v projections and the
+// head in GZ8, the others GZ4, not rotated; their values those of QuantizeOwnBlocks.
+TEST_F(ConvertTest, OwnBlocks) {
+  ConvertOptions o = Options("b4/b8", "out");
+  o.rotate = true;  // ignored: the blocks are not rotated
+  auto summary = Convert(o);
+  ASSERT_TRUE(summary.ok()) << summary.status().message();
+  EXPECT_EQ(summary->quantized, kLayers * 7 + 1);
+  auto ckpt = Checkpoint::Open(o.to);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  EXPECT_EQ(ckpt->metadata().at(kBitsKey), "b4/b8");
+  EXPECT_EQ(ckpt->metadata().count(kRotationSeedKey), 0u);
+  for (int l = 0; l < kLayers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (const char* linear : {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                               "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                               "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                               "mlp.down_proj.weight"}) {
+      const std::string name = p + linear;
+      auto w = ReadLinear(*ckpt, name);
+      ASSERT_TRUE(w.ok()) << w.status().message();
+      EXPECT_EQ(w->format, Format::kGgml) << name;
+      const bool v = std::string(linear) == "self_attn.v_proj.weight";
+      EXPECT_EQ(w->ggml_type, static_cast<uint32_t>(v ? GgmlType::kGZ8 : GgmlType::kGZ4)) << name;
+      // The bytes are the quantizer's of the source values.
+      const Source& src = source_[name];
+      auto want = QuantizeOwnBlocks(v ? GgmlType::kGZ8 : GgmlType::kGZ4, src.f32.data(),
+                                    src.shape[0], src.shape[1]);
+      ASSERT_TRUE(want.ok());
+      ASSERT_EQ(w->Bytes(), static_cast<int64_t>(want->size())) << name;
+      EXPECT_EQ(std::memcmp(w->data, want->data(), want->size()), 0) << name;
+    }
+  }
+  auto head = ReadLinear(*ckpt, "lm_head.weight");
+  ASSERT_TRUE(head.ok()) << head.status().message();
+  EXPECT_EQ(head->ggml_type, static_cast<uint32_t>(GgmlType::kGZ8));
+
+  EXPECT_EQ(ParseBits("b8")->head, 8);
+  EXPECT_TRUE(ParseBits("b8")->blocks);
+  EXPECT_TRUE(ParseBits("b4/16")->blocks);
+  EXPECT_EQ(BitsString(*ParseBits("b4/16")), "b4/16");
+  EXPECT_FALSE(ParseBits("4/8")->blocks);
+  for (const char* bad : {"b4/8", "8/b8", "b2", "b16x", "b"}) {
+    auto b = ParseBits(bad);
+    EXPECT_FALSE(b.ok()) << bad;
+    if (!b.ok()) EXPECT_NE(b.status().message().find(bad), std::string::npos) << b.status().message();
+  }
+  o = Options("b4/b8", "calibrated");
+  o.calibrate = true;
+  auto refused = Convert(o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--calibration"), std::string::npos);
 }
 
 TEST_F(ConvertTest, CutModelKeepsTheFirstLayers) {

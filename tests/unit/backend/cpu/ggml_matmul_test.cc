@@ -93,7 +93,11 @@ TEST(GgmlMatmulTest, MatchesTheDequantizedProducts) {
                         {GgmlType::kIQ4_XS, 2304},
                         {GgmlType::kQ1_0, 128},
                         {GgmlType::kQ1_0, 640},
-                        {GgmlType::kQ1_0, 2176}};
+                        {GgmlType::kQ1_0, 2176},
+                        {GgmlType::kGZ8, 128},
+                        {GgmlType::kGZ8, 2176},
+                        {GgmlType::kGZ4, 384},
+                        {GgmlType::kGZ4, 2176}};
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   uint32_t seed = 1;
@@ -168,7 +172,8 @@ TEST(GgmlMatmulTest, RunsBesidePlainOutputs) {
 // Embed decodes each token's row from its blocks: exactly the dequantized row, times the scale.
 TEST(GgmlMatmulTest, EmbedReadsRowsFromBlocks) {
   for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
-                        GgmlType::kQ6_K, GgmlType::kIQ4_XS, GgmlType::kQ1_0}) {
+                        GgmlType::kQ6_K, GgmlType::kIQ4_XS, GgmlType::kQ1_0, GgmlType::kGZ8,
+                        GgmlType::kGZ4}) {
     ThreadPool pool(2);
     CpuBackend backend(&pool, CpuOptions{});
     Matrix table = MakeMatrix(type, 50, 512, 11);

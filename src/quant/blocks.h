@@ -1,0 +1,30 @@
+// Quantizers of gizllm's own block types GZ8 and GZ4 (formats/ggml_blocks.h: 128 inputs a block,
+// an f16 scale d and four 8-bit scales s[g], one a group of 32).
+//
+// Each group of 32 first gets the scale that fits it best on its own: among 33 candidates around
+// max |x| / 127 (steps of 2%), each also refit by least squares to the codes it gives, the one of
+// least squared error. d is then the largest of the four divided by 255 (rounded to f16), and
+// each group's s[g] the multiplier near its scale / d (within 2) whose codes, the nearest level
+// of each value at scale d * s[g], give the least squared error. A group of zeros gets s[g] = 0.
+// GZ8 codes are the integers -127..127; GZ4 codes index kGz4Levels (a Gaussian's Lloyd-Max
+// levels, so that 4-bit codes fit weights that are close to normal in each group).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "formats/gguf.h"
+
+namespace gizllm::quant {
+
+// One block of `type` (kGZ8 or kGZ4) of x [128] into out [GgmlBlockOf(type).bytes].
+void QuantizeOwnBlock(GgmlType type, const float* x, uint8_t* out);
+
+// W [rows, cols] (cols a multiple of 128) as rows of blocks of `type`, rows split over `pool`
+// when given. Errors name the type (not kGZ8 or kGZ4) or the shape.
+Expected<std::vector<uint8_t>> QuantizeOwnBlocks(GgmlType type, const float* w, int64_t rows,
+                                                 int64_t cols, ThreadPool* pool = nullptr);
+
+}  // namespace gizllm::quant
