@@ -636,7 +636,8 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
       const std::string name = TensorName(arch, role, l);
       shapes[name] = TensorShape(arch, role, l);
       // b4: each layer's v_proj at 8 bits (per weight the most sensitive linear, bench/RESULTS.md).
-      const bool v8 = options.bits.blocks && options.bits.layers == 4 && role == TensorRole::kV;
+      const bool v8 = options.bits.blocks && options.bits.layers == 4 &&
+                      (role == TensorRole::kV || role == TensorRole::kRecurrentQkv);
       if (QuantizedRole(role)) linears[name] = BitsFormat(v8 ? 8 : options.bits.layers);
     }
   }
@@ -664,7 +665,11 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
     // it, the embedding does.
     const bool matrix = t.name == embed_name || linears.count(t.name);
     if (options.keep_types && matrix) return {t.ggml_type >= 0 ? Action::kBlocks : Action::kCopy};
-    if (t.name == embed_name && t.ggml_type >= 0) return {Action::kBlocks};
+    // The embedding, and a matrix no linear stands for (a GGUF file's MTP layer), keep their
+    // blocks.
+    if (t.ggml_type >= 0 && !linears.count(t.name) && !stacked.count(t.name)) {
+      return {Action::kBlocks};
+    }
     if (auto it = linears.find(t.name); it != linears.end()) return {Action::kLinear, it->second};
     if (stacked.count(t.name)) return {Action::kExperts, BitsFormat(options.bits.layers)};
     if (t.name == embed_name) return {Action::kCopy};

@@ -26,14 +26,19 @@ std::string Quote(std::string_view s) {
 }
 
 // The families a GGUF file may name (general.architecture), by llama.cpp's names.
-constexpr std::string_view kGgufFamilies[] = {"llama", "qwen2", "qwen3", "qwen3moe", "gemma3"};
+constexpr std::string_view kGgufFamilies[] = {"llama",  "qwen2",  "qwen3",    "qwen3moe",
+                                               "gemma3", "qwen35", "qwen35moe"};
 
 // config.json's model_type of a GGUF family.
 std::string ModelType(const std::string& family) {
   if (family == "qwen3moe") return "qwen3_moe";
   if (family == "gemma3") return "gemma3_text";
+  if (family == "qwen35") return "qwen3_5_text";
+  if (family == "qwen35moe") return "qwen3_5_moe_text";
   return family;
 }
+
+bool IsQwen35(const std::string& family) { return family == "qwen35" || family == "qwen35moe"; }
 
 // GGUF tensor names (llama.cpp's llama-arch.cpp) by role; a layer's are "blk.N." + suffix.
 struct GgufName {
@@ -61,7 +66,53 @@ constexpr GgufName kLayerNames[] = {
     {"ffn_up_exps.weight", TensorRole::kExpertUp},
     {"ffn_down_exps.weight", TensorRole::kExpertDown},
     {"ffn_gate_up_exps.weight", TensorRole::kExpertsGateUp},
+    // A shared expert beside the experts (Qwen3.5-MoE) and its gate.
+    {"ffn_gate_shexp.weight", TensorRole::kSharedGate},
+    {"ffn_up_shexp.weight", TensorRole::kSharedUp},
+    {"ffn_down_shexp.weight", TensorRole::kSharedDown},
+    {"ffn_gate_inp_shexp.weight", TensorRole::kSharedExpertGate},
+    // Qwen3.5's recurrent layers (gated delta net).
+    {"attn_qkv.weight", TensorRole::kRecurrentQkv},
+    {"attn_gate.weight", TensorRole::kRecurrentZ},
+    {"ssm_beta.weight", TensorRole::kRecurrentB},
+    {"ssm_alpha.weight", TensorRole::kRecurrentA},
+    {"ssm_conv1d.weight", TensorRole::kRecurrentConv},
+    {"ssm_a", TensorRole::kRecurrentALog},
+    {"ssm_dt.bias", TensorRole::kRecurrentDtBias},
+    {"ssm_norm.weight", TensorRole::kRecurrentNorm},
+    {"ssm_out.weight", TensorRole::kRecurrentOut},
 };
+
+// The MTP layer's own tensors (blk.N.nextn.*, N the first layer past the model's) by their
+// names under Arch::mtp_prefix; empty for the converter's optional copies of the embedding and
+// head, which the MTP layer does not keep (it reads the model's).
+struct NextnName {
+  std::string_view suffix, name;
+  bool norm;
+};
+constexpr NextnName kNextnNames[] = {
+    {"nextn.eh_proj.weight", "fc.weight", false},
+    {"nextn.enorm.weight", "pre_fc_norm_embedding.weight", true},
+    {"nextn.hnorm.weight", "pre_fc_norm_hidden.weight", true},
+    {"nextn.shared_head_norm.weight", "norm.weight", true},
+    {"nextn.embed_tokens.weight", "", false},
+    {"nextn.shared_head_head.weight", "", false},
+};
+
+// Qwen3.5 files hold the value heads of a recurrent layer tiled (value head j of key head k at
+// j * key heads + k) where Hugging Face groups them (at k * per key + j): `units` units of
+// `unit_bytes` each from `first` on, `head_units` a head, copied from the file's order into
+// Hugging Face's.
+void UntileValueHeads(const uint8_t* tiled, int64_t k_heads, int64_t per_k, int64_t head_units,
+                      size_t unit_bytes, uint8_t* grouped) {
+  const size_t head_bytes = static_cast<size_t>(head_units) * unit_bytes;
+  for (int64_t k = 0; k < k_heads; ++k) {
+    for (int64_t j = 0; j < per_k; ++j) {
+      std::memcpy(grouped + (k * per_k + j) * head_bytes, tiled + (j * k_heads + k) * head_bytes,
+                  head_bytes);
+    }
+  }
+}
 
 bool IsNormRole(TensorRole role) {
   return role == TensorRole::kFinalNorm || role == TensorRole::kAttnNorm ||
@@ -262,11 +313,219 @@ Status ReadGemma3Config(const GgufFile& f, json* config) {
   return Status::Ok();
 }
 
+// Qwen3.5 (qwen35, and qwen35moe with experts) as llama.cpp's converter writes it: block_count
+// counts the MTP layers after the model's (nextn_predict_layers); the recurrent layers' sizes
+// are the ssm.* keys (conv_kernel, state_size: the key head size, group_count: key heads,
+// time_step_rank: value heads, inner_size: value heads times their size); which layers are
+// recurrent, attention.recurrent_layers (a flag a layer, the MTP layers' too) or every layer but
+// each full_attention_interval-th (default 4); the rotary sections rope.dimension_sections.
+Status ReadQwen35Config(const GgufFile& f, const std::string& family, json* config) {
+  json& c = *config;
+  const std::string p = family + ".";
+  const std::string& path = f.path();
+  uint64_t nextn = 0;
+  if (f.Find(p + "nextn_predict_layers")) {
+    GZ_ASSIGN_OR_RETURN(nextn, f.GetUint(p + "nextn_predict_layers"));
+  }
+  const uint64_t blocks = c["num_hidden_layers"].get<uint64_t>();
+  if (nextn > 1 || nextn >= blocks) {
+    return Unimplemented(path + ": " + p + "nextn_predict_layers " + std::to_string(nextn) +
+                         " of " + p + "block_count " + std::to_string(blocks) +
+                         " (one MTP layer after at least one layer is supported)");
+  }
+  const uint64_t layers = blocks - nextn;
+  c["num_hidden_layers"] = layers;
+  if (nextn > 0) c["mtp_num_hidden_layers"] = nextn;
+  uint64_t v_heads = 0;
+  const std::pair<const char*, const char*> kSsm[] = {
+      {"ssm.conv_kernel", "linear_conv_kernel_dim"},
+      {"ssm.state_size", "linear_key_head_dim"},
+      {"ssm.group_count", "linear_num_key_heads"},
+      {"ssm.time_step_rank", "linear_num_value_heads"},
+  };
+  for (const auto& [key, field] : kSsm) {
+    GZ_ASSIGN_OR_RETURN(uint64_t v, f.GetUint(p + key));
+    c[field] = v;
+  }
+  v_heads = c["linear_num_value_heads"].get<uint64_t>();
+  GZ_ASSIGN_OR_RETURN(uint64_t inner, f.GetUint(p + "ssm.inner_size"));
+  if (v_heads == 0 || inner % v_heads != 0) {
+    return DataLoss(path + ": " + p + "ssm.inner_size " + std::to_string(inner) +
+                    " is not a multiple of ssm.time_step_rank " + std::to_string(v_heads));
+  }
+  c["linear_value_head_dim"] = inner / v_heads;
+  json types = json::array();
+  const std::string recurrent_key = p + "attention.recurrent_layers";
+  if (const GgufValue* v = f.Find(recurrent_key)) {
+    if (v->type != GgufType::kArray || v->element_type != GgufType::kBool || v->count < layers) {
+      return DataLoss(path + ": metadata \"" + recurrent_key + "\" must be at least " +
+                      std::to_string(layers) + " bools (one a layer)");
+    }
+    for (uint64_t l = 0; l < layers; ++l) {
+      types.push_back(v->elements[l] ? "linear_attention" : "full_attention");
+    }
+  } else {
+    uint64_t interval = 4;
+    if (f.Find(p + "full_attention_interval")) {
+      GZ_ASSIGN_OR_RETURN(interval, f.GetUint(p + "full_attention_interval"));
+    }
+    if (interval == 0) {
+      return DataLoss(path + ": metadata \"" + p + "full_attention_interval\" is 0");
+    }
+    for (uint64_t l = 0; l < layers; ++l) {
+      types.push_back((l + 1) % interval == 0 ? "full_attention" : "linear_attention");
+    }
+  }
+  c["layer_types"] = types;
+  if (family == "qwen35moe") {
+    const std::pair<const char*, const char*> kExperts[] = {
+        {"expert_count", "num_experts"},
+        {"expert_used_count", "num_experts_per_tok"},
+        {"expert_feed_forward_length", "moe_intermediate_size"},
+    };
+    for (const auto& [key, field] : kExperts) {
+      GZ_ASSIGN_OR_RETURN(uint64_t v, f.GetUint(p + key));
+      c[field] = v;
+    }
+    // llama.cpp's default for the shared expert's width is feed_forward_length.
+    const std::string shared = p + "expert_shared_feed_forward_length";
+    if (f.Find(shared)) {
+      GZ_ASSIGN_OR_RETURN(c["shared_expert_intermediate_size"], f.GetUint(shared));
+    } else if (c.contains("intermediate_size")) {
+      c["shared_expert_intermediate_size"] = c["intermediate_size"];
+    } else {
+      return NotFound(path + ": metadata \"" + shared + "\" is missing");
+    }
+  }
+  json rope = {{"rope_type", "default"}, {"rope_theta", c.value("rope_theta", 10000.0)}};
+  if (c.contains("partial_rotary_factor")) rope["partial_rotary_factor"] = c["partial_rotary_factor"];
+  if (f.Find(p + "rope.dimension_sections")) {
+    GZ_ASSIGN_OR_RETURN(std::vector<int64_t> sections, f.GetInts(p + "rope.dimension_sections"));
+    if (sections.size() < 3) {
+      return DataLoss(path + ": metadata \"" + p + "rope.dimension_sections\" has " +
+                      std::to_string(sections.size()) + " sections, expected 4");
+    }
+    rope["mrope_section"] = {sections[0], sections[1], sections[2]};
+    rope["mrope_interleaved"] = true;
+  }
+  c["rope_parameters"] = rope;
+  c.erase("rope_theta");
+  c.erase("partial_rotary_factor");
+  return Status::Ok();
+}
+
 // What the Checkpoint's tensors point into: the mapped file and the tensors converted at load.
 struct Held {
   GgufFile file;
   std::vector<std::vector<uint8_t>> copies;
 };
+
+// A Qwen3.5 recurrent layer's tensor as the Arch reads it, from llama.cpp's converter's layout:
+// the value heads back in Hugging Face's grouped order (UntileValueHeads; in the rows of
+// attn_qkv's values, attn_gate, ssm_beta, ssm_alpha and the convolution's value channels, in the
+// columns of ssm_out, in ssm_a and ssm_dt), ssm_a (-exp(A_log)) back to A_log as log(-a), the
+// convolution [channels, kernel] as [channels, 1, kernel], the shared expert's gate as [1, dim].
+// These tensors are never kept in blocks (float32, float16 or bfloat16 here).
+Status UndoQwen35Layout(const Arch& arch, TensorRole role, int layer, const GgufTensor& t,
+                        TensorInfo* info, Held* held) {
+  const std::string where = info->file + ": tensor \"" + t.name + "\"";
+  if (role == TensorRole::kSharedExpertGate && info->shape.size() == 1) {
+    info->shape = {1, info->shape[0]};
+  }
+  if (layer < 0 || !arch.layer[layer].IsRecurrent()) return Status::Ok();
+  const RecurrentSpec& r = arch.layer[layer].recurrent;
+  if (role == TensorRole::kRecurrentConv && info->shape.size() == 2) {
+    info->shape = {info->shape[0], 1, info->shape[1]};
+  }
+  if (role == TensorRole::kRecurrentALog) {
+    // A copy in float32: log(-a).
+    std::vector<uint8_t>& copy = held->copies.emplace_back(t.Elements() * 4);
+    auto* v = reinterpret_cast<float*>(copy.data());
+    GZ_RETURN_IF_ERROR(DequantizeBlocks(t.type, t.data, t.bytes, t.Elements(), v, where));
+    for (int64_t i = 0; i < t.Elements(); ++i) v[i] = std::log(-v[i]);
+    info->dtype = DType::kF32;
+    info->data = copy.data();
+    info->bytes = copy.size();
+  }
+  const int64_t per_k = r.v_heads / std::max(1, r.k_heads);
+  constexpr TensorRole kTiled[] = {TensorRole::kRecurrentQkv,    TensorRole::kRecurrentConv,
+                                   TensorRole::kRecurrentZ,      TensorRole::kRecurrentB,
+                                   TensorRole::kRecurrentA,      TensorRole::kRecurrentALog,
+                                   TensorRole::kRecurrentDtBias, TensorRole::kRecurrentOut};
+  if (per_k <= 1 || std::find(std::begin(kTiled), std::end(kTiled), role) == std::end(kTiled)) {
+    return Status::Ok();
+  }
+  if (info->ggml_type >= 0) {
+    return Internal(where + ": a recurrent layer's tensor kept in blocks");
+  }
+  const size_t element = DTypeSize(info->dtype);
+  const int64_t key_dim = static_cast<int64_t>(r.k_heads) * r.k_dim;
+  // The shape the reorder walks, checked first (the loader checks every shape again).
+  const int64_t value_dim = static_cast<int64_t>(r.v_heads) * r.v_dim;
+  int64_t want_rows = 0, want_cols = -1;  // -1: any
+  switch (role) {
+    case TensorRole::kRecurrentQkv:
+    case TensorRole::kRecurrentConv:
+      want_rows = 2 * key_dim + value_dim;
+      break;
+    case TensorRole::kRecurrentZ:
+      want_rows = value_dim;
+      break;
+    case TensorRole::kRecurrentOut:
+      want_rows = arch.dim, want_cols = value_dim;
+      break;
+    default:
+      want_rows = r.v_heads;
+      break;
+  }
+  const int64_t elements = t.Elements();
+  if (info->shape.empty() || info->shape[0] != want_rows ||
+      (want_cols >= 0 && (info->shape.size() != 2 || info->shape[1] != want_cols)) ||
+      info->bytes != static_cast<size_t>(elements) * element) {
+    return DataLoss(where + " has shape " + ShapeString(t.shape) + ", expected " +
+                    std::to_string(want_rows) + " rows" +
+                    (want_cols >= 0 ? " of " + std::to_string(want_cols) : std::string()) +
+                    " for layer " + std::to_string(layer) + "'s recurrent sizes");
+  }
+  auto untile = [&](int64_t first_units, int64_t head_units, size_t unit_bytes) {
+    std::vector<uint8_t> out(info->data, info->data + info->bytes);
+    UntileValueHeads(info->data + first_units * unit_bytes, r.k_heads, per_k, head_units,
+                     unit_bytes, out.data() + first_units * unit_bytes);
+    info->data = held->copies.emplace_back(std::move(out)).data();
+  };
+  const int64_t rows = info->shape.empty() ? 0 : info->shape[0];
+  const size_t row_bytes = rows > 0 ? info->bytes / static_cast<size_t>(rows) : 0;
+  switch (role) {
+    case TensorRole::kRecurrentQkv:
+    case TensorRole::kRecurrentConv:
+      untile(2 * key_dim, r.v_dim, row_bytes);  // rows: q, k, then the values
+      break;
+    case TensorRole::kRecurrentZ:
+      untile(0, r.v_dim, row_bytes);
+      break;
+    case TensorRole::kRecurrentB:
+    case TensorRole::kRecurrentA:
+      untile(0, 1, row_bytes);
+      break;
+    case TensorRole::kRecurrentALog:
+    case TensorRole::kRecurrentDtBias:
+      untile(0, 1, element);
+      break;
+    case TensorRole::kRecurrentOut: {
+      // Columns: each row's value heads.
+      std::vector<uint8_t> out(info->bytes);
+      for (int64_t row = 0; row < rows; ++row) {
+        UntileValueHeads(info->data + row * row_bytes, r.k_heads, per_k, r.v_dim, element,
+                         out.data() + row * row_bytes);
+      }
+      info->data = held->copies.emplace_back(std::move(out)).data();
+      break;
+    }
+    default:
+      break;
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -281,7 +540,8 @@ Expected<json> ReadGgufConfig(const GgufFile& f) {
   if (std::find(std::begin(kGgufFamilies), std::end(kGgufFamilies), family) ==
       std::end(kGgufFamilies)) {
     return Unimplemented(path + ": general.architecture " + Quote(family) +
-                         " is not supported (expected llama, qwen2, qwen3, qwen3moe or gemma3)");
+                         " is not supported (expected llama, qwen2, qwen3, qwen3moe, gemma3, "
+                         "qwen35 or qwen35moe)");
   }
   const std::string p = family + ".";
   json c = json::object();
@@ -296,8 +556,8 @@ Expected<json> ReadGgufConfig(const GgufFile& f) {
   };
   for (const auto& [key, field] : kRequired) {
     // A mixture-of-experts file needs the dense width only for layers without experts.
-    if (family == "qwen3moe" && std::string_view(key) == "feed_forward_length" &&
-        !f.Find(p + key)) {
+    if ((family == "qwen3moe" || family == "qwen35moe") &&
+        std::string_view(key) == "feed_forward_length" && !f.Find(p + key)) {
       continue;
     }
     GZ_ASSIGN_OR_RETURN(uint64_t v, f.GetUint(p + key));
@@ -375,6 +635,7 @@ Expected<json> ReadGgufConfig(const GgufFile& f) {
     GZ_ASSIGN_OR_RETURN(c["rope_scaling"], Llama3Scaling(path, *factors, theta, head_dim));
   }
   if (family == "gemma3") GZ_RETURN_IF_ERROR(ReadGemma3Config(f, &c));
+  if (IsQwen35(family)) GZ_RETURN_IF_ERROR(ReadQwen35Config(f, family, &c));
   const GgufTensor* embed = f.FindTensor("token_embd.weight");
   if (!embed || embed->shape.size() != 2) {
     return DataLoss(path + ": tensor \"token_embd.weight\" is missing or not a matrix");
@@ -412,20 +673,57 @@ Expected<GgufModel> OpenGgufModel(const std::string& path,
   const Arch& arch = m.arch;
   std::vector<TensorInfo> tensors;
   std::set<GgmlType> noticed;
+  // Qwen3.5's MTP layer (blk.N for N = arch.layers): a decoder layer named as a model of one
+  // layer under Arch::mtp_prefix, of the spec of the first full-attention layer (Model::LoadMtp).
+  const bool qwen35 = arch.family == "qwen3_5" || arch.family == "qwen3_5_moe";
+  Arch mtp_arch;
+  if (qwen35 && !arch.mtp_prefix.empty()) {
+    auto attention = std::find_if(arch.layer.begin(), arch.layer.end(),
+                                  [](const LayerSpec& l) { return !l.IsRecurrent(); });
+    if (attention != arch.layer.end()) {
+      mtp_arch = arch;
+      mtp_arch.prefixes = {arch.mtp_prefix};
+      mtp_arch.layers = 1;
+      mtp_arch.layer = {*attention};
+    }
+  }
+  bool has_mtp = false;
+  if (mtp_arch.layers == 1) {
+    GZ_ASSIGN_OR_RETURN(std::string family, held->file.GetString("general.architecture"));
+    if (held->file.Find(family + ".nextn_predict_layers")) {
+      GZ_ASSIGN_OR_RETURN(uint64_t nextn, held->file.GetUint(family + ".nextn_predict_layers"));
+      has_mtp = nextn > 0;
+    }
+  }
   for (const GgufTensor& t : held->file.tensors()) {
-    TensorRole role;
+    TensorRole role = TensorRole::kEmbed;
     int layer = -1;
     if (t.name == "rope_freqs.weight") continue;  // read into the Arch's rope
-    if (!ParseTensorName(t.name, &role, &layer)) {
+    // The MTP layer's own tensors.
+    const std::string mtp_layer = "blk." + std::to_string(arch.layers) + ".";
+    const NextnName* nextn = nullptr;
+    if (has_mtp && t.name.starts_with(mtp_layer)) {
+      for (const NextnName& n : kNextnNames) {
+        if (t.name.substr(mtp_layer.size()) == n.suffix) nextn = &n;
+      }
+      if (nextn && nextn->name.empty()) continue;
+    }
+    if (!nextn && !ParseTensorName(t.name, &role, &layer)) {
       return Unimplemented(path + ": tensor " + Quote(t.name) + " has no place in a " +
                            arch.family + " model here");
     }
-    if (layer >= arch.layers) {
+    const bool mtp = nextn || (has_mtp && layer == arch.layers);
+    if (layer >= arch.layers && !mtp) {
       return DataLoss(path + ": tensor " + Quote(t.name) + " is past the " +
                       std::to_string(arch.layers) + " layers of " + arch.family + ".block_count");
     }
+    // Qwen3.5's post_attention_norm is the norm before the feed-forward (Gemma's is after
+    // attention).
+    if (qwen35 && role == TensorRole::kAttnPostNorm) role = TensorRole::kFfnNorm;
+    const Arch& la = mtp ? mtp_arch : arch;  // the layer's arch and index in it
+    if (mtp) layer = nextn ? -1 : 0;
     TensorInfo info;
-    info.name = TensorName(arch, role, layer);
+    info.name = nextn ? arch.mtp_prefix + std::string(nextn->name) : TensorName(la, role, layer);
     info.shape = t.shape;
     info.file = path;
     const int64_t elements = t.Elements();
@@ -433,23 +731,26 @@ Expected<GgufModel> OpenGgufModel(const std::string& path,
                                         TensorRole::kV,     TensorRole::kO,    TensorRole::kGate,
                                         TensorRole::kUp,    TensorRole::kDown, TensorRole::kHead};
     // The router is not among them: it is read in float32 on every backend.
-    const bool stack = IsExpertStack(role);
-    if ((stack || role == TensorRole::kRouter) && !arch.layer[layer].IsMoe()) {
+    const bool stack = !nextn && IsExpertStack(role);
+    if ((stack || role == TensorRole::kRouter) && !la.layer[layer].IsMoe()) {
       return Unimplemented(path + ": tensor " + Quote(t.name) + " has no place in layer " +
                            std::to_string(layer) + " of this " + arch.family +
                            " model (a layer of experts has a router, blk.N.ffn_gate_inp.weight)");
     }
-    if (stack && (t.shape.size() != 3 || t.shape[0] != arch.layer[layer].moe.experts)) {
+    if (stack && (t.shape.size() != 3 || t.shape[0] != la.layer[layer].moe.experts)) {
       return DataLoss(path + ": tensor " + Quote(t.name) + " has shape " + ShapeString(t.shape) +
-                      ", expected [" + std::to_string(arch.layer[layer].moe.experts) +
+                      ", expected [" + std::to_string(la.layer[layer].moe.experts) +
                       ", rows, cols] (expert_count experts)");
     }
-    const bool matrix = (t.shape.size() == 2 && std::find(std::begin(kMatrices),
-                                                          std::end(kMatrices),
-                                                          role) != std::end(kMatrices)) ||
+    const bool matrix = (!nextn && t.shape.size() == 2 &&
+                         std::find(std::begin(kMatrices), std::end(kMatrices), role) !=
+                             std::end(kMatrices)) ||
                         stack;
-    const bool kept = matrix && keep && CanDequantize(t.type) && t.type != GgmlType::kF32 &&
-                      t.type != GgmlType::kF16 && t.type != GgmlType::kBF16 && keep(t.type);
+    // A gated attention's q (query and gate rows, split at load) is read as floats.
+    const bool split = role == TensorRole::kQ && layer >= 0 && la.layer[layer].attention.output_gate;
+    const bool kept = matrix && !split && keep && CanDequantize(t.type) &&
+                      t.type != GgmlType::kF32 && t.type != GgmlType::kF16 &&
+                      t.type != GgmlType::kBF16 && keep(t.type);
     if (kept) {  // read as it is by the backend's kernels
       info.dtype = DType::kU8;
       info.ggml_type = static_cast<int32_t>(t.type);
@@ -490,7 +791,7 @@ Expected<GgufModel> OpenGgufModel(const std::string& path,
         !kept && t.type != GgmlType::kF32 && t.type != GgmlType::kF16 && t.type != GgmlType::kBF16;
     info.data = converted ? held->copies.back().data() : t.data;
     info.bytes = kept ? t.bytes : static_cast<size_t>(elements) * DTypeSize(info.dtype);
-    if (arch.norm_offset != 0.0f && IsNormRole(role)) {
+    if (arch.norm_offset != 0.0f && (nextn ? nextn->norm : IsNormRole(role))) {
       // llama.cpp's converter writes Gemma's norms as 1 + w; the Arch's weights are w (the
       // loader adds the offset back: (1 + w) - 1 + 1 is 1 + w again in float32, since the
       // subtraction is exact for norms from 0.5 up).
@@ -503,6 +804,7 @@ Expected<GgufModel> OpenGgufModel(const std::string& path,
       info.data = w.data();
       info.bytes = w.size();
     }
+    if (qwen35 && !nextn) GZ_RETURN_IF_ERROR(UndoQwen35Layout(la, role, layer, t, &info, held.get()));
     // Llama's q and k (and their biases) carry the converter's rotary permutation.
     const bool q = role == TensorRole::kQ || role == TensorRole::kQBias;
     const bool k = role == TensorRole::kK || role == TensorRole::kKBias;
@@ -517,7 +819,7 @@ Expected<GgufModel> OpenGgufModel(const std::string& path,
     }
     if (stack) {
       // Each expert's matrices under their own names, pointing into the stack (no copy).
-      const MoeSpec& moe = arch.layer[layer].moe;
+      const MoeSpec& moe = la.layer[layer].moe;
       const int64_t experts = t.shape[0], rows = t.shape[1], cols = t.shape[2];
       const size_t row_bytes = info.bytes / static_cast<size_t>(experts * rows);
       struct Part {
@@ -536,7 +838,7 @@ Expected<GgufModel> OpenGgufModel(const std::string& path,
       for (int64_t e = 0; e < experts; ++e) {
         for (const Part& part : parts) {
           TensorInfo one = info;
-          one.name = ExpertTensorName(arch, part.role, layer, static_cast<int>(e));
+          one.name = ExpertTensorName(la, part.role, layer, static_cast<int>(e));
           one.shape = {part.rows, cols};
           one.data = info.data + (e * rows + part.first) * row_bytes;
           one.bytes = static_cast<size_t>(part.rows) * row_bytes;

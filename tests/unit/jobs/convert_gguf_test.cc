@@ -16,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "formats/safetensors.h"
 #include "gguf_from_hf.h"
+#include "gguf_qwen35_from_hf.h"
 #include "gguf_writer.h"
 #include "jobs/convert.h"
 #include "model/config.h"
@@ -138,6 +139,21 @@ TEST_F(ConvertGgufTest, KeptBlockTypesGiveTheGgufLogits) {
     EXPECT_EQ(ckpt->metadata().count(std::string(kLinearKeyPrefix) + embed->name),
               blocks ? 1u : 0u);
   }
+}
+
+// A Qwen3.5-MoE file (the shipped tiny hybrid, written as llama.cpp's converter writes it): the
+// folder keeps every block (its MTP layer's too) and gives the file's logits.
+TEST_F(ConvertGgufTest, Qwen35KeepsItsBlocks) {
+  const std::string gguf = Path("hybrid.gguf"), dir = Path("hybrid");
+  ASSERT_TRUE(testing::WriteQwen35GgufFromHf("models/tiny-hybrid", gguf, GgufLinears::kQ8_0).ok());
+  Convert(gguf, dir);
+  ExpectSameLogits(gguf, dir);
+  EXPECT_EQ(MatrixFormats(dir), MatrixFormats(gguf));
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  const TensorInfo* mtp_k = ckpt->Find("mtp.layers.0.self_attn.k_proj.weight");
+  ASSERT_NE(mtp_k, nullptr);
+  EXPECT_EQ(mtp_k->dtype, DType::kU8);
 }
 
 // A block type the CPU does not read as it is (Q5_0) stays Q5_0 in the folder and becomes F32 at

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <iterator>
 #include <random>
 
 #include "backend/cpu/cpu_backend.h"
@@ -19,6 +20,7 @@
 #include "core/thread_pool.h"
 #include "formats/safetensors.h"
 #include "gguf_from_hf.h"
+#include "gguf_qwen35_from_hf.h"
 #include "gguf_writer.h"
 #include "model/config.h"
 #include "model/evaluate.h"
@@ -379,6 +381,87 @@ void ExpectLoadRefused(const GgufWriter& w, StatusCode code,
     EXPECT_NE(m.status().message().find(p), std::string::npos)
         << "'" << p << "' not in: " << m.status().message();
   }
+}
+
+// Qwen3.5 (qwen35, qwen35moe) as llama.cpp's converter writes it (tests/gguf_qwen35_from_hf.h):
+// the value heads tiled, A_log as -exp(A_log), norms as 1 + w, the MTP layer as blk.N with
+// nextn.*; against the folder of the values written, within 1e-4 of the largest logit (A_log is
+// read back as log(-a), not bit for bit). The shipped tiny hybrid (experts, a shared expert, an
+// MTP layer, 2 key and 4 value heads), the golden Qwen3.5-MoE and dense Qwen3.5 (their
+// ForConditionalGeneration layouts, value heads of another size than the key heads).
+TEST_F(GgufModelTest, Qwen35LogitsEqualTheFolders) {
+  for (const char* dir : {"models/tiny-hybrid", "tests/golden/models/qwen3_5_moe",
+                          "tests/golden/models/qwen3_5"}) {
+    for (GgufLinears linears : {GgufLinears::kAsStored, GgufLinears::kQ8_0}) {
+      SCOPED_TRACE(std::string(dir) + " linears " + std::to_string(static_cast<int>(linears)));
+      TempDir tmp;
+      const std::string gguf = tmp.File("model.gguf"), folder = tmp.File("folder");
+      const Status written = testing::WriteQwen35GgufFromHf(dir, gguf, linears, folder);
+      ASSERT_TRUE(written.ok()) << written.message();
+      auto want_arch = ReadArch(folder);
+      auto got_arch = ReadArch(gguf);
+      ASSERT_TRUE(want_arch.ok() && got_arch.ok()) << got_arch.status().message();
+      ASSERT_EQ(got_arch->layers, want_arch->layers);
+      for (int l = 0; l < got_arch->layers; ++l) {
+        const LayerSpec& g = got_arch->layer[l];
+        const LayerSpec& w = want_arch->layer[l];
+        EXPECT_EQ(g.IsRecurrent(), w.IsRecurrent()) << l;
+        EXPECT_EQ(g.IsMoe(), w.IsMoe()) << l;
+        EXPECT_EQ(g.recurrent.v_dim, w.recurrent.v_dim) << l;
+        EXPECT_EQ(g.moe.shared_ffn, w.moe.shared_ffn) << l;
+      }
+      EXPECT_EQ(got_arch->rope.rotary_dims, want_arch->rope.rotary_dims);
+      EXPECT_EQ(got_arch->rope.mrope_section, want_arch->rope.mrope_section);
+      std::mt19937 rng(5);
+      std::vector<int32_t> ids(29);
+      for (int32_t& id : ids) id = static_cast<int32_t>(rng() % want_arch->vocab);
+      const std::vector<float> want = Logits(folder, ids);
+      const std::vector<float> got = Logits(gguf, ids);
+      ASSERT_EQ(got.size(), want.size());
+      ASSERT_FALSE(want.empty());
+      float most = 0.0f, largest = 0.0f;
+      for (size_t i = 0; i < got.size(); ++i) {
+        most = std::max(most, std::fabs(got[i] - want[i]));
+        largest = std::max(largest, std::fabs(want[i]));
+      }
+      EXPECT_LE(most, 1e-4f * std::max(1.0f, largest)) << "largest logit " << largest;
+      std::unique_ptr<Model> a = Load(gguf), b = Load(folder);
+      ASSERT_TRUE(a && b);
+      EXPECT_EQ(a->HasMtp(), b->HasMtp());
+      EXPECT_EQ(a->MtpParameters(), b->MtpParameters());
+      EXPECT_EQ(a->HasMtp(), std::string(dir) == "models/tiny-hybrid");
+    }
+  }
+}
+
+// A Qwen3.5 file whose recurrent tensor has another shape than the layer's sizes is refused
+// naming the tensor (the value heads' reorder walks the shape), never read past its bytes.
+TEST_F(GgufModelTest, Qwen35RefusesARecurrentTensorOfAnotherShape) {
+  TempDir tmp;
+  const std::string gguf = tmp.File("model.gguf");
+  ASSERT_TRUE(testing::WriteQwen35GgufFromHf("models/tiny-hybrid", gguf, GgufLinears::kAsStored,
+                                             "")
+                  .ok());
+  std::string bytes;
+  {
+    std::ifstream in(gguf, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  // The tensor info: name, dims (u32), then its dims innermost first: 128 inputs -> 64.
+  const std::string name = "blk.0.ssm_out.weight";
+  const size_t at = bytes.find(name);
+  ASSERT_NE(at, std::string::npos);
+  const size_t dim0 = at + name.size() + 4;
+  uint64_t cols;
+  std::memcpy(&cols, bytes.data() + dim0, 8);
+  ASSERT_EQ(cols, 128u);
+  cols = 64;
+  std::memcpy(bytes.data() + dim0, &cols, 8);
+  std::ofstream(gguf, std::ios::binary | std::ios::trunc) << bytes;
+  auto m = OpenGgufModel(gguf);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kDataLoss) << m.status().message();
+  EXPECT_NE(m.status().message().find(name), std::string::npos) << m.status().message();
 }
 
 // What a gemma3 file's metadata makes of its config: the written golden's (layer 2 global,
