@@ -11,12 +11,15 @@
 //   nl4b32 (IQ4_NL's 16 levels per 32, f16 scale), nl4b32s8 (IQ4_NL's levels per 32, an 8-bit
 //   scale per 32 under an f16 scale per 128), lm4b32 and lm4b32s8 (the Lloyd-Max levels of a
 //   Gaussian instead), km4b32 and km4b32s8 (16 levels fitted to each tensor by --iters rounds
-//   of k-means), q8b32s8 (int8 per 32, 8-bit scale per 32 under an f16 scale per 128).
+//   of k-means), q8b32s8 (int8 per 32, 8-bit scale per 32 under an f16 scale per 128); the suffix
+//   l8 instead of s8 makes the 8-bit scale an exponent, S * 2^((m - 255) / STEPS) (environment
+//   STEPS, default 16; convert's GZ blocks use 32).
 // --weight x2 weights each value's error by its square (llama.cpp's IQ4_NL without an imatrix);
 // --only NAME / --skip NAME quantize only the linears whose names hold NAME / all but those.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -131,7 +134,9 @@ void QuantizeRow(const std::string& scheme, float* row, int64_t cols) {
   if (scheme.rfind("lm4", 0) == 0) grid = kLm4;
   if (scheme.rfind("km4", 0) == 0) grid = g_fitted;
   if (scheme.rfind("q8", 0) == 0) grid = q8g, levels = 255;
-  const bool s8 = scheme.size() > 2 && scheme.substr(scheme.size() - 2) == "s8";
+  const bool l8 = scheme.size() > 2 && scheme.substr(scheme.size() - 2) == "l8";
+  const float kSteps = std::getenv("STEPS") ? std::atof(std::getenv("STEPS")) : 16.0f;
+  const bool s8 = l8 || (scheme.size() > 2 && scheme.substr(scheme.size() - 2) == "s8");
   const int block = 32;
   if (!s8) {
     for (int64_t b = 0; b < cols / block; ++b) {
@@ -150,13 +155,16 @@ void QuantizeRow(const std::string& scheme, float* row, int64_t cols) {
       FitGrid(v + j * 32, 32, grid, levels, tmp, &s[j], false);
       smax = std::max(smax, s[j]);
     }
-    const float S = RoundF16(smax / 255.0f);
+    // l8: the 8-bit scale is an exponent, S * 2^((m - 255) / 16) (steps of 4.4% at any size,
+    // down to 2^-16 of the block's largest); s8: a multiple, m * S with S = max / 255.
+    const float S = RoundF16(l8 ? smax * 1.0001f : smax / 255.0f);
     for (int j = 0; j < 4; ++j) {
       float best = 1e30f;
       std::vector<float> bestv(32);
-      const int m0 = S > 0 ? static_cast<int>(std::lround(s[j] / S)) : 0;
+      int m0 = S > 0 ? static_cast<int>(std::lround(s[j] / S)) : 0;
+      if (l8 && S > 0 && s[j] > 0) m0 = 255 + static_cast<int>(std::lround(kSteps * std::log2(s[j] / S)));
       for (int m = std::max(1, m0 - 2); m <= std::min(255, m0 + 2); ++m) {
-        const float sc = m * S;
+        const float sc = l8 ? S * std::exp2((m - 255) / kSteps) : m * S;
         float err = 0;
         for (int i = 0; i < 32; ++i) {
           const float t = v[j * 32 + i] / sc;

@@ -241,11 +241,11 @@ void Q2_0(const uint8_t* b, float* y) {
   }
 }
 
-// Group g's scale d * s[g] (one rounding), then each code times it.
+// Group g's scale d * kGzScales[s[g]] (one rounding), then each code times it.
 void Gz8(const uint8_t* b, float* y) {
   const float d = Half(b);
   for (int g = 0; g < 4; ++g) {
-    const float scale = d * static_cast<float>(b[2 + g]);
+    const float scale = d * kGzScales[b[2 + g]];
     for (int i = 0; i < 32; ++i) {
       y[32 * g + i] = scale * static_cast<float>(static_cast<int8_t>(b[6 + 32 * g + i]));
     }
@@ -255,7 +255,7 @@ void Gz8(const uint8_t* b, float* y) {
 void Gz4(const uint8_t* b, float* y) {
   const float d = Half(b);
   for (int g = 0; g < 4; ++g) {
-    const float scale = d * static_cast<float>(b[2 + g]);
+    const float scale = d * kGzScales[b[2 + g]];
     for (int i = 0; i < 16; ++i) {
       const uint8_t q = b[6 + 16 * g + i];
       y[32 * g + i] = scale * static_cast<float>(kGz4Levels[q & 0xF]);

@@ -779,7 +779,11 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
       GZ_ASSIGN_OR_RETURN(bool merged, lora->Merge(name, w.data(), rows, cols));
       summary.lora_merged += merged;
     }
-    if (format != Format::kBf16 && cols % kGroup != 0) {
+    // gizllm's blocks: rows of whole groups of 32 but not of blocks of 128 (narrow experts)
+    // in Q8_0 instead, as llama.cpp's quantizer falls back for rows its type does not fit.
+    const bool q8_0 = options.bits.blocks && format != Format::kBf16 && cols % kGroup != 0 &&
+                      cols % 32 == 0;
+    if (format != Format::kBf16 && cols % kGroup != 0 && !q8_0) {
       format = Format::kBf16;
       ++summary.kept_bf16;
     }
@@ -788,7 +792,10 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
     }
     if (options.bits.blocks) {
       // gizllm's blocks, stored and described as a GGUF file's kept blocks are.
-      const GgmlType type = format == Format::kQ8 ? GgmlType::kGZ8 : GgmlType::kGZ4;
+      const GgmlType type = q8_0                      ? GgmlType::kQ8_0
+                            : format == Format::kQ8 ? GgmlType::kGZ8
+                                                    : GgmlType::kGZ4;
+      summary.fallback_q8_0 += q8_0;
       GZ_ASSIGN_OR_RETURN(std::vector<uint8_t> blocks,
                           QuantizeOwnBlocks(type, w.data(), rows, cols, options.pool));
       GgmlBlock block;

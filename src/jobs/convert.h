@@ -78,6 +78,7 @@ struct ConvertSummary {
   int64_t tensors = 0;        // tensors written
   int64_t tower_tensors = 0;  // of them, a vision tower's, in kVisionTowerFile
   int64_t quantized = 0;      // linears stored quantized
+  int64_t fallback_q8_0 = 0;  // --bits bN: linears of columns that are not blocks of 128, in Q8_0
   int64_t kept_bf16 = 0;      // linears meant for fewer bits kept bf16 (columns not a multiple
                               // of 128)
   int64_t lora_merged = 0;    // linears an adapter changed

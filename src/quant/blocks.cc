@@ -92,10 +92,9 @@ void Block(const float* x, uint8_t* out) {
     scales[g] = GroupScale<kFour>(x + kGroupSize * g);
     smax = std::max(smax, scales[g]);
   }
-  // d rounded up to an f16 that 255 multiples of reach the largest scale (weights of the usual
-  // sizes put d among f16's subnormals, spaced 2^-24 apart).
-  uint16_t d_bits = F32ToF16(smax / 255.0f);
-  if (F16ToF32(d_bits) * 255.0f < smax && (d_bits & 0x7FFF) < 0x7BFF) ++d_bits;
+  // d: the largest scale rounded up to an f16 (every group's factor kGzScales[s] <= 1).
+  uint16_t d_bits = F32ToF16(smax);
+  if (F16ToF32(d_bits) < smax && (d_bits & 0x7FFF) < 0x7BFF) ++d_bits;
   const float d = F16ToF32(d_bits);
   if (!(smax > 0.0f) || !(d > 0.0f) || !std::isfinite(d)) return;  // zeros (or beyond f16)
   out[0] = static_cast<uint8_t>(d_bits & 0xFF);
@@ -104,10 +103,12 @@ void Block(const float* x, uint8_t* out) {
     const float* v = x + kGroupSize * g;
     int best_m = 0, q[kGroupSize], best_q[kGroupSize] = {};
     if (scales[g] > 0.0f) {
-      const long m0 = std::clamp(std::lround(scales[g] / d), 1L, 255L);
+      const long m0 =
+          std::clamp(255 + std::lround(32.0 * std::log2(static_cast<double>(scales[g]) / d)), 1L,
+                     255L);
       float best_err = 0.0f;
       for (long m = std::max(1L, m0 - 2); m <= std::min(255L, m0 + 2); ++m) {
-        const float s = d * static_cast<float>(m);  // the decoder's scale, rounded the same
+        const float s = d * kGzScales[m];  // the decoder's scale, rounded the same
         const float e = Error<kFour>(v, kGroupSize, s, q);
         if (best_m == 0 || e < best_err) {
           best_err = e;
@@ -132,6 +133,20 @@ void Block(const float* x, uint8_t* out) {
   }
 }
 
+// ggml's quantize_row_q8_0_ref: d = max |x| / 127 (f16), q = round(x / d).
+void Q8_0Block(const float* x, uint8_t* out) {
+  float amax = 0.0f;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const uint16_t h = F32ToF16(d);
+  out[0] = static_cast<uint8_t>(h & 0xFF);
+  out[1] = static_cast<uint8_t>(h >> 8);
+  for (int i = 0; i < 32; ++i) {
+    out[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(x[i] * id)));
+  }
+}
+
 }  // namespace
 
 void QuantizeOwnBlock(GgmlType type, const float* x, uint8_t* out) {
@@ -142,24 +157,31 @@ void QuantizeOwnBlock(GgmlType type, const float* x, uint8_t* out) {
   }
 }
 
+
 Expected<std::vector<uint8_t>> QuantizeOwnBlocks(GgmlType type, const float* w, int64_t rows,
                                                  int64_t cols, ThreadPool* pool) {
   GgmlBlock block;
-  if (!IsOwnBlockType(type) || !GgmlBlockOf(type, &block)) {
+  if ((!IsOwnBlockType(type) && type != GgmlType::kQ8_0) || !GgmlBlockOf(type, &block)) {
     return InvalidArgument("block type " + GgmlTypeName(type) +
-                           " has no quantizer here (GZ8 and GZ4 have)");
+                           " has no quantizer here (GZ8, GZ4 and Q8_0 have)");
   }
-  if (rows <= 0 || cols <= 0 || cols % kBlock != 0) {
+  if (rows <= 0 || cols <= 0 || cols % block.elements != 0) {
     return InvalidArgument(GgmlTypeName(type) + ": a matrix of " + std::to_string(rows) + " x " +
-                           std::to_string(cols) + " is not rows of whole blocks of 128");
+                           std::to_string(cols) + " is not rows of whole blocks of " +
+                           std::to_string(block.elements));
   }
-  const int64_t per_row = cols / kBlock;
+  const int64_t per_row = cols / block.elements;
   std::vector<uint8_t> out(static_cast<size_t>(rows * per_row * block.bytes));
   auto run = [&](int64_t r0, int64_t r1, int) {
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t b = 0; b < per_row; ++b) {
-        QuantizeOwnBlock(type, w + r * cols + b * kBlock,
-                         out.data() + (r * per_row + b) * block.bytes);
+        const float* x = w + r * cols + b * block.elements;
+        uint8_t* o = out.data() + (r * per_row + b) * block.bytes;
+        if (type == GgmlType::kQ8_0) {
+          Q8_0Block(x, o);
+        } else {
+          QuantizeOwnBlock(type, x, o);
+        }
       }
     }
   };

@@ -155,8 +155,8 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
     return true;
   }
   if (type == GgmlType::kGZ8 || type == GgmlType::kGZ4) {
-    // gizllm's blocks of 128: each group of 32's scale d * s[g], times its codes (GZ8) or the
-    // levels its nibbles index (GZ4, looked up 16 at a time).
+    // gizllm's blocks of 128: each group of 32's scale d * kGzScales[s[g]], times its codes (GZ8)
+    // or the levels its nibbles index (GZ4, looked up 16 at a time).
     const bool four = type == GgmlType::kGZ4;
     const int64_t block_bytes = four ? 70 : 134;
     __m512 levels;
@@ -170,7 +170,7 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
       const uint8_t* b = data + i * block_bytes;
       const float d = _cvtsh_ss(static_cast<uint16_t>(b[0] | (b[1] << 8)));
       for (int g = 0; g < 4; ++g) {
-        const __m512 scale = _mm512_set1_ps(d * static_cast<float>(b[2 + g]));
+        const __m512 scale = _mm512_set1_ps(d * kGzScales[b[2 + g]]);
         if (four) {
           const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 6 + 16 * g));
           const __m128i nibbles[2] = {_mm_and_si128(q, low),

@@ -139,9 +139,9 @@ TEST(GgmlBlocksTest, Q2_0ByHand) {
 }
 
 // Q1_0 and Q2_0 with several blocks: each block reads its own scale.
-// gizllm's own blocks, by hand: group g's value is (d * s[g]) * code (GZ8) or
-// (d * s[g]) * kGz4Levels[nibble] (GZ4, group g's element i < 16 in the low nibble of byte
-// 16 g + i, i >= 16 in the high nibble of byte 16 g + i - 16).
+// gizllm's own blocks, by hand: group g's value is (d * 2^((s[g] - 255) / 32)) * code (GZ8) or
+// times kGz4Levels[nibble] (GZ4, group g's element i < 16 in the low nibble of byte 16 g + i,
+// i >= 16 in the high nibble of byte 16 g + i - 16); s[g] = 0 is a group of zeros.
 TEST(GgmlBlocksTest, OwnBlocksByHand) {
   GgmlBlock block;
   ASSERT_TRUE(GgmlBlockOf(GgmlType::kGZ8, &block));
@@ -151,7 +151,8 @@ TEST(GgmlBlocksTest, OwnBlocksByHand) {
   EXPECT_EQ(block.elements, 128);
   EXPECT_EQ(block.bytes, 70);
   const uint16_t d = F32ToF16(0.25f);
-  const uint8_t s[4] = {1, 2, 0, 255};
+  const uint8_t s[4] = {223, 191, 0, 255};  // factors 1/2, 1/4, 0, 1
+  const float factor[4] = {0.5f, 0.25f, 0.0f, 1.0f};
   {
     std::vector<uint8_t> b(134);
     b[0] = d & 0xFF, b[1] = d >> 8;
@@ -160,7 +161,7 @@ TEST(GgmlBlocksTest, OwnBlocksByHand) {
     std::vector<float> y(128);
     ASSERT_TRUE(DequantizeBlocks(GgmlType::kGZ8, b.data(), b.size(), 128, y.data(), "t").ok());
     for (int e = 0; e < 128; ++e) {
-      EXPECT_EQ(y[e], 0.25f * s[e / 32] * static_cast<float>(e - 64)) << e;
+      EXPECT_EQ(y[e], 0.25f * factor[e / 32] * static_cast<float>(e - 64)) << e;
     }
   }
   {
@@ -173,7 +174,7 @@ TEST(GgmlBlocksTest, OwnBlocksByHand) {
     for (int e = 0; e < 128; ++e) {
       const int i = e % 32;
       const int code = i < 16 ? i : 15 - (i - 16);
-      EXPECT_EQ(y[e], 0.25f * s[e / 32] * static_cast<float>(kGz4Levels[code])) << e;
+      EXPECT_EQ(y[e], 0.25f * factor[e / 32] * static_cast<float>(kGz4Levels[code])) << e;
     }
   }
   // Levels: symmetric, increasing, a Gaussian's Lloyd-Max levels times 127 / 2.733.
@@ -181,6 +182,12 @@ TEST(GgmlBlocksTest, OwnBlocksByHand) {
   for (int j = 0; j < 8; ++j) {
     EXPECT_EQ(kGz4Levels[8 + j], -kGz4Levels[7 - j]);
     EXPECT_EQ(kGz4Levels[8 + j], std::lround(lloyd_max[j] * 127 / 2.733)) << j;
+  }
+  // The scale factors: 2^((s - 255) / 32), each the float32 nearest.
+  EXPECT_EQ(kGzScales[0], 0.0f);
+  for (int i = 1; i < 256; ++i) {
+    const double want = std::exp2((i - 255) / 32.0);
+    EXPECT_LE(std::fabs(kGzScales[i] - want), want * std::ldexp(1.0, -24)) << i;
   }
   EXPECT_EQ(GgmlTypeName(GgmlType::kGZ8), "GZ8");
   GgmlType t;
