@@ -243,6 +243,17 @@ inline std::string GgufTensorName(const std::string& hf, bool gemma = false) {
   return "blk." + hf.substr(prefix.size(), dot - prefix.size()) + "." + it->second;
 }
 
+// A folder's files beside its weights (config, generation config, tokenizer), into `to`.
+inline void CopySideFiles(const std::string& dir, const std::string& to) {
+  namespace fs = std::filesystem;
+  fs::create_directories(to);
+  for (const char* f :
+       {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}) {
+    if (fs::exists(dir + "/" + f))
+      fs::copy_file(dir + "/" + f, to + "/" + f, fs::copy_options::overwrite_existing);
+  }
+}
+
 inline nlohmann::json ReadJsonFile(const std::string& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(in);
@@ -528,14 +539,7 @@ inline Status WriteGgufFromHf(const std::string& dir, const std::string& out, Gg
   }
   if (!w.Write(out)) return Internal(out + ": cannot write");
   if (!dequantized_dir.empty()) {
-    namespace fs = std::filesystem;
-    fs::create_directories(dequantized_dir);
-    for (const char* f :
-         {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}) {
-      if (fs::exists(dir + "/" + f))
-        fs::copy_file(dir + "/" + f, dequantized_dir + "/" + f,
-                      fs::copy_options::overwrite_existing);
-    }
+    CopySideFiles(dir, dequantized_dir);
     if (gemma) {
       // The file does not say query_pre_attn_scalar: llama.cpp scales by 1/sqrt(head_dim) (by
       // hidden / heads for the 62-layer model), and so does the folder of the values written.

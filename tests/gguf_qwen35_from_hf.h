@@ -27,32 +27,30 @@
 
 namespace gizllm::testing {
 
-// Value head j of key head k (grouped: k * per_k + j) to tiled (j * k_heads + k), along `units`
-// of `unit` floats from `first`, `head` units a head.
-inline void TileValueHeads(std::vector<float>* v, int64_t first, int64_t k_heads, int64_t per_k,
-                           int64_t head, int64_t unit) {
+// Value head j of key head k between Hugging Face's grouped order (k * per_k + j) and the
+// file's tiled one (j * k_heads + k), along `unit` floats a unit from `first`, `head` units a
+// head: grouped to tiled, or back with `untile`.
+inline void ReorderValueHeads(std::vector<float>* v, int64_t first, int64_t k_heads, int64_t per_k,
+                              int64_t head, int64_t unit, bool untile = false) {
   const std::vector<float> in = *v;
   const int64_t head_floats = head * unit;
   for (int64_t k = 0; k < k_heads; ++k) {
     for (int64_t j = 0; j < per_k; ++j) {
-      std::copy(in.begin() + first + (k * per_k + j) * head_floats,
-                in.begin() + first + (k * per_k + j + 1) * head_floats,
-                v->begin() + first + (j * k_heads + k) * head_floats);
+      int64_t from = k * per_k + j, to = j * k_heads + k;
+      if (untile) std::swap(from, to);
+      std::copy(in.begin() + first + from * head_floats,
+                in.begin() + first + (from + 1) * head_floats,
+                v->begin() + first + to * head_floats);
     }
   }
 }
-
+inline void TileValueHeads(std::vector<float>* v, int64_t first, int64_t k_heads, int64_t per_k,
+                           int64_t head, int64_t unit) {
+  ReorderValueHeads(v, first, k_heads, per_k, head, unit);
+}
 inline void UntileValueHeads(std::vector<float>* v, int64_t first, int64_t k_heads, int64_t per_k,
                              int64_t head, int64_t unit) {
-  const std::vector<float> in = *v;
-  const int64_t head_floats = head * unit;
-  for (int64_t k = 0; k < k_heads; ++k) {
-    for (int64_t j = 0; j < per_k; ++j) {
-      std::copy(in.begin() + first + (j * k_heads + k) * head_floats,
-                in.begin() + first + (j * k_heads + k + 1) * head_floats,
-                v->begin() + first + (k * per_k + j) * head_floats);
-    }
-  }
+  ReorderValueHeads(v, first, k_heads, per_k, head, unit, /*untile=*/true);
 }
 
 inline Status WriteQwen35GgufFromHf(const std::string& dir, const std::string& out,
@@ -385,14 +383,7 @@ inline Status WriteQwen35GgufFromHf(const std::string& dir, const std::string& o
   }
   if (!w.Write(out)) return Internal(out + ": cannot write");
   if (!dequantized_dir.empty()) {
-    namespace fs = std::filesystem;
-    fs::create_directories(dequantized_dir);
-    for (const char* f :
-         {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}) {
-      if (fs::exists(dir + "/" + f))
-        fs::copy_file(dir + "/" + f, dequantized_dir + "/" + f,
-                      fs::copy_options::overwrite_existing);
-    }
+    CopySideFiles(dir, dequantized_dir);
     GZ_RETURN_IF_ERROR(WriteSafetensors(dequantized_dir + "/model.safetensors", folder, {}));
   }
   return Status::Ok();

@@ -245,6 +245,20 @@ Expected<json> Llama3Scaling(const std::string& path, const GgufTensor& t, doubl
                        "high_freq_factor 4) gives; such scaling is not supported");
 }
 
+// The experts' counts and width of a mixture-of-experts file (keys under prefix p).
+Status ReadExpertCounts(const GgufFile& f, const std::string& p, json* c) {
+  const std::pair<const char*, const char*> kExperts[] = {
+      {"expert_count", "num_experts"},
+      {"expert_used_count", "num_experts_per_tok"},
+      {"expert_feed_forward_length", "moe_intermediate_size"},
+  };
+  for (const auto& [key, field] : kExperts) {
+    GZ_ASSIGN_OR_RETURN(uint64_t v, f.GetUint(p + key));
+    (*c)[field] = v;
+  }
+  return Status::Ok();
+}
+
 // Gemma 3's fields as llama.cpp's gemma3 graph reads the file: the attention scale
 // 1/sqrt(head_dim) (1/sqrt(hidden / heads) for its 62-layer model; the converter does not write
 // query_pre_attn_scalar), sliding layers where attention.sliding_window is set (the pattern
@@ -378,15 +392,7 @@ Status ReadQwen35Config(const GgufFile& f, const std::string& family, json* conf
   }
   c["layer_types"] = types;
   if (family == "qwen35moe") {
-    const std::pair<const char*, const char*> kExperts[] = {
-        {"expert_count", "num_experts"},
-        {"expert_used_count", "num_experts_per_tok"},
-        {"expert_feed_forward_length", "moe_intermediate_size"},
-    };
-    for (const auto& [key, field] : kExperts) {
-      GZ_ASSIGN_OR_RETURN(uint64_t v, f.GetUint(p + key));
-      c[field] = v;
-    }
+    GZ_RETURN_IF_ERROR(ReadExpertCounts(f, p, &c));
     // llama.cpp's default for the shared expert's width is feed_forward_length.
     const std::string shared = p + "expert_shared_feed_forward_length";
     if (f.Find(shared)) {
@@ -564,15 +570,7 @@ Expected<json> ReadGgufConfig(const GgufFile& f) {
     c[field] = v;
   }
   if (family == "qwen3moe") {
-    const std::pair<const char*, const char*> kExperts[] = {
-        {"expert_count", "num_experts"},
-        {"expert_used_count", "num_experts_per_tok"},
-        {"expert_feed_forward_length", "moe_intermediate_size"},
-    };
-    for (const auto& [key, field] : kExperts) {
-      GZ_ASSIGN_OR_RETURN(uint64_t v, f.GetUint(p + key));
-      c[field] = v;
-    }
+    GZ_RETURN_IF_ERROR(ReadExpertCounts(f, p, &c));
     // llama.cpp's qwen3moe renormalizes the chosen experts' weights always; a file may say so.
     c["norm_topk_prob"] = true;
     if (f.Find(p + "expert_weights_norm")) {
