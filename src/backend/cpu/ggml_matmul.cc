@@ -252,6 +252,57 @@ GZ_TARGET_AVX512 void FusedRowsAvx512(GgmlType type, const uint8_t* const* rows,
 #endif
 
 #if defined(__x86_64__)
+// FusedRowsAvx512 for gizllm's GZ8 and GZ4 blocks: per group of 32, the codes' (or levels')
+// products with x summed, then scaled by the group's d * kGzScales[s] into the row's sum.
+GZ_TARGET_AVX512 void FusedGzRowsAvx512(bool four, const uint8_t* const* rows, const float* x,
+                                        int64_t cols, float* sums) {
+  const int64_t block_bytes = four ? 70 : 134;
+  __m512 acc[kFusedRows];
+  for (int j = 0; j < kFusedRows; ++j) acc[j] = _mm512_setzero_ps();
+  __m512 levels;
+  {
+    alignas(64) float v[16];
+    for (int j = 0; j < 16; ++j) v[j] = static_cast<float>(kGz4Levels[j]);
+    levels = _mm512_load_ps(v);
+  }
+  const __m128i low = _mm_set1_epi8(0x0F);
+  for (int64_t b = 0; b < cols / 128; ++b) {
+    float d[kFusedRows];
+    for (int j = 0; j < kFusedRows; ++j) {
+      uint16_t h;
+      std::memcpy(&h, rows[j] + b * block_bytes, 2);
+      d[j] = _cvtsh_ss(h);
+    }
+    for (int g = 0; g < 4; ++g) {
+      const __m512 x0 = _mm512_loadu_ps(x + 128 * b + 32 * g);
+      const __m512 x1 = _mm512_loadu_ps(x + 128 * b + 32 * g + 16);
+#pragma GCC unroll 4
+      for (int j = 0; j < kFusedRows; ++j) {
+        const uint8_t* block = rows[j] + b * block_bytes;
+        const __m512 scale = _mm512_set1_ps(d[j] * kGzScales[block[2 + g]]);
+        __m512 c0, c1;
+        if (four) {
+          const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 6 + 16 * g));
+          c0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_and_si128(q, low)), levels);
+          c1 = _mm512_permutexvar_ps(
+              _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), low)), levels);
+        } else {
+          const uint8_t* q = block + 6 + 32 * g;
+          c0 = _mm512_cvtepi32_ps(
+              _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
+          c1 = _mm512_cvtepi32_ps(
+              _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16))));
+        }
+        const __m512 t = _mm512_fmadd_ps(c1, x1, _mm512_mul_ps(c0, x0));
+        acc[j] = _mm512_fmadd_ps(t, scale, acc[j]);
+      }
+    }
+  }
+  for (int j = 0; j < kFusedRows; ++j) sums[j] = _mm512_reduce_add_ps(acc[j]);
+}
+#endif
+
+#if defined(__x86_64__)
 // dot(row's values, x) for a row of the other block types DecodeAvx512 reads, each vector of
 // values multiplied into the sums as it is decoded (never stored).
 GZ_TARGET_AVX512 float DotAvx512(GgmlType type, const uint8_t* row, const float* x, int64_t cols) {
@@ -291,10 +342,11 @@ void Slice(const MatmulParams& p, int o, int64_t n0, int64_t n1, float* row, Cpu
   const Weight& w = *p.w[o];
   const int64_t cols = w.cols, n_all = w.rows;
 #if defined(__x86_64__)
-  // Q8_0 and Q4_0 on AVX-512: kFusedRows weight rows at a time against each activation row, the
-  // codes never written out (the rows past n1 repeat the last; their sums are dropped).
+  // Q8_0, Q4_0, GZ8 and GZ4 on AVX-512: kFusedRows weight rows at a time against each activation
+  // row, the codes never written out (the rows past n1 repeat the last; their sums are dropped).
   const GgmlType type = static_cast<GgmlType>(w.ggml_type);
-  if (isa == CpuIsa::kAvx512 && (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0)) {
+  const bool gz = type == GgmlType::kGZ8 || type == GgmlType::kGZ4;
+  if (isa == CpuIsa::kAvx512 && (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || gz)) {
     const auto* data = static_cast<const uint8_t*>(w.data);
     const int64_t row_bytes = RowBytes(w);
     for (int64_t n = n0; n < n1; n += kFusedRows) {
@@ -302,7 +354,11 @@ void Slice(const MatmulParams& p, int o, int64_t n0, int64_t n1, float* row, Cpu
       for (int j = 0; j < kFusedRows; ++j) rows[j] = data + std::min(n + j, n1 - 1) * row_bytes;
       for (int64_t r = 0; r < p.rows; ++r) {
         float sums[kFusedRows];
-        FusedRowsAvx512(type, rows, p.x + r * cols, cols, sums);
+        if (gz) {
+          FusedGzRowsAvx512(type == GgmlType::kGZ4, rows, p.x + r * cols, cols, sums);
+        } else {
+          FusedRowsAvx512(type, rows, p.x + r * cols, cols, sums);
+        }
         for (int j = 0; j < kFusedRows && n + j < n1; ++j) {
           p.out[o][r * n_all + n + j] = sums[j] + (p.bias[o] ? p.bias[o][n + j] : 0.0f);
         }
