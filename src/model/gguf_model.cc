@@ -431,7 +431,8 @@ struct Held {
 // attn_qkv's values, attn_gate, ssm_beta, ssm_alpha and the convolution's value channels, in the
 // columns of ssm_out, in ssm_a and ssm_dt), ssm_a (-exp(A_log)) back to A_log as log(-a), the
 // convolution [channels, kernel] as [channels, 1, kernel], the shared expert's gate as [1, dim].
-// These tensors are never kept in blocks (float32, float16 or bfloat16 here).
+// The projections may be kept in blocks (rows whole blocks; out_proj only where a value head's
+// columns are whole blocks).
 Status UndoQwen35Layout(const Arch& arch, TensorRole role, int layer, const GgufTensor& t,
                         TensorInfo* info, Held* held) {
   const std::string where = info->file + ": tensor \"" + t.name + "\"";
@@ -461,8 +462,10 @@ Status UndoQwen35Layout(const Arch& arch, TensorRole role, int layer, const Gguf
   if (per_k <= 1 || std::find(std::begin(kTiled), std::end(kTiled), role) == std::end(kTiled)) {
     return Status::Ok();
   }
-  if (info->ggml_type >= 0) {
-    return Internal(where + ": a recurrent layer's tensor kept in blocks");
+  // Kept in blocks: a row is whole blocks, and a value head of out_proj's columns too.
+  GgmlBlock block{1, static_cast<int64_t>(DTypeSize(info->dtype))};
+  if (info->ggml_type >= 0 && !GgmlBlockOf(static_cast<GgmlType>(info->ggml_type), &block)) {
+    return Internal(where + ": unknown block type");
   }
   const size_t element = DTypeSize(info->dtype);
   const int64_t key_dim = static_cast<int64_t>(r.k_heads) * r.k_dim;
@@ -485,9 +488,13 @@ Status UndoQwen35Layout(const Arch& arch, TensorRole role, int layer, const Gguf
       break;
   }
   const int64_t elements = t.Elements();
+  const size_t bytes = info->ggml_type >= 0
+                           ? static_cast<size_t>(elements / block.elements * block.bytes)
+                           : static_cast<size_t>(elements) * element;
   if (info->shape.empty() || info->shape[0] != want_rows ||
       (want_cols >= 0 && (info->shape.size() != 2 || info->shape[1] != want_cols)) ||
-      info->bytes != static_cast<size_t>(elements) * element) {
+      info->bytes != bytes || (info->ggml_type >= 0 && role == TensorRole::kRecurrentOut &&
+                               r.v_dim % block.elements != 0)) {
     return DataLoss(where + " has shape " + ShapeString(t.shape) + ", expected " +
                     std::to_string(want_rows) + " rows" +
                     (want_cols >= 0 ? " of " + std::to_string(want_cols) : std::string()) +
@@ -520,8 +527,10 @@ Status UndoQwen35Layout(const Arch& arch, TensorRole role, int layer, const Gguf
     case TensorRole::kRecurrentOut: {
       // Columns: each row's value heads.
       std::vector<uint8_t> out(info->bytes);
+      // A head's columns: v_dim elements, or v_dim / block elements blocks.
       for (int64_t row = 0; row < rows; ++row) {
-        UntileValueHeads(info->data + row * row_bytes, r.k_heads, per_k, r.v_dim, element,
+        UntileValueHeads(info->data + row * row_bytes, r.k_heads, per_k,
+                         r.v_dim / block.elements, info->ggml_type >= 0 ? block.bytes : element,
                          out.data() + row * row_bytes);
       }
       info->data = held->copies.emplace_back(std::move(out)).data();
@@ -725,9 +734,14 @@ Expected<GgufModel> OpenGgufModel(const std::string& path,
     info.shape = t.shape;
     info.file = path;
     const int64_t elements = t.Elements();
-    constexpr TensorRole kMatrices[] = {TensorRole::kEmbed, TensorRole::kQ,    TensorRole::kK,
-                                        TensorRole::kV,     TensorRole::kO,    TensorRole::kGate,
-                                        TensorRole::kUp,    TensorRole::kDown, TensorRole::kHead};
+    // Qwen3.5's recurrent projections too (their value heads reordered as whole rows, or, for
+    // out_proj's columns, whole blocks where a head is whole blocks).
+    constexpr TensorRole kMatrices[] = {
+        TensorRole::kEmbed,        TensorRole::kQ,          TensorRole::kK,
+        TensorRole::kV,            TensorRole::kO,          TensorRole::kGate,
+        TensorRole::kUp,           TensorRole::kDown,       TensorRole::kHead,
+        TensorRole::kRecurrentQkv, TensorRole::kRecurrentZ, TensorRole::kRecurrentB,
+        TensorRole::kRecurrentA,   TensorRole::kRecurrentOut};
     // The router is not among them: it is read in float32 on every backend.
     const bool stack = !nextn && IsExpertStack(role);
     if ((stack || role == TensorRole::kRouter) && !la.layer[layer].IsMoe()) {
@@ -744,9 +758,13 @@ Expected<GgufModel> OpenGgufModel(const std::string& path,
                          std::find(std::begin(kMatrices), std::end(kMatrices), role) !=
                              std::end(kMatrices)) ||
                         stack;
-    // A gated attention's q (query and gate rows, split at load) is read as floats.
-    const bool split = role == TensorRole::kQ && layer >= 0 && la.layer[layer].attention.output_gate;
-    const bool kept = matrix && !split && keep && CanDequantize(t.type) &&
+    // out_proj's value heads are its columns: kept where a head is whole blocks.
+    GgmlBlock type_block;
+    const bool split_blocks =
+        role == TensorRole::kRecurrentOut && layer >= 0 && la.layer[layer].IsRecurrent() &&
+        GgmlBlockOf(t.type, &type_block) &&
+        la.layer[layer].recurrent.v_dim % type_block.elements != 0;
+    const bool kept = matrix && !split_blocks && keep && CanDequantize(t.type) &&
                       t.type != GgmlType::kF32 && t.type != GgmlType::kF16 &&
                       t.type != GgmlType::kBF16 && keep(t.type);
     if (kept) {  // read as it is by the backend's kernels
