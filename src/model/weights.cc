@@ -137,39 +137,17 @@ Expected<Weight> WeightLoader::GatherRows(const std::string& name, std::span<con
   if (!t) return NotFound(dir_ + ": tensor " + name + " is missing");
   if (converted_ && shape.size() == 2) return GatherLinearRows(name, shape, blocks, part);
   GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, t->shape, shape));
+  // A GGUF matrix kept in ggml's blocks (a gated attention's q) gathers whole rows of blocks.
   GgmlBlock block;
-  if (t->ggml_type >= 0 && shape.size() == 2 &&
-      GgmlBlockOf(static_cast<GgmlType>(t->ggml_type), &block)) {
-    // A GGUF matrix kept in ggml's blocks (a gated attention's q): whole rows of blocks.
-    const int64_t row_bytes = shape[1] / block.elements * block.bytes;
-    int64_t rows = 0;
-    for (const Rows& b : blocks) {
-      if (b.first < 0 || b.count < 0 || b.first + b.count > shape[0])
-        return Internal(name + ": rows [" + std::to_string(b.first) + ", " +
-                        std::to_string(b.first + b.count) + ") outside the tensor");
-      rows += b.count;
-    }
-    auto copy = std::make_unique<uint8_t[]>(rows * row_bytes);
-    uint8_t* at = copy.get();
-    for (const Rows& b : blocks) {
-      std::memcpy(at, t->data + b.first * row_bytes, b.count * row_bytes);
-      at += b.count * row_bytes;
-    }
-    Weight host;
-    host.format = Format::kGgml;
-    host.ggml_type = static_cast<uint32_t>(t->ggml_type);
-    host.rows = rows;
-    host.cols = shape[1];
-    host.data = copy.get();
-    placed_->host.push_back(std::move(copy));
-    return Place(host, name + " (" + part + ")");
-  }
-  if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32)
+  const bool ggml = t->ggml_type >= 0 && shape.size() == 2 &&
+                    GgmlBlockOf(static_cast<GgmlType>(t->ggml_type), &block);
+  if (!ggml && t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32)
     return InvalidArgument(t->file + ": tensor " + name + " has dtype " +
                            std::string(DTypeName(t->dtype)) + ", expected BF16, F16 or F32");
   int64_t cols = 1;
   for (size_t i = 1; i < shape.size(); ++i) cols *= shape[i];
-  const int64_t row_bytes = cols * static_cast<int64_t>(DTypeSize(t->dtype));
+  const int64_t row_bytes = ggml ? cols / block.elements * block.bytes
+                                 : cols * static_cast<int64_t>(DTypeSize(t->dtype));
   int64_t rows = 0;
   for (const Rows& b : blocks) {
     if (b.first < 0 || b.count < 0 || b.first + b.count > shape[0])
@@ -184,11 +162,13 @@ Expected<Weight> WeightLoader::GatherRows(const std::string& name, std::span<con
     at += b.count * row_bytes;
   }
   Weight host;
-  host.format = FormatOf(t->dtype);
+  host.format = ggml ? Format::kGgml : FormatOf(t->dtype);
+  if (ggml) host.ggml_type = static_cast<uint32_t>(t->ggml_type);
   host.rows = rows;
   host.cols = cols;
   host.data = copy.get();
   placed_->host.push_back(std::move(copy));
+  if (ggml) return Place(host, name + " (" + part + ")");
   std::unique_ptr<Buffer> storage;
   GZ_ASSIGN_OR_RETURN(Weight w, backend_.PrepareWeight(host, &storage));
   if (storage) placed_->storage.push_back(std::move(storage));

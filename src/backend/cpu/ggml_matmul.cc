@@ -28,6 +28,13 @@ int64_t RowBytes(const Weight& w) {
 // formats/ggml_blocks.cc rounds them (this file is compiled without contraction into fused
 // multiply-adds), so the same values, each vector handed to put(offset, values); false for the
 // other types.
+// GZ4's 16 levels as float32, for a lookup of 16 codes at a time.
+GZ_TARGET_AVX512 inline __m512 Gz4LevelsAvx512() {
+  alignas(64) float v[16];
+  for (int j = 0; j < 16; ++j) v[j] = static_cast<float>(kGz4Levels[j]);
+  return _mm512_load_ps(v);
+}
+
 template <class Put>
 GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t elements,
                                    Put&& put) {
@@ -159,12 +166,7 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
     // or the levels its nibbles index (GZ4, looked up 16 at a time).
     const bool four = type == GgmlType::kGZ4;
     const int64_t block_bytes = four ? 70 : 134;
-    __m512 levels;
-    {
-      alignas(64) float v[16];
-      for (int j = 0; j < 16; ++j) v[j] = static_cast<float>(kGz4Levels[j]);
-      levels = _mm512_load_ps(v);
-    }
+    const __m512 levels = Gz4LevelsAvx512();
     const __m128i low = _mm_set1_epi8(0x0F);
     for (int64_t i = 0; i < elements / 128; ++i) {
       const uint8_t* b = data + i * block_bytes;
@@ -259,12 +261,7 @@ GZ_TARGET_AVX512 void FusedGzRowsAvx512(bool four, const uint8_t* const* rows, c
   const int64_t block_bytes = four ? 70 : 134;
   __m512 acc[kFusedRows];
   for (int j = 0; j < kFusedRows; ++j) acc[j] = _mm512_setzero_ps();
-  __m512 levels;
-  {
-    alignas(64) float v[16];
-    for (int j = 0; j < 16; ++j) v[j] = static_cast<float>(kGz4Levels[j]);
-    levels = _mm512_load_ps(v);
-  }
+  const __m512 levels = Gz4LevelsAvx512();
   const __m128i low = _mm_set1_epi8(0x0F);
   for (int64_t b = 0; b < cols / 128; ++b) {
     float d[kFusedRows];
