@@ -129,6 +129,9 @@ inline bool BlockScales(GgmlType type, std::vector<int>* offsets, float* range) 
     case GgmlType::kGZ4:
       *offsets = {0}, *range = 127 * 255;  // d * s[g] (s random bytes) * code
       return true;
+    case GgmlType::kGZ4S:
+      *offsets = {0}, *range = 127;
+      return true;
     default:
       return false;
   }

@@ -147,10 +147,11 @@ void AddConvertCommand(CLI::App& app, CommandContext& ctx) {
       std::fprintf(stderr, "note: %lld linears kept bf16 (columns not a multiple of 128)\n",
                    static_cast<long long>(summary->kept_bf16));
     }
-    if (summary->fallback_q8_0) {
+    if (summary->narrow_blocks) {
       std::fprintf(stderr,
-                   "note: %lld linears in Q8_0 (columns a multiple of 32, not of 128)\n",
-                   static_cast<long long>(summary->fallback_q8_0));
+                   "note: %lld linears in blocks of 32 (GZ4S or Q8_0: columns a multiple of 32, "
+                   "not of 128)\n",
+                   static_cast<long long>(summary->narrow_blocks));
     }
   });
 }

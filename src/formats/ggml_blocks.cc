@@ -264,6 +264,14 @@ void Gz4(const uint8_t* b, float* y) {
   }
 }
 
+void Gz4S(const uint8_t* b, float* y) {
+  const float d = Half(b);
+  for (int i = 0; i < 16; ++i) {
+    y[i] = d * static_cast<float>(kGz4Levels[b[2 + i] & 0xF]);
+    y[16 + i] = d * static_cast<float>(kGz4Levels[b[2 + i] >> 4]);
+  }
+}
+
 void F32(const uint8_t* b, float* y) { std::memcpy(y, b, 4); }
 void F16(const uint8_t* b, float* y) { *y = Half(b); }
 void Bf16(const uint8_t* b, float* y) { *y = Bf16ToF32(static_cast<uint16_t>(b[0] | b[1] << 8)); }
@@ -314,6 +322,8 @@ GgmlBlockFn GgmlBlockDecoder(GgmlType type) {
       return Gz4;
     case GgmlType::kGZ8:
       return Gz8;
+    case GgmlType::kGZ4S:
+      return Gz4S;
     default:
       return nullptr;
   }

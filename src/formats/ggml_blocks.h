@@ -27,6 +27,8 @@
 //                                                       kGz4Levels[nibble]
 //          group g's codes in qs[16 g .. 16 g + 16): element 32 g + i (i < 16) in the low
 //          nibble of qs[16 g + i], 32 g + 16 + i in its high nibble                  4.375 bits
+//   GZ4S   f16 d, u8 qs[16] (32 elements)         x = d * kGz4Levels[nibble]; low nibbles
+//          first (rows of 32 or 64 inputs, which GZ4's blocks of 128 do not fit)   4.5 bits
 // F32, F16 and BF16 are read as single-element blocks.
 #pragma once
 

@@ -319,6 +319,9 @@ bool GgmlBlockOf(GgmlType type, GgmlBlock* block) {
     case GgmlType::kGZ8:
       *block = {128, 2 + 4 + 128};
       return true;
+    case GgmlType::kGZ4S:
+      *block = {32, 2 + 16};
+      return true;
   }
   return false;
 }
@@ -399,12 +402,14 @@ std::string GgmlTypeName(GgmlType type) {
       return "GZ4";
     case GgmlType::kGZ8:
       return "GZ8";
+    case GgmlType::kGZ4S:
+      return "GZ4S";
   }
   return "type " + std::to_string(static_cast<uint32_t>(type));
 }
 
 bool GgmlTypeFromName(std::string_view name, GgmlType* type) {
-  for (const GgmlType own : {GgmlType::kGZ4, GgmlType::kGZ8}) {
+  for (const GgmlType own : {GgmlType::kGZ4, GgmlType::kGZ8, GgmlType::kGZ4S}) {
     if (GgmlTypeName(own) == name) {
       *type = own;
       return true;

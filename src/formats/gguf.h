@@ -82,11 +82,12 @@ enum class GgmlType : uint32_t {
   // converted folders and never read from a GGUF file: numbers far from ggml's.
   kGZ4 = 1004,
   kGZ8 = 1008,
+  kGZ4S = 1014,
 };
 
-// Whether `type` is one of gizllm's own block types (kGZ4, kGZ8), not ggml's.
+// Whether `type` is one of gizllm's own block types (kGZ4, kGZ8, kGZ4S), not ggml's.
 inline bool IsOwnBlockType(GgmlType type) {
-  return type == GgmlType::kGZ4 || type == GgmlType::kGZ8;
+  return type == GgmlType::kGZ4 || type == GgmlType::kGZ8 || type == GgmlType::kGZ4S;
 }
 
 // A block type's elements and bytes per block; false for a number ggml does not define.

@@ -454,6 +454,18 @@ Expected<std::map<std::string, QuantizedLinear>> Calibrate(
   return calibrator->Quantize(sequences, plan, source, q, options.gptq);
 }
 
+// b4's linears kept at 8 bits (bench/RESULTS.md "gizllm's blocks against llama.cpp's files"):
+// every v_proj (per weight the most sensitive linear of a dense model); in a model with routed
+// experts, which hold most of its weights so that these cost a few hundredths of a bit, also
+// k_proj, the attention's and the recurrent layers' output projections and the shared expert's
+// down projection (as llama.cpp raises attention's types for models of eight experts).
+bool EightBitsInB4(const Arch& arch, TensorRole role) {
+  if (role == TensorRole::kV) return true;
+  if (!HasMoe(arch)) return false;
+  return role == TensorRole::kK || role == TensorRole::kO || role == TensorRole::kRecurrentOut ||
+         role == TensorRole::kSharedDown;
+}
+
 }  // namespace
 
 Expected<Bits> ParseBits(const std::string& text) {
@@ -635,10 +647,12 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
       }
       const std::string name = TensorName(arch, role, l);
       shapes[name] = TensorShape(arch, role, l);
-      // b4: each layer's v_proj at 8 bits (per weight the most sensitive linear, bench/RESULTS.md).
-      const bool v8 = options.bits.blocks && options.bits.layers == 4 &&
-                      (role == TensorRole::kV || role == TensorRole::kRecurrentQkv);
-      if (QuantizedRole(role)) linears[name] = BitsFormat(v8 ? 8 : options.bits.layers);
+      if (QuantizedRole(role)) {
+        linears[name] = BitsFormat(
+            options.bits.blocks && options.bits.layers == 4 && EightBitsInB4(arch, role)
+                ? 8
+                : options.bits.layers);
+      }
     }
   }
   const std::string embed_name = TensorName(arch, TensorRole::kEmbed, -1);
@@ -779,11 +793,11 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
       GZ_ASSIGN_OR_RETURN(bool merged, lora->Merge(name, w.data(), rows, cols));
       summary.lora_merged += merged;
     }
-    // gizllm's blocks: rows of whole groups of 32 but not of blocks of 128 (narrow experts)
-    // in Q8_0 instead, as llama.cpp's quantizer falls back for rows its type does not fit.
-    const bool q8_0 = options.bits.blocks && format != Format::kBf16 && cols % kGroup != 0 &&
-                      cols % 32 == 0;
-    if (format != Format::kBf16 && cols % kGroup != 0 && !q8_0) {
+    // gizllm's blocks: rows of whole groups of 32 but not of blocks of 128 (narrow experts) in
+    // blocks of 32 instead: GZ4S for 4 bits, Q8_0 for 8.
+    const bool narrow = options.bits.blocks && format != Format::kBf16 && cols % kGroup != 0 &&
+                        cols % 32 == 0;
+    if (format != Format::kBf16 && cols % kGroup != 0 && !narrow) {
       format = Format::kBf16;
       ++summary.kept_bf16;
     }
@@ -792,10 +806,10 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
     }
     if (options.bits.blocks) {
       // gizllm's blocks, stored and described as a GGUF file's kept blocks are.
-      const GgmlType type = q8_0                      ? GgmlType::kQ8_0
-                            : format == Format::kQ8 ? GgmlType::kGZ8
-                                                    : GgmlType::kGZ4;
-      summary.fallback_q8_0 += q8_0;
+      const bool eight = format == Format::kQ8;
+      const GgmlType type = narrow ? (eight ? GgmlType::kQ8_0 : GgmlType::kGZ4S)
+                                   : (eight ? GgmlType::kGZ8 : GgmlType::kGZ4);
+      summary.narrow_blocks += narrow;
       GZ_ASSIGN_OR_RETURN(std::vector<uint8_t> blocks,
                           QuantizeOwnBlocks(type, w.data(), rows, cols, options.pool));
       GgmlBlock block;

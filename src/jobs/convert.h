@@ -37,7 +37,9 @@ struct Bits {
   int head = 16;
   // "b4" / "b8": the 4- and 8-bit linears in gizllm's blocks GZ4 and GZ8 (formats/ggml_blocks.h:
   // an 8-bit scale a group of 32 under an f16 scale a block of 128, GZ4's codes a Gaussian's
-  // levels; not rotated), each layer's v_proj at 8 bits when the layers are at 4.
+  // levels; not rotated), each layer's v_proj at 8 bits when the layers are at 4 (in a model with
+  // routed experts also k_proj, the attention and recurrent output projections and the shared
+  // expert's down projection); rows of 32 or 64 inputs in GZ4S or Q8_0 (blocks of 32).
   bool blocks = false;
 };
 
@@ -78,7 +80,8 @@ struct ConvertSummary {
   int64_t tensors = 0;        // tensors written
   int64_t tower_tensors = 0;  // of them, a vision tower's, in kVisionTowerFile
   int64_t quantized = 0;      // linears stored quantized
-  int64_t fallback_q8_0 = 0;  // --bits bN: linears of columns that are not blocks of 128, in Q8_0
+  int64_t narrow_blocks = 0;  // --bits bN: linears of columns that are not blocks of 128, in
+                              // blocks of 32 (Q8_0 at 8 bits, GZ4S at 4)
   int64_t kept_bf16 = 0;      // linears meant for fewer bits kept bf16 (columns not a multiple
                               // of 128)
   int64_t lora_merged = 0;    // linears an adapter changed

@@ -133,6 +133,34 @@ void Block(const float* x, uint8_t* out) {
   }
 }
 
+// GZ4S: the group's best scale on its own, then, of it rounded to an f16 and that f16's two
+// neighbours, the one whose codes give the least squared error.
+void Gz4SBlock(const float* x, uint8_t* out) {
+  std::memset(out, 0, 18);
+  const float s = GroupScale<true>(x);
+  const uint16_t h = F32ToF16(s);
+  if (!(s > 0.0f) || !std::isfinite(F16ToF32(h)) || (h & 0x7FFF) == 0) return;  // zeros
+  int q[kGroupSize], best_q[kGroupSize] = {};
+  uint16_t best_h = h;
+  float best_err = -1.0f;
+  for (int k = -1; k <= 1; ++k) {
+    const uint16_t c = static_cast<uint16_t>(h + k);
+    const float d = F16ToF32(c);
+    if (!(d > 0.0f) || !std::isfinite(d)) continue;
+    const float e = Error<true>(x, kGroupSize, d, q);
+    if (best_err < 0.0f || e < best_err) {
+      best_err = e;
+      best_h = c;
+      std::copy(q, q + kGroupSize, best_q);
+    }
+  }
+  out[0] = static_cast<uint8_t>(best_h & 0xFF);
+  out[1] = static_cast<uint8_t>(best_h >> 8);
+  for (int i = 0; i < 16; ++i) {
+    out[2 + i] = static_cast<uint8_t>(best_q[i] | best_q[16 + i] << 4);
+  }
+}
+
 // ggml's quantize_row_q8_0_ref: d = max |x| / 127 (f16), q = round(x / d).
 void Q8_0Block(const float* x, uint8_t* out) {
   float amax = 0.0f;
@@ -150,7 +178,9 @@ void Q8_0Block(const float* x, uint8_t* out) {
 }  // namespace
 
 void QuantizeOwnBlock(GgmlType type, const float* x, uint8_t* out) {
-  if (type == GgmlType::kGZ4) {
+  if (type == GgmlType::kGZ4S) {
+    Gz4SBlock(x, out);
+  } else if (type == GgmlType::kGZ4) {
     Block<true>(x, out);
   } else {
     Block<false>(x, out);
@@ -163,7 +193,7 @@ Expected<std::vector<uint8_t>> QuantizeOwnBlocks(GgmlType type, const float* w, 
   GgmlBlock block;
   if ((!IsOwnBlockType(type) && type != GgmlType::kQ8_0) || !GgmlBlockOf(type, &block)) {
     return InvalidArgument("block type " + GgmlTypeName(type) +
-                           " has no quantizer here (GZ8, GZ4 and Q8_0 have)");
+                           " has no quantizer here (GZ8, GZ4, GZ4S and Q8_0 have)");
   }
   if (rows <= 0 || cols <= 0 || cols % block.elements != 0) {
     return InvalidArgument(GgmlTypeName(type) + ": a matrix of " + std::to_string(rows) + " x " +

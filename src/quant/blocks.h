@@ -11,6 +11,8 @@
 // codes lost 3.6x less (KL) with them.)
 // GZ8 codes are the integers -127..127; GZ4 codes index kGz4Levels (a Gaussian's Lloyd-Max
 // levels, so that 4-bit codes fit weights that are close to normal in each group).
+// GZ4S (a block of 32 with only an f16 scale, for rows of 32 or 64 inputs) takes its group's best
+// scale the same way, rounded to the f16 (or a neighbour) whose codes give the least error.
 #pragma once
 
 #include <cstdint>
@@ -22,12 +24,13 @@
 
 namespace gizllm::quant {
 
-// One block of `type` (kGZ8 or kGZ4) of x [128] into out [GgmlBlockOf(type).bytes].
+// One block of `type` (kGZ8 or kGZ4: x [128]; kGZ4S: x [32]) into out [GgmlBlockOf(type).bytes].
 void QuantizeOwnBlock(GgmlType type, const float* x, uint8_t* out);
 
 // W [rows, cols] as rows of blocks of `type`, rows split over `pool` when given: kGZ8 or kGZ4
-// (cols a multiple of 128), or kQ8_0 (cols a multiple of 32; ggml's reference quantizer, for the
-// rows GZ blocks do not fit). Errors name the type (another one) or the shape.
+// (cols a multiple of 128), kGZ4S or kQ8_0 (cols a multiple of 32; Q8_0 by ggml's reference
+// quantizer; both for rows GZ8 and GZ4 do not fit). Errors name the type (another one) or the
+// shape.
 Expected<std::vector<uint8_t>> QuantizeOwnBlocks(GgmlType type, const float* w, int64_t rows,
                                                  int64_t cols, ThreadPool* pool = nullptr);
 

@@ -21,8 +21,8 @@ int64_t RowBytes(const Weight& w) {
 }
 
 #if defined(__x86_64__)
-// `elements` values of Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS, Q1_0, GZ8 or GZ4 blocks at `data` on
-// AVX-512:
+// `elements` values of Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS, Q1_0, GZ8, GZ4 or GZ4S blocks at
+// `data` on AVX-512:
 // 16 codes at a time widened to float32 (or looked up, or chosen by their sign bits), multiplied
 // by their group's scale (and the min subtracted), rounded as
 // formats/ggml_blocks.cc rounds them (this file is compiled without contraction into fused
@@ -65,6 +65,21 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
       for (int h = 0; h < 2; ++h) {
         const __m512i c = _mm512_sub_epi32(_mm512_cvtepu8_epi32(nibbles[h]), eight);
         put(32 * i + 16 * h, _mm512_mul_ps(_mm512_cvtepi32_ps(c), d));
+      }
+    }
+    return true;
+  }
+  if (type == GgmlType::kGZ4S) {
+    const __m512 levels = Gz4LevelsAvx512();
+    const __m128i low = _mm_set1_epi8(0x0F);
+    for (int64_t i = 0; i < elements / 32; ++i) {
+      const uint8_t* b = data + i * 18;
+      const __m512 d = _mm512_set1_ps(scale(b));
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+      const __m128i nibbles[2] = {_mm_and_si128(q, low), _mm_and_si128(_mm_srli_epi16(q, 4), low)};
+      for (int h = 0; h < 2; ++h) {
+        const __m512 v = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(nibbles[h]), levels);
+        put(32 * i + 16 * h, _mm512_mul_ps(d, v));
       }
     }
     return true;
@@ -211,19 +226,20 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
 #endif
 
 #if defined(__x86_64__)
-// Dot products of one activation row x [cols] with weight rows [n, n + kRows) of Q8_0 or Q4_0
-// (AVX-512), each block's codes widened to float32 in registers and never stored: per block the
-// codes' products with x are summed, then scaled by the block's d (F16C) into the row's sum. The
-// same values as DecodeAvx512's, summed in another order. `type` is Q8_0 or Q4_0.
+// Dot products of one activation row x [cols] with weight rows [n, n + kRows) of Q8_0, Q4_0 or
+// GZ4S (AVX-512), each block's codes widened to float32 (GZ4S: its levels looked up) in registers
+// and never stored: per block the codes' products with x are summed, then scaled by the block's d
+// (F16C) into the row's sum. The same values as DecodeAvx512's, summed in another order.
 constexpr int kFusedRows = 4;
 GZ_TARGET_AVX512 void FusedRowsAvx512(GgmlType type, const uint8_t* const* rows, const float* x,
                                       int64_t cols, float* sums) {
-  const bool q8 = type == GgmlType::kQ8_0;
+  const bool q8 = type == GgmlType::kQ8_0, gz = type == GgmlType::kGZ4S;
   const int64_t block_bytes = q8 ? 34 : 18;
   __m512 acc[kFusedRows];
   for (int j = 0; j < kFusedRows; ++j) acc[j] = _mm512_setzero_ps();
   const __m128i low = _mm_set1_epi8(0x0F);
   const __m512i eight = _mm512_set1_epi32(8);
+  const __m512 levels = Gz4LevelsAvx512();
   for (int64_t b = 0; b < cols / 32; ++b) {
     const __m512 x0 = _mm512_loadu_ps(x + 32 * b);
     const __m512 x1 = _mm512_loadu_ps(x + 32 * b + 16);
@@ -239,6 +255,11 @@ GZ_TARGET_AVX512 void FusedRowsAvx512(GgmlType type, const uint8_t* const* rows,
             _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2))));
         c1 = _mm512_cvtepi32_ps(
             _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 18))));
+      } else if (gz) {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+        c0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_and_si128(q, low)), levels);
+        c1 = _mm512_permutexvar_ps(
+            _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), low)), levels);
       } else {
         const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
         c0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(q, low)), eight));
@@ -339,11 +360,13 @@ void Slice(const MatmulParams& p, int o, int64_t n0, int64_t n1, float* row, Cpu
   const Weight& w = *p.w[o];
   const int64_t cols = w.cols, n_all = w.rows;
 #if defined(__x86_64__)
-  // Q8_0, Q4_0, GZ8 and GZ4 on AVX-512: kFusedRows weight rows at a time against each activation
-  // row, the codes never written out (the rows past n1 repeat the last; their sums are dropped).
+  // Q8_0, Q4_0, GZ8, GZ4 and GZ4S on AVX-512: kFusedRows weight rows at a time against each
+  // activation row, the codes never written out (the rows past n1 repeat the last; their sums are
+  // dropped).
   const GgmlType type = static_cast<GgmlType>(w.ggml_type);
   const bool gz = type == GgmlType::kGZ8 || type == GgmlType::kGZ4;
-  if (isa == CpuIsa::kAvx512 && (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || gz)) {
+  if (isa == CpuIsa::kAvx512 && (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 ||
+                                 type == GgmlType::kGZ4S || gz)) {
     const auto* data = static_cast<const uint8_t*>(w.data);
     const int64_t row_bytes = RowBytes(w);
     for (int64_t n = n0; n < n1; n += kFusedRows) {
@@ -457,6 +480,7 @@ bool GgmlMatmulReads(uint32_t ggml_type) {
     case GgmlType::kQ1_0:
     case GgmlType::kGZ8:
     case GgmlType::kGZ4:
+    case GgmlType::kGZ4S:
       return true;
     default:
       return false;
@@ -469,7 +493,7 @@ Status CheckGgmlWeight(const Weight& w) {
   if (w.format != Format::kGgml || !GgmlMatmulReads(w.ggml_type) || !GgmlBlockOf(type, &block)) {
     return InvalidArgument("weight of format " + FormatName(w.format) + " and block type " +
                            GgmlTypeName(type) + " is not read by the ggml kernels (Q8_0, Q4_0, " +
-                           "Q4_K, Q6_K)");
+                           "Q4_K, Q5_K, Q6_K, IQ4_XS, Q1_0, GZ8, GZ4, GZ4S)");
   }
   if (w.empty() || w.rows <= 0 || w.cols <= 0) {
     return InvalidArgument("ggml weight has no data or an empty shape");

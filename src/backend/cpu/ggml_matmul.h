@@ -1,6 +1,6 @@
 // CPU matmul and embedding rows over weights kept in ggml's blocks (Format::kGgml, as a GGUF
-// file holds them): Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS and Q1_0, and gizllm's own GZ8 and GZ4
-// (convert --bits b8 / b4).
+// file holds them): Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS and Q1_0, and gizllm's own GZ8, GZ4 and
+// GZ4S (convert --bits b8 / b4).
 //
 // Each weight row is decoded once into float32 (exactly the values llama.cpp dequantizes,
 // formats/ggml_blocks.h) in a per-thread row that stays in L1, then multiplied with every

@@ -195,6 +195,33 @@ TEST(GgmlBlocksTest, OwnBlocksByHand) {
   EXPECT_EQ(t, GgmlType::kGZ4);
 }
 
+// GZ4S: 32 elements, an f16 d, element i < 16 in the low nibble of byte 2 + i, i >= 16 in the
+// high nibble of byte 2 + i - 16; each value d * kGz4Levels[nibble]. Two blocks, each its own d.
+TEST(GgmlBlocksTest, Gz4SByHand) {
+  GgmlBlock block;
+  ASSERT_TRUE(GgmlBlockOf(GgmlType::kGZ4S, &block));
+  EXPECT_EQ(block.elements, 32);
+  EXPECT_EQ(block.bytes, 18);
+  std::vector<uint8_t> b(36);
+  const float d[2] = {0.25f, -2.0f};
+  for (int k = 0; k < 2; ++k) {
+    const uint16_t h = F32ToF16(d[k]);
+    b[18 * k] = h & 0xFF, b[18 * k + 1] = h >> 8;
+    for (int i = 0; i < 16; ++i) b[18 * k + 2 + i] = static_cast<uint8_t>(i | (15 - i) << 4);
+  }
+  std::vector<float> y(64);
+  ASSERT_TRUE(DequantizeBlocks(GgmlType::kGZ4S, b.data(), b.size(), 64, y.data(), "t").ok());
+  for (int e = 0; e < 64; ++e) {
+    const int i = e % 32;
+    const int code = i < 16 ? i : 15 - (i - 16);
+    EXPECT_EQ(y[e], d[e / 32] * static_cast<float>(kGz4Levels[code])) << e;
+  }
+  GgmlType t;
+  ASSERT_TRUE(GgmlTypeFromName("GZ4S", &t));
+  EXPECT_EQ(t, GgmlType::kGZ4S);
+  EXPECT_TRUE(IsOwnBlockType(GgmlType::kGZ4S));
+}
+
 TEST(GgmlBlocksTest, Q1_0AndQ2_0ReadEachBlocksScale) {
   std::string q1 = Half(1.0f) + std::string(16, '\xff') + Half(-0.5f) + std::string(16, '\0');
   std::vector<float> got(256);

@@ -139,5 +139,48 @@ TEST(OwnBlocksTest, Q8_0ForNarrowRows) {
   EXPECT_FALSE(QuantizeOwnBlocks(GgmlType::kQ8_0, x.data(), 5, 100).ok());
 }
 
+// GZ4S for rows of 32 or 64 inputs: each value the level nearest it at its block's f16 scale;
+// the error of normal weights near GZ4's (one f16 scale a group of 32 in both); a block of zeros
+// exact; the same bytes on any number of threads; rows that are not groups of 32 refused.
+TEST(OwnBlocksTest, Gz4SForNarrowRows) {
+  std::vector<float> x = Normal(64 * 300, 17);
+  for (size_t i = 41; i < x.size(); i += 263) x[i] *= 20.0f;  // outliers
+  std::fill(x.begin() + 64 * 7, x.begin() + 64 * 7 + 32, 0.0f);
+  ThreadPool pool(3);
+  auto q = QuantizeOwnBlocks(GgmlType::kGZ4S, x.data(), 300, 64);
+  auto many = QuantizeOwnBlocks(GgmlType::kGZ4S, x.data(), 300, 64, &pool);
+  ASSERT_TRUE(q.ok() && many.ok()) << q.status().message();
+  EXPECT_EQ(*q, *many);
+  ASSERT_EQ(q->size(), 300u * 2 * 18);
+  const std::vector<float> y = Decode(GgmlType::kGZ4S, *q, x.size());
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    const uint8_t* blk = q->data() + 18 * b;
+    const float d = F16ToF32(static_cast<uint16_t>(blk[0] | blk[1] << 8));
+    if (b == 14) {
+      for (int i = 0; i < 32; ++i) EXPECT_EQ(y[32 * b + i], 0.0f) << i;
+      continue;
+    }
+    ASSERT_GT(d, 0.0f) << b;
+    for (int i = 0; i < 32; ++i) {
+      const float err = std::fabs(x[32 * b + i] - y[32 * b + i]);
+      for (int c = 0; c < 16; ++c) {
+        ASSERT_LE(err, std::fabs(x[32 * b + i] - d * kGz4Levels[c]) * (1 + 1e-6f)) << b << " " << i;
+      }
+    }
+  }
+  const std::vector<float> normal = Normal(32 * 4096, 19);
+  auto qn = QuantizeOwnBlocks(GgmlType::kGZ4S, normal.data(), 4096, 32);
+  ASSERT_TRUE(qn.ok());
+  const std::vector<float> yn = Decode(GgmlType::kGZ4S, *qn, normal.size());
+  double err = 0, sum = 0;
+  for (size_t i = 0; i < normal.size(); ++i) {
+    err += (double{normal[i]} - yn[i]) * (double{normal[i]} - yn[i]);
+    sum += double{normal[i]} * normal[i];
+  }
+  EXPECT_LT(err / sum, 6.5e-3);
+  EXPECT_GT(err / sum, 0.0);
+  EXPECT_FALSE(QuantizeOwnBlocks(GgmlType::kGZ4S, x.data(), 5, 100).ok());
+}
+
 }  // namespace
 }  // namespace gizllm::quant

@@ -97,7 +97,10 @@ TEST(GgmlMatmulTest, MatchesTheDequantizedProducts) {
                         {GgmlType::kGZ8, 128},
                         {GgmlType::kGZ8, 2176},
                         {GgmlType::kGZ4, 384},
-                        {GgmlType::kGZ4, 2176}};
+                        {GgmlType::kGZ4, 2176},
+                        {GgmlType::kGZ4S, 32},
+                        {GgmlType::kGZ4S, 64},
+                        {GgmlType::kGZ4S, 2080}};
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   uint32_t seed = 1;
@@ -173,7 +176,7 @@ TEST(GgmlMatmulTest, RunsBesidePlainOutputs) {
 TEST(GgmlMatmulTest, EmbedReadsRowsFromBlocks) {
   for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
                         GgmlType::kQ6_K, GgmlType::kIQ4_XS, GgmlType::kQ1_0, GgmlType::kGZ8,
-                        GgmlType::kGZ4}) {
+                        GgmlType::kGZ4, GgmlType::kGZ4S}) {
     ThreadPool pool(2);
     CpuBackend backend(&pool, CpuOptions{});
     Matrix table = MakeMatrix(type, 50, 512, 11);
