@@ -195,7 +195,7 @@ int RunBench(const BenchOptions& o) {
   options.kv_budget_bytes = KvBudgetFor(model.BudgetCaches(), model.PageBytes(), options.slots,
                                         PagesFor(options.context), options.rows);
   options.device_sampling = !o.host_sampling;
-  if (Status s = o.draft.Apply(model, &options); !s.ok()) return Fail(s.message());
+  if (Status s = o.draft.Apply(model, &options, o.model.device.threads); !s.ok()) return Fail(s.message());
   // Recurrent layers' states come out of the budget before the pages.
   options.kv_budget_bytes += Engine::StateBytes(model.caches(), options);
   auto created = Engine::Create(model.runner(), options);
@@ -440,8 +440,8 @@ int RunBench(const BenchOptions& o) {
   }
   // Drafts per drafter: made, kept, and kept per step (of all steps, and of those with drafts).
   out["draft"] = o.draft.draft;
-  const std::pair<const char*, const DraftStats*> drafters[] = {{"lookup", &stats.lookup},
-                                                                {"mtp", &stats.mtp}};
+  const std::pair<const char*, const DraftStats*> drafters[] = {
+      {"lookup", &stats.lookup}, {"mtp", &stats.mtp}, {"dflash", &stats.block}};
   for (const auto& [name, d] : drafters) {
     out["drafts"][name] = {
         {"drafted", d->drafted},
@@ -507,7 +507,7 @@ int RunBench(const BenchOptions& o) {
       }
     }
     for (const auto& [name, d] : drafters) {
-      if (d->drafted == 0 && std::string(name) == "mtp") continue;
+      if (d->drafted == 0 && std::string(name) != "lookup") continue;
       std::printf(
           "drafts           %s: %s %lld drafted, %lld kept (%.1f%%), in %lld of %lld "
           "steps, %.2f kept a step\n",

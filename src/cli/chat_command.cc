@@ -194,7 +194,7 @@ int Chat(const ChatOptions& o) {
     return Fail(s.message());
   options.kv_budget_bytes = KvBudgetFor(model->BudgetCaches(), model->PageBytes(), 1,
                                         PagesFor(options.context) + 1, options.rows);
-  if (Status s = o.draft.Apply(*model, &options); !s.ok()) return Fail(s.message());
+  if (Status s = o.draft.Apply(*model, &options, o.model.device.threads); !s.ok()) return Fail(s.message());
   // Recurrent layers' states come out of the budget before the pages.
   options.kv_budget_bytes += Engine::StateBytes(model->caches(), options);
   auto created = Engine::Create(model->runner(), options);

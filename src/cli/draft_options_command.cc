@@ -1,6 +1,10 @@
 // Shared draft options (not a command itself; named *_command.cc so the CLI target picks it up).
 #include "cli/draft_options.h"
 
+#include <algorithm>
+
+#include "model/dflash.h"
+
 namespace gizllm::cli {
 
 void DraftOptions::Add(CLI::App* app) {
@@ -11,13 +15,22 @@ void DraftOptions::Add(CLI::App* app) {
                   "only where the measured step times and acceptance say drafts pay), mtp "
                   "(always, with the model's multi-token prediction layer, chained for each "
                   "further draft), lookup (always, where the sequence's latest tokens occurred "
-                  "before in its prompt or answer), none. dflash is not built yet. Requests with "
+                  "before in its prompt or answer), dflash (always, with the DFlash drafter of "
+                  "--drafter: a block of drafts in one pass of its layers over the model's "
+                  "hidden states), none. Requests with "
                   "penalties, a grammar or pictures make no drafts; on models with recurrent "
                   "layers a step with drafts also copies each drafting sequence's recurrent "
                   "states once")
       ->default_val("auto");
-  app->add_option("--drafts", drafts, "Most drafts a sequence carries in a step (0 to 16)")
-      ->default_val(3);
+  drafts_option = app->add_option("--drafts", drafts,
+                                  "Most drafts a sequence carries in a step (0 to 16; default 3, "
+                                  "with --draft dflash the drafter's block size less one)")
+                      ->default_val(3);
+  app->add_option("--drafter", drafter,
+                  "A DFlash drafter's folder for --draft dflash (z-lab's layout: config.json "
+                  "with architectures DFlashDraftModel, block_size and dflash_config, and its "
+                  "safetensors), made for this model: it reads the model's hidden states, "
+                  "embedding and head");
   app->add_option("--draft-vocab", draft_vocab,
                   "MTP drafts pick among the first N token ids only (FR-Spec: a BPE vocabulary's "
                   "first ids are its most frequent tokens), so the MTP layer's head computes N "
@@ -25,7 +38,7 @@ void DraftOptions::Add(CLI::App* app) {
       ->default_val(0);
 }
 
-Status DraftOptions::Apply(LoadedModel& model, EngineOptions* options) const {
+Status DraftOptions::Apply(LoadedModel& model, EngineOptions* options, int threads) const {
   if (drafts < 0 || drafts > EngineOptions::kMaxDrafts) {
     return InvalidArgument("--drafts: expected 0 to " + std::to_string(EngineOptions::kMaxDrafts) +
                            ", got " + std::to_string(drafts));
@@ -44,11 +57,31 @@ Status DraftOptions::Apply(LoadedModel& model, EngineOptions* options) const {
     }
     options->draft = DraftMode::kMtp;
   } else if (draft == "dflash") {
-    return Unimplemented(
-        "--draft dflash: DFlash drafters are not built yet; use --draft mtp, lookup, auto or "
-        "none");
+    if (drafter.empty()) {
+      return InvalidArgument("--draft dflash: name the drafter's folder with --drafter DIR");
+    }
+    if (model.pipeline()) {
+      return Unimplemented("--draft dflash: not with --pipeline (the stages keep no hidden states "
+                           "for the drafter)");
+    }
+    auto loaded = DFlashDrafter::Open(drafter, model.runner(), threads);
+    if (!loaded.ok()) return loaded.status().Annotate("--drafter");
+    options->draft = DraftMode::kBlock;
+    if (!drafts_option || drafts_option->count() == 0) {
+      options->drafts = std::min<int32_t>((*loaded)->MostDrafts(), EngineOptions::kMaxDrafts);
+    } else if (drafts > (*loaded)->MostDrafts()) {
+      return InvalidArgument("--drafts " + std::to_string(drafts) + ": the drafter's block of " +
+                             std::to_string((*loaded)->MostDrafts() + 1) + " gives at most " +
+                             std::to_string((*loaded)->MostDrafts()));
+    }
+    options->block_drafter = loaded->get();
+    model.SetDrafter(std::move(*loaded));
   } else {
-    return InvalidArgument("--draft: expected auto, mtp, lookup or none, got \"" + draft + "\"");
+    return InvalidArgument("--draft: expected auto, mtp, lookup, dflash or none, got \"" + draft +
+                           "\"");
+  }
+  if (!drafter.empty() && draft != "dflash") {
+    return InvalidArgument("--drafter: only --draft dflash reads a drafter");
   }
   if (drafts == 0) options->draft = DraftMode::kNone;
   if (draft_vocab != 0) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "model/block_drafter.h"
 #include "model/embedding_model.h"
 #include "model/model.h"
 #include "model/pipeline_runner.h"
@@ -56,9 +57,12 @@ class LoadedModel {
   DeviceMemory Memory();
   // The backends' descriptions: "cpu (...)", or each stage's with its layers.
   std::string Describe();
+  // A block drafter (--draft dflash) kept as long as the model.
+  void SetDrafter(std::unique_ptr<BlockDrafter> drafter) { drafter_ = std::move(drafter); }
 
  private:
   std::unique_ptr<Model> model_;
+  std::unique_ptr<BlockDrafter> drafter_;
   std::unique_ptr<PipelineRunner> pipeline_;
   std::vector<int> devices_;  // each stage's device (GPU index; 0 for every CPU stage)
 };

@@ -145,7 +145,7 @@ int Serve(const ServeOptions& o) {
   engine_options.rows = StepRows(model->backend().kind(), size->slots, o.rows);
   engine_options.busy_rows = BusyStepRows(model->backend().kind(), size->slots, o.rows);
   engine_options.kv_budget_bytes = size->kv_budget_bytes;
-  if (Status s = o.draft.Apply(*model, &engine_options); !s.ok()) return Fail(s.message());
+  if (Status s = o.draft.Apply(*model, &engine_options, o.model.device.threads); !s.ok()) return Fail(s.message());
   std::fprintf(stderr,
                "KV cache: %s pages, %.2f GiB (%s; device %.2f GiB free of %.2f after the weights, "
                "reserve %.2f) = %lld positions; %d slots%s, context %lld%s, rows %lld\n",

@@ -44,6 +44,14 @@ Status EngineOptions::Check() const {
                            std::to_string(slots) + ") to rows (" + std::to_string(rows) +
                            "), got " + std::to_string(busy_rows));
   }
+  if (draft == DraftMode::kBlock && drafts > 0) {
+    if (!block_drafter) return InvalidArgument("engine draft: block drafts without a drafter");
+    if (drafts > block_drafter->MostDrafts()) {
+      return InvalidArgument("engine drafts: " + std::to_string(drafts) +
+                             ", but the block drafter gives at most " +
+                             std::to_string(block_drafter->MostDrafts()));
+    }
+  }
   if (prefix_state_bytes < 0) {
     return InvalidArgument("engine prefix_state_bytes: expected >= 0, got " +
                            std::to_string(prefix_state_bytes));
@@ -134,9 +142,14 @@ Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOpt
   const bool mtp = drafts && runner->HasMtp() &&
                    (options.draft == DraftMode::kMtp || options.draft == DraftMode::kAuto);
   if (mtp) GZ_RETURN_IF_ERROR(runner->KeepHidden());
+  const bool block = drafts && options.draft == DraftMode::kBlock;
+  if (block) {
+    GZ_RETURN_IF_ERROR(runner->KeepFeatures(options.block_drafter->FeatureLayers()));
+  }
   auto engine = std::unique_ptr<Engine>(
       new Engine(runner, options, paging, static_cast<int32_t>(pages), max_pages));
   engine->mtp_ = mtp;
+  engine->block_ = block;
   return engine;
 }
 
@@ -460,7 +473,8 @@ Status Engine::Draft() {
   // chained MTP rows.
   int32_t k = 0;
   if (!eligible.empty()) {
-    k = options_.draft == DraftMode::kLookup || options_.draft == DraftMode::kMtp
+    k = options_.draft == DraftMode::kLookup || options_.draft == DraftMode::kMtp ||
+                options_.draft == DraftMode::kBlock
             ? options_.drafts
             : pacer_.Choose(std::min<int64_t>(rows, state_.busy_rows), decodes,
                             static_cast<int64_t>(eligible.size()));
@@ -468,6 +482,7 @@ Status Engine::Draft() {
   // The MTP layer reads the last step's rows even where no sequence drafts: its KV of every
   // position is then there when drafting pays again.
   if (mtp_) return DraftMtp(eligible, k);
+  if (block_) return DraftBlock(eligible, k);
   if (k == 0) return Status::Ok();
   for (auto& [seq, most] : eligible) {
     LookupDraft(seq->tokens, static_cast<int32_t>(std::min<int64_t>(most, k)), &seq->drafts);
@@ -563,6 +578,59 @@ Status Engine::DraftMtp(std::span<const std::pair<Sequence*, int64_t>> eligible,
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
   }
   return Status::Ok();
+}
+
+Status Engine::DraftBlock(std::span<const std::pair<Sequence*, int64_t>> eligible, int32_t k) {
+  // Contexts of sequences that are gone.
+  for (auto it = block_contexts_.begin(); it != block_contexts_.end();) {
+    it = state_.sequences.count(it->first) ? std::next(it) : block_contexts_.erase(it);
+  }
+  if (k == 0 || eligible.empty()) return Status::Ok();
+  const auto began = std::chrono::steady_clock::now();
+  std::vector<BlockDrafter::Context*> contexts;
+  std::vector<int32_t> last;
+  std::vector<int64_t> positions;
+  std::vector<std::pair<Sequence*, int64_t>> drafting;
+  for (const auto& [seq, most] : eligible) {
+    auto it = block_contexts_.find(seq->id);
+    if (it == block_contexts_.end()) continue;  // nothing read yet (a picture, or no step)
+    contexts.push_back(it->second.get());
+    last.push_back(seq->tokens.back());
+    positions.push_back(static_cast<int64_t>(seq->tokens.size()) - 1);
+    drafting.emplace_back(seq, std::min<int64_t>(most, k));
+  }
+  if (drafting.empty()) return Status::Ok();
+  std::vector<int32_t> tokens(drafting.size() * k);
+  GZ_RETURN_IF_ERROR(options_.block_drafter->Draft(contexts, last, positions, k, tokens.data()));
+  for (size_t i = 0; i < drafting.size(); ++i) {
+    drafting[i].first->drafts.assign(tokens.begin() + i * k,
+                                     tokens.begin() + i * k + drafting[i].second);
+  }
+  draft_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+  return Status::Ok();
+}
+
+Status Engine::ExtendBlockContext(const Sequence& seq, int64_t first, int64_t count,
+                                  int64_t position) {
+  if (count <= 0) return Status::Ok();
+  const float* features = runner_->Features();
+  if (!features) return Internal("block drafts: the runner kept no hidden states of the step");
+  const std::span<const int> layers = options_.block_drafter->FeatureLayers();
+  const int64_t dim = runner_->arch().dim, n = rows_.size(), width = layers.size() * dim;
+  // The runner's [layers, rows, dim] as the drafter's [rows, layers * dim].
+  block_features_.resize(count * width);
+  for (int64_t i = 0; i < count; ++i) {
+    for (size_t l = 0; l < layers.size(); ++l) {
+      std::copy_n(features + (l * n + first + i) * dim, dim,
+                  block_features_.data() + i * width + l * dim);
+    }
+  }
+  std::vector<int64_t> positions(count);
+  for (int64_t i = 0; i < count; ++i) positions[i] = position + i;
+  auto& context = block_contexts_[seq.id];
+  if (!context) context = options_.block_drafter->NewContext();
+  return options_.block_drafter->Extend(*context, positions, block_features_.data());
 }
 
 void Engine::FillTables() {
@@ -842,7 +910,7 @@ Status Engine::Run() {
 void Engine::PostProcess(std::vector<Progress>& progress) {
   int64_t wanted = 0;
   int64_t refusals = 0;  // sequences whose drafts met a refused one this step
-  DraftStats& drafter = mtp_ ? stats_.mtp : stats_.lookup;
+  DraftStats& drafter = mtp_ ? stats_.mtp : block_ ? stats_.block : stats_.lookup;
   for (size_t planned = 0; planned < state_.plan.size(); ++planned) {
     const Planned& p = state_.plan[planned];
     Sequence& seq = state_.sequences.at(p.id);
@@ -851,6 +919,12 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
     // with the token after it (DraftMtp).
     const int64_t start = static_cast<int64_t>(slot.tokens.size()) - p.rows;
     auto read_by_mtp = [&](int64_t kept) {
+      // Block drafts: the kept rows join the sequence's context; a context that cannot take them
+      // is dropped (the sequence drafts no more: drafts are guesses, the text does not change).
+      if (block_ && !seq.request.pictures &&
+          !ExtendBlockContext(seq, plan_rows_[planned], kept, start).ok()) {
+        block_contexts_.erase(seq.id);
+      }
       if (!mtp_ || seq.request.pictures) return;
       for (int64_t i = 0; i < kept; ++i) {
         mtp_pending_.push_back({seq.id, seq.slot, static_cast<int32_t>(plan_rows_[planned] + i),

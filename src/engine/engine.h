@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <future>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "engine/prefix_cache.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "model/block_drafter.h"
 #include "model/runner.h"
 #include "sampling/sampling.h"
 
@@ -31,8 +33,9 @@ namespace gizllm {
 // lookup (engine/lookup_drafter.h) finds them; kMtp drafts `drafts` tokens with the model's MTP
 // layer (Runner::MtpDraft, chained); kAuto drafts with the MTP layer where the model has one,
 // else by lookup, and only where the pacer (engine/draft_pacer.h) expects more tokens per
-// second than without.
-enum class DraftMode { kNone, kLookup, kMtp, kAuto };
+// second than without; kBlock drafts `drafts` tokens with EngineOptions::block_drafter (DFlash),
+// which reads the target's hidden states of every kept row (Runner::KeepFeatures).
+enum class DraftMode { kNone, kLookup, kMtp, kAuto, kBlock };
 
 struct EngineOptions {
   int32_t slots = 16;                            // sequences at once
@@ -62,6 +65,8 @@ struct EngineOptions {
   DraftMode draft = DraftMode::kNone;
   int32_t drafts = 3;  // most drafts a sequence carries in a step, [0, kMaxDrafts]
   static constexpr int32_t kMaxDrafts = 16;
+  // kBlock: the drafter (it must outlive the engine; drafts at most its MostDrafts()).
+  BlockDrafter* block_drafter = nullptr;
   Status Check() const;
 };
 
@@ -85,6 +90,7 @@ struct EngineStats {
   int64_t masks_on_device = 0;    // of them, masks the runner applied where it picked the tokens
   DraftStats lookup;           // lookup drafts
   DraftStats mtp;              // the MTP layer's drafts
+  DraftStats block;            // a block drafter's (DFlash)
 };
 
 // What the last step read and how long the runner took (`bench --trace`).
@@ -99,7 +105,7 @@ struct StepTrace {
   int64_t drafted = 0;   // draft rows (part of decode_rows)
   int64_t accepted = 0;  // drafts kept
   // The MTP layer's runs before the step (its rows of the last step, then the chained drafts),
-  // wall clock; part of what the pacer weighs drafts by.
+  // or the block drafter's, wall clock; part of what the pacer weighs drafts by.
   double draft_ms = 0.0;
 };
 
@@ -202,6 +208,12 @@ class Engine {
   // sequence in `eligible` (with the most drafts it may keep); then up to k - 1 chained rows a
   // sequence, each reading the draft before it.
   Status DraftMtp(std::span<const std::pair<Sequence*, int64_t>> eligible, int32_t k);
+  // Block drafts (EngineOptions::block_drafter): each sequence in `eligible` drafts from its
+  // context (block_contexts_), up to its most and k.
+  Status DraftBlock(std::span<const std::pair<Sequence*, int64_t>> eligible, int32_t k);
+  // The kept rows [first, first + count) of the last step, at positions from `position`, join
+  // the sequence's block context (features from Runner::Features).
+  Status ExtendBlockContext(const Sequence& seq, int64_t first, int64_t count, int64_t position);
 
   Status BuildRows(std::span<const int32_t> tokens, std::span<const int32_t> slots,
                    std::span<const int32_t> wanted);
@@ -250,6 +262,10 @@ class Engine {
     int32_t position;
   };
   std::vector<MtpRow> mtp_pending_;
+  // Block drafts: whether this engine makes them, and each sequence's context by id.
+  bool block_ = false;
+  std::map<int64_t, std::unique_ptr<BlockDrafter::Context>> block_contexts_;
+  std::vector<float> block_features_;
   std::vector<int64_t> plan_rows_;
   Rows mtp_rows_;
   std::vector<int32_t> mtp_sources_;

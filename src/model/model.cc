@@ -192,6 +192,10 @@ struct Model::Impl {
   // device, and the rows of the last step and of the last MtpDraft (their sources' range).
   bool keeps_hidden = false;
   int64_t hidden_rows = 0;
+  // Block drafts (KeepFeatures): the layers whose hidden states every step copies to the host,
+  // and the last step's copies [feature_layers, rows, dim].
+  std::vector<int> feature_layers;
+  std::vector<float> features;
   int64_t mtp_table_width = 0;  // the MTP rows' page-table width (PageTables::max_pages)
   // MtpDraft's head over the first draft_vocab tokens only (SetDraftVocab); empty: the head.
   Weight draft_head;
@@ -974,7 +978,68 @@ Status Model::UploadStepInputs(const Rows& rows, const PageTables& tables, bool 
 }
 
 Status Model::Step(const Rows& rows, const PageTables& tables, float* logits) {
+  if (!impl_->feature_layers.empty()) {
+    impl_->features.resize(impl_->feature_layers.size() * rows.size() * arch_.dim);
+    return Forward(rows, tables, impl_->feature_layers, impl_->features.data(), logits);
+  }
   return Forward(rows, tables, {}, nullptr, logits);
+}
+
+Status Model::KeepFeatures(std::span<const int> layers) {
+  if (!last_stage() || impl_->first_layer != 0) {
+    return Unimplemented("KeepFeatures: a pipeline stage keeps no hidden states for drafts");
+  }
+  for (int l : layers) {
+    if (l < 1 || l > arch_.layers) {
+      return InvalidArgument("KeepFeatures: layer " + std::to_string(l) + " outside [1, " +
+                             std::to_string(arch_.layers) + "] (the outputs of " + dir_ +
+                             "'s layers)");
+    }
+  }
+  impl_->feature_layers.assign(layers.begin(), layers.end());
+  return Status::Ok();
+}
+
+const float* Model::Features() const {
+  return impl_->features.empty() ? nullptr : impl_->features.data();
+}
+
+Status Model::EmbedTokens(std::span<const int32_t> tokens, float* out) {
+  Buffers& b = impl_->buffers;
+  if (impl_->first_layer != 0) return Unimplemented("EmbedTokens: not the first pipeline stage");
+  if (b.rows == 0) return InvalidArgument("EmbedTokens: Reserve was not called");
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= arch_.vocab) {
+      return InvalidArgument("EmbedTokens: token " + std::to_string(t) + " outside [0, " +
+                             std::to_string(arch_.vocab) + ")");
+    }
+  }
+  Backend& be = *backend_;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  for (int64_t r0 = 0; r0 < n; r0 += b.rows) {
+    const int64_t m = std::min(b.rows, n - r0);
+    be.CopyToDevice(b.tokens->data(), tokens.data() + r0, m * sizeof(int32_t));
+    be.Embed({b.h->as<float>(), &impl_->embed, b.tokens->as<int32_t>(), m, arch_.embed_scale});
+    be.CopyToHost(out + r0 * arch_.dim, b.h->data(), m * arch_.dim * sizeof(float));
+  }
+  be.Synchronize();
+  return Status::Ok();
+}
+
+Status Model::HeadLogits(const float* x, int64_t rows, float* logits) {
+  Buffers& b = impl_->buffers;
+  if (!last_stage()) return Unimplemented("HeadLogits: not the last pipeline stage");
+  if (b.rows == 0) return InvalidArgument("HeadLogits: Reserve was not called");
+  Backend& be = *backend_;
+  for (int64_t r0 = 0; r0 < rows; r0 += b.rows) {
+    const int64_t m = std::min(b.rows, rows - r0);
+    be.CopyToDevice(b.h->data(), x + r0 * arch_.dim, m * arch_.dim * sizeof(float));
+    impl_->IssueHead(be, arch_, b.h->as<float>(), m, /*norm=*/nullptr, 0.0f,
+                     b.logits->as<float>(), b.iota->as<int32_t>());
+    be.CopyToHost(logits + r0 * arch_.vocab, b.logits->data(), m * arch_.vocab * sizeof(float));
+  }
+  be.Synchronize();
+  return Status::Ok();
 }
 
 bool Model::CanSample() const { return backend_->CanSample(); }
@@ -990,8 +1055,15 @@ Status Model::StepSample(const Rows& rows, const PageTables& tables,
                            std::to_string(rows.wanted.size()) + "), got " +
                            std::to_string(params.size()));
   }
-  if (rows.wanted.empty()) return Forward(rows, tables, {}, nullptr, nullptr);
-  return Forward(rows, tables, {}, nullptr, nullptr, params, &masks, tokens);
+  std::span<const int> layers;
+  float* features = nullptr;
+  if (!impl_->feature_layers.empty()) {
+    impl_->features.resize(impl_->feature_layers.size() * rows.size() * arch_.dim);
+    layers = impl_->feature_layers;
+    features = impl_->features.data();
+  }
+  if (rows.wanted.empty()) return Forward(rows, tables, layers, features, nullptr);
+  return Forward(rows, tables, layers, features, nullptr, params, &masks, tokens);
 }
 
 Status Model::Hidden(const Rows& rows, const PageTables& tables, std::span<const int> layers,

@@ -91,6 +91,10 @@ class Model final : public Runner {
   Status MtpStep(const Rows& rows, const PageTables& tables, const float* hidden, float* normed,
                  float* logits) override;
   Status KeepHidden() override;
+  Status KeepFeatures(std::span<const int> layers) override;
+  const float* Features() const override;
+  Status EmbedTokens(std::span<const int32_t> tokens, float* out) override;
+  Status HeadLogits(const float* x, int64_t rows, float* logits) override;
   Status MtpDraft(const Rows& rows, const PageTables& tables, std::span<const int32_t> sources,
                   int32_t chained, int32_t* tokens) override;
   // FR-Spec: MtpDraft's head computes the logits of the first `tokens` token ids only (for a

@@ -174,6 +174,27 @@ class Runner {
     return Unimplemented("this runner has no MTP layer");
   }
 
+  // Block drafts (model/block_drafter.h): after KeepFeatures(layers), every Step and StepSample
+  // also copies each row's hidden states after those layers (numbered as Hidden numbers them) to
+  // host memory, which Features() gives until the next step: [layers.size(), rows, dim]. Steps
+  // that keep features are not recorded for replay.
+  virtual Status KeepFeatures(std::span<const int> layers) {
+    (void)layers;
+    return Unimplemented("this runner keeps no hidden states of its steps");
+  }
+  virtual const float* Features() const { return nullptr; }
+  // The token embedding (times the family's embed scale) of `tokens`: out [tokens, dim], host
+  // memory; and the head alone (no final norm) over host rows x [rows, dim]: logits [rows, vocab].
+  // For a drafter that reads the target's embedding and head.
+  virtual Status EmbedTokens(std::span<const int32_t> tokens, float* out) {
+    (void)tokens, (void)out;
+    return Unimplemented("this runner does not embed tokens alone");
+  }
+  virtual Status HeadLogits(const float* x, int64_t rows, float* logits) {
+    (void)x, (void)rows, (void)logits;
+    return Unimplemented("this runner does not run its head alone");
+  }
+
   // Whether StepSample can pick the tokens where the logits are (on the device), so that only
   // token ids come back instead of [wanted, vocab] logits.
   virtual bool CanSample() const { return false; }

@@ -104,6 +104,7 @@ GeneratorStats EngineGenerator::Stats() const {
   for (const auto& g : grammars_) s.grammar_masks_shared += g.second->masks->hits();
   s.drafters.push_back({"lookup", e.lookup.drafted, e.lookup.accepted, e.lookup.steps});
   s.drafters.push_back({"mtp", e.mtp.drafted, e.mtp.accepted, e.mtp.steps});
+  s.drafters.push_back({"dflash", e.block.drafted, e.block.accepted, e.block.steps});
   s.expert_cache = engine_->runner().ExpertCache();
   int32_t active = static_cast<int32_t>(active_.size());
   s.running = std::min(active, s.slots);
