@@ -26,6 +26,7 @@ function tinyFlags() {
   json.added_tokens.push(...extra);
   const file = path.join(os.tmpdir(), `tiny_flags_${process.pid}.json`);
   fs.writeFileSync(file, JSON.stringify(json));
+  process.on("exit", () => fs.rmSync(file, { force: true }));
   return file;
 }
 

@@ -220,7 +220,7 @@ assert d["draft"] == "lookup" and d["generated_tokens"] == 2 * 24, d
 assert l["drafted"] > 0 and 0 <= l["accepted"] <= l["drafted"] and l["steps"] > 0, l
 ' "$tmp/out"
 expect_error draft-mtp-refused "has no MTP layer" $gz run --draft mtp --prompt hi
-expect_error draft-dflash-refused "not built yet" $gz run --draft dflash --prompt hi
+expect_error draft-dflash-needs-drafter "with --drafter DIR" $gz run --draft dflash --prompt hi
 expect_error draft-vocab-needs-mtp "only MTP drafts" $gz run --draft-vocab 100 --prompt hi
 # MTP drafts on the shipped tiny hybrid, over the first 2,048 token ids (FR-Spec).
 $gz bench --model models/tiny-hybrid -n 2 -c 1 -p 8 -o 24 --draft mtp --draft-vocab 2048 --json \

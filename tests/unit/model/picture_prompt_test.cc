@@ -57,6 +57,7 @@ class PicturePromptTest : public ::testing::Test {
     ASSERT_TRUE(reader.ok()) << reader.status().message();
     reader_ = std::move(*reader);
   }
+  void TearDown() override { fs::remove_all(dir_); }
 
   // tiny_vl::Prompt() as the chat template writes it: one placeholder per picture.
   static std::vector<int32_t> Template() {
