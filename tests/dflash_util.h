@@ -6,11 +6,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "formats/safetensors.h"
 
@@ -34,23 +33,24 @@ struct RandomDFlash {
 
 inline void WriteRandomDFlash(const std::string& dir, const RandomDFlash& r) {
   std::filesystem::create_directories(dir);
-  nlohmann::json c = {{"architectures", {"DFlashDraftModel"}},
-                      {"model_type", "qwen3"},
-                      {"hidden_size", r.dim},
-                      {"num_hidden_layers", r.layers},
-                      {"num_attention_heads", r.heads},
-                      {"num_key_value_heads", r.kv_heads},
-                      {"head_dim", r.head_dim},
-                      {"intermediate_size", r.ffn},
-                      {"rms_norm_eps", 1e-6},
-                      {"rope_theta", r.rope_theta},
-                      {"rope_scaling", nullptr},
-                      {"hidden_act", "silu"},
-                      {"attention_bias", false},
-                      {"block_size", r.block},
-                      {"num_target_layers", r.target_layers},
-                      {"dflash_config",
-                       {{"mask_token_id", r.mask_token}, {"target_layer_ids", r.target_layer_ids}}}};
+  nlohmann::json c = {
+      {"architectures", {"DFlashDraftModel"}},
+      {"model_type", "qwen3"},
+      {"hidden_size", r.dim},
+      {"num_hidden_layers", r.layers},
+      {"num_attention_heads", r.heads},
+      {"num_key_value_heads", r.kv_heads},
+      {"head_dim", r.head_dim},
+      {"intermediate_size", r.ffn},
+      {"rms_norm_eps", 1e-6},
+      {"rope_theta", r.rope_theta},
+      {"rope_scaling", nullptr},
+      {"hidden_act", "silu"},
+      {"attention_bias", false},
+      {"block_size", r.block},
+      {"num_target_layers", r.target_layers},
+      {"dflash_config",
+       {{"mask_token_id", r.mask_token}, {"target_layer_ids", r.target_layer_ids}}}};
   std::ofstream(dir + "/config.json") << c.dump(2);
   std::mt19937 rng(r.seed);
   std::normal_distribution<float> normal(0.0f, 0.05f);

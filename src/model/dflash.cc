@@ -4,9 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "core/dtype.h"
 #include "core/mapped_file.h"
@@ -40,8 +39,11 @@ void RmsNorm(const float* x, int64_t n, int dim, const float* w, float eps, floa
   }
 }
 
-// The position-independent part of each token's context: the drafter's per-sequence keys and
-// values, layer by layer, [positions, kv_heads * head_dim] each.
+// Multiply-adds below which a product runs on the calling thread.
+constexpr int64_t kSerialWork = int64_t{1} << 20;
+
+// What the drafter keeps of one sequence: each layer's keys (normed, rotated at their
+// positions) and values, layer by layer, [positions, kv_heads * head_dim] each.
 struct DFlashContext : BlockDrafter::Context {
   std::vector<int64_t> positions;
   std::vector<std::vector<float>> k, v;
@@ -85,14 +87,15 @@ Expected<DFlashConfig> ReadDFlashConfig(const std::string& dir, const Arch& targ
                       integer(c, "num_attention_heads", 1, 1024, "num_attention_heads"));
   GZ_ASSIGN_OR_RETURN(int64_t kv_heads,
                       integer(c, "num_key_value_heads", 1, heads, "num_key_value_heads"));
-  GZ_ASSIGN_OR_RETURN(int64_t ffn, integer(c, "intermediate_size", 1, 1 << 20, "intermediate_size"));
+  GZ_ASSIGN_OR_RETURN(int64_t ffn,
+                      integer(c, "intermediate_size", 1, 1 << 20, "intermediate_size"));
   GZ_ASSIGN_OR_RETURN(int64_t block, integer(c, "block_size", 2, 64, "block_size"));
   d.dim = static_cast<int>(dim), d.layers = static_cast<int>(layers);
   d.heads = static_cast<int>(heads), d.kv_heads = static_cast<int>(kv_heads);
   d.ffn = static_cast<int>(ffn), d.block_size = static_cast<int32_t>(block);
   if (heads % kv_heads != 0) {
-    return bad("num_attention_heads", "(" + std::to_string(heads) +
-                                          ") is not a multiple of num_key_value_heads");
+    return bad("num_attention_heads",
+               "(" + std::to_string(heads) + ") is not a multiple of num_key_value_heads");
   }
   if (c.contains("head_dim") && !c["head_dim"].is_null()) {
     GZ_ASSIGN_OR_RETURN(int64_t hd, integer(c, "head_dim", 2, 1024, "head_dim"));
@@ -144,8 +147,8 @@ Expected<DFlashConfig> ReadDFlashConfig(const std::string& dir, const Arch& targ
   d.mask_token = static_cast<int32_t>(mask);
   d.num_target_layers = target.layers;
   if (c.contains("num_target_layers")) {
-    GZ_ASSIGN_OR_RETURN(int64_t t, integer(c, "num_target_layers", 1, 1 << 12,
-                                           "num_target_layers"));
+    GZ_ASSIGN_OR_RETURN(int64_t t,
+                        integer(c, "num_target_layers", 1, 1 << 12, "num_target_layers"));
     if (t != target.layers) {
       return bad("num_target_layers", "is " + std::to_string(t) + ", but the model has " +
                                           std::to_string(target.layers) +
@@ -159,9 +162,9 @@ Expected<DFlashConfig> ReadDFlashConfig(const std::string& dir, const Arch& targ
     for (size_t i = 0; i < f["target_layer_ids"].size(); ++i) {
       const json& v = f["target_layer_ids"][i];
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= target.layers) {
-        return bad("dflash_config.target_layer_ids[" + std::to_string(i) + "]",
-                   "is " + v.dump() + ", not a layer of the model's " +
-                       std::to_string(target.layers));
+        return bad(
+            "dflash_config.target_layer_ids[" + std::to_string(i) + "]",
+            "is " + v.dump() + ", not a layer of the model's " + std::to_string(target.layers));
       }
       d.target_layer_ids.push_back(v.get<int>());
     }
@@ -177,8 +180,8 @@ Expected<DFlashConfig> ReadDFlashConfig(const std::string& dir, const Arch& targ
 
 DFlashDrafter::~DFlashDrafter() = default;
 
-Expected<std::unique_ptr<DFlashDrafter>> DFlashDrafter::Open(const std::string& dir,
-                                                             Runner* target, int threads) {
+Expected<std::unique_ptr<DFlashDrafter>> DFlashDrafter::Open(const std::string& dir, Runner* target,
+                                                             int threads) {
   const Arch& arch = target->arch();
   GZ_ASSIGN_OR_RETURN(DFlashConfig config, ReadDFlashConfig(dir, arch));
   GZ_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(dir));
@@ -215,8 +218,8 @@ Expected<std::unique_ptr<DFlashDrafter>> DFlashDrafter::Open(const std::string& 
           (*out)[i] = F16ToF32(static_cast<uint16_t>(p[0] | p[1] << 8));
           break;
         default:
-          return InvalidArgument(dir + ": tensor " + t->name + " is " + std::string(DTypeName(t->dtype)) +
-                                 " (F32, F16 or BF16 only)");
+          return InvalidArgument(dir + ": tensor " + t->name + " is " +
+                                 std::string(DTypeName(t->dtype)) + " (F32, F16 or BF16 only)");
       }
     }
     return Status::Ok();
@@ -265,7 +268,7 @@ int64_t DFlashDrafter::Parameters() const {
 
 void DFlashDrafter::Linear(const float* x, int64_t n, const std::vector<float>& w, int64_t out,
                            int64_t in, float* y) {
-  pool_->ParallelFor(out, 16, [&](int64_t o0, int64_t o1, int) {
+  auto rows = [&](int64_t o0, int64_t o1, int) {
     for (int64_t r = 0; r < n; ++r) {
       const float* xr = x + r * in;
       for (int64_t o = o0; o < o1; ++o) {
@@ -275,7 +278,13 @@ void DFlashDrafter::Linear(const float* x, int64_t n, const std::vector<float>& 
         y[r * out + o] = sum;
       }
     }
-  });
+  };
+  // A small product on the calling thread: waking the pool costs more than it saves.
+  if (n * out * in < kSerialWork) {
+    rows(0, out, 0);
+  } else {
+    pool_->ParallelFor(out, 16, rows);
+  }
 }
 
 // rotate_half over each head of x [n, heads * head_dim] at the rows' positions.
@@ -375,7 +384,11 @@ Status DFlashDrafter::Draft(std::span<Context* const> contexts, std::span<const 
     Rope(qb.data(), n, heads, pos.data());
     Rope(kb.data(), n, kvh, pos.data());
     // Each block row attends to its sequence's context and to its whole block (no mask).
-    pool_->ParallelFor(S * heads, 1, [&](int64_t t0, int64_t t1, int) {
+    int64_t context_rows = 0;
+    for (Context* c : contexts) {
+      context_rows += static_cast<int64_t>(static_cast<const DFlashContext*>(c)->positions.size());
+    }
+    const auto attend = [&](int64_t t0, int64_t t1, int) {
       std::vector<float> scores;
       for (int64_t task = t0; task < t1; ++task) {
         const int64_t s = task / heads;
@@ -406,7 +419,12 @@ Status DFlashDrafter::Draft(std::span<Context* const> contexts, std::span<const 
           }
         }
       }
-    });
+    };
+    if ((context_rows + S * B) * B * q_width * 2 < kSerialWork) {
+      attend(0, S * heads, 0);
+    } else {
+      pool_->ParallelFor(S * heads, 1, attend);
+    }
     Linear(attn.data(), n, L.o, dim, q_width, t.data());
     for (int64_t i = 0; i < n * dim; ++i) h[i] += t[i];
     RmsNorm(h.data(), n, config_.dim, L.post_norm.data(), config_.eps, x.data());

@@ -11,11 +11,10 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
 #include "model/dflash.h"
@@ -48,8 +47,8 @@ Model* Load(const std::string& folder) {
 }
 
 std::string TempDir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("gizllm_dflash_" + name + "_" +
-                                                    std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("gizllm_dflash_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   return dir.string();
 }
@@ -124,7 +123,8 @@ std::vector<double> ReferenceRows(const std::string& dir, Model* model, const DF
     std::vector<double> y(n * out, 0.0);
     for (int64_t r = 0; r < n; ++r)
       for (int64_t o = 0; o < out; ++o)
-        for (int64_t i = 0; i < inputs; ++i) y[r * out + o] += x[r * inputs + i] * m[o * inputs + i];
+        for (int64_t i = 0; i < inputs; ++i)
+          y[r * out + o] += x[r * inputs + i] * m[o * inputs + i];
     return y;
   };
   auto norm = [&](std::vector<double> x, int64_t width, const std::vector<double>& g) {
@@ -149,8 +149,8 @@ std::vector<double> ReferenceRows(const std::string& dir, Model* model, const DF
         }
   };
   std::vector<double> feats(features.begin(), features.begin() + ctx_len * in);
-  const std::vector<double> ctx = norm(linear(feats, ctx_len, w("fc.weight"), dim, in), dim,
-                                       w("hidden_norm.weight"));
+  const std::vector<double> ctx =
+      norm(linear(feats, ctx_len, w("fc.weight"), dim, in), dim, w("hidden_norm.weight"));
   std::vector<int32_t> block(B, c.mask_token);
   block[0] = last;
   std::vector<float> embed(B * dim);
@@ -284,21 +284,34 @@ TEST(DFlashDrafter, RefusesWhatDoesNotFitTheModel) {
     EXPECT_NE(d.status().message().find(words), std::string::npos) << d.status().message();
   };
   auto none = [](nlohmann::json&) {};
-  expect(base, [](nlohmann::json& c) { c["architectures"] = {"Qwen3ForCausalLM"}; },
-         "DFlashDraftModel");
-  expect(base, [](nlohmann::json& c) { c["dflash_config"]["target_layer_ids"] = {0, 99}; },
-         "target_layer_ids[1]");
-  expect(base, [&](nlohmann::json& c) { c["dflash_config"]["mask_token_id"] = 1 << 20; },
-         "mask_token_id");
-  expect(base, [](nlohmann::json& c) { c["num_target_layers"] = 36; }, "num_target_layers");
-  expect(base, [](nlohmann::json& c) { c["layer_types"] = {"full_attention", "sliding_attention"}; },
-         "layer_types[1]");
-  expect(base, [](nlohmann::json& c) { c.erase("dflash_config"); }, "dflash_config");
+  expect(
+      base, [](nlohmann::json& c) { c["architectures"] = {"Qwen3ForCausalLM"}; },
+      "DFlashDraftModel");
+  expect(
+      base,
+      [](nlohmann::json& c) {
+        c["dflash_config"]["target_layer_ids"] = {0, 99};
+      },
+      "target_layer_ids[1]");
+  expect(
+      base, [&](nlohmann::json& c) { c["dflash_config"]["mask_token_id"] = 1 << 20; },
+      "mask_token_id");
+  expect(
+      base, [](nlohmann::json& c) { c["num_target_layers"] = 36; }, "num_target_layers");
+  expect(
+      base,
+      [](nlohmann::json& c) {
+        c["layer_types"] = {"full_attention", "sliding_attention"};
+      },
+      "layer_types[1]");
+  expect(
+      base, [](nlohmann::json& c) { c.erase("dflash_config"); }, "dflash_config");
   testing::RandomDFlash wide = base;
   wide.dim = base.dim * 2;
   expect(wide, none, "hidden_size");
   // A tensor of another shape than config.json gives: named.
-  expect(base, [](nlohmann::json& c) { c["intermediate_size"] = 97; }, "mlp.gate_proj.weight");
+  expect(
+      base, [](nlohmann::json& c) { c["intermediate_size"] = 97; }, "mlp.gate_proj.weight");
   // Without target_layer_ids, z-lab's default spread over the model's layers.
   fs::remove_all(folder.dir);
   testing::WriteRandomDFlash(folder.dir, base);
@@ -399,6 +412,8 @@ std::vector<Request> Requests(int64_t vocab, int n, uint32_t seed) {
     Request r;
     r.prompt = RandomTokens(12 + static_cast<int>(rng() % 20), vocab, rng());
     r.limit = 20 + static_cast<int64_t>(rng() % 16);
+    r.sampling.temperature = 0.0f;
+    r.stop = std::vector<int32_t>{};  // to the limit: the pool runs short (preemption)
     if (i % 2 == 1) {
       r.sampling.temperature = 0.8f;
       r.sampling.seed = rng();
@@ -430,7 +445,9 @@ void CheckSameTokens(const std::string& folder) {
   EXPECT_GT(block.stats.preemptions, 0);
 }
 
-TEST(DFlashEngine, TinyChatSameTokensWithAndWithoutBlockDrafts) { CheckSameTokens("models/tiny-chat"); }
+TEST(DFlashEngine, TinyChatSameTokensWithAndWithoutBlockDrafts) {
+  CheckSameTokens("models/tiny-chat");
+}
 
 TEST(DFlashEngine, TinyHybridSameTokensWithAndWithoutBlockDrafts) {
   CheckSameTokens("models/tiny-hybrid");
@@ -449,7 +466,7 @@ TEST(DFlashEngine, ContextsHoldTheModelsHiddenStatesOfKeptRows) {
   Recording recording(drafter->get());
   recording.dim = model->arch().dim;
   std::vector<Request> requests = Requests(model->arch().vocab, 3, 11);
-  for (Request& r : requests) r.sampling = Sampling{};  // greedy
+  for (Request& r : requests) r.sampling = Sampling{.temperature = 0.0f};  // greedy
   const Outcome out = Generate(model, requests, &recording, 3, 64);
   EXPECT_GT(recording.drafts_asked, 0);
   ASSERT_EQ(recording.logs.size(), requests.size());
@@ -463,12 +480,14 @@ TEST(DFlashEngine, ContextsHoldTheModelsHiddenStatesOfKeptRows) {
     // The request it belongs to: the one whose first row it holds.
     size_t who = requests.size();
     for (size_t i = 0; i < requests.size(); ++i) {
-      if (std::equal(log->features[0].begin(), log->features[0].end(), whole[i].begin(),
-                     [](float a, float b) { return std::fabs(a - b) <= 1e-4f * (1 + std::fabs(b)); }))
+      if (std::equal(
+              log->features[0].begin(), log->features[0].end(), whole[i].begin(),
+              [](float a, float b) { return std::fabs(a - b) <= 1e-4f * (1 + std::fabs(b)); }))
         who = i;
     }
     ASSERT_LT(who, requests.size());
-    const int64_t total = static_cast<int64_t>(requests[who].prompt.size() + out.tokens[who].size());
+    const int64_t total =
+        static_cast<int64_t>(requests[who].prompt.size() + out.tokens[who].size());
     // Positions 0 .. m - 1 once each, in order: every prompt row, then the answer's rows up to
     // the last step's (a request's last step adds none: it drafts no more).
     ASSERT_LE(static_cast<int64_t>(log->positions.size()), total - 1) << who;
