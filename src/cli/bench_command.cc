@@ -364,6 +364,7 @@ int RunBench(const BenchOptions& o) {
           {"t_ms", std::chrono::duration<double, std::milli>(began - start).count()},
           {"ms", std::chrono::duration<double, std::milli>(now - began).count()},
           {"runner_ms", st.runner_ms},
+          {"draft_ms", st.draft_ms},
           {"rows", st.rows},
           {"decode_rows", st.decode_rows},
           {"prompt_rows", st.prompt_rows},
@@ -593,9 +594,9 @@ void AddBenchCommand(CLI::App& app, CommandContext& ctx) {
       ->default_val(512);
   cmd->add_option(
       "--trace", o->trace,
-      "Write one JSON line a step: start and duration (ms), the runner's time, rows "
-      "(decode and prompt), sequences, waiting requests, free KV pages, drafts made and "
-      "kept");
+      "Write one JSON line a step: start and duration (ms), the runner's time, the drafter's "
+      "time before the step (MTP or DFlash), rows (decode and prompt), sequences, waiting "
+      "requests, free KV pages, drafts made and kept");
   cmd->add_flag("--trace-ops", o->trace_ops,
                 "Time every op (CUDA: events on the stream; CPU: the clock) and report the totals "
                 "per op (with --trace, each step's too). Steps are not recorded as CUDA graphs "

@@ -81,6 +81,7 @@ class DFlashDrafter : public BlockDrafter {
   std::vector<Layer> layers_;
   std::vector<float> inv_freq_;
   std::unique_ptr<ThreadPool> pool_;
+  std::vector<float> scratch_[10];  // Extend's and Draft's buffers, kept between calls
 };
 
 }  // namespace gizllm

@@ -221,6 +221,27 @@ assert l["drafted"] > 0 and 0 <= l["accepted"] <= l["drafted"] and l["steps"] > 
 ' "$tmp/out"
 expect_error draft-mtp-refused "has no MTP layer" $gz run --draft mtp --prompt hi
 expect_error draft-dflash-needs-drafter "with --drafter DIR" $gz run --draft dflash --prompt hi
+expect_error draft-dflash-other-model "made for another model" $gz run --draft dflash \
+  --drafter models/tiny-hybrid/dflash --prompt hi
+# A DFlash drafter trained for the shipped tiny hybrid: the same text as without drafts, and
+# drafts kept.
+$gz run --model models/tiny-hybrid --temperature 0 -n 48 --draft none \
+  --prompt "$(printf '<|im_start|>user\nRecite Luke 1:54.<|im_end|>\n<|im_start|>assistant\n')" \
+  > "$tmp/dflash-none" 2>/dev/null
+$gz run --model models/tiny-hybrid --temperature 0 -n 48 --draft dflash \
+  --drafter models/tiny-hybrid/dflash \
+  --prompt "$(printf '<|im_start|>user\nRecite Luke 1:54.<|im_end|>\n<|im_start|>assistant\n')" \
+  > "$tmp/dflash-block" 2>/dev/null
+check draft-dflash-same-text cmp -s "$tmp/dflash-none" "$tmp/dflash-block"
+$gz bench --model models/tiny-hybrid -n 2 -c 1 -p 8 -o 24 --draft dflash \
+  --drafter models/tiny-hybrid/dflash --json > "$tmp/out" 2>/dev/null
+check bench-dflash-json python3 -c '
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+m = d["drafts"]["dflash"]
+assert d["draft"] == "dflash" and d["generated_tokens"] == 2 * 24, d
+assert m["drafted"] > 0 and 0 <= m["accepted"] <= m["drafted"] and m["steps"] > 0, m
+' "$tmp/out"
 expect_error draft-vocab-needs-mtp "only MTP drafts" $gz run --draft-vocab 100 --prompt hi
 # MTP drafts on the shipped tiny hybrid, over the first 2,048 token ids (FR-Spec).
 $gz bench --model models/tiny-hybrid -n 2 -c 1 -p 8 -o 24 --draft mtp --draft-vocab 2048 --json \
