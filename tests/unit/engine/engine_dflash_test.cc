@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "tests/unit/engine/exact_cpu_model.h"
 #include "model/dflash.h"
 #include "model/model.h"
 #include "ops/device.h"
@@ -28,24 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-Model* Load(const std::string& folder) {
-  static std::map<std::string, std::unique_ptr<Model>> models;
-  auto& slot = models[folder];
-  if (!slot) {
-    DeviceOptions device;
-    device.device = "cpu";
-    device.threads = 2;
-    device.exact = true;
-    auto backend = OpenBackend(device);
-    EXPECT_TRUE(backend.ok()) << backend.status().message();
-    if (!backend.ok()) return nullptr;
-    auto m = Model::Load(folder, *backend);
-    EXPECT_TRUE(m.ok()) << m.status().message();
-    if (!m.ok()) return nullptr;
-    slot = std::move(*m);
-  }
-  return slot.get();
-}
+Model* Load(const std::string& folder) { return testing::LoadExactCpu(folder); }
 
 std::string TempDir(const std::string& name) {
   const fs::path dir =

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "tests/unit/engine/exact_cpu_model.h"
 #include "formats/safetensors.h"
 #include "model/evaluate.h"
 #include "model/model.h"
@@ -21,24 +22,7 @@
 namespace gizllm {
 namespace {
 
-Model* Load(const std::string& folder) {
-  static std::map<std::string, std::unique_ptr<Model>> models;
-  auto& slot = models[folder];
-  if (!slot) {
-    DeviceOptions device;
-    device.device = "cpu";
-    device.threads = 2;
-    device.exact = true;  // float32 activations (the reference mode)
-    auto backend = OpenBackend(device);
-    EXPECT_TRUE(backend.ok()) << backend.status().message();
-    if (!backend.ok()) return nullptr;
-    auto m = Model::Load(folder, *backend);
-    EXPECT_TRUE(m.ok()) << m.status().message();
-    if (!m.ok()) return nullptr;
-    slot = std::move(*m);
-  }
-  return slot.get();
-}
+Model* Load(const std::string& folder) { return testing::LoadExactCpu(folder); }
 
 struct Outcome {
   std::vector<std::vector<int32_t>> tokens;
