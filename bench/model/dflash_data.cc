@@ -98,7 +98,8 @@ int Main(int argc, char** argv) {
   }
   engine->reset();
   std::ofstream out(a["--out"], std::ios::binary);
-  const int32_t head[4] = {static_cast<int32_t>(layers.size()), (*model)->arch().dim,
+  const int32_t head[4] = {static_cast<int32_t>(layers.size()),
+                           static_cast<int32_t>((*model)->arch().dim),
                            static_cast<int32_t>(prompts.size()), 0};
   out.write("DFD1", 4);
   out.write(reinterpret_cast<const char*>(head), 12);
@@ -134,16 +135,11 @@ int Main(int argc, char** argv) {
     out.write(reinterpret_cast<const char*>(f16.data()), f16.size() * 2);
     total += n;
   }
+  int64_t answers_total = 0;
+  for (const auto& a : answers) answers_total += static_cast<int64_t>(a.size());
   std::fprintf(stderr, "dflash_data: %zu sequences, %lld tokens (%lld answer tokens) to %s\n",
                prompts.size(), static_cast<long long>(total),
-               static_cast<long long>(total -
-                                      [&] {
-                                        int64_t p = 0;
-                                        for (const auto& x : prompts)
-                                          p += static_cast<int64_t>(x.size());
-                                        return p;
-                                      }()),
-               a["--out"].c_str());
+               static_cast<long long>(answers_total), a["--out"].c_str());
   return out.good() ? 0 : Fail("could not write " + a["--out"]);
 }
 

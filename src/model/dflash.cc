@@ -10,6 +10,7 @@
 #include "core/dtype.h"
 #include "core/mapped_file.h"
 #include "formats/safetensors.h"
+#include "model/weights.h"
 
 namespace gizllm {
 namespace {
@@ -226,39 +227,12 @@ Expected<std::unique_ptr<DFlashDrafter>> DFlashDrafter::Open(const std::string& 
   drafter->config_ = config;
   drafter->target_ = target;
   for (int id : config.target_layer_ids) drafter->feature_layers_.push_back(id + 1);
-  // A tensor as float32, of the shape the config gives.
+  // A tensor as float32, of the shape the config gives (names with or without "model.").
   auto read = [&](const std::string& name, std::vector<int64_t> shape,
                   std::vector<float>* out) -> Status {
-    const TensorInfo* t = ckpt.Find(name);
-    if (!t) t = ckpt.Find("model." + name);
-    if (!t) return NotFound(dir + ": tensor " + name + " is missing");
-    if (t->shape != shape) {
-      return InvalidArgument(dir + ": tensor " + t->name + " has shape " + ShapeString(t->shape) +
-                             ", expected " + ShapeString(shape) + " (config.json)");
-    }
-    GZ_RETURN_IF_ERROR(CheckFinite(*t));
-    const int64_t n = t->Elements();
-    out->resize(n);
-    for (int64_t i = 0; i < n; ++i) {
-      const uint8_t* p = t->data + i * DTypeSize(t->dtype);
-      switch (t->dtype) {
-        case DType::kF32: {
-          float v;
-          std::memcpy(&v, p, 4);
-          (*out)[i] = v;
-          break;
-        }
-        case DType::kBF16:
-          (*out)[i] = Bf16ToF32(static_cast<uint16_t>(p[0] | p[1] << 8));
-          break;
-        case DType::kF16:
-          (*out)[i] = F16ToF32(static_cast<uint16_t>(p[0] | p[1] << 8));
-          break;
-        default:
-          return InvalidArgument(dir + ": tensor " + t->name + " is " +
-                                 std::string(DTypeName(t->dtype)) + " (F32, F16 or BF16 only)");
-      }
-    }
+    const std::string found = ckpt.Find(name) || !ckpt.Find("model." + name) ? name
+                                                                              : "model." + name;
+    GZ_ASSIGN_OR_RETURN(*out, ReadVector(ckpt, dir, found, shape));
     return Status::Ok();
   };
   const int64_t dim = config.dim, hd = config.head_dim, q = config.heads * hd,

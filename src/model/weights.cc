@@ -28,8 +28,8 @@ bool IsNorm(TensorRole role) {
   }
 }
 
-// Reads a small tensor (norm weight, bias, convolution taps) of the expected shape as float32 on
-// the host. Small enough to check that every value is finite at each load.
+}  // namespace
+
 Expected<std::vector<float>> ReadVector(const Checkpoint& ckpt, const std::string& dir,
                                         const std::string& name,
                                         std::span<const int64_t> expected) {
@@ -62,8 +62,6 @@ Expected<std::vector<float>> ReadVector(const Checkpoint& ckpt, const std::strin
   }
   return v;
 }
-
-}  // namespace
 
 WeightLoader::WeightLoader(const Checkpoint& checkpoint, const Arch& arch, Backend& backend,
                            std::string dir, PlacedWeights* placed)

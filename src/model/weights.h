@@ -36,6 +36,13 @@ struct PlacedWeights {
   int64_t bytes = 0;  // of the matrices
 };
 
+// A tensor (F32, F16 or BF16) of the expected shape as float32 on the host, every value checked
+// finite: small tensors (norm weights, biases, convolution taps) and weights a host computation
+// reads. Errors name `dir`'s file and the tensor.
+Expected<std::vector<float>> ReadVector(const Checkpoint& ckpt, const std::string& dir,
+                                        const std::string& name,
+                                        std::span<const int64_t> expected);
+
 class WeightLoader {
  public:
   WeightLoader(const Checkpoint& checkpoint, const Arch& arch, Backend& backend, std::string dir,

@@ -54,7 +54,10 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
     }
     return true;
   }
-  if (type == GgmlType::kQ4_0) {
+  if (type == GgmlType::kQ4_0 || type == GgmlType::kGZ4S) {
+    // Blocks of 32 nibbles under an f16 d: Q4_0's codes less 8, GZ4S's GZ4 levels.
+    const bool gz = type == GgmlType::kGZ4S;
+    const __m512 levels = Gz4LevelsAvx512();
     const __m128i low = _mm_set1_epi8(0x0F);
     const __m512i eight = _mm512_set1_epi32(8);
     for (int64_t i = 0; i < elements / 32; ++i) {
@@ -63,23 +66,10 @@ GZ_TARGET_AVX512 bool DecodeAvx512(GgmlType type, const uint8_t* data, int64_t e
       const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
       const __m128i nibbles[2] = {_mm_and_si128(q, low), _mm_and_si128(_mm_srli_epi16(q, 4), low)};
       for (int h = 0; h < 2; ++h) {
-        const __m512i c = _mm512_sub_epi32(_mm512_cvtepu8_epi32(nibbles[h]), eight);
-        put(32 * i + 16 * h, _mm512_mul_ps(_mm512_cvtepi32_ps(c), d));
-      }
-    }
-    return true;
-  }
-  if (type == GgmlType::kGZ4S) {
-    const __m512 levels = Gz4LevelsAvx512();
-    const __m128i low = _mm_set1_epi8(0x0F);
-    for (int64_t i = 0; i < elements / 32; ++i) {
-      const uint8_t* b = data + i * 18;
-      const __m512 d = _mm512_set1_ps(scale(b));
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
-      const __m128i nibbles[2] = {_mm_and_si128(q, low), _mm_and_si128(_mm_srli_epi16(q, 4), low)};
-      for (int h = 0; h < 2; ++h) {
-        const __m512 v = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(nibbles[h]), levels);
-        put(32 * i + 16 * h, _mm512_mul_ps(d, v));
+        const __m512i c = _mm512_cvtepu8_epi32(nibbles[h]);
+        const __m512 v = gz ? _mm512_permutexvar_ps(c, levels)
+                            : _mm512_cvtepi32_ps(_mm512_sub_epi32(c, eight));
+        put(32 * i + 16 * h, _mm512_mul_ps(v, d));
       }
     }
     return true;

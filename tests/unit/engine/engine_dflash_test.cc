@@ -358,7 +358,7 @@ struct Outcome {
 };
 
 Outcome Generate(Model* model, const std::vector<Request>& requests, BlockDrafter* drafter,
-                 int32_t slots, int32_t pages, const std::function<void()>& each_step = {}) {
+                 int32_t slots, int32_t pages) {
   EngineOptions options;
   options.slots = slots;
   options.context = 128;
@@ -384,7 +384,6 @@ Outcome Generate(Model* model, const std::vector<Request>& requests, BlockDrafte
       t.insert(t.end(), p.tokens.begin(), p.tokens.end());
     }
     EXPECT_TRUE((*engine)->CheckPages().ok());
-    if (each_step) each_step();
   }
   out.stats = (*engine)->stats();
   return out;
