@@ -461,10 +461,30 @@ class CudaBackend : public Backend {
     }
     if (cuda::HasGgml(p)) {
       // Each output on its own kernel (a plain one beside a ggml one through Matmul alone), then
-      // the SwiGLU end.
+      // the SwiGLU end. Fast mode, past the decode kernels' rows: the weight decoded to bf16
+      // scratch and the product on cuBLASLt (the decode kernels would read the weight once for
+      // every 8 rows).
+      void* xb = nullptr;
       for (int i = 0; i < p.outputs; ++i) {
-        if (p.w[i]->format == Format::kGgml) {
-          cuda::LaunchGgmlMatmul(p.x, p.rows, *p.w[i], p.bias[i], p.out[i], p.accumulate, stream_);
+        const Weight& w = *p.w[i];
+        if (w.format == Format::kGgml && !options_.exact && p.rows > cuda::kGgmlGemmRows &&
+            w.rows * w.cols <= cuda::kQuantGemmMaxElements && cuda::GgmlDequants(w)) {
+          if (!xb) {
+            xb = x_bf16_.Get(static_cast<size_t>(p.rows * cols) * 2);
+            cuda::LaunchToBf16(p.x, p.rows * cols, xb, stream_);
+          }
+          void* wb = quant_w_bf16_.Get(static_cast<size_t>(w.rows * w.cols) * 2);
+          cuda::LaunchGgmlDequantBf16(w, wb, stream_);
+          Weight view{Format::kBf16, w.rows, w.cols};
+          view.data = wb;
+          if (!LtMatmul(xb, p.rows, view, p.out[i], p.accumulate, /*side=*/0, p.bias[i]) &&
+              p.bias[i]) {
+            cuda::LaunchAddBias(p.out[i], p.rows, w.rows, p.bias[i], stream_);
+          }
+          continue;
+        }
+        if (w.format == Format::kGgml) {
+          cuda::LaunchGgmlMatmul(p.x, p.rows, w, p.bias[i], p.out[i], p.accumulate, stream_);
           continue;
         }
         MatmulParams one;

@@ -3,6 +3,7 @@
 // exactly as formats/ggml_blocks.cc decodes it (this file is compiled with -fmad=false, so that
 // d * q - m rounds its product and its difference apart, as there); the sums are float32 in
 // another order than the CPU's (Q1_0's matmul multiplies d by a sum of signed activations).
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -194,36 +195,45 @@ __device__ __forceinline__ void Dot4(const float v[4], const float* x, int64_t s
 }
 
 // One block type's share of a warp step: Load reads a lane's words of block b (all of a step's
-// loads are issued before any is used, kFastUnroll steps at a time, so that a warp keeps several
-// loads in flight), Use decodes them into the rows' sums. kStep blocks a warp step, the lane's
-// first block First(lane).
+// loads are issued before any is used, kUnroll steps at a time, so that a warp keeps a whole
+// row of 4,096 inputs in flight, or half of one: the kernels are bound by the rounds of loads a
+// warp waits for, not by the bytes), Decode turns them into values, put(v, o) taking the four
+// values v of the block's elements o .. o + 3. kStep blocks a warp step, the lane's first block
+// First(lane).
 template <GgmlType kType>
 struct FastBlocks;
 
+// Q8_0: 4 lanes a block, 8 codes a lane.
 template <>
-struct FastBlocks<GgmlType::kQ8_0> {  // 8 lanes a block, 4 codes a lane
-  static constexpr int kStep = 4, kElements = 32, kBytes = 34;
+struct FastBlocks<GgmlType::kQ8_0> {
+  static constexpr int kStep = 8, kUnroll = 8, kElements = 32, kBytes = 34;
   struct Raw {
     float d;
-    uint32_t q;
+    uint32_t q[2];
   };
-  static __device__ __forceinline__ int First(int lane) { return lane / 8; }
+  static __device__ __forceinline__ int First(int lane) { return lane / 4; }
   static __device__ __forceinline__ Raw Load(const uint8_t* blk, int lane) {
-    return {Half(blk), Word16(blk + 2 + 4 * (lane % 8))};
+    const uint8_t* q = blk + 2 + 8 * (lane % 4);
+    return {Half(blk), {Word16(q), Word16(q + 4)}};
   }
-  template <int kRows>
-  static __device__ __forceinline__ void Use(const Raw& r, const float* x, int64_t stride,
-                                             int count, int lane, float* acc) {
-    float v[4];
+  template <class Put>
+  static __device__ __forceinline__ void Decode(const Raw& r, int lane, Put&& put) {
 #pragma unroll
-    for (int t = 0; t < 4; ++t) v[t] = static_cast<float>(static_cast<int8_t>(r.q >> (8 * t))) * r.d;
-    Dot4<kRows>(v, x + 4 * (lane % 8), stride, count, acc);
+    for (int w = 0; w < 2; ++w) {
+      float v[4];
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        v[t] = static_cast<float>(static_cast<int8_t>(r.q[w] >> (8 * t))) * r.d;
+      }
+      put(v, 8 * (lane % 4) + 4 * w);
+    }
   }
 };
 
+// Q4_0: 4 lanes a block, 4 bytes (8 codes) a lane.
 template <>
-struct FastBlocks<GgmlType::kQ4_0> {  // 4 lanes a block, 4 bytes (8 codes) a lane
-  static constexpr int kStep = 8, kElements = 32, kBytes = 18;
+struct FastBlocks<GgmlType::kQ4_0> {
+  static constexpr int kStep = 8, kUnroll = 16, kElements = 32, kBytes = 18;
   struct Raw {
     float d;
     uint32_t q;
@@ -232,9 +242,8 @@ struct FastBlocks<GgmlType::kQ4_0> {  // 4 lanes a block, 4 bytes (8 codes) a la
   static __device__ __forceinline__ Raw Load(const uint8_t* blk, int lane) {
     return {Half(blk), Word16(blk + 2 + 4 * (lane % 4))};
   }
-  template <int kRows>
-  static __device__ __forceinline__ void Use(const Raw& r, const float* x, int64_t stride,
-                                             int count, int lane, float* acc) {
+  template <class Put>
+  static __device__ __forceinline__ void Decode(const Raw& r, int lane, Put&& put) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       float v[4];
@@ -242,35 +251,37 @@ struct FastBlocks<GgmlType::kQ4_0> {  // 4 lanes a block, 4 bytes (8 codes) a la
       for (int t = 0; t < 4; ++t) {
         v[t] = static_cast<float>(static_cast<int>((r.q >> (8 * t + 4 * half)) & 0xF) - 8) * r.d;
       }
-      Dot4<kRows>(v, x + 16 * half + 4 * (lane % 4), stride, count, acc);
+      put(v, 16 * half + 4 * (lane % 4));
     }
   }
 };
 
-// A block a warp step: lane = 8 p + j takes groups 2p and 2p + 1 (the low and high nibbles of
-// qs[32 p ...]) at positions 4j..4j + 3.
+// Q4_K: 8 lanes a block (four blocks a warp step), each lane one 16-byte word of the codes and the
+// block's 16-byte head (d, dmin and the 12 scale bytes; the 8 lanes' loads of it are one read):
+// lane 8 s + j takes bytes 16 j .. 16 j + 15 of the codes, elements 16 h .. 16 h + 15 (h = j % 2)
+// of group 2 p (the low nibbles) and of group 2 p + 1 (the high ones), p = j / 2.
 template <>
 struct FastBlocks<GgmlType::kQ4_K> {
-  static constexpr int kStep = 1, kElements = 256, kBytes = 144;
+  static constexpr int kStep = 4, kUnroll = 4, kElements = 256, kBytes = 144;
   struct Raw {
-    uint32_t dm, q, s[3];  // d and dmin, the lane's codes, the 12 scale bytes
+    uint4 head, q;
   };
-  static __device__ __forceinline__ int First(int) { return 0; }
+  static __device__ __forceinline__ int First(int lane) { return lane / 8; }
   static __device__ __forceinline__ Raw Load(const uint8_t* blk, int lane) {
-    const auto* w = reinterpret_cast<const uint32_t*>(blk);  // 4-byte aligned
-    return {w[0], w[4 + 8 * (lane / 8) + lane % 8], {w[1], w[2], w[3]}};
+    const auto* w = reinterpret_cast<const uint4*>(blk);  // 16-byte aligned
+    return {__ldg(w), __ldg(w + 1 + lane % 8)};
   }
   // Byte i of the scales, kept in registers (a runtime index into an array would not be).
   static __device__ __forceinline__ int ScaleByte(const Raw& r, int i) {
-    const uint32_t word = i < 4 ? r.s[0] : i < 8 ? r.s[1] : r.s[2];
+    const uint32_t word = i < 4 ? r.head.y : i < 8 ? r.head.z : r.head.w;
     return (word >> (8 * (i % 4))) & 0xFF;
   }
-  template <int kRows>
-  static __device__ __forceinline__ void Use(const Raw& r, const float* x, int64_t stride,
-                                             int count, int lane, float* acc) {
-    const int p = lane / 8, j = lane % 8;
-    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(r.dm & 0xFFFF)));
-    const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(r.dm >> 16)));
+  template <class Put>
+  static __device__ __forceinline__ void Decode(const Raw& r, int lane, Put&& put) {
+    const int j = lane % 8, p = j / 2, h = j % 2;
+    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(r.head.x & 0xFFFF)));
+    const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(r.head.x >> 16)));
+    const uint32_t q[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       // ScaleMin's bits, from the bytes in registers.
@@ -284,10 +295,15 @@ struct FastBlocks<GgmlType::kQ4_K> {
         m = (ScaleByte(r, g + 4) >> 4) | (ScaleByte(r, g) >> 6) << 4;
       }
       const float dl = d * static_cast<float>(sc), ml = dmin * static_cast<float>(m);
-      float v[4];
 #pragma unroll
-      for (int t = 0; t < 4; ++t) v[t] = dl * static_cast<float>((r.q >> (8 * t + 4 * half)) & 0xF) - ml;
-      Dot4<kRows>(v, x + 64 * p + 32 * half + 4 * j, stride, count, acc);
+      for (int w = 0; w < 4; ++w) {
+        float v[4];
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          v[t] = dl * static_cast<float>((q[w] >> (8 * t + 4 * half)) & 0xF) - ml;
+        }
+        put(v, 64 * p + 32 * half + 16 * h + 4 * w);
+      }
     }
   }
 };
@@ -296,7 +312,7 @@ struct FastBlocks<GgmlType::kQ4_K> {
 // l = 4j..4j + 3 of its four groups of 32 (k = 0..3: element 128 h + 32 k + l).
 template <>
 struct FastBlocks<GgmlType::kQ6_K> {
-  static constexpr int kStep = 2, kElements = 256, kBytes = 210;
+  static constexpr int kStep = 2, kUnroll = 8, kElements = 256, kBytes = 210;
   struct Raw {
     uint32_t ql0, ql1, qh, scales;
     float d;
@@ -314,9 +330,8 @@ struct FastBlocks<GgmlType::kQ6_K> {
     r.d = Half(blk + 208);
     return r;
   }
-  template <int kRows>
-  static __device__ __forceinline__ void Use(const Raw& r, const float* x, int64_t stride,
-                                             int count, int lane, float* acc) {
+  template <class Put>
+  static __device__ __forceinline__ void Decode(const Raw& r, int lane, Put&& put) {
     const int h = (lane / 8) % 2, j = lane % 8;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -329,53 +344,57 @@ struct FastBlocks<GgmlType::kQ6_K> {
         const int high = (r.qh >> (8 * t + 2 * k)) & 3;
         v[t] = ds * static_cast<float>((low | high << 4) - 32);
       }
-      Dot4<kRows>(v, x + 128 * h + 32 * k + 4 * j, stride, count, acc);
+      put(v, 128 * h + 32 * k + 4 * j);
     }
   }
 };
 
-// A block (128 elements) a warp step: lane = 8 c + t takes elements 32 c + 4 t .. + 3, the bits
-// 4t..4t + 3 of the chunk's sign word (set: d, clear: -d).
+// Q1_0: 8 lanes a block (four blocks a warp step), lane 8 s + t taking elements 16 t .. 16 t + 15,
+// the bits of the block's sign bytes 2 t and 2 t + 1 (set: d, clear: -d).
 template <>
 struct FastBlocks<GgmlType::kQ1_0> {
-  static constexpr int kStep = 1, kElements = 128, kBytes = 18;
+  static constexpr int kStep = 4, kUnroll = 8, kElements = 128, kBytes = 18;
   struct Raw {
     float d;
     uint32_t signs;
   };
-  static __device__ __forceinline__ int First(int) { return 0; }
+  static __device__ __forceinline__ int First(int lane) { return lane / 8; }
   static __device__ __forceinline__ Raw Load(const uint8_t* blk, int lane) {
-    return {Half(blk), Word16(blk + 2 + 4 * (lane / 8))};
+    return {Half(blk), *reinterpret_cast<const uint16_t*>(blk + 2 + 2 * (lane % 8))};
   }
-  template <int kRows>
-  static __device__ __forceinline__ void Use(const Raw& r, const float* x, int64_t stride,
-                                             int count, int lane, float* acc) {
-    const int c = lane / 8, t = lane % 8;
-    float v[4];
+  template <class Put>
+  static __device__ __forceinline__ void Decode(const Raw& r, int lane, Put&& put) {
+    const int t = lane % 8;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = (r.signs >> (4 * t + k)) & 1 ? r.d : -r.d;
-    Dot4<kRows>(v, x + 32 * c + 4 * t, stride, count, acc);
+    for (int w = 0; w < 4; ++w) {
+      float v[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[k] = (r.signs >> (4 * w + k)) & 1 ? r.d : -r.d;
+      put(v, 16 * t + 4 * w);
+    }
   }
 };
-
-constexpr int kFastUnroll = 4;  // warp steps whose loads are in flight together
 
 template <GgmlType kType, int kRows>
 __device__ __forceinline__ void FastRow(const uint8_t* row, int64_t cols, const float* x,
                                         int64_t stride, int count, int lane, float* acc) {
   using B = FastBlocks<kType>;
   const int64_t blocks = cols / B::kElements;
-  for (int64_t b0 = B::First(lane); b0 < blocks; b0 += B::kStep * kFastUnroll) {
-    typename B::Raw raw[kFastUnroll];
+  for (int64_t b0 = B::First(lane); b0 < blocks; b0 += B::kStep * B::kUnroll) {
+    typename B::Raw raw[B::kUnroll];
 #pragma unroll
-    for (int u = 0; u < kFastUnroll; ++u) {
+    for (int u = 0; u < B::kUnroll; ++u) {
       const int64_t b = b0 + u * B::kStep;
       if (b < blocks) raw[u] = B::Load(row + b * B::kBytes, lane);
     }
 #pragma unroll
-    for (int u = 0; u < kFastUnroll; ++u) {
+    for (int u = 0; u < B::kUnroll; ++u) {
       const int64_t b = b0 + u * B::kStep;
-      if (b < blocks) B::template Use<kRows>(raw[u], x + b * B::kElements, stride, count, lane, acc);
+      if (b >= blocks) continue;
+      const float* xb = x + b * B::kElements;
+      B::Decode(raw[u], lane, [&](const float v[4], int o) {
+        Dot4<kRows>(v, xb + o, stride, count, acc);
+      });
     }
   }
 }
@@ -403,6 +422,40 @@ __global__ void __launch_bounds__(kFastWarps * 32)
   for (int k = 0; k < count; ++k) {
     float* y = out + (r0 + k) * n + wrow;
     *y = accumulate ? *y + (acc[k] + b) : acc[k] + b;
+  }
+}
+
+// W as bf16 [n, cols], a warp a row (the values of FastBlocks, rounded to bf16), for the many-row
+// path through cuBLASLt.
+template <GgmlType kType>
+__global__ void __launch_bounds__(kFastWarps * 32)
+    GgmlDequantBf16Kernel(const uint8_t* w, int64_t n, int64_t cols, int64_t row_bytes,
+                          __nv_bfloat16* out) {
+  using B = FastBlocks<kType>;
+  const int lane = threadIdx.x % 32;
+  const int64_t wrow = static_cast<int64_t>(blockIdx.x) * kFastWarps + threadIdx.x / 32;
+  if (wrow >= n) return;
+  const uint8_t* row = w + wrow * row_bytes;
+  __nv_bfloat16* y = out + wrow * cols;
+  const int64_t blocks = cols / B::kElements;
+  for (int64_t b0 = B::First(lane); b0 < blocks; b0 += B::kStep * B::kUnroll) {
+    typename B::Raw raw[B::kUnroll];
+#pragma unroll
+    for (int u = 0; u < B::kUnroll; ++u) {
+      const int64_t b = b0 + u * B::kStep;
+      if (b < blocks) raw[u] = B::Load(row + b * B::kBytes, lane);
+    }
+#pragma unroll
+    for (int u = 0; u < B::kUnroll; ++u) {
+      const int64_t b = b0 + u * B::kStep;
+      if (b >= blocks) continue;
+      __nv_bfloat16* yb = y + b * B::kElements;
+      B::Decode(raw[u], lane, [&](const float v[4], int o) {
+        auto* pair = reinterpret_cast<__nv_bfloat162*>(yb + o);  // 8-byte aligned
+        pair[0] = __floats2bfloat162_rn(v[0], v[1]);
+        pair[1] = __floats2bfloat162_rn(v[2], v[3]);
+      });
+    }
   }
 }
 
@@ -608,7 +661,7 @@ void LaunchGgmlMatmul(const float* x, int64_t rows, const Weight& w, const float
   const bool fast = (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 ||
                      type == GgmlType::kQ4_K || type == GgmlType::kQ6_K || q1_fast) &&
                     reinterpret_cast<uintptr_t>(x) % 16 == 0 && w.cols % 4 == 0 &&
-                    reinterpret_cast<uintptr_t>(w.data) % 4 == 0 &&
+                    reinterpret_cast<uintptr_t>(w.data) % (type == GgmlType::kQ4_K ? 16 : 4) == 0 &&
                     w.rows <= int64_t{65535} * kFastWarps;  // the grid's y
   if (fast) {
     const auto* blocks = static_cast<const uint8_t*>(w.data);
@@ -653,6 +706,44 @@ void LaunchGgmlMatmul(const float* x, int64_t rows, const Weight& w, const float
         <<<grid, kWarps * 32, 0, stream>>>(x, rows, w.cols, static_cast<const uint8_t*>(w.data),
                                            w.rows, RowBytes(w), bias, out, accumulate);
   });
+  GZ_CUDA_LAUNCHED();
+}
+
+bool GgmlDequants(const Weight& w) {
+  const GgmlType type = static_cast<GgmlType>(w.ggml_type);
+  return (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ4_K ||
+          type == GgmlType::kQ6_K || type == GgmlType::kQ1_0) &&
+         w.cols % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(w.data) % (type == GgmlType::kQ4_K ? 16 : 4) == 0;
+}
+
+void LaunchGgmlDequantBf16(const Weight& w, void* out, cudaStream_t stream) {
+  const auto* blocks = static_cast<const uint8_t*>(w.data);
+  const unsigned grid = static_cast<unsigned>((w.rows + kFastWarps - 1) / kFastWarps);
+  auto launch = [&]<GgmlType kType>() {
+    GgmlDequantBf16Kernel<kType><<<grid, kFastWarps * 32, 0, stream>>>(
+        blocks, w.rows, w.cols, RowBytes(w), static_cast<__nv_bfloat16*>(out));
+  };
+  switch (static_cast<GgmlType>(w.ggml_type)) {
+    case GgmlType::kQ8_0:
+      launch.template operator()<GgmlType::kQ8_0>();
+      break;
+    case GgmlType::kQ4_0:
+      launch.template operator()<GgmlType::kQ4_0>();
+      break;
+    case GgmlType::kQ4_K:
+      launch.template operator()<GgmlType::kQ4_K>();
+      break;
+    case GgmlType::kQ6_K:
+      launch.template operator()<GgmlType::kQ6_K>();
+      break;
+    case GgmlType::kQ1_0:
+      launch.template operator()<GgmlType::kQ1_0>();
+      break;
+    default:
+      std::fprintf(stderr, "cuda: no bf16 decoder for ggml block type %u\n", w.ggml_type);
+      std::abort();
+  }
   GZ_CUDA_LAUNCHED();
 }
 

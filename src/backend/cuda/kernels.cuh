@@ -229,6 +229,12 @@ bool HasGgml(const MatmulParams& p);
 void LaunchGgmlMatmul(const float* x, int64_t rows, const Weight& w, const float* bias, float* out,
                       bool accumulate, cudaStream_t stream);
 void LaunchGgmlEmbed(const EmbedParams& p, cudaStream_t stream);
+// The many-row path of fast mode (more than kGgmlGemmRows rows, weights of at most
+// kQuantGemmMaxElements values): W's values rounded to bf16 into out [w.rows, w.cols], for
+// cuBLASLt; GgmlDequants says whether w's block type and alignment have the kernel.
+inline constexpr int64_t kGgmlGemmRows = 8;
+bool GgmlDequants(const Weight& w);
+void LaunchGgmlDequantBf16(const Weight& w, void* out, cudaStream_t stream);
 // Activations of quantized matmuls: rotated float16 copies and group sums (fast), rotated
 // float32 (exact).
 struct QuantScratch {

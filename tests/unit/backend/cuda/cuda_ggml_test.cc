@@ -94,23 +94,30 @@ void MakeMatrix(Backend& b, GgmlType type, int64_t rows, int64_t cols, uint32_t 
 }
 
 // out[r, n] against base[r, n] + sum_c W[n, c] x[r, c] + bias[n] in float64: a float32 sum in any
-// order lies within about cols * 2^-24 * sum |terms|.
+// order lies within about cols * 2^-24 * sum |terms|. With `bf16`, W and x were rounded to bf16
+// first (the many-row path of fast mode): each product within (1 + 2^-9)^2 - 1 < 2^-8 + 2^-17
+// of its own size more.
 void ExpectProducts(const Matrix& m, const std::vector<float>& x, int64_t rows,
                     const std::vector<float>& bias, const std::vector<float>& base,
-                    const std::vector<float>& out, const std::string& what) {
+                    const std::vector<float>& out, const std::string& what, bool bf16 = false) {
   int64_t bad = 0;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t n = 0; n < m.rows; ++n) {
-      double exact = 0, magnitude = 0;
+      double exact = 0, magnitude = 0, products = 0;
       auto add = [&](double t) {
         exact += t;
         magnitude += std::fabs(t);
       };
       if (!bias.empty()) add(bias[n]);
       if (!base.empty()) add(base[r * m.rows + n]);
-      for (int64_t c = 0; c < m.cols; ++c)
-        add(double{m.values[n * m.cols + c]} * x[r * m.cols + c]);
-      const double bound = (m.cols + 3) * std::ldexp(1.0, -24) * magnitude;
+      for (int64_t c = 0; c < m.cols; ++c) {
+        const double t = double{m.values[n * m.cols + c]} * x[r * m.cols + c];
+        add(t);
+        products += std::fabs(t);
+      }
+      const double bound =
+          (m.cols + 3) * std::ldexp(1.0, -24) * magnitude +
+          (bf16 ? (std::ldexp(1.0, -8) + std::ldexp(1.0, -17)) * products : 0.0);
       const float got = out[r * m.rows + n];
       if (!(std::fabs(got - exact) <= bound) && bad++ < 5) {
         ADD_FAILURE() << what << " row " << r << " output " << n << ": " << got << " vs " << exact
@@ -134,8 +141,9 @@ TEST(CudaGgmlTest, MatmulMatchesTheDequantizedProducts) {
     uint32_t seed = 1;
     for (GgmlType type : kTypes) {
       ASSERT_TRUE(b->ReadsGgml(static_cast<uint32_t>(type)));
-      for (int64_t cols : {256, 768}) {
-        for (int64_t rows : {1, 3, 5, 19}) {  // the decode kernels' 1, 4 and 8 rows
+      // Past a warp's first round of loads at 4,352 inputs (kUnroll steps).
+      for (int64_t cols : {256, 768, 4352}) {
+        for (int64_t rows : {1, 3, 5, 19}) {  // the decode kernels' 1, 4 and 8 rows, and more
           for (bool accumulate : {false, true}) {
             const std::string what = GgmlTypeName(type) + (exact ? " exact" : " fast") + " cols " +
                                      std::to_string(cols) + " rows " + std::to_string(rows) +
@@ -167,11 +175,14 @@ TEST(CudaGgmlTest, MatmulMatchesTheDequantizedProducts) {
             p.accumulate = accumulate;
             ASSERT_TRUE(p.Check().ok()) << what;
             b->Matmul(p);
+            // Fast mode past 8 rows decodes these types to bf16 for cuBLASLt.
+            const bool bf16 = !exact && rows > 8 && type != GgmlType::kQ5_K &&
+                              type != GgmlType::kIQ4_XS;
             ExpectProducts(a, x, rows, bias, accumulate ? base_a : std::vector<float>{},
-                           Download(*b, da.data, base_a.size()), what + " output 0");
+                           Download(*b, da.data, base_a.size()), what + " output 0", bf16);
             if (!accumulate) {
               ExpectProducts(c, x, rows, {}, std::vector<float>{},
-                             Download(*b, dc.data, base_c.size()), what + " output 1");
+                             Download(*b, dc.data, base_c.size()), what + " output 1", bf16);
             }
           }
         }
