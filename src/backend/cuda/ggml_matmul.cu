@@ -349,29 +349,27 @@ struct FastBlocks<GgmlType::kQ6_K> {
   }
 };
 
-// Q1_0: 8 lanes a block (four blocks a warp step), lane 8 s + t taking elements 16 t .. 16 t + 15,
-// the bits of the block's sign bytes 2 t and 2 t + 1 (set: d, clear: -d).
+// Q1_0: a block (128 elements) a warp step, lane 8 c + t taking elements 32 c + 4 t .. + 3, the
+// bits 4 t .. 4 t + 3 of the chunk's sign word (set: d, clear: -d). (Four blocks a warp step,
+// lanes of 16 elements, measured 12% slower at batch 1 on the H200: bench/RESULTS.md.)
 template <>
 struct FastBlocks<GgmlType::kQ1_0> {
-  static constexpr int kStep = 4, kUnroll = 8, kElements = 128, kBytes = 18;
+  static constexpr int kStep = 1, kUnroll = 4, kElements = 128, kBytes = 18;
   struct Raw {
     float d;
     uint32_t signs;
   };
-  static __device__ __forceinline__ int First(int lane) { return lane / 8; }
+  static __device__ __forceinline__ int First(int) { return 0; }
   static __device__ __forceinline__ Raw Load(const uint8_t* blk, int lane) {
-    return {Half(blk), *reinterpret_cast<const uint16_t*>(blk + 2 + 2 * (lane % 8))};
+    return {Half(blk), Word16(blk + 2 + 4 * (lane / 8))};
   }
   template <class Put>
   static __device__ __forceinline__ void Decode(const Raw& r, int lane, Put&& put) {
-    const int t = lane % 8;
+    const int c = lane / 8, t = lane % 8;
+    float v[4];
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      float v[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) v[k] = (r.signs >> (4 * w + k)) & 1 ? r.d : -r.d;
-      put(v, 16 * t + 4 * w);
-    }
+    for (int k = 0; k < 4; ++k) v[k] = (r.signs >> (4 * t + k)) & 1 ? r.d : -r.d;
+    put(v, 32 * c + 4 * t);
   }
 };
 
