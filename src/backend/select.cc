@@ -78,6 +78,7 @@ Expected<std::shared_ptr<Backend>> OpenBackend(const DeviceOptions& options) {
   if (options.device == "cuda" || (options.device == "auto" && CudaDeviceCount() > 0)) {
     CudaOptions cuda;
     cuda.exact = options.exact;
+    cuda.bf16_copies = options.bf16_copies;
     cuda.device = options.gpu;
     GZ_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeCudaBackend(cuda));
     return std::shared_ptr<Backend>(std::move(backend));

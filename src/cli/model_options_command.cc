@@ -33,6 +33,13 @@ void ModelOptions::Add(CLI::App* app) {
                 "largest instead of 1e-4); a converted model's quantized linears do the same "
                 "for steps of 48 rows and more (prompts). CUDA's fast mode does this for steps "
                 "of more than one row by default");
+  app->add_flag_callback(
+      "--no-bf16-copies", [this] { device.bf16_copies = false; },
+      "CUDA: keep no bf16 copies of quantized and GGUF linears. By default, in fast "
+      "mode, each such linear gets a bf16 copy of its values at load while the device "
+      "keeps half its memory free, which steps of many rows (prompts, batches) "
+      "multiply through cuBLASLt instead of decoding the weight each time; batch-1 "
+      "steps read the quantized blocks");
   app->add_flag("--int8", device.int8,
                 "CPU: a converted model's 8- and 4-bit linears quantize their (rotated) "
                 "activations to int8, a scale per 128 inputs, and multiply with AVX-512 VNNI "

@@ -296,7 +296,8 @@ Expected<Weight> WeightLoader::Matrix(TensorRole role, int layer) {
   return Place(host, name);
 }
 
-Expected<Weight> WeightLoader::Place(const Weight& given, const std::string& shown, bool on_host) {
+Expected<Weight> WeightLoader::Place(const Weight& given, const std::string& shown, bool on_host,
+                                     bool expert) {
   Weight host = given;
   if (host.format == Format::kGgml && !backend_.ReadsGgml(host.ggml_type)) {
     // A converted folder keeps a GGUF file's block types; those this backend does not read as
@@ -318,6 +319,7 @@ Expected<Weight> WeightLoader::Place(const Weight& given, const std::string& sho
   if (!on_host) {
     std::unique_ptr<Buffer> storage;
     GZ_ASSIGN_OR_RETURN(w, backend_.PrepareWeight(host, &storage));
+    if (storage && !expert) backend_.AddBf16Copy(&w, &storage);
     if (storage) placed_->storage.push_back(std::move(storage));
   }
   placed_->parameters += host.rows * host.cols;
@@ -367,7 +369,7 @@ Expected<Weight> WeightLoader::ExpertMatrix(TensorRole role, int layer, int expe
     const int64_t stored[] = {host.rows, host.cols};
     GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, name, stored, shape));
     if (host.format == Format::kGgml) GZ_RETURN_IF_ERROR(refuse_blocks(host.ggml_type));
-    return Place(host, name, experts_on_host_);
+    return Place(host, name, experts_on_host_, /*expert=*/true);
   }
   if (t->ggml_type >= 0 && !stacked) {
     // A GGUF file's expert in ggml's blocks (its stack split by OpenGgufModel).
@@ -379,7 +381,7 @@ Expected<Weight> WeightLoader::ExpertMatrix(TensorRole role, int layer, int expe
     host.rows = rows;
     host.cols = cols;
     host.data = t->data;
-    return Place(host, name, experts_on_host_);
+    return Place(host, name, experts_on_host_, /*expert=*/true);
   }
   if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32)
     return InvalidArgument(t->file + ": tensor " + name + " has dtype " +
@@ -421,7 +423,7 @@ Expected<Weight> WeightLoader::ExpertMatrix(TensorRole role, int layer, int expe
                                      : role == TensorRole::kExpertUp ? " up"
                                                                      : "")
                               : name;
-  return Place(host, shown, experts_on_host_);
+  return Place(host, shown, experts_on_host_, /*expert=*/true);
 }
 
 }  // namespace gizllm

@@ -105,8 +105,11 @@ class WeightLoader {
                                     std::span<const Rows> blocks, const std::string& part);
   // host placed on the backend and counted; `shown` names it in the summary. ggml blocks the
   // backend does not read (ReadsGgml) are converted to float32 first.
-  // With on_host, counted but left on the host (ggml blocks converted all the same).
-  Expected<Weight> Place(const Weight& host, const std::string& shown, bool on_host = false);
+  // With on_host, counted but left on the host (ggml blocks converted all the same). A linear
+  // (not an expert's: the expert kernels read their blocks) may get the backend's bf16 copy
+  // (Backend::AddBf16Copy).
+  Expected<Weight> Place(const Weight& host, const std::string& shown, bool on_host = false,
+                         bool expert = false);
 
   Backend& backend_;
   std::string dir_;

@@ -521,6 +521,10 @@ class Backend {
   // Makes a host weight (e.g. a pointer into a memory-mapped file) usable by this backend;
   // `storage` receives whatever must stay alive (null where the host memory is used in place).
   virtual Expected<Weight> PrepareWeight(const Weight& host, std::unique_ptr<Buffer>* storage) = 0;
+  // A linear's prepared weight may get a copy of its values in bf16 (Weight::bf16) for products
+  // of many rows, kept in `storage` with it, where the backend keeps such copies (CUDA's
+  // fast mode); by default it gets none.
+  virtual void AddBf16Copy(Weight* w, std::unique_ptr<Buffer>* storage) { (void)w, (void)storage; }
 
   // Whether Attention has a kernel for this head shape; a model checks it when it loads, so a
   // shape without one fails with a Status instead of stopping inside the op.

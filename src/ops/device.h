@@ -21,6 +21,7 @@ struct DeviceOptions {
                                 // the default on such CPUs unless exact)
   bool int8 = false;            // CPU: activations into q8/q4 linears as int8 (AVX-512 VNNI)
   int gpu = 0;                  // CUDA: the device's index among the visible ones
+  bool bf16_copies = true;      // CUDA fast mode: bf16 copies of quantized linears (CudaOptions)
   Status Check() const;
 };
 

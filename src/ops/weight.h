@@ -41,6 +41,10 @@ struct Weight {
   uint8_t layout = 0;
   // kGgml: the block type (a GgmlType, formats/gguf.h); data holds each row's blocks in turn.
   uint32_t ggml_type = 0;
+  // A quantized or kGgml weight's values as bf16 [rows, cols] (rotated inputs where `rotated`),
+  // kept beside it by a backend that multiplies many rows by them (CudaOptions::bf16_copies);
+  // null when it decodes the weight for each product instead.
+  const void* bf16 = nullptr;
 
   bool empty() const { return data == nullptr; }
   int64_t Bytes() const;  // bytes of data + scales + zeros

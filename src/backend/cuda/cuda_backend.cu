@@ -44,6 +44,19 @@ class CudaBuffer : public Buffer {
   size_t bytes_;
 };
 
+// A weight's storage and its bf16 copy (CudaOptions::bf16_copies), kept alive together; data()
+// is the weight's.
+class WithCopy : public Buffer {
+ public:
+  WithCopy(std::unique_ptr<Buffer> main, std::unique_ptr<Buffer> copy)
+      : main_(std::move(main)), copy_(std::move(copy)) {}
+  void* data() override { return main_->data(); }
+  size_t bytes() const override { return main_->bytes() + copy_->bytes(); }
+
+ private:
+  std::unique_ptr<Buffer> main_, copy_;
+};
+
 // One cuBLASLt product shape and the algorithm picked for it.
 // Products of at least this many rows take the algorithm chosen for their rows rounded up to 128.
 constexpr int64_t kRoundedPlanRows = 256;
@@ -180,6 +193,34 @@ class CudaBackend : public Backend {
     w.data = buffer->data();
     *storage = std::move(buffer);
     return w;
+  }
+
+  // CudaOptions::bf16_copies: the weight's values as bf16 beside it, `storage` then holding
+  // both; none in exact mode, for weights the many-row paths do not decode, and where the copy
+  // would leave less than half the device's memory free.
+  void AddBf16Copy(Weight* w, std::unique_ptr<Buffer>* storage) override {
+    if (options_.exact || !options_.bf16_copies) return;
+    if (w->rows * w->cols > cuda::kQuantGemmMaxElements) return;
+    if (w->format == Format::kGgml ? !cuda::GgmlDequants(*w) : !quant::IsQuantized(w->format)) {
+      return;
+    }
+    const size_t bytes = static_cast<size_t>(w->rows * w->cols) * 2;
+    const DeviceMemory memory = Memory();
+    if (memory.total <= 0 || memory.free - static_cast<int64_t>(bytes) < memory.total / 2) return;
+    void* copy = nullptr;
+    if (cudaMalloc(&copy, bytes) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    if (w->format == Format::kGgml) {
+      cuda::LaunchGgmlDequantBf16(*w, copy, stream_);
+    } else {
+      cuda::LaunchDequantBf16(*w, copy, stream_);
+    }
+    GZ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    w->bf16 = copy;
+    *storage = std::unique_ptr<Buffer>(
+        new WithCopy(std::move(*storage), std::unique_ptr<Buffer>(new CudaBuffer(copy, bytes))));
   }
 
   Status CheckAttentionShape(int heads, int kv_heads, int head_dim) const override {
@@ -473,8 +514,12 @@ class CudaBackend : public Backend {
             xb = x_bf16_.Get(static_cast<size_t>(p.rows * cols) * 2);
             cuda::LaunchToBf16(p.x, p.rows * cols, xb, stream_);
           }
-          void* wb = quant_w_bf16_.Get(static_cast<size_t>(w.rows * w.cols) * 2);
-          cuda::LaunchGgmlDequantBf16(w, wb, stream_);
+          const void* wb = w.bf16;
+          if (!wb) {
+            void* decoded = quant_w_bf16_.Get(static_cast<size_t>(w.rows * w.cols) * 2);
+            cuda::LaunchGgmlDequantBf16(w, decoded, stream_);
+            wb = decoded;
+          }
           Weight view{Format::kBf16, w.rows, w.cols};
           view.data = wb;
           if (!LtMatmul(xb, p.rows, view, p.out[i], p.accumulate, /*side=*/0, p.bias[i]) &&
@@ -728,8 +773,12 @@ class CudaBackend : public Backend {
       }
       void* xb = quant_x_bf16_.Get(static_cast<size_t>(p.rows * w.cols) * 2);
       cuda::LaunchRotateToBf16(p.x, p.rows, w, xb, stream_);
-      void* wb = quant_w_bf16_.Get(static_cast<size_t>(w.rows * w.cols) * 2);
-      cuda::LaunchDequantBf16(w, wb, stream_);
+      const void* wb = w.bf16;
+      if (!wb) {
+        void* decoded = quant_w_bf16_.Get(static_cast<size_t>(w.rows * w.cols) * 2);
+        cuda::LaunchDequantBf16(w, decoded, stream_);
+        wb = decoded;
+      }
       Weight view{Format::kBf16, w.rows, w.cols};
       view.data = wb;
       if (!LtMatmul(xb, p.rows, view, p.out[i], /*accumulate=*/false, /*side=*/0, p.bias[i]) &&

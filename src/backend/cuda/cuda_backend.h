@@ -21,6 +21,12 @@ struct CudaOptions {
   // Record each step shape once as a CUDA graph and replay it (Backend::BeginStep/ReplayStep).
   bool graphs = true;
   int max_graphs = 64;  // recorded steps kept; the least recently used is dropped
+  // Fast mode: beside each quantized or GGUF linear (of at most kQuantGemmMaxElements values), a
+  // bf16 copy of its values made at load while the device keeps half its memory free; products
+  // of many rows read it through cuBLASLt instead of decoding the weight into bf16 each time
+  // (the 8B shape's linears: 14 GB decoded every step at 64 sequences). Batch-1 products read
+  // the quantized blocks as before.
+  bool bf16_copies = true;
   Status Check() const;
 };
 

@@ -74,7 +74,9 @@ struct Matrix {
   std::unique_ptr<Buffer> storage;
 };
 
-void MakeMatrix(Backend& b, GgmlType type, int64_t rows, int64_t cols, uint32_t seed, Matrix* m) {
+// `copy`: with the backend's bf16 copy where it keeps one (Backend::AddBf16Copy).
+void MakeMatrix(Backend& b, GgmlType type, int64_t rows, int64_t cols, uint32_t seed, Matrix* m,
+                bool copy = false) {
   m->rows = rows;
   m->cols = cols;
   std::mt19937 rng(seed);
@@ -91,6 +93,7 @@ void MakeMatrix(Backend& b, GgmlType type, int64_t rows, int64_t cols, uint32_t 
   auto w = b.PrepareWeight(m->host, &m->storage);
   ASSERT_TRUE(w.ok()) << w.status().message();
   m->device = *w;
+  if (copy) b.AddBf16Copy(&m->device, &m->storage);
 }
 
 // out[r, n] against base[r, n] + sum_c W[n, c] x[r, c] + bias[n] in float64: a float32 sum in any
@@ -187,6 +190,58 @@ TEST(CudaGgmlTest, MatmulMatchesTheDequantizedProducts) {
           }
         }
       }
+    }
+  }
+}
+
+// Fast mode keeps a bf16 copy of each linear whose blocks its many-row path decodes (the device
+// has room): products of many rows read it and equal those that decode the blocks each time,
+// bit for bit; one row still reads the blocks. Exact mode and --no-bf16-copies keep none.
+TEST(CudaGgmlTest, Bf16CopiesGiveTheDecodedProducts) {
+  GZ_SKIP_WITHOUT_CUDA();
+  std::shared_ptr<Backend> fast = Cuda(/*exact=*/false), exact = Cuda(/*exact=*/true);
+  DeviceOptions off;
+  off.device = "cuda";
+  off.bf16_copies = false;
+  auto none = OpenBackend(off);
+  ASSERT_TRUE(fast && exact && none.ok());
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  uint32_t seed = 100;
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K,
+                        GgmlType::kQ1_0, GgmlType::kQ5_K}) {
+    const std::string name = GgmlTypeName(type);
+    const bool decoded = type != GgmlType::kQ5_K;  // Q5_K has no bf16 decode: no copy
+    Matrix plain, copied, in_exact, in_none;
+    MakeMatrix(*fast, type, 45, 1024, seed, &plain);
+    MakeMatrix(*fast, type, 45, 1024, seed, &copied, /*copy=*/true);
+    MakeMatrix(*exact, type, 45, 1024, seed, &in_exact, /*copy=*/true);
+    MakeMatrix(**none, type, 45, 1024, seed, &in_none, /*copy=*/true);
+    ++seed;
+    EXPECT_EQ(plain.device.bf16, nullptr) << name;
+    EXPECT_EQ(copied.device.bf16 != nullptr, decoded) << name;
+    EXPECT_EQ(in_exact.device.bf16, nullptr) << name;
+    EXPECT_EQ(in_none.device.bf16, nullptr) << name;
+    for (int64_t rows : {1, 19, 64}) {
+      std::vector<float> x(rows * 1024);
+      for (float& v : x) v = uniform(rng);
+      DeviceFloats dx = Upload(*fast, x, x.size());
+      std::vector<float> outs[2];
+      for (int k = 0; k < 2; ++k) {
+        DeviceFloats out = Upload(*fast, {}, rows * 45);
+        MatmulParams p;
+        p.x = dx.data;
+        p.rows = rows;
+        p.outputs = 1;
+        p.w[0] = k ? &copied.device : &plain.device;
+        p.out[0] = out.data;
+        ASSERT_TRUE(p.Check().ok());
+        fast->Matmul(p);
+        outs[k] = Download(*fast, out.data, rows * 45);
+        ExpectProducts(plain, x, rows, {}, {}, outs[k], name + " rows " + std::to_string(rows),
+                       /*bf16=*/rows > 8 && decoded);
+      }
+      EXPECT_EQ(outs[0], outs[1]) << name << " rows " << rows;
     }
   }
 }
