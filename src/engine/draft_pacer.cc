@@ -80,6 +80,7 @@ double DraftPacer::ExpectedGain(double a, int32_t k) {
 }
 
 int32_t DraftPacer::Choose(int64_t rows, int64_t decodes, int64_t candidates) {
+  probing_ = false;
   if (candidates <= 0 || max_drafts_ <= 0) return 0;
   const int64_t most = static_cast<int64_t>(ms_.size()) - 1;
   // The step without drafts is measured first: a count never measured would take a larger
@@ -98,11 +99,12 @@ int32_t DraftPacer::Choose(int64_t rows, int64_t decodes, int64_t candidates) {
   if (best > 0) {
     idle_ = 0;
     probe_after_ = kProbeAfter;
-  } else if (++idle_ >= probe_after_ && rows + candidates <= most) {
+  } else if (++idle_ >= probe_after_ && rows + std::min(candidates, kProbeSequences) <= most) {
     // A probe; if drafting still does not pay, the next one waits twice as long.
     idle_ = 0;
     probe_after_ = std::min(2 * probe_after_, kMaxProbeAfter);
     best = 1;
+    probing_ = true;
   }
   return best;
 }

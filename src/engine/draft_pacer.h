@@ -20,10 +20,15 @@ class DraftPacer {
   // measured yet takes the time interpolated between the measured counts around it, beyond the
   // largest one extrapolated from the two largest, and with one measured count below it that
   // count's time (so it is tried and measured). After `kProbeAfter` steps without drafts one
-  // draft is tried (a probe), so a changed acceptance is seen; each probe after which drafting
-  // still does not pay doubles the wait, up to kMaxProbeAfter. A step of a row count never
-  // measured carries no drafts, so that it is measured without them.
+  // draft is tried (a probe, by at most kProbeSequences sequences), so a changed acceptance is
+  // seen; each probe after which drafting still does not pay doubles the wait, up to
+  // kMaxProbeAfter. A step of a row count never measured carries no drafts, so that it is
+  // measured without them.
   int32_t Choose(int64_t rows, int64_t decodes, int64_t candidates);
+  // Whether the last Choose was a probe: then at most kProbeSequences of the candidates draft
+  // (one draft each), so that at many sequences, where drafts rarely pay, a probe's step
+  // costs little more than one without drafts.
+  bool probing() const { return probing_; }
 
   // A step of `rows` rows took `ms` (the runner's wall clock).
   void RecordStep(int64_t rows, double ms);
@@ -41,6 +46,7 @@ class DraftPacer {
 
   static constexpr int64_t kProbeAfter = 64;
   static constexpr int64_t kMaxProbeAfter = 1024;
+  static constexpr int64_t kProbeSequences = 2;
 
  private:
   int32_t max_drafts_;
@@ -55,6 +61,7 @@ class DraftPacer {
   double judged_ = 0.0;
   int64_t idle_ = 0;  // steps with candidates and no drafts since the last drafts
   int64_t probe_after_ = kProbeAfter;
+  bool probing_ = false;
 };
 
 }  // namespace gizllm

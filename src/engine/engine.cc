@@ -478,6 +478,16 @@ Status Engine::Draft() {
             ? options_.drafts
             : pacer_.Choose(std::min<int64_t>(rows, state_.busy_rows), decodes,
                             static_cast<int64_t>(eligible.size()));
+    // A probe drafts for a few sequences, a different few each time.
+    if (k > 0 && options_.draft == DraftMode::kAuto && pacer_.probing() &&
+        static_cast<int64_t>(eligible.size()) > DraftPacer::kProbeSequences) {
+      const size_t n = eligible.size(), first = probe_turn_++ % n;
+      std::vector<std::pair<Sequence*, int64_t>> few;
+      for (int64_t i = 0; i < DraftPacer::kProbeSequences; ++i) {
+        few.push_back(eligible[(first + i) % n]);
+      }
+      eligible = std::move(few);
+    }
   }
   // The MTP layer reads the last step's rows even where no sequence drafts: its KV of every
   // position is then there when drafting pays again.
@@ -498,16 +508,21 @@ Status Engine::DraftMtp(std::span<const std::pair<Sequence*, int64_t>> eligible,
   rows.Clear();
   mtp_sources_.clear();
   std::map<int64_t, int32_t> last;  // sequence -> its last row here
-  // Paced (auto), a step that drafts nothing leaves the answer's rows unread by the MTP layer:
-  // reading them costs about a step's layer and more on a small model, where not drafting is
-  // chosen because drafts do not pay. Their positions then hold no MTP keys, which only makes
+  // Paced (auto), a sequence that drafts nothing leaves its answer's rows unread by the MTP
+  // layer: reading them costs about a step's layer and more on a small model, where not drafting
+  // is chosen because drafts do not pay. Their positions then hold no MTP keys, which only makes
   // later drafts worse (the pacer sees it in their acceptance); the prompt's rows are always read.
-  const bool answer_rows = k > 0 || options_.draft != DraftMode::kAuto;
+  std::set<int64_t> reading;  // sequences whose answer rows are read, paced
+  if (k > 0) {
+    for (const auto& e : eligible) reading.insert(e.first->id);
+  }
   for (const MtpRow& m : mtp_pending_) {
     auto it = state_.sequences.find(m.id);
     if (it == state_.sequences.end() || it->second.slot != m.slot) continue;
     const Sequence& seq = it->second;
-    if (!answer_rows && m.position >= seq.prompt) continue;
+    if (options_.draft == DraftMode::kAuto && m.position >= seq.prompt && !reading.count(m.id)) {
+      continue;
+    }
     if (m.position + 1 >= static_cast<int64_t>(seq.tokens.size()) ||
         m.position >= static_cast<int64_t>(state_.slots[m.slot].tokens.size())) {
       continue;

@@ -251,6 +251,7 @@ class Engine {
   std::vector<int64_t> appended_;  // [slots] rows the last low-level Step or Hidden appended
   std::vector<int64_t> drafted_;   // [slots] of them, the drafts (Step's `drafts`)
   DraftPacer pacer_;
+  size_t probe_turn_ = 0;  // the first of the eligible sequences the next probe drafts for
   // MTP drafts (DraftMtp): whether this engine makes them, the rows of the last step the MTP
   // layer has still to read (sequence, slot, row of the step, position), where each planned
   // sequence's rows began in the step, and the MTP runs' rows, sources and picks.

@@ -79,9 +79,25 @@ TEST(DraftPacer, DraftsOnlyWhereTheyPay) {
   // again, then after twice as many, up to kMaxProbeAfter.
   std::vector<int64_t> probes;
   for (int64_t i = 1; i <= 4096; ++i) {
-    if (flat.Choose(1, 1, 1) > 0) probes.push_back(i);
+    const bool drafted = flat.Choose(1, 1, 1) > 0;
+    EXPECT_EQ(flat.probing(), drafted) << i;
+    if (drafted) probes.push_back(i);
   }
   EXPECT_EQ(probes, (std::vector<int64_t>{63, 191, 447, 959, 1983, 3007, 4031}));
+  // A probe at 60 candidates in a step of 64 rows at most: a few of them draft (probing), so
+  // it fits where the candidates' rows would not.
+  DraftPacer many(64, 3);
+  many.RecordStep(60, 10.0);
+  for (int i = 0; i < 200; ++i) many.RecordJudged(0, 1);
+  int64_t probed = 0;
+  for (int64_t i = 1; i <= 70; ++i) {
+    if (many.Choose(60, 60, 60) > 0) {
+      ++probed;
+      EXPECT_TRUE(many.probing());
+    }
+  }
+  EXPECT_EQ(probed, 1);
+  EXPECT_FALSE(many.probing());
 
   // A gain within the noise of measured times (here 3% at no cost) is not taken; 10% is.
   DraftPacer margin(16, 1);
