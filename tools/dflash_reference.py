@@ -2,10 +2,13 @@
 """The reference for gizllm's DFlash drafter: z-lab's own DFlashDraftModel (dflash/model.py) over
 a drafter folder and its target, on a prompt, in float32.
 
-Run where torch, transformers and z-lab's dflash package are (the GPU machine):
-  pip install git+https://github.com/z-lab/dflash   # or PYTHONPATH=path/to/dflash
+Run where torch, transformers and z-lab's dflash package are (the GPU machine; its image has
+transformers 5.x, and z-lab's package can travel as its dflash/ folder on PYTHONPATH):
+  pip install git+https://github.com/z-lab/dflash   # or PYTHONPATH=folder/holding/dflash
   python3 tools/dflash_reference.py --target models/tiny-hybrid --drafter models/tiny-hybrid/dflash \
-      --out tests/golden/dflash_tiny_hybrid.safetensors
+      --out models/tiny-hybrid/dflash/reference.safetensors
+models/tiny-hybrid/dflash/reference.safetensors was written so (z-lab/dflash at 44947fb,
+transformers 5.17, on the CPU in float32); tests/unit/engine/engine_dflash_test.cc reads it.
 
 Writes ids [tokens] (a ChatML prompt and the target's greedy answer; the drafter's context is
 the target's features of positions 0 .. tokens - 2), block_normed

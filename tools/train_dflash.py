@@ -257,12 +257,6 @@ def main():
     # Distillation from the target's distributions where the data holds its last layer's output.
     teacher = target_ids.index(target_layers - 1) \
         if args.distill and target_layers - 1 in target_ids else None
-    norm_w = weights.get("model.norm.weight")
-    if norm_w is None:
-        norm_w = weights["model.language_model.norm.weight"]
-    # Qwen3.5 and Qwen3-Next norms multiply by 1 + weight.
-    offset = 1.0 if cfg.get("model_type", "").startswith(("qwen3_5", "qwen3_next")) else 0.0
-    final_norm = norm_w + offset
     rng.shuffle(seqs)
     held, train = seqs[:args.held_out], seqs[args.held_out:]
     model = Drafter(dim, layers, args.layers, args.heads, args.kv_heads, args.head_dim, args.ffn)
@@ -281,10 +275,11 @@ def main():
             ce = F.cross_entropy(logits, lab[keep], reduction="none")
         else:
             # The target's own distribution of each label (its last layer's output at the row
-            # before, through its final norm and head): more to learn from than the argmax.
+            # before, which the data holds after the final norm, through its head): more to
+            # learn from than the argmax.
             with torch.no_grad():
                 last = feats[src[keep], teacher * dim:(teacher + 1) * dim]
-                p = (rms_norm(last, final_norm) @ head.T).softmax(-1)
+                p = (last @ head.T).softmax(-1)
             ce = -(p * logits.log_softmax(-1)).sum(-1)
         slot = torch.arange(len(lab)) % args.block
         return (ce * w[slot[keep]]).sum(), w[slot[keep]].sum()

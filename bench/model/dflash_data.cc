@@ -7,8 +7,9 @@
 // FILE.jsonl: {"prompt": text} or {"tokens": [ids]} a line. Output, little-endian: "DFD1", int32
 // layers, int32 dim, int32 sequences; then each sequence: int32 tokens, int32 prompt tokens,
 // int32 ids [tokens], f16 features [tokens, layers * dim] (layer by layer within a row: the
-// hidden_states[id + 1] of each target layer id, as the drafter's fc reads them). The answer ends
-// at the model's stop token (not kept) or after --new tokens.
+// hidden_states[id + 1] of each target layer id, as the drafter's fc reads them: the last layer's
+// after the final norm). The answer ends at the model's stop token (not kept) or after --new
+// tokens.
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -54,7 +55,12 @@ int Main(int argc, char** argv) {
   {
     std::stringstream s(a["--layers"]);
     std::string item;
-    while (std::getline(s, item, ',')) layers.push_back(std::stoi(item) + 1);
+    // Layer id i: transformers' hidden_states[i + 1], whose last entry is after the final norm
+    // (Hidden's layers + 1), as the drafter reads them (model/dflash.cc).
+    while (std::getline(s, item, ',')) {
+      const int id = std::stoi(item);
+      layers.push_back(id + 1 == (*model)->arch().layers ? (*model)->arch().layers + 1 : id + 1);
+    }
   }
   const int64_t limit = std::stoll(a["--new"]);
   std::vector<std::vector<int32_t>> prompts;

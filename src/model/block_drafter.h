@@ -23,7 +23,8 @@ class BlockDrafter {
 
   virtual ~BlockDrafter() = default;
   // The target's hidden states the drafter reads, as Runner::Hidden numbers them (l: after layer
-  // l - 1; Hugging Face's hidden_states[l]), in the order Extend's features concatenate them.
+  // l - 1, Hugging Face's hidden_states[l]; layers + 1: the last layer's after the final norm, the
+  // last entry of transformers' hidden_states), in the order Extend's features concatenate them.
   virtual std::span<const int> FeatureLayers() const = 0;
   // Most drafts one pass gives (DFlash: the block size less one).
   virtual int32_t MostDrafts() const = 0;

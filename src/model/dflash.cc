@@ -226,7 +226,12 @@ Expected<std::unique_ptr<DFlashDrafter>> DFlashDrafter::Open(const std::string& 
   auto drafter = std::unique_ptr<DFlashDrafter>(new DFlashDrafter());
   drafter->config_ = config;
   drafter->target_ = target;
-  for (int id : config.target_layer_ids) drafter->feature_layers_.push_back(id + 1);
+  // Layer id i reads transformers' hidden_states[i + 1], the output of layer i; the last layer's
+  // entry there is after the final norm (last_hidden_state), so a drafter that reads the last
+  // layer reads it normed (Hidden's layers + 1).
+  for (int id : config.target_layer_ids) {
+    drafter->feature_layers_.push_back(id + 1 == arch.layers ? arch.layers + 1 : id + 1);
+  }
   // A tensor as float32, of the shape the config gives (names with or without "model.").
   auto read = [&](const std::string& name, std::vector<int64_t> shape,
                   std::vector<float>* out) -> Status {

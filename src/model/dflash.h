@@ -65,6 +65,9 @@ class DFlashDrafter : public BlockDrafter {
                 const float* features) override;
   Status Draft(std::span<Context* const> contexts, std::span<const int32_t> last,
                std::span<const int64_t> positions, int32_t count, int32_t* tokens) override;
+  // The logits of the last Draft's rows, [sequences * count, vocab] (row s * count + k: sequence
+  // s's draft k), valid until the next Draft.
+  std::span<const float> LastLogits() const { return scratch_[9]; }
 
  private:
   struct Layer;

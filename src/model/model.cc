@@ -990,10 +990,10 @@ Status Model::KeepFeatures(std::span<const int> layers) {
     return Unimplemented("KeepFeatures: a pipeline stage keeps no hidden states for drafts");
   }
   for (int l : layers) {
-    if (l < 1 || l > arch_.layers) {
+    if (l < 1 || l > arch_.layers + 1) {
       return InvalidArgument("KeepFeatures: layer " + std::to_string(l) + " outside [1, " +
-                             std::to_string(arch_.layers) + "] (the outputs of " + dir_ +
-                             "'s layers)");
+                             std::to_string(arch_.layers + 1) + "] (the outputs of " + dir_ +
+                             "'s layers, the last also after the final norm)");
     }
   }
   impl_->feature_layers.assign(layers.begin(), layers.end());

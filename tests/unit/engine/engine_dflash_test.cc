@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -17,11 +18,13 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "tests/unit/engine/exact_cpu_model.h"
+#include "formats/safetensors.h"
 #include "model/dflash.h"
 #include "model/model.h"
+#include "model/weights.h"
 #include "ops/device.h"
 #include "tests/dflash_util.h"
+#include "tests/unit/engine/exact_cpu_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gizllm {
@@ -93,13 +96,10 @@ std::vector<double> ReferenceRows(const std::string& dir, Model* model, const DF
     const TensorInfo* t = ckpt->Find(name);
     if (!t) t = ckpt->Find("model." + name);
     if (!t) ADD_FAILURE() << name;
-    std::vector<double> v(t ? t->Elements() : 0);
-    for (size_t i = 0; i < v.size(); ++i) {
-      float f;
-      std::memcpy(&f, t->data + 4 * i, 4);
-      v[i] = f;
-    }
-    return v;
+    if (!t) return std::vector<double>{};
+    auto f = ReadVector(*ckpt, dir, t->name, t->shape);  // F32, F16 or BF16
+    EXPECT_TRUE(f.ok()) << name;
+    return f.ok() ? std::vector<double>(f->begin(), f->end()) : std::vector<double>{};
   };
   const int dim = c.dim, hd = c.head_dim, H = c.heads, KV = c.kv_heads, B = c.block_size;
   const int64_t in = static_cast<int64_t>(c.target_layer_ids.size()) * dim;
@@ -490,6 +490,71 @@ TEST(DFlashEngine, ContextsHoldTheModelsHiddenStatesOfKeptRows) {
   }
 }
 
+// The shipped drafter against z-lab's own DFlashDraftModel (dflash/model.py) over transformers'
+// tiny hybrid, in float32 (models/tiny-hybrid/dflash/reference.safetensors, written by
+// tools/dflash_reference.py): a chat prompt and its greedy answer as the context, the block of
+// its newest token at the next position; the drafter's logits within 1e-4 of the largest and the
+// float64 reading's final-normed rows within 1e-4 of z-lab's.
+TEST(DFlashDrafter, ShippedDrafterEqualsZLabsModel) {
+  Model* model = Load("models/tiny-hybrid");
+  ASSERT_NE(model, nullptr);
+  const std::string dir = "models/tiny-hybrid/dflash";
+  auto drafter = DFlashDrafter::Open(dir, model, 2);
+  ASSERT_TRUE(drafter.ok()) << drafter.status().message();
+  auto file = SafetensorsFile::Open(dir + "/reference.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  auto tensor = [&](const char* name, DType dtype) {
+    const TensorInfo* t = file->Find(name);
+    EXPECT_NE(t, nullptr) << name;
+    if (t) EXPECT_EQ(t->dtype, dtype) << name;
+    return t;
+  };
+  const TensorInfo *ids_t = tensor("ids", DType::kI32),
+                   *normed_t = tensor("block_normed", DType::kF32),
+                   *logits_t = tensor("draft_logits", DType::kF32);
+  ASSERT_TRUE(ids_t && normed_t && logits_t);
+  std::vector<int32_t> ids(ids_t->Elements());
+  std::memcpy(ids.data(), ids_t->data, ids_t->bytes);
+  const DFlashConfig& c = (*drafter)->config();
+  const int32_t count = (*drafter)->MostDrafts();
+  const int64_t vocab = model->arch().vocab, ctx_len = static_cast<int64_t>(ids.size()) - 1;
+  ASSERT_EQ(normed_t->Elements(), count * c.dim);
+  ASSERT_EQ(logits_t->Elements(), count * vocab);
+  std::vector<float> want_normed(normed_t->Elements()), want_logits(logits_t->Elements());
+  std::memcpy(want_normed.data(), normed_t->data, normed_t->bytes);
+  std::memcpy(want_logits.data(), logits_t->data, logits_t->bytes);
+
+  const std::vector<int32_t> context(ids.begin(), ids.end() - 1);
+  const std::vector<float> features = Features(model, context, (*drafter)->FeatureLayers());
+  auto ctx = (*drafter)->NewContext();
+  std::vector<int64_t> positions(ctx_len);
+  for (int64_t p = 0; p < ctx_len; ++p) positions[p] = p;
+  ASSERT_TRUE((*drafter)->Extend(*ctx, positions, features.data()).ok());
+  std::vector<int32_t> got(count);
+  BlockDrafter::Context* one[] = {ctx.get()};
+  const int32_t last[] = {ids.back()};
+  const int64_t at[] = {ctx_len};
+  ASSERT_TRUE((*drafter)->Draft(one, last, at, count, got.data()).ok());
+  const std::span<const float> logits = (*drafter)->LastLogits();
+  ASSERT_EQ(static_cast<int64_t>(logits.size()), count * vocab);
+  for (int32_t k = 0; k < count; ++k) {
+    const float* want = want_logits.data() + k * vocab;
+    const float top = *std::max_element(want, want + vocab);
+    float worst = 0.0f, scale = 0.0f;
+    for (int64_t v = 0; v < vocab; ++v) {
+      worst = std::max(worst, std::fabs(logits[k * vocab + v] - want[v]));
+      scale = std::max(scale, std::fabs(want[v]));
+    }
+    EXPECT_LE(worst, 1e-4f * scale) << "draft " << k;
+    EXPECT_GE(want[got[k]], top - 1e-4f * scale) << "draft " << k;
+  }
+  const std::vector<double> rows = ReferenceRows(dir, model, c, features, ctx_len, ids.back());
+  ASSERT_EQ(rows.size(), want_normed.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_NEAR(rows[i], want_normed[i], 1e-4 * (1 + std::fabs(want_normed[i]))) << i;
+  }
+}
+
 // The drafter shipped for the tiny hybrid (models/tiny-hybrid/dflash, trained by
 // tools/train_dflash.py): on held-out chats (bench/drafts/chat_prompts.jsonl), greedy, the same
 // tokens as without drafts, and a step keeps more than half a draft on average (DFlash's
@@ -520,8 +585,8 @@ TEST(DFlashEngine, ShippedDrafterKeepsDraftsOnHeldOutChats) {
   }
   ASSERT_GT(block.stats.block.steps, 0);
   const double kept = static_cast<double>(block.stats.block.accepted) / block.stats.block.steps;
-  EXPECT_GT(1.0 + kept, 1.5) << block.stats.block.accepted << " kept in "
-                             << block.stats.block.steps << " steps";
+  EXPECT_GT(1.0 + kept, 1.5) << block.stats.block.accepted << " kept in " << block.stats.block.steps
+                             << " steps";
 }
 
 }  // namespace

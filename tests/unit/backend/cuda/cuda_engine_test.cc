@@ -1,11 +1,11 @@
 // The Engine on the CUDA backend with tiny-chat: tokens picked on the device equal the host
-// The Engine on the CUDA backend with tiny-chat: tokens picked on the device equal the host
 // Sampler's picks from the same logits (seeded sampling under top-k, top-p, min-p and greedy;
 // requests under grammars' masks beside free ones), greedy tokens equal the CPU backend's, Warm
 // leaves the engine as it found it, and fp16 pages come back from host memory as they were;
 // lookup drafts (verify steps of several rows a sequence, picked on the device) change no token
 // in exact mode, on the golden hybrids too, where Accept brings the recurrent states back to the
-// last kept row, and tiny-hybrid's MTP drafts change none either. Skipped without a CUDA device.
+// last kept row, and tiny-hybrid's MTP and DFlash drafts change none either. Skipped without a
+// CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +20,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "engine/engine.h"
+#include "model/dflash.h"
 #include "model/evaluate.h"
 #include "model/model.h"
 #include "ops/device.h"
@@ -281,14 +282,17 @@ Drafted GenerateDrafts(Model& model, const std::vector<Request>& requests, Draft
 
 // The requests on 4 slots sharing 12 pages (preemption; a hybrid's states, their snapshots and
 // the drafts' inputs beside), context 128, steps of 48 rows; the pages checked after.
+// `block`: the block drafter of DraftMode::kBlock (its most drafts a step).
 Drafted GenerateInFewPages(Model& model, const std::vector<Request>& requests, DraftMode draft,
-                           bool device_sampling) {
+                           bool device_sampling, BlockDrafter* block = nullptr) {
   EngineOptions options;
   options.slots = 4;
   options.context = 128;
   options.rows = 48;
   options.device_sampling = device_sampling;
   options.draft = draft;
+  options.block_drafter = block;
+  if (block) options.drafts = block->MostDrafts();
   options.kv_budget_bytes = 12 * model.PageBytes() + Engine::StateBytes(model.caches(), options);
   auto engine = Engine::Create(&model, options);
   EXPECT_TRUE(engine.ok()) << engine.status().message();
@@ -486,6 +490,68 @@ TEST(CudaEngine, TinyHybridMtpDraftsChangeNoTokens) {
           exact ? "exact" : "fast", device ? "device" : "host",
           static_cast<long long>(mtp.stats.mtp.drafted),
           static_cast<long long>(mtp.stats.mtp.accepted), static_cast<long long>(same),
+          static_cast<long long>(all));
+    }
+  }
+}
+
+// models/tiny-hybrid/dflash's block drafts on CUDA (the target's hidden states after the chosen
+// layers copied to the host drafter, its blocks embedded and read through the target's head on
+// the device): greedy and seeded requests in 4 slots of 12 pages (preemption). In exact mode the
+// tokens equal those without drafts and the CPU engine's, picked on the device and on the host;
+// in the fast mode the agreement is printed.
+TEST(CudaEngine, TinyHybridDFlashDraftsChangeNoTokens) {
+  GZ_SKIP_WITHOUT_CUDA();
+  const std::string dir = "models/tiny-hybrid";
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int32_t> token(10, 4000);
+  std::vector<Request> requests;
+  for (int i = 0; i < 8; ++i) {
+    Request r;
+    r.prompt.resize(4 + rng() % 40);
+    for (int32_t& t : r.prompt) t = token(rng);
+    r.limit = 24 + static_cast<int64_t>(rng() % 24);
+    r.stop = std::vector<int32_t>{};
+    if (i % 2 == 1) {
+      r.sampling.temperature = 0.8f;
+      r.sampling.seed = rng();
+    }
+    requests.push_back(r);
+  }
+  auto cpu = Load("cpu", /*exact=*/true, std::nullopt, dir);
+  ASSERT_TRUE(cpu);
+  const Drafted reference = GenerateInFewPages(*cpu, requests, DraftMode::kNone, false);
+  ASSERT_EQ(reference.tokens.size(), requests.size());
+  for (bool exact : {true, false}) {
+    auto model = Load("cuda", exact, std::nullopt, dir);
+    ASSERT_TRUE(model);
+    auto drafter = DFlashDrafter::Open(dir + "/dflash", model.get(), 2);
+    ASSERT_TRUE(drafter.ok()) << drafter.status().message();
+    for (bool device : {true, false}) {
+      SCOPED_TRACE(std::string(exact ? "exact" : "fast") + (device ? " device" : " host"));
+      const Drafted plain = GenerateInFewPages(*model, requests, DraftMode::kNone, device);
+      const Drafted block =
+          GenerateInFewPages(*model, requests, DraftMode::kBlock, device, drafter->get());
+      ASSERT_EQ(block.tokens.size(), requests.size());
+      EXPECT_GT(block.stats.block.accepted, 0);
+      EXPECT_GT(block.stats.block.drafted, block.stats.block.accepted);
+      EXPECT_GT(block.stats.preemptions, 0);
+      int64_t all = 0;
+      for (size_t i = 0; i < requests.size(); ++i) {
+        ASSERT_EQ(static_cast<int64_t>(block.tokens[i].size()), requests[i].limit);
+        if (exact) {
+          EXPECT_EQ(block.tokens[i], plain.tokens[i]) << "request " << i;
+          EXPECT_EQ(block.tokens[i], reference.tokens[i]) << "request " << i;
+        }
+        all += static_cast<int64_t>(plain.tokens[i].size());
+      }
+      std::printf(
+          "tiny-hybrid dflash %s, %s picks: drafts %lld, kept %lld; tokens before the first "
+          "difference %lld of %lld\n",
+          exact ? "exact" : "fast", device ? "device" : "host",
+          static_cast<long long>(block.stats.block.drafted),
+          static_cast<long long>(block.stats.block.accepted),
+          static_cast<long long>(TokensBeforeTheFirstDifference(block, plain)),
           static_cast<long long>(all));
     }
   }
