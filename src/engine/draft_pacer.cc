@@ -23,17 +23,32 @@ constexpr double kMargin = 1.05;
 }  // namespace
 
 DraftPacer::DraftPacer(int64_t max_rows, int32_t max_drafts)
-    : max_drafts_(max_drafts), ms_(static_cast<size_t>(std::max<int64_t>(max_rows, 1)) + 1, 0.0) {}
+    : max_drafts_(max_drafts),
+      ms_(static_cast<size_t>(std::max<int64_t>(max_rows, 1)) + 1, 0.0),
+      run_ms_(ms_.size(), 0.0) {}
 
 void DraftPacer::RecordStep(int64_t rows, double ms) {
   if (rows < 1 || rows >= static_cast<int64_t>(ms_.size()) || ms <= 0.0) return;
   growth_ *= kGrowth;
   if (growth_ > 1e100) {
     for (double& t : ms_) t *= growth_;
+    for (double& t : run_ms_) t *= growth_;
     growth_ = 1.0;
   }
   double& t = ms_[rows];  // in units of growth_
   if (t == 0.0 || ms < t * growth_) t = ms / growth_;
+}
+
+void DraftPacer::RecordDraftRun(int64_t sequences, double ms) {
+  if (sequences < 1 || sequences >= static_cast<int64_t>(run_ms_.size()) || ms <= 0.0) return;
+  double& t = run_ms_[sequences];
+  if (t == 0.0 || ms < t * growth_) t = ms / growth_;
+}
+
+double DraftPacer::DraftRunMs(int64_t sequences, int64_t rows) const {
+  if (!runs_) return 0.0;
+  const double stored = StoredMs(run_ms_, sequences);
+  return stored > 0.0 ? growth_ * stored : StepMs(rows);
 }
 
 void DraftPacer::RecordJudged(int64_t accepted, int64_t rejected) {
@@ -46,30 +61,30 @@ double DraftPacer::acceptance() const {
   return (accepted_ + kPriorAccepted) / (judged_ + kPriorJudged);
 }
 
-double DraftPacer::StepMs(int64_t rows) const { return growth_ * StoredMs(rows); }
+double DraftPacer::StepMs(int64_t rows) const { return growth_ * StoredMs(ms_, rows); }
 
-double DraftPacer::StoredMs(int64_t rows) const {
-  const int64_t n = static_cast<int64_t>(ms_.size());
+double DraftPacer::StoredMs(const std::vector<double>& table, int64_t rows) const {
+  const int64_t n = static_cast<int64_t>(table.size());
   rows = std::clamp<int64_t>(rows, 1, n - 1);
-  if (ms_[rows] > 0.0) return ms_[rows];
+  if (table[rows] > 0.0) return table[rows];
   int64_t below = rows - 1, above = rows + 1;
-  while (below >= 1 && ms_[below] == 0.0) --below;
-  while (above < n && ms_[above] == 0.0) ++above;
+  while (below >= 1 && table[below] == 0.0) --below;
+  while (above < n && table[above] == 0.0) ++above;
   if (below >= 1 && above < n) {
     const double f = static_cast<double>(rows - below) / static_cast<double>(above - below);
-    return ms_[below] + f * (ms_[above] - ms_[below]);
+    return table[below] + f * (table[above] - table[below]);
   }
   if (below >= 1) {
     // Beyond the largest measured count: the slope of the two largest, where there are two
     // (never below flat); with one, its time (so the count is tried and measured).
     int64_t lower = below - 1;
-    while (lower >= 1 && ms_[lower] == 0.0) --lower;
-    if (lower < 1) return ms_[below];
+    while (lower >= 1 && table[lower] == 0.0) --lower;
+    if (lower < 1) return table[below];
     const double slope =
-        std::max(0.0, (ms_[below] - ms_[lower]) / static_cast<double>(below - lower));
-    return ms_[below] + slope * static_cast<double>(rows - below);
+        std::max(0.0, (table[below] - table[lower]) / static_cast<double>(below - lower));
+    return table[below] + slope * static_cast<double>(rows - below);
   }
-  if (above < n) return ms_[above];
+  if (above < n) return table[above];
   return 0.0;
 }
 
@@ -93,7 +108,7 @@ int32_t DraftPacer::Choose(int64_t rows, int64_t decodes, int64_t candidates) {
   for (int32_t k = 1; k <= max_drafts_ && rows + candidates * k <= most; ++k) {
     const double tokens =
         static_cast<double>(decodes) + static_cast<double>(candidates) * ExpectedGain(a, k);
-    const double rate = tokens / StepMs(rows + candidates * k);
+    const double rate = tokens / (StepMs(rows + candidates * k) + DraftRunMs(candidates, rows));
     if (rate > best_rate) best_rate = rate, best = k;
   }
   if (best > 0) {

@@ -32,6 +32,13 @@ class DraftPacer {
 
   // A step of `rows` rows took `ms` (the runner's wall clock).
   void RecordStep(int64_t rows, double ms);
+  // Drafts made by a run of their own (MTP): the run for `sequences` drafting sequences took
+  // `ms`. Choose adds the run's time to a drafted step's: measured at the nearest count (as
+  // StepMs interpolates), before any measurement a plain step of the rows without drafts (an
+  // MTP run reads a layer and the head again per chained draft, and on small models costs about
+  // a step); set by SetDraftRuns. Drafts made without a run (lookup) add nothing.
+  void SetDraftRuns(bool runs) { runs_ = runs; }
+  void RecordDraftRun(int64_t sequences, double ms);
   // The drafts judged in a step, all its sequences': `accepted` kept, `rejected` refused (a
   // sequence's drafts after a refused one are not judged). Each call is one step of the decay.
   void RecordJudged(int64_t accepted, int64_t rejected);
@@ -40,6 +47,9 @@ class DraftPacer {
   double acceptance() const;
   // The estimated time of a step of `rows` rows (Choose says how); 0 when no step was measured.
   double StepMs(int64_t rows) const;
+  // The estimated time of the drafting run for `sequences` sequences beside a step of `rows`
+  // rows without drafts (RecordDraftRun says how).
+  double DraftRunMs(int64_t sequences, int64_t rows) const;
   // Expected tokens a sequence gains from `k` drafts kept with chance `a` each in turn, beyond
   // its one token: a + a^2 + ... + a^k.
   static double ExpectedGain(double a, int32_t k);
@@ -50,12 +60,15 @@ class DraftPacer {
 
  private:
   int32_t max_drafts_;
-  // StepMs in units of growth_ (every count's time grows alike each step; draft_pacer.cc).
-  double StoredMs(int64_t rows) const;
+  // StepMs in units of growth_ (every count's time grows alike each step; draft_pacer.cc), of
+  // `table` (ms_ or run_ms_).
+  double StoredMs(const std::vector<double>& table, int64_t rows) const;
 
   // [max_rows + 1] step time per row count, in units of growth_: its lowest measurement, grown
   // since; 0: none.
   std::vector<double> ms_;
+  bool runs_ = false;
+  std::vector<double> run_ms_;  // [max_rows + 1] drafting runs by drafting sequences, as ms_
   double growth_ = 1.0;
   double accepted_ = 0.0;  // decayed counts of judged drafts
   double judged_ = 0.0;

@@ -150,6 +150,7 @@ Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOpt
       new Engine(runner, options, paging, static_cast<int32_t>(pages), max_pages));
   engine->mtp_ = mtp;
   engine->block_ = block;
+  engine->pacer_.SetDraftRuns(mtp);
   return engine;
 }
 
@@ -890,7 +891,12 @@ Status Engine::Run() {
     last_step_.drafted += p.drafts;
   }
   last_step_.draft_ms = draft_ms_;
-  pacer_.RecordStep(rows_.size(), last_step_.runner_ms + draft_ms_);
+  pacer_.RecordStep(rows_.size(), last_step_.runner_ms);
+  if (draft_ms_ > 0.0) {
+    int64_t drafting = 0;
+    for (const Planned& p : state_.plan) drafting += p.drafts > 0;
+    pacer_.RecordDraftRun(drafting, draft_ms_);
+  }
   for (const Planned& p : state_.plan) {
     Sequence& seq = state_.sequences.at(p.id);
     Slot& slot = state_.slots[seq.slot];
