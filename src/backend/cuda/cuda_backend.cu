@@ -514,18 +514,8 @@ class CudaBackend : public Backend {
             xb = x_bf16_.Get(static_cast<size_t>(p.rows * cols) * 2);
             cuda::LaunchToBf16(p.x, p.rows * cols, xb, stream_);
           }
-          const void* wb = w.bf16;
-          if (!wb) {
-            void* decoded = quant_w_bf16_.Get(static_cast<size_t>(w.rows * w.cols) * 2);
-            cuda::LaunchGgmlDequantBf16(w, decoded, stream_);
-            wb = decoded;
-          }
-          Weight view{Format::kBf16, w.rows, w.cols};
-          view.data = wb;
-          if (!LtMatmul(xb, p.rows, view, p.out[i], p.accumulate, /*side=*/0, p.bias[i]) &&
-              p.bias[i]) {
-            cuda::LaunchAddBias(p.out[i], p.rows, w.rows, p.bias[i], stream_);
-          }
+          Bf16Product(xb, p.rows, w, p.out[i], p.accumulate, p.bias[i],
+                      [&](void* decoded) { cuda::LaunchGgmlDequantBf16(w, decoded, stream_); });
           continue;
         }
         if (w.format == Format::kGgml) {
@@ -773,20 +763,29 @@ class CudaBackend : public Backend {
       }
       void* xb = quant_x_bf16_.Get(static_cast<size_t>(p.rows * w.cols) * 2);
       cuda::LaunchRotateToBf16(p.x, p.rows, w, xb, stream_);
-      const void* wb = w.bf16;
-      if (!wb) {
-        void* decoded = quant_w_bf16_.Get(static_cast<size_t>(w.rows * w.cols) * 2);
-        cuda::LaunchDequantBf16(w, decoded, stream_);
-        wb = decoded;
-      }
-      Weight view{Format::kBf16, w.rows, w.cols};
-      view.data = wb;
-      if (!LtMatmul(xb, p.rows, view, p.out[i], /*accumulate=*/false, /*side=*/0, p.bias[i]) &&
-          p.bias[i]) {
-        cuda::LaunchAddBias(p.out[i], p.rows, w.rows, p.bias[i], stream_);
-      }
+      Bf16Product(xb, p.rows, w, p.out[i], /*accumulate=*/false, p.bias[i],
+                  [&](void* decoded) { cuda::LaunchDequantBf16(w, decoded, stream_); });
     }
     return plain;
+  }
+
+  // out [rows, w.rows] (+)= xb [rows, w.cols] (bf16) times w's values in bf16 through cuBLASLt:
+  // its copy (Weight::bf16), else `decode(scratch)` writes them for this product; then the bias
+  // where LtMatmul did not add it.
+  template <class Decode>
+  void Bf16Product(const void* xb, int64_t rows, const Weight& w, float* out, bool accumulate,
+                   const float* bias, Decode&& decode) {
+    const void* wb = w.bf16;
+    if (!wb) {
+      void* decoded = quant_w_bf16_.Get(static_cast<size_t>(w.rows * w.cols) * 2);
+      decode(decoded);
+      wb = decoded;
+    }
+    Weight view{Format::kBf16, w.rows, w.cols};
+    view.data = wb;
+    if (!LtMatmul(xb, rows, view, out, accumulate, /*side=*/0, bias) && bias) {
+      cuda::LaunchAddBias(out, rows, w.rows, bias, stream_);
+    }
   }
 
   // The algorithms the heuristic gives for a product (0 or 1). A bias epilogue it does not

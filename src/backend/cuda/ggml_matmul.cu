@@ -373,9 +373,11 @@ struct FastBlocks<GgmlType::kQ1_0> {
   }
 };
 
-template <GgmlType kType, int kRows>
-__device__ __forceinline__ void FastRow(const uint8_t* row, int64_t cols, const float* x,
-                                        int64_t stride, int count, int lane, float* acc) {
+// A warp's walk over one weight row of `cols` values: the loads of kUnroll warp steps issued
+// before any is used, then each lane's values v (4 at a time) handed to put(v, e), e the index of
+// v[0] in the row.
+template <GgmlType kType, class Put>
+__device__ __forceinline__ void WalkRow(const uint8_t* row, int64_t cols, int lane, Put&& put) {
   using B = FastBlocks<kType>;
   const int64_t blocks = cols / B::kElements;
   for (int64_t b0 = B::First(lane); b0 < blocks; b0 += B::kStep * B::kUnroll) {
@@ -389,12 +391,16 @@ __device__ __forceinline__ void FastRow(const uint8_t* row, int64_t cols, const 
     for (int u = 0; u < B::kUnroll; ++u) {
       const int64_t b = b0 + u * B::kStep;
       if (b >= blocks) continue;
-      const float* xb = x + b * B::kElements;
-      B::Decode(raw[u], lane, [&](const float v[4], int o) {
-        Dot4<kRows>(v, xb + o, stride, count, acc);
-      });
+      B::Decode(raw[u], lane, [&](const float v[4], int o) { put(v, b * B::kElements + o); });
     }
   }
+}
+
+template <GgmlType kType, int kRows>
+__device__ __forceinline__ void FastRow(const uint8_t* row, int64_t cols, const float* x,
+                                        int64_t stride, int count, int lane, float* acc) {
+  WalkRow<kType>(row, cols, lane,
+                 [&](const float v[4], int64_t e) { Dot4<kRows>(v, x + e, stride, count, acc); });
 }
 
 // Weight row kFastWarps * blockIdx.y + warp against the activation rows [kRows * blockIdx.x, +
@@ -429,32 +435,15 @@ template <GgmlType kType>
 __global__ void __launch_bounds__(kFastWarps * 32)
     GgmlDequantBf16Kernel(const uint8_t* w, int64_t n, int64_t cols, int64_t row_bytes,
                           __nv_bfloat16* out) {
-  using B = FastBlocks<kType>;
   const int lane = threadIdx.x % 32;
   const int64_t wrow = static_cast<int64_t>(blockIdx.x) * kFastWarps + threadIdx.x / 32;
   if (wrow >= n) return;
-  const uint8_t* row = w + wrow * row_bytes;
   __nv_bfloat16* y = out + wrow * cols;
-  const int64_t blocks = cols / B::kElements;
-  for (int64_t b0 = B::First(lane); b0 < blocks; b0 += B::kStep * B::kUnroll) {
-    typename B::Raw raw[B::kUnroll];
-#pragma unroll
-    for (int u = 0; u < B::kUnroll; ++u) {
-      const int64_t b = b0 + u * B::kStep;
-      if (b < blocks) raw[u] = B::Load(row + b * B::kBytes, lane);
-    }
-#pragma unroll
-    for (int u = 0; u < B::kUnroll; ++u) {
-      const int64_t b = b0 + u * B::kStep;
-      if (b >= blocks) continue;
-      __nv_bfloat16* yb = y + b * B::kElements;
-      B::Decode(raw[u], lane, [&](const float v[4], int o) {
-        auto* pair = reinterpret_cast<__nv_bfloat162*>(yb + o);  // 8-byte aligned
-        pair[0] = __floats2bfloat162_rn(v[0], v[1]);
-        pair[1] = __floats2bfloat162_rn(v[2], v[3]);
-      });
-    }
-  }
+  WalkRow<kType>(w + wrow * row_bytes, cols, lane, [&](const float v[4], int64_t e) {
+    auto* pair = reinterpret_cast<__nv_bfloat162*>(y + e);  // 8-byte aligned
+    pair[0] = __floats2bfloat162_rn(v[0], v[1]);
+    pair[1] = __floats2bfloat162_rn(v[2], v[3]);
+  });
 }
 
 // Q1_0 weights are 1.125 bits a weight, so the float32 activations, not the weights, are most

@@ -432,14 +432,10 @@ TEST(CudaEngine, HybridDraftsChangeNoTokens) {
   }
 }
 
-// models/tiny-hybrid's MTP drafts on the device (hidden states kept there, chained drafts picked
-// there, the MTP runs recorded and replayed as steps): greedy and seeded requests in 4 slots of
-// 12 pages (preemption). In exact mode the tokens equal those without drafts and the CPU
-// engine's, picked on the device and on the host; in the fast mode the agreement is printed.
-TEST(CudaEngine, TinyHybridMtpDraftsChangeNoTokens) {
-  GZ_SKIP_WITHOUT_CUDA();
-  const std::string dir = "models/tiny-hybrid";
-  std::mt19937 rng(5);
+// 8 requests of random tokens for models/tiny-hybrid, each to its limit (24 to 47 tokens): the
+// even ones greedy, the odd ones seeded at temperature 0.8 with `top_p`.
+std::vector<Request> TinyHybridRequests(uint32_t seed, float top_p) {
+  std::mt19937 rng(seed);
   std::uniform_int_distribution<int32_t> token(10, 4000);
   std::vector<Request> requests;
   for (int i = 0; i < 8; ++i) {
@@ -450,11 +446,22 @@ TEST(CudaEngine, TinyHybridMtpDraftsChangeNoTokens) {
     r.stop = std::vector<int32_t>{};
     if (i % 2 == 1) {
       r.sampling.temperature = 0.8f;
-      r.sampling.top_p = 0.95f;
+      r.sampling.top_p = top_p;
       r.sampling.seed = rng();
     }
     requests.push_back(r);
   }
+  return requests;
+}
+
+// models/tiny-hybrid's MTP drafts on the device (hidden states kept there, chained drafts picked
+// there, the MTP runs recorded and replayed as steps): greedy and seeded requests in 4 slots of
+// 12 pages (preemption). In exact mode the tokens equal those without drafts and the CPU
+// engine's, picked on the device and on the host; in the fast mode the agreement is printed.
+TEST(CudaEngine, TinyHybridMtpDraftsChangeNoTokens) {
+  GZ_SKIP_WITHOUT_CUDA();
+  const std::string dir = "models/tiny-hybrid";
+  const std::vector<Request> requests = TinyHybridRequests(5, 0.95f);
   auto run = [&](Model& model, DraftMode draft, bool device) {
     return GenerateInFewPages(model, requests, draft, device);
   };
@@ -503,21 +510,7 @@ TEST(CudaEngine, TinyHybridMtpDraftsChangeNoTokens) {
 TEST(CudaEngine, TinyHybridDFlashDraftsChangeNoTokens) {
   GZ_SKIP_WITHOUT_CUDA();
   const std::string dir = "models/tiny-hybrid";
-  std::mt19937 rng(9);
-  std::uniform_int_distribution<int32_t> token(10, 4000);
-  std::vector<Request> requests;
-  for (int i = 0; i < 8; ++i) {
-    Request r;
-    r.prompt.resize(4 + rng() % 40);
-    for (int32_t& t : r.prompt) t = token(rng);
-    r.limit = 24 + static_cast<int64_t>(rng() % 24);
-    r.stop = std::vector<int32_t>{};
-    if (i % 2 == 1) {
-      r.sampling.temperature = 0.8f;
-      r.sampling.seed = rng();
-    }
-    requests.push_back(r);
-  }
+  const std::vector<Request> requests = TinyHybridRequests(9, 1.0f);
   auto cpu = Load("cpu", /*exact=*/true, std::nullopt, dir);
   ASSERT_TRUE(cpu);
   const Drafted reference = GenerateInFewPages(*cpu, requests, DraftMode::kNone, false);
