@@ -43,22 +43,27 @@ void DraftPacer::RecordDraftRun(int64_t sequences, double ms) {
   if (sequences < 1 || sequences >= static_cast<int64_t>(run_ms_.size()) || ms <= 0.0) return;
   double& t = run_ms_[sequences];
   if (t == 0.0 || ms < t * growth_) t = ms / growth_;
+  run_most_ = std::max(run_most_, sequences);
 }
 
 double DraftPacer::DraftRunMs(int64_t sequences, int64_t rows) const {
   if (!runs_) return 0.0;
-  const double stored = StoredMs(run_ms_, sequences);
-  return stored > 0.0 ? growth_ * stored : StepMs(rows);
+  const double stored = growth_ * StoredMs(run_ms_, sequences);
+  // More sequences than any measured run: at least a plain step of the rows (a run of 2
+  // sequences says little of one of 64, whose chained rows grow with them).
+  if (stored == 0.0 || sequences > run_most_) return std::max(stored, StepMs(rows));
+  return stored;
 }
 
-void DraftPacer::RecordJudged(int64_t accepted, int64_t rejected) {
-  if (accepted + rejected == 0) return;
-  accepted_ = kJudgedDecay * accepted_ + static_cast<double>(accepted);
-  judged_ = kJudgedDecay * judged_ + static_cast<double>(accepted + rejected);
+void DraftPacer::RecordJudged(int64_t accepted, int64_t rejected, int32_t drafter) {
+  if (accepted + rejected == 0 || drafter < 0 || drafter >= drafters_) return;
+  accepted_[drafter] = kJudgedDecay * accepted_[drafter] + static_cast<double>(accepted);
+  judged_[drafter] = kJudgedDecay * judged_[drafter] + static_cast<double>(accepted + rejected);
 }
 
-double DraftPacer::acceptance() const {
-  return (accepted_ + kPriorAccepted) / (judged_ + kPriorJudged);
+double DraftPacer::acceptance(int32_t drafter) const {
+  drafter = std::clamp(drafter, 0, drafters_ - 1);
+  return (accepted_[drafter] + kPriorAccepted) / (judged_[drafter] + kPriorJudged);
 }
 
 double DraftPacer::StepMs(int64_t rows) const { return growth_ * StoredMs(ms_, rows); }
@@ -88,6 +93,17 @@ double DraftPacer::StoredMs(const std::vector<double>& table, int64_t rows) cons
   return 0.0;
 }
 
+bool DraftPacer::CouldPay(int64_t rows, int32_t drafter) const {
+  const int64_t most = static_cast<int64_t>(ms_.size()) - 1;
+  rows = std::clamp<int64_t>(rows, 1, most);
+  const int64_t k = std::min<int64_t>(max_drafts_, (most - rows) / rows);
+  if (k < 1) return false;
+  if (ms_[rows] == 0.0 || ms_[rows + rows * k] == 0.0) return true;
+  const double run_ms = drafter == kLookup ? 0.0 : DraftRunMs(rows, rows);
+  const double drafted = static_cast<double>(rows * (1 + k)) / (StepMs(rows + rows * k) + run_ms);
+  return drafted > kMargin * static_cast<double>(rows) / StepMs(rows);
+}
+
 double DraftPacer::ExpectedGain(double a, int32_t k) {
   double gain = 0.0, p = 1.0;
   for (int32_t i = 0; i < k; ++i) gain += (p *= a);
@@ -96,30 +112,43 @@ double DraftPacer::ExpectedGain(double a, int32_t k) {
 
 int32_t DraftPacer::Choose(int64_t rows, int64_t decodes, int64_t candidates) {
   probing_ = false;
+  drafter_ = 0;
   if (candidates <= 0 || max_drafts_ <= 0) return 0;
   const int64_t most = static_cast<int64_t>(ms_.size()) - 1;
   // The step without drafts is measured first: a count never measured would take a larger
   // count's time (drafted steps'), and drafting would look free.
   if (ms_[std::clamp<int64_t>(rows, 1, most)] == 0.0) return 0;
   const double base_ms = StepMs(rows);
-  const double a = acceptance();
   int32_t best = 0;
   double best_rate = kMargin * static_cast<double>(decodes) / base_ms;
-  for (int32_t k = 1; k <= max_drafts_ && rows + candidates * k <= most; ++k) {
-    const double tokens =
-        static_cast<double>(decodes) + static_cast<double>(candidates) * ExpectedGain(a, k);
-    const double rate = tokens / (StepMs(rows + candidates * k) + DraftRunMs(candidates, rows));
-    if (rate > best_rate) best_rate = rate, best = k;
+  for (int32_t d = 0; d < drafters_; ++d) {
+    const double a = acceptance(d);
+    // Lookup (the second drafter) needs no run of its own.
+    const double run_ms = d == kLookup ? 0.0 : DraftRunMs(candidates, rows);
+    for (int32_t k = 1; k <= max_drafts_ && rows + candidates * k <= most; ++k) {
+      const double tokens =
+          static_cast<double>(decodes) + static_cast<double>(candidates) * ExpectedGain(a, k);
+      const double rate = tokens / (StepMs(rows + candidates * k) + run_ms);
+      if (rate > best_rate) best_rate = rate, best = k, drafter_ = d;
+    }
   }
   if (best > 0) {
     idle_ = 0;
     probe_after_ = kProbeAfter;
   } else if (++idle_ >= probe_after_ && rows + std::min(candidates, kProbeSequences) <= most) {
-    // A probe; if drafting still does not pay, the next one waits twice as long.
+    // A probe, by the drafters in turn; if drafting still does not pay, the next one waits
+    // twice as long.
     idle_ = 0;
     probe_after_ = std::min(2 * probe_after_, kMaxProbeAfter);
-    best = 1;
-    probing_ = true;
+    for (int32_t i = 0; i < drafters_; ++i) {
+      const int32_t d = static_cast<int32_t>((probes_ + i) % drafters_);
+      if (shadowed_[d]) continue;
+      best = 1;
+      probing_ = true;
+      drafter_ = d;
+      probes_ = d + 1;
+      break;
+    }
   }
   return best;
 }

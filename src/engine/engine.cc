@@ -151,6 +151,14 @@ Expected<std::unique_ptr<Engine>> Engine::Create(Runner* runner, const EngineOpt
   engine->mtp_ = mtp;
   engine->block_ = block;
   engine->pacer_.SetDraftRuns(mtp);
+  // Paced, a model with an MTP layer also weighs lookup drafts: on text that repeats itself they
+  // are kept as often and need no run.
+  if (mtp && options.draft == DraftMode::kAuto) engine->pacer_.AddLookup();
+  // Paced lookup is judged without drafting (Sequence::shadow).
+  if (drafts && !block && options.draft == DraftMode::kAuto) {
+    engine->paced_lookup_ = mtp ? DraftPacer::kLookup : 0;
+    engine->pacer_.JudgedWithoutDrafts(engine->paced_lookup_);
+  }
   return engine;
 }
 
@@ -439,12 +447,37 @@ Expected<std::vector<std::vector<int32_t>>> Engine::Generate(std::vector<Request
 // ---------------------------------------------------------------------------------------------
 // Run and post-process.
 
+// Sequences a step whose lookup drafts are proposed without drafting, for the pacer's estimate
+// of lookup's acceptance (Engine::JudgeShadows): each costs a lookup over its tokens.
+constexpr int64_t kShadowSequences = 2;
+
+// Lookup drafts proposed and not read are judged as they would have been read: each kept while
+// it and those before it are the tokens that came (sampling picks the same tokens with drafts and
+// without), so the pacer knows lookup's acceptance at the cost of a few lookups a step.
+void Engine::JudgeShadows() {
+  int64_t accepted = 0, rejected = 0;
+  for (auto& [id, seq] : state_.sequences) {
+    if (seq.shadow.empty()) continue;
+    const int64_t came = static_cast<int64_t>(seq.tokens.size()) - seq.shadow_from;
+    const int64_t n = std::min<int64_t>(came, static_cast<int64_t>(seq.shadow.size()));
+    int64_t kept = 0;
+    while (kept < n && seq.tokens[seq.shadow_from + kept] == seq.shadow[kept]) ++kept;
+    if (kept < n || kept == static_cast<int64_t>(seq.shadow.size())) {
+      accepted += kept;
+      rejected += kept < n;
+      seq.shadow.clear();
+    }
+  }
+  pacer_.RecordJudged(accepted, rejected, paced_lookup_);
+}
+
 // Drafts make no sense for a request whose pick depends on more than (logits, seed, position):
 // penalties count the tokens before (a rejected draft would have counted), a grammar's matcher
 // advances per kept token. Slot states go back to the last kept row by a snapshot before the
 // step and a replay of the kept rows (Runner::KeepDraftRows).
 Status Engine::Draft() {
   draft_ms_ = 0.0;
+  if (paced_lookup_ >= 0) JudgeShadows();
   int64_t rows = 0, decodes = 0;
   std::vector<std::pair<Sequence*, int64_t>> eligible;  // sequence, most drafts it may keep
   for (auto& [id, seq] : state_.sequences) {
@@ -470,9 +503,11 @@ Status Engine::Draft() {
     if (most > 0) eligible.emplace_back(&seq, most);
   }
   // The pacer decides before any draft is made, as if every eligible sequence found drafts (the
-  // most rows the step could take), so a step that will not draft costs no lookups and no
-  // chained MTP rows.
+  // most rows the step could take), so a step that will not draft costs no chained MTP rows and
+  // no lookups beyond the few proposed for the pacer's estimate (Sequence::shadow).
   int32_t k = 0;
+  const std::vector<std::pair<Sequence*, int64_t>> candidates =
+      paced_lookup_ >= 0 ? eligible : std::vector<std::pair<Sequence*, int64_t>>{};
   if (!eligible.empty()) {
     k = options_.draft == DraftMode::kLookup || options_.draft == DraftMode::kMtp ||
                 options_.draft == DraftMode::kBlock
@@ -490,9 +525,32 @@ Status Engine::Draft() {
       eligible = std::move(few);
     }
   }
+  lookup_step_ = mtp_ && k > 0 && options_.draft == DraftMode::kAuto &&
+                 pacer_.drafter() == DraftPacer::kLookup;
+  if (paced_lookup_ >= 0 && !candidates.empty()) {
+    // Sequences that draft with lookup now are judged by their drafts; of the others, a few
+    // propose lookup drafts that are not read, a different few each step.
+    std::set<const Sequence*> by_lookup;
+    if (k > 0 && (lookup_step_ || !mtp_)) {
+      for (auto& e : eligible) {
+        e.first->shadow.clear();
+        by_lookup.insert(e.first);
+      }
+    }
+    const size_t n = candidates.size(), first = shadow_turn_++ % n;
+    int64_t proposed = 0;
+    for (size_t i = 0; i < n && proposed < kShadowSequences; ++i) {
+      auto& [seq, most] = candidates[(first + i) % n];
+      if (!seq->shadow.empty() || by_lookup.count(seq)) continue;
+      LookupDraft(seq->tokens, static_cast<int32_t>(most), &seq->shadow);
+      seq->shadow_from = static_cast<int64_t>(seq->tokens.size());
+      ++proposed;
+    }
+  }
   // The MTP layer reads the last step's rows even where no sequence drafts: its KV of every
   // position is then there when drafting pays again.
-  if (mtp_) return DraftMtp(eligible, k);
+  if (lookup_step_) GZ_RETURN_IF_ERROR(DraftMtp(eligible, 0));
+  if (mtp_ && !lookup_step_) return DraftMtp(eligible, k);
   if (block_) return DraftBlock(eligible, k);
   if (k == 0) return Status::Ok();
   for (auto& [seq, most] : eligible) {
@@ -517,11 +575,21 @@ Status Engine::DraftMtp(std::span<const std::pair<Sequence*, int64_t>> eligible,
   if (k > 0) {
     for (const auto& e : eligible) reading.insert(e.first->id);
   }
+  // Paced, the prompts' rows are read only while MTP drafts could pay with the sequences held
+  // now (each drafting, every draft kept): at many sequences, where the step is compute-bound
+  // and never drafts, reading them would add a layer to every prompt row for nothing.
+  bool read_prompts = true;
+  if (options_.draft == DraftMode::kAuto && k == 0) {
+    int64_t held = 0;
+    for (const auto& [id, seq] : state_.sequences) held += seq.slot >= 0;
+    read_prompts = pacer_.CouldPay(std::min<int64_t>(held, state_.busy_rows), 0);
+  }
   for (const MtpRow& m : mtp_pending_) {
     auto it = state_.sequences.find(m.id);
     if (it == state_.sequences.end() || it->second.slot != m.slot) continue;
     const Sequence& seq = it->second;
-    if (options_.draft == DraftMode::kAuto && m.position >= seq.prompt && !reading.count(m.id)) {
+    if (options_.draft == DraftMode::kAuto &&
+        (m.position >= seq.prompt ? !reading.count(m.id) : !read_prompts)) {
       continue;
     }
     if (m.position + 1 >= static_cast<int64_t>(seq.tokens.size()) ||
@@ -931,7 +999,7 @@ Status Engine::Run() {
 void Engine::PostProcess(std::vector<Progress>& progress) {
   int64_t wanted = 0;
   int64_t refusals = 0;  // sequences whose drafts met a refused one this step
-  DraftStats& drafter = mtp_ ? stats_.mtp : block_ ? stats_.block : stats_.lookup;
+  DraftStats& drafter = mtp_ && !lookup_step_ ? stats_.mtp : block_ ? stats_.block : stats_.lookup;
   for (size_t planned = 0; planned < state_.plan.size(); ++planned) {
     const Planned& p = state_.plan[planned];
     Sequence& seq = state_.sequences.at(p.id);
@@ -1071,7 +1139,7 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
   }
   if (last_step_.drafted > 0) {
     ++drafter.steps;
-    pacer_.RecordJudged(last_step_.accepted, refusals);
+    pacer_.RecordJudged(last_step_.accepted, refusals, lookup_step_ ? DraftPacer::kLookup : 0);
   }
 }
 

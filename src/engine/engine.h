@@ -252,6 +252,14 @@ class Engine {
   std::vector<int64_t> drafted_;   // [slots] of them, the drafts (Step's `drafts`)
   DraftPacer pacer_;
   size_t probe_turn_ = 0;  // the first of the eligible sequences the next probe drafts for
+  // Whether this step's drafts came from lookup on an engine that also makes MTP drafts (`auto`
+  // weighs both, DraftPacer::AddLookup).
+  bool lookup_step_ = false;
+  // The pacer's index of lookup where `auto` weighs it (-1: not), and the first of the eligible
+  // sequences whose lookup drafts the next step proposes without drafting (Sequence::shadow).
+  int32_t paced_lookup_ = -1;
+  size_t shadow_turn_ = 0;
+  void JudgeShadows();
   // MTP drafts (DraftMtp): whether this engine makes them, the rows of the last step the MTP
   // layer has still to read (sequence, slot, row of the step, position), where each planned
   // sequence's rows began in the step, and the MTP runs' rows, sources and picks.

@@ -78,6 +78,11 @@ struct Sequence {
   // This step's drafts (generating sequences only): the guessed tokens after tokens.back(),
   // read as extra rows; Schedule may cut them, Preempt drops them.
   std::vector<int32_t> drafts;
+  // Paced lookup (`auto`): drafts lookup proposed when the sequence held `shadow_from` tokens
+  // and that were not read, judged against the tokens that come (Engine::JudgeShadows), so
+  // lookup's acceptance is known without drafting.
+  std::vector<int32_t> shadow;
+  int64_t shadow_from = 0;
 };
 
 // A sequence of this step and the rows it reads.

@@ -123,7 +123,10 @@ TEST(DraftPacer, DraftsOnlyWhereTheyPay) {
   EXPECT_EQ(runs.Choose(1, 1, 1), 0);
   runs.RecordDraftRun(1, 2.0);
   EXPECT_NEAR(runs.DraftRunMs(1, 1), 2.0, 0.01);
-  EXPECT_NEAR(runs.DraftRunMs(3, 1), 2.0, 0.01);  // one count measured: its time
+  // Above the largest measured count: its time, at least a plain step of the rows.
+  EXPECT_NEAR(runs.DraftRunMs(3, 1), 10.0, 0.05);
+  runs.RecordDraftRun(4, 3.0);
+  EXPECT_NEAR(runs.DraftRunMs(3, 1), 2.0 + 2.0 / 3.0, 0.01);  // between measured counts
   EXPECT_EQ(runs.Choose(1, 1, 1), 3);
   // Without runs (lookup) the same pacer drafts at once.
   DraftPacer free_drafts(64, 3);
@@ -134,11 +137,19 @@ TEST(DraftPacer, DraftsOnlyWhereTheyPay) {
   EXPECT_EQ(free_drafts.Choose(1, 1, 1), 3);
 
   // Steps whose time grows with rows (compute bound): even well-accepted drafts cost more than
-  // they give.
+  // they give, and could not pay were every draft kept.
   DraftPacer linear(64, 3);
   for (int64_t r = 1; r <= 64; ++r) linear.RecordStep(r, 1.0 * r);
   linear.RecordJudged(70, 30);
   EXPECT_EQ(linear.Choose(32, 32, 32), 0);
+  EXPECT_FALSE(linear.CouldPay(16, 0));
+  EXPECT_TRUE(flat.CouldPay(1, 0));
+  DraftPacer unmeasured(64, 3);
+  unmeasured.RecordStep(16, 16.0);
+  EXPECT_TRUE(unmeasured.CouldPay(16, 0));  // 64 rows not measured: they could
+  unmeasured.RecordStep(64, 64.0);
+  EXPECT_FALSE(unmeasured.CouldPay(16, 0));
+  EXPECT_FALSE(unmeasured.CouldPay(40, 0));  // no room for a draft each
   EXPECT_NEAR(DraftPacer::ExpectedGain(0.5, 3), 0.875, 1e-12);
   EXPECT_NEAR(linear.StepMs(10), 10.0 * std::pow(1.001, 54), 1e-9);  // measured 54 steps ago
   DraftPacer sparse(16, 3);
@@ -164,6 +175,61 @@ TEST(DraftPacer, DraftsOnlyWhereTheyPay) {
   EXPECT_NEAR(one.StepMs(9), 5.0, 0.01);  // one count measured: its time
   one.RecordStep(5, 4.0);
   EXPECT_NEAR(one.StepMs(9), 4.0, 0.01);  // never below flat
+}
+
+// A model with an MTP layer, paced, weighs lookup beside it, each drafter with its own
+// acceptance: kept alike, lookup's drafts need no run and are chosen; refused, the MTP layer's
+// are; both refused, none, and the probes take turns between the two.
+TEST(DraftPacer, WeighsLookupBesideTheRunDrafter) {
+  DraftPacer both(64, 3);
+  both.SetDraftRuns(true);
+  both.AddLookup();
+  both.RecordStep(1, 10.0);
+  both.RecordStep(2, 10.4);
+  both.RecordStep(4, 10.5);
+  both.RecordDraftRun(1, 5.0);
+  for (int i = 0; i < 20; ++i) {
+    both.RecordJudged(8, 2, 0);
+    both.RecordJudged(8, 2, DraftPacer::kLookup);
+  }
+  EXPECT_EQ(both.Choose(1, 1, 1), 3);
+  EXPECT_EQ(both.drafter(), DraftPacer::kLookup);
+  for (int i = 0; i < 200; ++i) both.RecordJudged(0, 1, DraftPacer::kLookup);
+  EXPECT_LT(both.acceptance(DraftPacer::kLookup), 0.1);
+  EXPECT_GT(both.acceptance(0), 0.7);
+  EXPECT_EQ(both.Choose(1, 1, 1), 3);  // 3 tokens at 15.5 ms against 1 at 10
+  EXPECT_EQ(both.drafter(), 0);
+  for (int i = 0; i < 200; ++i) both.RecordJudged(0, 1, 0);
+  EXPECT_EQ(both.Choose(1, 1, 1), 0);
+  std::vector<int32_t> probed;
+  for (int i = 0; i < 1000; ++i) {
+    if (both.Choose(1, 1, 1) > 0) probed.push_back(both.drafter());
+  }
+  EXPECT_EQ(probed, (std::vector<int32_t>{0, 1, 0, 1}));
+  // Lookup judged without drafts (the engine's proposed, unread lookup drafts): probes only try
+  // the other drafter, and a pacer whose one drafter is so judged never probes.
+  both.JudgedWithoutDrafts(DraftPacer::kLookup);
+  probed.clear();
+  for (int i = 0; i < 3000; ++i) {
+    if (both.Choose(1, 1, 1) > 0) probed.push_back(both.drafter());
+  }
+  EXPECT_EQ(probed, (std::vector<int32_t>{0, 0}));  // every 1,024 steps by now
+  DraftPacer judged(64, 3);
+  judged.JudgedWithoutDrafts(0);
+  judged.RecordStep(1, 10.0);
+  judged.RecordStep(2, 10.4);
+  judged.RecordStep(4, 10.5);
+  for (int i = 0; i < 200; ++i) judged.RecordJudged(0, 1);
+  for (int i = 0; i < 3000; ++i) EXPECT_EQ(judged.Choose(1, 1, 1), 0);
+  EXPECT_FALSE(judged.probing());
+  // One drafter: lookup's judgements are not its own, and it is always drafter 0.
+  DraftPacer one(64, 3);
+  one.RecordStep(1, 10.0);
+  one.RecordStep(4, 10.0);
+  for (int i = 0; i < 200; ++i) one.RecordJudged(0, 1, DraftPacer::kLookup);
+  EXPECT_NEAR(one.acceptance(), 0.3, 1e-12);
+  EXPECT_EQ(one.Choose(1, 1, 1), 3);
+  EXPECT_EQ(one.drafter(), 0);
 }
 
 struct Outcome {
