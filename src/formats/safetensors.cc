@@ -1,6 +1,7 @@
 #include "formats/safetensors.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <set>
 
 #include "core/json_excerpt.h"
+#include "core/thread_pool.h"
 
 namespace gizllm {
 namespace {
@@ -131,8 +133,24 @@ std::string ShapeString(std::span<const int64_t> shape) {
   return s + "]";
 }
 
-Status CheckFinite(const TensorInfo& t) {
-  const int64_t bad = FirstNonFinite(t.data, t.dtype, t.Elements());
+Status CheckFinite(const TensorInfo& t, ThreadPool* pool) {
+  const int64_t n = t.Elements();
+  int64_t bad = -1;
+  if (!pool || pool->threads() < 2 || n < (int64_t{1} << 20)) {
+    bad = FirstNonFinite(t.data, t.dtype, n);
+  } else {
+    // The first bad element of the tensor: the least of each range's first.
+    const size_t size = DTypeSize(t.dtype);
+    std::atomic<int64_t> first{n};
+    pool->ParallelFor(n, int64_t{1} << 18, [&](int64_t begin, int64_t end, int) {
+      const int64_t at = FirstNonFinite(t.data + begin * size, t.dtype, end - begin);
+      if (at < 0) return;
+      int64_t seen = first.load();
+      while (begin + at < seen && !first.compare_exchange_weak(seen, begin + at)) {
+      }
+    });
+    if (first.load() < n) bad = first.load();
+  }
   if (bad < 0) return Status::Ok();
   float value = 0.0f;
   if (t.dtype == DType::kF32) {

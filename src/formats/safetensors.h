@@ -37,9 +37,12 @@ struct TensorInfo {
   int64_t Elements() const;
 };
 
+class ThreadPool;
+
 // An error naming the file, the tensor and the element when a float tensor (F32, F16, BF16) holds
-// a NaN or an infinity: a model with one writes nonsense, it does not fail by itself.
-Status CheckFinite(const TensorInfo& t);
+// a NaN or an infinity: a model with one writes nonsense, it does not fail by itself. Split over
+// `pool` where given (the same element named).
+Status CheckFinite(const TensorInfo& t, ThreadPool* pool = nullptr);
 
 // A shape as "[rows, cols]", for messages.
 std::string ShapeString(std::span<const int64_t> shape);

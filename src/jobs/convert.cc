@@ -393,7 +393,7 @@ Expected<ConvertSummary> ConvertToBitgpu(const ConvertOptions& options) {
   return summary;
 }
 
-std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
+std::vector<uint16_t> ToBf16(std::span<const float> v) {
   std::vector<uint16_t> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) out[i] = F32ToBf16(v[i]);
   return out;
@@ -705,7 +705,7 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
     if (auto it = shapes.find(t->name); it != shapes.end()) {
       GZ_RETURN_IF_ERROR(CheckTensorShape(t->file, t->name, t->shape, it->second));
     }
-    GZ_RETURN_IF_ERROR(CheckFinite(*t));
+    GZ_RETURN_IF_ERROR(CheckFinite(*t, options.pool));
     ckpt.Release(*t);
   }
   // Whether `name` is an expert's linear written from a stacked tensor (a LoRA target).
@@ -783,12 +783,25 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
   }
   if (cut) metadata[kLayersKey] = std::to_string(kept);
 
+  std::unique_ptr<float[]> scratch;
+  size_t scratch_size = 0;
+  QuantizedLinear quantized;
   auto add_linear = [&](const TensorInfo& t, const std::string& name, Format format) -> Status {
     if (t.shape.size() != 2) {
       return InvalidArgument(t.file + ": tensor " + t.name + " is not a matrix");
     }
     const int64_t rows = t.shape[0], cols = t.shape[1];
-    GZ_ASSIGN_OR_RETURN(std::vector<float> w, ReadFloats(t));
+    // One buffer for every linear, not zeroed (ReadFloatsInto writes it on the pool's threads,
+    // which then share the kernel's zeroing of its pages): a fresh one for each would be zeroed
+    // on one thread each time.
+    const size_t n = static_cast<size_t>(rows * cols);
+    if (scratch_size < n) {
+      scratch.reset();
+      scratch.reset(new float[n]);
+      scratch_size = n;
+    }
+    std::span<float> w(scratch.get(), n);
+    GZ_RETURN_IF_ERROR(ReadFloatsInto(t, w.data(), options.pool));
     if (lora) {
       GZ_ASSIGN_OR_RETURN(bool merged, lora->Merge(name, w.data(), rows, cols));
       summary.lora_merged += merged;
@@ -821,12 +834,12 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
       ++summary.quantized;
       return Status::Ok();
     }
-    QuantizedLinear ql;
+    QuantizedLinear& ql = quantized;  // its memory kept from linear to linear, as scratch's
     if (auto c = calibrated.find(name); c != calibrated.end() && c->second.format == format) {
       ql = std::move(c->second);
     } else {
       QuantizeOptions q{format, options.zeros, rotate, options.seed};
-      GZ_ASSIGN_OR_RETURN(ql, QuantizeLinear(w.data(), rows, cols, q, options.pool));
+      GZ_RETURN_IF_ERROR(QuantizeLinearInto(w.data(), rows, cols, q, options.pool, &ql));
     }
     const int64_t groups = cols / kGroup;
     GZ_RETURN_IF_ERROR(

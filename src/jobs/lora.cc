@@ -3,29 +3,27 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
 #include "core/mapped_file.h"
+#include "core/thread_pool.h"
 #include "formats/ggml_blocks.h"
 
 namespace gizllm::quant {
 
-Expected<std::vector<float>> ReadFloats(const TensorInfo& t) {
-  const int64_t n = t.Elements();
-  std::vector<float> out(n);
-  if (t.ggml_type >= 0) {
-    GZ_RETURN_IF_ERROR(DequantizeBlocks(static_cast<GgmlType>(t.ggml_type), t.data, t.bytes, n,
-                                        out.data(), t.file + ": tensor " + t.name));
-    return out;
-  }
+namespace {
+
+// Elements [begin, end) of a float tensor as float32.
+void FloatsOf(const TensorInfo& t, int64_t begin, int64_t end, float* out) {
   switch (t.dtype) {
     case DType::kF32:
-      std::memcpy(out.data(), t.data, n * sizeof(float));
+      std::memcpy(out + begin, t.data + 4 * begin, (end - begin) * sizeof(float));
       break;
     case DType::kBF16:
       // A bf16 value is the top half of the float: a shift, in a loop that vectorizes.
-      for (int64_t i = 0; i < n; ++i) {
+      for (int64_t i = begin; i < end; ++i) {
         uint16_t h;
         std::memcpy(&h, t.data + 2 * i, 2);
         const uint32_t bits = static_cast<uint32_t>(h) << 16;
@@ -33,16 +31,58 @@ Expected<std::vector<float>> ReadFloats(const TensorInfo& t) {
       }
       break;
     case DType::kF16:
-      for (int64_t i = 0; i < n; ++i) {
+      for (int64_t i = begin; i < end; ++i) {
         uint16_t h;
         std::memcpy(&h, t.data + 2 * i, 2);
         out[i] = F16ToF32(h);
       }
       break;
     default:
-      return InvalidArgument(t.file + ": tensor " + t.name + " has dtype " +
-                             std::string(DTypeName(t.dtype)) + ", expected F32, BF16 or F16");
+      break;
   }
+}
+
+}  // namespace
+
+Status ReadFloatsInto(const TensorInfo& t, float* out, ThreadPool* pool) {
+  const int64_t n = t.Elements();
+  const bool split = pool && pool->threads() > 1 && n >= (int64_t{1} << 20);
+  if (t.ggml_type >= 0) {
+    const GgmlType type = static_cast<GgmlType>(t.ggml_type);
+    const std::string what = t.file + ": tensor " + t.name;
+    GgmlBlock block;
+    if (!split || !CanDequantize(type) || !GgmlBlockOf(type, &block) || n % block.elements != 0 ||
+        t.bytes != static_cast<size_t>(n / block.elements) * block.bytes) {
+      return DequantizeBlocks(type, t.data, t.bytes, n, out, what);  // or its error
+    }
+    // Whole blocks, checked above: each range of blocks is read as a tensor of its own.
+    Status first = Status::Ok();
+    std::mutex failed;
+    pool->ParallelFor(n / block.elements, 4096, [&](int64_t begin, int64_t end, int) {
+      Status s = DequantizeBlocks(
+          type, t.data + begin * block.bytes, static_cast<size_t>(end - begin) * block.bytes,
+          (end - begin) * block.elements, out + begin * block.elements, what);
+      std::lock_guard<std::mutex> lock(failed);
+      if (first.ok() && !s.ok()) first = std::move(s);
+    });
+    return first;
+  }
+  if (t.dtype != DType::kF32 && t.dtype != DType::kBF16 && t.dtype != DType::kF16) {
+    return InvalidArgument(t.file + ": tensor " + t.name + " has dtype " +
+                           std::string(DTypeName(t.dtype)) + ", expected F32, BF16 or F16");
+  }
+  if (!split) {
+    FloatsOf(t, 0, n, out);
+  } else {
+    pool->ParallelFor(n, int64_t{1} << 16,
+                      [&](int64_t begin, int64_t end, int) { FloatsOf(t, begin, end, out); });
+  }
+  return Status::Ok();
+}
+
+Expected<std::vector<float>> ReadFloats(const TensorInfo& t) {
+  std::vector<float> out(t.Elements());
+  GZ_RETURN_IF_ERROR(ReadFloatsInto(t, out.data()));
   return out;
 }
 

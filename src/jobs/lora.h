@@ -16,6 +16,9 @@ namespace gizllm::quant {
 // A tensor of any float dtype (F32, BF16, F16), or a GGUF matrix kept in ggml's blocks
 // (TensorInfo::ggml_type), as float32.
 Expected<std::vector<float>> ReadFloats(const TensorInfo& t);
+// The same into `out` [t.Elements()], split over `pool` where given (a large tensor's reading is
+// otherwise the serial part of a conversion on many cores).
+Status ReadFloatsInto(const TensorInfo& t, float* out, ThreadPool* pool = nullptr);
 
 class LoraAdapter {
  public:

@@ -167,15 +167,21 @@ float QuantizeAsymmetric(Format f, const float* w, int* best_k, float* scale, fl
     float fraction = 1.0f - (1.0f - min_fraction) * step / (kSteps - 1);
     float s = range * fraction / (levels - 1);
     float z = lo + range * (1.0f - fraction) / 2.0f;
-    AsymmetricError(w, levels, s, z, k);
-    // Refit scale and zero to these codes, then round again with the fit.
+    const float err = AsymmetricError(w, levels, s, z, k);
+    // Refit scale and zero to these codes, then round again with the fit (consider leaves the
+    // fit's codes in k).
     for (int iter = 0; iter < 2; ++iter) {
       float fs, fz;
       if (!FitAffine(w, k, &fs, &fz)) break;
       consider(fs, fz);
-      AsymmetricError(w, levels, fs, fz, k);
     }
-    consider(s, z);
+    // The step's own scale and zero, weighed after its fits (ties go to what came first).
+    if (err < best) {
+      best = err;
+      *scale = s;
+      *zero = z;
+      AsymmetricError(w, levels, s, z, best_k);
+    }
   }
   return best;
 }
@@ -249,13 +255,29 @@ QuantizedLinear QuantizedLinear::Empty(const QuantizeOptions& options, int64_t r
 
 Expected<QuantizedLinear> QuantizeLinear(const float* w, int64_t rows, int64_t cols,
                                          const QuantizeOptions& options, ThreadPool* pool) {
+  QuantizedLinear q;
+  GZ_RETURN_IF_ERROR(QuantizeLinearInto(w, rows, cols, options, pool, &q));
+  return q;
+}
+
+Status QuantizeLinearInto(const float* w, int64_t rows, int64_t cols,
+                          const QuantizeOptions& options, ThreadPool* pool, QuantizedLinear* out) {
   GZ_RETURN_IF_ERROR(options.Check());
   if (rows <= 0 || cols <= 0 || cols % kGroup != 0) {
     return InvalidArgument("quantize: a matrix of " + std::to_string(rows) + " x " +
                            std::to_string(cols) + " (expected columns a positive multiple of 128)");
   }
-  QuantizedLinear q = QuantizedLinear::Empty(options, rows, cols);
+  // Every code, scale and zero is written below: the arrays are only sized (kept memory).
+  QuantizedLinear& q = *out;
+  q.format = options.format;
+  q.rows = rows;
+  q.cols = cols;
+  q.rotated = options.rotate;
+  q.seed = options.rotate ? options.seed : 0;
   const int64_t groups = cols / kGroup;
+  q.codes.resize(rows * groups * GroupBytes(options.format));
+  q.scales.resize(rows * groups);
+  q.zeros.resize(options.zeros && AllowsZeros(options.format) ? rows * groups : 0);
   const int bytes = GroupBytes(options.format);
   const bool zeros = !q.zeros.empty();
   auto quantize_rows = [&](int64_t begin, int64_t end, int /*thread*/) {
@@ -275,7 +297,7 @@ Expected<QuantizedLinear> QuantizeLinear(const float* w, int64_t rows, int64_t c
   } else {
     quantize_rows(0, rows, 0);
   }
-  return q;
+  return Status::Ok();
 }
 
 Status CheckQuantized(const Weight& w) {

@@ -48,6 +48,11 @@ float QuantizeGroup(Format format, const float* w, uint8_t* codes, float* scale,
 Expected<QuantizedLinear> QuantizeLinear(const float* w, int64_t rows, int64_t cols,
                                          const QuantizeOptions& options,
                                          ThreadPool* pool = nullptr);
+// The same into `*q`, whose arrays keep their memory from call to call: a conversion that
+// quantizes one linear after another then maps fresh pages (the kernel's zeroing, on one thread)
+// only where a linear is larger than those before it.
+Status QuantizeLinearInto(const float* w, int64_t rows, int64_t cols,
+                          const QuantizeOptions& options, ThreadPool* pool, QuantizedLinear* q);
 
 // Checks that `w` is a quantized weight the kernels can read (format, group 128, cols a
 // multiple of 128, codes and scales present, zeros only where the format allows them).

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -11,9 +12,10 @@
 
 #include "core/dtype.h"
 #include "core/mapped_file.h"
+#include "core/thread_pool.h"
+#include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "jobs/lora.h"
-#include "formats/gguf.h"
 #include "quant/blocks.h"
 #include "quant/layout.h"
 #include "quant/linear_io.h"
@@ -453,6 +455,72 @@ TEST_F(ConvertTest, MissingRecurrentProjectionsAreNamed) {
       << s.message();
   EXPECT_NE(s.message().find("is missing"), std::string::npos) << s.message();
   EXPECT_FALSE(fs::exists(root_ / "out"));
+}
+
+// Reading and checking a tensor split over threads gives what one thread gives: the same floats
+// of each dtype and of ggml blocks, and the same first bad element named.
+TEST(ConvertReadTest, SplitReadsAndChecksEqualOneThreads) {
+  ThreadPool pool(4);
+  const int64_t rows = 1024, cols = 1152;  // 1.2 M elements: split
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 0.02f);
+  std::vector<float> w(rows * cols);
+  for (float& x : w) x = dist(rng);
+  std::vector<uint16_t> bf16(w.size()), f16(w.size());
+  for (size_t i = 0; i < w.size(); ++i) bf16[i] = F32ToBf16(w[i]), f16[i] = F32ToF16(w[i]);
+  auto q8_or = QuantizeOwnBlocks(GgmlType::kQ8_0, w.data(), rows, cols, nullptr);
+  ASSERT_TRUE(q8_or.ok()) << q8_or.status().message();
+  const std::vector<uint8_t>& q8 = *q8_or;
+  struct Case {
+    DType dtype;
+    const void* data;
+    size_t bytes;
+    int32_t ggml;
+  };
+  const Case cases[] = {{DType::kF32, w.data(), w.size() * 4, -1},
+                        {DType::kBF16, bf16.data(), bf16.size() * 2, -1},
+                        {DType::kF16, f16.data(), f16.size() * 2, -1},
+                        {DType::kU8, q8.data(), q8.size(), static_cast<int32_t>(GgmlType::kQ8_0)}};
+  for (const Case& c : cases) {
+    TensorInfo t;
+    t.file = "f";
+    t.name = "t";
+    t.dtype = c.dtype;
+    t.shape = {rows, cols};
+    t.data = static_cast<const uint8_t*>(c.data);
+    t.bytes = c.bytes;
+    t.ggml_type = c.ggml;
+    std::vector<float> one(w.size()), split(w.size());
+    ASSERT_TRUE(ReadFloatsInto(t, one.data()).ok());
+    ASSERT_TRUE(ReadFloatsInto(t, split.data(), &pool).ok());
+    EXPECT_EQ(std::memcmp(one.data(), split.data(), one.size() * 4), 0) << DTypeName(c.dtype);
+    if (c.ggml >= 0) {
+      t.bytes -= 1;  // not whole blocks: the one-thread read's error
+      EXPECT_EQ(ReadFloatsInto(t, split.data(), &pool).message(),
+                ReadFloatsInto(t, one.data()).message());
+      continue;
+    }
+    EXPECT_TRUE(CheckFinite(t, &pool).ok());
+  }
+  // Bad elements in several of the threads' ranges: the first is named.
+  for (int64_t first : {int64_t{7}, int64_t{600000}, rows * cols - 1}) {
+    std::vector<float> bad = w;
+    bad[first] = NAN;
+    if (first + 1000 < rows * cols) bad[first + 1000] = INFINITY;
+    bad[rows * cols - 1] = -INFINITY;
+    TensorInfo t;
+    t.file = "f";
+    t.name = "t";
+    t.dtype = DType::kF32;
+    t.shape = {rows, cols};
+    t.data = reinterpret_cast<const uint8_t*>(bad.data());
+    t.bytes = bad.size() * 4;
+    const Status one = CheckFinite(t), split = CheckFinite(t, &pool);
+    EXPECT_FALSE(split.ok());
+    EXPECT_EQ(split.message(), one.message());
+    EXPECT_NE(split.message().find("at element " + std::to_string(first)), std::string::npos)
+        << split.message();
+  }
 }
 
 }  // namespace

@@ -121,6 +121,101 @@ TEST(QuantizeGroupTest, SearchBeatsPlainRounding) {
   }
 }
 
+// The search with zeros as its definition: for each of 24 scales from the whole range down to
+// MinFraction of it, the codes of that scale, two least-squares refits of scale and zero to the
+// codes (each rounded again), then the scale itself; the first candidate of least error wins.
+// Every candidate's error is evaluated here (QuantizeGroup skips evaluations it already made).
+struct FullSearch {
+  int levels;
+  float min_fraction;
+  static float Round(float x) { return (x + 12582912.0f) - 12582912.0f; }
+  float Error(const float* w, float s, float z, int* k) const {
+    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    float acc[8] = {};
+    for (int i = 0; i < kGroup; i += 8) {
+      for (int j = 0; j < 8; ++j) {
+        const float q =
+            std::min(std::max(Round((w[i + j] - z) * inv), 0.0f), static_cast<float>(levels - 1));
+        k[i + j] = static_cast<int>(q);
+        const float d = w[i + j] - (s * q + z);
+        acc[j] += d * d;
+      }
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  }
+  static bool Fit(const float* w, const int* k, float* s, float* z) {
+    double n = kGroup, sk = 0, skk = 0, sw = 0, swk = 0;
+    for (int i = 0; i < kGroup; ++i) {
+      sk += k[i];
+      skk += static_cast<double>(k[i]) * k[i];
+      sw += w[i];
+      swk += static_cast<double>(w[i]) * k[i];
+    }
+    const double det = n * skk - sk * sk;
+    if (det <= 0.0) return false;
+    const double ss = (n * swk - sk * sw) / det;
+    if (ss <= 0.0) return false;
+    *s = static_cast<float>(ss);
+    *z = static_cast<float>((sw - ss * sk) / n);
+    return true;
+  }
+  void Run(const float* w, std::vector<int>* best_k, float* scale, float* zero) const {
+    const float lo = *std::min_element(w, w + kGroup), hi = *std::max_element(w, w + kGroup);
+    best_k->assign(kGroup, 0);
+    *scale = 0.0f;
+    *zero = lo;
+    float best = Error(w, 0.0f, lo, best_k->data());
+    if (hi == lo) return;
+    int k[kGroup], c[kGroup];
+    auto consider = [&](float s, float z) {
+      const float err = Error(w, s, z, c);
+      if (err < best) best = err, *scale = s, *zero = z, best_k->assign(c, c + kGroup);
+    };
+    for (int step = 0; step < 24; ++step) {
+      const float fraction = 1.0f - (1.0f - min_fraction) * step / 23;
+      const float s = (hi - lo) * fraction / (levels - 1);
+      const float z = lo + (hi - lo) * (1.0f - fraction) / 2.0f;
+      Error(w, s, z, k);
+      for (int iter = 0; iter < 2; ++iter) {
+        float fs, fz;
+        if (!Fit(w, k, &fs, &fz)) break;
+        consider(fs, fz);
+        Error(w, fs, fz, k);
+      }
+      consider(s, z);
+    }
+  }
+};
+
+TEST(QuantizeGroupTest, SearchWithZerosPicksWhatEveryCandidateWeighedPicks) {
+  std::mt19937 rng(17);
+  for (Format f : {Format::kQ4, Format::kQ2}) {
+    const FullSearch full{f == Format::kQ4 ? 16 : 4, f == Format::kQ4 ? 0.45f : 0.25f};
+    for (int trial = 0; trial < 400; ++trial) {
+      std::vector<float> w = Gaussian(kGroup, rng, 0.02f);
+      // Groups of few distinct values (candidates of equal error), and an outlier.
+      if (trial % 4 == 1) {
+        for (float& x : w) x = x > 0.0f ? 0.01f : -0.01f;
+      } else if (trial % 4 == 2) {
+        for (float& x : w) x = std::round(x * 100.0f) / 100.0f;
+      } else if (trial % 4 == 3) {
+        w[trial % kGroup] = 0.3f;
+      }
+      std::vector<uint8_t> codes(GroupBytes(f));
+      float scale = 0.0f, zero = 0.0f;
+      QuantizeGroup(f, w.data(), codes.data(), &scale, &zero);
+      std::vector<int> want;
+      float want_scale = 0.0f, want_zero = 0.0f;
+      full.Run(w.data(), &want, &want_scale, &want_zero);
+      ASSERT_EQ(scale, want_scale) << FormatName(f) << " trial " << trial;
+      ASSERT_EQ(zero, want_zero) << FormatName(f) << " trial " << trial;
+      for (int e = 0; e < kGroup; ++e) {
+        ASSERT_EQ(CodeAt(f, codes.data(), e), want[e]) << FormatName(f) << " trial " << trial;
+      }
+    }
+  }
+}
+
 // Relative squared error of Gaussian weights, near what an optimal uniform quantizer reaches.
 TEST(QuantizeLinearTest, ErrorOfGaussianWeights) {
   struct Case {
