@@ -50,7 +50,7 @@ inline float RoundToLevel(float x) {
 // A group's squared error in 8 running sums (lanes), added in a fixed order: a loop the compiler
 // vectorizes, and the same sum on every machine.
 template <typename Term>
-float LaneSum(Term term) {
+[[gnu::always_inline]] inline float LaneSum(Term term) {
   float acc[8] = {};
   for (int i = 0; i < kGroup; i += 8) {
     for (int j = 0; j < 8; ++j) acc[j] += term(i + j);
@@ -62,7 +62,7 @@ float LaneSum(Term term) {
 struct Symmetric {
   int levels;
   float half;
-  float Error(const float* w, float s, int* k) const {
+  [[gnu::always_inline]] float Error(const float* w, float s, int* k) const {
     const float inv = s > 0.0f ? 1.0f / s : 0.0f;
     const float top = static_cast<float>(levels - 1);
     return LaneSum([&](int i) {
@@ -74,7 +74,8 @@ struct Symmetric {
   }
 };
 
-float QuantizeSymmetric(Format f, const float* w, int* best_k, float* scale) {
+[[gnu::always_inline]] inline float QuantizeSymmetric(Format f, const float* w, int* best_k,
+                                                      float* scale) {
   Symmetric sym{Levels(f), (Levels(f) - 1) / 2.0f};
   float amax = 0.0f;
   for (int i = 0; i < kGroup; ++i) amax = std::max(amax, std::fabs(w[i]));
@@ -110,7 +111,8 @@ float QuantizeSymmetric(Format f, const float* w, int* best_k, float* scale) {
 }
 
 // Asymmetric levels: w ~ s * k + z, k in [0, L).
-float AsymmetricError(const float* w, int levels, float s, float z, int* k) {
+[[gnu::always_inline]] inline float AsymmetricError(const float* w, int levels, float s, float z,
+                                                    int* k) {
   const float inv = s > 0.0f ? 1.0f / s : 0.0f;
   const float top = static_cast<float>(levels - 1);
   return LaneSum([&](int i) {
@@ -122,15 +124,23 @@ float AsymmetricError(const float* w, int levels, float s, float z, int* k) {
 }
 
 // The (s, z) that minimize sum (w - s k - z)^2 for fixed codes; false if the codes are all equal.
-bool FitAffine(const float* w, const int* k, float* s, float* z) {
-  double n = kGroup, sk = 0, skk = 0, sw = 0, swk = 0;
-  for (int i = 0; i < kGroup; ++i) {
-    sk += k[i];
-    skk += static_cast<double>(k[i]) * k[i];
-    sw += w[i];
-    swk += static_cast<double>(w[i]) * k[i];
+// `sw`: the sum of w (the same for every fit of a group). The codes' sums are integers (exact);
+// the sum of w k runs in 8 lanes of double, added in a fixed order, as LaneSum's.
+[[gnu::always_inline]] inline bool FitAffine(const float* w, const int* k, double sw, float* s,
+                                             float* z) {
+  int32_t sk = 0, skk = 0;
+  double acc[8] = {};
+  for (int i = 0; i < kGroup; i += 8) {
+    for (int j = 0; j < 8; ++j) {
+      sk += k[i + j];
+      skk += k[i + j] * k[i + j];
+      acc[j] += static_cast<double>(w[i + j]) * k[i + j];
+    }
   }
-  double det = n * skk - sk * sk;
+  const double swk =
+      ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  const double n = kGroup;
+  const double det = n * skk - static_cast<double>(sk) * sk;
   if (det <= 0.0) return false;
   double ss = (n * swk - sk * sw) / det;
   if (ss <= 0.0) return false;
@@ -139,7 +149,8 @@ bool FitAffine(const float* w, const int* k, float* s, float* z) {
   return true;
 }
 
-float QuantizeAsymmetric(Format f, const float* w, int* best_k, float* scale, float* zero) {
+[[gnu::always_inline]] inline float QuantizeAsymmetric(Format f, const float* w, int* best_k,
+                                                       float* scale, float* zero) {
   const int levels = Levels(f);
   float lo = w[0], hi = w[0];
   for (int i = 1; i < kGroup; ++i) {
@@ -150,6 +161,8 @@ float QuantizeAsymmetric(Format f, const float* w, int* best_k, float* scale, fl
   *zero = lo;
   float best = AsymmetricError(w, levels, 0.0f, lo, best_k);
   if (hi == lo) return best;
+  double sw = 0.0;
+  for (int i = 0; i < kGroup; ++i) sw += w[i];
   int k[kGroup];
   auto consider = [&](float s, float z) {
     float err = AsymmetricError(w, levels, s, z, k);
@@ -172,7 +185,7 @@ float QuantizeAsymmetric(Format f, const float* w, int* best_k, float* scale, fl
     // fit's codes in k).
     for (int iter = 0; iter < 2; ++iter) {
       float fs, fz;
-      if (!FitAffine(w, k, &fs, &fz)) break;
+      if (!FitAffine(w, k, sw, &fs, &fz)) break;
       consider(fs, fz);
     }
     // The step's own scale and zero, weighed after its fits (ties go to what came first).
@@ -210,7 +223,11 @@ Weight QuantizedLinear::View() const {
   return w;
 }
 
-float QuantizeGroup(Format format, const float* w, uint8_t* codes, float* scale, float* zero) {
+// Compiled for AVX-512 and AVX2 beside the baseline, picked at load: the search's lanes are the
+// same arithmetic on every one (quantize.cc is built without contraction into fused
+// multiply-adds), so the codes are too.
+__attribute__((target_clones("avx512f", "avx2", "default"))) float QuantizeGroup(
+    Format format, const float* w, uint8_t* codes, float* scale, float* zero) {
   int k[kGroup];
   float err = 0.0f;
   std::memset(codes, 0, GroupBytes(format));

@@ -143,15 +143,20 @@ struct FullSearch {
     }
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   }
+  // Least squares for fixed codes; the sum of w k in 8 lanes of double added in a fixed order.
   static bool Fit(const float* w, const int* k, float* s, float* z) {
-    double n = kGroup, sk = 0, skk = 0, sw = 0, swk = 0;
+    double sw = 0.0, acc[8] = {};
+    int64_t sk = 0, skk = 0;
     for (int i = 0; i < kGroup; ++i) {
-      sk += k[i];
-      skk += static_cast<double>(k[i]) * k[i];
       sw += w[i];
-      swk += static_cast<double>(w[i]) * k[i];
+      sk += k[i];
+      skk += k[i] * k[i];
+      acc[i % 8] += static_cast<double>(w[i]) * k[i];
     }
-    const double det = n * skk - sk * sk;
+    const double swk =
+        ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    const double n = kGroup;
+    const double det = n * skk - static_cast<double>(sk) * sk;
     if (det <= 0.0) return false;
     const double ss = (n * swk - sk * sw) / det;
     if (ss <= 0.0) return false;
