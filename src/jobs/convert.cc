@@ -1,17 +1,23 @@
 #include "jobs/convert.h"
 
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/mapped_file.h"
+#include "formats/ggml_blocks.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "jobs/lora.h"
@@ -19,7 +25,6 @@
 #include "model/config.h"
 #include "model/gguf_model.h"
 #include "model/vision_arch.h"
-#include "formats/ggml_blocks.h"
 #include "quant/blocks.h"
 #include "quant/layout.h"
 #include "quant/linear_io.h"
@@ -74,41 +79,139 @@ std::string LayerPrefix(const Arch& arch, int layer) {
   return pos == std::string::npos ? "" : q.substr(0, pos + mark.size());
 }
 
-// The tensors convert writes. With a writer each goes to the file as it comes, so that convert
-// holds one tensor at a time; without, they are kept (their bytes owned here, or in place in the
-// source) and written at the end (the vision tower's file).
+// The tensors convert writes. With a writer each goes to the file as it comes, on a thread of
+// its own, so that the next tensor is read and quantized while one is written (the copy into the
+// page cache, and the disk where it holds the writes back); at most kMaxQueued bytes wait, so
+// convert holds a few tensors at a time. Without, they are kept (their bytes owned here, or in
+// place in the source) and written at the end (the vision tower's file).
 class Output {
  public:
-  explicit Output(SafetensorsWriter* writer = nullptr) : writer_(writer) {}
-  Status AddInPlace(const TensorInfo& t) { return Add({t.name, t.dtype, t.shape, t.data, t.bytes}); }
-  // A matrix in ggml's blocks: U8 [rows, bytes of a row's blocks].
-  Status AddBlocks(const TensorInfo& t) {
-    const int64_t rows = t.shape[0];
-    return Add(
-        {t.name, DType::kU8, {rows, static_cast<int64_t>(t.bytes) / rows}, t.data, t.bytes});
+  explicit Output(SafetensorsWriter* writer = nullptr) : writer_(writer) {
+    if (writer_) thread_ = std::thread([this] { Write(); });
   }
-  template <typename T>
-  Status AddVector(std::string name, DType dtype, std::vector<int64_t> shape,
-                   const std::vector<T>& v) {
-    if (writer_) {
-      return Add({std::move(name), dtype, std::move(shape), v.data(), v.size() * sizeof(T)});
+  Output(const Output&) = delete;
+  Output& operator=(const Output&) = delete;
+  // An error on the way out leaves the tensors not written yet unwritten.
+  ~Output() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = abandon_ = true;
     }
-    std::vector<uint8_t>& bytes = owned_.emplace_back(v.size() * sizeof(T));
-    std::memcpy(bytes.data(), v.data(), bytes.size());
-    return Add({std::move(name), dtype, std::move(shape), bytes.data(), bytes.size()});
+    cv_.notify_all();
+    thread_.join();
   }
-  int64_t count() const { return writer_ ? writer_->count() : static_cast<int64_t>(kept_.size()); }
+
+  // In place in the source's mapping, which outlives the writes; `written` runs once it is
+  // written (the mapped pages released there).
+  Status AddInPlace(const TensorInfo& t, std::function<void()> written = {}) {
+    return Push({t.name, t.dtype, t.shape, t.data, t.bytes}, nullptr, std::move(written));
+  }
+  // A matrix in ggml's blocks, in place as AddInPlace's: U8 [rows, bytes of a row's blocks].
+  Status AddBlocks(const TensorInfo& t, std::function<void()> written = {}) {
+    const int64_t rows = t.shape[0];
+    return Push({t.name, DType::kU8, {rows, static_cast<int64_t>(t.bytes) / rows}, t.data, t.bytes},
+                nullptr, std::move(written));
+  }
+  // Owned from here on.
+  template <typename T>
+  Status AddVector(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<T>&& v) {
+    auto kept = std::make_shared<std::vector<T>>(std::move(v));
+    return Push({std::move(name), dtype, std::move(shape), kept->data(), kept->size() * sizeof(T)},
+                kept);
+  }
+  // Borrowed: `v` stays as it is until WaitWritten(ticket()) returns (without a writer it is
+  // copied).
+  template <typename T>
+  Status AddBorrowed(std::string name, DType dtype, std::vector<int64_t> shape,
+                     const std::vector<T>& v) {
+    if (!writer_) {
+      auto copy = std::make_shared<std::vector<T>>(v);
+      return Push(
+          {std::move(name), dtype, std::move(shape), copy->data(), copy->size() * sizeof(T)}, copy);
+    }
+    return Push({std::move(name), dtype, std::move(shape), v.data(), v.size() * sizeof(T)},
+                nullptr);
+  }
+  // Tensors added so far; WaitWritten(n): until the first n are written (or failed).
+  int64_t ticket() const { return added_; }
+  void WaitWritten(int64_t n) {
+    if (!writer_) return;
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return written_ >= n; });
+  }
+  // Every tensor written; the first error of a write.
+  Status Finish() {
+    if (thread_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_ = true;
+      }
+      cv_.notify_all();
+      thread_.join();
+    }
+    return error_;
+  }
+  int64_t count() const { return writer_ ? added_ : static_cast<int64_t>(kept_.size()); }
   const std::vector<TensorToWrite>& kept() const { return kept_; }
 
  private:
-  Status Add(TensorToWrite t) {
-    if (writer_) return writer_->Add(t);
-    kept_.push_back(std::move(t));
+  static constexpr size_t kMaxQueued = size_t{1} << 30;
+  struct Job {
+    TensorToWrite t;
+    std::shared_ptr<const void> keep;
+    std::function<void()> written;
+  };
+
+  Status Push(TensorToWrite t, std::shared_ptr<const void> keep,
+              std::function<void()> written = {}) {
+    if (!writer_) {
+      if (keep) owned_.push_back(std::move(keep));
+      kept_.push_back(std::move(t));
+      return Status::Ok();
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock,
+             [&] { return !error_.ok() || jobs_.empty() || queued_ + t.bytes <= kMaxQueued; });
+    if (!error_.ok()) return error_;
+    queued_ += t.bytes;
+    jobs_.push_back({std::move(t), std::move(keep), std::move(written)});
+    ++added_;
+    cv_.notify_all();
     return Status::Ok();
   }
 
+  void Write() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty() || abandon_) return;
+      Job& job = jobs_.front();  // a deque's elements stay where they are as others are added
+      Status s = Status::Ok();
+      if (error_.ok()) {
+        lock.unlock();
+        s = writer_->Add(job.t);
+        if (job.written) job.written();
+        lock.lock();
+      }
+      if (!s.ok() && error_.ok()) error_ = std::move(s);
+      queued_ -= job.t.bytes;
+      jobs_.pop_front();
+      ++written_;
+      cv_.notify_all();
+    }
+  }
+
   SafetensorsWriter* writer_;
-  std::deque<std::vector<uint8_t>> owned_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  size_t queued_ = 0;
+  int64_t added_ = 0, written_ = 0;
+  bool stop_ = false, abandon_ = false;
+  Status error_ = Status::Ok();
+  std::vector<std::shared_ptr<const void>> owned_;
   std::vector<TensorToWrite> kept_;
 };
 
@@ -775,6 +878,11 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
   if (untie) room(head_name, true);
   GZ_ASSIGN_OR_RETURN(SafetensorsWriter writer,
                       SafetensorsWriter::Open(partial + "/model.safetensors", reserve));
+  // Two sets of code arrays, each linear's written from one while the next linear is quantized
+  // into the other (declared before the output, whose thread may read them until it stops).
+  QuantizedLinear quantized[2];
+  int64_t quantized_ticket[2] = {0, 0};
+  int64_t quantized_turn = 0;
   Output out(&writer), tower;
   std::map<std::string, std::string> metadata = {{kFormatVersionKey, kFormatVersion}};
   if (!options.keep_types) {
@@ -785,7 +893,6 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
 
   std::unique_ptr<float[]> scratch;
   size_t scratch_size = 0;
-  QuantizedLinear quantized;
   auto add_linear = [&](const TensorInfo& t, const std::string& name, Format format) -> Status {
     if (t.shape.size() != 2) {
       return InvalidArgument(t.file + ": tensor " + t.name + " is not a matrix");
@@ -827,14 +934,17 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
                           QuantizeOwnBlocks(type, w.data(), rows, cols, options.pool));
       GgmlBlock block;
       GgmlBlockOf(type, &block);
-      GZ_RETURN_IF_ERROR(
-          out.AddVector(name, DType::kU8, {rows, cols / block.elements * block.bytes}, blocks));
+      GZ_RETURN_IF_ERROR(out.AddVector(
+          name, DType::kU8, {rows, cols / block.elements * block.bytes}, std::move(blocks)));
       metadata[kLinearKeyPrefix + name] =
           GgmlLinearDescription(static_cast<uint32_t>(type), rows, cols);
       ++summary.quantized;
       return Status::Ok();
     }
-    QuantizedLinear& ql = quantized;  // its memory kept from linear to linear, as scratch's
+    // Its memory kept from linear to linear, as scratch's; the linear that used it last written.
+    const int64_t turn = quantized_turn++ % 2;
+    out.WaitWritten(quantized_ticket[turn]);
+    QuantizedLinear& ql = quantized[turn];
     if (auto c = calibrated.find(name); c != calibrated.end() && c->second.format == format) {
       ql = std::move(c->second);
     } else {
@@ -843,11 +953,14 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
     }
     const int64_t groups = cols / kGroup;
     GZ_RETURN_IF_ERROR(
-        out.AddVector(name, DType::kU8, {rows, groups * GroupBytes(format)}, ql.codes));
-    GZ_RETURN_IF_ERROR(out.AddVector(name + kScalesSuffix, DType::kF32, {rows, groups}, ql.scales));
+        out.AddBorrowed(name, DType::kU8, {rows, groups * GroupBytes(format)}, ql.codes));
+    GZ_RETURN_IF_ERROR(
+        out.AddBorrowed(name + kScalesSuffix, DType::kF32, {rows, groups}, ql.scales));
     if (!ql.zeros.empty()) {
-      GZ_RETURN_IF_ERROR(out.AddVector(name + kZerosSuffix, DType::kF32, {rows, groups}, ql.zeros));
+      GZ_RETURN_IF_ERROR(
+          out.AddBorrowed(name + kZerosSuffix, DType::kF32, {rows, groups}, ql.zeros));
     }
+    quantized_ticket[turn] = out.ticket();
     nlohmann::json desc = {{"format", FormatName(format)},
                            {"rows", rows},
                            {"cols", cols},
@@ -869,20 +982,20 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
       case Action::kDrop:
         continue;
       case Action::kCopy:
-        GZ_RETURN_IF_ERROR(out.AddInPlace(*t));
+        GZ_RETURN_IF_ERROR(out.AddInPlace(*t, [&ckpt, t] { ckpt.Release(*t); }));
         break;
       case Action::kTower:
         GZ_RETURN_IF_ERROR(tower.AddInPlace(*t));
         break;
       case Action::kBlocks:
-        GZ_RETURN_IF_ERROR(out.AddBlocks(*t));
+        GZ_RETURN_IF_ERROR(out.AddBlocks(*t, [&ckpt, t] { ckpt.Release(*t); }));
         metadata[kLinearKeyPrefix + t->name] =
             GgmlLinearDescription(t->ggml_type, t->shape[0], t->shape[1]);
         ++summary.block_types[GgmlTypeName(static_cast<GgmlType>(t->ggml_type))];
         break;
       case Action::kFloat32: {
         GZ_ASSIGN_OR_RETURN(std::vector<float> v, ReadFloats(*t));
-        GZ_RETURN_IF_ERROR(out.AddVector(t->name, DType::kF32, t->shape, v));
+        GZ_RETURN_IF_ERROR(out.AddVector(t->name, DType::kF32, t->shape, std::move(v)));
         break;
       }
       case Action::kLinear:
@@ -920,7 +1033,10 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
         break;
       }
     }
-    if (p.action != Action::kTower) ckpt.Release(*t);  // read once: out of memory again
+    // Read once: out of memory again (in-place tensors' pages once written).
+    if (p.action != Action::kTower && p.action != Action::kCopy && p.action != Action::kBlocks) {
+      ckpt.Release(*t);
+    }
     step(t->name);
   }
   if (untie) {
@@ -928,6 +1044,7 @@ Expected<ConvertSummary> Convert(const ConvertOptions& options) {
     ckpt.Release(*embed);
     step(head_name);
   }
+  GZ_RETURN_IF_ERROR(out.Finish());
   summary.tensors = out.count() + tower.count();
   summary.tower_tensors = tower.count();
   GZ_RETURN_IF_ERROR(writer.Finish(metadata));
