@@ -506,8 +506,7 @@ Status Engine::Draft() {
   // most rows the step could take), so a step that will not draft costs no chained MTP rows and
   // no lookups beyond the few proposed for the pacer's estimate (Sequence::shadow).
   int32_t k = 0;
-  const std::vector<std::pair<Sequence*, int64_t>> candidates =
-      paced_lookup_ >= 0 ? eligible : std::vector<std::pair<Sequence*, int64_t>>{};
+  std::vector<std::pair<Sequence*, int64_t>> cut;  // a probe's: every eligible sequence
   if (!eligible.empty()) {
     k = options_.draft == DraftMode::kLookup || options_.draft == DraftMode::kMtp ||
                 options_.draft == DraftMode::kBlock
@@ -522,35 +521,36 @@ Status Engine::Draft() {
       for (int64_t i = 0; i < DraftPacer::kProbeSequences; ++i) {
         few.push_back(eligible[(first + i) % n]);
       }
-      eligible = std::move(few);
+      cut = std::exchange(eligible, std::move(few));
     }
   }
   lookup_step_ = mtp_ && k > 0 && options_.draft == DraftMode::kAuto &&
                  pacer_.drafter() == DraftPacer::kLookup;
-  if (paced_lookup_ >= 0 && !candidates.empty()) {
-    // Sequences that draft with lookup now are judged by their drafts; of the others, a few
-    // propose lookup drafts that are not read, a different few each step.
-    std::set<const Sequence*> by_lookup;
+  if (paced_lookup_ >= 0) {
+    const auto& candidates = cut.empty() ? eligible : cut;
     if (k > 0 && (lookup_step_ || !mtp_)) {
-      for (auto& e : eligible) {
-        e.first->shadow.clear();
-        by_lookup.insert(e.first);
+      // Every candidate drafts with lookup (lookup is never probed: its drafts are judged
+      // without drafting) and is judged by its drafts.
+      for (auto& e : eligible) e.first->shadow.clear();
+    } else if (!candidates.empty()) {
+      // A few propose lookup drafts that are not read, a different few each step.
+      const size_t n = candidates.size(), first = shadow_turn_++ % n;
+      int64_t proposed = 0;
+      for (size_t i = 0; i < n && proposed < kShadowSequences; ++i) {
+        auto& [seq, most] = candidates[(first + i) % n];
+        if (!seq->shadow.empty()) continue;
+        LookupDraft(seq->tokens, static_cast<int32_t>(most), &seq->shadow);
+        seq->shadow_from = static_cast<int64_t>(seq->tokens.size());
+        ++proposed;
       }
-    }
-    const size_t n = candidates.size(), first = shadow_turn_++ % n;
-    int64_t proposed = 0;
-    for (size_t i = 0; i < n && proposed < kShadowSequences; ++i) {
-      auto& [seq, most] = candidates[(first + i) % n];
-      if (!seq->shadow.empty() || by_lookup.count(seq)) continue;
-      LookupDraft(seq->tokens, static_cast<int32_t>(most), &seq->shadow);
-      seq->shadow_from = static_cast<int64_t>(seq->tokens.size());
-      ++proposed;
     }
   }
   // The MTP layer reads the last step's rows even where no sequence drafts: its KV of every
-  // position is then there when drafting pays again.
-  if (lookup_step_) GZ_RETURN_IF_ERROR(DraftMtp(eligible, 0));
-  if (mtp_ && !lookup_step_) return DraftMtp(eligible, k);
+  // position is then there when drafting pays again (a lookup step drafts none with it).
+  if (mtp_) {
+    GZ_RETURN_IF_ERROR(DraftMtp(eligible, lookup_step_ ? 0 : k));
+    if (!lookup_step_) return Status::Ok();
+  }
   if (block_) return DraftBlock(eligible, k);
   if (k == 0) return Status::Ok();
   for (auto& [seq, most] : eligible) {
