@@ -922,10 +922,11 @@ Status Engine::Run() {
   // Slot states: a snapshot of each slot that reads drafts, for the rows kept (PostProcess);
   // part of the step's time, which the pacer weighs drafts by.
   if (state_.slot_states) {
+    draft_slots_.clear();
     for (const Planned& p : state_.plan) {
-      if (p.drafts > 0)
-        GZ_RETURN_IF_ERROR(runner_->SnapshotDraftState(state_.sequences.at(p.id).slot));
+      if (p.drafts > 0) draft_slots_.push_back(state_.sequences.at(p.id).slot);
     }
+    if (!draft_slots_.empty()) GZ_RETURN_IF_ERROR(runner_->SnapshotDraftStates(draft_slots_));
   }
   if (picked_) {
     picks_.resize(sample_.size());
@@ -1115,15 +1116,11 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
     if (p.drafts > 0) {
       // The refused drafts' rows leave the slot: it holds the tokens whose KV is right, and
       // its states (slot states) those after its last kept row.
+      // Their states go back after the loop, every such slot's at once (KeepDraftRowsOf).
       Truncate(state_, slot, static_cast<int64_t>(slot.tokens.size()) - (p.drafts - accepted));
       if (state_.slot_states && accepted < p.drafts) {
-        if (Status kept = runner_->KeepDraftRows(seq.slot, p.rows - (p.drafts - accepted));
-            !kept.ok()) {
-          // The states match no row: the slot holds nothing to continue from.
-          Truncate(state_, slot, 0);
-          out.end = "error";
-          out.status = kept;
-        }
+        kept_rows_.push_back({seq.slot, p.rows - (p.drafts - accepted)});
+        kept_progress_.push_back(progress.size());
       }
       // Drafts after the first refused one were not judged.
       const bool refused = accepted < p.drafts && out.end.empty();
@@ -1136,6 +1133,20 @@ void Engine::PostProcess(std::vector<Progress>& progress) {
     if (out.end.empty()) read_by_mtp(p.rows - p.drafts + accepted);
     if (!out.end.empty()) Finish(state_, seq);
     progress.push_back(std::move(out));
+  }
+  if (!kept_rows_.empty()) {
+    if (Status kept = runner_->KeepDraftRowsOf(kept_rows_); !kept.ok()) {
+      // The states match no row: the slots hold nothing to continue from.
+      for (size_t i = 0; i < kept_rows_.size(); ++i) {
+        Truncate(state_, state_.slots[kept_rows_[i].slot], 0);
+        Progress& out = progress[kept_progress_[i]];
+        if (out.end.empty()) Finish(state_, state_.sequences.at(out.id));
+        out.end = "error";
+        out.status = kept;
+      }
+    }
+    kept_rows_.clear();
+    kept_progress_.clear();
   }
   if (last_step_.drafted > 0) {
     ++drafter.steps;

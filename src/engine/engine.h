@@ -259,6 +259,11 @@ class Engine {
   // sequences whose lookup drafts the next step proposes without drafting (Sequence::shadow).
   int32_t paced_lookup_ = -1;
   size_t shadow_turn_ = 0;
+  // The step's slots that read drafts (their states' snapshot), and after it those whose states
+  // go back to a kept row, with their entry in PostProcess's progress.
+  std::vector<int32_t> draft_slots_;
+  std::vector<KeptDraftRows> kept_rows_;
+  std::vector<size_t> kept_progress_;
   void JudgeShadows();
   // MTP drafts (DraftMtp): whether this engine makes them, the rows of the last step the MTP
   // layer has still to read (sequence, slot, row of the step, position), where each planned

@@ -254,6 +254,16 @@ void RecurrentBlock::Replay(Backend& be, const StepInputs& in, int64_t first, in
                in.slots + first, in.positions + first, rows, in.attn);
 }
 
+void RecurrentBlock::ReplayRows(Backend& be, const StepInputs& in, const int32_t* index,
+                                const int32_t* slots, const int32_t* positions,
+                                int64_t rows) const {
+  DCHECK(row_mix != nullptr && rows > 0);
+  be.GatherRows({in.mix, row_mix, index, rows, spec_.ConvDim()});
+  be.GatherRows({in.b, row_b, index, rows, spec_.v_heads});
+  be.GatherRows({in.a, row_a, index, rows, spec_.v_heads});
+  UpdateStates(be, in.mix, in.b, in.a, slots, positions, rows, in.attn);
+}
+
 void RecurrentBlock::UpdateStates(Backend& be, float* mix, const float* b, const float* a,
                                   const int32_t* slots, const int32_t* positions, int64_t rows,
                                   float* out) const {

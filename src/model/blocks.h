@@ -130,6 +130,11 @@ class RecurrentBlock {
   // from their inputs the step kept (row_mix, row_b, row_a): the slot's states move on from
   // what they hold as the step moved them. Outputs go to scratch (in.mix, in.attn).
   void Replay(Backend& be, const StepInputs& in, int64_t first, int64_t rows) const;
+  // The same for `rows` rows of the step picked by `index` (device memory, each slot's rows in
+  // order), with their slots and positions: many slots' kept rows in one pass. Also overwrites
+  // the scratch in.b and in.a.
+  void ReplayRows(Backend& be, const StepInputs& in, const int32_t* index, const int32_t* slots,
+                  const int32_t* positions, int64_t rows) const;
 
   const RecurrentSpec& spec() const { return spec_; }
   // This layer's states, set when they are allocated.

@@ -56,6 +56,7 @@ struct Model::Buffers {
   // layer [rows, conv dim] then [rows, v_heads] twice (b, a).
   std::unique_ptr<Buffer> draft_saved;
   std::unique_ptr<Buffer> row_inputs;
+  std::unique_ptr<Buffer> replay_rows;  // [3, rows] int32: a replay's step rows, slots, positions
   std::unique_ptr<Buffer> picked;  // [rows, dim] normalized wanted rows
   std::unique_ptr<Buffer> logits;  // [rows, vocab]
   std::unique_ptr<Buffer> sample;  // [rows] SampleRow, for picking tokens on the backend
@@ -201,6 +202,7 @@ struct Model::Impl {
   Weight draft_head;
   int64_t draft_vocab = 0;
   std::vector<int64_t> step_first, step_count;
+  std::vector<int32_t> step_positions;  // the last step's rows' positions (KeepDraftRowsOf)
   std::vector<uint8_t> snapshot_pending, snapshot_valid;
 
   // Issues the LM head over `wanted` rows of x [rows, dim] (buffers.wanted): they are gathered
@@ -745,6 +747,7 @@ Status Model::Reserve(int64_t rows, int32_t slots, int32_t max_pages) {
       if (spec.IsRecurrent()) row_floats += spec.recurrent.RowInputFloats();
     }
     GZ_RETURN_IF_ERROR(alloc(&b.row_inputs, static_cast<size_t>(rows) * row_floats * f));
+    GZ_RETURN_IF_ERROR(alloc(&b.replay_rows, static_cast<size_t>(rows) * 3 * sizeof(int32_t)));
     float* at = b.row_inputs->as<float>();
     for (Layer& layer : impl_->layers) {
       if (!layer.is_recurrent) continue;
@@ -1386,6 +1389,7 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
     for (int64_t r = 0; r < n; ++r) {
       if (impl.step_count[rows.slots[r]]++ == 0) impl.step_first[rows.slots[r]] = r;
     }
+    impl.step_positions.assign(rows.positions.begin(), rows.positions.end());
     impl.snapshot_valid = impl.snapshot_pending;
     std::fill(impl.snapshot_pending.begin(), impl.snapshot_pending.end(), 0);
   }
@@ -1586,49 +1590,172 @@ Status Model::ReserveDrafts() {
 }
 
 Status Model::SnapshotDraftState(int32_t slot) {
+  const int32_t slots[] = {slot};
+  return SnapshotDraftStates(slots);
+}
+
+Status Model::KeepDraftRows(int32_t slot, int64_t rows) {
+  const KeptDraftRows kept[] = {{slot, rows}};
+  return KeepDraftRowsOf(kept);
+}
+
+namespace {
+
+// Keys of the draft states' copies and replays of one slot (Model::SnapshotDraftStates,
+// KeepDraftRowsOf), recorded and replayed as a step's ops are: bit 62 (bit 63 is MtpDraft's, a
+// step's keys leave both clear), the buffers' generation, then what the ops depend on.
+uint64_t DraftStateKey(uint64_t generation, bool keep, int32_t slot, int64_t first, int64_t rows) {
+  return uint64_t{1} << 62 | (generation % (1 << 18)) << 44 | static_cast<uint64_t>(keep) << 43 |
+         static_cast<uint64_t>(slot) << 28 | static_cast<uint64_t>(first) << 12 |
+         static_cast<uint64_t>(rows);
+}
+
+bool DraftStateKeyFits(int32_t slot, int64_t first, int64_t rows) {
+  return slot < (1 << 15) && first < (1 << 16) && rows < (1 << 12);
+}
+
+// Issues `ops` under `key`: replayed where recorded, recorded the second time the key comes.
+void IssueRecorded(Backend& be, std::unordered_set<uint64_t>& seen_once, uint64_t key,
+                   const std::function<void()>& ops) {
+  if (be.ReplayStep(key)) return;
+  if (seen_once.size() >= kMaxSeenOnce) seen_once.clear();
+  const bool recording = !seen_once.insert(key).second;
+  if (recording) {
+    seen_once.erase(key);
+    be.BeginStep(key);
+  }
+  ops();
+  if (recording) be.EndStep();
+}
+
+}  // namespace
+
+void Model::CopySlotRuns(std::span<const int32_t> slots, float* from, float* to) {
+  for (size_t i = 0; i < slots.size();) {
+    size_t j = i + 1;
+    while (j < slots.size() && slots[j] == slots[j - 1] + 1) ++j;
+    const int64_t count = static_cast<int64_t>(j - i);
+    // In range (checked by the callers): the parts cannot fail.
+    (void)ForEachSlotStatePart(slots[i], "CopySlotRuns", [&](int64_t at, int64_t floats) {
+      backend_->CopyOnDevice(to + at, from + at, floats * count * sizeof(float));
+    });
+    i = j;
+  }
+}
+
+Status Model::SnapshotDraftStates(std::span<const int32_t> slots) {
   Impl& impl = *impl_;
   Buffers& b = impl.buffers;
-  if (!b.states) return Status::Ok();
+  if (!b.states || slots.empty()) return Status::Ok();
   if (!impl.keeps_row_inputs)
     return InvalidArgument("SnapshotDraftState: ReserveDrafts was not called");
-  GZ_RETURN_IF_ERROR(
-      CopySlotState(slot, b.states->as<float>(), b.draft_saved->as<float>(), "SnapshotDraftState"));
-  impl.snapshot_pending[slot] = 1;
+  std::vector<int32_t> sorted(slots.begin(), slots.end());
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] < 0 || sorted[i] >= b.slots)
+      return InvalidArgument("SnapshotDraftState: slot " + std::to_string(sorted[i]) +
+                             " out of range");
+    if (i > 0 && sorted[i] == sorted[i - 1])
+      return InvalidArgument("SnapshotDraftState: slot " + std::to_string(sorted[i]) +
+                             " listed twice");
+  }
+  float* live = b.states->as<float>();
+  float* saved = b.draft_saved->as<float>();
+  if (sorted.size() == 1 && DraftStateKeyFits(sorted[0], 0, 0)) {
+    // One slot (one sequence drafting): its copies as one recorded launch.
+    IssueRecorded(*backend_, impl.seen_once,
+                  DraftStateKey(impl.step_generation, false, sorted[0], 0, 0),
+                  [&] { CopySlotRuns(sorted, live, saved); });
+  } else {
+    CopySlotRuns(sorted, live, saved);
+  }
+  for (int32_t slot : sorted) impl.snapshot_pending[slot] = 1;
   return Status::Ok();
 }
 
 // Why the snapshot and a replay rather than a snapshot a row: a slot's states (tens of MB on a
 // large model) are copied once a step, and only the kept rows' updates run again.
-Status Model::KeepDraftRows(int32_t slot, int64_t rows) {
+Status Model::KeepDraftRowsOf(std::span<const KeptDraftRows> kept) {
   Impl& impl = *impl_;
   Buffers& b = impl.buffers;
   if (!b.states) return Status::Ok();
-  if (slot < 0 || slot >= b.slots)
-    return InvalidArgument("KeepDraftRows: slot " + std::to_string(slot) + " out of range");
-  const int64_t count = impl.keeps_row_inputs ? impl.step_count[slot] : 0;
-  if (rows < 0 || rows > count)
-    return InvalidArgument("KeepDraftRows: " + std::to_string(rows) + " rows of the " +
-                           std::to_string(count) + " slot " + std::to_string(slot) +
-                           " read in the last step");
-  if (rows == count) return Status::Ok();
-  if (!impl.snapshot_valid[slot])
-    return InvalidArgument("KeepDraftRows: no draft snapshot of slot " + std::to_string(slot) +
-                           " was taken before the last step");
-  impl.snapshot_valid[slot] = 0;  // the snapshot is read once
-  GZ_RETURN_IF_ERROR(
-      CopySlotState(slot, b.draft_saved->as<float>(), b.states->as<float>(), "KeepDraftRows"));
-  if (rows == 0) return Status::Ok();
+  std::vector<KeptDraftRows> back;  // the slots whose states go back, by slot
+  for (const KeptDraftRows& k : kept) {
+    if (k.slot < 0 || k.slot >= b.slots)
+      return InvalidArgument("KeepDraftRows: slot " + std::to_string(k.slot) + " out of range");
+    const int64_t count = impl.keeps_row_inputs ? impl.step_count[k.slot] : 0;
+    if (k.rows < 0 || k.rows > count)
+      return InvalidArgument("KeepDraftRows: " + std::to_string(k.rows) + " rows of the " +
+                             std::to_string(count) + " slot " + std::to_string(k.slot) +
+                             " read in the last step");
+    if (k.rows == count) continue;
+    if (!impl.snapshot_valid[k.slot])
+      return InvalidArgument("KeepDraftRows: no draft snapshot of slot " + std::to_string(k.slot) +
+                             " was taken before the last step");
+    back.push_back(k);
+  }
+  std::sort(back.begin(), back.end(),
+            [](const KeptDraftRows& x, const KeptDraftRows& y) { return x.slot < y.slot; });
+  for (size_t i = 1; i < back.size(); ++i) {
+    if (back[i].slot == back[i - 1].slot)
+      return InvalidArgument("KeepDraftRows: slot " + std::to_string(back[i].slot) +
+                             " listed twice");
+  }
+  if (back.empty()) return Status::Ok();
+  for (const KeptDraftRows& k : back) impl.snapshot_valid[k.slot] = 0;  // read once
+  float* live = b.states->as<float>();
+  float* saved = b.draft_saved->as<float>();
   // The step's slots and positions are still in their buffers (UploadStepInputs).
   StepInputs in;
   in.slots = b.slot_of->as<int32_t>();
   in.positions = b.positions->as<int32_t>();
   in.mix = b.mix->as<float>();
   in.attn = b.attn->as<float>();
+  in.b = b.b->as<float>();
+  in.a = b.a->as<float>();
   in.iota = b.iota->as<int32_t>();
-  const int64_t first = impl.step_first[slot];
-  // In order with the next step's ops on the backend: nothing to wait for here.
+  if (back.size() == 1) {
+    // One slot: the snapshot back and the replay of its kept rows as one recorded launch (in
+    // order with the next step's ops on the backend: nothing to wait for here).
+    const KeptDraftRows& k = back[0];
+    const int32_t slots[] = {k.slot};
+    const int64_t first = impl.step_first[k.slot];
+    auto ops = [&] {
+      CopySlotRuns(slots, saved, live);
+      for (const Layer& layer : impl.layers) {
+        if (layer.is_recurrent && k.rows > 0) layer.recurrent.Replay(*backend_, in, first, k.rows);
+      }
+    };
+    if (DraftStateKeyFits(k.slot, first, k.rows)) {
+      IssueRecorded(*backend_, impl.seen_once,
+                    DraftStateKey(impl.step_generation, true, k.slot, first, k.rows), ops);
+    } else {
+      ops();
+    }
+    return Status::Ok();
+  }
+  // Many slots: the snapshots back by runs of adjacent slots, then every slot's kept rows
+  // (each slot's in order, as the step read them) replayed together.
+  std::vector<int32_t> slots;
+  for (const KeptDraftRows& k : back) slots.push_back(k.slot);
+  CopySlotRuns(slots, saved, live);
+  std::vector<int32_t> index, of, positions;
+  for (const KeptDraftRows& k : back) {
+    for (int64_t r = impl.step_first[k.slot]; r < impl.step_first[k.slot] + k.rows; ++r) {
+      index.push_back(static_cast<int32_t>(r));
+      of.push_back(k.slot);
+      positions.push_back(impl.step_positions[r]);
+    }
+  }
+  const int64_t n = static_cast<int64_t>(index.size());
+  if (n == 0) return Status::Ok();
+  index.insert(index.end(), of.begin(), of.end());
+  index.insert(index.end(), positions.begin(), positions.end());
+  int32_t* device = b.replay_rows->as<int32_t>();
+  backend_->CopyToDevice(device, index.data(), index.size() * sizeof(int32_t));
   for (const Layer& layer : impl.layers) {
-    if (layer.is_recurrent) layer.recurrent.Replay(*backend_, in, first, rows);
+    if (layer.is_recurrent)
+      layer.recurrent.ReplayRows(*backend_, in, device, device + n, device + 2 * n, n);
   }
   return Status::Ok();
 }

@@ -117,6 +117,8 @@ class Model final : public Runner {
   Status ReserveDrafts() override;
   Status SnapshotDraftState(int32_t slot) override;
   Status KeepDraftRows(int32_t slot, int64_t rows) override;
+  Status SnapshotDraftStates(std::span<const int32_t> slots) override;
+  Status KeepDraftRowsOf(std::span<const KeptDraftRows> kept) override;
   Status CopyPageToHost(int32_t page, void* host) override;
   Status CopyPageFromHost(int32_t page, const void* host) override;
   Backend* StepBackend() override { return backend_.get(); }
@@ -173,6 +175,9 @@ class Model final : public Runner {
   Status ForEachSlotStatePart(int32_t slot, const char* who,
                               const std::function<void(int64_t at, int64_t floats)>& part);
   Status CopySlotState(int32_t slot, float* from, float* to, const char* who);
+  // The states of `slots` (ascending, distinct, in range) from `from` to `to`: one copy a
+  // layer's part for each run of adjacent slots.
+  void CopySlotRuns(std::span<const int32_t> slots, float* from, float* to);
   // One slot's parts of the buffer laid out as the states (`buffer`) to or from `host`.
   Status CopySlotStatesHost(int32_t slot, float* buffer, uint8_t* host, bool to_host,
                             const char* who);

@@ -224,6 +224,14 @@ Status PipelineRunner::KeepDraftRows(int32_t slot, int64_t rows) {
   return ForEach([&](Model& m) { return m.KeepDraftRows(slot, rows); });
 }
 
+Status PipelineRunner::SnapshotDraftStates(std::span<const int32_t> slots) {
+  return ForEach([&](Model& m) { return m.SnapshotDraftStates(slots); });
+}
+
+Status PipelineRunner::KeepDraftRowsOf(std::span<const KeptDraftRows> kept) {
+  return ForEach([&](Model& m) { return m.KeepDraftRowsOf(kept); });
+}
+
 bool PipelineRunner::PagesInHostMemory() const {
   return std::all_of(stages_.begin(), stages_.end(),
                      [](const auto& stage) { return stage->PagesInHostMemory(); });

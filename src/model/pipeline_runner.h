@@ -62,6 +62,8 @@ class PipelineRunner final : public Runner {
   Status ReserveDrafts() override;
   Status SnapshotDraftState(int32_t slot) override;
   Status KeepDraftRows(int32_t slot, int64_t rows) override;
+  Status SnapshotDraftStates(std::span<const int32_t> slots) override;
+  Status KeepDraftRowsOf(std::span<const KeptDraftRows> kept) override;
   bool PagesInHostMemory() const override;
   // A page's bytes on the host: each stage's part (Model::CopyPageToHost) in stage order.
   Status CopyPageToHost(int32_t page, void* host) override;

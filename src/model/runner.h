@@ -103,6 +103,13 @@ inline KvPaging KvPagingOf(std::span<const CacheSpec> caches) {
   return {window, full, (windowed + full - 1) / full, full * bytes};
 }
 
+// A slot whose states go back to those after its first `rows` rows of the last step
+// (Runner::KeepDraftRowsOf).
+struct KeptDraftRows {
+  int32_t slot = 0;
+  int64_t rows = 0;
+};
+
 class Runner {
  public:
   virtual ~Runner() = default;
@@ -259,6 +266,18 @@ class Runner {
   }
   virtual Status KeepDraftRows(int32_t slot, int64_t rows) {
     (void)slot, (void)rows;
+    return Status::Ok();
+  }
+  // The same for many slots of one step at once (each slot at most once): the snapshots of
+  // adjacent slots are copied together and the kept rows of every slot replayed in one pass,
+  // where a runner can (a step of many sequences with drafts otherwise pays a few copies and
+  // launches a slot and layer).
+  virtual Status SnapshotDraftStates(std::span<const int32_t> slots) {
+    for (int32_t slot : slots) GZ_RETURN_IF_ERROR(SnapshotDraftState(slot));
+    return Status::Ok();
+  }
+  virtual Status KeepDraftRowsOf(std::span<const KeptDraftRows> kept) {
+    for (const KeptDraftRows& k : kept) GZ_RETURN_IF_ERROR(KeepDraftRows(k.slot, k.rows));
     return Status::Ok();
   }
 

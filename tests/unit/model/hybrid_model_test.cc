@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -473,6 +474,82 @@ TEST_F(HybridModelTest, RowsOfASlotMustBeAdjacentAndConsecutive) {
   fine.Push(2, 1, 1, false);
   fine.Push(3, 0, 0, true);
   EXPECT_TRUE(model->Step(fine, tables, logits.data()).ok());
+}
+
+// Drafts on many slots at once: one snapshot call for every drafting slot and one call that
+// brings each slot back to its kept rows (KeepDraftRowsOf: the snapshots of adjacent slots
+// copied together, every slot's kept rows replayed in one pass) leave each slot's states as the
+// same calls slot by slot do (a snapshot and a replay of that slot's rows alone), bit for bit;
+// a slot that keeps no row holds its states from before the step. A slot listed twice, or one
+// whose snapshot was read, is refused.
+TEST_F(HybridModelTest, KeptRowsOfManySlotsEqualThoseOfEachSlotAlone) {
+  const std::string dir =
+      Write("moe", TextConfig("qwen3_5_moe_text", true), Qwen3_5("model.", true));
+  auto together = Load(dir);
+  auto alone = Load(dir);
+  ASSERT_TRUE(together && alone);
+  constexpr int32_t kSlots = 4;
+  std::vector<int32_t> pages(kSlots * 2);
+  for (int32_t i = 0; i < kSlots * 2; ++i) pages[i] = i;
+  const PageTables tables{pages.data(), kSlots, 2};
+  for (Model* m : {together.get(), alone.get()}) {
+    ASSERT_TRUE(m->ReserveDrafts().ok());
+    ASSERT_TRUE(m->AllocatePages(kSlots * 2).ok());
+    ASSERT_TRUE(m->Reserve(32, kSlots, 2).ok());
+  }
+  std::vector<float> logits(kVocab * 32);
+  std::mt19937 rng(5);
+  auto token = [&] { return static_cast<int32_t>(rng() % kVocab); };
+  // Prompts of 3 to 6 rows in each slot.
+  std::vector<int64_t> held(kSlots);
+  Rows prompts;
+  for (int32_t s = 0; s < kSlots; ++s) {
+    held[s] = 3 + s;
+    for (int64_t p = 0; p < held[s]; ++p) prompts.Push(token(), s, p, p + 1 == held[s]);
+  }
+  for (Model* m : {together.get(), alone.get()}) {
+    ASSERT_TRUE(m->Step(prompts, tables, logits.data()).ok());
+  }
+  auto states = [&](Model& m, int32_t slot) {
+    std::vector<uint8_t> bytes(m.SlotStatesBytes());
+    EXPECT_TRUE(m.CopySlotStatesToHost(slot, false, bytes.data()).ok());
+    return bytes;
+  };
+  // Round 1 keeps 1, 4 (all), 0 and 2 of 4 rows in slots 0-3 (slots 0, 2 and 3 go back: two
+  // runs of adjacent slots); round 2 has slot 1 alone go back.
+  const std::vector<std::vector<int64_t>> rounds = {{1, 4, 0, 2}, {4, 2, 4, 4}};
+  for (const std::vector<int64_t>& kept : rounds) {
+    std::vector<int32_t> slots;
+    Rows step;
+    std::vector<KeptDraftRows> keep;
+    for (int32_t s = 0; s < kSlots; ++s) {
+      slots.push_back(s);
+      for (int64_t j = 0; j < 4; ++j) step.Push(token(), s, held[s] + j, true);
+      keep.push_back({s, kept[s]});
+    }
+    std::vector<std::vector<uint8_t>> before;
+    for (int32_t s = 0; s < kSlots; ++s) before.push_back(states(*together, s));
+    ASSERT_TRUE(together->SnapshotDraftStates(slots).ok());
+    for (int32_t s = 0; s < kSlots; ++s) ASSERT_TRUE(alone->SnapshotDraftState(s).ok());
+    for (Model* m : {together.get(), alone.get()}) {
+      ASSERT_TRUE(m->Step(step, tables, logits.data()).ok());
+    }
+    ASSERT_TRUE(together->KeepDraftRowsOf(keep).ok());
+    for (int32_t s = 0; s < kSlots; ++s) ASSERT_TRUE(alone->KeepDraftRows(s, kept[s]).ok());
+    for (int32_t s = 0; s < kSlots; ++s) {
+      const std::vector<uint8_t> got = states(*together, s);
+      EXPECT_EQ(got, states(*alone, s)) << "slot " << s << " keeping " << kept[s] << " of 4";
+      if (kept[s] == 0) EXPECT_EQ(got, before[s]) << "slot " << s;
+      if (kept[s] == 4) EXPECT_NE(got, before[s]) << "slot " << s;
+      held[s] += kept[s];
+    }
+  }
+  // Refusals: a slot twice; a slot whose snapshot was read already (slot 1 in round 2).
+  const int32_t twice[] = {1, 1};
+  EXPECT_NE(together->SnapshotDraftStates(twice).message().find("listed twice"), std::string::npos);
+  const KeptDraftRows again[] = {{1, 0}};
+  EXPECT_NE(together->KeepDraftRowsOf(again).message().find("no draft snapshot"),
+            std::string::npos);
 }
 
 class NoRecurrentBackend : public CpuBackend {
