@@ -137,6 +137,7 @@ class GgufFile {
   static Expected<GgufFile> Open(const std::string& path);
 
   const std::string& path() const { return file_.path(); }
+  const MappedFile& mapped() const { return file_; }
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
 

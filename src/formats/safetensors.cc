@@ -325,10 +325,12 @@ Expected<Checkpoint> Checkpoint::Open(const std::string& dir) {
 Expected<Checkpoint> Checkpoint::FromTensors(std::vector<TensorInfo> tensors,
                                              std::shared_ptr<const void> keep,
                                              const std::string& where,
-                                             std::map<std::string, std::string> metadata) {
+                                             std::map<std::string, std::string> metadata,
+                                             const MappedFile* mapping) {
   Checkpoint c;
   c.held_ = std::move(tensors);
   c.keep_ = std::move(keep);
+  c.held_mapping_ = mapping;
   c.held_metadata_ = std::move(metadata);
   for (const TensorInfo& t : c.held_) {
     if (!c.index_.emplace(t.name, &t).second) {
@@ -570,6 +572,10 @@ void Checkpoint::Release(const TensorInfo& t) const {
       f.mapped().Release(t.data, t.bytes);
       return;
     }
+  }
+  // A held tensor read in place from its mapped file (not one converted into a copy).
+  if (held_mapping_ && held_mapping_->Holds(t.data, t.bytes)) {
+    held_mapping_->Release(t.data, t.bytes);
   }
 }
 

@@ -76,11 +76,13 @@ class Checkpoint {
   static Expected<Checkpoint> Open(const std::string& dir);
   // Tensors held elsewhere (a GGUF file's, under the names the families use; some converted at
   // load): `keep` owns the memory they point into; `metadata` stands for a file's header (a
-  // bitgpu folder's describes its linears). An error names `where` and a repeated name.
+  // bitgpu folder's describes its linears); `mapping`, owned by `keep`, is the mapped file
+  // whose tensors Release may drop (null: none). An error names `where` and a repeated name.
   static Expected<Checkpoint> FromTensors(std::vector<TensorInfo> tensors,
                                           std::shared_ptr<const void> keep,
                                           const std::string& where,
-                                          std::map<std::string, std::string> metadata = {});
+                                          std::map<std::string, std::string> metadata = {},
+                                          const MappedFile* mapping = nullptr);
 
   const TensorInfo* Find(std::string_view name) const;         // null if absent
   std::vector<const TensorInfo*> All() const;                  // file by file, in file order
@@ -94,6 +96,7 @@ class Checkpoint {
   std::vector<SafetensorsFile> files_;
   std::vector<TensorInfo> held_;      // FromTensors: tensors outside any safetensors file
   std::shared_ptr<const void> keep_;  // what held_ points into
+  const MappedFile* held_mapping_ = nullptr;  // FromTensors' mapped file (in keep_), or null
   std::map<std::string, std::string> held_metadata_;  // FromTensors' metadata
   std::map<std::string, const TensorInfo*, std::less<>> index_;
 };

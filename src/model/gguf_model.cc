@@ -865,7 +865,9 @@ Expected<GgufModel> OpenGgufModel(const std::string& path,
     }
     tensors.push_back(std::move(info));
   }
-  GZ_ASSIGN_OR_RETURN(m.checkpoint, Checkpoint::FromTensors(std::move(tensors), held, path));
+  const MappedFile* mapping = &held->file.mapped();
+  GZ_ASSIGN_OR_RETURN(m.checkpoint,
+                      Checkpoint::FromTensors(std::move(tensors), held, path, {}, mapping));
   return m;
 }
 

@@ -235,6 +235,35 @@ TEST_F(GgufModelTest, CpuKeepsTheBlockTypesItReads) {
   }
 }
 
+// convert drops each tensor's pages once read (Checkpoint::Release): a GGUF model's tensors read
+// in place from the mapped file (here Q8_0 linears and F32 norms) read back the same after it
+// (faulted in from the file again), and those converted into copies at load (the Q3_K linears,
+// made F32) are left as they are.
+TEST_F(GgufModelTest, ReleasedTensorsReadBackTheSame) {
+  TempDir tmp;
+  const std::string dir = tmp.File("qwen3");
+  WriteWide(dir, "qwen3");
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ3_K}) {
+    const std::string gguf = tmp.File(GgmlTypeName(t) + ".gguf");
+    ASSERT_TRUE(WriteGgufFromHf(dir, gguf, GgufLinears::kBlocks, "qwen2", "", t).ok());
+    auto keep = [](GgmlType type) { return type == GgmlType::kQ8_0; };
+    auto released = OpenGgufModel(gguf, keep);
+    auto kept = OpenGgufModel(gguf, keep);
+    ASSERT_TRUE(released.ok() && kept.ok()) << released.status().message();
+    int tensors = 0;
+    for (const TensorInfo* info : released->checkpoint.All()) {
+      const TensorInfo* same = kept->checkpoint.Find(info->name);
+      ASSERT_NE(same, nullptr) << info->name;
+      ASSERT_EQ(info->bytes, same->bytes) << info->name;
+      released->checkpoint.Release(*info);
+      EXPECT_EQ(std::memcmp(info->data, same->data, info->bytes), 0)
+          << GgmlTypeName(t) << " " << info->name;
+      ++tensors;
+    }
+    EXPECT_GT(tensors, 10) << GgmlTypeName(t);
+  }
+}
+
 // Llama: q/k rows permuted by the converter, Llama 3's rope as rope_freqs.weight; biases.
 TEST_F(GgufModelTest, GoldenFamiliesLogitsEqualTheFolders) {
   for (const char* m : {"llama", "llama_mlp_bias", "qwen2", "qwen3"}) {
