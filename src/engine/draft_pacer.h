@@ -95,7 +95,7 @@ class DraftPacer {
   double growth_ = 1.0;
   int32_t drafters_ = 1;
   int32_t drafter_ = 0;
-  double accepted_[2] = {0.0, 0.0};  // decayed counts of judged drafts, by drafter
+  double accepted_[2] = {0.0, 0.0};  // decayed counts of judged drafts (from a prior), by drafter
   double judged_[2] = {0.0, 0.0};
   int64_t idle_ = 0;  // steps with candidates and no drafts since the last drafts
   int64_t probe_after_ = kProbeAfter;

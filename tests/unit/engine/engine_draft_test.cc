@@ -104,11 +104,19 @@ TEST(DraftPacer, DraftsOnlyWhereTheyPay) {
   margin.RecordStep(1, 10.0);
   margin.RecordStep(2, 10.0);
   margin.RecordJudged(2, 98);
-  EXPECT_NEAR(margin.acceptance(), 2.9 / 103.0, 1e-12);  // the prior: 0.9 of 3
+  // The prior (0.9 of 3) faded once, as the judged drafts before would.
+  EXPECT_NEAR(margin.acceptance(), (0.95 * 0.9 + 2.0) / (0.95 * 3.0 + 100.0), 1e-12);
   EXPECT_EQ(margin.Choose(1, 1, 1), 0);
   margin.RecordJudged(10, 0);
   EXPECT_GT(margin.acceptance(), 0.1);
   EXPECT_EQ(margin.Choose(1, 1, 1), 1);
+
+  // The prior fades with the drafts judged: drafts kept 90% of the time are estimated at 90%
+  // after a while (a prior that stayed, worth three judged drafts, would hold the estimate at
+  // 0.87 and, at a few judged a step, near 0.75, where three drafts do not pay).
+  DraftPacer kept(16, 3);
+  for (int i = 0; i < 300; ++i) kept.RecordJudged(9, 1);
+  EXPECT_NEAR(kept.acceptance(), 0.9, 1e-3);
 
   // Drafts made by a run of their own (MTP): before the run is measured it counts as a plain
   // step of the rows without drafts, so steps that cost the same at 1 and 4 rows and drafts at
