@@ -202,7 +202,8 @@ struct Model::Impl {
   Weight draft_head;
   int64_t draft_vocab = 0;
   std::vector<int64_t> step_first, step_count;
-  std::vector<int32_t> step_positions;  // the last step's rows' positions (KeepDraftRowsOf)
+  // The position of each slot's first row in the last step (its rows are consecutive).
+  std::vector<int32_t> step_first_position;
   std::vector<uint8_t> snapshot_pending, snapshot_valid;
 
   // Issues the LM head over `wanted` rows of x [rows, dim] (buffers.wanted): they are gathered
@@ -764,6 +765,7 @@ Status Model::Reserve(int64_t rows, int32_t slots, int32_t max_pages) {
   }
   impl_->step_first.resize(slots, 0);
   impl_->step_count.resize(slots, 0);
+  impl_->step_first_position.resize(slots, 0);
   impl_->snapshot_pending.resize(slots, 0);
   impl_->snapshot_valid.resize(slots, 0);
   if (state_floats > 0 && slots > b.slots) {
@@ -1387,9 +1389,11 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
     // Which rows each slot read in this step, and whether its draft snapshot came before it.
     std::fill(impl.step_count.begin(), impl.step_count.end(), 0);
     for (int64_t r = 0; r < n; ++r) {
-      if (impl.step_count[rows.slots[r]]++ == 0) impl.step_first[rows.slots[r]] = r;
+      if (impl.step_count[rows.slots[r]]++ == 0) {
+        impl.step_first[rows.slots[r]] = r;
+        impl.step_first_position[rows.slots[r]] = rows.positions[r];
+      }
     }
-    impl.step_positions.assign(rows.positions.begin(), rows.positions.end());
     impl.snapshot_valid = impl.snapshot_pending;
     std::fill(impl.snapshot_pending.begin(), impl.snapshot_pending.end(), 0);
   }
@@ -1741,10 +1745,10 @@ Status Model::KeepDraftRowsOf(std::span<const KeptDraftRows> kept) {
   CopySlotRuns(slots, saved, live);
   std::vector<int32_t> index, of, positions;
   for (const KeptDraftRows& k : back) {
-    for (int64_t r = impl.step_first[k.slot]; r < impl.step_first[k.slot] + k.rows; ++r) {
-      index.push_back(static_cast<int32_t>(r));
+    for (int64_t i = 0; i < k.rows; ++i) {
+      index.push_back(static_cast<int32_t>(impl.step_first[k.slot] + i));
       of.push_back(k.slot);
-      positions.push_back(impl.step_positions[r]);
+      positions.push_back(impl.step_first_position[k.slot] + static_cast<int32_t>(i));
     }
   }
   const int64_t n = static_cast<int64_t>(index.size());
