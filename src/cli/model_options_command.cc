@@ -36,9 +36,10 @@ void ModelOptions::Add(CLI::App* app) {
   app->add_flag_callback(
       "--no-bf16-copies", [this] { device.bf16_copies = false; },
       "CUDA: keep no bf16 copies of quantized and GGUF linears. By default, in fast "
-      "mode, each such linear gets a bf16 copy of its values at load while the device "
-      "keeps half its memory free, which steps of many rows (prompts, batches) "
-      "multiply through cuBLASLt instead of decoding the weight each time; batch-1 "
+      "mode, each such linear (and each quantized expert placed on the device) gets a "
+      "bf16 copy of its values at load while the device keeps half its memory free, "
+      "which steps of many rows (prompts, batches) multiply through cuBLASLt (experts: "
+      "the bf16 grouped kernels) instead of decoding the weight each time; batch-1 "
       "steps read the quantized blocks");
   app->add_flag("--int8", device.int8,
                 "CPU: a converted model's 8- and 4-bit linears quantize their (rotated) "

@@ -334,6 +334,8 @@ Expected<Weight> WeightLoader::Place(const Weight& given, const std::string& sho
 Expected<Weight> WeightLoader::PlaceExpert(const Weight& host) {
   std::unique_ptr<Buffer> storage;
   GZ_ASSIGN_OR_RETURN(Weight w, backend_.PrepareWeight(host, &storage));
+  // A quantized expert may get its bf16 copy, which the grouped path of many rows multiplies.
+  if (storage && quant::IsQuantized(w.format)) backend_.AddBf16Copy(&w, &storage);
   if (storage) placed_->storage.push_back(std::move(storage));
   return w;
 }

@@ -63,7 +63,9 @@ class WeightLoader {
   // memory-mapped file, or a host copy the loader keeps): the model then places its experts, or
   // has the backend's expert cache read them as steps pick them.
   void KeepExpertsOnHost(bool on) { experts_on_host_ = on; }
-  // A host weight ExpertMatrix kept on the host, placed on the backend now (counted already).
+  // A host weight ExpertMatrix kept on the host, placed on the backend now (counted already);
+  // a quantized one may get the backend's bf16 copy (Backend::AddBf16Copy), which the grouped
+  // path of many rows reads.
   Expected<Weight> PlaceExpert(const Weight& host);
   // Host floats copied to the device.
   Expected<const float*> Upload(const std::vector<float>& host);

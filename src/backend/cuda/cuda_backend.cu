@@ -930,8 +930,10 @@ class CudaBackend : public Backend {
       std::abort();
     }
     // [data of gate, up, down of each expert], then [their scales] (quantized: (mul, add) pairs).
-    std::vector<const void*> pointers(6 * static_cast<size_t>(experts));
-    bool aligned = true;
+    // Quantized experts' bf16 copies (AddBf16Copy), laid out alike with null scales, where every
+    // expert has them.
+    std::vector<const void*> pointers(6 * static_cast<size_t>(experts)), copies(pointers.size());
+    bool aligned = true, copied = true;
     for (int e = 0; e < experts; ++e) {
       const Weight* w[3] = {&p.gate[e], &p.up[e], &p.down[e]};
       for (int m = 0; m < 3; ++m) {
@@ -939,8 +941,19 @@ class CudaBackend : public Backend {
         pointers[m * experts + e] = w[m]->data;
         pointers[(3 + m) * experts + e] = w[m]->scales;
         aligned = aligned && reinterpret_cast<uintptr_t>(w[m]->data) % 16 == 0;
+        copies[m * experts + e] = w[m]->bf16;
+        copied = copied && quant::IsQuantized(w[m]->format) && w[m]->bf16 &&
+                 reinterpret_cast<uintptr_t>(w[m]->bf16) % 16 == 0;
       }
     }
+    d->table = DeviceTable(std::move(pointers));
+    d->aligned = aligned;
+    d->copies = copied ? DeviceTable(std::move(copies)) : nullptr;
+  }
+
+  // A table of device pointers on the device, uploaded the first time it is seen (on a stream
+  // of its own, so that it may happen while a step is recorded) and kept.
+  const void* const* DeviceTable(std::vector<const void*> pointers) {
     auto it = moe_tables_.find(pointers);
     if (it == moe_tables_.end()) {
       if (!upload_) GZ_CUDA_CHECK(cudaStreamCreateWithFlags(&upload_, cudaStreamNonBlocking));
@@ -952,8 +965,7 @@ class CudaBackend : public Backend {
       GZ_CUDA_CHECK(cudaStreamSynchronize(upload_));
       it = moe_tables_.emplace(std::move(pointers), table).first;
     }
-    d->table = static_cast<const void* const*>(it->second);
-    d->aligned = aligned;
+    return static_cast<const void* const*>(it->second);
   }
 
   // Every gate and up alike (one input, rotated once), every down alike: m is 0, 1, 2 for gate,

@@ -25,7 +25,8 @@ struct CudaOptions {
   // bf16 copy of its values made at load while the device keeps half its memory free; products
   // of many rows read it through cuBLASLt instead of decoding the weight into bf16 each time
   // (the 8B shape's linears: 14 GB decoded every step at 64 sequences). Batch-1 products read
-  // the quantized blocks as before.
+  // the quantized blocks as before. The same for quantized experts placed on the device (not
+  // those an expert cache reads): the grouped path of many rows multiplies the copies.
   bool bf16_copies = true;
   Status Check() const;
 };

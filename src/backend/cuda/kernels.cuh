@@ -299,7 +299,8 @@ int LaunchMmaDecode(const AttentionParams& p, int splits, float* part_acc, float
 // weighted gather-sum per row. bf16 (the fast mode's many-row steps): the activations into bf16
 // weights rounded to bf16 (the grouped path on the tensor cores); else float32 throughout.
 // Quantized experts (q8, q4, q2, q1, as PrepareWeight lays them out) in float32 in every mode,
-// their inputs rotated first into `rotated` where the weights were.
+// their inputs rotated first into `rotated` where the weights were; in fast mode's grouped path
+// (more than kMoeDecodeRows rows) their bf16 copies (MoeDevice::copies) where every expert has one.
 inline constexpr int kMoeMaxExperts = 512;
 inline constexpr int64_t kMoeDecodeRows = 4;
 inline constexpr int kMoeTile = 64;
@@ -319,6 +320,10 @@ struct MoeDevice {
   // (data), then the same for their scales (quantized: the (mul, add) pairs; plain: null)
   const void* const* table = nullptr;
   bool aligned = false;  // every pointer of the table on 16 bytes
+  // Quantized experts whose every gate, up and down has its bf16 copy (Weight::bf16): the table
+  // of those copies, laid out as `table` (scales null); else null. Fast mode's grouped path
+  // multiplies these as bf16 experts (the copies hold the rotated basis: inputs rotated first).
+  const void* const* copies = nullptr;
   float* logits = nullptr;
   int* ids = nullptr;
   float* weights = nullptr;

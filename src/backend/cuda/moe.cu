@@ -23,10 +23,11 @@
 // where the weights were (x once for gate/up, the hidden units once for down), then
 //   decode: MoeQuantGateUpDecodeKernel and MoeQuantDownDecodeKernel, a block per 16-output tile
 //     of a picked expert, its warps over the tile's steps, each value mul * code + add;
-//   many rows: with about kMoeFewRows rows an expert or fewer, MoeQuantGroupedFewKernel (each
-//     tile of codes read once for up to kQuantFewPass rows of its expert); otherwise the same
-//     grouped float32 GEMM, each weight value read from the packed layout as it is staged
-//     (QuantValueAt).
+//   many rows: in fast mode, where every expert has its bf16 copy (CudaOptions::bf16_copies,
+//     MoeDevice::copies), the bf16 grouped path over the copies; else with about kMoeFewRows
+//     rows an expert or fewer, MoeQuantGroupedFewKernel (each tile of codes read once for up to
+//     kQuantFewPass rows of its expert); otherwise the same grouped float32 GEMM, each weight
+//     value read from the packed layout as it is staged (QuantValueAt).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
@@ -1173,9 +1174,19 @@ void LaunchMoeExperts(const MoeFeedForwardParams& p, const MoeDevice& d, bool bf
   GZ_CUDA_LAUNCHED();
   const unsigned max_tiles = static_cast<unsigned>((slots + kMoeTile - 1) / kMoeTile +
                                                    std::min<int64_t>(p.experts, slots));
-  Grouped<true>(p, d, gate_up, bf16, x, d.hidden, max_tiles, stream);
-  const float* h = ExpertInput(d.hidden, slots, p.ffn, p.down[0], d, stream);
-  Grouped<false>(p, d, down, bf16, h, d.outputs, max_tiles, stream);
+  if (bf16 && d.copies) {
+    // Quantized experts' bf16 copies, as bf16 experts (rotated inputs where the weights were).
+    MoeDevice c = d;
+    c.table = d.copies;
+    c.aligned = true;
+    Grouped<true>(p, c, Format::kBf16, true, x, d.hidden, max_tiles, stream);
+    const float* h = ExpertInput(d.hidden, slots, p.ffn, p.down[0], d, stream);
+    Grouped<false>(p, c, Format::kBf16, true, h, d.outputs, max_tiles, stream);
+  } else {
+    Grouped<true>(p, d, gate_up, bf16, x, d.hidden, max_tiles, stream);
+    const float* h = ExpertInput(d.hidden, slots, p.ffn, p.down[0], d, stream);
+    Grouped<false>(p, d, down, bf16, h, d.outputs, max_tiles, stream);
+  }
   MoeCombineKernel<<<dim3(Blocks(p.dim, 256), static_cast<unsigned>(p.rows)), 256, 0, stream>>>(
       d.outputs, d.slot_pos, d.weights, p.top_k, p.dim, p.out, p.accumulate);
   GZ_CUDA_LAUNCHED();

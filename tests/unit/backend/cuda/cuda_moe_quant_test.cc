@@ -215,5 +215,90 @@ TEST(CudaMoeQuantTest, RecordsAndReplays) {
   }
 }
 
+// Fast mode with bf16 copies of the quantized experts (AddBf16Copy, as the loader makes them):
+// steps of more than kMoeDecodeRows rows multiply the copies on the bf16 grouped path (few rows
+// an expert and the tensor-core tiles), within the fast mode's 2e-2 of the largest output of the
+// reference over the quantized values; with the experts' codes overwritten after the copies
+// were made, so a step that read the codes instead would be far off. Exact mode makes no copies.
+TEST(CudaMoeQuantTest, ManyRowsReadTheExpertsBf16Copies) {
+  GZ_SKIP_WITHOUT_CUDA();
+  auto fast = MakeBackend(false, /*gemv_max_rows=*/1);
+  auto exact = MakeBackend(true);
+  std::mt19937 rng(35);
+  constexpr int kExperts = 6;
+  constexpr int64_t kDim = 256, kFfn = 384;
+  for (const quant::QuantizeOptions& options :
+       {quant::QuantizeOptions{Format::kQ4, true, true},
+        quant::QuantizeOptions{Format::kQ8, false, true},
+        quant::QuantizeOptions{Format::kQ4, false, false}}) {
+    const std::string format = FormatName(options.format) + (options.zeros ? " zeros" : "") +
+                               (options.rotate ? " rotated" : "");
+    PlainWeight router;
+    MakePlainWeight(fast.get(), rng, Format::kF32, kExperts, kDim, &router);
+    std::vector<QuantExpertWeight> gate(kExperts), up(kExperts), down(kExperts), other(1);
+    std::vector<Weight> g, u, d, gr, ur, dr;
+    for (int e = 0; e < kExperts; ++e) {
+      MakeQuantWeight(fast.get(), rng, options, kFfn, kDim, &gate[e]);
+      MakeQuantWeight(fast.get(), rng, options, kFfn, kDim, &up[e]);
+      MakeQuantWeight(fast.get(), rng, options, kDim, kFfn, &down[e]);
+      if (::testing::Test::HasFatalFailure()) return;
+      for (QuantExpertWeight* w : {&gate[e], &up[e], &down[e]}) {
+        fast->AddBf16Copy(&w->device, &w->storage);
+        ASSERT_NE(w->device.bf16, nullptr) << format;
+        // The codes overwritten: only the copies still hold the weight.
+        const std::vector<uint8_t> ones(
+            w->device.rows * w->device.cols * 2 / (options.format == Format::kQ8 ? 2 : 4), 0x5b);
+        fast->CopyToDevice(const_cast<void*>(w->device.data), ones.data(), ones.size());
+      }
+      g.push_back(gate[e].device), u.push_back(up[e].device), d.push_back(down[e].device);
+      gr.push_back(gate[e].reference), ur.push_back(up[e].reference);
+      dr.push_back(down[e].reference);
+    }
+    MakeQuantWeight(exact.get(), rng, options, kFfn, kDim, &other[0]);
+    if (::testing::Test::HasFatalFailure()) return;
+    exact->AddBf16Copy(&other[0].device, &other[0].storage);
+    EXPECT_EQ(other[0].device.bf16, nullptr) << format << ": exact mode made a copy";
+    for (int64_t rows : {5, 37, 300}) {
+      for (int k : {1, 3}) {
+        const std::string what =
+            format + " rows " + std::to_string(rows) + " top_k " + std::to_string(k);
+        std::vector<float> x = SeparatedRows(rng, router.values, kExperts, kDim, rows, k);
+        std::vector<float> want(rows * kDim);
+        MoeFeedForwardParams p;
+        p.rows = rows;
+        p.dim = kDim;
+        p.ffn = kFfn;
+        p.experts = kExperts;
+        p.top_k = k;
+        p.norm_topk_prob = true;
+        {
+          MoeFeedForwardParams r = p;
+          r.out = want.data();
+          r.x = x.data();
+          r.router = &router.host;
+          r.gate = gr.data(), r.up = ur.data(), r.down = dr.data();
+          ReferenceMoeFeedForward(r);
+        }
+        double scale = 0.0;
+        for (float v : want) scale = std::max(scale, std::fabs(double{v}));
+        DeviceArray<float> xd(fast.get(), x), out(fast.get(), std::vector<float>(rows * kDim));
+        out.Poison();
+        MoeFeedForwardParams q = p;
+        q.out = out.device();
+        q.x = xd.device();
+        q.router = &router.device;
+        q.gate = g.data(), q.up = u.data(), q.down = d.data();
+        ASSERT_TRUE(q.Check().ok()) << q.Check().message();
+        fast->MoeFeedForward(q);
+        const std::vector<float> got = out.Read();
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_TRUE(std::isfinite(got[i])) << what << " at " << i;
+          ASSERT_NEAR(got[i], want[i], 2e-2 * scale) << what << " at " << i;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gizllm::testing
