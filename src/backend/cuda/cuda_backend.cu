@@ -93,6 +93,10 @@ class CudaBackend : public Backend {
     if (workspace_) cudaFree(workspace_);
     for (auto& [pointers, table] : moe_tables_) cudaFree(table);
     if (upload_) cudaStreamDestroy(upload_);
+    for (Staging& half : staging_) {
+      if (half.done) cudaEventDestroy(half.done);
+    }
+    if (staging_[0].host) cudaFreeHost(staging_[0].host);
     FreeExpertCache();
     if (fork_) {
       for (int i = 0; i < kSides; ++i) {
@@ -137,9 +141,20 @@ class CudaBackend : public Backend {
     return {static_cast<int64_t>(free), static_cast<int64_t>(total)};
   }
 
+  // A small copy (a step's tokens, positions, page tables, sampling rows) goes through pinned
+  // staging and is not waited for: the ops after it on the stream see it, and the host goes on
+  // preparing the next inputs instead of waiting for the device a copy. A step uploads ten or
+  // more such arrays, each a round trip of several microseconds when it waited. Large copies
+  // (weights) and copies while a step is recorded wait as before.
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
     ForgetHandOffs();
     if (bytes == 0) return;
+    if (bytes <= kStagedMost && !capturing_) {
+      if (void* staged = Stage(src, bytes)) {
+        GZ_CUDA_CHECK(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, stream_));
+        return;
+      }
+    }
     GZ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
     GZ_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
@@ -1222,6 +1237,45 @@ class CudaBackend : public Backend {
   int gemv_max_rows_;
   std::map<uint64_t, RecordedStep> graphs_;
   bool capturing_ = false;
+  // CopyToDevice's pinned staging: two halves used in turn. A half is written again only after
+  // the copies issued from it ran (its event, recorded when the other half took over).
+  static constexpr size_t kStagingHalf = size_t{2} << 20;
+  static constexpr size_t kStagedMost = size_t{256} << 10;
+  struct Staging {
+    uint8_t* host = nullptr;
+    cudaEvent_t done = nullptr;
+  };
+  Staging staging_[2];
+  int staging_half_ = 0;
+  size_t staging_used_ = 0;
+  bool staging_failed_ = false;
+  // A copy of `bytes` bytes of `src` in the staging, or null (no pinned memory: copy directly).
+  void* Stage(const void* src, size_t bytes) {
+    if (staging_failed_) return nullptr;
+    if (!staging_[0].host) {
+      void* host = nullptr;
+      if (cudaHostAlloc(&host, 2 * kStagingHalf, cudaHostAllocDefault) != cudaSuccess ||
+          cudaEventCreateWithFlags(&staging_[0].done, cudaEventDisableTiming) != cudaSuccess ||
+          cudaEventCreateWithFlags(&staging_[1].done, cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();
+        if (host) cudaFreeHost(host);
+        staging_failed_ = true;
+        return nullptr;
+      }
+      staging_[0].host = static_cast<uint8_t*>(host);
+      staging_[1].host = staging_[0].host + kStagingHalf;
+    }
+    if (staging_used_ + bytes > kStagingHalf) {
+      GZ_CUDA_CHECK(cudaEventRecord(staging_[staging_half_].done, stream_));
+      staging_half_ ^= 1;
+      GZ_CUDA_CHECK(cudaEventSynchronize(staging_[staging_half_].done));
+      staging_used_ = 0;
+    }
+    uint8_t* at = staging_[staging_half_].host + staging_used_;
+    std::memcpy(at, src, bytes);
+    staging_used_ += (bytes + 255) / 256 * 256;
+    return at;
+  }
   uint64_t capture_key_ = 0;
   uint64_t use_clock_ = 0;
   void* workspace_ = nullptr;
