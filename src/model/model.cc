@@ -204,6 +204,11 @@ struct Model::Impl {
   std::vector<int64_t> step_first, step_count;
   // The position of each slot's first row in the last step (its rows are consecutive).
   std::vector<int32_t> step_first_position;
+  // Whether the last step read one slot's rows alone (one sequence): only then are one slot's
+  // draft-state copies and replays recorded (IssueRecorded). With many sequences their keys
+  // (slot, first row, rows) rarely come again, and recording them would push the steps'
+  // recordings out of the backend's bounded set of graphs.
+  bool step_one_slot = false;
   std::vector<uint8_t> snapshot_pending, snapshot_valid;
 
   // Issues the LM head over `wanted` rows of x [rows, dim] (buffers.wanted): they are gathered
@@ -1394,6 +1399,7 @@ Status Model::Forward(const Rows& rows, const PageTables& tables,
         impl.step_first_position[rows.slots[r]] = rows.positions[r];
       }
     }
+    impl.step_one_slot = n > 0 && impl.step_count[rows.slots[0]] == n;
     impl.snapshot_valid = impl.snapshot_pending;
     std::fill(impl.snapshot_pending.begin(), impl.snapshot_pending.end(), 0);
   }
@@ -1665,8 +1671,9 @@ Status Model::SnapshotDraftStates(std::span<const int32_t> slots) {
   }
   float* live = b.states->as<float>();
   float* saved = b.draft_saved->as<float>();
-  if (sorted.size() == 1 && DraftStateKeyFits(sorted[0], 0, 0)) {
-    // One slot (one sequence drafting): its copies as one recorded launch.
+  if (sorted.size() == 1 && impl.step_one_slot && DraftStateKeyFits(sorted[0], 0, 0)) {
+    // One slot (one sequence drafting, alone in the step before: most likely alone in the
+    // next too): its copies as one recorded launch.
     IssueRecorded(*backend_, impl.seen_once,
                   DraftStateKey(impl.step_generation, false, sorted[0], 0, 0),
                   [&] { CopySlotRuns(sorted, live, saved); });
@@ -1730,7 +1737,7 @@ Status Model::KeepDraftRowsOf(std::span<const KeptDraftRows> kept) {
         if (layer.is_recurrent && k.rows > 0) layer.recurrent.Replay(*backend_, in, first, k.rows);
       }
     };
-    if (DraftStateKeyFits(k.slot, first, k.rows)) {
+    if (impl.step_one_slot && DraftStateKeyFits(k.slot, first, k.rows)) {
       IssueRecorded(*backend_, impl.seen_once,
                     DraftStateKey(impl.step_generation, true, k.slot, first, k.rows), ops);
     } else {

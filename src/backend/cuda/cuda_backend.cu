@@ -58,8 +58,18 @@ class WithCopy : public Buffer {
 };
 
 // One cuBLASLt product shape and the algorithm picked for it.
-// Products of at least this many rows take the algorithm chosen for their rows rounded up to 128.
+// Products of at least this many rows take the algorithm chosen for their rows rounded up to 128;
+// from kBucketedPlanRows rows up to it, rounded up to 32 (a step of decode rows with drafts, or
+// with a prompt piece beside them, makes row counts that come once or a few times).
 constexpr int64_t kRoundedPlanRows = 256;
+constexpr int64_t kBucketedPlanRows = 33;
+
+// The row count whose heuristic algorithm a product of `rows` rows takes (itself where it is one).
+int64_t PlanBucket(int64_t rows) {
+  if (rows >= kRoundedPlanRows) return (rows + 127) / 128 * 128;
+  if (rows >= kBucketedPlanRows) return (rows + 31) / 32 * 32;
+  return rows;
+}
 
 struct LtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
@@ -850,12 +860,11 @@ class CudaBackend : public Backend {
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    // Prompt-sized products: the algorithm the heuristic gives for the rows rounded up to 128
-    // (asked once for all the row counts it covers), where it also runs this shape. A prompt's
-    // last piece beside the decode rows makes a row count that comes once: it then costs no
-    // heuristic of its own.
-    if (rows >= kRoundedPlanRows && rows % 128 != 0) {
-      const int64_t padded = (rows + 127) / 128 * 128;
+    // Prompt-sized products and batches of decode rows: the algorithm the heuristic gives for
+    // the rows rounded up to their bucket (PlanBucket; asked once for all the row counts it
+    // covers), where it also runs this shape. A prompt's last piece beside the decode rows, or
+    // a step's drafts, make row counts that come once: they then cost no heuristic of their own.
+    if (const int64_t padded = PlanBucket(rows); padded != rows) {
       auto bucket = std::make_tuple(padded, n, cols, bias);
       auto known = bucket_algos_.find(bucket);
       if (known == bucket_algos_.end()) {
