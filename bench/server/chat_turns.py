@@ -17,33 +17,12 @@ import argparse
 import http.client
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from load import WORDS, post  # noqa: E402
-
-
-def start_server(a):
-    cmd = [a.gizllm, "serve", "--model", a.model, "--port", "0", "--device", a.device,
-           "--slots", str(a.slots)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    text = ""
-    deadline = time.time() + 600
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            raise RuntimeError(f"server exited {proc.wait()}: {text}")
-        text += line
-        m = re.search(r"on http://[\d.]+:(\d+)", text)
-        if m:
-            threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
-            return proc, int(m.group(1))
-    raise RuntimeError("server did not start: " + text)
+from load import WORDS, post, start_server  # noqa: E402
 
 
 def passage(topic, words):
@@ -95,7 +74,7 @@ def main():
     p.add_argument("--gizllm", default="build/gizllm")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
-    proc, port = start_server(a)
+    proc, port, _ = start_server(a)
     rows = []
     try:
         # Words for about --tokens prompt tokens, from the tokens of a sample.
