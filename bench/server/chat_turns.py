@@ -22,7 +22,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from load import WORDS, post, start_server  # noqa: E402
+from load import WORDS, events, post, start_server  # noqa: E402
 
 
 def passage(topic, words):
@@ -40,25 +40,16 @@ def chat(port, messages, answer):
     r = conn.getresponse()
     if r.status != 200:
         raise RuntimeError(f"status {r.status}: {r.read()[:300]}")
-    first, text, usage, buffer = None, "", None, b""
-    while True:
-        chunk = r.read1(65536)
-        if not chunk:
-            break
-        buffer += chunk
-        while b"\n\n" in buffer:
-            event, buffer = buffer.split(b"\n\n", 1)
-            if not event.startswith(b"data: ") or event == b"data: [DONE]":
-                continue
-            c = json.loads(event[6:])
-            if c.get("usage"):
-                usage = c["usage"]
-            for choice in c.get("choices") or []:
-                piece = (choice.get("delta") or {}).get("content")
-                if piece:
-                    if first is None:
-                        first = time.perf_counter() - sent
-                    text += piece
+    first, text, usage = None, "", None
+    for c in events(r):
+        if c.get("usage"):
+            usage = c["usage"]
+        for choice in c.get("choices") or []:
+            piece = (choice.get("delta") or {}).get("content")
+            if piece:
+                if first is None:
+                    first = time.perf_counter() - sent
+                text += piece
     conn.close()
     return first, text, usage
 

@@ -66,6 +66,20 @@ def post(port, route, body):
     return json.loads(data)
 
 
+def events(r):
+    """The parsed chunks of a streamed response, as they arrive (server-sent events)."""
+    buffer = b""
+    while True:
+        chunk = r.read1(65536) if hasattr(r, "read1") else r.read(1)
+        if not chunk:
+            return
+        buffer += chunk
+        while b"\n\n" in buffer:
+            event, buffer = buffer.split(b"\n\n", 1)
+            if event.startswith(b"data: ") and event != b"data: [DONE]":
+                yield json.loads(event[6:])
+
+
 def percentile(values, p):
     if not values:
         return float("nan")
@@ -101,33 +115,24 @@ def client(port, index, a, point, stop):
                 point.errors.append(f"status {r.status}")
                 r.read()
                 continue
-            counted, last, buffer = 0, None, b""
-            while True:
-                chunk = r.read1(65536) if hasattr(r, "read1") else r.read(1)
-                if not chunk:
-                    break
-                buffer += chunk
-                while b"\n\n" in buffer:
-                    event, buffer = buffer.split(b"\n\n", 1)
-                    if not event.startswith(b"data: ") or event == b"data: [DONE]":
-                        continue
-                    c = json.loads(event[6:])
-                    now = time.perf_counter()
-                    tokens = 0
-                    if c.get("usage"):
-                        tokens = max(0, c["usage"]["completion_tokens"] - counted)
-                    elif c.get("choices") and (c["choices"][0].get("delta") or {}).get("content"):
-                        tokens = 1
-                    if tokens == 0:
-                        continue
-                    counted += tokens
-                    with point.lock:
-                        point.events.append((now, tokens))
-                        if last is None:
-                            point.ttft.append((now, now - sent))
-                        else:
-                            point.gaps.append((now, now - last))
-                    last = now
+            counted, last = 0, None
+            for c in events(r):
+                now = time.perf_counter()
+                tokens = 0
+                if c.get("usage"):
+                    tokens = max(0, c["usage"]["completion_tokens"] - counted)
+                elif c.get("choices") and (c["choices"][0].get("delta") or {}).get("content"):
+                    tokens = 1
+                if tokens == 0:
+                    continue
+                counted += tokens
+                with point.lock:
+                    point.events.append((now, tokens))
+                    if last is None:
+                        point.ttft.append((now, now - sent))
+                    else:
+                        point.gaps.append((now, now - last))
+                last = now
             with point.lock:
                 point.done.append(time.perf_counter())
                 point.finished_one.add(index)
